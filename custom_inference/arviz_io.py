@@ -1,0 +1,163 @@
+"""The one module that builds and reads ArviZ objects.
+
+Everything in factorbayes that touches ArviZ goes through here, so that moving
+from ArviZ 0.23 (`InferenceData`) to ArviZ 1.x (`DataTree`) is a change to this
+file only. Solvers build their results with `to_inference_data`; validation reads
+draws with `group_arrays` and computes diagnostics with `diagnostics` and
+`mcse_mean`; plots go through `plot_rank`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)  # ArviZ 0.23 announces its 1.x refactor on import
+    import arviz as az
+import xarray as xr
+
+__all__ = [
+    "to_inference_data",
+    "from_numpyro",
+    "group_arrays",
+    "diagnostics",
+    "bfmi",
+    "save",
+    "load",
+    "plot_rank",
+    "InferenceData",
+]
+
+InferenceData = az.InferenceData
+
+
+def _dataset(arrays: Mapping[str, np.ndarray], dims: Mapping[str, list[str]], coords: Mapping) -> xr.Dataset:
+    data_vars = {}
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        vdims = list(dims.get(name, [f"{name}_dim_{k}" for k in range(value.ndim)]))
+        if len(vdims) != value.ndim:
+            raise ValueError(f"{name}: {value.ndim}-D array but dims {vdims}")
+        data_vars[name] = (vdims, value)
+    used = {d for v in data_vars.values() for d in v[0]}
+    return xr.Dataset(data_vars, coords={k: v for k, v in coords.items() if k in used})
+
+
+def to_inference_data(
+    posterior: Mapping[str, np.ndarray] | None = None,
+    *,
+    dims: Mapping[str, list[str]] | None = None,
+    coords: Mapping | None = None,
+    sample_stats: Mapping[str, np.ndarray] | None = None,
+    extra_groups: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    attrs: Mapping | None = None,
+) -> az.InferenceData:
+    """Build an `arviz.InferenceData` from plain arrays.
+
+    Parameters
+    ----------
+    posterior : dict name -> array, each of shape (chain, draw, ...)
+        Posterior draws (for VI: draws from q, with one chain).
+    dims : dict name -> list of dimension names for the trailing axes
+        (``chain`` and ``draw`` are prepended for posterior and sample_stats).
+    coords : dict dimension -> coordinate values.
+    sample_stats : dict name -> array (chain, draw)
+        Per-draw sampler statistics (``diverging``, ``energy``, ``lp``, ...).
+    extra_groups : dict group -> dict name -> array
+        Further groups with their own dims taken from ``dims`` (e.g. the
+        variational parameters, or the ELBO trace with dim ``iteration``).
+    attrs : dict
+        Provenance stored on every group (method, seed, versions, ...).
+    """
+    dims = dict(dims or {})
+    coords = dict(coords or {})
+    attrs = {k: (str(v) if not isinstance(v, (int, float, str)) else v) for k, v in (attrs or {}).items()}
+    groups: dict[str, xr.Dataset] = {}
+    for group, arrays in (("posterior", posterior), ("sample_stats", sample_stats)):
+        if arrays:
+            chain_dims = {k: ["chain", "draw", *dims.get(k, [])] for k in arrays}
+            groups[group] = _dataset(arrays, chain_dims, coords)
+    for group, arrays in (extra_groups or {}).items():
+        groups[group] = _dataset(arrays, dims, coords)
+    for ds in groups.values():
+        ds.attrs.update(attrs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # custom group names are intended
+        return az.InferenceData(**groups)
+
+
+def from_numpyro(mcmc, *, dims=None, coords=None, attrs=None) -> az.InferenceData:
+    """Convert a finished `numpyro.infer.MCMC` run (all chains) to InferenceData."""
+    idata = az.from_numpyro(mcmc, dims=dims, coords=coords)
+    for group in idata.groups():
+        idata[group].attrs.update(attrs or {})
+    return idata
+
+
+def group_arrays(idata: az.InferenceData, group: str = "posterior") -> dict[str, np.ndarray]:
+    """All variables of one group as numpy arrays (posterior: (chain, draw, ...))."""
+    if group not in idata.groups():
+        raise ValueError(f"InferenceData has no group {group!r}; it has {list(idata.groups())}")
+    ds = idata[group]
+    return {name: ds[name].values for name in ds.data_vars}
+
+
+def diagnostics(draws: np.ndarray) -> dict[str, np.ndarray]:
+    """Rank-normalized split R-hat, bulk and tail ESS, and MCSE of the mean.
+
+    Parameters
+    ----------
+    draws : array, shape (chain, draw, Q)
+        Q scalar quantities.
+
+    Returns
+    -------
+    dict with arrays of shape (Q,): ``r_hat`` (rank-normalized split R-hat,
+    Vehtari et al. 2021), ``ess_bulk``, ``ess_tail``, ``mcse_mean``, ``mean``, ``sd``.
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim != 3:
+        raise ValueError(f"draws must have shape (chain, draw, Q), got {draws.shape}")
+    ds = xr.Dataset({"q": (["chain", "draw", "quantity"], draws)})
+    return {
+        "r_hat": az.rhat(ds, method="rank")["q"].values,
+        "ess_bulk": az.ess(ds, method="bulk")["q"].values,
+        "ess_tail": az.ess(ds, method="tail")["q"].values,
+        "mcse_mean": az.mcse(ds, method="mean")["q"].values,
+        "mean": draws.mean(axis=(0, 1)),
+        "sd": draws.std(axis=(0, 1), ddof=1),
+    }
+
+
+def bfmi(idata: az.InferenceData) -> np.ndarray:
+    """E-BFMI per chain (Betancourt 2016), from the ``energy`` sample statistic."""
+    return np.asarray(az.bfmi(idata))
+
+
+def save(idata: az.InferenceData, path: str | Path) -> Path:
+    """Write to netCDF (``.nc``); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    idata.to_netcdf(str(path))
+    return path
+
+
+def load(path: str | Path) -> az.InferenceData:
+    """Read an InferenceData written by `save`. Raises FileNotFoundError."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no saved result at {path}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return az.from_netcdf(str(path))
+
+
+def plot_rank(draws: np.ndarray, names: list[str], ax=None):
+    """Rank plots (one row per quantity) of draws with shape (chain, draw, Q)."""
+    draws = np.asarray(draws)
+    data = {name: draws[:, :, q] for q, name in enumerate(names)}
+    return az.plot_rank(az.convert_to_inference_data(data), ax=ax)

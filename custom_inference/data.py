@@ -1,0 +1,216 @@
+"""The one data container the solvers need: the observed entries of an I x J matrix.
+
+`Observations` holds a users-by-items matrix in coordinate (COO) form: only the
+observed (for count models: nonzero) entries are stored, so every solver's work
+scales with N, the number of stored entries, never with I x J. Rows are users
+(index ``u`` in the HPF seed, ``i`` in the thesis), columns are items.
+
+The container is a JAX pytree whose array leaves are ``rows``, ``cols`` and
+``values``; the shape ``(n_rows, n_cols)`` is static auxiliary data, so jitted
+solvers specialise on it and never see it as a tracer.
+
+All checks run in the constructor, before any computation, and raise a
+`ValueError` that names the offending field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import jax
+import numpy as np
+import scipy.sparse as sp
+
+Kind = Literal["count", "binary", "real"]
+
+__all__ = ["Observations"]
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class Observations:
+    """Observed entries of a users-by-items matrix, in COO form.
+
+    Attributes
+    ----------
+    rows : array, shape (N,), int32
+        Row (user) index of each entry, in ``0 .. n_rows - 1``.
+    cols : array, shape (N,), int32
+        Column (item) index of each entry, in ``0 .. n_cols - 1``.
+    values : array, shape (N,), float32 or float64
+        The observed value of each entry (a count for Poisson models).
+    n_rows, n_cols : int
+        The matrix shape I x J. Rows or columns without entries are allowed
+        (their posterior is their prior), but the matrix may not be empty.
+
+    Build with `Observations.from_coo`, `Observations.from_scipy` or
+    `Observations.from_dense`; the plain constructor does no checking and is
+    what JAX uses to rebuild the pytree.
+    """
+
+    rows: np.ndarray
+    cols: np.ndarray
+    values: np.ndarray
+    n_rows: int
+    n_cols: int
+
+    # -- pytree protocol -------------------------------------------------------
+    def tree_flatten(self):
+        return (self.rows, self.cols, self.values), (self.n_rows, self.n_cols)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    # -- constructors ----------------------------------------------------------
+    @classmethod
+    def from_coo(
+        cls,
+        rows,
+        cols,
+        values,
+        shape: tuple[int, int],
+        *,
+        kind: Kind = "count",
+        dtype=np.float64,
+        drop_zeros: bool = True,
+    ) -> "Observations":
+        """Validate and store COO triplets.
+
+        Parameters
+        ----------
+        rows, cols : array_like, shape (N,), integer
+            Row and column index of each entry.
+        values : array_like, shape (N,)
+            The entries. ``kind="count"``: non-negative integers (stored as
+            floats); ``kind="binary"``: 0 or 1; ``kind="real"``: any finite value.
+        shape : (int, int)
+            ``(I, J)``, both >= 1.
+        kind : {"count", "binary", "real"}
+            Which values are legal.
+        dtype : numpy float dtype
+            Storage dtype of ``values`` (float32 for speed, float64 for validation).
+        drop_zeros : bool
+            Drop entries whose value is 0 (for count models they carry no
+            information beyond the sum over all cells).
+
+        Raises
+        ------
+        ValueError
+            Shape not two positive integers; ``rows``, ``cols``, ``values`` of
+            different lengths or not 1-D; an index outside the shape or not an
+            integer; a NaN or infinite value; a negative or non-integer count;
+            a binary value outside {0, 1}; duplicate (row, col) pairs; no
+            entries left.
+        """
+        if len(shape) != 2 or any(int(s) != s or s < 1 for s in shape):
+            raise ValueError(f"shape must be two positive integers (I, J), got {shape!r}")
+        n_rows, n_cols = int(shape[0]), int(shape[1])
+        rows = np.asarray(rows)
+        cols = np.asarray(cols)
+        values = np.asarray(values)
+        for name, arr in (("rows", rows), ("cols", cols), ("values", values)):
+            if arr.ndim != 1:
+                raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        if not (len(rows) == len(cols) == len(values)):
+            raise ValueError(
+                f"rows, cols and values must have the same length, got "
+                f"{len(rows)}, {len(cols)}, {len(values)}"
+            )
+        for name, arr, bound in (("rows", rows, n_rows), ("cols", cols, n_cols)):
+            if arr.size and not np.issubdtype(arr.dtype, np.integer):
+                if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+                    raise ValueError(f"{name} must hold integer indices")
+                arr = arr.astype(np.int64)
+            if arr.size and (arr.min() < 0 or arr.max() >= bound):
+                raise ValueError(
+                    f"{name} index out of range: found [{arr.min()}, {arr.max()}], "
+                    f"allowed [0, {bound - 1}]"
+                )
+        rows = rows.astype(np.int64)
+        cols = cols.astype(np.int64)
+        if values.size and not np.issubdtype(values.dtype, np.number) and values.dtype != bool:
+            raise ValueError(f"values must be numeric, got dtype {values.dtype}")
+        values = values.astype(np.float64)
+        if np.any(~np.isfinite(values)):
+            raise ValueError(f"values contain {int(np.sum(~np.isfinite(values)))} NaN or infinite entries")
+        if kind == "count":
+            if np.any(values < 0):
+                raise ValueError(f"values: counts must be non-negative, found {values.min()}")
+            if np.any(values != np.round(values)):
+                raise ValueError("values: counts must be integers (found a non-integer value)")
+        elif kind == "binary":
+            if np.any((values != 0) & (values != 1)):
+                raise ValueError("values: binary data must be 0 or 1")
+        elif kind != "real":
+            raise ValueError(f"kind must be 'count', 'binary' or 'real', got {kind!r}")
+        flat = rows * n_cols + cols
+        if np.unique(flat).size != flat.size:
+            raise ValueError("rows/cols: duplicate (row, col) pairs; sum or deduplicate them first")
+        if drop_zeros:
+            keep = values != 0
+            rows, cols, values = rows[keep], cols[keep], values[keep]
+        if values.size == 0:
+            raise ValueError("values: the matrix has no (nonzero) entries")
+        order = np.lexsort((cols, rows))  # row-major order: rows sorted, then cols
+        return cls(
+            rows[order].astype(np.int32),
+            cols[order].astype(np.int32),
+            values[order].astype(dtype),
+            n_rows,
+            n_cols,
+        )
+
+    @classmethod
+    def from_scipy(cls, matrix, *, kind: Kind = "count", dtype=np.float64) -> "Observations":
+        """From any `scipy.sparse` matrix or array of shape (I, J); no dense copy.
+
+        Explicit zeros are dropped. Raises `ValueError` as `from_coo`, and for
+        input that is not a scipy.sparse object.
+        """
+        if not sp.issparse(matrix):
+            raise ValueError(f"matrix must be a scipy.sparse matrix, got {type(matrix).__name__}")
+        coo = sp.coo_matrix(matrix)
+        coo.sum_duplicates()
+        return cls.from_coo(coo.row, coo.col, coo.data, coo.shape, kind=kind, dtype=dtype)
+
+    @classmethod
+    def from_dense(cls, matrix, *, kind: Kind = "count", dtype=np.float64) -> "Observations":
+        """From a small dense (I, J) array (tests, simulations); zeros are dropped."""
+        matrix = np.asarray(matrix)
+        if matrix.ndim != 2:
+            raise ValueError(f"matrix must be 2-D, got shape {matrix.shape}")
+        if np.any(~np.isfinite(matrix)):
+            raise ValueError("matrix contains NaN or infinite entries")
+        r, c = np.nonzero(matrix)
+        return cls.from_coo(r, c, matrix[r, c], matrix.shape, kind=kind, dtype=dtype)
+
+    # -- views -----------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+    @property
+    def nnz(self) -> int:
+        """N, the number of stored entries."""
+        return int(self.values.shape[0])
+
+    def astype(self, dtype) -> "Observations":
+        """The same entries with ``values`` stored as ``dtype``."""
+        return Observations(self.rows, self.cols, np.asarray(self.values).astype(dtype), self.n_rows, self.n_cols)
+
+    def to_scipy(self) -> sp.csr_matrix:
+        """A `scipy.sparse.csr_matrix` of shape (I, J)."""
+        return sp.csr_matrix(
+            (np.asarray(self.values), (np.asarray(self.rows), np.asarray(self.cols))), shape=self.shape
+        )
+
+    def to_dense(self) -> np.ndarray:
+        """Dense (I, J) array. For tests and brute-force references only."""
+        out = np.zeros(self.shape, dtype=np.asarray(self.values).dtype)
+        out[np.asarray(self.rows), np.asarray(self.cols)] = np.asarray(self.values)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Observations(shape={self.shape}, nnz={self.nnz}, dtype={np.asarray(self.values).dtype})"
