@@ -56,6 +56,11 @@ __all__ = [
     "step",
     "elbo",
     "optimal_phi",
+    "update_gamma",
+    "update_kappa",
+    "update_lambda",
+    "update_tau",
+    "BLOCKS",
     "fit",
     "state_from_inference_data",
     "expected_rate",
@@ -141,10 +146,8 @@ def init(key, data: Observations, hyper, n_components: int, *, dtype=None) -> HP
     gamma_rate = hyper.b_prime * u(keys[1], (i, k))
     lambda_shape = hyper.c * u(keys[2], (j, k))
     lambda_rate = hyper.d_prime * u(keys[3], (j, k))
-    kappa_shape = jnp.full((i,), hyper.a_prime + k * hyper.a, dtype)
-    tau_shape = jnp.full((j,), hyper.c_prime + k * hyper.c, dtype)
-    kappa_rate = hyper.a_prime / hyper.b_prime + gamma_mean(gamma_shape, gamma_rate).sum(axis=1)
-    tau_rate = hyper.c_prime / hyper.d_prime + gamma_mean(lambda_shape, lambda_rate).sum(axis=1)
+    kappa_shape, kappa_rate = _activity_update(gamma_shape, gamma_rate, hyper.a, hyper.a_prime, hyper.b_prime)
+    tau_shape, tau_rate = _activity_update(lambda_shape, lambda_rate, hyper.c, hyper.c_prime, hyper.d_prime)
     return HPFState(
         gamma_shape, gamma_rate, kappa_shape, kappa_rate, lambda_shape, lambda_rate, tau_shape, tau_rate
     )
@@ -166,26 +169,76 @@ def optimal_phi(state: HPFState, data: Observations) -> jax.Array:
     return jnp.exp(logits - logsumexp(logits, axis=1, keepdims=True))
 
 
-def _side_update(counts, other_mean_sum, act_shape, act_rate, weight_shape, act_prior_rate):
-    """One side's block (users or items) of the sweep, written once for both.
+def _weights_update(y_phi_sum, act_shape, act_rate, other_mean_sum, weight_prior_shape):
+    """Weights block, written once for users (theta) and items (beta).
 
-    For users: counts = sum_i y_ui phi_uik (I, K), other_mean_sum = sum_i E[beta_ik] (K,),
-    (act_shape, act_rate) = kappa, weight_shape = a, act_prior_rate = a'/b'.
-    Returns the new weight shape and rate (I, K) and the new activity rate (I,).
+    For users: ``(a + sum_i y_ui phi_uik, E[xi_u] + sum_i E[beta_ik])``, where
+    ``y_phi_sum`` (I, K) = sum_i y_ui phi_uik and ``other_mean_sum`` (K,) = sum_i E[beta_ik].
     """
-    shape = weight_shape + counts
-    rate = (act_shape / act_rate)[:, None] + other_mean_sum[None, :]
-    new_act_rate = act_prior_rate + gamma_mean(shape, rate).sum(axis=1)
-    return shape, rate, new_act_rate
+    shape = weight_prior_shape + y_phi_sum
+    rate = gamma_mean(act_shape, act_rate)[:, None] + other_mean_sum[None, :]
+    return shape, rate
 
 
-def _expected_counts(yphi, index, n):
-    return jax.ops.segment_sum(yphi, index, num_segments=n)
+def _activity_update(weight_shape, weight_rate, weight_prior_shape, act_prior_shape, act_prior_mean):
+    """Activity / popularity block, written once for xi and eta.
+
+    For users: ``(a' + K a, a'/b' + sum_k E[theta_uk])``; returns shape (I,) and rate (I,).
+    """
+    n, k = weight_shape.shape
+    shape = jnp.full((n,), act_prior_shape + k * weight_prior_shape, weight_shape.dtype)
+    rate = act_prior_shape / act_prior_mean + gamma_mean(weight_shape, weight_rate).sum(axis=1)
+    return shape, rate
+
+
+def update_gamma(state: HPFState, data: Observations, hyper, phi) -> HPFState:
+    """Coordinate update of q(theta): gamma_uk = (a + sum_i y_ui phi_uik, E[xi_u] + sum_i E[beta_ik]).
+
+    ``phi`` (N, K) are the multinomial parameters of the nonzeros (in ``data`` order).
+    Corrects seed 001's text update (a fixed rate b in place of E[xi_u]).
+    """
+    y_phi_sum = jax.ops.segment_sum(data.values[:, None] * phi, data.rows, num_segments=data.n_rows)
+    beta_sum = gamma_mean(state.lambda_shape, state.lambda_rate).sum(axis=0)
+    shape, rate = _weights_update(y_phi_sum, state.kappa_shape, state.kappa_rate, beta_sum, hyper.a)
+    return state._replace(gamma_shape=shape, gamma_rate=rate)
+
+
+def update_kappa(state: HPFState, data: Observations, hyper, phi=None) -> HPFState:
+    """Coordinate update of q(xi): kappa_u = (a' + K a, a'/b' + sum_k E[theta_uk]).
+
+    Corrects seed 001's batch figure, which prints shape a + K a' and rate
+    b' + sum_k (digamma(gamma_shape) - log gamma_rate).
+    """
+    shape, rate = _activity_update(state.gamma_shape, state.gamma_rate, hyper.a, hyper.a_prime, hyper.b_prime)
+    return state._replace(kappa_shape=shape, kappa_rate=rate)
+
+
+def update_lambda(state: HPFState, data: Observations, hyper, phi) -> HPFState:
+    """Coordinate update of q(beta): lambda_ik = (c + sum_u y_ui phi_uik, E[eta_i] + sum_u E[theta_uk])."""
+    y_phi_sum = jax.ops.segment_sum(data.values[:, None] * phi, data.cols, num_segments=data.n_cols)
+    theta_sum = gamma_mean(state.gamma_shape, state.gamma_rate).sum(axis=0)
+    shape, rate = _weights_update(y_phi_sum, state.tau_shape, state.tau_rate, theta_sum, hyper.c)
+    return state._replace(lambda_shape=shape, lambda_rate=rate)
+
+
+def update_tau(state: HPFState, data: Observations, hyper, phi=None) -> HPFState:
+    """Coordinate update of q(eta): tau_i = (c' + K c, c'/d' + sum_k E[beta_ik])."""
+    shape, rate = _activity_update(state.lambda_shape, state.lambda_rate, hyper.c, hyper.c_prime, hyper.d_prime)
+    return state._replace(tau_shape=shape, tau_rate=rate)
+
+
+#: The blocks of one sweep, in order, after phi: (name, update, fields it sets).
+BLOCKS = (
+    ("gamma", update_gamma, ("gamma_shape", "gamma_rate")),
+    ("kappa", update_kappa, ("kappa_shape", "kappa_rate")),
+    ("lambda", update_lambda, ("lambda_shape", "lambda_rate")),
+    ("tau", update_tau, ("tau_shape", "tau_rate")),
+)
 
 
 @jax.jit
 def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPFInfo]:
-    """One CAVI sweep: phi, then (gamma, kappa) for all users, then (lambda, tau) for all items.
+    """One CAVI sweep: phi, then gamma, kappa (users), then lambda, tau (items).
 
     Each block is the exact coordinate maximizer of the ELBO given the others (with
     phi held at its value from the start of the sweep), so the ELBO never decreases.
@@ -195,27 +248,13 @@ def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPF
     Returns the new state and `HPFInfo` with the ELBO of the *incoming* state.
     """
     del key
-    n_users, n_items = data.shape
     logits = _phi_logits(state, data)
     lse = logsumexp(logits, axis=1, keepdims=True)
-    yphi = data.values[:, None] * jnp.exp(logits - lse)
+    phi = jnp.exp(logits - lse)
     info = HPFInfo(_elbo_given_lse(state, data, hyper, lse[:, 0]))
-
-    user_counts = _expected_counts(yphi, data.rows, n_users)
-    item_counts = _expected_counts(yphi, data.cols, n_items)
-
-    beta_sum = gamma_mean(state.lambda_shape, state.lambda_rate).sum(axis=0)
-    gamma_shape, gamma_rate, kappa_rate = _side_update(
-        user_counts, beta_sum, state.kappa_shape, state.kappa_rate, hyper.a, hyper.a_prime / hyper.b_prime
-    )
-    theta_sum = gamma_mean(gamma_shape, gamma_rate).sum(axis=0)
-    lambda_shape, lambda_rate, tau_rate = _side_update(
-        item_counts, theta_sum, state.tau_shape, state.tau_rate, hyper.c, hyper.c_prime / hyper.d_prime
-    )
-    new = HPFState(
-        gamma_shape, gamma_rate, state.kappa_shape, kappa_rate, lambda_shape, lambda_rate, state.tau_shape, tau_rate
-    )
-    return new, info
+    for _, update, _ in BLOCKS:
+        state = update(state, data, hyper, phi)
+    return state, info
 
 
 def _prior_and_entropy(state: HPFState, hyper) -> jax.Array:

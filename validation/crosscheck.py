@@ -1,0 +1,229 @@
+"""Posterior-level validation: a solver against gated NUTS, on identifiable quantities.
+
+Generic pieces, used by every model's glue (for HPF: `validation.hpf`):
+
+- `run_nuts`: NumPyro NUTS with several chains, returned as InferenceData, with the
+  divergence count and E-BFMI needed by the gates.
+- `compare_vi`: the VI gap on each group of quantities: correlation of posterior
+  means, median relative error, standardized error |m_VI - m_NUTS| / sd_NUTS, sd
+  ratio sd_VI / sd_NUTS and coverage of NUTS means by the VI 90% intervals; a
+  verdict against stated thresholds.
+- `compare_exact`: two exact methods must agree within Monte Carlo error:
+  |mean_a - mean_b| <= z * sqrt(mcse_a^2 + mcse_b^2) for each quantity, with the
+  count of exceedances tested against its binomial false-alarm rate.
+
+Raw factor coordinates are never compared: they are identified only up to
+rotation, scaling and permutation. Source: ../shared/DESIGN.md, level 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from custom_inference import arviz_io
+
+from .gates import GateResult
+
+__all__ = [
+    "NutsRun",
+    "run_nuts",
+    "VIThresholds",
+    "compare_vi",
+    "compare_exact",
+    "Verdict",
+]
+
+
+@dataclass(frozen=True)
+class NutsRun:
+    """A finished NUTS run: the InferenceData plus what the gates need."""
+
+    idata: "arviz_io.InferenceData"
+    divergences: int
+    bfmi: np.ndarray
+    seconds: float
+
+
+def run_nuts(
+    model,
+    *args,
+    seed: int = 0,
+    num_chains: int = 4,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    target_accept: float = 0.8,
+    progress: bool = True,
+    **kwargs,
+) -> NutsRun:
+    """Run NumPyro NUTS on ``model(*args, **kwargs)``.
+
+    Chains run in parallel when JAX has enough host devices (the CLI sets
+    ``--xla_force_host_platform_device_count``), otherwise one after another.
+    The run is in float64 (``jax.enable_x64``).
+    """
+    import time
+
+    from numpyro.infer import MCMC, NUTS
+
+    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    start = time.perf_counter()
+    with jax.enable_x64(True):
+        mcmc = MCMC(
+            NUTS(model, target_accept_prob=target_accept),
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            chain_method=method,
+            progress_bar=progress,
+        )
+        mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=("diverging", "energy"), **kwargs)
+        idata = arviz_io.from_numpyro(
+            mcmc,
+            attrs={
+                "method": "nuts",
+                "seed": seed,
+                "num_chains": num_chains,
+                "num_warmup": num_warmup,
+                "num_samples": num_samples,
+                "target_accept": target_accept,
+            },
+        )
+    seconds = time.perf_counter() - start
+    divergences = int(np.sum(arviz_io.group_arrays(idata, "sample_stats")["diverging"]))
+    return NutsRun(idata, divergences, arviz_io.bfmi(idata), seconds)
+
+
+@dataclass(frozen=True)
+class VIThresholds:
+    """Agreement thresholds for a VI solver against a gated NUTS reference.
+
+    Why these values: a mean-field approximation is acceptable as a *point*
+    estimator when its posterior means sit inside the bulk of the exact posterior,
+    so the median standardized error |m_VI - m_NUTS| / sd_NUTS must be at most 0.5
+    (half an exact posterior sd); and its ranking of quantities (which is what
+    recommendations use) must match, so the correlation of log posterior means must
+    be at least 0.99. Both are far above the Monte Carlo error of the NUTS means
+    (ESS >= 400 gives an error of at most 0.05 sd). The sd ratio and interval
+    coverage are reported, not gated: mean-field VI is known to be too narrow.
+    """
+
+    max_median_std_error: float = 0.5
+    min_log_mean_corr: float = 0.99
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``status`` is "pass", "fail" or "inconclusive" (NUTS gates failed)."""
+
+    status: str
+    reasons: list[str]
+    table: pd.DataFrame
+    gates: GateResult
+
+
+def _summaries(draws):
+    draws = np.asarray(draws, dtype=np.float64)
+    flat = draws.reshape(-1, draws.shape[-1])
+    return flat.mean(axis=0), flat.std(axis=0, ddof=1), flat
+
+
+def compare_vi(
+    nuts: dict[str, np.ndarray],
+    vi: dict[str, np.ndarray],
+    gates: GateResult,
+    thresholds: VIThresholds = VIThresholds(),
+) -> Verdict:
+    """Compare VI draws with gated NUTS draws, group by group.
+
+    Parameters
+    ----------
+    nuts, vi : dict group name -> array (chain, draw, Q)
+        Draws of the same Q positive scalar quantities (e.g. expected rates) under
+        NUTS and under q.
+    gates : GateResult of the NUTS run on the same quantities.
+
+    Returns
+    -------
+    Verdict; its table has one row per group with columns Q, corr_log_mean,
+    median_rel_error, median_std_error, p90_std_error, median_sd_ratio,
+    coverage90 (fraction of NUTS means inside the VI central 90% interval).
+    """
+    rows = []
+    reasons = []
+    for name in nuts:
+        m_n, s_n, _ = _summaries(nuts[name])
+        m_v, s_v, flat_v = _summaries(vi[name])
+        std_err = np.abs(m_v - m_n) / s_n
+        lo, hi = np.quantile(flat_v, [0.05, 0.95], axis=0)
+        row = {
+            "quantity": name,
+            "Q": m_n.size,
+            "corr_log_mean": float(np.corrcoef(np.log(m_n), np.log(m_v))[0, 1]),
+            "median_rel_error": float(np.median(np.abs(m_v - m_n) / np.abs(m_n))),
+            "median_std_error": float(np.median(std_err)),
+            "p90_std_error": float(np.quantile(std_err, 0.9)),
+            "median_sd_ratio": float(np.median(s_v / s_n)),
+            "coverage90": float(np.mean((m_n >= lo) & (m_n <= hi))),
+        }
+        rows.append(row)
+        if row["median_std_error"] > thresholds.max_median_std_error:
+            reasons.append(
+                f"{name}: median standardized error {row['median_std_error']:.3f} > {thresholds.max_median_std_error}"
+            )
+        if not row["corr_log_mean"] >= thresholds.min_log_mean_corr:
+            reasons.append(f"{name}: corr(log means) {row['corr_log_mean']:.4f} < {thresholds.min_log_mean_corr}")
+    table = pd.DataFrame(rows)
+    if not gates.passed:
+        return Verdict("inconclusive", ["NUTS reference failed its gates: " + "; ".join(gates.failures)] + reasons, table, gates)
+    return Verdict("fail" if reasons else "pass", reasons, table, gates)
+
+
+def compare_exact(
+    a: dict[str, np.ndarray],
+    b: dict[str, np.ndarray],
+    gates: GateResult,
+    *,
+    z: float = 3.0,
+    false_alarm: float = 0.01,
+) -> Verdict:
+    """Two exact samplers must agree within Monte Carlo error.
+
+    For each quantity, ``|mean_a - mean_b| <= z sqrt(mcse_a^2 + mcse_b^2)`` with ESS-based
+    MCSEs from ArviZ. With Q quantities and a two-sided normal tail p = 2 Phi(-z)
+    per quantity, the number of exceedances is at most Binomial(Q, p) when both
+    agree; the group fails if the count exceeds its (1 - false_alarm) quantile
+    (this treats the quantities as independent; correlated quantities make the
+    count more variable, so the count and the largest z are reported too). The
+    ratio of posterior sds is reported.
+    """
+    rows = []
+    reasons = []
+    p = 2 * stats.norm.sf(z)
+    for name in a:
+        da = arviz_io.diagnostics(a[name])
+        db = arviz_io.diagnostics(b[name])
+        zs = np.abs(da["mean"] - db["mean"]) / np.sqrt(da["mcse_mean"] ** 2 + db["mcse_mean"] ** 2)
+        q = zs.size
+        allowed = int(stats.binom.ppf(1 - false_alarm, q, p))
+        exceed = int(np.sum(zs > z))
+        rows.append(
+            {
+                "quantity": name,
+                "Q": q,
+                "max_z": float(zs.max()),
+                "n_exceed": exceed,
+                "allowed": allowed,
+                "median_sd_ratio": float(np.median(da["sd"] / db["sd"])),
+            }
+        )
+        if exceed > allowed:
+            reasons.append(f"{name}: {exceed} of {q} means differ by more than {z} MCSE (allowed {allowed})")
+    table = pd.DataFrame(rows)
+    if not gates.passed:
+        return Verdict("inconclusive", ["reference failed its gates: " + "; ".join(gates.failures)] + reasons, table, gates)
+    return Verdict("fail" if reasons else "pass", reasons, table, gates)
