@@ -236,7 +236,7 @@ class CrosscheckConfig:
     seed: int = 1
     num_chains: int = 4
     num_warmup: int = 1000
-    num_samples: int = 1000
+    num_samples: int = 1500
     cavi_restarts: int = 4
     cavi_max_iter: int = 5000
     cavi_tol: float = 1e-9

@@ -1,0 +1,179 @@
+"""The ``factorbayes`` command line. Each command calls one public function:
+
+    factorbayes crosscheck hpf [--data ml-100k|PATH]   validation.hpf.run_crosscheck
+    factorbayes fit hpf --data ml-100k|PATH            custom_inference.hpf.fit + evaluate
+    factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf
+    factorbayes errata                                 validation.errata.run_errata
+
+Exit status: 0 success (cross-check passed; all errata rows OK); 1 a check failed;
+2 usage or input error; 3 the cross-check was inconclusive (NUTS failed its gates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# NUTS chains run in parallel on CPU only if XLA exposes several host devices; this
+# must be set before JAX is first imported.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+
+MODELS = ("hpf",)
+
+
+def _load_data(spec: str):
+    from . import datasets
+
+    if spec == "ml-100k":
+        path = datasets.find_movielens_100k()
+    else:
+        path = Path(spec)
+        if not path.exists():
+            raise FileNotFoundError(f"--data {spec}: no such file or directory (use 'ml-100k' or a MovieLens path)")
+    return datasets.load_movielens(path), str(path)
+
+
+def _print_table(df) -> None:
+    from .report import markdown_table
+
+    print(markdown_table(df))
+    print()
+
+
+def cmd_crosscheck(args) -> int:
+    import jax
+    import numpy as np
+
+    from ppl_models import hpf as ppl
+
+    from . import hpf as vhpf
+    from .report import crosscheck_report
+
+    config = vhpf.CROSSCHECK_DEFAULT
+    if args.quick:
+        config = vhpf.CrosscheckConfig(num_warmup=300, num_samples=300, cavi_restarts=2)
+    if args.data is None:
+        with jax.enable_x64(True):
+            _, y = ppl.simulate(jax.random.PRNGKey(config.seed), config.n_users, config.n_items, config.n_components, config.hyper)
+        y = np.asarray(y)
+        source = f"simulated from the HPF prior (seed {config.seed})"
+    else:
+        from . import datasets
+
+        df, path = _load_data(args.data)
+        y, _, _ = datasets.dense_submatrix(df, config.n_users, config.n_items)
+        # real ratings: fit with the paper's hyperparameters
+        config = vhpf.CrosscheckConfig(**{**config.__dict__, "hyper": ppl.HPFHyper()})
+        source = f"{path}: the {config.n_users} most active users x {config.n_items} most popular items"
+    print(f"HPF cross-check on {source}", file=sys.stderr)
+    result = vhpf.run_crosscheck(y, config, progress=not args.no_progress)
+    out = Path(args.out)
+    report = crosscheck_report(result, out)
+    v = result.verdict
+    print(f"Verdict: {v.status.upper()}")
+    for r in v.reasons:
+        print(f"  - {r}")
+    print("\nNUTS gates:")
+    _print_table(v.gates.table)
+    print("VI gap:")
+    _print_table(v.table)
+    print(f"Report: {report}")
+    return {"pass": 0, "fail": 1, "inconclusive": 3}[v.status]
+
+
+def cmd_evaluate(args, *, save_fit: bool = False) -> int:
+    import numpy as np
+
+    from custom_inference import arviz_io
+    from custom_inference import hpf as cavi
+    from ppl_models.hpf import HPFHyper
+
+    from . import datasets, experiments
+    from .report import evaluation_report
+
+    df, path = _load_data(args.data)
+    dtype = {"float32": np.float32, "float64": np.float64}[args.dtype]
+    out = Path(args.out)
+    notes = [f"data: {path} ({len(df)} ratings)", f"K = {args.k}, {args.max_iter} CAVI sweeps, {args.dtype}, seed {args.seed}",
+             "hyperparameters a = a' = c = c' = 0.3, b' = d' = 1"]
+    if save_fit:
+        indexed = datasets.index_ratings(df)
+        data = datasets.to_observations(indexed, dtype=dtype)
+        idata = cavi.fit(data, HPFHyper(), args.k, seed=args.seed, max_iter=args.max_iter, tol=args.tol,
+                         dtype=dtype, n_draws=args.draws, progress=not args.no_progress)
+        saved = arviz_io.save(idata, out / "posterior.nc")
+        print(f"Fitted posterior (all {data.nnz} ratings) saved to {saved}")
+        notes.append(f"full-data fit saved to {saved.name} (ELBO {float(idata.vi_trace.elbo.values[-1]):.6g})")
+    result = experiments.evaluate_hpf(df, n_components=args.k, seed=args.seed, max_iter=args.max_iter,
+                                      tol=args.tol, dtype=dtype, progress=not args.no_progress)
+    for name, table in result.tables.items():
+        print(f"{name}:")
+        _print_table(table)
+    report = evaluation_report(result.tables, result.fits["P3"].vi_trace.elbo.values, out,
+                               title="HPF on MovieLens: held-out evaluation", notes=notes,
+                               bucket_tables=result.by_degree)
+    print(f"Report: {report}")
+    return 0
+
+
+def cmd_errata(args) -> int:
+    import pandas as pd
+
+    from .errata import run_errata
+    from .report import errata_report
+
+    table = run_errata()
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+        print(table[["seed_file", "location", "printed", "check", "printed_value", "corrected_value", "ok"]].to_string(index=False))
+    report = errata_report(table, Path(args.out))
+    print(f"\n{int(table.ok.sum())} of {len(table)} rows OK. Report: {report}")
+    return 0 if bool(table.ok.all()) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated")
+    p.add_argument("model", choices=MODELS)
+    p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens path")
+    p.add_argument("--out", default="factorbayes-output/crosscheck-hpf")
+    p.add_argument("--quick", action="store_true", help="fewer NUTS draws (for smoke tests; gates will likely fail)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_crosscheck)
+
+    for name, helptext, save in (("fit", "fit on all the data, save the posterior, evaluate held-out", True),
+                                 ("evaluate", "held-out evaluation (P1, P3) next to popularity", False)):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("model", choices=MODELS)
+        p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
+        p.add_argument("--k", type=int, default=20, help="number of components K")
+        p.add_argument("--max-iter", type=int, default=100)
+        p.add_argument("--tol", type=float, default=0.0, help="relative-ELBO stopping tolerance (0: run max-iter sweeps)")
+        p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--draws", type=int, default=100, help="draws from q stored in the saved posterior")
+        p.add_argument("--out", default=f"factorbayes-output/{name}-hpf")
+        p.add_argument("--no-progress", action="store_true")
+        p.set_defaults(func=lambda a, _save=save: cmd_evaluate(a, save_fit=_save))
+
+    p = sub.add_parser("errata", help="run the executable errata table")
+    p.add_argument("--out", default="factorbayes-output/errata")
+    p.set_defaults(func=cmd_errata)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"factorbayes: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
