@@ -141,7 +141,8 @@ def init(key, data: Observations, hyper, n_components: int, *, dtype=None) -> HP
     dtype = jnp.dtype(dtype or data.values.dtype)
     i, j = data.shape
     keys = jax.random.split(key, 4)
-    u = lambda kk, shape: 1.0 + 0.5 * jax.random.uniform(kk, shape, dtype=dtype)  # noqa: E731
+    # float32 uniforms for every dtype, so a seed gives the same start in float32 and float64
+    u = lambda kk, shape: 1.0 + 0.5 * jax.random.uniform(kk, shape, dtype=jnp.float32).astype(dtype)  # noqa: E731
     gamma_shape = hyper.a * u(keys[0], (i, k))
     gamma_rate = hyper.b_prime * u(keys[1], (i, k))
     lambda_shape = hyper.c * u(keys[2], (j, k))

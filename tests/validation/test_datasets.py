@@ -32,28 +32,6 @@ from validation.datasets import (
 # ---------------------------------------------------------------------------
 
 
-def _ml100k_candidates() -> list[Path]:
-    out = []
-    env = os.environ.get("FACTORBAYES_DATA_DIR")
-    if env:
-        out.append(Path(env) / "ml-100k")
-    out.append(Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k")
-    return out
-
-
-@pytest.fixture(scope="module")
-def ml100k_dir() -> Path:
-    for d in _ml100k_candidates():
-        if (d / "u.data").is_file():
-            return d
-    pytest.skip("MovieLens 100K not found ($FACTORBAYES_DATA_DIR/ml-100k or ../shared/data/ml-100k)")
-
-
-@pytest.fixture(scope="module")
-def ml100k(ml100k_dir) -> pd.DataFrame:
-    return load_movielens(ml100k_dir)
-
-
 # A small ratings table with unordered, non-contiguous ids and a half star.
 SMALL = pd.DataFrame(
     {

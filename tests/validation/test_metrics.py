@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -34,19 +31,6 @@ from validation.metrics import (
 # ---------------------------------------------------------------------------
 # fixtures and helpers
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ml100k() -> pd.DataFrame:
-    candidates = []
-    env = os.environ.get("FACTORBAYES_DATA_DIR")
-    if env:
-        candidates.append(Path(env) / "ml-100k")
-    candidates.append(Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k")
-    for d in candidates:
-        if (d / "u.data").is_file():
-            return load_movielens(d)
-    pytest.skip("MovieLens 100K not found ($FACTORBAYES_DATA_DIR/ml-100k or ../shared/data/ml-100k)")
 
 
 def _indexed(I, J):

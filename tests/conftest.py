@@ -1,0 +1,43 @@
+"""Shared test set-up: float64 everywhere (validation runs in float64), and MovieLens 100K.
+
+MovieLens 100K is read from ``$FACTORBAYES_DATA_DIR/ml-100k`` or from
+``../shared/data/ml-100k`` beside the checkout; tests that need it skip otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Four host devices so that NUTS runs its four chains in parallel (set before JAX loads).
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+
+import jax  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _ml100k_candidates() -> list[Path]:
+    out = []
+    env = os.environ.get("FACTORBAYES_DATA_DIR")
+    if env:
+        out.append(Path(env) / "ml-100k")
+    out.append(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ml-100k")
+    return out
+
+
+@pytest.fixture(scope="session")
+def ml100k_dir() -> Path:
+    for d in _ml100k_candidates():
+        if (d / "u.data").is_file():
+            return d
+    pytest.skip("MovieLens 100K not found ($FACTORBAYES_DATA_DIR/ml-100k or ../shared/data/ml-100k)")
+
+
+@pytest.fixture(scope="session")
+def ml100k(ml100k_dir) -> pd.DataFrame:
+    from validation.datasets import load_movielens
+
+    return load_movielens(ml100k_dir)

@@ -1,0 +1,145 @@
+"""Tests of the HPF CAVI solver: updates, ELBO, driver, result object, checkpoints."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from custom_inference import arviz_io
+from custom_inference import hpf
+from custom_inference.data import Observations
+from ppl_models.hpf import HPFHyper, simulate
+from validation import updates
+
+HYPER = HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.7, c_prime=1.5, d_prime=2.0)
+
+
+@pytest.fixture(scope="module")
+def small():
+    _, y = simulate(jax.random.PRNGKey(4), 15, 12, 3, HYPER)
+    return Observations.from_dense(np.asarray(y))
+
+
+def test_init_shapes_and_fixed_activity_shapes(small):
+    state = hpf.init(jax.random.PRNGKey(0), small, HYPER, 3)
+    assert state.gamma_shape.shape == (15, 3) and state.lambda_rate.shape == (12, 3)
+    assert state.kappa_rate.shape == (15,) and state.tau_shape.shape == (12,)
+    np.testing.assert_allclose(state.kappa_shape, HYPER.a_prime + 3 * HYPER.a)
+    np.testing.assert_allclose(state.tau_shape, HYPER.c_prime + 3 * HYPER.c)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True])
+def test_bad_number_of_components(small, k):
+    with pytest.raises(ValueError, match="n_components"):
+        hpf.fit(small, HYPER, k, progress=False)
+
+
+def test_bad_hyper_and_driver_arguments(small):
+    with pytest.raises(ValueError, match="hyper.a"):
+        hpf.fit(small, HYPER._replace(a=-1.0), 2, progress=False)
+    with pytest.raises(ValueError, match="max_iter"):
+        hpf.fit(small, HYPER, 2, max_iter=0, progress=False)
+    with pytest.raises(ValueError, match="dtype"):
+        hpf.fit(small, HYPER, 2, dtype=np.int32, progress=False)
+
+
+def test_elbo_never_decreases_and_step_reports_incoming_elbo(small):
+    data = jax.tree_util.tree_map(jnp.asarray, small)
+    state = hpf.init(jax.random.PRNGKey(1), data, HYPER, 3)
+    values = []
+    for _ in range(60):
+        before = float(hpf.elbo(state, data, HYPER))
+        state, info = hpf.step(None, state, data, HYPER)
+        assert float(info.elbo) == pytest.approx(before, rel=1e-12)
+        values.append(float(info.elbo))
+    ok, worst = updates.monotone(values)
+    assert ok, f"ELBO decreased by a relative {worst:.2e}"
+    assert values[-1] > values[0]
+
+
+def test_elbo_with_optimal_phi_equals_collapsed_form(small):
+    data = jax.tree_util.tree_map(jnp.asarray, small)
+    state = hpf.init(jax.random.PRNGKey(2), data, HYPER, 3)
+    phi = hpf.optimal_phi(state, data)
+    np.testing.assert_allclose(phi.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(hpf.elbo(state, data, HYPER, phi), hpf.elbo(state, data, HYPER), rtol=1e-12)
+    # any other phi gives a lower bound
+    uniform = jnp.full_like(phi, 1.0 / phi.shape[1])
+    assert float(hpf.elbo(state, data, HYPER, uniform)) < float(hpf.elbo(state, data, HYPER))
+
+
+def test_fit_result_is_inference_data_with_draws_from_q(small):
+    idata = hpf.fit(small, HYPER, 3, seed=5, max_iter=300, tol=1e-10, n_draws=4000, progress=False)
+    assert {"posterior", "variational_parameters", "vi_trace"} <= set(idata.groups())
+    post = idata.posterior
+    assert post.theta.dims == ("chain", "draw", "user", "component")
+    assert post.beta.shape == (1, 4000, 12, 3) and post.xi.shape == (1, 4000, 15)
+    state = hpf.state_from_inference_data(idata)
+    # draws from q have the q means: |mean - shape/rate| <= 5 sd/sqrt(n) for every xi_u
+    mean = np.asarray(state.kappa_shape / state.kappa_rate)
+    se = mean / np.sqrt(np.asarray(state.kappa_shape)) / np.sqrt(4000)
+    assert np.all(np.abs(post.xi.values[0].mean(axis=0) - mean) < 5 * se)
+    assert idata.posterior.attrs["method"] == "cavi"
+    assert idata.posterior.attrs["n_iter"] == len(idata.vi_trace.elbo) - 1
+
+
+def test_same_seed_same_result_and_float32(small):
+    a = hpf.fit(small, HYPER, 3, seed=7, max_iter=20, tol=0, n_draws=5, progress=False)
+    b = hpf.fit(small, HYPER, 3, seed=7, max_iter=20, tol=0, n_draws=5, progress=False)
+    c = hpf.fit(small, HYPER, 3, seed=8, max_iter=20, tol=0, n_draws=5, progress=False)
+    np.testing.assert_array_equal(a.posterior.theta.values, b.posterior.theta.values)
+    assert not np.array_equal(a.posterior.theta.values, c.posterior.theta.values)
+    f32 = hpf.fit(small, HYPER, 3, seed=7, max_iter=20, tol=0, dtype=np.float32, n_draws=5, progress=False)
+    assert f32.variational_parameters.gamma_shape.dtype == np.float32
+    # float32 follows the float64 path to single precision over 20 sweeps
+    np.testing.assert_allclose(f32.vi_trace.elbo.values, a.vi_trace.elbo.values, rtol=1e-4)
+
+
+def test_tolerance_stops_early(small):
+    idata = hpf.fit(small, HYPER, 3, seed=1, max_iter=5000, tol=1e-4, n_draws=0, progress=False)
+    assert "posterior" not in idata.groups()  # n_draws=0: q is described by its parameters only
+    attrs = idata.vi_trace.attrs
+    assert attrs["converged"] == 1 and 2 < attrs["n_iter"] < 5000
+    rel = idata.vi_trace.rel_change.values  # rel[t] compares ELBO t with t-1; the last entry is the final state
+    assert rel[-2] < 1e-4  # the sweep that stopped it
+    assert np.all(rel[1:-2] >= 1e-4)  # and no earlier one
+
+
+def test_checkpoint_and_resume_equal_an_uninterrupted_run(small, tmp_path):
+    full = hpf.fit(small, HYPER, 3, seed=3, max_iter=30, tol=0, n_draws=0, progress=False)
+    ckpt = tmp_path / "state.npz"
+    hpf.fit(small, HYPER, 3, seed=3, max_iter=12, tol=0, n_draws=0, progress=False, checkpoint=ckpt)
+    state, meta = hpf.load_state(ckpt)
+    assert meta["n_iter"] == 12
+    resumed = hpf.fit(small, HYPER, 3, seed=3, max_iter=18, tol=0, n_draws=0, progress=False, init_state=state)
+    np.testing.assert_allclose(
+        resumed.variational_parameters.gamma_shape.values, full.variational_parameters.gamma_shape.values, rtol=1e-10
+    )
+    with pytest.raises(FileNotFoundError):
+        hpf.load_state(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="init_state.gamma_shape"):
+        bad = state._replace(gamma_shape=state.gamma_shape[:, :2])
+        hpf.fit(small, HYPER, 3, max_iter=2, init_state=bad, progress=False)
+
+
+def test_saved_result_round_trips(small, tmp_path):
+    idata = hpf.fit(small, HYPER, 2, seed=0, max_iter=10, tol=0, n_draws=3, progress=False)
+    path = arviz_io.save(idata, tmp_path / "fit.nc")
+    back = arviz_io.load(path)
+    np.testing.assert_array_equal(back.posterior.theta.values, idata.posterior.theta.values)
+    state = hpf.state_from_inference_data(back)
+    scores = hpf.score_users(state, np.array([0, 3]))
+    assert scores.shape == (2, 12)
+    np.testing.assert_allclose(scores[1, 5], hpf.expected_rate(state, [3], [5])[0], rtol=1e-12)
+
+
+def test_recovers_simulated_rates():
+    """On data simulated from the model, posterior mean rates track the true rates."""
+    params, y = simulate(jax.random.PRNGKey(11), 80, 60, 3, HYPER)
+    obs = Observations.from_dense(np.asarray(y))
+    idata = hpf.fit(obs, HYPER, 3, seed=0, max_iter=2000, tol=1e-9, n_draws=0, progress=False)
+    state = hpf.state_from_inference_data(idata)
+    est = hpf.score_users(state, np.arange(80))
+    true = np.asarray(params["theta"] @ params["beta"].T)
+    # log-scale correlation across 4800 cells; fails for a solver that ignores the data
+    assert np.corrcoef(np.log(est).ravel(), np.log(true).ravel())[0, 1] > 0.8
