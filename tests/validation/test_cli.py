@@ -1,0 +1,44 @@
+"""The command line and the Python API agree; bad input gives a clear error and exit status 2."""
+
+import numpy as np
+import pytest
+
+from custom_inference import arviz_io, hpf
+from validation import cli
+
+
+def test_errata_command(tmp_path, capsys):
+    assert cli.main(["errata", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "7 of 7 rows OK" in out
+    assert (tmp_path / "report.md").read_text().count("| 001_30a2018ec18c20b9.txt") == 7
+
+
+def test_fit_command_saves_a_loadable_posterior_and_report(ml100k_dir, tmp_path, capsys):
+    code = cli.main(["fit", "hpf", "--data", str(ml100k_dir), "--k", "5", "--max-iter", "5", "--draws", "2",
+                     "--out", str(tmp_path), "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "P1:" in out and "P3:" in out and "popularity" in out
+    idata = arviz_io.load(tmp_path / "posterior.nc")
+    assert idata.posterior.theta.shape == (1, 2, 943, 5)
+    assert hpf.state_from_inference_data(idata).lambda_shape.shape == (1682, 5)
+    report = (tmp_path / "report.md").read_text()
+    assert "rank_score" in report and "recall" in report
+    assert any(p.name.startswith("by_degree") for p in tmp_path.glob("*.png"))
+
+
+def test_missing_data_path_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["evaluate", "hpf", "--data", str(tmp_path / "nowhere"), "--no-progress"]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_bad_k_is_a_clear_error(ml100k_dir, tmp_path, capsys):
+    assert cli.main(["evaluate", "hpf", "--data", str(ml100k_dir), "--k", "0", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "n_components" in capsys.readouterr().err
+
+
+def test_unknown_model_is_rejected():
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["crosscheck", "bpmf"])
+    assert exc.value.code == 2
