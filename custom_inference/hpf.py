@@ -65,6 +65,7 @@ __all__ = [
     "state_from_inference_data",
     "expected_rate",
     "score_users",
+    "fold_in",
     "save_state",
     "load_state",
 ]
@@ -334,6 +335,59 @@ def score_users(state: HPFState, users) -> np.ndarray:
     e_theta = gamma_mean(state.gamma_shape, state.gamma_rate)[jnp.asarray(users)]
     e_beta = gamma_mean(state.lambda_shape, state.lambda_rate)
     return np.asarray(e_theta @ e_beta.T)
+
+
+@jax.jit
+def _fold_in_sweep(state: HPFState, data: Observations, hyper) -> HPFState:
+    phi = optimal_phi(state, data)
+    state = update_gamma(state, data, hyper, phi)
+    return update_kappa(state, data, hyper, phi)
+
+
+def fold_in(
+    state: HPFState, data: Observations, hyper, *, seed: int = 0, max_iter: int = 200, tol: float = 1e-6
+) -> HPFState:
+    """Posterior of new users' weights and activity given fitted items, without refitting.
+
+    Runs the user blocks of CAVI (phi, gamma, kappa) for the users of ``data`` with the
+    item factors q(beta), q(eta) held at ``state``: the exact coordinate-ascent fixed
+    point of the ELBO in the new users' parameters (the items' posterior is what the
+    training data made it). Stops when the largest relative change of
+    gamma (shape and rate) falls below ``tol``.
+
+    Parameters
+    ----------
+    state : HPFState of a fitted model, J items
+    data : Observations (I_new, J): the new users' counts over the same J items
+    hyper : HPF hyperparameters used in the fit
+
+    Returns
+    -------
+    HPFState over I_new users and the same J items (`score_users` works on it).
+
+    Raises
+    ------
+    ValueError
+        ``data`` does not have the fitted number of items J.
+    """
+    n_items, k = state.lambda_shape.shape
+    if data.n_cols != n_items:
+        raise ValueError(f"data has {data.n_cols} items (columns), the fitted model has {n_items}")
+    data = jax.tree_util.tree_map(jnp.asarray, data.astype(state.lambda_shape.dtype))
+    fresh = init(jax.random.PRNGKey(seed), data, hyper, k, dtype=state.lambda_shape.dtype)
+    new = fresh._replace(
+        lambda_shape=state.lambda_shape, lambda_rate=state.lambda_rate, tau_shape=state.tau_shape, tau_rate=state.tau_rate
+    )
+    for _ in range(max_iter):
+        old = new
+        new = _fold_in_sweep(new, data, hyper)
+        change = max(
+            float(jnp.max(jnp.abs(new.gamma_shape - old.gamma_shape) / old.gamma_shape)),
+            float(jnp.max(jnp.abs(new.gamma_rate - old.gamma_rate) / old.gamma_rate)),
+        )
+        if change < tol:
+            break
+    return new
 
 
 # ---------------------------------------------------------------------------------

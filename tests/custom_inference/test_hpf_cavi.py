@@ -143,3 +143,19 @@ def test_recovers_simulated_rates():
     true = np.asarray(params["theta"] @ params["beta"].T)
     # log-scale correlation across 4800 cells; fails for a solver that ignores the data
     assert np.corrcoef(np.log(est).ravel(), np.log(true).ravel())[0, 1] > 0.8
+
+
+def test_fold_in_recovers_the_fitted_users_posterior():
+    """Folding in training users against the fitted items lands on the fit's own user posterior."""
+    _, y = simulate(jax.random.PRNGKey(12), 40, 30, 2, HYPER)
+    obs = Observations.from_dense(np.asarray(y))
+    idata = hpf.fit(obs, HYPER, 2, seed=0, max_iter=3000, tol=1e-12, n_draws=0, progress=False)
+    state = hpf.state_from_inference_data(idata)
+    users = np.array([0, 7, 19])
+    new_rows = Observations.from_dense(np.asarray(y)[users])
+    folded = hpf.fold_in(state, new_rows, HYPER, seed=5, tol=1e-10, max_iter=5000)
+    # at a CAVI fixed point each user's block is at its optimum given the items; fold-in
+    # reaches the same optimum from another start (to the convergence tolerance)
+    np.testing.assert_allclose(hpf.score_users(folded, np.arange(3)), hpf.score_users(state, users), rtol=1e-4)
+    with pytest.raises(ValueError, match="items"):
+        hpf.fold_in(state, Observations.from_dense(np.ones((2, 5))), HYPER)
