@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 Kind = Literal["count", "binary", "real"]
 
-__all__ = ["Observations"]
+__all__ = ["Observations", "CountUnits"]
 
 
 @jax.tree_util.register_pytree_node_class
@@ -214,3 +214,51 @@ class Observations:
 
     def __repr__(self) -> str:
         return f"Observations(shape={self.shape}, nnz={self.nnz}, dtype={np.asarray(self.values).dtype})"
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class CountUnits:
+    """A count matrix expanded into unit events: entry (u, i) with count y appears y times.
+
+    Gibbs samplers of Poisson factorization allocate each unit of a count to one
+    latent component (the multinomial z_ui of the augmented model); drawing one
+    categorical per unit is far cheaper than a generic multinomial sampler when counts
+    are small, as they are in recommender data.
+
+    Attributes
+    ----------
+    rows, cols : array (T,), int32, T = sum of all counts
+    entry : array (T,), int32, the index (0..N-1) of the `Observations` entry of each unit
+    n_rows, n_cols, n_entries : int (static)
+    """
+
+    rows: np.ndarray
+    cols: np.ndarray
+    entry: np.ndarray
+    n_rows: int
+    n_cols: int
+    n_entries: int
+
+    def tree_flatten(self):
+        return (self.rows, self.cols, self.entry), (self.n_rows, self.n_cols, self.n_entries)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    @classmethod
+    def from_observations(cls, obs: "Observations", max_units: int = 100_000_000) -> "CountUnits":
+        """Expand ``obs`` (counts). Raises ValueError if the total count exceeds ``max_units``."""
+        values = np.asarray(obs.values)
+        if np.any(values != np.round(values)) or np.any(values < 0):
+            raise ValueError("values: unit expansion needs non-negative integer counts")
+        total = int(values.sum())
+        if total > max_units:
+            raise ValueError(f"values: total count {total} exceeds max_units={max_units}")
+        entry = np.repeat(np.arange(values.size, dtype=np.int32), values.astype(np.int64))
+        return cls(np.asarray(obs.rows)[entry], np.asarray(obs.cols)[entry], entry, obs.n_rows, obs.n_cols, values.size)
+
+    @property
+    def n_units(self) -> int:
+        return int(self.rows.shape[0])
