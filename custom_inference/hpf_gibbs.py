@@ -178,7 +178,14 @@ def step(key, state: HPFGibbsState, data: CountUnits, hyper) -> tuple[HPFGibbsSt
     return state, info
 
 
-_chain_step = jax.jit(jax.vmap(step, in_axes=(0, 0, None, None)))
+def _sweeps(key, state, data, hyper, n_sweeps: int):
+    """``n_sweeps`` sweeps of one chain under ``lax.scan``; returns the last state."""
+    state, _ = jax.lax.scan(lambda carry, k: (step(k, carry, data, hyper)[0], None), state, jax.random.split(key, n_sweeps))
+    return state
+
+
+_chain_sweeps = jax.jit(jax.vmap(_sweeps, in_axes=(0, 0, None, None, None)), static_argnums=4)
+_chain_log_joint = jax.jit(jax.vmap(log_joint, in_axes=(0, None, None)))
 
 
 def sample(
@@ -244,17 +251,15 @@ def sample(
         lps = []
         total = num_warmup + num_samples * thin
         start = time.perf_counter()
-        pending = False  # did the previous sweep keep a draw whose lp this sweep reports?
-        for it in tqdm(range(total), desc=f"HPF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
+        if num_warmup:
             key, sub = jax.random.split(key)
-            state, info = _chain_step(jax.random.split(sub, num_chains), state, units, hyper)
-            if pending:
-                lps.append(np.asarray(info.log_joint))
-            pending = it >= num_warmup and (it - num_warmup + 1) % thin == 0
-            if pending:
-                for name in keep:
-                    draws[name].append(np.asarray(getattr(state, name)))
-        lps.append(np.asarray(jax.vmap(lambda s: log_joint(s, units, hyper))(state)))
+            state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, num_warmup)
+        for _ in tqdm(range(num_samples), desc=f"HPF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
+            key, sub = jax.random.split(key)
+            state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, thin)
+            lps.append(np.asarray(_chain_log_joint(state, units, hyper)))
+            for name in keep:
+                draws[name].append(np.asarray(getattr(state, name)))
         seconds = time.perf_counter() - start
     posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
     return arviz_io.to_inference_data(
