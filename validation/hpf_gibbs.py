@@ -1,0 +1,310 @@
+"""Validation of the HPF Gibbs sampler: conditionals, NumPyro blocks, NUTS, SBC adapters.
+
+- `conditional_checks`: each Gibbs conditional against the brute-force normalized
+  conditional on a grid, where the unnormalized log density comes from the NumPyro
+  program itself (`numpyro.infer.util.log_density` of `ppl_models.hpf.model`, with
+  one coordinate moved along the grid). With K = 1 the allocation z is fixed at y,
+  so the theta and beta conditionals are checked against the PPL directly.
+- `allocation_check`: the categorical allocation of counts to components has the
+  multinomial frequencies theta_uk beta_ik / theta_u . beta_i (chi-square test).
+- `numpyro_block`: each Gibbs block as a NumPyro `CustomGibbs` kernel, to run beside
+  NUTS on the remaining sites of the same NumPyro model (`run_hybrid`), so that a wrong
+  conditional shows up in its own block when compared with all-NUTS.
+- `sbc_adapters`: ``simulate`` / ``fit`` / ``functionals`` for `validation.sbc.run_sbc`.
+
+Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from numpyro.infer.util import log_density
+from scipy import stats
+
+from custom_inference import arviz_io
+from custom_inference import hpf as cavi
+from custom_inference import hpf_gibbs as gibbs
+from custom_inference.data import CountUnits, Observations
+from ppl_models import hpf as ppl
+
+from . import crosscheck as xc
+from . import gates as gates_mod
+from .updates import conditional_distance
+
+__all__ = [
+    "conditional_checks",
+    "allocation_check",
+    "numpyro_block",
+    "run_hybrid",
+    "GibbsCrosscheckConfig",
+    "run_gibbs_crosscheck",
+    "sbc_adapters",
+    "printed_conditionals_hyper",
+]
+
+_TV_TOL = 1e-4  # quadrature error on a 20001-point log grid is ~1e-8; a wrong conditional gives > 1e-2
+
+
+def _state_from_sites(sites) -> gibbs.HPFGibbsState:
+    return gibbs.HPFGibbsState(sites["theta"], sites["xi"], sites["beta"], sites["eta"])
+
+
+def conditional_checks(hyper, *, sampler_hyper=None, seed: int = 0, n_users: int = 5, n_items: int = 4) -> pd.DataFrame:
+    """Each Gibbs conditional vs the NumPyro program's brute-force conditional on a grid.
+
+    A random state and data are drawn from the prior (K = 1); for one coordinate of each of
+    theta, xi, beta, eta, the program's joint log density is evaluated with that coordinate
+    moved along a grid, normalized numerically, and compared (total variation) with the
+    Gamma(shape, rate) that `custom_inference.hpf_gibbs` draws from.
+
+    ``sampler_hyper`` (default ``hyper``) is what the sampler's conditionals are given;
+    `printed_conditionals_hyper` turns them into the seed's printed xi/eta conditionals,
+    which this check must reject.
+
+    Returns a DataFrame: site, index, tv_distance, passed (tv < 1e-4).
+    """
+    k = 1
+    sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
+    with jax.enable_x64(True):
+        params, y = ppl.simulate(jax.random.PRNGKey(seed), n_users, n_items, k, hyper)
+        params = {n: np.asarray(v, dtype=np.float64) for n, v in params.items()}
+        y = np.asarray(y)
+        state = gibbs.HPFGibbsState(*(jnp.asarray(params[n]) for n in ("theta", "xi", "beta", "eta")))
+        # K = 1: every unit goes to component 0, so the z sums are the row and column sums of y
+        user_counts = jnp.asarray(y.sum(axis=1, keepdims=True))
+        item_counts = jnp.asarray(y.sum(axis=0)[:, None])
+        claimed = {
+            "theta": gibbs.theta_conditional(state, user_counts, sampler_hyper),
+            "xi": gibbs.xi_conditional(state, sampler_hyper),
+            "beta": gibbs.beta_conditional(state, item_counts, sampler_hyper),
+            "eta": gibbs.eta_conditional(state, sampler_hyper),
+        }
+        rows = []
+        for site, (shape, rate) in claimed.items():
+            index = (1, 0) if site in ("theta", "beta") else (1,)
+            sh, rt = float(np.asarray(shape)[index]), float(np.asarray(rate)[index])
+            grid = np.geomspace(1e-8, stats.gamma.ppf(1 - 1e-10, sh, scale=1 / rt), 20001)
+
+            def log_joint_at(x, site=site, index=index):
+                values = {n: jnp.asarray(v) for n, v in params.items()}
+                values[site] = values[site].at[index].set(x)
+                return log_density(ppl.model, (jnp.asarray(y), k, hyper), {}, values)[0]
+
+            batched = jax.jit(jax.vmap(log_joint_at))
+            log_unnorm = lambda xs: np.asarray(batched(jnp.asarray(xs)))  # noqa: E731
+            tv = conditional_distance(log_unnorm, lambda xs: stats.gamma.logpdf(xs, sh, scale=1 / rt), grid)
+            rows.append({"site": site, "index": str(index), "tv_distance": tv, "passed": tv < _TV_TOL})
+    return pd.DataFrame(rows)
+
+
+def allocation_check(*, seed: int = 0, n_draws: int = 20000) -> tuple[float, np.ndarray, np.ndarray]:
+    """Chi-square test that the allocation of one count follows Mult(y, theta_u beta_i / theta_u . beta_i).
+
+    One entry with count y = 1 on a 1 x 1 matrix with K = 4, allocated ``n_draws`` times
+    with independent keys. Returns (p-value, observed counts, expected counts).
+    """
+    theta = jnp.array([[0.2, 1.0, 3.0, 0.05]])
+    beta = jnp.array([[1.5, 0.3, 0.5, 2.0]])
+    state = gibbs.HPFGibbsState(theta, jnp.ones(1), beta, jnp.ones(1))
+    units = jax.tree_util.tree_map(jnp.asarray, CountUnits.from_observations(Observations.from_dense(np.array([[1.0]]))))
+    keys = jax.random.split(jax.random.PRNGKey(seed), n_draws)
+    users, _ = jax.vmap(lambda kk: gibbs.allocate(kk, state, units))(keys)
+    observed = np.asarray(users[:, 0, :]).sum(axis=0)
+    p = np.asarray(theta[0] * beta[0])
+    expected = n_draws * p / p.sum()
+    return float(stats.chisquare(observed, expected).pvalue), observed, expected
+
+
+def numpyro_block(site: str, data: Observations, hyper):
+    """The Gibbs update of one site as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
+
+    For ``theta`` and ``beta`` the block first draws the allocation z given the current
+    theta and beta, then the site from its conditional given z: a data-augmentation step
+    that leaves p(site | rest, y) invariant. ``xi`` and ``eta`` are drawn directly.
+    """
+    if site not in ("theta", "xi", "beta", "eta"):
+        raise ValueError(f"site must be theta, xi, beta or eta, got {site!r}")
+    units = jax.tree_util.tree_map(jnp.asarray, CountUnits.from_observations(data))
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        state = _state_from_sites({**hmc_sites, **gibbs_sites})
+        k_z, k_draw = jax.random.split(rng_key)
+        if site == "theta":
+            counts, _ = gibbs.allocate(k_z, state, units)
+            shape, rate = gibbs.theta_conditional(state, counts, hyper)
+        elif site == "beta":
+            _, counts = gibbs.allocate(k_z, state, units)
+            shape, rate = gibbs.beta_conditional(state, counts, hyper)
+        elif site == "xi":
+            shape, rate = gibbs.xi_conditional(state, hyper)
+        else:
+            shape, rate = gibbs.eta_conditional(state, hyper)
+        return {site: jax.random.gamma(k_draw, shape) / rate}
+
+    return gibbs_fn
+
+
+def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hyper=None, seed: int = 0,
+               num_chains: int = 4, num_warmup: int = 500, num_samples: int = 1000, progress: bool = False):
+    """NumPyro MCMC with ``site`` updated by our conditional (`CustomGibbs`) and NUTS on the rest.
+
+    ``block_hyper`` (default ``hyper``) is the hyperparameter set the block's conditional
+    uses; passing a different one simulates a wrongly derived conditional. Returns the
+    InferenceData (float64).
+    """
+    from numpyro.infer import MCMC, NUTS, CustomGibbs, Gibbs
+
+    data = Observations.from_dense(np.asarray(y))
+    kernel = Gibbs([(CustomGibbs(numpyro_block(site, data, block_hyper or hyper)), [site]), (NUTS(ppl.model), None)])
+    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    with jax.enable_x64(True):
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                    chain_method=method, progress_bar=progress)
+        mcmc.run(jax.random.PRNGKey(seed), jnp.asarray(y), n_components, hyper)
+        return arviz_io.from_numpyro(mcmc, attrs={"method": f"gibbs[{site}]+nuts", "seed": seed})
+
+
+def _quantities(idata) -> dict[str, np.ndarray]:
+    from .hpf import _quantities as q
+
+    return q(arviz_io.group_arrays(idata))
+
+
+@dataclass(frozen=True)
+class GibbsCrosscheckConfig:
+    """Settings of the Gibbs-vs-NUTS cross-check (data as in `validation.hpf.CrosscheckConfig`)."""
+
+    num_chains: int = 4
+    num_warmup: int = 2000
+    num_samples: int = 1000
+    thin: int = 10
+    nuts_warmup: int = 1000
+    nuts_samples: int = 1500
+    seed: int = 1
+
+
+def run_gibbs_crosscheck(y: np.ndarray, n_components: int, hyper, config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
+                         *, nuts: xc.NutsRun | None = None, progress: bool = False):
+    """Gibbs against gated NUTS: both exact, so means must agree within Monte Carlo error.
+
+    Returns (verdict, gibbs InferenceData, NutsRun). The verdict is `compare_exact`'s on the
+    expected rates, xi and eta, after the NUTS gates; the Gibbs draws are gated too (their
+    ESS-based MCSEs are only meaningful if they mix), and a Gibbs run that fails the gates
+    makes the verdict inconclusive.
+    """
+    data = Observations.from_dense(np.asarray(y))
+    g = gibbs.sample(data, hyper, n_components, num_chains=config.num_chains, num_warmup=config.num_warmup,
+                     num_samples=config.num_samples, thin=config.thin, seed=config.seed, progress=progress)
+    if nuts is None:
+        nuts = xc.run_nuts(ppl.model, jnp.asarray(y), n_components, hyper, seed=config.seed,
+                           num_warmup=config.nuts_warmup, num_samples=config.nuts_samples, progress=progress)
+    nq, gq = _quantities(nuts.idata), _quantities(g)
+    nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
+    gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
+    combined = gates_mod.GateResult(
+        passed=nuts_gate.passed and gibbs_gate.passed,
+        failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"Gibbs {f}" for f in gibbs_gate.failures],
+        table=pd.concat([nuts_gate.table.assign(method="nuts"), gibbs_gate.table.assign(method="gibbs")], ignore_index=True),
+        divergences=nuts_gate.divergences,
+        bfmi=nuts_gate.bfmi,
+        n_chains=min(nuts_gate.n_chains, gibbs_gate.n_chains),
+    )
+    return xc.compare_exact(gq, nq, combined), g, nuts
+
+
+def printed_conditionals_hyper(hyper) -> ppl.HPFHyper:
+    """Hyperparameters under which the *correct* sampler draws the seed's *printed* xi and eta
+    conditionals, Ga(a' + K a, b' + sum theta) and Ga(c' + K c, d' + sum beta).
+
+    The printed forms have prior rates b' and d' where the model has a'/b' and c'/d'; a
+    sampler run with b'' = a'/b' and d'' = c'/d' has prior rates a'/b'' = b' and c'/d'' = d'.
+    This is the deliberately wrong sampler of the SBC demonstration, without a second copy
+    of the sampler.
+    """
+    return hyper._replace(b_prime=hyper.a_prime / hyper.b_prime, d_prime=hyper.c_prime / hyper.d_prime)
+
+
+# ------------------------------------------------------------------------------
+# SBC
+
+
+def hpf_functionals(n_users_shown: int = 3, n_items_shown: int = 3) -> dict:
+    """Scalar functionals ranked by SBC: log xi_u, log eta_i for the first users/items, a few
+    expected rates theta_u . beta_i (invariant to rotation and scale), and the sum of all
+    rates (a global summary)."""
+
+    def rates(p):
+        th, be = np.asarray(p["theta"]), np.asarray(p["beta"])
+        return np.array([th[u] @ be[i] for u, i in ((0, 0), (1, 2), (2, 1))])
+
+    return {
+        "log_xi": lambda p: np.log(np.asarray(p["xi"])[:n_users_shown]),
+        "log_eta": lambda p: np.log(np.asarray(p["eta"])[:n_items_shown]),
+        "rate": rates,
+        "log_total_rate": lambda p: np.array([np.log(np.asarray(p["theta"]).sum(0) @ np.asarray(p["beta"]).sum(0))]),
+    }
+
+
+@dataclass(frozen=True)
+class SBCConfig:
+    """Sizes of one SBC simulation (small: hundreds of fits are needed)."""
+
+    n_users: int = 10
+    n_items: int = 8
+    n_components: int = 2
+    hyper: ppl.HPFHyper = ppl.HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.5, c_prime=2.0, d_prime=1.0)
+    gibbs_chains: int = 2
+    gibbs_warmup: int = 500
+    gibbs_samples: int = 500
+    gibbs_thin: int = 5
+    nuts_chains: int = 2
+    nuts_warmup: int = 500
+    nuts_samples: int = 500
+    cavi_max_iter: int = 2000
+    n_q_draws: int = 1000
+
+
+def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
+    """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc`.
+
+    solver: "gibbs", "nuts", "cavi" (draws from q), or "gibbs-printed" (the Gibbs sampler
+    with the seed's printed xi/eta conditionals; see `printed_conditionals_hyper`).
+    Simulations whose matrix is all zeros are redrawn from the next key (an HPF fit needs
+    at least one count); this conditions the prior on "some count > 0", which changes
+    nothing measurable at these sizes (P(all zero) < 1e-6) but is stated.
+    """
+    if solver not in ("gibbs", "nuts", "cavi", "gibbs-printed"):
+        raise ValueError(f"solver must be gibbs, nuts, cavi or gibbs-printed, got {solver!r}")
+    c = config
+
+    def simulate(seed: int):
+        key = jax.random.PRNGKey(seed)
+        while True:
+            with jax.enable_x64(True):
+                params, y = ppl.simulate(key, c.n_users, c.n_items, c.n_components, c.hyper)
+            y = np.asarray(y)
+            if y.sum() > 0:
+                return {n: np.asarray(v) for n, v in params.items()}, y
+            key, _ = jax.random.split(key)
+
+    def fit(y, seed: int):
+        data = Observations.from_dense(y)
+        if solver in ("gibbs", "gibbs-printed"):
+            hyper = c.hyper if solver == "gibbs" else printed_conditionals_hyper(c.hyper)
+            idata = gibbs.sample(data, hyper, c.n_components, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
+                                 num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=seed, progress=False)
+        elif solver == "nuts":
+            idata = xc.run_nuts(ppl.model, jnp.asarray(y), c.n_components, c.hyper, seed=seed, num_chains=c.nuts_chains,
+                                num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, progress=False).idata
+        else:
+            idata = cavi.fit(data, c.hyper, c.n_components, seed=seed, max_iter=c.cavi_max_iter, tol=1e-8,
+                             n_draws=c.n_q_draws, progress=False)
+        post = arviz_io.group_arrays(idata)
+        return {n: post[n].reshape(-1, *post[n].shape[2:]) for n in ("theta", "xi", "beta", "eta")}
+
+    return simulate, fit, hpf_functionals()
