@@ -92,7 +92,8 @@ def to_inference_data(
 
 def from_numpyro(mcmc, *, dims=None, coords=None, attrs=None) -> az.InferenceData:
     """Convert a finished `numpyro.infer.MCMC` run (all chains) to InferenceData."""
-    idata = az.from_numpyro(mcmc, dims=dims, coords=coords)
+    # no log_likelihood group: it would re-run the model over every draw and cell
+    idata = az.from_numpyro(mcmc, dims=dims, coords=coords, log_likelihood=False)
     for group in idata.groups():
         idata[group].attrs.update(attrs or {})
     return idata

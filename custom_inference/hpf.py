@@ -413,17 +413,19 @@ def load_state(path: str | Path) -> tuple[HPFState, dict]:
     return state, meta
 
 
-def _draws_from_q(key, state: HPFState, n_draws: int) -> dict[str, np.ndarray]:
-    keys = jax.random.split(key, 4)
+def _draws_from_q(seed: int, state: HPFState, n_draws: int) -> dict[str, np.ndarray]:
+    """``n_draws`` independent draws from q, shape (1, n_draws, ...) each (numpy Generator:
+    no compilation per array shape)."""
+    rng = np.random.default_rng(seed)
     out = {}
-    for kk, name, shape, rate in (
-        (keys[0], "theta", state.gamma_shape, state.gamma_rate),
-        (keys[1], "xi", state.kappa_shape, state.kappa_rate),
-        (keys[2], "beta", state.lambda_shape, state.lambda_rate),
-        (keys[3], "eta", state.tau_shape, state.tau_rate),
+    for name, shape, rate in (
+        ("theta", state.gamma_shape, state.gamma_rate),
+        ("xi", state.kappa_shape, state.kappa_rate),
+        ("beta", state.lambda_shape, state.lambda_rate),
+        ("eta", state.tau_shape, state.tau_rate),
     ):
-        draws = jax.random.gamma(kk, shape, (n_draws, *shape.shape), dtype=shape.dtype) / rate
-        out[name] = np.asarray(draws)[None]  # (chain=1, draw, ...)
+        shape, rate = np.asarray(shape), np.asarray(rate)
+        out[name] = (rng.standard_gamma(shape, size=(n_draws, *shape.shape)) / rate).astype(shape.dtype)[None]
     return out
 
 
@@ -497,7 +499,7 @@ def fit(
 
     with jax.enable_x64(dtype == np.float64):
         data = jax.tree_util.tree_map(jnp.asarray, data.astype(dtype))
-        key_init, key_draws = jax.random.split(jax.random.PRNGKey(seed))
+        key_init = jax.random.PRNGKey(seed)
         if init_state is None:
             state = init(key_init, data, hyper, k, dtype=dtype)
         else:
@@ -534,7 +536,7 @@ def fit(
         seconds = time.perf_counter() - start
         if checkpoint is not None:
             save_state(state, checkpoint, n_iter=len(elbos) - 1)
-        posterior = _draws_from_q(key_draws, state, n_draws) if n_draws else None
+        posterior = _draws_from_q(seed, state, n_draws) if n_draws else None
 
     n_users, n_items = data.shape
     return arviz_io.to_inference_data(

@@ -16,6 +16,7 @@ shows; a check that cannot tell two forms apart would not be a check.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -58,6 +59,7 @@ class Erratum:
     check: Callable[[str], tuple[bool, float]]
 
 
+@functools.lru_cache(maxsize=None)
 def _small_data(seed: int = 0):
     with jax.enable_x64(True):
         _, y = ppl.simulate(jax.random.PRNGKey(seed), 10, 8, 3, _HYPER)

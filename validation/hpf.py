@@ -36,6 +36,7 @@ __all__ = [
     "CROSSCHECK_DEFAULT",
     "CrosscheckResult",
     "run_crosscheck",
+    "identifiable_quantities",
 ]
 
 
@@ -263,8 +264,14 @@ class CrosscheckResult:
     cavi_seconds: float = 0.0
 
 
-def _quantities(post: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Identifiable quantities from (chain, draw, ...) draws: rates theta_u . beta_i, xi, eta."""
+def identifiable_quantities(idata) -> dict[str, np.ndarray]:
+    """The quantities that are compared across methods, each (chain, draw, Q).
+
+    ``rate``: every expected rate theta_u . beta_i (Q = I J, row-major); ``xi`` (Q = I);
+    ``eta`` (Q = J). Raw theta and beta are not identified (permutation, scale) and are
+    never compared. ``idata``: InferenceData with theta, beta, xi, eta in its posterior.
+    """
+    post = arviz_io.group_arrays(idata)
     rates = np.einsum("cduk,cdik->cdui", post["theta"], post["beta"])
     c, d = rates.shape[:2]
     return {"rate": rates.reshape(c, d, -1), "xi": post["xi"], "eta": post["eta"]}
@@ -299,8 +306,8 @@ def run_crosscheck(y: np.ndarray, config: CrosscheckConfig = CROSSCHECK_DEFAULT,
         seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
         num_samples=config.num_samples, progress=progress,
     )
-    nq = _quantities(arviz_io.group_arrays(nuts.idata))
-    vq = _quantities(arviz_io.group_arrays(best))
+    nq = identifiable_quantities(nuts.idata)
+    vq = identifiable_quantities(best)
     gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     verdict = xc.compare_vi(nq, vq, gate)
     return CrosscheckResult(

@@ -34,6 +34,7 @@ from ppl_models import hpf as ppl
 
 from . import crosscheck as xc
 from . import gates as gates_mod
+from .hpf import identifiable_quantities
 from .updates import conditional_distance
 
 __all__ = [
@@ -161,18 +162,12 @@ def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hype
 
     data = Observations.from_dense(np.asarray(y))
     kernel = Gibbs([(CustomGibbs(numpyro_block(site, data, block_hyper or hyper)), [site]), (NUTS(ppl.model), None)])
-    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    method = "parallel" if jax.local_device_count() >= num_chains else "vectorized"
     with jax.enable_x64(True):
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                     chain_method=method, progress_bar=progress)
         mcmc.run(jax.random.PRNGKey(seed), jnp.asarray(y), n_components, hyper)
         return arviz_io.from_numpyro(mcmc, attrs={"method": f"gibbs[{site}]+nuts", "seed": seed})
-
-
-def _quantities(idata) -> dict[str, np.ndarray]:
-    from .hpf import _quantities as q
-
-    return q(arviz_io.group_arrays(idata))
 
 
 @dataclass(frozen=True)
@@ -203,7 +198,7 @@ def run_gibbs_crosscheck(y: np.ndarray, n_components: int, hyper, config: GibbsC
     if nuts is None:
         nuts = xc.run_nuts(ppl.model, jnp.asarray(y), n_components, hyper, seed=config.seed,
                            num_warmup=config.nuts_warmup, num_samples=config.nuts_samples, progress=progress)
-    nq, gq = _quantities(nuts.idata), _quantities(g)
+    nq, gq = identifiable_quantities(nuts.idata), identifiable_quantities(g)
     nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
     combined = gates_mod.GateResult(

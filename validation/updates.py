@@ -44,7 +44,7 @@ class StationarityResult:
 
 
 def _max_abs_grad(objective, params, fields) -> float:
-    grads = jax.grad(objective)(params)
+    grads = jax.jit(jax.grad(objective))(params)
     leaves = [getattr(grads, f) if hasattr(grads, f) else grads[f] for f in fields]
     return float(max(jnp.max(jnp.abs(g)) for g in leaves))
 
