@@ -226,22 +226,24 @@ class CountUnits:
     categorical per unit is far cheaper than a generic multinomial sampler when counts
     are small, as they are in recommender data.
 
+    The unit arrays are padded to a power of two with units of weight 0, so that data
+    sets of similar size share one compiled sampler (SBC fits hundreds of them).
+
     Attributes
     ----------
-    rows, cols : array (T,), int32, T = sum of all counts
-    entry : array (T,), int32, the index (0..N-1) of the `Observations` entry of each unit
-    n_rows, n_cols, n_entries : int (static)
+    rows, cols : array (T_pad,), int32
+    weight : array (T_pad,), float, 1 for the T = sum(y) real units, 0 for padding
+    n_rows, n_cols : int (static)
     """
 
     rows: np.ndarray
     cols: np.ndarray
-    entry: np.ndarray
+    weight: np.ndarray
     n_rows: int
     n_cols: int
-    n_entries: int
 
     def tree_flatten(self):
-        return (self.rows, self.cols, self.entry), (self.n_rows, self.n_cols, self.n_entries)
+        return (self.rows, self.cols, self.weight), (self.n_rows, self.n_cols)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -256,9 +258,15 @@ class CountUnits:
         total = int(values.sum())
         if total > max_units:
             raise ValueError(f"values: total count {total} exceeds max_units={max_units}")
-        entry = np.repeat(np.arange(values.size, dtype=np.int32), values.astype(np.int64))
-        return cls(np.asarray(obs.rows)[entry], np.asarray(obs.cols)[entry], entry, obs.n_rows, obs.n_cols, values.size)
+        entry = np.repeat(np.arange(values.size), values.astype(np.int64))
+        padded = 1 << max(total - 1, 0).bit_length()
+        pad = padded - total
+        rows = np.concatenate([np.asarray(obs.rows)[entry], np.zeros(pad, np.int32)]).astype(np.int32)
+        cols = np.concatenate([np.asarray(obs.cols)[entry], np.zeros(pad, np.int32)]).astype(np.int32)
+        weight = np.concatenate([np.ones(total), np.zeros(pad)]).astype(values.dtype)
+        return cls(rows, cols, weight, obs.n_rows, obs.n_cols)
 
     @property
     def n_units(self) -> int:
-        return int(self.rows.shape[0])
+        """T, the number of real (weight 1) units: the sum of the counts."""
+        return int(np.sum(np.asarray(self.weight)))

@@ -110,9 +110,9 @@ def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None):
     cum = jnp.cumsum(rates, axis=1)
     u = jax.random.uniform(key, (rates.shape[0],), dtype=rates.dtype) * cum[:, -1]
     comp = jnp.minimum(jnp.sum(cum <= u[:, None], axis=1), k - 1)
-    ones = jnp.ones_like(u)
-    user_counts = jnp.zeros(data.n_rows * k, rates.dtype).at[data.rows * k + comp].add(ones).reshape(data.n_rows, k)
-    item_counts = jnp.zeros(data.n_cols * k, rates.dtype).at[data.cols * k + comp].add(ones).reshape(data.n_cols, k)
+    w = data.weight.astype(rates.dtype)  # padding units add 0
+    user_counts = jnp.zeros(data.n_rows * k, rates.dtype).at[data.rows * k + comp].add(w).reshape(data.n_rows, k)
+    item_counts = jnp.zeros(data.n_cols * k, rates.dtype).at[data.cols * k + comp].add(w).reshape(data.n_cols, k)
     return user_counts, item_counts
 
 
@@ -144,8 +144,8 @@ def _gamma_logpdf(x, shape, rate):
     return shape * jnp.log(rate) - gammaln(shape) + (shape - 1.0) * jnp.log(x) - rate * x
 
 
-def _log_joint_given_rates(state: HPFGibbsState, unit_rates_sum, hyper):
-    log_lik = jnp.sum(jnp.log(unit_rates_sum)) - jnp.dot(state.theta.sum(axis=0), state.beta.sum(axis=0))
+def _log_joint_given_rates(state: HPFGibbsState, unit_rates_sum, weight, hyper):
+    log_lik = jnp.sum(weight * jnp.log(unit_rates_sum)) - jnp.dot(state.theta.sum(axis=0), state.beta.sum(axis=0))
     prior = (
         jnp.sum(_gamma_logpdf(state.xi, hyper.a_prime, hyper.a_prime / hyper.b_prime))
         + jnp.sum(_gamma_logpdf(state.theta, hyper.a, state.xi[:, None]))
@@ -157,7 +157,7 @@ def _log_joint_given_rates(state: HPFGibbsState, unit_rates_sum, hyper):
 
 def log_joint(state: HPFGibbsState, data: CountUnits, hyper) -> jax.Array:
     """log p(y, theta, xi, beta, eta) up to -sum log y_ui! (the Poisson form, z summed out)."""
-    return _log_joint_given_rates(state, _unit_rates(state, data).sum(axis=1), hyper)
+    return _log_joint_given_rates(state, _unit_rates(state, data).sum(axis=1), data.weight, hyper)
 
 
 @jax.jit
@@ -169,7 +169,7 @@ def step(key, state: HPFGibbsState, data: CountUnits, hyper) -> tuple[HPFGibbsSt
     """
     k_z, k_theta, k_xi, k_beta, k_eta = jax.random.split(key, 5)
     rates = _unit_rates(state, data)
-    info = HPFGibbsInfo(_log_joint_given_rates(state, rates.sum(axis=1), hyper))
+    info = HPFGibbsInfo(_log_joint_given_rates(state, rates.sum(axis=1), data.weight, hyper))
     user_counts, item_counts = allocate(k_z, state, data, rates)
     state = state._replace(theta=_gamma_draw(k_theta, *theta_conditional(state, user_counts, hyper)))
     state = state._replace(xi=_gamma_draw(k_xi, *xi_conditional(state, hyper)))

@@ -4,8 +4,12 @@
     factorbayes fit hpf --data ml-100k|PATH            custom_inference.hpf.fit + evaluate
     factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf
     factorbayes errata                                 validation.errata.run_errata
+    factorbayes sbc hpf --solver gibbs|nuts|cavi|gibbs-printed --sims N
+                                                       validation.sbc.run_sbc with
+                                                       validation.hpf_gibbs.sbc_adapters
 
-Exit status: 0 success (cross-check passed; all errata rows OK); 1 a check failed;
+Exit status: 0 success (cross-check passed; all errata rows OK; SBC ranks uniform);
+1 a check failed;
 2 usage or input error; 3 the cross-check was inconclusive (NUTS failed its gates).
 """
 
@@ -133,6 +137,25 @@ def cmd_errata(args) -> int:
     return 0 if bool(table.ok.all()) else 1
 
 
+def cmd_sbc(args) -> int:
+    from . import hpf_gibbs, sbc
+
+    simulate, fit, functionals = hpf_gibbs.sbc_adapters(args.solver)
+    out = Path(args.out or f"factorbayes-output/sbc-hpf-{args.solver}")
+    result = sbc.run_sbc(simulate, fit, functionals, n_sims=args.sims, master_seed=args.seed, n_draws=args.draws,
+                         cache_dir=out / "cache", progress=not args.no_progress, method=f"hpf-{args.solver}")
+    table = result.uniformity(alpha=args.alpha)
+    cfg = hpf_gibbs.SBCConfig()
+    notes = [f"solver: {args.solver}; {args.sims} simulations from master seed {args.seed}; L = {args.draws} draws ranked",
+             f"each simulation: {cfg.n_users} x {cfg.n_items} matrix, K = {cfg.n_components}, hyperparameters {dict(cfg.hyper._asdict())}",
+             f"mean seconds per simulation (simulate + fit): {result.seconds.mean():.2f}"]
+    report = sbc.sbc_report(result, out, title=f"SBC of HPF, solver {args.solver}", alpha=args.alpha, notes=notes)
+    _print_table(table)
+    ok = result.passed(alpha=args.alpha)
+    print(f"SBC {'PASSED' if ok else 'FAILED'} (all scalars, Bonferroni at alpha = {args.alpha}). Report: {report}")
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=f"factorbayes-output/{name}-hpf")
         p.add_argument("--no-progress", action="store_true")
         p.set_defaults(func=lambda a, _save=save: cmd_evaluate(a, save_fit=_save))
+
+    p = sub.add_parser("sbc", help="simulation-based calibration of a solver")
+    p.add_argument("model", choices=MODELS)
+    p.add_argument("--solver", choices=("gibbs", "nuts", "cavi", "gibbs-printed"), default="gibbs",
+                   help="gibbs-printed: the Gibbs sampler with the seed's printed xi/eta conditionals (must fail)")
+    p.add_argument("--sims", type=int, default=200)
+    p.add_argument("--draws", type=int, default=99, help="L, posterior draws ranked per simulation")
+    p.add_argument("--seed", type=int, default=0, help="master seed")
+    p.add_argument("--alpha", type=float, default=0.05, help="false-alarm rate of the uniformity test")
+    p.add_argument("--out", default=None, help="report folder (holds the resumable cache)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_sbc)
 
     p = sub.add_parser("errata", help="run the executable errata table")
     p.add_argument("--out", default="factorbayes-output/errata")

@@ -538,13 +538,8 @@ def _pointwise_table(n: int, L: int) -> np.ndarray:
 
 
 def _grid_counts(ranks: np.ndarray, L: int) -> np.ndarray:
-    """#{r < i} for i = 1..L, shape (L,) (or (M, L) for ranks of shape (M, n))."""
-    ranks = np.asarray(ranks)
-    if ranks.ndim == 1:
-        return np.cumsum(np.bincount(ranks, minlength=L + 1))[:L]
-    counts = np.zeros((ranks.shape[0], L + 1), dtype=np.int64)
-    np.add.at(counts, (np.arange(ranks.shape[0])[:, None], ranks), 1)
-    return np.cumsum(counts, axis=1)[:, :L]
+    """#{r < i} for i = 1..L, shape (L,), for ranks (N,) in 0..L."""
+    return np.cumsum(np.bincount(np.asarray(ranks), minlength=L + 1))[:L]
 
 
 def _min_p(counts: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -767,13 +762,15 @@ def plot_ranks(result: SBCResult, out_dir: str | Path, *, alpha: float = 0.05, b
         z = band.z
         for j in range(q):
             ecdf = np.concatenate([[0.0], _grid_counts(ranks[:, j], L) / n, [1.0]])
-            ax.step(z, ecdf - z, where="post", lw=1.0, alpha=0.8 if q <= 10 else 0.4, color=f"C{j % 10}")
+            ax.step(z, ecdf - z, where="post", lw=1.0, alpha=0.8 if q <= 10 else 0.4, color=f"C{j % 10}",
+                    label=f"{name}[{j}]" if q <= 10 else None)
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xlim(0, 1)
         ax.set_xlabel("fractional rank z = i / (L + 1)")
         ax.set_ylabel("ECDF - z")
         ax.legend(fontsize=7, loc="upper right")
-        title = f"SBC {result.method} - {name}: N = {n} simulations, L = {L}, {b} bins (99% band per bin)"
+        label = f"SBC {result.method}".strip()
+        title = f"{label} - {name}: N = {n} simulations, L = {L}, {b} bins (99% band per bin)"
         if q > max_panels:
             title += f"; {max_panels} of {q} scalars shown (smallest p)"
         fig.suptitle(title, fontsize=9)

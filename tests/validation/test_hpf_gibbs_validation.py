@@ -30,7 +30,7 @@ def small_nuts():
     _, y = ppl.simulate(jax.random.PRNGKey(3), 12, 10, 2, HYPER)
     y = np.asarray(y)
     nuts = xc.run_nuts(ppl.model, jnp.asarray(y), 2, HYPER, seed=0, num_warmup=500, num_samples=1000, progress=False)
-    q = identifiableidentifiable_quantities(nuts.idata)
+    q = identifiable_quantities(nuts.idata)
     g = gates.nuts_gates(q, divergences=nuts.divergences, bfmi=nuts.bfmi)
     assert g.passed, g.failures
     return y, nuts, q, g
