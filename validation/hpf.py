@@ -249,19 +249,25 @@ CROSSCHECK_DEFAULT = CrosscheckConfig()
 
 @dataclass
 class CrosscheckResult:
-    """Everything a cross-check produced, for the report and the tests."""
+    """Everything a cross-check produced, for the report and the tests.
+
+    ``solver`` is "cavi" (verdict from `compare_vi`) or "gibbs" (`compare_exact`);
+    ``solver_idata`` its InferenceData (for CAVI: the best restart by ELBO);
+    ``settings`` one line describing how the solver ran; ``update_table`` the
+    update-level checks (CAVI: stationarity; Gibbs: conditionals vs the program).
+    """
 
     config: CrosscheckConfig
     y: np.ndarray
+    solver: str
     verdict: xc.Verdict
     nuts: xc.NutsRun
-    cavi: object  # InferenceData of the best restart
-    cavi_elbos: list[float]
+    solver_idata: object
+    settings: str
     nuts_quantities: dict = field(repr=False)
-    vi_quantities: dict = field(repr=False)
+    solver_quantities: dict = field(repr=False)
     update_table: pd.DataFrame | None = None
     dense_table: pd.DataFrame | None = None
-    cavi_seconds: float = 0.0
 
 
 def identifiable_quantities(idata) -> dict[str, np.ndarray]:
@@ -301,19 +307,28 @@ def run_crosscheck(y: np.ndarray, config: CrosscheckConfig = CROSSCHECK_DEFAULT,
     cavi_seconds = time.perf_counter() - start
     elbos = [float(f.vi_trace.elbo.values[-1]) for f in fits]
     best = fits[int(np.argmax(elbos))]
-    nuts = xc.run_nuts(
-        ppl.model, jnp.asarray(y), k, config.hyper,
-        seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
-        num_samples=config.num_samples, progress=progress,
-    )
+    nuts = run_nuts_reference(y, config, progress=progress)
     nq = identifiable_quantities(nuts.idata)
     vq = identifiable_quantities(best)
     gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     verdict = xc.compare_vi(nq, vq, gate)
+    settings = (
+        f"CAVI: best of {config.cavi_restarts} restarts by ELBO (final ELBOs: "
+        + ", ".join(f"{e:.2f}" for e in elbos)
+        + f"), tol {config.cavi_tol:g}, {cavi_seconds:.1f} s in all; {config.n_vi_draws} draws from q"
+    )
     return CrosscheckResult(
-        config=config, y=y, verdict=verdict, nuts=nuts, cavi=best, cavi_elbos=elbos,
-        nuts_quantities=nq, vi_quantities=vq,
+        config=config, y=y, solver="cavi", verdict=verdict, nuts=nuts, solver_idata=best, settings=settings,
+        nuts_quantities=nq, solver_quantities=vq,
         update_table=update_checks(data, config.hyper, k, seed=config.seed),
         dense_table=dense_twin_checks(y, config.hyper, k, seed=config.seed),
-        cavi_seconds=cavi_seconds,
+    )
+
+
+def run_nuts_reference(y: np.ndarray, config: CrosscheckConfig, *, progress: bool = True) -> xc.NutsRun:
+    """The NUTS run of a cross-check (the program `ppl_models.hpf.model` on dense ``y``)."""
+    return xc.run_nuts(
+        ppl.model, jnp.asarray(y), config.n_components, config.hyper,
+        seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
+        num_samples=config.num_samples, progress=progress,
     )

@@ -172,32 +172,39 @@ def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hype
 
 @dataclass(frozen=True)
 class GibbsCrosscheckConfig:
-    """Settings of the Gibbs-vs-NUTS cross-check (data as in `validation.hpf.CrosscheckConfig`)."""
+    """Gibbs settings of the Gibbs-vs-NUTS cross-check (data and NUTS settings come from
+    `validation.hpf.CrosscheckConfig`). 4 chains x 1000 kept draws, thinned by 10 after
+    2000 warmup sweeps: HPF's Gibbs sampler mixes more slowly than NUTS on the rates."""
 
     num_chains: int = 4
     num_warmup: int = 2000
     num_samples: int = 1000
     thin: int = 10
-    nuts_warmup: int = 1000
-    nuts_samples: int = 1500
-    seed: int = 1
 
 
-def run_gibbs_crosscheck(y: np.ndarray, n_components: int, hyper, config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
+def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
                          *, nuts: xc.NutsRun | None = None, progress: bool = False):
     """Gibbs against gated NUTS: both exact, so means must agree within Monte Carlo error.
 
-    Returns (verdict, gibbs InferenceData, NutsRun). The verdict is `compare_exact`'s on the
-    expected rates, xi and eta, after the NUTS gates; the Gibbs draws are gated too (their
-    ESS-based MCSEs are only meaningful if they mix), and a Gibbs run that fails the gates
-    makes the verdict inconclusive.
+    Returns a `validation.hpf.CrosscheckResult` (solver "gibbs"). The verdict is
+    `compare_exact`'s on the expected rates, xi and eta. Both runs are gated: the Gibbs
+    draws' ESS-based MCSEs are only meaningful if they mix, so a Gibbs run that fails
+    the gates also makes the verdict inconclusive. ``nuts`` reuses a NUTS run.
     """
-    data = Observations.from_dense(np.asarray(y))
-    g = gibbs.sample(data, hyper, n_components, num_chains=config.num_chains, num_warmup=config.num_warmup,
-                     num_samples=config.num_samples, thin=config.thin, seed=config.seed, progress=progress)
+    import time
+
+    from . import hpf as vhpf
+
+    config = config or vhpf.CROSSCHECK_DEFAULT
+    y = np.asarray(y, dtype=np.float64)
+    data = Observations.from_dense(y)
+    start = time.perf_counter()
+    g = gibbs.sample(data, config.hyper, config.n_components, num_chains=gibbs_config.num_chains,
+                     num_warmup=gibbs_config.num_warmup, num_samples=gibbs_config.num_samples,
+                     thin=gibbs_config.thin, seed=config.seed, progress=progress)
+    seconds = time.perf_counter() - start
     if nuts is None:
-        nuts = xc.run_nuts(ppl.model, jnp.asarray(y), n_components, hyper, seed=config.seed,
-                           num_warmup=config.nuts_warmup, num_samples=config.nuts_samples, progress=progress)
+        nuts = vhpf.run_nuts_reference(y, config, progress=progress)
     nq, gq = identifiable_quantities(nuts.idata), identifiable_quantities(g)
     nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
@@ -209,7 +216,14 @@ def run_gibbs_crosscheck(y: np.ndarray, n_components: int, hyper, config: GibbsC
         bfmi=nuts_gate.bfmi,
         n_chains=min(nuts_gate.n_chains, gibbs_gate.n_chains),
     )
-    return xc.compare_exact(gq, nq, combined), g, nuts
+    settings = (f"Gibbs: {gibbs_config.num_chains} chains x ({gibbs_config.num_warmup} warmup + "
+                f"{gibbs_config.num_samples} x {gibbs_config.thin} sweeps, thinned by {gibbs_config.thin}), "
+                f"{seconds:.1f} s, {g.posterior.attrs['seconds_per_sweep'] * 1e3:.2f} ms per sweep of all chains")
+    return vhpf.CrosscheckResult(
+        config=config, y=y, solver="gibbs", verdict=xc.compare_exact(gq, nq, combined), nuts=nuts, solver_idata=g,
+        settings=settings, nuts_quantities=nq, solver_quantities=gq,
+        update_table=conditional_checks(config.hyper),
+    )
 
 
 def printed_conditionals_hyper(hyper) -> ppl.HPFHyper:

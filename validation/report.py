@@ -38,7 +38,7 @@ def _save(fig, out: Path, name: str) -> str:
     return name
 
 
-def _means_scatter(nuts: dict, vi: dict, out: Path) -> str:
+def _means_scatter(nuts: dict, vi: dict, out: Path, label: str = "CAVI (q)") -> str:
     fig, axes = plt.subplots(1, len(nuts), figsize=(4.2 * len(nuts), 4))
     for ax, name in zip(np.atleast_1d(axes), nuts):
         m_n = nuts[name].reshape(-1, nuts[name].shape[-1]).mean(axis=0)
@@ -47,18 +47,18 @@ def _means_scatter(nuts: dict, vi: dict, out: Path) -> str:
         lo, hi = min(m_n.min(), m_v.min()), max(m_n.max(), m_v.max())
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set_xlabel(f"NUTS posterior mean of {name}")
-        ax.set_ylabel(f"CAVI (q) mean of {name}")
+        ax.set_ylabel(f"{label} mean of {name}")
     return _save(fig, out, "means_scatter.png")
 
 
-def _sd_ratio_hist(nuts: dict, vi: dict, out: Path) -> str:
+def _sd_ratio_hist(nuts: dict, vi: dict, out: Path, label: str = "VI") -> str:
     fig, axes = plt.subplots(1, len(nuts), figsize=(4.2 * len(nuts), 3.4))
     for ax, name in zip(np.atleast_1d(axes), nuts):
         s_n = nuts[name].reshape(-1, nuts[name].shape[-1]).std(axis=0)
         s_v = vi[name].reshape(-1, vi[name].shape[-1]).std(axis=0)
         ax.hist(np.log2(s_v / s_n), bins=40)
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_xlabel(f"log2(sd_VI / sd_NUTS), {name}")
+        ax.set_xlabel(f"log2(sd {label} / sd NUTS), {name}")
     return _save(fig, out, "sd_ratio.png")
 
 
@@ -86,13 +86,15 @@ def _rank_plots(nuts: dict, out: Path) -> str:
     return _save(fig, out, "nuts_rank.png")
 
 
-def crosscheck_report(result, out_dir: str | Path, title: str = "HPF cross-check: CAVI vs NUTS") -> Path:
-    """Write the cross-check report (verdict, gates, VI gap, update checks, plots)."""
+def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> Path:
+    """Write the cross-check report of a `validation.hpf.CrosscheckResult` (CAVI or Gibbs
+    against NUTS): verdict, gates, comparison table, plots, update-level checks."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     v = result.verdict
     cfg = result.config
-    lines = _header(title)
+    name = {"cavi": "CAVI (q)", "gibbs": "Gibbs"}[result.solver]
+    lines = _header(title or f"HPF cross-check: {name} vs NUTS")
     lines += [
         f"**Verdict: {v.status.upper()}**",
         "",
@@ -105,48 +107,52 @@ def crosscheck_report(result, out_dir: str | Path, title: str = "HPF cross-check
         f"- hyperparameters: {dict(cfg.hyper._asdict())}",
         f"- NUTS: {cfg.num_chains} chains x ({cfg.num_warmup} warmup + {cfg.num_samples} draws), seed {cfg.seed}, "
         f"{result.nuts.seconds:.1f} s",
-        f"- CAVI: best of {cfg.cavi_restarts} restarts by ELBO (final ELBOs: "
-        + ", ".join(f"{e:.2f}" for e in result.cavi_elbos)
-        + f"), tol {cfg.cavi_tol:g}, {result.cavi_seconds:.1f} s in all; {cfg.n_vi_draws} draws from q",
+        f"- {result.settings}",
         "",
-        "## NUTS convergence gates (ArviZ, on the compared quantities)",
+        "## Convergence gates (ArviZ, on the compared quantities)",
         "",
         "Thresholds: rank-normalized R-hat <= 1.01 with >= 4 chains, bulk and tail ESS >= 400, "
         "no divergences, E-BFMI >= 0.3.",
         "",
         markdown_table(v.gates.table),
         "",
-        f"Divergences: {v.gates.divergences}; E-BFMI per chain: "
-        + ", ".join(f"{b:.2f}" for b in v.gates.bfmi),
+        f"NUTS divergences: {v.gates.divergences}; E-BFMI per chain: " + ", ".join(f"{b:.2f}" for b in v.gates.bfmi),
         "",
-        "## VI gap (CAVI q against NUTS)",
-        "",
-        "Pass: median standardized error |m_VI - m_NUTS| / sd_NUTS <= 0.5 and corr(log means) >= 0.99 "
-        "in every group (see `validation.crosscheck.VIThresholds` for why). The sd ratio and the "
-        "coverage of NUTS means by the VI 90% intervals are reported: mean-field VI is expected to be too narrow.",
+    ]
+    if result.solver == "cavi":
+        lines += [
+            "## VI gap (CAVI q against NUTS)",
+            "",
+            "Pass: median standardized error |m_VI - m_NUTS| / sd_NUTS <= 0.5 and corr(log means) >= 0.99 "
+            "in every group (see `validation.crosscheck.VIThresholds` for why). The sd ratio and the "
+            "coverage of NUTS means by the VI 90% intervals are reported: mean-field VI is expected to be too narrow.",
+        ]
+    else:
+        lines += [
+            "## Gibbs against NUTS (two exact methods)",
+            "",
+            "Pass: for every quantity, |mean_Gibbs - mean_NUTS| / sqrt(MCSE_Gibbs^2 + MCSE_NUTS^2) stays below the "
+            "Bonferroni threshold for a 1% false-alarm rate per group (`validation.crosscheck.compare_exact`).",
+        ]
+    lines += [
         "",
         markdown_table(v.table),
         "",
-        f"![posterior means]({_means_scatter(result.nuts_quantities, result.vi_quantities, out)})",
+        f"![posterior means]({_means_scatter(result.nuts_quantities, result.solver_quantities, out, name)})",
         "",
-        f"![sd ratios]({_sd_ratio_hist(result.nuts_quantities, result.vi_quantities, out)})",
+        f"![sd ratios]({_sd_ratio_hist(result.nuts_quantities, result.solver_quantities, out, name)})",
         "",
         f"![NUTS rank plots]({_rank_plots(result.nuts_quantities, out)})",
         "",
-        "## CAVI convergence",
-        "",
-        f"![ELBO]({_elbo_curve(np.asarray(result.cavi.vi_trace.elbo.values), out)})",
-        "",
     ]
+    if result.solver == "cavi":
+        lines += ["## CAVI convergence", "",
+                  f"![ELBO]({_elbo_curve(np.asarray(result.solver_idata.vi_trace.elbo.values), out)})", ""]
     if result.update_table is not None:
-        lines += [
-            "## Update-level checks (float64)",
-            "",
-            "Each block's gradient of the ELBO (`jax.grad`) before and after its closed-form update:",
-            "",
-            markdown_table(result.update_table),
-            "",
-        ]
+        what = ("each block's gradient of the ELBO (`jax.grad`) before and after its closed-form update"
+                if result.solver == "cavi" else
+                "each Gibbs conditional against the NumPyro program's normalized conditional on a grid (total variation)")
+        lines += ["## Update-level checks (float64)", "", f"Checked: {what}.", "", markdown_table(result.update_table), ""]
     if result.dense_table is not None:
         lines += ["Sparse computations against dense brute force:", "", markdown_table(result.dense_table), ""]
     path = out / "report.md"

@@ -9,6 +9,8 @@ from ppl_models import hpf as ppl
 from validation import crosscheck as xc
 from validation import gates
 from validation import hpf_gibbs as vg
+from validation import hpf as vhpf
+from validation.report import crosscheck_report
 from validation.hpf import CROSSCHECK_DEFAULT, identifiable_quantities
 
 HYPER = CROSSCHECK_DEFAULT.hyper  # a' = 2, b' = 1: prior rate a'/b' = 2 differs from the printed b' = 1
@@ -42,6 +44,8 @@ def test_each_block_as_customgibbs_beside_nuts_agrees_with_all_nuts(small_nuts, 
     hybrid = vg.run_hybrid(y, 2, HYPER, site, seed=1, num_warmup=500, num_samples=1000)
     verdict = xc.compare_exact(identifiable_quantities(hybrid), nq, g)  # Bonferroni, false alarm 1% per group
     assert verdict.status == "pass", (verdict.reasons, verdict.table)
+    report = crosscheck_report(result, tmp_path).read_text()
+    assert "**Verdict: PASS**" in report and "two exact methods" in report
 
 
 def test_a_wrong_block_fails_beside_nuts(small_nuts):
@@ -53,9 +57,13 @@ def test_a_wrong_block_fails_beside_nuts(small_nuts):
     assert any(r.startswith("xi") for r in verdict.reasons)
 
 
-def test_gibbs_agrees_with_nuts_within_monte_carlo_error(small_nuts):
+def test_gibbs_agrees_with_nuts_within_monte_carlo_error(small_nuts, tmp_path):
     y, nuts, _, _ = small_nuts
-    cfg = vg.GibbsCrosscheckConfig(num_warmup=1000, num_samples=1000, thin=5)
-    verdict, _, _ = vg.run_gibbs_crosscheck(y, 2, HYPER, cfg, nuts=nuts)
+    cfg = vhpf.CrosscheckConfig(n_users=12, n_items=10, n_components=2)
+    result = vg.run_gibbs_crosscheck(y, cfg, vg.GibbsCrosscheckConfig(num_warmup=1000, num_samples=1000, thin=5), nuts=nuts)
+    verdict = result.verdict
+    assert result.update_table.passed.all()
     assert verdict.gates.passed, verdict.gates.failures
     assert verdict.status == "pass", (verdict.reasons, verdict.table)
+    report = crosscheck_report(result, tmp_path).read_text()
+    assert "**Verdict: PASS**" in report and "two exact methods" in report

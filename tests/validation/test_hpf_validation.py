@@ -8,6 +8,7 @@ from custom_inference import hpf
 from custom_inference.data import Observations
 from ppl_models import hpf as ppl
 from validation import hpf as vhpf
+from validation.report import crosscheck_report
 
 HYPER = ppl.HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.7, c_prime=1.5, d_prime=2.0)
 
@@ -38,7 +39,7 @@ def test_elbo_equals_monte_carlo_estimate_from_the_numpyro_model(y):
     assert abs(est - exact) < 4 * se, (est, se, exact)  # 4 standard errors: false alarm 6e-5
 
 
-def test_crosscheck_passes_on_simulated_data():
+def test_crosscheck_passes_on_simulated_data(tmp_path):
     """CAVI against gated NUTS on a 20 x 15 matrix, K = 2 (the embedded default is 60 x 40, K = 3)."""
     cfg = vhpf.CrosscheckConfig(n_users=20, n_items=15, n_components=2, num_warmup=500, num_samples=1000, cavi_restarts=2, seed=3)
     _, y = ppl.simulate(jax.random.PRNGKey(cfg.seed), cfg.n_users, cfg.n_items, cfg.n_components, cfg.hyper)
@@ -48,3 +49,6 @@ def test_crosscheck_passes_on_simulated_data():
     assert result.update_table.passed.all()
     # mean-field is narrower than the posterior (reported, and expected)
     assert (result.verdict.table.median_sd_ratio < 1.0).all()
+    report = crosscheck_report(result, tmp_path).read_text()
+    assert "**Verdict: PASS**" in report and "VI gap" in report
+    assert {"means_scatter.png", "sd_ratio.png", "nuts_rank.png", "elbo.png"} <= {p.name for p in tmp_path.glob("*.png")}
