@@ -226,8 +226,8 @@ class CountUnits:
     categorical per unit is far cheaper than a generic multinomial sampler when counts
     are small, as they are in recommender data.
 
-    The unit arrays are padded to a power of two with units of weight 0, so that data
-    sets of similar size share one compiled sampler (SBC fits hundreds of them).
+    The unit arrays are padded to a power of two (at least 1024) with units of weight 0,
+    so that data sets of similar size share one compiled sampler (SBC fits hundreds).
 
     Attributes
     ----------
@@ -250,8 +250,11 @@ class CountUnits:
         return cls(*children, *aux)
 
     @classmethod
-    def from_observations(cls, obs: "Observations", max_units: int = 100_000_000) -> "CountUnits":
-        """Expand ``obs`` (counts). Raises ValueError if the total count exceeds ``max_units``."""
+    def from_observations(cls, obs: "Observations", max_units: int = 100_000_000, min_units: int = 1024) -> "CountUnits":
+        """Expand ``obs`` (counts), padded to the next power of two and to at least ``min_units``.
+
+        Raises ValueError if the total count exceeds ``max_units``.
+        """
         values = np.asarray(obs.values)
         if np.any(values != np.round(values)) or np.any(values < 0):
             raise ValueError("values: unit expansion needs non-negative integer counts")
@@ -259,7 +262,7 @@ class CountUnits:
         if total > max_units:
             raise ValueError(f"values: total count {total} exceeds max_units={max_units}")
         entry = np.repeat(np.arange(values.size), values.astype(np.int64))
-        padded = 1 << max(total - 1, 0).bit_length()
+        padded = max(1 << max(total - 1, 0).bit_length(), min_units)
         pad = padded - total
         rows = np.concatenate([np.asarray(obs.rows)[entry], np.zeros(pad, np.int32)]).astype(np.int32)
         cols = np.concatenate([np.asarray(obs.cols)[entry], np.zeros(pad, np.int32)]).astype(np.int32)

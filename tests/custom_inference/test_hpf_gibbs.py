@@ -14,11 +14,12 @@ HYPER = HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.5, c_prime=2.0, d_prime=1.
 
 def test_count_units_expand_each_count():
     obs = Observations.from_dense(np.array([[2.0, 0.0], [0.0, 3.0]]))
-    units = CountUnits.from_observations(obs)
+    units = CountUnits.from_observations(obs, min_units=1)
     assert units.n_units == 5 and units.rows.shape == (8,)  # padded to a power of two
     np.testing.assert_array_equal(units.rows[:5], [0, 0, 1, 1, 1])
     np.testing.assert_array_equal(units.cols[:5], [0, 0, 1, 1, 1])
     np.testing.assert_array_equal(units.weight, [1, 1, 1, 1, 1, 0, 0, 0])
+    assert CountUnits.from_observations(obs).rows.shape == (1024,)  # at least min_units
     with pytest.raises(ValueError, match="max_units"):
         CountUnits.from_observations(obs, max_units=4)
 
