@@ -226,7 +226,7 @@ class CountUnits:
     categorical per unit is far cheaper than a generic multinomial sampler when counts
     are small, as they are in recommender data.
 
-    The unit arrays are padded to a power of two (at least 1024) with units of weight 0,
+    The unit arrays are padded to a power of two (at least 4096) with units of weight 0,
     so that data sets of similar size share one compiled sampler (SBC fits hundreds).
 
     Attributes
@@ -250,7 +250,7 @@ class CountUnits:
         return cls(*children, *aux)
 
     @classmethod
-    def from_observations(cls, obs: "Observations", max_units: int = 100_000_000, min_units: int = 1024) -> "CountUnits":
+    def from_observations(cls, obs: "Observations", max_units: int = 100_000_000, min_units: int = 4096) -> "CountUnits":
         """Expand ``obs`` (counts), padded to the next power of two and to at least ``min_units``.
 
         Raises ValueError if the total count exceeds ``max_units``.

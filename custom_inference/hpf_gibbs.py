@@ -210,7 +210,8 @@ def sample(
     hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper``)
     n_components : int, K >= 1
     num_chains, num_warmup, num_samples, thin : int
-        ``num_samples`` kept draws per chain, every ``thin``-th sweep after ``num_warmup``.
+        ``num_samples`` kept draws per chain, every ``thin``-th sweep after the warmup
+        (``num_warmup`` rounded up to a multiple of ``thin``).
     seed : int; the same seed gives the same draws.
     dtype : float64 (default) or float32
     keep : names of the variables to store (theta and beta cost I K and J K per draw).
@@ -249,11 +250,12 @@ def sample(
         state = jax.vmap(lambda kk: init(kk, units, hyper, k, dtype=dtype))(jax.random.split(init_key, num_chains))
         draws = {name: [] for name in keep}
         lps = []
-        total = num_warmup + num_samples * thin
+        total = -(-num_warmup // thin) * thin + num_samples * thin
         start = time.perf_counter()
-        if num_warmup:
+        # warmup in blocks of `thin` sweeps too, so that one compiled program serves both
+        for _ in range(-(-num_warmup // thin)):
             key, sub = jax.random.split(key)
-            state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, num_warmup)
+            state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, thin)
         for _ in tqdm(range(num_samples), desc=f"HPF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
             key, sub = jax.random.split(key)
             state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, thin)

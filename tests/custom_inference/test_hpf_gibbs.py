@@ -19,7 +19,7 @@ def test_count_units_expand_each_count():
     np.testing.assert_array_equal(units.rows[:5], [0, 0, 1, 1, 1])
     np.testing.assert_array_equal(units.cols[:5], [0, 0, 1, 1, 1])
     np.testing.assert_array_equal(units.weight, [1, 1, 1, 1, 1, 0, 0, 0])
-    assert CountUnits.from_observations(obs).rows.shape == (1024,)  # at least min_units
+    assert CountUnits.from_observations(obs).rows.shape == (4096,)  # at least min_units
     with pytest.raises(ValueError, match="max_units"):
         CountUnits.from_observations(obs, max_units=4)
 
