@@ -47,3 +47,12 @@ def test_exact_samplers_pass_full_sbc(solver):
 @pytest.mark.slow
 def test_printed_conditionals_fail_full_sbc():
     assert not _run("gibbs-printed", vg.SBCConfig(), 200, 99).passed(alpha=0.05)
+
+
+@pytest.mark.slow
+def test_cavi_fails_full_sbc_as_mean_field_should():
+    """Mean-field q is too narrow on the expected rates: their ranks pile up at both ends."""
+    result = _run("cavi", vg.SBCConfig(), 200, 99)
+    table = result.uniformity(alpha=0.05)
+    assert not result.passed(alpha=0.05)
+    assert not table[(table.functional == "rate") & (table.kind == "family")].ecdf_pass.item()
