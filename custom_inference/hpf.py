@@ -71,6 +71,10 @@ __all__ = [
 ]
 
 
+#: Names of the HPF hyperparameters, as in `ppl_models.hpf.HPFHyper`.
+HYPER_FIELDS = ("a", "a_prime", "b_prime", "c", "c_prime", "d_prime")
+
+
 class HPFState(NamedTuple):
     """Variational parameters of HPF (all Gamma shape/rate). dtype float32 or float64.
 
@@ -101,7 +105,7 @@ class HPFInfo(NamedTuple):
 
 
 def _check_hyper(hyper) -> None:
-    for name in ("a", "a_prime", "b_prime", "c", "c_prime", "d_prime"):
+    for name in HYPER_FIELDS:
         if not hasattr(hyper, name):
             raise ValueError(f"hyper has no field {name!r} (use ppl_models.hpf.HPFHyper)")
         value = float(getattr(hyper, name))
@@ -394,6 +398,34 @@ def fold_in(
 # driver
 
 
+#: ArviZ dimension names of every HPF variable (draws and variational parameters).
+HPF_DIMS = {
+    "theta": ["user", "component"],
+    "beta": ["item", "component"],
+    "xi": ["user"],
+    "eta": ["item"],
+    "gamma_shape": ["user", "component"],
+    "gamma_rate": ["user", "component"],
+    "kappa_shape": ["user"],
+    "kappa_rate": ["user"],
+    "lambda_shape": ["item", "component"],
+    "lambda_rate": ["item", "component"],
+    "tau_shape": ["item"],
+    "tau_rate": ["item"],
+    "elbo": ["iteration"],
+    "rel_change": ["iteration"],
+}
+def result_layout(n_users: int, n_items: int, n_components: int, hyper, **attrs) -> dict:
+    """``dims``, ``coords`` and ``attrs`` for `arviz_io.to_inference_data`, shared by the
+    CAVI and Gibbs drivers so that their results line up dimension by dimension."""
+    return {
+        "dims": HPF_DIMS,
+        "coords": {"user": np.arange(n_users), "item": np.arange(n_items), "component": np.arange(n_components)},
+        "attrs": {"model": "hpf", "n_components": n_components,
+                  **{f"hyper_{f}": float(getattr(hyper, f)) for f in HYPER_FIELDS}, **attrs},
+    }
+
+
 def save_state(state: HPFState, path: str | Path, **meta) -> Path:
     """Checkpoint: write the state (and scalar metadata) to a ``.npz`` file."""
     path = Path(path)
@@ -538,42 +570,18 @@ def fit(
             save_state(state, checkpoint, n_iter=len(elbos) - 1)
         posterior = _draws_from_q(seed, state, n_draws) if n_draws else None
 
-    n_users, n_items = data.shape
     return arviz_io.to_inference_data(
         posterior,
-        dims={
-            "theta": ["user", "component"],
-            "beta": ["item", "component"],
-            "xi": ["user"],
-            "eta": ["item"],
-            "gamma_shape": ["user", "component"],
-            "gamma_rate": ["user", "component"],
-            "kappa_shape": ["user"],
-            "kappa_rate": ["user"],
-            "lambda_shape": ["item", "component"],
-            "lambda_rate": ["item", "component"],
-            "tau_shape": ["item"],
-            "tau_rate": ["item"],
-            "elbo": ["iteration"],
-            "rel_change": ["iteration"],
-        },
-        coords={"user": np.arange(n_users), "item": np.arange(n_items), "component": np.arange(k)},
         extra_groups={
             "variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
             "vi_trace": {"elbo": np.asarray(elbos), "rel_change": np.asarray(rel_changes)},
         },
-        attrs={
-            "model": "hpf",
-            "method": "cavi",
-            "source": "001_30a2018ec18c20b9.txt, batch algorithm figure (corrected)",
-            "n_components": k,
-            **{f"hyper_{f}": float(getattr(hyper, f)) for f in ("a", "a_prime", "b_prime", "c", "c_prime", "d_prime")},
-            "seed": int(seed),
-            "dtype": str(dtype),
-            "converged": int(converged),
-            "n_iter": len(elbos) - 1,
-            "seconds": float(seconds),
-        },
+        **result_layout(
+            *data.shape, k, hyper,
+            method="cavi",
+            source="001_30a2018ec18c20b9.txt, batch algorithm figure (corrected)",
+            seed=int(seed), dtype=str(dtype), converged=int(converged), n_iter=len(elbos) - 1, seconds=float(seconds),
+        ),
     )
 
 

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from .data import CountUnits, Observations
+from .hpf import _check_components, _check_hyper, result_layout
 
 __all__ = [
     "HPFGibbsState",
@@ -229,7 +230,6 @@ def sample(
         K < 1; non-positive chain or draw counts; unknown names in ``keep``; data that
         are not counts.
     """
-    from .hpf import _check_components, _check_hyper  # shared argument checks
 
     _check_hyper(hyper)
     k = _check_components(n_components)
@@ -266,22 +266,12 @@ def sample(
     posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
     return arviz_io.to_inference_data(
         posterior,
-        dims={"theta": ["user", "component"], "beta": ["item", "component"], "xi": ["user"], "eta": ["item"]},
-        coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(k)},
         sample_stats={"lp": np.stack(lps, axis=1)},
-        attrs={
-            "model": "hpf",
-            "method": "gibbs",
-            "source": "001_30a2018ec18c20b9.txt, complete conditionals (corrected)",
-            "n_components": k,
-            **{f"hyper_{f}": float(getattr(hyper, f)) for f in ("a", "a_prime", "b_prime", "c", "c_prime", "d_prime")},
-            "seed": int(seed),
-            "num_chains": int(num_chains),
-            "num_warmup": int(num_warmup),
-            "num_samples": int(num_samples),
-            "thin": int(thin),
-            "dtype": str(dtype),
-            "seconds": float(seconds),
-            "seconds_per_sweep": float(seconds / total),
-        },
+        **result_layout(
+            data.n_rows, data.n_cols, k, hyper,
+            method="gibbs",
+            source="001_30a2018ec18c20b9.txt, complete conditionals (corrected)",
+            seed=int(seed), num_chains=int(num_chains), num_warmup=int(num_warmup), num_samples=int(num_samples),
+            thin=int(thin), dtype=str(dtype), seconds=float(seconds), seconds_per_sweep=float(seconds / total),
+        ),
     )
