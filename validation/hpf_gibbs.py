@@ -290,6 +290,21 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
     if solver not in ("gibbs", "nuts", "cavi", "gibbs-printed"):
         raise ValueError(f"solver must be gibbs, nuts, cavi or gibbs-printed, got {solver!r}")
     c = config
+    mcmc = []  # one MCMC object, built on first use and reused: compiled once for all simulations
+
+    def _nuts_draws(y, seed):
+        from functools import partial
+
+        from numpyro.infer import MCMC, NUTS
+
+        with jax.enable_x64(True):
+            if not mcmc:
+                method = "parallel" if jax.local_device_count() >= c.nuts_chains else "vectorized"
+                model = partial(ppl.model, n_components=c.n_components, hyper=c.hyper)
+                mcmc.append(MCMC(NUTS(model), num_warmup=c.nuts_warmup, num_samples=c.nuts_samples,
+                                 num_chains=c.nuts_chains, chain_method=method, progress_bar=False, jit_model_args=True))
+            mcmc[0].run(jax.random.PRNGKey(seed), jnp.asarray(y))
+            return {n: np.asarray(v) for n, v in mcmc[0].get_samples().items()}
 
     def simulate(seed: int):
         key = jax.random.PRNGKey(seed)
@@ -308,8 +323,7 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
             idata = gibbs.sample(data, hyper, c.n_components, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
                                  num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=seed, progress=False)
         elif solver == "nuts":
-            idata = xc.run_nuts(ppl.model, jnp.asarray(y), c.n_components, c.hyper, seed=seed, num_chains=c.nuts_chains,
-                                num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, progress=False).idata
+            return _nuts_draws(y, seed)
         else:
             idata = cavi.fit(data, c.hyper, c.n_components, seed=seed, max_iter=c.cavi_max_iter, tol=1e-8,
                              n_draws=c.n_q_draws, progress=False)
