@@ -204,6 +204,11 @@ def update_gamma(state: HPFState, data: Observations, hyper, phi) -> HPFState:
     Corrects seed 001's text update (a fixed rate b in place of E[xi_u]).
     """
     y_phi_sum = jax.ops.segment_sum(data.values[:, None] * phi, data.rows, num_segments=data.n_rows)
+    return _gamma_given_stats(state, hyper, y_phi_sum)
+
+
+def _gamma_given_stats(state: HPFState, hyper, y_phi_sum) -> HPFState:
+    """`update_gamma` given ``y_phi_sum`` (I, K) = sum_i y_ui phi_uik."""
     beta_sum = gamma_mean(state.lambda_shape, state.lambda_rate).sum(axis=0)
     shape, rate = _weights_update(y_phi_sum, state.kappa_shape, state.kappa_rate, beta_sum, hyper.a)
     return state._replace(gamma_shape=shape, gamma_rate=rate)
@@ -222,6 +227,11 @@ def update_kappa(state: HPFState, data: Observations, hyper, phi=None) -> HPFSta
 def update_lambda(state: HPFState, data: Observations, hyper, phi) -> HPFState:
     """Coordinate update of q(beta): lambda_ik = (c + sum_u y_ui phi_uik, E[eta_i] + sum_u E[theta_uk])."""
     y_phi_sum = jax.ops.segment_sum(data.values[:, None] * phi, data.cols, num_segments=data.n_cols)
+    return _lambda_given_stats(state, hyper, y_phi_sum)
+
+
+def _lambda_given_stats(state: HPFState, hyper, y_phi_sum) -> HPFState:
+    """`update_lambda` given ``y_phi_sum`` (J, K) = sum_u y_ui phi_uik."""
     theta_sum = gamma_mean(state.gamma_shape, state.gamma_rate).sum(axis=0)
     shape, rate = _weights_update(y_phi_sum, state.tau_shape, state.tau_rate, theta_sum, hyper.c)
     return state._replace(lambda_shape=shape, lambda_rate=rate)
@@ -233,7 +243,8 @@ def update_tau(state: HPFState, data: Observations, hyper, phi=None) -> HPFState
     return state._replace(tau_shape=shape, tau_rate=rate)
 
 
-#: The blocks of one sweep, in order, after phi: (name, update, fields it sets).
+#: The blocks of one sweep, in `step`'s order, after phi: (name, update, fields it sets).
+#: `step` runs the same updates from phi's sums without forming phi (`_sweep_statistics`).
 BLOCKS = (
     ("gamma", update_gamma, ("gamma_shape", "gamma_rate")),
     ("kappa", update_kappa, ("kappa_shape", "kappa_rate")),
@@ -242,24 +253,76 @@ BLOCKS = (
 )
 
 
+#: Nonzeros per chunk in the inner loop of `step`: the chunk's (chunk, K) temporaries
+#: stay in cache instead of four (N, K) arrays going through memory.
+STEP_CHUNK = 16384
+
+
+def _shifted_exp_log_mean(shape, rate):
+    """exp(E[log x_k] - m) and m = max_k E[log x_k], per row; entries in (0, 1]."""
+    elog = gamma_log_mean(shape, rate)
+    m = elog.max(axis=1)
+    return jnp.exp(elog - m[:, None]), m
+
+
+def _sweep_statistics(state: HPFState, data: Observations, chunk: int = STEP_CHUNK):
+    """sum_i y_ui phi_uik (I, K), sum_u y_ui phi_uik (J, K) and sum_ui y_ui log Z_ui, phi optimal.
+
+    phi_uik = t_uk b_ik / z_ui with t_uk = exp(E log theta_uk - m_u), b_ik = exp(E log beta_ik - m_i),
+    z_ui = sum_k t_uk b_ik, so sum_i y_ui phi_uik = t_uk sum_i (y_ui / z_ui) b_ik (and alike for
+    items): exp runs on (I + J) x K numbers, never on N x K, and phi is never stored. The
+    nonzeros are visited in chunks of ``chunk`` (a ``fori_loop`` over whole chunks, then the
+    tail). log Z_ui = log z_ui + m_u + m_i is the log normaliser the ELBO needs.
+    z_ui underflows only if every component of (u, i) lies more than ~87 nats (float32;
+    ~708 in float64) below m_u + m_i.
+    """
+    t, m_u = _shifted_exp_log_mean(state.gamma_shape, state.gamma_rate)
+    b, m_i = _shifted_exp_log_mean(state.lambda_shape, state.lambda_rate)
+
+    def body(start, size, carry):
+        user, item, y_log_z = carry
+        rows = jax.lax.dynamic_slice_in_dim(data.rows, start, size)
+        cols = jax.lax.dynamic_slice_in_dim(data.cols, start, size)
+        y = jax.lax.dynamic_slice_in_dim(data.values, start, size)
+        t_n, b_n = t[rows], b[cols]
+        z = jnp.sum(t_n * b_n, axis=1)
+        w = y / z
+        user = user.at[rows].add(w[:, None] * b_n)
+        item = item.at[cols].add(w[:, None] * t_n)
+        y_log_z = y_log_z + jnp.sum(y * (jnp.log(z) + m_u[rows] + m_i[cols]))
+        return user, item, y_log_z
+
+    n = data.nnz
+    carry = (jnp.zeros_like(t), jnp.zeros_like(b), jnp.zeros((), t.dtype))
+    n_full = n // chunk
+    if n_full:
+        carry = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), carry)
+    if n - n_full * chunk:
+        carry = body(n_full * chunk, n - n_full * chunk, carry)
+    user, item, y_log_z = carry
+    return t * user, b * item, y_log_z
+
+
 @jax.jit
 def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPFInfo]:
     """One CAVI sweep: phi, then gamma, kappa (users), then lambda, tau (items).
 
     Each block is the exact coordinate maximizer of the ELBO given the others (with
     phi held at its value from the start of the sweep), so the ELBO never decreases.
-    Work: O(N K + (I + J) K). ``key`` is unused (CAVI is deterministic) and kept for the
-    common solver signature.
+    phi itself is never formed: the sweep needs only its sums over items and users
+    (see `_sweep_statistics`), which equal those of `optimal_phi` exactly in exact
+    arithmetic. Work: O(N K + (I + J) K). ``key`` is unused (CAVI is deterministic)
+    and kept for the common solver signature.
 
     Returns the new state and `HPFInfo` with the ELBO of the *incoming* state.
     """
     del key
-    logits = _phi_logits(state, data)
-    lse = logsumexp(logits, axis=1, keepdims=True)
-    phi = jnp.exp(logits - lse)
-    info = HPFInfo(_elbo_given_lse(state, data, hyper, lse[:, 0]))
-    for _, update, _ in BLOCKS:
-        state = update(state, data, hyper, phi)
+    user_stats, item_stats, y_log_z = _sweep_statistics(state, data)
+    info = HPFInfo(_elbo_given_y_log_z(state, data, hyper, y_log_z))
+    state = _gamma_given_stats(state, hyper, user_stats)
+    state = update_kappa(state, data, hyper)
+    state = _lambda_given_stats(state, hyper, item_stats)
+    state = update_tau(state, data, hyper)
     return state, info
 
 
@@ -287,8 +350,9 @@ def _rate_sum(state: HPFState) -> jax.Array:
     return jnp.dot(theta_sum, beta_sum)
 
 
-def _elbo_given_lse(state, data, hyper, lse):
-    likelihood = jnp.sum(data.values * lse - gammaln(data.values + 1.0)) - _rate_sum(state)
+def _elbo_given_y_log_z(state, data, hyper, y_log_z):
+    """The ELBO at the optimal phi, given y_log_z = sum_ui y_ui log sum_k exp(E log theta_uk + E log beta_ik)."""
+    likelihood = y_log_z - jnp.sum(gammaln(data.values + 1.0)) - _rate_sum(state)
     return likelihood + _prior_and_entropy(state, hyper)
 
 
@@ -316,7 +380,7 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
     """
     if phi is None:
         lse = logsumexp(_phi_logits(state, data), axis=1)
-        return _elbo_given_lse(state, data, hyper, lse)
+        return _elbo_given_y_log_z(state, data, hyper, jnp.sum(data.values * lse))
     logits = _phi_logits(state, data)
     y = data.values
     likelihood = jnp.sum(y[:, None] * phi * logits - y[:, None] * xlogy(phi, phi)) - jnp.sum(gammaln(y + 1.0))
