@@ -173,12 +173,13 @@ def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hype
 @dataclass(frozen=True)
 class GibbsCrosscheckConfig:
     """Gibbs settings of the Gibbs-vs-NUTS cross-check (data and NUTS settings come from
-    `validation.hpf.CrosscheckConfig`). 4 chains x 1000 kept draws, thinned by 10 after
-    2000 warmup sweeps: HPF's Gibbs sampler mixes more slowly than NUTS on the rates."""
+    `validation.hpf.CrosscheckConfig`). 4 chains x 2000 kept draws, thinned by 10 after
+    2000 warmup sweeps: HPF's Gibbs sampler mixes more slowly than NUTS on the rates
+    (with 1000 kept draws the slowest of the 2400 rates reached R-hat 1.011)."""
 
     num_chains: int = 4
     num_warmup: int = 2000
-    num_samples: int = 1000
+    num_samples: int = 2000
     thin: int = 10
 
 
