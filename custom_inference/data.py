@@ -226,8 +226,9 @@ class CountUnits:
     categorical per unit is far cheaper than a generic multinomial sampler when counts
     are small, as they are in recommender data.
 
-    The unit arrays are padded to a power of two (at least 4096) with units of weight 0,
-    so that data sets of similar size share one compiled sampler (SBC fits hundreds).
+    The unit arrays are padded with units of weight 0, to a power of two (at least 4096)
+    up to 65536 units and to a multiple of 65536 above, so that data sets of similar
+    size share one compiled sampler (SBC fits hundreds).
 
     Attributes
     ----------
@@ -262,7 +263,10 @@ class CountUnits:
         if total > max_units:
             raise ValueError(f"values: total count {total} exceeds max_units={max_units}")
         entry = np.repeat(np.arange(values.size), values.astype(np.int64))
-        padded = max(1 << max(total - 1, 0).bit_length(), min_units)
+        # powers of two for small data (few distinct compiled sizes across simulations); for
+        # large data a multiple of 65536, so padding costs at most 65535 idle units
+        block = 65536
+        padded = max(1 << max(total - 1, 0).bit_length(), min_units) if total <= block else -(-total // block) * block
         pad = padded - total
         rows = np.concatenate([np.asarray(obs.rows)[entry], np.zeros(pad, np.int32)]).astype(np.int32)
         cols = np.concatenate([np.asarray(obs.cols)[entry], np.zeros(pad, np.int32)]).astype(np.int32)

@@ -1,9 +1,10 @@
 """The teaching notebooks run end to end, and each paired .ipynb matches its .py source.
 
-``notebooks/<name>.py`` (jupytext percent format) is the source of truth;
-``notebooks/<name>.ipynb`` is generated from it with
+Every ``notebooks/<name>.py`` (jupytext percent format) is a notebook and the source of
+truth; ``notebooks/<name>.ipynb`` is generated from it with
 ``jupytext --set-formats ipynb,py:percent`` / ``jupytext --sync`` and committed
-without outputs.
+without outputs. The tests are parametrized over whatever ``notebooks/*.py`` holds, so a
+new notebook is executed and sync-checked without editing this file.
 
 The notebook is executed by nbclient in a ``python3`` kernel. That kernel spec always
 exists where ipykernel is installed: ipykernel's wheel puts it in
@@ -25,12 +26,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-NAMES = ["hpf"]
+NAMES = sorted(path.stem for path in NOTEBOOKS.glob("*.py"))
 KERNEL = "python3"
-# Per-cell limit, generous on purpose: the whole HPF notebook needs about a minute of CPU on
-# a 2-core machine (mostly JAX compilation); its slowest cells (the errata checks, NUTS with
-# 4 chains x 600 iterations) take 15-25 s, more on a loaded machine.
+# Per-cell limit, generous on purpose. On a 2-core machine (mostly JAX compilation):
+# hpf needs about a minute of CPU, its slowest cells (the errata checks, NUTS with 4 chains x
+# 600 iterations) 15-25 s; hpf_gibbs_sbc about 90 s, its slowest cells (NUTS plus the Gibbs
+# cross-check, the two CustomGibbs hybrids, the three SBC runs) 20-30 s each. More on a
+# loaded machine.
 CELL_TIMEOUT_S = 600
+
+
+def test_notebooks_found():
+    assert "hpf" in NAMES, f"no notebooks found in {NOTEBOOKS} (found {NAMES})"
+    unpaired = [name for name in NAMES if not (NOTEBOOKS / f"{name}.ipynb").exists()]
+    assert not unpaired, (
+        f"notebooks without a paired .ipynb: {unpaired}; create it with: "
+        "jupytext --set-formats ipynb,py:percent notebooks/<name>.py"
+    )
+    orphans = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb") if p.stem not in NAMES)
+    assert not orphans, f"notebooks/*.ipynb without a .py source: {orphans}"
 
 
 def _kernel_available() -> bool:
