@@ -44,8 +44,6 @@ def test_each_block_as_customgibbs_beside_nuts_agrees_with_all_nuts(small_nuts, 
     hybrid = vg.run_hybrid(y, 2, HYPER, site, seed=1, num_warmup=500, num_samples=1000)
     verdict = xc.compare_exact(identifiable_quantities(hybrid), nq, g)  # Bonferroni, false alarm 1% per group
     assert verdict.status == "pass", (verdict.reasons, verdict.table)
-    report = crosscheck_report(result, tmp_path).read_text()
-    assert "**Verdict: PASS**" in report and "two exact methods" in report
 
 
 def test_a_wrong_block_fails_beside_nuts(small_nuts):
