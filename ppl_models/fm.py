@@ -1,0 +1,247 @@
+"""Factorization machine (FM) with Gaussian likelihood as NumPyro programs.
+
+Source: ``004_90693a0965f06816.txt`` eq. 2.17 / 4.1 (model equation), eqs. 2.22-2.30
+(MCMC-FM priors, Freudenthaler et al. 2011) and eqs. 4.2-4.4 (VBFM priors).
+
+    y_n ~ N(w0 + sum_l x_nl w_l + sum_{l<m} x_nl x_nm v_l . v_m, 1 / alpha)     (2.17, 2.22, 4.1)
+
+The pairwise term is computed with the O(D K) identity (eq. 4.22)
+
+    sum_{l<m} x_nl x_nm v_l . v_m = 1/2 sum_k [(sum_l x_nl v_lk)^2 - sum_l x_nl^2 v_lk^2]
+
+over the nonzeros of X, given as COO arrays (``rows``, ``cols``, ``values``); X is never
+dense. Features carry a group id ``group[l]`` (users, items, genres, ...; the ``c_l`` of
+eqs. 4.3-4.4).
+
+Two prior variants, chosen by the type of ``hyper``:
+
+`FMHierHyper` (MCMC-FM, eqs. 2.23-2.30, grouped as in Freudenthaler et al. 2011 / libFM):
+
+    alpha            ~ Gamma(alpha_0, beta_0)                          (2.26, shape/rate)
+    w0               ~ N(mu_0, 1 / sigma_0)                            (2.23)
+    sigma_w[g]       ~ Gamma(alpha_0p, beta_0p)                        (2.28)
+    mu_w[g]          ~ N(mu_0, 1 / (nu_0 sigma_w[g]))                  (2.27)
+    w_l              ~ N(mu_w[c_l], 1 / sigma_w[c_l])                  (2.24)
+    sigma_v[g, k]    ~ Gamma(alpha_0p, beta_0p)                        (2.30)
+    mu_v[g, k]       ~ N(mu_0, 1 / (nu_0 sigma_v[g, k]))               (2.29)
+    v_lk             ~ N(mu_v[c_l, k], 1 / sigma_v[c_l, k])            (2.25)
+
+The thesis prints the hyperparameters with a feature index (mu_i, sigma_i, mu_ik, sigma_ik);
+MCMC-FM as published (and libFM, myFM) shares one (mean, precision) pair per feature group
+(and per factor k), which is what makes the hyperpriors learnable; we follow the
+published sampler. Precisions, never variances, are the second Normal parameter.
+
+`FMFlatHyper` (VBFM, eqs. 4.1-4.4): no hyperpriors; alpha, sigma_0, sigma_w[g] and
+sigma_v[g, k] are fixed parameters (chapter 4 estimates them as point values, "VBFM does
+not incorporate hyperpriors over the model hyperparameters", and places no prior on
+alpha):
+
+    w0   ~ N(0, 1 / sigma_0)                                           (4.2)
+    w_l  ~ N(0, 1 / sigma_w[c_l])                                      (4.3)
+    v_lk ~ N(0, 1 / sigma_v[c_l, k])                                   (4.4)
+    y_n  ~ N(yhat_n, 1 / alpha)                                        (4.1)
+
+Sites: ``w0`` (), ``w`` (D,), ``V`` (D, K), ``y`` (N,); hierarchical variant also ``alpha``
+(), ``mu_w`` (G,), ``sigma_w`` (G,), ``mu_v`` (G, K), ``sigma_v`` (G, K).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+__all__ = ["FMHierHyper", "FMFlatHyper", "model", "model_hier", "model_flat", "predict_mean", "simulate",
+           "n_groups_of"]
+
+
+class FMHierHyper(NamedTuple):
+    """Hyperprior parameters of MCMC-FM (eqs. 2.23-2.30), thesis names.
+
+    Defaults follow libFM / myFM (alpha_0 = beta_0 = 1, alpha_0' = beta_0' = 1, mu_0 = 0,
+    nu_0 = 1) with a unit prior precision sigma_0 on the global bias w0.
+    """
+
+    mu_0: float = 0.0
+    """Prior mean of w0 and of every group mean mu_w, mu_v (2.23, 2.27, 2.29)."""
+    sigma_0: float = 1.0
+    """Prior precision of w0 (2.23)."""
+    nu_0: float = 1.0
+    """Prior precision scale of the group means (2.27, 2.29)."""
+    alpha_0p: float = 1.0
+    """Shape alpha_0' of the group precisions (2.28, 2.30)."""
+    beta_0p: float = 1.0
+    """Rate beta_0' of the group precisions (2.28, 2.30)."""
+    alpha_0: float = 1.0
+    """Shape of the noise precision alpha (2.26)."""
+    beta_0: float = 1.0
+    """Rate of the noise precision alpha (2.26)."""
+
+
+class FMFlatHyper(NamedTuple):
+    """Fixed parameters of the VBFM prior (eqs. 4.1-4.4).
+
+    ``sigma_w`` is a scalar or an array (G,); ``sigma_v`` a scalar, (G,) or (G, K); all are
+    precisions. ``alpha`` is the noise precision (a parameter, no prior, as in ch. 4).
+    """
+
+    alpha: float = 1.0
+    sigma_0: float = 1.0
+    sigma_w: object = 1.0
+    sigma_v: object = 1.0
+
+
+def n_groups_of(group) -> int:
+    """G = max(group) + 1 for a concrete int array ``group`` (D,)."""
+    g = np.asarray(group)
+    return int(g.max()) + 1 if g.size else 0
+
+
+def _flat_precisions(hyper: FMFlatHyper, G: int, K: int):
+    sw = jnp.broadcast_to(jnp.asarray(hyper.sigma_w, dtype=float), (G,))
+    sv = jnp.asarray(hyper.sigma_v, dtype=float)
+    if sv.ndim == 1:
+        sv = sv[:, None]
+    sv = jnp.broadcast_to(sv, (G, K))
+    return sw, sv
+
+
+def predict_mean(params, rows, cols, values, n_rows: int):
+    """FM mean yhat_n (eq. 2.17) over COO nonzeros, in O(nnz K) via eq. 4.22.
+
+    Parameters
+    ----------
+    params : mapping with ``w0`` (), ``w`` (D,), ``V`` (D, K), float
+    rows, cols : int arrays (M,); instance and feature index of each nonzero of X
+    values : float array (M,); x_nl
+    n_rows : int; N (static)
+
+    Returns
+    -------
+    float array (N,). Pure jnp: jit- and vmap-able (vmap over stacked draws).
+    """
+    w0, w, V = params["w0"], params["w"], params["V"]
+    values = jnp.asarray(values, dtype=jnp.result_type(w))
+    lin = jax.ops.segment_sum(values * w[cols], rows, num_segments=n_rows)
+    xv = values[:, None] * V[cols]
+    q = jax.ops.segment_sum(xv, rows, num_segments=n_rows)
+    s2 = jax.ops.segment_sum(xv * xv, rows, num_segments=n_rows)
+    return w0 + lin + 0.5 * jnp.sum(q * q - s2, axis=-1)
+
+
+def model_hier(rows, cols, values, n_rows: int, n_features: int, group, K: int,
+               hyper: FMHierHyper = FMHierHyper(), y=None, *, n_groups: int | None = None):
+    """MCMC-FM generative program (eqs. 2.22-2.30, grouped hyperparameters; module docstring).
+
+    Parameters as in `model`. ``n_groups`` (G) must be given when ``group`` is traced.
+    """
+    G = n_groups if n_groups is not None else n_groups_of(group)
+    group = jnp.asarray(group)
+    alpha = numpyro.sample("alpha", dist.Gamma(hyper.alpha_0, hyper.beta_0))             # 2.26
+    w0 = numpyro.sample("w0", dist.Normal(hyper.mu_0, 1.0 / jnp.sqrt(hyper.sigma_0)))    # 2.23
+    with numpyro.plate("groups_w", G):
+        sigma_w = numpyro.sample("sigma_w", dist.Gamma(hyper.alpha_0p, hyper.beta_0p))   # 2.28
+        mu_w = numpyro.sample("mu_w", dist.Normal(hyper.mu_0, 1.0 / jnp.sqrt(hyper.nu_0 * sigma_w)))  # 2.27
+    with numpyro.plate("features_w", n_features):
+        w = numpyro.sample("w", dist.Normal(mu_w[group], 1.0 / jnp.sqrt(sigma_w[group])))  # 2.24
+    with numpyro.plate("groups_v", G, dim=-2), numpyro.plate("factors_g", K, dim=-1):
+        sigma_v = numpyro.sample("sigma_v", dist.Gamma(hyper.alpha_0p, hyper.beta_0p))   # 2.30
+        mu_v = numpyro.sample("mu_v", dist.Normal(hyper.mu_0, 1.0 / jnp.sqrt(hyper.nu_0 * sigma_v)))  # 2.29
+    with numpyro.plate("features_v", n_features, dim=-2), numpyro.plate("factors", K, dim=-1):
+        V = numpyro.sample("V", dist.Normal(mu_v[group], 1.0 / jnp.sqrt(sigma_v[group])))  # 2.25
+    mean = predict_mean({"w0": w0, "w": w, "V": V}, rows, cols, values, n_rows)          # 2.17
+    with numpyro.plate("instances", n_rows):
+        numpyro.sample("y", dist.Normal(mean, 1.0 / jnp.sqrt(alpha)), obs=y)             # 2.22
+
+
+def model_flat(rows, cols, values, n_rows: int, n_features: int, group, K: int,
+               hyper: FMFlatHyper = FMFlatHyper(), y=None, *, n_groups: int | None = None):
+    """VBFM generative program (eqs. 4.1-4.4; fixed precisions, module docstring)."""
+    G = n_groups if n_groups is not None else n_groups_of(group)
+    group = jnp.asarray(group)
+    sw, sv = _flat_precisions(hyper, G, K)
+    w0 = numpyro.sample("w0", dist.Normal(0.0, 1.0 / jnp.sqrt(hyper.sigma_0)))           # 4.2
+    with numpyro.plate("features_w", n_features):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0 / jnp.sqrt(sw[group])))              # 4.3
+    with numpyro.plate("features_v", n_features, dim=-2), numpyro.plate("factors", K, dim=-1):
+        V = numpyro.sample("V", dist.Normal(0.0, 1.0 / jnp.sqrt(sv[group])))              # 4.4
+    mean = predict_mean({"w0": w0, "w": w, "V": V}, rows, cols, values, n_rows)
+    with numpyro.plate("instances", n_rows):
+        numpyro.sample("y", dist.Normal(mean, 1.0 / jnp.sqrt(hyper.alpha)), obs=y)       # 4.1
+
+
+def _check(rows, cols, values, n_rows, n_features, group, K):
+    rows_np, cols_np, values_np = np.asarray(rows), np.asarray(cols), np.asarray(values)
+    if not (rows_np.shape == cols_np.shape == values_np.shape) or rows_np.ndim != 1:
+        raise ValueError(f"rows/cols/values: expected equal 1-D shapes, got {rows_np.shape}, "
+                         f"{cols_np.shape}, {values_np.shape}")
+    if rows_np.size and (rows_np.min() < 0 or rows_np.max() >= n_rows):
+        raise ValueError(f"rows: indices must be in 0..{n_rows - 1}")
+    if cols_np.size and (cols_np.min() < 0 or cols_np.max() >= n_features):
+        raise ValueError(f"cols: indices must be in 0..{n_features - 1}")
+    if not np.all(np.isfinite(values_np)):
+        raise ValueError("values: contains NaN or infinite values")
+    if np.asarray(group).shape != (n_features,):
+        raise ValueError(f"group: expected shape ({n_features},), got {np.asarray(group).shape}")
+    if int(K) != K or K < 1:
+        raise ValueError(f"K: must be a positive integer, got {K!r}")
+
+
+def model(rows, cols, values, n_rows: int, n_features: int, group, K: int, hyper, y=None,
+          *, n_groups: int | None = None):
+    """FM program; dispatches on the type of ``hyper``.
+
+    Parameters
+    ----------
+    rows, cols : int arrays (M,); nonzeros of X (instance n, feature l)
+    values : float array (M,); x_nl
+    n_rows, n_features : int; N and D
+    group : int array (D,); group c_l of each feature, ids 0..G-1
+    K : int; number of factors
+    hyper : `FMHierHyper` -> `model_hier` (MCMC-FM); `FMFlatHyper` -> `model_flat` (VBFM)
+    y : float array (N,) or None (prior predictive)
+
+    Raises
+    ------
+    ValueError if ``hyper`` is neither type.
+    """
+    if isinstance(hyper, FMHierHyper):
+        return model_hier(rows, cols, values, n_rows, n_features, group, K, hyper, y, n_groups=n_groups)
+    if isinstance(hyper, FMFlatHyper):
+        return model_flat(rows, cols, values, n_rows, n_features, group, K, hyper, y, n_groups=n_groups)
+    raise ValueError(f"hyper: expected FMHierHyper or FMFlatHyper, got {type(hyper).__name__}")
+
+
+def simulate(key, rows, cols, values, n_rows: int, group, K: int, hyper):
+    """Draw parameters and responses from the FM prior predictive for a given design.
+
+    Parameters
+    ----------
+    key : jax PRNG key
+    rows, cols, values : COO nonzeros of X (M,)
+    n_rows : int; N
+    group : int array (D,)
+    K : int
+    hyper : FMHierHyper or FMFlatHyper
+
+    Returns
+    -------
+    truth : dict site -> array (all latent sites of the chosen program)
+    y : float array (N,)
+
+    Raises
+    ------
+    ValueError for malformed indices, shapes or K.
+    """
+    group = np.asarray(group)
+    D = group.shape[0]
+    _check(rows, cols, values, n_rows, D, group, K)
+    trace = numpyro.handlers.trace(numpyro.handlers.seed(model, key)).get_trace(
+        jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values), n_rows, D, group, K, hyper, None)
+    truth = {name: site["value"] for name, site in trace.items()
+             if site["type"] == "sample" and name != "y"}
+    return truth, trace["y"]["value"]
