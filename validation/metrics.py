@@ -21,7 +21,12 @@ Protocol "P3" (`validation.datasets.split_random_holdout`, 20 % of ratings
 held out): precision@P, recall@P, F-measure and NDCG@P of
 004_90693a0965f06816.txt, section 5.4.4, eqs. (5.21)-(5.28).
 
-Both give one row per evaluated user (`leave_one_out_metrics`,
+Protocol "P2" (`validation.datasets.split_p2`, 10 % of explicit ratings held
+out): `rmse` of 004_90693a0965f06816.txt chapters 3-4, and `rmse_by_degree`
+(RMSE pooled over the ratings of the users in each log2 degree bucket of
+`by_degree`).
+
+P1 and P3 give one row per evaluated user (`leave_one_out_metrics`,
 `holdout_metrics`), which `summarize` averages and `by_degree` averages in
 log2-spaced buckets of the user's training degree, as the seeds plot them
 (000 figs. 2-3, 003 fig. 6).
@@ -66,6 +71,8 @@ __all__ = [
     "by_degree",
     "popularity_scores",
     "popularity_score_fn",
+    "rmse",
+    "rmse_by_degree",
 ]
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
@@ -556,3 +563,129 @@ def popularity_score_fn(train: Observations) -> ScoreFn:
         return np.broadcast_to(pop, (users.shape[0], pop.shape[0])).copy()
 
     return score_fn
+
+
+# ---------------------------------------------------------------------------
+# P2: rating prediction, RMSE
+# ---------------------------------------------------------------------------
+
+
+def _check_pred_truth(pred, truth) -> tuple[np.ndarray, np.ndarray]:
+    p = np.asarray(pred, dtype=np.float64)
+    t = np.asarray(truth, dtype=np.float64)
+    if p.ndim != 1 or t.ndim != 1 or p.shape != t.shape:
+        raise ValueError(f"pred and truth must be 1-D of equal length, got shapes {p.shape} and {t.shape}")
+    if p.size == 0:
+        raise ValueError("pred: no predictions (length 0)")
+    for name, a in (("pred", p), ("truth", t)):
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{name}: {int(np.sum(~np.isfinite(a)))} NaN or infinite entries")
+    return p, t
+
+
+def rmse(pred, truth) -> float:
+    """Root mean square error of rating predictions (protocol P2).
+
+    ``RMSE = sqrt(1/N * sum_n (pred_n - truth_n)^2)``: the metric of the
+    Gaussian models of 004_90693a0965f06816.txt (chapter 3, section 3.3.2,
+    after eq. 3.18, where ``pred`` is the prediction averaged over the kept
+    samples; chapter 4, section 4.4.3), citing Koren et al. (2009).
+
+    Parameters
+    ----------
+    pred : array_like, shape (N,)
+        Predicted ratings (e.g. ``predict`` on the test design of
+        `validation.datasets.fm_features`).
+    truth : array_like, shape (N,)
+        Observed ratings in the same order (e.g. ``split.test.values``).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        Shapes not 1-D and equal; length 0; NaN or infinite entries.
+    """
+    p, t = _check_pred_truth(pred, truth)
+    return float(np.sqrt(np.mean((p - t) ** 2)))
+
+
+def rmse_by_degree(pred, truth, users, degree, n_buckets: int | None = None) -> pd.DataFrame:
+    """RMSE in log2-spaced buckets of the user's training degree (protocol P2).
+
+    The buckets are those of `by_degree` (one per octave ``[2^k, 2^(k+1))``, or
+    at most ``n_buckets`` of whole octaves; degree 0 is ``[0, 1)``), computed
+    from the degrees of the users that have test ratings, so the same users
+    fall in the same bucket as in `by_degree` of a per-user table. Within a
+    bucket, the RMSE pools the *ratings* of its users:
+    ``sqrt(mean over the bucket's test ratings of (pred - truth)^2)``, which
+    is the overall `rmse` restricted to those ratings (not a mean of per-user
+    RMSEs).
+
+    Parameters
+    ----------
+    pred, truth : array_like, shape (N,)
+        Predicted and observed test ratings.
+    users : array_like, shape (N,), int
+        User index (0 .. I-1) of each test rating (e.g. ``split.test.rows``).
+    degree : Observations or array_like
+        Either the training `Observations` (I, J), whose row counts are the
+        degrees, or an int array (I,) of per-user training degrees.
+    n_buckets : int, optional
+        As in `by_degree`.
+
+    Returns
+    -------
+    pandas.DataFrame, one row per non-empty bucket, increasing degree
+        ``bucket_low`` (inclusive), ``bucket_high`` (exclusive), ``n_users``
+        (users with test ratings in the bucket), ``n_ratings``, ``rmse``, and
+        ``sem``: a delta-method standard error ``sem(sq. error) / (2 rmse)``
+        that treats the bucket's ratings as independent (ratings of one user
+        are correlated, so it is a rough guide, NaN for a single rating).
+
+    Raises
+    ------
+    ValueError
+        As `rmse`; ``users`` of the wrong shape, non-integer or outside
+        0 .. I-1; negative degrees; ``n_buckets < 1``.
+    """
+    p, t = _check_pred_truth(pred, truth)
+    if isinstance(degree, Observations):
+        deg = np.bincount(np.asarray(degree.rows), minlength=degree.n_rows)
+    else:
+        deg = np.asarray(degree)
+        if deg.ndim != 1 or (deg.size and not np.issubdtype(deg.dtype, np.integer)
+                             and np.any(deg != np.round(deg))):
+            raise ValueError(f"degree: expected Observations or a 1-D integer array (I,), got shape {deg.shape}")
+        if np.any(deg < 0):
+            raise ValueError("degree: negative degrees")
+        deg = deg.astype(np.int64)
+    u = np.asarray(users)
+    if u.shape != p.shape:
+        raise ValueError(f"users: expected shape {p.shape} (one user per rating), got {u.shape}")
+    if not np.issubdtype(u.dtype, np.integer):
+        if np.any(u != np.round(u)):
+            raise ValueError("users: must hold integer user indices")
+        u = u.astype(np.int64)
+    if u.min() < 0 or u.max() >= deg.size:
+        raise ValueError(f"users: indices must be in [0, {deg.size - 1}], found [{u.min()}, {u.max()}]")
+    per_rating = pd.DataFrame({"sq_err": (p - t) ** 2, "degree": deg[u]})
+    per_user = pd.DataFrame({"user": np.unique(u)})
+    per_user["degree"] = deg[per_user["user"].to_numpy()]
+    per_user["one"] = 1.0
+    # the same bucket edges: both tables hold exactly the same set of degrees
+    mse = by_degree(per_rating, "sq_err", n_buckets=n_buckets)
+    users_b = by_degree(per_user, "one", n_buckets=n_buckets)
+    r = np.sqrt(mse["mean"].to_numpy())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sem = np.where(r > 0, mse["sem"].to_numpy() / (2.0 * r), np.nan)
+    return pd.DataFrame({
+        "bucket_low": mse["bucket_low"].to_numpy(),
+        "bucket_high": mse["bucket_high"].to_numpy(),
+        "n_users": users_b["n_users"].to_numpy(),
+        "n_ratings": mse["n_users"].to_numpy(),
+        "rmse": r,
+        "sem": sem,
+    })
