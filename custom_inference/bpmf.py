@@ -1,0 +1,530 @@
+r"""Blocked Gibbs sampler for Bayesian probabilistic matrix factorization (BPMF).
+
+Source: ``004_90693a0965f06816.txt`` section 2.2.3, eqs. (2.9), (2.12)-(2.16) (lines
+~370-392), i.e. Salakhutdinov & Mnih (ICML 2008), section 3.3 (eqs. 11-14). The
+generative program is `ppl_models.bpmf`; we call the observation precision ``alpha``
+(the thesis's tau). The hyperparameter object is duck-typed: any object with fields
+``alpha, mu0, beta0, nu0, W0`` (e.g. `ppl_models.bpmf.BPMFHyper`); ``nu0=None`` means K and
+a scalar ``W0`` means ``W0 * identity``.
+
+Derivation (ours; checked in `validation.bpmf` against the program's log joint and by
+moment tests of the draws). W(Lambda | W, nu) has E[Lambda] = nu W.
+
+Hyperparameters. With X the (n, K) factor matrix (U or V), xbar its row mean and
+S = sum_n (x_n - xbar)(x_n - xbar)^T, the Normal-Wishart prior is conjugate:
+
+    mu, Lambda | X ~ N(mu | mu*, (beta* Lambda)^-1) W(Lambda | W*, nu*)
+    beta* = beta0 + n,   nu* = nu0 + n,   mu* = (beta0 mu0 + n xbar) / (beta0 + n)
+    (W*)^-1 = W0^-1 + S + beta0 n / (beta0 + n) (xbar - mu0)(xbar - mu0)^T
+
+drawn jointly: Lambda from its marginal W(W*, nu*) (Bartlett decomposition), then mu | Lambda.
+
+Factor vectors. Given V and the hyperparameters, the u_i are independent Gaussians:
+
+    u_i | . ~ N(P_i^-1 h_i, P_i^-1),  P_i = Lambda_U + alpha sum_{j in Omega_i} v_j v_j^T,
+                                      h_i = Lambda_U mu_U + alpha sum_{j in Omega_i} r_ij v_j
+
+drawn as u_i = L_i^-T (L_i^-1 h_i + z), P_i = L_i L_i^T, z ~ N(0, I), batched over all i;
+then the v_j in the same way given the new U.
+
+Cost per sweep: O(N K^2) for the sums of outer products (the entries are processed in
+chunks of ``chunk_size`` under ``lax.scan``, so no (N, K, K) array exists at once), plus
+O((I + J) K^3) for the Cholesky factorizations; memory O((I + J) K^2 + chunk_size K^2).
+Nothing of size I x J is formed. This is the O(|Omega| K^2 + (I+J) K^3) of the thesis's
+Table 3.1.
+
+Style: `init` / `step` over a `BPMFState` of current draws, public conditionals, and
+`sample`, a multi-chain driver returning `arviz.InferenceData`; `predict` averages
+u_i . v_j over the kept draws (eq. 2.16) and reports its sd.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+from jax.scipy.special import multigammaln
+from tqdm.auto import tqdm
+
+from . import arviz_io
+from .data import Observations
+
+__all__ = [
+    "BPMFState",
+    "BPMFInfo",
+    "NWPosterior",
+    "check_hyper",
+    "default_chunk_size",
+    "init",
+    "normal_wishart_posterior",
+    "sample_wishart",
+    "sample_normal_wishart",
+    "entry_stats",
+    "factor_conditional",
+    "sample_factor_rows",
+    "step",
+    "log_joint",
+    "sample",
+    "predict",
+    "BPMF_DIMS",
+]
+
+BPMF_DIMS = {
+    "U": ["user", "component"],
+    "V": ["item", "component"],
+    "mu_U": ["component"],
+    "mu_V": ["component"],
+    "Lambda_U": ["component", "component_bis"],
+    "Lambda_V": ["component", "component_bis"],
+}
+
+
+class BPMFState(NamedTuple):
+    """Current draws: U (I, K), V (J, K), mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K); float32/64."""
+
+    U: jax.Array
+    V: jax.Array
+    mu_U: jax.Array
+    Lambda_U: jax.Array
+    mu_V: jax.Array
+    Lambda_V: jax.Array
+
+
+class BPMFInfo(NamedTuple):
+    """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state that *entered* the sweep."""
+
+    log_joint: jax.Array
+
+
+class NWPosterior(NamedTuple):
+    """Normal-Wishart parameters: mu (K,), beta (), W_inv (K, K) (inverse scale), nu ()."""
+
+    mu: jax.Array
+    beta: jax.Array
+    W_inv: jax.Array
+    nu: jax.Array
+
+
+# ------------------------------------------------------------------------------
+# Hyperparameters
+
+
+def check_hyper(hyper, n_components: int) -> None:
+    """Raise ValueError naming the field if ``hyper`` is unusable for K = ``n_components``.
+
+    alpha, beta0 > 0; nu0 None or > K - 1; W0 a positive scalar or a symmetric positive
+    definite (K, K) matrix; mu0 a scalar or a (K,) vector.
+    """
+    k = int(n_components)
+    if k < 1:
+        raise ValueError(f"n_components must be >= 1, got {n_components!r}")
+    for name in ("alpha", "beta0"):
+        if not np.ndim(getattr(hyper, name)) == 0 or not float(getattr(hyper, name)) > 0:
+            raise ValueError(f"{name} must be a positive scalar, got {getattr(hyper, name)!r}")
+    if hyper.nu0 is not None and not float(hyper.nu0) > k - 1:
+        raise ValueError(f"nu0 must be > K - 1 = {k - 1}, got {hyper.nu0!r}")
+    w0 = np.asarray(hyper.W0, dtype=np.float64)
+    if w0.ndim == 0:
+        if not w0 > 0:
+            raise ValueError(f"W0 as a scalar must be > 0, got {hyper.W0!r}")
+    elif w0.shape != (k, k) or not np.allclose(w0, w0.T) or np.any(np.linalg.eigvalsh(w0) <= 0):
+        raise ValueError(f"W0 must be a positive scalar or a symmetric positive definite ({k}, {k}) matrix")
+    if np.ndim(hyper.mu0) not in (0, 1) or (np.ndim(hyper.mu0) == 1 and np.shape(hyper.mu0) != (k,)):
+        raise ValueError(f"mu0 must be a scalar or a ({k},) vector, got shape {np.shape(hyper.mu0)}")
+
+
+def _resolved(hyper, k: int, dtype):
+    """(alpha, mu0 (K,), beta0, nu0, W0 (K, K), W0^-1 (K, K)) as arrays; traceable."""
+    w0 = jnp.asarray(hyper.W0, dtype)
+    w0 = w0 * jnp.eye(k, dtype=dtype) if w0.ndim == 0 else w0
+    mu0 = jnp.broadcast_to(jnp.asarray(hyper.mu0, dtype), (k,))
+    nu0 = jnp.asarray(k if hyper.nu0 is None else hyper.nu0, dtype)
+    return (jnp.asarray(hyper.alpha, dtype), mu0, jnp.asarray(hyper.beta0, dtype), nu0, w0, jnp.linalg.inv(w0))
+
+
+def default_chunk_size(n_components: int, budget_bytes: int = 1 << 25) -> int:
+    """Entries per chunk such that the chunk's (C, K, K) outer products take ~``budget_bytes``
+    in float64 (32 MiB by default): C = max(64, budget / (8 K^2))."""
+    return int(max(64, budget_bytes // (8 * n_components * n_components)))
+
+
+# ------------------------------------------------------------------------------
+# Conditionals
+
+
+def normal_wishart_posterior(X, hyper) -> NWPosterior:
+    """Normal-Wishart posterior of (mu, Lambda) given the factor rows X (n, K) (module docstring).
+
+    Source: Salakhutdinov & Mnih (2008) eq. (14); seed 004 eq. (2.14)-(2.15) with (2.12)-(2.13).
+    """
+    n, k = X.shape
+    _, mu0, beta0, nu0, _, w0_inv = _resolved(hyper, k, X.dtype)
+    xbar = jnp.mean(X, axis=0)
+    xc = X - xbar
+    scatter = xc.T @ xc
+    d = xbar - mu0
+    beta = beta0 + n
+    w_inv = w0_inv + scatter + (beta0 * n / beta) * jnp.outer(d, d)
+    return NWPosterior((beta0 * mu0 + n * xbar) / beta, beta, 0.5 * (w_inv + w_inv.T), nu0 + n)
+
+
+def sample_wishart(key, W_inv, nu):
+    """One draw Lambda ~ W(W, nu) (E = nu W) given the *inverse* scale W_inv (K, K), nu > K - 1.
+
+    Bartlett decomposition: A lower triangular with A_kk = sqrt(chi2(nu - k)), k = 0..K-1,
+    A_kl ~ N(0, 1) below the diagonal, so A A^T ~ W(I, nu); with W_inv = C C^T (Cholesky),
+    L = C^-T satisfies L L^T = W and Lambda = L A A^T L^T ~ W(W, nu).
+    """
+    k = W_inv.shape[-1]
+    dtype = W_inv.dtype
+    k_chi, k_norm = jax.random.split(key)
+    dof = nu - jnp.arange(k, dtype=dtype)
+    diag = jnp.sqrt(2.0 * jax.random.gamma(k_chi, 0.5 * dof, dtype=dtype))
+    a = jnp.tril(jax.random.normal(k_norm, (k, k), dtype=dtype), -1) + jnp.diag(diag)
+    c = jnp.linalg.cholesky(W_inv)
+    b = solve_triangular(c, a, lower=True, trans="T")  # C^-T A
+    lam = b @ b.T
+    return 0.5 * (lam + lam.T)
+
+
+def sample_normal_wishart(key, post: NWPosterior):
+    """(mu, Lambda) ~ N(mu | post.mu, (post.beta Lambda)^-1) W(Lambda | post.W_inv^-1, post.nu)."""
+    k_lam, k_mu = jax.random.split(key)
+    lam = sample_wishart(k_lam, post.W_inv, post.nu)
+    chol = jnp.linalg.cholesky(lam)
+    z = jax.random.normal(k_mu, post.mu.shape, dtype=post.mu.dtype)
+    mu = post.mu + solve_triangular(chol, z, lower=True, trans="T") / jnp.sqrt(post.beta)
+    return mu, lam
+
+
+def _chunks(x, chunk: int, fill):
+    n = x.shape[0]
+    n_chunks = -(-n // chunk)
+    pad = n_chunks * chunk - n
+    return jnp.concatenate([x, jnp.full((pad,), fill, x.dtype)]).reshape(n_chunks, chunk)
+
+
+def entry_stats(targets, sources, values, other, n_targets: int, chunk_size: int):
+    """Sums over observed entries: gram_t = sum_{e: target_e = t} x_e x_e^T, rhs_t = sum r_e x_e,
+    with x_e = other[source_e].
+
+    For the u_i update: targets = rows, sources = cols, other = V (J, K). The N entries are
+    processed ``chunk_size`` at a time under ``lax.scan`` (padding entries carry weight 0), so
+    at most a (chunk_size, K, K) array of outer products exists. Returns gram (n_targets, K, K)
+    and rhs (n_targets, K), dtype of ``other``. O(N K^2) work.
+    """
+    k = other.shape[1]
+    dtype = other.dtype
+    n = targets.shape[0]
+    chunk = int(min(chunk_size, n))
+    t = _chunks(targets, chunk, 0)
+    s = _chunks(sources, chunk, 0)
+    r = _chunks(values.astype(dtype), chunk, 0)
+    w = _chunks(jnp.ones((n,), dtype), chunk, 0)
+
+    def body(carry, xs):
+        gram, rhs = carry
+        t_c, s_c, r_c, w_c = xs
+        x = other[s_c] * w_c[:, None]
+        gram = gram.at[t_c].add(x[:, :, None] * x[:, None, :])
+        rhs = rhs.at[t_c].add(r_c[:, None] * x)
+        return (gram, rhs), None
+
+    init = (jnp.zeros((n_targets, k, k), dtype), jnp.zeros((n_targets, k), dtype))
+    (gram, rhs), _ = jax.lax.scan(body, init, (t, s, r, w))
+    return gram, rhs
+
+
+def factor_conditional(gram, rhs, mu, Lambda, alpha):
+    """Natural parameters of the factor rows' conditional: precision P (n, K, K) = Lambda +
+    alpha gram, and h (n, K) = Lambda mu + alpha rhs (module docstring; S&M 2008 eqs. 12-13)."""
+    return Lambda[None] + alpha * gram, (Lambda @ mu)[None] + alpha * rhs
+
+
+def sample_factor_rows(key, precision, h):
+    """Independent draws x_n ~ N(P_n^-1 h_n, P_n^-1), batched: precision (n, K, K), h (n, K).
+
+    x = L^-T (L^-1 h + z) with P = L L^T, z ~ N(0, I): mean P^-1 h, covariance L^-T L^-1 = P^-1.
+    """
+    chol = jnp.linalg.cholesky(precision)
+    z = jax.random.normal(key, h.shape, dtype=h.dtype)
+    y = solve_triangular(chol, h[..., None], lower=True)[..., 0]
+    return solve_triangular(chol, (y + z)[..., None], lower=True, trans="T")[..., 0]
+
+
+# ------------------------------------------------------------------------------
+# State, log joint, sweep
+
+
+def init(key, data: Observations, hyper, n_components: int, *, dtype=jnp.float64, scale: float | None = None) -> BPMFState:
+    """A dispersed start: U, V ~ N(0, scale^2) elementwise (default scale = K^-1/2, so that
+    u_i . v_j starts at O(K^-1/2)); mu = mu0 and Lambda = nu0 W0 (the prior means; the
+    first sweep redraws them from U and V). Different keys give different starts."""
+    k = int(n_components)
+    scale = k ** -0.5 if scale is None else scale
+    k1, k2 = jax.random.split(key)
+    _, mu0, _, nu0, w0, _ = _resolved(hyper, k, dtype)
+    U = scale * jax.random.normal(k1, (data.n_rows, k), dtype=dtype)
+    V = scale * jax.random.normal(k2, (data.n_cols, k), dtype=dtype)
+    return BPMFState(U, V, mu0, nu0 * w0, mu0, nu0 * w0)
+
+
+def _log_wishart(lam, w0_inv, nu0):
+    k = lam.shape[-1]
+    _, logdet_lam = jnp.linalg.slogdet(lam)
+    _, logdet_w0inv = jnp.linalg.slogdet(w0_inv)
+    return (0.5 * (nu0 - k - 1) * logdet_lam - 0.5 * jnp.trace(w0_inv @ lam) - 0.5 * nu0 * k * jnp.log(2.0)
+            + 0.5 * nu0 * logdet_w0inv - multigammaln(0.5 * nu0, k))
+
+
+def _log_mvn_rows(X, mu, lam):
+    """sum_n log N(x_n | mu, lam^-1)."""
+    n, k = X.shape
+    _, logdet = jnp.linalg.slogdet(lam)
+    xc = X - mu
+    quad = jnp.sum((xc @ lam) * xc)
+    return 0.5 * n * logdet - 0.5 * n * k * jnp.log(2.0 * jnp.pi) - 0.5 * quad
+
+
+def _sum_sq_residuals(state: BPMFState, data: Observations, chunk_size: int):
+    n = data.rows.shape[0]
+    chunk = int(min(chunk_size, n))
+    dtype = state.U.dtype
+    xs = (_chunks(data.rows, chunk, 0), _chunks(data.cols, chunk, 0), _chunks(data.values.astype(dtype), chunk, 0),
+          _chunks(jnp.ones((n,), dtype), chunk, 0))
+
+    def body(acc, x):
+        r, c, v, w = x
+        e = v - jnp.sum(state.U[r] * state.V[c], axis=1)
+        return acc + jnp.sum(w * e * e), None
+
+    acc, _ = jax.lax.scan(body, jnp.zeros((), dtype), xs)
+    return acc
+
+
+def log_joint(state: BPMFState, data: Observations, hyper, chunk_size: int | None = None) -> jax.Array:
+    """log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V), all normalizing constants included
+    (the density of `ppl_models.bpmf.model` with respect to Lebesgue measure on the
+    symmetric matrices' lower triangles). O(N K + (I + J) K^2 + K^3)."""
+    k = state.U.shape[1]
+    dtype = state.U.dtype
+    chunk = default_chunk_size(k) if chunk_size is None else chunk_size
+    alpha, mu0, beta0, nu0, _, w0_inv = _resolved(hyper, k, dtype)
+    n = data.rows.shape[0]
+    lik = 0.5 * n * (jnp.log(alpha) - jnp.log(2.0 * jnp.pi)) - 0.5 * alpha * _sum_sq_residuals(state, data, chunk)
+    out = lik
+    for X, mu, lam in ((state.U, state.mu_U, state.Lambda_U), (state.V, state.mu_V, state.Lambda_V)):
+        out = out + _log_wishart(lam, w0_inv, nu0) + _log_mvn_rows(mu[None], mu0, beta0 * lam) + _log_mvn_rows(X, mu, lam)
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | None = None) -> tuple[BPMFState, BPMFInfo]:
+    """One systematic-scan sweep (S&M 2008, section 3.3): (mu_U, Lambda_U) | U, (mu_V, Lambda_V) | V,
+    then all u_i | V, mu_U, Lambda_U in parallel, then all v_j | U (new), mu_V, Lambda_V.
+
+    Parameters
+    ----------
+    key : PRNG key; state : BPMFState; data : Observations (kind "real"; values any float);
+    hyper : BPMF hyperparameters (see module docstring); chunk_size : entries per chunk of the
+    O(N K^2) sums (static; default `default_chunk_size`).
+
+    Returns (new state, BPMFInfo of the entering state). Each block is drawn exactly from its
+    complete conditional, so the sweep leaves the posterior invariant.
+    """
+    k = state.U.shape[1]
+    dtype = state.U.dtype
+    chunk = default_chunk_size(k) if chunk_size is None else chunk_size
+    alpha = jnp.asarray(hyper.alpha, dtype)
+    info = BPMFInfo(log_joint(state, data, hyper, chunk))
+    k_hu, k_hv, k_u, k_v = jax.random.split(key, 4)
+    mu_U, Lambda_U = sample_normal_wishart(k_hu, normal_wishart_posterior(state.U, hyper))
+    mu_V, Lambda_V = sample_normal_wishart(k_hv, normal_wishart_posterior(state.V, hyper))
+    gram, rhs = entry_stats(data.rows, data.cols, data.values, state.V, data.n_rows, chunk)
+    U = sample_factor_rows(k_u, *factor_conditional(gram, rhs, mu_U, Lambda_U, alpha))
+    gram, rhs = entry_stats(data.cols, data.rows, data.values, U, data.n_cols, chunk)
+    V = sample_factor_rows(k_v, *factor_conditional(gram, rhs, mu_V, Lambda_V, alpha))
+    return BPMFState(U, V, mu_U, Lambda_U, mu_V, Lambda_V), info
+
+
+# ------------------------------------------------------------------------------
+# Driver
+
+
+def _sweeps(key, state, data, hyper, n_sweeps: int, chunk_size: int):
+    state, _ = jax.lax.scan(lambda carry, kk: (step(kk, carry, data, hyper, chunk_size)[0], None), state,
+                            jax.random.split(key, n_sweeps))
+    return state
+
+
+_chain_sweeps = jax.jit(jax.vmap(_sweeps, in_axes=(0, 0, None, None, None, None)), static_argnums=(4, 5))
+_chain_log_joint = jax.jit(jax.vmap(log_joint, in_axes=(0, None, None, None)), static_argnums=3)
+
+
+def _check_counts(**kw):
+    for name, value in kw.items():
+        minimum = 0 if name == "num_warmup" else 1
+        if isinstance(value, bool) or int(value) != value or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _hyper_attrs(hyper) -> dict:
+    out = {}
+    for f in ("alpha", "mu0", "beta0", "nu0", "W0"):
+        v = getattr(hyper, f)
+        out[f"hyper_{f}"] = "None" if v is None else (float(v) if np.ndim(v) == 0 else str(np.asarray(v).tolist()))
+    return out
+
+
+def sample(
+    data: Observations,
+    hyper,
+    n_components: int,
+    *,
+    num_chains: int = 4,
+    num_warmup: int = 200,
+    num_samples: int = 500,
+    thin: int = 1,
+    seed: int = 0,
+    dtype=np.float64,
+    keep: tuple[str, ...] = BPMFState._fields,
+    chunk_size: int | None = None,
+    init_scale: float | None = None,
+    progress: bool = True,
+) -> "arviz_io.InferenceData":
+    """Run ``num_chains`` BPMF Gibbs chains (vectorized with ``jax.vmap``) and return the draws.
+
+    Parameters
+    ----------
+    data : Observations (I, J), real-valued entries (build with ``kind="real",
+        drop_zeros=False`` so that zero ratings stay data)
+    hyper : BPMF hyperparameters (``ppl_models.bpmf.BPMFHyper``)
+    n_components : int, K >= 1
+    num_chains, num_warmup, num_samples, thin : int
+        ``num_samples`` kept draws per chain, every ``thin``-th sweep after the warmup
+        (``num_warmup`` rounded up to a multiple of ``thin``).
+    seed : int; the same seed gives the same draws.
+    dtype : float64 (default) or float32
+    keep : names of the state fields to store (U and V cost I K and J K per draw).
+    chunk_size : entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
+    init_scale : sd of the starting U, V (see `init`).
+    progress : show a progress bar.
+
+    Returns
+    -------
+    arviz.InferenceData: ``posterior`` with the kept variables, dims (chain, draw, user|item
+    [, component[, component_bis]]); ``sample_stats`` with ``lp`` (the log joint of each kept
+    state); attrs with the settings and ``seconds_per_sweep`` (of all chains together,
+    compilation excluded).
+
+    Raises
+    ------
+    ValueError
+        Bad hyperparameters (`check_hyper`); non-positive chain/draw counts; unknown names in
+        ``keep``; ``data`` not an `Observations`.
+    """
+    if not isinstance(data, Observations):
+        raise ValueError(f"data must be an Observations, got {type(data).__name__}")
+    check_hyper(hyper, n_components)
+    _check_counts(num_chains=num_chains, num_samples=num_samples, thin=thin, num_warmup=num_warmup)
+    unknown = set(keep) - set(BPMFState._fields)
+    if unknown:
+        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {BPMFState._fields}")
+    k = int(n_components)
+    chunk = default_chunk_size(k) if chunk_size is None else int(chunk_size)
+    dtype = np.dtype(dtype)
+    with jax.enable_x64(dtype == np.float64):
+        obs = Observations(jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(np.asarray(data.values, dtype)),
+                           data.n_rows, data.n_cols)
+        key = jax.random.PRNGKey(seed)
+        key, init_key = jax.random.split(key)
+        state = jax.vmap(lambda kk: init(kk, obs, hyper, k, dtype=dtype, scale=init_scale))(
+            jax.random.split(init_key, num_chains))
+        draws = {name: [] for name in keep}
+        lps = []
+        n_warm_blocks = -(-num_warmup // thin)
+        # compile once (one block of `thin` sweeps) before timing
+        key, sub = jax.random.split(key)
+        state = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk)
+        jax.block_until_ready(state)
+        start = time.perf_counter()
+        for _ in range(max(n_warm_blocks - 1, 0)):
+            key, sub = jax.random.split(key)
+            state = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk)
+        for _ in tqdm(range(num_samples), desc=f"BPMF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
+            key, sub = jax.random.split(key)
+            state = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk)
+            lps.append(np.asarray(_chain_log_joint(state, obs, hyper, chunk)))
+            for name in keep:
+                draws[name].append(np.asarray(getattr(state, name)))
+        jax.block_until_ready(state)
+        seconds = time.perf_counter() - start
+        n_timed = (max(n_warm_blocks - 1, 0) + num_samples) * thin
+    posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
+    return arviz_io.to_inference_data(
+        posterior,
+        sample_stats={"lp": np.stack(lps, axis=1)},
+        dims=BPMF_DIMS,
+        coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(k),
+                "component_bis": np.arange(k)},
+        attrs={"model": "bpmf", "method": "gibbs", "n_components": k, **_hyper_attrs(hyper),
+               "source": "004_90693a0965f06816.txt eqs. 2.9, 2.12-2.16; Salakhutdinov & Mnih 2008 sec. 3.3",
+               "seed": int(seed), "num_chains": int(num_chains), "num_warmup": int(num_warmup),
+               "num_samples": int(num_samples), "thin": int(thin), "dtype": str(dtype), "chunk_size": chunk,
+               "seconds": float(seconds), "seconds_per_sweep": float(seconds / max(n_timed, 1))},
+    )
+
+
+def predict(idata, rows, cols, *, include_noise: bool = False, alpha: float | None = None, batch: int = 64):
+    """Posterior mean and sd of the prediction at the cells (rows, cols), over all kept draws.
+
+    The mean is eq. (2.16) of seed 004: (1/C) sum_c u_i^c . v_j^c over the C = chains x draws
+    kept draws. The sd is that of u_i . v_j over the draws (uncertainty of the mean rating);
+    with ``include_noise`` the observation noise 1/alpha is added to the variance (the
+    posterior predictive sd of a new rating; ``alpha`` defaults to the run's hyper_alpha).
+
+    Parameters
+    ----------
+    idata : InferenceData from `sample` with ``U`` and ``V`` kept.
+    rows, cols : int arrays (M,) of cell indices.
+    batch : draws processed at a time (memory batch x M x K).
+
+    Returns
+    -------
+    mean, sd : float64 arrays (M,)
+
+    Raises
+    ------
+    ValueError
+        U or V not kept; rows/cols of different lengths or out of range.
+    """
+    post = arviz_io.group_arrays(idata)
+    if "U" not in post or "V" not in post:
+        raise ValueError("idata: predict needs U and V in the posterior (keep=('U', 'V', ...))")
+    U = post["U"].reshape(-1, *post["U"].shape[2:])
+    V = post["V"].reshape(-1, *post["V"].shape[2:])
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    if rows.shape != cols.shape or rows.ndim != 1:
+        raise ValueError(f"rows and cols must be 1-D of equal length, got {rows.shape} and {cols.shape}")
+    if rows.size and (rows.min() < 0 or rows.max() >= U.shape[1]):
+        raise ValueError(f"rows: index out of range [0, {U.shape[1] - 1}]")
+    if cols.size and (cols.min() < 0 or cols.max() >= V.shape[1]):
+        raise ValueError(f"cols: index out of range [0, {V.shape[1] - 1}]")
+    s1 = np.zeros(rows.size)
+    s2 = np.zeros(rows.size)
+    for start in range(0, U.shape[0], batch):
+        p = np.einsum("smk,smk->sm", U[start:start + batch][:, rows], V[start:start + batch][:, cols])
+        s1 += p.sum(axis=0)
+        s2 += (p * p).sum(axis=0)
+    c = U.shape[0]
+    mean = s1 / c
+    var = np.maximum(s2 / c - mean ** 2, 0.0) * (c / max(c - 1, 1))
+    if include_noise:
+        a = float(idata.posterior.attrs["hyper_alpha"]) if alpha is None else float(alpha)
+        var = var + 1.0 / a
+    return mean, np.sqrt(var)
