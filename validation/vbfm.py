@@ -1,0 +1,581 @@
+"""VBFM / OVBFM glue for the validation levels: stationarity, monotone ELBO, dense twins,
+Monte Carlo ELBO, SVI vs CAVI, NUTS cross-check, errata, and the ML-100K benchmark.
+
+Reference code for tests and reports: it may build dense N x D arrays (small designs only).
+
+Sources: ``004_90693a0965f06816.txt`` eqs. 4.1-4.33, Algorithms 3-4; solver
+`custom_inference.vbfm`; generative program `ppl_models.fm.model_flat`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pandas as pd
+import scipy.sparse as sp
+from numpyro.infer.util import log_density
+from scipy import stats
+from scipy.special import digamma, gammaln
+
+from custom_inference import arviz_io
+from custom_inference import vbfm
+from custom_inference.fm_design import FMDesign
+from ppl_models import fm as ppl
+
+from . import crosscheck as xc
+from . import gates as gates_mod
+from . import updates
+from .errata import Erratum
+
+__all__ = [
+    "simulated_design",
+    "warm_state",
+    "update_checks",
+    "printed_update_v_block",
+    "monotone_check",
+    "dense_moments",
+    "dense_twin_checks",
+    "monte_carlo_elbo",
+    "svi_cavi_exact",
+    "svi_cavi_close",
+    "model_flat_gamma_alpha",
+    "CrosscheckConfig",
+    "CrosscheckResult",
+    "run_crosscheck",
+    "movielens_design",
+    "benchmark_movielens",
+    "ERRATA",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# small simulated designs
+
+
+def simulated_design(seed: int = 0, n_users: int = 30, n_items: int = 20, n_genres: int = 4, n_rows: int = 200,
+                     *, multi_hot: bool = True, y=None) -> FMDesign:
+    """X = [onehot(user) | onehot(item) | genres], genres a multi-hot group of 1-3 features with
+    value 0.5 (so rows have 3-5 active features and the interaction covariance terms matter).
+    ``y`` default: 3 + N(0, 1) noise (replace with model draws via `ppl_models.fm.simulate`)."""
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, n_users, n_rows)
+    i = rng.integers(0, n_items, n_rows)
+    rows = list(np.arange(n_rows)) * 2
+    cols = list(u) + list(n_users + i)
+    vals = [1.0] * (2 * n_rows)
+    group = [0] * n_users + [1] * n_items
+    if multi_hot:
+        for n in range(n_rows):
+            for g in rng.choice(n_genres, size=rng.integers(1, 4), replace=False):
+                rows.append(n), cols.append(n_users + n_items + g), vals.append(0.5)
+        group += [2] * n_genres
+    D = len(group)
+    X = sp.coo_matrix((vals, (rows, cols)), shape=(n_rows, D))
+    y = 3.0 + rng.standard_normal(n_rows) if y is None else np.asarray(y)
+    names = ["user", "item", "genre"][: max(group) + 1]
+    return FMDesign.from_scipy(X, y, np.asarray(group), group_names=names)
+
+
+def _jnp(design):
+    return jax.tree_util.tree_map(jnp.asarray, design)
+
+
+def warm_state(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
+               alpha_prior=None, update_hyper: bool = True):
+    """A float64 state after ``sweeps`` CAVI sweeps (not a fixed point)."""
+    d = _jnp(design)
+    state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
+    for _ in range(sweeps):
+        state, _ = vbfm.step(None, state, d, update_hyper=update_hyper)
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) stationarity of every block, by jax.grad of the ELBO
+
+
+@functools.lru_cache(maxsize=None)
+def _grad_fn():
+    return jax.jit(jax.grad(vbfm.elbo))
+
+
+def _block_grad(design, state, picks) -> float:
+    g = _grad_fn()(state, design)
+    return float(max(jnp.max(jnp.abs(pick(g))) for pick in picks))
+
+
+def printed_update_v_block(state, caches, nz, in_block, group, k, scale, rho):
+    """The printed v update (eqs. 4.21 / 4.24, Algorithm 3 line 26): the mean without the covariance term,
+    h_printed = E[alpha] sum_n x_nl A (R_n + x_nl mu_lk A), precision as in 4.20 / 4.23 (correct).
+    Caches are updated the same way as the solver's (R, S1, S2, S3 after the new means)."""
+    rows, cols, x = nz
+    D = state.v_prec.shape[0]
+    e_alpha = state.alpha_shape / state.alpha_rate
+    mu, sv = state.v_h[:, k] / state.v_prec[:, k], 1.0 / state.v_prec[:, k]
+    A = caches.S1[rows, k] - x * mu[cols]
+    stat_p = jax.ops.segment_sum(x**2 * (A**2 + caches.S2[rows, k] - x**2 * sv[cols]), cols, num_segments=D)
+    stat_h = jax.ops.segment_sum(x * A * (caches.R[rows] + x * mu[cols] * A), cols, num_segments=D)
+    P = jnp.where(in_block, state.sigma_v[group, k] + scale * e_alpha * stat_p, state.v_prec[:, k])
+    h = jnp.where(in_block, scale * e_alpha * stat_h, state.v_h[:, k])
+    mu_new, sv_new = h / P, 1.0 / P
+    dmu, ds, dsm = (mu_new - mu)[cols], (sv_new - sv)[cols], (sv_new * mu_new - sv * mu)[cols]
+    caches = vbfm.Caches(caches.R.at[rows].add(-x * dmu * A), caches.S1.at[rows, k].add(x * dmu),
+                         caches.S2.at[rows, k].add(x**2 * ds), caches.S3.at[rows, k].add(x**3 * dsm))
+    return state._replace(v_prec=state.v_prec.at[:, k].set(P), v_h=state.v_h.at[:, k].set(h)), caches
+
+
+def _all_nz(design):
+    return design.rows, design.cols, design.values
+
+
+def update_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
+                  alpha_prior=None, v_update=None, rtol: float = 1e-7) -> pd.DataFrame:
+    """Stationarity (`validation.updates.StationarityResult`) of every block of one CAVI sweep, in float64.
+
+    From `warm_state`, apply the solver's updates in its order (w0; w per design block; v per k
+    and block; alpha; hyperparameters sigma_0, sigma_w, sigma_v) with the solver's incremental
+    caches, and after each take ``jax.grad`` of `custom_inference.vbfm.elbo` at the state before
+    and after, restricted to the updated entries. ``v_update`` replaces `vbfm.update_v_block`
+    (how the errata table runs the printed form). Returns a DataFrame: block, grad_before,
+    grad_after, passed.
+    """
+    with jax.enable_x64(True):
+        d = _jnp(design)
+        state = warm_state(design, K, hyper, seed=seed, sweeps=sweeps, alpha_prior=alpha_prior)
+        v_update = vbfm.update_v_block if v_update is None else v_update
+        nz_blocks, masks = vbfm._design_blocks(d)
+        caches, _ = vbfm.compute_caches(state, *_all_nz(d), d.y, d.n_rows)
+        rows = []
+
+        def record(name, before, after, picks):
+            r = updates.StationarityResult(name, _block_grad(d, after, picks), _block_grad(d, before, picks), rtol)
+            rows.append({"block": r.block, "grad_before": r.grad_before, "grad_after": r.grad_after, "passed": r.passed})
+
+        new, caches = vbfm.update_w0(state, caches, None, 1.0, 1.0)
+        record("w0", state, new, [lambda g: g.w0_prec, lambda g: g.w0_h])
+        state = new
+        for b, (nz, mask) in enumerate(zip(nz_blocks, masks)):
+            idx = np.flatnonzero(np.asarray(design.block) == b)
+            new, caches = vbfm.update_w_block(state, caches, nz, mask, d.group, 1.0, 1.0)
+            record(f"w[block {b}]", state, new, [lambda g, i=idx: g.w_prec[i], lambda g, i=idx: g.w_h[i]])
+            state = new
+        for k in range(K):
+            for b, (nz, mask) in enumerate(zip(nz_blocks, masks)):
+                idx = np.flatnonzero(np.asarray(design.block) == b)
+                new, caches = v_update(state, caches, nz, mask, d.group, k, 1.0, 1.0)
+                record(f"v[block {b}, k {k}]", state, new,
+                       [lambda g, i=idx, k=k: g.v_prec[i, k], lambda g, i=idx, k=k: g.v_h[i, k]])
+                state = new
+        fresh, T = vbfm.compute_caches(state, *_all_nz(d), d.y, d.n_rows)
+        new = vbfm.update_alpha(state, fresh.R, T, None, 1.0, 1.0)
+        record("alpha", state, new, [lambda g: g.alpha_shape, lambda g: g.alpha_rate])
+        state = new
+        new = vbfm.update_hyper(state, d.group, d.n_groups)
+        record("sigma_0", state, new, [lambda g: g.sigma_0])
+        record("sigma_w", state, new, [lambda g: g.sigma_w])
+        record("sigma_v", state, new, [lambda g: g.sigma_v])
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) monotone ELBO
+
+
+def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 30,
+                   alpha_prior=None, update_hyper: bool = True, rtol: float = 1e-10):
+    """ELBO over ``sweeps`` CAVI sweeps (float64) and `validation.updates.monotone` of it.
+
+    Returns (ok, largest relative decrease, trace)."""
+    with jax.enable_x64(True):
+        d = _jnp(design)
+        state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
+        trace = [float(vbfm.elbo(state, d))]
+        for _ in range(sweeps):
+            state, info = vbfm.step(None, state, d, update_hyper=update_hyper)
+            trace.append(float(info.elbo))
+    ok, worst = updates.monotone(trace, rtol=rtol)
+    return ok, worst, np.asarray(trace)
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) dense twins
+
+
+def dense_moments(state, X: np.ndarray):
+    """Brute force over all feature pairs of a dense X (N, D): E[yhat] (N,), Var[yhat] (N,),
+    S1, S2, S3 (N, K). Uses the printed eq. 4.15 form of T_n (pair sums; correct when summed over k)."""
+    (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in p) for p in vbfm.moments(state))
+    X = np.asarray(X, np.float64)
+    N, D = X.shape
+    mean = m0 + X @ m
+    var = s0 + (X**2) @ s
+    for n in range(N):
+        act = np.flatnonzero(X[n])
+        for a_i, l in enumerate(act):
+            for lp in act[a_i + 1:]:
+                xl, xp = X[n, l], X[n, lp]
+                mean[n] += xl * xp * np.dot(mu[l], mu[lp])
+                var[n] += xl**2 * xp**2 * np.sum(mu[l] ** 2 * sv[lp] + mu[lp] ** 2 * sv[l] + sv[l] * sv[lp])
+        for l in act:
+            others = [j for j in act if j != l]
+            for a_i, j in enumerate(others):
+                for jp in others[a_i + 1:]:
+                    var[n] += 2 * X[n, l] ** 2 * np.sum(sv[l] * X[n, j] * X[n, jp] * mu[j] * mu[jp])
+    return mean, var, X @ mu, (X**2) @ sv, (X**3) @ (sv * mu)
+
+
+def dense_twin_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
+                      alpha_prior=None) -> pd.DataFrame:
+    """The solver's incrementally maintained caches after one sweep (`vbfm.sweep_with_caches`) and its
+    expected squared error R^2 + T against `dense_moments` of the new state. Also the ELBO against a
+    dense likelihood + scipy prior/entropy sum. Returns DataFrame quantity, max_rel_diff.
+    """
+    with jax.enable_x64(True):
+        d = _jnp(design)
+        state = warm_state(design, K, hyper, seed=seed, sweeps=sweeps, alpha_prior=alpha_prior)
+        new, caches = jax.jit(vbfm.sweep_with_caches)(state, d)
+        fresh, T = vbfm.compute_caches(new, *_all_nz(d), d.y, d.n_rows)
+        value = float(vbfm.elbo(new, d))
+    X = design.to_dense()
+    y = np.asarray(design.y, np.float64)
+    mean, var, S1, S2, S3 = dense_moments(new, X)
+    rel = updates.max_relative_difference
+    out = [
+        ("R (incremental)", rel(caches.R, y - mean)),
+        ("S1 (incremental)", rel(caches.S1, S1)),
+        ("S2 (incremental)", rel(caches.S2, S2)),
+        ("S3 (incremental)", rel(caches.S3, S3)),
+        ("T = Var[yhat]", rel(T, var)),
+        ("elbo", rel(value, _dense_full_elbo(new, design, mean, var))),
+    ]
+    return pd.DataFrame([{"quantity": q, "max_rel_diff": v} for q, v in out])
+
+
+def _dense_full_elbo(state, design, mean, var) -> float:
+    """ELBO from dense moments, scipy normal/gamma entropies and explicit per-feature prior terms."""
+    y = np.asarray(design.y, np.float64)
+    group = np.asarray(design.group)
+    (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in p) for p in vbfm.moments(state))
+    shape, rate = float(state.alpha_shape), float(state.alpha_rate)
+    gamma_mode = float(state.alpha_prior_shape) > 0
+    e_a = shape / rate
+    elog = digamma(shape) - np.log(rate) if gamma_mode else np.log(e_a)
+    N = y.size
+    total = 0.5 * N * (elog - np.log(2 * np.pi)) - 0.5 * e_a * np.sum((y - mean) ** 2 + var)
+
+    def prior_plus_entropy(prec, mean_, var_):
+        e_logp = 0.5 * np.log(prec / (2 * np.pi)) - 0.5 * prec * (mean_**2 + var_)
+        return np.sum(e_logp + stats.norm(0, np.sqrt(var_)).entropy())
+
+    total += prior_plus_entropy(float(state.sigma_0), m0, s0)
+    total += prior_plus_entropy(np.asarray(state.sigma_w, np.float64)[group], m, s)
+    total += prior_plus_entropy(np.asarray(state.sigma_v, np.float64)[group], mu, sv)
+    if gamma_mode:
+        a0, b0 = float(state.alpha_prior_shape), float(state.alpha_prior_rate)
+        total += a0 * np.log(b0) - gammaln(a0) + (a0 - 1) * elog - b0 * e_a
+        total += stats.gamma(shape, scale=1 / rate).entropy()
+    return float(total)
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) Monte Carlo ELBO from the NumPyro program
+
+
+def model_flat_gamma_alpha(rows, cols, values, n_rows, n_features, group, K, hyper, a0, b0, y=None, *, n_groups=None):
+    """`ppl_models.fm.model_flat` with alpha ~ Gamma(a0, b0) (shape, rate) instead of fixed: the model
+    that VBFM with ``alpha_prior=(a0, b0)`` approximates, and the NUTS reference of `run_crosscheck`."""
+    alpha = numpyro.sample("alpha", dist.Gamma(a0, b0))
+    ppl.model_flat(rows, cols, values, n_rows, n_features, group, K, hyper._replace(alpha=alpha), y,
+                   n_groups=n_groups)
+
+
+def _fitted_hyper(state) -> ppl.FMFlatHyper:
+    return ppl.FMFlatHyper(alpha=float(state.alpha_shape / state.alpha_rate), sigma_0=float(state.sigma_0),
+                           sigma_w=np.asarray(state.sigma_w), sigma_v=np.asarray(state.sigma_v))
+
+
+def monte_carlo_elbo(state, design: FMDesign, n_draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """E_q[log p(y, Z) - log q(Z)] by Monte Carlo: log p from the NumPyro program (`model_flat`, or
+    `model_flat_gamma_alpha` when q(alpha) is Gamma) at the state's prior precisions, log q by scipy.
+    Returns (estimate, standard error)."""
+    K = state.v_prec.shape[1]
+    draws = {k: v[0] for k, v in vbfm.draws_from_q(seed, state, n_draws).items()}
+    gamma_mode = float(state.alpha_prior_shape) > 0
+    hyper = _fitted_hyper(state)
+    args = (jnp.asarray(design.rows), jnp.asarray(design.cols), jnp.asarray(design.values), design.n_rows,
+            design.n_features, np.asarray(design.group), K)
+    y = jnp.asarray(design.y)
+    with jax.enable_x64(True):
+        if gamma_mode:
+            a0, b0 = float(state.alpha_prior_shape), float(state.alpha_prior_rate)
+
+            def lp(dr):
+                return log_density(model_flat_gamma_alpha, args + (hyper, a0, b0, y), {"n_groups": design.n_groups}, dr)[0]
+            sites = ("w0", "w", "V", "alpha")
+        else:
+            def lp(dr):
+                return log_density(ppl.model_flat, args + (hyper, y), {"n_groups": design.n_groups}, dr)[0]
+            sites = ("w0", "w", "V")
+        logp = np.asarray(jax.jit(jax.vmap(lp))({s: jnp.asarray(draws[s], jnp.float64) for s in sites}))
+    (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in p) for p in vbfm.moments(state))
+    logq = stats.norm.logpdf(draws["w0"], m0, np.sqrt(s0))
+    logq = logq + stats.norm.logpdf(draws["w"], m, np.sqrt(s)).sum(axis=1)
+    logq = logq + stats.norm.logpdf(draws["V"], mu, np.sqrt(sv)).sum(axis=(1, 2))
+    if gamma_mode:
+        logq = logq + stats.gamma.logpdf(draws["alpha"], float(state.alpha_shape), scale=1 / float(state.alpha_rate))
+    vals = logp - logq
+    return float(vals.mean()), float(vals.std(ddof=1) / np.sqrt(n_draws))
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) OVBFM vs VBFM
+
+
+def _flat_state(state):
+    return np.concatenate([np.ravel(np.asarray(getattr(state, f), np.float64)) for f in
+                           ("w0_prec", "w0_h", "w_prec", "w_h", "v_prec", "v_h", "alpha_shape", "alpha_rate",
+                            "sigma_0", "sigma_w", "sigma_v")])
+
+
+def svi_cavi_exact(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
+                   alpha_prior=None) -> float:
+    """One OVBFM step with one batch holding every row (B = 1) and rho = 1 against one CAVI sweep,
+    from the same warm state: the max relative difference of every natural parameter and
+    hyperparameter. Same code path, other summation order: must be at float64 rounding (< 1e-9)."""
+    with jax.enable_x64(True):
+        d = _jnp(design)
+        state = warm_state(design, K, hyper, seed=seed, sweeps=sweeps, alpha_prior=alpha_prior)
+        cavi, _ = vbfm.step(None, state, d)
+        batch = vbfm.make_batches(seed, d, 1)[0]
+        svi = vbfm.svi_step(None, state, d, None, batch, 0, lam=1.0)  # rho_0 = 1
+    return updates.max_relative_difference(_flat_state(svi), _flat_state(cavi))
+
+
+def svi_cavi_close(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, n_batches: int = 4,
+                   epochs: int = 150, lam: float = 0.6, cavi_iter: int = 3000, alpha_prior=None) -> dict:
+    """OVBFM with B random batches and rho_t = (1 + t)^-lam against VBFM's fixed point.
+
+    Both start from the same initial state with hyperparameters fixed (update_hyper=False, so the two
+    optimize the same objective over q only). Tolerance, from the noise of SVI itself: we restart SVI
+    at VBFM's fixed point with the counter at the same t and run one more epoch; the movement of the
+    predictive means in that epoch (``jitter``) is the noise floor of SVI at that step size. OVBFM
+    reached the fixed point when its distance to it is at most 3 x jitter (and the ELBO gap relative
+    to |ELBO| is reported). Returns dict: elbo_cavi, elbo_svi, elbo_rel_gap, pred_rms_diff, jitter_rms,
+    ratio (= pred_rms_diff / jitter_rms), pred_sd_median (typical Var[yhat]^0.5 for scale).
+    """
+    with jax.enable_x64(True):
+        d = _jnp(design)
+        key = jax.random.PRNGKey(seed)
+        cavi = vbfm.fit(key, design, K, hyper, max_iter=cavi_iter, tol=1e-12, progress=False, alpha_prior=alpha_prior,
+                        update_hyper=False, n_draws=0)
+        svi = vbfm.fit_svi(key, design, K, hyper, n_batches=n_batches, max_epochs=epochs, progress=False, lam=lam,
+                           alpha_prior=alpha_prior, update_hyper=False, n_draws=0, seed=seed)
+        m_c, sd_c = vbfm.predict(cavi.state, d, noise=False)
+        m_s, _ = vbfm.predict(svi.state, d, noise=False)
+        # noise floor: one more epoch from the CAVI fixed point at t = epochs * B
+        st = cavi.state
+        t = epochs * n_batches
+        for b in vbfm.make_batches(seed + 1, d, n_batches):
+            st = vbfm.svi_step(None, st, d, None, b, t, lam=lam, update_hyper=False)
+            t += 1
+        m_j, _ = vbfm.predict(st, d, noise=False)
+    diff = float(np.sqrt(np.mean((m_s - m_c) ** 2)))
+    jitter = float(np.sqrt(np.mean((m_j - m_c) ** 2)))
+    ec, es = float(cavi.elbo[-1]), float(svi.elbo[-1])
+    return {"elbo_cavi": ec, "elbo_svi": es, "elbo_rel_gap": (ec - es) / abs(ec), "pred_rms_diff": diff,
+            "jitter_rms": jitter, "ratio": diff / jitter, "pred_sd_median": float(np.median(sd_c))}
+
+
+# ---------------------------------------------------------------------------------------------
+# (f) NUTS cross-check
+
+
+@dataclass(frozen=True)
+class CrosscheckConfig:
+    """Small simulated FM: users/items one-hot + a multi-hot genre group, K factors.
+
+    Data: y from `ppl_models.fm.simulate` (flat priors ``sim_hyper``) plus ``offset`` (so that
+    predictions are positive, as `validation.crosscheck.compare_vi` compares log means; w0 has a
+    wide prior, sigma_0 = 0.01, and absorbs it). Hyperparameters are **fixed at the simulation
+    (prior) values** in both NUTS and VBFM (update_hyper=False); alpha gets a Gamma(a0, b0) prior in
+    both, so its VI gap can be reported.
+    """
+
+    n_users: int = 30
+    n_items: int = 20
+    n_genres: int = 4
+    n_rows: int = 200
+    K: int = 2
+    sim_hyper: ppl.FMFlatHyper = ppl.FMFlatHyper(alpha=4.0, sigma_0=0.01, sigma_w=4.0, sigma_v=2.0)
+    alpha_prior: tuple = (2.0, 0.5)
+    offset: float = 5.0
+    seed: int = 0
+    num_chains: int = 4
+    num_warmup: int = 1000
+    num_samples: int = 1000
+    vi_restarts: int = 3
+    n_vi_draws: int = 4000
+
+
+@dataclass
+class CrosscheckResult:
+    config: CrosscheckConfig
+    design: FMDesign
+    verdict: xc.Verdict
+    nuts: xc.NutsRun
+    solver_idata: object
+    settings: str
+    nuts_quantities: dict = field(repr=False)
+    solver_quantities: dict = field(repr=False)
+    update_table: pd.DataFrame | None = None
+    dense_table: pd.DataFrame | None = None
+    solver: str = "vbfm"
+
+
+def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
+    """The simulated design of a cross-check (y drawn from the flat-prior program + offset)."""
+    base = simulated_design(config.seed, config.n_users, config.n_items, config.n_genres, config.n_rows)
+    with jax.enable_x64(True):
+        _, y = ppl.simulate(jax.random.PRNGKey(config.seed), base.rows, base.cols, base.values, base.n_rows,
+                            np.asarray(base.group), config.K, config.sim_hyper)
+    return simulated_design(config.seed, config.n_users, config.n_items, config.n_genres, config.n_rows,
+                            y=np.asarray(y) + config.offset)
+
+
+def identifiable_quantities(post: dict, design: FMDesign) -> dict[str, np.ndarray]:
+    """``pred``: yhat_n for every row (chain, draw, N); ``alpha`` (chain, draw, 1). Raw w, V not compared."""
+    c, dr = np.asarray(post["w0"]).shape[:2]
+    flat = {k: jnp.asarray(np.asarray(post[k]).reshape(c * dr, *np.asarray(post[k]).shape[2:]), jnp.float64)
+            for k in ("w0", "w", "V")}
+    with jax.enable_x64(True):
+        f = jax.jit(jax.vmap(lambda p: ppl.predict_mean(p, jnp.asarray(design.rows), jnp.asarray(design.cols),
+                                                        jnp.asarray(design.values), design.n_rows)))
+        pred = np.asarray(f(flat)).reshape(c, dr, -1)
+    return {"pred": pred, "alpha": np.asarray(post["alpha"]).reshape(c, dr, 1)}
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> CrosscheckResult:
+    """VBFM (best of ``vi_restarts`` by ELBO) against ArviZ-gated NUTS on `model_flat_gamma_alpha`.
+
+    Compared: every row's predictive mean yhat_n and alpha; verdict from
+    `validation.crosscheck.compare_vi` (sd ratios and 90% coverage reported).
+    """
+    design = crosscheck_design(config)
+    h = config.sim_hyper
+    start = time.perf_counter()
+    with jax.enable_x64(True):
+        fits = [vbfm.fit(jax.random.PRNGKey(config.seed + 100 * r), design, config.K, h, max_iter=5000, tol=1e-10,
+                         progress=False, alpha_prior=config.alpha_prior, update_hyper=False,
+                         n_draws=config.n_vi_draws, seed=config.seed + r)
+                for r in range(config.vi_restarts)]
+    vi_seconds = time.perf_counter() - start
+    elbos = [float(f.elbo[-1]) for f in fits]
+    best = fits[int(np.argmax(elbos))]
+    nuts = xc.run_nuts(
+        model_flat_gamma_alpha, jnp.asarray(design.rows), jnp.asarray(design.cols), jnp.asarray(design.values),
+        design.n_rows, design.n_features, np.asarray(design.group), config.K, h, *config.alpha_prior,
+        jnp.asarray(design.y), seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
+        num_samples=config.num_samples, progress=progress, n_groups=design.n_groups,
+    )
+    nq = identifiable_quantities(arviz_io.group_arrays(nuts.idata), design)
+    vq = identifiable_quantities(arviz_io.group_arrays(best.idata), design)
+    gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
+    verdict = xc.compare_vi(nq, vq, gate)
+    settings = (f"VBFM: best of {config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.2f}' for e in elbos)}), "
+                f"tol 1e-10, {vi_seconds:.1f} s; hyperparameters fixed at the simulation values; "
+                f"alpha ~ Gamma{config.alpha_prior}; {config.n_vi_draws} draws from q")
+    return CrosscheckResult(config, design, verdict, nuts, best.idata, settings, nq, vq,
+                            update_checks(design, config.K, h, alpha_prior=config.alpha_prior),
+                            dense_twin_checks(design, config.K, h, alpha_prior=config.alpha_prior))
+
+
+# ---------------------------------------------------------------------------------------------
+# ML-100K design and benchmark
+
+
+def movielens_design(path, dtype=np.float64) -> FMDesign:
+    """ML-100K as an FM design: X = [onehot(user) | onehot(item)], groups [0]*I + [1]*J."""
+    from .datasets import index_ratings, load_movielens
+
+    ix = index_ratings(load_movielens(path))
+    f = ix.frame
+    N, I, J = len(f), ix.n_users, ix.n_items
+    X = sp.coo_matrix((np.ones(2 * N), (np.r_[np.arange(N), np.arange(N)], np.r_[f.u.to_numpy(), I + f.i.to_numpy()])),
+                      shape=(N, I + J))
+    return FMDesign.from_scipy(X, f.rating.to_numpy(), np.r_[np.zeros(I, int), np.ones(J, int)],
+                               group_names=["user", "item"], dtype=dtype)
+
+
+def benchmark_movielens(path, Ks=(10, 32), *, max_iter: int = 200, tol: float = 1e-5, n_batches: int = 10,
+                        svi_epochs: int = 5, dtype=np.float32, seed: int = 0) -> pd.DataFrame:
+    """Seconds per CAVI sweep and per OVBFM epoch (compilation excluded) on ML-100K, and sweeps to
+    reach relative ELBO change < ``tol``. Returns a DataFrame, one row per K."""
+    rows = []
+    with jax.enable_x64(dtype == np.float64):
+        design = movielens_design(path, dtype)
+        for K in Ks:
+            key = jax.random.PRNGKey(seed)
+            r = vbfm.fit(key, design, K, ppl.FMFlatHyper(), max_iter=max_iter, tol=tol, progress=False, n_draws=0)
+            s = vbfm.fit_svi(key, design, K, ppl.FMFlatHyper(), n_batches=n_batches, max_epochs=svi_epochs,
+                             progress=False, n_draws=0)
+            attrs = r.idata.vi_trace.attrs
+            rows.append({"K": K, "N": design.n_rows, "D": design.n_features, "dtype": np.dtype(dtype).name,
+                         "cavi_s_per_iter": attrs["seconds_per_iter"], "cavi_iters": attrs["n_iter"],
+                         "cavi_converged": attrs["converged"], "cavi_final_elbo": float(r.elbo[-1]),
+                         "svi_s_per_epoch": s.idata.vi_trace.attrs["seconds_per_epoch"],
+                         "svi_batches": n_batches, "svi_elbo_after": float(s.elbo[-1])})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# (g) errata
+
+
+_SEED004 = "004_90693a0965f06816.txt"
+
+
+def _printed_v_mean_check(form: str):
+    """Stationarity of the v blocks on a design with multi-hot rows (3-5 active features)."""
+    design = simulated_design(seed=5, n_users=8, n_items=6, n_genres=4, n_rows=40)
+    upd = printed_update_v_block if form == "printed" else None
+    table = update_checks(design, 2, v_update=upd)
+    v = table[table.block.str.startswith("v[")]
+    return bool(v.passed.all()), float((v.grad_after / np.maximum(v.grad_before, 1.0)).max())
+
+
+def _robbins_monro_check(form: str):
+    """sum_t rho_t^2 must converge (Robbins-Monro): tail sum over t in [1e6, 1e8) of (1 + t)^(-2 lam)
+    must be small (< 0.5); with lam = 0.5 it is ln(100) = 4.6 and grows without bound."""
+    lam = 0.5 if form == "printed" else 0.6
+    t = np.geomspace(1e6, 1e8, 200001)
+    tail = float(np.trapezoid((1 + t) ** (-2 * lam), t))
+    return tail < 0.5, tail
+
+
+ERRATA: tuple[Erratum, ...] = (
+    Erratum(
+        _SEED004, "eqs. 4.21 and 4.24, Algorithm 3 line 26 (and eq. 4.33, OVBFM)",
+        "mu'_vik = sigma'_vik alpha sum_n x_ni S1(i,k) (R_n + x_ni mu'_vik S1(i,k))",
+        "mu'_vik = sigma'_vik alpha sum_n x_ni [S1(i,k) (R_n + x_ni mu'_vik S1(i,k)) - S1(i,k) S2(i,k) + S3(i,k)], "
+        "S3(i,k) = sum_{l != i} x_nl^3 sigma'_vlk mu'_vlk",
+        "the rest of the interaction b_n and the coefficient h_n = x_ni sum_{l != i} x_nl v_lk of v_ik share the "
+        "v_lk, so E[(y_n - b_n) h_n] needs Cov(b_n, h_n) = x_ni sum_{l != i} x_nl^2 sigma'_vlk (S1(i,k) - x_nl mu'_vlk); "
+        "it vanishes only for rows with at most two active features (pure user x item designs)",
+        "stationarity", _printed_v_mean_check,
+    ),
+    Erratum(
+        _SEED004, "text after eq. 4.28 (OVBFM step sizes)",
+        "lambda in (0.5, 1), set to lambda = 0.5",
+        "lambda in (0.5, 1] (e.g. 0.6): rho_t = (1 + t)^-lambda with sum rho_t = inf and sum rho_t^2 < inf",
+        "at lambda = 0.5, sum rho_t^2 = sum 1/(1+t) diverges, so the Robbins-Monro conditions the text invokes do "
+        "not hold (the iterates keep a noise floor that does not shrink)",
+        "robbins_monro", _robbins_monro_check,
+    ),
+)
