@@ -1,0 +1,486 @@
+r"""MCMC-FM: the Gibbs sampler of the Bayesian factorization machine.
+
+Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (model; Freudenthaler, Schmidt-
+Thieme, Rendle 2011), with the hyperparameters shared per feature group as in the
+published sampler (see `ppl_models.fm`, `FMHierHyper`). The thesis prints no conditionals
+("refer to [C. Freudenthaler, 2011]"); the ones below are derived here and checked against
+the NumPyro program's log density in `validation.fm_mcmc`.
+
+Derivation. yhat_n (eq. 2.17) is linear in every single parameter theta:
+yhat_n = h_n(theta) theta + (terms free of theta), with
+
+    theta = w0:    h_n = 1
+    theta = w_l:   h_n = x_nl
+    theta = v_lk:  h_n = x_nl (q_nk - x_nl v_lk),     q_nk = sum_m x_nm v_mk
+
+With the residual e_n = y_n - yhat_n and a N(m, 1/s) prior, the complete conditional is
+N(h / P, 1 / P) with
+
+    P = s + alpha sum_n h_n^2,    h = s m + alpha sum_n h_n (e_n + h_n theta_current).
+
+After a draw, e_n -= h_n (theta_new - theta_old) and, for v_lk, q_nk += x_nl (new - old).
+The sums run over the nonzeros of column l only, so a sweep costs O(nnz(X) K).
+
+Blocks. `FMDesign` colours the features so that two features of one block never share a
+row; then h_n of feature l involves no other feature m of the block (q_nk - x_nl v_lk only
+contains features of *other* blocks in row n), the rows touched by the features of a
+block are disjoint, and the conditionals of all features of a block are independent given
+the rest: the whole block is drawn at once, exactly as if one feature after the other
+(checked in `validation.fm_mcmc`). Blocks are visited in a static Python loop (inside
+jit) over ``design.block_ptr``: w of the block, then v_{.k} for k = 1..K (a fori_loop).
+
+Hyperparameters (normal-gamma, eqs. 2.27-2.30 per group g and factor k), with n_g the
+number of features of group g:
+
+    sigma_w[g] | mu_w, w ~ Gamma(alpha_0' + (n_g + 1)/2,
+                                beta_0' + (nu_0 (mu_w[g] - mu_0)^2 + sum_{l in g} (w_l - mu_w[g])^2) / 2)
+    mu_w[g] | sigma_w, w ~ N((nu_0 mu_0 + sum_{l in g} w_l) / (nu_0 + n_g), 1 / ((nu_0 + n_g) sigma_w[g]))
+
+(the same for sigma_v[g, k], mu_v[g, k] with v_lk), i.e. `custom_inference.gaussian`'s
+sample_ng_precision / sample_ng_mean applied per group (written here with segment sums
+because groups differ in size). alpha | e ~ Gamma(alpha_0 + N/2, beta_0 + sum e^2 / 2);
+w0 as above with prior N(mu_0, 1/sigma_0).
+
+Caches. `step` recomputes e and q from the parameters at the start of each sweep (one
+O(nnz K) pass), so rounding in the incremental updates never accumulates (float32).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy import stats as jstats
+from tqdm.auto import tqdm
+
+from . import arviz_io
+from .fm_design import FMDesign
+from .gaussian import sample_normal_natural
+
+__all__ = [
+    "FMMCMCState",
+    "FMMCMCInfo",
+    "PARAMS",
+    "init",
+    "fm_mean",
+    "caches",
+    "log_joint",
+    "alpha_conditional",
+    "w0_conditional",
+    "w_block_conditional",
+    "v_block_conditional",
+    "sample_group_precision",
+    "sample_group_mean",
+    "update_block",
+    "step",
+    "sample",
+    "predict",
+]
+
+PARAMS = ("w0", "w", "V", "alpha", "mu_w", "sigma_w", "mu_v", "sigma_v")
+
+
+class FMMCMCState(NamedTuple):
+    """Current draws and caches (float32 or float64).
+
+    w0 (), w (D,), V (D, K), alpha (), mu_w (G,), sigma_w (G,), mu_v (G, K), sigma_v (G, K);
+    caches e (N,) = y - yhat and q (N, K) = X V.
+    """
+
+    w0: jax.Array
+    w: jax.Array
+    V: jax.Array
+    alpha: jax.Array
+    mu_w: jax.Array
+    sigma_w: jax.Array
+    mu_v: jax.Array
+    sigma_v: jax.Array
+    e: jax.Array
+    q: jax.Array
+
+
+class FMMCMCInfo(NamedTuple):
+    """Per-sweep diagnostics, evaluated at the state the sweep starts from: ``log_joint``
+    (exact log p(y, all latents), as NumPyro's ``log_density`` of `ppl_models.fm.model_hier`)
+    and ``rmse`` (training RMSE of yhat)."""
+
+    log_joint: jax.Array
+    rmse: jax.Array
+
+
+def _check_hier(hyper):
+    for name in ("mu_0", "sigma_0", "nu_0", "alpha_0p", "beta_0p", "alpha_0", "beta_0"):
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper: missing field {name!r} (expected ppl_models.fm.FMHierHyper)")
+    for name in ("sigma_0", "nu_0", "alpha_0p", "beta_0p", "alpha_0", "beta_0"):
+        v = float(getattr(hyper, name))
+        if not v > 0:
+            raise ValueError(f"hyper.{name} must be > 0, got {v}")
+
+
+def _check_K(K):
+    if int(K) != K or K < 1:
+        raise ValueError(f"K must be an integer >= 1, got {K!r}")
+    return int(K)
+
+
+def fm_mean(w0, w, V, rows, cols, values, n_rows: int):
+    """yhat (N,) of eq. 2.17 via eq. 4.22 over COO nonzeros; also returns q = X V (N, K)."""
+    lin = jax.ops.segment_sum(values * w[cols], rows, num_segments=n_rows)
+    xv = values[:, None] * V[cols]
+    q = jax.ops.segment_sum(xv, rows, num_segments=n_rows)
+    s2 = jax.ops.segment_sum(xv * xv, rows, num_segments=n_rows)
+    return w0 + lin + 0.5 * jnp.sum(q * q - s2, axis=-1), q
+
+
+def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
+    """State with e = y - yhat and q = X V recomputed from the parameters (O(nnz K))."""
+    yhat, q = fm_mean(state.w0, state.w, state.V, design.rows, design.cols, design.values, design.n_rows)
+    return state._replace(e=design.y - yhat, q=q)
+
+
+def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=jnp.float64) -> FMMCMCState:
+    """Initial state: w0 = 0, w = 0, V ~ N(0, init_std^2), alpha = 1, mu = 0, sigma = 1 (libFM's
+    defaults), caches computed. ``design`` arrays may be numpy or jax."""
+    D, G = design.n_features, design.n_groups
+    V = init_std * jax.random.normal(key, (D, K), dtype=dtype)
+    z = lambda *s: jnp.zeros(s, dtype=dtype)  # noqa: E731
+    o = lambda *s: jnp.ones(s, dtype=dtype)  # noqa: E731
+    state = FMMCMCState(z(), z(D), V, o(), z(G), o(G), z(G, K), o(G, K), z(design.n_rows), z(design.n_rows, K))
+    return caches(state, _as_jax(design, dtype))
+
+
+def log_joint(state: FMMCMCState, design: FMDesign, hyper) -> jax.Array:
+    """Exact log p(y, w0, w, V, alpha, mu_w, sigma_w, mu_v, sigma_v) of eqs. 2.22-2.30, using the
+    cached residual e (so the caches must be current). O(N + D K)."""
+    g = design.group
+    norm = lambda x, m, prec: jstats.norm.logpdf(x, m, 1.0 / jnp.sqrt(prec))  # noqa: E731
+    gam = lambda x, a, b: jstats.gamma.logpdf(x, a, scale=1.0 / b)  # noqa: E731
+    h = hyper
+    lp = gam(state.alpha, h.alpha_0, h.beta_0) + norm(state.w0, h.mu_0, h.sigma_0)
+    lp += jnp.sum(gam(state.sigma_w, h.alpha_0p, h.beta_0p)) + jnp.sum(norm(state.mu_w, h.mu_0, h.nu_0 * state.sigma_w))
+    lp += jnp.sum(gam(state.sigma_v, h.alpha_0p, h.beta_0p)) + jnp.sum(norm(state.mu_v, h.mu_0, h.nu_0 * state.sigma_v))
+    lp += jnp.sum(norm(state.w, state.mu_w[g], state.sigma_w[g]))
+    lp += jnp.sum(norm(state.V, state.mu_v[g], state.sigma_v[g]))
+    lp += jnp.sum(norm(state.e, 0.0, state.alpha))
+    return lp
+
+
+# ---------------------------------------------------------------------------------------
+# complete conditionals (natural parameters; module docstring)
+
+
+def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper):
+    """(shape, rate) of alpha | rest: Gamma(alpha_0 + N/2, beta_0 + sum_n e_n^2 / 2)."""
+    return hyper.alpha_0 + 0.5 * design.n_rows, hyper.beta_0 + 0.5 * jnp.sum(state.e ** 2)
+
+
+def w0_conditional(state: FMMCMCState, design: FMDesign, hyper):
+    """(precision P, precision x mean h) of w0 | rest (h_n = 1)."""
+    P = hyper.sigma_0 + state.alpha * design.n_rows
+    h = hyper.sigma_0 * hyper.mu_0 + state.alpha * jnp.sum(state.e + state.w0)
+    return P, h
+
+
+def _block_entries(design: FMDesign, b: int):
+    lo, hi = design.block_ptr[b], design.block_ptr[b + 1]
+    idx = design.order[lo:hi]
+    return design.rows[idx], design.cols[idx], design.values[idx]
+
+
+def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int):
+    """(P, h), each (D,), of w_l | rest for the features l of block ``b`` (static int); entries of
+    features outside the block are meaningless. h_n = x_nl."""
+    r, c, x = _block_entries(design, b)
+    g = design.group
+    D = design.n_features
+    s, m = state.sigma_w[g], state.mu_w[g]
+    P = s + state.alpha * jax.ops.segment_sum(x * x, c, num_segments=D)
+    h = s * m + state.alpha * jax.ops.segment_sum(x * (state.e[r] + x * state.w[c]), c, num_segments=D)
+    return P, h
+
+
+def _v_coefficient(state, r, c, x, k):
+    return x * (state.q[r, k] - x * state.V[c, k])
+
+
+def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
+    """(P, h), each (D,), of v_lk | rest for the features of block ``b``; ``k`` may be traced.
+    h_n = x_nl (q_nk - x_nl v_lk)."""
+    r, c, x = _block_entries(design, b)
+    g = design.group
+    D = design.n_features
+    hn = _v_coefficient(state, r, c, x, k)
+    s, m = state.sigma_v[g, k], state.mu_v[g, k]
+    P = s + state.alpha * jax.ops.segment_sum(hn * hn, c, num_segments=D)
+    h = s * m + state.alpha * jax.ops.segment_sum(hn * (state.e[r] + hn * state.V[c, k]), c, num_segments=D)
+    return P, h
+
+
+def sample_group_precision(key, x, group, n_groups: int, mean, mu0, nu0, alpha0, beta0):
+    """Normal-gamma precision draw per group: x (D,) or (D, K), group (D,), mean (G,) or (G, K).
+
+    Gamma(alpha0 + (n_g + 1)/2, beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2);
+    for one group it is `gaussian.sample_ng_precision` (same key, same draw).
+    """
+    n = jax.ops.segment_sum(jnp.ones(x.shape[0], x.dtype), group, num_segments=n_groups)
+    n = n.reshape((n_groups,) + (1,) * (x.ndim - 1))
+    sq = jax.ops.segment_sum((x - mean[group]) ** 2, group, num_segments=n_groups)
+    shape = alpha0 + 0.5 * (n + 1)
+    rate = beta0 + 0.5 * (nu0 * (mean - mu0) ** 2 + sq)
+    return jax.random.gamma(key, jnp.broadcast_to(shape, rate.shape).astype(rate.dtype)) / rate
+
+
+def sample_group_mean(key, x, group, n_groups: int, precision, mu0, nu0):
+    """Normal-gamma mean draw per group: N((nu0 mu0 + sum x) / (nu0 + n_g), 1 / ((nu0 + n_g) precision))."""
+    n = jax.ops.segment_sum(jnp.ones(x.shape[0], x.dtype), group, num_segments=n_groups)
+    n = n.reshape((n_groups,) + (1,) * (x.ndim - 1))
+    sx = jax.ops.segment_sum(x, group, num_segments=n_groups)
+    return sample_normal_natural(key, (nu0 + n) * precision, precision * (nu0 * mu0 + sx))
+
+
+# ---------------------------------------------------------------------------------------
+# sweep
+
+
+def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FMMCMCState:
+    """Draw w_l, then v_l1, ..., v_lK for all features l of block ``b`` (static), updating e, q.
+
+    Keys: ``k_w, k_v = split(key)``; factor k uses ``split(k_v, K)[k]``; each draw is
+    `sample_normal_natural` over all D features, kept where ``block == b``.
+    """
+    K = state.V.shape[1]
+    r, c, x = _block_entries(design, b)
+    in_block = design.block == b
+    k_w, k_v = jax.random.split(key)
+    P, h = w_block_conditional(state, design, hyper, b)
+    w_new = jnp.where(in_block, sample_normal_natural(k_w, P, h), state.w)
+    delta = (w_new - state.w)[c]
+    state = state._replace(w=w_new, e=state.e.at[r].add(-x * delta))
+    keys_v = jax.random.split(k_v, K)
+
+    def body(k, st):
+        P, h = v_block_conditional(st, design, hyper, b, k)
+        vk = st.V[:, k]
+        vk_new = jnp.where(in_block, sample_normal_natural(keys_v[k], P, h), vk)
+        d = (vk_new - vk)[c]
+        hn = _v_coefficient(st, r, c, x, k)
+        return st._replace(V=st.V.at[:, k].set(vk_new), e=st.e.at[r].add(-hn * d), q=st.q.at[r, k].add(x * d))
+
+    return jax.lax.fori_loop(0, K, body, state)
+
+
+def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState, FMMCMCInfo]:
+    """One systematic-scan sweep: caches refreshed; alpha; (sigma_w, mu_w); (sigma_v, mu_v);
+    w0; then every block (w, then v_.1..v_.K). Jit-able (the block loop is static).
+
+    Returns the new state (caches updated incrementally) and the info of the starting state.
+    """
+    state = caches(state, design)
+    info = FMMCMCInfo(log_joint(state, design, hyper), jnp.sqrt(jnp.mean(state.e ** 2)))
+    G, g, h = design.n_groups, design.group, hyper
+    keys = jax.random.split(key, 6 + design.n_blocks)
+    a, rate = alpha_conditional(state, design, hyper)
+    alpha = jax.random.gamma(keys[0], jnp.asarray(a, state.e.dtype)) / rate
+    state = state._replace(alpha=alpha)
+    sw = sample_group_precision(keys[1], state.w, g, G, state.mu_w, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
+    mw = sample_group_mean(keys[2], state.w, g, G, sw, h.mu_0, h.nu_0)
+    sv = sample_group_precision(keys[3], state.V, g, G, state.mu_v, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
+    mv = sample_group_mean(keys[4], state.V, g, G, sv, h.mu_0, h.nu_0)
+    state = state._replace(sigma_w=sw, mu_w=mw, sigma_v=sv, mu_v=mv)
+    P, hh = w0_conditional(state, design, hyper)
+    w0 = sample_normal_natural(keys[5], P, hh)
+    state = state._replace(w0=w0, e=state.e - (w0 - state.w0))
+    for b in range(design.n_blocks):
+        state = update_block(keys[6 + b], state, design, hyper, b)
+    return state, info
+
+
+step_jit = jax.jit(step)
+
+
+def _as_jax(design: FMDesign, dtype) -> FMDesign:
+    d = jax.tree_util.tree_map(jnp.asarray, design)
+    return d.__class__(d.rows, d.cols, d.values.astype(dtype), d.y.astype(dtype), d.group, d.block, d.order,
+                       d.n_rows, d.n_features, d.n_groups, d.block_ptr, d.group_names)
+
+
+def _coo(test, dtype):
+    if isinstance(test, FMDesign):
+        return (jnp.asarray(test.rows), jnp.asarray(test.cols), jnp.asarray(test.values, dtype), int(test.n_rows))
+    rows, cols, values, n_rows = test
+    return jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), int(n_rows)
+
+
+def _sweeps(key, state, design, hyper, n_sweeps: int, test, n_test: int):
+    def body(carry, k):
+        st, lj, _ = carry
+        st, info = step(k, st, design, hyper)
+        return (st, info.log_joint, info.rmse), None
+
+    z = jnp.zeros((), state.e.dtype)
+    (state, lj, rmse), _ = jax.lax.scan(body, (state, z, z), jax.random.split(key, n_sweeps))
+    if test is None:
+        return state, lj, rmse, None
+    rows, cols, values = test
+    yhat, _ = fm_mean(state.w0, state.w, state.V, rows, cols, values, n_test)
+    return state, lj, rmse, yhat
+
+
+def _chain_sweeps(keys, state, design, hyper, n_sweeps, test, n_test):
+    return jax.vmap(lambda k, s: _sweeps(k, s, design, hyper, n_sweeps, test, n_test))(keys, state)
+
+
+_chain_sweeps = jax.jit(_chain_sweeps, static_argnums=(4, 6))
+
+
+def sample(
+    key,
+    design: FMDesign,
+    K: int,
+    hyper,
+    *,
+    num_chains: int = 4,
+    num_warmup: int = 500,
+    num_samples: int = 1000,
+    thin: int = 1,
+    progress: bool = True,
+    dtype=np.float64,
+    keep: tuple[str, ...] = PARAMS,
+    test=None,
+    init_std: float = 0.1,
+) -> "arviz_io.InferenceData":
+    """Run ``num_chains`` MCMC-FM chains (vectorized with ``jax.vmap``) and return the draws.
+
+    Parameters
+    ----------
+    key : jax PRNG key; the same key gives the same draws.
+    design : FMDesign (N x D, G groups, B blocks), training data.
+    K : int >= 1, number of factors.
+    hyper : ppl_models.fm.FMHierHyper
+    num_chains, num_warmup, num_samples, thin : int; ``num_samples`` kept draws per chain, one
+        every ``thin`` sweeps after ``num_warmup`` sweeps (rounded up to a multiple of thin).
+    progress : tqdm bar over kept draws.
+    dtype : float64 (default) or float32.
+    keep : names in `PARAMS` to store per draw (V costs D K per draw: drop it on big data).
+    test : optional FMDesign or (rows, cols, values, n_rows) of new instances: the running sum
+        and sum of squares of yhat over all kept draws of all chains are accumulated during
+        sampling (as myFM does), so no draw needs to be stored.
+    init_std : sd of the initial V.
+
+    Returns
+    -------
+    arviz.InferenceData: ``posterior`` with ``keep`` (dims chain, draw, feature|group|factor);
+    ``sample_stats`` with ``lp`` (log joint of the state before each kept draw's last sweep)
+    and ``rmse`` (training); if ``test``: group ``predictions`` with ``test_mean`` (N_test,)
+    (the posterior predictive mean, cf. eq. 2.16 / 3.18), ``test_sd`` (posterior sd of yhat)
+    and ``test_pred_sd`` (sd of a new y: adds E[1/alpha]). attrs: settings,
+    ``seconds_per_sweep`` (all chains together, compile excluded).
+
+    Raises
+    ------
+    ValueError: K < 1; non-positive counts; unknown names in ``keep``; a hyper without the
+    FMHierHyper fields or with non-positive precisions/shapes/rates.
+    """
+    K = _check_K(K)
+    _check_hier(hyper)
+    for name, value in (("num_chains", num_chains), ("num_samples", num_samples), ("thin", thin)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if int(num_warmup) != num_warmup or num_warmup < 0:
+        raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup!r}")
+    unknown = set(keep) - set(PARAMS)
+    if unknown:
+        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {PARAMS}")
+    dtype = np.dtype(dtype)
+    with jax.enable_x64(dtype == np.float64):
+        d = _as_jax(design, dtype)
+        hyp = type(hyper)(*(jnp.asarray(v, dtype) for v in hyper))
+        t, n_test = (None, 0) if test is None else (_coo(test, dtype)[:3], _coo(test, dtype)[3])
+        key, init_key = jax.random.split(key)
+        state = jax.vmap(lambda kk: init(kk, d, K, hyper, init_std=init_std, dtype=dtype))(
+            jax.random.split(init_key, num_chains))
+        draws = {name: [] for name in keep}
+        lps, rmses = [], []
+        n_warm_blocks = -(-num_warmup // thin)
+        # compile outside the timing
+        key, sub = jax.random.split(key)
+        compiled = _chain_sweeps.lower(jax.random.split(sub, num_chains), state, d, hyp, thin, t, n_test).compile()
+        start = time.perf_counter()
+        for _ in range(n_warm_blocks):
+            key, sub = jax.random.split(key)
+            state = compiled(jax.random.split(sub, num_chains), state, d, hyp, t)[0]
+        s1 = s2 = None
+        for _ in tqdm(range(num_samples), desc=f"MCMC-FM ({num_chains} chains)", disable=not progress, leave=False):
+            key, sub = jax.random.split(key)
+            state, lj, rmse, yhat = compiled(jax.random.split(sub, num_chains), state, d, hyp, t)
+            lps.append(np.asarray(lj))
+            rmses.append(np.asarray(rmse))
+            for name in keep:
+                draws[name].append(np.asarray(getattr(state, name)))
+            if yhat is not None:
+                s1 = yhat.sum(0) if s1 is None else s1 + yhat.sum(0)
+                s2 = (yhat ** 2).sum(0) if s2 is None else s2 + (yhat ** 2).sum(0)
+        jax.block_until_ready(state)
+        seconds = time.perf_counter() - start
+        total = n_warm_blocks * thin + num_samples * thin
+        posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
+        extra = None
+        if t is not None:
+            n_tot = num_chains * num_samples
+            mean = np.asarray(s1) / n_tot
+            var = np.maximum(np.asarray(s2) / n_tot - mean ** 2, 0.0)
+            inv_alpha = float(np.mean(1.0 / np.asarray(posterior["alpha"]))) if "alpha" in posterior else float("nan")
+            extra = {"predictions": {"test_mean": mean, "test_sd": np.sqrt(var),
+                                     "test_pred_sd": np.sqrt(var + inv_alpha)}}
+    dims = {"w": ["feature"], "V": ["feature", "factor"], "mu_w": ["group"], "sigma_w": ["group"],
+            "mu_v": ["group", "factor"], "sigma_v": ["group", "factor"],
+            "test_mean": ["test_instance"], "test_sd": ["test_instance"], "test_pred_sd": ["test_instance"]}
+    coords = {"feature": np.arange(design.n_features), "factor": np.arange(K), "group": list(design.group_names)}
+    return arviz_io.to_inference_data(
+        posterior,
+        dims=dims,
+        coords=coords,
+        sample_stats={"lp": np.stack(lps, axis=1), "rmse": np.stack(rmses, axis=1)},
+        extra_groups=extra,
+        attrs=dict(method="mcmc-fm", source="004_90693a0965f06816.txt eqs. 2.17, 2.22-2.30 (grouped), derived conditionals",
+                   K=K, hyper=repr(hyper), num_chains=int(num_chains), num_warmup=int(num_warmup),
+                   num_samples=int(num_samples), thin=int(thin), dtype=str(dtype), seconds=float(seconds),
+                   seconds_per_sweep=float(seconds / total), n_blocks=int(design.n_blocks)),
+    )
+
+
+def predict(draws, test, *, dtype=np.float64):
+    """Posterior mean and sd of yhat on new instances, averaged over stored draws.
+
+    Parameters
+    ----------
+    draws : arviz.InferenceData from `sample` (needs w0, w, V kept) or dict with arrays
+        w0 (S,), w (S, D), V (S, D, K) (any leading draw axes, flattened).
+    test : FMDesign or (rows, cols, values, n_rows).
+
+    Returns
+    -------
+    (mean, sd): float arrays (N_test,).
+
+    Raises
+    ------
+    ValueError if w0, w or V is missing.
+    """
+    if not isinstance(draws, dict):
+        draws = arviz_io.group_arrays(draws)
+    missing = [n for n in ("w0", "w", "V") if n not in draws]
+    if missing:
+        raise ValueError(f"draws: missing {missing} (sample with keep including w0, w, V)")
+    w0 = np.asarray(draws["w0"]).reshape(-1)
+    S = w0.shape[0]
+    w = np.asarray(draws["w"]).reshape(S, -1)
+    V = np.asarray(draws["V"]).reshape(S, w.shape[1], -1)
+    with jax.enable_x64(np.dtype(dtype) == np.float64):
+        rows, cols, values, n = _coo(test, dtype)
+        f = jax.jit(jax.vmap(lambda a, b, c: fm_mean(a, b, c, rows, cols, values, n)[0]))
+        yh = np.asarray(f(jnp.asarray(w0, dtype), jnp.asarray(w, dtype), jnp.asarray(V, dtype)))
+    return yh.mean(0), yh.std(0)
