@@ -1,0 +1,215 @@
+r"""SGD-FM: stochastic gradient descent for the factorization machine (square loss).
+
+Source: ``004_90693a0965f06816.txt`` Algorithm 1 (Rendle 2010), objective eq. 2.18, model
+eq. 2.17. Loss l(yhat, y) = (yhat - y)^2, so dl/dyhat = 2 (yhat - y) and
+
+    dyhat/dw0 = 1,  dyhat/dw_l = x_nl,  dyhat/dv_lk = x_nl (q_nk - x_nl v_lk),  q_nk = sum_m x_nm v_mk.
+
+As in libFM, all gradients of one instance are evaluated at the parameters the instance
+starts from (Algorithm 1 updates w0 before the w_l and v_lk of the same instance; with the
+gradient taken at the updated w0 the step is no longer a gradient step of the instance's
+loss: we take the simultaneous step).
+
+Regularization. Algorithm 1 adds 2 lambda theta to the step of every parameter of the
+instance (lines 3, 5, 7), i.e. once per *occurrence*: one epoch then follows the gradient of
+
+    sum_n l(yhat_n, y_n) + lambda_0 N w0^2 + sum_l lambda_l n_l w_l^2 + sum_lk lambda_lk n_l v_lk^2,
+
+(n_l the number of instances with x_nl != 0), not of eq. 2.18, whose penalty counts each
+parameter once. We implement Algorithm 1 as printed (it is what libFM does, and the
+frequency-weighted penalty is a sensible choice); the mismatch with eq. 2.18 is in
+`validation.fm_mcmc.ERRATA`. Regularization constants are per group (lambda_w[g],
+lambda_v[g, k]) as the ``lambda_i``, ``lambda_ik`` of Algorithm 1 are in practice.
+
+Minibatches: a batch of B instances takes the mean of the B instance steps (B = 1 is
+Algorithm 1). Instances are visited in a seeded shuffle per epoch under ``lax.scan``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .fm_design import FMDesign
+
+__all__ = ["SGDReg", "FMParams", "SGDResult", "padded_rows", "instance_gradients", "fit", "predict", "mse"]
+
+
+class SGDReg(NamedTuple):
+    """L2 constants of Algorithm 1: ``lambda_0`` (w0), ``lambda_w`` scalar or (G,), ``lambda_v``
+    scalar, (G,) or (G, K)."""
+
+    lambda_0: float = 0.0
+    lambda_w: object = 0.01
+    lambda_v: object = 0.01
+
+
+class FMParams(NamedTuple):
+    """w0 (), w (D,), V (D, K)."""
+
+    w0: jax.Array
+    w: jax.Array
+    V: jax.Array
+
+
+class SGDResult(NamedTuple):
+    """``params`` (FMParams) after the last epoch; ``train_mse`` (n_epochs,): training mean squared
+    error after each epoch; ``objective`` (n_epochs,): the frequency-weighted regularized sum of
+    squares that Algorithm 1 descends (module docstring), after each epoch."""
+
+    params: FMParams
+    train_mse: np.ndarray
+    objective: np.ndarray
+
+
+def padded_rows(design: FMDesign):
+    """Nonzeros per instance padded to the largest row: cols (N, P) int32, values (N, P) (0 in padding)."""
+    rows, cols, vals = np.asarray(design.rows), np.asarray(design.cols), np.asarray(design.values)
+    order = np.argsort(rows, kind="stable")
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    counts = np.bincount(rows, minlength=design.n_rows)
+    P = int(counts.max())
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pos = np.arange(rows.size) - start[rows]
+    C = np.zeros((design.n_rows, P), np.int32)
+    Xv = np.zeros((design.n_rows, P), vals.dtype)
+    C[rows, pos] = cols
+    Xv[rows, pos] = vals
+    return C, Xv
+
+
+def _reg_arrays(reg: SGDReg, G: int, K: int, dtype):
+    lw = jnp.broadcast_to(jnp.asarray(reg.lambda_w, dtype), (G,))
+    lv = jnp.asarray(reg.lambda_v, dtype)
+    lv = jnp.broadcast_to(lv[:, None] if lv.ndim == 1 else lv, (G, K))
+    return jnp.asarray(reg.lambda_0, dtype), lw, lv
+
+
+def instance_gradients(params: FMParams, c, x, y, group, lam):
+    """Algorithm 1's step directions for B instances at the same parameters.
+
+    c, x : (B, P) padded feature ids and values of the instances; y : (B,); group (D,);
+    lam : (lambda_0, lambda_w (G,), lambda_v (G, K)).
+    Returns (g0 (), gw (D,), gV (D, K)): the mean over the B instances of
+    dl/dtheta + 2 lambda theta for every parameter theta of the instance (padding excluded).
+    """
+    lam0, lw, lv = lam
+    B = c.shape[0]
+    w0, w, V = params
+    mask = (x != 0).astype(x.dtype)
+    Vc = V[c]                                         # (B, P, K)
+    xv = x[..., None] * Vc
+    q = xv.sum(1)                                     # (B, K)
+    yhat = w0 + (x * w[c]).sum(1) + 0.5 * (q * q - (xv * xv).sum(1)).sum(-1)
+    d = 2.0 * (yhat - y)                              # dl/dyhat
+    g0 = jnp.mean(d + 2.0 * lam0 * w0)
+    gcols = group[c]
+    gw_e = (d[:, None] * x + 2.0 * lw[gcols] * w[c] * mask) / B
+    gv_e = (d[:, None, None] * x[..., None] * (q[:, None, :] - xv) + 2.0 * lv[gcols] * Vc * mask[..., None]) / B
+    D = w.shape[0]
+    gw = jnp.zeros(D, w.dtype).at[c.reshape(-1)].add(gw_e.reshape(-1))
+    gV = jnp.zeros_like(V).at[c.reshape(-1)].add(gv_e.reshape(-1, V.shape[1]))
+    return g0, gw, gV
+
+
+def mse(params: FMParams, design: FMDesign) -> jax.Array:
+    """Training mean squared error of eq. 2.17, O(nnz K)."""
+    yhat = predict(params, design)
+    return jnp.mean((jnp.asarray(design.y) - yhat) ** 2)
+
+
+def _objective(params, design, lam, counts):
+    lam0, lw, lv = lam
+    g = jnp.asarray(design.group)
+    resid = jnp.asarray(design.y) - predict(params, design)
+    return (jnp.sum(resid ** 2) + lam0 * design.n_rows * params.w0 ** 2
+            + jnp.sum(lw[g] * counts * params.w ** 2) + jnp.sum(lv[g] * counts[:, None] * params.V ** 2))
+
+
+def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDReg(), n_epochs: int = 20,
+        init_std: float = 0.1, *, batch_size: int = 1, dtype=np.float64) -> SGDResult:
+    """SGD-FM (Algorithm 1): ``n_epochs`` passes over a seeded shuffle of the instances.
+
+    Parameters
+    ----------
+    key : jax PRNG key (initialization and shuffles).
+    design : FMDesign (training data).
+    K : int >= 1.
+    learning_rate : float > 0 (eta).
+    reg : SGDReg (per-group L2 constants).
+    n_epochs : int >= 1.
+    init_std : sd of the initial v_lk ~ N(0, init_std^2) (Algorithm 1's "N(0, sigma^-1)" names a
+        precision; libFM's init_stdev, used here, is a standard deviation). w0 = 0, w = 0.
+    batch_size : B >= 1; instances that do not fill the last batch of an epoch are skipped in
+        that epoch (a different shuffle each epoch).
+    dtype : float64 or float32.
+
+    Returns
+    -------
+    SGDResult.
+
+    Raises
+    ------
+    ValueError for K < 1, learning_rate <= 0, n_epochs < 1, batch_size not in 1..N, negative
+    regularization.
+    """
+    if int(K) != K or K < 1:
+        raise ValueError(f"K must be an integer >= 1, got {K!r}")
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    if int(n_epochs) != n_epochs or n_epochs < 1:
+        raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
+    if int(batch_size) != batch_size or not 1 <= batch_size <= design.n_rows:
+        raise ValueError(f"batch_size must be an integer in 1..{design.n_rows}, got {batch_size!r}")
+    for name, v in zip(SGDReg._fields, reg):
+        if np.any(np.asarray(v) < 0):
+            raise ValueError(f"reg.{name} must be >= 0")
+    K, B, N = int(K), int(batch_size), design.n_rows
+    dtype = np.dtype(dtype)
+    C, Xv = padded_rows(design)
+    with jax.enable_x64(dtype == np.float64):
+        C, Xv = jnp.asarray(C), jnp.asarray(Xv, dtype)
+        y = jnp.asarray(design.y, dtype)
+        group = jnp.asarray(design.group)
+        lam = _reg_arrays(reg, design.n_groups, K, dtype)
+        counts = jnp.asarray(np.bincount(np.asarray(design.cols), minlength=design.n_features), dtype)
+        k_init, k_shuf = jax.random.split(key)
+        params = FMParams(jnp.zeros((), dtype), jnp.zeros(design.n_features, dtype),
+                          init_std * jax.random.normal(k_init, (design.n_features, K), dtype))
+        n_batches = N // B
+        eta = jnp.asarray(learning_rate, dtype)
+        dj = jax.tree_util.tree_map(jnp.asarray, design)
+
+        def epoch(params, k):
+            idx = jax.random.permutation(k, N)[: n_batches * B].reshape(n_batches, B)
+
+            def one(p, ii):
+                g0, gw, gV = instance_gradients(p, C[ii], Xv[ii], y[ii], group, lam)
+                return FMParams(p.w0 - eta * g0, p.w - eta * gw, p.V - eta * gV), None
+
+            params, _ = jax.lax.scan(one, params, idx)
+            return params, (mse(params, dj), _objective(params, dj, lam, counts))
+
+        params, (m, obj) = jax.jit(lambda p, ks: jax.lax.scan(epoch, p, ks))(params, jax.random.split(k_shuf, n_epochs))
+    return SGDResult(params, np.asarray(m), np.asarray(obj))
+
+
+def predict(params, design_or_coo) -> jax.Array:
+    """yhat (N,) for an FMDesign or a tuple (rows, cols, values, n_rows); ``params`` FMParams or a
+    dict with w0, w, V."""
+    if isinstance(params, dict):
+        params = FMParams(params["w0"], params["w"], params["V"])
+    if isinstance(design_or_coo, FMDesign):
+        rows, cols, values, n = design_or_coo.rows, design_or_coo.cols, design_or_coo.values, design_or_coo.n_rows
+    else:
+        rows, cols, values, n = design_or_coo
+    w0, w, V = params
+    values = jnp.asarray(values, jnp.result_type(w))
+    lin = jax.ops.segment_sum(values * w[cols], rows, num_segments=int(n))
+    xv = values[:, None] * V[cols]
+    q = jax.ops.segment_sum(xv, rows, num_segments=int(n))
+    s2 = jax.ops.segment_sum(xv * xv, rows, num_segments=int(n))
+    return w0 + lin + 0.5 * jnp.sum(q * q - s2, axis=-1)
