@@ -1,0 +1,88 @@
+"""The BPMF Gibbs sampler: log joint, sweeps in float32/float64, chunking, driver, predict, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer.util import log_density
+
+from custom_inference import arviz_io
+from custom_inference import bpmf
+from custom_inference.data import Observations
+from ppl_models import bpmf as ppl
+
+HYPER = ppl.BPMFHyper(alpha=2.0, mu0=0.0, beta0=2.0, nu0=5.0, W0=0.2)
+K = 2
+
+
+@pytest.fixture(scope="module")
+def data():
+    truth, rows, cols, values = ppl.simulate(jax.random.PRNGKey(0), 8, 6, K, HYPER, n_obs=25)
+    obs = Observations.from_coo(np.asarray(rows), np.asarray(cols), np.asarray(values), (8, 6), kind="real",
+                                drop_zeros=False)
+    return truth, obs
+
+
+def test_log_joint_equals_the_programs_log_density(data):
+    truth, obs = data
+    state = bpmf.BPMFState(*(jnp.asarray(truth[n]) for n in bpmf.BPMFState._fields))
+    ours = float(bpmf.log_joint(state, obs, HYPER, chunk_size=7))
+    ref = float(log_density(ppl.model, (obs.rows, obs.cols, obs.values, 8, 6, K, HYPER), {}, truth)[0])
+    assert abs(ours - ref) <= 1e-10 * abs(ref)  # same density, float64 rounding only
+
+
+def test_sweep_does_not_depend_on_the_chunk_size(data):
+    _, obs = data
+    state = bpmf.init(jax.random.PRNGKey(1), obs, HYPER, K)
+    a, _ = bpmf.step(jax.random.PRNGKey(2), state, obs, HYPER, chunk_size=4)
+    b, _ = bpmf.step(jax.random.PRNGKey(2), state, obs, HYPER, chunk_size=1000)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)  # summation order only
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sample_returns_draws_of_the_right_shape_and_dtype(data, dtype):
+    _, obs = data
+    idata = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=5, num_samples=6, thin=2, seed=3, dtype=dtype,
+                        progress=False)
+    post = arviz_io.group_arrays(idata)
+    assert post["U"].shape == (2, 6, 8, K) and post["V"].shape == (2, 6, 6, K)
+    assert post["Lambda_U"].shape == (2, 6, K, K) and post["mu_V"].shape == (2, 6, K)
+    assert post["U"].dtype == np.dtype(dtype)
+    assert all(np.all(np.isfinite(v)) for v in post.values())
+    assert np.all(np.linalg.eigvalsh(post["Lambda_V"].astype(np.float64)) > 0)
+    assert idata.posterior.attrs["seconds_per_sweep"] > 0
+
+
+def test_same_seed_same_draws_and_predict(data):
+    _, obs = data
+    a = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, seed=5, progress=False)
+    b = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, seed=5, progress=False)
+    np.testing.assert_array_equal(a.posterior.U.values, b.posterior.U.values)
+    mean, sd = bpmf.predict(a, [0, 7], [0, 5])
+    U, V = a.posterior.U.values.reshape(8, 8, K), a.posterior.V.values.reshape(8, 6, K)
+    p = np.einsum("sk,sk->s", U[:, 7], V[:, 5])
+    np.testing.assert_allclose(mean[1], p.mean(), rtol=1e-12)
+    np.testing.assert_allclose(sd[1], p.std(ddof=1), rtol=1e-10)
+    _, sd_noise = bpmf.predict(a, [0, 7], [0, 5], include_noise=True)
+    np.testing.assert_allclose(sd_noise ** 2, sd ** 2 + 1 / HYPER.alpha, rtol=1e-12)
+    with pytest.raises(ValueError, match="rows"):
+        bpmf.predict(a, [8], [0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"hyper": HYPER._replace(nu0=0.5)}, "nu0"), ({"hyper": HYPER._replace(beta0=-1.0)}, "beta0"),
+     ({"hyper": HYPER._replace(W0=np.eye(3))}, "W0"), ({"keep": ("U", "Z")}, "keep"), ({"num_samples": 0}, "num_samples")],
+)
+def test_bad_input_raises_naming_the_field(data, kwargs, field):
+    _, obs = data
+    args = {"hyper": HYPER, **kwargs}
+    hyper = args.pop("hyper")
+    with pytest.raises(ValueError, match=field):
+        bpmf.sample(obs, hyper, K, progress=False, **args)
+
+
+def test_non_observations_input_raises():
+    with pytest.raises(ValueError, match="data"):
+        bpmf.sample(np.ones((3, 3)), HYPER, K, progress=False)

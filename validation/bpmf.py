@@ -1,0 +1,441 @@
+r"""The BPMF Gibbs sampler against its NumPyro program: conditionals, draws, sums, NUTS, SBC.
+
+Levels (../shared/DESIGN.md, "Validation"):
+
+1. `conditional_checks`: for every block -- u_i, v_j, mu_U | Lambda_U, (mu_U, Lambda_U)
+   jointly, and the same for V -- the log density of the conditional the sampler draws from
+   (its parameters from `custom_inference.bpmf`, its density from scipy) changes between
+   random points exactly as the NumPyro program's log joint (``numpyro.infer.util.log_density``)
+   does. Equal differences for all pairs of points = same normalized conditional.
+   `moment_checks`: the sampler's actual draws (Bartlett Wishart, Normal | Wishart, batched
+   Cholesky Gaussian rows) have the conditional's mean and covariance, computed independently
+   in dense numpy (z-tests, Bonferroni). `stats_check`: the chunked O(N K^2) sums equal their
+   dense I x J brute-force twin.
+2. `run_crosscheck`: Gibbs vs gated NUTS on small simulated data, compared on identifiable
+   quantities (u_i . v_j at observed and unobserved cells, log det Lambda_U, log det Lambda_V),
+   never raw coordinates (identified only up to an orthogonal rotation).
+3. `sbc_adapters` for `validation.sbc.run_sbc`.
+
+Errata: equations (2.9), (2.12)-(2.15) of seed 004 as printed (with tau for the precision
+and Bishop's Wishart parametrization) are the model we implement; the conditional and
+moment checks pass with them as printed, so `ERRATA` is empty (see its comment).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from numpyro.infer.util import log_density
+from scipy import stats
+
+from custom_inference import arviz_io
+from custom_inference import bpmf as gibbs
+from custom_inference.data import Observations
+from ppl_models import bpmf as ppl
+
+from . import crosscheck as xc
+from . import gates as gates_mod
+
+__all__ = [
+    "ERRATA",
+    "CROSSCHECK_HYPER",
+    "conditional_checks",
+    "moment_checks",
+    "stats_check",
+    "identifiable_quantities",
+    "CrosscheckConfig",
+    "CrosscheckResult",
+    "run_crosscheck",
+    "SBCConfig",
+    "bpmf_functionals",
+    "sbc_adapters",
+]
+
+#: Equations (2.9)-(2.15) of seed 004 checked: the likelihood (2.9) (tau = alpha, a precision),
+#: the priors (2.12)-(2.13) and the Normal-Wishart hyperpriors (2.14)-(2.15) define the program
+#: whose conditionals `conditional_checks` verifies; none is misprinted (the thesis prints no
+#: Gibbs conditionals for BPMF, it refers to Salakhutdinov & Mnih 2008). Nothing to correct.
+ERRATA: tuple = ()
+
+#: Hyperparameters of the cross-check and SBC: the paper's structure with nu0 = K + 3 and
+#: W0 = I / (K + 3), so E[Lambda] = I. With the paper's nu0 = K, W0 = I (E[Lambda] = K I but
+#: a Wishart at its minimal degrees of freedom) about one prior draw in ten has a near-singular
+#: Lambda and ratings in the hundreds, a regime where NUTS fails its gates; alpha = 2 as in BPMF.
+CROSSCHECK_HYPER = ppl.BPMFHyper(alpha=2.0, mu0=0.0, beta0=2.0, nu0=5.0, W0=0.2)
+
+_REL_TOL = 1e-7  # float64 log densities of size ~1e3 agree to ~1e-12 relative; a wrong term gives O(1)
+
+
+def _obs(rows, cols, values, n_rows, n_cols) -> Observations:
+    return Observations.from_coo(np.asarray(rows), np.asarray(cols), np.asarray(values, np.float64), (n_rows, n_cols),
+                                 kind="real", drop_zeros=False)
+
+
+def _simulated(seed, n_rows, n_cols, k, n_obs, hyper):
+    with jax.enable_x64(True):
+        truth, rows, cols, values = ppl.simulate(jax.random.PRNGKey(seed), n_rows, n_cols, k, hyper, n_obs)
+        truth = {n: np.asarray(v, np.float64) for n, v in truth.items()}
+    return truth, _obs(rows, cols, values, n_rows, n_cols)
+
+
+def _log_joint_fn(data: Observations, k: int, hyper):
+    args = (jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(data.values), data.n_rows, data.n_cols, k, hyper)
+    return jax.jit(lambda values: log_density(ppl.model, args, {}, values)[0])
+
+
+# ------------------------------------------------------------------------------
+# Level 1: conditionals
+
+
+def conditional_checks(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int = 0, n_rows: int = 6, n_cols: int = 5,
+                       n_components: int = 3, n_obs: int = 18, n_points: int = 6) -> pd.DataFrame:
+    """Each block's conditional vs the program's unnormalized conditional (its log joint).
+
+    A state and data are drawn from the prior. For each block, ``n_points`` random values x_p
+    of the block (all else fixed) are scored by the claimed conditional density c(x) (scipy
+    densities with parameters from `custom_inference.bpmf`) and by the program's log joint
+    l(x); the block passes when c(x_p) - c(x_0) = l(x_p) - l(x_0) for all p, to a relative
+    1e-7 (float64 rounding is ~1e-12; a wrong precision or mean gives O(1) differences).
+    Blocks: u_i (the first row with entries), v_j (likewise), mu_U | Lambda_U (mu varied),
+    (mu_U, Lambda_U) (both varied: this checks Lambda's Wishart marginal too), and the V ones.
+
+    ``sampler_hyper`` (default ``hyper``) is what the claimed conditionals are given; a
+    different value simulates a wrongly derived conditional, which this check must reject.
+
+    Returns a DataFrame: block, max_abs_error, scale (max |l(x_p) - l(x_0)|), passed.
+    Source: seed 004 eqs. (2.9), (2.12)-(2.15); conditionals in `custom_inference.bpmf`.
+    """
+    sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
+    k = n_components
+    rng = np.random.default_rng(seed + 1)
+    truth, data = _simulated(seed, n_rows, n_cols, k, n_obs, hyper)
+    rows_np, cols_np = np.asarray(data.rows), np.asarray(data.cols)
+    lj = _log_joint_fn(data, k, hyper)
+    results = []
+    with jax.enable_x64(True):
+        alpha = float(sampler_hyper.alpha)
+        for side, other_side, targets, sources, n_t in (("U", "V", rows_np, cols_np, n_rows), ("V", "U", cols_np, rows_np, n_cols)):
+            # factor rows: u_i | V, mu_U, Lambda_U
+            t = int(targets[0])
+            gram, rhs = gibbs.entry_stats(jnp.asarray(targets), jnp.asarray(sources), jnp.asarray(data.values),
+                                          jnp.asarray(truth[other_side]), n_t, 4)
+            prec, h = gibbs.factor_conditional(gram, rhs, jnp.asarray(truth[f"mu_{side}"]), jnp.asarray(truth[f"Lambda_{side}"]), alpha)
+            prec, h = np.asarray(prec[t]), np.asarray(h[t])
+            cov = np.linalg.inv(prec)
+            mean = cov @ h
+            claimed = stats.multivariate_normal(mean, cov)
+            points = mean + 2.0 * rng.standard_normal((n_points, k)) @ np.linalg.cholesky(cov).T
+            lvals = []
+            for x in points:
+                vals = {n: jnp.asarray(v) for n, v in truth.items()}
+                vals[side] = vals[side].at[t].set(jnp.asarray(x))
+                lvals.append(float(lj(vals)))
+            results.append(_row(f"{side.lower()}_{t}", claimed.logpdf(points), np.array(lvals)))
+
+            # hyperparameters given the factor matrix
+            post = gibbs.normal_wishart_posterior(jnp.asarray(truth[side]), sampler_hyper)
+            mu_s, beta_s, w_inv, nu_s = (np.asarray(post.mu), float(post.beta), np.asarray(post.W_inv), float(post.nu))
+            w_s = np.linalg.inv(w_inv)
+            lam_fixed = truth[f"Lambda_{side}"]
+            mus = mu_s + rng.standard_normal((n_points, k)) @ np.linalg.cholesky(np.linalg.inv(beta_s * lam_fixed)).T * 2.0
+            lvals = []
+            for mu in mus:
+                vals = {n: jnp.asarray(v) for n, v in truth.items()}
+                vals[f"mu_{side}"] = jnp.asarray(mu)
+                lvals.append(float(lj(vals)))
+            cvals = stats.multivariate_normal(mu_s, np.linalg.inv(beta_s * lam_fixed)).logpdf(mus)
+            results.append(_row(f"mu_{side}|Lambda_{side}", cvals, np.array(lvals)))
+
+            lams = stats.wishart(df=nu_s, scale=w_s).rvs(n_points, random_state=rng)
+            cvals, lvals = [], []
+            for lam in lams:
+                mu = rng.multivariate_normal(mu_s, np.linalg.inv(beta_s * lam))
+                cvals.append(stats.multivariate_normal(mu_s, np.linalg.inv(beta_s * lam)).logpdf(mu)
+                             + stats.wishart(df=nu_s, scale=w_s).logpdf(lam))
+                vals = {n: jnp.asarray(v) for n, v in truth.items()}
+                vals[f"mu_{side}"], vals[f"Lambda_{side}"] = jnp.asarray(mu), jnp.asarray(lam)
+                lvals.append(float(lj(vals)))
+            results.append(_row(f"(mu_{side}, Lambda_{side})", np.array(cvals), np.array(lvals)))
+    return pd.DataFrame(results)
+
+
+def _row(block, claimed, joint):
+    dc = claimed[1:] - claimed[0]
+    dl = joint[1:] - joint[0]
+    err = float(np.max(np.abs(dc - dl)))
+    scale = float(np.max(np.abs(dl)))
+    return {"block": block, "max_abs_error": err, "scale": scale, "passed": err <= _REL_TOL * max(scale, 1.0)}
+
+
+def moment_checks(*, seed: int = 0, n_draws: int = 4000, false_alarm: float = 1e-3, hyper=CROSSCHECK_HYPER,
+                  n_rows: int = 6, n_cols: int = 5, n_components: int = 3, n_obs: int = 18) -> pd.DataFrame:
+    """The sampler's draws have their conditional's moments (dense numpy brute force).
+
+    For one fixed state, ``n_draws`` independent draws (independent keys) of
+    - all rows of U from `sample_factor_rows` (conditional built by `entry_stats` /
+      `factor_conditional`): mean and covariance of the first two rows against the mean
+      P_i^-1 h_i and covariance P_i^-1, P_i and h_i summed in numpy over a dense mask;
+    - (mu_U, Lambda_U) from `sample_normal_wishart(normal_wishart_posterior(U))`: Lambda's mean
+      nu* W* and elementwise variance nu* (W*_ab^2 + W*_aa W*_bb) with (nu*, W*) in numpy, and the
+      whitened z = sqrt(beta*) chol(Lambda)^T (mu - mu*) with mean 0 and covariance I.
+    Each mean is a z-test (sample mean - exact) / (exact sd / sqrt(n)); each covariance entry
+    of a Gaussian a z-test with sd sqrt((S_aa S_bb + S_ab^2) / n). A row passes when its largest
+    |z| is below the Bonferroni threshold Phi^-1(1 - false_alarm / (2 Q_total)), so the whole
+    table raises a false alarm with probability <= ``false_alarm``.
+
+    ``hyper`` must have scalar mu0 and W0 (the numpy twin assumes mu0 1 and W0 I).
+
+    Returns a DataFrame: quantity, Q, max_abs_z, threshold, passed.
+    """
+    k = n_components
+    truth, data = _simulated(seed, n_rows, n_cols, k, n_obs, hyper)
+    dense = data.to_dense()
+    mask = np.zeros((n_rows, n_cols))
+    mask[np.asarray(data.rows), np.asarray(data.cols)] = 1.0
+    V, U, mu_U, lam_U = truth["V"], truth["U"], truth["mu_U"], truth["Lambda_U"]
+    alpha = float(hyper.alpha)
+    keys = jax.random.split(jax.random.PRNGKey(seed + 7), n_draws)
+    z_rows = []
+    with jax.enable_x64(True):
+        gram, rhs = gibbs.entry_stats(jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(data.values),
+                                      jnp.asarray(V), n_rows, 5)
+        prec, h = gibbs.factor_conditional(gram, rhs, jnp.asarray(mu_U), jnp.asarray(lam_U), alpha)
+        u_draws = np.asarray(jax.vmap(lambda kk: gibbs.sample_factor_rows(kk, prec, h))(keys))
+        post = gibbs.normal_wishart_posterior(jnp.asarray(U), hyper)
+        mu_d, lam_d = (np.asarray(a) for a in jax.vmap(lambda kk: gibbs.sample_normal_wishart(kk, post))(keys))
+    for i in range(2):
+        p = lam_U + alpha * (V.T * mask[i]) @ V
+        hh = lam_U @ mu_U + alpha * V.T @ (dense[i] * mask[i])
+        cov = np.linalg.inv(p)
+        z_rows += _gaussian_z(f"u_{i}", u_draws[:, i], cov @ hh, cov)
+    # Normal-Wishart posterior in numpy
+    n = n_rows
+    xbar = U.mean(0)
+    w0_inv = np.eye(k) / float(hyper.W0)
+    beta0, nu0, mu0 = float(hyper.beta0), float(hyper.nu0), np.full(k, float(hyper.mu0))
+    d = xbar - mu0
+    w_s = np.linalg.inv(w0_inv + (U - xbar).T @ (U - xbar) + beta0 * n / (beta0 + n) * np.outer(d, d))
+    nu_s, beta_s, mu_s = nu0 + n, beta0 + n, (beta0 * mu0 + n * xbar) / (beta0 + n)
+    lam_mean = nu_s * w_s
+    lam_var = nu_s * (w_s ** 2 + np.outer(np.diag(w_s), np.diag(w_s)))
+    iu = np.tril_indices(k)
+    zl = (lam_d.mean(0) - lam_mean)[iu] / np.sqrt(lam_var[iu] / n_draws)
+    z_rows.append(("Lambda_U mean", zl))
+    chol = np.linalg.cholesky(lam_d)
+    white = np.sqrt(beta_s) * np.einsum("nba,nb->na", chol, mu_d - mu_s)  # L^T (mu - mu*)
+    z_rows += _gaussian_z("whitened mu_U|Lambda_U", white, np.zeros(k), np.eye(k))
+    q_total = sum(z.size for _, z in z_rows)
+    threshold = float(stats.norm.isf(false_alarm / (2 * q_total)))
+    return pd.DataFrame([{"quantity": name, "Q": z.size, "max_abs_z": float(np.max(np.abs(z))), "threshold": threshold,
+                          "passed": bool(np.max(np.abs(z)) <= threshold)} for name, z in z_rows])
+
+
+def _gaussian_z(name, draws, mean, cov):
+    n = draws.shape[0]
+    zm = (draws.mean(0) - mean) / np.sqrt(np.diag(cov) / n)
+    s = np.cov(draws, rowvar=False)
+    iu = np.tril_indices(cov.shape[0])
+    sd = np.sqrt((np.outer(np.diag(cov), np.diag(cov)) + cov ** 2) / n)
+    return [(f"{name} mean", zm), (f"{name} covariance", ((s - cov) / sd)[iu])]
+
+
+def stats_check(*, seed: int = 0, n_rows: int = 9, n_cols: int = 7, n_components: int = 4, n_obs: int = 40,
+                chunk_sizes=(1, 7, 16, 40, 1000)) -> pd.DataFrame:
+    """The chunked sums of `custom_inference.bpmf.entry_stats` equal the dense brute force
+    sum_j M_ij v_j v_j^T and sum_j M_ij r_ij v_j (M the I x J observation mask), for both
+    sides, with chunk sizes that do and do not divide N. Returns chunk_size, side,
+    max_rel_diff, passed (<= 1e-12)."""
+    truth, data = _simulated(seed, n_rows, n_cols, n_components, n_obs, CROSSCHECK_HYPER)
+    dense = data.to_dense()
+    mask = np.zeros((n_rows, n_cols))
+    mask[np.asarray(data.rows), np.asarray(data.cols)] = 1.0
+    U, V = truth["U"], truth["V"]
+    refs = {
+        "U": (np.einsum("ij,jk,jl->ikl", mask, V, V), np.einsum("ij,jk->ik", dense * mask, V)),
+        "V": (np.einsum("ij,ik,il->jkl", mask, U, U), np.einsum("ij,ik->jk", dense * mask, U)),
+    }
+    rows = []
+    with jax.enable_x64(True):
+        for c in chunk_sizes:
+            for side, (t, s, other, n_t) in {"U": (data.rows, data.cols, V, n_rows), "V": (data.cols, data.rows, U, n_cols)}.items():
+                g, r = gibbs.entry_stats(jnp.asarray(t), jnp.asarray(s), jnp.asarray(data.values), jnp.asarray(other), n_t, c)
+                diff = max(_rel(np.asarray(g), refs[side][0]), _rel(np.asarray(r), refs[side][1]))
+                rows.append({"chunk_size": c, "side": side, "max_rel_diff": diff, "passed": diff <= 1e-12})
+    return pd.DataFrame(rows)
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+# ------------------------------------------------------------------------------
+# Level 2: Gibbs vs NUTS
+
+
+def identifiable_quantities(idata, cells_observed, cells_unobserved) -> dict[str, np.ndarray]:
+    """Rotation-invariant quantities, each (chain, draw, Q): ``pred_observed`` and
+    ``pred_unobserved`` (u_i . v_j at the given (rows, cols) cell pairs) and ``logdet_Lambda``
+    (log det Lambda_U, log det Lambda_V). The posterior is invariant under U -> U R,
+    V -> V R, mu -> R^T mu, Lambda -> R^T Lambda R for orthogonal R (mu0 = 0, W0 = s I), so raw
+    coordinates are not identified; these quantities are."""
+    post = arviz_io.group_arrays(idata)
+    U, V = post["U"], post["V"]
+    out = {}
+    for name, (r, c) in (("pred_observed", cells_observed), ("pred_unobserved", cells_unobserved)):
+        out[name] = np.einsum("cdmk,cdmk->cdm", U[:, :, np.asarray(r)], V[:, :, np.asarray(c)])
+    out["logdet_Lambda"] = np.stack([np.linalg.slogdet(post["Lambda_U"])[1], np.linalg.slogdet(post["Lambda_V"])[1]], -1)
+    return out
+
+
+@dataclass(frozen=True)
+class CrosscheckConfig:
+    """Data and run settings of the Gibbs-vs-NUTS cross-check (small: NUTS must pass its gates).
+
+    I = 8 users, J = 6 items, K = 2, 30 of the 48 cells observed, hyper `CROSSCHECK_HYPER`.
+    Gibbs: 4 chains x 2000 kept draws thinned by 5 after 1000 warmup sweeps.
+    """
+
+    n_rows: int = 8
+    n_cols: int = 6
+    n_components: int = 2
+    n_obs: int = 30
+    n_unobserved_shown: int = 8
+    hyper: ppl.BPMFHyper = CROSSCHECK_HYPER
+    seed: int = 0
+    nuts_chains: int = 4
+    nuts_warmup: int = 1000
+    nuts_samples: int = 1000
+    target_accept: float = 0.97
+    gibbs_chains: int = 4
+    gibbs_warmup: int = 1000
+    gibbs_samples: int = 2000
+    gibbs_thin: int = 5
+
+
+@dataclass
+class CrosscheckResult:
+    """What `run_crosscheck` returns: the verdict (`validation.crosscheck.Verdict`), both runs,
+    the compared quantities, the level-1 tables, timings."""
+
+    config: CrosscheckConfig
+    verdict: xc.Verdict
+    nuts: xc.NutsRun
+    gibbs_idata: object
+    nuts_quantities: dict
+    gibbs_quantities: dict
+    conditional_table: pd.DataFrame
+    settings: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> CrosscheckResult:
+    """Gibbs against gated NUTS on data simulated from the prior (seed ``config.seed``).
+
+    Both methods are exact, so every compared posterior mean must agree within Monte Carlo
+    error (`validation.crosscheck.compare_exact`, Bonferroni per group, false alarm 1% per
+    group). NUTS must pass `validation.gates.nuts_gates` on the compared quantities, and the
+    Gibbs draws the same R-hat/ESS gates (their MCSEs are meaningful only then); otherwise
+    the verdict is "inconclusive".
+    """
+    c = config
+    truth, data = _simulated(c.seed, c.n_rows, c.n_cols, c.n_components, c.n_obs, c.hyper)
+    observed = (np.asarray(data.rows), np.asarray(data.cols))
+    free = np.setdiff1d(np.arange(c.n_rows * c.n_cols), observed[0] * c.n_cols + observed[1])
+    pick = np.random.default_rng(c.seed).choice(free, size=min(c.n_unobserved_shown, free.size), replace=False)
+    unobserved = (pick // c.n_cols, pick % c.n_cols)
+    start = time.perf_counter()
+    g = gibbs.sample(data, c.hyper, c.n_components, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
+                     num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=c.seed, progress=progress)
+    gibbs_seconds = time.perf_counter() - start
+    nuts = xc.run_nuts(ppl.model, jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(data.values), c.n_rows,
+                       c.n_cols, c.n_components, c.hyper, seed=c.seed, num_chains=c.nuts_chains,
+                       num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, target_accept=c.target_accept,
+                       progress=progress)
+    nq = identifiable_quantities(nuts.idata, observed, unobserved)
+    gq = identifiable_quantities(g, observed, unobserved)
+    nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
+    gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
+    combined = gates_mod.GateResult(
+        passed=nuts_gate.passed and gibbs_gate.passed,
+        failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"Gibbs {f}" for f in gibbs_gate.failures],
+        table=pd.concat([nuts_gate.table.assign(method="nuts"), gibbs_gate.table.assign(method="gibbs")], ignore_index=True),
+        divergences=nuts_gate.divergences,
+        bfmi=nuts_gate.bfmi,
+        n_chains=min(nuts_gate.n_chains, gibbs_gate.n_chains),
+    )
+    settings = (f"Gibbs: {c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
+                f"{gibbs_seconds:.1f} s; NUTS: {c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), "
+                f"{nuts.seconds:.1f} s, {nuts.divergences} divergences")
+    return CrosscheckResult(c, xc.compare_exact(gq, nq, combined), nuts, g, nq, gq, conditional_checks(c.hyper),
+                            settings, {"truth": truth, "data": data, "gibbs_seconds": gibbs_seconds})
+
+
+# ------------------------------------------------------------------------------
+# Level 3: SBC
+
+
+@dataclass(frozen=True)
+class SBCConfig:
+    """Sizes of one SBC simulation: I = 10, J = 8, K = 2, 40 observed cells, `CROSSCHECK_HYPER`;
+    Gibbs 2 chains x 500 kept draws thinned by 4 after 200 warmup sweeps (1000 draws, thinned
+    evenly by `run_sbc` to L = 99)."""
+
+    n_rows: int = 10
+    n_cols: int = 8
+    n_components: int = 2
+    n_obs: int = 40
+    hyper: ppl.BPMFHyper = CROSSCHECK_HYPER
+    gibbs_chains: int = 2
+    gibbs_warmup: int = 200
+    gibbs_samples: int = 500
+    gibbs_thin: int = 4
+    sampler_hyper: ppl.BPMFHyper | None = None
+
+
+_CELLS = ((0, 0), (1, 2), (2, 1), (3, 3))
+
+
+def bpmf_functionals() -> dict:
+    """Rotation-invariant scalars ranked by SBC: u_i . v_j at four fixed cells (observed or not,
+    by chance), log det Lambda_U and Lambda_V, trace of Lambda_U and Lambda_V, and the squared
+    Frobenius norms of U and V."""
+
+    def pred(p):
+        U, V = np.asarray(p["U"]), np.asarray(p["V"])
+        return np.array([U[i] @ V[j] for i, j in _CELLS])
+
+    return {
+        "pred": pred,
+        "logdet_Lambda": lambda p: np.array([np.linalg.slogdet(np.asarray(p[n]))[1] for n in ("Lambda_U", "Lambda_V")]),
+        "trace_Lambda": lambda p: np.array([np.trace(np.asarray(p[n])) for n in ("Lambda_U", "Lambda_V")]),
+        "sq_norm": lambda p: np.array([np.sum(np.asarray(p[n]) ** 2) for n in ("U", "V")]),
+    }
+
+
+def sbc_adapters(config: SBCConfig = SBCConfig()):
+    """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc` with the Gibbs sampler.
+
+    ``simulate(seed)`` draws the parameters and ``n_obs`` ratings on random distinct cells from
+    the program; ``fit(data, seed)`` runs `custom_inference.bpmf.sample` (given
+    ``config.sampler_hyper`` if set: a deliberately wrong sampler for a negative control) and
+    returns the draws of all chains flattened.
+    """
+    c = config
+
+    def simulate(seed: int):
+        truth, data = _simulated(int(seed), c.n_rows, c.n_cols, c.n_components, c.n_obs, c.hyper)
+        return truth, data
+
+    def fit(data, seed: int):
+        idata = gibbs.sample(data, c.sampler_hyper or c.hyper, c.n_components, num_chains=c.gibbs_chains,
+                             num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=int(seed),
+                             progress=False)
+        post = arviz_io.group_arrays(idata)
+        return {n: v.reshape(-1, *v.shape[2:]) for n, v in post.items()}
+
+    return simulate, fit, bpmf_functionals()
