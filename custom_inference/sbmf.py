@@ -1,0 +1,528 @@
+r"""Gibbs sampler of scalable Bayesian matrix factorization (SBMF), with the residual cache.
+
+Source: ``004_90693a0965f06816.txt``, chapter 3: model eqs. (3.1)-(3.13), conditional of
+u_ik eqs. (3.14)-(3.16), residual cache eq. (3.17), Algorithm 2 (with the hyperparameter
+lines corrected: see `validation.sbmf.ERRATA`), prediction eq. (3.18).
+
+Complete conditionals (ours, each checked against the brute-force normalized conditional
+of the log joint in `validation.sbmf`). With e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j)
+cached for the N observed cells (eq. 3.17):
+
+    sigma_x | mu_x, x  ~ Gamma(alpha0 + (n + 1)/2, beta0 + (nu0 (mu_x - mu0)^2 + sum (x - mu_x)^2)/2)
+    mu_x | sigma_x, x  ~ N((nu0 mu0 + sum x)/(nu0 + n), 1/((nu0 + n) sigma_x))
+          for x = alpha (n = I), beta (n = J), u_.k (n = I), v_.k (n = J)     (Alg. 2 lines 2-10)
+    tau | -            ~ Gamma(a0 + N/2, b0 + sum e_ij^2 / 2)                  (line 12)
+    mu | -             ~ N(h/P, 1/P), P = sigma_g + tau N, h = sigma_g mu_g + tau sum (e_ij + mu)   (line 14)
+    alpha_i | -        ~ P = sigma_alpha + tau |Omega_i|, h = sigma_alpha mu_alpha + tau sum_j (e_ij + alpha_i)  (line 20)
+    u_ik | -           ~ P = sigma_uk + tau sum_j v_jk^2, h = sigma_uk mu_uk + tau sum_j v_jk (e_ij + u_ik v_jk)  (3.15), (3.17)
+    beta_j, v_jk likewise over the users who rated item j.
+
+After each block the cache is updated in place (e += old - new, times v_jk for u_ik),
+so a sweep costs O(N K + (I + J) K) time and O(N + (I + J) K) memory: every sum over
+Omega_i is a `jax.ops.segment_sum` over the N entries, all users (items) at once.
+
+Style: `init` / `step` over a `State` of current draws (BlackJAX-like), the conditionals
+as public functions, `sample` (multi-chain driver, `arviz.InferenceData`) and `predict`.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+from tqdm.auto import tqdm
+
+from . import arviz_io
+from .data import Observations
+from .gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
+
+__all__ = [
+    "State",
+    "Info",
+    "init",
+    "residuals",
+    "tau_conditional",
+    "mu_conditional",
+    "alpha_conditional",
+    "beta_conditional",
+    "u_conditional",
+    "v_conditional",
+    "step",
+    "log_joint",
+    "sample",
+    "predict",
+    "HYPER_FIELDS",
+]
+
+HYPER_FIELDS = ("mu_g", "sigma_g", "a0", "b0", "mu0", "nu0", "alpha0", "beta0")
+_SOURCE = "004_90693a0965f06816.txt, ch. 3, eqs. 3.1-3.18, Algorithm 2 (corrected)"
+
+
+class State(NamedTuple):
+    """Current draws of one chain (float32 or float64).
+
+    mu, tau : () global bias, noise precision; alpha (I,), beta (J,) biases;
+    U (I, K), V (J, K) factors; mu_alpha, sigma_alpha, mu_beta, sigma_beta : () and
+    mu_u, sigma_u, mu_v, sigma_v : (K,) hyper means and precisions; e (N,) the residual
+    cache r_ij - (mu + alpha_i + beta_j + u_i . v_j) in the order of the observations.
+    """
+
+    mu: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    U: jax.Array
+    V: jax.Array
+    tau: jax.Array
+    mu_alpha: jax.Array
+    sigma_alpha: jax.Array
+    mu_beta: jax.Array
+    sigma_beta: jax.Array
+    mu_u: jax.Array
+    sigma_u: jax.Array
+    mu_v: jax.Array
+    sigma_v: jax.Array
+    e: jax.Array
+
+
+class Info(NamedTuple):
+    """Per-sweep diagnostics: ``log_joint`` (eq. 3.13, constants included) of the state the
+    sweep returns, computed from the cache; ``sse`` = sum of squared residuals."""
+
+    log_joint: jax.Array
+    sse: jax.Array
+
+
+# -- checks ----------------------------------------------------------------------
+
+
+def _check_hyper(hyper) -> None:
+    for name in HYPER_FIELDS:
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper must have field {name!r} (use ppl_models.sbmf.SBMFHyper)")
+        value = getattr(hyper, name)
+        if not np.isfinite(value):
+            raise ValueError(f"hyper.{name} must be finite, got {value!r}")
+    for name in ("sigma_g", "a0", "b0", "nu0", "alpha0", "beta0"):
+        if not getattr(hyper, name) > 0:
+            raise ValueError(f"hyper.{name} must be > 0, got {getattr(hyper, name)!r}")
+
+
+def _check_K(K) -> int:
+    if isinstance(K, bool) or int(K) != K or K < 1:
+        raise ValueError(f"K must be an integer >= 1, got {K!r}")
+    return int(K)
+
+
+def _check_obs(obs) -> None:
+    if not isinstance(obs, Observations):
+        raise ValueError(f"obs must be custom_inference.data.Observations (kind='real'), got {type(obs).__name__}")
+
+
+# -- state ---------------------------------------------------------------------------
+
+
+def residuals(state: State, obs: Observations) -> jax.Array:
+    """e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j) from scratch, shape (N,). O(N K)."""
+    pred = state.mu + state.alpha[obs.rows] + state.beta[obs.cols] + jnp.sum(state.U[obs.rows] * state.V[obs.cols], axis=1)
+    return obs.values.astype(pred.dtype) - pred
+
+
+def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=None) -> State:
+    """Starting point of thesis sec. 3.3.2: Theta = (mu, alpha, beta, U, V) ~ N(0, scale^2)
+    with scale^2 = 0.01, hyper means 0; precisions 1 and tau = 1 (all of them are redrawn
+    before they are first used in a sweep). Different keys give different starts.
+
+    Parameters
+    ----------
+    key : jax PRNG key; obs : Observations (I x J, N entries); K : int >= 1; hyper : SBMFHyper;
+    dtype : float dtype of the state (default: that of ``obs.values``).
+
+    Returns
+    -------
+    State, with the cache e computed from scratch.
+    """
+    K = _check_K(K)
+    dtype = jnp.asarray(obs.values).dtype if dtype is None else dtype
+    I, J = obs.n_rows, obs.n_cols
+    ks = jax.random.split(key, 5)
+    z = lambda k, shape: (scale * jax.random.normal(k, shape)).astype(dtype)  # noqa: E731
+    zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
+    state = State(
+        mu=z(ks[0], ()), alpha=z(ks[1], (I,)), beta=z(ks[2], (J,)), U=z(ks[3], (I, K)), V=z(ks[4], (J, K)),
+        tau=one, mu_alpha=zero, sigma_alpha=one, mu_beta=zero, sigma_beta=one,
+        mu_u=jnp.zeros(K, dtype), sigma_u=jnp.ones(K, dtype), mu_v=jnp.zeros(K, dtype), sigma_v=jnp.ones(K, dtype),
+        e=jnp.zeros(jnp.shape(obs.values), dtype),
+    )
+    return state._replace(e=residuals(state, obs))
+
+
+# -- complete conditionals (natural parameters) --------------------------------------
+
+
+def tau_conditional(state: State, obs: Observations, hyper):
+    """(shape, rate) of tau | - : Gamma(a0 + N/2, b0 + sum e^2 / 2). Algorithm 2 line 12."""
+    n = state.e.shape[0]
+    return jnp.asarray(hyper.a0 + 0.5 * n, state.e.dtype), hyper.b0 + 0.5 * jnp.sum(state.e**2)
+
+
+def mu_conditional(state: State, obs: Observations, hyper):
+    """(precision, precision x mean) of mu | -: P = sigma_g + tau N, h = sigma_g mu_g + tau sum (e + mu).
+    Algorithm 2 line 14."""
+    n = state.e.shape[0]
+    return hyper.sigma_g + state.tau * n, hyper.sigma_g * hyper.mu_g + state.tau * jnp.sum(state.e + state.mu)
+
+
+def _seg(x, ids, n, sorted_):
+    return jax.ops.segment_sum(x, ids, num_segments=n, indices_are_sorted=sorted_)
+
+
+def alpha_conditional(state: State, obs: Observations, hyper):
+    """(precision, precision x mean), each (I,), of alpha_i | -: P = sigma_alpha + tau |Omega_i|,
+    h = sigma_alpha mu_alpha + tau sum_{j in Omega_i} (e_ij + alpha_i). Algorithm 2 line 20."""
+    cnt = _seg(jnp.ones_like(state.e), obs.rows, obs.n_rows, True)
+    s = _seg(state.e + state.alpha[obs.rows], obs.rows, obs.n_rows, True)
+    return state.sigma_alpha + state.tau * cnt, state.sigma_alpha * state.mu_alpha + state.tau * s
+
+
+def beta_conditional(state: State, obs: Observations, hyper):
+    """(precision, precision x mean), each (J,), of beta_j | -; as `alpha_conditional` over the
+    users of item j. Algorithm 2 line 32."""
+    cnt = _seg(jnp.ones_like(state.e), obs.cols, obs.n_cols, False)
+    s = _seg(state.e + state.beta[obs.cols], obs.cols, obs.n_cols, False)
+    return state.sigma_beta + state.tau * cnt, state.sigma_beta * state.mu_beta + state.tau * s
+
+
+def _factor_conditional(e, own, other, ids, n, sigma, mean, tau, k, sorted_):
+    o = other[:, k]
+    x = own[:, k][ids]
+    prec = sigma[k] + tau * _seg(o * o, ids, n, sorted_)
+    h = sigma[k] * mean[k] + tau * _seg(o * (e + x * o), ids, n, sorted_)
+    return prec, h, o
+
+
+def u_conditional(state: State, obs: Observations, hyper, k):
+    """(precision, precision x mean), each (I,), of u_ik | - for one k (all users at once):
+    eqs. (3.15) and (3.17): P = sigma_uk + tau sum_j v_jk^2, h = sigma_uk mu_uk + tau sum_j v_jk (e_ij + u_ik v_jk)."""
+    V_at = state.V[obs.cols]
+    prec, h, _ = _factor_conditional(state.e, state.U, V_at, obs.rows, obs.n_rows, state.sigma_u, state.mu_u, state.tau, k, True)
+    return prec, h
+
+
+def v_conditional(state: State, obs: Observations, hyper, k):
+    """(precision, precision x mean), each (J,), of v_jk | - for one k (all items at once). Algorithm 2 line 37."""
+    U_at = state.U[obs.rows]
+    prec, h, _ = _factor_conditional(state.e, state.V, U_at, obs.cols, obs.n_cols, state.sigma_v, state.mu_v, state.tau, k, False)
+    return prec, h
+
+
+def _side(key, e, bias, F, other_F, sigma_b, mean_b, sigma_f, mean_f, tau, ids, other_ids, n, sorted_):
+    """Bias then the K factor columns of one side (users or items), all rows in parallel."""
+    k_b, k_f = jax.random.split(key)
+    cnt = _seg(jnp.ones_like(e), ids, n, sorted_)
+    prec = sigma_b + tau * cnt
+    h = sigma_b * mean_b + tau * _seg(e + bias[ids], ids, n, sorted_)
+    new_bias = sample_normal_natural(k_b, prec, h)
+    e = e + (bias - new_bias)[ids]
+
+    def body(k, carry):
+        F, e = carry
+        o = jnp.take(other_F, k, axis=1)[other_ids]  # v_jk at each entry, (N,)
+        f_old = jnp.take(F, k, axis=1)
+        prec = jnp.take(sigma_f, k) + tau * _seg(o * o, ids, n, sorted_)
+        h = jnp.take(sigma_f, k) * jnp.take(mean_f, k) + tau * _seg(o * (e + f_old[ids] * o), ids, n, sorted_)
+        f_new = sample_normal_natural(jax.random.fold_in(k_f, k), prec, h)
+        e = e + o * (f_old - f_new)[ids]
+        return F.at[:, k].set(f_new), e
+
+    F, e = jax.lax.fori_loop(0, F.shape[1], body, (F, e))
+    return new_bias, F, e
+
+
+def _norm_lp(x, mean, prec):
+    return 0.5 * (jnp.log(prec) - jnp.log(2 * jnp.pi)) - 0.5 * prec * (x - mean) ** 2
+
+
+def _gamma_lp(x, shape, rate):
+    return shape * jnp.log(rate) - gammaln(shape) + (shape - 1) * jnp.log(x) - rate * x
+
+
+def log_joint(state: State, obs: Observations, hyper, *, from_cache: bool = True) -> jax.Array:
+    """log p(R, Theta, Theta_H | Theta_0), eq. (3.13), all constants included.
+
+    ``from_cache=True`` uses the cached residuals (O(N + (I+J)K)); False recomputes them.
+    """
+    e = state.e if from_cache else residuals(state, obs)
+    h = hyper
+    lp = 0.5 * e.shape[0] * (jnp.log(state.tau) - jnp.log(2 * jnp.pi)) - 0.5 * state.tau * jnp.sum(e**2)
+    lp += _norm_lp(state.mu, h.mu_g, h.sigma_g)
+    for x, m, s in ((state.alpha, state.mu_alpha, state.sigma_alpha), (state.beta, state.mu_beta, state.sigma_beta),
+                    (state.U, state.mu_u, state.sigma_u), (state.V, state.mu_v, state.sigma_v)):
+        lp += jnp.sum(_norm_lp(x, m, s)) + jnp.sum(_gamma_lp(s, h.alpha0, h.beta0)) + jnp.sum(_norm_lp(m, h.mu0, h.nu0 * s))
+    return lp + _gamma_lp(state.tau, h.a0, h.b0)
+
+
+def _hyper_block(key, state: State, hyper) -> State:
+    """Algorithm 2 lines 2-10, corrected: each precision given its mean, then the mean given
+    the new precision (shared helpers of `custom_inference.gaussian`)."""
+    ks = jax.random.split(key, 8)
+    h = hyper
+    prec = lambda k, x, m: sample_ng_precision(k, x, m, h.mu0, h.nu0, h.alpha0, h.beta0, axis=0)  # noqa: E731
+    mean = lambda k, x, s: sample_ng_mean(k, x, s, h.mu0, h.nu0, axis=0)  # noqa: E731
+    sigma_alpha = prec(ks[0], state.alpha, state.mu_alpha)
+    mu_alpha = mean(ks[1], state.alpha, sigma_alpha)
+    sigma_beta = prec(ks[2], state.beta, state.mu_beta)
+    mu_beta = mean(ks[3], state.beta, sigma_beta)
+    sigma_u = prec(ks[4], state.U, state.mu_u)
+    mu_u = mean(ks[5], state.U, sigma_u)
+    sigma_v = prec(ks[6], state.V, state.mu_v)
+    mu_v = mean(ks[7], state.V, sigma_v)
+    dt = state.e.dtype
+    return state._replace(
+        sigma_alpha=sigma_alpha.astype(dt), mu_alpha=mu_alpha.astype(dt), sigma_beta=sigma_beta.astype(dt),
+        mu_beta=mu_beta.astype(dt), sigma_u=sigma_u.astype(dt), mu_u=mu_u.astype(dt),
+        sigma_v=sigma_v.astype(dt), mu_v=mu_v.astype(dt),
+    )
+
+
+@jax.jit
+def step(key, state: State, obs: Observations, hyper) -> tuple[State, Info]:
+    """One sweep of the corrected Algorithm 2: hyperparameters (lines 2-10), tau (12), mu (14-17),
+    all users in parallel (alpha_i then u_i1..u_iK, lines 19-30), all items likewise (31-42).
+
+    Each block is drawn from its complete conditional given the current values of all others
+    and the cache e is updated after each, so the sweep leaves the posterior invariant.
+    O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of floats (SBMFHyper).
+    """
+    k_h, k_tau, k_mu, k_users, k_items = jax.random.split(key, 5)
+    dt = state.e.dtype
+    state = _hyper_block(k_h, state, hyper)
+    shape, rate = tau_conditional(state, obs, hyper)
+    tau = (jax.random.gamma(k_tau, shape, dtype=dt) / rate).astype(dt)
+    state = state._replace(tau=tau)
+    prec, h = mu_conditional(state, obs, hyper)
+    mu = sample_normal_natural(k_mu, prec, h).astype(dt)
+    state = state._replace(mu=mu, e=state.e + (state.mu - mu))
+    alpha, U, e = _side(k_users, state.e, state.alpha, state.U, state.V, state.sigma_alpha, state.mu_alpha,
+                        state.sigma_u, state.mu_u, tau, obs.rows, obs.cols, obs.n_rows, True)
+    state = state._replace(alpha=alpha, U=U, e=e)
+    beta, V, e = _side(k_items, state.e, state.beta, state.V, state.U, state.sigma_beta, state.mu_beta,
+                       state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False)
+    state = state._replace(beta=beta, V=V, e=e)
+    return state, Info(log_joint(state, obs, hyper), jnp.sum(e**2))
+
+
+# -- driver ------------------------------------------------------------------------------
+
+
+_SCALARS = ("mu", "tau", "mu_alpha", "sigma_alpha", "mu_beta", "sigma_beta")
+ALL_VARS = State._fields[:-1]  # everything but the cache
+
+
+def _one_chain_block(state, key, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep):
+    """``n_draws`` kept draws of one chain, each after ``thin`` sweeps (nested ``lax.scan``)."""
+
+    def one_draw(state, key):
+        state, infos = jax.lax.scan(lambda s, k: step(k, s, obs, hyper), state, jax.random.split(key, thin))
+        out = {name: getattr(state, name) for name in keep}
+        out["mean_level"] = state.mu + jnp.mean(state.alpha) + jnp.mean(state.beta)
+        if pred_rows is not None:
+            out["pred"] = (state.mu + state.alpha[pred_rows] + state.beta[pred_cols]
+                           + jnp.sum(state.U[pred_rows] * state.V[pred_cols], axis=1))
+        return state, (out, infos.log_joint[-1])
+
+    return jax.lax.scan(one_draw, state, jax.random.split(key, n_draws))
+
+
+@partial(jax.jit, static_argnums=(6, 7, 8))
+def _run_block(states, keys, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep):
+    """All chains (``jax.vmap``) for one block; module level, so repeated `sample` calls with
+    the same shapes reuse one compiled program (SBC fits hundreds of data sets)."""
+    return jax.vmap(lambda s, k: _one_chain_block(s, k, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep))(states, keys)
+
+
+def sample(
+    key,
+    obs: Observations,
+    K: int,
+    hyper,
+    num_chains: int = 4,
+    num_warmup: int = 500,
+    num_samples: int = 1000,
+    thin: int = 1,
+    progress: bool = True,
+    *,
+    keep: tuple[str, ...] = ALL_VARS,
+    predict_at: tuple | None = None,
+    block: int = 50,
+    dtype=None,
+) -> "arviz_io.InferenceData":
+    """Run ``num_chains`` SBMF Gibbs chains (``jax.vmap``) and return the kept draws.
+
+    Parameters
+    ----------
+    key : jax PRNG key or int seed; the same key gives the same draws.
+    obs : Observations (I x J, N real-valued ratings; build with ``kind="real",
+        drop_zeros=False`` so that ratings equal to 0 are kept).
+    K : int >= 1.
+    hyper : ``ppl_models.sbmf.SBMFHyper`` (any object with its fields).
+    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0.
+        ``num_samples`` kept draws per chain, one every ``thin`` sweeps. Sweeps run under
+        ``lax.scan`` in blocks of ``block`` kept draws (one compiled program); the warmup runs
+        as whole blocks of ``block * thin`` sweeps, so it is rounded up to such a multiple
+        (the attrs record ``num_warmup_run``).
+    progress : tqdm bar over blocks.
+    keep : names of State fields to store per draw (U and V cost I K and J K per draw).
+    predict_at : optional (rows, cols) int arrays (M,): store ``pred`` (chain, draw, M), the
+        predicted mean mu + alpha_i + beta_j + u_i . v_j of each draw at those cells.
+    dtype : state dtype (default: that of ``obs.values``; float32 works).
+
+    Returns
+    -------
+    arviz.InferenceData: ``posterior`` with the kept variables (dims user, item, component),
+    ``mean_level`` = mu + mean(alpha) + mean(beta) (identifiable), and ``pred`` (dim cell) if
+    asked; ``sample_stats.lp`` (log joint, eq. 3.13); attrs with settings and seconds_per_sweep.
+
+    Raises
+    ------
+    ValueError: obs not Observations; K < 1; bad counts; unknown ``keep`` names; bad
+    hyperparameters; ``predict_at`` indices out of range.
+    """
+    _check_obs(obs)
+    K = _check_K(K)
+    _check_hyper(hyper)
+    for name, value in (("num_chains", num_chains), ("num_samples", num_samples), ("thin", thin), ("block", block)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if isinstance(num_warmup, bool) or int(num_warmup) != num_warmup or num_warmup < 0:
+        raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup!r}")
+    unknown = set(keep) - set(ALL_VARS)
+    if unknown:
+        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {ALL_VARS}")
+    pred_rows = pred_cols = None
+    if predict_at is not None:
+        pred_rows, pred_cols = (np.asarray(a, dtype=np.int64) for a in predict_at)
+        if pred_rows.shape != pred_cols.shape or pred_rows.ndim != 1:
+            raise ValueError("predict_at must be two 1-D index arrays of one length")
+        if pred_rows.size and (pred_rows.min() < 0 or pred_rows.max() >= obs.n_rows):
+            raise ValueError(f"predict_at rows out of range [0, {obs.n_rows - 1}]")
+        if pred_cols.size and (pred_cols.min() < 0 or pred_cols.max() >= obs.n_cols):
+            raise ValueError(f"predict_at cols out of range [0, {obs.n_cols - 1}]")
+    if isinstance(key, (int, np.integer)):
+        seed = int(key)
+        key = jax.random.PRNGKey(seed)
+    else:
+        seed = str(np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key).tolist())
+    dtype = np.dtype(dtype or np.asarray(obs.values).dtype)
+    hyper_t = type(hyper)(*(float(getattr(hyper, f)) for f in hyper._fields)) if hasattr(hyper, "_fields") else hyper
+    per_block = min(int(block), int(num_samples))
+    n_blocks = -(-num_samples // per_block)
+    n_warm_blocks = -(-num_warmup // (per_block * thin))
+    with jax.enable_x64(dtype == np.float64):
+        o = jax.tree_util.tree_map(jnp.asarray, obs.astype(dtype))
+        pr = None if pred_rows is None else jnp.asarray(pred_rows, jnp.int32)
+        pc = None if pred_cols is None else jnp.asarray(pred_cols, jnp.int32)
+        key, init_key = jax.random.split(key)
+        state = jax.vmap(lambda kk: init(kk, o, K, hyper_t, dtype=dtype))(jax.random.split(init_key, num_chains))
+        outs, lps = [], []
+        start = time.perf_counter()
+        first_block = None
+        bar = tqdm(total=n_warm_blocks + n_blocks, desc=f"SBMF Gibbs ({num_chains} chains)", disable=not progress, leave=False)
+        for b in range(n_warm_blocks + n_blocks):
+            key, sub = jax.random.split(key)
+            state, (out, lp) = _run_block(state, jax.random.split(sub, num_chains), o, hyper_t, pr, pc,
+                                          per_block, int(thin), tuple(keep))
+            if b >= n_warm_blocks:
+                outs.append(jax.tree_util.tree_map(np.asarray, out))
+                lps.append(np.asarray(lp))
+            else:
+                jax.block_until_ready(state)
+            if first_block is None:
+                first_block = time.perf_counter() - start
+            bar.update(1)
+        bar.close()
+        seconds = time.perf_counter() - start
+    posterior = {name: np.concatenate([ob[name] for ob in outs], axis=1)[:, :num_samples] for name in outs[0]}
+    lp = np.concatenate(lps, axis=1)[:, :num_samples]
+    n_run = n_warm_blocks + n_blocks
+    sweeps_per_block = per_block * thin
+    # the first block includes compilation (if not cached): time the others when there are any
+    per_sweep = (seconds - first_block) / ((n_run - 1) * sweeps_per_block) if n_run > 1 else seconds / sweeps_per_block
+    I, J = obs.n_rows, obs.n_cols
+    dims = {"alpha": ["user"], "beta": ["item"], "U": ["user", "component"], "V": ["item", "component"],
+            "mu_u": ["component"], "sigma_u": ["component"], "mu_v": ["component"], "sigma_v": ["component"],
+            "pred": ["cell"]}
+    coords = {"user": np.arange(I), "item": np.arange(J), "component": np.arange(K)}
+    if pred_rows is not None:
+        coords["cell"] = np.arange(pred_rows.size)
+    attrs = {"method": "gibbs", "model": "sbmf", "source": _SOURCE, "seed": seed, "num_chains": int(num_chains),
+             "num_warmup": int(num_warmup), "num_warmup_run": int(n_warm_blocks * per_block * thin),
+             "num_samples": int(num_samples), "thin": int(thin), "K": K, "n_rows": I, "n_cols": J,
+             "nnz": obs.nnz, "dtype": str(dtype), "seconds": float(seconds),
+             "seconds_first_block": float(first_block), "seconds_per_sweep": float(per_sweep),
+             **{f"hyper_{f}": float(getattr(hyper, f)) for f in HYPER_FIELDS}}
+    extra = {}
+    if pred_rows is not None:
+        extra["predict_at"] = {"pred_row": pred_rows, "pred_col": pred_cols}
+        dims.update({"pred_row": ["cell"], "pred_col": ["cell"]})
+    return arviz_io.to_inference_data(posterior, dims=dims, coords=coords, sample_stats={"lp": lp},
+                                      extra_groups=extra or None, attrs=attrs)
+
+
+def predict(idata_or_draws, rows, cols, *, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior-mean prediction averaged over kept samples (eq. 3.18) and its posterior sd.
+
+    Parameters
+    ----------
+    idata_or_draws : InferenceData from `sample` (kept ``mu, alpha, beta, U, V``), or a dict of
+        arrays with those names and leading sample axes ((chain, draw, ...) or (S, ...)).
+    rows, cols : int arrays (M,): cells to predict (observed or not).
+    chunk : draws processed at once (memory O(chunk M K)).
+
+    Returns
+    -------
+    (mean, sd): float64 arrays (M,): r_hat_ij = (1/C) sum_c (mu^c + alpha_i^c + beta_j^c + u_i^c . v_j^c)
+    and the posterior sd of that mean function over the C kept draws (noise 1/tau not included).
+
+    Raises
+    ------
+    ValueError: a variable missing, indices out of range or of different lengths.
+    """
+    if isinstance(idata_or_draws, arviz_io.InferenceData):
+        draws = arviz_io.group_arrays(idata_or_draws)
+        lead = 2
+    else:
+        draws = dict(idata_or_draws)
+        lead = np.ndim(draws.get("mu", 0))
+    for name in ("mu", "alpha", "beta", "U", "V"):
+        if name not in draws:
+            raise ValueError(f"draws lack {name!r}: run sample() with keep including mu, alpha, beta, U, V")
+    mu = np.asarray(draws["mu"], np.float64).reshape(-1)
+    S = mu.size
+    alpha = np.asarray(draws["alpha"]).reshape(S, -1)
+    beta = np.asarray(draws["beta"]).reshape(S, -1)
+    U = np.asarray(draws["U"]).reshape(S, alpha.shape[1], -1)
+    V = np.asarray(draws["V"]).reshape(S, beta.shape[1], -1)
+    del lead
+    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    if rows.shape != cols.shape or rows.ndim != 1:
+        raise ValueError(f"rows and cols must be 1-D of one length, got {rows.shape} and {cols.shape}")
+    if rows.size and (rows.min() < 0 or rows.max() >= alpha.shape[1]):
+        raise ValueError(f"rows index out of range [0, {alpha.shape[1] - 1}]")
+    if cols.size and (cols.min() < 0 or cols.max() >= beta.shape[1]):
+        raise ValueError(f"cols index out of range [0, {beta.shape[1] - 1}]")
+    total = np.zeros(rows.size)
+    total2 = np.zeros(rows.size)
+    for s0 in range(0, S, chunk):
+        sl = slice(s0, s0 + chunk)
+        p = (mu[sl, None] + alpha[sl][:, rows] + beta[sl][:, cols]
+             + np.einsum("smk,smk->sm", U[sl][:, rows], V[sl][:, cols])).astype(np.float64)
+        total += p.sum(axis=0)
+        total2 += (p**2).sum(axis=0)
+    mean = total / S
+    var = np.maximum(total2 / S - mean**2, 0.0) * (S / max(S - 1, 1))
+    return mean, np.sqrt(var)
