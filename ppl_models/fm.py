@@ -47,6 +47,7 @@ Sites: ``w0`` (), ``w`` (D,), ``V`` (D, K), ``y`` (N,); hierarchical variant als
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -240,8 +241,15 @@ def simulate(key, rows, cols, values, n_rows: int, group, K: int, hyper):
     group = np.asarray(group)
     D = group.shape[0]
     _check(rows, cols, values, n_rows, D, group, K)
+    return _simulate_jit(key, jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values), jnp.asarray(group), hyper,
+                         n_rows=int(n_rows), n_features=D, n_groups=n_groups_of(group), K=int(K))
+
+
+@functools.partial(jax.jit, static_argnames=("n_rows", "n_features", "n_groups", "K"))
+def _simulate_jit(key, rows, cols, values, group, hyper, *, n_rows, n_features, n_groups, K):
+    # one compiled program (op-by-op tracing of the program compiles every primitive separately)
     trace = numpyro.handlers.trace(numpyro.handlers.seed(model, key)).get_trace(
-        jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values), n_rows, D, group, K, hyper, None)
+        rows, cols, values, n_rows, n_features, group, K, hyper, None, n_groups=n_groups)
     truth = {name: site["value"] for name, site in trace.items()
              if site["type"] == "sample" and name != "y"}
     return truth, trace["y"]["value"]

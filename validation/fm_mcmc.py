@@ -1,0 +1,491 @@
+"""Validation of MCMC-FM (and of SGD-FM's Algorithm 1): conditionals, caches, blocks, NUTS, SBC, errata.
+
+- `conditional_checks` (update level): every complete conditional of `custom_inference.fm_mcmc`
+  (w0, w_l per block, v_lk per block and k, alpha, sigma_w, mu_w, sigma_v, mu_v) against the
+  NumPyro program `ppl_models.fm.model_hier`: one coordinate moves along a grid, all other
+  sites stay fixed, and the differences of NumPyro's ``log_density`` along the grid must equal
+  the differences of the claimed conditional's log density (exact up to rounding). A
+  deliberately wrong v conditional (the self term x_nl v_lk not removed from q_nk) is
+  included and must fail.
+- `cache_check`: after a sweep, the incrementally updated caches e = y - yhat and q = X V equal
+  their recomputation from the dense X.
+- `block_check`: a block drawn at once equals the one-feature-at-a-time sequential update with
+  the same standard-normal numbers, where each sequential conditional is recomputed from the
+  dense X after every single update (so the features of a block are conditionally independent).
+- `run_crosscheck` (posterior level): MCMC-FM vs NUTS on the same program, on predictions (train
+  and new rows) and alpha, gated (`validation.gates.nuts_gates`), compared by
+  `validation.crosscheck.compare_exact`.
+- `sbc_adapters` (calibration level) for `validation.sbc.run_sbc`.
+- `ERRATA`: Algorithm 1 (SGD-FM) does not descend eq. 2.18.
+
+Source: ``004_90693a0965f06816.txt`` eqs. 2.17-2.30, Algorithm 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from jax.scipy import stats as jstats
+from numpyro.infer.util import log_density
+
+from custom_inference import arviz_io
+from custom_inference import fm_mcmc as mc
+from custom_inference import fm_sgd
+from custom_inference.fm_design import FMDesign
+from ppl_models import fm as ppl
+
+from . import crosscheck as xc
+from . import gates as gates_mod
+from .errata import Erratum
+
+__all__ = [
+    "small_design",
+    "conditional_checks",
+    "cache_check",
+    "block_check",
+    "CrosscheckConfig",
+    "CrosscheckResult",
+    "identifiable_quantities",
+    "run_crosscheck",
+    "SBCConfig",
+    "fm_functionals",
+    "sbc_adapters",
+    "ERRATA",
+]
+
+_SEED004 = "004_90693a0965f06816.txt"
+_COND_TOL = 1e-6  # log-density differences agree to ~1e-10 in float64; a wrong conditional is off by O(1)
+
+
+def small_design(n_users=30, n_items=20, n_multi=3, n_rows=200, seed=0, p_multi=0.4):
+    """Random (user, item) one-hot | one-hot | multi-hot (``n_multi`` features, each on with
+    probability ``p_multi``) design. Returns (X coo (N, D), group (D,), users (N,), items (N,))."""
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, n_users, n_rows)
+    i = rng.integers(0, n_items, n_rows)
+    ar = np.arange(n_rows)
+    blocks = [sp.csr_matrix((np.ones(n_rows), (ar, u)), shape=(n_rows, n_users)),
+              sp.csr_matrix((np.ones(n_rows), (ar, i)), shape=(n_rows, n_items))]
+    group = [0] * n_users + [1] * n_items
+    if n_multi:
+        blocks.append(sp.csr_matrix((rng.random((n_rows, n_multi)) < p_multi).astype(float)))
+        group += [2] * n_multi
+    return sp.hstack(blocks).tocoo(), np.asarray(group), u, i
+
+
+def _random_state(seed, X, group, K, hyper):
+    """Parameters from the prior (via `ppl.simulate`), y from the model, caches current."""
+    truth, y = ppl.simulate(jax.random.PRNGKey(seed), X.row, X.col, X.data, X.shape[0], group, K, hyper)
+    design = FMDesign.from_scipy(X, np.asarray(y), group)
+    d = mc._as_jax(design, np.float64)
+    st = mc.FMMCMCState(*(jnp.asarray(truth[n], jnp.float64) for n in ("w0", "w", "V", "alpha", "mu_w", "sigma_w",
+                                                                     "mu_v", "sigma_v")),
+                        jnp.zeros(X.shape[0]), jnp.zeros((X.shape[0], K)))
+    return design, d, mc.caches(st, d)
+
+
+def _sites(st: mc.FMMCMCState):
+    return {n: getattr(st, n) for n in mc.PARAMS}
+
+
+def _brute_logdensity(d: FMDesign, group, K, hyper, sites, name, index, _cache={}):
+    """Function grid (G,) -> log joint (G,) with sites[name][index] moved along the grid.
+    One compiled program per site name (the index is traced)."""
+    key = (id(d), id(sites), name)
+    if key not in _cache:
+        args = (d.rows, d.cols, d.values, d.n_rows, d.n_features, group, K, hyper, d.y)
+
+        def one(v, idx):
+            s = dict(sites)
+            s[name] = sites[name].at[idx].set(v) if idx else sites[name] * 0 + v
+            return log_density(ppl.model_hier, args, {"n_groups": d.n_groups}, s)[0]
+
+        _cache.clear() if len(_cache) > 64 else None
+        _cache[key] = (jax.jit(jax.vmap(one, in_axes=(0, None))), d, sites)
+    f = _cache[key][0]
+    idx = tuple(jnp.asarray(i) for i in index)
+    return lambda grid: f(grid, idx)
+
+
+def _normal_logpdf(P, h):
+    return lambda g: jstats.norm.logpdf(g, h / P, 1.0 / jnp.sqrt(P))
+
+
+def _gamma_logpdf(a, b):
+    return lambda g: jstats.gamma.logpdf(g, a, scale=1.0 / b)
+
+
+def _diff_error(brute, cand, grid):
+    lb, lc = np.asarray(brute(grid)), np.asarray(cand(grid))
+    return float(np.max(np.abs((lb - lb[0]) - (lc - lc[0]))))
+
+
+def _wrong_v_conditional(state, design, hyper, b, k):
+    """Deliberately wrong: h_n = x_nl q_nk (the feature's own term x_nl v_lk left in q_nk)."""
+    r, c, x = mc._block_entries(design, b)
+    g = design.group
+    hn = x * state.q[r, k]
+    s, m = state.sigma_v[g, k], state.mu_v[g, k]
+    P = s + state.alpha * jax.ops.segment_sum(hn * hn, c, num_segments=design.n_features)
+    h = s * m + state.alpha * jax.ops.segment_sum(hn * (state.e[r] + hn * state.V[c, k]), c,
+                                                  num_segments=design.n_features)
+    return P, h
+
+
+def conditional_checks(hyper: ppl.FMHierHyper = ppl.FMHierHyper(mu_0=0.3, sigma_0=2.0, nu_0=1.5, alpha_0p=2.0,
+                                                                beta_0p=1.5, alpha_0=3.0, beta_0=1.0),
+                       *, seed: int = 0, K: int = 2, n_grid: int = 41) -> pd.DataFrame:
+    """Every conditional of MCMC-FM vs the NumPyro log density (module docstring).
+
+    Returns a DataFrame with columns block, site, index, max_error (max over the grid of
+    |(log p(theta_g) - log p(theta_0)) - (log q(theta_g) - log q(theta_0))|), expected ("exact" or
+    "wrong") and passed (exact: error <= 1e-6; wrong: error > 1e-6). Runs in float64.
+    """
+    with jax.enable_x64(True):
+        X, group, _, _ = small_design(8, 6, 3, 30, seed=seed)
+        design, d, st = _random_state(seed + 1, X, group, K, hyper)
+        sites = _sites(st)
+        rows = []
+
+        def add(block, site, index, cand, center, scale, kind="exact", positive=False):
+            if positive:
+                grid = jnp.linspace(center * 0.2, center * 3.0, n_grid)
+            else:
+                grid = center + scale * jnp.linspace(-4, 4, n_grid)
+            err = _diff_error(_brute_logdensity(d, group, K, hyper, sites, site, index), cand, grid)
+            ok = err <= _COND_TOL if kind == "exact" else err > _COND_TOL
+            rows.append(dict(block=block, site=site, index=str(index), max_error=err, expected=kind, passed=bool(ok)))
+
+        P, h = mc.w0_conditional(st, d, hyper)
+        add("w0", "w0", (), _normal_logpdf(P, h), h / P, 1 / jnp.sqrt(P))
+        a, b = mc.alpha_conditional(st, d, hyper)
+        add("alpha", "alpha", (), _gamma_logpdf(a, b), a / b, None, positive=True)
+        blk = np.asarray(design.block)
+        for bi in range(design.n_blocks):
+            feats = np.flatnonzero(blk == bi)
+            # the most frequent feature of the block (it has data), and the last one
+            counts = np.bincount(np.asarray(design.cols), minlength=design.n_features)[feats]
+            for l in sorted({int(feats[np.argmax(counts)]), int(feats[-1])}):
+                P, h = mc.w_block_conditional(st, d, hyper, bi)
+                add(f"w block {bi}", "w", (l,), _normal_logpdf(P[l], h[l]), h[l] / P[l], 1 / jnp.sqrt(P[l]))
+                for k in range(K):
+                    P, h = mc.v_block_conditional(st, d, hyper, bi, k)
+                    add(f"v block {bi}", "V", (l, k), _normal_logpdf(P[l], h[l]), h[l] / P[l], 1 / jnp.sqrt(P[l]))
+            if bi == 0:
+                l = int(feats[np.argmax(counts)])
+                P, h = _wrong_v_conditional(st, d, hyper, bi, 0)
+                add("v block 0 (wrong: self term kept)", "V", (l, 0), _normal_logpdf(P[l], h[l]),
+                    h[l] / P[l], 1 / jnp.sqrt(P[l]), kind="wrong")
+        g = d.group
+        G = design.n_groups
+        for gi in range(G):
+            s, r = mc.group_precision_conditional(st.w, g, G, st.mu_w, hyper.mu_0, hyper.nu_0, hyper.alpha_0p,
+                                                  hyper.beta_0p)
+            add("sigma_w", "sigma_w", (gi,), _gamma_logpdf(s[gi], r[gi]), s[gi] / r[gi], None, positive=True)
+            n = float(np.sum(group == gi))
+            Pm = (hyper.nu_0 + n) * st.sigma_w[gi]
+            hm = st.sigma_w[gi] * (hyper.nu_0 * hyper.mu_0 + jnp.sum(jnp.where(g == gi, st.w, 0.0)))
+            add("mu_w", "mu_w", (gi,), _normal_logpdf(Pm, hm), hm / Pm, 1 / jnp.sqrt(Pm))
+            for k in range(K):
+                s, r = mc.group_precision_conditional(st.V, g, G, st.mu_v, hyper.mu_0, hyper.nu_0, hyper.alpha_0p,
+                                                      hyper.beta_0p)
+                add("sigma_v", "sigma_v", (gi, k), _gamma_logpdf(s[gi, k], r[gi, k]), s[gi, k] / r[gi, k], None,
+                    positive=True)
+                Pm = (hyper.nu_0 + n) * st.sigma_v[gi, k]
+                hm = st.sigma_v[gi, k] * (hyper.nu_0 * hyper.mu_0 + jnp.sum(jnp.where(g == gi, st.V[:, k], 0.0)))
+                add("mu_v", "mu_v", (gi, k), _normal_logpdf(Pm, hm), hm / Pm, 1 / jnp.sqrt(Pm))
+    return pd.DataFrame(rows)
+
+
+def _dense_yhat(Xd, w0, w, V):
+    q = Xd @ V
+    return w0 + Xd @ w + 0.5 * np.sum(q * q - (Xd ** 2) @ (V ** 2), axis=1)
+
+
+def cache_check(*, seed: int = 0, K: int = 3, n_sweeps: int = 2) -> float:
+    """Max abs difference between the caches (e, q) after ``n_sweeps`` sweeps (the last one
+    incremental) and y - yhat, X V recomputed from the dense X. float64."""
+    with jax.enable_x64(True):
+        X, group, _, _ = small_design(8, 6, 3, 40, seed=seed)
+        design, d, st = _random_state(seed + 2, X, group, K, ppl.FMHierHyper())
+        key = jax.random.PRNGKey(seed)
+        for _ in range(n_sweeps):
+            key, sub = jax.random.split(key)
+            st, _ = mc.step_jit(sub, st, d, ppl.FMHierHyper())
+        Xd = design.to_dense()
+        V, w = np.asarray(st.V), np.asarray(st.w)
+        e_ref = np.asarray(design.y) - _dense_yhat(Xd, float(st.w0), w, V)
+        return float(max(np.max(np.abs(np.asarray(st.e) - e_ref)), np.max(np.abs(np.asarray(st.q) - Xd @ V))))
+
+
+def block_check(*, seed: int = 0, K: int = 2) -> pd.DataFrame:
+    """Block-at-once vs one-feature-at-a-time (dense brute force, same normal numbers), per block.
+
+    Returns a DataFrame (block, n_features, max_abs_diff over w and V of the block)."""
+    hyper = ppl.FMHierHyper()
+    out = []
+    with jax.enable_x64(True):
+        X, group, _, _ = small_design(8, 6, 4, 40, seed=seed, p_multi=0.5)
+        design, d, st = _random_state(seed + 3, X, group, K, hyper)
+        Xd = design.to_dense()
+        y = np.asarray(design.y)
+        blk = np.asarray(design.block)
+        gr = np.asarray(group)
+        for b in range(design.n_blocks):
+            key = jax.random.PRNGKey(100 + b)
+            new = mc.update_block(key, st, d, hyper, b)
+            k_w, k_v = jax.random.split(key)
+            z_w = np.asarray(jax.random.normal(k_w, (design.n_features,), jnp.float64))
+            keys_v = jax.random.split(k_v, K)
+            z_v = [np.asarray(jax.random.normal(keys_v[k], (design.n_features,), jnp.float64)) for k in range(K)]
+            w0, w, V = float(st.w0), np.array(st.w), np.array(st.V)
+            alpha = float(st.alpha)
+            feats = np.flatnonzero(blk == b)
+            for l in feats:
+                hn = Xd[:, l]
+                a = _dense_yhat(Xd, w0, w, V) - hn * w[l]
+                s, m = float(st.sigma_w[gr[l]]), float(st.mu_w[gr[l]])
+                P = s + alpha * hn @ hn
+                h = s * m + alpha * hn @ (y - a)
+                w[l] = h / P + z_w[l] / np.sqrt(P)
+            for k in range(K):
+                for l in feats:
+                    hn = Xd[:, l] * (Xd @ V[:, k] - Xd[:, l] * V[l, k])
+                    a = _dense_yhat(Xd, w0, w, V) - hn * V[l, k]
+                    s, m = float(st.sigma_v[gr[l], k]), float(st.mu_v[gr[l], k])
+                    P = s + alpha * hn @ hn
+                    h = s * m + alpha * hn @ (y - a)
+                    V[l, k] = h / P + z_v[k][l] / np.sqrt(P)
+            diff = max(np.max(np.abs(np.asarray(new.w) - w)), np.max(np.abs(np.asarray(new.V) - V)))
+            out.append(dict(block=b, n_features=len(feats), max_abs_diff=float(diff)))
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------------
+# MCMC-FM vs NUTS
+
+
+@dataclass(frozen=True)
+class CrosscheckConfig:
+    """Small simulated FM: 30 users, 20 items one-hot + a 3-feature multi-hot group, 200 instances,
+    K = 2; y drawn from the flat FM with moderate scales (a fixed truth, not a prior draw, so that
+    the data set is typical); the fit uses the hierarchical MCMC-FM prior ``hyper``. 10 new rows
+    (random user, item, multi-hot) are predicted too."""
+
+    n_users: int = 30
+    n_items: int = 20
+    n_multi: int = 3
+    n_rows: int = 200
+    n_new: int = 10
+    K: int = 2
+    seed: int = 0
+    truth_hyper: ppl.FMFlatHyper = ppl.FMFlatHyper(alpha=4.0, sigma_0=1.0, sigma_w=4.0, sigma_v=2.0)
+    hyper: ppl.FMHierHyper = ppl.FMHierHyper(alpha_0p=2.0, beta_0p=2.0)
+    nuts_chains: int = 4
+    nuts_warmup: int = 1000
+    nuts_samples: int = 1000
+    target_accept: float = 0.95
+    gibbs_chains: int = 4
+    gibbs_warmup: int = 2000
+    gibbs_samples: int = 2000
+    gibbs_thin: int = 5
+
+
+@dataclass
+class CrosscheckResult:
+    config: CrosscheckConfig
+    verdict: xc.Verdict
+    nuts: xc.NutsRun
+    gibbs: object
+    nuts_quantities: dict = field(repr=False)
+    gibbs_quantities: dict = field(repr=False)
+    gibbs_seconds: float = 0.0
+
+
+def crosscheck_data(config: CrosscheckConfig = CrosscheckConfig()):
+    """(design, new (rows, cols, values, n_new)) of the cross-check."""
+    c = config
+    X, group, _, _ = small_design(c.n_users, c.n_items, c.n_multi, c.n_rows + c.n_new, seed=c.seed)
+    with jax.enable_x64(True):
+        _, y = ppl.simulate(jax.random.PRNGKey(c.seed + 10), X.row, X.col, X.data, X.shape[0], group, c.K,
+                            c.truth_hyper)
+    X = X.tocsr()
+    train, new = X[: c.n_rows].tocoo(), X[c.n_rows:].tocoo()
+    design = FMDesign.from_scipy(train, np.asarray(y)[: c.n_rows], group)
+    return design, (new.row, new.col, new.data, c.n_new)
+
+
+def identifiable_quantities(idata, design: FMDesign, new) -> dict[str, np.ndarray]:
+    """yhat on the training rows (chain, draw, N), on new rows (chain, draw, n_new), log alpha
+    (chain, draw, 1): invariant to the sign flips and permutations of the factors."""
+    p = arviz_io.group_arrays(idata)
+    C, S = p["w0"].shape[:2]
+    flat = lambda a: jnp.asarray(a.reshape((C * S,) + a.shape[2:]), jnp.float64)  # noqa: E731
+
+    def yhat(rows, cols, values, n):
+        f = jax.vmap(lambda a, b, c: ppl.predict_mean({"w0": a, "w": b, "V": c}, rows, cols, values, n))
+        return np.asarray(f(flat(p["w0"]), flat(p["w"]), flat(p["V"]))).reshape(C, S, n)
+
+    with jax.enable_x64(True):
+        out = {"yhat_train": yhat(jnp.asarray(design.rows), jnp.asarray(design.cols),
+                                  jnp.asarray(design.values, jnp.float64), design.n_rows),
+               "yhat_new": yhat(jnp.asarray(new[0]), jnp.asarray(new[1]), jnp.asarray(new[2], jnp.float64), new[3])}
+    out["log_alpha"] = np.log(p["alpha"])[..., None]
+    return out
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> CrosscheckResult:
+    """MCMC-FM against NUTS on `ppl_models.fm.model_hier`; both runs gated; `compare_exact` verdict."""
+    import time
+
+    c = config
+    design, new = crosscheck_data(c)
+    nuts = xc.run_nuts(ppl.model_hier, design.rows, design.cols, design.values, design.n_rows, design.n_features,
+                       design.group, c.K, c.hyper, jnp.asarray(design.y), seed=c.seed, num_chains=c.nuts_chains,
+                       num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, target_accept=c.target_accept,
+                       progress=progress, n_groups=design.n_groups)
+    t0 = time.perf_counter()
+    g = mc.sample(jax.random.PRNGKey(c.seed + 1), design, c.K, c.hyper, num_chains=c.gibbs_chains,
+                  num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=progress)
+    seconds = time.perf_counter() - t0
+    nq, gq = identifiable_quantities(nuts.idata, design, new), identifiable_quantities(g, design, new)
+    ng = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
+    gg = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
+    combined = gates_mod.GateResult(
+        passed=ng.passed and gg.passed,
+        failures=[f"NUTS {f}" for f in ng.failures] + [f"MCMC-FM {f}" for f in gg.failures],
+        table=pd.concat([ng.table.assign(method="nuts"), gg.table.assign(method="mcmc-fm")], ignore_index=True),
+        divergences=ng.divergences, bfmi=ng.bfmi, n_chains=min(ng.n_chains, gg.n_chains))
+    return CrosscheckResult(c, xc.compare_exact(gq, nq, combined), nuts, g, nq, gq, seconds)
+
+
+# ------------------------------------------------------------------------------------------
+# SBC
+
+
+@dataclass(frozen=True)
+class SBCConfig:
+    """One SBC simulation: a fixed small design (10 users, 8 items, 40 instances, one-hot | one-hot,
+    K = 2), parameters and y from the MCMC-FM prior ``hyper`` (hyperpriors tighter than the
+    defaults so that prior draws give data sets of sane scale), MCMC-FM with 2 chains x 500 kept
+    draws thinned by 4 after 400 warmup sweeps (S = 1000 >= L = 99 x ESS-thinning)."""
+
+    n_users: int = 10
+    n_items: int = 8
+    n_multi: int = 0
+    n_rows: int = 40
+    K: int = 2
+    hyper: ppl.FMHierHyper = ppl.FMHierHyper(mu_0=0.0, sigma_0=1.0, nu_0=1.0, alpha_0p=5.0, beta_0p=5.0,
+                                             alpha_0=5.0, beta_0=2.0)
+    chains: int = 2
+    warmup: int = 400
+    samples: int = 500
+    thin: int = 4
+
+
+def fm_functionals(design: FMDesign) -> dict:
+    """Scalar functionals for SBC: log alpha; yhat of the first 3 training rows; w0 plus the mean
+    of the w of every group (the level of the predictions); log sigma_w of group 0."""
+    rows, cols, values, n = design.rows[:9], design.cols[:9], design.values[:9], design.n_rows
+    keep = np.asarray(design.rows) < 3
+    r, c, v = np.asarray(design.rows)[keep], np.asarray(design.cols)[keep], np.asarray(design.values)[keep]
+    g = np.asarray(design.group)
+    del rows, cols, values, n
+
+    def yhat(p):
+        return np.asarray(ppl.predict_mean({k: jnp.asarray(p[k]) for k in ("w0", "w", "V")}, r, c, v, 3))
+
+    def level(p):
+        w = np.asarray(p["w"])
+        return np.array([float(p["w0"]) + sum(w[g == gi].mean() for gi in range(design.n_groups))])
+
+    return {
+        "log_alpha": lambda p: np.log(np.asarray(p["alpha"])).reshape(1),
+        "yhat": yhat,
+        "level": level,
+        "log_sigma_w0": lambda p: np.log(np.asarray(p["sigma_w"])[:1]),
+    }
+
+
+def sbc_adapters(config: SBCConfig = SBCConfig()):
+    """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc` with MCMC-FM."""
+    c = config
+    X, group, _, _ = small_design(c.n_users, c.n_items, c.n_multi, c.n_rows, seed=12345)
+    template = FMDesign.from_scipy(X, np.zeros(X.shape[0]), group)
+
+    def simulate(seed: int):
+        with jax.enable_x64(True):
+            truth, y = ppl.simulate(jax.random.PRNGKey(seed), X.row, X.col, X.data, X.shape[0], group, c.K, c.hyper)
+        return {k: np.asarray(v) for k, v in truth.items()}, np.asarray(y)
+
+    def fit(y, seed: int):
+        design = FMDesign.from_scipy(X, y, group)
+        idata = mc.sample(jax.random.PRNGKey(seed), design, c.K, c.hyper, num_chains=c.chains, num_warmup=c.warmup,
+                          num_samples=c.samples, thin=c.thin, progress=False)
+        p = arviz_io.group_arrays(idata)
+        return {k: v.reshape((-1,) + v.shape[2:]) for k, v in p.items()}
+
+    return simulate, fit, fm_functionals(template)
+
+
+# ------------------------------------------------------------------------------------------
+# Errata
+
+
+def _algorithm1_check(form: str) -> tuple[bool, float]:
+    """Is the minimizer of the objective the fixed point of Algorithm 1's mean step?
+
+    "printed": eq. 2.18 (each parameter penalized once); "corrected": the frequency-weighted
+    penalty (lambda times the number of instances a parameter occurs in). At the objective's
+    minimizer, the average over all instances of Algorithm 1's step direction (lines 3, 5, 7,
+    `custom_inference.fm_sgd.instance_gradients`) must vanish (max abs <= 1e-6) if Algorithm 1
+    descends that objective. Returns (passed, max abs mean step)."""
+    from scipy.optimize import minimize
+
+    with jax.enable_x64(True):
+        X, group, _, _ = small_design(5, 4, 0, 20, seed=7)
+        K = 2
+        _, y = ppl.simulate(jax.random.PRNGKey(3), X.row, X.col, X.data, 20, group, K, ppl.FMFlatHyper(alpha=10.0))
+        design = FMDesign.from_scipy(X, np.asarray(y), group)
+        D = design.n_features
+        lam = (jnp.asarray(0.3), jnp.asarray([0.2, 0.4]), jnp.asarray([[0.25, 0.15], [0.35, 0.3]]))
+        counts = jnp.asarray(np.bincount(np.asarray(design.cols), minlength=D), jnp.float64)
+        mult0, mult = (design.n_rows, counts) if form == "corrected" else (1.0, jnp.ones(D))
+        g = jnp.asarray(design.group)
+
+        def unpack(t):
+            return fm_sgd.FMParams(t[0], t[1:1 + D], t[1 + D:].reshape(D, K))
+
+        def obj(t):
+            p = unpack(t)
+            r = jnp.asarray(design.y) - fm_sgd.predict(p, design)
+            return (jnp.sum(r ** 2) + lam[0] * mult0 * p.w0 ** 2 + jnp.sum(lam[1][g] * mult * p.w ** 2)
+                    + jnp.sum(lam[2][g] * mult[:, None] * p.V ** 2))
+
+        f = jax.jit(jax.value_and_grad(obj))
+        t0 = 0.3 * np.random.default_rng(0).normal(size=1 + D + D * K)
+        res = minimize(lambda t: tuple(np.asarray(a, np.float64) for a in f(jnp.asarray(t))), t0, jac=True,
+                       method="L-BFGS-B", options=dict(maxiter=5000, gtol=1e-12, ftol=1e-15))
+        C, Xv = fm_sgd.padded_rows(design)
+        step = fm_sgd.instance_gradients(unpack(jnp.asarray(res.x)), jnp.asarray(C), jnp.asarray(Xv),
+                                         jnp.asarray(design.y), g, lam)
+        value = float(max(jnp.max(jnp.abs(s)) for s in step))
+    return value <= 1e-6, value
+
+
+ERRATA: tuple[Erratum, ...] = (
+    Erratum(
+        _SEED004, "Algorithm 1 (SGD-FM) lines 3, 5, 7 vs eq. 2.18",
+        "objective sum_n l(yhat_n, y_n) + sum_theta lambda_theta theta^2 (eq. 2.18), optimized by Algorithm 1",
+        "Algorithm 1 descends sum_n l(yhat_n, y_n) + lambda_0 N w0^2 + sum_i lambda_i n_i w_i^2 + sum_ik lambda_ik n_i v_ik^2 "
+        "(n_i = #instances with x_ni != 0); to descend eq. 2.18 the per-instance penalty must be 2 lambda theta / n_theta",
+        "the regularization gradient 2 lambda theta is added at every instance in which theta occurs, so one epoch "
+        "penalizes theta n_theta times; the fixed point of Algorithm 1 is not the minimizer of eq. 2.18",
+        "stationarity", _algorithm1_check,
+    ),
+)
