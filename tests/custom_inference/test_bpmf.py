@@ -56,8 +56,8 @@ def test_sample_returns_draws_of_the_right_shape_and_dtype(data, dtype):
 
 def test_same_seed_same_draws_and_predict(data):
     _, obs = data
-    a = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, seed=5, progress=False)
-    b = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, seed=5, progress=False)
+    a = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, thin=2, seed=5, progress=False)
+    b = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, thin=2, seed=5, progress=False)
     np.testing.assert_array_equal(a.posterior.U.values, b.posterior.U.values)
     mean, sd = bpmf.predict(a, [0, 7], [0, 5])
     U, V = a.posterior.U.values.reshape(8, 8, K), a.posterior.V.values.reshape(8, 6, K)
