@@ -7,7 +7,7 @@ Run by hand (not part of the test suite):
 
 What is timed: one chain; for each method the module's own jitted ``step`` (one full sweep:
 every block drawn once) under ``lax.scan`` for ``--sweeps`` sweeps in one compiled call, after
-a compiling warm-up call; the per-sweep ``Info`` is discarded, so XLA drops the log joint that
+a compiling warm-up call (the data are an argument, not compile-time constants); the per-sweep ``Info`` is discarded, so XLA drops the log joint that
 both steps compute, and only the sampling work is timed. Median of ``--repeats`` timed calls.
 
 Data: ``u.data`` of MovieLens 100K (943 x 1682, 100,000 ratings) via
@@ -64,10 +64,10 @@ def bench_bpmf(obs, k, sweeps, repeats, dtype):
     state = bpmf.init(jax.random.PRNGKey(0), o, hyper, k, dtype=dtype)
 
     @jax.jit
-    def run(s, key):
+    def run(s, key, o):
         return jax.lax.scan(lambda c, kk: (bpmf.step(kk, c, o, hyper, chunk)[0], None), s, jax.random.split(key, sweeps))[0]
 
-    return _timed(run, state, jax.random.PRNGKey(1), repeats), {"chunk_size": chunk}
+    return _timed(lambda s, kk: run(s, kk, o), state, jax.random.PRNGKey(1), repeats), {"chunk_size": chunk}
 
 
 def bench_sbmf(obs, k, sweeps, repeats, dtype):
@@ -80,10 +80,10 @@ def bench_sbmf(obs, k, sweeps, repeats, dtype):
     state = sbmf.init(jax.random.PRNGKey(0), o, k, hyper, dtype=dtype)
 
     @jax.jit
-    def run(s, key):
+    def run(s, key, o):
         return jax.lax.scan(lambda c, kk: (sbmf.step(kk, c, o, hyper)[0], None), s, jax.random.split(key, sweeps))[0]
 
-    return _timed(run, state, jax.random.PRNGKey(1), repeats), {}
+    return _timed(lambda s, kk: run(s, kk, o), state, jax.random.PRNGKey(1), repeats), {}
 
 
 def main() -> None:

@@ -407,7 +407,8 @@ def sample(
     n_components : int, K >= 1
     num_chains, num_warmup, num_samples, thin : int
         ``num_samples`` kept draws per chain, every ``thin``-th sweep after the warmup
-        (``num_warmup`` rounded up to a multiple of ``thin``).
+        (``num_warmup`` rounded up to a multiple of ``thin``, and at least ``thin``: the
+        first block of ``thin`` sweeps also compiles the program and is not timed).
     seed : int; the same seed gives the same draws.
     dtype : float64 (default) or float32
     keep : names of the state fields to store (U and V cost I K and J K per draw).
