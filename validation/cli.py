@@ -27,6 +27,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 MODELS = ("hpf",)
+FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
 
 def _load_data(spec: str):
@@ -210,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in FLOAT64_COMMANDS:
+        # Validation runs in float64 (DESIGN.md, conventions), and globally rather than in a
+        # `jax.enable_x64` context: NumPyro's progress-bar callbacks run on another thread,
+        # which would otherwise see float32/int32 and fail on the dtype of their results.
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as exc:
