@@ -268,25 +268,29 @@ def log_joint(state: State, obs: Observations, hyper, *, from_cache: bool = True
 
 def _hyper_block(key, state: State, hyper) -> State:
     """Algorithm 2 lines 2-10, corrected: each precision given its mean, then the mean given
-    the new precision (shared helpers of `custom_inference.gaussian`)."""
-    ks = jax.random.split(key, 8)
+    the new precision (shared helpers of `custom_inference.gaussian`).
+
+    The pairs (mu_alpha, sigma_alpha), (mu_uk, sigma_uk) are conditionally independent of each
+    other given alpha and U (and likewise on the item side), so the user-side pairs are drawn
+    in one call on the (I, K + 1) array [alpha, U] and the item side on [beta, V]: the same
+    distribution as the printed one-by-one order, with two Gamma samplers instead of 2K + 2
+    (each one is a rejection loop that XLA compiles separately).
+    """
+    ks = jax.random.split(key, 4)
     h = hyper
-    prec = lambda k, x, m: sample_ng_precision(k, x, m, h.mu0, h.nu0, h.alpha0, h.beta0, axis=0)  # noqa: E731
-    mean = lambda k, x, s: sample_ng_mean(k, x, s, h.mu0, h.nu0, axis=0)  # noqa: E731
-    sigma_alpha = prec(ks[0], state.alpha, state.mu_alpha)
-    mu_alpha = mean(ks[1], state.alpha, sigma_alpha)
-    sigma_beta = prec(ks[2], state.beta, state.mu_beta)
-    mu_beta = mean(ks[3], state.beta, sigma_beta)
-    sigma_u = prec(ks[4], state.U, state.mu_u)
-    mu_u = mean(ks[5], state.U, sigma_u)
-    sigma_v = prec(ks[6], state.V, state.mu_v)
-    mu_v = mean(ks[7], state.V, sigma_v)
     dt = state.e.dtype
-    return state._replace(
-        sigma_alpha=sigma_alpha.astype(dt), mu_alpha=mu_alpha.astype(dt), sigma_beta=sigma_beta.astype(dt),
-        mu_beta=mu_beta.astype(dt), sigma_u=sigma_u.astype(dt), mu_u=mu_u.astype(dt),
-        sigma_v=sigma_v.astype(dt), mu_v=mu_v.astype(dt),
-    )
+    out = {}
+    for side, (x, m, names), (k_s, k_m) in (
+        ("user", (jnp.concatenate([state.alpha[:, None], state.U], axis=1), jnp.concatenate([state.mu_alpha[None], state.mu_u]),
+                  ("alpha", "u")), (ks[0], ks[1])),
+        ("item", (jnp.concatenate([state.beta[:, None], state.V], axis=1), jnp.concatenate([state.mu_beta[None], state.mu_v]),
+                  ("beta", "v")), (ks[2], ks[3])),
+    ):
+        sigma = sample_ng_precision(k_s, x, m, h.mu0, h.nu0, h.alpha0, h.beta0, axis=0).astype(dt)
+        mean = sample_ng_mean(k_m, x, sigma, h.mu0, h.nu0, axis=0).astype(dt)
+        out[f"sigma_{names[0]}"], out[f"sigma_{names[1]}"] = sigma[0], sigma[1:]
+        out[f"mu_{names[0]}"], out[f"mu_{names[1]}"] = mean[0], mean[1:]
+    return state._replace(**out)
 
 
 @jax.jit
