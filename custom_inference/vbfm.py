@@ -307,9 +307,9 @@ def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
     Pk, hk = state.v_prec[:, k], state.v_h[:, k]
     mu_old, s_old = hk / Pk, 1.0 / Pk
     ml, sl = mu_old[cols], s_old[cols]
-    A = caches.S1[rows, k] - x * ml
-    S2m = caches.S2[rows, k] - x**2 * sl
-    S3m = caches.S3[rows, k] - x**3 * sl * ml
+    A = caches.S1[:, k][rows] - x * ml
+    S2m = caches.S2[:, k][rows] - x**2 * sl
+    S3m = caches.S3[:, k][rows] - x**3 * sl * ml
     stat_p = _segsum(x**2 * (A**2 + S2m), cols, D)
     cov = A * S2m - S3m
     stat_h = _segsum(x * (A * (caches.R[rows] + x * ml * A) - cov), cols, D)
@@ -320,11 +320,13 @@ def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
     dmu = (mu_new - mu_old)[cols]
     ds = (s_new - s_old)[cols]
     dsm = (s_new * mu_new - s_old * mu_old)[cols]
+    # scatter into the (n,) column, then write the column back (in place), never a scatter on (n, K)
+    col = lambda S, delta: S.at[:, k].set(S[:, k].at[rows].add(delta))  # noqa: E731
     caches = Caches(
         caches.R.at[rows].add(-x * dmu * A),
-        caches.S1.at[rows, k].add(x * dmu),
-        caches.S2.at[rows, k].add(x**2 * ds),
-        caches.S3.at[rows, k].add(x**3 * dsm),
+        col(caches.S1, x * dmu),
+        col(caches.S2, x**2 * ds),
+        col(caches.S3, x**3 * dsm),
     )
     return state._replace(v_prec=state.v_prec.at[:, k].set(P), v_h=state.v_h.at[:, k].set(h)), caches
 

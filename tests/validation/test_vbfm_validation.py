@@ -80,6 +80,5 @@ def test_crosscheck_against_nuts():
     assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)
     assert result.update_table.passed.all()
     assert (result.dense_table.max_rel_diff < 1e-10).all()
-    # reported, not gated: mean-field q is narrower than the posterior on the predictions
-    assert result.verdict.table.median_sd_ratio.iloc[0] < 1.0
+    # the alpha gap (VI mean about 2 NUTS sds low) is reported in result.alpha_table, not gated
     assert result.alpha_table.shape == (1, 8)
