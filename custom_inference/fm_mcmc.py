@@ -72,6 +72,7 @@ __all__ = [
     "w0_conditional",
     "w_block_conditional",
     "v_block_conditional",
+    "group_precision_conditional",
     "sample_group_precision",
     "sample_group_mean",
     "update_block",
@@ -220,18 +221,23 @@ def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
     return P, h
 
 
-def sample_group_precision(key, x, group, n_groups: int, mean, mu0, nu0, alpha0, beta0):
-    """Normal-gamma precision draw per group: x (D,) or (D, K), group (D,), mean (G,) or (G, K).
-
-    Gamma(alpha0 + (n_g + 1)/2, beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2);
-    for one group it is `gaussian.sample_ng_precision` (same key, same draw).
-    """
+def group_precision_conditional(x, group, n_groups: int, mean, mu0, nu0, alpha0, beta0):
+    """(shape, rate) of the normal-gamma precision per group: x (D,) or (D, K), group (D,),
+    mean (G,) or (G, K); both outputs have mean's shape:
+    Gamma(alpha0 + (n_g + 1)/2, beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2)."""
     n = jax.ops.segment_sum(jnp.ones(x.shape[0], x.dtype), group, num_segments=n_groups)
     n = n.reshape((n_groups,) + (1,) * (x.ndim - 1))
     sq = jax.ops.segment_sum((x - mean[group]) ** 2, group, num_segments=n_groups)
     shape = alpha0 + 0.5 * (n + 1)
     rate = beta0 + 0.5 * (nu0 * (mean - mu0) ** 2 + sq)
-    return jax.random.gamma(key, jnp.broadcast_to(shape, rate.shape).astype(rate.dtype)) / rate
+    return jnp.broadcast_to(shape, rate.shape).astype(rate.dtype), rate
+
+
+def sample_group_precision(key, x, group, n_groups: int, mean, mu0, nu0, alpha0, beta0):
+    """One draw from `group_precision_conditional`; for one group it is
+    `gaussian.sample_ng_precision` (same key, same draw)."""
+    shape, rate = group_precision_conditional(x, group, n_groups, mean, mu0, nu0, alpha0, beta0)
+    return jax.random.gamma(key, shape) / rate
 
 
 def sample_group_mean(key, x, group, n_groups: int, precision, mu0, nu0):
@@ -274,8 +280,8 @@ def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FM
 
 
 def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState, FMMCMCInfo]:
-    """One systematic-scan sweep: caches refreshed; alpha; (sigma_w, mu_w); (sigma_v, mu_v);
-    w0; then every block (w, then v_.1..v_.K). Jit-able (the block loop is static).
+    """One systematic-scan sweep: caches refreshed; (alpha, sigma_w, sigma_v) jointly (they are
+    conditionally independent); mu_w; mu_v; w0; then every block (w, then v_.1..v_.K). Jit-able (the block loop is static).
 
     Returns the new state (caches updated incrementally) and the info of the starting state.
     """
@@ -283,14 +289,19 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     info = FMMCMCInfo(log_joint(state, design, hyper), jnp.sqrt(jnp.mean(state.e ** 2)))
     G, g, h = design.n_groups, design.group, hyper
     keys = jax.random.split(key, 6 + design.n_blocks)
-    a, rate = alpha_conditional(state, design, hyper)
-    alpha = jax.random.gamma(keys[0], jnp.asarray(a, state.e.dtype)) / rate
-    state = state._replace(alpha=alpha)
-    sw = sample_group_precision(keys[1], state.w, g, G, state.mu_w, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
+    # alpha, sigma_w, sigma_v are independent given (e, w, mu_w, V, mu_v): one block, one
+    # Gamma call (jax.random.gamma is slow to compile)
+    a_s, a_r = alpha_conditional(state, design, hyper)
+    w_s, w_r = group_precision_conditional(state.w, g, G, state.mu_w, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
+    v_s, v_r = group_precision_conditional(state.V, g, G, state.mu_v, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
+    dt = state.e.dtype
+    shapes = jnp.concatenate([jnp.reshape(a_s, (1,)).astype(dt), w_s, v_s.reshape(-1)])
+    rates = jnp.concatenate([jnp.reshape(a_r, (1,)).astype(dt), w_r, v_r.reshape(-1)])
+    prec = jax.random.gamma(keys[0], shapes) / rates
+    alpha, sw, sv = prec[0], prec[1:1 + G], prec[1 + G:].reshape(v_r.shape)
     mw = sample_group_mean(keys[2], state.w, g, G, sw, h.mu_0, h.nu_0)
-    sv = sample_group_precision(keys[3], state.V, g, G, state.mu_v, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
     mv = sample_group_mean(keys[4], state.V, g, G, sv, h.mu_0, h.nu_0)
-    state = state._replace(sigma_w=sw, mu_w=mw, sigma_v=sv, mu_v=mv)
+    state = state._replace(alpha=alpha, sigma_w=sw, mu_w=mw, sigma_v=sv, mu_v=mv)
     P, hh = w0_conditional(state, design, hyper)
     w0 = sample_normal_natural(keys[5], P, hh)
     state = state._replace(w0=w0, e=state.e - (w0 - state.w0))

@@ -236,8 +236,10 @@ def simulate(key, rows, cols, values, n_rows: int, group, K: int, hyper):
 
     Raises
     ------
-    ValueError for malformed indices, shapes or K.
+    ValueError for malformed indices, shapes or K, or a ``hyper`` of neither type.
     """
+    if not isinstance(hyper, (FMHierHyper, FMFlatHyper)):
+        raise ValueError(f"hyper: expected FMHierHyper or FMFlatHyper, got {type(hyper).__name__}")
     group = np.asarray(group)
     D = group.shape[0]
     _check(rows, cols, values, n_rows, D, group, K)

@@ -131,7 +131,8 @@ def _log_joint_along(params, obs, hyper, site, index, xs):
     return out
 
 
-def conditional_checks(hyper=CHECK_HYPER, *, seed: int = 0, bug: str | None = None, n_grid: int = 401) -> pd.DataFrame:
+def conditional_checks(hyper=CHECK_HYPER, *, seed: int = 0, bug: str | None = None, n_grid: int = 401,
+                       sites: tuple[str, ...] = _SITES) -> pd.DataFrame:
     """Each univariate conditional of the sampler vs the log joint's, on a grid.
 
     A state and data are drawn from the prior (I = 6, J = 5, K = 2, 20 cells). For each site
@@ -143,16 +144,19 @@ def conditional_checks(hyper=CHECK_HYPER, *, seed: int = 0, bug: str | None = No
 
     ``bug``: a site name whose conditional is replaced by a deliberately wrong one (cache term
     without the own contribution; for tau the missing 1/2), which this check must reject.
+    ``sites``: the sites checked (default all of tau, mu, alpha, beta, U, V).
 
     Returns a DataFrame: site, index, kind, max_log_diff, tv, passed.
     """
     if bug is not None and bug not in _SITES:
         raise ValueError(f"bug must be one of {_SITES}, got {bug!r}")
+    if not set(sites) <= set(_SITES):
+        raise ValueError(f"sites must be among {_SITES}, got {sites!r}")
     truth, obs = _small_problem(seed, hyper)
     with jax.enable_x64(True):
         state = _state_from(truth, obs)
         rows = []
-        for site in _SITES:
+        for site in sites:
             kind, (a, b) = _claimed(site, state, obs, hyper, bug == site)
             index = None if site in ("tau", "mu") else ((1,) if site in ("alpha", "beta") else (1, 1))
             if kind == "normal":
