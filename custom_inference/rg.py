@@ -1,0 +1,721 @@
+r"""Mean-field VB with Jaakkola-Jordan bounds over random hidden graphs ("RG").
+
+Source: ``003_203f63200c0d7157.txt`` (Paquet and Koenigstein): q(H) sampler sec. 4.1 and eqs.
+(7)-(9); bounded ELBO (10)-(12); updates (13)-(17) and the stochastic average of sec. 5.1;
+predictions (19); user biases clamped at zero as in sec. 6.1 (``RGHyper.clamp_user_bias``).
+The generative program is `ppl_models.rg.model`. Every update below is our own derivation and
+is checked by `validation.rg` with ``jax.grad`` of `elbo`.
+
+Bounded ELBO on one hidden graph H (edges e = (m, n), outcome g_e, logit a_e = u_m.v_n + b_m + b_n)::
+
+    L_xi = sum_e [log s(xi_e) + (g_e - 1/2) E a_e - xi_e / 2 - lam(xi_e) (E a_e^2 - xi_e^2)]
+           + E log p(U, V, b | tau) + E log p(tau) + H[q]                    (10)-(12)
+
+with lam(xi) = (s(xi) - 1/2) / (2 xi) (`custom_inference.logistic.jj_lambda`, the positive
+convention of the seed), and under the diagonal q (6)
+E a = mu_u.mu_v + mu_bm + mu_bn, Var a = sum_k (mu_uk^2 s_vk + s_uk mu_vk^2 + s_uk s_vk) + s_bm + s_bn.
+
+Vector update (users; items are symmetric). The terms of L_xi in u_m are
+``-1/2 E[u^T P u] + c^T E[u]`` with the full-covariance statistics (13), (15)::
+
+    P_m = E[tau_u] I + sum_{e in m} 2 lam_e (mu_v mu_v^T + diag s_v)
+    c_m = sum_{e in m} (g_e - 1/2 - 2 lam_e E[b_m + b_n]) mu_v
+
+For the *diagonal* q(u_m) = prod_k N(eta_k, 1/omega_k): E[u^T P u] = eta^T P eta + sum_k P_kk / omega_k,
+so d/d omega_k gives omega_k = P_kk and d/d eta gives P eta = c: the block optimum over all K
+coordinates of u_m jointly is eta = P^-1 c (the mean of the intermediate q~(u_m) = N(P^-1 c, P^-1))
+and omega = diag P -- the paper's recipe (match the means, keep the diagonal precision), and the
+minimizer of KL(prod_k q(u_mk) || q~). In the stored natural parameters that is
+``prec = diag P`` and ``h = diag(P) * P^-1 c`` (not c: taking the natural parameters of q~'s
+diagonal would move the mean; `validation.rg` shows that variant is not stationary).
+
+Stochastic average (sec. 5.1). P_m and c_m are linear in H (eq. 14), so with graphs
+H_t ~ q(H) and Robbins-Monro weights eps_t (sum eps = inf, sum eps^2 < inf) the paper blends the
+target with the previous factorized q: ``P~ = eps P_m(H_t) + (1 - eps) diag(omega_old)``,
+``c~ = eps c_m(H_t) + (1 - eps) omega_old * eta_old``, then ``eta = P~^-1 c~``, ``omega = diag P~``.
+eps = 1 is the exact block update on a fixed H (a fixed point stays a fixed point for any eps).
+Biases (univariate) and the Gamma factors blend their natural parameters the same way.
+
+Biases: ``prec_bm = E[tau_bu] + sum_e 2 lam_e``, ``h_bm = sum_e (g_e - 1/2 - 2 lam_e (mu_u.mu_v + mu_bn))``.
+Hyperparameters (17): ``tau_u ~ Gamma(alpha + I K / 2, beta + 1/2 sum_m E[u_m^T u_m])`` and alike.
+xi (16): ``xi_e = sqrt(E a_e^2)``, recomputed from the current q before every block ("computed and
+discarded when needed"), so a sweep never lowers L_xi at optimal xi.
+
+Work per sweep O(|H| K^2 + (I + J) K^3); nothing of size I x J (`score_users` returns a (B, J)
+block for the B users asked for).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import arviz_io
+from .data import Observations
+from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
+from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
+from .sampling import sample_without_replacement
+
+__all__ = [
+    "RGGraph",
+    "RGState",
+    "RGInfo",
+    "FitResult",
+    "histogram_exponent",
+    "popularity_weights",
+    "sample_hidden_graph",
+    "init",
+    "moments",
+    "edge_moments",
+    "edge_xi",
+    "elbo",
+    "update_users",
+    "update_items",
+    "update_user_bias",
+    "update_item_bias",
+    "update_hyper",
+    "BLOCKS",
+    "step",
+    "robbins_monro",
+    "fit",
+    "like_probability",
+    "score_users",
+    "draws_from_q",
+]
+
+_HYPER_FIELDS = ("alpha", "beta", "r", "clamp_user_bias")
+
+
+# ---------------------------------------------------------------------------------------------
+# the hidden graph H and its sampler q(H) (sec. 4.1)
+
+
+@jax.tree_util.register_pytree_node_class
+class RGGraph:
+    """The edges of one hidden graph H, padded to a fixed capacity (same compiled step for every sample).
+
+    Attributes
+    ----------
+    users, items : int32 (E_cap,); the edge (m, n) (padding: (0, 0)).
+    g : float (E_cap,); 1 for an edge of the observed G, 0 for a sampled negative (and padding).
+    weight : float (E_cap,); 1 for a real edge, 0 for padding.
+    n_users, n_items : int (static).
+    """
+
+    def __init__(self, users, items, g, weight, n_users: int, n_items: int):
+        self.users, self.items, self.g, self.weight = users, items, g, weight
+        self.n_users, self.n_items = int(n_users), int(n_items)
+
+    def tree_flatten(self):
+        return (self.users, self.items, self.g, self.weight), (self.n_users, self.n_items)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    @classmethod
+    def from_edges(cls, users, items, g, n_users: int, n_items: int, *, capacity: int | None = None,
+                   dtype=np.float64) -> "RGGraph":
+        """Validate an explicit edge list of H (``ppl_models.rg.check_edges``) and pad it to ``capacity``.
+
+        Raises ValueError (field named) for bad indices, duplicates, g outside {0, 1}, capacity too small.
+        """
+        from ppl_models.rg import check_edges
+
+        users, items = check_edges(users, items, n_users, n_items, 1, g)
+        g = np.asarray(g, dtype=dtype)
+        E = users.size
+        cap = E if capacity is None else int(capacity)
+        if cap < E:
+            raise ValueError(f"capacity {cap} < number of edges {E}")
+        pad = cap - E
+        z = np.zeros(pad, np.int32)
+        return cls(np.r_[users, z].astype(np.int32), np.r_[items, z].astype(np.int32),
+                   np.r_[g, np.zeros(pad)].astype(dtype), np.r_[np.ones(E), np.zeros(pad)].astype(dtype),
+                   n_users, n_items)
+
+    @property
+    def n_edges(self) -> int:
+        """Number of real (weight 1) edges."""
+        return int(np.sum(np.asarray(self.weight)))
+
+    def astype(self, dtype) -> "RGGraph":
+        return RGGraph(self.users, self.items, jnp.asarray(self.g, dtype), jnp.asarray(self.weight, dtype),
+                       self.n_users, self.n_items)
+
+    def __repr__(self) -> str:
+        return f"RGGraph(I={self.n_users}, J={self.n_items}, capacity={np.asarray(self.users).size})"
+
+
+def _check_binary(obs) -> None:
+    if not isinstance(obs, Observations):
+        raise ValueError(f"obs must be custom_inference.data.Observations, got {type(obs).__name__}")
+    vals = np.asarray(obs.values)
+    if np.any(vals != 1):
+        raise ValueError("obs.values: one-class data must store only ones (the edges of G)")
+
+
+def histogram_exponent(d_max: float, r: float) -> float:
+    """gamma with pi_max = d_max^gamma = r d_max: ``gamma = 1 + log r / log d_max`` (eqs. 7-8).
+
+    The printed eq. (9), ``gamma = 1 - log d_max / log r``, does not satisfy (8) (see
+    `validation.rg.ERRATA`). For d_max = 1 every weight d_n^gamma is 0 or 1 whatever gamma, and
+    1 is returned.
+
+    Raises ValueError if d_max < 1 or r <= 0. Source: ``003`` eqs. (7)-(9), corrected.
+    """
+    if not d_max >= 1:
+        raise ValueError(f"d_max must be >= 1, got {d_max}")
+    if not (np.isfinite(r) and r > 0):
+        raise ValueError(f"r must be positive and finite, got {r}")
+    if d_max == 1:
+        return 1.0
+    return 1.0 + math.log(r) / math.log(d_max)
+
+
+def popularity_weights(obs: Observations, r: float) -> tuple[np.ndarray, float]:
+    """The histogram pi_n = d_n^gamma of sec. 4.1 (eq. 7), gamma from r (eqs. 8-9 corrected).
+
+    Parameters
+    ----------
+    obs : Observations (I, J), one-class (values 1).
+    r : float > 0.
+
+    Returns
+    -------
+    pi : numpy float64 (J,), unnormalized (items without views get 0, so they are never negatives);
+    gamma : float.
+
+    Raises ValueError for non-binary data or bad r.
+    """
+    _check_binary(obs)
+    d = np.bincount(np.asarray(obs.cols), minlength=obs.n_cols).astype(np.float64)
+    gamma = histogram_exponent(float(d.max()), float(r))
+    pi = np.where(d > 0, np.power(np.maximum(d, 1.0), gamma), 0.0)
+    return pi, gamma
+
+
+def sample_hidden_graph(rng: np.random.Generator, obs: Observations, pi, *, capacity: int | None = None,
+                        dtype=np.float64) -> RGGraph:
+    """One draw H ~ q(H) (sec. 4.1): every observed edge (g = 1) plus, for each user m, d_m items
+    drawn without replacement from the histogram ``pi`` among the items m has not viewed (g = 0).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator.
+    obs : Observations (I, J), one-class (values 1); d_m = number of entries of row m.
+    pi : array (J,), float >= 0 (`popularity_weights`).
+    capacity : int, default 2 N (N = obs.nnz), the padded edge count (>= the edges drawn).
+    dtype : float dtype of ``g`` and ``weight``.
+
+    Returns
+    -------
+    RGGraph; user m gets min(d_m, number of unviewed items with pi > 0) negatives.
+
+    Raises ValueError for non-binary data, pi of the wrong shape or negative.
+    Source: ``003`` sec. 4.1; exact weighted sampling `custom_inference.sampling`.
+    """
+    _check_binary(obs)
+    pi = np.asarray(pi, dtype=np.float64)
+    if pi.shape != (obs.n_cols,):
+        raise ValueError(f"pi must have shape ({obs.n_cols},), got {pi.shape}")
+    rows = np.asarray(obs.rows, np.int64)
+    cols = np.asarray(obs.cols, np.int64)
+    I, J = obs.shape
+    deg = np.bincount(rows, minlength=I)
+    indptr = np.r_[0, np.cumsum(deg)]
+    order = np.argsort(rows, kind="stable")
+    neg_rows, neg_items = sample_without_replacement(rng, pi, indptr, cols[order], deg)
+    users = np.r_[rows, neg_rows]
+    items = np.r_[cols, neg_items]
+    g = np.r_[np.ones(rows.size), np.zeros(neg_rows.size)]
+    cap = 2 * rows.size if capacity is None else int(capacity)
+    E = users.size
+    if cap < E:
+        raise ValueError(f"capacity {cap} < number of edges {E}")
+    pad = cap - E
+    z = np.zeros(pad, np.int32)
+    return RGGraph(np.r_[users, z].astype(np.int32), np.r_[items, z].astype(np.int32),
+                   np.r_[g, np.zeros(pad)].astype(dtype), np.r_[np.ones(E), np.zeros(pad)].astype(dtype), I, J)
+
+
+# ---------------------------------------------------------------------------------------------
+# state
+
+
+class RGState(NamedTuple):
+    """Variational parameters (natural: precision, precision x mean) of the factorized q (6).
+
+    u_prec, u_h : (I, K)   q(u_mk) = N(u_h / u_prec, 1 / u_prec)
+    v_prec, v_h : (J, K)   q(v_nk)
+    bu_prec, bu_h : (I,)   q(b_m)   (ignored when user_bias_on = 0)
+    bv_prec, bv_h : (J,)   q(b_n)
+    tau_{u,v,bu,bv}_{shape,rate} : ()   q(tau) = Gamma(shape, rate)
+    user_bias_on : ()      1.0 for the full model (5), 0.0 when b_m is clamped at 0 (sec. 6.1):
+                           carried with the state so that predictions need nothing else.
+    All float32 or float64.
+    """
+
+    u_prec: jax.Array
+    u_h: jax.Array
+    v_prec: jax.Array
+    v_h: jax.Array
+    bu_prec: jax.Array
+    bu_h: jax.Array
+    bv_prec: jax.Array
+    bv_h: jax.Array
+    tau_u_shape: jax.Array
+    tau_u_rate: jax.Array
+    tau_v_shape: jax.Array
+    tau_v_rate: jax.Array
+    tau_bu_shape: jax.Array
+    tau_bu_rate: jax.Array
+    tau_bv_shape: jax.Array
+    tau_bv_rate: jax.Array
+    user_bias_on: jax.Array
+
+
+class RGInfo(NamedTuple):
+    """Per-step diagnostics: ``elbo``: L_xi at optimal xi of the state after the step, on the step's graph."""
+
+    elbo: jax.Array
+
+
+class FitResult(NamedTuple):
+    """What `fit` returns: final state, ELBO trace (numpy, on the fixed evaluation graph), InferenceData,
+    the histogram pi (J,) and its exponent gamma."""
+
+    state: RGState
+    elbo: np.ndarray
+    idata: object
+    pi: np.ndarray
+    gamma: float
+
+
+def _check_hyper(hyper):
+    from ppl_models.rg import check_hyper
+
+    check_hyper(hyper)
+
+
+def _check_K(K) -> int:
+    if isinstance(K, bool) or int(K) != K or K < 1:
+        raise ValueError(f"K must be an integer >= 1, got {K!r}")
+    return int(K)
+
+
+def init(key, graph: RGGraph, hyper, K: int, *, dtype=None) -> RGState:
+    """Initial q: factor means 0.1 N(0, 1) (symmetry breaking), factor and bias precisions 1, bias means 0,
+    and every q(tau) set by its update (17) from these moments.
+
+    Parameters
+    ----------
+    key : jax PRNG key; graph : RGGraph (shapes I, J); hyper : `ppl_models.rg.RGHyper`; K : int >= 1;
+    dtype : float dtype (default: that of ``graph.g``).
+
+    Raises ValueError for bad K or hyperparameters.
+    """
+    _check_hyper(hyper)
+    K = _check_K(K)
+    dtype = jnp.dtype(dtype or jnp.asarray(graph.g).dtype)
+    I, J = graph.n_users, graph.n_items
+    ku, kv = jax.random.split(key)
+    # float32 normals in every dtype: a seed gives the same start in float32 and float64
+    mu = 0.1 * jax.random.normal(ku, (I, K), dtype=jnp.float32).astype(dtype)
+    mv = 0.1 * jax.random.normal(kv, (J, K), dtype=jnp.float32).astype(dtype)
+    one = lambda *s: jnp.ones(s, dtype)  # noqa: E731
+    on = jnp.asarray(0.0 if hyper.clamp_user_bias else 1.0, dtype)
+    a0, b0 = jnp.asarray(hyper.alpha, dtype), jnp.asarray(hyper.beta, dtype)
+    state = RGState(one(I, K), mu, one(J, K), mv, one(I), jnp.zeros(I, dtype), one(J), jnp.zeros(J, dtype),
+                    a0, b0, a0, b0, a0, b0, a0, b0, on)
+    return update_hyper(state, hyper)
+
+
+# ---------------------------------------------------------------------------------------------
+# moments and the bounded ELBO
+
+
+def moments(state: RGState):
+    """Means and variances under q: (mu_u, s_u) (I, K), (mu_v, s_v) (J, K), (mu_bu, s_bu) (I,),
+    (mu_bv, s_bv) (J,). Clamped user biases (user_bias_on = 0) have mean and variance 0."""
+    on = state.user_bias_on
+    return ((state.u_h / state.u_prec, 1.0 / state.u_prec), (state.v_h / state.v_prec, 1.0 / state.v_prec),
+            (on * state.bu_h / state.bu_prec, on / state.bu_prec), (state.bv_h / state.bv_prec, 1.0 / state.bv_prec))
+
+
+def edge_moments(state: RGState, users, items):
+    """E_q[a] and E_q[a^2] (each (E,)) of a = u_m.v_n + b_m + b_n for index pairs (users, items) (E,)."""
+    (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = moments(state)
+    Mu, Su, Mv, Sv = mu[users], su[users], mv[items], sv[items]
+    mean = jnp.sum(Mu * Mv, axis=-1) + mbu[users] + mbv[items]
+    var = jnp.sum(Mu**2 * Sv + Su * Mv**2 + Su * Sv, axis=-1) + sbu[users] + sbv[items]
+    return mean, mean**2 + var
+
+
+def edge_xi(state: RGState, graph: RGGraph):
+    """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H, (E_cap,) (eq. 16)."""
+    _, second = edge_moments(state, graph.users, graph.items)
+    return optimal_xi(second)
+
+
+def _taus(state):
+    pairs = ((state.tau_u_shape, state.tau_u_rate), (state.tau_v_shape, state.tau_v_rate),
+             (state.tau_bu_shape, state.tau_bu_rate), (state.tau_bv_shape, state.tau_bv_rate))
+    return [(gamma_mean(a, b), gamma_log_mean(a, b)) for a, b in pairs]
+
+
+def _gauss_prior_entropy(mean, var, e_tau, elog_tau):
+    """sum of E log N(x; 0, 1/tau) + H[N(mean, var)] over all entries."""
+    return jnp.sum(0.5 * (elog_tau + jnp.log(var) + 1.0) - 0.5 * e_tau * (mean**2 + var))
+
+
+def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
+    """The bounded ELBO L_xi of eqs. (10)-(12) on the hidden graph ``graph`` (nats, scalar).
+
+    Parameters
+    ----------
+    state : RGState; graph : RGGraph; hyper : RGHyper (alpha, beta used).
+    xi : array (E_cap,) or None: the Jaakkola-Jordan parameters of the edges; None uses the
+        optimal xi (16), where L_xi equals its maximum over xi.
+
+    Returns
+    -------
+    scalar jax.Array: sum over edges of the expected bound (`jj_expected_log_bound`) plus the
+    expected log priors of U, V, b, tau and the entropy of q. Differentiable in every field of
+    ``state`` and in ``xi`` (what `validation.rg` uses). The user-bias terms and q(tau_bu) are
+    multiplied by ``state.user_bias_on`` (absent when clamped).
+    """
+    mean, second = edge_moments(state, graph.users, graph.items)
+    if xi is None:
+        xi = optimal_xi(second)
+    lik = jnp.sum(graph.weight * jj_expected_log_bound(mean, second, xi, graph.g))
+    (mu, su), (mv, sv), _, _ = moments(state)
+    (eu, lu), (ev, lv), (ebu, lbu), (ebv, lbv) = _taus(state)
+    on = state.user_bias_on
+    total = lik + _gauss_prior_entropy(mu, su, eu, lu) + _gauss_prior_entropy(mv, sv, ev, lv)
+    mbv, sbv = state.bv_h / state.bv_prec, 1.0 / state.bv_prec
+    total = total + _gauss_prior_entropy(mbv, sbv, ebv, lbv)
+    mbu, sbu = state.bu_h / state.bu_prec, 1.0 / state.bu_prec
+    total = total + on * _gauss_prior_entropy(mbu, sbu, ebu, lbu)
+    # the -1/2 log(2 pi) of the priors and the +1/2 log(2 pi) of the entropies cancel
+    a0, b0 = hyper.alpha, hyper.beta
+    log_b0 = jnp.log(jnp.asarray(b0, mu.dtype))
+    for (e, l), (sh, rt), w in zip(((eu, lu), (ev, lv), (ebu, lbu), (ebv, lbv)),
+                                   ((state.tau_u_shape, state.tau_u_rate), (state.tau_v_shape, state.tau_v_rate),
+                                    (state.tau_bu_shape, state.tau_bu_rate), (state.tau_bv_shape, state.tau_bv_rate)),
+                                   (1.0, 1.0, on, 1.0)):
+        total = total + w * (expected_gamma_logpdf(a0, log_b0, b0, l, e) + gamma_entropy(sh, rt))
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# coordinate updates (each one block; rho = 1 is the exact block maximizer on the graph)
+
+
+def _vector_update(own, other, n_own, m_other, s_other, e_tau, bias_mean, lam2, gh, old_prec, old_h, rho):
+    """Shared user/item vector update (module docstring). lam2 = 2 lam_e w_e, gh = (g_e - 1/2) w_e."""
+    K = m_other.shape[1]
+    Mo = m_other[other]
+    outer = lam2[:, None, None] * (Mo[:, :, None] * Mo[:, None, :])
+    P = jax.ops.segment_sum(outer, own, num_segments=n_own)
+    diag = jax.ops.segment_sum(lam2[:, None] * s_other[other], own, num_segments=n_own) + e_tau
+    P = P + jax.vmap(jnp.diag)(diag)
+    c = jax.ops.segment_sum((gh - lam2 * bias_mean)[:, None] * Mo, own, num_segments=n_own)
+    P = rho * P + (1.0 - rho) * jax.vmap(jnp.diag)(old_prec)
+    c = rho * c + (1.0 - rho) * old_h
+    chol = jnp.linalg.cholesky(P)
+    eta = jax.scipy.linalg.cho_solve((chol, True), c[..., None])[..., 0]
+    prec = jnp.diagonal(P, axis1=1, axis2=2)
+    del K
+    return prec, prec * eta
+
+
+def _edge_terms(state, graph, xi):
+    lam2 = 2.0 * jj_lambda(xi) * graph.weight
+    gh = (graph.g - 0.5) * graph.weight
+    return lam2, gh
+
+
+def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
+    """Block update of every q(u_m) through the full-covariance q~(u_m) (eqs. 13, 15; module docstring).
+
+    xi : (E_cap,) the bound parameters held fixed; rho in (0, 1]: the Robbins-Monro weight (1: exact).
+    Returns the new state (u_prec, u_h replaced).
+    """
+    (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
+    lam2, gh = _edge_terms(state, graph, xi)
+    eb = mbu[graph.users] + mbv[graph.items]
+    prec, h = _vector_update(graph.users, graph.items, graph.n_users, mv, sv, _taus(state)[0][0], eb, lam2, gh,
+                             state.u_prec, state.u_h, rho)
+    return state._replace(u_prec=prec, u_h=h)
+
+
+def update_items(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
+    """Block update of every q(v_n), the item twin of `update_users`."""
+    (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
+    lam2, gh = _edge_terms(state, graph, xi)
+    eb = mbu[graph.users] + mbv[graph.items]
+    prec, h = _vector_update(graph.items, graph.users, graph.n_items, mu, su, _taus(state)[1][0], eb, lam2, gh,
+                             state.v_prec, state.v_h, rho)
+    return state._replace(v_prec=prec, v_h=h)
+
+
+def _bias_update(own, n_own, e_tau, rest_mean, lam2, gh, old_prec, old_h, rho):
+    prec = e_tau + jax.ops.segment_sum(lam2, own, num_segments=n_own)
+    h = jax.ops.segment_sum(gh - lam2 * rest_mean, own, num_segments=n_own)
+    return rho * prec + (1.0 - rho) * old_prec, rho * h + (1.0 - rho) * old_h
+
+
+def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
+    """q(b_m): precision E[tau_bu] + sum_e 2 lam_e, h = sum_e (g_e - 1/2 - 2 lam_e (mu_u.mu_v + mu_bn)).
+    (Computed also when clamped; the clamp multiplies b_m's moments by 0.)"""
+    (mu, _), (mv, _), _, (mbv, _) = moments(state)
+    lam2, gh = _edge_terms(state, graph, xi)
+    rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbv[graph.items]
+    prec, h = _bias_update(graph.users, graph.n_users, _taus(state)[2][0], rest, lam2, gh, state.bu_prec,
+                           state.bu_h, rho)
+    return state._replace(bu_prec=prec, bu_h=h)
+
+
+def update_item_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
+    """q(b_n): the item twin of `update_user_bias` (E[b_m] is 0 when the user biases are clamped)."""
+    (mu, _), (mv, _), (mbu, _), _ = moments(state)
+    lam2, gh = _edge_terms(state, graph, xi)
+    rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbu[graph.users]
+    prec, h = _bias_update(graph.items, graph.n_items, _taus(state)[3][0], rest, lam2, gh, state.bv_prec,
+                           state.bv_h, rho)
+    return state._replace(bv_prec=prec, bv_h=h)
+
+
+def update_hyper(state: RGState, hyper, rho=1.0) -> RGState:
+    """The four Gamma factors (eq. 17): shape alpha + n/2, rate beta + 1/2 sum E[x^2] over the n
+    coordinates each precision governs (I K, J K, I (0 when clamped), J); natural parameters blended by rho."""
+    (mu, su), (mv, sv), _, (mbv, sbv) = moments(state)
+    on = state.user_bias_on
+    mbu, sbu = state.bu_h / state.bu_prec, 1.0 / state.bu_prec
+    a0, b0 = hyper.alpha, hyper.beta
+    new = {
+        "tau_u": (a0 + 0.5 * mu.size, b0 + 0.5 * jnp.sum(mu**2 + su)),
+        "tau_v": (a0 + 0.5 * mv.size, b0 + 0.5 * jnp.sum(mv**2 + sv)),
+        "tau_bu": (a0 + on * 0.5 * mbu.size, b0 + on * 0.5 * jnp.sum(mbu**2 + sbu)),
+        "tau_bv": (a0 + 0.5 * mbv.size, b0 + 0.5 * jnp.sum(mbv**2 + sbv)),
+    }
+    out = {}
+    for name, (sh, rt) in new.items():
+        out[f"{name}_shape"] = rho * sh + (1.0 - rho) * getattr(state, f"{name}_shape")
+        out[f"{name}_rate"] = rho * rt + (1.0 - rho) * getattr(state, f"{name}_rate")
+    return state._replace(**out)
+
+
+#: The blocks of one sweep in order: (name, update(state, graph, hyper, xi, rho), updated fields).
+BLOCKS = (
+    ("users", update_users, ("u_prec", "u_h")),
+    ("user_bias", update_user_bias, ("bu_prec", "bu_h")),
+    ("items", update_items, ("v_prec", "v_h")),
+    ("item_bias", update_item_bias, ("bv_prec", "bv_h")),
+)
+
+
+def _step(state, graph, hyper, rho, update_hyper_flag):
+    for name, update, _ in BLOCKS:
+        if name == "user_bias" and hyper.clamp_user_bias:
+            continue
+        state = update(state, graph, hyper, edge_xi(state, graph), rho)
+    if update_hyper_flag:
+        state = update_hyper(state, hyper, rho)
+    return state, RGInfo(elbo(state, graph, hyper))
+
+
+_step_jit = jax.jit(_step, static_argnames=("hyper", "update_hyper_flag"))
+
+
+def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: bool = True):
+    """One mean-field sweep on the hidden graph ``graph``: xi (16), users, [user biases], xi, items,
+    xi, item biases, then the Gamma factors (17), every block blended with weight ``rho``.
+
+    With rho = 1 on a fixed graph each block is its exact coordinate maximizer, so L_xi at optimal
+    xi never decreases (checked by `validation.rg.monotone_check`). With graphs H_t ~ q(H) and
+    rho_t from `robbins_monro` it is the stochastic average of sec. 5.1.
+
+    Parameters
+    ----------
+    key : unused (the graph is drawn outside, by numpy: `sample_hidden_graph`); kept for the common
+        solver signature.
+    state : RGState; graph : RGGraph; hyper : RGHyper (static: hashable NamedTuple);
+    rho : float in (0, 1]; update_hyper : bool (False holds q(tau) fixed).
+
+    Returns (RGState, RGInfo). Source: ``003`` eqs. (13)-(17), sec. 5.1.
+    """
+    del key
+    return _step_jit(state, graph, hyper, jnp.asarray(rho, state.u_h.dtype), update_hyper)
+
+
+def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
+    """eps_t = (t + tau0)^-kappa, t = 0, 1, ...: sum eps = inf and sum eps^2 < inf for kappa in (0.5, 1]
+    (sec. 5.1, Robbins and Monro). tau0 = 1 makes the first step exact (eps_0 = 1)."""
+    return float((t + tau0) ** (-kappa))
+
+
+# ---------------------------------------------------------------------------------------------
+# predictions (eq. 19)
+
+
+def like_probability(state: RGState, users, items):
+    """p(g = 1 | h = 1) for index pairs, (E,): MacKay's sigma(mu_a / sqrt(1 + pi s_a^2 / 8)) with the
+    mean and variance of a = u.v + b under q (eq. 19)."""
+    mean, second = edge_moments(state, jnp.asarray(users), jnp.asarray(items))
+    return mackay_probit(mean, jnp.maximum(second - mean**2, 0.0))
+
+
+def score_users(state: RGState, users, *, kind: str = "like", pi=None) -> np.ndarray:
+    """Ranking scores of every item for some users, (len(users), J), float (sec. 6.1.2).
+
+    kind : "like" (s = p(g = 1 | h = 1), eq. 19), "popularity" (s = pi_n) or "popularity_like"
+        (s = pi_n p(g = 1 | h = 1)); pi : (J,) histogram (`popularity_weights`), needed by the last two.
+
+    Raises ValueError for an unknown kind, missing or mis-shaped pi, or user indices out of range.
+    """
+    users = np.asarray(users)
+    I, J = state.u_h.shape[0], state.v_h.shape[0]
+    if kind not in ("like", "popularity", "popularity_like"):
+        raise ValueError(f"kind must be 'like', 'popularity' or 'popularity_like', got {kind!r}")
+    if users.size and (users.min() < 0 or users.max() >= I):
+        raise ValueError(f"users index out of range [0, {I - 1}]")
+    if kind != "like":
+        if pi is None or np.shape(pi) != (J,):
+            raise ValueError(f"pi of shape ({J},) is required for kind={kind!r}")
+        pi = np.asarray(pi, np.float64)
+        if kind == "popularity":
+            return np.broadcast_to(pi, (users.size, J)).copy()
+    (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = moments(state)
+    u = jnp.asarray(users)
+    mean = mu[u] @ mv.T + mbu[u][:, None] + mbv[None, :]
+    var = (mu[u] ** 2) @ sv.T + su[u] @ (mv**2).T + su[u] @ sv.T + sbu[u][:, None] + sbv[None, :]
+    p = np.asarray(mackay_probit(mean, var))
+    return p if kind == "like" else p * pi[None, :]
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+
+
+def draws_from_q(seed: int, state: RGState, n_draws: int) -> dict[str, np.ndarray]:
+    """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
+    tau_u, tau_v, tau_bu, tau_bv (); b_user is 0 (and tau_bu its prior) when clamped."""
+    rng = np.random.default_rng(seed)
+    (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
+    out = {}
+    for name, m, s in (("u", mu, su), ("v", mv, sv), ("b_user", mbu, sbu), ("b_item", mbv, sbv)):
+        out[name] = (m + np.sqrt(s) * rng.standard_normal((n_draws, *m.shape)))[None]
+    for name in ("tau_u", "tau_v", "tau_bu", "tau_bv"):
+        sh, rt = float(getattr(state, f"{name}_shape")), float(getattr(state, f"{name}_rate"))
+        out[name] = (rng.standard_gamma(sh, size=n_draws) / rt)[None]
+    return out
+
+
+def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200, tol: float = 1e-6,
+        resample: bool = True, tau0: float = 1.0, kappa: float = 0.7, dtype=np.float64, n_draws: int = 100,
+        progress: bool = True, init_state: RGState | None = None, update_hyper: bool = True) -> FitResult:
+    """Fit RG: mean-field VB over hidden graphs H_t ~ q(H) with Robbins-Monro weights (sec. 5.1).
+
+    Parameters
+    ----------
+    obs : Observations (I, J), one-class: every stored value 1 (the edges of G).
+    hyper : `ppl_models.rg.RGHyper` (alpha, beta, r, clamp_user_bias).
+    K : int >= 1, number of factors.
+    seed : int; seeds the initial state, every graph draw and the draws from q.
+    max_iter : int >= 1, number of sweeps; tol : float >= 0, stop when the relative change of the
+        ELBO on the fixed evaluation graph is below tol.
+    resample : True: a fresh H_t per sweep with eps_t = (t + tau0)^-kappa; False: batch VB on one
+        fixed H (eps = 1, the ELBO never decreases).
+    tau0 > 0, kappa in (0.5, 1]: the step sizes (`robbins_monro`).
+    dtype : float32 or float64 (float64 runs under jax.enable_x64).
+    n_draws : int >= 0, draws from q stored in the ``posterior`` group.
+    progress : tqdm progress bar with the ELBO; init_state : resume from a state.
+
+    Returns
+    -------
+    FitResult (state, ELBO trace (n_iter + 1,) on the evaluation graph, InferenceData with groups
+    posterior (draws from q), variational_parameters, vi_trace; pi; gamma).
+
+    Raises
+    ------
+    ValueError: non-binary obs, bad hyper, K, max_iter, tol, tau0, kappa, n_draws, dtype; init_state
+    of the wrong shape. FloatingPointError: a non-finite ELBO (try float64).
+    """
+    _check_binary(obs)
+    _check_hyper(hyper)
+    K = _check_K(K)
+    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    if not tol >= 0:
+        raise ValueError(f"tol must be >= 0, got {tol!r}")
+    if not tau0 > 0:
+        raise ValueError(f"tau0 must be > 0, got {tau0!r}")
+    if not 0.5 < kappa <= 1.0:
+        raise ValueError(f"kappa must be in (0.5, 1] (Robbins-Monro), got {kappa!r}")
+    if isinstance(n_draws, bool) or int(n_draws) != n_draws or n_draws < 0:
+        raise ValueError(f"n_draws must be an integer >= 0, got {n_draws!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    rng = np.random.default_rng(seed)
+    pi, gamma = popularity_weights(obs, hyper.r)
+    with jax.enable_x64(dtype == np.float64):
+        eval_graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
+        state = init(jax.random.PRNGKey(seed), eval_graph, hyper, K, dtype=dtype)
+        if init_state is not None:
+            given = RGState(*(jnp.asarray(x, dtype) for x in init_state))
+            for name, a, b in zip(RGState._fields, given, state):
+                if a.shape != b.shape:
+                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
+            state = given
+        trace = [float(elbo(state, eval_graph, hyper))]
+        converged = False
+        start = time.perf_counter()
+        bar = tqdm(total=max_iter, desc=f"RG VB (K={K})", disable=not progress, leave=False)
+        for t in range(max_iter):
+            if resample:
+                graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
+                rho = robbins_monro(t, tau0, kappa)
+            else:
+                graph, rho = eval_graph, 1.0
+            state, info = step(None, state, graph, hyper, rho, update_hyper=update_hyper)
+            value = float(info.elbo) if not resample else float(elbo(state, eval_graph, hyper))
+            rel = abs(value - trace[-1]) / abs(trace[-1])
+            trace.append(value)
+            bar.update(1)
+            bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
+            if not np.isfinite(value):
+                bar.close()
+                raise FloatingPointError(f"ELBO became {value} at sweep {t + 1}; try float64")
+            if rel < tol:
+                converged = True
+                break
+        bar.close()
+        seconds = time.perf_counter() - start
+        posterior = draws_from_q(seed, state, n_draws) if n_draws else None
+    I, J = obs.shape
+    dims = {"u": ["user", "factor"], "v": ["item", "factor"], "b_user": ["user"], "b_item": ["item"],
+            "u_prec": ["user", "factor"], "u_h": ["user", "factor"], "v_prec": ["item", "factor"],
+            "v_h": ["item", "factor"], "bu_prec": ["user"], "bu_h": ["user"], "bv_prec": ["item"], "bv_h": ["item"],
+            "elbo": ["iteration"], "pi": ["item"]}
+    idata = arviz_io.to_inference_data(
+        posterior,
+        dims=dims,
+        coords={"user": np.arange(I), "item": np.arange(J), "factor": np.arange(K)},
+        extra_groups={"variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
+                      "vi_trace": {"elbo": np.asarray(trace)}, "histogram": {"pi": pi}},
+        attrs={"model": "rg", "method": "vb-random-graphs" if resample else "vb-fixed-graph",
+               "source": "003_203f63200c0d7157.txt eqs. 7-19 (eq. 9 corrected)", "K": K, "seed": int(seed),
+               "gamma": float(gamma), **{f"hyper_{f}": getattr(hyper, f) for f in _HYPER_FIELDS},
+               "tau0": float(tau0), "kappa": float(kappa), "dtype": str(dtype), "converged": int(converged),
+               "n_iter": len(trace) - 1, "seconds": float(seconds)},
+    )
+    return FitResult(state, np.asarray(trace), idata, pi, gamma)
