@@ -4,7 +4,9 @@
     factorbayes crosscheck hpf --solver gibbs          validation.hpf_gibbs.run_gibbs_crosscheck
     factorbayes fit hpf --data ml-100k|PATH            custom_inference.hpf.fit + evaluate
     factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf
-    factorbayes errata                                 validation.errata.run_errata
+    factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
+                                                       (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
+    factorbayes errata                                 validation.errata.run_errata(all_errata())
     factorbayes sbc hpf --solver gibbs|nuts|cavi|gibbs-printed --sims N
                                                        validation.sbc.run_sbc with
                                                        validation.hpf_gibbs.sbc_adapters
@@ -27,6 +29,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 MODELS = ("hpf",)
+EVALUATIONS = ("ratings",)  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
 
@@ -107,7 +110,7 @@ def cmd_evaluate(args, *, save_fit: bool = False) -> int:
 
     df, path = _load_data(args.data)
     dtype = {"float32": np.float32, "float64": np.float64}[args.dtype]
-    out = Path(args.out)
+    out = Path(args.out or f"factorbayes-output/{'fit' if save_fit else 'evaluate'}-hpf")
     notes = [f"data: {path} ({len(df)} ratings)", f"K = {args.k}, {args.max_iter} CAVI sweeps, {args.dtype}, seed {args.seed}",
              "hyperparameters a = a' = c = c' = 0.3, b' = d' = 1"]
     if save_fit:
@@ -130,13 +133,38 @@ def cmd_evaluate(args, *, save_fit: bool = False) -> int:
     return 0
 
 
+def cmd_evaluate_ratings(args) -> int:
+    from . import ratings_eval
+    from .report import evaluation_report
+
+    df, path = _load_data(args.data)
+    config = ratings_eval.RatingsConfig(
+        ranks=tuple(args.ranks), solvers=tuple(args.solvers), gibbs_warmup=args.warmup, gibbs_samples=args.samples,
+        vi_max_iter=args.max_iter, ovbfm_epochs=args.epochs, sgd_epochs=args.epochs, features=args.features,
+        dtype=args.dtype, seed=args.seed)
+    data_dir = Path(path).parent if args.features == "rich" else None
+    print(f"Rating prediction (P2) on {path}: solvers {', '.join(config.solvers)}; K in {list(config.ranks)}",
+          file=sys.stderr)
+    result = ratings_eval.evaluate_ratings(df, config, data_dir=data_dir, progress=not args.no_progress)
+    out = Path(args.out or "factorbayes-output/evaluate-ratings")
+    plots = ratings_eval.plot_curves(result.curves, out)
+    result.curves.to_csv(out / "curves.csv", index=False)
+    print()
+    _print_table(result.table)
+    report = evaluation_report({"RMSE on P2 (test 10 %)": result.table}, None, out,
+                               title="Gaussian factorization models on MovieLens: rating prediction (P2)",
+                               notes=[f"data: {path} ({len(df)} ratings)", *result.notes], extra_plots=plots)
+    print(f"Report: {report}")
+    return 0
+
+
 def cmd_errata(args) -> int:
     import pandas as pd
 
-    from .errata import run_errata
+    from .errata import all_errata, run_errata
     from .report import errata_report
 
-    table = run_errata()
+    table = run_errata(all_errata())
     with pd.option_context("display.max_colwidth", 60, "display.width", 200):
         print(table[["seed_file", "location", "printed", "check", "printed_value", "corrected_value", "ok"]].to_string(index=False))
     report = errata_report(table, Path(args.out))
@@ -177,9 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_crosscheck)
 
     for name, helptext, save in (("fit", "fit on all the data, save the posterior, evaluate held-out", True),
-                                 ("evaluate", "held-out evaluation (P1, P3) next to popularity", False)):
+                                 ("evaluate", "held-out evaluation: hpf (P1, P3, next to popularity); "
+                                              "ratings (every Gaussian solver on P2)", False)):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("model", choices=MODELS)
+        p.add_argument("model", choices=MODELS + (EVALUATIONS if name == "evaluate" else ()))
         p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
         p.add_argument("--k", type=int, default=20, help="number of components K")
         p.add_argument("--max-iter", type=int, default=100)
@@ -187,9 +216,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--draws", type=int, default=100, help="draws from q stored in the saved posterior")
-        p.add_argument("--out", default=f"factorbayes-output/{name}-hpf")
+        p.add_argument("--out", default=None, help=f"report folder (default factorbayes-output/{name}-MODEL)")
         p.add_argument("--no-progress", action="store_true")
         p.set_defaults(func=lambda a, _save=save: cmd_evaluate(a, save_fit=_save))
+        if name == "evaluate":
+            from .ratings_eval import SOLVERS
+
+            g = p.add_argument_group("evaluate ratings (P2)")
+            g.add_argument("--ranks", type=int, nargs="+", default=[10, 32], help="K values")
+            g.add_argument("--solvers", nargs="+", choices=SOLVERS, default=list(SOLVERS))
+            g.add_argument("--warmup", type=int, default=50, help="Gibbs sweeps discarded")
+            g.add_argument("--samples", type=int, default=150, help="Gibbs sweeps kept and averaged")
+            g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
+            g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
+            p.set_defaults(func=lambda a: cmd_evaluate_ratings(a) if a.model == "ratings" else cmd_evaluate(a))
 
     p = sub.add_parser("sbc", help="simulation-based calibration of a solver")
     p.add_argument("model", choices=MODELS)

@@ -34,7 +34,7 @@ from ppl_models import hpf as ppl
 from . import hpf as vhpf
 from .updates import conditional_distance
 
-__all__ = ["Erratum", "ERRATA", "run_errata"]
+__all__ = ["Erratum", "ERRATA", "all_errata", "run_errata"]
 
 # distinct hyperparameters so that every swapped symbol changes the result
 _HYPER = ppl.HPFHyper(a=0.4, a_prime=1.7, b_prime=0.6, c=0.8, c_prime=1.3, d_prime=2.5)
@@ -208,6 +208,30 @@ ERRATA: tuple[Erratum, ...] = (
         "conditional", _beta_conditional_check,
     ),
 )
+
+
+# modules that hold the errata of their own model family, each as a tuple ``ERRATA``
+_FAMILY_MODULES = ("sbmf", "bpmf", "fm_mcmc", "vbfm", "sibm", "rg")
+
+
+def all_errata() -> tuple[Erratum, ...]:
+    """Every erratum of the project: HPF's (this module) and each model family's ``ERRATA``.
+
+    The family modules (``validation.sbmf``, ``validation.vbfm``, ...) import `Erratum` from
+    here, so they are imported lazily; a family whose module does not exist yet is skipped.
+    """
+    import importlib
+
+    entries = list(ERRATA)
+    for name in _FAMILY_MODULES:
+        try:
+            module = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__package__}.{name}":
+                raise
+            continue
+        entries.extend(getattr(module, "ERRATA", ()))
+    return tuple(entries)
 
 
 def run_errata(entries=ERRATA) -> pd.DataFrame:

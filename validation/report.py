@@ -161,9 +161,11 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
 
 
 def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, out_dir, *, title: str,
-                      notes: list[str] = (), bucket_tables: dict[str, pd.DataFrame] | None = None) -> Path:
+                      notes: list[str] = (), bucket_tables: dict[str, pd.DataFrame] | None = None,
+                      extra_plots: list[str] = ()) -> Path:
     """Write a metrics report: one Markdown table per protocol, optional ELBO curve
-    and per-degree-bucket plots (the papers' by-degree figures)."""
+    and per-degree-bucket plots (the papers' by-degree figures); ``extra_plots`` are PNG
+    names already written in ``out_dir``, linked in order."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = _header(title) + [f"- {n}" for n in notes] + [""]
@@ -179,6 +181,8 @@ def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, 
         ax.legend()
         fname = _save(fig, out, f"by_degree_{name.replace(' ', '_').replace('@', 'at')}.png")
         lines += [f"![{name} by user degree]({fname})", ""]
+    for name in extra_plots:
+        lines += [f"![{Path(name).stem}]({name})", ""]
     if elbo is not None:
         lines += ["## CAVI convergence", "", f"![ELBO]({_elbo_curve(np.asarray(elbo), out)})", ""]
     path = out / "report.md"
