@@ -34,8 +34,8 @@ def test_triple_gradients_equal_jax_grad_of_objective():
     j = jnp.asarray(rng.integers(J, size=B))
     w = jnp.asarray((rng.random(B) < 0.8).astype(float))  # some triples dropped (weight 0)
     reg, bias_reg = 0.3, 0.07
-    auto = jax.grad(bpr.objective)(params, u, i, j, w, reg, bias_reg)
-    hand = bpr.triple_gradients(params, u, i, j, w, reg, bias_reg)
+    auto = jax.jit(jax.grad(bpr.objective))(params, u, i, j, w, reg, bias_reg)
+    hand = jax.jit(bpr.triple_gradients)(params, u, i, j, w, reg, bias_reg)
     for name, a, h in zip(bpr.BPRParams._fields, auto, hand):
         assert a.dtype == jnp.float64
         np.testing.assert_allclose(np.asarray(h), np.asarray(a), rtol=1e-12, atol=1e-12, err_msg=name)
@@ -140,13 +140,25 @@ def _planted(seed=0, I=120, J=60, groups=3):
     return dense, gu, gi
 
 
-def test_fit_is_reproducible_by_key():
+def _planted_split():
     dense, _, _ = _planted()
-    obs = Observations.from_dense(dense, kind="binary")
-    kw = dict(n_factors=4, n_epochs=3, learning_rate=0.05, reg=0.01, sampling="popularity", batch_size=64)
-    a = bpr.fit(jax.random.key(11), obs, **kw)
-    b = bpr.fit(jax.random.key(11), obs, **kw)
-    c = bpr.fit(jax.random.key(12), obs, **kw)
+    rng = np.random.default_rng(1)
+    test_items = np.array([rng.choice(np.flatnonzero(r)) for r in dense])
+    train = dense.copy()
+    train[np.arange(dense.shape[0]), test_items] = 0
+    return dense, train, test_items
+
+
+# the fits below share one compiled epoch (same data shape, K, batch size and dtype)
+_FIT = dict(n_factors=8, learning_rate=0.05, reg=0.01, batch_size=64, dtype=np.float64)
+
+
+def test_fit_is_reproducible_by_key():
+    _, train, _ = _planted_split()
+    obs = Observations.from_dense(train, kind="binary")
+    a = bpr.fit(jax.random.key(11), obs, n_epochs=3, sampling="popularity", **_FIT)
+    b = bpr.fit(jax.random.key(11), obs, n_epochs=3, sampling="popularity", **_FIT)
+    c = bpr.fit(jax.random.key(12), obs, n_epochs=3, sampling="popularity", **_FIT)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert not np.allclose(np.asarray(a.item_factors), np.asarray(c.item_factors))
@@ -161,16 +173,9 @@ def test_fit_ranks_planted_blocks_above_chance(sampling):
     best possible ranking puts the held-out item (in the user's block with probability
     ~0.35*20/(0.35*20+0.02*40) ~ 0.9) in the first third: a good fit scores ~0.85-0.9.
     """
-    dense, gu, gi = _planted()
-    rng = np.random.default_rng(1)
-    test_items = np.array([rng.choice(np.flatnonzero(r)) for r in dense])
-    train = dense.copy()
-    train[np.arange(dense.shape[0]), test_items] = 0
+    dense, train, test_items = _planted_split()
     obs = Observations.from_dense(train, kind="binary")
-    fit = bpr.fit(
-        jax.random.key(0), obs, n_factors=8, n_epochs=40, learning_rate=0.05, reg=0.01,
-        sampling=sampling, batch_size=64, dtype=np.float64, return_info=True,
-    )
+    fit = bpr.fit(jax.random.key(0), obs, n_epochs=40, sampling=sampling, return_info=True, **_FIT)
     assert fit.mean_log_sigmoid[-1] > fit.mean_log_sigmoid[0]
     s = np.asarray(bpr.score_users(fit.params, np.arange(dense.shape[0])))
     assert s.shape == dense.shape

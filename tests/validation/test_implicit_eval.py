@@ -1,0 +1,231 @@
+"""Tests of validation.implicit_eval: the SIBM split, recall@N, evaluate_implicit, baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from custom_inference.data import Observations
+from validation import implicit_eval as ie
+from validation import metrics
+from validation.datasets import ImplicitSplit, index_ratings, split_leave_one_out
+
+
+def _synthetic_ratings(seed=0, I=60, J=40):
+    """Stars 1-5 on a random subset of cells; ids shuffled and non-contiguous."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((I, J)) < 0.45
+    # users' activity varies, so some fall below 10 ones
+    mask &= rng.random((I, 1)) < np.linspace(0.15, 1.0, I)[:, None] + 0.0
+    u, i = np.nonzero(mask)
+    stars = rng.integers(1, 6, size=u.size).astype(float)
+    user_ids = rng.permutation(I) * 3 + 100
+    item_ids = rng.permutation(J) * 7 + 5
+    return pd.DataFrame({"user": user_ids[u], "item": item_ids[i], "rating": stars})
+
+
+def _ones_by_original_ids(df, threshold=4.0):
+    ones = df[df["rating"] >= threshold]
+    return set(zip(ones["user"].tolist(), ones["item"].tolist()))
+
+
+# ---------------------------------------------------------------------------
+# SIBM split
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_columns", [None, 25])
+def test_sibm_split_properties(n_columns):
+    df = _synthetic_ratings()
+    split = ie.split_sibm(df, seed=3, n_columns=n_columns)
+    assert isinstance(split, ImplicitSplit)
+    I, J = split.train.shape
+    uid, iid = split.indexed.user_ids, split.indexed.item_ids
+    ones = _ones_by_original_ids(df)
+    # kept columns: the n_columns items with most ones (ties: smaller index = smaller id)
+    per_item = pd.Series([i for _, i in ones]).value_counts()
+    if n_columns is None:
+        assert set(iid) == set(per_item.index)
+    else:
+        assert J == n_columns
+        ranked = sorted(per_item.index, key=lambda it: (-per_item[it], it))
+        assert set(iid) == set(ranked[:n_columns])
+    kept_items = set(iid.tolist())
+    # kept rows: exactly the users with >= 10 ones within the kept columns
+    per_user = pd.Series([u for u, i in ones if i in kept_items]).value_counts()
+    assert set(uid) == set(per_user.index[per_user >= 10])
+    assert np.all(np.diff(uid) > 0) and np.all(np.diff(iid) > 0)
+    # one held-out positive per row, not in train; train + test = the row's ones
+    np.testing.assert_array_equal(split.test_users, np.arange(I))
+    dense = split.train.to_dense()
+    assert set(np.unique(dense)) <= {0.0, 1.0}
+    assert np.all(dense[np.arange(I), split.test_items] == 0)
+    full = dense.copy()
+    full[np.arange(I), split.test_items] = 1
+    expected = np.zeros((I, J))
+    for u, i in ones:
+        if u in set(uid.tolist()) and i in kept_items:
+            expected[np.searchsorted(uid, u), np.searchsorted(iid, i)] = 1
+    np.testing.assert_array_equal(full, expected)
+    assert np.all(full.sum(axis=1) >= 10)
+    # the indexed ratings are those of the kept users and items
+    f = split.indexed.frame
+    assert f["u"].max() < I and f["i"].max() < J
+    assert len(f) == int(np.sum(df["user"].isin(uid) & df["item"].isin(iid)))
+
+
+def test_sibm_split_is_reproducible_by_seed():
+    df = _synthetic_ratings()
+    a, b, c = (ie.split_sibm(df, seed=s, n_columns=None) for s in (5, 5, 6))
+    np.testing.assert_array_equal(a.test_items, b.test_items)
+    np.testing.assert_array_equal(np.asarray(a.train.cols), np.asarray(b.train.cols))
+    assert not np.array_equal(a.test_items, c.test_items)
+    # the held-out draw is P1's: with no row or column dropped, the two splits coincide
+    dense_df = df[df["user"].isin(a.indexed.user_ids)]
+    p1 = split_leave_one_out(dense_df, seed=5)
+    ones_items = set(dense_df.loc[dense_df["rating"] >= 4, "item"])
+    if len(ones_items) == len(set(dense_df["item"])):
+        np.testing.assert_array_equal(p1.test_items, a.test_items)
+
+
+def test_sibm_split_rejects_bad_arguments():
+    df = _synthetic_ratings()
+    with pytest.raises(ValueError, match="min_ones"):
+        ie.split_sibm(df, min_ones=1)
+    with pytest.raises(ValueError, match="n_columns"):
+        ie.split_sibm(df, n_columns=0)
+    with pytest.raises(ValueError, match="rating"):
+        ie.split_sibm(df, min_ones=10_000)
+
+
+def test_sibm_split_on_movielens_100k(ml100k):
+    split = ie.split_sibm(ml100k, seed=0)
+    I, J = split.train.shape
+    assert J == 1000
+    ones = split.train.to_scipy().sum(axis=1).A1 + 1
+    assert ones.min() >= 10
+    assert len(split.test_items) == I
+    assert np.asarray(split.train.values).sum() == split.train.nnz
+    # seed 002 keeps at most 1000 columns and rows with >= 10 ones: most ML-100K users qualify
+    assert 600 < I <= 943
+
+
+# ---------------------------------------------------------------------------
+# recall@N
+# ---------------------------------------------------------------------------
+
+
+def test_recall_at_matches_brute_force():
+    rng = np.random.default_rng(4)
+    I, J = 30, 20
+    dense = (rng.random((I, J)) < 0.3).astype(float)
+    dense[:, 0] = 1.0
+    dense[:, 1] = 1.0  # every row has >= 2 ones
+    test_items = np.array([rng.choice(np.flatnonzero(r)) for r in dense])
+    train = dense.copy()
+    train[np.arange(I), test_items] = 0
+    split = ImplicitSplit(
+        train=Observations.from_dense(train, kind="binary"),
+        test_users=np.arange(I, dtype=np.int64),
+        test_items=test_items.astype(np.int64),
+        indexed=None,
+    )
+    scores = rng.normal(size=(I, J))  # continuous: no ties
+    score_fn = lambda users: scores[np.asarray(users)]  # noqa: E731
+    for n in (1, 3, 10):
+        hits = []
+        for u in range(I):
+            cand = np.flatnonzero(train[u] == 0)  # the row's zeros, test item included
+            top = cand[np.argsort(-scores[u, cand])][:n]
+            hits.append(test_items[u] in top)
+        assert ie.recall_at(score_fn, split, n=n) == pytest.approx(np.mean(hits), abs=0)
+        assert ie.recall_at(score_fn, split, n=n, batch_size=7) == pytest.approx(np.mean(hits), abs=0)
+
+
+# ---------------------------------------------------------------------------
+# evaluate_implicit
+# ---------------------------------------------------------------------------
+
+
+def test_evaluate_implicit_on_synthetic_data(tmp_path):
+    df = _synthetic_ratings(I=80, J=40)
+    systems = ie.baseline_systems(n_factors=4, n_epochs=2, batch_size=64)
+    assert list(systems) == ["popularity", "BPR-uniform", "BPR-popularity"]
+    seen = []
+
+    def oracle(train, seed):  # a user-written system: the signature is (train, seed)
+        seen.append((train.shape, seed))
+        return lambda users: np.zeros((len(users), train.n_cols))
+
+    systems["constant"] = oracle
+    res = ie.evaluate_implicit(df, systems, protocols=("P1", "SIBM"), seed=2, out_dir=tmp_path)
+    t = res.table
+    assert list(t.columns) == [
+        "protocol", "system", "recall@10", "rank_score_users", "rank_score_items", "ndcg@10",
+        "fit_seconds", "n_users", "n_items", "I", "J",
+    ]
+    assert len(t) == 2 * 4
+    assert list(t["protocol"].unique()) == ["P1", "SIBM"]
+    assert t[["recall@10", "rank_score_users", "rank_score_items", "ndcg@10"]].apply(
+        lambda c: c.between(0, 1).all()
+    ).all()
+    assert (t["fit_seconds"] >= 0).all()
+    assert [s for _, s in seen] == [2, 2]
+    # a constant score never ranks the held-out item above anything (pessimistic ties)
+    const = t[t["system"] == "constant"]
+    assert (const["recall@10"] == 0).all() and (const["rank_score_users"] == 0).all()
+    # popularity row equals the metrics module on the same split
+    p1 = split_leave_one_out(df, seed=2)
+    pop = metrics.summarize(metrics.leave_one_out_metrics(metrics.popularity_score_fn(p1.train), p1, n=10))
+    row = t[(t["protocol"] == "P1") & (t["system"] == "popularity")].iloc[0]
+    assert row["rank_score_users"] == pytest.approx(pop["rank_score"])
+    assert row["recall@10"] == pytest.approx(pop["hit"])
+    for b in (res.by_user_degree, res.by_item_degree):
+        assert {"protocol", "system", "bucket_low", "bucket_high", "n_users", "mean", "sem"} <= set(b.columns)
+        assert set(b["system"]) == set(systems)
+    # bucket sizes add up to the test rows (users) per protocol and system
+    sizes = res.by_user_degree.groupby(["protocol", "system"])["n_users"].sum()
+    for (p, s), n in sizes.items():
+        assert n == t[(t["protocol"] == p) & (t["system"] == s)]["n_users"].iloc[0]
+    for name in ("rank_by_user_degree.png", "rank_by_item_degree.png", "report.md"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert res.plots["user_degree"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_implicit_accepts_ready_splits_and_rejects_bad_input():
+    df = _synthetic_ratings()
+    split = split_leave_one_out(df, seed=0)
+    pop = {"popularity": lambda train, seed: metrics.popularity_score_fn(train)}
+    res = ie.evaluate_implicit(None, pop, protocols={"mine": split})
+    assert list(res.table["protocol"]) == ["mine"]
+    with pytest.raises(ValueError, match="systems"):
+        ie.evaluate_implicit(df, {})
+    with pytest.raises(ValueError, match="systems"):
+        ie.evaluate_implicit(df, {"x": 3})
+    with pytest.raises(ValueError, match="protocols"):
+        ie.evaluate_implicit(df, pop, protocols=("P9",))
+    with pytest.raises(ValueError, match="bpr_kwargs"):
+        ie.baseline_systems(n_factor=3)
+
+
+def test_popularity_on_movielens_100k_p1_matches_reference(ml100k):
+    """Independently measured on P1 with seed 0: R = 0.869, HR@10 = 0.118 (3 decimals)."""
+    pop = {"popularity": ie.baseline_systems()["popularity"]}
+    res = ie.evaluate_implicit(ml100k, pop, protocols=("P1",), seed=0)
+    row = res.table.iloc[0]
+    assert round(row["rank_score_users"], 3) == 0.869
+    assert round(row["recall@10"], 3) == 0.118
+    assert row["n_users"] == 942
+
+
+@pytest.mark.slow
+def test_bpr_baselines_on_movielens_100k(ml100k, tmp_path):
+    """Full BPR fits (K = 64, 50 epochs) on both protocols; BPR-uniform, which optimizes the
+    rank score directly (003 sec. 6.1.2), must beat popularity on it."""
+    res = ie.evaluate_implicit(ml100k, ie.baseline_systems(), seed=0, out_dir=tmp_path, progress=True)
+    t = res.table.set_index(["protocol", "system"])
+    print(t.to_string())
+    for p in ("P1", "SIBM"):
+        assert t.loc[(p, "BPR-uniform"), "rank_score_users"] > t.loc[(p, "popularity"), "rank_score_users"]
+        assert t.loc[(p, "BPR-uniform"), "recall@10"] > t.loc[(p, "popularity"), "recall@10"]
