@@ -84,6 +84,7 @@ def test_sibm_split_is_reproducible_by_seed():
     # the held-out draw is P1's: when no row or column is dropped, the two splits coincide
     rng = np.random.default_rng(0)
     stars = np.where(rng.random((15, 20)) < 0.7, 5.0, 1.0)
+    stars[:, :10] = 5.0  # every row has >= 10 ones
     stars[np.arange(15), np.arange(15)] = 5.0  # every item has a one
     stars[np.arange(5), 15 + np.arange(5)] = 5.0
     u, i = np.nonzero(stars)
