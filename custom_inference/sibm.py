@@ -507,39 +507,27 @@ def _columns(state, columns):
     return jnp.asarray(mask)
 
 
-def update_v(state: SIBMState, data: Observations, hyper, columns=None, *,
-             chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
-    """Batch coordinate update of q(v_jd) for every j, for each d in ``columns`` (default all, in order).
-
-    Before each d, xi is set to its optimum (8); then v_{., d} maximizes L'(Phi, Xi) exactly
-    (module docstring: P = 1/v_tilde0 + 2 sum_i lambda_ij E[u_id^2], h = v_bar0/v_tilde0 +
-    sum_i (x_ij - 1/2) u_bar_id - 2 sum_i lambda_ij u_bar_id (mu_ij - u_bar_id v_bar_jd)). Fixed
-    columns are left alone. Work O(I J) per column, chunked over columns of X.
-    """
+def _update_v_impl(state, data, hyper, mask, chunk_cells):
     prior = _prior(hyper, state.u_h.dtype)
     (ub, ut), _, (zb, zt) = moments(state)
     I, J = data.shape
     lin = _linear_stats(data, ub, "v")
     P, h = _side_update(state.v_prec, state.v_h, state.v_fixed, ub, ut, zb, zt, lin, prior.v_bar0, prior.v_tilde0,
-                        _columns(state, columns), _chunk_rows(J, I, chunk_cells))
+                        mask, _chunk_rows(J, I, chunk_cells))
     return state._replace(v_prec=P, v_h=h)
 
 
-def update_u(state: SIBMState, data: Observations, hyper, columns=None, *,
-             chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
-    """Batch coordinate update of q(u_id) for every i, for each d in ``columns`` (as `update_v`)."""
+def _update_u_impl(state, data, hyper, mask, chunk_cells):
     prior = _prior(hyper, state.u_h.dtype)
     _, (vb, vt), (zb, zt) = moments(state)
     I, J = data.shape
     lin = _linear_stats(data, vb, "u")
     P, h = _side_update(state.u_prec, state.u_h, state.u_fixed, vb, vt, zb, zt, lin, prior.u_bar0, prior.u_tilde0,
-                        _columns(state, columns), _chunk_rows(I, J, chunk_cells))
+                        mask, _chunk_rows(I, J, chunk_cells))
     return state._replace(u_prec=P, u_h=h)
 
 
-def update_z(state: SIBMState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
-    """Batch update of q(z) at optimal xi: P = 1/z_tilde0 + 2 sum_ij lambda_ij,
-    h = z_bar0/z_tilde0 + (N - I J / 2) - 2 sum_ij lambda_ij (mu_ij - z_bar). Work O(I J K), chunked."""
+def _update_z_impl(state, data, hyper, chunk_cells):
     prior = _prior(hyper, state.u_h.dtype)
     (ub, ut), (vb, vt), (zb, zt) = moments(state)
     I, J = data.shape
@@ -557,10 +545,45 @@ def update_z(state: SIBMState, data: Observations, hyper, *, chunk_cells: int = 
     return state._replace(z_prec=P, z_h=h)
 
 
+_update_v_jit = jax.jit(_update_v_impl, static_argnames=("hyper", "chunk_cells"))
+_update_u_jit = jax.jit(_update_u_impl, static_argnames=("hyper", "chunk_cells"))
+_update_z_jit = jax.jit(_update_z_impl, static_argnames=("hyper", "chunk_cells"))
+
+
+def update_v(state: SIBMState, data: Observations, hyper, columns=None, *,
+             chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
+    """Batch coordinate update of q(v_jd) for every j, for each d in ``columns`` (default all, in order).
+
+    Before each d, xi is set to its optimum (8); then v_{., d} maximizes L'(Phi, Xi) exactly
+    (module docstring: P = 1/v_tilde0 + 2 sum_i lambda_ij E[u_id^2], h = v_bar0/v_tilde0 +
+    sum_i (x_ij - 1/2) u_bar_id - 2 sum_i lambda_ij u_bar_id (mu_ij - u_bar_id v_bar_jd)). Fixed
+    columns are left alone. Work O(I J) per column, in chunks of columns of X.
+
+    Parameters: state SIBMState; data Observations of the ones (I, J); hyper SIBMHyper-like;
+    columns: iterable of ints in 0..K-1 or None. Returns the new SIBMState. Raises ValueError for
+    columns out of range or a bad hyper.
+    """
+    return _update_v_jit(state, data, _static_hyper(hyper), _columns(state, columns), chunk_cells)
+
+
+def update_u(state: SIBMState, data: Observations, hyper, columns=None, *,
+             chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
+    """Batch coordinate update of q(u_id) for every i, for each d in ``columns`` (as `update_v`,
+    sums over the columns j of X; rows of U in chunks)."""
+    return _update_u_jit(state, data, _static_hyper(hyper), _columns(state, columns), chunk_cells)
+
+
+def update_z(state: SIBMState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
+    """Batch update of q(z) at optimal xi: P = 1/z_tilde0 + 2 sum_ij lambda_ij,
+    h = z_bar0/z_tilde0 + (N - I J / 2) - 2 sum_ij lambda_ij (mu_ij - z_bar). Work O(I J K), chunked."""
+    return _update_z_jit(state, data, _static_hyper(hyper), chunk_cells)
+
+
 def _sweep(state, data, hyper, chunk_cells):
-    state = update_z(state, data, hyper, chunk_cells=chunk_cells)
-    state = update_v(state, data, hyper, chunk_cells=chunk_cells)
-    return update_u(state, data, hyper, chunk_cells=chunk_cells)
+    K = state.u_prec.shape[1]
+    state = _update_z_impl(state, data, hyper, chunk_cells)
+    state = _update_v_impl(state, data, hyper, jnp.ones(K, bool), chunk_cells)
+    return _update_u_impl(state, data, hyper, jnp.ones(K, bool), chunk_cells)
 
 
 def _step_impl(state, data, hyper, chunk_cells):
