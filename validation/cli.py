@@ -7,9 +7,12 @@
     factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
     factorbayes errata                                 validation.errata.run_errata(all_errata())
+    factorbayes crosscheck sbmf|bpmf|mcmc-fm|vbfm      validation.<model>.run_crosscheck
     factorbayes sbc hpf --solver gibbs|nuts|cavi|gibbs-printed --sims N
                                                        validation.sbc.run_sbc with
                                                        validation.hpf_gibbs.sbc_adapters
+    factorbayes sbc sbmf|bpmf|mcmc-fm --sims N         validation.sbc.run_sbc with
+                                                       validation.<model>.sbc_adapters
 
 Exit status: 0 success (cross-check passed; all errata rows OK; SBC ranks uniform);
 1 a check failed;
@@ -29,6 +32,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 MODELS = ("hpf",)
+# models of the thesis (seed 004): crosscheck and sbc (their validation modules hold the glue)
+THESIS_MODELS = {"sbmf": "sbmf", "bpmf": "bpmf", "mcmc-fm": "fm_mcmc", "vbfm": "vbfm"}
 EVALUATIONS = ("ratings",)  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
@@ -52,7 +57,38 @@ def _print_table(df) -> None:
     print()
 
 
+def cmd_model_crosscheck(args) -> int:
+    import importlib
+
+    from .report import model_crosscheck_report
+
+    module = importlib.import_module(f"{__package__}.{THESIS_MODELS[args.model]}")
+    if args.data is not None:
+        raise ValueError(f"--data: the {args.model} cross-check runs on its embedded simulated data only")
+    print(f"{args.model} cross-check against NUTS on its embedded simulated data "
+          f"({module.__name__}.CrosscheckConfig defaults)", file=sys.stderr)
+    result = module.run_crosscheck(progress=not args.no_progress)
+    solver_q = getattr(result, "solver_quantities", None) or result.gibbs_quantities
+    label = "VBFM (q)" if args.model == "vbfm" else f"{args.model} Gibbs"
+    out = Path(args.out or f"factorbayes-output/crosscheck-{args.model}")
+    settings = [str(result.config)] + ([result.settings] if getattr(result, "settings", "") else [])
+    report = model_crosscheck_report(f"{args.model} cross-check: {label} vs NUTS", result.verdict,
+                                     result.nuts_quantities, solver_q, out, solver_label=label, settings=settings)
+    v = result.verdict
+    print(f"Verdict: {v.status.upper()}")
+    for r in v.reasons:
+        print(f"  - {r}")
+    print("\nNUTS gates:")
+    _print_table(v.gates.table)
+    print("Comparison:")
+    _print_table(v.table)
+    print(f"Report: {report}")
+    return {"pass": 0, "fail": 1, "inconclusive": 3}[v.status]
+
+
 def cmd_crosscheck(args) -> int:
+    if args.model in THESIS_MODELS:
+        return cmd_model_crosscheck(args)
     import jax
     import numpy as np
 
@@ -173,18 +209,29 @@ def cmd_errata(args) -> int:
 
 
 def cmd_sbc(args) -> int:
+    import importlib
+
     from . import hpf_gibbs, sbc
 
-    simulate, fit, functionals = hpf_gibbs.sbc_adapters(args.solver)
-    out = Path(args.out or f"factorbayes-output/sbc-hpf-{args.solver}")
+    if args.model == "hpf":
+        simulate, fit, functionals = hpf_gibbs.sbc_adapters(args.solver)
+        cfg = hpf_gibbs.SBCConfig()
+        setting = (f"each simulation: {cfg.n_users} x {cfg.n_items} matrix, K = {cfg.n_components}, "
+                   f"hyperparameters {dict(cfg.hyper._asdict())}")
+    else:
+        if args.solver != "gibbs":
+            raise ValueError(f"--solver: the {args.model} SBC runs its Gibbs sampler only (got {args.solver!r})")
+        module = importlib.import_module(f"{__package__}.{THESIS_MODELS[args.model]}")
+        simulate, fit, functionals = module.sbc_adapters()
+        setting = f"each simulation: {module.SBCConfig()}"
+    out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")
     result = sbc.run_sbc(simulate, fit, functionals, n_sims=args.sims, master_seed=args.seed, n_draws=args.draws,
-                         cache_dir=out / "cache", progress=not args.no_progress, method=f"hpf-{args.solver}")
+                         cache_dir=out / "cache", progress=not args.no_progress, method=f"{args.model}-{args.solver}")
     table = result.uniformity(alpha=args.alpha)
-    cfg = hpf_gibbs.SBCConfig()
     notes = [f"solver: {args.solver}; {args.sims} simulations from master seed {args.seed}; L = {args.draws} draws ranked",
-             f"each simulation: {cfg.n_users} x {cfg.n_items} matrix, K = {cfg.n_components}, hyperparameters {dict(cfg.hyper._asdict())}",
-             f"mean seconds per simulation (simulate + fit): {result.seconds.mean():.2f}"]
-    report = sbc.sbc_report(result, out, title=f"SBC of HPF, solver {args.solver}", alpha=args.alpha, notes=notes)
+             setting, f"mean seconds per simulation (simulate + fit): {result.seconds.mean():.2f}"]
+    report = sbc.sbc_report(result, out, title=f"SBC of {args.model}, solver {args.solver}", alpha=args.alpha,
+                            notes=notes)
     _print_table(table)
     ok = result.passed(alpha=args.alpha)
     print(f"SBC {'PASSED' if ok else 'FAILED'} (all scalars, Bonferroni at alpha = {args.alpha}). Report: {report}")
@@ -196,9 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated")
-    p.add_argument("model", choices=MODELS)
+    p.add_argument("model", choices=MODELS + tuple(THESIS_MODELS))
     p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens path")
-    p.add_argument("--solver", choices=("cavi", "gibbs"), default="cavi")
+    p.add_argument("--solver", choices=("cavi", "gibbs"), default="cavi", help="hpf only (the thesis models run theirs)")
     p.add_argument("--out", default=None, help="report folder (default factorbayes-output/crosscheck-hpf-SOLVER)")
     p.add_argument("--quick", action="store_true", help="fewer NUTS draws (for smoke tests; gates will likely fail)")
     p.add_argument("--no-progress", action="store_true")
@@ -232,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.set_defaults(func=lambda a: cmd_evaluate_ratings(a) if a.model == "ratings" else cmd_evaluate(a))
 
     p = sub.add_parser("sbc", help="simulation-based calibration of a solver")
-    p.add_argument("model", choices=MODELS)
+    p.add_argument("model", choices=MODELS + ("sbmf", "bpmf", "mcmc-fm"))
     p.add_argument("--solver", choices=("gibbs", "nuts", "cavi", "gibbs-printed"), default="gibbs",
                    help="gibbs-printed: the Gibbs sampler with the seed's printed xi/eta conditionals (must fail)")
     p.add_argument("--sims", type=int, default=200)

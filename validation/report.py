@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 
 from custom_inference import arviz_io  # noqa: E402
 
-__all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report"]
+__all__ = ["markdown_table", "crosscheck_report", "model_crosscheck_report", "evaluation_report", "errata_report"]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
@@ -155,6 +155,31 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
         lines += ["## Update-level checks (float64)", "", f"Checked: {what}.", "", markdown_table(result.update_table), ""]
     if result.dense_table is not None:
         lines += ["Sparse computations against dense brute force:", "", markdown_table(result.dense_table), ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def model_crosscheck_report(title: str, verdict, nuts_quantities: dict, solver_quantities: dict, out_dir, *,
+                            solver_label: str, settings: list[str] = ()) -> Path:
+    """Cross-check report for any model: verdict, ArviZ gates, comparison table, plots.
+
+    ``verdict`` is a `validation.crosscheck.Verdict`; the quantity dicts map a name to draws
+    (chain, draw, Q) of the compared identifiable quantities (NUTS and the solver).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    v = verdict
+    lines = _header(title) + [f"**Verdict: {v.status.upper()}**", "", *(f"- {r}" for r in v.reasons), "",
+                              "## Settings", "", *(f"- {s}" for s in settings), "",
+                              "## Convergence gates (ArviZ, on the compared quantities)", "",
+                              "Thresholds: rank-normalized R-hat <= 1.01 with >= 4 chains, bulk and tail ESS >= 400, "
+                              "no divergences, E-BFMI >= 0.3.", "", markdown_table(v.gates.table), "",
+                              "## Comparison", "", markdown_table(v.table), "",
+                              f"![posterior means]({_means_scatter(nuts_quantities, solver_quantities, out, solver_label)})",
+                              "",
+                              f"![sd ratios]({_sd_ratio_hist(nuts_quantities, solver_quantities, out, solver_label)})", "",
+                              f"![NUTS rank plots]({_rank_plots(nuts_quantities, out)})", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -48,5 +48,12 @@ def test_bad_k_is_a_clear_error(ml100k_dir, tmp_path, capsys):
 
 def test_unknown_model_is_rejected():
     with pytest.raises(SystemExit) as exc:
-        cli.main(["crosscheck", "bpmf"])
+        cli.main(["crosscheck", "als"])
     assert exc.value.code == 2
+
+
+def test_thesis_models_reject_options_they_do_not_have(capsys):
+    assert cli.main(["sbc", "sbmf", "--solver", "nuts", "--sims", "2", "--no-progress"]) == 2
+    assert "--solver" in capsys.readouterr().err
+    assert cli.main(["crosscheck", "bpmf", "--data", "ml-100k", "--no-progress"]) == 2
+    assert "--data" in capsys.readouterr().err
