@@ -533,6 +533,7 @@ def _step(state, graph, hyper, rho, update_hyper_flag):
 
 
 _step_jit = jax.jit(_step, static_argnames=("hyper", "update_hyper_flag"))
+_elbo_jit = jax.jit(elbo, static_argnums=2)
 
 
 def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: bool = True):
@@ -581,10 +582,10 @@ def score_users(state: RGState, users, *, kind: str = "like", pi=None) -> np.nda
 
     Raises ValueError for an unknown kind, missing or mis-shaped pi, or user indices out of range.
     """
-    users = np.asarray(users)
-    I, J = state.u_h.shape[0], state.v_h.shape[0]
     if kind not in ("like", "popularity", "popularity_like"):
         raise ValueError(f"kind must be 'like', 'popularity' or 'popularity_like', got {kind!r}")
+    users = np.asarray(users)
+    I, J = state.u_h.shape[0], state.v_h.shape[0]
     if users.size and (users.min() < 0 or users.max() >= I):
         raise ValueError(f"users index out of range [0, {I - 1}]")
     if kind != "like":
@@ -676,7 +677,7 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
                 if a.shape != b.shape:
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
             state = given
-        trace = [float(elbo(state, eval_graph, hyper))]
+        trace = [float(_elbo_jit(state, eval_graph, hyper))]
         converged = False
         start = time.perf_counter()
         bar = tqdm(total=max_iter, desc=f"RG VB (K={K})", disable=not progress, leave=False)
@@ -687,7 +688,7 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
             else:
                 graph, rho = eval_graph, 1.0
             state, info = step(None, state, graph, hyper, rho, update_hyper=update_hyper)
-            value = float(info.elbo) if not resample else float(elbo(state, eval_graph, hyper))
+            value = float(info.elbo) if not resample else float(_elbo_jit(state, eval_graph, hyper))
             rel = abs(value - trace[-1]) / abs(trace[-1])
             trace.append(value)
             bar.update(1)

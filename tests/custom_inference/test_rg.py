@@ -1,0 +1,175 @@
+"""RG solver (seed 003): q(H) sampler properties, histogram exponent, moments against Monte Carlo,
+the fit driver (stochastic and batch), predictions and scores, input errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from custom_inference import rg
+from custom_inference.data import Observations
+from custom_inference.sampling import sample_without_replacement, successive_inclusion_probabilities
+from ppl_models.rg import RGHyper
+
+jax.config.update("jax_enable_x64", True)
+
+HYPER = RGHyper(alpha=2.0, beta=2.0, r=0.5, clamp_user_bias=False)
+
+
+def _obs(seed=0, I=15, J=12, density=0.3):
+    rng = np.random.default_rng(seed)
+    pop = rng.gamma(1.0, 1.0, J)
+    dense = rng.random((I, J)) < density * pop / pop.mean()
+    dense[np.arange(I), rng.integers(0, J, I)] = True
+    return Observations.from_dense(dense.astype(float), kind="binary")
+
+
+# --------------------------------------------------------------------------------------------- sampler
+
+
+@pytest.mark.parametrize("rounds", [4, 1, 0])  # 0: Gumbel-top-k fallback only; 1: mixed
+def test_inclusion_frequencies_match_exact_successive_sampling(rounds):
+    w = np.array([1.0, 2.0, 3.0, 0.5, 0.0, 4.0, 1.5])
+    excluded = [0, 5]
+    k = 3
+    exact = successive_inclusion_probabilities(w, excluded, k)
+    n = 20000
+    rng = np.random.default_rng(7)
+    indptr = np.arange(0, 2 * n + 1, 2)
+    rows, items = sample_without_replacement(rng, w, indptr, np.tile(excluded, n), np.full(n, k), rounds=rounds)
+    assert np.all(np.bincount(rows, minlength=n) == k)
+    freq = np.bincount(items, minlength=w.size) / n
+    se = np.sqrt(np.maximum(exact * (1 - exact), 1e-12) / n)
+    # 5 binomial standard errors per item (7 items: false alarm < 5e-6); exact zeros must be zero
+    assert np.all(np.abs(freq - exact) <= 5 * se + 1e-12), (freq, exact)
+    assert freq[0] == freq[5] == freq[4] == 0.0  # excluded and zero-weight items never drawn
+
+
+def test_rows_are_distinct_and_capped_by_admissible_items():
+    w = np.array([1.0, 0.0, 2.0, 1.0])
+    # row 0 excludes 0, 2: admissible {3}; row 1 excludes nothing: admissible {0, 2, 3}
+    rows, items = sample_without_replacement(np.random.default_rng(0), w, [0, 2, 2], [0, 2], [3, 5])
+    assert list(items[rows == 0]) == [3]
+    assert sorted(items[rows == 1]) == [0, 2, 3]
+
+
+def test_sample_hidden_graph_properties():
+    obs = _obs(1, I=40, J=30)
+    pi, gamma = rg.popularity_weights(obs, 0.5)
+    d = np.bincount(np.asarray(obs.cols), minlength=obs.n_cols)
+    assert np.allclose(pi, np.where(d > 0, d.astype(float) ** gamma, 0.0))
+    graph = rg.sample_hidden_graph(np.random.default_rng(2), obs, pi)
+    E, N = graph.n_edges, obs.nnz
+    u, i, g = (np.asarray(x)[:E] for x in (graph.users, graph.items, graph.g))
+    assert np.asarray(graph.users).size == 2 * N  # padded capacity 2N
+    assert np.all(np.asarray(graph.weight)[E:] == 0)
+    keys = u.astype(np.int64) * obs.n_cols + i
+    assert np.unique(keys).size == E  # no duplicate edge in H
+    obs_keys = set(np.asarray(obs.rows).astype(np.int64) * obs.n_cols + np.asarray(obs.cols))
+    assert {int(k) for k in keys[g == 1]} == obs_keys  # every observed edge with g = 1
+    assert not (set(keys[g == 0].tolist()) & obs_keys)  # negatives avoid the user's observed items
+    assert np.all(pi[i[g == 0]] > 0)
+    deg = np.bincount(np.asarray(obs.rows), minlength=obs.n_rows)
+    admissible = np.array([np.sum(pi > 0) - np.sum(pi[np.asarray(obs.cols)[np.asarray(obs.rows) == m]] > 0)
+                           for m in range(obs.n_rows)])
+    assert np.array_equal(np.bincount(u[g == 0], minlength=obs.n_rows), np.minimum(deg, admissible))
+    again = rg.sample_hidden_graph(np.random.default_rng(2), obs, pi)
+    assert np.array_equal(np.asarray(again.items), np.asarray(graph.items))  # same seed, same graph
+
+
+@pytest.mark.parametrize("d_max, r", [(2, 0.5), (37, 0.1), (3780, 0.5), (10**5, 2.0)])
+def test_histogram_exponent_satisfies_eq_8(d_max, r):
+    gamma = rg.histogram_exponent(d_max, r)
+    assert np.isclose(d_max**gamma, r * d_max, rtol=1e-10)
+
+
+# --------------------------------------------------------------------------------------------- moments
+
+
+def test_edge_moments_match_monte_carlo_draws_from_q():
+    obs = _obs(3)
+    pi, _ = rg.popularity_weights(obs, 0.5)
+    graph = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(np.random.default_rng(0), obs, pi))
+    state = rg.init(jax.random.PRNGKey(0), graph, HYPER, 3)
+    rng = np.random.default_rng(1)
+    state = state._replace(u_h=state.u_prec * rng.standard_normal(state.u_h.shape),
+                           v_h=state.v_prec * rng.standard_normal(state.v_h.shape),
+                           bu_h=rng.standard_normal(state.bu_h.shape), bv_h=rng.standard_normal(state.bv_h.shape))
+    E = graph.n_edges
+    u, i = np.asarray(graph.users)[:E], np.asarray(graph.items)[:E]
+    mean, second = (np.asarray(x) for x in rg.edge_moments(state, u, i))
+    n = 20000
+    d = rg.draws_from_q(5, state, n)
+    a = np.sum(d["u"][0][:, u] * d["v"][0][:, i], axis=-1) + d["b_user"][0][:, u] + d["b_item"][0][:, i]
+    var = second - mean**2
+    # per edge: 5 standard errors of the sample mean and of the sample variance (sd from the sample
+    # 4th central moment); E edges, false alarm < E * 6e-7
+    assert np.all(np.abs(a.mean(0) - mean) <= 5 * np.sqrt(var / n))
+    m4 = np.mean((a - a.mean(0)) ** 4, axis=0)
+    assert np.all(np.abs(a.var(0, ddof=1) - var) <= 5 * np.sqrt((m4 - var**2) / n))
+
+
+# --------------------------------------------------------------------------------------------- driver
+
+
+def test_fit_stochastic_and_scores():
+    obs = _obs(4)
+    res = rg.fit(obs, HYPER, 2, seed=0, max_iter=15, tol=0.0, progress=False, n_draws=10)
+    assert res.elbo.shape == (16,) and np.all(np.isfinite(res.elbo))
+    assert res.elbo[-1] > res.elbo[0]
+    assert {"posterior", "variational_parameters", "vi_trace"} <= set(res.idata.groups())
+    assert res.idata.posterior["u"].shape == (1, 10, obs.n_rows, 2)
+    users = np.array([0, 3, 7])
+    like = rg.score_users(res.state, users)
+    assert like.shape == (3, obs.n_cols) and np.all((like > 0) & (like < 1))
+    pop = rg.score_users(res.state, users, kind="popularity", pi=res.pi)
+    assert np.array_equal(pop, np.broadcast_to(res.pi, pop.shape))
+    both = rg.score_users(res.state, users, kind="popularity_like", pi=res.pi)
+    assert np.allclose(both, like * res.pi[None, :])
+    pairs = np.asarray(rg.like_probability(res.state, np.repeat(users, obs.n_cols), np.tile(np.arange(obs.n_cols), 3)))
+    assert np.allclose(pairs.reshape(3, -1), like, rtol=1e-12)
+    # same seed, same result
+    again = rg.fit(obs, HYPER, 2, seed=0, max_iter=15, tol=0.0, progress=False, n_draws=0)
+    assert np.array_equal(again.elbo, res.elbo)
+
+
+def test_fit_batch_on_fixed_graph_is_monotone_and_clamps_user_biases():
+    obs = _obs(5)
+    hyper = HYPER._replace(clamp_user_bias=True)
+    res = rg.fit(obs, hyper, 2, seed=1, max_iter=20, tol=1e-12, resample=False, progress=False, n_draws=5)
+    assert np.all(np.diff(res.elbo) >= -1e-10 * np.abs(res.elbo[:-1]))  # rounding only
+    assert float(res.state.user_bias_on) == 0.0
+    (_, _), (_, _), (mbu, sbu), _ = rg.moments(res.state)
+    assert np.all(np.asarray(mbu) == 0) and np.all(np.asarray(sbu) == 0)
+    assert np.all(res.idata.posterior["b_user"].values == 0)
+
+
+def test_robbins_monro_weights():
+    eps = np.array([rg.robbins_monro(t, 1.0, 0.7) for t in range(5)])
+    assert eps[0] == 1.0 and np.all(np.diff(eps) < 0)
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+def test_bad_input_raises_naming_the_field():
+    obs = _obs(0)
+    counts = Observations.from_dense(np.array([[2.0, 0.0], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="values"):
+        rg.fit(counts, HYPER, 2, progress=False)
+    with pytest.raises(ValueError, match="K"):
+        rg.fit(obs, HYPER, 0, progress=False)
+    with pytest.raises(ValueError, match="alpha"):
+        rg.fit(obs, HYPER._replace(alpha=-1.0), 2, progress=False)
+    with pytest.raises(ValueError, match="kappa"):
+        rg.fit(obs, HYPER, 2, kappa=0.5, progress=False)
+    with pytest.raises(ValueError, match="max_iter"):
+        rg.fit(obs, HYPER, 2, max_iter=0, progress=False)
+    with pytest.raises(ValueError, match="pi"):
+        rg.sample_hidden_graph(np.random.default_rng(0), obs, np.ones(3))
+    with pytest.raises(ValueError, match="r"):
+        rg.histogram_exponent(10, 0.0)
+    with pytest.raises(ValueError, match="weights"):
+        sample_without_replacement(np.random.default_rng(0), [1.0, -1.0], [0, 0], [], [1])
+    with pytest.raises(ValueError, match="kind"):
+        rg.score_users(None, [0], kind="nope")
