@@ -25,6 +25,26 @@ the table, per-user and by-degree tables, and (with ``out_dir``) PNG plots of th
 user and by item degree on log axes and a Markdown report. `baseline_systems` gives the
 "popularity", "BPR-uniform" and "BPR-popularity" entries; SIBM and RG systems are added to the
 same dict by their modules.
+
+Measured on MovieLens 100K (``u.data``), seed 0, `baseline_systems` defaults (K = 64, 100
+epochs, float32; fit keys 0 / 1 / 2 for the spread of BPR):
+
+=========  ==============  =========  ========  ========  =======
+protocol   system          recall@10  R users   R items   NDCG@10
+=========  ==============  =========  ========  ========  =======
+P1         popularity      0.118      0.869     0.801     0.064
+P1         BPR-uniform     0.282      0.941     0.909     0.158
+P1         BPR-popularity  0.207      0.897     0.884     0.113
+SIBM       popularity      0.112      0.791     0.694     0.063
+SIBM       BPR-uniform     0.264      0.909     0.870     0.148
+SIBM       BPR-popularity  0.188      0.886     0.873     0.101
+=========  ==============  =========  ========  ========  =======
+
+P1 has 942 test users (I = 943, J = 1682); SIBM 893 rows (J = 1000). With fit keys 1 and 2,
+P1 BPR-uniform gives R = 0.942 / 0.942, HR@10 = 0.300 / 0.285 and BPR-popularity R = 0.897 /
+0.898, HR@10 = 0.212 / 0.211 (the binomial standard error of one HR@10 is ~0.015). For
+reference, `implicit`'s BPR (64 factors, 100 epochs, its defaults) gives R = 0.890, HR@10 =
+0.234 on P1 seed 0. Popularity reproduces the independent reference R = 0.869, HR@10 = 0.118.
 """
 
 from __future__ import annotations
