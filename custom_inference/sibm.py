@@ -78,6 +78,7 @@ Robbins-Monro steps.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import NamedTuple
@@ -102,6 +103,7 @@ __all__ = [
     "FitResult",
     "STRATEGIES",
     "as_binary",
+    "prior_arrays",
     "init",
     "moments",
     "cell_moments",
@@ -119,6 +121,8 @@ __all__ = [
     "auto_minibatch_size",
     "map_init",
     "map_step",
+    "map_cell_gradients",
+    "log_joint",
     "score_users",
     "predict_proba",
     "fit",
@@ -192,8 +196,12 @@ def _check_hyper(hyper) -> bool:
 
 
 def _prior(hyper, dtype) -> _Prior:
+    """The prior means and variances of ``hyper`` as scalar arrays of ``dtype`` (validated)."""
     _check_hyper(hyper)
     return _Prior(*(jnp.asarray(float(getattr(hyper, f)), dtype) for f in _Prior._fields))
+
+
+prior_arrays = _prior
 
 
 def _check_D(D) -> int:
@@ -971,7 +979,8 @@ _svi_jit = jax.jit(_svi_impl, static_argnames=("shape", "n_pad", "nudge", "unifo
 
 
 def _pad_size(S: int) -> int:
-    return max(16, 1 << (int(S) - 1).bit_length())
+    """Minibatches are padded to a power of two (at least 256) so that few sizes are compiled."""
+    return max(256, 1 << (int(S) - 1).bit_length())
 
 
 def svi_step(key, st: SVIState, sampler: Sampler, data: Observations, hyper, *, S: int | None = None,
@@ -1032,7 +1041,13 @@ def map_init(key, data: Observations, hyper, D: int, *, init_mean_sd: float = 0.
 
 
 def log_joint(state: MAPState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> jax.Array:
-    """log p(X, U, V, z) (eqs. 1-2) at a point, up to the Normal constants; chunked, O(I J K)."""
+    """log p(X, U, V, z) (eqs. 1-2) at a point, up to the Normal constants; chunked, O(I J K).
+
+    state MAPState; data Observations of the ones (I, J); returns a scalar (jax-differentiable)."""
+    return _log_joint_jit(state, data, _static_hyper(hyper), chunk_cells)
+
+
+def _log_joint_impl(state, data, hyper, chunk_cells):
     prior = _prior(hyper, state.U.dtype)
     I, J = data.shape
 
@@ -1050,17 +1065,36 @@ def log_joint(state: MAPState, data: Observations, hyper, *, chunk_cells: int = 
             + lp(state.z, prior.z_bar0, prior.z_tilde0, True))
 
 
-def _map_update(st: MAPState, batch: Minibatch, prior: _Prior, tau, kappa):
-    u, v = st.U[batch.i], st.V[batch.j]
+def map_cell_gradients(st: MAPState, prior: _Prior, i, j, x, c_u, c_v, c_z):
+    """Noisy gradients and curvature bounds of the MAP objective for cells (i, j) (arrays (n,)).
+
+    The noisy objective is (1/c) log p(x_ij | u_i, v_j, z) + log p(u_i) + log p(v_j) + log p(z) with
+    c = p(j|i) for u_i, p(i|j) for v_j, p(i, j) for z (as eq. 9), so that E_{j|i}[g_u] is the gradient
+    of log p(X, U, V, z) in u_i (and likewise for v_j, z). Curvature bounds use sigma' <= 1/4
+    (Boehning). Returns (g_u (n, K), h_u (n, K), g_v, h_v (n, K), g_z (n,), h_z (n,)); fixed columns
+    get zero gradient.
+    """
+    u, v = st.U[i], st.V[j]
     a = jnp.sum(u * v, axis=1) + st.z
-    g = batch.x - jax.nn.sigmoid(a)
-    cu, cv, cz = batch.p_j_given_i[:, None], batch.p_i_given_j[:, None], batch.p_ij
-    gu = g[:, None] * v / cu - (u - prior.u_bar0) / prior.u_tilde0
+    g = x - jax.nn.sigmoid(a)
+    cu, cv, cz = c_u[:, None], c_v[:, None], c_z
+    free_u = (st.u_fixed == 0)[None, :]
+    free_v = (st.v_fixed == 0)[None, :]
+    gu = jnp.where(free_u, g[:, None] * v / cu - (u - prior.u_bar0) / prior.u_tilde0, 0.0)
     hu = 0.25 * v * v / cu + 1.0 / prior.u_tilde0
-    gv = g[:, None] * u / cv - (v - prior.v_bar0) / prior.v_tilde0
+    gv = jnp.where(free_v, g[:, None] * u / cv - (v - prior.v_bar0) / prior.v_tilde0, 0.0)
     hv = 0.25 * u * u / cv + 1.0 / prior.v_tilde0
     gz = g / cz - (st.z - prior.z_bar0) / prior.z_tilde0
     hz = 0.25 / cz + 1.0 / prior.z_tilde0
+    return gu, hu, gv, hv, gz, hz
+
+
+_log_joint_jit = jax.jit(_log_joint_impl, static_argnames=("hyper", "chunk_cells"))
+
+
+def _map_update(st: MAPState, batch: Minibatch, prior: _Prior, tau, kappa):
+    gu, hu, gv, hv, gz, hz = map_cell_gradients(st, prior, batch.i, batch.j, batch.x, batch.p_j_given_i,
+                                                batch.p_i_given_j, batch.p_ij)
     I, J = st.U.shape[0], st.V.shape[0]
     w = batch.weight
     nu, gu_avg, _ = _segment_avg(gu, batch.i, w, I)
@@ -1256,7 +1290,7 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     sampler = make_sampler(data, strategy, dtype=np.asarray(params.u_h).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
     st = svi_init(params, S_min if auto else int(S))
-    elbo_fn = jax.jit(lambda s, d: elbo(s, d, _static_hyper(hyper)), static_argnums=())
+    elbo_fn = functools.partial(elbo, hyper=hyper)
     trace, iters, sizes, converged = [], [], [], False
     bar = tqdm(total=n_iter, desc=f"SIBM SVI ({strategy}, D={D})", disable=not progress, leave=False)
     start = time.perf_counter()
@@ -1307,7 +1341,7 @@ def fit_map(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     st = map_init(k_init, data, hyper, D, **init_kwargs)
     sampler = make_sampler(data, strategy, dtype=np.asarray(st.U).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
-    lj = jax.jit(lambda s, d: log_joint(s, d, _static_hyper(hyper)))
+    lj = functools.partial(log_joint, hyper=hyper)
     trace = []
     bar = tqdm(total=n_iter, desc=f"SIBM MAP ({strategy}, D={D})", disable=not progress, leave=False)
     for t in range(n_iter):

@@ -1,0 +1,209 @@
+"""SIBM solvers (seed 002): input checks, the bound, batch VB, SVI, automatic S, MAP, scores, drivers."""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+from custom_inference import sibm  # noqa: E402
+from custom_inference.data import Observations  # noqa: E402
+from ppl_models.sibm import logits  # noqa: E402
+from validation.sibm import CHECK_HYPER, dense_pmf, small_problem  # noqa: E402
+
+HYPER = CHECK_HYPER
+D = 2
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return small_problem(0)  # X (8, 6) with 25% ones, Observations of the ones
+
+
+def test_as_binary_validates_before_any_computation():
+    X = np.array([[0, 1, 0], [1, 1, 0]])
+    obs = sibm.as_binary(X)
+    assert obs.shape == (2, 3) and obs.nnz == 3 and np.all(np.asarray(obs.values) == 1)
+    assert sibm.as_binary(sp.csr_matrix(X)).nnz == 3
+    assert sibm.as_binary(X.astype(bool)).nnz == 3
+    with pytest.raises(ValueError, match="0 or 1"):
+        sibm.as_binary(np.array([[0, 2], [1, 0]]))
+    with pytest.raises(ValueError, match="NaN"):
+        sibm.as_binary(np.array([[0, np.nan], [1, 0]]))
+    with pytest.raises(ValueError, match="2-D"):
+        sibm.as_binary(np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError, match="no \\(nonzero\\) entries"):
+        sibm.as_binary(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="binary data must be 0 or 1"):
+        sibm.as_binary(Observations.from_coo([0], [1], [0.5], (2, 2), kind="real"))
+
+
+def test_init_and_steps_reject_bad_arguments(problem):
+    X, data = problem
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match="D must be"):
+        sibm.init(key, data, HYPER, 0)
+    with pytest.raises(ValueError, match="D must be"):
+        sibm.init(key, data, HYPER, 1.5)
+    with pytest.raises(ValueError, match="u_tilde0"):
+        sibm.init(key, data, HYPER._replace(u_tilde0=0.0), D)
+    with pytest.raises(ValueError, match="hyper has no field"):
+        sibm.init(key, data, object(), D)
+    with pytest.raises(ValueError, match="data must be an Observations"):
+        sibm.init(key, X, HYPER, D)
+    with pytest.raises(ValueError, match="strategy"):
+        sibm.make_sampler(data, "stratified")
+    state = sibm.init(key, data, HYPER, D)
+    sam = sibm.make_sampler(data, "uniform")
+    with pytest.raises(ValueError, match="kappa"):
+        sibm.svi_step(key, sibm.svi_init(state, 10), sam, data, HYPER, kappa=0.5)
+    with pytest.raises(ValueError, match="S must be"):
+        sibm.svi_init(state, 0)
+    with pytest.raises(ValueError, match="columns"):
+        sibm.update_u(state, data, HYPER, columns=(7,))
+    with pytest.raises(ValueError, match="users"):
+        sibm.score_users(state, [8])
+    with pytest.raises(ValueError, match="kind"):
+        sibm.score_users(state, [0], kind="rank")
+    with pytest.raises(ValueError, match="S must be"):
+        sibm.fit_svi(key, X, D, HYPER, n_iter=1, S=0, progress=False)
+    with pytest.raises(ValueError, match="need at least one zero"):
+        sibm.make_sampler(sibm.as_binary(np.ones((2, 2))), "balanced")
+
+
+def test_bias_columns_and_zero_variance_moments_equal_the_program(problem):
+    """At vanishing variances E_q[u . v + z] is the NumPyro program's logit at the means, with the
+    bias layout of `ppl_models.sibm` (V's column D and U's column D + 1 fixed to ones)."""
+    X, data = problem
+    state = sibm.init(jax.random.PRNGKey(1), data, HYPER, D, init_mean_sd=0.8, init_var=1e-300)
+    (ub, _), (vb, _), (zb, zt) = sibm.moments(state)
+    assert np.all(np.asarray(ub[:, D + 1]) == 1) and np.all(np.asarray(vb[:, D]) == 1)
+    eta = logits(ub[:, :D], vb[:, :D], zb, ub[:, D], vb[:, D + 1])
+    rows, cols = (jnp.asarray(a.ravel()) for a in np.meshgrid(np.arange(8), np.arange(6), indexing="ij"))
+    mu, s2 = sibm.cell_moments(state, rows, cols)
+    np.testing.assert_allclose(np.asarray(mu), np.asarray(eta).ravel(), rtol=1e-12)
+    assert np.all(np.asarray(s2) < 1e-290)  # variances of order 1e-300
+    np.testing.assert_allclose(sibm.score_users(state, np.arange(8)), np.asarray(eta), rtol=1e-12)
+
+
+def test_bounded_elbo_is_below_the_exact_elbo(problem):
+    """The Jaakkola-Jordan bound (6) is below log sigma, so L' (7) <= E_q[log p(X | U, V, z)] - KL.
+
+    The right side is estimated by Monte Carlo with 4000 draws from q; the assertion allows 4
+    standard errors (a false alarm has probability < 1e-4 for a correct bound)."""
+    X, data = problem
+    state = sibm.init(jax.random.PRNGKey(2), data, HYPER, D, init_mean_sd=0.8, init_var=0.5)
+    bound = float(sibm.elbo(state, data, HYPER))
+    rng = np.random.default_rng(0)
+    (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a) for a in p) for p in sibm.moments(state))
+    n = 4000
+    U = ub + np.sqrt(ut) * rng.standard_normal((n,) + ub.shape)
+    V = vb + np.sqrt(vt) * rng.standard_normal((n,) + vb.shape)
+    z = zb + np.sqrt(zt) * rng.standard_normal(n)
+    a = np.einsum("sik,sjk->sij", U, V) + z[:, None, None]
+    loglik = (X[None] * a - np.logaddexp(0, a)).sum(axis=(1, 2))
+    neg_kl = bound - float(sibm.elbo(state, data, HYPER)) + float(sibm._kl_terms(state, sibm.prior_arrays(HYPER, jnp.float64)))
+    exact, se = loglik.mean() + neg_kl, loglik.std(ddof=1) / np.sqrt(n)
+    assert bound <= exact + 4 * se
+    assert exact - bound > 4 * se  # the bound is not tight at a spread-out q (it is a strict bound)
+
+
+def test_batch_fit_ascends_and_returns_inference_data(problem):
+    X, data = problem
+    r = sibm.fit(jax.random.PRNGKey(3), X, D, HYPER, max_iter=40, tol=0.0, progress=False, init_mean_sd=0.5)
+    assert r.elbo.shape == (41,) and np.all(np.diff(r.elbo) >= -1e-9 * np.abs(r.elbo[:-1]))
+    assert {"variational_parameters", "vi_trace"} <= set(r.idata.groups())
+    np.testing.assert_allclose(r.idata.vi_trace["elbo"].values, r.elbo)
+    assert r.idata.vi_trace.attrs["method"] == "sibm_batch_vb"
+    r2 = sibm.fit(jax.random.PRNGKey(3), X, D, HYPER, max_iter=40, tol=0.0, progress=False, init_mean_sd=0.5)
+    np.testing.assert_array_equal(r.elbo, r2.elbo)  # same key, same result
+    scores = sibm.score_users(r.state, [0, 3])
+    assert scores.shape == (2, 6)
+    probs = sibm.score_users(r.state, [0, 3], kind="probability")
+    np.testing.assert_allclose(probs[1], np.asarray(sibm.predict_proba(r.state, np.full(6, 3), np.arange(6))), rtol=1e-12)
+
+
+def test_float32_batch_sweeps_stay_finite(problem):
+    X, data = problem
+    data32 = jax.tree_util.tree_map(jnp.asarray, data.astype(np.float32))
+    state = sibm.init(jax.random.PRNGKey(3), data32, HYPER, D, dtype=np.float32)
+    for _ in range(3):
+        state, info = sibm.step(None, state, data32, HYPER)
+    assert state.u_h.dtype == jnp.float32 and info.elbo.dtype == jnp.float32 and np.isfinite(float(info.elbo))
+
+
+def test_svi_with_automatic_minibatch_size(problem):
+    """fit_svi with S = 'auto' (eq. 13): S stays in [S_min, S_max], the ELBO rises from the initial q,
+    and `auto_minibatch_size` is eq. (13) on the moving averages, recomputed here by hand."""
+    X, data = problem
+    key = jax.random.PRNGKey(5)
+    q0 = sibm.init(jax.random.split(key)[0], data, HYPER, D)
+    # S in [200, 250]: every minibatch is padded to 256 cells (one compiled program)
+    r = sibm.fit_svi(key, X, D, HYPER, n_iter=30, strategy="biased", S="auto", S_min=200, S_max=250,
+                     elbo_every=10, progress=False)
+    sizes_mean = r.idata.vi_trace.attrs["mean_S"]
+    assert 200 <= sizes_mean <= 250
+    assert r.elbo[-1] > float(sibm.elbo(q0, data, HYPER))
+    st, sam = r.state, sibm.make_sampler(data, "biased")
+    m1, m2 = np.asarray(st.u_m1), np.asarray(st.u_m2)
+    var = np.maximum(m2 - m1**2, 0).sum(-1)
+    S_u = var / (2.0 * np.asarray(sam.p_row)[:, None] * (m1**2).sum(-1))
+    ok_u = (np.asarray(st.u_count) > 0)[:, None] & (np.asarray(st.params.u_fixed) == 0)[None, :]
+    m1, m2 = np.asarray(st.v_m1), np.asarray(st.v_m2)
+    S_v = np.maximum(m2 - m1**2, 0).sum(-1) / (2.0 * np.asarray(sam.p_col)[:, None] * (m1**2).sum(-1))
+    ok_v = (np.asarray(st.v_count) > 0)[:, None] & (np.asarray(st.params.v_fixed) == 0)[None, :]
+    expected = (S_u[ok_u].sum() + S_v[ok_v].sum()) / (ok_u.sum() + ok_v.sum())
+    np.testing.assert_allclose(float(sibm.auto_minibatch_size(st, sam, 2.0)), expected, rtol=1e-10)
+
+
+def test_svi_step_only_touches_sampled_rows_and_columns(problem):
+    """A minibatch of S = 3 cells updates at most 3 rows and 3 columns (those it counts), never a fixed column."""
+    X, data = problem
+    q = sibm.init(jax.random.PRNGKey(6), data, HYPER, D)
+    st = sibm.svi_init(q, 3)
+    sam = sibm.make_sampler(data, "biased")
+    new = sibm.svi_step(jax.random.PRNGKey(7), st, sam, data, HYPER, S=3)
+    counted_rows = set(np.flatnonzero(np.asarray(new.u_count) > 0).tolist())
+    counted_cols = set(np.flatnonzero(np.asarray(new.v_count) > 0).tolist())
+    assert 1 <= len(counted_rows) <= 3 and 1 <= len(counted_cols) <= 3 and float(new.z_count) == 1.0
+    changed_rows = set(np.flatnonzero(np.any(np.asarray(new.params.u_h) != np.asarray(q.u_h), axis=1)).tolist())
+    changed_cols = set(np.flatnonzero(np.any(np.asarray(new.params.v_h) != np.asarray(q.v_h), axis=1)).tolist())
+    assert changed_rows and changed_rows <= counted_rows and changed_cols and changed_cols <= counted_cols
+    np.testing.assert_array_equal(np.asarray(new.params.u_h)[:, D + 1], np.asarray(q.u_h)[:, D + 1])
+    np.testing.assert_array_equal(np.asarray(new.params.v_h)[:, D], np.asarray(q.v_h)[:, D])
+
+
+def test_map_noisy_gradient_is_unbiased_by_enumeration(problem):
+    """E over p(i, j) of the rescaled per-cell MAP gradients equals jax.grad of log p(X, U, V, z)
+    (rows: sum_j p(j|i) g_u(i, j); columns: sum_i p(i|j) g_v; z: sum_ij p(i, j) g_z), to 1e-10."""
+    X, data = problem
+    st = sibm.map_init(jax.random.PRNGKey(8), data, HYPER, D, init_mean_sd=0.7)
+    grad = jax.jit(jax.grad(lambda s, d: sibm.log_joint(s, d, HYPER)))(st, data)
+    prior = sibm.prior_arrays(HYPER, jnp.float64)
+    I, J = X.shape
+    for strategy in sibm.STRATEGIES:
+        p = dense_pmf(X, strategy)
+        pj_i, pi_j = p / p.sum(1, keepdims=True), p / p.sum(0, keepdims=True)
+        ii, jj = (a.ravel() for a in np.meshgrid(np.arange(I), np.arange(J), indexing="ij"))
+        gu, _, gv, _, gz, _ = sibm.map_cell_gradients(st, prior, jnp.asarray(ii), jnp.asarray(jj),
+                                                      jnp.asarray(X.ravel(), jnp.float64), jnp.asarray(pj_i.ravel()),
+                                                      jnp.asarray(pi_j.ravel()), jnp.asarray(p.ravel()))
+        e_u = np.einsum("ij,ijk->ik", pj_i, np.asarray(gu).reshape(I, J, -1))
+        e_v = np.einsum("ij,ijk->jk", pi_j, np.asarray(gv).reshape(I, J, -1))
+        e_z = float((p.ravel() * np.asarray(gz)).sum())
+        free_u, free_v = np.asarray(st.u_fixed) == 0, np.asarray(st.v_fixed) == 0
+        np.testing.assert_allclose(e_u[:, free_u], np.asarray(grad.U)[:, free_u], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(e_v[:, free_v], np.asarray(grad.V)[:, free_v], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(e_z, float(grad.z), rtol=1e-10)
+
+
+def test_fit_map_raises_the_log_joint(problem):
+    X, data = problem
+    key = jax.random.PRNGKey(9)
+    st0 = sibm.map_init(jax.random.split(key)[0], data, HYPER, D)
+    r = sibm.fit_map(key, X, D, HYPER, n_iter=200, S=48, strategy="biased", progress=False)
+    assert r.elbo[-1] > float(sibm.log_joint(st0, data, HYPER))
+    assert sibm.score_users(r.state, [1, 2]).shape == (2, 6)
