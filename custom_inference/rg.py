@@ -537,8 +537,9 @@ _elbo_jit = jax.jit(elbo, static_argnums=2)
 
 
 def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: bool = True):
-    """One mean-field sweep on the hidden graph ``graph``: xi (16), users, [user biases], xi, items,
-    xi, item biases, then the Gamma factors (17), every block blended with weight ``rho``.
+    """One mean-field sweep on the hidden graph ``graph``: users, user biases (skipped when clamped),
+    items, item biases, each after recomputing the optimal xi (16) from the current q, then the
+    Gamma factors (17); every block blended with weight ``rho``.
 
     With rho = 1 on a fixed graph each block is its exact coordinate maximizer, so L_xi at optimal
     xi never decreases (checked by `validation.rg.monotone_check`). With graphs H_t ~ q(H) and

