@@ -419,8 +419,12 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
 
 
 def _vector_update(own, other, n_own, m_other, s_other, e_tau, bias_mean, lam2, gh, old_prec, old_h, rho):
-    """Shared user/item vector update (module docstring). lam2 = 2 lam_e w_e, gh = (g_e - 1/2) w_e."""
-    K = m_other.shape[1]
+    """Shared user/item vector update (module docstring). lam2 = 2 lam_e w_e, gh = (g_e - 1/2) w_e.
+
+    own, other : (E,) indices of the updated side and of the other side; m_other, s_other : means and
+    variances of the other side's factors; bias_mean : (E,) E[b_m + b_n]; old_prec, old_h : (n_own, K).
+    Returns (prec, h), each (n_own, K). Memory O(E K^2) for the outer products.
+    """
     Mo = m_other[other]
     outer = lam2[:, None, None] * (Mo[:, :, None] * Mo[:, None, :])
     P = jax.ops.segment_sum(outer, own, num_segments=n_own)
@@ -432,7 +436,6 @@ def _vector_update(own, other, n_own, m_other, s_other, e_tau, bias_mean, lam2, 
     chol = jnp.linalg.cholesky(P)
     eta = jax.scipy.linalg.cho_solve((chol, True), c[..., None])[..., 0]
     prec = jnp.diagonal(P, axis1=1, axis2=2)
-    del K
     return prec, prec * eta
 
 
