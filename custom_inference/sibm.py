@@ -484,6 +484,8 @@ def _side_update(a_prec, a_h, a_fixed, b_mean, b_var, zb, zt, lin, p_mean, p_var
             P, h, m, v, mu, s2 = carry
             bd, bvd, eb2d = b_mean[:, d], b_var[:, d], eb2[:, d]
             md, vd = m[:, d], v[:, d]
+            # positive lambda (custom_inference.logistic); seed 002 writes lambda_002 = -lambda, so its
+            # "-2 sum lambda_002 E[b^2]" in the precision is our "+2 sum lambda E[b^2]"
             lam = jj_lambda(optimal_xi(mu * mu + s2))
             Pn = 1.0 / p_var + 2.0 * lam @ eb2d
             er = mu - md[:, None] * bd[None, :]
@@ -874,7 +876,7 @@ def cell_targets(params: SIBMState, prior: _Prior, i, j, x, c_u, c_v, c_z, rho_z
 
         def one(d, carry):
             am, av, mu, s2, targets = carry
-            lam = jj_lambda(optimal_xi(mu * mu + s2))
+            lam = jj_lambda(optimal_xi(mu * mu + s2))  # positive convention (seed 002: lambda_002 = -lambda)
             eb2 = bm[d] ** 2 + bv[d]
             tp = 1.0 / p_var + 2.0 * lam * eb2 / c
             th = p_mean / p_var + (xm * bm[d] - 2.0 * lam * bm[d] * (mu - am[d] * bm[d])) / c

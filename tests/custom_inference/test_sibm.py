@@ -120,6 +120,9 @@ def test_batch_fit_ascends_and_returns_inference_data(problem):
     assert r.idata.vi_trace.attrs["method"] == "sibm_batch_vb"
     r2 = sibm.fit(jax.random.PRNGKey(3), X, D, HYPER, max_iter=40, tol=0.0, progress=False, init_mean_sd=0.5)
     np.testing.assert_array_equal(r.elbo, r2.elbo)  # same key, same result
+    r3 = sibm.fit(jax.random.PRNGKey(3), X, D, HYPER, max_iter=500, tol=1e-8, progress=False, init_mean_sd=0.5)
+    assert r3.idata.vi_trace.attrs["converged"] == 1 and len(r3.elbo) - 1 < 500
+    assert abs(r3.elbo[-1] - r3.elbo[-2]) < 1e-8 * abs(r3.elbo[-2])
     scores = sibm.score_users(r.state, [0, 3])
     assert scores.shape == (2, 6)
     probs = sibm.score_users(r.state, [0, 3], kind="probability")

@@ -34,20 +34,6 @@ def test_log_density_matches_scipy_hand_written_joint():
     np.testing.assert_allclose(float(got), expected, rtol=1e-10)
 
 
-def test_log_density_without_biases_has_no_bias_sites():
-    rng = np.random.default_rng(1)
-    h = HYPER._replace(biases=False)
-    p = {"U": rng.normal(size=(3, 2)), "V": rng.normal(size=(4, 2)), "z": np.array(-0.4)}
-    X = rng.integers(0, 2, (3, 4)).astype(float)
-    eta = p["U"] @ p["V"].T + p["z"]
-    expected = (stats.norm.logpdf(p["U"], h.u_bar0, np.sqrt(h.u_tilde0)).sum()
-                + stats.norm.logpdf(p["V"], h.v_bar0, np.sqrt(h.v_tilde0)).sum()
-                + stats.norm.logpdf(p["z"], h.z_bar0, np.sqrt(h.z_tilde0))
-                + stats.bernoulli.logpmf(X, 1 / (1 + np.exp(-eta))).sum())
-    got, _ = log_density(model, (jnp.asarray(X), h, 2), {}, {k: jnp.asarray(v) for k, v in p.items()})
-    np.testing.assert_allclose(float(got), expected, rtol=1e-10)
-
-
 def test_bias_layout_is_columns_of_ones():
     """U_aug = [U, a, 1], V_aug = [V, 1, b]: u_i . v_j = U V^T + a_i + b_j (text after eq. 1)."""
     rng = np.random.default_rng(2)
@@ -78,6 +64,28 @@ def test_simulate_shapes_reproducibility_and_errors():
         model(None, HYPER, 2)
 
 
+@pytest.mark.slow
+def test_log_density_without_biases_has_no_bias_sites():
+    rng = np.random.default_rng(1)
+    h = HYPER._replace(biases=False)
+    p = {"U": rng.normal(size=(3, 2)), "V": rng.normal(size=(4, 2)), "z": np.array(-0.4)}
+    X = rng.integers(0, 2, (3, 4)).astype(float)
+    eta = p["U"] @ p["V"].T + p["z"]
+    expected = (stats.norm.logpdf(p["U"], h.u_bar0, np.sqrt(h.u_tilde0)).sum()
+                + stats.norm.logpdf(p["V"], h.v_bar0, np.sqrt(h.v_tilde0)).sum()
+                + stats.norm.logpdf(p["z"], h.z_bar0, np.sqrt(h.z_tilde0))
+                + stats.bernoulli.logpmf(X, 1 / (1 + np.exp(-eta))).sum())
+    got, _ = log_density(model, (jnp.asarray(X), h, 2), {}, {k: jnp.asarray(v) for k, v in p.items()})
+    np.testing.assert_allclose(float(got), expected, rtol=1e-10)
+
+
+def test_sec4_synthetic_setting_fixes_z_and_has_no_biases():
+    params, X = simulate(jax.random.PRNGKey(0), 30, 20, **SEC4_SYNTHETIC)
+    assert set(params) == {"U", "V", "z"} and float(params["z"]) == -7.5
+    assert params["U"].shape == (30, 10) and params["V"].shape == (20, 10) and X.shape == (30, 20)
+
+
+@pytest.mark.slow
 def test_sec4_synthetic_setting_has_about_98_percent_zeros():
     """Seed 002 sec. 4: D = 10, N(0, 1) factors, z = -7.5, "about 98% sparsity".
 
