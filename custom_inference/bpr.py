@@ -60,6 +60,10 @@ typically); the only I x J array is the score block of the users requested from
 `score_users`. Measured on MovieLens 100K P1 (N = 54,433 training positives, K = 64, batches
 of 256, float32, 2 shared CPU cores): 0.08-0.10 s per epoch after a compilation of a few
 seconds; rejected triples 0 (uniform) and <= 4e-5 of an epoch (popularity), max_tries = 16.
+Minibatching does not change the result there: with `implicit`'s settings (uniform, lr 0.01,
+reg 0.01, 100 epochs, key 0), B = 1 (LearnBPR exactly, 6 s per epoch) gives rank score
+R = 0.934 and HR@10 = 0.272, B = 256 (0.05 s per epoch) R = 0.934 and HR@10 = 0.274
+(`implicit` 0.7's own BPR with 64 factors and 100 epochs: R = 0.890, HR@10 = 0.234).
 """
 
 from __future__ import annotations
