@@ -46,10 +46,11 @@ def test_bias_layout_is_columns_of_ones():
 
 
 def test_simulate_shapes_reproducibility_and_errors():
-    p1, X1 = simulate(jax.random.PRNGKey(3), 6, 5, 2, HYPER)
-    p2, X2 = simulate(jax.random.PRNGKey(3), 6, 5, 2, HYPER)
-    assert p1["U"].shape == (6, 2) and p1["V"].shape == (5, 2) and p1["a"].shape == (6,) and p1["b"].shape == (5,)
-    assert X1.shape == (6, 5) and X1.dtype == jnp.int32
+    # the shapes of validation.sibm.small_problem (8 x 6, D = 2): eager ops compiled once per session
+    p1, X1 = simulate(jax.random.PRNGKey(3), 8, 6, 2, HYPER, z=-1.0)
+    p2, X2 = simulate(jax.random.PRNGKey(3), 8, 6, 2, HYPER, z=-1.0)
+    assert p1["U"].shape == (8, 2) and p1["V"].shape == (6, 2) and p1["a"].shape == (8,) and p1["b"].shape == (6,)
+    assert X1.shape == (8, 6) and X1.dtype == jnp.int32 and float(p1["z"]) == -1.0
     np.testing.assert_array_equal(X1, X2)
     assert set(np.unique(np.asarray(X1))) <= {0, 1}
     with pytest.raises(ValueError, match="D must be"):
@@ -80,9 +81,9 @@ def test_log_density_without_biases_has_no_bias_sites():
 
 
 def test_sec4_synthetic_setting_fixes_z_and_has_no_biases():
-    params, X = simulate(jax.random.PRNGKey(0), 30, 20, **SEC4_SYNTHETIC)
+    params, X = simulate(jax.random.PRNGKey(0), 8, 6, **SEC4_SYNTHETIC)
     assert set(params) == {"U", "V", "z"} and float(params["z"]) == -7.5
-    assert params["U"].shape == (30, 10) and params["V"].shape == (20, 10) and X.shape == (30, 20)
+    assert params["U"].shape == (8, 10) and params["V"].shape == (6, 10) and X.shape == (8, 6)
 
 
 @pytest.mark.slow
