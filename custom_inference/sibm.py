@@ -1274,7 +1274,9 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     tau, kappa, ewma, nudge : see `svi_step`
     elbo_every : record the full ELBO (O(I J K)) every this many minibatches (0: only at the end)
     tol : with elbo_every > 0, stop when the relative change of the recorded ELBO falls below tol
-    init_state : start from this q; seed : unused (kept for a common signature with `fit`)
+    init_state : start from this q (SIBMState), or resume a previous run (its SVIState: Robbins-Monro
+        counters and moving averages carry on; pass a new ``key`` for fresh draws)
+    seed : unused (kept for a common signature with `fit`)
 
     Returns FitResult(SVIState, ELBO trace at the recorded iterations, InferenceData with the
     variational parameters and vi_trace (elbo, iteration, S per minibatch)).
@@ -1288,10 +1290,14 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     if not auto and (isinstance(S, bool) or int(S) != S or S < 1):
         raise ValueError(f"S must be a positive integer or 'auto', got {S!r}")
     k_init, k_run = jax.random.split(key)
-    params = init(k_init, data, hyper, D, **init_kwargs) if init_state is None else init_state
+    if isinstance(init_state, SVIState):  # resume: counters and moving averages carry on
+        st = init_state if auto else init_state._replace(S=jnp.asarray(float(S), init_state.S.dtype))
+        params = st.params
+    else:
+        params = init(k_init, data, hyper, D, **init_kwargs) if init_state is None else init_state
+        st = svi_init(params, S_min if auto else int(S))
     sampler = make_sampler(data, strategy, dtype=np.asarray(params.u_h).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
-    st = svi_init(params, S_min if auto else int(S))
     elbo_fn = functools.partial(elbo, hyper=hyper)
     trace, iters, sizes, converged = [], [], [], False
     bar = tqdm(total=n_iter, desc=f"SIBM SVI ({strategy}, D={D})", disable=not progress, leave=False)

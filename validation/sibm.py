@@ -630,7 +630,7 @@ class CrosscheckResult:
     nuts: xc.NutsRun
     settings: str
     nuts_quantities: dict = field(repr=False)
-    vi_quantities: dict = field(repr=False)
+    solver_quantities: dict = field(repr=False)
     mackay_vs_nuts: pd.DataFrame | None = None
     solver: str = "sibm_batch_vb"
 

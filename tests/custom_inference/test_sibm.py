@@ -161,6 +161,10 @@ def test_svi_with_automatic_minibatch_size(problem):
     ok_v = (np.asarray(st.v_count) > 0)[:, None] & (np.asarray(st.params.v_fixed) == 0)[None, :]
     expected = (S_u[ok_u].sum() + S_v[ok_v].sum()) / (ok_u.sum() + ok_v.sum())
     np.testing.assert_allclose(float(sibm.auto_minibatch_size(st, sam, 2.0)), expected, rtol=1e-10)
+    # resume: the counters carry on from the returned SVIState
+    r2 = sibm.fit_svi(jax.random.PRNGKey(50), X, D, HYPER, n_iter=5, strategy="biased", S="auto", S_min=200,
+                      S_max=250, progress=False, init_state=r.state)
+    assert float(r2.state.z_count) == 35.0
 
 
 def test_svi_step_only_touches_sampled_rows_and_columns(problem):
