@@ -47,6 +47,7 @@ block for the B users asked for).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import NamedTuple
@@ -324,17 +325,27 @@ def init(key, graph: RGGraph, hyper, K: int, *, dtype=None) -> RGState:
     _check_hyper(hyper)
     K = _check_K(K)
     dtype = jnp.dtype(dtype or jnp.asarray(graph.g).dtype)
-    I, J = graph.n_users, graph.n_items
+    return _init(key, float(hyper.alpha), float(hyper.beta), 0.0 if hyper.clamp_user_bias else 1.0,
+                 graph.n_users, graph.n_items, K, dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+def _init(key, alpha, beta, on, I, J, K, dtype):
+    """`init` after validation, compiled once per (sizes, dtype)."""
     ku, kv = jax.random.split(key)
     # float32 normals in every dtype: a seed gives the same start in float32 and float64
     mu = 0.1 * jax.random.normal(ku, (I, K), dtype=jnp.float32).astype(dtype)
     mv = 0.1 * jax.random.normal(kv, (J, K), dtype=jnp.float32).astype(dtype)
     one = lambda *s: jnp.ones(s, dtype)  # noqa: E731
-    on = jnp.asarray(0.0 if hyper.clamp_user_bias else 1.0, dtype)
-    a0, b0 = jnp.asarray(hyper.alpha, dtype), jnp.asarray(hyper.beta, dtype)
+    a0, b0 = jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype)
     state = RGState(one(I, K), mu, one(J, K), mv, one(I), jnp.zeros(I, dtype), one(J), jnp.zeros(J, dtype),
-                    a0, b0, a0, b0, a0, b0, a0, b0, on)
-    return update_hyper(state, hyper)
+                    a0, b0, a0, b0, a0, b0, a0, b0, jnp.asarray(on, dtype))
+    return update_hyper(state, _PriorOnly(a0, b0))
+
+
+class _PriorOnly(NamedTuple):
+    alpha: jax.Array
+    beta: jax.Array
 
 
 # ---------------------------------------------------------------------------------------------

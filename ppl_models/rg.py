@@ -163,13 +163,14 @@ def simulate(key, users, items, n_users: int, n_items: int, K: int, hyper: RGHyp
     """
     check_hyper(hyper)
     users, items = check_edges(users, items, n_users, n_items, K)
-    hyper = RGHyper(float(hyper.alpha), float(hyper.beta), float(hyper.r), bool(hyper.clamp_user_bias))
-    return _simulate(key, jnp.asarray(users), jnp.asarray(items), int(n_users), int(n_items), int(K), hyper)
+    return _simulate(key, jnp.asarray(users), jnp.asarray(items), jnp.asarray(float(hyper.alpha)),
+                     jnp.asarray(float(hyper.beta)), int(n_users), int(n_items), int(K), bool(hyper.clamp_user_bias))
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
-def _simulate(key, users, items, n_users, n_items, K, hyper):
-    """`simulate` after validation, compiled once per (sizes, hyper)."""
+@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8))
+def _simulate(key, users, items, alpha, beta, n_users, n_items, K, clamp):
+    """`simulate` after validation, compiled once per (sizes, clamp); alpha and beta are traced."""
+    hyper = RGHyper(alpha, beta, 1.0, clamp)
     tr = numpyro.handlers.trace(numpyro.handlers.seed(model, key)).get_trace(
         users, items, None, n_users, n_items, K, hyper)
     names = ["tau_u", "tau_v", "tau_bv", "u", "v", "b_item"] + ([] if hyper.clamp_user_bias else ["tau_bu", "b_user"])

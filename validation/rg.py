@@ -56,8 +56,8 @@ __all__ = [
 
 def small_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, density: float = 0.3, r: float = 0.5):
     """A small one-class G (popularity-skewed Bernoulli, every user and item with >= 1 edge) and one
-    hidden graph H ~ q(H) drawn from it (sec. 4.1). Returns (obs, pi, graph) with graph unpadded
-    (capacity = its edge count), float64."""
+    hidden graph H ~ q(H) drawn from it (sec. 4.1). Returns (obs, pi, graph), the graph padded to
+    `sample_hidden_graph`'s capacity 2 N (as in `rg.fit`, so compiled steps are shared), float64."""
     rng = np.random.default_rng(seed)
     pop = rng.gamma(1.0, 1.0, n_items)
     dense = rng.random((n_users, n_items)) < density * pop / pop.mean()
@@ -65,11 +65,7 @@ def small_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, density: 
     dense[rng.integers(0, n_users, n_items), np.arange(n_items)] = True
     obs = Observations.from_dense(dense.astype(float), kind="binary")
     pi, _ = rg.popularity_weights(obs, r)
-    full = rg.sample_hidden_graph(rng, obs, pi)
-    E = full.n_edges
-    graph = rg.RGGraph.from_edges(np.asarray(full.users)[:E], np.asarray(full.items)[:E], np.asarray(full.g)[:E],
-                                  n_users, n_items)
-    return obs, pi, graph
+    return obs, pi, rg.sample_hidden_graph(rng, obs, pi)
 
 
 def planted_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, K: int = 2, *, h_fraction: float = 0.8,
@@ -174,7 +170,7 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
         g = _jnp(graph)
         state = warm_state(graph, K, hyper, seed=seed, sweeps=sweeps, scale=scale)
         # xi: the optimal xi of the current q is a stationary point of L_xi in xi
-        xi_new = rg.edge_xi(state, g)
+        xi_new = _jitted(rg.edge_xi)(state, g)
         xi_old = 0.5 * xi_new + 0.1
         th = _traced(hyper)
         gx = lambda xi: float(jnp.max(jnp.abs(_GRAD_XI(state, g, th, xi))))  # noqa: E731
@@ -184,13 +180,13 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
                 continue
             if name == "users" and user_update is not None:
                 update = user_update
-            xi = rg.edge_xi(state, g)
+            xi = _jitted(rg.edge_xi)(state, g)
             new = _jitted(update)(state, g, th, xi, 1.0)
             record(name, _grad_max(_GRAD_STATE(state, g, th, xi), fields),
                    _grad_max(_GRAD_STATE(new, g, th, xi), fields))
             state = new
         new = _jitted(rg.update_hyper)(state, th)
-        xi = rg.edge_xi(state, g)
+        xi = _jitted(rg.edge_xi)(state, g)
         g_before = _GRAD_STATE(state, g, th, xi)
         for tau in ("tau_u", "tau_v", "tau_bu", "tau_bv"):
             if tau == "tau_bu" and hyper.clamp_user_bias:
@@ -211,7 +207,7 @@ def monotone_check(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 30, rto
     with jax.enable_x64(True):
         g = _jnp(graph)
         state = rg.init(jax.random.PRNGKey(seed), g, hyper, K, dtype=jnp.float64)
-        trace = [float(rg.elbo(state, g, hyper))]
+        trace = [float(rg._elbo_jit(state, g, hyper))]
         for _ in range(sweeps):
             state, info = rg.step(None, state, g, hyper)
             trace.append(float(info.elbo))
@@ -279,7 +275,7 @@ def dense_twin_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2) -
         g = _jnp(graph)
         state = warm_state(graph, K, hyper, seed=seed, sweeps=sweeps)
         th = _traced(hyper)
-        xi = rg.edge_xi(state, g)
+        xi = _jitted(rg.edge_xi)(state, g)
         nu = _jitted(rg.update_users)(state, g, th, xi, 1.0)
         ni = _jitted(rg.update_items)(state, g, th, xi, 1.0)
         lik = float(jnp.sum(g.weight * _lik_terms(state, g)))
@@ -320,7 +316,7 @@ def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: i
         g = _jnp(graph)
         state = warm_state(graph, K, hyper, seed=seed, sweeps=2)
         exact = float(rg.elbo(state, g, hyper))
-        xi = np.asarray(rg.edge_xi(state, g))
+        xi = np.asarray(_jitted(rg.edge_xi)(state, g))
     E = graph.n_edges
     users, items, gv = np.asarray(graph.users)[:E], np.asarray(graph.items)[:E], np.asarray(graph.g)[:E]
     draws = {k: v[0] for k, v in rg.draws_from_q(seed + 1, state, n_draws).items()}

@@ -13,10 +13,16 @@ from ppl_models.rg import RGHyper
 
 jax.config.update("jax_enable_x64", True)
 
-HYPER = RGHyper(alpha=2.0, beta=2.0, r=0.5, clamp_user_bias=False)
+# the problem, hyperparameters and K of tests/validation/test_rg_validation.py: compiled code is shared
+HYPER = RGHyper(alpha=2.0, beta=1.5, r=0.5, clamp_user_bias=False)
+K = 3
 
 
 def _obs(seed=0, I=15, J=12, density=0.3):
+    if (seed, I, J, density) == (0, 15, 12, 0.3):
+        from validation.rg import small_problem
+
+        return small_problem(0)[0]
     rng = np.random.default_rng(seed)
     pop = rng.gamma(1.0, 1.0, J)
     dense = rng.random((I, J)) < density * pop / pop.mean()
@@ -87,10 +93,10 @@ def test_histogram_exponent_satisfies_eq_8(d_max, r):
 
 
 def test_edge_moments_match_monte_carlo_draws_from_q():
-    obs = _obs(3)
+    obs = _obs(0)
     pi, _ = rg.popularity_weights(obs, 0.5)
     graph = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(np.random.default_rng(0), obs, pi))
-    state = rg.init(jax.random.PRNGKey(0), graph, HYPER, 3)
+    state = rg.init(jax.random.PRNGKey(0), graph, HYPER, K)
     rng = np.random.default_rng(1)
     state = state._replace(u_h=state.u_prec * rng.standard_normal(state.u_h.shape),
                            v_h=state.v_prec * rng.standard_normal(state.v_h.shape),
@@ -113,12 +119,12 @@ def test_edge_moments_match_monte_carlo_draws_from_q():
 
 
 def test_fit_stochastic_and_scores():
-    obs = _obs(4)
-    res = rg.fit(obs, HYPER, 2, seed=0, max_iter=15, tol=0.0, progress=False, n_draws=10)
+    obs = _obs(0)
+    res = rg.fit(obs, HYPER, K, seed=0, max_iter=15, tol=0.0, progress=False, n_draws=10)
     assert res.elbo.shape == (16,) and np.all(np.isfinite(res.elbo))
     assert res.elbo[-1] > res.elbo[0]
     assert {"posterior", "variational_parameters", "vi_trace"} <= set(res.idata.groups())
-    assert res.idata.posterior["u"].shape == (1, 10, obs.n_rows, 2)
+    assert res.idata.posterior["u"].shape == (1, 10, obs.n_rows, K)
     users = np.array([0, 3, 7])
     like = rg.score_users(res.state, users)
     assert like.shape == (3, obs.n_cols) and np.all((like > 0) & (like < 1))
@@ -129,14 +135,14 @@ def test_fit_stochastic_and_scores():
     pairs = np.asarray(rg.like_probability(res.state, np.repeat(users, obs.n_cols), np.tile(np.arange(obs.n_cols), 3)))
     assert np.allclose(pairs.reshape(3, -1), like, rtol=1e-12)
     # same seed, same result
-    again = rg.fit(obs, HYPER, 2, seed=0, max_iter=15, tol=0.0, progress=False, n_draws=0)
+    again = rg.fit(obs, HYPER, K, seed=0, max_iter=15, tol=0.0, progress=False, n_draws=0)
     assert np.array_equal(again.elbo, res.elbo)
 
 
 def test_fit_batch_on_fixed_graph_is_monotone_and_clamps_user_biases():
-    obs = _obs(5)
+    obs = _obs(0)
     hyper = HYPER._replace(clamp_user_bias=True)
-    res = rg.fit(obs, hyper, 2, seed=1, max_iter=20, tol=1e-12, resample=False, progress=False, n_draws=5)
+    res = rg.fit(obs, hyper, K, seed=1, max_iter=20, tol=1e-12, resample=False, progress=False, n_draws=5)
     assert np.all(np.diff(res.elbo) >= -1e-10 * np.abs(res.elbo[:-1]))  # rounding only
     assert float(res.state.user_bias_on) == 0.0
     (_, _), (_, _), (mbu, sbu), _ = rg.moments(res.state)

@@ -41,7 +41,8 @@ def test_log_density_equals_hand_written_joint(clamp):
     hyper = ppl.RGHyper(alpha=1.7, beta=0.6, clamp_user_bias=clamp)
     params, g = ppl.simulate(jax.random.PRNGKey(3), users, items, I, J, K, hyper)
     sites = {k: v for k, v in params.items() if not (clamp and k == "b_user")}
-    lp, _ = log_density(ppl.model, (jnp.asarray(users), jnp.asarray(items), g, I, J, K, hyper), {}, sites)
+    lp = jax.jit(lambda p: log_density(ppl.model, (jnp.asarray(users), jnp.asarray(items), g, I, J, K, hyper), {},
+                                       p)[0])(sites)
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     a = np.sum(p["u"][users] * p["v"][items], axis=1) + p["b_user"][users] + p["b_item"][items]
     gg = np.asarray(g)
