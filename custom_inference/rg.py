@@ -147,6 +147,7 @@ class RGGraph:
         return int(np.sum(np.asarray(self.weight)))
 
     def astype(self, dtype) -> "RGGraph":
+        """The same edges with ``g`` and ``weight`` stored as ``dtype`` (float32 or float64)."""
         return RGGraph(self.users, self.items, jnp.asarray(self.g, dtype), jnp.asarray(self.weight, dtype),
                        self.n_users, self.n_items)
 

@@ -179,3 +179,34 @@ def test_bad_input_raises_naming_the_field():
         sample_without_replacement(np.random.default_rng(0), [1.0, -1.0], [0, 0], [], [1])
     with pytest.raises(ValueError, match="kind"):
         rg.score_users(None, [0], kind="nope")
+
+
+def test_robbins_monro_blend_keeps_fixed_points_and_blends_precisions():
+    """Sec. 5.1 blend P~ = eps P + (1 - eps) diag(omega_old): a block already at its target is left
+    unchanged for any eps, and the new precision is eps prec(1) + (1 - eps) prec_old exactly."""
+    obs = _obs(0)
+    pi, _ = rg.popularity_weights(obs, 0.5)
+    graph = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(np.random.default_rng(0), obs, pi))
+    state = rg.init(jax.random.PRNGKey(0), graph, HYPER, K)
+    rng = np.random.default_rng(2)
+    state = state._replace(u_h=state.u_prec * rng.standard_normal(state.u_h.shape),
+                           v_h=state.v_prec * rng.standard_normal(state.v_h.shape))
+    xi = rg.edge_xi(state, graph)
+    eps = 0.3
+
+    @jax.jit
+    def run(state, xi):
+        out = []
+        for _, update, _ in rg.BLOCKS:
+            full = update(state, graph, HYPER, xi, 1.0)
+            out.append((state, full, update(state, graph, HYPER, xi, eps), update(full, graph, HYPER, xi, eps)))
+        return out
+
+    for (name, _, fields), (old, full, part, again) in zip(rg.BLOCKS, run(state, xi)):
+        prec, h = fields
+        # fixed point: the target does not depend on the block's own current value
+        for f in fields:
+            assert np.allclose(getattr(again, f), getattr(full, f), rtol=1e-12, atol=0), (name, f)
+        expected = eps * getattr(full, prec) + (1 - eps) * getattr(old, prec)
+        assert np.allclose(getattr(part, prec), expected, rtol=1e-12, atol=0), name
+        assert not np.allclose(getattr(part, h), getattr(full, h)), name  # eps < 1 really moves less
