@@ -123,13 +123,13 @@ class RGGraph:
     @classmethod
     def from_edges(cls, users, items, g, n_users: int, n_items: int, *, capacity: int | None = None,
                    dtype=np.float64) -> "RGGraph":
-        """Validate an explicit edge list of H (``ppl_models.rg.check_edges``) and pad it to ``capacity``.
+        """Validate an explicit edge list of H and pad it to ``capacity``.
 
-        Raises ValueError (field named) for bad indices, duplicates, g outside {0, 1}, capacity too small.
+        users, items : int (E,); g : 0/1 (E,); n_users, n_items : int >= 1.
+        Raises ValueError (field named) for bad sizes or indices, duplicates, g outside {0, 1},
+        capacity too small.
         """
-        from ppl_models.rg import check_edges
-
-        users, items = check_edges(users, items, n_users, n_items, 1, g)
+        users, items = _check_edges(users, items, n_users, n_items, g)
         g = np.asarray(g, dtype=dtype)
         E = users.size
         cap = E if capacity is None else int(capacity)
@@ -300,10 +300,39 @@ class FitResult(NamedTuple):
     gamma: float
 
 
-def _check_hyper(hyper):
-    from ppl_models.rg import check_hyper
+def _check_hyper(hyper) -> None:
+    """ValueError naming the field unless hyper has positive finite alpha, beta, r and a bool
+    clamp_user_bias (`ppl_models.rg.RGHyper`; not imported: the packages stay independent)."""
+    for name in _HYPER_FIELDS:
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper has no field {name!r} (use ppl_models.rg.RGHyper)")
+    for name in ("alpha", "beta", "r"):
+        value = float(getattr(hyper, name))
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+    if not isinstance(hyper.clamp_user_bias, (bool, np.bool_)):
+        raise ValueError(f"hyper.clamp_user_bias must be a bool, got {hyper.clamp_user_bias!r}")
 
-    check_hyper(hyper)
+
+def _check_edges(users, items, n_users, n_items, g):
+    for name, value in (("n_users", n_users), ("n_items", n_items)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    users, items, g = np.asarray(users), np.asarray(items), np.asarray(g)
+    for name, arr, bound in (("users", users, n_users), ("items", items, n_items)):
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"{name} must be a 1-D integer array")
+        if arr.size and (arr.min() < 0 or arr.max() >= bound):
+            raise ValueError(f"{name} index out of range: found [{arr.min()}, {arr.max()}], allowed [0, {bound - 1}]")
+    if users.shape != items.shape or g.shape != users.shape:
+        raise ValueError(f"users, items and g must have the same length, got {users.size}, {items.size}, {g.size}")
+    if users.size == 0:
+        raise ValueError("users: the hidden graph has no edges")
+    if np.unique(users.astype(np.int64) * n_items + items).size != users.size:
+        raise ValueError("users/items: duplicate edges (m, n) in H")
+    if np.any((g != 0) & (g != 1)):
+        raise ValueError("g: values must be 0 or 1")
+    return users.astype(np.int32), items.astype(np.int32)
 
 
 def _check_K(K) -> int:

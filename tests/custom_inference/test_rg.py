@@ -210,3 +210,15 @@ def test_robbins_monro_blend_keeps_fixed_points_and_blends_precisions():
         expected = eps * getattr(full, prec) + (1 - eps) * getattr(old, prec)
         assert np.allclose(getattr(part, prec), expected, rtol=1e-12, atol=0), name
         assert not np.allclose(getattr(part, h), getattr(full, h)), name  # eps < 1 really moves less
+
+
+def test_graph_from_edges_validates():
+    g = rg.RGGraph.from_edges([0, 1], [1, 0], [1, 0], 2, 3, capacity=4)
+    assert g.n_edges == 2 and np.asarray(g.users).size == 4
+    for kwargs, field in [(dict(users=[0, 0], items=[1, 1], g=[1, 0]), "duplicate"),
+                          (dict(users=[0, 2], items=[1, 1], g=[1, 0]), "users"),
+                          (dict(users=[0, 1], items=[1, 1], g=[1, 2]), "g")]:
+        with pytest.raises(ValueError, match=field):
+            rg.RGGraph.from_edges(kwargs["users"], kwargs["items"], kwargs["g"], 2, 3)
+    with pytest.raises(ValueError, match="capacity"):
+        rg.RGGraph.from_edges([0, 1], [1, 0], [1, 0], 2, 3, capacity=1)
