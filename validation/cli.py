@@ -7,7 +7,10 @@
     factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
     factorbayes errata                                 validation.errata.run_errata(all_errata())
-    factorbayes crosscheck sbmf|bpmf|mcmc-fm|vbfm      validation.<model>.run_crosscheck
+    factorbayes evaluate implicit --data ml-100k|PATH  validation.implicit_eval.evaluate_implicit
+                                                       (SIBM x 5, RG x 2, BPR x 2, popularity on P1, SIBM)
+    factorbayes crosscheck sbmf|bpmf|mcmc-fm|vbfm|sibm|rg
+                                                       validation.<model>.run_crosscheck
     factorbayes sbc hpf --solver gibbs|nuts|cavi|gibbs-printed --sims N
                                                        validation.sbc.run_sbc with
                                                        validation.hpf_gibbs.sbc_adapters
@@ -32,9 +35,11 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 MODELS = ("hpf",)
-# models of the thesis (seed 004): crosscheck and sbc (their validation modules hold the glue)
-THESIS_MODELS = {"sbmf": "sbmf", "bpmf": "bpmf", "mcmc-fm": "fm_mcmc", "vbfm": "vbfm"}
-EVALUATIONS = ("ratings",)  # `evaluate` families that span several models
+# the other models: CLI name -> (validation module holding run_crosscheck / sbc_adapters, solver label)
+CHECKED_MODELS = {"sbmf": ("sbmf", "SBMF Gibbs"), "bpmf": ("bpmf", "BPMF Gibbs"), "mcmc-fm": ("fm_mcmc", "MCMC-FM Gibbs"),
+                  "vbfm": ("vbfm", "VBFM (q)"), "sibm": ("sibm", "SIBM batch VB (q)"), "rg": ("rg", "RG VB (q)")}
+SBC_MODELS = ("hpf", "sbmf", "bpmf", "mcmc-fm")  # the exact samplers with sbc_adapters
+EVALUATIONS = ("ratings", "implicit")  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
 
@@ -62,14 +67,14 @@ def cmd_model_crosscheck(args) -> int:
 
     from .report import model_crosscheck_report
 
-    module = importlib.import_module(f"{__package__}.{THESIS_MODELS[args.model]}")
+    module_name, label = CHECKED_MODELS[args.model]
+    module = importlib.import_module(f"{__package__}.{module_name}")
     if args.data is not None:
         raise ValueError(f"--data: the {args.model} cross-check runs on its embedded simulated data only")
     print(f"{args.model} cross-check against NUTS on its embedded simulated data "
           f"({module.__name__}.CrosscheckConfig defaults)", file=sys.stderr)
     result = module.run_crosscheck(progress=not args.no_progress)
     solver_q = getattr(result, "solver_quantities", None) or result.gibbs_quantities
-    label = "VBFM (q)" if args.model == "vbfm" else f"{args.model} Gibbs"
     out = Path(args.out or f"factorbayes-output/crosscheck-{args.model}")
     settings = [str(result.config)] + ([result.settings] if getattr(result, "settings", "") else [])
     report = model_crosscheck_report(f"{args.model} cross-check: {label} vs NUTS", result.verdict,
@@ -87,7 +92,7 @@ def cmd_model_crosscheck(args) -> int:
 
 
 def cmd_crosscheck(args) -> int:
-    if args.model in THESIS_MODELS:
+    if args.model in CHECKED_MODELS:
         return cmd_model_crosscheck(args)
     import jax
     import numpy as np
@@ -194,6 +199,28 @@ def cmd_evaluate_ratings(args) -> int:
     return 0
 
 
+def cmd_evaluate_implicit(args) -> int:
+    from . import implicit_eval
+
+    df, path = _load_data(args.data)
+    systems = implicit_eval.baseline_systems()
+    if not args.baselines_only:
+        systems = {**implicit_eval.model_systems(), **systems}
+    if args.systems:
+        unknown = sorted(set(args.systems) - set(systems))
+        if unknown:
+            raise ValueError(f"--systems: unknown {unknown}; choose from {sorted(systems)}")
+        systems = {name: systems[name] for name in args.systems}
+    out = Path(args.out or "factorbayes-output/evaluate-implicit")
+    print(f"One-class comparison on {path}: protocols {', '.join(args.protocols)}; systems {', '.join(systems)}",
+          file=sys.stderr)
+    result = implicit_eval.evaluate_implicit(df, systems, protocols=tuple(args.protocols), seed=args.seed,
+                                             out_dir=out, progress=not args.no_progress)
+    _print_table(result.table)
+    print(f"Report: {result.report}")
+    return 0
+
+
 def cmd_errata(args) -> int:
     import pandas as pd
 
@@ -221,7 +248,7 @@ def cmd_sbc(args) -> int:
     else:
         if args.solver != "gibbs":
             raise ValueError(f"--solver: the {args.model} SBC runs its Gibbs sampler only (got {args.solver!r})")
-        module = importlib.import_module(f"{__package__}.{THESIS_MODELS[args.model]}")
+        module = importlib.import_module(f"{__package__}.{CHECKED_MODELS[args.model][0]}")
         simulate, fit, functionals = module.sbc_adapters()
         setting = f"each simulation: {module.SBCConfig()}"
     out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")
@@ -243,9 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated")
-    p.add_argument("model", choices=MODELS + tuple(THESIS_MODELS))
+    p.add_argument("model", choices=MODELS + tuple(CHECKED_MODELS))
     p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens path")
-    p.add_argument("--solver", choices=("cavi", "gibbs"), default="cavi", help="hpf only (the thesis models run theirs)")
+    p.add_argument("--solver", choices=("cavi", "gibbs"), default="cavi", help="hpf only (the other models run theirs)")
     p.add_argument("--out", default=None, help="report folder (default factorbayes-output/crosscheck-hpf-SOLVER)")
     p.add_argument("--quick", action="store_true", help="fewer NUTS draws (for smoke tests; gates will likely fail)")
     p.add_argument("--no-progress", action="store_true")
@@ -276,10 +303,16 @@ def build_parser() -> argparse.ArgumentParser:
             g.add_argument("--samples", type=int, default=150, help="Gibbs sweeps kept and averaged")
             g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
             g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
-            p.set_defaults(func=lambda a: cmd_evaluate_ratings(a) if a.model == "ratings" else cmd_evaluate(a))
+            g = p.add_argument_group("evaluate implicit (one-class: P1 and the SIBM protocol)")
+            g.add_argument("--protocols", nargs="+", choices=("P1", "SIBM"), default=["P1", "SIBM"])
+            g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
+                           help="a subset of the systems (quote names with spaces), default all")
+            g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
+            p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit}.get(
+                a.model, cmd_evaluate)(a))
 
     p = sub.add_parser("sbc", help="simulation-based calibration of a solver")
-    p.add_argument("model", choices=MODELS + ("sbmf", "bpmf", "mcmc-fm"))
+    p.add_argument("model", choices=SBC_MODELS)
     p.add_argument("--solver", choices=("gibbs", "nuts", "cavi", "gibbs-printed"), default="gibbs",
                    help="gibbs-printed: the Gibbs sampler with the seed's printed xi/eta conditionals (must fail)")
     p.add_argument("--sims", type=int, default=200)

@@ -7,19 +7,35 @@ from custom_inference import arviz_io, hpf
 from validation import cli
 
 
-def test_errata_command_runs_every_family(tmp_path, capsys):
-    from validation.errata import ERRATA, all_errata
+def test_all_errata_collects_every_family():
+    import validation.errata as errata_mod
+    from validation import fm_mcmc, sbmf, vbfm
 
-    entries = all_errata()
-    families = {e.seed_file for e in entries}
-    assert len(entries) > len(ERRATA) and "004_90693a0965f06816.txt" in families  # HPF's and the thesis's rows
+    entries = errata_mod.all_errata()
+    for family in (errata_mod.ERRATA, sbmf.ERRATA, vbfm.ERRATA, fm_mcmc.ERRATA):
+        assert family and all(e in entries for e in family)
+    assert len(set(map(id, entries))) == len(entries)  # no row twice
+
+
+def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypatch):
+    # the rows themselves are run by each family's tests (test_errata.py, test_sbmf_validation.py, ...);
+    # here the command's glue: two cheap rows from two seeds, one of them made to fail
+    import validation.errata as errata_mod
+    from validation import sbmf
+
+    good = (errata_mod.ERRATA[0], sbmf.ERRATA[0])
+    monkeypatch.setattr(errata_mod, "all_errata", lambda: good)
     assert cli.main(["errata", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"{len(entries)} of {len(entries)} rows OK" in out
+    assert "2 of 2 rows OK" in out
     report = (tmp_path / "report.md").read_text()
-    assert report.count("| 001_30a2018ec18c20b9.txt") == len(ERRATA)
-    for seed_file in families:
-        assert seed_file in report
+    assert "001_30a2018ec18c20b9.txt" in report and "004_90693a0965f06816.txt" in report
+    swapped = errata_mod.Erratum(*[getattr(good[0], f) for f in ("seed_file", "location", "printed", "corrected", "why",
+                                                                 "check_name")],
+                                 check=lambda form: good[0].check("corrected" if form == "printed" else "printed"))
+    monkeypatch.setattr(errata_mod, "all_errata", lambda: (swapped,))
+    assert cli.main(["errata", "--out", str(tmp_path / "bad")]) == 1
+    assert "0 of 1 rows OK" in capsys.readouterr().out
 
 
 def test_fit_command_saves_a_loadable_posterior_and_report(ml100k_dir, tmp_path, capsys):

@@ -38,7 +38,9 @@ def small_nuts():
     return y, nuts, q, g
 
 
-@pytest.mark.parametrize("site", ["theta", "xi", "beta", "eta"])
+# one block in the default run (each hybrid costs a NUTS run); all four under -m slow
+@pytest.mark.parametrize("site", ["xi", pytest.param("theta", marks=pytest.mark.slow),
+                                  pytest.param("beta", marks=pytest.mark.slow), pytest.param("eta", marks=pytest.mark.slow)])
 def test_each_block_as_customgibbs_beside_nuts_agrees_with_all_nuts(small_nuts, site):
     y, _, nq, g = small_nuts
     hybrid = vg.run_hybrid(y, 2, HYPER, site, seed=1, num_warmup=500, num_samples=1000)
