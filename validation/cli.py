@@ -62,6 +62,19 @@ def _print_table(df) -> None:
     print()
 
 
+def _print_verdict(v, report) -> int:
+    """Print a cross-check verdict, its gates and comparison; return the exit status."""
+    print(f"Verdict: {v.status.upper()}")
+    for r in v.reasons:
+        print(f"  - {r}")
+    print("\nNUTS gates:")
+    _print_table(v.gates.table)
+    print("Comparison:")
+    _print_table(v.table)
+    print(f"Report: {report}")
+    return {"pass": 0, "fail": 1, "inconclusive": 3}[v.status]
+
+
 def cmd_model_crosscheck(args) -> int:
     import importlib
 
@@ -79,16 +92,7 @@ def cmd_model_crosscheck(args) -> int:
     settings = [str(result.config)] + ([result.settings] if getattr(result, "settings", "") else [])
     report = model_crosscheck_report(f"{args.model} cross-check: {label} vs NUTS", result.verdict,
                                      result.nuts_quantities, solver_q, out, solver_label=label, settings=settings)
-    v = result.verdict
-    print(f"Verdict: {v.status.upper()}")
-    for r in v.reasons:
-        print(f"  - {r}")
-    print("\nNUTS gates:")
-    _print_table(v.gates.table)
-    print("Comparison:")
-    _print_table(v.table)
-    print(f"Report: {report}")
-    return {"pass": 0, "fail": 1, "inconclusive": 3}[v.status]
+    return _print_verdict(result.verdict, report)
 
 
 def cmd_crosscheck(args) -> int:
@@ -127,16 +131,7 @@ def cmd_crosscheck(args) -> int:
         result = hpf_gibbs.run_gibbs_crosscheck(y, config, progress=not args.no_progress)
     out = Path(args.out or f"factorbayes-output/crosscheck-hpf-{args.solver}")
     report = crosscheck_report(result, out)
-    v = result.verdict
-    print(f"Verdict: {v.status.upper()}")
-    for r in v.reasons:
-        print(f"  - {r}")
-    print("\nNUTS gates:")
-    _print_table(v.gates.table)
-    print("Comparison:")
-    _print_table(v.table)
-    print(f"Report: {report}")
-    return {"pass": 0, "fail": 1, "inconclusive": 3}[v.status]
+    return _print_verdict(result.verdict, report)
 
 
 def cmd_evaluate(args, *, save_fit: bool = False) -> int:
