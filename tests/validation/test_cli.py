@@ -73,3 +73,28 @@ def test_thesis_models_reject_options_they_do_not_have(capsys):
     assert "--solver" in capsys.readouterr().err
     assert cli.main(["crosscheck", "bpmf", "--data", "ml-100k", "--no-progress"]) == 2
     assert "--data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["sibm", "bpmf"])
+def test_model_crosscheck_command_reports_the_modules_verdict(model, tmp_path, capsys, monkeypatch):
+    """The CLI glue of `crosscheck MODEL` for the non-HPF models, with the module's (slow) NUTS run replaced
+    by independent normal draws for both sides: exact agreement, so the verdict is "pass" and exit 0."""
+    import importlib
+    from types import SimpleNamespace
+
+    from validation import crosscheck as xc, gates
+
+    rng = np.random.default_rng(0)
+    nuts_q = {"pred": rng.normal(size=(4, 1000, 5))}
+    solver_q = {"pred": rng.normal(size=(4, 1000, 5))}
+    gate = gates.nuts_gates(nuts_q, divergences=0, bfmi=np.ones(4))
+    verdict = xc.compare_exact(solver_q, nuts_q, gate)
+    fields = {"solver_quantities": solver_q} if model == "sibm" else {"gibbs_quantities": solver_q}
+    fake = SimpleNamespace(config="cfg", verdict=verdict, nuts_quantities=nuts_q, settings="", **fields)
+    module = importlib.import_module(f"validation.{cli.CHECKED_MODELS[model][0]}")
+    monkeypatch.setattr(module, "run_crosscheck", lambda progress=True: fake)
+    assert cli.main(["crosscheck", model, "--out", str(tmp_path), "--no-progress"]) == 0
+    assert "Verdict: PASS" in capsys.readouterr().out
+    report = (tmp_path / "report.md").read_text()
+    assert "Verdict: PASS" in report and cli.CHECKED_MODELS[model][1] in report
+    assert len(list(tmp_path.glob("*.png"))) == 3
