@@ -280,12 +280,13 @@ v_rg.stochastic_average_check(n_graphs=500)
 # (the graph of section 3); the quantity the average maximizes is E_q(H)[L_xi], which we
 # estimate at the end over 30 fresh graphs.
 #
-# We run it twice: from the usual small random start ("cold") and from the fixed-H solution of
-# section 3 ("warm"). The warm run's first step has eps_0 = 1, an exact sweep on a new graph
-# H_1, hence its drop on H_0 when it starts.
+# We run it twice: from the usual small random start ("cold", the paper's recipe:
+# `warm_start=0`) and from the fixed-H solution of section 3 ("warm"). The warm run's first step
+# has eps_0 = 1, an exact sweep on a new graph H_1, hence its drop on H_0 when it starts.
 
 # %%
-cold = rg_vb.fit(obs, hyper, K, seed=VB_SEED, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0)
+cold = rg_vb.fit(obs, hyper, K, seed=VB_SEED, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0,
+                 warm_start=0)
 warm = rg_vb.fit(obs, hyper, K, seed=VB_SEED, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0,
                  init_state=fixed.state)
 
@@ -331,6 +332,13 @@ summary
 # - Started from the fixed-H solution, the same averaging keeps the factors and reaches a
 #   clearly higher E_q(H)[L_xi] and the best agreement with the true like probabilities. On
 #   this problem, warm-starting the stochastic average from a batch fit is what makes it work.
+#
+# That is why `rg_vb.fit` warm-starts **by default**: with `resample=True` it first runs
+# `warm_start=rg_vb.DEFAULT_WARM_START` (30) exact sweeps on the first sampled graph H_0, then the
+# Robbins-Monro average over fresh graphs; `warm_start=0` gives the cold start above (the
+# ELBO trace then holds the warm-start sweeps first). The test
+# `tests/custom_inference/test_rg.py::test_warm_start_avoids_the_collapsed_solution` checks it on
+# this very problem.
 #
 # ## 6. Scores for one user: like, popularity, popularity x like
 #

@@ -591,7 +591,8 @@ def evaluate_movielens(path, K: int = 20, hyper=ppl.RGHyper(), *, max_iter: int 
     Returns (DataFrame score, mean_rank, median_rank, n_users; attrs seconds, n_iter, gamma, ranks
     (per-user rank arrays by score)) and the `rg.FitResult`. Measured 2026-11-23 (K = 20, RGHyper()
     defaults, 40 stochastic sweeps, float32, 31 s on 2 shared CPU cores): mean rank like 0.878,
-    popularity 0.869, popularity x like 0.897 over 942 users. Rank score: `validation.metrics.rank_score` (eq. 20).
+    popularity 0.869, popularity x like 0.897 over 942 users (that run predates the default warm start of
+    `rg.fit`: it was a cold start). Rank score: `validation.metrics.rank_score` (eq. 20).
     """
     from .datasets import load_movielens, split_leave_one_out
     from .metrics import rank_score
