@@ -92,6 +92,7 @@ from tqdm.auto import tqdm
 from . import arviz_io
 from .data import Observations
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
+from .schedules import check_robbins_monro, robbins_monro_array
 
 __all__ = [
     "SIBMState",
@@ -901,7 +902,8 @@ def cell_targets(params: SIBMState, prior: _Prior, i, j, x, c_u, c_v, c_z, rho_z
 
 
 def _rm(count, tau, kappa):
-    return (tau + count) ** (-kappa)
+    """rho = (tau + count)^(-kappa) per row / column / z (`custom_inference.schedules`)."""
+    return robbins_monro_array(count, tau, kappa)
 
 
 def _segment_avg(t, idx, w, n):
@@ -1002,10 +1004,7 @@ def svi_step(key, st: SVIState, sampler: Sampler, data: Observations, hyper, *, 
 
     Returns the new SVIState (S unchanged: see `auto_minibatch_size` / `fit_svi`). Cost O(S K^2).
     """
-    if not (0.5 < kappa <= 1.0):
-        raise ValueError(f"kappa must be in (0.5, 1] (Robbins-Monro), got {kappa!r}")
-    if not (tau > 0):
-        raise ValueError(f"tau must be > 0, got {tau!r}")
+    check_robbins_monro(tau, kappa)  # the seed's tau is the schedule's tau0
     S = int(st.S) if S is None else int(S)
     if S < 1:
         raise ValueError(f"S must be >= 1, got {S}")
@@ -1131,8 +1130,7 @@ def map_step(key, st: MAPState, sampler: Sampler, data: Observations, hyper, *, 
     gradient of the noisy objective (1/c) log p(x_ij | .) + log priors with c as in eq. (9).
     Returns the new MAPState. Cost O(S K).
     """
-    if not (0.5 < kappa <= 1.0) or not (tau > 0):
-        raise ValueError(f"kappa must be in (0.5, 1] and tau > 0, got {kappa!r}, {tau!r}")
+    check_robbins_monro(tau, kappa)
     if int(S) < 1:
         raise ValueError(f"S must be >= 1, got {S}")
     prior = _prior(hyper, st.U.dtype)

@@ -203,16 +203,16 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
 
 def monotone_check(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 30, rtol: float = 1e-10):
     """L_xi (optimal xi) over ``sweeps`` batch sweeps (rho = 1) on a fixed graph, float64;
-    `validation.updates.monotone` of the trace. Returns (ok, largest relative decrease, trace)."""
+    `validation.updates.monotone_sweeps`. Returns (ok, largest relative decrease, trace (sweeps + 1,))."""
+
+    def sweep(state):
+        state, info = rg.step(None, state, g, hyper)
+        return state, info.elbo
+
     with jax.enable_x64(True):
         g = _jnp(graph)
         state = rg.init(jax.random.PRNGKey(seed), g, hyper, K, dtype=jnp.float64)
-        trace = [float(rg._elbo_jit(state, g, hyper))]
-        for _ in range(sweeps):
-            state, info = rg.step(None, state, g, hyper)
-            trace.append(float(info.elbo))
-    ok, worst = updates.monotone(trace, rtol=rtol)
-    return ok, worst, np.asarray(trace)
+        return updates.monotone_sweeps(lambda s: rg._elbo_jit(s, g, hyper), sweep, state, sweeps, rtol=rtol)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -225,16 +225,16 @@ def xi_check(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int =
 def monotone_check(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 30, rtol: float = 1e-12):
     """ELBO over ``sweeps`` batch sweeps from `init` (float64) and `validation.updates.monotone` of it.
 
-    Returns (ok, largest relative decrease, trace (sweeps + 1,))."""
+    Returns (ok, largest relative decrease, trace (sweeps + 1,)) (`validation.updates.monotone_sweeps`)."""
+
+    def sweep(state):
+        state, info = sibm.step(None, state, d, hyper)
+        return state, info.elbo
+
     with jax.enable_x64(True):
         d = _jnp(data)
         state = sibm.init(jax.random.PRNGKey(seed), data, hyper, D, init_mean_sd=0.5, dtype=np.float64)
-        trace = [float(sibm.elbo(state, d, hyper))]
-        for _ in range(sweeps):
-            state, info = sibm.step(None, state, d, hyper)
-            trace.append(float(info.elbo))
-    ok, worst = updates.monotone(trace, rtol=rtol)
-    return ok, worst, np.asarray(trace)
+        return updates.monotone_sweeps(lambda s: sibm.elbo(s, d, hyper), sweep, state, sweeps, rtol=rtol)
 
 
 # ---------------------------------------------------------------------------------------------

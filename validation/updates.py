@@ -6,7 +6,7 @@ variational parameters), the updates and the dense brute-force twins.
 
 - `stationarity`: after a closed-form coordinate update, the gradient of the ELBO
   with respect to the updated block (``jax.grad``) must vanish.
-- `monotone`: a CAVI sweep never lowers the ELBO.
+- `monotone`: a CAVI sweep never lowers the ELBO; `monotone_sweeps` runs the sweeps and checks.
 - `max_relative_difference`: a cached / sparse computation equals its dense twin.
 
 Source: ../shared/DESIGN.md, "Validation", level 1.
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["StationarityResult", "stationarity", "monotone", "max_relative_difference"]
+__all__ = ["StationarityResult", "stationarity", "monotone", "monotone_sweeps", "max_relative_difference"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,47 @@ def monotone(values: Iterable[float], *, rtol: float = 1e-9) -> tuple[bool, floa
     drops = (v[:-1] - v[1:]) / np.maximum(np.abs(v[:-1]), 1e-300)
     worst = float(max(drops.max(), 0.0))
     return worst <= rtol, worst
+
+
+def monotone_sweeps(
+    objective: Callable,
+    sweep: Callable,
+    state,
+    sweeps: int,
+    *,
+    rtol: float = 1e-9,
+) -> tuple[bool, float, np.ndarray]:
+    """Run ``sweeps`` batch sweeps from ``state`` and check that the objective never decreases.
+
+    The loop shared by the models' ``monotone_check`` (`validation.sibm`, `validation.rg`): the
+    trace is ``[objective(state)]`` followed by the value after each sweep, then `monotone`.
+
+    Parameters
+    ----------
+    objective : callable state -> scalar, the ELBO at the starting state.
+    sweep : callable state -> (new_state, value), one exact coordinate-ascent sweep and the
+        objective of the new state (e.g. ``lambda s: (lambda r: (r[0], r[1].elbo))(step(s))``).
+    state : the starting state (any pytree the two callables accept).
+    sweeps : int >= 0.
+    rtol : tolerated relative decrease (floating-point rounding), as `monotone`.
+
+    Returns
+    -------
+    (ok, largest relative decrease, trace) with trace numpy float64 (sweeps + 1,).
+
+    Raises
+    ------
+    ValueError if sweeps is not an integer >= 0. Run it inside ``jax.enable_x64(True)`` for a
+    float64 check (the caller's context is kept). Source: ../shared/DESIGN.md, "Validation", level 1.
+    """
+    if isinstance(sweeps, bool) or int(sweeps) != sweeps or sweeps < 0:
+        raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
+    trace = [float(objective(state))]
+    for _ in range(int(sweeps)):
+        state, value = sweep(state)
+        trace.append(float(value))
+    ok, worst = monotone(trace, rtol=rtol)
+    return ok, worst, np.asarray(trace)
 
 
 def max_relative_difference(a, b) -> float:

@@ -32,6 +32,18 @@ def test_monotone():
     assert updates.monotone([-1e6, -1e6 - 1e-5])[0]  # a 1e-11 relative drop is rounding
 
 
+def test_monotone_sweeps_runs_the_loop_and_catches_a_decrease():
+    # coordinate ascent on -(x - 2)^2 by halving the distance: increasing, converging to 0
+    obj = lambda x: -((x - 2.0) ** 2)  # noqa: E731
+    ok, worst, trace = updates.monotone_sweeps(obj, lambda x: (x + 0.5 * (2.0 - x), obj(x + 0.5 * (2.0 - x))), 0.0, 4)
+    assert ok and worst == 0.0 and np.allclose(trace, [-4.0, -1.0, -0.25, -0.0625, -0.015625])
+    # overshooting past the maximum lowers the objective: caught, largest drop (-4 - -1) / 1 = 3
+    bad, worst, trace = updates.monotone_sweeps(obj, lambda x: (x + 3.0 * (2.0 - x), obj(x + 3.0 * (2.0 - x))), 1.0, 2)
+    assert not bad and worst == pytest.approx(3.0) and trace.shape == (3,)
+    with pytest.raises(ValueError, match="sweeps"):
+        updates.monotone_sweeps(obj, None, 0.0, -1)
+
+
 def test_max_relative_difference():
     assert updates.max_relative_difference([1.0, 2.0], [1.0, 2.0]) == 0.0
     assert updates.max_relative_difference([1.1, 2.0], [1.0, 2.0]) == pytest.approx(0.1)
