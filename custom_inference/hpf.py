@@ -35,7 +35,6 @@ Solver style (BlackJAX-like): `init` builds an `HPFState`, `step` maps
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,9 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp, xlogy
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, vi_driver
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 
@@ -583,12 +581,7 @@ def fit(
     """
     _check_hyper(hyper)
     k = _check_components(n_components)
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-    if not (tol >= 0):
-        raise ValueError(f"tol must be >= 0, got {tol!r}")
-    if int(n_draws) != n_draws or n_draws < 0:
-        raise ValueError(f"n_draws must be an integer >= 0, got {n_draws!r}")
+    vi_driver.check_fit_args(max_iter, tol, n_draws)
     dtype = np.dtype(dtype or np.float64)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
@@ -604,47 +597,32 @@ def fit(
             for name, a, b in zip(HPFState._fields, state, expected):
                 if a.shape != b.shape:
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
-        elbos: list[float] = []
-        rel_changes: list[float] = []
-        converged = False
-        start = time.perf_counter()
-        bar = tqdm(total=max_iter, desc=f"HPF CAVI (K={k})", disable=not progress, leave=False)
-        for it in range(max_iter):
-            state, info = step(key_init, state, data, hyper)
-            value = float(info.elbo)  # ELBO of the state before this sweep
-            rel = abs(value - elbos[-1]) / abs(elbos[-1]) if elbos else np.inf
-            elbos.append(value)
-            rel_changes.append(rel)
-            bar.update(1)
-            bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
-            if checkpoint is not None and (it + 1) % checkpoint_every == 0:
-                save_state(state, checkpoint, n_iter=it + 1)
-            if not np.isfinite(value):
-                bar.close()
-                raise FloatingPointError(f"ELBO became {value} at sweep {it + 1}; try float64")
-            if rel < tol:
-                converged = True
-                break
-        bar.close()
-        final = float(elbo(state, data, hyper))
-        elbos.append(final)
-        rel_changes.append(abs(final - elbos[-2]) / abs(elbos[-2]))
-        seconds = time.perf_counter() - start
+
+        def sweep(state, t):
+            return step(key_init, state, data, hyper)  # reports the ELBO of the incoming state
+
+        def save(t, state, info):
+            if checkpoint is not None and (t + 1) % checkpoint_every == 0:
+                save_state(state, checkpoint, n_iter=t + 1)
+
+        res = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"HPF CAVI (K={k})",
+                            callback=save, final_elbo=lambda s: elbo(s, data, hyper))
+        state = res.state
         if checkpoint is not None:
-            save_state(state, checkpoint, n_iter=len(elbos) - 1)
+            save_state(state, checkpoint, n_iter=res.n_iter)
         posterior = _draws_from_q(seed, state, n_draws) if n_draws else None
 
     return arviz_io.to_inference_data(
         posterior,
         extra_groups={
             "variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
-            "vi_trace": {"elbo": np.asarray(elbos), "rel_change": np.asarray(rel_changes)},
+            "vi_trace": {"elbo": res.elbo, "rel_change": res.rel_change},
         },
         **result_layout(
             *data.shape, k, hyper,
             method="cavi",
             source="001_30a2018ec18c20b9.txt, batch algorithm figure (corrected)",
-            seed=int(seed), dtype=str(dtype), converged=int(converged), n_iter=len(elbos) - 1, seconds=float(seconds),
+            seed=int(seed), dtype=str(dtype), converged=int(res.converged), n_iter=res.n_iter, seconds=float(res.seconds),
         ),
     )
 

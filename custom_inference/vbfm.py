@@ -61,19 +61,18 @@ data go through the same code (`_block_target` and `_sweep`): CAVI is scale 1, r
 from __future__ import annotations
 
 import math
-import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, vi_driver
 from .fm_design import FMDesign
 from .gamma import expected_gamma_logpdf, gamma_entropy
 from .gaussian import normal_natural_to_moments
+from .schedules import robbins_monro
 
 __all__ = [
     "VBFMState",
@@ -625,18 +624,20 @@ def svi_step(key, state: VBFMState, design: FMDesign, hyper, batch, t, *, lam: f
     design : FMDesign (the full data: block structure and groups)
     hyper : unused (hyperparameters live in the state)
     batch : `Minibatch` or an int array of row indices
-    t : int >= 0, the update counter; step rho_t = (1 + t)^(-lam) (eqs. 4.27-4.28; rho_0 = 1)
+    t : int >= 0, the update counter; step rho_t = (1 + t)^(-lam) (eqs. 4.27-4.28; rho_0 = 1), i.e.
+        `custom_inference.schedules.robbins_monro` with tau0 = 1, kappa = lam
     lam : forgetting rate in (0.5, 1] for Robbins-Monro convergence (the thesis uses 0.5, at the
         boundary where sum rho_t^2 diverges); lam = 0 gives rho = 1.
     update_hyper : also update alpha (point) and sigma_0, sigma_w, sigma_v (exact point updates given
         q after the batch; a Gamma q(alpha) is always updated with rho_t).
 
     Returns the new state (the ELBO is not computed: it needs a pass over all data; see `fit_svi`).
+    Raises ValueError for t < 0 or lam < 0 (`robbins_monro`) and for a bad batch (`minibatch`).
     """
     del key, hyper
     if not isinstance(batch, Minibatch):
         batch = minibatch(design, batch)
-    rho = jnp.asarray((1.0 + float(t)) ** (-float(lam)), state.w0_prec.dtype)
+    rho = jnp.asarray(robbins_monro(t, 1.0, lam), state.w0_prec.dtype)  # (1 + t)^(-lam), eqs. 4.27-4.28
     return _svi_jit(state, batch, design.block, design.group, design.n_blocks, design.n_groups, rho,
                     _mode(update_hyper))
 
@@ -708,15 +709,6 @@ def _idata(state, design, K, elbos, rels, n_draws, seed, **attrs):
     )
 
 
-def _check_fit_args(max_iter, tol, n_draws):
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-    if not (tol >= 0):
-        raise ValueError(f"tol must be >= 0, got {tol!r}")
-    if int(n_draws) != n_draws or n_draws < 0:
-        raise ValueError(f"n_draws must be an integer >= 0, got {n_draws!r}")
-
-
 def fit(key, design: FMDesign, K: int, hyper, max_iter: int = 100, tol: float = 1e-6, progress: bool = True, *,
         alpha_prior=None, update_hyper: bool = True, n_draws: int = 100, init_state: VBFMState | None = None,
         seed: int = 0, **init_kwargs) -> FitResult:
@@ -739,34 +731,16 @@ def fit(key, design: FMDesign, K: int, hyper, max_iter: int = 100, tol: float = 
     ------
     ValueError for bad K, hyper, max_iter, tol, n_draws; FloatingPointError if the ELBO is not finite.
     """
-    _check_fit_args(max_iter, tol, n_draws)
+    vi_driver.check_fit_args(max_iter, tol, n_draws)
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
     design = jax.tree_util.tree_map(jnp.asarray, design)
-    elbos, rels, converged = [], [], False
-    bar = tqdm(total=max_iter, desc=f"VBFM (K={K})", disable=not progress, leave=False)
-    state, info = step(None, state, design, update_hyper=update_hyper)  # compile
-    jax.block_until_ready(state)
-    start = time.perf_counter()
-    elbos.append(float(info.elbo)), rels.append(float(info.rel_change))
-    bar.update(1)
-    for _ in range(1, max_iter):
-        state, info = step(None, state, design, update_hyper=update_hyper)
-        value, rel = float(info.elbo), float(info.rel_change)
-        if not np.isfinite(value):
-            bar.close()
-            raise FloatingPointError(f"ELBO became {value} at sweep {len(elbos) + 1}; try float64")
-        elbos.append(value), rels.append(rel)
-        bar.update(1)
-        bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
-        if rel < tol:
-            converged = True
-            break
-    bar.close()
-    seconds = time.perf_counter() - start
-    idata = _idata(state, design, K, elbos, rels, n_draws, seed, method="vbfm_cavi",
-                   source="004_90693a0965f06816.txt Algorithm 3 (corrected)", converged=int(converged),
-                   n_iter=len(elbos), seconds=seconds, seconds_per_iter=seconds / max(len(elbos) - 1, 1))
-    return FitResult(state, np.asarray(elbos), idata)
+    res = vi_driver.run(lambda s, t: step(None, s, design, update_hyper=update_hyper), state, max_iter=max_iter,
+                        tol=tol, progress=progress, desc=f"VBFM (K={K})")
+    # the first sweep compiles: it counts as iteration 1 but not in the timings
+    idata = _idata(res.state, design, K, res.elbo, res.rel_change, n_draws, seed, method="vbfm_cavi",
+                   source="004_90693a0965f06816.txt Algorithm 3 (corrected)", converged=int(res.converged),
+                   n_iter=res.n_iter, seconds=res.seconds_after_compile, seconds_per_iter=res.seconds_per_iter)
+    return FitResult(res.state, res.elbo, idata)
 
 
 def fit_svi(key, design: FMDesign, K: int, hyper, n_batches: int = 10, max_epochs: int = 20, progress: bool = True,
@@ -775,35 +749,27 @@ def fit_svi(key, design: FMDesign, K: int, hyper, n_batches: int = 10, max_epoch
     """Fit by OVBFM: each epoch partitions the rows into ``n_batches`` random batches (Algorithm 4)
     and applies `svi_step` to each with a global counter t. The full-data ELBO is recorded after
     every epoch (one O(M K) pass). Stops early when its relative change falls below ``tol`` (> 0).
-    Returns a FitResult as `fit` (attrs add seconds_per_epoch, which excludes the ELBO passes).
+    Returns a FitResult as `fit` (attrs add seconds_per_epoch: the mean wall time of an epoch after the
+    first, compiling, one; it counts building the batches and the updates, not the ELBO passes).
+    Raises ValueError for bad K, hyper, n_batches, max_epochs, tol, n_draws, lam.
     """
-    _check_fit_args(max_epochs, tol, n_draws)
+    vi_driver.check_fit_args(max_epochs, tol, n_draws, max_iter_name="max_epochs")
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
     design = jax.tree_util.tree_map(jnp.asarray, design)
     rng = np.random.default_rng(seed)
+    n_updates = [0]  # the global update counter t of rho_t
+
+    def epoch(state, _):
+        for b in make_batches(rng, design, n_batches):
+            state = svi_step(None, state, design, None, b, n_updates[0], lam=lam, update_hyper=update_hyper)
+            n_updates[0] += 1
+        return state, None
+
     elbo_fn = jax.jit(elbo)
-    elbos, rels, t, svi_seconds, converged = [], [], 0, 0.0, False
-    bar = tqdm(total=max_epochs, desc=f"OVBFM (K={K}, B={n_batches})", disable=not progress, leave=False)
-    for epoch in range(max_epochs):
-        batches = make_batches(rng, design, n_batches)
-        start = time.perf_counter()
-        for b in batches:
-            state = svi_step(None, state, design, None, b, t, lam=lam, update_hyper=update_hyper)
-            t += 1
-        jax.block_until_ready(state)
-        if epoch > 0:  # the first epoch includes compilation
-            svi_seconds += time.perf_counter() - start
-        value = float(elbo_fn(state, design))
-        rel = abs(value - elbos[-1]) / abs(elbos[-1]) if elbos else np.inf
-        elbos.append(value), rels.append(rel)
-        bar.update(1)
-        bar.set_postfix(elbo=f"{value:.6g}")
-        if tol > 0 and rel < tol:
-            converged = True
-            break
-    bar.close()
-    state = state._replace(last_elbo=jnp.asarray(elbos[-1], state.w0_prec.dtype))
-    idata = _idata(state, design, K, elbos, rels, n_draws, seed, method="ovbfm_svi", n_batches=n_batches, lam=lam,
-                   source="004_90693a0965f06816.txt Algorithm 4 (as stochastic VI)", converged=int(converged),
-                   n_iter=len(elbos), seconds_per_epoch=svi_seconds / max(len(elbos) - 1, 1))
-    return FitResult(state, np.asarray(elbos), idata)
+    res = vi_driver.run(epoch, state, max_iter=max_epochs, tol=tol, progress=progress,
+                        desc=f"OVBFM (K={K}, B={n_batches})", evaluate=lambda s: elbo_fn(s, design))
+    state = res.state._replace(last_elbo=jnp.asarray(res.elbo[-1], res.state.w0_prec.dtype))
+    idata = _idata(state, design, K, res.elbo, res.rel_change, n_draws, seed, method="ovbfm_svi", n_batches=n_batches,
+                   lam=lam, source="004_90693a0965f06816.txt Algorithm 4 (as stochastic VI)",
+                   converged=int(res.converged), n_iter=res.n_iter, seconds_per_epoch=res.seconds_per_iter)
+    return FitResult(state, res.elbo, idata)

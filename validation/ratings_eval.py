@@ -24,7 +24,6 @@ convergence" for VI and SGD and "samples until the average settles" for the samp
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,9 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from custom_inference import arviz_io, bpmf, fm_mcmc, fm_sgd, sbmf, vbfm
+from custom_inference import arviz_io, bpmf, fm_mcmc, fm_sgd, sbmf, vbfm, vi_driver
 from ppl_models.bpmf import BPMFHyper
 from ppl_models.fm import FMFlatHyper, FMHierHyper
 from ppl_models.sbmf import SBMFHyper
@@ -181,27 +179,24 @@ def _run_mcmc_fm(designs, K, cfg, key, progress):
     return _gibbs_curve(per_draw, np.asarray(test.y, float), cfg.gibbs_warmup, per_sweep) + (per_sweep,)
 
 
-def _vi_loop(state, advance, n_iter, test, stop, progress, desc):
-    """Runs ``advance(state, i) -> (state, info)`` n_iter times; test RMSE and wall time after each."""
+def _vi_loop(state, sweep, n_iter, test, tol, progress, desc):
+    """Runs ``sweep(state, i) -> (state, info)`` (`custom_inference.vi_driver.run`: stops when a reported
+    relative ELBO change < tol, raises on a non-finite ELBO) with the test RMSE after each sweep.
+
+    Returns (iterations (n,), cumulative seconds (n,), RMSE (n,), seconds per iteration): seconds
+    count the sweeps only, the first (compiling) one at the rate measured on the others.
+    """
     truth = np.asarray(test.y, float)
-    its, secs, rm = [], [], []
-    total = 0.0
-    for i in tqdm(range(n_iter), desc=desc, disable=not progress, leave=False):
-        start = time.perf_counter()
-        state, info = advance(state, i)
-        jax.block_until_ready(state)
-        if i > 0:  # the first call compiles
-            total += time.perf_counter() - start
-        mean, _ = vbfm.predict(state, test, noise=False)
-        its.append(i + 1), secs.append(total), rm.append(rmse(mean, truth))
-        if stop(info):
-            break
-    n_timed = max(len(its) - 1, 1)
-    per = total / n_timed
-    secs = np.asarray(secs)
-    secs[0] = per  # the compiling call, counted at the measured rate
-    secs[1:] += per
-    return np.asarray(its), secs, np.asarray(rm), per
+    rm = []
+
+    def score(i, s, info):
+        mean, _ = vbfm.predict(s, test, noise=False)
+        rm.append(rmse(mean, truth))
+
+    res = vi_driver.run(sweep, state, max_iter=n_iter, tol=tol, progress=progress, desc=desc, callback=score)
+    per = res.seconds_per_iter
+    secs = np.cumsum(res.sweep_seconds) - res.sweep_seconds[0] + per  # the compiling sweep at the measured rate
+    return np.arange(1, res.n_iter + 1), secs, np.asarray(rm), per
 
 
 def _run_vbfm(designs, K, cfg, key, progress):
@@ -209,8 +204,8 @@ def _run_vbfm(designs, K, cfg, key, progress):
     with jax.enable_x64(cfg.dtype == "float64"):
         d = jax.tree_util.tree_map(jnp.asarray, train)
         state = vbfm.init(key, d, K, FMFlatHyper())
-        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), cfg.vi_max_iter, test,
-                        lambda info: float(info.rel_change) < cfg.vi_tol, progress, f"VBFM (K={K})")
+        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), cfg.vi_max_iter, test, cfg.vi_tol, progress,
+                        f"VBFM (K={K})")
 
 
 def _run_ovbfm(designs, K, cfg, key, progress):
@@ -225,9 +220,9 @@ def _run_ovbfm(designs, K, cfg, key, progress):
             for b in vbfm.make_batches(rng, train, cfg.ovbfm_batches):
                 s = vbfm.svi_step(None, s, d, None, b, counter[0], lam=cfg.ovbfm_lam)
                 counter[0] += 1
-            return s, None
+            return s, None  # no ELBO: runs all epochs
 
-        return _vi_loop(state, epoch, cfg.ovbfm_epochs, test, lambda info: False, progress, f"OVBFM (K={K})")
+        return _vi_loop(state, epoch, cfg.ovbfm_epochs, test, 0.0, progress, f"OVBFM (K={K})")
 
 
 def _run_sgd(designs, K, cfg, key, progress):
