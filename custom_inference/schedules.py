@@ -53,13 +53,14 @@ def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
 
     Raises
     ------
-    ValueError if t < 0, tau0 <= 0, kappa < 0 or any of them is not finite (booleans included).
+    ValueError if t < 0, tau0 <= 0, kappa < 0, or any of them is not a finite real number
+    (booleans and strings included).
 
     Source: ``003`` sec. 5.1; ``002`` sec. 2.4 / Algorithm 1; ``004`` eqs. 4.27-4.28 (module docstring).
     """
     for name, val in (("t", t), ("tau0", tau0), ("kappa", kappa)):
-        if isinstance(val, bool):
-            raise ValueError(f"{name} must be a number, got {val!r}")
+        if isinstance(val, (bool, str, bytes)):
+            raise ValueError(f"{name} must be a real number, got {val!r}")
         try:
             finite = math.isfinite(float(val))
         except (TypeError, ValueError):

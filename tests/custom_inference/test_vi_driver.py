@@ -1,0 +1,133 @@
+"""The shared VI driver (`custom_inference.vi_driver.run`) on synthetic sweeps whose ELBO sequence we set."""
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from custom_inference import vi_driver
+
+
+class Info(NamedTuple):
+    elbo: float
+    rel_change: float
+
+
+def _sequence_sweep(values):
+    """sweep(state, t) reporting values[t] as a scalar ELBO; the state counts the sweeps (a jax array)."""
+    def sweep(state, t):
+        return state + 1, values[t]
+    return sweep
+
+
+def test_tolerance_stops_at_the_first_small_relative_change():
+    # relative changes: inf, 0.5, 0.1, 0.01, 0.001, ...: with tol 0.05 the 4th sweep (rel 0.01) stops
+    values = [-100.0, -50.0, -45.0, -44.55, -44.50545, -44.5, -44.5]
+    res = vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=len(values), tol=0.05, progress=False)
+    assert res.converged and res.n_iter == 4 and int(res.state) == 4
+    np.testing.assert_array_equal(res.elbo, values[:4])
+    np.testing.assert_allclose(res.rel_change, [np.inf, 0.5, 0.1, 0.01], rtol=1e-12)
+    np.testing.assert_array_equal(res.iteration, [1, 2, 3, 4])
+    assert res.sweep_seconds.shape == (4,) and np.all(res.sweep_seconds >= 0)
+
+
+def test_rel_change_from_the_report_is_used_as_is():
+    """A report with rel_change (a solver's Info) decides the stop, not the driver's recomputation."""
+    reports = [Info(-10.0, np.inf), Info(-9.0, 0.5), Info(-8.0, 1e-9), Info(-7.0, 0.3)]
+    res = vi_driver.run(lambda s, t: (s, reports[t]), jnp.zeros(2), max_iter=4, tol=1e-6, progress=False)
+    assert res.converged and res.n_iter == 3
+    np.testing.assert_array_equal(res.rel_change, [np.inf, 0.5, 1e-9])
+
+
+def test_max_iter_is_respected_and_tol_zero_never_stops():
+    values = [-3.0] * 10  # relative change 0 after the first: stops with any tol > 0, never with tol = 0
+    res = vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=6, tol=0.0, progress=False)
+    assert not res.converged and res.n_iter == 6 and int(res.state) == 6
+    assert res.elbo.shape == res.rel_change.shape == res.iteration.shape == res.sweep_seconds.shape == (6,)
+    stopped = vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=6, tol=1e-12, progress=False)
+    assert stopped.converged and stopped.n_iter == 2
+
+
+def test_init_and_final_elbo_frame_the_trace():
+    """init_elbo is entry 0 (the rg / sibm convention), final_elbo the last (the hpf convention)."""
+    values = [-8.0, -4.0, -2.0]
+    res = vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=3, progress=False, init_elbo=-16.0,
+                        final_elbo=lambda s: -1.0)
+    np.testing.assert_array_equal(res.elbo, [-16.0, -8.0, -4.0, -2.0, -1.0])
+    np.testing.assert_array_equal(res.rel_change, [np.inf, 0.5, 0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(res.iteration, [0, 1, 2, 3, 3])
+    assert res.n_iter == 3 and res.sweep_seconds.shape == (3,)
+
+
+def test_none_reports_record_nothing_and_evaluate_overrides():
+    res = vi_driver.run(lambda s, t: (s + 1, None if t % 2 == 0 else -float(10 - t)), jnp.asarray(0), max_iter=5,
+                        progress=False)
+    np.testing.assert_array_equal(res.elbo, [-9.0, -7.0])
+    np.testing.assert_array_equal(res.iteration, [2, 4])
+    assert res.n_iter == 5
+    ev = vi_driver.run(lambda s, t: (s + 1, None), jnp.asarray(0), max_iter=3, progress=False,
+                       evaluate=lambda s: -10.0 / (1 + s))
+    np.testing.assert_allclose(ev.elbo, [-5.0, -10 / 3, -2.5], rtol=1e-15)
+    empty = vi_driver.run(lambda s, t: (s, None), jnp.asarray(0), max_iter=2, tol=1.0, progress=False)
+    assert empty.elbo.shape == (0,) and empty.n_iter == 2 and not empty.converged
+
+
+@pytest.mark.parametrize("bad, where", [(np.nan, "at sweep 3"), (np.inf, "at sweep 3"), (-np.inf, "at sweep 3")])
+def test_non_finite_elbo_raises_naming_the_sweep(bad, where):
+    values = [-3.0, -2.0, bad, -1.0]
+    with pytest.raises(FloatingPointError, match=f"ELBO became .* {where}; try float64"):
+        vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=4, progress=False)
+
+
+def test_non_finite_init_final_and_evaluate_raise():
+    sweep = _sequence_sweep([-1.0, -1.0])
+    with pytest.raises(FloatingPointError, match="initial state"):
+        vi_driver.run(sweep, jnp.asarray(0), max_iter=2, progress=False, init_elbo=np.nan)
+    with pytest.raises(FloatingPointError, match="after sweep 2"):
+        vi_driver.run(sweep, jnp.asarray(0), max_iter=2, progress=False, final_elbo=lambda s: jnp.nan)
+    with pytest.raises(FloatingPointError, match="at sweep 1"):
+        vi_driver.run(sweep, jnp.asarray(0), max_iter=2, progress=False, evaluate=lambda s: np.inf)
+
+
+def test_callback_sees_every_sweep_in_order_before_the_stop():
+    seen = []
+    values = [-4.0, -2.0, -2.0, -2.0]
+    res = vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=4, tol=1e-3, progress=False,
+                        callback=lambda t, s, r: seen.append((t, int(s), r)))
+    assert res.n_iter == 3 and seen == [(0, 1, -4.0), (1, 2, -2.0), (2, 3, -2.0)]
+
+
+def test_timings():
+    res = vi_driver.run(_sequence_sweep([-1.0, -0.5, -0.25]), jnp.asarray(0), max_iter=3, progress=False)
+    assert res.seconds >= np.sum(res.sweep_seconds) >= 0
+    assert res.seconds_after_compile == pytest.approx(np.sum(res.sweep_seconds[1:]))
+    assert res.seconds_per_iter == pytest.approx(res.seconds_after_compile / 2)
+    one = vi_driver.run(_sequence_sweep([-1.0]), jnp.asarray(0), max_iter=1, progress=False)
+    assert one.seconds_after_compile == 0.0 and one.seconds_per_iter == 0.0  # nothing timed after compilation
+
+
+def test_progress_bar_runs():
+    res = vi_driver.run(_sequence_sweep([-2.0, -1.0]), jnp.asarray(0), max_iter=2, progress=True, desc="test")
+    assert res.n_iter == 2
+
+
+@pytest.mark.parametrize("kw, field", [({"max_iter": 0}, "max_iter"), ({"max_iter": 2.5}, "max_iter"),
+                                       ({"max_iter": True}, "max_iter"), ({"max_iter": "3"}, "max_iter"),
+                                       ({"max_iter": 3, "tol": -1.0}, "tol"), ({"max_iter": 3, "tol": np.nan}, "tol"),
+                                       ({"max_iter": 3, "tol": None}, "tol")])
+def test_bad_arguments_raise_before_any_sweep(kw, field):
+    calls = []
+    with pytest.raises(ValueError, match=field):
+        vi_driver.run(lambda s, t: calls.append(t) or (s, -1.0), jnp.asarray(0), progress=False, **kw)
+    assert not calls
+
+
+def test_check_fit_args_names_the_field():
+    vi_driver.check_fit_args(1, 0.0, 0)
+    with pytest.raises(ValueError, match="n_draws"):
+        vi_driver.check_fit_args(1, 0.0, -1)
+    with pytest.raises(ValueError, match="n_draws"):
+        vi_driver.check_fit_args(1, 0.0, False)
+    with pytest.raises(ValueError, match="max_epochs"):
+        vi_driver.check_fit_args(0, 0.0, 1, max_iter_name="max_epochs")
