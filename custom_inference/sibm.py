@@ -1211,7 +1211,8 @@ def _idata(arrays: dict, trace: dict, **attrs):
 
 
 def fit(key, data, D: int, hyper, max_iter: int = 200, tol: float = 1e-7, progress: bool = True, *,
-        init_state: SIBMState | None = None, chunk_cells: int = DEFAULT_CHUNK_CELLS, **init_kwargs) -> FitResult:
+        init_state: SIBMState | None = None, chunk_cells: int = DEFAULT_CHUNK_CELLS, callback=None,
+        **init_kwargs) -> FitResult:
     """Batch VB (the seed's "batch" baseline): `step` until |dL| / |L| < ``tol``.
 
     Parameters
@@ -1219,6 +1220,8 @@ def fit(key, data, D: int, hyper, max_iter: int = 200, tol: float = 1e-7, progre
     key : jax PRNG key (initialization); data : binary matrix (anything `as_binary` takes)
     D : int >= 1; hyper : SIBMHyper-like; max_iter, tol : sweeps and stopping rule
     progress : tqdm bar; init_state : start here instead of `init`; init kwargs: see `init`
+    callback : ``callback(t, state)`` after sweep t (0-based; each sweep touches all I J cells), e.g.
+        held-out recall for `validation.implicit_eval.sibm_recall_curves`; return value ignored
 
     Returns FitResult(SIBMState, ELBO trace (n_iter + 1,) starting at the initial state, InferenceData
     with groups variational_parameters and vi_trace; attrs method, converged, n_iter, seconds).
@@ -1244,6 +1247,8 @@ def fit(key, data, D: int, hyper, max_iter: int = 200, tol: float = 1e-7, progre
             raise FloatingPointError(f"ELBO became {value} at sweep {len(trace)}; try float64")
         trace.append(value), rels.append(rel)
         bar.update(1)
+        if callback is not None:
+            callback(len(trace) - 2, state)
         bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
         if rel < tol:
             converged = True
@@ -1259,7 +1264,8 @@ def fit(key, data, D: int, hyper, max_iter: int = 200, tol: float = 1e-7, progre
 def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, *, strategy: str = "biased",
             S: int | str = "auto", S_min: int | None = None, S_max: int = 1 << 20, theta_delta: float = 2.0,
             tau: float = 1.0, kappa: float = 0.7, ewma: float = 0.1, nudge: bool = True, elbo_every: int = 0,
-            tol: float = 0.0, init_state: SIBMState | None = None, seed: int = 0, **init_kwargs) -> FitResult:
+            tol: float = 0.0, init_state: SIBMState | None = None, seed: int = 0, max_cells: int | None = None,
+            callback=None, **init_kwargs) -> FitResult:
     """SIBM (Algorithm 1): ``n_iter`` minibatches of S cells drawn by ``strategy``.
 
     Parameters
@@ -1275,9 +1281,15 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     init_state : start from this q (SIBMState), or resume a previous run (its SVIState: Robbins-Monro
         counters and moving averages carry on; pass a new ``key`` for fresh draws)
     seed : unused (kept for a common signature with `fit`)
+    max_cells : stop once this many cells have been sampled in all (the x-axis of seed 002 figs. 2-3,
+        "number of entries observed"); None: only ``n_iter`` limits the run
+    callback : ``callback(t, st, n_cells)`` after minibatch t (0-based) with the SVIState and the
+        cells sampled so far (e.g. held-out recall for `validation.implicit_eval.sibm_recall_curves`);
+        its return value is ignored
 
     Returns FitResult(SVIState, ELBO trace at the recorded iterations, InferenceData with the
     variational parameters and vi_trace (elbo, iteration, S per minibatch)).
+    Raises ValueError (inputs; max_cells < 1), FloatingPointError (non-finite ELBO).
     """
     del seed
     _check_fit(n_iter, tol)
@@ -1285,6 +1297,8 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     I, J = data.shape
     S_min = max(I, J) if S_min is None else int(S_min)
     auto = S == "auto"
+    if max_cells is not None and (isinstance(max_cells, bool) or int(max_cells) != max_cells or max_cells < 1):
+        raise ValueError(f"max_cells must be a positive integer or None, got {max_cells!r}")
     if not auto and (isinstance(S, bool) or int(S) != S or S < 1):
         raise ValueError(f"S must be a positive integer or 'auto', got {S!r}")
     k_init, k_run = jax.random.split(key)
@@ -1297,7 +1311,7 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
     sampler = make_sampler(data, strategy, dtype=np.asarray(params.u_h).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
     elbo_fn = functools.partial(elbo, hyper=hyper)
-    trace, iters, sizes, converged = [], [], [], False
+    trace, iters, sizes, converged, n_cells = [], [], [], False, 0
     bar = tqdm(total=n_iter, desc=f"SIBM SVI ({strategy}, D={D})", disable=not progress, leave=False)
     start = time.perf_counter()
     for t in range(n_iter):
@@ -1305,12 +1319,16 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
         size = int(st.S)
         st = svi_step(k, st, sampler, data, hyper, S=size, tau=tau, kappa=kappa, ewma=ewma, nudge=nudge)
         sizes.append(size)
+        n_cells += size
         if auto:
             s_new = float(auto_minibatch_size(st, sampler, theta_delta))
             s_new = S_min if not np.isfinite(s_new) else int(min(max(round(s_new), S_min), S_max))
             st = st._replace(S=jnp.asarray(float(s_new), st.S.dtype))
         bar.update(1)
-        record = (elbo_every and (t + 1) % elbo_every == 0) or t == n_iter - 1
+        if callback is not None:
+            callback(t, st, n_cells)
+        done = max_cells is not None and n_cells >= max_cells
+        record = (elbo_every and (t + 1) % elbo_every == 0) or t == n_iter - 1 or done
         if record:
             value = float(elbo_fn(st.params, data))
             if not np.isfinite(value):
@@ -1322,6 +1340,8 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
             if tol > 0 and rel < tol:
                 converged = True
                 break
+        if done:
+            break
     bar.close()
     seconds = time.perf_counter() - start
     vp = {f: np.asarray(v) for f, v in st.params._asdict().items() if f != "last_elbo"}

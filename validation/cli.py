@@ -8,7 +8,10 @@
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
     factorbayes errata                                 validation.errata.run_errata(all_errata())
     factorbayes evaluate implicit --data ml-100k|PATH  validation.implicit_eval.evaluate_implicit
-                                                       (SIBM x 5, RG x 2, BPR x 2, popularity on P1, SIBM)
+                                                       (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
+                                                       on P1, SIBM; RG like error by degree)
+        [--curves | --curves-only]                     + validation.implicit_eval.recall_curves
+                                                       (seed 002 figs. 2-3: recall@10 vs entries)
     factorbayes crosscheck sbmf|bpmf|mcmc-fm|vbfm|sibm|rg
                                                        validation.<model>.run_crosscheck
     factorbayes sbc hpf --solver gibbs|nuts|cavi|gibbs-printed --sims N
@@ -198,6 +201,16 @@ def cmd_evaluate_implicit(args) -> int:
     from . import implicit_eval
 
     df, path = _load_data(args.data)
+    out = Path(args.out or "factorbayes-output/evaluate-implicit")
+    if args.curves or args.curves_only:
+        print(f"Recall@10 vs entries observed (seed 002 figs. 2-3) on {', '.join(args.curve_data)}: "
+              f"{args.curve_passes:g} x I J entries per run", file=sys.stderr)
+        curves = implicit_eval.recall_curves(df, data=tuple(args.curve_data), seed=args.seed,
+                                             passes=args.curve_passes, out_dir=out, progress=not args.no_progress)
+        _print_table(curves.summary)
+        print(f"Curves: {curves.csv}; report: {curves.report}")
+        if args.curves_only:
+            return 0
     systems = implicit_eval.baseline_systems()
     if not args.baselines_only:
         systems = {**implicit_eval.model_systems(), **systems}
@@ -206,12 +219,14 @@ def cmd_evaluate_implicit(args) -> int:
         if unknown:
             raise ValueError(f"--systems: unknown {unknown}; choose from {sorted(systems)}")
         systems = {name: systems[name] for name in args.systems}
-    out = Path(args.out or "factorbayes-output/evaluate-implicit")
     print(f"One-class comparison on {path}: protocols {', '.join(args.protocols)}; systems {', '.join(systems)}",
           file=sys.stderr)
     result = implicit_eval.evaluate_implicit(df, systems, protocols=tuple(args.protocols), seed=args.seed,
                                              out_dir=out, progress=not args.no_progress)
     _print_table(result.table)
+    if len(result.like_error_by_degree):
+        print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
+        _print_table(result.like_error_by_degree)
     print(f"Report: {result.report}")
     return 0
 
@@ -303,6 +318,16 @@ def build_parser() -> argparse.ArgumentParser:
             g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
                            help="a subset of the systems (quote names with spaces), default all")
             g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
+            g.add_argument("--curves", action="store_true",
+                           help="also write recall@10 vs entries observed (seed 002 figs. 2-3) as CSV and PNG")
+            g.add_argument("--curves-only", action="store_true", help="only the curves, not the comparison table")
+            from .implicit_eval import CURVE_DATA, CURVE_DEFAULTS
+
+            g.add_argument("--curve-data", nargs="+", choices=CURVE_DATA, default=list(CURVE_DATA),
+                           help="data sets of the curves: the --data ratings under the SIBM protocol, the seed's "
+                                "sec. 4 synthetic matrix")
+            g.add_argument("--curve-passes", type=float, default=CURVE_DEFAULTS["passes"],
+                           help="budget of each curve run in units of I x J entries")
             p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit}.get(
                 a.model, cmd_evaluate)(a))
 

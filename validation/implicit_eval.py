@@ -22,7 +22,14 @@ Metrics (all with one held-out positive per row, candidates = the row's non-trai
 
 `evaluate_implicit` fits every system of a dict on every protocol's training matrix and returns
 the table, per-user and by-degree tables, and (with ``out_dir``) PNG plots of the rank score by
-user and by item degree on log axes and a Markdown report. `baseline_systems` gives the
+user and by item degree on log axes and a Markdown report. For systems whose scores are like
+probabilities (RG "like", at r = 1/2 and at the second r of `RG_DEFAULTS`) it adds the
+classification error of the held-out edges by user degree (003 fig. 4).
+
+`recall_curves` / `sibm_recall_curves` give seed 002 fig. 2 (top; recall@10 against the number of
+entries sampled, for S-Uniform, S-Balanced and S-Biased) and fig. 3 (SIBM-auto against batch VB,
+which touches I J entries per sweep) on the SIBM protocol and on the sec. 4 synthetic matrix
+(`sec4_synthetic`, `binary_split`), as CSV, PNG and Markdown. `baseline_systems` gives the
 "popularity", "BPR-uniform" and "BPR-popularity" entries; SIBM and RG systems are added to the
 same dict by their modules.
 
@@ -49,6 +56,7 @@ reference, `implicit`'s BPR (64 factors, 100 epochs, its defaults) gives R = 0.8
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +79,16 @@ __all__ = [
     "evaluate_implicit",
     "baseline_systems",
     "BPR_DEFAULTS",
+    "model_systems",
+    "SIBM_DEFAULTS",
+    "RG_DEFAULTS",
+    "binary_split",
+    "sec4_synthetic",
+    "sibm_recall_curves",
+    "recall_curves",
+    "RecallCurves",
+    "CURVE_DEFAULTS",
+    "CURVE_DATA",
 ]
 
 #: A system: ``factory(train, seed) -> score_fn``; fitting happens inside the call.
@@ -249,13 +267,24 @@ class ImplicitEvaluation:
         ``protocol``, ``system``, ``recall@N`` (= HR@N), ``rank_score_users`` (mean over test
         rows), ``rank_score_items`` (mean over held-out items of their mean), ``ndcg@N``,
         ``fit_seconds`` (wall time of the system's fit, compilation included), ``n_users``
-        (test rows), ``n_items`` (distinct held-out items), ``I``, ``J``.
+        (test rows), ``n_items`` (distinct held-out items), ``I``, ``J``, ``like_error`` (seed 003
+        fig. 4: share of held-out edges with p(g = 1 | h = 1) < 1/2; NaN unless the system's
+        scores are like probabilities).
     by_user_degree : pandas.DataFrame
         `validation.metrics.by_degree` of the rank score by the user's training degree, with
         columns ``protocol``, ``system`` in front.
     by_item_degree : pandas.DataFrame
         The same by the held-out item's training degree (item means of the rank score).
     per_user : dict[(protocol, system)] -> DataFrame of `validation.metrics.leave_one_out_metrics`
+        (with ``like`` and ``like_error`` columns for like-probability systems)
+    like_error_by_degree : pandas.DataFrame
+        Seed 003 fig. 4: for the systems whose scores are like probabilities p(g = 1 | h = 1)
+        (factories with ``scores_like_probability = True``: "RG like", "RG like (r=...)"), the
+        classification error on the held-out edges (ground truth g = 1: an error when
+        p(g = 1 | h = 1) < 1/2), by the user's training degree in log2 buckets
+        (`validation.metrics.by_degree`): ``protocol``, ``system``, ``bucket_low``,
+        ``bucket_high``, ``n_users``, ``mean`` (the error rate), ``sem``, ``mean_like`` (mean
+        p(g = 1 | h = 1) in the bucket). Empty when no such system ran.
     plots : dict[str, Path] of written PNG files (empty without ``out_dir``)
     report : Path of the Markdown report, or None without ``out_dir``
     """
@@ -264,6 +293,7 @@ class ImplicitEvaluation:
     by_user_degree: pd.DataFrame
     by_item_degree: pd.DataFrame
     per_user: dict = field(repr=False)
+    like_error_by_degree: pd.DataFrame = field(default_factory=pd.DataFrame)
     plots: dict = field(default_factory=dict)
     report: Path | None = None
 
@@ -340,13 +370,22 @@ def evaluate_implicit(
         splits = {p: _SPLITTERS[p](df, seed) for p in protocols}
     if not splits:
         raise ValueError("protocols: none given")
-    rows, per_user, by_user, by_item = [], {}, [], []
+    rows, per_user, by_user, by_item, like_err = [], {}, [], [], []
     for pname, split in splits.items():
         for sname, factory in systems.items():
             t0 = time.perf_counter()
             score_fn = factory(split.train, seed)
             secs = time.perf_counter() - t0
             pu = metrics.leave_one_out_metrics(score_fn, split, n=n, batch_size=batch_size)
+            like_error = np.nan
+            if getattr(factory, "scores_like_probability", False):
+                pu = _with_like_error(pu, score_fn, batch_size)
+                like_error = float(pu["like_error"].mean())
+                b = metrics.by_degree(pu, "like_error", n_buckets=n_buckets)
+                b["mean_like"] = metrics.by_degree(pu, "like", n_buckets=n_buckets)["mean"].to_numpy()
+                b.insert(0, "system", sname)
+                b.insert(0, "protocol", pname)
+                like_err.append(b)
             per_user[(pname, sname)] = pu
             items = _item_means(pu, split.train)
             rows.append(
@@ -362,6 +401,7 @@ def evaluate_implicit(
                     "n_items": int(len(items)),
                     "I": split.n_users,
                     "J": split.n_items,
+                    "like_error": like_error,
                 }
             )
             for acc, table in ((by_user, pu), (by_item, items)):
@@ -381,10 +421,58 @@ def evaluate_implicit(
         by_user_degree=pd.concat(by_user, ignore_index=True),
         by_item_degree=pd.concat(by_item, ignore_index=True),
         per_user=per_user,
+        like_error_by_degree=pd.concat(like_err, ignore_index=True) if like_err else pd.DataFrame(
+            columns=["protocol", "system", "bucket_low", "bucket_high", "n_users", "mean", "sem", "mean_like"]),
     )
     if out_dir is not None:
         _write(result, Path(out_dir), n)
     return result
+
+
+def _with_like_error(pu: pd.DataFrame, score_fn: metrics.ScoreFn, batch_size: int) -> pd.DataFrame:
+    """Add ``like`` (the score of the held-out item: p(g = 1 | h = 1)) and ``like_error``
+    (1.0 if like < 1/2: the held-out edge, truly liked, is classified g = 0) to a per-user table.
+    Seed 003 sec. 6.1.1 and fig. 4."""
+    users = pu["user"].to_numpy()
+    items = pu["item"].to_numpy()
+    like = np.empty(users.size)
+    for start in range(0, users.size, batch_size):
+        bu, bi = users[start:start + batch_size], items[start:start + batch_size]
+        like[start:start + bu.size] = np.asarray(score_fn(bu), np.float64)[np.arange(bu.size), bi]
+    if np.any((like < 0) | (like > 1)):
+        raise ValueError("score_fn: a system marked scores_like_probability returned scores outside [0, 1]")
+    out = pu.copy()
+    out["like"] = like
+    out["like_error"] = (like < 0.5).astype(np.float64)
+    out.attrs.update(pu.attrs)
+    return out
+
+
+def _plot_like_error(buckets: pd.DataFrame, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    protocols = list(dict.fromkeys(buckets["protocol"]))
+    fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 3.8), squeeze=False)
+    for ax, p in zip(axes[0], protocols):
+        sub = buckets[buckets["protocol"] == p]
+        for s in dict.fromkeys(sub["system"]):
+            b = sub[sub["system"] == s]
+            x = np.sqrt(np.maximum(b["bucket_low"].to_numpy(float), 0.5) * b["bucket_high"].to_numpy(float))
+            ax.errorbar(x, b["mean"], yerr=b["sem"].fillna(0.0), marker="o", ms=3, capsize=2, label=s)
+        ax.set_xscale("log")
+        ax.set_ylim(0, None)
+        ax.set_xlabel("user's training degree (log2 buckets)")
+        ax.set_ylabel("classification error on held-out edges")
+        ax.set_title(f"{p}: p(g = 1 | h = 1) < 1/2 (003 fig. 4)", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path) -> Path:
@@ -446,6 +534,19 @@ def _write(result: ImplicitEvaluation, out: Path, n: int) -> None:
         markdown_table(result.by_item_degree),
         "",
     ]
+    if len(result.like_error_by_degree):
+        result.plots["like_error"] = _plot_like_error(result.like_error_by_degree, out / "like_error_by_user_degree.png")
+        lines += [
+            "## Like classification error by user degree (003 fig. 4)",
+            "",
+            "Held-out edges are liked (g = 1); an error is p(g = 1 | h = 1) < 1/2 (eq. 19). `mean` is the error "
+            "rate, `mean_like` the mean predicted like probability.",
+            "",
+            "![like error by user degree](like_error_by_user_degree.png)",
+            "",
+            markdown_table(result.like_error_by_degree),
+            "",
+        ]
     result.report = out / "report.md"
     result.report.write_text("\n".join(lines))
 
@@ -513,7 +614,11 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
 # well under a minute on 2 cores (measured numbers in the issue notes of the one-class family)
 SIBM_DEFAULTS = {"D": 10, "batch_max_iter": 100, "batch_tol": 1e-6, "svi_iter": 2000, "svi_S_max": 20000,
                  "map_iter": 4000}
-RG_DEFAULTS = {"K": 10, "max_iter": 100}
+#: RG: ``r`` is the paper's r = 1/2 (eq. 8); ``second_r`` adds the same systems at another r (named
+#: "RG like (r=1)" ...): r = 1 gives gamma = 1, pi_n = d_n, the "effectively uniform" histogram of
+#: seed 003 sec. 4.1 (None: no second r). ``warm_start``: `custom_inference.rg.fit`'s fixed-graph
+#: sweeps before the Robbins-Monro averaging (its default; 0 is the paper's cold start).
+RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
 
 
 def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
@@ -527,9 +632,13 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
       at ``svi_S_max`` cells, ``svi_iter`` minibatches;
     - ``"SIBM MAP"``: `custom_inference.sibm.fit_map`, S-Biased minibatches, ``map_iter`` steps;
     - ``"RG like"`` and ``"RG popularity x like"``: `custom_inference.rg.fit` with the paper's
-      hyperparameters (r = 1/2, user biases clamped at zero, sec. 6.1), a fresh hidden graph per
-      sweep with Robbins-Monro averaging (sec. 5.1), scored by the like probability (19) or by
-      pi_n times it.
+      hyperparameters (r = 1/2, user biases clamped at zero, sec. 6.1), ``warm_start`` fixed-graph
+      sweeps then a fresh hidden graph per sweep with Robbins-Monro averaging (sec. 5.1), scored by
+      the like probability (19) or by pi_n times it; the two share one fit per (training matrix,
+      seed, r). ``"RG like (r=1)"`` and ``"RG popularity x like (r=1)"``: the same at ``second_r``
+      (sec. 6.1.2 evaluates two settings of r). The like systems carry
+      ``scores_like_probability = True``, so `evaluate_implicit` also reports their
+      classification error by user degree (seed 003 fig. 4).
 
     Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg``
     override `SIBM_DEFAULTS` / `RG_DEFAULTS`. Returns dict name -> ``factory(train, seed) -> score_fn``.
@@ -566,20 +675,395 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
 
         return factory
 
-    def rg_system(kind: str) -> SystemFactory:
+    fits: dict = {}  # (id(train), seed, r) -> (train, FitResult): one RG fit per r serves both scores
+
+    def rg_fit(train: Observations, seed: int, r_value: float):
+        key = (id(train), int(seed), float(r_value))
+        if key not in fits or fits[key][0] is not train:
+            res = rg_solver.fit(train, RGHyper(r=float(r_value)), r["K"], seed=int(seed), max_iter=r["max_iter"],
+                                dtype=dtype, n_draws=0, progress=False, warm_start=r["warm_start"])
+            fits[key] = (train, res)
+        return fits[key][1]
+
+    def rg_system(kind: str, r_value: float) -> SystemFactory:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
-            res = rg_solver.fit(train, RGHyper(), r["K"], seed=int(seed), max_iter=r["max_iter"], dtype=dtype,
-                                n_draws=0, progress=False)
+            res = rg_fit(train, seed, r_value)
             return lambda users: rg_solver.score_users(res.state, users, kind=kind, pi=res.pi)
 
+        factory.scores_like_probability = kind == "like"
         return factory
 
+    rg_entries = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
+    if r["second_r"] is not None:
+        tag = f"r={float(r['second_r']):g}"
+        rg_entries[f"RG like ({tag})"] = rg_system("like", r["second_r"])
+        rg_entries[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
     return {
         "SIBM batch VB": sibm_system("batch"),
         "SIBM S-Uniform": sibm_system("svi", "uniform"),
         "SIBM S-Balanced": sibm_system("svi", "balanced"),
         "SIBM S-Biased": sibm_system("svi", "biased"),
         "SIBM MAP": sibm_system("map"),
-        "RG like": rg_system("like"),
-        "RG popularity x like": rg_system("popularity_like"),
+        **rg_entries,
     }
+
+
+# ---------------------------------------------------------------------------
+# recall@N versus the number of entries observed (seed 002 figs. 2 and 3)
+# ---------------------------------------------------------------------------
+
+#: Defaults of `sibm_recall_curves` / `recall_curves`: D = 10 (seed 002 sec. 4), a budget of
+#: ``passes`` x I J entries (I J = one batch sweep), ``n_points`` log-spaced recall evaluations per
+#: SVI run, fixed minibatch size S = max(I, J) for the strategy comparison (the seed's minimum S;
+#: it selects S per strategy by cross-validation instead, which we cannot afford), the automatic S
+#: (13) capped at ``auto_S_max`` for "SIBM-auto". On the SIBM split of MovieLens 100K (I J ~ 0.9e6)
+#: and the 1000 x 1000 synthetic matrix a full run is a few minutes on 2 cores.
+CURVE_DEFAULTS = {"D": 10, "passes": 10, "n_points": 10, "S": None, "auto_S_max": 20000}
+
+_STRATEGY_LABEL = {"uniform": "S-Uniform", "balanced": "S-Balanced", "biased": "S-Biased"}
+
+
+def binary_split(X, seed: int = 0, min_ones: int = 10, dtype=np.float64) -> ImplicitSplit:
+    """Seed 002 sec. 4 hold-out on a given binary matrix: keep the rows with >= ``min_ones`` ones,
+    move one random one of each kept row to the test set (the draw of `split_sibm`, step 5).
+
+    Parameters
+    ----------
+    X : (I0, J) 0/1 matrix: dense array (bool/int/float), scipy.sparse, or `Observations` of the ones.
+    seed : int, seeds the held-out draws (``numpy.random.default_rng(seed)``, rows in order).
+    min_ones : int >= 2.
+    dtype : float dtype of ``train.values``.
+
+    Returns
+    -------
+    ImplicitSplit: ``train`` (I, J) with I the kept rows (in their original order; all J columns
+    kept), ``test_users`` = 0 .. I-1, ``test_items`` (I,); ``indexed`` holds the ones (rating 1)
+    with ``user_ids`` the kept rows' original indices and ``item_ids`` = 0 .. J-1.
+
+    Raises
+    ------
+    ValueError: X not 2-D or not binary (`custom_inference.sibm.as_binary`); ``min_ones < 2``; no row
+    with ``min_ones`` ones.
+    """
+    from custom_inference.sibm import as_binary
+
+    if isinstance(min_ones, bool) or int(min_ones) != min_ones or min_ones < 2:
+        raise ValueError(f"min_ones must be an integer >= 2 (one one is held out), got {min_ones!r}")
+    obs = as_binary(X)
+    I0, J = obs.shape
+    rows = np.asarray(obs.rows, np.int64)
+    cols = np.asarray(obs.cols, np.int64)
+    order = np.lexsort((cols, rows))
+    rows, cols = rows[order], cols[order]
+    count = np.bincount(rows, minlength=I0)
+    keep_rows = np.flatnonzero(count >= min_ones)
+    if keep_rows.size == 0:
+        raise ValueError(f"X: no row has >= {min_ones} ones")
+    row_map = np.full(I0, -1, np.int64)
+    row_map[keep_rows] = np.arange(keep_rows.size)
+    sel = row_map[rows] >= 0
+    u, i = row_map[rows[sel]], cols[sel]
+    I = keep_rows.size
+    starts = np.searchsorted(u, np.arange(I), side="left")
+    ends = np.searchsorted(u, np.arange(I), side="right")
+    rng = np.random.default_rng(seed)
+    keep = np.ones(u.size, dtype=bool)
+    test_items = np.empty(I, dtype=np.int64)
+    for row in range(I):
+        k = int(rng.integers(int(ends[row] - starts[row])))
+        test_items[row] = i[starts[row] + k]
+        keep[starts[row] + k] = False
+    train = Observations.from_coo(u[keep], i[keep], np.ones(int(keep.sum())), (I, J), kind="binary", dtype=dtype)
+    frame = pd.DataFrame({"u": u, "i": i, "rating": np.ones(u.size), "timestamp": np.zeros(u.size, np.int64)})
+    return ImplicitSplit(train=train, test_users=np.arange(I, dtype=np.int64), test_items=test_items,
+                         indexed=IndexedRatings(frame=frame, user_ids=keep_rows, item_ids=np.arange(J, dtype=np.int64)))
+
+
+def sec4_synthetic(I: int = 1000, J: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The synthetic data of seed 002 sec. 4: ``ppl_models.sibm.simulate(key, I, J, **SEC4_SYNTHETIC)``
+    (D = 10, u_id, v_jd ~ N(0, 1), no biases, z = -7.5: about 98% zeros).
+
+    Returns (X int8 (I, J) 0/1, logits float64 (I, J) = U V^T + z, the truth an oracle ranks by).
+    Dense: a data generator for evaluation, not a solver. Raises ValueError for bad sizes.
+    """
+    import jax
+
+    from ppl_models.sibm import SEC4_SYNTHETIC, logits, simulate
+
+    with jax.enable_x64(True):
+        params, X = simulate(jax.random.PRNGKey(int(seed)), I, J, **SEC4_SYNTHETIC)
+        eta = np.asarray(logits(params["U"], params["V"], params["z"]), np.float64)
+    return np.asarray(X, np.int8), eta
+
+
+def _geometric_checkpoints(first: float, last: float, n_points: int) -> np.ndarray:
+    if n_points <= 1 or last <= first:
+        return np.array([float(last)])
+    return np.geomspace(first, last, n_points)
+
+
+def sibm_recall_curves(
+    split: ImplicitSplit,
+    *,
+    D: int = CURVE_DEFAULTS["D"],
+    strategies: Sequence[str] = ("uniform", "balanced", "biased"),
+    S: int | None = CURVE_DEFAULTS["S"],
+    passes: float = CURVE_DEFAULTS["passes"],
+    n_points: int = CURVE_DEFAULTS["n_points"],
+    auto: bool = True,
+    auto_S_max: int = CURVE_DEFAULTS["auto_S_max"],
+    batch: bool = True,
+    references: Mapping[str, metrics.ScoreFn] | None = None,
+    seed: int = 0,
+    n: int = 10,
+    dtype=np.float32,
+    hyper=None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Recall@N against the number of entries of X observed: seed 002 fig. 2 (top) and fig. 3.
+
+    - fig. 2 (top): SVI (Algorithm 1) with each sub-sampling strategy of sec. 2.3 at the same fixed
+      minibatch size S (default max(I, J));
+    - fig. 3: "SIBM-auto" (S-Biased with the automatic S of eq. 13, S_min = max(I, J), capped at
+      ``auto_S_max``) against batch VB, whose every sweep touches all I J entries;
+    - ``references``: constant systems (popularity, the true logits of a synthetic matrix), drawn
+      as horizontal lines.
+
+    An SVI run samples up to ``passes * I * J`` cells; recall is evaluated at ``n_points`` budgets
+    spaced geometrically from the first minibatch to the end (at the first minibatch that reaches
+    each), and at the end. Batch VB runs ``ceil(passes)`` sweeps (no tolerance stop), recall after each.
+
+    Parameters
+    ----------
+    split : ImplicitSplit (`split_sibm`, `binary_split`); the fit sees ``split.train`` (I, J) only.
+    D : int >= 1 latent factors (biases on top, `ppl_models.sibm.SIBMHyper` defaults unless ``hyper``).
+    strategies : subset of ("uniform", "balanced", "biased").
+    S : fixed minibatch size of the strategy runs (None: max(I, J)).
+    passes : float > 0, the budget in units of I J entries.
+    n_points : int >= 1 recall evaluations per SVI run.
+    auto, batch : include the fig. 3 runs.
+    references : dict label -> score function (scored once).
+    seed : int; ``jax.random.PRNGKey(seed)`` initializes every run (the same initial q for all).
+    n : N of recall@N (seed 002: 10); dtype : float32 (fast) or float64; progress : print a line per run.
+
+    Returns
+    -------
+    pandas.DataFrame, one row per evaluation: ``method`` ("S-Uniform", "S-Balanced", "S-Biased",
+    "SIBM-auto", "batch VB", or a reference label), ``figure`` ("fig2", "fig3" or "reference"; the
+    fixed-S S-Biased run is also drawn in fig. 3 as SIBM with a hand-picked S), ``iteration``
+    (minibatches or sweeps so far), ``entries`` (cells observed so far: sum of S, or sweeps x I J;
+    NaN for references), ``recall`` (recall@N in [0, 1]), ``S`` (current minibatch size; NaN for
+    batch), ``seconds`` (wall time of the run so far, recall evaluations excluded, the first
+    call's compilation included), ``n`` (N). attrs: I, J, nnz, D, budget.
+
+    Raises
+    ------
+    ValueError: unknown strategy, passes <= 0, n_points < 1, S < 1, nothing to run; what the
+    solvers raise.
+
+    Source: 002_5408d341cb9fc544.txt sec. 4.1 (fig. 2 top), sec. 4.3 (fig. 3), recall@N of sec. 4.
+    """
+    import jax
+
+    from custom_inference import sibm as sibm_solver
+    from ppl_models.sibm import SIBMHyper
+
+    unknown = [s for s in strategies if s not in _STRATEGY_LABEL]
+    if unknown:
+        raise ValueError(f"strategies: unknown {unknown}; known {list(_STRATEGY_LABEL)}")
+    if not (np.isfinite(passes) and passes > 0):
+        raise ValueError(f"passes must be > 0, got {passes!r}")
+    if isinstance(n_points, bool) or int(n_points) != n_points or n_points < 1:
+        raise ValueError(f"n_points must be an integer >= 1, got {n_points!r}")
+    if not strategies and not auto and not batch and not references:
+        raise ValueError("strategies: nothing to run (no strategy, auto=False, batch=False, no references)")
+    hyper = SIBMHyper() if hyper is None else hyper
+    train = split.train.astype(dtype)
+    I, J = train.shape
+    S_fixed = max(I, J) if S is None else S
+    if isinstance(S_fixed, bool) or int(S_fixed) != S_fixed or S_fixed < 1:
+        raise ValueError(f"S must be a positive integer or None, got {S!r}")
+    S_fixed = int(S_fixed)
+    budget = int(math.ceil(passes * I * J))
+    key = jax.random.PRNGKey(int(seed))
+    rows: list[dict] = []
+
+    def recall_of(score_fn) -> float:
+        return recall_at(score_fn, split, n=n)
+
+    def svi_run(label: str, figure: str, strategy: str, size) -> None:
+        first = S_fixed if size != "auto" else max(I, J)
+        marks = _geometric_checkpoints(first, budget, int(n_points))
+        state = {"next": 0, "eval": 0.0, "t0": time.perf_counter()}
+
+        def callback(t, st, n_cells):
+            if (state["next"] < marks.size and n_cells >= marks[state["next"]]) or n_cells >= budget:
+                e0 = time.perf_counter()
+                rec = recall_of(lambda users: sibm_solver.score_users(st, users))
+                rows.append({"method": label, "figure": figure, "iteration": t + 1, "entries": float(n_cells),
+                             "recall": rec, "S": float(st.S) if size == "auto" else float(size),
+                             "seconds": e0 - state["t0"] - state["eval"], "n": n})
+                state["eval"] += time.perf_counter() - e0
+                while state["next"] < marks.size and marks[state["next"]] <= n_cells:
+                    state["next"] += 1
+
+        n_iter = budget // min(first, budget) + 2
+        sibm_solver.fit_svi(key, train, D, hyper, n_iter=n_iter, progress=False, strategy=strategy, S=size,
+                            S_min=first if size == "auto" else None, S_max=auto_S_max, max_cells=budget,
+                            callback=callback)
+        if progress:
+            last = rows[-1]
+            print(f"[recall curves] {label}: recall@{n}={last['recall']:.4f} after {last['entries']:.3g} entries, "
+                  f"{last['seconds']:.1f}s", flush=True)
+
+    for strategy in strategies:
+        svi_run(_STRATEGY_LABEL[strategy], "fig2", strategy, S_fixed)
+    if auto:
+        svi_run("SIBM-auto", "fig3", "biased", "auto")
+    if batch:
+        t0 = time.perf_counter()
+        spent = {"eval": 0.0}
+
+        def batch_callback(t, state):
+            e0 = time.perf_counter()
+            rec = recall_of(lambda users: sibm_solver.score_users(state, users))
+            rows.append({"method": "batch VB", "figure": "fig3", "iteration": t + 1, "entries": float((t + 1) * I * J),
+                         "recall": rec, "S": np.nan, "seconds": e0 - t0 - spent["eval"], "n": n})
+            spent["eval"] += time.perf_counter() - e0
+
+        sibm_solver.fit(key, train, D, hyper, max_iter=int(math.ceil(passes)), tol=0.0, progress=False,
+                        callback=batch_callback)
+        if progress:
+            print(f"[recall curves] batch VB: recall@{n}={rows[-1]['recall']:.4f} after {rows[-1]['entries']:.3g} "
+                  f"entries, {rows[-1]['seconds']:.1f}s", flush=True)
+    for label, score_fn in (references or {}).items():
+        rows.append({"method": label, "figure": "reference", "iteration": 0, "entries": np.nan,
+                     "recall": recall_of(score_fn), "S": np.nan, "seconds": 0.0, "n": n})
+    out = pd.DataFrame(rows, columns=["method", "figure", "iteration", "entries", "recall", "S", "seconds", "n"])
+    out.attrs.update(I=I, J=J, nnz=int(train.nnz), D=int(D), budget=budget)
+    return out
+
+
+@dataclass
+class RecallCurves:
+    """What `recall_curves` returns.
+
+    curves : pandas.DataFrame, the rows of `sibm_recall_curves` for every data set, with a ``data``
+        column in front.
+    summary : pandas.DataFrame, the last point of each (data, method): ``recall``, ``entries``,
+        ``seconds``.
+    plots : dict data name -> PNG path; csv : Path of ``recall_curves.csv``; report : Path of
+        ``recall_curves.md`` (None without ``out_dir``).
+    """
+
+    curves: pd.DataFrame
+    summary: pd.DataFrame
+    plots: dict = field(default_factory=dict)
+    csv: Path | None = None
+    report: Path | None = None
+
+
+CURVE_DATA = ("ratings", "sec4-synthetic")
+
+
+def recall_curves(
+    df=None,
+    data: Sequence[str] = CURVE_DATA,
+    *,
+    seed: int = 0,
+    synthetic_shape: tuple[int, int] = (1000, 1000),
+    out_dir=None,
+    progress: bool = False,
+    **curve_kwargs,
+) -> RecallCurves:
+    """Seed 002 figs. 2 (top) and 3 on the given ratings and on the sec. 4 synthetic matrix.
+
+    Parameters
+    ----------
+    df : ratings table (`validation.datasets.load_movielens`), split by `split_sibm` (ratings >= 4,
+        1000 most popular columns, rows with >= 10 ones, one held-out one per row); needed for "ratings".
+    data : names among ``"ratings"`` (``df`` under the SIBM protocol) and ``"sec4-synthetic"``
+        (`sec4_synthetic` of ``synthetic_shape`` with seed ``seed``, then `binary_split`).
+    seed : seeds the splits, the synthetic matrix and the fits.
+    out_dir : optional folder: writes ``recall_curves.csv``, ``recall_curves_<data>.png`` (left: fig. 2
+        top, the strategies; right: fig. 3, SIBM-auto and S-Biased with fixed S against batch VB;
+        dashed: popularity, and the true logits on synthetic data) and ``recall_curves.md``.
+    progress : a line per run.
+    curve_kwargs : passed to `sibm_recall_curves` (D, strategies, S, passes, n_points, auto, batch, n, dtype).
+
+    Returns RecallCurves. Raises ValueError for an unknown data name, "ratings" without ``df``, and
+    what `sibm_recall_curves` raises.
+    """
+    unknown = [d for d in data if d not in CURVE_DATA]
+    if unknown:
+        raise ValueError(f"data: unknown {unknown}; known {list(CURVE_DATA)}")
+    if "ratings" in data and df is None:
+        raise ValueError("df: a ratings table is needed for data 'ratings'")
+    frames = []
+    for name in data:
+        if name == "ratings":
+            split = split_sibm(df, seed=seed)
+            refs = {"popularity": metrics.popularity_score_fn(split.train)}
+        else:
+            X, eta = sec4_synthetic(*synthetic_shape, seed=seed)
+            split = binary_split(X, seed=seed)
+            truth = eta[split.indexed.user_ids]
+            refs = {"popularity": metrics.popularity_score_fn(split.train),
+                    "true logits": lambda users, truth=truth: truth[np.asarray(users)]}
+        c = sibm_recall_curves(split, references=refs, seed=seed, progress=progress, **curve_kwargs)
+        c.insert(0, "data", name)
+        c.attrs = {}
+        frames.append((name, c, split))
+    curves = pd.concat([c for _, c, _ in frames], ignore_index=True)
+    summary = (curves.groupby(["data", "method"], sort=False).tail(1)
+               [["data", "method", "figure", "recall", "entries", "seconds"]].reset_index(drop=True))
+    result = RecallCurves(curves=curves, summary=summary)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        result.csv = out / "recall_curves.csv"
+        curves.to_csv(result.csv, index=False)
+        for name, c, split in frames:
+            result.plots[name] = _plot_recall_curves(c, name, split, out / f"recall_curves_{name}.png")
+        from .report import markdown_table
+
+        lines = ["# Recall@N versus entries observed (seed 002 figs. 2 and 3)", "",
+                 "Entries: cells of X sampled by SVI (sum of the minibatch sizes) or touched by batch VB "
+                 "(I J per sweep). Seconds exclude the recall evaluations.", "",
+                 markdown_table(summary), ""]
+        lines += [f"![{name}](recall_curves_{name}.png)" for name in result.plots] + [""]
+        result.report = out / "recall_curves.md"
+        result.report.write_text("\n".join(lines))
+    return result
+
+
+def _plot_recall_curves(c: pd.DataFrame, name: str, split: ImplicitSplit, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = int(c["n"].iloc[0]) if len(c) else 10
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    panels = ((axes[0], "fig. 2 (top): sub-sampling strategies, fixed S", ["S-Uniform", "S-Balanced", "S-Biased"]),
+              (axes[1], "fig. 3: SVI versus batch VB", ["SIBM-auto", "S-Biased", "batch VB"]))
+    refs = c[c["figure"] == "reference"]
+    for ax, title, methods in panels:
+        for m in methods:
+            sub = c[c["method"] == m]
+            if len(sub):
+                label = m if m != "S-Biased" or ax is axes[0] else "S-Biased, fixed S"
+                ax.plot(sub["entries"], sub["recall"], marker="o", ms=3, label=label)
+        for k, (_, r) in enumerate(refs.iterrows()):
+            ax.axhline(r["recall"], ls="--", lw=1, color=f"C{7 + k}", label=r["method"])
+        ax.set_xscale("log")
+        ax.set_xlabel("entries of X observed")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel(f"recall@{n}")
+    fig.suptitle(f"{name}: I = {split.n_users}, J = {split.n_items}, {split.train.nnz} training ones", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -170,8 +170,9 @@ def test_evaluate_implicit_on_synthetic_data(tmp_path):
     t = res.table
     assert list(t.columns) == [
         "protocol", "system", "recall@10", "rank_score_users", "rank_score_items", "ndcg@10",
-        "fit_seconds", "n_users", "n_items", "I", "J",
+        "fit_seconds", "n_users", "n_items", "I", "J", "like_error",
     ]
+    assert t["like_error"].isna().all() and len(res.like_error_by_degree) == 0  # no like-probability system
     assert len(t) == 2 * 4
     assert list(t["protocol"].unique()) == ["P1", "SIBM"]
     assert t[["recall@10", "rank_score_users", "rank_score_items", "ndcg@10"]].apply(
@@ -236,3 +237,115 @@ def test_bpr_baselines_on_movielens_100k(ml100k, tmp_path):
     for p in ("P1", "SIBM"):
         assert t.loc[(p, "BPR-uniform"), "rank_score_users"] > t.loc[(p, "popularity"), "rank_score_users"]
         assert t.loc[(p, "BPR-uniform"), "recall@10"] > t.loc[(p, "popularity"), "recall@10"]
+
+
+# ---------------------------------------------------------------------------
+# recall versus entries observed (seed 002 figs. 2-3)
+# ---------------------------------------------------------------------------
+
+
+def _planted_binary(seed=0, I=90, J=60, groups=3, p_in=0.5, p_out=0.02):
+    """Users and items in ``groups`` groups; a cell is a one with p_in inside the user's group, p_out outside."""
+    rng = np.random.default_rng(seed)
+    gu, gi = rng.integers(0, groups, I), rng.integers(0, groups, J)
+    p = np.where(gu[:, None] == gi[None, :], p_in, p_out)
+    return (rng.random((I, J)) < p).astype(np.int8)
+
+
+def test_binary_split_properties_and_errors():
+    X = _planted_binary()
+    split = ie.binary_split(X, seed=1, min_ones=8)
+    kept = np.flatnonzero(X.sum(1) >= 8)
+    np.testing.assert_array_equal(split.indexed.user_ids, kept)
+    I, J = split.train.shape
+    assert (I, J) == (kept.size, X.shape[1])
+    np.testing.assert_array_equal(split.test_users, np.arange(I))
+    train = np.zeros((I, J), np.int8)
+    train[np.asarray(split.train.rows), np.asarray(split.train.cols)] = 1
+    assert np.all(train[np.arange(I), split.test_items] == 0)  # the held-out one left the training matrix
+    train[np.arange(I), split.test_items] = 1
+    np.testing.assert_array_equal(train, X[kept])  # train + test = the kept rows' ones
+    again = ie.binary_split(X, seed=1, min_ones=8)
+    np.testing.assert_array_equal(again.test_items, split.test_items)
+    with pytest.raises(ValueError, match="min_ones"):
+        ie.binary_split(X, min_ones=1)
+    with pytest.raises(ValueError, match="no row"):
+        ie.binary_split(X, min_ones=J + 1)
+    with pytest.raises(ValueError, match="values"):
+        ie.binary_split(2 * X)
+
+
+def test_sibm_recall_curves_structure_and_planted_signal():
+    X = _planted_binary()
+    split = ie.binary_split(X, seed=0, min_ones=4)
+    I, J = split.train.shape
+    pop = metrics.popularity_score_fn(split.train)
+    passes, S = 4, max(I, J)
+    # one strategy (S-Uniform compiles its own sampler; the strategies themselves are tested in test_sibm)
+    c = ie.sibm_recall_curves(split, D=2, strategies=("biased",), passes=passes, n_points=3,
+                              auto_S_max=256, references={"popularity": pop}, seed=0)
+    assert list(c.columns) == ["method", "figure", "iteration", "entries", "recall", "S", "seconds", "n"]
+    assert list(dict.fromkeys(c["method"])) == ["S-Biased", "SIBM-auto", "batch VB", "popularity"]
+    assert c["recall"].between(0, 1).all()
+    budget = c.attrs["budget"]
+    assert budget == passes * I * J
+    for method, sub in c[c["figure"] != "reference"].groupby("method"):
+        e = sub["entries"].to_numpy()
+        assert np.all(np.diff(e) > 0) and np.all(np.diff(sub["iteration"].to_numpy()) > 0), method
+        assert np.all(np.diff(sub["seconds"].to_numpy()) >= 0), method
+        if method == "batch VB":  # every sweep touches all I J entries
+            np.testing.assert_array_equal(e, np.arange(1, passes + 1) * I * J)
+        else:  # stops at the first minibatch that reaches the budget
+            assert budget <= e[-1] < budget + sub["S"].to_numpy()[-1]
+            assert 2 <= len(sub) <= 3 + 1
+    assert set(c.loc[c["method"].str.startswith("S-"), "figure"]) == {"fig2"}
+    assert set(c.loc[c["method"].isin(["SIBM-auto", "batch VB"]), "figure"]) == {"fig3"}
+    assert (c.loc[c["method"] == "S-Biased", "S"] == S).all()
+    ref = c[c["method"] == "popularity"]
+    assert ref["entries"].isna().all() and ref["recall"].iloc[0] == pytest.approx(ie.recall_at(pop, split))
+    # Planted groups: a held-out one lies in the user's own item group with probability
+    # p_in * 20 / (p_in * 20 + p_out * 40) ~ 0.93; after ~10 training ones of that group, ~10 of its items
+    # remain candidates, so a model that found the groups puts it in the top 10 most of the time, while
+    # popularity (items about equally popular) ranks it near chance. Per row the hit difference
+    # d_i in {-1, 0, 1} has variance <= 1, so the standard error of the mean difference is <= 1 / sqrt(I):
+    # the margin below is 3 such standard errors (I = number of test rows).
+    margin = 3.0 / np.sqrt(I)
+    final = c[c["figure"] != "reference"].groupby("method")["recall"].last()
+    for method in ("S-Biased", "SIBM-auto", "batch VB"):
+        assert final[method] > ref["recall"].iloc[0] + margin, (method, final.to_dict(), margin)
+    with pytest.raises(ValueError, match="strategies"):
+        ie.sibm_recall_curves(split, strategies=("stratified",))
+    with pytest.raises(ValueError, match="passes"):
+        ie.sibm_recall_curves(split, passes=0)
+
+
+def test_recall_curves_write_csv_png_and_the_cli_runs_them(tmp_path, monkeypatch, capsys):
+    import functools
+
+    from validation import cli
+
+    df = _synthetic_ratings(I=80, J=40)
+    small = dict(D=2, strategies=("biased",), auto=False, n_points=2)  # the compiled code of the test above
+    res = ie.recall_curves(df, data=("ratings",), passes=1, out_dir=tmp_path, **small)
+    assert set(res.curves["data"]) == {"ratings"}
+    assert list(res.summary["method"]) == ["S-Biased", "batch VB", "popularity"]
+    back = pd.read_csv(res.csv)
+    assert len(back) == len(res.curves) and np.allclose(back["recall"], res.curves["recall"])
+    assert res.plots["ratings"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "recall_curves_ratings.png" in res.report.read_text()
+    with pytest.raises(ValueError, match="data"):
+        ie.recall_curves(df, data=("netflix",))
+    with pytest.raises(ValueError, match="df"):
+        ie.recall_curves(None, data=("ratings",))
+    # the CLI calls exactly recall_curves (made cheap here) and stops after it with --curves-only
+    monkeypatch.setattr(ie, "recall_curves", functools.partial(ie.recall_curves, **small))
+    path = tmp_path / "u.data"
+    df.assign(timestamp=0).to_csv(path, sep="\t", header=False, index=False)
+    out = tmp_path / "cli"
+    code = cli.main(["evaluate", "implicit", "--data", str(path), "--curves-only", "--curve-data", "ratings",
+                     "--curve-passes", "1", "--out", str(out), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "S-Biased" in printed and "batch VB" in printed and "recall_curves.csv" in printed
+    assert (out / "recall_curves.csv").exists() and (out / "recall_curves_ratings.png").exists()
+    assert not (out / "report.md").exists()  # no comparison table with --curves-only
