@@ -64,9 +64,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, vi_driver
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
@@ -752,36 +751,25 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
                 if a.shape != b.shape:
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
             state = given
-        trace = [float(_elbo_jit(state, eval_graph, hyper))]
-        converged = False
         start = time.perf_counter()
-        bar = tqdm(total=warm_start + max_iter, desc=f"RG VB (K={K})", disable=not progress, leave=False)
-        for _ in range(warm_start):  # exact sweeps on H_0: leave the collapsed start behind
-            state, info = step(None, state, eval_graph, hyper, 1.0, update_hyper=update_hyper)
-            trace.append(float(info.elbo))
-            bar.update(1)
-            if not np.isfinite(trace[-1]):
-                bar.close()
-                raise FloatingPointError(f"ELBO became {trace[-1]} at warm-start sweep {len(trace) - 1}; try float64")
-        for t in range(max_iter):
-            if resample:
-                graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
-                rho = robbins_monro(t, tau0, kappa)
-            else:
-                graph, rho = eval_graph, 1.0
-            state, info = step(None, state, graph, hyper, rho, update_hyper=update_hyper)
-            value = float(info.elbo) if not resample else float(_elbo_jit(state, eval_graph, hyper))
-            rel = abs(value - trace[-1]) / abs(trace[-1])
-            trace.append(value)
-            bar.update(1)
-            bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
-            if not np.isfinite(value):
-                bar.close()
-                raise FloatingPointError(f"ELBO became {value} at sweep {t + 1}; try float64")
-            if rel < tol:
-                converged = True
-                break
-        bar.close()
+        trace = [float(_elbo_jit(state, eval_graph, hyper))]
+        if warm_start:  # exact sweeps on H_0: leave the collapsed start behind (no tolerance stop)
+            warm = vi_driver.run(lambda s, t: step(None, s, eval_graph, hyper, 1.0, update_hyper=update_hyper), state,
+                                 max_iter=warm_start, tol=0.0, progress=progress, desc=f"RG warm start (K={K})",
+                                 init_elbo=trace[0])
+            state, trace = warm.state, list(warm.elbo)
+
+        def sweep(s, t):
+            if not resample:  # batch VB on H_0: the step reports L_xi of the new state on H_0
+                return step(None, s, eval_graph, hyper, 1.0, update_hyper=update_hyper)
+            graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
+            return step(None, s, graph, hyper, robbins_monro(t, tau0, kappa), update_hyper=update_hyper)[0], None
+
+        run = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"RG VB (K={K})",
+                            init_elbo=trace[-1],
+                            evaluate=(lambda s: _elbo_jit(s, eval_graph, hyper)) if resample else None)
+        state, converged = run.state, run.converged
+        trace += list(run.elbo[1:])  # run.elbo[0] is the last value already in the trace
         seconds = time.perf_counter() - start
         posterior = draws_from_q(seed, state, n_draws) if n_draws else None
     I, J = obs.shape

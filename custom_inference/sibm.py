@@ -89,7 +89,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, vi_driver
 from .data import Observations
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
 from .schedules import check_robbins_monro, robbins_monro_array
@@ -1236,25 +1236,10 @@ def fit(key, data, D: int, hyper, max_iter: int = 200, tol: float = 1e-7, progre
     data = jax.tree_util.tree_map(jnp.asarray, data)
     first = float(elbo(state, data, hyper, chunk_cells=chunk_cells))
     state = state._replace(last_elbo=jnp.asarray(first, state.u_h.dtype))
-    trace, rels, converged = [first], [np.inf], False
-    start = time.perf_counter()
-    bar = tqdm(total=max_iter, desc=f"SIBM batch VB (D={D})", disable=not progress, leave=False)
-    for _ in range(max_iter):
-        state, info = step(None, state, data, hyper, chunk_cells=chunk_cells)
-        value, rel = float(info.elbo), float(info.rel_change)
-        if not np.isfinite(value):
-            bar.close()
-            raise FloatingPointError(f"ELBO became {value} at sweep {len(trace)}; try float64")
-        trace.append(value), rels.append(rel)
-        bar.update(1)
-        if callback is not None:
-            callback(len(trace) - 2, state)
-        bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
-        if rel < tol:
-            converged = True
-            break
-    bar.close()
-    seconds = time.perf_counter() - start
+    run = vi_driver.run(lambda s, t: step(None, s, data, hyper, chunk_cells=chunk_cells), state, max_iter=max_iter,
+                        tol=tol, progress=progress, desc=f"SIBM batch VB (D={D})", init_elbo=first,
+                        callback=None if callback is None else (lambda t, s, info: callback(t, s)))
+    state, trace, rels, converged, seconds = run.state, run.elbo, run.rel_change, run.converged, run.seconds
     vp = {f: np.asarray(v) for f, v in state._asdict().items() if f != "last_elbo"}
     idata = _idata(vp, {"elbo": np.asarray(trace), "rel_change": np.asarray(rels)}, method="sibm_batch_vb",
                    converged=int(converged), n_iter=len(trace) - 1, seconds=seconds, D=D)
