@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from .data import Observations
+from .gauge import scale_walk
 
 __all__ = [
     "BPMFState",
@@ -67,6 +68,8 @@ __all__ = [
     "entry_stats",
     "factor_conditional",
     "sample_factor_rows",
+    "gauge_log_density",
+    "apply_gauge",
     "step",
     "log_joint",
     "sample",
@@ -96,9 +99,11 @@ class BPMFState(NamedTuple):
 
 
 class BPMFInfo(NamedTuple):
-    """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state that *entered* the sweep."""
+    """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state that *entered* the
+    sweep; ``gauge_accept``: acceptance rate of the sweep's scale-gauge moves (0 when off)."""
 
     log_joint: jax.Array
+    gauge_accept: jax.Array
 
 
 class NWPosterior(NamedTuple):
@@ -323,46 +328,98 @@ def log_joint(state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("chunk_size",))
-def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | None = None) -> tuple[BPMFState, BPMFInfo]:
+def gauge_log_density(state: BPMFState, hyper):
+    r"""Log density of the scale gauge s (K,) at ``state``, for `custom_inference.gauge.scale_walk`.
+
+    T_s: U -> U diag(c), mu_U -> c * mu_U, Lambda_U -> diag(c)^-1 Lambda_U diag(c)^-1 and
+    V -> V diag(c)^-1, mu_V -> mu_V / c, Lambda_V -> diag(c) Lambda_V diag(c), with c = exp(s).
+    In log p(T_s x) + log|det J_s| - log p(x) (derivation, ours): the likelihood is invariant
+    (u_i . v_j is); sum_i log N(u_i | mu_U, Lambda_U^-1) changes by -I sum(s) (log det) and the
+    Jacobian of U by +I sum(s), and on the item side by +J sum(s) and -J sum(s); the
+    mu Jacobians (+-sum s) cancel the log det of N(mu | mu0, (beta0 Lambda)^-1); on the lower
+    triangle of a symmetric matrix X -> D^-1 X D^-1 has Jacobian exp(-(K+1) sum s), which
+    cancels against its item-side twin, as do the two Wishart log det terms
+    (nu0 - K - 1)/2 (-+ 2 sum s). What is left is
+
+        log_density(s) = -1/2 tr(W0^-1 Lambda_U') - 1/2 tr(W0^-1 Lambda_V')
+                         - beta0/2 (mu_U' - mu0)^T Lambda_U' (mu_U' - mu0) - (same for V),
+
+    with the primed quantities after T_s; O(K^2). Checked against `log_joint` plus the
+    Jacobian in `validation.bpmf.gauge_check`.
+
+    Returns a function s (K,) -> scalar (traceable).
+    """
+    k = state.U.shape[1]
+    dtype = state.U.dtype
+    _, mu0, beta0, _, _, w0_inv = _resolved(hyper, k, dtype)
+
+    def log_density(s):
+        out = jnp.zeros((), dtype)
+        for lam, mu, sign in ((state.Lambda_U, state.mu_U, 1.0), (state.Lambda_V, state.mu_V, -1.0)):
+            c = jnp.exp(sign * s)
+            lam_t = lam / jnp.outer(c, c)
+            d = c * mu - mu0
+            out = out - 0.5 * jnp.sum(w0_inv * lam_t) - 0.5 * beta0 * d @ lam_t @ d
+        return out
+
+    return log_density
+
+
+def apply_gauge(state: BPMFState, s) -> BPMFState:
+    """T_s of `gauge_log_density` applied to the state (all predictions u_i . v_j unchanged)."""
+    c = jnp.exp(s)
+    cc = jnp.outer(c, c)
+    return BPMFState(state.U * c, state.V / c, state.mu_U * c, state.Lambda_U / cc, state.mu_V / c, state.Lambda_V * cc)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size", "gauge_rounds"))
+def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | None = None,
+         gauge_rounds: int = 5) -> tuple[BPMFState, BPMFInfo]:
     """One systematic-scan sweep (S&M 2008, section 3.3): (mu_U, Lambda_U) | U, (mu_V, Lambda_V) | V,
-    then all u_i | V, mu_U, Lambda_U in parallel, then all v_j | U (new), mu_V, Lambda_V.
+    then all u_i | V, mu_U, Lambda_U in parallel, then all v_j | U (new), mu_V, Lambda_V; then
+    ``gauge_rounds`` rounds of scale-gauge Metropolis moves (`custom_inference.gauge`; not in the
+    paper, which is ``gauge_rounds=0``; they cost O(rounds K^3) and fix the slow mixing of the
+    factor scales that SBC finds, see `validation.bpmf`).
 
     Parameters
     ----------
     key : PRNG key; state : BPMFState; data : Observations (kind "real"; values any float);
     hyper : BPMF hyperparameters (see module docstring); chunk_size : entries per chunk of the
-    O(N K^2) sums (static; default `default_chunk_size`).
+    O(N K^2) sums (static; default `default_chunk_size`); gauge_rounds : int >= 0 (static).
 
     Returns (new state, BPMFInfo of the entering state). Each block is drawn exactly from its
-    complete conditional, so the sweep leaves the posterior invariant.
+    complete conditional and each gauge move is a Metropolis-Hastings step, so the sweep
+    leaves the posterior invariant.
     """
     k = state.U.shape[1]
     dtype = state.U.dtype
     chunk = default_chunk_size(k) if chunk_size is None else chunk_size
     alpha = jnp.asarray(hyper.alpha, dtype)
-    info = BPMFInfo(log_joint(state, data, hyper, chunk))
-    k_hu, k_hv, k_u, k_v = jax.random.split(key, 4)
+    lj = log_joint(state, data, hyper, chunk)
+    k_hu, k_hv, k_u, k_v, k_g = jax.random.split(key, 5)
     mu_U, Lambda_U = sample_normal_wishart(k_hu, normal_wishart_posterior(state.U, hyper))
     mu_V, Lambda_V = sample_normal_wishart(k_hv, normal_wishart_posterior(state.V, hyper))
     gram, rhs = entry_stats(data.rows, data.cols, data.values, state.V, data.n_rows, chunk)
     U = sample_factor_rows(k_u, *factor_conditional(gram, rhs, mu_U, Lambda_U, alpha))
     gram, rhs = entry_stats(data.cols, data.rows, data.values, U, data.n_cols, chunk)
     V = sample_factor_rows(k_v, *factor_conditional(gram, rhs, mu_V, Lambda_V, alpha))
-    return BPMFState(U, V, mu_U, Lambda_U, mu_V, Lambda_V), info
+    new = BPMFState(U, V, mu_U, Lambda_U, mu_V, Lambda_V)
+    s, accept = scale_walk(k_g, gauge_log_density(new, hyper), k, gauge_rounds, dtype)
+    return apply_gauge(new, s), BPMFInfo(lj, accept)
 
 
 # ------------------------------------------------------------------------------
 # Driver
 
 
-def _sweeps(key, state, data, hyper, n_sweeps: int, chunk_size: int):
-    state, _ = jax.lax.scan(lambda carry, kk: (step(kk, carry, data, hyper, chunk_size)[0], None), state,
-                            jax.random.split(key, n_sweeps))
-    return state
+def _sweeps(key, state, data, hyper, n_sweeps: int, chunk_size: int, gauge_rounds: int):
+    """``n_sweeps`` sweeps; returns the last state and the mean gauge acceptance rate."""
+    state, accept = jax.lax.scan(lambda carry, kk: (lambda out: (out[0], out[1].gauge_accept))(
+        step(kk, carry, data, hyper, chunk_size, gauge_rounds)), state, jax.random.split(key, n_sweeps))
+    return state, jnp.mean(accept)
 
 
-_chain_sweeps = jax.jit(jax.vmap(_sweeps, in_axes=(0, 0, None, None, None, None)), static_argnums=(4, 5))
+_chain_sweeps = jax.jit(jax.vmap(_sweeps, in_axes=(0, 0, None, None, None, None, None)), static_argnums=(4, 5, 6))
 _chain_log_joint = jax.jit(jax.vmap(log_joint, in_axes=(0, None, None, None)), static_argnums=3)
 
 
@@ -395,6 +452,7 @@ def sample(
     keep: tuple[str, ...] = BPMFState._fields,
     chunk_size: int | None = None,
     init_scale: float | None = None,
+    gauge_rounds: int = 5,
     progress: bool = True,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` BPMF Gibbs chains (vectorized with ``jax.vmap``) and return the draws.
@@ -414,6 +472,9 @@ def sample(
     keep : names of the state fields to store (U and V cost I K and J K per draw).
     chunk_size : entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
     init_scale : sd of the starting U, V (see `init`).
+    gauge_rounds : int >= 0, rounds of scale-gauge Metropolis moves per sweep (`step`);
+        0 is the paper's plain Gibbs sampler, which SBC shows mixing slowly in the factor
+        scales (`validation.bpmf`).
     progress : show a progress bar.
 
     Returns
@@ -433,6 +494,9 @@ def sample(
         raise ValueError(f"data must be an Observations, got {type(data).__name__}")
     check_hyper(hyper, n_components)
     _check_counts(num_chains=num_chains, num_samples=num_samples, thin=thin, num_warmup=num_warmup)
+    if isinstance(gauge_rounds, bool) or int(gauge_rounds) != gauge_rounds or gauge_rounds < 0:
+        raise ValueError(f"gauge_rounds must be an integer >= 0, got {gauge_rounds!r}")
+    gauge_rounds = int(gauge_rounds)
     unknown = set(keep) - set(BPMFState._fields)
     if unknown:
         raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {BPMFState._fields}")
@@ -447,20 +511,22 @@ def sample(
         state = jax.vmap(lambda kk: init(kk, obs, hyper, k, dtype=dtype, scale=init_scale))(
             jax.random.split(init_key, num_chains))
         draws = {name: [] for name in keep}
-        lps = []
+        lps, accepts = [], []
         n_warm_blocks = -(-num_warmup // thin)
         # compile once (one block of `thin` sweeps) before timing
         key, sub = jax.random.split(key)
-        state = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk)
+        state, _ = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk, gauge_rounds)
         jax.block_until_ready(state)
         start = time.perf_counter()
         for _ in range(max(n_warm_blocks - 1, 0)):
             key, sub = jax.random.split(key)
-            state = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk)
+            state, _ = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk, gauge_rounds)
         for _ in tqdm(range(num_samples), desc=f"BPMF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
             key, sub = jax.random.split(key)
-            state = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk)
+            state, accept = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk,
+                                          gauge_rounds)
             lps.append(np.asarray(_chain_log_joint(state, obs, hyper, chunk)))
+            accepts.append(np.asarray(accept))
             for name in keep:
                 draws[name].append(np.asarray(getattr(state, name)))
         jax.block_until_ready(state)
@@ -469,7 +535,7 @@ def sample(
     posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
     return arviz_io.to_inference_data(
         posterior,
-        sample_stats={"lp": np.stack(lps, axis=1)},
+        sample_stats={"lp": np.stack(lps, axis=1), "gauge_accept": np.stack(accepts, axis=1)},
         dims=BPMF_DIMS,
         coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(k),
                 "component_bis": np.arange(k)},
@@ -477,6 +543,7 @@ def sample(
                "source": "004_90693a0965f06816.txt eqs. 2.9, 2.12-2.16; Salakhutdinov & Mnih 2008 sec. 3.3",
                "seed": int(seed), "num_chains": int(num_chains), "num_warmup": int(num_warmup),
                "num_samples": int(num_samples), "thin": int(thin), "dtype": str(dtype), "chunk_size": chunk,
+               "gauge_rounds": gauge_rounds,
                "seconds": float(seconds), "seconds_per_sweep": float(seconds / max(n_timed, 1))},
     )
 
