@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from .data import Observations
+from .gauge import scale_walk
 from .gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "beta_conditional",
     "u_conditional",
     "v_conditional",
+    "gauge_log_density",
+    "apply_gauge",
     "step",
     "log_joint",
     "sample",
@@ -91,10 +94,12 @@ class State(NamedTuple):
 
 class Info(NamedTuple):
     """Per-sweep diagnostics: ``log_joint`` (eq. 3.13, constants included) of the state the
-    sweep returns, computed from the cache; ``sse`` = sum of squared residuals."""
+    sweep returns, computed from the cache; ``sse`` = sum of squared residuals;
+    ``gauge_accept`` = acceptance rate of the sweep's scale-gauge moves (0 when off)."""
 
     log_joint: jax.Array
     sse: jax.Array
+    gauge_accept: jax.Array
 
 
 # -- checks ----------------------------------------------------------------------
@@ -293,16 +298,56 @@ def _hyper_block(key, state: State, hyper) -> State:
     return state._replace(**out)
 
 
-@jax.jit
-def step(key, state: State, obs: Observations, hyper) -> tuple[State, Info]:
+def gauge_log_density(state: State, hyper):
+    r"""Log density of the scale gauge s (K,) at ``state``, for `custom_inference.gauge.scale_walk`.
+
+    T_s, per factor column k with c_k = exp(s_k): u_.k -> c_k u_.k, mu_uk -> c_k mu_uk,
+    sigma_uk -> sigma_uk / c_k^2 and v_.k -> v_.k / c_k, mu_vk -> mu_vk / c_k,
+    sigma_vk -> c_k^2 sigma_vk; everything else (and the residual cache) unchanged. In
+    log p(T_s x) + log|det J_s| - log p(x) (eq. 3.13; derivation ours) the likelihood and the
+    factors' normal kernels are invariant; the factors' log precisions (-I s_k, +J s_k) cancel the
+    Jacobian of U and V; those of the means' priors (-s_k, +s_k) cancel the means' Jacobian; the
+    Gamma (alpha0 - 1) log sigma terms (-+2 (alpha0 - 1) s_k) and the sigmas' Jacobian (-+2 s_k)
+    cancel between the user and item sides. What is left, column by column, is
+
+        log_density(s) = sum_k [ -beta0 sigma_uk' - nu0/2 sigma_uk' (mu_uk' - mu0)^2
+                                 -beta0 sigma_vk' - nu0/2 sigma_vk' (mu_vk' - mu0)^2 ]
+
+    with the primed values after T_s; O(K). Checked against the program's log joint plus the
+    Jacobian in `validation.sbmf.gauge_check`. Returns a function s (K,) -> scalar (traceable).
+    """
+    h = hyper
+
+    def log_density(s):
+        c = jnp.exp(s)
+        out = jnp.zeros((), state.e.dtype)
+        for sigma, mu in ((state.sigma_u / (c * c), state.mu_u * c), (state.sigma_v * (c * c), state.mu_v / c)):
+            out = out - jnp.sum(h.beta0 * sigma + 0.5 * h.nu0 * sigma * (mu - h.mu0) ** 2)
+        return out
+
+    return log_density
+
+
+def apply_gauge(state: State, s) -> State:
+    """T_s of `gauge_log_density` applied to the state (predictions and the cache e unchanged)."""
+    c = jnp.exp(s)
+    return state._replace(U=state.U * c, V=state.V / c, mu_u=state.mu_u * c, sigma_u=state.sigma_u / (c * c),
+                          mu_v=state.mu_v / c, sigma_v=state.sigma_v * (c * c))
+
+
+@partial(jax.jit, static_argnames=("gauge_rounds",))
+def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> tuple[State, Info]:
     """One sweep of the corrected Algorithm 2: hyperparameters (lines 2-10), tau (12), mu (14-17),
-    all users in parallel (alpha_i then u_i1..u_iK, lines 19-30), all items likewise (31-42).
+    all users in parallel (alpha_i then u_i1..u_iK, lines 19-30), all items likewise (31-42);
+    then ``gauge_rounds`` rounds of scale-gauge Metropolis moves (`custom_inference.gauge`; not in
+    the thesis, which is ``gauge_rounds=0``; O(rounds K^2) with a separable target).
 
     Each block is drawn from its complete conditional given the current values of all others
-    and the cache e is updated after each, so the sweep leaves the posterior invariant.
-    O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of floats (SBMFHyper).
+    and the cache e is updated after each; each gauge move is a Metropolis-Hastings step; so the
+    sweep leaves the posterior invariant. O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of
+    floats (SBMFHyper); ``gauge_rounds`` an int >= 0 (static).
     """
-    k_h, k_tau, k_mu, k_users, k_items = jax.random.split(key, 5)
+    k_h, k_tau, k_mu, k_users, k_items, k_g = jax.random.split(key, 6)
     dt = state.e.dtype
     state = _hyper_block(k_h, state, hyper)
     shape, rate = tau_conditional(state, obs, hyper)
@@ -317,7 +362,9 @@ def step(key, state: State, obs: Observations, hyper) -> tuple[State, Info]:
     beta, V, e = _side(k_items, state.e, state.beta, state.V, state.U, state.sigma_beta, state.mu_beta,
                        state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False)
     state = state._replace(beta=beta, V=V, e=e)
-    return state, Info(log_joint(state, obs, hyper), jnp.sum(e**2))
+    s, accept = scale_walk(k_g, gauge_log_density(state, hyper), state.U.shape[1], gauge_rounds, dt)
+    state = apply_gauge(state, s)
+    return state, Info(log_joint(state, obs, hyper), jnp.sum(e**2), accept)
 
 
 # -- driver ------------------------------------------------------------------------------
@@ -327,26 +374,27 @@ _SCALARS = ("mu", "tau", "mu_alpha", "sigma_alpha", "mu_beta", "sigma_beta")
 ALL_VARS = State._fields[:-1]  # everything but the cache
 
 
-def _one_chain_block(state, key, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep):
+def _one_chain_block(state, key, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep, gauge_rounds):
     """``n_draws`` kept draws of one chain, each after ``thin`` sweeps (nested ``lax.scan``)."""
 
     def one_draw(state, key):
-        state, infos = jax.lax.scan(lambda s, k: step(k, s, obs, hyper), state, jax.random.split(key, thin))
+        state, infos = jax.lax.scan(lambda s, k: step(k, s, obs, hyper, gauge_rounds), state, jax.random.split(key, thin))
         out = {name: getattr(state, name) for name in keep}
         out["mean_level"] = state.mu + jnp.mean(state.alpha) + jnp.mean(state.beta)
         if pred_rows is not None:
             out["pred"] = (state.mu + state.alpha[pred_rows] + state.beta[pred_cols]
                            + jnp.sum(state.U[pred_rows] * state.V[pred_cols], axis=1))
-        return state, (out, infos.log_joint[-1])
+        return state, (out, infos.log_joint[-1], jnp.mean(infos.gauge_accept))
 
     return jax.lax.scan(one_draw, state, jax.random.split(key, n_draws))
 
 
-@partial(jax.jit, static_argnums=(6, 7, 8))
-def _run_block(states, keys, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep):
+@partial(jax.jit, static_argnums=(6, 7, 8, 9))
+def _run_block(states, keys, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep, gauge_rounds):
     """All chains (``jax.vmap``) for one block; module level, so repeated `sample` calls with
     the same shapes reuse one compiled program (SBC fits hundreds of data sets)."""
-    return jax.vmap(lambda s, k: _one_chain_block(s, k, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep))(states, keys)
+    return jax.vmap(lambda s, k: _one_chain_block(s, k, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep,
+                                                    gauge_rounds))(states, keys)
 
 
 def sample(
@@ -364,6 +412,7 @@ def sample(
     predict_at: tuple | None = None,
     block: int = 50,
     dtype=None,
+    gauge_rounds: int = 5,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` SBMF Gibbs chains (``jax.vmap``) and return the kept draws.
 
@@ -384,6 +433,8 @@ def sample(
     predict_at : optional (rows, cols) int arrays (M,): store ``pred`` (chain, draw, M), the
         predicted mean mu + alpha_i + beta_j + u_i . v_j of each draw at those cells.
     dtype : state dtype (default: that of ``obs.values``; float32 works).
+    gauge_rounds : int >= 0, rounds of scale-gauge Metropolis moves per sweep (`step`); 0 is
+        the thesis's plain Algorithm 2.
 
     Returns
     -------
@@ -402,8 +453,9 @@ def sample(
     for name, value in (("num_chains", num_chains), ("num_samples", num_samples), ("thin", thin), ("block", block)):
         if isinstance(value, bool) or int(value) != value or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if isinstance(num_warmup, bool) or int(num_warmup) != num_warmup or num_warmup < 0:
-        raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup!r}")
+    for name, value in (("num_warmup", num_warmup), ("gauge_rounds", gauge_rounds)):
+        if isinstance(value, bool) or int(value) != value or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     unknown = set(keep) - set(ALL_VARS)
     if unknown:
         raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {ALL_VARS}")
@@ -432,17 +484,18 @@ def sample(
         pc = None if pred_cols is None else jnp.asarray(pred_cols, jnp.int32)
         key, init_key = jax.random.split(key)
         state = jax.vmap(lambda kk: init(kk, o, K, hyper_t, dtype=dtype))(jax.random.split(init_key, num_chains))
-        outs, lps = [], []
+        outs, lps, accepts = [], [], []
         start = time.perf_counter()
         first_block = None
         bar = tqdm(total=n_warm_blocks + n_blocks, desc=f"SBMF Gibbs ({num_chains} chains)", disable=not progress, leave=False)
         for b in range(n_warm_blocks + n_blocks):
             key, sub = jax.random.split(key)
-            state, (out, lp) = _run_block(state, jax.random.split(sub, num_chains), o, hyper_t, pr, pc,
-                                          per_block, int(thin), tuple(keep))
+            state, (out, lp, accept) = _run_block(state, jax.random.split(sub, num_chains), o, hyper_t, pr, pc,
+                                                  per_block, int(thin), tuple(keep), int(gauge_rounds))
             if b >= n_warm_blocks:
                 outs.append(jax.tree_util.tree_map(np.asarray, out))
                 lps.append(np.asarray(lp))
+                accepts.append(np.asarray(accept))
             else:
                 jax.block_until_ready(state)
             if first_block is None:
@@ -452,6 +505,7 @@ def sample(
         seconds = time.perf_counter() - start
     posterior = {name: np.concatenate([ob[name] for ob in outs], axis=1)[:, :num_samples] for name in outs[0]}
     lp = np.concatenate(lps, axis=1)[:, :num_samples]
+    gauge_accept = np.concatenate(accepts, axis=1)[:, :num_samples]
     n_run = n_warm_blocks + n_blocks
     sweeps_per_block = per_block * thin
     # the first block includes compilation (if not cached): time the others when there are any
@@ -468,12 +522,13 @@ def sample(
              "num_samples": int(num_samples), "thin": int(thin), "K": K, "n_rows": I, "n_cols": J,
              "nnz": obs.nnz, "dtype": str(dtype), "seconds": float(seconds),
              "seconds_first_block": float(first_block), "seconds_per_sweep": float(per_sweep),
+             "gauge_rounds": int(gauge_rounds),
              **{f"hyper_{f}": float(getattr(hyper, f)) for f in HYPER_FIELDS}}
     extra = {}
     if pred_rows is not None:
         extra["predict_at"] = {"pred_row": pred_rows, "pred_col": pred_cols}
         dims.update({"pred_row": ["cell"], "pred_col": ["cell"]})
-    return arviz_io.to_inference_data(posterior, dims=dims, coords=coords, sample_stats={"lp": lp},
+    return arviz_io.to_inference_data(posterior, dims=dims, coords=coords, sample_stats={"lp": lp, "gauge_accept": gauge_accept},
                                       extra_groups=extra or None, attrs=attrs)
 
 

@@ -11,6 +11,8 @@
   (Kolmogorov-Smirnov test of 20000 draws against the CDF integrated on a grid).
 - `cache_check`: the residual cache e_ij after sweeps equals e recomputed from scratch, and
   the cached conditional of u_ik / v_jk (eq. 3.17) equals its dense I x J twin (eq. 3.16).
+- `gauge_check`: the scale-gauge move's log density (`custom_inference.sbmf.gauge_log_density`)
+  against the program's log joint after the move plus the move's log Jacobian.
 - `ERRATA`: the printed hyperparameter lines of Algorithm 2 (missing squares, beta0 for alpha0).
 - `run_crosscheck`: Gibbs against gated PyMC NUTS on identifiable quantities.
 - `sbc_adapters`: simulate / fit / functionals for `validation.sbc.run_sbc`.
@@ -43,6 +45,7 @@ from .updates import conditional_distance
 __all__ = [
     "CHECK_HYPER",
     "conditional_checks",
+    "gauge_check",
     "hyper_checks",
     "cache_check",
     "ERRATA",
@@ -180,6 +183,51 @@ def conditional_checks(hyper=CHECK_HYPER, *, seed: int = 0, bug: str | None = No
 
 
 # -- hyperparameter blocks (normal-gamma), by sampling -------------------------------------
+
+
+_GAUGE_FIELDS = ("U", "V", "mu_u", "sigma_u", "mu_v", "sigma_v")
+
+
+def gauge_check(hyper=CHECK_HYPER, *, seed: int = 0, n_points: int = 6, fit_hyper=None) -> pd.DataFrame:
+    """The scale-gauge target of `custom_inference.sbmf.gauge_log_density` against eq. 3.13.
+
+    For a prior draw x (6 x 5, K = 2) and ``n_points`` random s ~ N(0, 0.5^2 I_K), the claimed
+    g(s) - g(0) must equal l(T_s x) + log|det J_s| - l(x), with l = `ppl_models.sbmf.log_joint`
+    and T_s = `custom_inference.sbmf.apply_gauge`. T_s scales each coordinate of
+    (U, V, mu_u, sigma_u, mu_v, sigma_v) by its own factor, so log|det J_s| = sum log|x'/x| over
+    those coordinates, read off the moved state (not from the solver's derivation). Tolerance:
+    relative 1e-7 of the log-joint changes (float64 rounding ~1e-12).
+
+    ``fit_hyper`` (default ``hyper``): what the claimed density is given; a different beta0 or
+    nu0 is a wrong move (negative control), which must fail.
+
+    Returns a one-row DataFrame: check, max_abs_error, scale, passed.
+    """
+    fit_hyper = hyper if fit_hyper is None else fit_hyper
+    truth, obs = _small_problem(seed, hyper)
+    rows, cols, values = (np.asarray(a) for a in (obs.rows, obs.cols, obs.values))
+    rng = np.random.default_rng(seed + 7)
+    with jax.enable_x64(True):
+        state = _state_from(truth, obs)
+        claimed = gibbs.gauge_log_density(state, fit_hyper)
+        K = state.U.shape[1]
+        base = ppl.log_joint(truth, rows, cols, values, hyper)
+        errs, scale = [], 0.0
+        for s in 0.5 * rng.standard_normal((n_points, K)):
+            moved = gibbs.apply_gauge(state, jnp.asarray(s))
+            p = dict(truth)
+            log_jac = 0.0
+            for f in _GAUGE_FIELDS:
+                new, old = np.asarray(getattr(moved, f)), np.asarray(getattr(state, f))
+                p[f] = new
+                log_jac += float(np.sum(np.log(np.abs(new / old))))
+            program = ppl.log_joint(p, rows, cols, values, hyper) + log_jac - base
+            mine = float(claimed(jnp.asarray(s)) - claimed(jnp.zeros(K)))
+            errs.append(abs(program - mine))
+            scale = max(scale, abs(program))
+    err = float(max(errs))
+    return pd.DataFrame([{"check": "gauge", "max_abs_error": err, "scale": scale,
+                          "passed": err <= _LOG_TOL * max(scale, 1.0)}])
 
 
 def _brute_cdf(params, obs, hyper, site, index, lo, hi, positive):

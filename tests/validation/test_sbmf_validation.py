@@ -17,6 +17,18 @@ def test_a_wrong_conditional_is_rejected(site):
     assert not table.passed.any(), table
 
 
+def test_gauge_move_target_equals_program_plus_jacobian():
+    table = vs.gauge_check()
+    assert table.passed.all(), table  # relative 1e-7 of the log-joint changes
+
+
+@pytest.mark.parametrize("field", ["beta0", "nu0"])
+def test_a_wrong_gauge_target_is_rejected(field):
+    wrong = vs.CHECK_HYPER._replace(**{field: 1.5 * getattr(vs.CHECK_HYPER, field)})
+    table = vs.gauge_check(fit_hyper=wrong)
+    assert not table.passed.any(), table
+
+
 def test_normal_gamma_draws_match_the_brute_force_conditionals():
     table = vs.hyper_checks(n_draws=5000)
     assert table.passed.all(), table  # each KS test at false-alarm 1e-4
