@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from .data import Observations
-from .gauge import scale_walk
+from .gauge import gauge_walk
 
 __all__ = [
     "BPMFState",
@@ -68,7 +68,9 @@ __all__ = [
     "entry_stats",
     "factor_conditional",
     "sample_factor_rows",
+    "GaugeHyper",
     "gauge_log_density",
+    "gauge_act",
     "apply_gauge",
     "step",
     "log_joint",
@@ -100,7 +102,7 @@ class BPMFState(NamedTuple):
 
 class BPMFInfo(NamedTuple):
     """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state that *entered* the
-    sweep; ``gauge_accept``: acceptance rate of the sweep's scale-gauge moves (0 when off)."""
+    sweep; ``gauge_accept``: acceptance rate of the sweep's gauge moves (0 when off)."""
 
     log_joint: jax.Array
     gauge_accept: jax.Array
@@ -328,48 +330,73 @@ def log_joint(state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     return out
 
 
-def gauge_log_density(state: BPMFState, hyper):
-    r"""Log density of the scale gauge s (K,) at ``state``, for `custom_inference.gauge.scale_walk`.
+class GaugeHyper(NamedTuple):
+    """The hyperparameters a gauge move changes: mu_U (K,), Lambda_U (K, K), mu_V (K,), Lambda_V (K, K)."""
 
-    T_s: U -> U diag(c), mu_U -> c * mu_U, Lambda_U -> diag(c)^-1 Lambda_U diag(c)^-1 and
-    V -> V diag(c)^-1, mu_V -> mu_V / c, Lambda_V -> diag(c) Lambda_V diag(c), with c = exp(s).
-    In log p(T_s x) + log|det J_s| - log p(x) (derivation, ours): the likelihood is invariant
-    (u_i . v_j is); sum_i log N(u_i | mu_U, Lambda_U^-1) changes by -I sum(s) (log det) and the
-    Jacobian of U by +I sum(s), and on the item side by +J sum(s) and -J sum(s); the
-    mu Jacobians (+-sum s) cancel the log det of N(mu | mu0, (beta0 Lambda)^-1); on the lower
-    triangle of a symmetric matrix X -> D^-1 X D^-1 has Jacobian exp(-(K+1) sum s), which
-    cancels against its item-side twin, as do the two Wishart log det terms
-    (nu0 - K - 1)/2 (-+ 2 sum s). What is left is
+    mu_U: jax.Array
+    Lambda_U: jax.Array
+    mu_V: jax.Array
+    Lambda_V: jax.Array
 
-        log_density(s) = -1/2 tr(W0^-1 Lambda_U') - 1/2 tr(W0^-1 Lambda_V')
-                         - beta0/2 (mu_U' - mu0)^T Lambda_U' (mu_U' - mu0) - (same for V),
 
-    with the primed quantities after T_s; O(K^2). Checked against `log_joint` plus the
-    Jacobian in `validation.bpmf.gauge_check`.
+def gauge_log_density(hyper):
+    r"""Log density of the linear gauge at the moved hyperparameters, for `custom_inference.gauge`.
 
-    Returns a function s (K,) -> scalar (traceable).
+    The gauge group is GL(K) acting by T_A: U -> U A, V -> V A^-T (so u_i . v_j is unchanged),
+    mu_U -> A^T mu_U, Lambda_U -> A^-1 Lambda_U A^-T, mu_V -> A^-1 mu_V, Lambda_V -> A^T Lambda_V A
+    (the factors' priors given the hyperparameters move along). In
+    log p(T_A x) + log|det J_A| - log p(x) (derivation, ours) the likelihood is invariant;
+    sum_i log N(u_i | mu_U, Lambda_U^-1) changes by -I log|det A| through its log det and the
+    Jacobian of U is +I log|det A|; on the item side +J and -J; the means' Jacobians
+    (+-log|det A|) cancel the log dets of N(mu | mu0, (beta0 Lambda)^-1); X -> A^-1 X A^-T on
+    symmetric matrices has Jacobian |det A|^-(K+1), cancelled by its item-side twin, as are the
+    two Wishart log det terms (nu0 - K - 1)/2 (-+2 log|det A|). What is left depends on the
+    moved hyperparameters only:
+
+        log_density = -1/2 tr(W0^-1 Lambda_U') - 1/2 tr(W0^-1 Lambda_V')
+                      - beta0/2 (mu_U' - mu0)^T Lambda_U' (mu_U' - mu0) - (same for V),
+
+    O(K^2). Checked against `log_joint` plus a ``jax.jacfwd`` Jacobian in
+    `validation.bpmf.gauge_check`. Returns a function (GaugeHyper, A) -> scalar (traceable).
     """
-    k = state.U.shape[1]
-    dtype = state.U.dtype
-    _, mu0, beta0, _, _, w0_inv = _resolved(hyper, k, dtype)
 
-    def log_density(s):
-        out = jnp.zeros((), dtype)
-        for lam, mu, sign in ((state.Lambda_U, state.mu_U, 1.0), (state.Lambda_V, state.mu_V, -1.0)):
-            c = jnp.exp(sign * s)
-            lam_t = lam / jnp.outer(c, c)
-            d = c * mu - mu0
-            out = out - 0.5 * jnp.sum(w0_inv * lam_t) - 0.5 * beta0 * d @ lam_t @ d
+    def log_density(h: GaugeHyper, A):
+        k = h.mu_U.shape[0]
+        _, mu0, beta0, _, _, w0_inv = _resolved(hyper, k, h.mu_U.dtype)
+        out = jnp.zeros((), h.mu_U.dtype)
+        for lam, mu in ((h.Lambda_U, h.mu_U), (h.Lambda_V, h.mu_V)):
+            d = mu - mu0
+            out = out - 0.5 * jnp.sum(w0_inv * lam) - 0.5 * beta0 * d @ lam @ d
         return out
 
     return log_density
 
 
-def apply_gauge(state: BPMFState, s) -> BPMFState:
-    """T_s of `gauge_log_density` applied to the state (all predictions u_i . v_j unchanged)."""
-    c = jnp.exp(s)
-    cc = jnp.outer(c, c)
-    return BPMFState(state.U * c, state.V / c, state.mu_U * c, state.Lambda_U / cc, state.mu_V / c, state.Lambda_V * cc)
+def gauge_act(h: GaugeHyper, k, l, z) -> GaugeHyper:
+    """One generator G of `custom_inference.gauge.gauge_walk` applied to the hyperparameters, O(K):
+    k == l: G scales column k by c = e^z; k != l: G = I + z e_k e_l^T (column l += z column k).
+    mu_U <- G^T mu_U, Lambda_U <- G^-1 Lambda_U G^-T, mu_V <- G^-1 mu_V, Lambda_V <- G^T Lambda_V G."""
+    c = jnp.exp(z)
+    # scaling of column k
+    sc = GaugeHyper(h.mu_U.at[k].multiply(c), h.Lambda_U.at[k, :].divide(c).at[:, k].divide(c),
+                    h.mu_V.at[k].divide(c), h.Lambda_V.at[k, :].multiply(c).at[:, k].multiply(c))
+    # shear: G^-1 = I - z e_k e_l^T, G^T = I + z e_l e_k^T
+    lu = h.Lambda_U.at[k, :].add(-z * h.Lambda_U[l, :])
+    lu = lu.at[:, k].add(-z * lu[:, l])
+    lv = h.Lambda_V.at[l, :].add(z * h.Lambda_V[k, :])
+    lv = lv.at[:, l].add(z * lv[:, k])
+    sh = GaugeHyper(h.mu_U.at[l].add(z * h.mu_U[k]), lu, h.mu_V.at[k].add(-z * h.mu_V[l]), lv)
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(k == l, a, b), sc, sh)
+
+
+def apply_gauge(state: BPMFState, A) -> BPMFState:
+    """T_A of `gauge_log_density` applied to the whole state, A (K, K) invertible; O((I + J) K^2 + K^3).
+    All predictions u_i . v_j are unchanged."""
+    a_inv = jnp.linalg.inv(A)
+    lu = a_inv @ state.Lambda_U @ a_inv.T
+    lv = A.T @ state.Lambda_V @ A
+    return BPMFState(state.U @ A, state.V @ a_inv.T, A.T @ state.mu_U, 0.5 * (lu + lu.T), a_inv @ state.mu_V,
+                     0.5 * (lv + lv.T))
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size", "gauge_rounds"))
@@ -377,9 +404,10 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
          gauge_rounds: int = 5) -> tuple[BPMFState, BPMFInfo]:
     """One systematic-scan sweep (S&M 2008, section 3.3): (mu_U, Lambda_U) | U, (mu_V, Lambda_V) | V,
     then all u_i | V, mu_U, Lambda_U in parallel, then all v_j | U (new), mu_V, Lambda_V; then
-    ``gauge_rounds`` rounds of scale-gauge Metropolis moves (`custom_inference.gauge`; not in the
-    paper, which is ``gauge_rounds=0``; they cost O(rounds K^3) and fix the slow mixing of the
-    factor scales that SBC finds, see `validation.bpmf`).
+    ``gauge_rounds`` rounds of linear-gauge Metropolis moves (`custom_inference.gauge`: column
+    scalings and shears of U A, V A^-T; not in the paper, which is ``gauge_rounds=0``; they cost
+    O(rounds K^3 + (I + J) K^2) and fix the slow mixing of the factor scales that SBC finds,
+    see `validation.bpmf`).
 
     Parameters
     ----------
@@ -404,8 +432,11 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     gram, rhs = entry_stats(data.cols, data.rows, data.values, U, data.n_cols, chunk)
     V = sample_factor_rows(k_v, *factor_conditional(gram, rhs, mu_V, Lambda_V, alpha))
     new = BPMFState(U, V, mu_U, Lambda_U, mu_V, Lambda_V)
-    s, accept = scale_walk(k_g, gauge_log_density(new, hyper), k, gauge_rounds, dtype)
-    return apply_gauge(new, s), BPMFInfo(lj, accept)
+    if gauge_rounds == 0:
+        return new, BPMFInfo(lj, jnp.zeros((), dtype))
+    A, _, accept = gauge_walk(k_g, GaugeHyper(mu_U, Lambda_U, mu_V, Lambda_V), gauge_log_density(hyper), gauge_act,
+                              k, gauge_rounds, shears=True, dtype=dtype)
+    return apply_gauge(new, A), BPMFInfo(lj, accept)
 
 
 # ------------------------------------------------------------------------------
@@ -472,7 +503,7 @@ def sample(
     keep : names of the state fields to store (U and V cost I K and J K per draw).
     chunk_size : entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
     init_scale : sd of the starting U, V (see `init`).
-    gauge_rounds : int >= 0, rounds of scale-gauge Metropolis moves per sweep (`step`);
+    gauge_rounds : int >= 0, rounds of linear-gauge Metropolis moves per sweep (`step`);
         0 is the paper's plain Gibbs sampler, which SBC shows mixing slowly in the factor
         scales (`validation.bpmf`).
     progress : show a progress bar.

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from .data import Observations
-from .gauge import scale_walk
+from .gauge import gauge_walk
 from .gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
 
 __all__ = [
@@ -53,7 +53,9 @@ __all__ = [
     "beta_conditional",
     "u_conditional",
     "v_conditional",
+    "GaugeHyper",
     "gauge_log_density",
+    "gauge_act",
     "apply_gauge",
     "step",
     "log_joint",
@@ -95,7 +97,7 @@ class State(NamedTuple):
 class Info(NamedTuple):
     """Per-sweep diagnostics: ``log_joint`` (eq. 3.13, constants included) of the state the
     sweep returns, computed from the cache; ``sse`` = sum of squared residuals;
-    ``gauge_accept`` = acceptance rate of the sweep's scale-gauge moves (0 when off)."""
+    ``gauge_accept`` = acceptance rate of the sweep's gauge moves (0 when off)."""
 
     log_joint: jax.Array
     sse: jax.Array
@@ -298,39 +300,55 @@ def _hyper_block(key, state: State, hyper) -> State:
     return state._replace(**out)
 
 
-def gauge_log_density(state: State, hyper):
-    r"""Log density of the scale gauge s (K,) at ``state``, for `custom_inference.gauge.scale_walk`.
+class GaugeHyper(NamedTuple):
+    """The hyperparameters a gauge move changes: mu_u, sigma_u, mu_v, sigma_v, each (K,)."""
 
-    T_s, per factor column k with c_k = exp(s_k): u_.k -> c_k u_.k, mu_uk -> c_k mu_uk,
-    sigma_uk -> sigma_uk / c_k^2 and v_.k -> v_.k / c_k, mu_vk -> mu_vk / c_k,
-    sigma_vk -> c_k^2 sigma_vk; everything else (and the residual cache) unchanged. In
-    log p(T_s x) + log|det J_s| - log p(x) (eq. 3.13; derivation ours) the likelihood and the
-    factors' normal kernels are invariant; the factors' log precisions (-I s_k, +J s_k) cancel the
-    Jacobian of U and V; those of the means' priors (-s_k, +s_k) cancel the means' Jacobian; the
-    Gamma (alpha0 - 1) log sigma terms (-+2 (alpha0 - 1) s_k) and the sigmas' Jacobian (-+2 s_k)
-    cancel between the user and item sides. What is left, column by column, is
+    mu_u: jax.Array
+    sigma_u: jax.Array
+    mu_v: jax.Array
+    sigma_v: jax.Array
 
-        log_density(s) = sum_k [ -beta0 sigma_uk' - nu0/2 sigma_uk' (mu_uk' - mu0)^2
-                                 -beta0 sigma_vk' - nu0/2 sigma_vk' (mu_vk' - mu0)^2 ]
 
-    with the primed values after T_s; O(K). Checked against the program's log joint plus the
-    Jacobian in `validation.sbmf.gauge_check`. Returns a function s (K,) -> scalar (traceable).
+def gauge_log_density(hyper):
+    r"""Log density of the scale gauge at the moved hyperparameters, for `custom_inference.gauge`.
+
+    The gauge acts by column scalings A = diag(c) (SBMF's independent per-column priors are not
+    invariant under shears): u_.k -> c_k u_.k, mu_uk -> c_k mu_uk, sigma_uk -> sigma_uk / c_k^2
+    and v_.k -> v_.k / c_k, mu_vk -> mu_vk / c_k, sigma_vk -> c_k^2 sigma_vk; everything else
+    (and the residual cache) unchanged. In log p(T_A x) + log|det J_A| - log p(x) (eq. 3.13;
+    derivation ours) the likelihood and the factors' normal kernels are invariant; the factors'
+    log precisions (-I log c_k, +J log c_k) cancel the Jacobian of U and V; those of the means'
+    priors (-+log c_k) cancel the means' Jacobian; the Gamma (alpha0 - 1) log sigma terms and the
+    sigmas' Jacobian (-+2 log c_k each) cancel between the user and item sides. What is left is
+
+        log_density = sum_k [ -beta0 sigma_uk' - nu0/2 sigma_uk' (mu_uk' - mu0)^2
+                              -beta0 sigma_vk' - nu0/2 sigma_vk' (mu_vk' - mu0)^2 ]
+
+    with the primed values after the move; O(K). Checked against the program's log joint plus
+    the Jacobian in `validation.sbmf.gauge_check`. Returns (GaugeHyper, A) -> scalar (traceable).
     """
     h = hyper
 
-    def log_density(s):
-        c = jnp.exp(s)
-        out = jnp.zeros((), state.e.dtype)
-        for sigma, mu in ((state.sigma_u / (c * c), state.mu_u * c), (state.sigma_v * (c * c), state.mu_v / c)):
+    def log_density(g: GaugeHyper, A):
+        out = jnp.zeros((), g.mu_u.dtype)
+        for sigma, mu in ((g.sigma_u, g.mu_u), (g.sigma_v, g.mu_v)):
             out = out - jnp.sum(h.beta0 * sigma + 0.5 * h.nu0 * sigma * (mu - h.mu0) ** 2)
         return out
 
     return log_density
 
 
-def apply_gauge(state: State, s) -> State:
-    """T_s of `gauge_log_density` applied to the state (predictions and the cache e unchanged)."""
-    c = jnp.exp(s)
+def gauge_act(g: GaugeHyper, k, l, z) -> GaugeHyper:
+    """Scale column k by c = e^z (``l`` is k: the walk runs without shears), O(1)."""
+    c = jnp.exp(z)
+    return GaugeHyper(g.mu_u.at[k].multiply(c), g.sigma_u.at[k].divide(c * c), g.mu_v.at[k].divide(c),
+                      g.sigma_v.at[k].multiply(c * c))
+
+
+def apply_gauge(state: State, A) -> State:
+    """T_A of `gauge_log_density` for a diagonal A (K, K) (only its diagonal is read); the
+    predictions and the cache e are unchanged."""
+    c = jnp.diag(A)
     return state._replace(U=state.U * c, V=state.V / c, mu_u=state.mu_u * c, sigma_u=state.sigma_u / (c * c),
                           mu_v=state.mu_v / c, sigma_v=state.sigma_v * (c * c))
 
@@ -339,7 +357,7 @@ def apply_gauge(state: State, s) -> State:
 def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> tuple[State, Info]:
     """One sweep of the corrected Algorithm 2: hyperparameters (lines 2-10), tau (12), mu (14-17),
     all users in parallel (alpha_i then u_i1..u_iK, lines 19-30), all items likewise (31-42);
-    then ``gauge_rounds`` rounds of scale-gauge Metropolis moves (`custom_inference.gauge`; not in
+    then ``gauge_rounds`` rounds of column-scaling gauge Metropolis moves (`custom_inference.gauge`; not in
     the thesis, which is ``gauge_rounds=0``; O(rounds K^2) with a separable target).
 
     Each block is drawn from its complete conditional given the current values of all others
@@ -362,8 +380,12 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
     beta, V, e = _side(k_items, state.e, state.beta, state.V, state.U, state.sigma_beta, state.mu_beta,
                        state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False)
     state = state._replace(beta=beta, V=V, e=e)
-    s, accept = scale_walk(k_g, gauge_log_density(state, hyper), state.U.shape[1], gauge_rounds, dt)
-    state = apply_gauge(state, s)
+    if gauge_rounds:
+        A, _, accept = gauge_walk(k_g, GaugeHyper(state.mu_u, state.sigma_u, state.mu_v, state.sigma_v),
+                                  gauge_log_density(hyper), gauge_act, state.U.shape[1], gauge_rounds, dtype=dt)
+        state = apply_gauge(state, A)
+    else:
+        accept = jnp.zeros((), dt)
     return state, Info(log_joint(state, obs, hyper), jnp.sum(e**2), accept)
 
 
@@ -433,7 +455,7 @@ def sample(
     predict_at : optional (rows, cols) int arrays (M,): store ``pred`` (chain, draw, M), the
         predicted mean mu + alpha_i + beta_j + u_i . v_j of each draw at those cells.
     dtype : state dtype (default: that of ``obs.values``; float32 works).
-    gauge_rounds : int >= 0, rounds of scale-gauge Metropolis moves per sweep (`step`); 0 is
+    gauge_rounds : int >= 0, rounds of column-scaling gauge moves per sweep (`step`); 0 is
         the thesis's plain Algorithm 2.
 
     Returns

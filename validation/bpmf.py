@@ -9,9 +9,10 @@ Levels (../shared/DESIGN.md, "Validation"):
    does. Equal differences for all pairs of points = same normalized conditional.
    `moment_checks`: the sampler's actual draws (Bartlett Wishart, Normal | Wishart, batched
    Cholesky Gaussian rows) have the conditional's mean and covariance, computed independently
-   in dense numpy (z-tests, Bonferroni). `gauge_check`: the scale-gauge move's log density
+   in dense numpy (z-tests, Bonferroni). `gauge_check`: the linear-gauge move's log density
    (`custom_inference.bpmf.gauge_log_density`) equals the program's log joint after the move
-   plus the log Jacobian of the move (taken by ``jax.jacfwd``, not from our derivation).
+   plus the log Jacobian of the move (taken by ``jax.jacfwd``, not from our derivation), and
+   the walk's generator steps agree with the move they compose.
    `stats_check`: the chunked O(N K^2) sums equal their
    dense I x J brute-force twin.
 2. `run_crosscheck`: Gibbs vs gated NUTS on small simulated data, compared on identifiable
@@ -186,19 +187,23 @@ def _tril(x):
 
 def gauge_check(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int = 0, n_rows: int = 6, n_cols: int = 5,
                 n_components: int = 3, n_obs: int = 18, n_points: int = 6) -> pd.DataFrame:
-    """The scale-gauge target of `custom_inference.bpmf.gauge_log_density` against the program.
+    """The linear-gauge move of `custom_inference.bpmf` against the program.
 
-    For a prior draw x and ``n_points`` random s ~ N(0, 0.5^2 I_K), the move's claimed log
-    density g(s) must satisfy g(s) - g(0) = l(T_s x) + log|det J_s| - l(x), where l is the
-    NumPyro program's log joint and J_s the Jacobian of T_s (`custom_inference.bpmf.apply_gauge`)
-    as a map of (U, V, mu_U, mu_V, lower triangles of Lambda_U and Lambda_V) -- the coordinates
-    of the program's density -- computed by ``jax.jacfwd`` and ``slogdet``, independently of the
-    derivation in the solver's docstring. Tolerance: relative 1e-7, as `conditional_checks`.
+    Row "gauge target": for a prior draw x and ``n_points`` random A = expm(0.3 Z), Z (K, K)
+    standard normal, the claimed g(A) = gauge_log_density(T_A h, A) must satisfy
+    g(A) - g(I) = l(T_A x) + log|det J_A| - l(x), where l is the NumPyro program's log joint and
+    J_A the Jacobian of T_A (`custom_inference.bpmf.apply_gauge`) as a map of (U, V, mu_U, mu_V,
+    lower triangles of Lambda_U and Lambda_V) -- the coordinates of the program's density --
+    computed by ``jax.jacfwd`` and ``slogdet``, independently of the derivation in the solver's
+    docstring. Tolerance: relative 1e-7, as `conditional_checks`.
+
+    Row "gauge act": 40 random generator steps by `custom_inference.bpmf.gauge_act` (what the
+    walk tracks) reach the same hyperparameters as `apply_gauge` of their product A (relative 1e-9).
 
     ``sampler_hyper`` (default ``hyper``): the hyperparameters the claimed density is given;
-    a different value is a wrong move, which must fail (negative control).
+    a different value is a wrong move, which must fail the target row (negative control).
 
-    Returns a one-row DataFrame: block ("gauge"), max_abs_error, scale, passed.
+    Returns a DataFrame: block, max_abs_error, scale, passed.
     """
     sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
     k = n_components
@@ -207,41 +212,52 @@ def gauge_check(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int = 0, n_
     lj = _log_joint_fn(data, k, hyper)
     with jax.enable_x64(True):
         state = gibbs.BPMFState(*(jnp.asarray(truth[n]) for n in gibbs.BPMFState._fields))
-        claimed = gibbs.gauge_log_density(state, sampler_hyper)
+        claimed = gibbs.gauge_log_density(sampler_hyper)
         il = jnp.tril_indices(k)
+        sizes = np.cumsum([n_rows * k, n_cols * k, k, k, len(il[0])])
 
-        def moved_coords(s):
-            m = gibbs.apply_gauge(state, s)
+        def flat(m):
             return jnp.concatenate([m.U.ravel(), m.V.ravel(), m.mu_U, m.mu_V, m.Lambda_U[il], m.Lambda_V[il]])
 
-        def coords_to_state(z):
-            sizes = np.cumsum([n_rows * k, n_cols * k, k, k, len(il[0])])
+        def unflat(z):
             U, V, mu_U, mu_V, lu, lv = jnp.split(z, sizes)
 
             def sym(tri):
                 m = jnp.zeros((k, k)).at[il].set(tri)
                 return m + m.T - jnp.diag(jnp.diag(m))
 
-            return {"U": U.reshape(n_rows, k), "V": V.reshape(n_cols, k), "mu_U": mu_U, "mu_V": mu_V,
-                    "Lambda_U": sym(lu), "Lambda_V": sym(lv)}
+            return gibbs.BPMFState(U.reshape(n_rows, k), V.reshape(n_cols, k), mu_U, sym(lu), mu_V, sym(lv))
 
-        # J_s = d T_s(x) / d x at fixed s; T_s is linear in x, so differentiate x -> T_s(x)
-        def log_jac(s):
-            def t_of(z):
-                st = coords_to_state(z)
-                x = gibbs.BPMFState(st["U"], st["V"], st["mu_U"], st["Lambda_U"], st["mu_V"], st["Lambda_V"])
-                m = gibbs.apply_gauge(x, s)
-                return jnp.concatenate([m.U.ravel(), m.V.ravel(), m.mu_U, m.mu_V, m.Lambda_U[il], m.Lambda_V[il]])
+        def hyp(m):
+            return gibbs.GaugeHyper(m.mu_U, m.Lambda_U, m.mu_V, m.Lambda_V)
 
-            return jnp.linalg.slogdet(jax.jacfwd(t_of)(moved_coords(jnp.zeros(k))))[1]
+        def program(m):
+            return float(lj({f: getattr(m, f) for f in gibbs.BPMFState._fields}))
 
-        base = float(lj({n: jnp.asarray(v) for n, v in truth.items()}))
+        x0 = flat(state)
+        base = program(state)
+        g0 = float(claimed(hyp(state), jnp.eye(k)))
         cvals, lvals = [0.0], [0.0]
-        for s in 0.5 * rng.standard_normal((n_points, k)):
-            s = jnp.asarray(s)
-            cvals.append(float(claimed(s) - claimed(jnp.zeros(k))))
-            lvals.append(float(lj(coords_to_state(moved_coords(s)))) + float(log_jac(s)) - base)
-    return pd.DataFrame([_row("gauge", np.array(cvals), np.array(lvals))])
+        for z in rng.standard_normal((n_points, k, k)):
+            A = jax.scipy.linalg.expm(0.3 * jnp.asarray(z))
+            moved = gibbs.apply_gauge(state, A)
+            log_jac = jnp.linalg.slogdet(jax.jacfwd(lambda v: flat(gibbs.apply_gauge(unflat(v), A)))(x0))[1]
+            cvals.append(float(claimed(hyp(moved), A)) - g0)
+            lvals.append(program(moved) + float(log_jac) - base)
+        rows = [_row("gauge target", np.array(cvals), np.array(lvals))]
+
+        h, A = hyp(state), jnp.eye(k)
+        for _ in range(40):
+            kk, ll = (int(i) for i in rng.integers(0, k, 2))
+            z = float(0.3 * rng.standard_normal())
+            h = gibbs.gauge_act(h, kk, ll, z)
+            G = jnp.eye(k).at[kk, kk].set(np.exp(z)) if kk == ll else jnp.eye(k).at[kk, ll].set(z)
+            A = A @ G
+        ref = hyp(gibbs.apply_gauge(state, A))
+        err = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(h, ref))
+        scale = max(float(jnp.max(jnp.abs(b))) for b in ref)
+        rows.append({"block": "gauge act", "max_abs_error": err, "scale": scale, "passed": err <= 1e-9 * max(scale, 1.0)})
+    return pd.DataFrame(rows)
 
 
 def _row(block, claimed, joint):
@@ -463,7 +479,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 class SBCConfig:
     """Sizes of one SBC simulation: I = 10, J = 8, K = 2, 40 observed cells, `CROSSCHECK_HYPER`;
     Gibbs 2 chains x 500 kept draws thinned by 4 after 200 warmup sweeps (1000 draws, thinned
-    evenly by `run_sbc` to L = 99), with ``gauge_rounds`` scale-gauge moves per sweep
+    evenly by `run_sbc` to L = 99), with ``gauge_rounds`` linear-gauge moves per sweep
     (`custom_inference.bpmf.step`; 0 is the paper's plain sampler, whose scale functionals
     fail SBC at master seed 0: see the module docstring)."""
 
