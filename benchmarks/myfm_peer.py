@@ -183,6 +183,15 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
     }
 
 
+def _load1():
+    """1-minute load average (None where unavailable), recorded after each fit: the timings are
+    only comparable at similar load."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -222,9 +231,10 @@ def main(argv=None) -> None:
                 if not args.peer_python.exists():
                     raise SystemExit(f"myFM venv not found at {args.peer_python}; create it (see the module docstring)")
                 res = run_myfm(args.peer_python, npz, rank, args.n_iter, args.n_kept, args.seed, args.timeout)
+                res["load_average_1min"] = _load1()
                 rows.append(res)
                 print(f"  {res['method']:>14} rank {rank:3d}: RMSE {res['rmse']:.4f}  fit {res['fit_seconds']:.1f} s "
-                      f"({res['seconds_per_sweep']:.4f} s/sweep)", flush=True)
+                      f"({res['seconds_per_sweep']:.4f} s/sweep; load {res['load_average_1min']})", flush=True)
             for dtype in ([] if args.skip_ours else [d.strip() for d in args.dtypes.split(",") if d.strip()]):
                 try:
                     res = run_ours(train, test, rank, args.n_iter, args.n_kept, args.seed, dtype)
@@ -233,14 +243,13 @@ def main(argv=None) -> None:
                     print(f"  factorbayes MCMC-FM rank {rank:3d}: not run ({err})", flush=True)
                     rows.append(res)
                     break
+                res["load_average_1min"] = _load1()
                 print(f"  MCMC-FM {dtype} rank {rank:3d}: RMSE {res['rmse']:.4f}  {res['sampling_seconds']:.1f} s "
-                      f"({res['seconds_per_sweep']:.4f} s/sweep; {res['sample_wall_seconds']:.1f} s with compile)",
+                      f"({res['seconds_per_sweep']:.4f} s/sweep; {res['sample_wall_seconds']:.1f} s with compile; "
+                      f"load {res['load_average_1min']})",
                       flush=True)
                 rows.append(res)
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
+    load = _load1()
     out = {
         "protocol": "P2 (validation.datasets.split_p2): MovieLens 100K, 90:10, permutation of file rows",
         "seed": args.seed,

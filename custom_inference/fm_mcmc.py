@@ -27,7 +27,8 @@ contains features of *other* blocks in row n), the rows touched by the features 
 block are disjoint, and the conditionals of all features of a block are independent given
 the rest: the whole block is drawn at once, exactly as if one feature after the other
 (checked in `validation.fm_mcmc`). Blocks are visited in a static Python loop (inside
-jit) over ``design.block_ptr``: w of the block, then v_{.k} for k = 1..K (a fori_loop).
+jit) over ``design.block_ptr``: w of the block, then v_{.k} for k = 1..K (a lax.scan over the
+rows of the factor-major q.T and V.T; see `_update_block_t`).
 
 Hyperparameters (normal-gamma, eqs. 2.27-2.30 per group g and factor k), with n_g the
 number of features of group g:
@@ -204,8 +205,13 @@ def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int):
     return P, h
 
 
-def _v_coefficient(state, r, c, x, k):
-    return x * (state.q[r, k] - x * state.V[c, k])
+def _v_column_conditional(alpha, s, m, e, qk, vk, r, c, x, D: int):
+    """(P, h, hn) of v_.k | rest from column k alone: qk = q[:, k] (N,), vk = V[:, k] (D,),
+    s, m = sigma_v[group, k], mu_v[group, k] (D,); hn (N_b,) is h_n = x_nl (q_nk - x_nl v_lk)."""
+    hn = x * (qk[r] - x * vk[c])
+    P = s + alpha * jax.ops.segment_sum(hn * hn, c, num_segments=D)
+    h = s * m + alpha * jax.ops.segment_sum(hn * (e[r] + hn * vk[c]), c, num_segments=D)
+    return P, h, hn
 
 
 def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
@@ -213,11 +219,8 @@ def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
     h_n = x_nl (q_nk - x_nl v_lk)."""
     r, c, x = _block_entries(design, b)
     g = design.group
-    D = design.n_features
-    hn = _v_coefficient(state, r, c, x, k)
-    s, m = state.sigma_v[g, k], state.mu_v[g, k]
-    P = s + state.alpha * jax.ops.segment_sum(hn * hn, c, num_segments=D)
-    h = s * m + state.alpha * jax.ops.segment_sum(hn * (state.e[r] + hn * state.V[c, k]), c, num_segments=D)
+    P, h, _ = _v_column_conditional(state.alpha, state.sigma_v[g, k], state.mu_v[g, k], state.e,
+                                    state.q[:, k], state.V[:, k], r, c, x, design.n_features)
     return P, h
 
 
@@ -252,31 +255,52 @@ def sample_group_mean(key, x, group, n_groups: int, precision, mu0, nu0):
 # sweep
 
 
-def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FMMCMCState:
-    """Draw w_l, then v_l1, ..., v_lK for all features l of block ``b`` (static), updating e, q.
+def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b: int):
+    """`update_block` on the factor-major caches qT = q.T (K, N) and VT = V.T (K, D): returns
+    (state with w, e updated; qT; VT). ``state.q`` and ``state.V`` are neither read nor written.
 
-    Keys: ``k_w, k_v = split(key)``; factor k uses ``split(k_v, K)[k]``; each draw is
-    `sample_normal_natural` over all D features, kept where ``block == b``.
+    Layout: the draw of v_.k reads and writes only column k of q and V, so the factor loop is a
+    `lax.scan` over the rows qT[k], VT[k] (contiguous, in as xs, out as ys) with only e
+    carried: O(N + D) per k. The former `fori_loop` carrying the row-major (N, K) q and
+    (D, K) V, with gathers and scatters on column k, made XLA CPU copy both whole buffers
+    on every k, i.e. O(N K^2) per sweep.
     """
-    K = state.V.shape[1]
+    K = VT.shape[0]
+    D = design.n_features
     r, c, x = _block_entries(design, b)
+    g = design.group
     in_block = design.block == b
     k_w, k_v = jax.random.split(key)
     P, h = w_block_conditional(state, design, hyper, b)
     w_new = jnp.where(in_block, sample_normal_natural(k_w, P, h), state.w)
     delta = (w_new - state.w)[c]
-    state = state._replace(w=w_new, e=state.e.at[r].add(-x * delta))
+    e = state.e.at[r].add(-x * delta)
     keys_v = jax.random.split(k_v, K)
+    s_all, m_all = state.sigma_v.T[:, g], state.mu_v.T[:, g]  # (K, D) priors of v_lk
 
-    def body(k, st):
-        P, h = v_block_conditional(st, design, hyper, b, k)
-        vk = st.V[:, k]
-        vk_new = jnp.where(in_block, sample_normal_natural(keys_v[k], P, h), vk)
+    def body(e, row):
+        # factor k reads and writes only its own rows qT[k], VT[k]: they go through the scan as
+        # xs -> ys, and only e is carried
+        key_k, qk, vk, s, m = row
+        P, h, hn = _v_column_conditional(state.alpha, s, m, e, qk, vk, r, c, x, D)
+        vk_new = jnp.where(in_block, sample_normal_natural(key_k, P, h), vk)
         d = (vk_new - vk)[c]
-        hn = _v_coefficient(st, r, c, x, k)
-        return st._replace(V=st.V.at[:, k].set(vk_new), e=st.e.at[r].add(-hn * d), q=st.q.at[r, k].add(x * d))
+        # (stored in V's dtype, as .at[].set did; d keeps the draw's precision)
+        return e.at[r].add(-hn * d), (qk.at[r].add(x * d), vk_new.astype(vk.dtype))
 
-    return jax.lax.fori_loop(0, K, body, state)
+    e, (qT, VT) = jax.lax.scan(body, e, (keys_v, qT, VT, s_all, m_all))
+    return state._replace(w=w_new, e=e), qT, VT
+
+
+def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FMMCMCState:
+    """Draw w_l, then v_l1, ..., v_lK for all features l of block ``b`` (static), updating e, q.
+
+    Keys: ``k_w, k_v = split(key)``; factor k uses ``split(k_v, K)[k]``; each draw is
+    `sample_normal_natural` over all D features, kept where ``block == b``.
+    (Computed by `_update_block_t` on q.T and V.T; `step` keeps that layout across blocks.)
+    """
+    state, qT, VT = _update_block_t(key, state, state.q.T, state.V.T, design, hyper, b)
+    return state._replace(q=qT.T, V=VT.T)
 
 
 def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState, FMMCMCInfo]:
@@ -305,9 +329,10 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     P, hh = w0_conditional(state, design, hyper)
     w0 = sample_normal_natural(keys[5], P, hh)
     state = state._replace(w0=w0, e=state.e - (w0 - state.w0))
+    qT, VT = state.q.T, state.V.T  # factor-major while the blocks run (see _update_block_t)
     for b in range(design.n_blocks):
-        state = update_block(keys[6 + b], state, design, hyper, b)
-    return state, info
+        state, qT, VT = _update_block_t(keys[6 + b], state, qT, VT, design, hyper, b)
+    return state._replace(q=qT.T, V=VT.T), info
 
 
 step_jit = jax.jit(step)

@@ -61,6 +61,56 @@ def test_sample_reproducible_with_running_test_predictions():
     assert np.all(a.predictions["test_pred_sd"].values > a.predictions["test_sd"].values)
 
 
+def _update_block_reference(key, st, design, hyper, b):
+    """The straightforward column-by-column form of `update_block` (a fori_loop over k on the
+    row-major (N, K) q and (D, K) V, as first written): same conditionals, same keys."""
+    K = st.V.shape[1]
+    r, c, x = mc._block_entries(design, b)
+    in_block = design.block == b
+    k_w, k_v = jax.random.split(key)
+    P, h = mc.w_block_conditional(st, design, hyper, b)
+    w_new = jnp.where(in_block, gaussian.sample_normal_natural(k_w, P, h), st.w)
+    st = st._replace(w=w_new, e=st.e.at[r].add(-x * (w_new - st.w)[c]))
+    keys_v = jax.random.split(k_v, K)
+
+    def body(k, st):
+        P, h = mc.v_block_conditional(st, design, hyper, b, k)
+        vk = st.V[:, k]
+        vk_new = jnp.where(in_block, gaussian.sample_normal_natural(keys_v[k], P, h), vk)
+        d = (vk_new - vk)[c]
+        hn = x * (st.q[r, k] - x * st.V[c, k])
+        return st._replace(V=st.V.at[:, k].set(vk_new), e=st.e.at[r].add(-hn * d), q=st.q.at[r, k].add(x * d))
+
+    return jax.lax.fori_loop(0, K, body, st)
+
+
+def test_update_block_equals_column_reference_and_keeps_caches_and_dtypes():
+    """The factor-major scan of `update_block` / `step` is the same chain as the column-by-column
+    reference (same numbers, float64), keeps the public (N, K) / (D, K) layouts and the dtype of V
+    and q (float32 state, float64 hyper), and leaves e, q equal to their recomputation."""
+    d, _, hyper = _design(N=60, K=3)
+    dj = mc._as_jax(d, np.float64)
+    st = mc.init(jax.random.PRNGKey(3), dj, 3, hyper)
+    st, _ = mc.step_jit(jax.random.PRNGKey(4), st, dj, hyper)
+    for b in range(d.n_blocks):
+        key = jax.random.PRNGKey(10 + b)
+        new = jax.jit(mc.update_block, static_argnums=4)(key, st, dj, hyper, b)
+        ref = jax.jit(_update_block_reference, static_argnums=4)(key, st, dj, hyper, b)
+        for name in mc.FMMCMCState._fields:
+            np.testing.assert_array_equal(getattr(new, name), getattr(ref, name), err_msg=name)
+        st = new
+    for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
+        dj = mc._as_jax(d, dtype)
+        st = mc.init(jax.random.PRNGKey(0), dj, 3, hyper, dtype=dtype)
+        for i in range(3):
+            st, _ = mc.step_jit(jax.random.PRNGKey(i), st, dj, hyper)
+        assert st.V.shape == (d.n_features, 3) and st.q.shape == (d.n_rows, 3)
+        assert st.V.dtype == st.q.dtype == np.dtype(dtype)
+        fresh = mc.caches(st, dj)
+        np.testing.assert_allclose(st.q, fresh.q, rtol=tol, atol=tol)
+        np.testing.assert_allclose(st.e, fresh.e, rtol=tol, atol=tol)
+
+
 def test_errors():
     d, _, hyper = _design(N=20)
     with pytest.raises(ValueError, match="K"):
