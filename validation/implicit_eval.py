@@ -100,6 +100,25 @@ SystemFactory = Callable[[Observations, int], metrics.ScoreFn]
 # ---------------------------------------------------------------------------
 
 
+def _hold_out_one_per_row(u, i, I: int, J: int, seed: int, dtype):
+    """Seed 002 sec. 4's hold-out: one uniformly drawn one of every row goes to the test set.
+
+    u, i : int arrays (N,) of the ones, sorted by row, every row 0..I-1 present. Returns the
+    training `Observations` (I, J) (binary, ``dtype``) and the held-out item of each row (I,) int64.
+    """
+    starts = np.searchsorted(u, np.arange(I), side="left")
+    ends = np.searchsorted(u, np.arange(I), side="right")
+    rng = np.random.default_rng(seed)
+    keep = np.ones(u.size, dtype=bool)
+    test_items = np.empty(I, dtype=np.int64)
+    for row in range(I):
+        k = int(rng.integers(int(ends[row] - starts[row])))
+        test_items[row] = i[starts[row] + k]
+        keep[starts[row] + k] = False
+    train = Observations.from_coo(u[keep], i[keep], np.ones(int(keep.sum())), (I, J), kind="binary", dtype=dtype)
+    return train, test_items
+
+
 def split_sibm(
     df,
     seed: int = 0,
@@ -200,16 +219,7 @@ def split_sibm(
     u = ones["u"].to_numpy()
     i = ones["i"].to_numpy()
     I, J = keep_users.size, keep_items.size
-    starts = np.searchsorted(u, np.arange(I), side="left")
-    ends = np.searchsorted(u, np.arange(I), side="right")
-    rng = np.random.default_rng(seed)
-    keep = np.ones(u.size, dtype=bool)
-    test_items = np.empty(I, dtype=np.int64)
-    for row in range(I):
-        k = int(rng.integers(int(ends[row] - starts[row])))
-        test_items[row] = i[starts[row] + k]
-        keep[starts[row] + k] = False
-    train = Observations.from_coo(u[keep], i[keep], np.ones(int(keep.sum())), (I, J), kind="binary", dtype=dtype)
+    train, test_items = _hold_out_one_per_row(u, i, I, J, seed, dtype)
     return ImplicitSplit(
         train=train,
         test_users=np.arange(I, dtype=np.int64),
@@ -770,16 +780,7 @@ def binary_split(X, seed: int = 0, min_ones: int = 10, dtype=np.float64) -> Impl
     sel = row_map[rows] >= 0
     u, i = row_map[rows[sel]], cols[sel]
     I = keep_rows.size
-    starts = np.searchsorted(u, np.arange(I), side="left")
-    ends = np.searchsorted(u, np.arange(I), side="right")
-    rng = np.random.default_rng(seed)
-    keep = np.ones(u.size, dtype=bool)
-    test_items = np.empty(I, dtype=np.int64)
-    for row in range(I):
-        k = int(rng.integers(int(ends[row] - starts[row])))
-        test_items[row] = i[starts[row] + k]
-        keep[starts[row] + k] = False
-    train = Observations.from_coo(u[keep], i[keep], np.ones(int(keep.sum())), (I, J), kind="binary", dtype=dtype)
+    train, test_items = _hold_out_one_per_row(u, i, I, J, seed, dtype)
     frame = pd.DataFrame({"u": u, "i": i, "rating": np.ones(u.size), "timestamp": np.zeros(u.size, np.int64)})
     return ImplicitSplit(train=train, test_users=np.arange(I, dtype=np.int64), test_items=test_items,
                          indexed=IndexedRatings(frame=frame, user_ids=keep_rows, item_ids=np.arange(J, dtype=np.int64)))
