@@ -171,7 +171,7 @@ xc_result = v_vbfm.run_crosscheck(cfg, progress=False)
 print("verdict:", xc_result.verdict.status)
 for reason in xc_result.verdict.reasons:
     print(" -", reason)
-xc_result.alpha_table
+xc_result.extra["alpha_table"]
 
 # %%
 nm = xc_result.nuts_quantities["pred"].reshape(-1, cfg.n_rows)

@@ -38,9 +38,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 MODELS = ("hpf",)
-# the other models: CLI name -> (validation module holding run_crosscheck / sbc_adapters, solver label)
-CHECKED_MODELS = {"sbmf": ("sbmf", "SBMF Gibbs"), "bpmf": ("bpmf", "BPMF Gibbs"), "mcmc-fm": ("fm_mcmc", "MCMC-FM Gibbs"),
-                  "vbfm": ("vbfm", "VBFM (q)"), "sibm": ("sibm", "SIBM batch VB (q)"), "rg": ("rg", "RG VB (q)")}
+# the other models: CLI name -> validation module holding run_crosscheck / sbc_adapters
+CHECKED_MODELS = {"sbmf": "sbmf", "bpmf": "bpmf", "mcmc-fm": "fm_mcmc", "vbfm": "vbfm", "sibm": "sibm", "rg": "rg"}
 SBC_MODELS = ("hpf", "sbmf", "bpmf", "mcmc-fm")  # the exact samplers with sbc_adapters
 EVALUATIONS = ("ratings", "implicit")  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
@@ -65,37 +64,34 @@ def _print_table(df) -> None:
     print()
 
 
-def _print_verdict(v, report) -> int:
-    """Print a cross-check verdict, its gates and comparison; return the exit status."""
+def _print_crosscheck(result, out: Path) -> int:
+    """Write the report of a `validation.crosscheck.CrosscheckResult`, print its verdict, gates and
+    comparison; return the exit status."""
+    from .report import crosscheck_report
+
+    report = crosscheck_report(result, out)
+    v = result.verdict
     print(f"Verdict: {v.status.upper()}")
     for r in v.reasons:
         print(f"  - {r}")
-    print("\nNUTS gates:")
+    print("\nGates:")
     _print_table(v.gates.table)
     print("Comparison:")
     _print_table(v.table)
     print(f"Report: {report}")
-    return {"pass": 0, "fail": 1, "inconclusive": 3}[v.status]
+    return result.exit_status
 
 
 def cmd_model_crosscheck(args) -> int:
     import importlib
 
-    from .report import model_crosscheck_report
-
-    module_name, label = CHECKED_MODELS[args.model]
-    module = importlib.import_module(f"{__package__}.{module_name}")
+    module = importlib.import_module(f"{__package__}.{CHECKED_MODELS[args.model]}")
     if args.data is not None:
         raise ValueError(f"--data: the {args.model} cross-check runs on its embedded simulated data only")
     print(f"{args.model} cross-check against NUTS on its embedded simulated data "
           f"({module.__name__}.CrosscheckConfig defaults)", file=sys.stderr)
     result = module.run_crosscheck(progress=not args.no_progress)
-    solver_q = getattr(result, "solver_quantities", None) or result.gibbs_quantities
-    out = Path(args.out or f"factorbayes-output/crosscheck-{args.model}")
-    settings = [str(result.config)] + ([result.settings] if getattr(result, "settings", "") else [])
-    report = model_crosscheck_report(f"{args.model} cross-check: {label} vs NUTS", result.verdict,
-                                     result.nuts_quantities, solver_q, out, solver_label=label, settings=settings)
-    return _print_verdict(result.verdict, report)
+    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}"))
 
 
 def cmd_crosscheck(args) -> int:
@@ -107,7 +103,6 @@ def cmd_crosscheck(args) -> int:
     from ppl_models import hpf as ppl
 
     from . import hpf as vhpf
-    from .report import crosscheck_report
 
     config = vhpf.CROSSCHECK_DEFAULT
     if args.quick:
@@ -132,9 +127,7 @@ def cmd_crosscheck(args) -> int:
         from . import hpf_gibbs
 
         result = hpf_gibbs.run_gibbs_crosscheck(y, config, progress=not args.no_progress)
-    out = Path(args.out or f"factorbayes-output/crosscheck-hpf-{args.solver}")
-    report = crosscheck_report(result, out)
-    return _print_verdict(result.verdict, report)
+    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-hpf-{args.solver}"))
 
 
 def cmd_evaluate(args, *, save_fit: bool = False) -> int:
@@ -258,7 +251,7 @@ def cmd_sbc(args) -> int:
     else:
         if args.solver != "gibbs":
             raise ValueError(f"--solver: the {args.model} SBC runs its Gibbs sampler only (got {args.solver!r})")
-        module = importlib.import_module(f"{__package__}.{CHECKED_MODELS[args.model][0]}")
+        module = importlib.import_module(f"{__package__}.{CHECKED_MODELS[args.model]}")
         simulate, fit, functionals = module.sbc_adapters()
         setting = f"each simulation: {module.SBCConfig()}"
     out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")

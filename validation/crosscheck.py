@@ -11,6 +11,8 @@ Generic pieces, used by every model's glue (for HPF: `validation.hpf`):
 - `compare_exact`: two exact methods must agree within Monte Carlo error:
   |mean_a - mean_b| <= z * sqrt(mcse_a^2 + mcse_b^2) for every quantity, with z the
   Bonferroni threshold for a stated false-alarm rate per group.
+- `CrosscheckResult`: the one result type every model's ``run_crosscheck`` returns
+  (and `validation.report.crosscheck_report` writes, whatever the model).
 
 Raw factor coordinates are never compared: they are identified only up to
 rotation, scaling and permutation. Source: ../shared/DESIGN.md, level 2.
@@ -18,7 +20,7 @@ rotation, scaling and permutation. Source: ../shared/DESIGN.md, level 2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import numpy as np
@@ -36,6 +38,8 @@ __all__ = [
     "compare_vi",
     "compare_exact",
     "Verdict",
+    "CrosscheckResult",
+    "combined_gates",
 ]
 
 
@@ -225,3 +229,62 @@ def compare_exact(
     if not gates.passed:
         return Verdict("inconclusive", ["reference failed its gates: " + "; ".join(gates.failures)] + reasons, table, gates)
     return Verdict("fail" if reasons else "pass", reasons, table, gates)
+
+
+def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: str = "Gibbs") -> GateResult:
+    """The gates of an exact-vs-exact cross-check: NUTS's and the solver's (R-hat/ESS on its draws:
+    its MCSEs are meaningful only if it mixes); either failing makes `compare_exact` inconclusive."""
+    return GateResult(
+        passed=nuts_gate.passed and solver_gate.passed,
+        failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"{solver_name} {f}" for f in solver_gate.failures],
+        table=pd.concat([nuts_gate.table.assign(method="nuts"), solver_gate.table.assign(method=solver_name.lower())],
+                        ignore_index=True),
+        divergences=nuts_gate.divergences,
+        bfmi=nuts_gate.bfmi,
+        n_chains=min(nuts_gate.n_chains, solver_gate.n_chains),
+    )
+
+
+@dataclass(frozen=True)
+class CrosscheckResult:
+    """What every model's ``run_crosscheck`` returns (a solver against gated NUTS).
+
+    ``model``: the model's short name ("hpf", "sbmf", ...); ``solver``: a label for reports
+    ("HPF CAVI (q)", "SBMF Gibbs", ...); ``method``: "vi" (verdict from `compare_vi`: VI gap)
+    or "exact" (`compare_exact`: agreement within Monte Carlo error). ``verdict.gates`` are the
+    gates the verdict used (for "exact": NUTS's and the solver's, see `combined_gates`), also
+    available as ``gates``. The quantity dicts map a group name to draws (chain, draw, Q) of
+    identifiable quantities. ``settings``: name -> one human-readable line (data, NUTS run,
+    solver run), listed by the report. ``extra``: model-specific items; by convention
+    DataFrames under ``update_table`` (level-1 checks: stationarity or Gibbs conditionals),
+    ``dense_table`` (sparse vs dense brute force) and other ``*_table`` keys are written into
+    the report as tables, ``elbo`` (the kept VI run's trace) as a curve; anything else (the
+    simulated data, run objects) is kept for notebooks and tests.
+    """
+
+    model: str
+    solver: str
+    method: str
+    verdict: Verdict
+    solver_quantities: dict = field(repr=False)
+    nuts_quantities: dict = field(repr=False)
+    solver_seconds: float
+    nuts_seconds: float
+    config: object = None
+    settings: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict, repr=False)
+    solver_idata: object = field(default=None, repr=False)
+    nuts_idata: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.method not in ("vi", "exact"):
+            raise ValueError(f"method must be 'vi' or 'exact', got {self.method!r}")
+
+    @property
+    def gates(self) -> GateResult:
+        return self.verdict.gates
+
+    @property
+    def exit_status(self) -> int:
+        """The CLI's exit status: 0 pass, 1 fail, 3 inconclusive (NUTS failed its gates)."""
+        return {"pass": 0, "fail": 1, "inconclusive": 3}[self.verdict.status]

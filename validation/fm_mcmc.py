@@ -23,7 +23,7 @@ Source: ``004_90693a0965f06816.txt`` eqs. 2.17-2.30, Algorithm 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,6 @@ __all__ = [
     "cache_check",
     "block_check",
     "CrosscheckConfig",
-    "CrosscheckResult",
     "identifiable_quantities",
     "run_crosscheck",
     "SBCConfig",
@@ -296,17 +295,6 @@ class CrosscheckConfig:
     gibbs_thin: int = 5
 
 
-@dataclass
-class CrosscheckResult:
-    config: CrosscheckConfig
-    verdict: xc.Verdict
-    nuts: xc.NutsRun
-    gibbs: object
-    nuts_quantities: dict = field(repr=False)
-    gibbs_quantities: dict = field(repr=False)
-    gibbs_seconds: float = 0.0
-
-
 def crosscheck_data(config: CrosscheckConfig = CrosscheckConfig()):
     """(design, new (rows, cols, values, n_new)) of the cross-check."""
     c = config
@@ -339,8 +327,9 @@ def identifiable_quantities(idata, design: FMDesign, new) -> dict[str, np.ndarra
     return out
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> CrosscheckResult:
-    """MCMC-FM against NUTS on `ppl_models.fm.model_hier`; both runs gated; `compare_exact` verdict."""
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> xc.CrosscheckResult:
+    """MCMC-FM against NUTS on `ppl_models.fm.model_hier`; both runs gated; `compare_exact` verdict
+    (a `validation.crosscheck.CrosscheckResult`, method "exact")."""
     import time
 
     c = config
@@ -356,12 +345,18 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     nq, gq = identifiable_quantities(nuts.idata, design, new), identifiable_quantities(g, design, new)
     ng = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     gg = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = gates_mod.GateResult(
-        passed=ng.passed and gg.passed,
-        failures=[f"NUTS {f}" for f in ng.failures] + [f"MCMC-FM {f}" for f in gg.failures],
-        table=pd.concat([ng.table.assign(method="nuts"), gg.table.assign(method="mcmc-fm")], ignore_index=True),
-        divergences=ng.divergences, bfmi=ng.bfmi, n_chains=min(ng.n_chains, gg.n_chains))
-    return CrosscheckResult(c, xc.compare_exact(gq, nq, combined), nuts, g, nq, gq, seconds)
+    combined = xc.combined_gates(ng, gg, "MCMC-FM")
+    settings = {
+        "data": f"{design.n_rows} training rows, {design.n_features} features, {new[3]} new rows; K = {c.K}",
+        "MCMC-FM": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
+                   f"{seconds:.1f} s",
+        "NUTS": f"{c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), {nuts.seconds:.1f} s, "
+                f"{nuts.divergences} divergences",
+    }
+    return xc.CrosscheckResult(model="mcmc-fm", solver="MCMC-FM Gibbs", method="exact",
+                               verdict=xc.compare_exact(gq, nq, combined), solver_quantities=gq, nuts_quantities=nq,
+                               solver_seconds=seconds, nuts_seconds=nuts.seconds, config=c, settings=settings,
+                               extra={"design": design}, solver_idata=g, nuts_idata=nuts.idata)
 
 
 # ------------------------------------------------------------------------------------------

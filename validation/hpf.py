@@ -9,7 +9,7 @@ figure); the model is `ppl_models.hpf.model`, the solver `custom_inference.hpf`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,6 @@ __all__ = [
     "dense_twin_checks",
     "CrosscheckConfig",
     "CROSSCHECK_DEFAULT",
-    "CrosscheckResult",
     "run_crosscheck",
     "identifiable_quantities",
 ]
@@ -247,29 +246,6 @@ class CrosscheckConfig:
 CROSSCHECK_DEFAULT = CrosscheckConfig()
 
 
-@dataclass
-class CrosscheckResult:
-    """Everything a cross-check produced, for the report and the tests.
-
-    ``solver`` is "cavi" (verdict from `compare_vi`) or "gibbs" (`compare_exact`);
-    ``solver_idata`` its InferenceData (for CAVI: the best restart by ELBO);
-    ``settings`` one line describing how the solver ran; ``update_table`` the
-    update-level checks (CAVI: stationarity; Gibbs: conditionals vs the program).
-    """
-
-    config: CrosscheckConfig
-    y: np.ndarray
-    solver: str
-    verdict: xc.Verdict
-    nuts: xc.NutsRun
-    solver_idata: object
-    settings: str
-    nuts_quantities: dict = field(repr=False)
-    solver_quantities: dict = field(repr=False)
-    update_table: pd.DataFrame | None = None
-    dense_table: pd.DataFrame | None = None
-
-
 def identifiable_quantities(idata) -> dict[str, np.ndarray]:
     """The quantities that are compared across methods, each (chain, draw, Q).
 
@@ -283,13 +259,16 @@ def identifiable_quantities(idata) -> dict[str, np.ndarray]:
     return {"rate": rates.reshape(c, d, -1), "xi": post["xi"], "eta": post["eta"]}
 
 
-def run_crosscheck(y: np.ndarray, config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, progress: bool = True) -> CrosscheckResult:
+def run_crosscheck(y: np.ndarray, config: CrosscheckConfig = CROSSCHECK_DEFAULT, *,
+                   progress: bool = True) -> xc.CrosscheckResult:
     """CAVI against NUTS on a small dense count matrix ``y`` (I, J), ArviZ-gated.
 
     CAVI runs ``cavi_restarts`` times from different seeds and keeps the highest
     ELBO (coordinate ascent finds local optima); NUTS runs ``num_chains`` chains.
     Compared: the expected rate of every cell, xi_u and eta_i. Verdict from
-    `validation.crosscheck.compare_vi` after `validation.gates.nuts_gates`.
+    `validation.crosscheck.compare_vi` after `validation.gates.nuts_gates`. Returns a
+    `validation.crosscheck.CrosscheckResult` (method "vi"); its ``extra`` holds ``y``, the
+    stationarity checks ``update_table``, ``dense_table`` and the kept run's ``elbo``.
     """
     import time
 
@@ -312,17 +291,31 @@ def run_crosscheck(y: np.ndarray, config: CrosscheckConfig = CROSSCHECK_DEFAULT,
     vq = identifiable_quantities(best)
     gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     verdict = xc.compare_vi(nq, vq, gate)
-    settings = (
-        f"CAVI: best of {config.cavi_restarts} restarts by ELBO (final ELBOs: "
+    solver_line = (
+        f"best of {config.cavi_restarts} restarts by ELBO (final ELBOs: "
         + ", ".join(f"{e:.2f}" for e in elbos)
         + f"), tol {config.cavi_tol:g}, {cavi_seconds:.1f} s in all; {config.n_vi_draws} draws from q"
     )
-    return CrosscheckResult(
-        config=config, y=y, solver="cavi", verdict=verdict, nuts=nuts, solver_idata=best, settings=settings,
-        nuts_quantities=nq, solver_quantities=vq,
-        update_table=update_checks(data, config.hyper, k, seed=config.seed),
-        dense_table=dense_twin_checks(y, config.hyper, k, seed=config.seed),
+    return xc.CrosscheckResult(
+        model="hpf", solver="HPF CAVI (q)", method="vi", verdict=verdict, solver_quantities=vq, nuts_quantities=nq,
+        solver_seconds=cavi_seconds, nuts_seconds=nuts.seconds, config=config,
+        settings={**crosscheck_settings(y, config, nuts), "CAVI": solver_line},
+        extra={"y": y, "elbo": np.asarray(best.vi_trace.elbo.values),
+               "update_table": update_checks(data, config.hyper, k, seed=config.seed),
+               "dense_table": dense_twin_checks(y, config.hyper, k, seed=config.seed)},
+        solver_idata=best, nuts_idata=nuts.idata,
     )
+
+
+def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig, nuts: xc.NutsRun) -> dict[str, str]:
+    """The data, hyperparameter and NUTS lines of an HPF cross-check's ``settings``."""
+    return {
+        "data": f"matrix {y.shape[0]} x {y.shape[1]}, {int((y > 0).sum())} nonzeros, total count {int(y.sum())}; "
+                f"K = {config.n_components}",
+        "hyperparameters": str(dict(config.hyper._asdict())),
+        "NUTS": f"{config.num_chains} chains x ({config.num_warmup} warmup + {config.num_samples} draws), "
+                f"seed {config.seed}, {nuts.seconds:.1f} s",
+    }
 
 
 def run_nuts_reference(y: np.ndarray, config: CrosscheckConfig, *, progress: bool = True) -> xc.NutsRun:

@@ -187,7 +187,8 @@ def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrossche
                          *, nuts: xc.NutsRun | None = None, progress: bool = False):
     """Gibbs against gated NUTS: both exact, so means must agree within Monte Carlo error.
 
-    Returns a `validation.hpf.CrosscheckResult` (solver "gibbs"). The verdict is
+    Returns a `validation.crosscheck.CrosscheckResult` (method "exact"; ``extra["update_table"]``:
+    the conditionals against the program, ``extra["y"]``: the data). The verdict is
     `compare_exact`'s on the expected rates, xi and eta. Both runs are gated: the Gibbs
     draws' ESS-based MCSEs are only meaningful if they mix, so a Gibbs run that fails
     the gates also makes the verdict inconclusive. ``nuts`` reuses a NUTS run.
@@ -209,21 +210,15 @@ def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrossche
     nq, gq = identifiable_quantities(nuts.idata), identifiable_quantities(g)
     nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = gates_mod.GateResult(
-        passed=nuts_gate.passed and gibbs_gate.passed,
-        failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"Gibbs {f}" for f in gibbs_gate.failures],
-        table=pd.concat([nuts_gate.table.assign(method="nuts"), gibbs_gate.table.assign(method="gibbs")], ignore_index=True),
-        divergences=nuts_gate.divergences,
-        bfmi=nuts_gate.bfmi,
-        n_chains=min(nuts_gate.n_chains, gibbs_gate.n_chains),
-    )
-    settings = (f"Gibbs: {gibbs_config.num_chains} chains x ({gibbs_config.num_warmup} warmup + "
-                f"{gibbs_config.num_samples} x {gibbs_config.thin} sweeps, thinned by {gibbs_config.thin}), "
-                f"{seconds:.1f} s, {g.posterior.attrs['seconds_per_sweep'] * 1e3:.2f} ms per sweep of all chains")
-    return vhpf.CrosscheckResult(
-        config=config, y=y, solver="gibbs", verdict=xc.compare_exact(gq, nq, combined), nuts=nuts, solver_idata=g,
-        settings=settings, nuts_quantities=nq, solver_quantities=gq,
-        update_table=conditional_checks(config.hyper),
+    combined = xc.combined_gates(nuts_gate, gibbs_gate, "Gibbs")
+    solver_line = (f"{gibbs_config.num_chains} chains x ({gibbs_config.num_warmup} warmup + "
+                   f"{gibbs_config.num_samples} x {gibbs_config.thin} sweeps, thinned by {gibbs_config.thin}), "
+                   f"{seconds:.1f} s, {g.posterior.attrs['seconds_per_sweep'] * 1e3:.2f} ms per sweep of all chains")
+    return xc.CrosscheckResult(
+        model="hpf", solver="HPF Gibbs", method="exact", verdict=xc.compare_exact(gq, nq, combined),
+        solver_quantities=gq, nuts_quantities=nq, solver_seconds=seconds, nuts_seconds=nuts.seconds, config=config,
+        settings={**vhpf.crosscheck_settings(y, config, nuts), "Gibbs": solver_line},
+        extra={"y": y, "update_table": conditional_checks(config.hyper)}, solver_idata=g, nuts_idata=nuts.idata,
     )
 
 

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 
 from custom_inference import arviz_io  # noqa: E402
 
-__all__ = ["markdown_table", "crosscheck_report", "model_crosscheck_report", "evaluation_report", "errata_report"]
+__all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report"]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
@@ -86,100 +86,55 @@ def _rank_plots(nuts: dict, out: Path) -> str:
     return _save(fig, out, "nuts_rank.png")
 
 
+_METHOD_TEXT = {
+    "vi": ("VI gap (q against NUTS)",
+           "Pass: median standardized error |m_VI - m_NUTS| / sd_NUTS <= 0.5 and corr(log means) >= 0.99 "
+           "in every group (see `validation.crosscheck.VIThresholds` for why). The sd ratio and the "
+           "coverage of NUTS means by the VI 90% intervals are reported: mean-field VI is expected to be too narrow."),
+    "exact": ("Solver against NUTS (two exact methods)",
+              "Pass: for every quantity, |mean_solver - mean_NUTS| / sqrt(MCSE_solver^2 + MCSE_NUTS^2) stays below the "
+              "Bonferroni threshold for a 1% false-alarm rate per group (`validation.crosscheck.compare_exact`). "
+              "The solver's draws pass the same R-hat/ESS gates (method column of the gates table)."),
+}
+# headings of the conventional ``extra`` tables; other DataFrames in ``extra`` get their key
+_EXTRA_TABLES = {
+    "update_table": "Update-level checks (float64)",
+    "dense_table": "Sparse computations against dense brute force",
+}
+
+
 def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> Path:
-    """Write the cross-check report of a `validation.hpf.CrosscheckResult` (CAVI or Gibbs
-    against NUTS): verdict, gates, comparison table, plots, update-level checks."""
+    """Write the report of a `validation.crosscheck.CrosscheckResult` (any model, VI or exact
+    solver against NUTS): verdict, settings, gates, comparison table, plots, then the ELBO curve
+    and every DataFrame of ``result.extra`` (update-level checks and model-specific tables)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     v = result.verdict
-    cfg = result.config
-    name = {"cavi": "CAVI (q)", "gibbs": "Gibbs"}[result.solver]
-    lines = _header(title or f"HPF cross-check: {name} vs NUTS")
+    label = result.solver
+    heading, rule = _METHOD_TEXT[result.method]
+    lines = _header(title or f"Cross-check: {label} vs NUTS")
     lines += [
-        f"**Verdict: {v.status.upper()}**",
-        "",
-        *(f"- {r}" for r in v.reasons),
-        "",
-        "## Data and settings",
-        "",
-        f"- matrix {result.y.shape[0]} x {result.y.shape[1]}, {int((result.y > 0).sum())} nonzeros, "
-        f"total count {int(result.y.sum())}; K = {cfg.n_components}",
-        f"- hyperparameters: {dict(cfg.hyper._asdict())}",
-        f"- NUTS: {cfg.num_chains} chains x ({cfg.num_warmup} warmup + {cfg.num_samples} draws), seed {cfg.seed}, "
-        f"{result.nuts.seconds:.1f} s",
-        f"- {result.settings}",
-        "",
-        "## Convergence gates (ArviZ, on the compared quantities)",
-        "",
+        f"**Verdict: {v.status.upper()}**", "", *(f"- {r}" for r in v.reasons), "",
+        "## Data and settings", "",
+        *(f"- {k}: {s}" for k, s in result.settings.items()),
+        f"- time: solver {result.solver_seconds:.1f} s, NUTS {result.nuts_seconds:.1f} s",
+        f"- config: {result.config}", "",
+        "## Convergence gates (ArviZ, on the compared quantities)", "",
         "Thresholds: rank-normalized R-hat <= 1.01 with >= 4 chains, bulk and tail ESS >= 400, "
-        "no divergences, E-BFMI >= 0.3.",
-        "",
-        markdown_table(v.gates.table),
-        "",
-        f"NUTS divergences: {v.gates.divergences}; E-BFMI per chain: " + ", ".join(f"{b:.2f}" for b in v.gates.bfmi),
-        "",
+        "no divergences, E-BFMI >= 0.3.", "",
+        markdown_table(v.gates.table), "",
+        f"NUTS divergences: {v.gates.divergences}; E-BFMI per chain: " + ", ".join(f"{b:.2f}" for b in v.gates.bfmi), "",
+        f"## {heading}", "", rule, "",
+        markdown_table(v.table), "",
+        f"![posterior means]({_means_scatter(result.nuts_quantities, result.solver_quantities, out, label)})", "",
+        f"![sd ratios]({_sd_ratio_hist(result.nuts_quantities, result.solver_quantities, out, label)})", "",
+        f"![NUTS rank plots]({_rank_plots(result.nuts_quantities, out)})", "",
     ]
-    if result.solver == "cavi":
-        lines += [
-            "## VI gap (CAVI q against NUTS)",
-            "",
-            "Pass: median standardized error |m_VI - m_NUTS| / sd_NUTS <= 0.5 and corr(log means) >= 0.99 "
-            "in every group (see `validation.crosscheck.VIThresholds` for why). The sd ratio and the "
-            "coverage of NUTS means by the VI 90% intervals are reported: mean-field VI is expected to be too narrow.",
-        ]
-    else:
-        lines += [
-            "## Gibbs against NUTS (two exact methods)",
-            "",
-            "Pass: for every quantity, |mean_Gibbs - mean_NUTS| / sqrt(MCSE_Gibbs^2 + MCSE_NUTS^2) stays below the "
-            "Bonferroni threshold for a 1% false-alarm rate per group (`validation.crosscheck.compare_exact`).",
-        ]
-    lines += [
-        "",
-        markdown_table(v.table),
-        "",
-        f"![posterior means]({_means_scatter(result.nuts_quantities, result.solver_quantities, out, name)})",
-        "",
-        f"![sd ratios]({_sd_ratio_hist(result.nuts_quantities, result.solver_quantities, out, name)})",
-        "",
-        f"![NUTS rank plots]({_rank_plots(result.nuts_quantities, out)})",
-        "",
-    ]
-    if result.solver == "cavi":
-        lines += ["## CAVI convergence", "",
-                  f"![ELBO]({_elbo_curve(np.asarray(result.solver_idata.vi_trace.elbo.values), out)})", ""]
-    if result.update_table is not None:
-        what = ("each block's gradient of the ELBO (`jax.grad`) before and after its closed-form update"
-                if result.solver == "cavi" else
-                "each Gibbs conditional against the NumPyro program's normalized conditional on a grid (total variation)")
-        lines += ["## Update-level checks (float64)", "", f"Checked: {what}.", "", markdown_table(result.update_table), ""]
-    if result.dense_table is not None:
-        lines += ["Sparse computations against dense brute force:", "", markdown_table(result.dense_table), ""]
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return path
-
-
-def model_crosscheck_report(title: str, verdict, nuts_quantities: dict, solver_quantities: dict, out_dir, *,
-                            solver_label: str, settings: list[str] = ()) -> Path:
-    """Cross-check report for any model: verdict, ArviZ gates, comparison table, plots.
-
-    ``verdict`` is a `validation.crosscheck.Verdict`; the quantity dicts map a name to draws
-    (chain, draw, Q) of the compared identifiable quantities (NUTS and the solver).
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    v = verdict
-    lines = _header(title) + [f"**Verdict: {v.status.upper()}**", "", *(f"- {r}" for r in v.reasons), "",
-                              "## Settings", "", *(f"- {s}" for s in settings), "",
-                              "## Convergence gates (ArviZ, on the compared quantities)", "",
-                              "Thresholds: rank-normalized R-hat <= 1.01 with >= 4 chains, bulk and tail ESS >= 400, "
-                              "no divergences, E-BFMI >= 0.3.", "", markdown_table(v.gates.table), "",
-                              "## Comparison", "", markdown_table(v.table), "",
-                              f"![posterior means]({_means_scatter(nuts_quantities, solver_quantities, out, solver_label)})",
-                              "",
-                              f"![sd ratios]({_sd_ratio_hist(nuts_quantities, solver_quantities, out, solver_label)})", "",
-                              f"![NUTS rank plots]({_rank_plots(nuts_quantities, out)})", ""]
+    if result.extra.get("elbo") is not None:
+        lines += ["## VI convergence", "", f"![ELBO]({_elbo_curve(np.asarray(result.extra['elbo']), out)})", ""]
+    for key, table in result.extra.items():
+        if isinstance(table, pd.DataFrame):
+            lines += [f"## {_EXTRA_TABLES.get(key, key)}", "", markdown_table(table), ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +41,6 @@ __all__ = [
     "stochastic_average_check",
     "monte_carlo_elbo_check",
     "CrosscheckConfig",
-    "CrosscheckResult",
     "identifiable_quantities",
     "vector_gap",
     "run_crosscheck",
@@ -444,28 +443,6 @@ class CrosscheckConfig:
     (random one-class G and H ~ q(H): mean-field VB collapses u, v to 0 there, see the report)."""
 
 
-@dataclass
-class CrosscheckResult:
-    """Everything `run_crosscheck` measured. ``nuts_quantities`` / ``solver_quantities``: draws
-    (chain, draw, Q) of the positive groups ``prob`` and ``tau`` (the layout the CLI's generic
-    report takes); ``nuts_biases`` / ``solver_biases``: the centred bias groups."""
-
-    config: CrosscheckConfig
-    graph: rg.RGGraph
-    verdict: xc.Verdict
-    nuts: xc.NutsRun
-    settings: str
-    nuts_quantities: dict = field(repr=False)
-    solver_quantities: dict = field(repr=False)
-    nuts_biases: dict = field(repr=False)
-    solver_biases: dict = field(repr=False)
-    bias_table: pd.DataFrame
-    tau_table: pd.DataFrame
-    mackay_abs_error: float
-    update_table: pd.DataFrame
-    dense_table: pd.DataFrame
-
-
 def identifiable_quantities(post: dict, graph, clamp: bool) -> dict[str, np.ndarray]:
     """From draws (chain, draw, ...): ``prob`` sigmoid(u_m.v_n + b_m + b_n) on every real edge of H
     (chain, draw, E); ``b_item_centered`` b_n - mean_n' b_n' (J); ``b_user_shifted`` b_m + mean_n b_n
@@ -501,7 +478,7 @@ def vector_gap(nuts_draws, vi_draws, name: str, names=None) -> pd.DataFrame:
                          "nuts_mean_in_vi90": (mn >= lo) & (mn <= hi)})
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> CrosscheckResult:
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> xc.CrosscheckResult:
     """RG VB on one fixed sampled H (batch sweeps to tol 1e-10, best of ``vi_restarts`` by ELBO) against
     ArviZ-gated NUTS on `ppl_models.rg.model` with the same H.
 
@@ -510,6 +487,11 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     tables, each with its own NUTS gate in ``nuts_gates_passed``), and the MacKay like probability
     (19) of q against the NUTS posterior mean of sigma(a) (median absolute difference). NUTS runs the
     same model with u, v, b non-centred (``LocScaleReparam``).
+
+    Returns a `validation.crosscheck.CrosscheckResult` (method "vi"): ``nuts_quantities`` /
+    ``solver_quantities`` hold the positive groups ``prob`` and ``tau`` (plotted on log axes);
+    ``extra`` the centred bias draws (``nuts_biases`` / ``solver_biases``), ``bias_table``,
+    ``tau_table``, ``mackay_abs_error``, ``update_table``, ``dense_table`` and the ``graph``.
     """
     h = config.hyper
     if config.problem == "planted":
@@ -571,11 +553,16 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     tau_table = vector_gap(nq["tau"], vq["tau"], "tau", tau_names)
     tau_table["nuts_gates_passed"] = gates_mod.nuts_gates({"tau": nq["tau"]}, divergences=nuts.divergences,
                                                           bfmi=nuts.bfmi).passed
-    pos = ("prob", "tau")  # positive quantities (what the generic report plots on log axes)
-    return CrosscheckResult(config, graph, verdict, nuts, settings, {k: nq[k] for k in pos}, {k: vq[k] for k in pos},
-                            {k: nq[k] for k in bias_groups}, {k: vq[k] for k in bias_groups},
-                            pd.concat(bias, ignore_index=True), tau_table, mackay_err,
-                            update_checks(graph, config.K, h), dense_twin_checks(graph, config.K, h))
+    pos = ("prob", "tau")  # positive quantities (what the report plots on log axes)
+    return xc.CrosscheckResult(
+        model="rg", solver="RG VB (q)", method="vi", verdict=verdict, solver_quantities={k: vq[k] for k in pos},
+        nuts_quantities={k: nq[k] for k in pos}, solver_seconds=vi_seconds, nuts_seconds=nuts.seconds, config=config,
+        settings={"runs": settings},
+        extra={"bias_table": pd.concat(bias, ignore_index=True), "tau_table": tau_table,
+               "mackay_abs_error": mackay_err, "update_table": update_checks(graph, config.K, h),
+               "dense_table": dense_twin_checks(graph, config.K, h), "graph": graph,
+               "nuts_biases": {k: nq[k] for k in bias_groups}, "solver_biases": {k: vq[k] for k in bias_groups}},
+        nuts_idata=nuts.idata)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ Source: ``004_90693a0965f06816.txt``, ch. 3, eqs. 3.1-3.18 and Algorithm 2.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +50,6 @@ __all__ = [
     "cache_check",
     "ERRATA",
     "CrosscheckConfig",
-    "CrosscheckResult",
     "run_crosscheck",
     "SBCConfig",
     "sbc_adapters",
@@ -467,21 +466,6 @@ class CrosscheckConfig:
     gibbs_thin: int = 5
 
 
-@dataclass(frozen=True)
-class CrosscheckResult:
-    """Verdict of `compare_exact` plus both runs' quantities and timings."""
-
-    config: CrosscheckConfig
-    verdict: xc.Verdict
-    nuts_quantities: dict = field(repr=False)
-    gibbs_quantities: dict = field(repr=False)
-    nuts_seconds: float = 0.0
-    gibbs_seconds: float = 0.0
-    divergences: int = 0
-    nuts_idata: object = field(default=None, repr=False)
-    gibbs_idata: object = field(default=None, repr=False)
-
-
 def crosscheck_data(config: CrosscheckConfig = CrosscheckConfig()):
     """(truth, obs, cells): the simulated data and the compared cells (rows, cols): the observed
     ones, then ``n_unobserved`` unobserved ones chosen with the data seed."""
@@ -518,14 +502,15 @@ def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), p
     return idata, div, arviz_io.bfmi(idata), seconds
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> CrosscheckResult:
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> xc.CrosscheckResult:
     """Gibbs against gated PyMC NUTS: both exact, so means must agree within Monte Carlo error.
 
     Compared: predicted means mu + alpha_i + beta_j + u_i . v_j at the observed cells and at
     ``n_unobserved`` unobserved cells, and tau (never raw factor coordinates). NUTS is gated
     by `validation.gates.nuts_gates`; the Gibbs run by the same R-hat/ESS gates (its MCSEs are
     meaningful only if it mixes); either failing makes the verdict "inconclusive".
-    The verdict is `validation.crosscheck.compare_exact`'s (Bonferroni, 1% per group).
+    The verdict is `validation.crosscheck.compare_exact`'s (Bonferroni, 1% per group); returns a
+    `validation.crosscheck.CrosscheckResult` (method "exact").
     """
     c = config
     _, obs, cells = crosscheck_data(c)
@@ -541,14 +526,20 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     gq = {"pred": post_g["pred"], "tau": post_g["tau"][..., None]}
     ng = gates_mod.nuts_gates(nq, divergences=div, bfmi=bfmi)
     gg = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = gates_mod.GateResult(
-        passed=ng.passed and gg.passed,
-        failures=[f"NUTS {f}" for f in ng.failures] + [f"Gibbs {f}" for f in gg.failures],
-        table=pd.concat([ng.table.assign(method="nuts"), gg.table.assign(method="gibbs")], ignore_index=True),
-        divergences=ng.divergences, bfmi=ng.bfmi, n_chains=min(ng.n_chains, gg.n_chains),
-    )
+    combined = xc.combined_gates(ng, gg, "Gibbs")
     verdict = xc.compare_exact(gq, nq, combined)
-    return CrosscheckResult(c, verdict, nq, gq, nuts_seconds, gibbs_seconds, div, idata_n, g)
+    settings = {
+        "data": f"{c.n_rows} x {c.n_cols}, {obs.values.shape[0]} observed cells, K = {c.K}; compared at "
+                f"{cells[0].size} cells (observed and unobserved) and tau",
+        "NUTS": f"PyMC ({c.nuts_sampler}) {c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), target accept "
+                f"{c.target_accept}, {nuts_seconds:.1f} s, {div} divergences",
+        "Gibbs": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
+                 f"{gibbs_seconds:.1f} s",
+    }
+    return xc.CrosscheckResult(model="sbmf", solver="SBMF Gibbs", method="exact", verdict=verdict,
+                               solver_quantities=gq, nuts_quantities=nq, solver_seconds=gibbs_seconds,
+                               nuts_seconds=nuts_seconds, config=c, settings=settings, solver_idata=g,
+                               nuts_idata=idata_n)
 
 
 # -- (e) SBC ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +47,6 @@ __all__ = [
     "svi_cavi_close",
     "model_flat_gamma_alpha",
     "CrosscheckConfig",
-    "CrosscheckResult",
     "run_crosscheck",
     "scalar_gap",
     "crosscheck_design",
@@ -439,22 +438,6 @@ class CrosscheckConfig:
     n_vi_draws: int = 4000
 
 
-@dataclass
-class CrosscheckResult:
-    config: CrosscheckConfig
-    design: FMDesign
-    verdict: xc.Verdict
-    nuts: xc.NutsRun
-    solver_idata: object
-    settings: str
-    nuts_quantities: dict = field(repr=False)
-    solver_quantities: dict = field(repr=False)
-    update_table: pd.DataFrame | None = None
-    dense_table: pd.DataFrame | None = None
-    alpha_table: pd.DataFrame | None = None
-    solver: str = "vbfm"
-
-
 def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
     """The simulated design of a cross-check (y drawn from the flat-prior program + offset)."""
     base = simulated_design(config.seed, config.n_users, config.n_items, config.n_genres, config.n_rows)
@@ -477,11 +460,13 @@ def identifiable_quantities(post: dict, design: FMDesign) -> dict[str, np.ndarra
     return {"pred": pred, "alpha": np.asarray(post["alpha"]).reshape(c, dr, 1)}
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> CrosscheckResult:
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> xc.CrosscheckResult:
     """VBFM (best of ``vi_restarts`` by ELBO) against ArviZ-gated NUTS on `model_flat_gamma_alpha`.
 
     Compared: every row's predictive mean yhat_n and alpha; verdict from
-    `validation.crosscheck.compare_vi` (sd ratios and 90% coverage reported).
+    `validation.crosscheck.compare_vi` (sd ratios and 90% coverage reported). Returns a
+    `validation.crosscheck.CrosscheckResult` (method "vi"); its ``extra`` holds ``update_table``,
+    ``dense_table``, ``alpha_table`` (the alpha gap, reported, not gated), ``elbo`` and ``design``.
     """
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
@@ -506,13 +491,21 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     # compare_vi correlates log means across quantities: only meaningful for the N predictions;
     # alpha (a single quantity) gets its own row in ``alpha_table``
     verdict = xc.compare_vi({"pred": nq["pred"]}, {"pred": vq["pred"]}, gate)
-    settings = (f"VBFM: best of {config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.2f}' for e in elbos)}), "
+    settings = {
+        "data": f"{design.n_rows} rows, {design.n_features} features (simulated, seed {config.seed}); K = {config.K}",
+        "VBFM": f"best of {config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.2f}' for e in elbos)}), "
                 f"tol 1e-10, {vi_seconds:.1f} s; hyperparameters fixed at the simulation values; "
-                f"alpha ~ Gamma{config.alpha_prior}; {config.n_vi_draws} draws from q")
-    return CrosscheckResult(config, design, verdict, nuts, best.idata, settings, nq, vq,
-                            update_checks(design, config.K, h, alpha_prior=config.alpha_prior),
-                            dense_twin_checks(design, config.K, h, alpha_prior=config.alpha_prior),
-                            alpha_table=scalar_gap(nq["alpha"], vq["alpha"], "alpha"))
+                f"alpha ~ Gamma{config.alpha_prior}; {config.n_vi_draws} draws from q",
+        "NUTS": f"{config.num_chains} chains x ({config.num_warmup} + {config.num_samples}), {nuts.seconds:.1f} s",
+    }
+    return xc.CrosscheckResult(
+        model="vbfm", solver="VBFM (q)", method="vi", verdict=verdict, solver_quantities=vq, nuts_quantities=nq,
+        solver_seconds=vi_seconds, nuts_seconds=nuts.seconds, config=config, settings=settings,
+        extra={"update_table": update_checks(design, config.K, h, alpha_prior=config.alpha_prior),
+               "dense_table": dense_twin_checks(design, config.K, h, alpha_prior=config.alpha_prior),
+               "alpha_table": scalar_gap(nq["alpha"], vq["alpha"], "alpha"),
+               "elbo": np.asarray(best.elbo), "design": design},
+        solver_idata=best.idata, nuts_idata=nuts.idata)
 
 
 def scalar_gap(nuts_draws, vi_draws, name: str) -> pd.DataFrame:

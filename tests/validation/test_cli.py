@@ -80,7 +80,6 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, tmp_path, c
     """The CLI glue of `crosscheck MODEL` for the non-HPF models, with the module's (slow) NUTS run replaced
     by independent normal draws for both sides: exact agreement, so the verdict is "pass" and exit 0."""
     import importlib
-    from types import SimpleNamespace
 
     from validation import crosscheck as xc, gates
 
@@ -89,12 +88,13 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, tmp_path, c
     solver_q = {"pred": rng.normal(size=(4, 1000, 5))}
     gate = gates.nuts_gates(nuts_q, divergences=0, bfmi=np.ones(4))
     verdict = xc.compare_exact(solver_q, nuts_q, gate)
-    fields = {"solver_quantities": solver_q} if model == "sibm" else {"gibbs_quantities": solver_q}
-    fake = SimpleNamespace(config="cfg", verdict=verdict, nuts_quantities=nuts_q, settings="", **fields)
-    module = importlib.import_module(f"validation.{cli.CHECKED_MODELS[model][0]}")
+    fake = xc.CrosscheckResult(model=model, solver=f"fake {model} solver", method="exact", verdict=verdict,
+                               solver_quantities=solver_q, nuts_quantities=nuts_q, solver_seconds=1.0,
+                               nuts_seconds=2.0, config="cfg", settings={"data": "fake draws"})
+    module = importlib.import_module(f"validation.{cli.CHECKED_MODELS[model]}")
     monkeypatch.setattr(module, "run_crosscheck", lambda progress=True: fake)
     assert cli.main(["crosscheck", model, "--out", str(tmp_path), "--no-progress"]) == 0
     assert "Verdict: PASS" in capsys.readouterr().out
     report = (tmp_path / "report.md").read_text()
-    assert "Verdict: PASS" in report and cli.CHECKED_MODELS[model][1] in report
+    assert "Verdict: PASS" in report and f"fake {model} solver" in report and "fake draws" in report
     assert len(list(tmp_path.glob("*.png"))) == 3

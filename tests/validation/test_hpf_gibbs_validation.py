@@ -62,7 +62,7 @@ def test_gibbs_agrees_with_nuts_within_monte_carlo_error(small_nuts, tmp_path):
     cfg = vhpf.CrosscheckConfig(n_users=12, n_items=10, n_components=2)
     result = vg.run_gibbs_crosscheck(y, cfg, vg.GibbsCrosscheckConfig(num_warmup=1000, num_samples=1000, thin=5), nuts=nuts)
     verdict = result.verdict
-    assert result.update_table.passed.all()
+    assert result.extra["update_table"].passed.all()
     assert verdict.gates.passed, verdict.gates.failures
     assert verdict.status == "pass", (verdict.reasons, verdict.table)
     report = crosscheck_report(result, tmp_path).read_text()

@@ -46,7 +46,7 @@ def test_crosscheck_passes_on_simulated_data(tmp_path):
     result = vhpf.run_crosscheck(np.asarray(y), cfg, progress=False)
     assert result.verdict.gates.passed, result.verdict.gates.failures
     assert result.verdict.status == "pass", result.verdict.reasons
-    assert result.update_table.passed.all()
+    assert result.extra["update_table"].passed.all()
     # mean-field is narrower than the posterior (reported, and expected)
     assert (result.verdict.table.median_sd_ratio < 1.0).all()
     report = crosscheck_report(result, tmp_path).read_text()

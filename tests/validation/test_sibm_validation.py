@@ -141,7 +141,7 @@ def test_crosscheck_against_nuts():
     print(res.settings)
     print(res.verdict.table.to_string())
     print(res.verdict.gates.table.to_string(), res.verdict.gates.failures)
-    print(res.mackay_vs_nuts.to_string())
+    print(res.extra["mackay_vs_nuts"].to_string())
     if res.verdict.status == "inconclusive":
         pytest.skip("NUTS gates failed: " + "; ".join(res.verdict.reasons))
     assert res.verdict.status == "pass", res.verdict.reasons
