@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -82,7 +84,10 @@ print(f"{obs.nnz} ratings; true tau = {truth['tau']:.3f}; value range {values.mi
 #
 # `custom_inference.sbmf.sample` runs Algorithm 2 (with its hyperparameter lines
 # corrected, section 4) on four chains in parallel, with the residual cache e_ij of eq.
-# (3.17). Raw factors are identified only up to sign and permutation, so we look at
+# (3.17). After each sweep it adds a few Metropolis moves along the factors' scale gauge
+# (u_.k -> c u_.k, v_.k -> v_.k / c, with the hyperparameters moved along;
+# `custom_inference.gauge`), which the likelihood cannot see and Gibbs crosses slowly;
+# `gauge_rounds=0` is Algorithm 2 alone. Raw factors are identified only up to sign and permutation, so we look at
 # identifiable quantities: tau, the mean level mu + mean(alpha) + mean(beta), and the
 # predicted means at a few cells (eq. 3.18).
 
@@ -220,3 +225,6 @@ v_vbfm.svi_cavi_exact(small, 2)
 # - The NUTS cross-checks (`validation.sbmf.run_crosscheck`, `validation.bpmf.run_crosscheck`,
 #   `validation.fm_mcmc.run_crosscheck`, `validation.vbfm.run_crosscheck`) and the SBC runs
 #   (`sbc_adapters` in the same modules) are the `slow` tests: `pytest -m slow`.
+# - `validation.bpmf` tells how SBC found the plain BPMF sampler mixing slowly along the gauge
+#   (U A, V A^-T) and how the gauge moves fixed it; `validation.bpmf.gauge_check` checks the
+#   move's target against the program's log joint and a `jax.jacfwd` Jacobian.
