@@ -5,8 +5,6 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
-#       format_version: '1.3'
-#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -87,7 +85,8 @@ print(f"{obs.nnz} ratings; true tau = {truth['tau']:.3f}; value range {values.mi
 # (3.17). After each sweep it adds a few Metropolis moves along the factors' scale gauge
 # (u_.k -> c u_.k, v_.k -> v_.k / c, with the hyperparameters moved along;
 # `custom_inference.gauge`), which the likelihood cannot see and Gibbs crosses slowly;
-# `gauge_rounds=0` is Algorithm 2 alone. Raw factors are identified only up to sign and permutation, so we look at
+# `gauge_rounds=0` is Algorithm 2 alone. Raw factors are identified only up to sign and
+# permutation, so we look at
 # identifiable quantities: tau, the mean level mu + mean(alpha) + mean(beta), and the
 # predicted means at a few cells (eq. 3.18).
 

@@ -249,7 +249,8 @@ nuts = vhpf.run_nuts_reference(y, config, progress=False)
 print(f"NUTS: {nuts.seconds:.1f} s, {nuts.divergences} divergent transitions, "
       f"E-BFMI per chain {np.round(nuts.bfmi, 2)}")
 gibbs_result = vg.run_gibbs_crosscheck(y, config, gibbs_config, nuts=nuts)
-print(gibbs_result.settings)
+for name, line in gibbs_result.settings.items():
+    print(f"{name}: {line}")
 
 # %% [markdown]
 # The gates, for both runs:
