@@ -3,16 +3,16 @@
 Run by hand (not part of the test suite):
 
     .venv/bin/python benchmarks/bench_implicit.py [--ml100k DIR] [--repeats 5] [--dtype float32]
-        [--out /tmp/factorbayes-bench/implicit] [--only NAME ...]
+        [--out /tmp/factorbayes-bench/implicit] [--only NAME ...] [--scan-block 256]
 
 What one "epoch" is, per solver (the units of seed 002 fig. 3 and of the BPR literature):
 
 - SIBM batch VB (`custom_inference.sibm.step`, seed 002 "batch"): one sweep (z, every column of V,
   every column of U, then the ELBO), which touches all I J cells;
-- SIBM SVI with S-Uniform / S-Balanced / S-Biased (`custom_inference.sibm.svi_step`, Algorithm 1):
+- SIBM SVI with S-Uniform / S-Balanced / S-Biased (`custom_inference.sibm.svi_scan`, Algorithm 1):
   ceil(I J / S) minibatches of S = max(I, J) cells (fixed S, the seed's minimum), i.e. as many
-  sampled cells as one batch sweep touches, driven by a Python loop as `fit_svi` drives it (host
-  overhead included);
+  sampled cells as one batch sweep touches, run as `fit_svi` runs them: ``--scan-block`` (256)
+  minibatches per jitted `lax.scan` call, a host round trip only between blocks;
 - SIBM MAP (`custom_inference.sibm.map_step`): the same number of S-Biased minibatches;
 - RG VB (`custom_inference.rg.step`, seed 003 sec. 5.1): one sweep on a freshly sampled hidden graph
   H_t ~ q(H), the numpy sampling of H_t (`sample_hidden_graph`) and its transfer included;
@@ -79,7 +79,7 @@ def _time_epochs(epoch, state, repeats: int):
     return samples, state
 
 
-def bench_sibm(split, repeats: int, dtype, only):
+def bench_sibm(split, repeats: int, dtype, only, scan_block: int = 256):
     from custom_inference import sibm
     from ppl_models.sibm import SIBMHyper
 
@@ -109,15 +109,12 @@ def bench_sibm(split, repeats: int, dtype, only):
         sampler = sibm.make_sampler(train, strategy, dtype=dtype)
         st0 = sibm.svi_init(q0, S)
 
-        def epoch(st, r, sampler=sampler):
-            key = jax.random.PRNGKey(1000 + r)
-            for t in range(n_mb if r >= 0 else 2):  # warm-up: two minibatches compile the step
-                st = sibm.svi_step(jax.random.fold_in(key, t), st, sampler, data, hyper, S=S)
-            return st
+        def epoch(st, r, sampler=sampler):  # the warm-up epoch (r = -1) compiles the scanned block
+            return sibm.svi_scan(jax.random.PRNGKey(1000 + r), st, sampler, data, hyper, n_mb, scan_block=scan_block)[1]
 
         samples, _ = _time_epochs(epoch, st0, repeats)
         add(name, samples, f"{n_mb} minibatches of S = {S} (I J cells)",
-            {"I": I, "J": J, "K": D + 2, "S": S, "minibatches": n_mb,
+            {"I": I, "J": J, "K": D + 2, "S": S, "minibatches": n_mb, "scan_block": scan_block,
              "per_minibatch_ms": 1e3 * float(np.median(samples)) / n_mb, "load_before": l0, "load_after": _load()})
     if "SIBM MAP" in only:
         l0 = _load()
@@ -192,7 +189,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/factorbayes-bench/implicit"))
     ap.add_argument("--only", nargs="+", choices=SOLVERS, default=list(SOLVERS), metavar="NAME",
                     help=f"a subset of {list(SOLVERS)}")
+    ap.add_argument("--scan-block", type=int, default=256,
+                    help="SIBM SVI: minibatches per jitted lax.scan call (fit_svi's scan_block)")
     args = ap.parse_args(argv)
+    if args.scan_block < 1:
+        ap.error("--scan-block must be >= 1")
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
     if not (args.ml100k / "u.data").exists():
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
     df = datasets.load_movielens(args.ml100k)
     started = _dt.datetime.now().isoformat(timespec="seconds")
     with jax.enable_x64(dtype == np.float64):
-        rows = bench_sibm(split_sibm(df, seed=0, dtype=dtype), args.repeats, dtype, args.only)
+        rows = bench_sibm(split_sibm(df, seed=0, dtype=dtype), args.repeats, dtype, args.only, args.scan_block)
         p1 = datasets.split_leave_one_out(df, seed=0)
         if "RG VB" in args.only:
             rows += bench_rg(p1, args.repeats, dtype)

@@ -133,6 +133,7 @@ __all__ = [
     "predict_proba",
     "fit",
     "fit_svi",
+    "svi_scan",
     "fit_map",
 ]
 
@@ -1020,6 +1021,80 @@ def svi_step(key, st: SVIState, sampler: Sampler, data: Observations, hyper, *, 
                     int(sampler.code) == 0)
 
 
+def _svi_block_impl(k_run, st, sampler, shape, n_pad, length, prior, tau, kappa, ewma, nudge, uniform, auto,
+                    n_active, cells_left, S_min, S_max, theta_delta):
+    """Up to ``length`` minibatches (static) under one `lax.scan`, exactly as `fit_svi`'s former Python loop
+    ran them: per minibatch ``k_run, k = split(k_run)``, `_svi_impl` with S = st.S cells padded to ``n_pad``,
+    then (``auto``) S <- clip(round(eq. 13), S_min, S_max) (S_min where eq. 13 is not finite).
+
+    A minibatch runs only while fewer than ``n_active`` have run in this block, fewer than ``cells_left``
+    cells have been drawn in it, and its S pads to ``n_pad`` (the draws of a minibatch depend on its padded
+    size, so a block stops where eq. 13 moves S to another power of two and the host starts the next block
+    with the new padding). Skipped steps leave key and state untouched (`lax.cond`).
+
+    Returns (k_run, st, sizes (length,) int32: S of each minibatch run, 0 for the skipped ones).
+    """
+    def body(carry, _):
+        k_run, st, n_done, cells, stopped = carry
+        size = st.S.astype(jnp.int32)
+        fits = (size <= n_pad) & ((n_pad == 256) | (size > n_pad // 2))
+        go = ~stopped & (n_done < n_active) & (cells < cells_left) & fits
+
+        def run(c):
+            k_run, st = c
+            k_run, k = jax.random.split(k_run)
+            st = _svi_impl(k, st, sampler, shape, n_pad, size, prior, tau, kappa, ewma, nudge, uniform)
+            if auto:
+                s_new = auto_minibatch_size(st, sampler, theta_delta)
+                s_new = jnp.where(jnp.isfinite(s_new), jnp.clip(jnp.round(s_new), S_min, S_max), S_min)
+                st = st._replace(S=s_new.astype(st.S.dtype))
+            return k_run, st
+
+        k_run, st = jax.lax.cond(go, run, lambda c: c, (k_run, st))
+        step = go.astype(jnp.int32)
+        return (k_run, st, n_done + step, cells + step * size, ~go), size * step
+
+    init = (k_run, st, jnp.int32(0), jnp.int32(0), jnp.asarray(False))
+    (k_run, st, _, _, _), sizes = jax.lax.scan(body, init, None, length=length)
+    return k_run, st, sizes
+
+
+_svi_block_jit = jax.jit(_svi_block_impl, static_argnames=("shape", "n_pad", "length", "nudge", "uniform", "auto"))
+
+
+def svi_scan(key, st: SVIState, sampler: Sampler, data: Observations, hyper, n_steps: int, *,
+             scan_block: int = 256, tau: float = 1.0, kappa: float = 0.7, ewma: float = 0.1,
+             nudge: bool = True) -> tuple[jax.Array, SVIState]:
+    """``n_steps`` minibatches of fixed S = ``st.S`` cells, ``scan_block`` per jitted `lax.scan` call.
+
+    The same as ``for _ in range(n_steps): key, k = jax.random.split(key); st = svi_step(k, st, ...)``
+    (same cells, same updates; no host round trip inside a block). Returns (key after the splits, st).
+    """
+    check_robbins_monro(tau, kappa)
+    if isinstance(n_steps, bool) or int(n_steps) != n_steps or n_steps < 0:
+        raise ValueError(f"n_steps must be an integer >= 0, got {n_steps!r}")
+    if isinstance(scan_block, bool) or int(scan_block) != scan_block or scan_block < 1:
+        raise ValueError(f"scan_block must be a positive integer, got {scan_block!r}")
+    S = int(st.S)
+    if S < 1:
+        raise ValueError(f"S must be >= 1, got {S}")
+    dt = st.params.u_h.dtype
+    a = lambda v: jnp.asarray(v, dt)  # noqa: E731
+    length = int(min(scan_block, max(n_steps, 1)))
+    done = 0
+    while done < n_steps:
+        todo = min(length, n_steps - done)
+        key, st, _ = _svi_block_jit(key, st, sampler, data.shape, _pad_size(S), length, _prior(hyper, dt), a(tau),
+                                    a(kappa), a(ewma), bool(nudge), int(sampler.code) == 0, False, jnp.int32(todo),
+                                    jnp.int32(1 << 30), a(S), a(S), a(1.0))
+        done += todo
+    return key, st
+
+
+#: minibatches per `lax.scan` call of `fit_svi` (ML-100K at S = 1000: ~4 host round trips per epoch)
+DEFAULT_SCAN_BLOCK = 256
+
+
 # ---------------------------------------------------------------------------------------------
 # MAP by stochastic gradient ascent
 
@@ -1283,7 +1358,7 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
             S: int | str = "auto", S_min: int | None = None, S_max: int = 1 << 20, theta_delta: float = 2.0,
             tau: float = 1.0, kappa: float = 0.7, ewma: float = 0.1, nudge: bool = True, elbo_every: int = 0,
             tol: float = 0.0, init_state: SIBMState | None = None, seed: int = 0, max_cells: int | None = None,
-            callback=None, **init_kwargs) -> FitResult:
+            callback=None, scan_block: int | None = None, **init_kwargs) -> FitResult:
     """SIBM (Algorithm 1): ``n_iter`` minibatches of S cells drawn by ``strategy``.
 
     Parameters
@@ -1303,7 +1378,21 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
         "number of entries observed"); None: only ``n_iter`` limits the run
     callback : ``callback(t, st, n_cells)`` after minibatch t (0-based) with the SVIState and the
         cells sampled so far (e.g. held-out recall for `validation.implicit_eval.sibm_recall_curves`);
-        its return value is ignored
+        its return value is ignored. Called at block boundaries (see ``scan_block``): t is the last
+        minibatch of the block
+    scan_block : minibatches per jitted `lax.scan` call (default `DEFAULT_SCAN_BLOCK` = 256; 1 when a
+        ``callback`` is given, so that it still sees every minibatch). The host only acts between
+        blocks: ELBO records (blocks end at multiples of ``elbo_every``), the ``tol`` test, the
+        ``max_cells`` budget (checked inside the block per minibatch, as before), callbacks, progress bar.
+
+    Execution. The minibatches run in blocks under one `lax.scan` (`_svi_block_impl`) with no host
+    round trip per minibatch; the key stream, the cells drawn and the updates are the same as one
+    `svi_step` per minibatch with ``k_run, k = jax.random.split(k_run)`` (the former Python loop;
+    `tests/custom_inference/test_sibm.py` checks it). S = "auto" keeps this exactness without masking:
+    the cells a minibatch draws depend on its padded size (`_pad_size`, a power of two), so padding every
+    minibatch to the padded S_max would change the random stream; instead a block runs only while eq. (13)
+    keeps S within the block's power of two, and the host starts the next block at the new padding (a
+    few extra blocks while S settles).
 
     Returns FitResult(SVIState, ELBO trace at the recorded iterations, InferenceData with the
     variational parameters and vi_trace (elbo, iteration, S per minibatch)).
@@ -1328,33 +1417,53 @@ def fit_svi(key, data, D: int, hyper, n_iter: int = 200, progress: bool = True, 
         st = svi_init(params, S_min if auto else int(S))
     sampler = make_sampler(data, strategy, dtype=np.asarray(params.u_h).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
+    check_robbins_monro(tau, kappa)
+    if scan_block is None:
+        scan_block = 1 if callback is not None else DEFAULT_SCAN_BLOCK
+    if isinstance(scan_block, bool) or int(scan_block) != scan_block or scan_block < 1:
+        raise ValueError(f"scan_block must be a positive integer or None, got {scan_block!r}")
+    if auto and S_min < 1:  # svi_step raised this before, at the first minibatch of size 0
+        raise ValueError(f"S must be >= 1, got S_min={S_min}")
+    length = int(min(scan_block, n_iter, elbo_every or n_iter))
     elbo_fn = functools.partial(elbo, hyper=hyper)
-    trace, iters, sizes, converged, n_cells = [], [], [], False, 0
+    dt = params.u_h.dtype
+    prior = _prior(hyper, dt)
+    a = lambda v: jnp.asarray(v, dt)  # noqa: E731
+    consts = dict(prior=prior, tau=a(tau), kappa=a(kappa), ewma=a(ewma), S_min=a(S_min), S_max=a(S_max),
+                  theta_delta=a(theta_delta))
+    uniform = int(sampler.code) == 0
+    trace, iters, sizes, converged, n_cells, t = [], [], [], False, 0, 0
     bar = tqdm(total=n_iter, desc=f"SIBM SVI ({strategy}, D={D})", disable=not progress, leave=False)
     start = time.perf_counter()
-    for t in range(n_iter):
-        k_run, k = jax.random.split(k_run)
-        size = int(st.S)
-        st = svi_step(k, st, sampler, data, hyper, S=size, tau=tau, kappa=kappa, ewma=ewma, nudge=nudge)
-        sizes.append(size)
-        n_cells += size
-        if auto:
-            s_new = float(auto_minibatch_size(st, sampler, theta_delta))
-            s_new = S_min if not np.isfinite(s_new) else int(min(max(round(s_new), S_min), S_max))
-            st = st._replace(S=jnp.asarray(float(s_new), st.S.dtype))
-        bar.update(1)
+    while t < n_iter:
+        stop_at = min(n_iter, t + length)
+        if elbo_every:
+            stop_at = min(stop_at, (t // elbo_every + 1) * elbo_every)
+        size = int(st.S)  # one host read per block: the block's padding
+        cells_left = (1 << 30) if max_cells is None else min(max_cells - n_cells, 1 << 30)
+        k_run, st, ys = _svi_block_jit(k_run, st, sampler, data.shape, _pad_size(size), length, nudge=bool(nudge),
+                                       uniform=uniform, auto=bool(auto), n_active=jnp.int32(stop_at - t),
+                                       cells_left=jnp.int32(cells_left), **consts)
+        ys = np.asarray(ys)
+        ran = ys[ys > 0].tolist()
+        if not ran:  # cannot happen (the block's first minibatch always fits); guards an endless loop
+            raise RuntimeError("fit_svi: a block ran no minibatch")
+        sizes += ran
+        n_cells += int(np.sum(ran, dtype=np.int64))
+        t += len(ran)
+        bar.update(len(ran))
         if callback is not None:
-            callback(t, st, n_cells)
+            callback(t - 1, st, n_cells)
         done = max_cells is not None and n_cells >= max_cells
-        record = (elbo_every and (t + 1) % elbo_every == 0) or t == n_iter - 1 or done
+        record = (elbo_every and t % elbo_every == 0) or t == n_iter or done
         if record:
             value = float(elbo_fn(st.params, data))
             if not np.isfinite(value):
                 bar.close()
-                raise FloatingPointError(f"ELBO became {value} after minibatch {t + 1}")
+                raise FloatingPointError(f"ELBO became {value} after minibatch {t}")
             rel = abs(value - trace[-1]) / abs(trace[-1]) if trace else np.inf
-            trace.append(value), iters.append(t + 1)
-            bar.set_postfix(elbo=f"{value:.6g}", S=size)
+            trace.append(value), iters.append(t)
+            bar.set_postfix(elbo=f"{value:.6g}", S=ran[-1])
             if tol > 0 and rel < tol:
                 converged = True
                 break

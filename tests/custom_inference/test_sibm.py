@@ -263,3 +263,57 @@ def test_fit_map_raises_the_log_joint(problem):
     r = sibm.fit_map(key, X, D, HYPER, n_iter=100, S=48, strategy="biased", progress=False)
     assert r.elbo[-1] > float(sibm.log_joint(st0, data, HYPER))
     assert sibm.score_users(r.state, [1, 2]).shape == (2, 6)
+
+
+def _loop_fit_svi(key, X, strategy, S, n_iter, *, S_min=None, S_max=1 << 20, theta_delta=2.0, max_cells=None):
+    """fit_svi's former driver: one `svi_step` per minibatch in a Python loop (host reads of S)."""
+    data = sibm.as_binary(X)
+    k_init, k_run = jax.random.split(key)
+    params = sibm.init(k_init, data, HYPER, D)
+    auto = S == "auto"
+    st = sibm.svi_init(params, S_min if auto else S)
+    sampler = sibm.make_sampler(data, strategy, dtype=np.asarray(params.u_h).dtype)
+    data = jax.tree_util.tree_map(jnp.asarray, data)
+    sizes = []
+    for _ in range(n_iter):
+        k_run, k = jax.random.split(k_run)
+        size = int(st.S)
+        st = sibm.svi_step(k, st, sampler, data, HYPER, S=size)
+        sizes.append(size)
+        if auto:
+            s = float(sibm.auto_minibatch_size(st, sampler, theta_delta))
+            s = S_min if not np.isfinite(s) else int(min(max(round(s), S_min), S_max))
+            st = st._replace(S=jnp.asarray(float(s), st.S.dtype))
+        if max_cells is not None and sum(sizes) >= max_cells:
+            break
+    return st, sizes
+
+
+@pytest.mark.parametrize("strategy", sibm.STRATEGIES)
+def test_block_scanned_svi_equals_one_minibatch_at_a_time(strategy):
+    """fit_svi's lax.scan blocks draw the same cells and make the same updates as `svi_step` in a Python
+    loop (same key stream): fixed S with a cell budget, and S = 'auto' (eq. 13) with S crossing powers of
+    two (256 -> 512 -> ...: new blocks at the new padding); also `svi_scan` for fixed S."""
+    X = (np.random.default_rng(3).random((40, 30)) < 0.2).astype(float)
+    key = jax.random.PRNGKey(7)
+    leaves = lambda st: jax.tree_util.tree_leaves(st)  # noqa: E731
+    cases = [dict(S=150, n_iter=11, max_cells=1300), dict(S="auto", n_iter=14, S_min=60, S_max=400, theta_delta=0.02)]
+    for kw in cases:
+        ref, sizes = _loop_fit_svi(key, X, strategy, **kw)
+        if kw["S"] == "auto":
+            assert len({sibm._pad_size(s) for s in sizes}) >= 2, sizes  # the case crosses a padding boundary
+        r = sibm.fit_svi(key, X, D, HYPER, progress=False, strategy=strategy, scan_block=4, elbo_every=3, **kw)
+        assert r.idata.vi_trace.attrs["n_iter"] == len(sizes) and r.idata.vi_trace.attrs["n_cells"] == sum(sizes)
+        for a, b in zip(leaves(ref), leaves(r.state._replace(params=r.state.params._replace(last_elbo=ref.params.last_elbo)))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    data = sibm.as_binary(X)
+    st0 = sibm.svi_init(sibm.init(jax.random.PRNGKey(1), data, HYPER, D), 100)
+    sam = sibm.make_sampler(data, strategy)
+    k, st = jax.random.PRNGKey(2), st0
+    for _ in range(7):
+        k, kk = jax.random.split(k)
+        st = sibm.svi_step(kk, st, sam, data, HYPER)
+    k2, st2 = sibm.svi_scan(jax.random.PRNGKey(2), st0, sam, data, HYPER, 7, scan_block=3)
+    np.testing.assert_array_equal(np.asarray(k), np.asarray(k2))
+    for a, b in zip(leaves(st), leaves(st2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
