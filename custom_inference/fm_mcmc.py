@@ -286,7 +286,8 @@ def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b:
         vk_new = jnp.where(in_block, sample_normal_natural(key_k, P, h), vk)
         d = (vk_new - vk)[c]
         # (stored in V's dtype, as .at[].set did; d keeps the draw's precision)
-        return e.at[r].add(-hn * d), (qk.at[r].add(x * d), vk_new.astype(vk.dtype))
+        return (e.at[r].add((-hn * d).astype(e.dtype)),
+                (qk.at[r].add((x * d).astype(qk.dtype)), vk_new.astype(vk.dtype)))
 
     e, (qT, VT) = jax.lax.scan(body, e, (keys_v, qT, VT, s_all, m_all))
     return state._replace(w=w_new, e=e), qT, VT
