@@ -70,7 +70,6 @@ from custom_inference.data import Observations
 from ppl_models import bpmf as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
 
 __all__ = [
     "ERRATA",
@@ -454,9 +453,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
                        progress=progress)
     nq = identifiable_quantities(nuts.idata, observed, unobserved)
     gq = identifiable_quantities(g, observed, unobserved)
-    nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = xc.combined_gates(nuts_gate, gibbs_gate, "Gibbs")
+    combined = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     settings = {
         "data": f"{c.n_rows} x {c.n_cols}, {c.n_obs} observed cells, K = {c.n_components} (simulated, seed {c.seed})",
         "Gibbs": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "

@@ -29,7 +29,7 @@ from scipy import stats
 
 from custom_inference import arviz_io
 
-from .gates import GateResult
+from .gates import GateResult, nuts_gates
 
 __all__ = [
     "NutsRun",
@@ -40,6 +40,7 @@ __all__ = [
     "Verdict",
     "CrosscheckResult",
     "combined_gates",
+    "exact_gates",
 ]
 
 
@@ -243,6 +244,13 @@ def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: 
         bfmi=nuts_gate.bfmi,
         n_chains=min(nuts_gate.n_chains, solver_gate.n_chains),
     )
+
+
+def exact_gates(nuts_quantities, solver_quantities, *, divergences, bfmi, solver_name: str = "Gibbs") -> GateResult:
+    """`combined_gates` of `gates.nuts_gates` on the NUTS draws (with NUTS's divergences and E-BFMI)
+    and on the exact solver's draws (R-hat / ESS only), for `compare_exact`."""
+    return combined_gates(nuts_gates(nuts_quantities, divergences=divergences, bfmi=bfmi),
+                          nuts_gates(solver_quantities, divergences=0, bfmi=np.array([])), solver_name)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from custom_inference.fm_design import FMDesign
 from ppl_models import fm as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
 from .errata import Erratum
 
 __all__ = [
@@ -343,9 +342,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
                   num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=progress)
     seconds = time.perf_counter() - t0
     nq, gq = identifiable_quantities(nuts.idata, design, new), identifiable_quantities(g, design, new)
-    ng = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    gg = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = xc.combined_gates(ng, gg, "MCMC-FM")
+    combined = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi, solver_name="MCMC-FM")
     settings = {
         "data": f"{design.n_rows} training rows, {design.n_features} features, {new[3]} new rows; K = {c.K}",
         "MCMC-FM": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "

@@ -33,7 +33,6 @@ from custom_inference.data import CountUnits, Observations
 from ppl_models import hpf as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
 from .hpf import identifiable_quantities
 from .updates import conditional_distance
 
@@ -208,9 +207,7 @@ def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrossche
     if nuts is None:
         nuts = vhpf.run_nuts_reference(y, config, progress=progress)
     nq, gq = identifiable_quantities(nuts.idata), identifiable_quantities(g)
-    nuts_gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    gibbs_gate = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = xc.combined_gates(nuts_gate, gibbs_gate, "Gibbs")
+    combined = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     solver_line = (f"{gibbs_config.num_chains} chains x ({gibbs_config.num_warmup} warmup + "
                    f"{gibbs_config.num_samples} x {gibbs_config.thin} sweeps, thinned by {gibbs_config.thin}), "
                    f"{seconds:.1f} s, {g.posterior.attrs['seconds_per_sweep'] * 1e3:.2f} ms per sweep of all chains")

@@ -459,33 +459,16 @@ def _with_like_error(pu: pd.DataFrame, score_fn: metrics.ScoreFn, batch_size: in
 
 
 def _plot_like_error(buckets: pd.DataFrame, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    protocols = list(dict.fromkeys(buckets["protocol"]))
-    fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 3.8), squeeze=False)
-    for ax, p in zip(axes[0], protocols):
-        sub = buckets[buckets["protocol"] == p]
-        for s in dict.fromkeys(sub["system"]):
-            b = sub[sub["system"] == s]
-            x = np.sqrt(np.maximum(b["bucket_low"].to_numpy(float), 0.5) * b["bucket_high"].to_numpy(float))
-            ax.errorbar(x, b["mean"], yerr=b["sem"].fillna(0.0), marker="o", ms=3, capsize=2, label=s)
-        ax.set_xscale("log")
-        ax.set_ylim(0, None)
-        ax.set_xlabel("user's training degree (log2 buckets)")
-        ax.set_ylabel("classification error on held-out edges")
-        ax.set_title(f"{p}: p(g = 1 | h = 1) < 1/2 (003 fig. 4)", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _plot_by_degree(buckets, "user's training degree (log2 buckets)", path,
+                           ylabel="classification error on held-out edges",
+                           title="{p}: p(g = 1 | h = 1) < 1/2 (003 fig. 4)", ylim_zero=True)
 
 
-def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path) -> Path:
+def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path, *,
+                    ylabel: str = "mean rank score (000 eq. 12 / 003 eq. 20)", title: str = "{p}",
+                    ylim_zero: bool = False) -> Path:
+    """One panel per protocol: the bucket means (with their s.e.m.) of every system against the
+    geometric bucket centre ([0, 1) at 0.7), log x axis. ``title`` is formatted with ``p``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -499,12 +482,14 @@ def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path) -> Path:
             b = sub[sub["system"] == s]
             low = b["bucket_low"].to_numpy(dtype=float)
             high = b["bucket_high"].to_numpy(dtype=float)
-            x = np.sqrt(np.maximum(low, 0.5) * high)  # geometric bucket centre ([0, 1) at 0.7)
+            x = np.sqrt(np.maximum(low, 0.5) * high)
             ax.errorbar(x, b["mean"], yerr=b["sem"].fillna(0.0), marker="o", ms=3, capsize=2, label=s)
         ax.set_xscale("log")
+        if ylim_zero:
+            ax.set_ylim(0, None)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("mean rank score (000 eq. 12 / 003 eq. 20)")
-        ax.set_title(p)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title.format(p=p), fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -38,7 +38,6 @@ from custom_inference.gaussian import sample_ng_mean, sample_ng_precision
 from ppl_models import sbmf as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
 from .errata import Erratum
 from .updates import conditional_distance
 
@@ -524,9 +523,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     gibbs_seconds = time.perf_counter() - start
     post_g = arviz_io.group_arrays(g)
     gq = {"pred": post_g["pred"], "tau": post_g["tau"][..., None]}
-    ng = gates_mod.nuts_gates(nq, divergences=div, bfmi=bfmi)
-    gg = gates_mod.nuts_gates(gq, divergences=0, bfmi=np.array([]))
-    combined = xc.combined_gates(ng, gg, "Gibbs")
+    combined = xc.exact_gates(nq, gq, divergences=div, bfmi=bfmi)
     verdict = xc.compare_exact(gq, nq, combined)
     settings = {
         "data": f"{c.n_rows} x {c.n_cols}, {obs.values.shape[0]} observed cells, K = {c.K}; compared at "
