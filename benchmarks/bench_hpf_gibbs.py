@@ -22,6 +22,20 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def _chain_sweeps(keys, states, units, hyper, n_sweeps: int):
+    """``n_sweeps`` sweeps of every chain (``jax.vmap`` of a ``lax.scan`` of `hpf_gibbs.step`)."""
+    from custom_inference import hpf_gibbs as gibbs
+
+    def one(key, state):
+        return jax.lax.scan(lambda s, k: (gibbs.step(k, s, units, hyper)[0], None), state,
+                            jax.random.split(key, n_sweeps))[0]
+
+    return jax.vmap(one)(keys, states)
+
+
+_chain_sweeps = jax.jit(_chain_sweeps, static_argnums=4)
+
+
 def main() -> None:
     repo = Path(__file__).resolve().parents[1]
     default = Path(os.environ.get("FACTORBAYES_DATA_DIR", repo.parent / "shared" / "data")) / "ml-100k"
@@ -48,8 +62,8 @@ def main() -> None:
             u = u.__class__(u.rows, u.cols, u.weight.astype(dtype), u.n_rows, u.n_cols)
             for chains in args.chains:
                 keys = jax.random.split(jax.random.PRNGKey(0), chains)
-                state = jax.vmap(lambda kk: gibbs.init(kk, u, hyper, args.k, dtype=dtype))(keys)
-                run = lambda s, kk: gibbs._chain_sweeps(jax.random.split(kk, chains), s, u, hyper, args.sweeps)  # noqa: E731
+                state = jax.vmap(lambda kk: gibbs.init(kk, u, args.k, hyper, dtype=dtype))(keys)
+                run = lambda s, kk: _chain_sweeps(jax.random.split(kk, chains), s, u, hyper, args.sweeps)  # noqa: E731
                 jax.block_until_ready(run(state, jax.random.PRNGKey(1)))  # compile
                 start = time.perf_counter()
                 jax.block_until_ready(run(state, jax.random.PRNGKey(2)))

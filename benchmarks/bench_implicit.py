@@ -87,7 +87,7 @@ def bench_sibm(split, repeats: int, dtype, only, scan_block: int = 256):
     train = split.train.astype(dtype)
     I, J = train.shape
     data = jax.tree_util.tree_map(jnp.asarray, train)
-    q0 = sibm.init(jax.random.PRNGKey(0), train, hyper, D, dtype=dtype)
+    q0 = sibm.init(jax.random.PRNGKey(0), train, D, hyper, dtype=dtype)
     S = max(I, J)
     n_mb = math.ceil(I * J / S)
     rows = []
@@ -107,10 +107,11 @@ def bench_sibm(split, repeats: int, dtype, only, scan_block: int = 256):
             continue
         l0 = _load()
         sampler = sibm.make_sampler(train, strategy, dtype=dtype)
-        st0 = sibm.svi_init(q0, S)
+        st0 = sibm.svi_state(q0, S)
 
         def epoch(st, r, sampler=sampler):  # the warm-up epoch (r = -1) compiles the scanned block
-            return sibm.svi_scan(jax.random.PRNGKey(1000 + r), st, sampler, data, hyper, n_mb, scan_block=scan_block)[1]
+            return sibm.svi_scan(jax.random.PRNGKey(1000 + r), st, data, hyper, n_mb, sampler=sampler,
+                                 scan_block=scan_block)[1]
 
         samples, _ = _time_epochs(epoch, st0, repeats)
         add(name, samples, f"{n_mb} minibatches of S = {S} (I J cells)",
@@ -119,12 +120,12 @@ def bench_sibm(split, repeats: int, dtype, only, scan_block: int = 256):
     if "SIBM MAP" in only:
         l0 = _load()
         sampler = sibm.make_sampler(train, "biased", dtype=dtype)
-        m0 = sibm.map_init(jax.random.PRNGKey(0), train, hyper, D, dtype=dtype)
+        m0 = sibm.map_init(jax.random.PRNGKey(0), train, D, hyper, dtype=dtype)
 
         def epoch(st, r):
             key = jax.random.PRNGKey(2000 + r)
             for t in range(n_mb if r >= 0 else 2):
-                st = sibm.map_step(jax.random.fold_in(key, t), st, sampler, data, hyper, S=S)
+                st, _ = sibm.map_step(jax.random.fold_in(key, t), st, data, hyper, sampler=sampler, S=S)
             return st
 
         samples, _ = _time_epochs(epoch, m0, repeats)
@@ -144,7 +145,7 @@ def bench_rg(p1, repeats: int, dtype):
     rng = np.random.default_rng(0)
     l0 = _load()
     g0 = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(rng, train, pi, dtype=dtype))
-    state = rg.init(jax.random.PRNGKey(0), g0, hyper, K, dtype=dtype)
+    state = rg.init(jax.random.PRNGKey(0), g0, K, hyper, dtype=dtype)
 
     def epoch(s, r):
         g = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(rng, train, pi, dtype=dtype))
@@ -167,7 +168,7 @@ def bench_bpr(p1, repeats: int, dtype, only):
             continue
         kw = BPR_DEFAULTS[sampling]
         l0 = _load()
-        params = bpr.init(jax.random.PRNGKey(0), p1.train.n_rows, p1.train.n_cols, kw["n_factors"], dtype=dtype)
+        params = bpr.init(jax.random.PRNGKey(0), p1.train, kw["n_factors"], dtype=dtype)
 
         def epoch(p, r, kw=kw, sampling=sampling):
             return bpr.epoch(jax.random.PRNGKey(3000 + r), p, data, kw["learning_rate"], kw["reg"], sampling=sampling,

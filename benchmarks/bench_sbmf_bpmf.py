@@ -63,7 +63,7 @@ def bench_bpmf(obs, k, sweeps, repeats, dtype, gauge_rounds):
     o = obs.__class__(jnp.asarray(obs.rows), jnp.asarray(obs.cols), jnp.asarray((values - values.mean()).astype(dtype)),
                       obs.n_rows, obs.n_cols)
     chunk = bpmf.default_chunk_size(k)
-    state = bpmf.init(jax.random.PRNGKey(0), o, hyper, k, dtype=dtype)
+    state = bpmf.init(jax.random.PRNGKey(0), o, k, hyper, dtype=dtype)
 
     @jax.jit
     def run(s, key, o):

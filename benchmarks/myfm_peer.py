@@ -163,10 +163,10 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
     idata = fm_mcmc.sample(
         jax.random.PRNGKey(seed), train, rank, FMHierHyper(), num_chains=1,
         num_warmup=n_iter - n_kept, num_samples=n_kept, thin=1, progress=False,
-        dtype=dtype, keep=("alpha",), test=test, init_std=0.1,
+        dtype=dtype, keep=("alpha",), predict_at=test, init_std=0.1,
     )
     wall = time.perf_counter() - t0
-    pred = idata.predictions["test_mean"].values
+    pred = idata.predictions["pred_mean"].values
     attrs = idata.posterior.attrs  # provenance is stored on every group
     return {
         "method": "factorbayes MCMC-FM",

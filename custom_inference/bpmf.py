@@ -33,15 +33,15 @@ O((I + J) K^3) for the Cholesky factorizations; memory O((I + J) K^2 + chunk_siz
 Nothing of size I x J is formed. This is the O(|Omega| K^2 + (I+J) K^3) of the thesis's
 Table 3.1.
 
-Style: `init` / `step` over a `BPMFState` of current draws, public conditionals, and
-`sample`, a multi-chain driver returning `arviz.InferenceData`; `predict` averages
+Style: `init` / `step` over a `BPMFState` of current draws, public conditionals,
+``ALGORITHM`` / ``SPEC`` (declarations for `custom_inference.mcmc_driver`) and `sample`, a
+thin call of that driver returning `arviz.InferenceData`; `predict` averages
 u_i . v_j over the kept draws (eq. 2.16) and reports its sd.
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from typing import NamedTuple
 
 import jax
@@ -49,9 +49,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import multigammaln
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, base, mcmc_driver
 from .data import Observations
 from .gauge import gauge_walk
 
@@ -77,6 +76,8 @@ __all__ = [
     "sample",
     "predict",
     "BPMF_DIMS",
+    "ALGORITHM",
+    "SPEC",
 ]
 
 BPMF_DIMS = {
@@ -101,8 +102,8 @@ class BPMFState(NamedTuple):
 
 
 class BPMFInfo(NamedTuple):
-    """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state that *entered* the
-    sweep; ``gauge_accept``: acceptance rate of the sweep's gauge moves (0 when off)."""
+    """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state the sweep
+    *returns*; ``gauge_accept``: acceptance rate of the sweep's gauge moves (0 when off)."""
 
     log_joint: jax.Array
     gauge_accept: jax.Array
@@ -268,11 +269,17 @@ def sample_factor_rows(key, precision, h):
 # State, log joint, sweep
 
 
-def init(key, data: Observations, hyper, n_components: int, *, dtype=jnp.float64, scale: float | None = None) -> BPMFState:
+def init(key, data: Observations, K: int, hyper, *, dtype=jnp.float64, scale: float | None = None) -> BPMFState:
     """A dispersed start: U, V ~ N(0, scale^2) elementwise (default scale = K^-1/2, so that
     u_i . v_j starts at O(K^-1/2)); mu = mu0 and Lambda = nu0 W0 (the prior means; the
-    first sweep redraws them from U and V). Different keys give different starts."""
-    k = int(n_components)
+    first sweep redraws them from U and V). Different keys give different starts.
+
+    key : PRNG key; data : Observations (only n_rows, n_cols are read); K : int >= 1;
+    hyper : BPMF hyperparameters; dtype : state dtype; scale : sd of U, V (default K^-1/2).
+    Returns BPMFState: U (I, K), V (J, K), mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K).
+    Source: project addition (starting point).
+    """
+    k = int(K)
     scale = k ** -0.5 if scale is None else scale
     k1, k2 = jax.random.split(key)
     _, mu0, _, nu0, w0, _ = _resolved(hyper, k, dtype)
@@ -415,7 +422,7 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     hyper : BPMF hyperparameters (see module docstring); chunk_size : entries per chunk of the
     O(N K^2) sums (static; default `default_chunk_size`); gauge_rounds : int >= 0 (static).
 
-    Returns (new state, BPMFInfo of the entering state). Each block is drawn exactly from its
+    Returns (new state, BPMFInfo of the new state). Each block is drawn exactly from its
     complete conditional and each gauge move is a Metropolis-Hastings step, so the sweep
     leaves the posterior invariant.
     """
@@ -423,7 +430,6 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     dtype = state.U.dtype
     chunk = default_chunk_size(k) if chunk_size is None else chunk_size
     alpha = jnp.asarray(hyper.alpha, dtype)
-    lj = log_joint(state, data, hyper, chunk)
     k_hu, k_hv, k_u, k_v, k_g = jax.random.split(key, 5)
     mu_U, Lambda_U = sample_normal_wishart(k_hu, normal_wishart_posterior(state.U, hyper))
     mu_V, Lambda_V = sample_normal_wishart(k_hv, normal_wishart_posterior(state.V, hyper))
@@ -433,149 +439,118 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     V = sample_factor_rows(k_v, *factor_conditional(gram, rhs, mu_V, Lambda_V, alpha))
     new = BPMFState(U, V, mu_U, Lambda_U, mu_V, Lambda_V)
     if gauge_rounds == 0:
-        return new, BPMFInfo(lj, jnp.zeros((), dtype))
+        return new, BPMFInfo(log_joint(new, data, hyper, chunk), jnp.zeros((), dtype))
     A, _, accept = gauge_walk(k_g, GaugeHyper(mu_U, Lambda_U, mu_V, Lambda_V), gauge_log_density(hyper), gauge_act,
                               k, gauge_rounds, shears=True, dtype=dtype)
-    return apply_gauge(new, A), BPMFInfo(lj, accept)
+    new = apply_gauge(new, A)
+    return new, BPMFInfo(log_joint(new, data, hyper, chunk), accept)
 
 
 # ------------------------------------------------------------------------------
-# Driver
+# Declarations for the sampling driver
 
 
-def _sweeps(key, state, data, hyper, n_sweeps: int, chunk_size: int, gauge_rounds: int):
-    """``n_sweeps`` sweeps; returns the last state and the mean gauge acceptance rate."""
-    state, accept = jax.lax.scan(lambda carry, kk: (lambda out: (out[0], out[1].gauge_accept))(
-        step(kk, carry, data, hyper, chunk_size, gauge_rounds)), state, jax.random.split(key, n_sweeps))
-    return state, jnp.mean(accept)
+def _prepare(data: Observations, dtype):
+    return Observations(jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(np.asarray(data.values, dtype)),
+                        data.n_rows, data.n_cols)
 
 
-_chain_sweeps = jax.jit(jax.vmap(_sweeps, in_axes=(0, 0, None, None, None, None, None)), static_argnums=(4, 5, 6))
-_chain_log_joint = jax.jit(jax.vmap(log_joint, in_axes=(0, None, None, None)), static_argnums=3)
+def _predict(state: BPMFState, data, at):
+    rows, cols = at
+    return jnp.sum(state.U[rows] * state.V[cols], axis=1)
 
 
-def _check_counts(**kw):
-    for name, value in kw.items():
-        minimum = 0 if name == "num_warmup" else 1
-        if isinstance(value, bool) or int(value) != value or value < minimum:
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def _predict_prepare(predict_at, data, dtype):
+    rows, cols = mcmc_driver.check_cells(predict_at, data.n_rows, data.n_cols)
+    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
 
 
-def _hyper_attrs(hyper) -> dict:
-    out = {}
-    for f in ("alpha", "mu0", "beta0", "nu0", "W0"):
-        v = getattr(hyper, f)
-        out[f"hyper_{f}"] = "None" if v is None else (float(v) if np.ndim(v) == 0 else str(np.asarray(v).tolist()))
-    return out
+_SOURCE = "004_90693a0965f06816.txt eqs. 2.9, 2.12-2.16; Salakhutdinov & Mnih 2008 sec. 3.3"
+
+ALGORITHM = base.Algorithm(
+    name="bpmf-gibbs", kind="mcmc", init=init, step=step, target=log_joint, target_name="log_joint",
+    dims={k: tuple(v) for k, v in BPMF_DIMS.items()}, source=_SOURCE,
+).check()
+
+SPEC = mcmc_driver.SamplerSpec(
+    algorithm=ALGORITHM, model="bpmf", method="gibbs", variables=BPMFState._fields, prepare=_prepare,
+    sizes=lambda data: (data.n_rows, data.n_cols, data.nnz),
+    coords=lambda data, K: {"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K),
+                            "component_bis": np.arange(K)},
+    predict=_predict, predict_prepare=_predict_prepare, mean_stats=("gauge_accept",),
+)
 
 
 def sample(
+    key,
     data: Observations,
+    K: int,
     hyper,
-    n_components: int,
     *,
     num_chains: int = 4,
     num_warmup: int = 200,
     num_samples: int = 500,
     thin: int = 1,
-    seed: int = 0,
-    dtype=np.float64,
-    keep: tuple[str, ...] = BPMFState._fields,
+    keep: tuple[str, ...] | None = None,
+    predict_at=None,
+    dtype=None,
+    progress: bool = True,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    block: int | None = None,
     chunk_size: int | None = None,
     init_scale: float | None = None,
     gauge_rounds: int = 5,
-    progress: bool = True,
 ) -> "arviz_io.InferenceData":
-    """Run ``num_chains`` BPMF Gibbs chains (vectorized with ``jax.vmap``) and return the draws.
+    """Run ``num_chains`` BPMF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
     Parameters
     ----------
+    key : jax PRNG key or int seed; the same key gives the same draws.
     data : Observations (I, J), real-valued entries (build with ``kind="real",
-        drop_zeros=False`` so that zero ratings stay data)
-    hyper : BPMF hyperparameters (``ppl_models.bpmf.BPMFHyper``)
-    n_components : int, K >= 1
-    num_chains, num_warmup, num_samples, thin : int
-        ``num_samples`` kept draws per chain, every ``thin``-th sweep after the warmup
-        (``num_warmup`` rounded up to a multiple of ``thin``, and at least ``thin``: the
-        first block of ``thin`` sweeps also compiles the program and is not timed).
-    seed : int; the same seed gives the same draws.
-    dtype : float64 (default) or float32
-    keep : names of the state fields to store (U and V cost I K and J K per draw).
+        drop_zeros=False`` so that zero ratings stay data).
+    K : int >= 1, number of components.
+    hyper : BPMF hyperparameters (``ppl_models.bpmf.BPMFHyper``).
+    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
+        multiple of ``thin``); ``num_samples`` kept draws per chain, one every ``thin`` sweeps.
+    keep : state fields to store (default all; U and V cost I K and J K per draw), plus
+        ``"pred"`` with ``predict_at``.
+    predict_at : optional (rows, cols) int arrays (M,): running posterior mean and sd of
+        u_i . v_j at those cells (``predictions`` group; eq. 2.16).
+    dtype : float64 (default) or float32.
+    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
     chunk_size : entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
     init_scale : sd of the starting U, V (see `init`).
     gauge_rounds : int >= 0, rounds of linear-gauge Metropolis moves per sweep (`step`);
         0 is the paper's plain Gibbs sampler, which SBC shows mixing slowly in the factor
         scales (`validation.bpmf`).
-    progress : show a progress bar.
 
     Returns
     -------
     arviz.InferenceData: ``posterior`` with the kept variables, dims (chain, draw, user|item
     [, component[, component_bis]]); ``sample_stats`` with ``lp`` (the log joint of each kept
-    state); attrs with the settings and ``seconds_per_sweep`` (of all chains together,
-    compilation excluded).
+    state) and ``gauge_accept`` (mean acceptance over the draw's sweeps); attrs of
+    `mcmc_driver` plus chunk_size and gauge_rounds.
 
     Raises
     ------
-    ValueError
-        Bad hyperparameters (`check_hyper`); non-positive chain/draw counts; unknown names in
-        ``keep``; ``data`` not an `Observations`.
+    ValueError: bad hyperparameters (`check_hyper`); bad chain/draw counts, chunk_size or
+    gauge_rounds; unknown names in ``keep``; ``data`` not an `Observations`; ``predict_at``
+    out of range.
+    Source: S&M 2008 sec. 3.3 (sweep); the driver is a project addition.
     """
     if not isinstance(data, Observations):
         raise ValueError(f"data must be an Observations, got {type(data).__name__}")
-    check_hyper(hyper, n_components)
-    _check_counts(num_chains=num_chains, num_samples=num_samples, thin=thin, num_warmup=num_warmup)
-    if isinstance(gauge_rounds, bool) or int(gauge_rounds) != gauge_rounds or gauge_rounds < 0:
-        raise ValueError(f"gauge_rounds must be an integer >= 0, got {gauge_rounds!r}")
-    gauge_rounds = int(gauge_rounds)
-    unknown = set(keep) - set(BPMFState._fields)
-    if unknown:
-        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {BPMFState._fields}")
-    k = int(n_components)
-    chunk = default_chunk_size(k) if chunk_size is None else int(chunk_size)
-    dtype = np.dtype(dtype)
-    with jax.enable_x64(dtype == np.float64):
-        obs = Observations(jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(np.asarray(data.values, dtype)),
-                           data.n_rows, data.n_cols)
-        key = jax.random.PRNGKey(seed)
-        key, init_key = jax.random.split(key)
-        state = jax.vmap(lambda kk: init(kk, obs, hyper, k, dtype=dtype, scale=init_scale))(
-            jax.random.split(init_key, num_chains))
-        draws = {name: [] for name in keep}
-        lps, accepts = [], []
-        n_warm_blocks = -(-num_warmup // thin)
-        # compile once (one block of `thin` sweeps) before timing
-        key, sub = jax.random.split(key)
-        state, _ = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk, gauge_rounds)
-        jax.block_until_ready(state)
-        start = time.perf_counter()
-        for _ in range(max(n_warm_blocks - 1, 0)):
-            key, sub = jax.random.split(key)
-            state, _ = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk, gauge_rounds)
-        for _ in tqdm(range(num_samples), desc=f"BPMF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
-            key, sub = jax.random.split(key)
-            state, accept = _chain_sweeps(jax.random.split(sub, num_chains), state, obs, hyper, thin, chunk,
-                                          gauge_rounds)
-            lps.append(np.asarray(_chain_log_joint(state, obs, hyper, chunk)))
-            accepts.append(np.asarray(accept))
-            for name in keep:
-                draws[name].append(np.asarray(getattr(state, name)))
-        jax.block_until_ready(state)
-        seconds = time.perf_counter() - start
-        n_timed = (max(n_warm_blocks - 1, 0) + num_samples) * thin
-    posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
-    return arviz_io.to_inference_data(
-        posterior,
-        sample_stats={"lp": np.stack(lps, axis=1), "gauge_accept": np.stack(accepts, axis=1)},
-        dims=BPMF_DIMS,
-        coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(k),
-                "component_bis": np.arange(k)},
-        attrs={"model": "bpmf", "method": "gibbs", "n_components": k, **_hyper_attrs(hyper),
-               "source": "004_90693a0965f06816.txt eqs. 2.9, 2.12-2.16; Salakhutdinov & Mnih 2008 sec. 3.3",
-               "seed": int(seed), "num_chains": int(num_chains), "num_warmup": int(num_warmup),
-               "num_samples": int(num_samples), "thin": int(thin), "dtype": str(dtype), "chunk_size": chunk,
-               "gauge_rounds": gauge_rounds,
-               "seconds": float(seconds), "seconds_per_sweep": float(seconds / max(n_timed, 1))},
+    k = base.check_latent_dim(K)
+    check_hyper(hyper, k)
+    gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)
+    chunk = default_chunk_size(k) if chunk_size is None else mcmc_driver.check_count("chunk_size", chunk_size, 1)
+    return mcmc_driver.sample(
+        SPEC, key, data, k, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
+        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, resume=resume, block=block,
+        init_options={"scale": init_scale}, step_options={"chunk_size": chunk, "gauge_rounds": gauge_rounds},
     )
 
 

@@ -75,17 +75,21 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
+from . import arviz_io, base, vi_driver
 from .data import Observations
 
 __all__ = [
     "SAMPLING",
+    "BPRHyper",
     "BPRParams",
     "BPRData",
     "EpochInfo",
-    "BPRFit",
     "bpr_data",
     "init",
+    "step",
+    "bpr_opt",
     "is_positive",
     "sample_negatives",
     "objective",
@@ -93,10 +97,19 @@ __all__ = [
     "epoch",
     "fit",
     "score_users",
+    "ALGORITHM",
 ]
 
 #: The negative-sampling schemes.
 SAMPLING = ("uniform", "popularity")
+
+
+class BPRHyper(NamedTuple):
+    """The Gaussian-prior (L2) constants of BPR-Opt: ``reg`` (lambda of the factors, per occurrence
+    in a triple, >= 0) and ``bias_reg`` (lambda of the item biases; None: ``reg``)."""
+
+    reg: float = 0.01
+    bias_reg: float | None = None
 
 
 class BPRParams(NamedTuple):
@@ -156,28 +169,13 @@ class EpochInfo(NamedTuple):
         epoch, each evaluated at the parameters its batch started from (nats; 0 is perfect).
     rejected : array (), fraction of the epoch's triples rejected because all ``max_tries``
         negative draws were positives of the user.
+    log_sigmoid_after : array (), mean of ln sigma(x_ui - x_uj) over the same triples at the
+        parameters the epoch returns (the protocol's Info of the new state).
     """
 
     mean_log_sigmoid: jax.Array
     rejected: jax.Array
-
-
-class BPRFit(NamedTuple):
-    """What `fit` returns with ``return_info=True``.
-
-    Attributes
-    ----------
-    params : BPRParams
-    mean_log_sigmoid : numpy (n_epochs,), float64  -- `EpochInfo.mean_log_sigmoid` per epoch
-    rejected : numpy (n_epochs,), float64          -- `EpochInfo.rejected` per epoch
-    seconds : numpy (n_epochs,), float64           -- wall time of each epoch (the first
-        includes compilation)
-    """
-
-    params: BPRParams
-    mean_log_sigmoid: np.ndarray
-    rejected: np.ndarray
-    seconds: np.ndarray
+    log_sigmoid_after: jax.Array
 
 
 # ---------------------------------------------------------------------------
@@ -409,15 +407,28 @@ def _scatter_step(target: BPRParams, params: BPRParams, users, pos, neg, weights
 # ---------------------------------------------------------------------------
 
 
-def init(key, n_rows: int, n_cols: int, n_factors: int, init_scale: float = 0.1, dtype=np.float32) -> BPRParams:
+def init(key, data, K: int, hyper: BPRHyper | None = None, *, init_scale: float = 0.1,
+         dtype=np.float32) -> BPRParams:
     """Initial parameters: factors i.i.d. uniform with sd ``init_scale``, item biases 0.
 
     Factors are Uniform(-a, a) with a = sqrt(3) init_scale (as `implicit` initializes BPR,
     uniform rather than normal; it also compiles much faster than a normal draw).
 
-    Returns BPRParams with user_factors (n_rows, n_factors), item_factors (n_cols, n_factors),
-    item_bias (n_cols,), all ``dtype``.
+    Parameters: key PRNG key or int seed (`base.as_key`); data `Observations` or `BPRData` (only
+    its shape I x J is used); K int >= 1; hyper unused (kept for the protocol); init_scale > 0;
+    dtype float32 or float64.
+    Returns BPRParams with user_factors (I, K), item_factors (J, K), item_bias (J,), all ``dtype``.
+    Raises ValueError for bad K or init_scale, TypeError for a bad key.
+    Source: Rendle et al. 2009 fig. 4 (random initialization); the uniform law: project addition.
     """
+    del hyper
+    K = _check_int("K", K, 1)
+    init_scale = _check_float("init_scale", init_scale, positive=True)
+    return _init_jit(base.as_key(key), int(data.n_rows), int(data.n_cols), K, init_scale, dtype)
+
+
+def _init_arrays(key, n_rows: int, n_cols: int, n_factors: int, init_scale: float = 0.1, dtype=np.float32) -> BPRParams:
+    """`init` on sizes (the compiled kernel)."""
     ku, ki = jax.random.split(key)
     a = np.sqrt(3.0) * init_scale
     W = jax.random.uniform(ku, (n_rows, n_factors), dtype=dtype, minval=-a, maxval=a)
@@ -425,7 +436,7 @@ def init(key, n_rows: int, n_cols: int, n_factors: int, init_scale: float = 0.1,
     return BPRParams(W, H, jnp.zeros((n_cols,), dtype=dtype))
 
 
-_init_jit = jax.jit(init, static_argnums=(1, 2, 3, 5))
+_init_jit = jax.jit(_init_arrays, static_argnums=(1, 2, 3, 5))
 _sample_jit = jax.jit(_sample)
 
 
@@ -450,10 +461,13 @@ def _epoch(key, params, data, learning_rate, reg, bias_reg, popularity, max_trie
         w = (lv & ok).astype(dtype)
         d = _x_diff(p, u, i, j)
         p = _scatter_step(p, p, u, i, j, w, learning_rate, reg, bias_reg)
-        return p, (jnp.sum(w * jax.nn.log_sigmoid(d)), jnp.sum(w), jnp.sum(lv & ~ok))
+        return p, (jnp.sum(w * jax.nn.log_sigmoid(d)), jnp.sum(w), jnp.sum(lv & ~ok), j, w)
 
-    params, (ll, n_ok, n_rej) = jax.lax.scan(body, params, (keys, idx, live))
-    info = EpochInfo(jnp.sum(ll) / jnp.maximum(jnp.sum(n_ok), 1), jnp.sum(n_rej) / N)
+    params, (ll, n_ok, n_rej, negs, ws) = jax.lax.scan(body, params, (keys, idx, live))
+    n_acc = jnp.maximum(jnp.sum(n_ok), 1)
+    u_all, i_all = data.rows[idx], data.cols[idx]
+    after = jnp.sum(ws * jax.nn.log_sigmoid(_x_diff(params, u_all, i_all, negs))) / n_acc
+    info = EpochInfo(jnp.sum(ll) / n_acc, jnp.sum(n_rej) / N, after)
     return params, info
 
 
@@ -501,56 +515,91 @@ def epoch(
     )
 
 
+def step(key, params: BPRParams, data: BPRData, hyper: BPRHyper | None = None, *, learning_rate: float = 0.05,
+         sampling: str = "uniform", batch_size: int = 256, max_tries: int = 16) -> tuple[BPRParams, EpochInfo]:
+    """The protocol step: one epoch of minibatched LearnBPR (`epoch`) with the constants of ``hyper``.
+
+    key PRNG key; params BPRParams; data BPRData (`bpr_data`); hyper BPRHyper (None: defaults);
+    options as `epoch`. Returns (BPRParams, EpochInfo); ``log_sigmoid_after`` describes the new
+    parameters. Raises ValueError for an unknown sampling. Source: Rendle et al. 2009 fig. 4.
+    """
+    hyper = BPRHyper() if hyper is None else hyper
+    return epoch(key, params, data, learning_rate, hyper.reg, hyper.bias_reg, sampling=sampling,
+                 batch_size=batch_size, max_tries=max_tries)
+
+
+def bpr_opt(params: BPRParams, data: BPRData, hyper: BPRHyper | None = None) -> jax.Array:
+    """The protocol target: BPR-Opt (Rendle et al. 2009 sec. 4.1, with the per-occurrence L2 of
+    `objective`) estimated on one triple per training positive, its negative drawn uniformly with
+    the fixed key ``PRNGKey(0)`` (so the value is a deterministic function of the parameters).
+
+    params BPRParams; data BPRData; hyper BPRHyper (None: defaults). Returns a scalar (nats; the sum
+    over the N triples). Work O(N K). Source: Rendle et al. 2009 eq. BPR-Opt; the fixed-negative
+    estimate: project addition.
+    """
+    hyper = BPRHyper() if hyper is None else hyper
+    bias_reg = hyper.reg if hyper.bias_reg is None else hyper.bias_reg
+    neg, ok = _sample_jit(jax.random.PRNGKey(0), data, data.rows, jnp.asarray(False), jnp.int32(16))
+    w = ok.astype(params.item_bias.dtype)
+    return objective(params, data.rows, data.cols, neg, w, hyper.reg, bias_reg)
+
+
 def fit(
     key,
     train: Observations,
-    n_factors: int = 64,
+    K: int = 64,
+    hyper: BPRHyper | None = None,
+    *,
     n_epochs: int = 50,
     learning_rate: float = 0.05,
-    reg: float = 0.01,
     sampling: str = "uniform",
-    *,
-    bias_reg: float | None = None,
     batch_size: int = 256,
     max_tries: int = 16,
     init_scale: float = 0.1,
     dtype=np.float32,
-    return_info: bool = False,
-):
+    progress: bool = False,
+) -> base.FitResult:
     """Fit BPR-MF by minibatched SGD (LearnBPR, Rendle et al. 2009 fig. 4).
 
     Parameters
     ----------
-    key : jax PRNG key; the same key (and arguments) gives the same parameters.
+    key : jax PRNG key or int seed (`base.as_key`); the same key (and arguments) gives the same parameters.
     train : Observations (I, J); every stored entry is a positive.
-    n_factors : int >= 1, K.
+    K : int >= 1, number of factors.
+    hyper : BPRHyper (reg: lambda of the factors, per occurrence in a triple; bias_reg: lambda of
+        the item biases, default reg); None: ``BPRHyper()``.
     n_epochs : int >= 1; one epoch samples one triple per training positive.
     learning_rate : float > 0, alpha.
-    reg : float >= 0, lambda of the factors (per occurrence in a triple).
     sampling : ``"uniform"`` (BPR-uniform) or ``"popularity"`` (BPR-popularity, P(j) ~ n_j).
-    bias_reg : float >= 0, lambda of the item biases (default ``reg``).
     batch_size : int >= 1, triples per SGD step (1 is LearnBPR exactly).
     max_tries : int >= 1, negative draws before a triple is rejected.
     init_scale : float > 0, sd of the initial (uniform) factors.
     dtype : float32 (default, fast) or float64.
-    return_info : also return the per-epoch diagnostics and timings.
+    progress : tqdm bar over the epochs.
 
     Returns
     -------
-    BPRParams, or `BPRFit` with ``return_info=True``.
+    `base.FitResult`: state BPRParams; trace float64 (n_epochs,) `EpochInfo.log_sigmoid_after` per
+    epoch (mean ln sigma(x_ui - x_uj) of the epoch's triples at the parameters after it); idata with
+    the point estimate as ``posterior`` (user_factors (user, component), item_factors (item,
+    component), item_bias (item); one chain, one draw) and group ``sgd_trace`` (mean_log_sigmoid,
+    rejected, log_sigmoid_after, seconds per epoch (the first includes compilation); dim epoch).
 
     Raises
     ------
     ValueError
         ``train`` not Observations or with a stored value <= 0 or NaN; a field out of range
         (the message names it); an unknown ``sampling``; a float dtype other than float32/64.
+    TypeError
+        a bad key.
     """
+    hyper = BPRHyper() if hyper is None else hyper
     data = bpr_data(train)
-    K = _check_int("n_factors", n_factors, 1)
+    K = _check_int("K", K, 1)
     n_epochs = _check_int("n_epochs", n_epochs, 1)
     lr = _check_float("learning_rate", learning_rate, positive=True)
-    reg = _check_float("reg", reg, positive=False)
-    bias_reg = reg if bias_reg is None else _check_float("bias_reg", bias_reg, positive=False)
+    reg = _check_float("hyper.reg", hyper.reg, positive=False)
+    bias_reg = reg if hyper.bias_reg is None else _check_float("hyper.bias_reg", hyper.bias_reg, positive=False)
     _check_sampling(sampling)
     batch_size = _check_int("batch_size", batch_size, 1)
     max_tries = _check_int("max_tries", max_tries, 1)
@@ -559,25 +608,34 @@ def fit(
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
     if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
         raise ValueError("dtype=float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
-    k_init, k_run = jax.random.split(key)
+    k_init, k_run = jax.random.split(base.as_key(key))
     params = _init_jit(k_init, data.n_rows, data.n_cols, K, init_scale, dtype)
     lr_a = jnp.asarray(lr, dtype)
     reg_a = jnp.asarray(reg, dtype)
     breg_a = jnp.asarray(bias_reg, dtype)
     pop = jnp.asarray(sampling == "popularity")
     tries = jnp.int32(max_tries)
-    lls, rej, secs = [], [], []
-    for k in jax.random.split(k_run, n_epochs):
+    infos, secs = [], []
+    for k in tqdm(jax.random.split(k_run, n_epochs), desc=f"BPR ({sampling}, K={K})", disable=not progress,
+                  leave=False):
         t0 = time.perf_counter()
         params, info = _epoch_jit(k, params, data, lr_a, reg_a, breg_a, pop, tries, batch_size)
-        if return_info:
-            lls.append(float(info.mean_log_sigmoid))
-            rej.append(float(info.rejected))
-            secs.append(time.perf_counter() - t0)
-    params = jax.block_until_ready(params)
-    if return_info:
-        return BPRFit(params, np.asarray(lls), np.asarray(rej), np.asarray(secs))
-    return params
+        jax.block_until_ready(params)
+        infos.append(info)
+        secs.append(time.perf_counter() - t0)
+    stats = {f: np.asarray([float(getattr(i, f)) for i in infos], np.float64) for f in EpochInfo._fields}
+    stats["seconds"] = np.asarray(secs, np.float64)
+    idata = arviz_io.to_inference_data(
+        vi_driver.point_posterior(params._asdict()),
+        dims={"user_factors": ["user", "component"], "item_factors": ["item", "component"], "item_bias": ["item"],
+              **{f: ["epoch"] for f in stats}},
+        coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K)},
+        extra_groups={"sgd_trace": stats},
+        attrs={"model": "bpr", "method": f"sgd-{sampling}", "posterior_kind": "point estimate",
+               "source": "Rendle et al. 2009 (UAI), LearnBPR fig. 4", "K": K, "learning_rate": lr, "reg": reg,
+               "bias_reg": bias_reg, "batch_size": batch_size, "n_epochs": n_epochs, "dtype": np.dtype(dtype).name},
+    )
+    return base.FitResult(params, stats["log_sigmoid_after"], idata)
 
 
 def score_users(params: BPRParams, users) -> jax.Array:
@@ -608,3 +666,10 @@ def score_users(params: BPRParams, users) -> jax.Array:
     if u.size and (u.min() < 0 or u.max() >= I):
         raise ValueError(f"users index out of range: found [{u.min()}, {u.max()}], allowed [0, {I - 1}]")
     return params.user_factors[u] @ params.item_factors.T + params.item_bias[None, :]
+
+
+#: The protocol declaration (`custom_inference.base`): data of `step` and `bpr_opt` is a `BPRData`.
+ALGORITHM = base.Algorithm(
+    "bpr-sgd", "sgd", init, step, bpr_opt, "objective",
+    {"user_factors": ("user", "component"), "item_factors": ("item", "component"), "item_bias": ("item",)},
+    "Rendle, Freudenthaler, Gantner, Schmidt-Thieme, UAI 2009: BPR-Opt sec. 4.1, LearnBPR fig. 4").check()

@@ -48,16 +48,14 @@ O(nnz K) pass), so rounding in the incremental updates never accumulates (float3
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy import stats as jstats
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, base, mcmc_driver
 from .fm_design import FMDesign
 from .gaussian import sample_normal_natural
 
@@ -80,6 +78,8 @@ __all__ = [
     "step",
     "sample",
     "predict",
+    "ALGORITHM",
+    "SPEC",
 ]
 
 PARAMS = ("w0", "w", "V", "alpha", "mu_w", "sigma_w", "mu_v", "sigma_v")
@@ -105,9 +105,9 @@ class FMMCMCState(NamedTuple):
 
 
 class FMMCMCInfo(NamedTuple):
-    """Per-sweep diagnostics, evaluated at the state the sweep starts from: ``log_joint``
-    (exact log p(y, all latents), as NumPyro's ``log_density`` of `ppl_models.fm.model_hier`)
-    and ``rmse`` (training RMSE of yhat)."""
+    """Per-sweep diagnostics of the state the sweep *returns*: ``log_joint`` (exact
+    log p(y, all latents), as NumPyro's ``log_density`` of `ppl_models.fm.model_hier`, from the
+    incrementally updated caches) and ``rmse`` (training RMSE of yhat)."""
 
     log_joint: jax.Array
     rmse: jax.Array
@@ -308,10 +308,10 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     """One systematic-scan sweep: caches refreshed; (alpha, sigma_w, sigma_v) jointly (they are
     conditionally independent); mu_w; mu_v; w0; then every block (w, then v_.1..v_.K). Jit-able (the block loop is static).
 
-    Returns the new state (caches updated incrementally) and the info of the starting state.
+    Returns the new state (caches updated incrementally) and the info of the new state.
+    Source: derived conditionals (module docstring).
     """
     state = caches(state, design)
-    info = FMMCMCInfo(log_joint(state, design, hyper), jnp.sqrt(jnp.mean(state.e ** 2)))
     G, g, h = design.n_groups, design.group, hyper
     keys = jax.random.split(key, 6 + design.n_blocks)
     # alpha, sigma_w, sigma_v are independent given (e, w, mu_w, V, mu_v): one block, one
@@ -333,7 +333,8 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     qT, VT = state.q.T, state.V.T  # factor-major while the blocks run (see _update_block_t)
     for b in range(design.n_blocks):
         state, qT, VT = _update_block_t(keys[6 + b], state, qT, VT, design, hyper, b)
-    return state._replace(q=qT.T, V=VT.T), info
+    state = state._replace(q=qT.T, V=VT.T)
+    return state, FMMCMCInfo(log_joint(state, design, hyper), jnp.sqrt(jnp.mean(state.e ** 2)))
 
 
 step_jit = jax.jit(step)
@@ -352,26 +353,47 @@ def _coo(test, dtype):
     return jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), int(n_rows)
 
 
-def _sweeps(key, state, design, hyper, n_sweeps: int, test, n_test: int):
-    def body(carry, k):
-        st, lj, _ = carry
-        st, info = step(k, st, design, hyper)
-        return (st, info.log_joint, info.rmse), None
-
-    z = jnp.zeros((), state.e.dtype)
-    (state, lj, rmse), _ = jax.lax.scan(body, (state, z, z), jax.random.split(key, n_sweeps))
-    if test is None:
-        return state, lj, rmse, None
-    rows, cols, values = test
-    yhat, _ = fm_mean(state.w0, state.w, state.V, rows, cols, values, n_test)
-    return state, lj, rmse, yhat
+def _prepare_hyper(hyper, dtype):
+    return type(hyper)(*(jnp.asarray(v, dtype) for v in hyper))
 
 
-def _chain_sweeps(keys, state, design, hyper, n_sweeps, test, n_test):
-    return jax.vmap(lambda k, s: _sweeps(k, s, design, hyper, n_sweeps, test, n_test))(keys, state)
+def _predict(state: FMMCMCState, design, at):
+    rows, cols, values, n = at
+    return fm_mean(state.w0, state.w, state.V, rows, cols, values, n)[0]
 
 
-_chain_sweeps = jax.jit(_chain_sweeps, static_argnums=(4, 6))
+def _predict_prepare(predict_at, design: FMDesign, dtype):
+    rows, cols, values, n = _coo(predict_at, dtype)
+    if rows.shape != cols.shape or rows.shape != values.shape or rows.ndim != 1:
+        raise ValueError("predict_at: rows, cols and values must be 1-D of one length")
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= n):
+        raise ValueError(f"predict_at rows out of range [0, {n - 1}]")
+    if cols.size and (int(cols.min()) < 0 or int(cols.max()) >= design.n_features):
+        raise ValueError(f"predict_at cols (features) out of range [0, {design.n_features - 1}]")
+    return (rows, cols, values, _Static(n)), n
+
+
+class _Static(int):
+    """The number of test instances, a static int inside the pytree of ``predict_at``."""
+
+
+jax.tree_util.register_pytree_node(_Static, lambda x: ((), int(x)), lambda aux, _: _Static(aux))
+
+FM_DIMS = {"w": ("feature",), "V": ("feature", "factor"), "mu_w": ("group",), "sigma_w": ("group",),
+           "mu_v": ("group", "factor"), "sigma_v": ("group", "factor")}
+_SOURCE = "004_90693a0965f06816.txt eqs. 2.17, 2.22-2.30 (grouped), derived conditionals"
+
+ALGORITHM = base.Algorithm(
+    name="fm-mcmc", kind="mcmc", init=init, step=step, target=log_joint, target_name="log_joint", dims=FM_DIMS,
+    source=_SOURCE,
+).check()
+
+SPEC = mcmc_driver.SamplerSpec(
+    algorithm=ALGORITHM, model="fm", method="mcmc-fm", variables=PARAMS, prepare=lambda d, dtype: _as_jax(d, dtype),
+    sizes=lambda d: (d.n_rows, d.n_features, d.nnz),
+    coords=lambda d, K: {"feature": np.arange(d.n_features), "factor": np.arange(K), "group": list(d.group_names)},
+    predict=_predict, predict_prepare=_predict_prepare, last_stats=("rmse",), prepare_hyper=_prepare_hyper,
+)
 
 
 def sample(
@@ -384,109 +406,57 @@ def sample(
     num_warmup: int = 500,
     num_samples: int = 1000,
     thin: int = 1,
+    keep: tuple[str, ...] | None = None,
+    predict_at=None,
+    dtype=None,
     progress: bool = True,
-    dtype=np.float64,
-    keep: tuple[str, ...] = PARAMS,
-    test=None,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    block: int | None = None,
     init_std: float = 0.1,
 ) -> "arviz_io.InferenceData":
-    """Run ``num_chains`` MCMC-FM chains (vectorized with ``jax.vmap``) and return the draws.
+    """Run ``num_chains`` MCMC-FM chains through `custom_inference.mcmc_driver` and return the draws.
 
     Parameters
     ----------
-    key : jax PRNG key; the same key gives the same draws.
+    key : jax PRNG key or int seed; the same key gives the same draws.
     design : FMDesign (N x D, G groups, B blocks), training data.
     K : int >= 1, number of factors.
     hyper : ppl_models.fm.FMHierHyper
-    num_chains, num_warmup, num_samples, thin : int; ``num_samples`` kept draws per chain, one
-        every ``thin`` sweeps after ``num_warmup`` sweeps (rounded up to a multiple of thin).
-    progress : tqdm bar over kept draws.
+    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
+        multiple of thin); ``num_samples`` kept draws per chain, one every ``thin`` sweeps.
+    keep : names in `PARAMS` to store per draw (V costs D K per draw: drop it on big data),
+        plus ``"pred"`` (yhat per draw at ``predict_at``).
+    predict_at : optional FMDesign or (rows, cols, values, n_rows) of new instances: the
+        running mean and sd of yhat over all kept draws of all chains are accumulated during
+        sampling (as myFM does), so no draw needs to be stored (``predictions`` group:
+        ``pred_mean`` (N_test,), the posterior predictive mean, cf. eq. 2.16 / 3.18, and
+        ``pred_sd``, the posterior sd of yhat; add E[1/alpha] to its square for a new y).
     dtype : float64 (default) or float32.
-    keep : names in `PARAMS` to store per draw (V costs D K per draw: drop it on big data).
-    test : optional FMDesign or (rows, cols, values, n_rows) of new instances: the running sum
-        and sum of squares of yhat over all kept draws of all chains are accumulated during
-        sampling (as myFM does), so no draw needs to be stored.
+    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
     init_std : sd of the initial V.
 
     Returns
     -------
     arviz.InferenceData: ``posterior`` with ``keep`` (dims chain, draw, feature|group|factor);
-    ``sample_stats`` with ``lp`` (log joint of the state before each kept draw's last sweep)
-    and ``rmse`` (training); if ``test``: group ``predictions`` with ``test_mean`` (N_test,)
-    (the posterior predictive mean, cf. eq. 2.16 / 3.18), ``test_sd`` (posterior sd of yhat)
-    and ``test_pred_sd`` (sd of a new y: adds E[1/alpha]). attrs: settings,
-    ``seconds_per_sweep`` (all chains together, compile excluded).
+    ``sample_stats`` with ``lp`` (log joint of each kept state) and ``rmse`` (training RMSE of
+    the kept state); ``predictions`` with ``predict_at``; attrs of `mcmc_driver` plus n_blocks
+    and init_std.
 
     Raises
     ------
-    ValueError: K < 1; non-positive counts; unknown names in ``keep``; a hyper without the
-    FMHierHyper fields or with non-positive precisions/shapes/rates.
+    ValueError: K < 1; bad counts; unknown names in ``keep``; a hyper without the FMHierHyper
+    fields or with non-positive precisions/shapes/rates; ``predict_at`` out of range.
+    Source: derived conditionals (module docstring); the driver is a project addition.
     """
     K = _check_K(K)
     _check_hier(hyper)
-    for name, value in (("num_chains", num_chains), ("num_samples", num_samples), ("thin", thin)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if int(num_warmup) != num_warmup or num_warmup < 0:
-        raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup!r}")
-    unknown = set(keep) - set(PARAMS)
-    if unknown:
-        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {PARAMS}")
-    dtype = np.dtype(dtype)
-    with jax.enable_x64(dtype == np.float64):
-        d = _as_jax(design, dtype)
-        hyp = type(hyper)(*(jnp.asarray(v, dtype) for v in hyper))
-        t, n_test = (None, 0) if test is None else (_coo(test, dtype)[:3], _coo(test, dtype)[3])
-        key, init_key = jax.random.split(key)
-        state = jax.vmap(lambda kk: init(kk, d, K, hyper, init_std=init_std, dtype=dtype))(
-            jax.random.split(init_key, num_chains))
-        draws = {name: [] for name in keep}
-        lps, rmses = [], []
-        n_warm_blocks = -(-num_warmup // thin)
-        # compile outside the timing
-        key, sub = jax.random.split(key)
-        compiled = _chain_sweeps.lower(jax.random.split(sub, num_chains), state, d, hyp, thin, t, n_test).compile()
-        start = time.perf_counter()
-        for _ in range(n_warm_blocks):
-            key, sub = jax.random.split(key)
-            state = compiled(jax.random.split(sub, num_chains), state, d, hyp, t)[0]
-        s1 = s2 = None
-        for _ in tqdm(range(num_samples), desc=f"MCMC-FM ({num_chains} chains)", disable=not progress, leave=False):
-            key, sub = jax.random.split(key)
-            state, lj, rmse, yhat = compiled(jax.random.split(sub, num_chains), state, d, hyp, t)
-            lps.append(np.asarray(lj))
-            rmses.append(np.asarray(rmse))
-            for name in keep:
-                draws[name].append(np.asarray(getattr(state, name)))
-            if yhat is not None:
-                s1 = yhat.sum(0) if s1 is None else s1 + yhat.sum(0)
-                s2 = (yhat ** 2).sum(0) if s2 is None else s2 + (yhat ** 2).sum(0)
-        jax.block_until_ready(state)
-        seconds = time.perf_counter() - start
-        total = n_warm_blocks * thin + num_samples * thin
-        posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
-        extra = None
-        if t is not None:
-            n_tot = num_chains * num_samples
-            mean = np.asarray(s1) / n_tot
-            var = np.maximum(np.asarray(s2) / n_tot - mean ** 2, 0.0)
-            inv_alpha = float(np.mean(1.0 / np.asarray(posterior["alpha"]))) if "alpha" in posterior else float("nan")
-            extra = {"predictions": {"test_mean": mean, "test_sd": np.sqrt(var),
-                                     "test_pred_sd": np.sqrt(var + inv_alpha)}}
-    dims = {"w": ["feature"], "V": ["feature", "factor"], "mu_w": ["group"], "sigma_w": ["group"],
-            "mu_v": ["group", "factor"], "sigma_v": ["group", "factor"],
-            "test_mean": ["test_instance"], "test_sd": ["test_instance"], "test_pred_sd": ["test_instance"]}
-    coords = {"feature": np.arange(design.n_features), "factor": np.arange(K), "group": list(design.group_names)}
-    return arviz_io.to_inference_data(
-        posterior,
-        dims=dims,
-        coords=coords,
-        sample_stats={"lp": np.stack(lps, axis=1), "rmse": np.stack(rmses, axis=1)},
-        extra_groups=extra,
-        attrs=dict(method="mcmc-fm", source="004_90693a0965f06816.txt eqs. 2.17, 2.22-2.30 (grouped), derived conditionals",
-                   K=K, hyper=repr(hyper), num_chains=int(num_chains), num_warmup=int(num_warmup),
-                   num_samples=int(num_samples), thin=int(thin), dtype=str(dtype), seconds=float(seconds),
-                   seconds_per_sweep=float(seconds / total), n_blocks=int(design.n_blocks)),
+    return mcmc_driver.sample(
+        SPEC, key, design, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
+        thin=thin, keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, resume=resume, block=block, init_options={"init_std": init_std},
+        attrs={"n_blocks": int(design.n_blocks)},
     )
 
 

@@ -34,9 +34,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import arviz_io, base, vi_driver
 from .fm_design import FMDesign
 
-__all__ = ["SGDReg", "FMParams", "SGDResult", "padded_rows", "instance_gradients", "fit", "predict", "mse"]
+__all__ = ["SGDReg", "FMParams", "SGDInfo", "padded_rows", "instance_gradients", "init", "step", "objective", "fit",
+           "predict", "mse", "ALGORITHM"]
 
 
 class SGDReg(NamedTuple):
@@ -56,18 +58,13 @@ class FMParams(NamedTuple):
     V: jax.Array
 
 
-class SGDResult(NamedTuple):
-    """``params`` (FMParams) after the last epoch; ``train_mse`` (n_epochs,): training mean squared
-    error after each epoch; ``objective`` (n_epochs,): the frequency-weighted regularized sum of
-    squares that Algorithm 1 descends (module docstring), after each epoch; ``test_rmse``
-    (n_epochs,): RMSE on the ``test`` design after each epoch (None without one);
-    ``seconds``: wall time of the epochs, compilation excluded."""
+class SGDInfo(NamedTuple):
+    """Diagnostics of one epoch, of the parameters it returns: ``train_mse`` (training mean squared
+    error) and ``objective`` (the frequency-weighted regularized sum of squares that Algorithm 1
+    descends, module docstring)."""
 
-    params: FMParams
-    train_mse: np.ndarray
-    objective: np.ndarray
-    test_rmse: np.ndarray | None = None
-    seconds: float = float("nan")
+    train_mse: jax.Array
+    objective: jax.Array
 
 
 def padded_rows(design: FMDesign):
@@ -134,17 +131,100 @@ def _objective(params, design, lam, counts):
             + jnp.sum(lw[g] * counts * params.w ** 2) + jnp.sum(lv[g] * counts[:, None] * params.V ** 2))
 
 
-def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDReg(), n_epochs: int = 20,
-        init_std: float = 0.1, *, batch_size: int = 1, dtype=np.float64, test: FMDesign | None = None) -> SGDResult:
+def _counts(design: FMDesign, dtype):
+    return jnp.asarray(np.bincount(np.asarray(design.cols), minlength=design.n_features), dtype)
+
+
+def objective(params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg()) -> jax.Array:
+    """The protocol target: the objective Algorithm 1 descends (module docstring), a scalar.
+
+    sum_n (y_n - yhat_n)^2 + lambda_0 N w0^2 + sum_l lambda_w[g_l] n_l w_l^2 + sum_lk lambda_v[g_l, k] n_l v_lk^2.
+    params FMParams (w0 (), w (D,), V (D, K)); design FMDesign (N, D); hyper SGDReg. Work O(M K).
+    Source: 004_90693a0965f06816.txt Algorithm 1 (frequency-weighted form of eq. 2.18).
+    """
+    dtype = jnp.result_type(params.w)
+    lam = _reg_arrays(hyper, design.n_groups, params.V.shape[1], dtype)
+    return _objective(params, design, lam, _counts(design, dtype))
+
+
+def _check_reg(reg) -> None:
+    for name, v in zip(SGDReg._fields, reg):
+        if np.any(np.asarray(v) < 0):
+            raise ValueError(f"reg.{name} must be >= 0")
+
+
+def init(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, init_std: float = 0.1,
+         dtype=np.float64) -> FMParams:
+    """Algorithm 1's start: w0 = 0, w = 0, v_lk ~ N(0, init_std^2) from ``key`` (`base.as_key`).
+
+    design FMDesign (N, D); K int >= 1; hyper unused (protocol); dtype float32 / float64.
+    Returns FMParams (w0 (), w (D,), V (D, K)). Raises ValueError for bad K, TypeError for a bad key.
+    Source: 004_90693a0965f06816.txt Algorithm 1 (libFM's init_stdev as a standard deviation).
+    """
+    del hyper
+    K = base.check_latent_dim(K)
+    dtype = np.dtype(dtype)
+    return FMParams(jnp.zeros((), dtype), jnp.zeros(design.n_features, dtype),
+                    init_std * jax.random.normal(base.as_key(key), (design.n_features, K), dtype))
+
+
+def _epoch_impl(params, k, C, Xv, y, group, lam, eta, B: int, n_batches: int):
+    """One shuffled pass of minibatch steps (the kernel of `fit` and `step`)."""
+    N = C.shape[0]
+    idx = jax.random.permutation(k, N)[: n_batches * B].reshape(n_batches, B)
+
+    def one(p, ii):
+        g0, gw, gV = instance_gradients(p, C[ii], Xv[ii], y[ii], group, lam)
+        return FMParams(p.w0 - eta * g0, p.w - eta * gw, p.V - eta * gV), None
+
+    params, _ = jax.lax.scan(one, params, idx)
+    return params
+
+
+@jax.jit
+def _step_jit(key, params, C, Xv, design, lam, eta, counts, batch_size):
+    n_batches = design.n_rows // batch_size.shape[0]
+    new = _epoch_impl(params, key, C, Xv, jnp.asarray(design.y, eta.dtype), design.group, lam, eta,
+                      batch_size.shape[0], n_batches)
+    return new, SGDInfo(mse(new, design), _objective(new, design, lam, counts))
+
+
+def step(key, params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg(), *, learning_rate: float,
+         batch_size: int = 1) -> tuple[FMParams, SGDInfo]:
+    """The protocol step: one epoch of Algorithm 1 (a shuffle drawn from ``key``, minibatches of
+    ``batch_size`` instances, the last partial batch skipped), then `SGDInfo` of the new parameters.
+
+    key PRNG key; params FMParams; design FMDesign (device arrays; the padded rows are built on the
+    host per call: `fit` builds them once); hyper SGDReg; learning_rate > 0; batch_size in 1..N.
+    Returns (FMParams, SGDInfo). Raises ValueError for bad learning_rate, batch_size or reg.
+    Source: 004_90693a0965f06816.txt Algorithm 1.
+    """
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    if int(batch_size) != batch_size or not 1 <= batch_size <= design.n_rows:
+        raise ValueError(f"batch_size must be an integer in 1..{design.n_rows}, got {batch_size!r}")
+    _check_reg(hyper)
+    dtype = jnp.result_type(params.w)
+    C, Xv = padded_rows(design)
+    lam = _reg_arrays(hyper, design.n_groups, params.V.shape[1], dtype)
+    # the batch size travels as the static shape of a dummy array, so the step compiles once per size
+    return _step_jit(base.as_key(key), params, jnp.asarray(C), jnp.asarray(Xv, dtype),
+                     jax.tree_util.tree_map(jnp.asarray, design), lam, jnp.asarray(learning_rate, dtype),
+                     _counts(design, dtype), jnp.zeros(int(batch_size), jnp.int8))
+
+
+def fit(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, learning_rate: float, n_epochs: int = 20,
+        init_std: float = 0.1, batch_size: int = 1, dtype=np.float64, test: FMDesign | None = None,
+        progress: bool = False) -> base.FitResult:
     """SGD-FM (Algorithm 1): ``n_epochs`` passes over a seeded shuffle of the instances.
 
     Parameters
     ----------
-    key : jax PRNG key (initialization and shuffles).
+    key : jax PRNG key or int seed (`base.as_key`): initialization and shuffles.
     design : FMDesign (training data).
     K : int >= 1.
+    hyper : SGDReg (per-group L2 constants).
     learning_rate : float > 0 (eta).
-    reg : SGDReg (per-group L2 constants).
     n_epochs : int >= 1.
     init_std : sd of the initial v_lk ~ N(0, init_std^2) (Algorithm 1's "N(0, sigma^-1)" names a
         precision; libFM's init_stdev, used here, is a standard deviation). w0 = 0, w = 0.
@@ -153,16 +233,21 @@ def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDRe
     dtype : float64 or float32.
     test : optional FMDesign with the same D: its RMSE is recorded after every epoch (for
         RMSE-versus-time curves, thesis fig. 4.2).
+    progress : unused (all epochs run in one compiled scan); kept for the protocol.
 
     Returns
     -------
-    SGDResult.
+    `base.FitResult`: state FMParams after the last epoch; trace float64 (n_epochs,) the objective
+    (`objective`) after each epoch; idata with the point estimate as ``posterior`` (w0, w (feature),
+    V (feature, factor); one chain, one draw) and group ``sgd_trace`` (train_mse, objective, test_rmse
+    (NaN without ``test``), dim epoch; attr ``seconds``: wall time of the epochs, compilation excluded).
 
     Raises
     ------
     ValueError for K < 1, learning_rate <= 0, n_epochs < 1, batch_size not in 1..N, negative
-    regularization.
+    regularization; TypeError for a bad key.
     """
+    reg = hyper
     if int(K) != K or K < 1:
         raise ValueError(f"K must be an integer >= 1, got {K!r}")
     if not learning_rate > 0:
@@ -171,9 +256,7 @@ def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDRe
         raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
     if int(batch_size) != batch_size or not 1 <= batch_size <= design.n_rows:
         raise ValueError(f"batch_size must be an integer in 1..{design.n_rows}, got {batch_size!r}")
-    for name, v in zip(SGDReg._fields, reg):
-        if np.any(np.asarray(v) < 0):
-            raise ValueError(f"reg.{name} must be >= 0")
+    _check_reg(reg)
     K, B, N = int(K), int(batch_size), design.n_rows
     dtype = np.dtype(dtype)
     C, Xv = padded_rows(design)
@@ -182,10 +265,9 @@ def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDRe
         y = jnp.asarray(design.y, dtype)
         group = jnp.asarray(design.group)
         lam = _reg_arrays(reg, design.n_groups, K, dtype)
-        counts = jnp.asarray(np.bincount(np.asarray(design.cols), minlength=design.n_features), dtype)
-        k_init, k_shuf = jax.random.split(key)
-        params = FMParams(jnp.zeros((), dtype), jnp.zeros(design.n_features, dtype),
-                          init_std * jax.random.normal(k_init, (design.n_features, K), dtype))
+        counts = _counts(design, dtype)
+        k_init, k_shuf = jax.random.split(base.as_key(key))
+        params = init(k_init, design, K, reg, init_std=init_std, dtype=dtype)
         n_batches = N // B
         eta = jnp.asarray(learning_rate, dtype)
         dj = jax.tree_util.tree_map(jnp.asarray, design)
@@ -195,13 +277,7 @@ def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDRe
         dt = None if test is None else jax.tree_util.tree_map(jnp.asarray, test)
 
         def epoch(params, k):
-            idx = jax.random.permutation(k, N)[: n_batches * B].reshape(n_batches, B)
-
-            def one(p, ii):
-                g0, gw, gV = instance_gradients(p, C[ii], Xv[ii], y[ii], group, lam)
-                return FMParams(p.w0 - eta * g0, p.w - eta * gw, p.V - eta * gV), None
-
-            params, _ = jax.lax.scan(one, params, idx)
+            params = _epoch_impl(params, k, C, Xv, y, group, lam, eta, B, n_batches)
             test_rmse = jnp.nan if dt is None else jnp.sqrt(mse(params, dt))
             return params, (mse(params, dj), _objective(params, dj, lam, counts), test_rmse)
 
@@ -212,7 +288,18 @@ def fit(key, design: FMDesign, K: int, learning_rate: float, reg: SGDReg = SGDRe
         params, (m, obj, trm) = compiled(params, keys)
         jax.block_until_ready(params)
         seconds = time.perf_counter() - start
-    return SGDResult(params, np.asarray(m), np.asarray(obj), None if test is None else np.asarray(trm), seconds)
+    trace = {"train_mse": np.asarray(m, np.float64), "objective": np.asarray(obj, np.float64),
+             "test_rmse": np.asarray(trm, np.float64) * np.ones(n_epochs)}
+    idata = arviz_io.to_inference_data(
+        vi_driver.point_posterior(params._asdict()),
+        dims={"w": ["feature"], "V": ["feature", "factor"], **{f: ["epoch"] for f in trace}},
+        coords={"feature": np.arange(design.n_features), "factor": np.arange(K)},
+        extra_groups={"sgd_trace": trace},
+        attrs={"model": "fm_flat", "method": "sgd", "posterior_kind": "point estimate", "seconds": float(seconds),
+               "source": "004_90693a0965f06816.txt Algorithm 1", "K": K, "learning_rate": float(learning_rate),
+               "batch_size": B, "n_epochs": int(n_epochs), "dtype": dtype.name},
+    )
+    return base.FitResult(params, trace["objective"], idata)
 
 
 def predict(params, design_or_coo) -> jax.Array:
@@ -231,3 +318,9 @@ def predict(params, design_or_coo) -> jax.Array:
     q = jax.ops.segment_sum(xv, rows, num_segments=int(n))
     s2 = jax.ops.segment_sum(xv * xv, rows, num_segments=int(n))
     return w0 + lin + 0.5 * jnp.sum(q * q - s2, axis=-1)
+
+
+#: The protocol declaration (`custom_inference.base`).
+ALGORITHM = base.Algorithm("fm-sgd", "sgd", init, step, objective, "objective",
+                           {"w0": (), "w": ("feature",), "V": ("feature", "factor")},
+                           "004_90693a0965f06816.txt Algorithm 1 (Rendle 2010)").check()

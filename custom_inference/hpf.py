@@ -27,10 +27,10 @@ an I x J array. The seed's figure prints ``kappa_shape = a + K a'`` and
 ``kappa_rate = b' + sum_k (digamma(gamma_shape) - log gamma_rate)`` (E[log theta]
 in place of E[theta]); both are wrong (see `validation.errata`).
 
-Solver style (BlackJAX-like): `init` builds an `HPFState`, `step` maps
-``(key, state, data, hyper) -> (state, info)``, `elbo` is a separate function of
-``(state, data, hyper[, phi])``, and `fit` is the driver that returns an
-`arviz.InferenceData`.
+Solver style (the protocol of `custom_inference.base`): `init(key, data, K, hyper)` builds an
+`HPFState`, `step(key, state, data, hyper) -> (state, info)` with the ELBO of the new state,
+`elbo` is a separate function of ``(state, data, hyper[, phi])``, `fit(key, data, K, hyper)`
+is the driver (returns `base.FitResult`), and `ALGORITHM` declares it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp, xlogy
 
-from . import arviz_io, vi_driver
+from . import arviz_io, base, vi_driver
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 
@@ -52,6 +52,7 @@ __all__ = [
     "HPFInfo",
     "init",
     "step",
+    "sweep",
     "elbo",
     "optimal_phi",
     "update_gamma",
@@ -66,6 +67,7 @@ __all__ = [
     "fold_in",
     "save_state",
     "load_state",
+    "ALGORITHM",
 ]
 
 
@@ -96,8 +98,8 @@ class HPFState(NamedTuple):
 
 
 class HPFInfo(NamedTuple):
-    """Per-sweep diagnostics. ``elbo``: the ELBO (nats) of the state that *entered*
-    the sweep, computed for free from the sweep's own phi logits."""
+    """Per-sweep diagnostics. ``elbo``: the ELBO (nats) of the state the sweep returns
+    (``base`` protocol: Info describes the new state)."""
 
     elbo: jax.Array
 
@@ -117,7 +119,7 @@ def _check_components(n_components) -> int:
     return int(n_components)
 
 
-def init(key, data: Observations, hyper, n_components: int, *, dtype=None) -> HPFState:
+def init(key, data: Observations, K: int, hyper, *, dtype=None) -> HPFState:
     """Initial variational parameters: the prior with a small random offset.
 
     Shapes of theta and beta are ``a (1 + 0.5 U)`` and ``c (1 + 0.5 U)``, rates
@@ -128,11 +130,13 @@ def init(key, data: Observations, hyper, n_components: int, *, dtype=None) -> HP
 
     Parameters
     ----------
-    key : jax.random.PRNGKey
+    key : jax PRNG key or int seed (`base.as_key`)
     data : Observations, shape (I, J), counts
+    K : int >= 1, number of components
     hyper : object with float fields a, a_prime, b_prime, c, c_prime, d_prime
-    n_components : int, K >= 1
     dtype : float dtype, default the dtype of ``data.values``
+
+    Returns HPFState (shapes in its docstring), dtype ``dtype``.
 
     Raises
     ------
@@ -140,7 +144,8 @@ def init(key, data: Observations, hyper, n_components: int, *, dtype=None) -> HP
         K < 1 or not an integer; a hyperparameter not positive.
     """
     _check_hyper(hyper)
-    k = _check_components(n_components)
+    k = _check_components(K)
+    key = base.as_key(key)
     dtype = jnp.dtype(dtype or data.values.dtype)
     i, j = data.shape
     keys = jax.random.split(key, 4)
@@ -301,6 +306,54 @@ def _sweep_statistics(state: HPFState, data: Observations, chunk: int = STEP_CHU
     return t * user, b * item, y_log_z
 
 
+def _sweep_impl(state: HPFState, data: Observations, hyper):
+    """The CAVI sweep kernel: (new state, ELBO of the *incoming* state, free from the sweep's phi sums)."""
+    user_stats, item_stats, y_log_z = _sweep_statistics(state, data)
+    incoming = _elbo_given_y_log_z(state, data, hyper, y_log_z)
+    state = _gamma_given_stats(state, hyper, user_stats)
+    state = update_kappa(state, data, hyper)
+    state = _lambda_given_stats(state, hyper, item_stats)
+    state = update_tau(state, data, hyper)
+    return state, incoming
+
+
+#: `fit`'s sweep: reports the incoming state's ELBO at no extra cost (the trace is the same).
+_sweep_jit = jax.jit(_sweep_impl)
+
+
+def sweep(state: HPFState, data: Observations, hyper) -> tuple[HPFState, jax.Array]:
+    """The fused CAVI sweep `fit` runs (jitted): the same new state as `step`, and the ELBO of the
+    *incoming* state, which the sweep's phi sums give for free (O(N K + (I + J) K), no second pass).
+
+    state HPFState; data Observations (I, J) counts (device arrays); hyper HPF hyperparameters.
+    Returns (HPFState, scalar ELBO of ``state``). Source: seed 001 batch algorithm figure (corrected).
+    """
+    return _sweep_jit(state, data, hyper)
+
+
+def _y_log_z(state: HPFState, data: Observations, chunk: int = STEP_CHUNK) -> jax.Array:
+    """sum_ui y_ui log sum_k exp(E log theta_uk + E log beta_ik), as `_sweep_statistics` computes it
+    (same chunks, same arithmetic) but without the phi sums."""
+    t, m_u = _shifted_exp_log_mean(state.gamma_shape, state.gamma_rate)
+    b, m_i = _shifted_exp_log_mean(state.lambda_shape, state.lambda_rate)
+
+    def body(start, size, acc):
+        rows = jax.lax.dynamic_slice_in_dim(data.rows, start, size)
+        cols = jax.lax.dynamic_slice_in_dim(data.cols, start, size)
+        y = jax.lax.dynamic_slice_in_dim(data.values, start, size)
+        z = jnp.sum(t[rows] * b[cols], axis=1)
+        return acc + jnp.sum(y * (jnp.log(z) + m_u[rows] + m_i[cols]))
+
+    n = data.nnz
+    acc = jnp.zeros((), t.dtype)
+    n_full = n // chunk
+    if n_full:
+        acc = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), acc)
+    if n - n_full * chunk:
+        acc = body(n_full * chunk, n - n_full * chunk, acc)
+    return acc
+
+
 @jax.jit
 def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPFInfo]:
     """One CAVI sweep: phi, then gamma, kappa (users), then lambda, tau (items).
@@ -309,19 +362,17 @@ def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPF
     phi held at its value from the start of the sweep), so the ELBO never decreases.
     phi itself is never formed: the sweep needs only its sums over items and users
     (see `_sweep_statistics`), which equal those of `optimal_phi` exactly in exact
-    arithmetic. Work: O(N K + (I + J) K). ``key`` is unused (CAVI is deterministic)
-    and kept for the common solver signature.
+    arithmetic. Work: O(N K + (I + J) K) for the sweep plus O(N K) for the new ELBO.
 
-    Returns the new state and `HPFInfo` with the ELBO of the *incoming* state.
+    Parameters: key unused (CAVI is deterministic; kept for the protocol, may be None);
+    state HPFState; data Observations (I, J) counts (device arrays); hyper HPF hyperparameters.
+    Returns the new state and `HPFInfo` with the ELBO of the *new* state (`base` protocol).
+    Raises nothing itself (inputs are checked by `init` / `fit`).
+    Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected; module docstring).
     """
     del key
-    user_stats, item_stats, y_log_z = _sweep_statistics(state, data)
-    info = HPFInfo(_elbo_given_y_log_z(state, data, hyper, y_log_z))
-    state = _gamma_given_stats(state, hyper, user_stats)
-    state = update_kappa(state, data, hyper)
-    state = _lambda_given_stats(state, hyper, item_stats)
-    state = update_tau(state, data, hyper)
-    return state, info
+    state, _ = _sweep_impl(state, data, hyper)
+    return state, HPFInfo(_elbo_given_y_log_z(state, data, hyper, _y_log_z(state, data)))
 
 
 def _prior_and_entropy(state: HPFState, hyper) -> jax.Array:
@@ -440,7 +491,7 @@ def fold_in(
     if data.n_cols != n_items:
         raise ValueError(f"data has {data.n_cols} items (columns), the fitted model has {n_items}")
     data = jax.tree_util.tree_map(jnp.asarray, data.astype(state.lambda_shape.dtype))
-    fresh = init(jax.random.PRNGKey(seed), data, hyper, k, dtype=state.lambda_shape.dtype)
+    fresh = init(jax.random.PRNGKey(seed), data, k, hyper, dtype=state.lambda_shape.dtype)
     new = fresh._replace(
         lambda_shape=state.lambda_shape, lambda_rate=state.lambda_rate, tau_shape=state.tau_shape, tau_rate=state.tau_rate
     )
@@ -523,12 +574,21 @@ def _draws_from_q(seed: int, state: HPFState, n_draws: int) -> dict[str, np.ndar
     return out
 
 
+def _posterior(seed: int, state: HPFState, n_draws: int) -> tuple[dict[str, np.ndarray], str]:
+    """The ``posterior`` group: ``n_draws`` draws from q, or (n_draws = 0) the means of q as one draw."""
+    if n_draws:
+        return _draws_from_q(seed, state, n_draws), "draws from q"
+    means = {"theta": gamma_mean(state.gamma_shape, state.gamma_rate), "xi": gamma_mean(state.kappa_shape, state.kappa_rate),
+             "beta": gamma_mean(state.lambda_shape, state.lambda_rate), "eta": gamma_mean(state.tau_shape, state.tau_rate)}
+    return vi_driver.point_posterior(means), "mean of q (n_draws=0)"
+
+
 def fit(
-    data: Observations,
-    hyper,
-    n_components: int,
+    key,
+    data: Observations = None,
+    K: int = None,
+    hyper=None,
     *,
-    seed: int = 0,
     max_iter: int = 100,
     tol: float = 1e-6,
     dtype=None,
@@ -537,17 +597,18 @@ def fit(
     init_state: HPFState | None = None,
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 10,
-) -> "arviz_io.InferenceData":
-    """Fit HPF by batch CAVI and return the result as an ArviZ object.
+    resume: bool = False,
+) -> base.FitResult:
+    """Fit HPF by batch CAVI (`base` protocol driver).
 
     Parameters
     ----------
+    key : jax PRNG key or int seed (`base.as_key`); seeds the initialisation, and through
+        `vi_driver.host_seed` the draws from q. Same key, same result.
     data : Observations, shape (I, J), non-negative integer counts (nonzeros only)
+    K : int >= 1, number of components
     hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper`` or any object with
         float fields a, a_prime, b_prime, c, c_prime, d_prime)
-    n_components : int, K >= 1
-    seed : int
-        Seeds the initialisation and the draws from q; same seed, same result.
     max_iter : int >= 1
         Maximum number of sweeps.
     tol : float >= 0
@@ -555,22 +616,23 @@ def fit(
     dtype : numpy.float32 or numpy.float64, default float64
         Precision of the computation (float64 runs under ``jax.enable_x64``).
     n_draws : int >= 0
-        Draws from q stored in the ``posterior`` group (0: none; for very large
-        matrices the variational parameters alone describe q).
+        Draws from q stored in the ``posterior`` group (0: the means of q as one draw).
     progress : bool
         Show a tqdm progress bar with the ELBO and its relative change.
     init_state : HPFState, optional
-        Start from this state (e.g. `load_state` of a checkpoint) instead of `init`.
+        Start from this state instead of `init`.
     checkpoint : path, optional
-        Write the state there (``.npz``) every ``checkpoint_every`` sweeps and at the end.
+        `vi_driver.run` checkpoint (``.npz``, atomic) every ``checkpoint_every`` sweeps and at the end;
+        ``resume=True`` continues from it when it exists (bit for bit the uninterrupted run).
 
     Returns
     -------
-    arviz.InferenceData with groups
+    `base.FitResult` (state HPFState, trace float64 (n_iter + 1,) the ELBO of the initial state and
+    of the state after each sweep, idata). idata groups:
         ``posterior``: draws from q of theta (chain, draw, user, component),
         beta (chain, draw, item, component), xi (chain, draw, user), eta (chain, draw, item);
         ``variational_parameters``: the `HPFState` fields;
-        ``vi_trace``: ``elbo`` and ``rel_change`` per sweep (dim ``iteration``);
+        ``vi_trace``: ``elbo`` and ``rel_change`` (dim ``iteration``);
         attrs: method, n_components, hyperparameters, seed, dtype, converged, n_iter, seconds.
         `state_from_inference_data` recovers the state (for `score_users`, resuming).
 
@@ -578,41 +640,46 @@ def fit(
     ------
     ValueError
         Bad K, hyperparameters, max_iter, tol, n_draws or dtype; a state of the wrong shape.
+    TypeError
+        ``key`` neither a PRNG key nor an int.
+    FloatingPointError
+        A non-finite ELBO (try float64).
+
+    Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected); driver: project addition.
     """
     _check_hyper(hyper)
-    k = _check_components(n_components)
+    k = _check_components(K)
     vi_driver.check_fit_args(max_iter, tol, n_draws)
     dtype = np.dtype(dtype or np.float64)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    key_init = base.as_key(key)
+    host = vi_driver.host_seed(key)
 
     with jax.enable_x64(dtype == np.float64):
         data = jax.tree_util.tree_map(jnp.asarray, data.astype(dtype))
-        key_init = jax.random.PRNGKey(seed)
         if init_state is None:
-            state = init(key_init, data, hyper, k, dtype=dtype)
+            state = init(key_init, data, k, hyper, dtype=dtype)
         else:
             state = HPFState(*(jnp.asarray(x, dtype) for x in init_state))
-            expected = init(key_init, data, hyper, k, dtype=dtype)
+            expected = init(key_init, data, k, hyper, dtype=dtype)
             for name, a, b in zip(HPFState._fields, state, expected):
                 if a.shape != b.shape:
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
 
         def sweep(state, t):
-            return step(key_init, state, data, hyper)  # reports the ELBO of the incoming state
-
-        def save(t, state, info):
-            if checkpoint is not None and (t + 1) % checkpoint_every == 0:
-                save_state(state, checkpoint, n_iter=t + 1)
+            # the fused kernel reports the ELBO of the state entering sweep t, so the trace is
+            # L(s_0), ..., L(s_{n-1}) from the sweeps, then L(s_n) from `final_elbo`: the same values
+            # as `step`'s Info, at no extra cost
+            return _sweep_jit(state, data, hyper)
 
         res = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"HPF CAVI (K={k})",
-                            callback=save, final_elbo=lambda s: elbo(s, data, hyper))
+                            final_elbo=lambda s: elbo(s, data, hyper), checkpoint=checkpoint,
+                            checkpoint_every=checkpoint_every, resume=resume)
         state = res.state
-        if checkpoint is not None:
-            save_state(state, checkpoint, n_iter=res.n_iter)
-        posterior = _draws_from_q(seed, state, n_draws) if n_draws else None
+        posterior, kind = _posterior(host, state, n_draws)
 
-    return arviz_io.to_inference_data(
+    idata = arviz_io.to_inference_data(
         posterior,
         extra_groups={
             "variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
@@ -620,11 +687,12 @@ def fit(
         },
         **result_layout(
             *data.shape, k, hyper,
-            method="cavi",
+            method="cavi", posterior_kind=kind,
             source="001_30a2018ec18c20b9.txt, batch algorithm figure (corrected)",
-            seed=int(seed), dtype=str(dtype), converged=int(res.converged), n_iter=res.n_iter, seconds=float(res.seconds),
+            seed=int(host), dtype=str(dtype), converged=int(res.converged), n_iter=res.n_iter, seconds=float(res.seconds),
         ),
     )
+    return base.FitResult(state, res.elbo, idata)
 
 
 def state_from_inference_data(idata) -> HPFState:
@@ -634,3 +702,21 @@ def state_from_inference_data(idata) -> HPFState:
     if missing:
         raise ValueError(f"not an HPF CAVI result: variational_parameters lacks {missing}")
     return HPFState(*(jnp.asarray(params[f]) for f in HPFState._fields))
+
+
+def _target(state: HPFState, data: Observations, hyper) -> jax.Array:
+    """`elbo` at the optimal phi (the protocol's target(state, data, hyper))."""
+    return elbo(state, data, hyper)
+
+
+#: The protocol declaration (`custom_inference.base`).
+ALGORITHM = base.Algorithm(
+    name="hpf-cavi",
+    kind="vi",
+    init=init,
+    step=step,
+    target=_target,
+    target_name="elbo",
+    dims={f: tuple(HPF_DIMS[f]) for f in HPFState._fields},
+    source="001_30a2018ec18c20b9.txt, sec. Variational inference, batch algorithm figure (corrected)",
+).check()

@@ -23,23 +23,22 @@ column sums, O((I + J) K). A sweep costs O(T K + (I + J) K), T = sum of the coun
 
 Style: `init` / `step` over an `HPFGibbsState` of current draws (BlackJAX-like), the
 conditionals as public functions (each also runs as a NumPyro `CustomGibbs` block),
-and `sample`, a multi-chain driver that returns `arviz.InferenceData`.
+``ALGORITHM`` / ``SPEC`` (the declarations for `custom_inference.mcmc_driver`) and `sample`,
+a thin call of that driver that returns `arviz.InferenceData`.
 """
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, base, mcmc_driver
 from .data import CountUnits, Observations
-from .hpf import _check_components, _check_hyper, result_layout
+from .hpf import HPF_DIMS, _check_components, _check_hyper
 
 __all__ = [
     "HPFGibbsState",
@@ -53,6 +52,8 @@ __all__ = [
     "step",
     "log_joint",
     "sample",
+    "ALGORITHM",
+    "SPEC",
 ]
 
 
@@ -66,8 +67,8 @@ class HPFGibbsState(NamedTuple):
 
 
 class HPFGibbsInfo(NamedTuple):
-    """``log_joint``: log p(y, theta, xi, beta, eta) of the state that *entered* the
-    sweep, up to the constant -sum log y_ui!, computed from the sweep's own rates."""
+    """``log_joint``: log p(y, theta, xi, beta, eta) of the state the sweep *returns*, up to
+    the constant -sum log y_ui! (`log_joint`)."""
 
     log_joint: jax.Array
 
@@ -76,13 +77,19 @@ def _gamma_draw(key, shape, rate):
     return jax.random.gamma(key, shape, dtype=shape.dtype) / rate
 
 
-def init(key, data: CountUnits, hyper, n_components: int, *, dtype=jnp.float64) -> HPFGibbsState:
+def init(key, data: CountUnits, K: int, hyper, *, dtype=jnp.float64) -> HPFGibbsState:
     """A dispersed starting point near the prior scale.
 
     theta_uk = (a / b') (0.5 + U), beta_ik = (c / d') (0.5 + U), U ~ Uniform(0, 1);
     xi_u = b' and eta_i = d' (the prior means). Different keys give different starts,
     so R-hat across chains means something.
+
+    key : PRNG key; data : CountUnits (or Observations: only n_rows, n_cols are read);
+    K : int >= 1; hyper : HPFHyper; dtype : float dtype of the state.
+    Returns HPFGibbsState: theta (I, K), xi (I,), beta (J, K), eta (J,) of ``dtype``.
+    Source: project addition (starting point).
     """
+    n_components = K
     k1, k2 = jax.random.split(key)
     n_users, n_items = data.n_rows, data.n_cols
     theta = (hyper.a / hyper.b_prime) * (0.5 + jax.random.uniform(k1, (n_users, n_components), dtype=jnp.float32))
@@ -167,111 +174,103 @@ def step(key, state: HPFGibbsState, data: CountUnits, hyper) -> tuple[HPFGibbsSt
 
     Each block is drawn from its complete conditional given the current values of all
     others (z stays fixed within the sweep), so the sweep leaves the posterior invariant.
+
+    Returns (new state, HPFGibbsInfo of the new state). The Info's log joint costs one more
+    O(T K) pass; `mcmc_driver` does not read it, and XLA drops it there.
+    Source: seed 001, complete conditionals (corrected, see the module docstring).
     """
     k_z, k_theta, k_xi, k_beta, k_eta = jax.random.split(key, 5)
     rates = _unit_rates(state, data)
-    info = HPFGibbsInfo(_log_joint_given_rates(state, rates.sum(axis=1), data.weight, hyper))
     user_counts, item_counts = allocate(k_z, state, data, rates)
     state = state._replace(theta=_gamma_draw(k_theta, *theta_conditional(state, user_counts, hyper)))
     state = state._replace(xi=_gamma_draw(k_xi, *xi_conditional(state, hyper)))
     state = state._replace(beta=_gamma_draw(k_beta, *beta_conditional(state, item_counts, hyper)))
     state = state._replace(eta=_gamma_draw(k_eta, *eta_conditional(state, hyper)))
-    return state, info
+    return state, HPFGibbsInfo(log_joint(state, data, hyper))
 
 
-def _sweeps(key, state, data, hyper, n_sweeps: int):
-    """``n_sweeps`` sweeps of one chain under ``lax.scan``; returns the last state."""
-    state, _ = jax.lax.scan(lambda carry, k: (step(k, carry, data, hyper)[0], None), state, jax.random.split(key, n_sweeps))
-    return state
+def _prepare(data, dtype):
+    units = data if isinstance(data, CountUnits) else CountUnits.from_observations(data)
+    return jax.tree_util.tree_map(jnp.asarray, units)
 
 
-_chain_sweeps = jax.jit(jax.vmap(_sweeps, in_axes=(0, 0, None, None, None)), static_argnums=4)
-_chain_log_joint = jax.jit(jax.vmap(log_joint, in_axes=(0, None, None)))
+def _predict(state: HPFGibbsState, data, at):
+    rows, cols = at
+    return jnp.sum(state.theta[rows] * state.beta[cols], axis=1)
+
+
+def _predict_prepare(predict_at, data, dtype):
+    rows, cols = mcmc_driver.check_cells(predict_at, data.n_rows, data.n_cols)
+    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
+
+
+_SOURCE = "001_30a2018ec18c20b9.txt, complete conditionals (corrected)"
+
+ALGORITHM = base.Algorithm(
+    name="hpf-gibbs", kind="mcmc", init=init, step=step, target=log_joint, target_name="log_joint",
+    dims={k: tuple(v) for k, v in HPF_DIMS.items() if k in HPFGibbsState._fields}, source=_SOURCE,
+).check()
+
+SPEC = mcmc_driver.SamplerSpec(
+    algorithm=ALGORITHM, model="hpf", method="gibbs", variables=HPFGibbsState._fields, prepare=_prepare,
+    sizes=lambda data: (data.n_rows, data.n_cols, data.nnz),
+    coords=lambda data, K: {"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K)},
+    predict=_predict, predict_prepare=_predict_prepare,
+)
 
 
 def sample(
+    key,
     data: Observations,
+    K: int,
     hyper,
-    n_components: int,
     *,
     num_chains: int = 4,
     num_warmup: int = 500,
     num_samples: int = 1000,
     thin: int = 1,
-    seed: int = 0,
-    dtype=np.float64,
-    keep: tuple[str, ...] = ("theta", "xi", "beta", "eta"),
+    keep: tuple[str, ...] | None = None,
+    predict_at=None,
+    dtype=None,
     progress: bool = True,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    block: int | None = None,
 ) -> "arviz_io.InferenceData":
-    """Run ``num_chains`` Gibbs chains (vectorized with ``jax.vmap``) and return the draws.
+    """Run ``num_chains`` HPF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
     Parameters
     ----------
-    data : Observations (I, J), non-negative integer counts
-    hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper``)
-    n_components : int, K >= 1
-    num_chains, num_warmup, num_samples, thin : int
-        ``num_samples`` kept draws per chain, every ``thin``-th sweep after the warmup
-        (``num_warmup`` rounded up to a multiple of ``thin``).
-    seed : int; the same seed gives the same draws.
-    dtype : float64 (default) or float32
-    keep : names of the variables to store (theta and beta cost I K and J K per draw).
-    progress : show a progress bar.
+    key : jax PRNG key or int seed; the same key gives the same draws.
+    data : Observations (I, J), non-negative integer counts.
+    K : int >= 1, number of components.
+    hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper``).
+    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
+        multiple of ``thin``); ``num_samples`` kept draws per chain, one every ``thin`` sweeps.
+    keep : names of the variables to store (default all of theta, xi, beta, eta; theta and beta
+        cost I K and J K per draw), plus ``"pred"`` with ``predict_at``.
+    predict_at : optional (rows, cols) int arrays (M,): running posterior mean and sd of the
+        rate theta_u . beta_i at those cells (``predictions`` group).
+    dtype : float64 (default) or float32.
+    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
 
     Returns
     -------
     arviz.InferenceData: ``posterior`` with the kept variables, dims (chain, draw, user|item
-    [, component]); ``sample_stats`` with ``lp`` (log joint up to a constant); attrs with
-    the settings and ``seconds_per_sweep``.
+    [, component]); ``sample_stats.lp`` (log joint up to -sum log y_ui!); attrs of
+    `mcmc_driver` (settings, hyper_*, seconds_per_sweep with compilation excluded).
 
     Raises
     ------
-    ValueError
-        K < 1; non-positive chain or draw counts; unknown names in ``keep``; data that
-        are not counts.
+    ValueError: K < 1; bad chain or draw counts; unknown names in ``keep``; data that are not
+    counts; bad hyperparameters; ``predict_at`` out of range.
+    Source: seed 001 (conditionals); the driver is a project addition.
     """
-
     _check_hyper(hyper)
-    k = _check_components(n_components)
-    for name, value in (("num_chains", num_chains), ("num_samples", num_samples), ("thin", thin)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if int(num_warmup) != num_warmup or num_warmup < 0:
-        raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup!r}")
-    unknown = set(keep) - set(HPFGibbsState._fields)
-    if unknown:
-        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {HPFGibbsState._fields}")
-    dtype = np.dtype(dtype)
-    units = CountUnits.from_observations(data)
-    with jax.enable_x64(dtype == np.float64):
-        units = jax.tree_util.tree_map(jnp.asarray, units)
-        key = jax.random.PRNGKey(seed)
-        key, init_key = jax.random.split(key)
-        state = jax.vmap(lambda kk: init(kk, units, hyper, k, dtype=dtype))(jax.random.split(init_key, num_chains))
-        draws = {name: [] for name in keep}
-        lps = []
-        total = -(-num_warmup // thin) * thin + num_samples * thin
-        start = time.perf_counter()
-        # warmup in blocks of `thin` sweeps too, so that one compiled program serves both
-        for _ in range(-(-num_warmup // thin)):
-            key, sub = jax.random.split(key)
-            state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, thin)
-        for _ in tqdm(range(num_samples), desc=f"HPF Gibbs ({num_chains} chains)", disable=not progress, leave=False):
-            key, sub = jax.random.split(key)
-            state = _chain_sweeps(jax.random.split(sub, num_chains), state, units, hyper, thin)
-            lps.append(np.asarray(_chain_log_joint(state, units, hyper)))
-            for name in keep:
-                draws[name].append(np.asarray(getattr(state, name)))
-        seconds = time.perf_counter() - start
-    posterior = {name: np.stack(v, axis=1) for name, v in draws.items()}
-    return arviz_io.to_inference_data(
-        posterior,
-        sample_stats={"lp": np.stack(lps, axis=1)},
-        **result_layout(
-            data.n_rows, data.n_cols, k, hyper,
-            method="gibbs",
-            source="001_30a2018ec18c20b9.txt, complete conditionals (corrected)",
-            seed=int(seed), num_chains=int(num_chains), num_warmup=int(num_warmup), num_samples=int(num_samples),
-            thin=int(thin), dtype=str(dtype), seconds=float(seconds), seconds_per_sweep=float(seconds / total),
-        ),
+    k = _check_components(K)
+    return mcmc_driver.sample(
+        SPEC, key, data, k, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
+        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, resume=resume, block=block,
     )

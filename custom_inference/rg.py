@@ -57,15 +57,17 @@ block for the B users asked for).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import arviz_io, vi_driver
+from . import arviz_io, base, vi_driver
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
@@ -77,7 +79,7 @@ __all__ = [
     "RGGraph",
     "RGState",
     "RGInfo",
-    "FitResult",
+    "histogram_of",
     "histogram_exponent",
     "popularity_weights",
     "sample_hidden_graph",
@@ -99,6 +101,7 @@ __all__ = [
     "like_probability",
     "score_users",
     "draws_from_q",
+    "ALGORITHM",
 ]
 
 _HYPER_FIELDS = ("alpha", "beta", "r", "clamp_user_bias")
@@ -305,15 +308,14 @@ class RGInfo(NamedTuple):
     elbo: jax.Array
 
 
-class FitResult(NamedTuple):
-    """What `fit` returns: final state, ELBO trace (numpy, on the fixed evaluation graph), InferenceData,
-    the histogram pi (J,) and its exponent gamma."""
-
-    state: RGState
-    elbo: np.ndarray
-    idata: object
-    pi: np.ndarray
-    gamma: float
+def histogram_of(fit: base.FitResult) -> tuple[np.ndarray, float]:
+    """The popularity histogram of a `fit` result: (pi float64 (J,), gamma float), read from its
+    idata (group ``histogram``, attr ``gamma``); the ``pi`` `score_users` needs for the popularity
+    kinds. Raises ValueError if ``fit`` is not an RG `fit` result. Source: project addition."""
+    idata = fit.idata if hasattr(fit, "idata") else fit
+    if "histogram" not in idata.groups():
+        raise ValueError("not an RG fit result: its idata has no 'histogram' group")
+    return np.asarray(idata.histogram["pi"].values, np.float64), float(idata.histogram.attrs["gamma"])
 
 
 def _check_hyper(hyper) -> None:
@@ -357,19 +359,26 @@ def _check_K(K) -> int:
     return int(K)
 
 
-def init(key, graph: RGGraph, hyper, K: int, *, dtype=None) -> RGState:
+def init(key, graph: RGGraph, K: int, hyper, *, dtype=None) -> RGState:
     """Initial q: factor means 0.1 N(0, 1) (symmetry breaking), factor and bias precisions 1, bias means 0,
     and every q(tau) set by its update (17) from these moments.
 
     Parameters
     ----------
-    key : jax PRNG key; graph : RGGraph (shapes I, J); hyper : `ppl_models.rg.RGHyper`; K : int >= 1;
-    dtype : float dtype (default: that of ``graph.g``).
+    key : jax PRNG key or int seed (`base.as_key`); graph : RGGraph, or the Observations (I, J) of G
+    (only the shapes and, for the default dtype, ``g`` / ``values`` are used); K : int >= 1;
+    hyper : `ppl_models.rg.RGHyper`; dtype : float dtype (default: that of ``graph.g``).
 
-    Raises ValueError for bad K or hyperparameters.
+    Returns RGState. Raises ValueError for bad K or hyperparameters, TypeError for a bad key.
+    Source: 003_203f63200c0d7157.txt sec. 5 (q of eq. 6); the start itself: project addition.
     """
     _check_hyper(hyper)
     K = _check_K(K)
+    key = base.as_key(key)
+    if isinstance(graph, Observations):
+        dtype = jnp.dtype(dtype or np.asarray(graph.values).dtype)
+        return _init(key, float(hyper.alpha), float(hyper.beta), 0.0 if hyper.clamp_user_bias else 1.0,
+                     graph.n_rows, graph.n_cols, K, dtype)
     dtype = jnp.dtype(dtype or jnp.asarray(graph.g).dtype)
     return _init(key, float(hyper.alpha), float(hyper.beta), 0.0 if hyper.clamp_user_bias else 1.0,
                  graph.n_users, graph.n_items, K, dtype)
@@ -684,18 +693,20 @@ def draws_from_q(seed: int, state: RGState, n_draws: int) -> dict[str, np.ndarra
     return out
 
 
-def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200, tol: float = 1e-6,
+def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: float = 1e-6,
         resample: bool = True, tau0: float = 1.0, kappa: float = 0.7, dtype=np.float64, n_draws: int = 100,
         progress: bool = True, init_state: RGState | None = None, update_hyper: bool = True,
-        warm_start: int = DEFAULT_WARM_START) -> FitResult:
+        warm_start: int = DEFAULT_WARM_START, checkpoint=None, checkpoint_every: int = 10,
+        resume: bool = False) -> base.FitResult:
     """Fit RG: mean-field VB over hidden graphs H_t ~ q(H) with Robbins-Monro weights (sec. 5.1).
 
     Parameters
     ----------
+    key : jax PRNG key or int seed: the initial state (`base.as_key`); `vi_driver.host_seed` (key)
+        seeds every graph draw and the draws from q (an int seed s and ``PRNGKey(s)`` agree).
     obs : Observations (I, J), one-class: every stored value 1 (the edges of G).
-    hyper : `ppl_models.rg.RGHyper` (alpha, beta, r, clamp_user_bias).
     K : int >= 1, number of factors.
-    seed : int; seeds the initial state, every graph draw and the draws from q.
+    hyper : `ppl_models.rg.RGHyper` (alpha, beta, r, clamp_user_bias).
     max_iter : int >= 1, number of sweeps (Robbins-Monro sweeps when resampling; the warm-start
         sweeps come on top); tol : float >= 0, stop when the relative change of the ELBO on the
         fixed evaluation graph is below tol (checked in the Robbins-Monro phase only).
@@ -710,20 +721,26 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
         ``init_state`` (a resumed run is already warm).
     tau0 > 0, kappa in (0.5, 1]: the step sizes (`robbins_monro`).
     dtype : float32 or float64 (float64 runs under jax.enable_x64).
-    n_draws : int >= 0, draws from q stored in the ``posterior`` group.
+    n_draws : int >= 0, draws from q stored in the ``posterior`` group (0: the means of q as one draw).
     progress : tqdm progress bar with the ELBO; init_state : resume from a state.
+    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints of the Robbins-Monro (or batch)
+        sweeps, with the graph RNG and the warm-start trace (a resumed run skips the warm start and is
+        bit for bit the uninterrupted one).
 
     Returns
     -------
-    FitResult (state, ELBO trace (n_warm + n_iter + 1,) on the evaluation graph, the warm-start
-    sweeps first, InferenceData with groups posterior (draws from q), variational_parameters,
-    vi_trace; attrs ``warm_start`` (sweeps run), ``n_iter`` (Robbins-Monro / batch sweeps); pi; gamma).
+    `base.FitResult` (state, trace: ELBO (n_warm + n_iter + 1,) on the evaluation graph, the warm-start
+    sweeps first, idata with groups posterior, variational_parameters, vi_trace, histogram (pi (item),
+    attr gamma: `histogram_of`); attrs ``warm_start`` (sweeps run), ``n_iter`` (Robbins-Monro / batch
+    sweeps)).
 
     Raises
     ------
     ValueError: non-binary obs, bad hyper, K, max_iter, tol, tau0, kappa, n_draws, dtype; init_state
-    of the wrong shape. FloatingPointError: a non-finite ELBO (try float64).
+    of the wrong shape. TypeError: a bad key. FloatingPointError: a non-finite ELBO (try float64).
+    Source: 003_203f63200c0d7157.txt secs. 4.1 and 5.1; warm start: project addition.
     """
+    seed = vi_driver.host_seed(key)
     _check_binary(obs)
     _check_hyper(hyper)
     K = _check_K(K)
@@ -744,7 +761,7 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
     pi, gamma = popularity_weights(obs, hyper.r)
     with jax.enable_x64(dtype == np.float64):
         eval_graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
-        state = init(jax.random.PRNGKey(seed), eval_graph, hyper, K, dtype=dtype)
+        state = init(key, eval_graph, K, hyper, dtype=dtype)
         if init_state is not None:
             given = RGState(*(jnp.asarray(x, dtype) for x in init_state))
             for name, a, b in zip(RGState._fields, given, state):
@@ -752,8 +769,9 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
             state = given
         start = time.perf_counter()
+        resuming = resume and checkpoint is not None and Path(checkpoint).exists()
         trace = [float(_elbo_jit(state, eval_graph, hyper))]
-        if warm_start:  # exact sweeps on H_0: leave the collapsed start behind (no tolerance stop)
+        if warm_start and not resuming:  # exact sweeps on H_0: leave the collapsed start behind (no tolerance stop)
             warm = vi_driver.run(lambda s, t: step(None, s, eval_graph, hyper, 1.0, update_hyper=update_hyper), state,
                                  max_iter=warm_start, tol=0.0, progress=progress, desc=f"RG warm start (K={K})",
                                  init_elbo=trace[0])
@@ -765,13 +783,30 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
             graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
             return step(None, s, graph, hyper, robbins_monro(t, tau0, kappa), update_hyper=update_hyper)[0], None
 
+        def save_extra():  # the graph stream and the warm-start trace: a resumed run skips the warm start
+            return {"rng": np.asarray(json.dumps(rng.bit_generator.state)), "warm_trace": np.asarray(trace),
+                    "warm_start": np.asarray(warm_start)}
+
+        def restore_extra(extra):
+            nonlocal trace, warm_start
+            rng.bit_generator.state = json.loads(str(extra["rng"]))
+            trace, warm_start = [float(v) for v in extra["warm_trace"]], int(extra["warm_start"])
+
         run = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"RG VB (K={K})",
                             init_elbo=trace[-1],
-                            evaluate=(lambda s: _elbo_jit(s, eval_graph, hyper)) if resample else None)
+                            evaluate=(lambda s: _elbo_jit(s, eval_graph, hyper)) if resample else None,
+                            checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
+                            save_extra=save_extra, restore_extra=restore_extra)
         state, converged = run.state, run.converged
         trace += list(run.elbo[1:])  # run.elbo[0] is the last value already in the trace
         seconds = time.perf_counter() - start
-        posterior = draws_from_q(seed, state, n_draws) if n_draws else None
+        if n_draws:
+            posterior, kind = draws_from_q(seed, state, n_draws), "draws from q"
+        else:
+            (mu, _), (mv, _), (mbu, _), (mbv, _) = moments(state)
+            taus = {n: getattr(state, f"{n}_shape") / getattr(state, f"{n}_rate") for n in ("tau_u", "tau_v", "tau_bu", "tau_bv")}
+            posterior = vi_driver.point_posterior({"u": mu, "v": mv, "b_user": mbu, "b_item": mbv, **taus})
+            kind = "mean of q (n_draws=0)"
     I, J = obs.shape
     dims = {"u": ["user", "factor"], "v": ["item", "factor"], "b_user": ["user"], "b_item": ["item"],
             "u_prec": ["user", "factor"], "u_h": ["user", "factor"], "v_prec": ["item", "factor"],
@@ -787,6 +822,18 @@ def fit(obs: Observations, hyper, K: int, *, seed: int = 0, max_iter: int = 200,
                "source": "003_203f63200c0d7157.txt eqs. 7-19 (eq. 9 corrected)", "K": K, "seed": int(seed),
                "gamma": float(gamma), **{f"hyper_{f}": getattr(hyper, f) for f in _HYPER_FIELDS},
                "tau0": float(tau0), "kappa": float(kappa), "dtype": str(dtype), "converged": int(converged),
+               "posterior_kind": kind,
                "n_iter": len(trace) - 1 - warm_start, "warm_start": warm_start, "seconds": float(seconds)},
     )
-    return FitResult(state, np.asarray(trace), idata, pi, gamma)
+    return base.FitResult(state, np.asarray(trace), idata)
+
+
+#: ArviZ dims of every RGState field (the protocol's ``dims``).
+STATE_DIMS = {"u_prec": ("user", "factor"), "u_h": ("user", "factor"), "v_prec": ("item", "factor"),
+              "v_h": ("item", "factor"), "bu_prec": ("user",), "bu_h": ("user",), "bv_prec": ("item",),
+              "bv_h": ("item",), **{f"tau_{n}_{p}": () for n in ("u", "v", "bu", "bv") for p in ("shape", "rate")},
+              "user_bias_on": ()}
+
+#: The protocol declaration (`custom_inference.base`): data of `step` / `elbo` is one hidden graph H.
+ALGORITHM = base.Algorithm("rg-vb", "vi", init, step, elbo, "elbo", STATE_DIMS,
+                           "003_203f63200c0d7157.txt secs. 4-5, eqs. 10-17 (eq. 9 corrected)").check()

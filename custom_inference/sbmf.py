@@ -22,12 +22,12 @@ so a sweep costs O(N K + (I + J) K) time and O(N + (I + J) K) memory: every sum 
 Omega_i is a `jax.ops.segment_sum` over the N entries, all users (items) at once.
 
 Style: `init` / `step` over a `State` of current draws (BlackJAX-like), the conditionals
-as public functions, `sample` (multi-chain driver, `arviz.InferenceData`) and `predict`.
+as public functions, ``ALGORITHM`` / ``SPEC`` (declarations for `custom_inference.mcmc_driver`),
+`sample` (a thin call of that driver, `arviz.InferenceData`) and `predict`.
 """
 
 from __future__ import annotations
 
-import time
 from functools import partial
 from typing import NamedTuple
 
@@ -35,9 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
-from tqdm.auto import tqdm
 
-from . import arviz_io
+from . import arviz_io, base, mcmc_driver
 from .data import Observations
 from .gauge import gauge_walk
 from .gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
@@ -62,6 +61,8 @@ __all__ = [
     "sample",
     "predict",
     "HYPER_FIELDS",
+    "ALGORITHM",
+    "SPEC",
 ]
 
 HYPER_FIELDS = ("mu_g", "sigma_g", "a0", "b0", "mu0", "nu0", "alpha0", "beta0")
@@ -389,34 +390,49 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
     return state, Info(log_joint(state, obs, hyper), jnp.sum(e**2), accept)
 
 
-# -- driver ------------------------------------------------------------------------------
+# -- declarations for the sampling driver ---------------------------------------------------
 
 
 _SCALARS = ("mu", "tau", "mu_alpha", "sigma_alpha", "mu_beta", "sigma_beta")
 ALL_VARS = State._fields[:-1]  # everything but the cache
+SBMF_DIMS = {"alpha": ("user",), "beta": ("item",), "U": ("user", "component"), "V": ("item", "component"),
+             "mu_u": ("component",), "sigma_u": ("component",), "mu_v": ("component",), "sigma_v": ("component",)}
 
 
-def _one_chain_block(state, key, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep, gauge_rounds):
-    """``n_draws`` kept draws of one chain, each after ``thin`` sweeps (nested ``lax.scan``)."""
-
-    def one_draw(state, key):
-        state, infos = jax.lax.scan(lambda s, k: step(k, s, obs, hyper, gauge_rounds), state, jax.random.split(key, thin))
-        out = {name: getattr(state, name) for name in keep}
-        out["mean_level"] = state.mu + jnp.mean(state.alpha) + jnp.mean(state.beta)
-        if pred_rows is not None:
-            out["pred"] = (state.mu + state.alpha[pred_rows] + state.beta[pred_cols]
-                           + jnp.sum(state.U[pred_rows] * state.V[pred_cols], axis=1))
-        return state, (out, infos.log_joint[-1], jnp.mean(infos.gauge_accept))
-
-    return jax.lax.scan(one_draw, state, jax.random.split(key, n_draws))
+def _prepare(obs: Observations, dtype):
+    return jax.tree_util.tree_map(jnp.asarray, obs.astype(dtype))
 
 
-@partial(jax.jit, static_argnums=(6, 7, 8, 9))
-def _run_block(states, keys, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep, gauge_rounds):
-    """All chains (``jax.vmap``) for one block; module level, so repeated `sample` calls with
-    the same shapes reuse one compiled program (SBC fits hundreds of data sets)."""
-    return jax.vmap(lambda s, k: _one_chain_block(s, k, obs, hyper, pred_rows, pred_cols, n_draws, thin, keep,
-                                                    gauge_rounds))(states, keys)
+def _prepare_hyper(hyper, dtype):
+    return type(hyper)(*(float(getattr(hyper, f)) for f in hyper._fields)) if hasattr(hyper, "_fields") else hyper
+
+
+def _derived(state: State, obs, hyper) -> dict:
+    return {"mean_level": state.mu + jnp.mean(state.alpha) + jnp.mean(state.beta)}
+
+
+def _predict(state: State, obs, at):
+    rows, cols = at
+    return state.mu + state.alpha[rows] + state.beta[cols] + jnp.sum(state.U[rows] * state.V[cols], axis=1)
+
+
+def _predict_prepare(predict_at, obs, dtype):
+    rows, cols = mcmc_driver.check_cells(predict_at, obs.n_rows, obs.n_cols)
+    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
+
+
+ALGORITHM = base.Algorithm(
+    name="sbmf-gibbs", kind="mcmc", init=init, step=step, target=log_joint, target_name="log_joint",
+    dims=SBMF_DIMS, source=_SOURCE,
+).check()
+
+SPEC = mcmc_driver.SamplerSpec(
+    algorithm=ALGORITHM, model="sbmf", method="gibbs", variables=ALL_VARS, prepare=_prepare,
+    sizes=lambda obs: (obs.n_rows, obs.n_cols, obs.nnz),
+    coords=lambda obs, K: {"user": np.arange(obs.n_rows), "item": np.arange(obs.n_cols), "component": np.arange(K)},
+    derived=_derived, predict=_predict, predict_prepare=_predict_prepare, mean_stats=("gauge_accept",),
+    extra_dims={"mean_level": ()}, prepare_hyper=_prepare_hyper,
+)
 
 
 def sample(
@@ -424,19 +440,22 @@ def sample(
     obs: Observations,
     K: int,
     hyper,
+    *,
     num_chains: int = 4,
     num_warmup: int = 500,
     num_samples: int = 1000,
     thin: int = 1,
-    progress: bool = True,
-    *,
-    keep: tuple[str, ...] = ALL_VARS,
+    keep: tuple[str, ...] | None = None,
     predict_at: tuple | None = None,
-    block: int = 50,
     dtype=None,
+    progress: bool = True,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    block: int | None = None,
     gauge_rounds: int = 5,
 ) -> "arviz_io.InferenceData":
-    """Run ``num_chains`` SBMF Gibbs chains (``jax.vmap``) and return the kept draws.
+    """Run ``num_chains`` SBMF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
     Parameters
     ----------
@@ -445,16 +464,17 @@ def sample(
         drop_zeros=False`` so that ratings equal to 0 are kept).
     K : int >= 1.
     hyper : ``ppl_models.sbmf.SBMFHyper`` (any object with its fields).
-    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0.
-        ``num_samples`` kept draws per chain, one every ``thin`` sweeps. Sweeps run under
-        ``lax.scan`` in blocks of ``block`` kept draws (one compiled program); the warmup runs
-        as whole blocks of ``block * thin`` sweeps, so it is rounded up to such a multiple
-        (the attrs record ``num_warmup_run``).
-    progress : tqdm bar over blocks.
-    keep : names of State fields to store per draw (U and V cost I K and J K per draw).
-    predict_at : optional (rows, cols) int arrays (M,): store ``pred`` (chain, draw, M), the
-        predicted mean mu + alpha_i + beta_j + u_i . v_j of each draw at those cells.
+    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
+        multiple of ``thin``: attrs ``num_warmup_run``); ``num_samples`` kept draws per chain,
+        one every ``thin`` sweeps.
+    keep : names to store per draw: State fields (U and V cost I K and J K per draw),
+        ``mean_level`` and, with ``predict_at``, ``pred``; default all of them.
+    predict_at : optional (rows, cols) int arrays (M,): the predicted mean
+        mu + alpha_i + beta_j + u_i . v_j at those cells: per draw as ``pred`` (chain, draw, M)
+        when kept, and its running mean and sd over all kept draws in ``predictions``
+        (``pred_mean``, ``pred_sd``; eq. 3.18).
     dtype : state dtype (default: that of ``obs.values``; float32 works).
+    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
     gauge_rounds : int >= 0, rounds of column-scaling gauge moves per sweep (`step`); 0 is
         the thesis's plain Algorithm 2.
 
@@ -462,96 +482,24 @@ def sample(
     -------
     arviz.InferenceData: ``posterior`` with the kept variables (dims user, item, component),
     ``mean_level`` = mu + mean(alpha) + mean(beta) (identifiable), and ``pred`` (dim cell) if
-    asked; ``sample_stats.lp`` (log joint, eq. 3.13); attrs with settings and seconds_per_sweep.
+    asked; ``sample_stats``: ``lp`` (log joint, eq. 3.13) and ``gauge_accept``; attrs of
+    `mcmc_driver` plus gauge_rounds.
 
     Raises
     ------
     ValueError: obs not Observations; K < 1; bad counts; unknown ``keep`` names; bad
     hyperparameters; ``predict_at`` indices out of range.
+    Source: seed 004, Algorithm 2 (sweep); the driver is a project addition.
     """
     _check_obs(obs)
     K = _check_K(K)
     _check_hyper(hyper)
-    for name, value in (("num_chains", num_chains), ("num_samples", num_samples), ("thin", thin), ("block", block)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    for name, value in (("num_warmup", num_warmup), ("gauge_rounds", gauge_rounds)):
-        if isinstance(value, bool) or int(value) != value or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    unknown = set(keep) - set(ALL_VARS)
-    if unknown:
-        raise ValueError(f"keep: unknown variables {sorted(unknown)}; choose from {ALL_VARS}")
-    pred_rows = pred_cols = None
-    if predict_at is not None:
-        pred_rows, pred_cols = (np.asarray(a, dtype=np.int64) for a in predict_at)
-        if pred_rows.shape != pred_cols.shape or pred_rows.ndim != 1:
-            raise ValueError("predict_at must be two 1-D index arrays of one length")
-        if pred_rows.size and (pred_rows.min() < 0 or pred_rows.max() >= obs.n_rows):
-            raise ValueError(f"predict_at rows out of range [0, {obs.n_rows - 1}]")
-        if pred_cols.size and (pred_cols.min() < 0 or pred_cols.max() >= obs.n_cols):
-            raise ValueError(f"predict_at cols out of range [0, {obs.n_cols - 1}]")
-    if isinstance(key, (int, np.integer)):
-        seed = int(key)
-        key = jax.random.PRNGKey(seed)
-    else:
-        seed = str(np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key).tolist())
-    dtype = np.dtype(dtype or np.asarray(obs.values).dtype)
-    hyper_t = type(hyper)(*(float(getattr(hyper, f)) for f in hyper._fields)) if hasattr(hyper, "_fields") else hyper
-    per_block = min(int(block), int(num_samples))
-    n_blocks = -(-num_samples // per_block)
-    n_warm_blocks = -(-num_warmup // (per_block * thin))
-    with jax.enable_x64(dtype == np.float64):
-        o = jax.tree_util.tree_map(jnp.asarray, obs.astype(dtype))
-        pr = None if pred_rows is None else jnp.asarray(pred_rows, jnp.int32)
-        pc = None if pred_cols is None else jnp.asarray(pred_cols, jnp.int32)
-        key, init_key = jax.random.split(key)
-        state = jax.vmap(lambda kk: init(kk, o, K, hyper_t, dtype=dtype))(jax.random.split(init_key, num_chains))
-        outs, lps, accepts = [], [], []
-        start = time.perf_counter()
-        first_block = None
-        bar = tqdm(total=n_warm_blocks + n_blocks, desc=f"SBMF Gibbs ({num_chains} chains)", disable=not progress, leave=False)
-        for b in range(n_warm_blocks + n_blocks):
-            key, sub = jax.random.split(key)
-            state, (out, lp, accept) = _run_block(state, jax.random.split(sub, num_chains), o, hyper_t, pr, pc,
-                                                  per_block, int(thin), tuple(keep), int(gauge_rounds))
-            if b >= n_warm_blocks:
-                outs.append(jax.tree_util.tree_map(np.asarray, out))
-                lps.append(np.asarray(lp))
-                accepts.append(np.asarray(accept))
-            else:
-                jax.block_until_ready(state)
-            if first_block is None:
-                first_block = time.perf_counter() - start
-            bar.update(1)
-        bar.close()
-        seconds = time.perf_counter() - start
-    posterior = {name: np.concatenate([ob[name] for ob in outs], axis=1)[:, :num_samples] for name in outs[0]}
-    lp = np.concatenate(lps, axis=1)[:, :num_samples]
-    gauge_accept = np.concatenate(accepts, axis=1)[:, :num_samples]
-    n_run = n_warm_blocks + n_blocks
-    sweeps_per_block = per_block * thin
-    # the first block includes compilation (if not cached): time the others when there are any
-    per_sweep = (seconds - first_block) / ((n_run - 1) * sweeps_per_block) if n_run > 1 else seconds / sweeps_per_block
-    I, J = obs.n_rows, obs.n_cols
-    dims = {"alpha": ["user"], "beta": ["item"], "U": ["user", "component"], "V": ["item", "component"],
-            "mu_u": ["component"], "sigma_u": ["component"], "mu_v": ["component"], "sigma_v": ["component"],
-            "pred": ["cell"]}
-    coords = {"user": np.arange(I), "item": np.arange(J), "component": np.arange(K)}
-    if pred_rows is not None:
-        coords["cell"] = np.arange(pred_rows.size)
-    attrs = {"method": "gibbs", "model": "sbmf", "source": _SOURCE, "seed": seed, "num_chains": int(num_chains),
-             "num_warmup": int(num_warmup), "num_warmup_run": int(n_warm_blocks * per_block * thin),
-             "num_samples": int(num_samples), "thin": int(thin), "K": K, "n_rows": I, "n_cols": J,
-             "nnz": obs.nnz, "dtype": str(dtype), "seconds": float(seconds),
-             "seconds_first_block": float(first_block), "seconds_per_sweep": float(per_sweep),
-             "gauge_rounds": int(gauge_rounds),
-             **{f"hyper_{f}": float(getattr(hyper, f)) for f in HYPER_FIELDS}}
-    extra = {}
-    if pred_rows is not None:
-        extra["predict_at"] = {"pred_row": pred_rows, "pred_col": pred_cols}
-        dims.update({"pred_row": ["cell"], "pred_col": ["cell"]})
-    return arviz_io.to_inference_data(posterior, dims=dims, coords=coords, sample_stats={"lp": lp, "gauge_accept": gauge_accept},
-                                      extra_groups=extra or None, attrs=attrs)
+    gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)
+    return mcmc_driver.sample(
+        SPEC, key, obs, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
+        keep=keep, predict_at=predict_at, dtype=np.asarray(obs.values).dtype if dtype is None else dtype, progress=progress, checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, resume=resume, block=block, step_options={"gauge_rounds": gauge_rounds},
+    )
 
 
 def predict(idata_or_draws, rows, cols, *, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:

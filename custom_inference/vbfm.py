@@ -60,6 +60,7 @@ data go through the same code (`_block_target` and `_sweep`): CAVI is scale 1, r
 
 from __future__ import annotations
 
+import json
 import math
 from typing import NamedTuple
 
@@ -68,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma
 
-from . import arviz_io, vi_driver
+from . import arviz_io, base, vi_driver
 from .fm_design import FMDesign
 from .gamma import expected_gamma_logpdf, gamma_entropy
 from .gaussian import normal_natural_to_moments
@@ -77,9 +78,9 @@ from .schedules import robbins_monro
 __all__ = [
     "VBFMState",
     "VBFMInfo",
+    "OVBFMInfo",
     "Caches",
     "Minibatch",
-    "FitResult",
     "init",
     "step",
     "elbo",
@@ -98,6 +99,7 @@ __all__ = [
     "fit_svi",
     "predict",
     "draws_from_q",
+    "ALGORITHMS",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -165,12 +167,13 @@ class Minibatch(NamedTuple):
     scale: jax.Array
 
 
-class FitResult(NamedTuple):
-    """What `fit` / `fit_svi` return: the final state, the ELBO trace (numpy), the InferenceData."""
+class OVBFMInfo(NamedTuple):
+    """Diagnostics of one OVBFM step (of the new state): ``rho`` the step size used and ``scale`` the
+    likelihood rescaling N / |batch|. (The full-data ELBO costs a pass over all rows: `fit_svi`
+    records it per epoch.)"""
 
-    state: VBFMState
-    elbo: np.ndarray
-    idata: object
+    rho: jax.Array
+    scale: jax.Array
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,9 +479,11 @@ def init(key, design: FMDesign, K: int, hyper, *, alpha_prior=None, init_mean_sd
 
     Raises
     ------
-    ValueError: K, hyper fields, alpha_prior, init_var not positive.
+    ValueError: K, hyper fields, alpha_prior, init_var not positive. TypeError: a bad key.
+    Source: 004_90693a0965f06816.txt sec. 4.4.3 (initialization); natural parameters: project addition.
     """
     K = _check_k(K)
+    key = base.as_key(key)
     if not (init_var > 0) or not (init_mean_sd >= 0):
         raise ValueError(f"init_var must be > 0 and init_mean_sd >= 0, got {init_var}, {init_mean_sd}")
     dtype = jnp.dtype(dtype or design.values.dtype)
@@ -613,17 +618,18 @@ def _svi_update(state, batch: Minibatch, block, group, n_blocks: int, n_groups: 
 _svi_jit = jax.jit(_svi_update, static_argnames=("n_blocks", "n_groups", "hyper_update"))
 
 
-def svi_step(key, state: VBFMState, design: FMDesign, hyper, batch, t, *, lam: float = 0.6,
-             update_hyper: bool = True) -> VBFMState:
+def svi_step(key, state: VBFMState, design: FMDesign, hyper=None, batch=None, t=0, *, lam: float = 0.6,
+             update_hyper: bool = True, n_batches: int = 10) -> tuple[VBFMState, OVBFMInfo]:
     """One OVBFM update on a minibatch (Algorithm 4 as stochastic VI; module docstring).
 
     Parameters
     ----------
-    key : unused (the batch is given); kept for the common signature
+    key : PRNG key or int seed; used only when ``batch`` is None (a random batch of about
+        N / ``n_batches`` rows, drawn on the host from `vi_driver.host_seed` (key))
     state : VBFMState
     design : FMDesign (the full data: block structure and groups)
     hyper : unused (hyperparameters live in the state)
-    batch : `Minibatch` or an int array of row indices
+    batch : `Minibatch`, an int array of row indices, or None (random rows, see ``key``)
     t : int >= 0, the update counter; step rho_t = (1 + t)^(-lam) (eqs. 4.27-4.28; rho_0 = 1), i.e.
         `custom_inference.schedules.robbins_monro` with tau0 = 1, kappa = lam
     lam : forgetting rate in (0.5, 1] for Robbins-Monro convergence (the thesis uses 0.5, at the
@@ -631,15 +637,21 @@ def svi_step(key, state: VBFMState, design: FMDesign, hyper, batch, t, *, lam: f
     update_hyper : also update alpha (point) and sigma_0, sigma_w, sigma_v (exact point updates given
         q after the batch; a Gamma q(alpha) is always updated with rho_t).
 
-    Returns the new state (the ELBO is not computed: it needs a pass over all data; see `fit_svi`).
+    Returns (new state, `OVBFMInfo` (rho, scale)); the ELBO is not computed: it needs a pass over
+    all data (see `fit_svi`, which records it per epoch).
     Raises ValueError for t < 0 or lam < 0 (`robbins_monro`) and for a bad batch (`minibatch`).
     """
-    del key, hyper
+    del hyper
+    if batch is None:
+        rng = np.random.default_rng(vi_driver.host_seed(key))
+        size = max(1, design.n_rows // int(n_batches))
+        batch = np.sort(rng.choice(design.n_rows, size=size, replace=False))
     if not isinstance(batch, Minibatch):
         batch = minibatch(design, batch)
     rho = jnp.asarray(robbins_monro(t, 1.0, lam), state.w0_prec.dtype)  # (1 + t)^(-lam), eqs. 4.27-4.28
-    return _svi_jit(state, batch, design.block, design.group, design.n_blocks, design.n_groups, rho,
-                    _mode(update_hyper))
+    new = _svi_jit(state, batch, design.block, design.group, design.n_blocks, design.n_groups, rho,
+                   _mode(update_hyper))
+    return new, OVBFMInfo(rho, batch.scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -697,7 +709,12 @@ _DIMS = {"w": ["feature"], "V": ["feature", "factor"], "w_prec": ["feature"], "w
 
 
 def _idata(state, design, K, elbos, rels, n_draws, seed, **attrs):
-    posterior = draws_from_q(seed, state, n_draws) if n_draws else None
+    if n_draws:
+        posterior, kind = draws_from_q(seed, state, n_draws), "draws from q"
+    else:
+        (m0, _), (m, _), (mu, _) = moments(state)
+        posterior = vi_driver.point_posterior({"w0": m0, "w": m, "V": mu, "alpha": state.alpha_shape / state.alpha_rate})
+        kind = "mean of q (n_draws=0)"
     vp = {f: np.asarray(v) for f, v in state._asdict().items() if f != "last_elbo"}
     return arviz_io.to_inference_data(
         posterior,
@@ -705,55 +722,70 @@ def _idata(state, design, K, elbos, rels, n_draws, seed, **attrs):
         coords={"feature": np.arange(design.n_features), "factor": np.arange(K), "group": list(design.group_names)},
         extra_groups={"variational_parameters": vp,
                       "vi_trace": {"elbo": np.asarray(elbos), "rel_change": np.asarray(rels)}},
-        attrs={"model": "fm_flat", "n_components": K, "seed": int(seed), **attrs},
+        attrs={"model": "fm_flat", "n_components": K, "seed": int(seed), "posterior_kind": kind, **attrs},
     )
 
 
-def fit(key, design: FMDesign, K: int, hyper, max_iter: int = 100, tol: float = 1e-6, progress: bool = True, *,
+def fit(key, design: FMDesign, K: int, hyper, *, max_iter: int = 100, tol: float = 1e-6, progress: bool = True,
         alpha_prior=None, update_hyper: bool = True, n_draws: int = 100, init_state: VBFMState | None = None,
-        seed: int = 0, **init_kwargs) -> FitResult:
+        checkpoint=None, checkpoint_every: int = 10, resume: bool = False, **init_kwargs) -> base.FitResult:
     """Fit by VBFM (batch CAVI) until the relative ELBO change falls below ``tol``.
 
     Parameters
     ----------
-    key : jax PRNG key (initialization); design : FMDesign; K : int >= 1; hyper : FMFlatHyper-like
+    key : jax PRNG key or int seed (`base.as_key`): the initialization; `vi_driver.host_seed` (key)
+        seeds the draws from q. design : FMDesign (N, D); K : int >= 1; hyper : FMFlatHyper-like
     max_iter, tol : sweeps and stopping rule |L_t - L_{t-1}| / |L_{t-1}| < tol
     progress : tqdm bar with the ELBO
     alpha_prior, init kwargs : see `init`; update_hyper : see `step`
-    n_draws : draws from q in the ``posterior`` group; seed : seeds the draws
+    n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
+    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``; resume is
+        bit for bit the uninterrupted run)
 
     Returns
     -------
-    FitResult(state, elbo trace (n_iter,), InferenceData with groups posterior (w0, w, V, alpha),
-    variational_parameters, vi_trace; attrs method, converged, n_iter, seconds, seconds_per_iter).
+    `base.FitResult` (state VBFMState, trace float64 (n_iter,) ELBO after each sweep, idata with groups
+    posterior (w0, w (feature), V (feature, factor), alpha), variational_parameters, vi_trace; attrs
+    method, converged, n_iter, seconds, seconds_per_iter).
 
     Raises
     ------
-    ValueError for bad K, hyper, max_iter, tol, n_draws; FloatingPointError if the ELBO is not finite.
+    ValueError for bad K, hyper, max_iter, tol, n_draws; TypeError for a bad key;
+    FloatingPointError if the ELBO is not finite.
+    Source: 004_90693a0965f06816.txt Algorithm 3 (corrected); driver: project addition.
     """
     vi_driver.check_fit_args(max_iter, tol, n_draws)
+    seed = vi_driver.host_seed(key)
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
     design = jax.tree_util.tree_map(jnp.asarray, design)
     res = vi_driver.run(lambda s, t: step(None, s, design, update_hyper=update_hyper), state, max_iter=max_iter,
-                        tol=tol, progress=progress, desc=f"VBFM (K={K})")
+                        tol=tol, progress=progress, desc=f"VBFM (K={K})", checkpoint=checkpoint,
+                        checkpoint_every=checkpoint_every, resume=resume)
     # the first sweep compiles: it counts as iteration 1 but not in the timings
     idata = _idata(res.state, design, K, res.elbo, res.rel_change, n_draws, seed, method="vbfm_cavi",
                    source="004_90693a0965f06816.txt Algorithm 3 (corrected)", converged=int(res.converged),
                    n_iter=res.n_iter, seconds=res.seconds_after_compile, seconds_per_iter=res.seconds_per_iter)
-    return FitResult(res.state, res.elbo, idata)
+    return base.FitResult(res.state, res.elbo, idata)
 
 
-def fit_svi(key, design: FMDesign, K: int, hyper, n_batches: int = 10, max_epochs: int = 20, progress: bool = True,
-            *, lam: float = 0.6, alpha_prior=None, update_hyper: bool = True, n_draws: int = 100,
-            init_state: VBFMState | None = None, seed: int = 0, tol: float = 0.0, **init_kwargs) -> FitResult:
+def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_epochs: int = 20, progress: bool = True,
+            lam: float = 0.6, alpha_prior=None, update_hyper: bool = True, n_draws: int = 100,
+            init_state: VBFMState | None = None, tol: float = 0.0, checkpoint=None, checkpoint_every: int = 10,
+            resume: bool = False, **init_kwargs) -> base.FitResult:
     """Fit by OVBFM: each epoch partitions the rows into ``n_batches`` random batches (Algorithm 4)
     and applies `svi_step` to each with a global counter t. The full-data ELBO is recorded after
     every epoch (one O(M K) pass). Stops early when its relative change falls below ``tol`` (> 0).
-    Returns a FitResult as `fit` (attrs add seconds_per_epoch: the mean wall time of an epoch after the
-    first, compiling, one; it counts building the batches and the updates, not the ELBO passes).
-    Raises ValueError for bad K, hyper, n_batches, max_epochs, tol, n_draws, lam.
+
+    key : PRNG key or int seed: the initialization (`base.as_key`); `vi_driver.host_seed` (key) seeds
+    the batch partitions and the draws from q. Other parameters as `fit`; a checkpoint also holds the
+    partition RNG and the update counter t, so a resumed run is bit for bit the uninterrupted one.
+    Returns a `base.FitResult` as `fit` (attrs add seconds_per_epoch: the mean wall time of an epoch
+    after the first, compiling, one; it counts building the batches and the updates, not the ELBO passes).
+    Raises ValueError for bad K, hyper, n_batches, max_epochs, tol, n_draws, lam; TypeError for a bad key.
+    Source: 004_90693a0965f06816.txt Algorithm 4 (as stochastic VI, Hoffman et al. 2013).
     """
     vi_driver.check_fit_args(max_epochs, tol, n_draws, max_iter_name="max_epochs")
+    seed = vi_driver.host_seed(key)
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
     design = jax.tree_util.tree_map(jnp.asarray, design)
     rng = np.random.default_rng(seed)
@@ -761,15 +793,45 @@ def fit_svi(key, design: FMDesign, K: int, hyper, n_batches: int = 10, max_epoch
 
     def epoch(state, _):
         for b in make_batches(rng, design, n_batches):
-            state = svi_step(None, state, design, None, b, n_updates[0], lam=lam, update_hyper=update_hyper)
+            state, _ = svi_step(None, state, design, None, b, n_updates[0], lam=lam, update_hyper=update_hyper)
             n_updates[0] += 1
         return state, None
 
+    def save_extra():
+        return {"rng": np.asarray(json.dumps(rng.bit_generator.state)), "n_updates": np.asarray(n_updates[0])}
+
+    def restore_extra(extra):
+        rng.bit_generator.state = json.loads(str(extra["rng"]))
+        n_updates[0] = int(extra["n_updates"])
+
     elbo_fn = jax.jit(elbo)
     res = vi_driver.run(epoch, state, max_iter=max_epochs, tol=tol, progress=progress,
-                        desc=f"OVBFM (K={K}, B={n_batches})", evaluate=lambda s: elbo_fn(s, design))
+                        desc=f"OVBFM (K={K}, B={n_batches})", evaluate=lambda s: elbo_fn(s, design),
+                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
+                        save_extra=save_extra, restore_extra=restore_extra)
     state = res.state._replace(last_elbo=jnp.asarray(res.elbo[-1], res.state.w0_prec.dtype))
     idata = _idata(state, design, K, res.elbo, res.rel_change, n_draws, seed, method="ovbfm_svi", n_batches=n_batches,
                    lam=lam, source="004_90693a0965f06816.txt Algorithm 4 (as stochastic VI)",
                    converged=int(res.converged), n_iter=res.n_iter, seconds_per_epoch=res.seconds_per_iter)
-    return FitResult(state, res.elbo, idata)
+    return base.FitResult(state, res.elbo, idata)
+
+
+#: ArviZ dims of every VBFMState field (the protocol's ``dims``).
+STATE_DIMS = {"w0_prec": (), "w0_h": (), "w_prec": ("feature",), "w_h": ("feature",),
+              "v_prec": ("feature", "factor"), "v_h": ("feature", "factor"), "alpha_shape": (), "alpha_rate": (),
+              "alpha_prior_shape": (), "alpha_prior_rate": (), "sigma_0": (), "sigma_w": ("group",),
+              "sigma_v": ("group", "factor"), "last_elbo": ()}
+
+
+def _svi_protocol_step(key, state, design, hyper=None, **options):
+    """`svi_step` with every option by keyword (batch, t, lam, update_hyper, n_batches)."""
+    return svi_step(key, state, design, hyper, **options)
+
+
+#: The protocol declarations (`custom_inference.base`): batch CAVI and stochastic VI.
+ALGORITHMS = {
+    "vbfm": base.Algorithm("vbfm-cavi", "vi", init, step, elbo, "elbo", STATE_DIMS,
+                           "004_90693a0965f06816.txt ch. 4, Algorithm 3 (corrected)").check(),
+    "ovbfm": base.Algorithm("ovbfm-svi", "vi", init, _svi_protocol_step, elbo, "elbo", STATE_DIMS,
+                            "004_90693a0965f06816.txt ch. 4, Algorithm 4 (as stochastic VI)").check(),
+}

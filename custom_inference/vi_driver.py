@@ -26,19 +26,34 @@ Conventions (the same for every solver that uses `run`):
   ``final_elbo`` included). `VIRun.seconds_after_compile` and `VIRun.seconds_per_iter` leave out
   the first sweep.
 
+- Checkpoints: with ``checkpoint=PATH`` the state, the trace so far and the sweep index are written
+  every ``checkpoint_every`` sweeps and at the end, atomically (a temporary file in the same folder,
+  then `os.replace`); ``resume=True`` starts from an existing checkpoint, and a solver whose sweep
+  keeps host-side state (a numpy RNG, an update counter) passes ``save_extra`` / ``restore_extra``.
+  A resumed run equals the uninterrupted one bit for bit (tests/custom_inference/test_vi_driver.py,
+  test_vi_protocol.py). Saved arrays keep their dtype (`load_checkpoint` returns numpy arrays).
+- `host_seed` turns the key or int seed of a ``fit`` into the seed of its host-side numpy streams;
+  `point_posterior` wraps a MAP / SGD point estimate as a one-chain, one-draw posterior.
+
 `robbins_monro` step sizes for stochastic sweeps live in `custom_inference.schedules`.
 """
 
 from __future__ import annotations
 
+import numbers
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["VIRun", "run", "check_fit_args"]
+from . import base
+
+__all__ = ["VIRun", "run", "check_fit_args", "host_seed", "point_posterior", "save_checkpoint", "load_checkpoint"]
 
 
 class VIRun(NamedTuple):
@@ -124,6 +139,11 @@ def run(
     evaluate: Callable[[Any], Any] | None = None,
     final_elbo: Callable[[Any], Any] | None = None,
     callback: Callable[[int, Any, Any], None] | None = None,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    save_extra: Callable[[], dict] | None = None,
+    restore_extra: Callable[[dict], None] | None = None,
 ) -> VIRun:
     """Run ``sweep`` up to ``max_iter`` times with ELBO tracking, a progress bar and a tolerance stop.
 
@@ -141,7 +161,16 @@ def run(
     final_elbo : state -> ELBO, recorded once after the loop (iteration n_iter); use it when the
         sweep reports the ELBO of its *incoming* state, so the trace ends at the returned state.
     callback : (t, state, report) -> None after each sweep (after recording and the finiteness
-        check, before the tolerance test): checkpoints, held-out metrics.
+        check, before the tolerance test): held-out metrics.
+    checkpoint : path of a ``.npz`` checkpoint (None: none). Written atomically (`save_checkpoint`)
+        after every ``checkpoint_every``-th sweep and once after the loop (before ``final_elbo``):
+        the state, the recorded trace, the sweeps done, whether the run converged, and
+        ``save_extra()`` (host-side state of the sweep, e.g. a numpy RNG as JSON text).
+    resume : with ``checkpoint`` and an existing file there, start from it instead of ``state``
+        (``init_elbo`` is not recorded again; ``restore_extra(extra)`` hands back what
+        ``save_extra`` stored): the sweeps continue at the saved index, so a deterministic sweep
+        gives the uninterrupted run's states and trace bit for bit (tested). Saved float64 arrays
+        stay float64 (run under ``jax.enable_x64`` to compute in them).
 
     Returns
     -------
@@ -154,11 +183,30 @@ def run(
     Whatever ``sweep``, ``evaluate``, ``final_elbo`` or ``callback`` raise (the bar is closed first).
     """
     check_fit_args(max_iter, tol)
+    if checkpoint is not None and (isinstance(checkpoint_every, bool) or not _is_integral(checkpoint_every)
+                                   or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
     elbos: list[float] = []
     rels: list[float] = []
     iters: list[int] = []
     sweep_seconds: list[float] = []
     converged = False
+    first = 0
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        saved, first, tr, extra = load_checkpoint(checkpoint, state)
+        state = jax.tree_util.tree_map(lambda like, x: jax.numpy.asarray(x, dtype=x.dtype), state, saved)
+        elbos, rels = [float(v) for v in tr["elbo"]], [float(v) for v in tr["rel_change"]]
+        iters, sweep_seconds = [int(v) for v in tr["iteration"]], [float(v) for v in tr["sweep_seconds"]]
+        converged = bool(extra.pop("converged__"))
+        if restore_extra is not None:
+            restore_extra(extra)
+        init_elbo = None
+
+    def save(n_done: int, conv: bool) -> None:
+        trace = {"elbo": np.asarray(elbos, np.float64), "rel_change": np.asarray(rels, np.float64),
+                 "iteration": np.asarray(iters, np.int64), "sweep_seconds": np.asarray(sweep_seconds, np.float64)}
+        extra = {"converged__": np.asarray(conv), **(save_extra() if save_extra is not None else {})}
+        save_checkpoint(checkpoint, state, n_iter=n_done, trace=trace, extra=extra)
 
     def record(value: float, rel: float | None, it: int, where: str) -> float:
         if not np.isfinite(value):
@@ -172,8 +220,9 @@ def run(
         record(float(init_elbo), np.inf, 0, "at the initial state")
     start = time.perf_counter()
     bar = tqdm(total=max_iter, desc=desc, disable=not progress, leave=False)
+    bar.update(first)
     try:
-        for t in range(max_iter):
+        for t in range(first, max_iter if not converged else first):
             t0 = time.perf_counter()
             state, report = sweep(state, t)
             jax.block_until_ready(state)
@@ -189,12 +238,101 @@ def run(
             if rel is not None and rel < tol:
                 converged = True
                 break
+            if checkpoint is not None and (t + 1) % checkpoint_every == 0:
+                save(t + 1, False)
     finally:
         bar.close()
     n_iter = len(sweep_seconds)
+    if checkpoint is not None:
+        save(n_iter, converged)
     if final_elbo is not None:
         record(float(final_elbo(state)), None, n_iter, f"after sweep {n_iter}")
     seconds = time.perf_counter() - start
     return VIRun(state, np.asarray(elbos, dtype=np.float64), np.asarray(rels, dtype=np.float64),
                  np.asarray(iters, dtype=np.int64), n_iter, converged, seconds,
                  np.asarray(sweep_seconds, dtype=np.float64))
+
+
+def host_seed(key) -> int:
+    """An integer seed for host-side `numpy.random.Generator` streams (draws from q, minibatch
+    partitions, hidden graphs), from the same argument that gives the PRNG key.
+
+    key : an integer seed (returned as is) or a JAX PRNG key (raw uint32 (2,) or typed): the big-endian
+        integer of its key data, so ``host_seed(jax.random.PRNGKey(s)) == s`` for 0 <= s < 2^32 and an
+        integer seed and its key give the same host stream.
+    Returns a Python int >= 0. Raises TypeError as `base.as_key`. Source: project addition.
+    """
+    if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
+        return int(key)
+    key = base.as_key(key)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    words = np.asarray(key).astype(np.uint64).ravel()
+    out = 0
+    for w in words:
+        out = (out << 32) | int(w)
+    return out
+
+
+def point_posterior(arrays) -> dict[str, np.ndarray]:
+    """A point estimate as a posterior of one chain and one draw: each array gets leading axes
+    (1, 1). arrays : mapping name -> array (...). Returns dict name -> numpy array (1, 1, ...).
+    Source: project addition (the protocol's MAP / SGD posterior group)."""
+    return {k: np.asarray(v)[None, None] for k, v in arrays.items()}
+
+
+_CKPT_STATE = "state__"
+_CKPT_TRACE = ("elbo", "rel_change", "iteration", "sweep_seconds")
+
+
+def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extra: dict | None = None) -> Path:
+    """Write a run's state (any pytree of arrays), its trace and extra arrays to ``path`` (``.npz``)
+    atomically: a temporary file in the same folder, then `os.replace`, so a reader sees the old or
+    the new checkpoint, never half of one. Arrays keep their dtype (float64 stays float64).
+
+    path : str or Path; state : pytree of arrays; n_iter : sweeps done; trace : name -> 1-D array;
+    extra : name -> array or scalar (e.g. a host RNG state as JSON text). Returns the Path.
+    Raises OSError when the folder cannot be written. Source: project addition.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    leaves, _ = jax.tree_util.tree_flatten(state)
+    arrays = {f"{_CKPT_STATE}{i}": np.asarray(v) for i, v in enumerate(leaves)}
+    arrays.update({f"trace__{k}": np.asarray(v) for k, v in (trace or {}).items()})
+    arrays.update({f"extra__{k}": np.asarray(v) for k, v in (extra or {}).items()})
+    arrays["n_iter__"] = np.asarray(int(n_iter), np.int64)
+    arrays["n_leaves__"] = np.asarray(len(leaves), np.int64)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_checkpoint(path, like):
+    """Read a checkpoint written by `save_checkpoint`.
+
+    path : str or Path; like : a pytree with the structure of the saved state (e.g. the initial state).
+    Returns (state, n_iter, trace dict, extra dict). The state's leaves are numpy arrays of the saved
+    dtypes (float64 is kept even with jax_enable_x64 off: the caller decides when to move them to
+    the device). Raises FileNotFoundError, ValueError when the structure does not match ``like``.
+    Source: project addition.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    treedef = jax.tree_util.tree_structure(like)
+    with np.load(path, allow_pickle=False) as f:
+        n = int(f["n_leaves__"])
+        if n != treedef.num_leaves:
+            raise ValueError(f"checkpoint {path} holds {n} state arrays, the solver's state has {treedef.num_leaves}")
+        leaves = [f[f"{_CKPT_STATE}{i}"] for i in range(n)]
+        trace = {k[len("trace__"):]: f[k] for k in f.files if k.startswith("trace__")}
+        extra = {k[len("extra__"):]: f[k] for k in f.files if k.startswith("extra__")}
+        n_iter = int(f["n_iter__"])
+    return jax.tree_util.tree_unflatten(treedef, leaves), n_iter, trace, extra

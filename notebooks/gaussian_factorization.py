@@ -93,7 +93,7 @@ print(f"{obs.nnz} ratings; true tau = {truth['tau']:.3f}; value range {values.mi
 # %%
 cells = (rows[:5], cols[:5])
 idata = sbmf_gibbs.sample(1, obs, 2, hyper, num_chains=4, num_warmup=300, num_samples=500, progress=False,
-                          keep=("tau", "mu"), predict_at=cells)
+                          keep=("tau", "mu", "pred"), predict_at=cells)
 post = arviz_io.group_arrays(idata)
 draws = np.concatenate([post["tau"][..., None], post["mean_level"][..., None], post["pred"]], axis=-1)
 names = ["tau", "mean_level"] + [f"pred[{r},{c}]" for r, c in zip(*cells)]

@@ -222,7 +222,7 @@ fig.tight_layout()
 # keeps the highest ELBO.
 
 # %%
-idata_vi = cavi.fit(data, hyper, K, seed=CAVI_SEED, max_iter=5000, tol=1e-9, n_draws=0, dtype=np.float64, progress=False)
+idata_vi = cavi.fit(CAVI_SEED, data, K, hyper, max_iter=5000, tol=1e-9, n_draws=0, dtype=np.float64, progress=False).idata
 attrs = idata_vi.vi_trace.attrs
 print(f"converged: {bool(attrs['converged'])} after {attrs['n_iter']} sweeps; final ELBO {idata_vi.vi_trace.elbo.values[-1]:.4f} nats")
 idata_vi
@@ -298,13 +298,13 @@ dense_table
 # the figure has $\mathbb{E}[\log\theta_{uk}]$ (which is often negative, so the printed rate
 # can even be negative). The shape has $a$ and $a'$ swapped.
 #
-# `validation.errata.ERRATA` is an executable table: each entry runs the same stationarity
+# `validation.hpf.ERRATA` is an executable table: each entry runs the same stationarity
 # check on the printed form and on the corrected one, on a small simulated data set with
 # *distinct* hyperparameters ($a \ne a'$, ...) so that a swapped symbol shows. A row is
 # confirmed when the printed form fails and the corrected form passes.
 
 # %%
-kappa_rows = [e for e in errata.ERRATA if e.location.startswith("batch algorithm figure") and "kappa" in e.printed]
+kappa_rows = [e for e in vhpf.ERRATA if e.location.startswith("batch algorithm figure") and "kappa" in e.printed]
 errata_table = errata.run_errata(kappa_rows)
 errata_table[["printed", "corrected", "check", "printed_value", "corrected_value", "ok"]]
 

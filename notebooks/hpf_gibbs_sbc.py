@@ -284,7 +284,7 @@ exact.table
 # NUTS means by the VI 90% intervals. It is gated on the NUTS run alone.
 
 # %%
-idata_vi = cavi.fit(all_cells(y), config.hyper, K, seed=0, max_iter=5000, tol=1e-9, n_draws=2000, progress=False)
+idata_vi = cavi.fit(0, all_cells(y), K, config.hyper, max_iter=5000, tol=1e-9, n_draws=2000, progress=False).idata
 print(f"CAVI: converged {bool(idata_vi.vi_trace.attrs['converged'])} after {idata_vi.vi_trace.attrs['n_iter']} sweeps")
 q_nuts, q_gibbs = gibbs_result.nuts_quantities, gibbs_result.solver_quantities
 q_vi = vhpf.identifiable_quantities(idata_vi)
@@ -432,8 +432,8 @@ print(sbc_config)
 def cavi_fit_all_cells(y, seed):
     """The "cavi" adapter's fit, with all I x J cells stored (`all_cells`)."""
     c = sbc_config
-    idata = cavi.fit(all_cells(y), c.hyper, c.n_components, seed=seed, max_iter=c.cavi_max_iter, tol=1e-8,
-                     n_draws=c.n_q_draws, progress=False)
+    idata = cavi.fit(seed, all_cells(y), c.n_components, c.hyper, max_iter=c.cavi_max_iter, tol=1e-8,
+                     n_draws=c.n_q_draws, progress=False).idata
     post = {n: v.reshape(-1, *v.shape[2:]) for n, v in arviz_io.group_arrays(idata).items()}
     return {n: post[n] for n in ("theta", "xi", "beta", "eta")}
 

@@ -221,7 +221,7 @@ print(f"gamma = {gamma:.3f} (printed: {printed_gamma(d_max, hyper.r):.2f}). The 
 # fit K = 2 on one graph H_0 ~ q(H) with the paper's vague hyperprior (`resample=False`).
 
 # %%
-fixed = rg_vb.fit(obs, hyper, K, seed=VB_SEED, max_iter=100, tol=1e-10, resample=False, progress=False, n_draws=0)
+fixed = rg_vb.fit(VB_SEED, obs, K, hyper, max_iter=100, tol=1e-10, resample=False, progress=False, n_draws=0)
 ok, worst = updates.monotone(fixed.elbo, rtol=1e-10)
 print(f"{len(fixed.elbo) - 1} sweeps; L_xi {fixed.elbo[0]:.2f} -> {fixed.elbo[-1]:.4f}; "
       f"never decreases: {ok} (largest relative decrease {worst:.1e})")
@@ -285,9 +285,9 @@ v_rg.stochastic_average_check(n_graphs=500)
 # has eps_0 = 1, an exact sweep on a new graph H_1, hence its drop on H_0 when it starts.
 
 # %%
-cold = rg_vb.fit(obs, hyper, K, seed=VB_SEED, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0,
+cold = rg_vb.fit(VB_SEED, obs, K, hyper, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0,
                  warm_start=0)
-warm = rg_vb.fit(obs, hyper, K, seed=VB_SEED, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0,
+warm = rg_vb.fit(VB_SEED, obs, K, hyper, max_iter=150, tol=0.0, resample=True, progress=False, n_draws=0,
                  init_state=fixed.state)
 
 rng_e = np.random.default_rng(123)

@@ -295,7 +295,7 @@ unbiased
 
 # %%
 d = jax.tree_util.tree_map(jnp.asarray, data)
-q0 = sibm.init(jax.random.PRNGKey(VB_SEED), data, hyper, D)  # the q that `fit` started from
+q0 = sibm.init(jax.random.PRNGKey(VB_SEED), data, D, hyper)  # the q that `fit` started from
 median_sd = float(jnp.median(jnp.sqrt(s2_batch)))
 S, N_MINIBATCHES = 256, 1500
 checkpoints = set(np.unique(np.round(np.logspace(0, np.log10(N_MINIBATCHES), 30)).astype(int)).tolist())
@@ -315,12 +315,12 @@ def factor_size(state):
 paths, finals = {}, {}
 for strategy in sibm.STRATEGIES:
     sampler = sibm.make_sampler(data, strategy)
-    st = sibm.svi_init(q0, S)
+    st = sibm.svi_state(q0, S)
     key = jax.random.PRNGKey(SVI_SEED)
     path = []
     for t in range(1, N_MINIBATCHES + 1):
         key, k = jax.random.split(key)
-        st = sibm.svi_step(k, st, sampler, d, hyper, S=S, tau=10.0, kappa=0.7)
+        st, _ = sibm.svi_step(k, st, d, hyper, sampler=sampler, S=S, tau=10.0, kappa=0.7)
         if t in checkpoints:
             path.append((t * S / (I * J), distance(st.params), fit.elbo[-1] - float(sibm.elbo(st.params, d, hyper)),
                          factor_size(st.params)))
@@ -347,7 +347,7 @@ axes[2].set_ylabel("RMS of the factor means (U, V)")
 axes[2].legend(fontsize=8, loc="lower right")
 fig.tight_layout()
 
-restarted = {s: distance(sibm.fit(None, data, D, hyper, max_iter=2000, tol=1e-12, progress=False, init_state=q).state)
+restarted = {s: distance(sibm.fit(VB_SEED, data, D, hyper, max_iter=2000, tol=1e-12, progress=False, init_state=q).state)
              for s, q in finals.items()}
 pd.DataFrame([{"solver": f"SVI, S-{s.capitalize()}", "passes": p[-1, 0], "rms distance / sd": p[-1, 1],
                "ELBO gap": p[-1, 2], "batch VB restarted from it: distance / sd": restarted[s]}

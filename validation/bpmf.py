@@ -70,6 +70,7 @@ from custom_inference.data import Observations
 from ppl_models import bpmf as ppl
 
 from . import crosscheck as xc
+from . import registry
 
 __all__ = [
     "ERRATA",
@@ -81,6 +82,8 @@ __all__ = [
     "identifiable_quantities",
     "CrosscheckConfig",
     "run_crosscheck",
+    "crosscheck_problem",
+    "nuts_reference",
     "SBCConfig",
     "bpmf_functionals",
     "sbc_adapters",
@@ -416,9 +419,9 @@ class CrosscheckConfig:
     n_unobserved_shown: int = 8
     hyper: ppl.BPMFHyper = CROSSCHECK_HYPER
     seed: int = 0
-    nuts_chains: int = 4
-    nuts_warmup: int = 1000
-    nuts_samples: int = 1000
+    num_chains: int = 4
+    num_warmup: int = 1000
+    num_samples: int = 1000
     target_accept: float = 0.97
     gibbs_chains: int = 4
     gibbs_warmup: int = 1000
@@ -426,46 +429,62 @@ class CrosscheckConfig:
     gibbs_thin: int = 5
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> xc.CrosscheckResult:
-    """Gibbs against gated NUTS on data simulated from the prior (seed ``config.seed``).
-
-    Both methods are exact, so every compared posterior mean must agree within Monte Carlo
-    error (`validation.crosscheck.compare_exact`, Bonferroni per group, false alarm 1% per
-    group). NUTS must pass `validation.gates.nuts_gates` on the compared quantities, and the
-    Gibbs draws the same R-hat/ESS gates (their MCSEs are meaningful only then); otherwise
-    the verdict is "inconclusive". Returns a `validation.crosscheck.CrosscheckResult` (method
-    "exact"); its ``extra`` holds the level-1 ``update_table`` (`conditional_checks`), the simulated
-    ``truth`` and ``data``.
-    """
+def crosscheck_problem(config: CrosscheckConfig = CrosscheckConfig()):
+    """(truth, data, observed, unobserved) of the cross-check: data simulated from the prior (seed
+    ``config.seed``), the observed (rows, cols) and ``n_unobserved_shown`` unobserved cells.
+    Source: project addition."""
     c = config
     truth, data = _simulated(c.seed, c.n_rows, c.n_cols, c.n_components, c.n_obs, c.hyper)
     observed = (np.asarray(data.rows), np.asarray(data.cols))
     free = np.setdiff1d(np.arange(c.n_rows * c.n_cols), observed[0] * c.n_cols + observed[1])
     pick = np.random.default_rng(c.seed).choice(free, size=min(c.n_unobserved_shown, free.size), replace=False)
-    unobserved = (pick // c.n_cols, pick % c.n_cols)
+    return truth, data, observed, (pick // c.n_cols, pick % c.n_cols)
+
+
+def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
+                   progress: bool = False):
+    """The NUTS reference "bpmf" of the cross-check problem (`validation.references.Reference`):
+    stored when one matches the data and settings, else a fresh NumPyro NUTS run on
+    `ppl_models.bpmf.model`. Source: project addition."""
+    c = config
+    _, data, observed, unobserved = crosscheck_problem(c)
+    settings = xc.NutsSettings.of(c)
+    key = xc.problem_key((data.rows, data.cols, data.values, *unobserved),
+                         (c.n_rows, c.n_cols, c.n_components, c.hyper), settings)
+    run = lambda: xc.run_nuts(  # noqa: E731
+        ppl.model, jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(data.values), c.n_rows, c.n_cols,
+        c.n_components, c.hyper, seed=c.seed, num_chains=c.num_chains, num_warmup=c.num_warmup,
+        num_samples=c.num_samples, target_accept=c.target_accept, progress=progress)
+    return xc.nuts_reference("bpmf", key, settings, run,
+                             lambda idata: identifiable_quantities(idata, observed, unobserved), reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
+                   reference: str | None = None) -> xc.CrosscheckResult:
+    """Gibbs against gated NUTS on data simulated from the prior (seed ``config.seed``).
+
+    Both methods are exact, so every compared posterior mean must agree within Monte Carlo
+    error (`validation.crosscheck.exact_crosscheck`: both runs gated, Bonferroni per group,
+    false alarm 1% per group); NUTS is the stored reference when it matches (``reference``,
+    `nuts_reference`). Returns a `validation.crosscheck.CrosscheckResult` (method "exact"); its
+    ``extra`` holds the level-1 ``update_table`` (`conditional_checks`), the simulated ``truth``
+    and ``data``. Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
+    """
+    c = config
+    truth, data, observed, unobserved = crosscheck_problem(c)
     start = time.perf_counter()
-    g = gibbs.sample(data, c.hyper, c.n_components, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
-                     num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=c.seed, progress=progress)
+    g = gibbs.sample(c.seed, data, c.n_components, c.hyper, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
+                     num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=progress)
     gibbs_seconds = time.perf_counter() - start
-    nuts = xc.run_nuts(ppl.model, jnp.asarray(data.rows), jnp.asarray(data.cols), jnp.asarray(data.values), c.n_rows,
-                       c.n_cols, c.n_components, c.hyper, seed=c.seed, num_chains=c.nuts_chains,
-                       num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, target_accept=c.target_accept,
-                       progress=progress)
-    nq = identifiable_quantities(nuts.idata, observed, unobserved)
-    gq = identifiable_quantities(g, observed, unobserved)
-    combined = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     settings = {
         "data": f"{c.n_rows} x {c.n_cols}, {c.n_obs} observed cells, K = {c.n_components} (simulated, seed {c.seed})",
-        "Gibbs": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
-                 f"{gibbs_seconds:.1f} s",
-        "NUTS": f"{c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), {nuts.seconds:.1f} s, "
-                f"{nuts.divergences} divergences",
+        "Gibbs": xc.gibbs_line(c, gibbs_seconds),
     }
-    return xc.CrosscheckResult(model="bpmf", solver="BPMF Gibbs", method="exact",
-                               verdict=xc.compare_exact(gq, nq, combined), solver_quantities=gq, nuts_quantities=nq,
-                               solver_seconds=gibbs_seconds, nuts_seconds=nuts.seconds, config=c, settings=settings,
-                               extra={"update_table": conditional_checks(c.hyper), "truth": truth, "data": data},
-                               solver_idata=g, nuts_idata=nuts.idata)
+    return xc.exact_crosscheck(
+        model="bpmf", solver="BPMF Gibbs", ref=nuts_reference(c, reference=reference, progress=progress),
+        solver_quantities=identifiable_quantities(g, observed, unobserved), solver_seconds=gibbs_seconds, config=c,
+        settings=settings, extra={"update_table": conditional_checks(c.hyper), "truth": truth, "data": data},
+        solver_idata=g)
 
 
 # ------------------------------------------------------------------------------
@@ -528,10 +547,25 @@ def sbc_adapters(config: SBCConfig = SBCConfig()):
         return truth, data
 
     def fit(data, seed: int):
-        idata = gibbs.sample(data, c.sampler_hyper or c.hyper, c.n_components, num_chains=c.gibbs_chains,
-                             num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=int(seed),
+        idata = gibbs.sample(int(seed), data, c.n_components, c.sampler_hyper or c.hyper, num_chains=c.gibbs_chains,
+                             num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin,
                              gauge_rounds=c.gauge_rounds, progress=False)
         post = arviz_io.group_arrays(idata)
         return {n: v.reshape(-1, *v.shape[2:]) for n, v in post.items()}
 
     return simulate, fit, bpmf_functionals()
+
+
+# ------------------------------------------------------------------------------
+# the registry's view of BPMF (`validation.registry`)
+
+SPEC = registry.ModelSpec(
+    name="bpmf",
+    solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "bpmf",
+                                 registry.lazy("custom_inference.bpmf:ALGORITHM")),),
+    references=(registry.ReferenceSpec("bpmf", nuts_reference, CrosscheckConfig),),
+    checks={"conditionals": conditional_checks, "gauge": gauge_check},
+    sbc={"gibbs": sbc_adapters},
+    sbc_config=SBCConfig,
+    errata=(ERRATA,),
+)

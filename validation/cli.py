@@ -1,24 +1,25 @@
 """The ``factorbayes`` command line. Each command calls one public function:
 
-    factorbayes crosscheck hpf [--data ml-100k|PATH]   validation.hpf.run_crosscheck
-    factorbayes crosscheck hpf --solver gibbs          validation.hpf_gibbs.run_gibbs_crosscheck
+    factorbayes crosscheck MODEL [--solver S]          the solver's cross-check from validation.registry
+        [--reference stored|rerun] [--quick]           (SPEC.solvers: run_crosscheck(config, progress, reference));
+        [--data ml-100k|PATH]                          NUTS from the stored reference when it matches;
+                                                       --data where the model's SPEC.real_data allows (hpf)
     factorbayes fit hpf --data ml-100k|PATH            custom_inference.hpf.fit + evaluate
     factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf
     factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
-    factorbayes errata                                 validation.errata.run_errata(all_errata())
+    factorbayes errata                                 validation.errata.run_errata(registry.all_errata())
     factorbayes evaluate implicit --data ml-100k|PATH  validation.implicit_eval.evaluate_implicit
                                                        (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
                                                        on P1, SIBM; RG like error by degree)
         [--curves | --curves-only]                     + validation.implicit_eval.recall_curves
                                                        (seed 002 figs. 2-3: recall@10 vs entries)
-    factorbayes crosscheck sbmf|bpmf|mcmc-fm|vbfm|sibm|rg
-                                                       validation.<model>.run_crosscheck
-    factorbayes sbc hpf --solver gibbs|nuts|cavi|gibbs-printed --sims N
-                                                       validation.sbc.run_sbc with
-                                                       validation.hpf_gibbs.sbc_adapters
-    factorbayes sbc sbmf|bpmf|mcmc-fm --sims N         validation.sbc.run_sbc with
-                                                       validation.<model>.sbc_adapters
+    factorbayes sbc MODEL --solver S --sims N          validation.sbc.run_sbc with the SPEC's SBC adapters
+                                                       (hpf: gibbs|nuts|cavi|gibbs-printed; sbmf, bpmf,
+                                                       mcmc-fm: gibbs)
+
+Models, solvers, errata rows and SBC adapters come from `validation.registry` (one SPEC per
+model), so a new model needs no change here.
 
 Exit status: 0 success (cross-check passed; all errata rows OK; SBC ranks uniform);
 1 a check failed;
@@ -37,10 +38,7 @@ from pathlib import Path
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
-MODELS = ("hpf",)
-# the other models: CLI name -> validation module holding run_crosscheck / sbc_adapters
-CHECKED_MODELS = {"sbmf": "sbmf", "bpmf": "bpmf", "mcmc-fm": "fm_mcmc", "vbfm": "vbfm", "sibm": "sibm", "rg": "rg"}
-SBC_MODELS = ("hpf", "sbmf", "bpmf", "mcmc-fm")  # the exact samplers with sbc_adapters
+FIT_MODELS = ("hpf",)  # `fit` / `evaluate MODEL` (the HPF evaluation pipeline)
 EVALUATIONS = ("ratings", "implicit")  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
@@ -82,52 +80,29 @@ def _print_crosscheck(result, out: Path) -> int:
     return result.exit_status
 
 
-def cmd_model_crosscheck(args) -> int:
-    import importlib
-
-    module = importlib.import_module(f"{__package__}.{CHECKED_MODELS[args.model]}")
-    if args.data is not None:
-        raise ValueError(f"--data: the {args.model} cross-check runs on its embedded simulated data only")
-    print(f"{args.model} cross-check against NUTS on its embedded simulated data "
-          f"({module.__name__}.CrosscheckConfig defaults)", file=sys.stderr)
-    result = module.run_crosscheck(progress=not args.no_progress)
-    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}"))
-
-
 def cmd_crosscheck(args) -> int:
-    if args.model in CHECKED_MODELS:
-        return cmd_model_crosscheck(args)
-    import jax
-    import numpy as np
+    import dataclasses
 
-    from ppl_models import hpf as ppl
+    from . import registry
 
-    from . import hpf as vhpf
-
-    config = vhpf.CROSSCHECK_DEFAULT
+    spec = registry.get(args.model)
+    solver = spec.solver(args.solver)
+    config = solver.default_config()
     if args.quick:
-        config = vhpf.CrosscheckConfig(num_warmup=300, num_samples=300, cavi_restarts=2)
+        config = dataclasses.replace(config, num_warmup=300, num_samples=300)
+    kwargs = {}
     if args.data is None:
-        with jax.enable_x64(True):
-            _, y = ppl.simulate(jax.random.PRNGKey(config.seed), config.n_users, config.n_items, config.n_components, config.hyper)
-        y = np.asarray(y)
-        source = f"simulated from the HPF prior (seed {config.seed})"
+        source = f"its embedded simulated problem ({type(config).__name__} defaults)"
+    elif spec.real_data is None:
+        raise ValueError(f"--data: the {args.model} cross-check runs on its embedded simulated data only")
     else:
-        from . import datasets
-
         df, path = _load_data(args.data)
-        y, _, _ = datasets.dense_submatrix(df, config.n_users, config.n_items)
-        # real ratings: fit with the paper's hyperparameters
-        config = vhpf.CrosscheckConfig(**{**config.__dict__, "hyper": ppl.HPFHyper()})
-        source = f"{path}: the {config.n_users} most active users x {config.n_items} most popular items"
-    print(f"HPF cross-check ({args.solver} vs NUTS) on {source}", file=sys.stderr)
-    if args.solver == "cavi":
-        result = vhpf.run_crosscheck(y, config, progress=not args.no_progress)
-    else:
-        from . import hpf_gibbs
-
-        result = hpf_gibbs.run_gibbs_crosscheck(y, config, progress=not args.no_progress)
-    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-hpf-{args.solver}"))
+        kwargs, config, source = spec.real_data(df, path, config)
+    print(f"{args.model} cross-check ({solver.name} vs NUTS) on {source}", file=sys.stderr)
+    if args.reference is not None:
+        kwargs["reference"] = args.reference
+    result = solver.run(config, progress=not args.no_progress, **kwargs)
+    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}-{solver.name}"))
 
 
 def cmd_evaluate(args, *, save_fit: bool = False) -> int:
@@ -148,8 +123,8 @@ def cmd_evaluate(args, *, save_fit: bool = False) -> int:
     if save_fit:
         indexed = datasets.index_ratings(df)
         data = datasets.to_observations(indexed, dtype=dtype)
-        idata = cavi.fit(data, HPFHyper(), args.k, seed=args.seed, max_iter=args.max_iter, tol=args.tol,
-                         dtype=dtype, n_draws=args.draws, progress=not args.no_progress)
+        idata = cavi.fit(args.seed, data, args.k, HPFHyper(), max_iter=args.max_iter, tol=args.tol,
+                         dtype=dtype, n_draws=args.draws, progress=not args.no_progress).idata
         saved = arviz_io.save(idata, out / "posterior.nc")
         print(f"Fitted posterior (all {data.nnz} ratings) saved to {saved}")
         notes.append(f"full-data fit saved to {saved.name} (ELBO {float(idata.vi_trace.elbo.values[-1]):.6g})")
@@ -227,7 +202,8 @@ def cmd_evaluate_implicit(args) -> int:
 def cmd_errata(args) -> int:
     import pandas as pd
 
-    from .errata import all_errata, run_errata
+    from .errata import run_errata
+    from .registry import all_errata
     from .report import errata_report
 
     table = run_errata(all_errata())
@@ -239,21 +215,16 @@ def cmd_errata(args) -> int:
 
 
 def cmd_sbc(args) -> int:
-    import importlib
+    from . import registry, sbc
 
-    from . import hpf_gibbs, sbc
-
-    if args.model == "hpf":
-        simulate, fit, functionals = hpf_gibbs.sbc_adapters(args.solver)
-        cfg = hpf_gibbs.SBCConfig()
-        setting = (f"each simulation: {cfg.n_users} x {cfg.n_items} matrix, K = {cfg.n_components}, "
-                   f"hyperparameters {dict(cfg.hyper._asdict())}")
-    else:
-        if args.solver != "gibbs":
-            raise ValueError(f"--solver: the {args.model} SBC runs its Gibbs sampler only (got {args.solver!r})")
-        module = importlib.import_module(f"{__package__}.{CHECKED_MODELS[args.model]}")
-        simulate, fit, functionals = module.sbc_adapters()
-        setting = f"each simulation: {module.SBCConfig()}"
+    spec = registry.get(args.model)
+    if not spec.sbc:
+        raise ValueError(f"sbc: {args.model} has no SBC adapters (models with some: {', '.join(registry.sbc_models())})")
+    if args.solver not in spec.sbc:
+        raise ValueError(f"--solver: the {args.model} SBC runs {sorted(spec.sbc)} (got {args.solver!r})")
+    simulate, fit, functionals = registry.resolve(spec.sbc[args.solver])()
+    cfg = registry.resolve(spec.sbc_config)
+    setting = f"each simulation: {cfg() if isinstance(cfg, type) else cfg}"
     out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")
     result = sbc.run_sbc(simulate, fit, functionals, n_sims=args.sims, master_seed=args.seed, n_draws=args.draws,
                          cache_dir=out / "cache", progress=not args.no_progress, method=f"{args.model}-{args.solver}")
@@ -272,12 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
+    from . import registry
+
+    models = registry.names()
     p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated")
-    p.add_argument("model", choices=MODELS + tuple(CHECKED_MODELS))
-    p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens path")
-    p.add_argument("--solver", choices=("cavi", "gibbs"), default="cavi", help="hpf only (the other models run theirs)")
-    p.add_argument("--out", default=None, help="report folder (default factorbayes-output/crosscheck-hpf-SOLVER)")
-    p.add_argument("--quick", action="store_true", help="fewer NUTS draws (for smoke tests; gates will likely fail)")
+    p.add_argument("model", choices=models)
+    p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens "
+                                                "path (models whose spec has real_data: hpf)")
+    p.add_argument("--solver", default=None, help="the model's solver (default its first: hpf cavi|gibbs)")
+    p.add_argument("--reference", choices=("stored", "rerun"), default=None,
+                   help="NUTS: the stored reference (error if none matches) or a fresh run; default stored when "
+                        "one matches the problem, else a fresh run")
+    p.add_argument("--out", default=None, help="report folder (default factorbayes-output/crosscheck-MODEL-SOLVER)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer NUTS draws (a fresh run, for smoke tests; gates will likely fail)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_crosscheck)
 
@@ -285,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  ("evaluate", "held-out evaluation: hpf (P1, P3, next to popularity); "
                                               "ratings (every Gaussian solver on P2)", False)):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("model", choices=MODELS + (EVALUATIONS if name == "evaluate" else ()))
+        p.add_argument("model", choices=FIT_MODELS + (EVALUATIONS if name == "evaluate" else ()))
         p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
         p.add_argument("--k", type=int, default=20, help="number of components K")
         p.add_argument("--max-iter", type=int, default=100)
@@ -325,9 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
                 a.model, cmd_evaluate)(a))
 
     p = sub.add_parser("sbc", help="simulation-based calibration of a solver")
-    p.add_argument("model", choices=SBC_MODELS)
-    p.add_argument("--solver", choices=("gibbs", "nuts", "cavi", "gibbs-printed"), default="gibbs",
-                   help="gibbs-printed: the Gibbs sampler with the seed's printed xi/eta conditionals (must fail)")
+    p.add_argument("model", choices=models)
+    p.add_argument("--solver", default="gibbs",
+                   help="the SBC adapters of the model's spec (hpf: gibbs|nuts|cavi|gibbs-printed, where "
+                        "gibbs-printed is the Gibbs sampler with the seed's printed xi/eta conditionals and must fail)")
     p.add_argument("--sims", type=int, default=200)
     p.add_argument("--draws", type=int, default=99, help="L, posterior draws ranked per simulation")
     p.add_argument("--seed", type=int, default=0, help="master seed")

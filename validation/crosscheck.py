@@ -13,6 +13,16 @@ Generic pieces, used by every model's glue (for HPF: `validation.hpf`):
   Bonferroni threshold for a stated false-alarm rate per group.
 - `CrosscheckResult`: the one result type every model's ``run_crosscheck`` returns
   (and `validation.report.crosscheck_report` writes, whatever the model).
+- The two skeletons every model's ``run_crosscheck`` is a declaration on: `exact_crosscheck`
+  (an exact sampler against NUTS) and `vi_crosscheck` (draws from q against NUTS); the NUTS
+  side is a `validation.references.Reference`, stored (the default when one matches the
+  problem's key) or re-run (`nuts_reference`, re-exported here).
+- `vi_gap`: the one per-scalar VI gap table (`compare_vi` summarizes it per group).
+
+The configs of the cross-checks share one vocabulary: sizes, ``seed``, NUTS ``num_chains``,
+``num_warmup``, ``num_samples``, ``target_accept`` (`NutsSettings.of`), exact solvers
+``gibbs_chains``, ``gibbs_warmup``, ``gibbs_samples``, ``gibbs_thin``, VI ``vi_restarts`` and
+``n_vi_draws``.
 
 Raw factor coordinates are never compared: they are identified only up to
 rotation, scaling and permutation. Source: ../shared/DESIGN.md, level 2.
@@ -29,7 +39,8 @@ from scipy import stats
 
 from custom_inference import arviz_io
 
-from .gates import GateResult, nuts_gates
+from .gates import GateResult, QuantitySummary, nuts_gates, summarize
+from .references import NutsSettings, Reference, from_run, nuts_reference, problem_key
 
 __all__ = [
     "NutsRun",
@@ -41,6 +52,14 @@ __all__ = [
     "CrosscheckResult",
     "combined_gates",
     "exact_gates",
+    "vi_gap",
+    "best_restart",
+    "gibbs_line",
+    "exact_crosscheck",
+    "vi_crosscheck",
+    "NutsSettings",
+    "nuts_reference",
+    "problem_key",
 ]
 
 
@@ -131,14 +150,39 @@ class Verdict:
     gates: GateResult
 
 
-def _summaries(draws):
-    draws = np.asarray(draws, dtype=np.float64)
-    flat = draws.reshape(-1, draws.shape[-1])
-    return flat.mean(axis=0), flat.std(axis=0, ddof=1), flat
+def vi_gap(nuts, vi, name: str, names=None) -> pd.DataFrame:
+    """The VI gap of every scalar of one group: the one table behind `compare_vi` and the
+    per-scalar tables of the cross-check reports.
+
+    Parameters
+    ----------
+    nuts : array (chain, draw, Q) or `validation.gates.QuantitySummary` (a stored reference)
+    vi : array (chain, draw, Q), draws from q
+    name : group name; ``names`` (Q,) optional labels of the scalars (default ``name[q]``)
+
+    Returns
+    -------
+    DataFrame, one row per scalar: quantity, nuts_mean, vi_mean, nuts_sd, vi_sd, std_error
+    (|m_VI - m_NUTS| / sd_NUTS), sd_ratio (sd_VI / sd_NUTS), nuts_mean_in_vi90 (the NUTS mean
+    inside the VI central 90% interval). Raises ValueError when draws are not 3-D.
+    Source: project addition (../shared/DESIGN.md level 2, "VI solvers report their gap").
+    """
+    s = summarize(nuts)
+    v = np.asarray(vi, dtype=np.float64)
+    if v.ndim != 3:
+        raise ValueError(f"vi draws of {name} must have shape (chain, draw, Q), got {v.shape}")
+    flat = v.reshape(-1, v.shape[-1])
+    lo, hi = np.quantile(flat, [0.05, 0.95], axis=0)
+    mn, sn = s.mean, s.sd
+    mv, sv = flat.mean(axis=0), flat.std(axis=0, ddof=1)
+    names = list(names) if names is not None else [f"{name}[{q}]" for q in range(mn.size)]
+    return pd.DataFrame({"quantity": names, "nuts_mean": mn, "vi_mean": mv, "nuts_sd": sn, "vi_sd": sv,
+                         "std_error": np.abs(mv - mn) / sn, "sd_ratio": sv / sn,
+                         "nuts_mean_in_vi90": (mn >= lo) & (mn <= hi)})
 
 
 def compare_vi(
-    nuts: dict[str, np.ndarray],
+    nuts: dict,
     vi: dict[str, np.ndarray],
     gates: GateResult,
     thresholds: VIThresholds = VIThresholds(),
@@ -147,33 +191,34 @@ def compare_vi(
 
     Parameters
     ----------
-    nuts, vi : dict group name -> array (chain, draw, Q)
-        Draws of the same Q positive scalar quantities (e.g. expected rates) under
-        NUTS and under q.
+    nuts : dict group name -> array (chain, draw, Q) or `validation.gates.QuantitySummary`
+        Draws (or the stored summaries) of the same Q positive scalar quantities (e.g. expected
+        rates) under NUTS.
+    vi : dict group name -> array (chain, draw, Q), draws from q.
     gates : GateResult of the NUTS run on the same quantities.
 
     Returns
     -------
     Verdict; its table has one row per group with columns Q, corr_log_mean,
     median_rel_error, median_std_error, p90_std_error, median_sd_ratio,
-    coverage90 (fraction of NUTS means inside the VI central 90% interval).
+    coverage90 (fraction of NUTS means inside the VI central 90% interval), each a summary
+    of the group's `vi_gap` table. Raises ValueError on draws that are not 3-D.
+    Source: ../shared/DESIGN.md, level 2.
     """
     rows = []
     reasons = []
     for name in nuts:
-        m_n, s_n, _ = _summaries(nuts[name])
-        m_v, s_v, flat_v = _summaries(vi[name])
-        std_err = np.abs(m_v - m_n) / s_n
-        lo, hi = np.quantile(flat_v, [0.05, 0.95], axis=0)
+        gap = vi_gap(nuts[name], vi[name], name)
+        m_n, m_v = gap.nuts_mean.to_numpy(), gap.vi_mean.to_numpy()
         row = {
             "quantity": name,
-            "Q": m_n.size,
+            "Q": len(gap),
             "corr_log_mean": float(np.corrcoef(np.log(m_n), np.log(m_v))[0, 1]),
             "median_rel_error": float(np.median(np.abs(m_v - m_n) / np.abs(m_n))),
-            "median_std_error": float(np.median(std_err)),
-            "p90_std_error": float(np.quantile(std_err, 0.9)),
-            "median_sd_ratio": float(np.median(s_v / s_n)),
-            "coverage90": float(np.mean((m_n >= lo) & (m_n <= hi))),
+            "median_std_error": float(gap.std_error.median()),
+            "p90_std_error": float(gap.std_error.quantile(0.9)),
+            "median_sd_ratio": float(gap.sd_ratio.median()),
+            "coverage90": float(gap.nuts_mean_in_vi90.mean()),
         }
         rows.append(row)
         if row["median_std_error"] > thresholds.max_median_std_error:
@@ -189,14 +234,16 @@ def compare_vi(
 
 
 def compare_exact(
-    a: dict[str, np.ndarray],
-    b: dict[str, np.ndarray],
+    a: dict,
+    b: dict,
     gates: GateResult,
     *,
     false_alarm: float = 0.01,
 ) -> Verdict:
     """Two exact samplers must agree within Monte Carlo error.
 
+    ``a``, ``b``: dict group -> draws (chain, draw, Q) or `validation.gates.QuantitySummary`
+    (a stored reference keeps the ArviZ summaries of its full draws).
     For each of the Q quantities of a group, z_q = |mean_a - mean_b| / sqrt(mcse_a^2 + mcse_b^2)
     with ESS-based MCSEs from ArviZ; under agreement each z_q is approximately |N(0, 1)|.
     The group fails if max_q z_q exceeds the Bonferroni threshold
@@ -204,14 +251,15 @@ def compare_exact(
     most ``false_alarm`` whatever the correlation between quantities (expected rates of
     one user are strongly correlated, which rules out tests that assume independence).
     For Q = 300 and false_alarm = 0.01 the threshold is 3.9 MCSE. The number of z_q above
-    3, and the median ratio of posterior sds, are reported.
+    3, and the median ratio of posterior sds, are reported. Raises ValueError on draws that
+    are not 3-D. Source: ../shared/DESIGN.md, level 2.
     """
     rows = []
     reasons = []
     for name in a:
-        da = arviz_io.diagnostics(a[name])
-        db = arviz_io.diagnostics(b[name])
-        zs = np.abs(da["mean"] - db["mean"]) / np.sqrt(da["mcse_mean"] ** 2 + db["mcse_mean"] ** 2)
+        da = summarize(a[name])
+        db = summarize(b[name])
+        zs = np.abs(da.mean - db.mean) / np.sqrt(da.mcse_mean ** 2 + db.mcse_mean ** 2)
         q = zs.size
         threshold = float(stats.norm.isf(false_alarm / (2 * q)))
         rows.append(
@@ -221,7 +269,7 @@ def compare_exact(
                 "max_z": float(zs.max()),
                 "threshold": threshold,
                 "n_z_above_3": int(np.sum(zs > 3)),
-                "median_sd_ratio": float(np.median(da["sd"] / db["sd"])),
+                "median_sd_ratio": float(np.median(da.sd / db.sd)),
             }
         )
         if zs.max() > threshold:
@@ -234,7 +282,8 @@ def compare_exact(
 
 def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: str = "Gibbs") -> GateResult:
     """The gates of an exact-vs-exact cross-check: NUTS's and the solver's (R-hat/ESS on its draws:
-    its MCSEs are meaningful only if it mixes); either failing makes `compare_exact` inconclusive."""
+    its MCSEs are meaningful only if it mixes); either failing makes `compare_exact` inconclusive.
+    Source: project addition."""
     return GateResult(
         passed=nuts_gate.passed and solver_gate.passed,
         failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"{solver_name} {f}" for f in solver_gate.failures],
@@ -247,10 +296,28 @@ def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: 
 
 
 def exact_gates(nuts_quantities, solver_quantities, *, divergences, bfmi, solver_name: str = "Gibbs") -> GateResult:
-    """`combined_gates` of `gates.nuts_gates` on the NUTS draws (with NUTS's divergences and E-BFMI)
-    and on the exact solver's draws (R-hat / ESS only), for `compare_exact`."""
+    """`combined_gates` of `gates.nuts_gates` on the NUTS draws or summaries (with NUTS's divergences
+    and E-BFMI) and on the exact solver's draws (R-hat / ESS only), for `compare_exact`.
+    Source: project addition."""
     return combined_gates(nuts_gates(nuts_quantities, divergences=divergences, bfmi=bfmi),
                           nuts_gates(solver_quantities, divergences=0, bfmi=np.array([])), solver_name)
+
+
+def gibbs_line(config, seconds: float) -> str:
+    """The report line of an exact sampler's run from a config's ``gibbs_chains``, ``gibbs_warmup``,
+    ``gibbs_samples``, ``gibbs_thin``. Raises AttributeError when one is missing. Source: project addition."""
+    c = config
+    return (f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
+            f"{seconds:.1f} s")
+
+
+def best_restart(fits: list, scores) -> tuple[object, list[float]]:
+    """The fit with the highest score (final ELBO) among VI restarts, and the scores as floats.
+    Raises ValueError on an empty list. Source: project addition (coordinate ascent finds local optima)."""
+    scores = [float(s) for s in scores]
+    if not fits:
+        raise ValueError("best_restart: no fits")
+    return fits[int(np.argmax(scores))], scores
 
 
 @dataclass(frozen=True)
@@ -283,6 +350,7 @@ class CrosscheckResult:
     extra: dict = field(default_factory=dict, repr=False)
     solver_idata: object = field(default=None, repr=False)
     nuts_idata: object = field(default=None, repr=False)
+    reference: object = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.method not in ("vi", "exact"):
@@ -296,3 +364,61 @@ class CrosscheckResult:
     def exit_status(self) -> int:
         """The CLI's exit status: 0 pass, 1 fail, 3 inconclusive (NUTS failed its gates)."""
         return {"pass": 0, "fail": 1, "inconclusive": 3}[self.verdict.status]
+
+
+def _nuts_summaries(ref: Reference, groups) -> dict:
+    return {g: ref.summary[g] for g in groups}
+
+
+def exact_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities: dict, solver_seconds: float,
+                     config, settings: dict, solver_name: str = "Gibbs", extra: dict | None = None,
+                     solver_idata=None) -> CrosscheckResult:
+    """The exact-vs-exact skeleton: an exact sampler against a NUTS reference (fresh or stored).
+
+    Both sides are gated (`exact_gates`: NUTS on the reference's summaries with its divergences and
+    E-BFMI, the solver on its own draws), and every group of ``solver_quantities`` (dict group ->
+    draws (chain, draw, Q)) is compared with the reference's summaries by `compare_exact`
+    (Bonferroni, 1% false alarm per group). ``settings``: the model's lines (data, solver run); the
+    NUTS line comes from the reference. Returns a `CrosscheckResult` (method "exact").
+    Raises KeyError when the reference lacks a compared group. Source: ../shared/DESIGN.md, level 2.
+    """
+    nq = _nuts_summaries(ref, solver_quantities)
+    combined = exact_gates(nq, solver_quantities, divergences=ref.divergences, bfmi=ref.bfmi, solver_name=solver_name)
+    return CrosscheckResult(
+        model=model, solver=solver, method="exact", verdict=compare_exact(solver_quantities, nq, combined),
+        solver_quantities=solver_quantities, nuts_quantities={g: ref.draws[g] for g in solver_quantities},
+        solver_seconds=solver_seconds, nuts_seconds=ref.seconds, config=config,
+        settings={**settings, "NUTS": ref.line()}, extra=dict(extra or {}), solver_idata=solver_idata,
+        nuts_idata=ref.idata, reference=ref)
+
+
+def vi_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities: dict, solver_seconds: float,
+                  config, settings: dict, verdict_groups=None, gap_groups: dict | None = None, plotted=None,
+                  extra: dict | None = None, solver_idata=None, thresholds: VIThresholds = VIThresholds()
+                  ) -> CrosscheckResult:
+    """The VI-vs-exact skeleton: draws from q against a NUTS reference (fresh or stored).
+
+    ``verdict_groups`` (default every group of ``solver_quantities``, each positive): NUTS gated on
+    them (`validation.gates.nuts_gates` on the reference's summaries), verdict by `compare_vi`.
+    ``gap_groups``: group -> scalar names (or None): each gets a per-scalar `vi_gap` table in
+    ``extra["GROUP_table"]`` with its own NUTS gate in ``nuts_gates_passed`` (reported, not gated).
+    ``plotted``: the groups the report plots on log axes (default ``verdict_groups``).
+    Returns a `CrosscheckResult` (method "vi"). Raises KeyError when the reference lacks a group.
+    Source: ../shared/DESIGN.md, level 2.
+    """
+    verdict_groups = list(solver_quantities) if verdict_groups is None else list(verdict_groups)
+    plotted = verdict_groups if plotted is None else list(plotted)
+    gate = nuts_gates(_nuts_summaries(ref, verdict_groups), divergences=ref.divergences, bfmi=ref.bfmi)
+    verdict = compare_vi(_nuts_summaries(ref, verdict_groups), {g: solver_quantities[g] for g in verdict_groups},
+                         gate, thresholds)
+    tables = {}
+    for g, names in (gap_groups or {}).items():
+        t = vi_gap(ref.summary[g], solver_quantities[g], g, names)
+        t["nuts_gates_passed"] = ref.gates([g]).passed
+        tables[f"{g}_table"] = t
+    return CrosscheckResult(
+        model=model, solver=solver, method="vi", verdict=verdict,
+        solver_quantities={g: solver_quantities[g] for g in plotted},
+        nuts_quantities={g: ref.draws[g] for g in plotted}, solver_seconds=solver_seconds,
+        nuts_seconds=ref.seconds, config=config, settings={**settings, "NUTS": ref.line()},
+        extra={**tables, **(extra or {})}, solver_idata=solver_idata, nuts_idata=ref.idata, reference=ref)

@@ -74,9 +74,9 @@ def evaluate_hpf(
     tables, per_user, buckets, fits = {}, {}, {}, {}
     for name, split, train in (("P1", p1, p1.train), ("P3", p3, p3.train)):
         fit = cavi.fit(
-            train, hyper, n_components, seed=seed, max_iter=max_iter, tol=tol,
+            seed, train, n_components, hyper, max_iter=max_iter, tol=tol,
             dtype=dtype, n_draws=0, progress=progress,
-        )
+        ).idata
         fits[name] = fit
         rows, per_method = [], {}
         for method, score_fn in (

@@ -40,6 +40,7 @@ from custom_inference.fm_design import FMDesign
 from ppl_models import fm as ppl
 
 from . import crosscheck as xc
+from . import registry
 from .errata import Erratum
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "CrosscheckConfig",
     "identifiable_quantities",
     "run_crosscheck",
+    "nuts_reference",
     "SBCConfig",
     "fm_functionals",
     "sbc_adapters",
@@ -284,9 +286,9 @@ class CrosscheckConfig:
     seed: int = 0
     truth_hyper: ppl.FMFlatHyper = ppl.FMFlatHyper(alpha=4.0, sigma_0=1.0, sigma_w=4.0, sigma_v=2.0)
     hyper: ppl.FMHierHyper = ppl.FMHierHyper(alpha_0p=2.0, beta_0p=2.0)
-    nuts_chains: int = 4
-    nuts_warmup: int = 1000
-    nuts_samples: int = 1000
+    num_chains: int = 4
+    num_warmup: int = 1000
+    num_samples: int = 1000
     target_accept: float = 0.95
     gibbs_chains: int = 4
     gibbs_warmup: int = 2000
@@ -326,34 +328,46 @@ def identifiable_quantities(idata, design: FMDesign, new) -> dict[str, np.ndarra
     return out
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> xc.CrosscheckResult:
-    """MCMC-FM against NUTS on `ppl_models.fm.model_hier`; both runs gated; `compare_exact` verdict
-    (a `validation.crosscheck.CrosscheckResult`, method "exact")."""
+def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
+                   progress: bool = False):
+    """The NUTS reference "mcmc-fm" of the cross-check problem (`validation.references.Reference`):
+    stored when one matches the design and settings, else a fresh NumPyro NUTS run on
+    `ppl_models.fm.model_hier`. Source: project addition."""
+    c = config
+    design, new = crosscheck_data(c)
+    settings = xc.NutsSettings.of(c)
+    key = xc.problem_key((design.rows, design.cols, design.values, design.y, design.group, *new[:3]),
+                         (design.n_rows, design.n_features, c.K, c.hyper, new[3]), settings)
+    run = lambda: xc.run_nuts(  # noqa: E731
+        ppl.model_hier, design.rows, design.cols, design.values, design.n_rows, design.n_features, design.group, c.K,
+        c.hyper, jnp.asarray(design.y), seed=c.seed, num_chains=c.num_chains, num_warmup=c.num_warmup,
+        num_samples=c.num_samples, target_accept=c.target_accept, progress=progress, n_groups=design.n_groups)
+    return xc.nuts_reference("mcmc-fm", key, settings, run, lambda idata: identifiable_quantities(idata, design, new),
+                             reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
+                   reference: str | None = None) -> xc.CrosscheckResult:
+    """MCMC-FM against NUTS on `ppl_models.fm.model_hier` (`validation.crosscheck.exact_crosscheck`:
+    both runs gated, `compare_exact` verdict; NUTS stored when it matches, see `nuts_reference`).
+    Returns a `validation.crosscheck.CrosscheckResult`, method "exact". Raises ValueError on a bad
+    ``reference``. Source: ../shared/DESIGN.md, level 2."""
     import time
 
     c = config
     design, new = crosscheck_data(c)
-    nuts = xc.run_nuts(ppl.model_hier, design.rows, design.cols, design.values, design.n_rows, design.n_features,
-                       design.group, c.K, c.hyper, jnp.asarray(design.y), seed=c.seed, num_chains=c.nuts_chains,
-                       num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, target_accept=c.target_accept,
-                       progress=progress, n_groups=design.n_groups)
     t0 = time.perf_counter()
     g = mc.sample(jax.random.PRNGKey(c.seed + 1), design, c.K, c.hyper, num_chains=c.gibbs_chains,
                   num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=progress)
     seconds = time.perf_counter() - t0
-    nq, gq = identifiable_quantities(nuts.idata, design, new), identifiable_quantities(g, design, new)
-    combined = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi, solver_name="MCMC-FM")
     settings = {
         "data": f"{design.n_rows} training rows, {design.n_features} features, {new[3]} new rows; K = {c.K}",
-        "MCMC-FM": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
-                   f"{seconds:.1f} s",
-        "NUTS": f"{c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), {nuts.seconds:.1f} s, "
-                f"{nuts.divergences} divergences",
+        "MCMC-FM": xc.gibbs_line(c, seconds),
     }
-    return xc.CrosscheckResult(model="mcmc-fm", solver="MCMC-FM Gibbs", method="exact",
-                               verdict=xc.compare_exact(gq, nq, combined), solver_quantities=gq, nuts_quantities=nq,
-                               solver_seconds=seconds, nuts_seconds=nuts.seconds, config=c, settings=settings,
-                               extra={"design": design}, solver_idata=g, nuts_idata=nuts.idata)
+    return xc.exact_crosscheck(
+        model="mcmc-fm", solver="MCMC-FM Gibbs", ref=nuts_reference(c, reference=reference, progress=progress),
+        solver_quantities=identifiable_quantities(g, design, new), solver_seconds=seconds, config=c,
+        settings=settings, solver_name="MCMC-FM", extra={"design": design}, solver_idata=g)
 
 
 # ------------------------------------------------------------------------------------------
@@ -520,3 +534,18 @@ def seconds_per_sweep(design: FMDesign, K: int, *, n_sweeps: int = 20, dtype=np.
         out = run(jax.random.PRNGKey(2), st, d, hyp)
         jax.block_until_ready(out)
         return (time.perf_counter() - t0) / n_sweeps, (time.process_time() - c0) / n_sweeps
+
+
+# ------------------------------------------------------------------------------------------
+# the registry's view of MCMC-FM (`validation.registry`)
+
+SPEC = registry.ModelSpec(
+    name="mcmc-fm",
+    solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "mcmc-fm",
+                                 registry.lazy("custom_inference.fm_mcmc:ALGORITHM")),),
+    references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),),
+    checks={"conditionals": conditional_checks},
+    sbc={"gibbs": sbc_adapters},
+    sbc_config=SBCConfig,
+    errata=(ERRATA,),
+)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from custom_inference import arviz_io
 
-__all__ = ["Thresholds", "GateResult", "nuts_gates"]
+__all__ = ["Thresholds", "GateResult", "QuantitySummary", "summarize", "nuts_gates"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,48 @@ class GateResult:
     n_chains: int = 0
 
 
+@dataclass(frozen=True)
+class QuantitySummary:
+    """ArviZ summaries of Q scalar quantities drawn by an MCMC run: what the gates and the
+    comparisons need, so that a stored reference (`validation.references`) can stand in for its draws.
+
+    Fields: ``mean``, ``sd``, ``mcse_mean``, ``r_hat`` (rank-normalized split), ``ess_bulk``,
+    ``ess_tail``: float64 arrays (Q,); ``n_chains``, ``n_draws``: ints (draws per chain).
+    Source: project addition (Vehtari et al. 2021 for the diagnostics).
+    """
+
+    mean: np.ndarray
+    sd: np.ndarray
+    mcse_mean: np.ndarray
+    r_hat: np.ndarray
+    ess_bulk: np.ndarray
+    ess_tail: np.ndarray
+    n_chains: int
+    n_draws: int
+
+    FIELDS = ("mean", "sd", "mcse_mean", "r_hat", "ess_bulk", "ess_tail")
+
+    @property
+    def size(self) -> int:
+        return int(np.asarray(self.mean).size)
+
+
+def summarize(draws) -> QuantitySummary:
+    """`QuantitySummary` of draws (chain, draw, Q) (a summary is returned as is).
+
+    Raises ValueError when ``draws`` is not 3-dimensional. Source: project addition
+    (`custom_inference.arviz_io.diagnostics`: ArviZ's rank R-hat, bulk/tail ESS, MCSE).
+    """
+    if isinstance(draws, QuantitySummary):
+        return draws
+    draws = np.asarray(draws, dtype=np.float64)
+    d = arviz_io.diagnostics(draws)
+    return QuantitySummary(**{f: np.asarray(d[f], np.float64) for f in QuantitySummary.FIELDS},
+                           n_chains=int(draws.shape[0]), n_draws=int(draws.shape[1]))
+
+
 def nuts_gates(
-    quantities: dict[str, np.ndarray],
+    quantities: dict,
     *,
     divergences: int,
     bfmi: np.ndarray,
@@ -56,8 +96,9 @@ def nuts_gates(
 
     Parameters
     ----------
-    quantities : dict group name -> array (chain, draw, Q)
-        The identifiable quantities that will be compared (e.g. expected rates).
+    quantities : dict group name -> array (chain, draw, Q) or `QuantitySummary`
+        The identifiable quantities that will be compared (e.g. expected rates), as draws or
+        as the summaries of a stored reference (`validation.references`).
     divergences : int
         Total divergent transitions over all chains (after warmup).
     bfmi : array (chain,)
@@ -67,20 +108,23 @@ def nuts_gates(
     Returns
     -------
     GateResult
+
+    Raises ValueError when draws are not (chain, draw, Q). Source: ../shared/DESIGN.md,
+    validation level 2 (Vehtari et al. 2021; Betancourt 2016).
     """
     rows = []
     failures = []
-    n_chains = min(np.asarray(v).shape[0] for v in quantities.values())
+    summaries = {name: summarize(q) for name, q in quantities.items()}
+    n_chains = min(s.n_chains for s in summaries.values())
     if n_chains < thresholds.min_chains:
         failures.append(f"{n_chains} chains < {thresholds.min_chains}")
-    for name, draws in quantities.items():
-        d = arviz_io.diagnostics(draws)
+    for name, d in summaries.items():
         row = {
             "quantity": name,
-            "Q": int(np.asarray(draws).shape[2]),
-            "max_r_hat": float(np.max(d["r_hat"])),
-            "min_ess_bulk": float(np.min(d["ess_bulk"])),
-            "min_ess_tail": float(np.min(d["ess_tail"])),
+            "Q": d.size,
+            "max_r_hat": float(np.max(d.r_hat)),
+            "min_ess_bulk": float(np.min(d.ess_bulk)),
+            "min_ess_tail": float(np.min(d.ess_tail)),
         }
         rows.append(row)
         if not row["max_r_hat"] <= thresholds.max_r_hat:

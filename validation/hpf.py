@@ -9,7 +9,9 @@ figure); the model is `ppl_models.hpf.model`, the solver `custom_inference.hpf`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,11 +23,13 @@ from scipy import special, stats
 from custom_inference import arviz_io
 from custom_inference import hpf as cavi
 from custom_inference.data import Observations
+from custom_inference.gamma import gamma_log_mean, gamma_mean
 from ppl_models import hpf as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
+from . import registry
 from . import updates
+from .errata import Erratum
 
 __all__ = [
     "dense_elbo",
@@ -34,8 +38,17 @@ __all__ = [
     "dense_twin_checks",
     "CrosscheckConfig",
     "CROSSCHECK_DEFAULT",
+    "CROSSCHECK_SMALL",
+    "CROSSCHECK_BRIDGE",
     "run_crosscheck",
     "identifiable_quantities",
+    "simulated_data",
+    "nuts_reference",
+    "run_nuts_reference",
+    "crosscheck_settings",
+    "ERRATA",
+    "ERRATA_HYPER",
+    "SEED001",
 ]
 
 
@@ -131,7 +144,7 @@ def monte_carlo_elbo(state, y: np.ndarray, hyper, n_draws: int = 2000, seed: int
 
 
 def _warm_state(data: Observations, hyper, n_components: int, seed: int, sweeps: int):
-    state = cavi.init(jax.random.PRNGKey(seed), data, hyper, n_components)
+    state = cavi.init(jax.random.PRNGKey(seed), data, n_components, hyper)
     for _ in range(sweeps):
         state, _ = cavi.step(None, state, data, hyper)
     return state
@@ -237,13 +250,21 @@ class CrosscheckConfig:
     num_chains: int = 4
     num_warmup: int = 1000
     num_samples: int = 1500
-    cavi_restarts: int = 4
+    vi_restarts: int = 4
     cavi_max_iter: int = 5000
     cavi_tol: float = 1e-9
     n_vi_draws: int = 4000
+    data_seed: int | None = None  # key of the simulation (default ``seed``, which also seeds NUTS and CAVI)
 
 
 CROSSCHECK_DEFAULT = CrosscheckConfig()
+# the default test suite's problem: 20 x 15, K = 2 (its NUTS reference "hpf-small" is stored too)
+CROSSCHECK_SMALL = CrosscheckConfig(n_users=20, n_items=15, n_components=2, num_warmup=500, num_samples=1000,
+                                    vi_restarts=2, seed=3)
+# the bridge tests' problem (CustomGibbs blocks beside NUTS, Gibbs vs NUTS): 12 x 10, K = 2, data key 3,
+# NUTS seed 0 (its reference "hpf-bridge" is stored)
+CROSSCHECK_BRIDGE = CrosscheckConfig(n_users=12, n_items=10, n_components=2, num_warmup=500, num_samples=1000,
+                                     seed=0, data_seed=3)
 
 
 def identifiable_quantities(idata) -> dict[str, np.ndarray]:
@@ -259,62 +280,79 @@ def identifiable_quantities(idata) -> dict[str, np.ndarray]:
     return {"rate": rates.reshape(c, d, -1), "xi": post["xi"], "eta": post["eta"]}
 
 
-def run_crosscheck(y: np.ndarray, config: CrosscheckConfig = CROSSCHECK_DEFAULT, *,
-                   progress: bool = True) -> xc.CrosscheckResult:
+def simulated_data(config: CrosscheckConfig = CROSSCHECK_DEFAULT) -> np.ndarray:
+    """The cross-check's count matrix (n_users, n_items) float64, simulated from the HPF prior
+    (`ppl_models.hpf.simulate`, key ``config.data_seed``, default ``config.seed``). Source: project addition."""
+    seed = config.seed if config.data_seed is None else config.data_seed
+    with jax.enable_x64(True):
+        _, y = ppl.simulate(jax.random.PRNGKey(seed), config.n_users, config.n_items, config.n_components,
+                            config.hyper)
+    return np.asarray(y, dtype=np.float64)
+
+
+def nuts_reference(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarray | None = None,
+                   reference: str | None = None, progress: bool = False):
+    """The NUTS reference of an HPF cross-check (`validation.references.Reference` "hpf"): stored
+    when one matches ``y`` (default `simulated_data`), the hyperparameters, K and the NUTS settings,
+    else a fresh run of `run_nuts_reference`. ``reference``: see `validation.references.nuts_reference`.
+    Compared quantities: `identifiable_quantities`. Source: project addition."""
+    y = simulated_data(config) if y is None else np.asarray(y, dtype=np.float64)
+    settings = xc.NutsSettings.of(config)
+    key = xc.problem_key((y,), (config.n_components, config.hyper), settings)
+    return xc.nuts_reference("hpf", key, settings, lambda: run_nuts_reference(y, config, progress=progress),
+                             identifiable_quantities, reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarray | None = None,
+                   progress: bool = True, reference: str | None = None) -> xc.CrosscheckResult:
     """CAVI against NUTS on a small dense count matrix ``y`` (I, J), ArviZ-gated.
 
-    CAVI runs ``cavi_restarts`` times from different seeds and keeps the highest
-    ELBO (coordinate ascent finds local optima); NUTS runs ``num_chains`` chains.
-    Compared: the expected rate of every cell, xi_u and eta_i. Verdict from
-    `validation.crosscheck.compare_vi` after `validation.gates.nuts_gates`. Returns a
+    ``y`` defaults to `simulated_data` (the embedded problem, whose NUTS reference is stored; see
+    `nuts_reference` and ``reference``). CAVI runs ``vi_restarts`` times from different seeds and
+    keeps the highest ELBO (coordinate ascent finds local optima). Compared: the expected rate of
+    every cell, xi_u and eta_i. Verdict from `validation.crosscheck.vi_crosscheck`. Returns a
     `validation.crosscheck.CrosscheckResult` (method "vi"); its ``extra`` holds ``y``, the
     stationarity checks ``update_table``, ``dense_table`` and the kept run's ``elbo``.
+    Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
     """
     import time
 
-    y = np.asarray(y, dtype=np.float64)
+    y = simulated_data(config) if y is None else np.asarray(y, dtype=np.float64)
     data = Observations.from_dense(y)
     k = config.n_components
     start = time.perf_counter()
     fits = [
         cavi.fit(
-            data, config.hyper, k, seed=config.seed + 100 * r, max_iter=config.cavi_max_iter,
+            config.seed + 100 * r, data, k, config.hyper, max_iter=config.cavi_max_iter,
             tol=config.cavi_tol, n_draws=config.n_vi_draws, progress=False,
-        )
-        for r in range(config.cavi_restarts)
+        ).idata
+        for r in range(config.vi_restarts)
     ]
     cavi_seconds = time.perf_counter() - start
-    elbos = [float(f.vi_trace.elbo.values[-1]) for f in fits]
-    best = fits[int(np.argmax(elbos))]
-    nuts = run_nuts_reference(y, config, progress=progress)
-    nq = identifiable_quantities(nuts.idata)
-    vq = identifiable_quantities(best)
-    gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    verdict = xc.compare_vi(nq, vq, gate)
+    best, elbos = xc.best_restart(fits, [f.vi_trace.elbo.values[-1] for f in fits])
+    ref = nuts_reference(config, y=y, reference=reference, progress=progress)
     solver_line = (
-        f"best of {config.cavi_restarts} restarts by ELBO (final ELBOs: "
+        f"best of {config.vi_restarts} restarts by ELBO (final ELBOs: "
         + ", ".join(f"{e:.2f}" for e in elbos)
         + f"), tol {config.cavi_tol:g}, {cavi_seconds:.1f} s in all; {config.n_vi_draws} draws from q"
     )
-    return xc.CrosscheckResult(
-        model="hpf", solver="HPF CAVI (q)", method="vi", verdict=verdict, solver_quantities=vq, nuts_quantities=nq,
-        solver_seconds=cavi_seconds, nuts_seconds=nuts.seconds, config=config,
-        settings={**crosscheck_settings(y, config, nuts), "CAVI": solver_line},
+    return xc.vi_crosscheck(
+        model="hpf", solver="HPF CAVI (q)", ref=ref, solver_quantities=identifiable_quantities(best),
+        solver_seconds=cavi_seconds, config=config, settings={**crosscheck_settings(y, config), "CAVI": solver_line},
         extra={"y": y, "elbo": np.asarray(best.vi_trace.elbo.values),
                "update_table": update_checks(data, config.hyper, k, seed=config.seed),
                "dense_table": dense_twin_checks(y, config.hyper, k, seed=config.seed)},
-        solver_idata=best, nuts_idata=nuts.idata,
+        solver_idata=best,
     )
 
 
-def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig, nuts: xc.NutsRun) -> dict[str, str]:
-    """The data, hyperparameter and NUTS lines of an HPF cross-check's ``settings``."""
+def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig) -> dict[str, str]:
+    """The data and hyperparameter lines of an HPF cross-check's ``settings`` (the NUTS line comes
+    from the reference). Source: project addition."""
     return {
         "data": f"matrix {y.shape[0]} x {y.shape[1]}, {int((y > 0).sum())} nonzeros, total count {int(y.sum())}; "
                 f"K = {config.n_components}",
         "hyperparameters": str(dict(config.hyper._asdict())),
-        "NUTS": f"{config.num_chains} chains x ({config.num_warmup} warmup + {config.num_samples} draws), "
-                f"seed {config.seed}, {nuts.seconds:.1f} s",
     }
 
 
@@ -325,3 +363,158 @@ def run_nuts_reference(y: np.ndarray, config: CrosscheckConfig, *, progress: boo
         seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
         num_samples=config.num_samples, progress=progress,
     )
+
+
+# ------------------------------------------------------------------------------
+# errata of seed 001, CAVI (run by `validation.errata.run_errata`; the complete conditionals'
+# rows are `validation.hpf_gibbs.ERRATA`)
+#
+# "stationarity": the update, applied inside a CAVI sweep on a small simulated data set, must
+# leave zero gradient of the ELBO in its block (``jax.grad``). Hyperparameters are distinct
+# (a != a' != c ...) so that a swapped symbol shows.
+
+# distinct hyperparameters of the errata checks, so that every swapped symbol changes the result
+ERRATA_HYPER = ppl.HPFHyper(a=0.4, a_prime=1.7, b_prime=0.6, c=0.8, c_prime=1.3, d_prime=2.5)
+_STATIONARITY_RTOL = 1e-7
+
+
+@functools.lru_cache(maxsize=None)
+def _small_data(seed: int = 0):
+    with jax.enable_x64(True):
+        _, y = ppl.simulate(jax.random.PRNGKey(seed), 10, 8, 3, ERRATA_HYPER)
+    return Observations.from_dense(np.asarray(y))
+
+
+def _stationarity_check(block: str, printed_update) -> Callable[[str], tuple[bool, float]]:
+    """Run the HPF block sequence with the named block replaced by the printed form."""
+
+    def check(form: str):
+        blocks = []
+        for name, update, fields in cavi.BLOCKS:
+            if name == block:
+                blocks.append((name, printed_update if form == "printed" else update, fields))
+        table = update_checks(_small_data(), ERRATA_HYPER, 3, blocks=blocks)
+        row = table[table.block == block].iloc[0]
+        return bool(row.passed), float(row.grad_after)
+
+    return check
+
+
+# -- printed forms (seed 001, batch algorithm figure and text) ---------------------
+
+
+def _printed_shape(field: str, first: str, second: str):
+    """Figure's initialisation ``field = first + K second`` (kappa: a + K a'; tau: c + K c')."""
+
+    def update(state, data, hyper, phi=None):
+        k = state.gamma_shape.shape[1]
+        value = getattr(hyper, first) + k * getattr(hyper, second)
+        return state._replace(**{field: jnp.full_like(getattr(state, field), value)})
+
+    return update
+
+
+def _printed_rate(field: str, correct_update: str, prior_rate: str, shape: str, rate: str):
+    """Figure's step ``field = prior_rate + sum_k (digamma(shape) - log rate)`` (shape update kept correct):
+    kappa_rate = b' + sum_k E[log theta_uk], tau_rate = d' + sum_k E[log beta_ik]."""
+
+    def update(state, data, hyper, phi=None):
+        new = getattr(cavi, correct_update)(state, data, hyper, phi)
+        value = getattr(hyper, prior_rate) + gamma_log_mean(getattr(state, shape), getattr(state, rate)).sum(axis=1)
+        return new._replace(**{field: value})
+
+    return update
+
+
+_printed_kappa_shape = _printed_shape("kappa_shape", "a", "a_prime")
+_printed_kappa_rate = _printed_rate("kappa_rate", "update_kappa", "b_prime", "gamma_shape", "gamma_rate")
+_printed_tau_shape = _printed_shape("tau_shape", "c", "c_prime")
+_printed_tau_rate = _printed_rate("tau_rate", "update_tau", "d_prime", "lambda_shape", "lambda_rate")
+
+
+def _printed_gamma_text(state, data, hyper, phi):
+    # text update: gamma_uk = <a + sum_i y phi, b + sum_i E beta_ik>, a fixed rate b (the
+    # non-hierarchical model's) in place of E[xi_u]; b read as the prior mean b'.
+    new = cavi.update_gamma(state, data, hyper, phi)
+    beta_sum = gamma_mean(state.lambda_shape, state.lambda_rate).sum(axis=0)
+    return new._replace(gamma_rate=jnp.broadcast_to(hyper.b_prime + beta_sum, new.gamma_rate.shape))
+
+
+SEED001 = "001_30a2018ec18c20b9.txt"
+
+ERRATA: tuple[Erratum, ...] = (
+    Erratum(
+        SEED001, "batch algorithm figure, initialisation",
+        "kappa_u^shp = a + K a'",
+        "kappa_u^shp = a' + K a",
+        "xi_u has prior shape a' and appears as the rate of K Gamma(a, xi_u) weights, each adding a to the shape.",
+        "stationarity", _stationarity_check("kappa", _printed_kappa_shape),
+    ),
+    Erratum(
+        SEED001, "batch algorithm figure, step 2",
+        "kappa_u^rte = b' + sum_k (Psi(gamma_uk^shp) - log gamma_uk^rte)",
+        "kappa_u^rte = a'/b' + sum_k gamma_uk^shp / gamma_uk^rte",
+        "xi_u enters log p(theta_uk | xi_u) through -xi_u theta_uk, so its rate collects E[theta_uk], not E[log theta_uk]; the prior rate is a'/b' in the model used.",
+        "stationarity", _stationarity_check("kappa", _printed_kappa_rate),
+    ),
+    Erratum(
+        SEED001, "batch algorithm figure, initialisation",
+        "tau_i^shp = c + K c'",
+        "tau_i^shp = c' + K c",
+        "as for kappa: eta_i has prior shape c' and K Gamma(c, eta_i) children.",
+        "stationarity", _stationarity_check("tau", _printed_tau_shape),
+    ),
+    Erratum(
+        SEED001, "batch algorithm figure, step 3",
+        "tau_i^rte = d' + sum_k (Psi(lambda_ik^shp) - log lambda_ik^rte)",
+        "tau_i^rte = c'/d' + sum_k lambda_ik^shp / lambda_ik^rte",
+        "as for kappa: the rate collects E[beta_ik].",
+        "stationarity", _stationarity_check("tau", _printed_tau_rate),
+    ),
+    Erratum(
+        SEED001, "text, update of gamma_uk (and lambda_ik)",
+        "gamma_uk = <a + sum_i y_ui phi_uik, b + sum_i lambda_ik^shp / lambda_ik^rte>",
+        "gamma_uk = <a + sum_i y_ui phi_uik, kappa_u^shp / kappa_u^rte + sum_i lambda_ik^shp / lambda_ik^rte>",
+        "in the hierarchical model the rate of theta_uk is xi_u, so the update uses E[xi_u], not a constant b (the figure has it right).",
+        "stationarity", _stationarity_check("gamma", _printed_gamma_text),
+    ),
+)
+
+
+# ------------------------------------------------------------------------------
+# the registry's view of HPF (`validation.registry`)
+
+
+def real_data_problem(ratings, source: str, config: CrosscheckConfig = CROSSCHECK_DEFAULT):
+    """``crosscheck hpf --data``: the dense count matrix of the ``config.n_users`` most active users x
+    ``config.n_items`` most popular items of a ratings DataFrame, fitted with the paper's
+    hyperparameters. Returns (run_crosscheck kwargs, config, description). Source: project addition."""
+    import dataclasses
+
+    from . import datasets
+
+    y, _, _ = datasets.dense_submatrix(ratings, config.n_users, config.n_items)
+    config = dataclasses.replace(config, hyper=ppl.HPFHyper())
+    return {"y": y}, config, f"{source}: the {config.n_users} most active users x {config.n_items} most popular items"
+
+
+SPEC = registry.ModelSpec(
+    name="hpf",
+    solvers=(
+        registry.SolverSpec("cavi", "vi", run_crosscheck, CROSSCHECK_DEFAULT, "hpf",
+                            registry.lazy("custom_inference.hpf:ALGORITHM")),
+        registry.SolverSpec("gibbs", "exact", registry.lazy("validation.hpf_gibbs:run_crosscheck"), CROSSCHECK_DEFAULT,
+                            "hpf", registry.lazy("custom_inference.hpf_gibbs:ALGORITHM")),
+    ),
+    references=(registry.ReferenceSpec("hpf", nuts_reference, CROSSCHECK_DEFAULT),
+                registry.ReferenceSpec("hpf-small", nuts_reference, CROSSCHECK_SMALL),
+                registry.ReferenceSpec("hpf-bridge", nuts_reference, CROSSCHECK_BRIDGE)),
+    checks={"cavi_stationarity": lambda: update_checks(_small_data(), ERRATA_HYPER, 3),
+            "gibbs_conditionals": registry.lazy("validation.hpf_gibbs:conditional_checks", CROSSCHECK_DEFAULT.hyper)},
+    sbc={s: registry.lazy("validation.hpf_gibbs:sbc_adapters", s) for s in ("gibbs", "nuts", "cavi", "gibbs-printed")},
+    sbc_config=registry.lazy("validation.hpf_gibbs:SBCConfig"),
+    errata=(ERRATA, registry.lazy("validation.hpf_gibbs:ERRATA")),
+    bridge={"sites": ("theta", "xi", "beta", "eta"), "block": registry.lazy("validation.hpf_gibbs:numpyro_block"),
+            "hybrid": registry.lazy("validation.hpf_gibbs:run_hybrid")},
+    real_data=real_data_problem,
+)

@@ -33,7 +33,8 @@ from custom_inference.data import CountUnits, Observations
 from ppl_models import hpf as ppl
 
 from . import crosscheck as xc
-from .hpf import identifiable_quantities
+from .errata import Erratum
+from .hpf import ERRATA_HYPER, SEED001, identifiable_quantities
 from .updates import conditional_distance
 
 __all__ = [
@@ -42,9 +43,11 @@ __all__ = [
     "numpyro_block",
     "run_hybrid",
     "GibbsCrosscheckConfig",
+    "run_crosscheck",
     "run_gibbs_crosscheck",
     "sbc_adapters",
     "printed_conditionals_hyper",
+    "ERRATA",
 ]
 
 _TV_TOL = 1e-4  # quadrature error on a 20001-point log grid is ~1e-8; a wrong conditional gives > 1e-2
@@ -182,41 +185,53 @@ class GibbsCrosscheckConfig:
     thin: int = 10
 
 
-def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
-                         *, nuts: xc.NutsRun | None = None, progress: bool = False):
+def run_crosscheck(config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(), *,
+                   y: np.ndarray | None = None, nuts: xc.NutsRun | None = None, progress: bool = False,
+                   reference: str | None = None):
     """Gibbs against gated NUTS: both exact, so means must agree within Monte Carlo error.
 
+    ``config``: `validation.hpf.CrosscheckConfig` (data and NUTS; default the embedded problem,
+    whose NUTS reference "hpf" is stored, shared with the CAVI cross-check); ``y`` defaults to
+    `validation.hpf.simulated_data`; ``nuts`` reuses a finished NUTS run on ``y``; else
+    ``reference`` chooses stored or re-run (`validation.hpf.nuts_reference`).
     Returns a `validation.crosscheck.CrosscheckResult` (method "exact"; ``extra["update_table"]``:
     the conditionals against the program, ``extra["y"]``: the data). The verdict is
-    `compare_exact`'s on the expected rates, xi and eta. Both runs are gated: the Gibbs
-    draws' ESS-based MCSEs are only meaningful if they mix, so a Gibbs run that fails
-    the gates also makes the verdict inconclusive. ``nuts`` reuses a NUTS run.
+    `validation.crosscheck.exact_crosscheck`'s on the expected rates, xi and eta; both runs are
+    gated. Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
     """
     import time
 
     from . import hpf as vhpf
 
     config = config or vhpf.CROSSCHECK_DEFAULT
-    y = np.asarray(y, dtype=np.float64)
+    y = vhpf.simulated_data(config) if y is None else np.asarray(y, dtype=np.float64)
     data = Observations.from_dense(y)
     start = time.perf_counter()
-    g = gibbs.sample(data, config.hyper, config.n_components, num_chains=gibbs_config.num_chains,
+    g = gibbs.sample(config.seed, data, config.n_components, config.hyper, num_chains=gibbs_config.num_chains,
                      num_warmup=gibbs_config.num_warmup, num_samples=gibbs_config.num_samples,
-                     thin=gibbs_config.thin, seed=config.seed, progress=progress)
+                     thin=gibbs_config.thin, progress=progress)
     seconds = time.perf_counter() - start
     if nuts is None:
-        nuts = vhpf.run_nuts_reference(y, config, progress=progress)
-    nq, gq = identifiable_quantities(nuts.idata), identifiable_quantities(g)
-    combined = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi)
+        ref = vhpf.nuts_reference(config, y=y, reference=reference, progress=progress)
+    else:
+        settings = xc.NutsSettings.of(config)
+        ref = xc.from_run("hpf", nuts, identifiable_quantities, settings,
+                          xc.problem_key((y,), (config.n_components, config.hyper), settings))
     solver_line = (f"{gibbs_config.num_chains} chains x ({gibbs_config.num_warmup} warmup + "
                    f"{gibbs_config.num_samples} x {gibbs_config.thin} sweeps, thinned by {gibbs_config.thin}), "
                    f"{seconds:.1f} s, {g.posterior.attrs['seconds_per_sweep'] * 1e3:.2f} ms per sweep of all chains")
-    return xc.CrosscheckResult(
-        model="hpf", solver="HPF Gibbs", method="exact", verdict=xc.compare_exact(gq, nq, combined),
-        solver_quantities=gq, nuts_quantities=nq, solver_seconds=seconds, nuts_seconds=nuts.seconds, config=config,
-        settings={**vhpf.crosscheck_settings(y, config, nuts), "Gibbs": solver_line},
-        extra={"y": y, "update_table": conditional_checks(config.hyper)}, solver_idata=g, nuts_idata=nuts.idata,
+    return xc.exact_crosscheck(
+        model="hpf", solver="HPF Gibbs", ref=ref, solver_quantities=identifiable_quantities(g), solver_seconds=seconds,
+        config=config, settings={**vhpf.crosscheck_settings(y, config), "Gibbs": solver_line},
+        extra={"y": y, "update_table": conditional_checks(config.hyper)}, solver_idata=g,
     )
+
+
+def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
+                         *, nuts: xc.NutsRun | None = None, progress: bool = False, reference: str | None = None):
+    """`run_crosscheck` on the count matrix ``y`` (I, J) (the older signature, kept for notebooks).
+    Source: project addition."""
+    return run_crosscheck(config, gibbs_config, y=y, nuts=nuts, progress=progress, reference=reference)
 
 
 def printed_conditionals_hyper(hyper) -> ppl.HPFHyper:
@@ -313,14 +328,78 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
         data = Observations.from_dense(y)
         if solver in ("gibbs", "gibbs-printed"):
             hyper = c.hyper if solver == "gibbs" else printed_conditionals_hyper(c.hyper)
-            idata = gibbs.sample(data, hyper, c.n_components, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
-                                 num_samples=c.gibbs_samples, thin=c.gibbs_thin, seed=seed, progress=False)
+            idata = gibbs.sample(seed, data, c.n_components, hyper, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
+                                 num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=False)
         elif solver == "nuts":
             return _nuts_draws(y, seed)
         else:
-            idata = cavi.fit(data, c.hyper, c.n_components, seed=seed, max_iter=c.cavi_max_iter, tol=1e-8,
-                             n_draws=c.n_q_draws, progress=False)
+            idata = cavi.fit(seed, data, c.n_components, c.hyper, max_iter=c.cavi_max_iter, tol=1e-8,
+                             n_draws=c.n_q_draws, progress=False).idata
         post = arviz_io.group_arrays(idata)
         return {n: post[n].reshape(-1, *post[n].shape[2:]) for n in ("theta", "xi", "beta", "eta")}
 
     return simulate, fit, hpf_functionals()
+
+
+# ------------------------------------------------------------------------------
+# errata of seed 001, complete conditionals (run by `validation.errata.run_errata`)
+#
+# "conditional": the closed-form complete conditional must equal the brute-force normalized
+# conditional on a grid (total-variation distance below 1e-4).
+
+_ERRATA_TV_TOL = 1e-4
+# -- complete conditionals on a grid -----------------------------------------------
+
+
+def _xi_conditional_check(form: str):
+    """xi_u | theta_u under the model's prior Ga(a', a'/b'): printed Ga(a' + K a, b' + sum theta)."""
+    rng = np.random.default_rng(0)
+    h, k = ERRATA_HYPER, 3
+    theta = rng.gamma(h.a, 1.0, size=k)
+    grid = np.geomspace(1e-6, 60, 20001)
+
+    def log_unnorm(x):
+        prior = stats.gamma.logpdf(x, h.a_prime, scale=h.b_prime / h.a_prime)
+        return prior + stats.gamma.logpdf(theta[None, :], h.a, scale=1.0 / x[:, None]).sum(axis=1)
+
+    prior_rate = h.b_prime if form == "printed" else h.a_prime / h.b_prime
+    claimed = lambda x: stats.gamma.logpdf(x, h.a_prime + k * h.a, scale=1.0 / (prior_rate + theta.sum()))  # noqa: E731
+    tv = conditional_distance(log_unnorm, claimed, grid)
+    return tv < _ERRATA_TV_TOL, tv
+
+
+def _beta_conditional_check(form: str):
+    """beta_ik | eta_i, theta, z: printed Ga(a + sum_u z_uik, eta_i + sum theta_uk); shape must be c."""
+    rng = np.random.default_rng(1)
+    h, n_users = ERRATA_HYPER, 6
+    eta = 1.3
+    theta_k = rng.gamma(1.0, 1.0, size=n_users)
+    z_k = rng.poisson(2.0, size=n_users)
+    grid = np.geomspace(1e-8, 40, 20001)
+
+    def log_unnorm(x):
+        prior = stats.gamma.logpdf(x, h.c, scale=1.0 / eta)
+        return prior + stats.poisson.logpmf(z_k[None, :], theta_k[None, :] * x[:, None]).sum(axis=1)
+
+    shape = (h.a if form == "printed" else h.c) + z_k.sum()
+    claimed = lambda x: stats.gamma.logpdf(x, shape, scale=1.0 / (eta + theta_k.sum()))  # noqa: E731
+    tv = conditional_distance(log_unnorm, claimed, grid)
+    return tv < _ERRATA_TV_TOL, tv
+
+
+ERRATA: tuple[Erratum, ...] = (
+    Erratum(
+        SEED001, "complete conditional of xi_u",
+        "xi_u | theta ~ Ga(a' + K a, b' + sum_k theta_uk)",
+        "xi_u | theta ~ Ga(a' + K a, a'/b' + sum_k theta_uk)",
+        "the printed form is the conditional under a prior rate b'; the published HPF model and hpfrec use prior Ga(a', a'/b') (mean b'), whose conditional has rate a'/b' + sum theta. A convention clash rather than an algebra slip.",
+        "conditional", _xi_conditional_check,
+    ),
+    Erratum(
+        SEED001, "complete conditional of beta_ik (eq. item-weight-cc)",
+        "beta_ik | theta, eta, z ~ Ga(a + sum_u z_uik, eta_i + sum_i theta_uk)",
+        "beta_ik | theta, eta, z ~ Ga(c + sum_u z_uik, eta_i + sum_u theta_uk)",
+        "the item weights have prior shape c (the printed a is the users'), and the exposure sum runs over users.",
+        "conditional", _beta_conditional_check,
+    ),
+)

@@ -593,7 +593,8 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             import jax
 
-            params = bpr.fit(jax.random.key(int(seed)), train, sampling=sampling, **kw)
+            params = bpr.fit(jax.random.key(int(seed)), train, kw["n_factors"], bpr.BPRHyper(kw["reg"], kw.get("bias_reg")),
+                             sampling=sampling, **{k: v for k, v in kw.items() if k not in ("n_factors", "reg", "bias_reg")}).state
             return lambda users: np.asarray(bpr.score_users(params, users))
 
         return factory
@@ -681,7 +682,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
     def rg_fit(train: Observations, seed: int, r_value: float):
         key = (id(train), int(seed), float(r_value))
         if key not in fits or fits[key][0] is not train:
-            res = rg_solver.fit(train, RGHyper(r=float(r_value)), r["K"], seed=int(seed), max_iter=r["max_iter"],
+            res = rg_solver.fit(int(seed), train, r["K"], RGHyper(r=float(r_value)), max_iter=r["max_iter"],
                                 dtype=dtype, n_draws=0, progress=False, warm_start=r["warm_start"])
             fits[key] = (train, res)
         return fits[key][1]
@@ -689,7 +690,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
     def rg_system(kind: str, r_value: float) -> SystemFactory:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             res = rg_fit(train, seed, r_value)
-            return lambda users: rg_solver.score_users(res.state, users, kind=kind, pi=res.pi)
+            return lambda users: rg_solver.score_users(res.state, users, kind=kind, pi=rg_solver.histogram_of(res)[0])
 
         factory.scores_like_probability = kind == "like"
         return factory

@@ -139,7 +139,7 @@ def _run_sbmf(split, K, cfg, key, progress):
     dtype = np.dtype(cfg.dtype)
     test = split.test
     idata = sbmf.sample(key, split.train.astype(dtype), K, SBMFHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                        num_samples=cfg.gibbs_samples, progress=progress, keep=("tau",),
+                        num_samples=cfg.gibbs_samples, progress=progress, keep=("tau", "pred"),
                         predict_at=(np.asarray(test.rows), np.asarray(test.cols)), dtype=dtype)
     post = arviz_io.group_arrays(idata)
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
@@ -154,8 +154,8 @@ def _run_bpmf(split, K, cfg, key, progress):
     centered = type(train)(train.rows, train.cols, (np.asarray(train.values) - offset).astype(dtype), train.n_rows,
                            train.n_cols)
     seed = int(jax.random.randint(key, (), 0, 2 ** 30))
-    idata = bpmf.sample(centered, BPMFHyper(), K, num_chains=1, num_warmup=cfg.gibbs_warmup,
-                        num_samples=cfg.gibbs_samples, seed=seed, dtype=dtype, keep=("U", "V"), progress=progress)
+    idata = bpmf.sample(seed, centered, K, BPMFHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
+                        num_samples=cfg.gibbs_samples, dtype=dtype, keep=("U", "V"), progress=progress)
     post = arviz_io.group_arrays(idata)
     U, V = post["U"][0], post["V"][0]
     rows, cols = np.asarray(split.test.rows), np.asarray(split.test.cols)
@@ -218,7 +218,7 @@ def _run_ovbfm(designs, K, cfg, key, progress):
 
         def epoch(s, i):
             for b in vbfm.make_batches(rng, train, cfg.ovbfm_batches):
-                s = vbfm.svi_step(None, s, d, None, b, counter[0], lam=cfg.ovbfm_lam)
+                s, _ = vbfm.svi_step(None, s, d, None, b, counter[0], lam=cfg.ovbfm_lam)
                 counter[0] += 1
             return s, None  # no ELBO: runs all epochs
 
@@ -227,11 +227,11 @@ def _run_ovbfm(designs, K, cfg, key, progress):
 
 def _run_sgd(designs, K, cfg, key, progress):
     train, test = designs
-    res = fm_sgd.fit(key, train, K, cfg.sgd_learning_rate, cfg.sgd_reg, cfg.sgd_epochs, dtype=np.dtype(cfg.dtype),
-                     test=test)
-    per = res.seconds / cfg.sgd_epochs
+    res = fm_sgd.fit(key, train, K, cfg.sgd_reg, learning_rate=cfg.sgd_learning_rate, n_epochs=cfg.sgd_epochs,
+                     dtype=np.dtype(cfg.dtype), test=test)
+    per = res.idata.sgd_trace.attrs["seconds"] / cfg.sgd_epochs
     it = np.arange(1, cfg.sgd_epochs + 1)
-    return it, it * per, np.asarray(res.test_rmse, float), per
+    return it, it * per, np.asarray(res.idata.sgd_trace["test_rmse"], float), per
 
 
 _RUNNERS = {"sbmf": (_run_sbmf, "split"), "bpmf": (_run_bpmf, "split"), "mcmc-fm": (_run_mcmc_fm, "fm"),

@@ -38,28 +38,61 @@ def _save(fig, out: Path, name: str) -> str:
     return name
 
 
-def _means_scatter(nuts: dict, vi: dict, out: Path, label: str = "CAVI (q)") -> str:
-    fig, axes = plt.subplots(1, len(nuts), figsize=(4.2 * len(nuts), 4))
-    for ax, name in zip(np.atleast_1d(axes), nuts):
-        m_n = nuts[name].reshape(-1, nuts[name].shape[-1]).mean(axis=0)
-        m_v = vi[name].reshape(-1, vi[name].shape[-1]).mean(axis=0)
+def _nuts_moments(result, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """NUTS posterior means and sds (Q,) of a group: from the reference's summaries (of the full
+    draws, also when only thinned draws are stored), else from the draws."""
+    ref = getattr(result, "reference", None)
+    if ref is not None and name in ref.summary:
+        return np.asarray(ref.summary[name].mean), np.asarray(ref.summary[name].sd)
+    d = np.asarray(result.nuts_quantities[name])
+    d = d.reshape(-1, d.shape[-1])
+    return d.mean(axis=0), d.std(axis=0)
+
+
+def _solver_moments(result, name: str) -> tuple[np.ndarray, np.ndarray]:
+    d = np.asarray(result.solver_quantities[name])
+    d = d.reshape(-1, d.shape[-1])
+    return d.mean(axis=0), d.std(axis=0)
+
+
+def _reference_lines(result) -> list[str]:
+    ref = getattr(result, "reference", None)
+    if ref is None or not ref.stored:
+        return []
+    p = ref.provenance
+    versions = ", ".join(f"{k} {v}" for k, v in p.get("versions", {}).items())
+    return [f"- NUTS reference: stored `{Path(ref.source).name}` (made {p.get('created', '?')}; {versions}); "
+            f"gates re-checked on its stored diagnostics; re-run with `reference=\"rerun\"`"]
+
+
+def _per_group(result, out: Path, name: str, height: float, draw) -> str:
+    """One panel per compared group: ``draw(ax, group, (nuts means, sds), (solver means, sds))``."""
+    groups = list(result.nuts_quantities)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), height))
+    for ax, g in zip(np.atleast_1d(axes), groups):
+        draw(ax, g, _nuts_moments(result, g), _solver_moments(result, g))
+    return _save(fig, out, name)
+
+
+def _means_scatter(result, out: Path, label: str = "CAVI (q)") -> str:
+    def draw(ax, g, nuts, solver):
+        m_n, m_v = nuts[0], solver[0]
         ax.loglog(m_n, m_v, ".", ms=3, alpha=0.6)
         lo, hi = min(m_n.min(), m_v.min()), max(m_n.max(), m_v.max())
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        ax.set_xlabel(f"NUTS posterior mean of {name}")
-        ax.set_ylabel(f"{label} mean of {name}")
-    return _save(fig, out, "means_scatter.png")
+        ax.set_xlabel(f"NUTS posterior mean of {g}")
+        ax.set_ylabel(f"{label} mean of {g}")
+
+    return _per_group(result, out, "means_scatter.png", 4, draw)
 
 
-def _sd_ratio_hist(nuts: dict, vi: dict, out: Path, label: str = "VI") -> str:
-    fig, axes = plt.subplots(1, len(nuts), figsize=(4.2 * len(nuts), 3.4))
-    for ax, name in zip(np.atleast_1d(axes), nuts):
-        s_n = nuts[name].reshape(-1, nuts[name].shape[-1]).std(axis=0)
-        s_v = vi[name].reshape(-1, vi[name].shape[-1]).std(axis=0)
-        ax.hist(np.log2(s_v / s_n), bins=40)
+def _sd_ratio_hist(result, out: Path, label: str = "VI") -> str:
+    def draw(ax, g, nuts, solver):
+        ax.hist(np.log2(solver[1] / nuts[1]), bins=40)
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_xlabel(f"log2(sd {label} / sd NUTS), {name}")
-    return _save(fig, out, "sd_ratio.png")
+        ax.set_xlabel(f"log2(sd {label} / sd NUTS), {g}")
+
+    return _per_group(result, out, "sd_ratio.png", 3.4, draw)
 
 
 def _elbo_curve(elbo: np.ndarray, out: Path, name: str = "elbo.png") -> str:
@@ -72,15 +105,18 @@ def _elbo_curve(elbo: np.ndarray, out: Path, name: str = "elbo.png") -> str:
     return _save(fig, out, name)
 
 
-def _rank_plots(nuts: dict, out: Path) -> str:
-    """Rank plots of the compared quantity with the worst R-hat in each group."""
+def _rank_plots(result, out: Path) -> str:
+    """Rank plots of the compared quantity with the worst R-hat in each group (R-hat of the full
+    draws; a stored reference plots its thinned draws)."""
     picks, names = [], []
-    for name, draws in nuts.items():
-        d = arviz_io.diagnostics(draws)
-        q = int(np.argmax(d["r_hat"]))
-        picks.append(draws[:, :, q])
-        names.append(f"{name}[{q}] (R-hat {d['r_hat'][q]:.3f})")
-    stacked = np.stack(picks, axis=-1)
+    ref = getattr(result, "reference", None)
+    for name, draws in result.nuts_quantities.items():
+        r_hat = ref.summary[name].r_hat if ref is not None and name in ref.summary else arviz_io.diagnostics(draws)["r_hat"]
+        q = int(np.argmax(r_hat))
+        picks.append(np.asarray(draws)[:, :, q])
+        names.append(f"{name}[{q}] (R-hat {r_hat[q]:.3f})")
+    n = min(p.shape[1] for p in picks)  # stored references thin each group to its own length
+    stacked = np.stack([p[:, np.linspace(0, p.shape[1] - 1, n).round().astype(int)] for p in picks], axis=-1)
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2))
     arviz_io.plot_rank(stacked, names, ax=np.atleast_1d(axes))
     return _save(fig, out, "nuts_rank.png")
@@ -118,7 +154,8 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
         "## Data and settings", "",
         *(f"- {k}: {s}" for k, s in result.settings.items()),
         f"- time: solver {result.solver_seconds:.1f} s, NUTS {result.nuts_seconds:.1f} s",
-        f"- config: {result.config}", "",
+        f"- config: {result.config}",
+        *_reference_lines(result), "",
         "## Convergence gates (ArviZ, on the compared quantities)", "",
         "Thresholds: rank-normalized R-hat <= 1.01 with >= 4 chains, bulk and tail ESS >= 400, "
         "no divergences, E-BFMI >= 0.3.", "",
@@ -126,9 +163,9 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
         f"NUTS divergences: {v.gates.divergences}; E-BFMI per chain: " + ", ".join(f"{b:.2f}" for b in v.gates.bfmi), "",
         f"## {heading}", "", rule, "",
         markdown_table(v.table), "",
-        f"![posterior means]({_means_scatter(result.nuts_quantities, result.solver_quantities, out, label)})", "",
-        f"![sd ratios]({_sd_ratio_hist(result.nuts_quantities, result.solver_quantities, out, label)})", "",
-        f"![NUTS rank plots]({_rank_plots(result.nuts_quantities, out)})", "",
+        f"![posterior means]({_means_scatter(result, out, label)})", "",
+        f"![sd ratios]({_sd_ratio_hist(result, out, label)})", "",
+        f"![NUTS rank plots]({_rank_plots(result, out)})", "",
     ]
     if result.extra.get("elbo") is not None:
         lines += ["## VI convergence", "", f"![ELBO]({_elbo_curve(np.asarray(result.extra['elbo']), out)})", ""]

@@ -25,7 +25,7 @@ from custom_inference.logistic import jj_lambda
 from ppl_models import rg as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
+from . import registry
 from . import updates
 from .errata import Erratum
 
@@ -42,7 +42,8 @@ __all__ = [
     "monte_carlo_elbo_check",
     "CrosscheckConfig",
     "identifiable_quantities",
-    "vector_gap",
+    "crosscheck_problem",
+    "nuts_reference",
     "run_crosscheck",
     "evaluate_movielens",
     "ERRATA",
@@ -98,7 +99,7 @@ def warm_state(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale: f
     coupling of the vector updates is material; the init's 0.1 leaves it near 0), then ``sweeps``
     batch sweeps on ``graph`` (not a fixed point)."""
     g = _jnp(graph)
-    state = rg.init(jax.random.PRNGKey(seed), g, hyper, K, dtype=jnp.float64)
+    state = rg.init(jax.random.PRNGKey(seed), g, K, hyper, dtype=jnp.float64)
     rng = np.random.default_rng(seed)
     state = state._replace(u_h=state.u_prec * scale * rng.standard_normal(state.u_h.shape),
                            v_h=state.v_prec * scale * rng.standard_normal(state.v_h.shape))
@@ -210,7 +211,7 @@ def monotone_check(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 30, rto
 
     with jax.enable_x64(True):
         g = _jnp(graph)
-        state = rg.init(jax.random.PRNGKey(seed), g, hyper, K, dtype=jnp.float64)
+        state = rg.init(jax.random.PRNGKey(seed), g, K, hyper, dtype=jnp.float64)
         return updates.monotone_sweeps(lambda s: rg._elbo_jit(s, g, hyper), sweep, state, sweeps, rtol=rtol)
 
 
@@ -464,43 +465,60 @@ def identifiable_quantities(post: dict, graph, clamp: bool) -> dict[str, np.ndar
     return out
 
 
-def vector_gap(nuts_draws, vi_draws, name: str, names=None) -> pd.DataFrame:
-    """VI gap per scalar of a group (chain, draw, Q): NUTS and VI means and sds, standardized error
-    |m_VI - m_NUTS| / sd_NUTS, sd ratio, and whether the NUTS mean lies in the VI central 90% interval."""
-    n = np.asarray(nuts_draws, np.float64).reshape(-1, np.shape(nuts_draws)[-1])
-    v = np.asarray(vi_draws, np.float64).reshape(-1, np.shape(vi_draws)[-1])
-    lo, hi = np.quantile(v, [0.05, 0.95], axis=0)
-    mn, mv = n.mean(0), v.mean(0)
-    sn, sv = n.std(0, ddof=1), v.std(0, ddof=1)
-    names = names or [f"{name}[{q}]" for q in range(mn.size)]
-    return pd.DataFrame({"quantity": names, "nuts_mean": mn, "vi_mean": mv, "nuts_sd": sn, "vi_sd": sv,
-                         "std_error": np.abs(mv - mn) / sn, "sd_ratio": sv / sn,
-                         "nuts_mean_in_vi90": (mn >= lo) & (mn <= hi)})
-
-
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> xc.CrosscheckResult:
-    """RG VB on one fixed sampled H (batch sweeps to tol 1e-10, best of ``vi_restarts`` by ELBO) against
-    ArviZ-gated NUTS on `ppl_models.rg.model` with the same H.
-
-    Compared: sigmoid(u.v + b) on every edge (`validation.crosscheck.compare_vi`: the verdict, NUTS
-    gated on these probabilities), the identified biases and the hyperparameters (`vector_gap`
-    tables, each with its own NUTS gate in ``nuts_gates_passed``), and the MacKay like probability
-    (19) of q against the NUTS posterior mean of sigma(a) (median absolute difference). NUTS runs the
-    same model with u, v, b non-centred (``LocScaleReparam``).
-
-    Returns a `validation.crosscheck.CrosscheckResult` (method "vi"): ``nuts_quantities`` /
-    ``solver_quantities`` hold the positive groups ``prob`` and ``tau`` (plotted on log axes);
-    ``extra`` the centred bias draws (``nuts_biases`` / ``solver_biases``), ``bias_table``,
-    ``tau_table``, ``mackay_abs_error``, ``update_table``, ``dense_table`` and the ``graph``.
-    """
+def crosscheck_problem(config: "CrosscheckConfig"):
+    """The fixed graph of the cross-check (`planted_problem` or `small_problem`, by ``config.problem``).
+    Raises ValueError on another ``config.problem``. Source: project addition."""
     h = config.hyper
     if config.problem == "planted":
-        graph = planted_problem(config.seed, config.n_users, config.n_items, config.K, h_fraction=config.h_fraction,
-                                scale=config.scale, clamp_user_bias=h.clamp_user_bias)
-    elif config.problem == "sampled":
-        _, _, graph = small_problem(config.seed, config.n_users, config.n_items, config.density, h.r)
-    else:
-        raise ValueError(f"config.problem must be 'planted' or 'sampled', got {config.problem!r}")
+        return planted_problem(config.seed, config.n_users, config.n_items, config.K, h_fraction=config.h_fraction,
+                               scale=config.scale, clamp_user_bias=h.clamp_user_bias)
+    if config.problem == "sampled":
+        return small_problem(config.seed, config.n_users, config.n_items, config.density, h.r)[2]
+    raise ValueError(f"config.problem must be 'planted' or 'sampled', got {config.problem!r}")
+
+
+def nuts_reference(config: "CrosscheckConfig" = None, *, reference: str | None = None, progress: bool = False):
+    """The NUTS reference "rg" of the cross-check problem (`validation.references.Reference`): stored
+    when one matches the graph and settings, else a fresh NumPyro NUTS run on `ppl_models.rg.model`
+    with u, v, b non-centred (``LocScaleReparam``: the same model, x = z / sqrt(tau), against the tau
+    funnels). Compared: `identifiable_quantities`. Source: project addition."""
+    from numpyro.handlers import reparam
+    from numpyro.infer.reparam import LocScaleReparam
+
+    config = CrosscheckConfig() if config is None else config
+    h, graph = config.hyper, crosscheck_problem(config)
+    clamp, E = h.clamp_user_bias, graph.n_edges
+    users, items, g = (np.asarray(a)[:E] for a in (graph.users, graph.items, graph.g))
+    settings = xc.NutsSettings.of(config)
+    key = xc.problem_key((users, items, g), (graph.n_users, graph.n_items, config.K, h), settings)
+    sites = ["u", "v", "b_item"] + ([] if clamp else ["b_user"])
+    model = reparam(ppl.model, config={s_: LocScaleReparam(0) for s_ in sites})
+    run = lambda: xc.run_nuts(  # noqa: E731
+        model, jnp.asarray(users), jnp.asarray(items), jnp.asarray(g), graph.n_users, graph.n_items, config.K, h,
+        seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
+        num_samples=config.num_samples, target_accept=config.target_accept, progress=progress)
+    return xc.nuts_reference("rg", key, settings, run,
+                             lambda idata: identifiable_quantities(arviz_io.group_arrays(idata), graph, clamp),
+                             reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
+                   reference: str | None = None) -> xc.CrosscheckResult:
+    """RG VB on one fixed sampled H (batch sweeps to tol 1e-10, best of ``vi_restarts`` by ELBO) against
+    ArviZ-gated NUTS on `ppl_models.rg.model` with the same H (`nuts_reference`: stored when it matches).
+
+    Compared (`validation.crosscheck.vi_crosscheck`): sigmoid(u.v + b) on every edge (the verdict, NUTS
+    gated on these probabilities), the identified biases and the hyperparameters (`vi_gap` tables
+    ``extra["b_item_centered_table"]`` (and ``b_user_shifted_table``), ``extra["tau_table"]``, each
+    with its own NUTS gate in ``nuts_gates_passed``), and the MacKay like probability (19) of q
+    against the NUTS posterior mean of sigma(a) (``extra["mackay_abs_error"]``, median absolute
+    difference). Returns a `validation.crosscheck.CrosscheckResult` (method "vi"): ``nuts_quantities``
+    / ``solver_quantities`` hold the positive groups ``prob`` and ``tau`` (plotted on log axes);
+    ``extra`` also the ``update_table``, ``dense_table`` and the ``graph``. Raises ValueError on a bad
+    ``config.problem`` or ``reference``. Source: ../shared/DESIGN.md, level 2; seed 003 eq. 19.
+    """
+    h = config.hyper
+    graph = crosscheck_problem(config)
     clamp = h.clamp_user_bias
     start = time.perf_counter()
     with jax.enable_x64(True):
@@ -508,7 +526,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
         best, best_val = None, -np.inf
         elbos = []
         for r in range(config.vi_restarts):
-            state = rg.init(jax.random.PRNGKey(config.seed + 100 * r), g, h, config.K, dtype=jnp.float64)
+            state = rg.init(jax.random.PRNGKey(config.seed + 100 * r), g, config.K, h, dtype=jnp.float64)
             prev = float(rg.elbo(state, g, h))
             for _ in range(5000):
                 state, info = rg.step(None, state, g, h)
@@ -524,45 +542,20 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
         users, items = np.asarray(graph.users)[:E], np.asarray(graph.items)[:E]
         mackay = np.asarray(rg.like_probability(best, users, items))
     vi_post = {k: v for k, v in rg.draws_from_q(config.seed, best, config.n_vi_draws).items()}
-    # non-centred u, v, b for NUTS (same model: x = z / sqrt(tau)), against the tau funnels
-    from numpyro.handlers import reparam
-    from numpyro.infer.reparam import LocScaleReparam
-
-    sites = ["u", "v", "b_item"] + ([] if clamp else ["b_user"])
-    model = reparam(ppl.model, config={s_: LocScaleReparam(0) for s_ in sites})
-    nuts = xc.run_nuts(model, jnp.asarray(users), jnp.asarray(items), jnp.asarray(np.asarray(graph.g)[:E]),
-                       graph.n_users, graph.n_items, config.K, h, seed=config.seed, num_chains=config.num_chains,
-                       num_warmup=config.num_warmup, num_samples=config.num_samples,
-                       target_accept=config.target_accept, progress=progress)
-    nq = identifiable_quantities(arviz_io.group_arrays(nuts.idata), graph, clamp)
+    ref = nuts_reference(config, reference=reference, progress=progress)
     vq = identifiable_quantities(vi_post, graph, clamp)
-    # the verdict is on the like probabilities, gated on them; biases and tau get their own gates
-    gate = gates_mod.nuts_gates({"prob": nq["prob"]}, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    verdict = xc.compare_vi({"prob": nq["prob"]}, {"prob": vq["prob"]}, gate)
     bias_groups = ["b_item_centered"] + ([] if clamp else ["b_user_shifted"])
-    bias = []
-    for b in bias_groups:
-        t = vector_gap(nq[b], vq[b], b)
-        t["nuts_gates_passed"] = gates_mod.nuts_gates({b: nq[b]}, divergences=nuts.divergences, bfmi=nuts.bfmi).passed
-        bias.append(t)
     tau_names = ["tau_u", "tau_v", "tau_bv"] + ([] if clamp else ["tau_bu"])
-    mackay_err = float(np.median(np.abs(mackay - nq["prob"].reshape(-1, E).mean(0))))
-    settings = (f"RG VB on one fixed H ({E} edges, {int(np.asarray(graph.g).sum())} observed): best of "
-                f"{config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.3f}' for e in elbos)}), tol 1e-10, "
-                f"{vi_seconds:.1f} s; hyper {tuple(h)}; {config.n_vi_draws} draws from q; NUTS {nuts.seconds:.0f} s")
-    tau_table = vector_gap(nq["tau"], vq["tau"], "tau", tau_names)
-    tau_table["nuts_gates_passed"] = gates_mod.nuts_gates({"tau": nq["tau"]}, divergences=nuts.divergences,
-                                                          bfmi=nuts.bfmi).passed
-    pos = ("prob", "tau")  # positive quantities (what the report plots on log axes)
-    return xc.CrosscheckResult(
-        model="rg", solver="RG VB (q)", method="vi", verdict=verdict, solver_quantities={k: vq[k] for k in pos},
-        nuts_quantities={k: nq[k] for k in pos}, solver_seconds=vi_seconds, nuts_seconds=nuts.seconds, config=config,
-        settings={"runs": settings},
-        extra={"bias_table": pd.concat(bias, ignore_index=True), "tau_table": tau_table,
-               "mackay_abs_error": mackay_err, "update_table": update_checks(graph, config.K, h),
-               "dense_table": dense_twin_checks(graph, config.K, h), "graph": graph,
-               "nuts_biases": {k: nq[k] for k in bias_groups}, "solver_biases": {k: vq[k] for k in bias_groups}},
-        nuts_idata=nuts.idata)
+    settings = {"runs": f"RG VB on one fixed H ({E} edges, {int(np.asarray(graph.g).sum())} observed): best of "
+                        f"{config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.3f}' for e in elbos)}), tol 1e-10, "
+                        f"{vi_seconds:.1f} s; hyper {tuple(h)}; {config.n_vi_draws} draws from q"}
+    return xc.vi_crosscheck(
+        model="rg", solver="RG VB (q)", ref=ref, solver_quantities=vq, solver_seconds=vi_seconds, config=config,
+        settings=settings, verdict_groups=["prob"], gap_groups={**{b: None for b in bias_groups}, "tau": tau_names},
+        plotted=["prob", "tau"],  # positive quantities (what the report plots on log axes)
+        extra={"mackay_abs_error": float(np.median(np.abs(mackay - ref.summary["prob"].mean))),
+               "update_table": update_checks(graph, config.K, h), "dense_table": dense_twin_checks(graph, config.K, h),
+               "graph": graph, "solver_biases": {b: vq[b] for b in bias_groups}})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -586,17 +579,17 @@ def evaluate_movielens(path, K: int = 20, hyper=ppl.RGHyper(), *, max_iter: int 
 
     split = split_leave_one_out(load_movielens(path), seed=seed)
     start = time.perf_counter()
-    res = rg.fit(split.train, hyper, K, seed=seed, max_iter=max_iter, tol=0.0, dtype=dtype, n_draws=0,
+    res = rg.fit(seed, split.train, K, hyper, max_iter=max_iter, tol=0.0, dtype=dtype, n_draws=0,
                  progress=progress)
     seconds = time.perf_counter() - start
     rows, ranks = [], {}
     for kind in ("like", "popularity", "popularity_like"):
-        fn = lambda users, kind=kind: rg.score_users(res.state, users, kind=kind, pi=res.pi)  # noqa: E731
+        fn = lambda users, kind=kind: rg.score_users(res.state, users, kind=kind, pi=rg.histogram_of(res)[0])  # noqa: E731
         r = ranks[kind] = rank_score(fn, split)
         rows.append({"score": kind, "mean_rank": float(np.nanmean(r)), "median_rank": float(np.nanmedian(r)),
                      "n_users": int(np.sum(np.isfinite(r)))})
     table = pd.DataFrame(rows)
-    table.attrs.update(seconds=seconds, n_iter=len(res.elbo) - 1, gamma=res.gamma, K=K, ranks=ranks)
+    table.attrs.update(seconds=seconds, n_iter=len(res.elbo) - 1, gamma=rg.histogram_of(res)[1], K=K, ranks=ranks)
     return table, res
 
 
@@ -628,4 +621,18 @@ ERRATA: tuple[Erratum, ...] = (
         "negatives concentrate on the most popular items instead of flattening them)",
         "histogram_max", _gamma_check,
     ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry's view of RG (`validation.registry`)
+
+SPEC = registry.ModelSpec(
+    name="rg",
+    solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "rg",
+                                 registry.lazy("custom_inference.rg:ALGORITHM")),),
+    references=(registry.ReferenceSpec("rg", nuts_reference, CrosscheckConfig),),
+    checks={"stationarity": lambda: update_checks(small_problem(0)[2], 3,
+                                                  ppl.RGHyper(alpha=2.0, beta=1.5, r=0.5, clamp_user_bias=False))},
+    errata=(ERRATA,),
 )

@@ -38,6 +38,7 @@ from custom_inference.gaussian import sample_ng_mean, sample_ng_precision
 from ppl_models import sbmf as ppl
 
 from . import crosscheck as xc
+from . import registry
 from .errata import Erratum
 from .updates import conditional_distance
 
@@ -50,6 +51,8 @@ __all__ = [
     "ERRATA",
     "CrosscheckConfig",
     "run_crosscheck",
+    "nuts_reference",
+    "run_nuts",
     "SBCConfig",
     "sbc_adapters",
     "sbmf_functionals",
@@ -454,9 +457,9 @@ class CrosscheckConfig:
     hyper: ppl.SBMFHyper = ppl.SBMFHyper()
     data_seed: int = 3
     seed: int = 0
-    nuts_chains: int = 4
-    nuts_warmup: int = 1000
-    nuts_samples: int = 1000
+    num_chains: int = 4
+    num_warmup: int = 1000
+    num_samples: int = 1000
     target_accept: float = 0.95
     nuts_sampler: str = "numpyro"
     gibbs_chains: int = 4
@@ -485,8 +488,9 @@ def _quantities(post, cells):
     return {"pred": np.asarray(pred, np.float64), "tau": np.asarray(post["tau"], np.float64)[..., None]}
 
 
-def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), progress: bool = False):
-    """PyMC NUTS on `ppl_models.sbmf.model`; returns (idata, divergences, bfmi, seconds)."""
+def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), progress: bool = False) -> xc.NutsRun:
+    """PyMC NUTS on `ppl_models.sbmf.model` (through NumPyro unless ``config.nuts_sampler`` is
+    "pymc"); returns a `validation.crosscheck.NutsRun`. Source: project addition."""
     import pymc as pm
 
     c = config
@@ -494,49 +498,55 @@ def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), p
     start = time.perf_counter()
     with m:
         kwargs = {"nuts_sampler": c.nuts_sampler} if c.nuts_sampler != "pymc" else {"cores": 1}
-        idata = pm.sample(draws=c.nuts_samples, tune=c.nuts_warmup, chains=c.nuts_chains, target_accept=c.target_accept,
+        idata = pm.sample(draws=c.num_samples, tune=c.num_warmup, chains=c.num_chains, target_accept=c.target_accept,
                           random_seed=c.seed, progressbar=progress, compute_convergence_checks=False, **kwargs)
     seconds = time.perf_counter() - start
     div = int(np.sum(idata.sample_stats["diverging"].values))
-    return idata, div, arviz_io.bfmi(idata), seconds
+    return xc.NutsRun(idata, div, arviz_io.bfmi(idata), seconds)
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False) -> xc.CrosscheckResult:
+def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
+                   progress: bool = False):
+    """The NUTS reference "sbmf" of the cross-check problem (`validation.references.Reference`):
+    stored when one matches the data, cells and settings, else a fresh `run_nuts`. Compared:
+    predicted means at the cells and tau. Source: project addition."""
+    c = config
+    _, obs, cells = crosscheck_data(c)
+    settings = xc.NutsSettings.of(c, sampler=f"pymc+{c.nuts_sampler}")
+    key = xc.problem_key((obs.rows, obs.cols, obs.values, *cells), (c.n_rows, c.n_cols, c.K, c.hyper), settings)
+    post = lambda idata: {k: idata.posterior[k].values for k in ("mu", "alpha", "beta", "U", "V", "tau")}  # noqa: E731
+    return xc.nuts_reference("sbmf", key, settings, lambda: run_nuts(obs, c, progress),
+                             lambda idata: _quantities(post(idata), cells), reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
+                   reference: str | None = None) -> xc.CrosscheckResult:
     """Gibbs against gated PyMC NUTS: both exact, so means must agree within Monte Carlo error.
 
     Compared: predicted means mu + alpha_i + beta_j + u_i . v_j at the observed cells and at
-    ``n_unobserved`` unobserved cells, and tau (never raw factor coordinates). NUTS is gated
-    by `validation.gates.nuts_gates`; the Gibbs run by the same R-hat/ESS gates (its MCSEs are
-    meaningful only if it mixes); either failing makes the verdict "inconclusive".
-    The verdict is `validation.crosscheck.compare_exact`'s (Bonferroni, 1% per group); returns a
-    `validation.crosscheck.CrosscheckResult` (method "exact").
+    ``n_unobserved`` unobserved cells, and tau (never raw factor coordinates). Both runs gated,
+    verdict by `validation.crosscheck.exact_crosscheck` (Bonferroni, 1% per group); NUTS is the
+    stored reference when it matches (``reference``, `nuts_reference`). Returns a
+    `validation.crosscheck.CrosscheckResult` (method "exact"). Raises ValueError on a bad
+    ``reference``. Source: ../shared/DESIGN.md, level 2.
     """
     c = config
     _, obs, cells = crosscheck_data(c)
-    idata_n, div, bfmi, nuts_seconds = run_nuts(obs, c, progress)
-    post_n = {k: idata_n.posterior[k].values for k in ("mu", "alpha", "beta", "U", "V", "tau")}
-    nq = _quantities(post_n, cells)
     start = time.perf_counter()
     g = gibbs.sample(c.seed, obs, c.K, c.hyper, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
                      num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=progress,
-                     keep=("mu", "tau"), predict_at=cells)
+                     keep=("mu", "tau", "pred"), predict_at=cells)
     gibbs_seconds = time.perf_counter() - start
     post_g = arviz_io.group_arrays(g)
-    gq = {"pred": post_g["pred"], "tau": post_g["tau"][..., None]}
-    combined = xc.exact_gates(nq, gq, divergences=div, bfmi=bfmi)
-    verdict = xc.compare_exact(gq, nq, combined)
     settings = {
         "data": f"{c.n_rows} x {c.n_cols}, {obs.values.shape[0]} observed cells, K = {c.K}; compared at "
                 f"{cells[0].size} cells (observed and unobserved) and tau",
-        "NUTS": f"PyMC ({c.nuts_sampler}) {c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), target accept "
-                f"{c.target_accept}, {nuts_seconds:.1f} s, {div} divergences",
-        "Gibbs": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
-                 f"{gibbs_seconds:.1f} s",
+        "Gibbs": xc.gibbs_line(c, gibbs_seconds),
     }
-    return xc.CrosscheckResult(model="sbmf", solver="SBMF Gibbs", method="exact", verdict=verdict,
-                               solver_quantities=gq, nuts_quantities=nq, solver_seconds=gibbs_seconds,
-                               nuts_seconds=nuts_seconds, config=c, settings=settings, solver_idata=g,
-                               nuts_idata=idata_n)
+    return xc.exact_crosscheck(
+        model="sbmf", solver="SBMF Gibbs", ref=nuts_reference(c, reference=reference, progress=progress),
+        solver_quantities={"pred": post_g["pred"], "tau": post_g["tau"][..., None]}, solver_seconds=gibbs_seconds,
+        config=c, settings=settings, solver_idata=g)
 
 
 # -- (e) SBC ------------------------------------------------------------------------------------
@@ -593,3 +603,17 @@ def sbc_adapters(config: SBCConfig = SBCConfig(), *, fit_hyper: ppl.SBMFHyper | 
         return {n: post[n].reshape(-1, *post[n].shape[2:]) for n in ("mu", "alpha", "beta", "U", "V", "tau")}
 
     return simulate, fit, sbmf_functionals()
+
+
+# -- the registry's view of SBMF (`validation.registry`) -------------------------------------------
+
+SPEC = registry.ModelSpec(
+    name="sbmf",
+    solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "sbmf",
+                                 registry.lazy("custom_inference.sbmf:ALGORITHM")),),
+    references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),),
+    checks={"conditionals": conditional_checks, "gauge": gauge_check, "cache": cache_check},
+    sbc={"gibbs": sbc_adapters},
+    sbc_config=SBCConfig,
+    errata=(ERRATA,),
+)

@@ -26,7 +26,7 @@ from custom_inference.logistic import jj_lambda
 from ppl_models import sibm as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
+from . import registry
 from . import updates
 from .errata import Erratum
 
@@ -49,6 +49,7 @@ __all__ = [
     "monte_carlo_kl_check",
     "CrosscheckConfig",
     "run_crosscheck",
+    "nuts_reference",
     "ERRATA",
 ]
 
@@ -83,7 +84,7 @@ def _jnp(data):
 def warm_state(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 2, init_mean_sd: float = 0.5):
     """A float64 state after ``sweeps`` batch sweeps (not a fixed point)."""
     d = _jnp(data)
-    state = sibm.init(jax.random.PRNGKey(seed), data, hyper, D, init_mean_sd=init_mean_sd, dtype=np.float64)
+    state = sibm.init(jax.random.PRNGKey(seed), data, D, hyper, init_mean_sd=init_mean_sd, dtype=np.float64)
     for _ in range(sweeps):
         state, _ = sibm.step(None, state, d, hyper)
     return state
@@ -232,7 +233,7 @@ def monotone_check(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: in
 
     with jax.enable_x64(True):
         d = _jnp(data)
-        state = sibm.init(jax.random.PRNGKey(seed), data, hyper, D, init_mean_sd=0.5, dtype=np.float64)
+        state = sibm.init(jax.random.PRNGKey(seed), data, D, hyper, init_mean_sd=0.5, dtype=np.float64)
         return updates.monotone_sweeps(lambda s: sibm.elbo(s, d, hyper), sweep, state, sweeps, rtol=rtol)
 
 
@@ -435,18 +436,18 @@ def svi_vs_batch(X, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int = 0, 
         data = sibm.as_binary(X)
         d = _jnp(data)
         key = jax.random.PRNGKey(seed)
-        q0 = sibm.init(key, data, hyper, D, init_mean_sd=0.5, dtype=np.float64)
+        q0 = sibm.init(key, data, D, hyper, init_mean_sd=0.5, dtype=np.float64)
         batch = sibm.fit(key, data, D, hyper, max_iter=batch_iter, tol=1e-13, progress=False, init_state=q0)
         I, J = X.shape
         rows, cols = (jnp.asarray(a.ravel()) for a in np.meshgrid(np.arange(I), np.arange(J), indexing="ij"))
         mu_b, s2_b = sibm.cell_moments(batch.state, rows, cols)
         sam = sibm.make_sampler(data, strategy, dtype=np.float64) if sampler is None else sampler
-        st = sibm.svi_init(q0, S)
+        st = sibm.svi_state(q0, S)
         k = jax.random.PRNGKey(seed + 1)
         dists, probs = [], []
         for t in range(max(n_iter)):
             k, kk = jax.random.split(k)
-            st = sibm.svi_step(kk, st, sam, d, hyper, S=S, tau=tau, kappa=kappa)
+            st, _ = sibm.svi_step(kk, st, d, hyper, sampler=sam, S=S, tau=tau, kappa=kappa)
             if t + 1 in n_iter:
                 mu_s, s2_s = sibm.cell_moments(st.params, rows, cols)
                 dists.append(float(jnp.sqrt(jnp.mean((mu_s - mu_b) ** 2))))
@@ -642,13 +643,32 @@ def nuts_probability_draws(post: dict, hyper) -> np.ndarray:
     return (1 / (1 + np.exp(-lg))).reshape(c, dr, -1)
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> xc.CrosscheckResult:
+def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
+                   progress: bool = False):
+    """The NUTS reference "sibm" of the cross-check problem (`validation.references.Reference`):
+    stored when one matches the matrix and settings, else a fresh NumPyro NUTS run on
+    `ppl_models.sibm.model`. Compared: ``prob`` (`nuts_probability_draws`). Source: project addition."""
+    c = config
+    X, _ = small_problem(c.seed, c.I, c.J, c.D, c.hyper, z=c.z)
+    settings = xc.NutsSettings.of(c)
+    key = xc.problem_key((X,), (c.D, c.hyper), settings)
+    run = lambda: xc.run_nuts(ppl.model, jnp.asarray(X), c.hyper, c.D, seed=c.seed, num_chains=c.num_chains,  # noqa: E731
+                              num_warmup=c.num_warmup, num_samples=c.num_samples, progress=progress)
+    return xc.nuts_reference("sibm", key, settings, run,
+                             lambda idata: {"prob": nuts_probability_draws(arviz_io.group_arrays(idata), c.hyper)},
+                             reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
+                   reference: str | None = None) -> xc.CrosscheckResult:
     """Batch VB (best of ``vi_restarts`` by ELBO) against ArviZ-gated NUTS on `ppl_models.sibm.model`.
 
     Compared: sigma(u_i . v_j + z) for every cell (identifiable; raw factors are not); verdict from
-    `validation.crosscheck.compare_vi` (standardized mean error, sd ratio and 90% coverage reported).
+    `validation.crosscheck.vi_crosscheck` (standardized mean error, sd ratio and 90% coverage
+    reported); NUTS is the stored reference when it matches (``reference``, `nuts_reference`).
     Also the MacKay prediction (eq. 5) of VB against the NUTS posterior mean probability
     (``extra["mackay_vs_nuts"]`` of the returned `validation.crosscheck.CrosscheckResult`, method "vi").
+    Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2; seed 002 eq. 5.
     """
     c = config
     X, data = small_problem(c.seed, c.I, c.J, c.D, c.hyper, z=c.z)
@@ -657,18 +677,13 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
         fits = [sibm.fit(jax.random.PRNGKey(c.seed + 100 * r), data, c.D, c.hyper, max_iter=c.vi_iter, tol=1e-12,
                          progress=False, init_mean_sd=0.5) for r in range(c.vi_restarts)]
     vi_seconds = time.perf_counter() - start
-    elbos = [float(f.elbo[-1]) for f in fits]
-    best = fits[int(np.argmax(elbos))]
-    nuts = xc.run_nuts(ppl.model, jnp.asarray(X), c.hyper, c.D, seed=c.seed, num_chains=c.num_chains,
-                       num_warmup=c.num_warmup, num_samples=c.num_samples, progress=progress)
-    nq = {"prob": nuts_probability_draws(arviz_io.group_arrays(nuts.idata), c.hyper)}
+    best, elbos = xc.best_restart(fits, [f.elbo[-1] for f in fits])
+    ref = nuts_reference(c, reference=reference, progress=progress)
     vq = {"prob": vi_probability_draws(best.state, c.n_vi_draws, c.seed)}
-    gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    verdict = xc.compare_vi(nq, vq, gate)
     with jax.enable_x64(True):
         rows, cols = (jnp.asarray(a.ravel()) for a in np.meshgrid(np.arange(c.I), np.arange(c.J), indexing="ij"))
         mackay = np.asarray(sibm.predict_proba(best.state, rows, cols))
-    nuts_mean = nq["prob"].reshape(-1, c.I * c.J).mean(axis=0)
+    nuts_mean = ref.summary["prob"].mean
     mk = pd.DataFrame([{"quantity": "MacKay p(x=1) (eq. 5) vs NUTS mean", "max_abs_diff": float(np.abs(mackay - nuts_mean).max()),
                         "mean_abs_diff": float(np.abs(mackay - nuts_mean).mean()),
                         "mc_mean_abs_diff": float(np.abs(vq["prob"][0].mean(axis=0) - nuts_mean).mean())}])
@@ -676,11 +691,20 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
         "data": f"{c.I} x {c.J} binary matrix (simulated, seed {c.seed}), D = {c.D}",
         "batch VB": f"best of {c.vi_restarts} restarts by ELBO ({', '.join(f'{e:.3f}' for e in elbos)}), "
                     f"tol 1e-12, {vi_seconds:.1f} s; {c.n_vi_draws} draws from q",
-        "NUTS": f"{c.num_chains} chains x ({c.num_warmup} + {c.num_samples}), {nuts.seconds:.1f} s",
     }
-    return xc.CrosscheckResult(model="sibm", solver="SIBM batch VB (q)", method="vi", verdict=verdict,
-                               solver_quantities=vq, nuts_quantities=nq, solver_seconds=vi_seconds,
-                               nuts_seconds=nuts.seconds, config=c, settings=settings,
-                               extra={"mackay_vs_nuts": mk, "elbo": np.asarray(best.elbo), "X": X,
-                                      "state": best.state},
-                               nuts_idata=nuts.idata)
+    return xc.vi_crosscheck(model="sibm", solver="SIBM batch VB (q)", ref=ref, solver_quantities=vq,
+                            solver_seconds=vi_seconds, config=c, settings=settings,
+                            extra={"mackay_vs_nuts": mk, "elbo": np.asarray(best.elbo), "X": X, "state": best.state})
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry's view of SIBM (`validation.registry`)
+
+SPEC = registry.ModelSpec(
+    name="sibm",
+    solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "sibm",
+                                 registry.lazy("custom_inference.sibm:ALGORITHM")),),
+    references=(registry.ReferenceSpec("sibm", nuts_reference, CrosscheckConfig),),
+    checks={"stationarity": lambda: update_checks(small_problem(0)[1], 2)},
+    errata=(ERRATA,),
+)

@@ -30,7 +30,7 @@ from custom_inference.fm_design import FMDesign
 from ppl_models import fm as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
+from . import registry
 from . import updates
 from .errata import Erratum
 
@@ -48,7 +48,7 @@ __all__ = [
     "model_flat_gamma_alpha",
     "CrosscheckConfig",
     "run_crosscheck",
-    "scalar_gap",
+    "nuts_reference",
     "crosscheck_design",
     "identifiable_quantities",
     "SMALL_DESIGN",
@@ -360,7 +360,7 @@ def svi_cavi_exact(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
         state = warm_state(design, K, hyper, seed=seed, sweeps=sweeps, alpha_prior=alpha_prior)
         cavi, _ = vbfm.step(None, state, d, update_hyper=update_hyper)
         batch = vbfm.make_batches(seed, d, 1)[0]
-        svi = vbfm.svi_step(None, state, d, None, batch, 0, lam=1.0, update_hyper=update_hyper)  # rho_0 = 1
+        svi, _ = vbfm.svi_step(None, state, d, None, batch, 0, lam=1.0, update_hyper=update_hyper)  # rho_0 = 1
     return updates.max_relative_difference(_flat_state(svi), _flat_state(cavi))
 
 
@@ -391,7 +391,7 @@ def svi_cavi_close(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
         out = {"elbo_cavi": float(cavi.elbo[-1])}
         dists = []
         for ep in epochs:
-            svi = vbfm.fit_svi(key, design, K, hyper, n_batches=n_batches, max_epochs=ep, lam=lam, seed=seed, **kw)
+            svi = vbfm.fit_svi(key, design, K, hyper, n_batches=n_batches, max_epochs=ep, lam=lam, **kw)
             m_s, _ = vbfm.predict(svi.state, d, noise=False)
             dists.append(float(np.sqrt(np.mean((m_s - m_c) ** 2))))
             out[f"elbo_svi_{ep}"] = float(svi.elbo[-1])
@@ -460,13 +460,37 @@ def identifiable_quantities(post: dict, design: FMDesign) -> dict[str, np.ndarra
     return {"pred": pred, "alpha": np.asarray(post["alpha"]).reshape(c, dr, 1)}
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> xc.CrosscheckResult:
+def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
+                   progress: bool = False):
+    """The NUTS reference "vbfm" of the cross-check problem (`validation.references.Reference`):
+    stored when one matches the design and settings, else a fresh NumPyro NUTS run on
+    `model_flat_gamma_alpha` with the hyperparameters fixed. Compared: ``pred`` and ``alpha``
+    (`identifiable_quantities`). Source: project addition."""
+    design = crosscheck_design(config)
+    h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
+    settings = xc.NutsSettings.of(config)
+    key = xc.problem_key((design.rows, design.cols, design.values, design.y, design.group),
+                         (design.n_rows, design.n_features, config.K, h, config.alpha_prior), settings)
+    run = lambda: xc.run_nuts(  # noqa: E731
+        model_flat_gamma_alpha, jnp.asarray(design.rows), jnp.asarray(design.cols), jnp.asarray(design.values),
+        design.n_rows, design.n_features, np.asarray(design.group), config.K, h, *config.alpha_prior,
+        jnp.asarray(design.y), seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
+        num_samples=config.num_samples, progress=progress, n_groups=design.n_groups)
+    return xc.nuts_reference("vbfm", key, settings, run,
+                             lambda idata: identifiable_quantities(arviz_io.group_arrays(idata), design),
+                             reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
+                   reference: str | None = None) -> xc.CrosscheckResult:
     """VBFM (best of ``vi_restarts`` by ELBO) against ArviZ-gated NUTS on `model_flat_gamma_alpha`.
 
-    Compared: every row's predictive mean yhat_n and alpha; verdict from
-    `validation.crosscheck.compare_vi` (sd ratios and 90% coverage reported). Returns a
-    `validation.crosscheck.CrosscheckResult` (method "vi"); its ``extra`` holds ``update_table``,
-    ``dense_table``, ``alpha_table`` (the alpha gap, reported, not gated), ``elbo`` and ``design``.
+    Compared: every row's predictive mean yhat_n (the verdict, `validation.crosscheck.vi_crosscheck`:
+    sd ratios and 90% coverage reported) and alpha (``extra["alpha_table"]``, a `vi_gap` table,
+    reported, not gated); NUTS is the stored reference when it matches (``reference``,
+    `nuts_reference`). Returns a `validation.crosscheck.CrosscheckResult` (method "vi"); its
+    ``extra`` also holds ``update_table``, ``dense_table``, ``elbo`` and ``design``.
+    Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
     """
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
@@ -474,49 +498,27 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     with jax.enable_x64(True):
         fits = [vbfm.fit(jax.random.PRNGKey(config.seed + 100 * r), design, config.K, h, max_iter=5000, tol=1e-10,
                          progress=False, alpha_prior=config.alpha_prior, update_hyper=False,
-                         n_draws=config.n_vi_draws, seed=config.seed + r)
+                         n_draws=config.n_vi_draws)
                 for r in range(config.vi_restarts)]
     vi_seconds = time.perf_counter() - start
-    elbos = [float(f.elbo[-1]) for f in fits]
-    best = fits[int(np.argmax(elbos))]
-    nuts = xc.run_nuts(
-        model_flat_gamma_alpha, jnp.asarray(design.rows), jnp.asarray(design.cols), jnp.asarray(design.values),
-        design.n_rows, design.n_features, np.asarray(design.group), config.K, h, *config.alpha_prior,
-        jnp.asarray(design.y), seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,
-        num_samples=config.num_samples, progress=progress, n_groups=design.n_groups,
-    )
-    nq = identifiable_quantities(arviz_io.group_arrays(nuts.idata), design)
-    vq = identifiable_quantities(arviz_io.group_arrays(best.idata), design)
-    gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    # compare_vi correlates log means across quantities: only meaningful for the N predictions;
-    # alpha (a single quantity) gets its own row in ``alpha_table``
-    verdict = xc.compare_vi({"pred": nq["pred"]}, {"pred": vq["pred"]}, gate)
+    best, elbos = xc.best_restart(fits, [f.elbo[-1] for f in fits])
     settings = {
         "data": f"{design.n_rows} rows, {design.n_features} features (simulated, seed {config.seed}); K = {config.K}",
         "VBFM": f"best of {config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.2f}' for e in elbos)}), "
                 f"tol 1e-10, {vi_seconds:.1f} s; hyperparameters fixed at the simulation values; "
                 f"alpha ~ Gamma{config.alpha_prior}; {config.n_vi_draws} draws from q",
-        "NUTS": f"{config.num_chains} chains x ({config.num_warmup} + {config.num_samples}), {nuts.seconds:.1f} s",
     }
-    return xc.CrosscheckResult(
-        model="vbfm", solver="VBFM (q)", method="vi", verdict=verdict, solver_quantities=vq, nuts_quantities=nq,
-        solver_seconds=vi_seconds, nuts_seconds=nuts.seconds, config=config, settings=settings,
+    # compare_vi correlates log means across quantities: only meaningful for the N predictions;
+    # alpha (a single quantity) gets its own gap table
+    return xc.vi_crosscheck(
+        model="vbfm", solver="VBFM (q)", ref=nuts_reference(config, reference=reference, progress=progress),
+        solver_quantities=identifiable_quantities(arviz_io.group_arrays(best.idata), design),
+        solver_seconds=vi_seconds, config=config, settings=settings, verdict_groups=["pred"],
+        gap_groups={"alpha": ["alpha"]},
         extra={"update_table": update_checks(design, config.K, h, alpha_prior=config.alpha_prior),
                "dense_table": dense_twin_checks(design, config.K, h, alpha_prior=config.alpha_prior),
-               "alpha_table": scalar_gap(nq["alpha"], vq["alpha"], "alpha"),
                "elbo": np.asarray(best.elbo), "design": design},
-        solver_idata=best.idata, nuts_idata=nuts.idata)
-
-
-def scalar_gap(nuts_draws, vi_draws, name: str) -> pd.DataFrame:
-    """VI gap of one scalar: NUTS and VI means and sds, standardized error |m_VI - m_NUTS| / sd_NUTS,
-    sd ratio, and whether the NUTS mean lies in the VI central 90% interval. Draws (chain, draw, 1)."""
-    n = np.asarray(nuts_draws, np.float64).ravel()
-    v = np.asarray(vi_draws, np.float64).ravel()
-    lo, hi = np.quantile(v, [0.05, 0.95])
-    return pd.DataFrame([{"quantity": name, "nuts_mean": n.mean(), "vi_mean": v.mean(), "nuts_sd": n.std(ddof=1),
-                          "vi_sd": v.std(ddof=1), "std_error": abs(v.mean() - n.mean()) / n.std(ddof=1),
-                          "sd_ratio": v.std(ddof=1) / n.std(ddof=1), "nuts_mean_in_vi90": bool(lo <= n.mean() <= hi)}])
+        solver_idata=best.idata)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -604,4 +606,17 @@ ERRATA: tuple[Erratum, ...] = (
         "not hold (the iterates keep a noise floor that does not shrink)",
         "robbins_monro", _robbins_monro_check,
     ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry's view of VBFM (`validation.registry`)
+
+SPEC = registry.ModelSpec(
+    name="vbfm",
+    solvers=(registry.SolverSpec("cavi", "vi", run_crosscheck, CrosscheckConfig, "vbfm",
+                                 registry.lazy("custom_inference.vbfm:ALGORITHM")),),
+    references=(registry.ReferenceSpec("vbfm", nuts_reference, CrosscheckConfig),),
+    checks={"stationarity": lambda: update_checks(simulated_design(**SMALL_DESIGN), 2)},
+    errata=(ERRATA,),
 )

@@ -33,7 +33,7 @@ def test_log_joint_equals_the_programs_log_density(data):
 
 def test_sweep_does_not_depend_on_the_chunk_size(data):
     _, obs = data
-    state = bpmf.init(jax.random.PRNGKey(1), obs, HYPER, K)
+    state = bpmf.init(jax.random.PRNGKey(1), obs, K, HYPER)
     a, _ = bpmf.step(jax.random.PRNGKey(2), state, obs, HYPER, chunk_size=4)
     b, _ = bpmf.step(jax.random.PRNGKey(2), state, obs, HYPER, chunk_size=1000)
     for x, y in zip(a, b):
@@ -43,7 +43,7 @@ def test_sweep_does_not_depend_on_the_chunk_size(data):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sample_returns_draws_of_the_right_shape_and_dtype(data, dtype):
     _, obs = data
-    idata = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=5, num_samples=6, thin=2, seed=3, dtype=dtype,
+    idata = bpmf.sample(3, obs, K, HYPER, num_chains=2, num_warmup=5, num_samples=6, thin=2, dtype=dtype,
                         progress=False)
     post = arviz_io.group_arrays(idata)
     assert post["U"].shape == (2, 6, 8, K) and post["V"].shape == (2, 6, 6, K)
@@ -56,8 +56,8 @@ def test_sample_returns_draws_of_the_right_shape_and_dtype(data, dtype):
 
 def test_same_seed_same_draws_and_predict(data):
     _, obs = data
-    a = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, thin=2, seed=5, progress=False)
-    b = bpmf.sample(obs, HYPER, K, num_chains=2, num_warmup=2, num_samples=4, thin=2, seed=5, progress=False)
+    a = bpmf.sample(5, obs, K, HYPER, num_chains=2, num_warmup=2, num_samples=4, thin=2, progress=False)
+    b = bpmf.sample(5, obs, K, HYPER, num_chains=2, num_warmup=2, num_samples=4, thin=2, progress=False)
     np.testing.assert_array_equal(a.posterior.U.values, b.posterior.U.values)
     mean, sd = bpmf.predict(a, [0, 7], [0, 5])
     U, V = a.posterior.U.values.reshape(8, 8, K), a.posterior.V.values.reshape(8, 6, K)
@@ -73,16 +73,17 @@ def test_same_seed_same_draws_and_predict(data):
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"hyper": HYPER._replace(nu0=0.5)}, "nu0"), ({"hyper": HYPER._replace(beta0=-1.0)}, "beta0"),
-     ({"hyper": HYPER._replace(W0=np.eye(3))}, "W0"), ({"keep": ("U", "Z")}, "keep"), ({"num_samples": 0}, "num_samples")],
+     ({"hyper": HYPER._replace(W0=np.eye(3))}, "W0"), ({"keep": ("U", "Z")}, "keep"), ({"num_samples": 0}, "num_samples"),
+     ({"gauge_rounds": -1}, "gauge_rounds"), ({"chunk_size": 0}, "chunk_size")],
 )
 def test_bad_input_raises_naming_the_field(data, kwargs, field):
     _, obs = data
     args = {"hyper": HYPER, **kwargs}
     hyper = args.pop("hyper")
     with pytest.raises(ValueError, match=field):
-        bpmf.sample(obs, hyper, K, progress=False, **args)
+        bpmf.sample(0, obs, K, hyper, progress=False, **args)
 
 
 def test_non_observations_input_raises():
     with pytest.raises(ValueError, match="data"):
-        bpmf.sample(np.ones((3, 3)), HYPER, K, progress=False)
+        bpmf.sample(0, np.ones((3, 3)), K, HYPER, progress=False)

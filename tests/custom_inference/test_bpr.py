@@ -119,10 +119,20 @@ def test_sampler_never_returns_a_positive_and_rejects_boundedly():
         mean, sd = p_rej.sum(), np.sqrt(np.sum(p_rej * (1 - p_rej)))
         assert abs((~ok).sum() - mean) <= 5 * sd + 1, (sampling, (~ok).sum(), mean, sd)
     # an epoch runs through such a user and reports the rejected triples
-    p0 = bpr.init(jax.random.key(0), 40, 25, 4, dtype=np.float64)
+    p0 = bpr.init(jax.random.key(0), data, 4, dtype=np.float64)
+    assert p0.user_factors.shape == (data.n_rows, 4) and p0.item_factors.shape == (data.n_cols, 4)
     _, info = bpr.epoch(jax.random.key(1), p0, data, 0.05, 0.01, sampling="uniform", batch_size=64, max_tries=4)
     assert float(info.rejected) >= 25 / obs.nnz - 1e-12
     assert np.isfinite(float(info.mean_log_sigmoid))
+    # the protocol step is that epoch, and its Info describes the parameters it returns
+    new, info2 = bpr.step(jax.random.key(1), p0, data, bpr.BPRHyper(0.01), learning_rate=0.05, batch_size=64,
+                          max_tries=4)
+    assert float(info2.rejected) == float(info.rejected)
+    # with a vanishing step the parameters barely move, so the new state's value on the epoch's triples
+    # equals the running one (a change of 1e-12 in the parameters moves ln sigma by < 1e-10)
+    _, tiny = bpr.step(jax.random.key(1), p0, data, bpr.BPRHyper(0.01), learning_rate=1e-12, batch_size=64)
+    assert abs(float(tiny.log_sigmoid_after) - float(tiny.mean_log_sigmoid)) < 1e-10
+    assert np.isfinite(float(bpr.bpr_opt(new, data, bpr.BPRHyper(0.01))))
 
 
 # ---------------------------------------------------------------------------
@@ -150,18 +160,20 @@ def _planted_split():
 
 
 # the fits below share one compiled epoch (same data shape, K, batch size and dtype)
-_FIT = dict(n_factors=8, learning_rate=0.05, reg=0.01, batch_size=64, dtype=np.float64)
+_FIT = dict(learning_rate=0.05, batch_size=64, dtype=np.float64)
+_K, _HYPER = 8, bpr.BPRHyper(reg=0.01)
 
 
 def test_fit_is_reproducible_by_key():
     _, train, _ = _planted_split()
     obs = Observations.from_dense(train, kind="binary")
-    a = bpr.fit(jax.random.key(11), obs, n_epochs=3, sampling="popularity", **_FIT)
-    b = bpr.fit(jax.random.key(11), obs, n_epochs=3, sampling="popularity", **_FIT)
-    c = bpr.fit(jax.random.key(12), obs, n_epochs=3, sampling="popularity", **_FIT)
-    for x, y in zip(a, b):
+    a = bpr.fit(jax.random.key(11), obs, _K, _HYPER, n_epochs=3, sampling="popularity", **_FIT)
+    b = bpr.fit(jax.random.key(11), obs, _K, _HYPER, n_epochs=3, sampling="popularity", **_FIT)
+    c = bpr.fit(jax.random.key(12), obs, _K, _HYPER, n_epochs=3, sampling="popularity", **_FIT)
+    for x, y in zip(a.state, b.state):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert not np.allclose(np.asarray(a.item_factors), np.asarray(c.item_factors))
+    assert not np.allclose(np.asarray(a.state.item_factors), np.asarray(c.state.item_factors))
+    assert a.idata.posterior.user_factors.shape == (1, 1, obs.n_rows, _K)
 
 
 @pytest.mark.parametrize("sampling", bpr.SAMPLING)
@@ -175,9 +187,10 @@ def test_fit_ranks_planted_blocks_above_chance(sampling):
     """
     dense, train, test_items = _planted_split()
     obs = Observations.from_dense(train, kind="binary")
-    fit = bpr.fit(jax.random.key(0), obs, n_epochs=40, sampling=sampling, return_info=True, **_FIT)
-    assert fit.mean_log_sigmoid[-1] > fit.mean_log_sigmoid[0]
-    s = np.asarray(bpr.score_users(fit.params, np.arange(dense.shape[0])))
+    fit = bpr.fit(jax.random.key(0), obs, _K, _HYPER, n_epochs=40, sampling=sampling, **_FIT)
+    mls = fit.idata.sgd_trace.mean_log_sigmoid.values
+    assert mls[-1] > mls[0] and fit.trace[-1] > fit.trace[0]
+    s = np.asarray(bpr.score_users(fit.state, np.arange(dense.shape[0])))
     assert s.shape == dense.shape
     ranks = []
     for u, j in enumerate(test_items):
@@ -195,13 +208,13 @@ def test_bad_input_raises_naming_the_field():
     obs = Observations.from_dense(_TINY, kind="binary")
     key = jax.random.key(0)
     for kwargs, field in [
-        (dict(n_factors=0), "n_factors"),
-        (dict(n_factors=2.5), "n_factors"),
+        (dict(K=0), "K"),
+        (dict(K=2.5), "K"),
         (dict(n_epochs=0), "n_epochs"),
         (dict(learning_rate=0.0), "learning_rate"),
         (dict(learning_rate=float("nan")), "learning_rate"),
-        (dict(reg=-1.0), "reg"),
-        (dict(bias_reg=-1.0), "bias_reg"),
+        (dict(hyper=bpr.BPRHyper(reg=-1.0)), "reg"),
+        (dict(hyper=bpr.BPRHyper(bias_reg=-1.0)), "bias_reg"),
         (dict(sampling="pop"), "sampling"),
         (dict(batch_size=0), "batch_size"),
         (dict(max_tries=0), "max_tries"),
@@ -215,7 +228,7 @@ def test_bad_input_raises_naming_the_field():
     neg = Observations.from_coo([0, 1], [0, 1], [1.0, -1.0], (2, 2), kind="real")
     with pytest.raises(ValueError, match="train.values"):
         bpr.fit(key, neg)
-    params = bpr.init(key, 2, 6, 3)
+    params = bpr.init(key, Observations.from_dense(np.ones((2, 6)), kind="binary"), 3)
     with pytest.raises(ValueError, match="users"):
         bpr.score_users(params, [0, 2])
     with pytest.raises(ValueError, match="users"):

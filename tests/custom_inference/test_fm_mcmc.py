@@ -49,16 +49,16 @@ def test_log_joint_equals_numpyro_log_density():
 
 def test_sample_reproducible_with_running_test_predictions():
     d, _, hyper = _design()
-    kw = dict(num_chains=2, num_warmup=4, num_samples=6, thin=2, progress=False, test=d)
+    kw = dict(num_chains=2, num_warmup=4, num_samples=6, thin=2, progress=False, predict_at=d)
     a = mc.sample(jax.random.PRNGKey(0), d, 2, hyper, **kw)
     b = mc.sample(jax.random.PRNGKey(0), d, 2, hyper, **kw)
     np.testing.assert_array_equal(a.posterior["V"].values, b.posterior["V"].values)
     assert a.posterior["V"].shape == (2, 6, d.n_features, 2) and a.posterior["sigma_v"].shape == (2, 6, 2, 2)
-    assert a.sample_stats["lp"].shape == (2, 6)
+    assert a.sample_stats["lp"].shape == (2, 6) and a.sample_stats["rmse"].shape == (2, 6)
     mean, sd = mc.predict(a, d)
-    np.testing.assert_allclose(a.predictions["test_mean"].values, mean, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(a.predictions["test_sd"].values, sd, rtol=1e-6, atol=1e-7)
-    assert np.all(a.predictions["test_pred_sd"].values > a.predictions["test_sd"].values)
+    # running sums vs stored draws: float64 rounding of 12 draws; predict's sd has ddof 0, the driver's ddof 1
+    np.testing.assert_allclose(a.predictions["pred_mean"].values, mean, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.predictions["pred_sd"].values, sd * np.sqrt(12 / 11), rtol=1e-6, atol=1e-7)
 
 
 def _update_block_reference(key, st, design, hyper, b):
@@ -144,7 +144,7 @@ def test_recovers_planted_low_noise_fm_in_float32_and_float64():
     f_true = np.asarray(ppl.predict_mean(truth, X.row, X.col, X.data, N))
     for dtype in (np.float64, np.float32):
         idata = mc.sample(jax.random.PRNGKey(1), d, 2, ppl.FMHierHyper(), num_chains=2, num_warmup=500,
-                          num_samples=300, thin=2, progress=False, dtype=dtype, test=d, keep=("alpha", "w0"))
-        rmse = np.sqrt(np.mean((idata.predictions["test_mean"].values - f_true) ** 2))
+                          num_samples=300, thin=2, progress=False, dtype=dtype, predict_at=d, keep=("alpha", "w0"))
+        rmse = np.sqrt(np.mean((idata.predictions["pred_mean"].values - f_true) ** 2))
         assert rmse < 0.1, (dtype, rmse)
         assert idata.posterior["alpha"].values.dtype == np.dtype(dtype)

@@ -54,23 +54,28 @@ def test_sgd_lowers_loss_and_recovers_planted_fm():
     the noise sd by more than the regularization bias; a wrong gradient stalls near the prior
     sd of y, here > 1)."""
     d, truth, X = _full_design()
-    res = fm_sgd.fit(jax.random.PRNGKey(1), d, 2, learning_rate=0.02, reg=fm_sgd.SGDReg(0.0, 1e-4, 1e-4),
+    res = fm_sgd.fit(jax.random.PRNGKey(1), d, 2, fm_sgd.SGDReg(0.0, 1e-4, 1e-4), learning_rate=0.02,
                      n_epochs=150, init_std=0.1)
-    assert res.train_mse[-1] < 0.5 * res.train_mse[0]
+    train_mse, objective = res.idata.sgd_trace.train_mse.values, res.trace
+    assert train_mse[-1] < 0.5 * train_mse[0]
     # the objective Algorithm 1 descends decreases over the run (noisy per epoch: compare thirds)
-    t = len(res.objective) // 3
-    assert res.objective[-t:].mean() < res.objective[:t].mean()
+    t = len(objective) // 3
+    assert objective[-t:].mean() < objective[:t].mean()
+    np.testing.assert_allclose(objective[-1], fm_sgd.objective(res.state, d, fm_sgd.SGDReg(0.0, 1e-4, 1e-4)),
+                               rtol=1e-12)
     f_true = np.asarray(predict_mean(truth, X.row, X.col, X.data, d.n_rows))
-    f_sgd = np.asarray(fm_sgd.predict(res.params, d))
+    f_sgd = np.asarray(fm_sgd.predict(res.state, d))
     rmse = np.sqrt(np.mean((f_sgd - f_true) ** 2))
     assert rmse < 0.15, (rmse, np.std(f_true))
 
 
 def test_minibatch_runs_and_errors():
     d, _, _ = _full_design(I=6, J=5)
-    res = fm_sgd.fit(jax.random.PRNGKey(0), d, 2, 0.05, n_epochs=3, batch_size=4, dtype=np.float32)
-    assert res.train_mse.shape == (3,) and np.all(np.isfinite(res.train_mse))
+    res = fm_sgd.fit(jax.random.PRNGKey(0), d, 2, learning_rate=0.05, n_epochs=3, batch_size=4, dtype=np.float32)
+    mse = res.idata.sgd_trace.train_mse.values
+    assert mse.shape == (3,) and np.all(np.isfinite(mse))
+    assert res.idata.posterior.V.shape == (1, 1, d.n_features, 2)
     with pytest.raises(ValueError, match="learning_rate"):
-        fm_sgd.fit(jax.random.PRNGKey(0), d, 2, 0.0)
+        fm_sgd.fit(jax.random.PRNGKey(0), d, 2, learning_rate=0.0)
     with pytest.raises(ValueError, match="batch_size"):
-        fm_sgd.fit(jax.random.PRNGKey(0), d, 2, 0.1, batch_size=0)
+        fm_sgd.fit(jax.random.PRNGKey(0), d, 2, learning_rate=0.1, batch_size=0)

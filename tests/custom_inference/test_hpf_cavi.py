@@ -21,7 +21,7 @@ def small():
 
 
 def test_init_shapes_and_fixed_activity_shapes(small):
-    state = hpf.init(jax.random.PRNGKey(0), small, HYPER, 3)
+    state = hpf.init(jax.random.PRNGKey(0), small, 3, HYPER)
     assert state.gamma_shape.shape == (15, 3) and state.lambda_rate.shape == (12, 3)
     assert state.kappa_rate.shape == (15,) and state.tau_shape.shape == (12,)
     np.testing.assert_allclose(state.kappa_shape, HYPER.a_prime + 3 * HYPER.a)
@@ -31,26 +31,38 @@ def test_init_shapes_and_fixed_activity_shapes(small):
 @pytest.mark.parametrize("k", [0, -1, 2.5, True])
 def test_bad_number_of_components(small, k):
     with pytest.raises(ValueError, match="n_components"):
-        hpf.fit(small, HYPER, k, progress=False)
+        hpf.fit(0, small, k, HYPER, progress=False)
+
+
+def test_legacy_call_warns_and_returns_the_same_inference_data(small):
+    with pytest.warns(FutureWarning, match="deprecated"):
+        old = hpf.fit(small, HYPER, 2, seed=4, max_iter=3, tol=0, n_draws=2, progress=False)
+    new = hpf.fit(4, small, 2, HYPER, max_iter=3, tol=0, n_draws=2, progress=False).idata
+    np.testing.assert_array_equal(old.posterior.theta.values, new.posterior.theta.values)
+    with pytest.raises(TypeError, match="key"):
+        hpf.fit("seed", small, 2, HYPER, progress=False)
 
 
 def test_bad_hyper_and_driver_arguments(small):
     with pytest.raises(ValueError, match="hyper.a"):
-        hpf.fit(small, HYPER._replace(a=-1.0), 2, progress=False)
+        hpf.fit(0, small, 2, HYPER._replace(a=-1.0), progress=False)
     with pytest.raises(ValueError, match="max_iter"):
-        hpf.fit(small, HYPER, 2, max_iter=0, progress=False)
+        hpf.fit(0, small, 2, HYPER, max_iter=0, progress=False)
     with pytest.raises(ValueError, match="dtype"):
-        hpf.fit(small, HYPER, 2, dtype=np.int32, progress=False)
+        hpf.fit(0, small, 2, HYPER, dtype=np.int32, progress=False)
 
 
-def test_elbo_never_decreases_and_step_reports_incoming_elbo(small):
+def test_elbo_never_decreases_and_step_reports_the_new_states_elbo(small):
     data = jax.tree_util.tree_map(jnp.asarray, small)
-    state = hpf.init(jax.random.PRNGKey(1), data, HYPER, 3)
+    state = hpf.init(jax.random.PRNGKey(1), data, 3, HYPER)
     values = []
     for _ in range(60):
-        before = float(hpf.elbo(state, data, HYPER))
+        swept, incoming = hpf.sweep(state, data, HYPER)
+        assert float(incoming) == pytest.approx(float(hpf.elbo(state, data, HYPER)), rel=1e-12)
         state, info = hpf.step(None, state, data, HYPER)
-        assert float(info.elbo) == pytest.approx(before, rel=1e-12)
+        np.testing.assert_array_equal(state.gamma_shape, swept.gamma_shape)  # step and sweep: one update
+        # Info describes the new state (float64 rounding of two summation orders of ~100 terms)
+        assert float(info.elbo) == pytest.approx(float(hpf.elbo(state, data, HYPER)), rel=1e-12)
         values.append(float(info.elbo))
     ok, worst = updates.monotone(values)
     assert ok, f"ELBO decreased by a relative {worst:.2e}"
@@ -59,7 +71,7 @@ def test_elbo_never_decreases_and_step_reports_incoming_elbo(small):
 
 def test_elbo_with_optimal_phi_equals_collapsed_form(small):
     data = jax.tree_util.tree_map(jnp.asarray, small)
-    state = hpf.init(jax.random.PRNGKey(2), data, HYPER, 3)
+    state = hpf.init(jax.random.PRNGKey(2), data, 3, HYPER)
     phi = hpf.optimal_phi(state, data)
     np.testing.assert_allclose(phi.sum(axis=1), 1.0, rtol=1e-12)
     np.testing.assert_allclose(hpf.elbo(state, data, HYPER, phi), hpf.elbo(state, data, HYPER), rtol=1e-12)
@@ -69,7 +81,7 @@ def test_elbo_with_optimal_phi_equals_collapsed_form(small):
 
 
 def test_fit_result_is_inference_data_with_draws_from_q(small):
-    idata = hpf.fit(small, HYPER, 3, seed=5, max_iter=300, tol=1e-10, n_draws=4000, progress=False)
+    idata = hpf.fit(5, small, 3, HYPER, max_iter=300, tol=1e-10, n_draws=4000, progress=False).idata
     assert {"posterior", "variational_parameters", "vi_trace"} <= set(idata.groups())
     post = idata.posterior
     assert post.theta.dims == ("chain", "draw", "user", "component")
@@ -84,20 +96,20 @@ def test_fit_result_is_inference_data_with_draws_from_q(small):
 
 
 def test_same_seed_same_result_and_float32(small):
-    a = hpf.fit(small, HYPER, 3, seed=7, max_iter=20, tol=0, n_draws=5, progress=False)
-    b = hpf.fit(small, HYPER, 3, seed=7, max_iter=20, tol=0, n_draws=5, progress=False)
-    c = hpf.fit(small, HYPER, 3, seed=8, max_iter=20, tol=0, n_draws=5, progress=False)
+    a = hpf.fit(7, small, 3, HYPER, max_iter=20, tol=0, n_draws=5, progress=False).idata
+    b = hpf.fit(jax.random.PRNGKey(7), small, 3, HYPER, max_iter=20, tol=0, n_draws=5, progress=False).idata
+    c = hpf.fit(8, small, 3, HYPER, max_iter=20, tol=0, n_draws=5, progress=False).idata
     np.testing.assert_array_equal(a.posterior.theta.values, b.posterior.theta.values)
     assert not np.array_equal(a.posterior.theta.values, c.posterior.theta.values)
-    f32 = hpf.fit(small, HYPER, 3, seed=7, max_iter=20, tol=0, dtype=np.float32, n_draws=5, progress=False)
+    f32 = hpf.fit(7, small, 3, HYPER, max_iter=20, tol=0, dtype=np.float32, n_draws=5, progress=False).idata
     assert f32.variational_parameters.gamma_shape.dtype == np.float32
     # float32 follows the float64 path to single precision over 20 sweeps
     np.testing.assert_allclose(f32.vi_trace.elbo.values, a.vi_trace.elbo.values, rtol=1e-4)
 
 
 def test_tolerance_stops_early(small):
-    idata = hpf.fit(small, HYPER, 3, seed=1, max_iter=5000, tol=1e-4, n_draws=0, progress=False)
-    assert "posterior" not in idata.groups()  # n_draws=0: q is described by its parameters only
+    idata = hpf.fit(1, small, 3, HYPER, max_iter=5000, tol=1e-4, n_draws=0, progress=False).idata
+    assert idata.posterior.theta.shape == (1, 1, 15, 3)  # n_draws=0: the means of q as one draw
     attrs = idata.vi_trace.attrs
     assert attrs["converged"] == 1 and 2 < attrs["n_iter"] < 5000
     rel = idata.vi_trace.rel_change.values  # rel[t] compares ELBO t with t-1; the last entry is the final state
@@ -106,24 +118,31 @@ def test_tolerance_stops_early(small):
 
 
 def test_checkpoint_and_resume_equal_an_uninterrupted_run(small, tmp_path):
-    full = hpf.fit(small, HYPER, 3, seed=3, max_iter=30, tol=0, n_draws=0, progress=False)
+    full = hpf.fit(3, small, 3, HYPER, max_iter=30, tol=0, n_draws=0, progress=False)
     ckpt = tmp_path / "state.npz"
-    hpf.fit(small, HYPER, 3, seed=3, max_iter=12, tol=0, n_draws=0, progress=False, checkpoint=ckpt)
-    state, meta = hpf.load_state(ckpt)
+    part = hpf.fit(3, small, 3, HYPER, max_iter=12, tol=0, n_draws=0, progress=False, checkpoint=ckpt,
+                   checkpoint_every=5)
+    resumed = hpf.fit(3, small, 3, HYPER, max_iter=30, tol=0, n_draws=0, progress=False, checkpoint=ckpt,
+                      resume=True)
+    assert part.idata.vi_trace.attrs["n_iter"] == 12 and resumed.idata.vi_trace.attrs["n_iter"] == 30
+    for a, b in zip(resumed.state, full.state):  # stopped part-way, resumed: bit for bit the same run
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(resumed.trace, full.trace)
+    # the explicit state round trip (save_state / init_state) still starts where it left off
+    hpf.save_state(part.state, tmp_path / "s.npz", n_iter=12)
+    state, meta = hpf.load_state(tmp_path / "s.npz")
     assert meta["n_iter"] == 12
-    resumed = hpf.fit(small, HYPER, 3, seed=3, max_iter=18, tol=0, n_draws=0, progress=False, init_state=state)
-    np.testing.assert_allclose(
-        resumed.variational_parameters.gamma_shape.values, full.variational_parameters.gamma_shape.values, rtol=1e-10
-    )
+    again = hpf.fit(3, small, 3, HYPER, max_iter=18, tol=0, n_draws=0, progress=False, init_state=state)
+    np.testing.assert_allclose(again.state.gamma_shape, full.state.gamma_shape, rtol=1e-10)
     with pytest.raises(FileNotFoundError):
         hpf.load_state(tmp_path / "missing.npz")
     with pytest.raises(ValueError, match="init_state.gamma_shape"):
         bad = state._replace(gamma_shape=state.gamma_shape[:, :2])
-        hpf.fit(small, HYPER, 3, max_iter=2, init_state=bad, progress=False)
+        hpf.fit(0, small, 3, HYPER, max_iter=2, init_state=bad, progress=False)
 
 
 def test_saved_result_round_trips(small, tmp_path):
-    idata = hpf.fit(small, HYPER, 2, seed=0, max_iter=10, tol=0, n_draws=3, progress=False)
+    idata = hpf.fit(0, small, 2, HYPER, max_iter=10, tol=0, n_draws=3, progress=False).idata
     path = arviz_io.save(idata, tmp_path / "fit.nc")
     back = arviz_io.load(path)
     np.testing.assert_array_equal(back.posterior.theta.values, idata.posterior.theta.values)
@@ -137,7 +156,7 @@ def test_recovers_simulated_rates():
     """On data simulated from the model, posterior mean rates track the true rates."""
     params, y = simulate(jax.random.PRNGKey(11), 80, 60, 3, HYPER)
     obs = Observations.from_dense(np.asarray(y))
-    idata = hpf.fit(obs, HYPER, 3, seed=0, max_iter=2000, tol=1e-9, n_draws=0, progress=False)
+    idata = hpf.fit(0, obs, 3, HYPER, max_iter=2000, tol=1e-9, n_draws=0, progress=False).idata
     state = hpf.state_from_inference_data(idata)
     est = hpf.score_users(state, np.arange(80))
     true = np.asarray(params["theta"] @ params["beta"].T)
@@ -149,7 +168,7 @@ def test_fold_in_recovers_the_fitted_users_posterior():
     """Folding in training users against the fitted items lands on the fit's own user posterior."""
     _, y = simulate(jax.random.PRNGKey(12), 40, 30, 2, HYPER)
     obs = Observations.from_dense(np.asarray(y))
-    idata = hpf.fit(obs, HYPER, 2, seed=0, max_iter=3000, tol=1e-12, n_draws=0, progress=False)
+    idata = hpf.fit(0, obs, 2, HYPER, max_iter=3000, tol=1e-12, n_draws=0, progress=False).idata
     state = hpf.state_from_inference_data(idata)
     users = np.array([0, 7, 19])
     new_rows = Observations.from_dense(np.asarray(y)[users])

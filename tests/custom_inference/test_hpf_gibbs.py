@@ -33,8 +33,8 @@ def test_allocation_has_multinomial_frequencies():
 def test_sample_result_shapes_seed_and_lp():
     _, y = simulate(jax.random.PRNGKey(0), 9, 7, 2, HYPER)
     obs = Observations.from_dense(np.asarray(y))
-    a = gibbs.sample(obs, HYPER, 2, num_chains=3, num_warmup=20, num_samples=15, thin=2, seed=4, progress=False)
-    b = gibbs.sample(obs, HYPER, 2, num_chains=3, num_warmup=20, num_samples=15, thin=2, seed=4, progress=False)
+    a = gibbs.sample(4, obs, 2, HYPER, num_chains=3, num_warmup=20, num_samples=15, thin=2, progress=False)
+    b = gibbs.sample(4, obs, 2, HYPER, num_chains=3, num_warmup=20, num_samples=15, thin=2, progress=False)
     assert a.posterior.theta.dims == ("chain", "draw", "user", "component")
     assert a.posterior.theta.shape == (3, 15, 9, 2) and a.posterior.eta.shape == (3, 15, 7)
     np.testing.assert_array_equal(a.posterior.beta.values, b.posterior.beta.values)
@@ -49,22 +49,22 @@ def test_sample_result_shapes_seed_and_lp():
     np.testing.assert_allclose(a.sample_stats.lp.values[c, d], float(gibbs.log_joint(state, units, HYPER)), rtol=1e-12)
 
 
-def test_step_reports_log_joint_of_incoming_state():
+def test_step_reports_log_joint_of_the_new_state():
     from jax import numpy as jnp
 
     _, y = simulate(jax.random.PRNGKey(1), 6, 5, 2, HYPER)
     units = jax.tree_util.tree_map(jnp.asarray, CountUnits.from_observations(Observations.from_dense(np.asarray(y))))
-    state = gibbs.init(jax.random.PRNGKey(0), units, HYPER, 2)
+    state = gibbs.init(jax.random.PRNGKey(0), units, 2, HYPER)
     new, info = gibbs.step(jax.random.PRNGKey(1), state, units, HYPER)
-    np.testing.assert_allclose(info.log_joint, gibbs.log_joint(state, units, HYPER), rtol=1e-12)
+    np.testing.assert_allclose(info.log_joint, gibbs.log_joint(new, units, HYPER), rtol=1e-12)
     assert np.all(np.asarray(new.theta) > 0) and np.all(np.asarray(new.eta) > 0)
 
 
 def test_bad_arguments():
     obs = Observations.from_dense(np.array([[1.0, 2.0]]))
     with pytest.raises(ValueError, match="num_chains"):
-        gibbs.sample(obs, HYPER, 2, num_chains=0, progress=False)
+        gibbs.sample(0, obs, 2, HYPER, num_chains=0, progress=False)
     with pytest.raises(ValueError, match="keep"):
-        gibbs.sample(obs, HYPER, 2, keep=("z",), progress=False)
+        gibbs.sample(0, obs, 2, HYPER, keep=("z",), progress=False)
     with pytest.raises(ValueError, match="n_components"):
-        gibbs.sample(obs, HYPER, 0, progress=False)
+        gibbs.sample(0, obs, 0, HYPER, progress=False)

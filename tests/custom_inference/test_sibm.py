@@ -44,24 +44,24 @@ def test_as_binary_validates_before_any_computation():
 def test_init_and_steps_reject_bad_arguments(problem):
     X, data = problem
     key = jax.random.PRNGKey(0)
-    with pytest.raises(ValueError, match="D must be"):
-        sibm.init(key, data, HYPER, 0)
-    with pytest.raises(ValueError, match="D must be"):
-        sibm.init(key, data, HYPER, 1.5)
+    with pytest.raises(ValueError, match="K must be"):
+        sibm.init(key, data, 0, HYPER)
+    with pytest.raises(ValueError, match="K must be"):
+        sibm.init(key, data, 1.5, HYPER)
     with pytest.raises(ValueError, match="u_tilde0"):
-        sibm.init(key, data, HYPER._replace(u_tilde0=0.0), D)
+        sibm.init(key, data, D, HYPER._replace(u_tilde0=0.0))
     with pytest.raises(ValueError, match="hyper has no field"):
-        sibm.init(key, data, object(), D)
+        sibm.init(key, data, D, object())
     with pytest.raises(ValueError, match="data must be an Observations"):
-        sibm.init(key, X, HYPER, D)
+        sibm.init(key, X, D, HYPER)
     with pytest.raises(ValueError, match="strategy"):
         sibm.make_sampler(data, "stratified")
-    state = sibm.init(key, data, HYPER, D)
+    state = sibm.init(key, data, D, HYPER)
     sam = sibm.make_sampler(data, "uniform")
     with pytest.raises(ValueError, match="kappa"):
-        sibm.svi_step(key, sibm.svi_init(state, 10), sam, data, HYPER, kappa=0.5)
+        sibm.svi_step(key, sibm.svi_state(state, 10), data, HYPER, sampler=sam, kappa=0.5)
     with pytest.raises(ValueError, match="S must be"):
-        sibm.svi_init(state, 0)
+        sibm.svi_state(state, 0)
     with pytest.raises(ValueError, match="columns"):
         sibm.update_u(state, data, HYPER, columns=(7,))
     with pytest.raises(ValueError, match="users"):
@@ -78,7 +78,7 @@ def test_bias_columns_and_zero_variance_moments_equal_the_program(problem):
     """At vanishing variances E_q[u . v + z] is the NumPyro program's logit at the means, with the
     bias layout of `ppl_models.sibm` (V's column D and U's column D + 1 fixed to ones)."""
     X, data = problem
-    state = sibm.init(jax.random.PRNGKey(1), data, HYPER, D, init_mean_sd=0.8, init_var=1e-300)
+    state = sibm.init(jax.random.PRNGKey(1), data, D, HYPER, init_mean_sd=0.8, init_var=1e-300)
     (ub, _), (vb, _), (zb, zt) = sibm.moments(state)
     assert np.all(np.asarray(ub[:, D + 1]) == 1) and np.all(np.asarray(vb[:, D]) == 1)
     eta = logits(ub[:, :D], vb[:, :D], zb, ub[:, D], vb[:, D + 1])
@@ -95,7 +95,7 @@ def test_bounded_elbo_is_below_the_exact_elbo(problem):
     The right side is estimated by Monte Carlo with 4000 draws from q; the assertion allows 4
     standard errors (a false alarm has probability < 1e-4 for a correct bound)."""
     X, data = problem
-    state = sibm.init(jax.random.PRNGKey(2), data, HYPER, D, init_mean_sd=0.8, init_var=0.5)
+    state = sibm.init(jax.random.PRNGKey(2), data, D, HYPER, init_mean_sd=0.8, init_var=0.5)
     bound = float(sibm.elbo(state, data, HYPER))
     rng = np.random.default_rng(0)
     (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a) for a in p) for p in sibm.moments(state))
@@ -133,7 +133,7 @@ def test_batch_fit_ascends_and_returns_inference_data(problem):
 def test_float32_batch_sweeps_stay_finite(problem):
     X, data = problem
     data32 = jax.tree_util.tree_map(jnp.asarray, data.astype(np.float32))
-    state = sibm.init(jax.random.PRNGKey(3), data32, HYPER, D, dtype=np.float32)
+    state = sibm.init(jax.random.PRNGKey(3), data32, D, HYPER, dtype=np.float32)
     for _ in range(3):
         state, info = sibm.step(None, state, data32, HYPER)
     assert state.u_h.dtype == jnp.float32 and info.elbo.dtype == jnp.float32 and np.isfinite(float(info.elbo))
@@ -144,7 +144,7 @@ def test_svi_with_automatic_minibatch_size(problem):
     and `auto_minibatch_size` is eq. (13) on the moving averages, recomputed here by hand."""
     X, data = problem
     key = jax.random.PRNGKey(5)
-    q0 = sibm.init(jax.random.split(key)[0], data, HYPER, D)
+    q0 = sibm.init(jax.random.split(key)[0], data, D, HYPER)
     # S in [200, 250]: every minibatch is padded to 256 cells (one compiled program)
     r = sibm.fit_svi(key, X, D, HYPER, n_iter=30, strategy="biased", S="auto", S_min=200, S_max=250,
                      elbo_every=10, progress=False)
@@ -170,10 +170,11 @@ def test_svi_with_automatic_minibatch_size(problem):
 def test_svi_step_only_touches_sampled_rows_and_columns(problem):
     """A minibatch of S = 3 cells updates at most 3 rows and 3 columns (those it counts), never a fixed column."""
     X, data = problem
-    q = sibm.init(jax.random.PRNGKey(6), data, HYPER, D)
-    st = sibm.svi_init(q, 3)
+    q = sibm.init(jax.random.PRNGKey(6), data, D, HYPER)
+    st = sibm.svi_state(q, 3)
     sam = sibm.make_sampler(data, "biased")
-    new = sibm.svi_step(jax.random.PRNGKey(7), st, sam, data, HYPER, S=3)
+    new, info = sibm.svi_step(jax.random.PRNGKey(7), st, data, HYPER, sampler=sam, S=3)
+    assert int(info.S) == 3
     counted_rows = set(np.flatnonzero(np.asarray(new.u_count) > 0).tolist())
     counted_cols = set(np.flatnonzero(np.asarray(new.v_count) > 0).tolist())
     assert 1 <= len(counted_rows) <= 3 and 1 <= len(counted_cols) <= 3 and float(new.z_count) == 1.0
@@ -188,7 +189,7 @@ def test_map_noisy_gradient_is_unbiased_by_enumeration(problem):
     """E over p(i, j) of the rescaled per-cell MAP gradients equals jax.grad of log p(X, U, V, z)
     (rows: sum_j p(j|i) g_u(i, j); columns: sum_i p(i|j) g_v; z: sum_ij p(i, j) g_z), to 1e-10."""
     X, data = problem
-    st = sibm.map_init(jax.random.PRNGKey(8), data, HYPER, D, init_mean_sd=0.7)
+    st = sibm.map_init(jax.random.PRNGKey(8), data, D, HYPER, init_mean_sd=0.7)
     grad = jax.jit(jax.grad(lambda s, d: sibm.log_joint(s, d, HYPER)))(st, data)
     prior = sibm.prior_arrays(HYPER, jnp.float64)
     I, J = X.shape
@@ -212,7 +213,7 @@ def test_map_curvature_bound_majorizes_the_row_hessian(problem):
     """(1/4) V^T V + I / u_tilde0 minus the exact negative Hessian of log p in a row u_i (jax.hessian)
     is positive semidefinite on the free block (sigma' <= 1/4), to 1e-10, for every row."""
     X, data = problem
-    st = sibm.map_init(jax.random.PRNGKey(3), data, HYPER, D, init_mean_sd=0.7)
+    st = sibm.map_init(jax.random.PRNGKey(3), data, D, HYPER, init_mean_sd=0.7)
     free = np.asarray(st.u_fixed) == 0
     A = np.asarray(sibm.map_curvature_bound(st.V, jnp.asarray(free), HYPER.u_tilde0))
     np.testing.assert_array_equal(A[~free][:, ~free], np.eye(int((~free).sum())))
@@ -238,7 +239,7 @@ def test_fit_map_reaches_the_full_batch_map_objective():
     U, V = rng.normal(size=(I, Dp)), rng.normal(size=(J, Dp))
     X = rng.random((I, J)) < 1 / (1 + np.exp(-(U @ V.T - 2.0)))
     data = jax.tree_util.tree_map(jnp.asarray, sibm.as_binary(X.astype(float)))
-    st0 = sibm.map_init(jax.random.PRNGKey(1), data, hyper, Dp)
+    st0 = sibm.map_init(jax.random.PRNGKey(1), data, Dp, hyper)
     uf, vf = np.asarray(st0.u_fixed) > 0, np.asarray(st0.v_fixed) > 0
     K = uf.size
 
@@ -259,7 +260,7 @@ def test_fit_map_reaches_the_full_batch_map_objective():
 def test_fit_map_raises_the_log_joint(problem):
     X, data = problem
     key = jax.random.PRNGKey(9)
-    st0 = sibm.map_init(jax.random.split(key)[0], data, HYPER, D)
+    st0 = sibm.map_init(jax.random.split(key)[0], data, D, HYPER)
     r = sibm.fit_map(key, X, D, HYPER, n_iter=100, S=48, strategy="biased", progress=False)
     assert r.elbo[-1] > float(sibm.log_joint(st0, data, HYPER))
     assert sibm.score_users(r.state, [1, 2]).shape == (2, 6)
@@ -269,16 +270,16 @@ def _loop_fit_svi(key, X, strategy, S, n_iter, *, S_min=None, S_max=1 << 20, the
     """fit_svi's former driver: one `svi_step` per minibatch in a Python loop (host reads of S)."""
     data = sibm.as_binary(X)
     k_init, k_run = jax.random.split(key)
-    params = sibm.init(k_init, data, HYPER, D)
+    params = sibm.init(k_init, data, D, HYPER)
     auto = S == "auto"
-    st = sibm.svi_init(params, S_min if auto else S)
+    st = sibm.svi_state(params, S_min if auto else S)
     sampler = sibm.make_sampler(data, strategy, dtype=np.asarray(params.u_h).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
     sizes = []
     for _ in range(n_iter):
         k_run, k = jax.random.split(k_run)
         size = int(st.S)
-        st = sibm.svi_step(k, st, sampler, data, HYPER, S=size)
+        st, _ = sibm.svi_step(k, st, data, HYPER, sampler=sampler, S=size)
         sizes.append(size)
         if auto:
             s = float(sibm.auto_minibatch_size(st, sampler, theta_delta))
@@ -307,13 +308,13 @@ def test_block_scanned_svi_equals_one_minibatch_at_a_time(strategy):
         for a, b in zip(leaves(ref), leaves(r.state._replace(params=r.state.params._replace(last_elbo=ref.params.last_elbo)))):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     data = sibm.as_binary(X)
-    st0 = sibm.svi_init(sibm.init(jax.random.PRNGKey(1), data, HYPER, D), 100)
+    st0 = sibm.svi_state(sibm.init(jax.random.PRNGKey(1), data, D, HYPER), 100)
     sam = sibm.make_sampler(data, strategy)
     k, st = jax.random.PRNGKey(2), st0
     for _ in range(7):
         k, kk = jax.random.split(k)
-        st = sibm.svi_step(kk, st, sam, data, HYPER)
-    k2, st2 = sibm.svi_scan(jax.random.PRNGKey(2), st0, sam, data, HYPER, 7, scan_block=3)
+        st, _ = sibm.svi_step(kk, st, data, HYPER, sampler=sam)
+    k2, st2 = sibm.svi_scan(jax.random.PRNGKey(2), st0, data, HYPER, 7, sampler=sam, scan_block=3)
     np.testing.assert_array_equal(np.asarray(k), np.asarray(k2))
     for a, b in zip(leaves(st), leaves(st2)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -131,3 +131,71 @@ def test_check_fit_args_names_the_field():
         vi_driver.check_fit_args(1, 0.0, False)
     with pytest.raises(ValueError, match="max_epochs"):
         vi_driver.check_fit_args(0, 0.0, 1, max_iter_name="max_epochs")
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+
+
+def _logistic_sweep(state, t):
+    """A deterministic float64 sweep (a logistic map on the host side of JAX) reporting a state-dependent ELBO."""
+    x = state["x"]
+    new = {"x": 3.7 * x * (1.0 - x), "n": state["n"] + 1}
+    return new, -float(jnp.sum(new["x"] ** 2)) - 10.0
+
+
+def _start():
+    import jax
+
+    with jax.enable_x64(True):
+        return {"x": jnp.asarray(np.linspace(0.1, 0.9, 5), jnp.float64), "n": jnp.asarray(0, jnp.int32)}
+
+
+def test_stopped_and_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
+    import jax
+
+    ckpt = tmp_path / "c.npz"
+    with jax.enable_x64(True):
+        full = vi_driver.run(_logistic_sweep, _start(), max_iter=9, progress=False, init_elbo=-1.0)
+        vi_driver.run(_logistic_sweep, _start(), max_iter=5, progress=False, init_elbo=-1.0, checkpoint=ckpt,
+                      checkpoint_every=2)
+        _, n_done, trace, _ = vi_driver.load_checkpoint(ckpt, _start())
+        assert n_done == 5 and trace["elbo"].shape == (6,)
+        resumed = vi_driver.run(_logistic_sweep, _start(), max_iter=9, progress=False, init_elbo=-1.0,
+                                checkpoint=ckpt, checkpoint_every=2, resume=True)
+    np.testing.assert_array_equal(resumed.state["x"], full.state["x"])
+    assert int(resumed.state["n"]) == 9 and resumed.n_iter == 9
+    for f in ("elbo", "rel_change", "iteration"):
+        np.testing.assert_array_equal(getattr(resumed, f), getattr(full, f))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]  # temp file replaced atomically
+    # a finished run resumes to itself without a sweep
+    again = vi_driver.run(_logistic_sweep, _start(), max_iter=9, progress=False, checkpoint=ckpt, resume=True)
+    np.testing.assert_array_equal(again.elbo, full.elbo)
+
+
+def test_checkpoint_keeps_float64_when_x64_is_off(tmp_path):
+    import jax
+
+    with jax.enable_x64(True):
+        state = {"a": jnp.asarray([1.0 + 2.0**-40], jnp.float64)}
+        vi_driver.save_checkpoint(tmp_path / "s.npz", state, n_iter=3, extra={"rng": np.asarray('{"s": 1}')})
+    with jax.enable_x64(False):
+        back, n_iter, _, extra = vi_driver.load_checkpoint(tmp_path / "s.npz", {"a": jnp.zeros(1)})
+    assert back["a"].dtype == np.float64 and back["a"][0] == 1.0 + 2.0**-40 and n_iter == 3
+    assert str(extra["rng"]) == '{"s": 1}'
+    with pytest.raises(ValueError, match="state arrays"):
+        vi_driver.load_checkpoint(tmp_path / "s.npz", {"a": jnp.zeros(1), "b": jnp.zeros(1)})
+    with pytest.raises(FileNotFoundError):
+        vi_driver.load_checkpoint(tmp_path / "missing.npz", state)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        vi_driver.run(_logistic_sweep, _start(), max_iter=2, progress=False, checkpoint=tmp_path / "x.npz",
+                      checkpoint_every=0)
+
+
+def test_host_seed_agrees_for_an_int_and_its_key():
+    import jax
+
+    assert vi_driver.host_seed(5) == 5 == vi_driver.host_seed(jax.random.PRNGKey(5))
+    assert vi_driver.host_seed(jax.random.key(5)) == 5
+    assert vi_driver.host_seed(jax.random.split(jax.random.PRNGKey(0))[1]) > 2**32
+    with pytest.raises(TypeError):
+        vi_driver.host_seed(1.5)

@@ -8,11 +8,10 @@ from validation import cli
 
 
 def test_all_errata_collects_every_family():
-    import validation.errata as errata_mod
-    from validation import fm_mcmc, sbmf, vbfm
+    from validation import fm_mcmc, hpf, hpf_gibbs, registry, sbmf, vbfm
 
-    entries = errata_mod.all_errata()
-    for family in (errata_mod.ERRATA, sbmf.ERRATA, vbfm.ERRATA, fm_mcmc.ERRATA):
+    entries = registry.all_errata()
+    for family in (hpf.ERRATA, hpf_gibbs.ERRATA, sbmf.ERRATA, vbfm.ERRATA, fm_mcmc.ERRATA):
         assert family and all(e in entries for e in family)
     assert len(set(map(id, entries))) == len(entries)  # no row twice
 
@@ -21,10 +20,10 @@ def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypat
     # the rows themselves are run by each family's tests (test_errata.py, test_sbmf_validation.py, ...);
     # here the command's glue: two cheap rows from two seeds, one of them made to fail
     import validation.errata as errata_mod
-    from validation import sbmf
+    from validation import hpf, registry, sbmf
 
-    good = (errata_mod.ERRATA[0], sbmf.ERRATA[0])
-    monkeypatch.setattr(errata_mod, "all_errata", lambda: good)
+    good = (hpf.ERRATA[0], sbmf.ERRATA[0])
+    monkeypatch.setattr(registry, "all_errata", lambda: good)
     assert cli.main(["errata", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 of 2 rows OK" in out
@@ -33,7 +32,7 @@ def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypat
     swapped = errata_mod.Erratum(*[getattr(good[0], f) for f in ("seed_file", "location", "printed", "corrected", "why",
                                                                  "check_name")],
                                  check=lambda form: good[0].check("corrected" if form == "printed" else "printed"))
-    monkeypatch.setattr(errata_mod, "all_errata", lambda: (swapped,))
+    monkeypatch.setattr(registry, "all_errata", lambda: (swapped,))
     assert cli.main(["errata", "--out", str(tmp_path / "bad")]) == 1
     assert "0 of 1 rows OK" in capsys.readouterr().out
 
@@ -71,17 +70,21 @@ def test_unknown_model_is_rejected():
 def test_thesis_models_reject_options_they_do_not_have(capsys):
     assert cli.main(["sbc", "sbmf", "--solver", "nuts", "--sims", "2", "--no-progress"]) == 2
     assert "--solver" in capsys.readouterr().err
+    assert cli.main(["sbc", "rg", "--sims", "2", "--no-progress"]) == 2  # no SBC adapters in its spec
+    assert "no SBC adapters" in capsys.readouterr().err
     assert cli.main(["crosscheck", "bpmf", "--data", "ml-100k", "--no-progress"]) == 2
     assert "--data" in capsys.readouterr().err
+    assert cli.main(["crosscheck", "bpmf", "--solver", "cavi", "--no-progress"]) == 2
+    assert "--solver" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model", ["sibm", "bpmf"])
-def test_model_crosscheck_command_reports_the_modules_verdict(model, tmp_path, capsys, monkeypatch):
-    """The CLI glue of `crosscheck MODEL` for the non-HPF models, with the module's (slow) NUTS run replaced
-    by independent normal draws for both sides: exact agreement, so the verdict is "pass" and exit 0."""
-    import importlib
+@pytest.mark.parametrize("model, solver", [("sibm", None), ("bpmf", "gibbs"), ("hpf", "gibbs")])
+def test_model_crosscheck_command_reports_the_modules_verdict(model, solver, tmp_path, capsys, monkeypatch):
+    """The CLI glue of `crosscheck MODEL` (from the registry, no model special-cased), with the solver's cross-check
+    replaced by independent normal draws for both sides: exact agreement, so the verdict is "pass" and exit 0."""
+    import dataclasses
 
-    from validation import crosscheck as xc, gates
+    from validation import crosscheck as xc, gates, registry
 
     rng = np.random.default_rng(0)
     nuts_q = {"pred": rng.normal(size=(4, 1000, 5))}
@@ -91,10 +94,16 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, tmp_path, c
     fake = xc.CrosscheckResult(model=model, solver=f"fake {model} solver", method="exact", verdict=verdict,
                                solver_quantities=solver_q, nuts_quantities=nuts_q, solver_seconds=1.0,
                                nuts_seconds=2.0, config="cfg", settings={"data": "fake draws"})
-    module = importlib.import_module(f"validation.{cli.CHECKED_MODELS[model]}")
-    monkeypatch.setattr(module, "run_crosscheck", lambda progress=True: fake)
-    assert cli.main(["crosscheck", model, "--out", str(tmp_path), "--no-progress"]) == 0
+    calls = []
+    spec = registry.get(model)
+    chosen = spec.solver(solver)
+    fake_solver = dataclasses.replace(chosen, crosscheck=lambda config, **kw: calls.append((config, kw)) or fake)
+    fake_spec = dataclasses.replace(spec, solvers=tuple(fake_solver if s is chosen else s for s in spec.solvers))
+    monkeypatch.setattr(registry, "get", lambda name: fake_spec if name == model else spec)
+    argv = ["crosscheck", model, "--out", str(tmp_path), "--no-progress", "--reference", "stored"]
+    assert cli.main(argv + (["--solver", solver] if solver else [])) == 0
     assert "Verdict: PASS" in capsys.readouterr().out
+    assert calls == [(chosen.default_config(), {"progress": False, "reference": "stored"})]
     report = (tmp_path / "report.md").read_text()
     assert "Verdict: PASS" in report and f"fake {model} solver" in report and "fake draws" in report
     assert len(list(tmp_path.glob("*.png"))) == 3

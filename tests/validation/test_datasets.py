@@ -1,4 +1,7 @@
-"""Tests of validation.datasets: loaders, re-indexing, splits, data location."""
+"""Tests of the MovieLens loaders, re-indexing, the P1/P3 splits and data location, through
+``validation.datasets`` (which re-exports `validation.loaders` and `validation.splits`).
+The new loaders (baskets, delimited files, `load`, transforms, fuzzing) are tested in
+test_loaders.py."""
 
 from __future__ import annotations
 
@@ -211,6 +214,35 @@ def test_index_ratings_order_and_round_trip():
     np.testing.assert_array_equal(ix.item_index([100]), [2])
     with pytest.raises(ValueError, match="not in the data"):
         ix.user_index([11])
+
+
+def test_index_ratings_with_string_ids_maps_back():
+    df = pd.DataFrame({"user": ["u2", "u10", "u2", "a"], "item": [7, 5, 5, 7], "rating": [1.0, 2.0, 3.0, 4.0]})
+    t = ratings_from_dataframe(df)
+    assert t["user"].tolist() == ["u2", "u10", "u2", "a"] and t["item"].dtype == np.int64
+    ix = index_ratings(t)
+    assert ix.user_ids.tolist() == ["a", "u10", "u2"]  # lexicographic order
+    assert ix.user_ids.dtype == object and ix.item_ids.dtype == np.int64
+    f = ix.frame
+    back = set(zip(ix.user_ids[f.u].tolist(), ix.item_ids[f.i].tolist(), f.rating.tolist()))
+    assert back == set(zip(df.user, df.item, df.rating))
+    np.testing.assert_array_equal(ix.user_index(["u2", "a"]), [2, 0])
+    np.testing.assert_array_equal(ix.user_index(np.array(["u10"])), [1])
+    with pytest.raises(ValueError, match="not in the data"):
+        ix.user_index(["u3"])
+    with pytest.raises(ValueError, match="strings"):
+        ix.user_index([2])  # an integer among string ids
+    with pytest.raises(ValueError, match="int64"):
+        ix.item_index(["7"])  # a string among integer ids
+    # string ids of integers that fit int64 become int64; others (or beyond int64) stay strings
+    assert ratings_from_dataframe(df.assign(user=["1", "2", "3", "4"]))["user"].dtype == np.int64
+    big = df.assign(user=np.array([2**63, 1, 2, 3], dtype=np.uint64))
+    assert ratings_from_dataframe(big)["user"].tolist() == [str(2**63), "1", "2", "3"]
+    with pytest.raises(ValueError, match="too large"):
+        ratings_from_dataframe(df.assign(user=[1e19, 1.0, 2.0, 3.0]))
+    # the splits run on string ids too
+    s = split_leave_one_out(df.assign(rating=5.0), seed=0)
+    assert s.indexed.user_ids.tolist() == ["a", "u10", "u2"] and s.test_users.tolist() == [2]
 
 
 def test_index_ratings_ignores_row_order():

@@ -53,3 +53,32 @@ def test_compare_exact_detects_a_shift_of_a_few_mcse():
     # iid draws: MCSE of the mean ~ 0.3 * m / sqrt(4000); a 10% shift is ~ 20 MCSE
     shifted = crosscheck.compare_exact(a, {"q": _iid(1, q=40, shift=0.1)}, g)
     assert shifted.status == "fail"
+
+
+def test_summaries_stand_in_for_draws():
+    """A stored reference keeps ArviZ summaries of its draws: gates and both comparisons give the same
+    results on the summaries as on the draws (exactly: the same numbers enter)."""
+    a, b = {"q": _iid(0, q=40)}, {"q": _iid(1, q=40)}
+    sa = {"q": gates.summarize(a["q"])}
+    g_draws = gates.nuts_gates(a, divergences=0, bfmi=np.ones(4))
+    g_sum = gates.nuts_gates(sa, divergences=0, bfmi=np.ones(4))
+    assert g_sum.passed == g_draws.passed and g_sum.n_chains == 4
+    assert g_sum.table.equals(g_draws.table)
+    assert crosscheck.compare_exact(b, sa, g_sum).table.equals(crosscheck.compare_exact(b, a, g_draws).table)
+    vi = {"q": _iid(9, q=40, chains=1, draws=4000, scale=0.7)}
+    assert crosscheck.compare_vi(sa, vi, g_sum).table.equals(crosscheck.compare_vi(a, vi, g_draws).table)
+
+
+def test_vi_gap_is_the_table_behind_compare_vi():
+    nuts = _iid(0, q=50)
+    vi = _iid(9, q=50, chains=1, draws=4000, scale=0.7)
+    gap = crosscheck.vi_gap(nuts, vi, "rate")
+    assert list(gap.columns) == ["quantity", "nuts_mean", "vi_mean", "nuts_sd", "vi_sd", "std_error", "sd_ratio",
+                                 "nuts_mean_in_vi90"]
+    assert gap.quantity[0] == "rate[0]" and len(gap) == 50
+    g = gates.nuts_gates({"rate": nuts}, divergences=0, bfmi=np.ones(4))
+    row = crosscheck.compare_vi({"rate": nuts}, {"rate": vi}, g).table.iloc[0]
+    assert row.median_std_error == pytest.approx(gap.std_error.median())
+    assert row.coverage90 == pytest.approx(gap.nuts_mean_in_vi90.mean())
+    with pytest.raises(ValueError, match="chain, draw, Q"):
+        crosscheck.vi_gap(nuts, vi[0], "rate")

@@ -1,13 +1,8 @@
 """The HPF Gibbs sampler against the NumPyro program: conditionals, CustomGibbs blocks, NUTS."""
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from ppl_models import hpf as ppl
 from validation import crosscheck as xc
-from validation import gates
 from validation import hpf_gibbs as vg
 from validation import hpf as vhpf
 from validation.report import crosscheck_report
@@ -29,13 +24,12 @@ def test_printed_xi_and_eta_conditionals_are_rejected():
 
 @pytest.fixture(scope="module")
 def small_nuts():
-    _, y = ppl.simulate(jax.random.PRNGKey(3), 12, 10, 2, HYPER)
-    y = np.asarray(y)
-    nuts = xc.run_nuts(ppl.model, jnp.asarray(y), 2, HYPER, seed=0, num_warmup=500, num_samples=1000, progress=False)
-    q = identifiable_quantities(nuts.idata)
-    g = gates.nuts_gates(q, divergences=nuts.divergences, bfmi=nuts.bfmi)
+    """The stored, gated NUTS reference "hpf-bridge" (12 x 10, K = 2, data key 3, NUTS seed 0; `validation.references`):
+    its summaries stand in for the draws in `compare_exact`, so NUTS is not re-run here."""
+    ref = vhpf.nuts_reference(vhpf.CROSSCHECK_BRIDGE, reference="stored")
+    g = ref.gates()
     assert g.passed, g.failures
-    return y, nuts, q, g
+    return vhpf.simulated_data(vhpf.CROSSCHECK_BRIDGE), ref, ref.summary, g
 
 
 # one block in the default run (each hybrid costs a NUTS run); all four under -m slow
@@ -57,11 +51,12 @@ def test_a_wrong_block_fails_beside_nuts(small_nuts):
     assert any(r.startswith("xi") for r in verdict.reasons)
 
 
-def test_gibbs_agrees_with_nuts_within_monte_carlo_error(small_nuts, tmp_path):
-    y, nuts, _, _ = small_nuts
-    cfg = vhpf.CrosscheckConfig(n_users=12, n_items=10, n_components=2)
-    result = vg.run_gibbs_crosscheck(y, cfg, vg.GibbsCrosscheckConfig(num_warmup=1000, num_samples=1000, thin=5), nuts=nuts)
+def test_gibbs_agrees_with_nuts_within_monte_carlo_error(tmp_path):
+    """Gibbs against the stored NUTS reference of the bridge problem (both gated)."""
+    result = vg.run_crosscheck(vhpf.CROSSCHECK_BRIDGE, vg.GibbsCrosscheckConfig(num_warmup=1000, num_samples=1000, thin=5),
+                               reference="stored")
     verdict = result.verdict
+    assert result.reference.stored
     assert result.extra["update_table"].passed.all()
     assert verdict.gates.passed, verdict.gates.failures
     assert verdict.status == "pass", (verdict.reasons, verdict.table)

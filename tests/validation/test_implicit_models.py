@@ -84,7 +84,7 @@ def test_rg_like_error_by_user_degree_and_the_second_r(tmp_path):
     for name in ("RG like", "RG like (r=1)"):
         pu = ev.per_user[("planted", name)]
         # brute force: the like probability of each held-out item, from a fit with the same settings
-        res = rg.fit(split.train, ppl_rg.RGHyper(r=0.5 if name == "RG like" else 1.0), 2, seed=0, max_iter=5,
+        res = rg.fit(0, split.train, 2, ppl_rg.RGHyper(r=0.5 if name == "RG like" else 1.0), max_iter=5,
                      dtype=np.float64, n_draws=0, progress=False, warm_start=5)
         p = np.asarray(rg.like_probability(res.state, split.test_users, split.test_items))
         np.testing.assert_allclose(pu["like"].to_numpy(), p, rtol=1e-10)

@@ -65,7 +65,7 @@ def test_errata_printed_fails_corrected_passes():
 def test_crosscheck_against_nuts():
     """Paper's setting (user biases clamped, sec. 6.1) on a planted 20 x 30 graph; NUTS non-centred.
     The verdict thresholds are the project's (`validation.crosscheck.VIThresholds`)."""
-    result = vr.run_crosscheck(vr.CrosscheckConfig(), progress=False)
+    result = vr.run_crosscheck(vr.CrosscheckConfig(), progress=False, reference="stored")  # stored, gated NUTS
     assert result.verdict.gates.passed, result.verdict.gates.failures
     assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)
     assert result.extra["update_table"].passed.all(), result.extra["update_table"]

@@ -137,11 +137,6 @@ def test_crosscheck_against_nuts():
 
     A pass needs the NUTS gates (else inconclusive, reported, not failed) and the VI thresholds of
     `validation.crosscheck.VIThresholds` (median standardized error <= 0.5, corr of log means >= 0.99)."""
-    res = vs.run_crosscheck(progress=False)
-    print(res.settings)
-    print(res.verdict.table.to_string())
-    print(res.verdict.gates.table.to_string(), res.verdict.gates.failures)
-    print(res.extra["mackay_vs_nuts"].to_string())
-    if res.verdict.status == "inconclusive":
-        pytest.skip("NUTS gates failed: " + "; ".join(res.verdict.reasons))
-    assert res.verdict.status == "pass", res.verdict.reasons
+    res = vs.run_crosscheck(progress=False, reference="stored")  # the stored NUTS reference passed its gates
+    assert res.verdict.gates.passed, res.verdict.gates.failures
+    assert res.verdict.status == "pass", (res.verdict.reasons, res.verdict.table, res.extra["mackay_vs_nuts"])

@@ -75,10 +75,11 @@ def test_printed_v_mean_is_exact_without_multi_hot_rows():
 @pytest.mark.slow
 def test_crosscheck_against_nuts():
     cfg = vv.CrosscheckConfig()
-    result = vv.run_crosscheck(cfg, progress=False)
+    result = vv.run_crosscheck(cfg, progress=False, reference="stored")  # the stored, gated NUTS reference
     assert result.verdict.gates.passed, result.verdict.gates.failures
     assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)
     assert result.extra["update_table"].passed.all()
     assert (result.extra["dense_table"].max_rel_diff < 1e-10).all()
     # the alpha gap (VI mean about 2 NUTS sds low) is reported in result.extra["alpha_table"], not gated
-    assert result.extra["alpha_table"].shape == (1, 8)
+    assert result.extra["alpha_table"].shape == (1, 9)  # validation.crosscheck.vi_gap + its own NUTS gate
+    assert result.extra["alpha_table"].nuts_gates_passed.all()

@@ -1,0 +1,490 @@
+r"""The one multi-chain sampling driver (DESIGN.md: "a sampling driver"; issue 9).
+
+A sampler module declares its algorithm (`base.Algorithm`: init, step, log joint, dims) and a
+`SamplerSpec` (how to prepare its data, what it can keep, which Info fields are statistics,
+how it predicts at cells); its public ``sample`` validates the model-specific inputs and calls
+`sample` here. Everything around the steps is written once, in this module:
+
+- Chains: ``num_chains`` independent chains, vectorised with ``jax.vmap`` (every State of the
+  package is a NamedTuple of fixed-shape arrays, so all chains run as one batched program).
+- Units and blocks: the sampler runs in *units* of ``thin`` sweeps; a unit's last state is a
+  draw. Warm-up is ``ceil(num_warmup / thin)`` units (``num_warmup_run`` = that times ``thin``
+  sweeps), then ``num_samples`` kept units. Units run under ``lax.scan`` in blocks of ``block``
+  units, one jitted program (`_block`, module level, so repeated calls with the same shapes,
+  options and block size reuse the compiled program: SBC fits hundreds of data sets).
+- Key schedule (the same for every sampler)::
+
+      key = as_key(key_or_seed); key, init_key = split(key)
+      chain c starts from init(split(init_key, C)[c], ...)
+      for every unit u = 0, 1, ... (warm-up and kept alike):
+          key, sub = split(key); chain c's unit key is split(sub, C)[c]
+          its thin sweeps use split(unit_key, thin)
+
+  The schedule depends on neither the block size nor where a run was interrupted, so a
+  resumed run equals an uninterrupted one bit for bit. It is the schedule of the former
+  HPF-Gibbs and BPMF drivers (their draws are unchanged, checked against draws saved from
+  commit 8571c06 in ``tests/data/sampler_draws_v0.npz``). Two samplers' draws changed with
+  the move onto this driver:
+
+  * SBMF: its former driver split each block's key per chain, then per kept draw, then per
+    sweep (a schedule tied to its block size of 50 draws); its warm-up was rounded up to whole
+    blocks of ``50 * thin`` sweeps. Now: the schedule above and ``ceil(num_warmup / thin)``
+    warm-up units.
+  * MCMC-FM: its former driver spent one ``split`` of the key on the chain keys of the
+    ahead-of-time compilation (never run), so every later unit key was shifted by one split.
+    Its ``lp`` and ``rmse`` also described the state *before* each kept draw's last sweep;
+    now they describe the kept state.
+
+  Both are tested equal, bit for bit, to a plain Python loop of their public ``step`` under
+  the schedule above (``tests/custom_inference/test_mcmc_driver.py``).
+- Records of each kept unit: the kept State fields (``keep``), ``lp`` = the algorithm's
+  ``target`` (log joint) of the kept state, the sampler's statistics from the unit's Infos
+  (``mean_stats`` averaged over its ``thin`` sweeps, ``last_stats`` of its last sweep), the
+  sampler's derived quantities, and with ``predict_at`` the running sums of the predicted mean
+  function at the requested cells (accumulated on the device over the kept units, so no draw
+  has to be stored; ``pred`` per draw is stored only when ``keep`` names it).
+- Timing: wall seconds of each block (the call, ``block_until_ready`` and the copy of its
+  records to the host). A block whose call compiled `_block` (its jit cache grew) is left out
+  of ``seconds_per_sweep`` (seconds per sweep of all chains together); when every block
+  compiled, ``seconds_per_sweep`` includes compilation (``attrs["per_sweep_includes_compile"]``).
+- Checkpoints: with ``checkpoint`` (a path), every ``checkpoint_every`` blocks the driver
+  writes the chains' states, the running key, the records so far and a fingerprint of the
+  settings to ``<path>.tmp`` and moves it over ``path`` with `os.replace` (atomic), and once
+  more at the end. ``resume=True`` continues from the file (a fingerprint mismatch raises
+  ValueError); a missing file starts afresh.
+- Output: `arviz.InferenceData` through `custom_inference.arviz_io` with one attrs schema:
+  model, method, source, seed (int seed, or the key's data as a string), num_chains,
+  num_warmup, num_warmup_run, num_samples, thin, K, n_rows, n_cols, nnz, dtype, seconds,
+  seconds_first_block, seconds_per_sweep, per_sweep_includes_compile, block, hyper_<field>
+  for every hyperparameter, plus the sampler's own options. Groups: ``posterior`` (kept
+  variables, derived quantities, ``pred``), ``sample_stats`` (``lp`` and the statistics),
+  and with ``predict_at`` ``predictions`` (``pred_mean``, ``pred_sd``: mean and sd over all
+  kept draws of all chains of the predicted mean function; dim ``cell``).
+
+Source: project addition (after BlackJAX's scan-based ``run_inference_algorithm`` and
+NumPyro's ``MCMC``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import arviz_io
+from .base import Algorithm, as_key, check_latent_dim
+
+__all__ = ["SamplerSpec", "sample", "check_count", "check_cells", "hyper_attrs", "seed_attr", "TRACES"]
+
+#: Python-side trace counter of `_block`, by model name (the compile-once tests read it).
+TRACES: collections.Counter = collections.Counter()
+
+
+class SamplerSpec(NamedTuple):
+    """What a sampler module declares for the driver, besides its `base.Algorithm`.
+
+    Fields
+    ------
+    algorithm : base.Algorithm (kind "mcmc"; target = log joint).
+    model : str, attrs "model" (e.g. "sbmf").
+    method : str, attrs "method" (e.g. "gibbs").
+    variables : tuple of State field names that may be kept (caches left out).
+    prepare : (data, dtype) -> the data pytree that init/step take (jax arrays of ``dtype``);
+        called inside the driver's x64 context.
+    sizes : data -> (n_rows, n_cols, nnz) for the attrs.
+    coords : (data, K) -> dict of ArviZ coordinates.
+    derived : optional (state, data, hyper) -> dict name -> array, per kept draw (e.g.
+        SBMF's identifiable ``mean_level``); their dims in ``extra_dims``.
+    predict : optional (state, data, at) -> (M,) predicted mean function at the cells ``at``.
+    predict_prepare : optional (predict_at, data, dtype) -> (at pytree, M); validates
+        ``predict_at`` (ValueError naming the field) and converts it.
+    mean_stats : Info fields averaged over a unit's sweeps (acceptance rates).
+    last_stats : Info fields of a unit's last sweep (describe the kept state).
+    extra_dims : dims of the derived quantities (mapping name -> tuple of dims).
+    prepare_hyper : optional (hyper, dtype) -> the hyperparameter pytree passed to init/step.
+    """
+
+    algorithm: Algorithm
+    model: str
+    method: str
+    variables: tuple
+    prepare: Callable
+    sizes: Callable
+    coords: Callable
+    derived: Callable | None = None
+    predict: Callable | None = None
+    predict_prepare: Callable | None = None
+    mean_stats: tuple = ()
+    last_stats: tuple = ()
+    extra_dims: Mapping = {}
+    prepare_hyper: Callable | None = None
+
+
+# -- argument checks -------------------------------------------------------------------------
+
+
+def check_count(name: str, value, minimum: int) -> int:
+    """``value`` as an int >= ``minimum`` (not bool, integral). Raises ValueError naming ``name``.
+    Source: project addition."""
+    try:
+        ok = not isinstance(value, (bool, np.bool_)) and int(value) == value and value >= minimum
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``predict_at = (rows, cols)``: two 1-D integer arrays (M,) of one length, rows in
+    [0, n_rows), cols in [0, n_cols). Returns them as int64 arrays.
+    Raises ValueError naming ``predict_at``. Source: project addition."""
+    try:
+        rows, cols = (np.asarray(a) for a in predict_at)
+    except (TypeError, ValueError):
+        raise ValueError("predict_at must be a pair (rows, cols) of 1-D integer arrays") from None
+    if rows.shape != cols.shape or rows.ndim != 1:
+        raise ValueError(f"predict_at must be two 1-D index arrays of one length, got {rows.shape} and {cols.shape}")
+    for name, a, n in (("rows", rows, n_rows), ("cols", cols, n_cols)):
+        if a.size and not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"predict_at {name} must be integers, got dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() >= n):
+            raise ValueError(f"predict_at {name} out of range [0, {n - 1}]")
+    return rows.astype(np.int64), cols.astype(np.int64)
+
+
+def hyper_attrs(hyper) -> dict:
+    """``hyper_<field>`` attrs of a NamedTuple of hyperparameters: floats for scalars, "None",
+    or the nested list as a string for arrays. Source: project addition."""
+    out = {}
+    for f in getattr(hyper, "_fields", ()):
+        v = getattr(hyper, f)
+        if v is None:
+            out[f"hyper_{f}"] = "None"
+        elif np.ndim(v) == 0:
+            out[f"hyper_{f}"] = float(v)
+        else:
+            out[f"hyper_{f}"] = str(np.asarray(v).tolist())
+    return out
+
+
+def seed_attr(key):
+    """The ``seed`` attr: the int seed itself, or a key's data as a string. Source: project addition."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return int(key)
+    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    return str(np.asarray(data).tolist())
+
+
+# -- the compiled block ----------------------------------------------------------------------
+
+
+class _Static:
+    """A static jit argument compared by identity (a SamplerSpec holds dicts, so it does not hash;
+    specs are module-level constants, so identity is stable across calls)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and other.obj is self.obj
+
+
+def _block_impl(key, states, data, hyper, at, start, n_warm, *, spec: _Static, n_units: int, thin: int,
+                keep: tuple, step_options: tuple):
+    """``n_units`` units of all chains; returns (key, states, records, running prediction sums)."""
+    spec = spec.obj
+    TRACES[spec.model] += 1  # Python side effect: runs once per trace
+    step, target = spec.algorithm.step, spec.algorithm.target
+    opts = dict(step_options)
+    n_chains = jax.tree_util.tree_leaves(states)[0].shape[0]
+    stat_names = tuple(spec.mean_stats) + tuple(spec.last_stats)
+
+    def unit_keys(k, _):
+        k, sub = jax.random.split(k)
+        return k, jax.random.split(sub, n_chains)
+
+    key, keys = jax.lax.scan(unit_keys, key, None, length=n_units)  # keys (n_units, C, 2)
+    kept = (start + jnp.arange(n_units)) >= n_warm  # (n_units,)
+
+    def sweep(s, k):
+        s, info = step(k, s, data, hyper, **opts)
+        return s, tuple(getattr(info, n) for n in stat_names)
+
+    def run_chain(state, k):  # one chain's thin sweeps (the former drivers' vmapped program)
+        return jax.lax.scan(sweep, state, jax.random.split(k, thin))
+
+    def record(state, infos):  # one chain's record of its new state
+        rec = {name: getattr(state, name) for name in keep if name in spec.variables}
+        rec["lp"] = target(state, data, hyper)
+        for n, v in zip(stat_names, infos):
+            rec[n] = jnp.mean(v) if n in spec.mean_stats else v[-1]
+        if spec.derived is not None:
+            rec.update(spec.derived(state, data, hyper))  # always: small identifiable summaries
+        if at is not None:
+            rec["pred"] = spec.predict(state, data, at)
+        return rec
+
+    def unit(carry, xs):
+        states, s1, s2 = carry
+        ks, is_kept = xs
+        states, infos = jax.vmap(run_chain)(states, ks)
+        rec = jax.vmap(record)(states, infos)
+        if at is not None:
+            p = rec["pred"] if "pred" in keep else rec.pop("pred")
+            w = is_kept.astype(p.dtype)
+            s1, s2 = s1 + w * p, s2 + w * p * p
+        return (states, s1, s2), rec
+
+    if at is None:
+        z = jnp.zeros((0,))
+    else:
+        shape = jax.eval_shape(lambda s: jax.vmap(lambda x: spec.predict(x, data, at))(s), states)
+        z = jnp.zeros(shape.shape, shape.dtype)
+    (states, s1, s2), recs = jax.lax.scan(unit, (states, z, z), (keys, kept))
+    recs = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), recs)  # (C, n_units, ...)
+    return key, states, recs, s1, s2
+
+
+_block = jax.jit(_block_impl, static_argnames=("spec", "n_units", "thin", "keep", "step_options"))
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+def _fingerprint(**settings) -> str:
+    return json.dumps({k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                       for k, v in sorted(settings.items())}, sort_keys=True)
+
+
+def _save_checkpoint(path: Path, fingerprint: str, key, states, done: int, records: dict, s1, s2, seconds: float):
+    arrays = {"__fingerprint": np.asarray(fingerprint), "__key": np.asarray(jax.random.key_data(key)
+                                                                             if jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                                                             else key),
+              "__done": np.asarray(done), "__seconds": np.asarray(seconds), "__s1": np.asarray(s1), "__s2": np.asarray(s2)}
+    for name, value in states._asdict().items():
+        arrays[f"state/{name}"] = np.asarray(value)
+    for name, parts in records.items():
+        arrays[f"rec/{name}"] = np.concatenate(parts, axis=1) if parts else np.zeros((0,))
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, fingerprint: str, state_type, key_like):
+    with np.load(path, allow_pickle=False) as f:
+        if str(f["__fingerprint"]) != fingerprint:
+            raise ValueError(f"checkpoint {path} was written with other settings; delete it or pass resume=False")
+        key = jnp.asarray(f["__key"])
+        if jnp.issubdtype(key_like.dtype, jax.dtypes.prng_key):
+            key = jax.random.wrap_key_data(key)
+        states = state_type(**{n[6:]: jnp.asarray(f[n]) for n in f.files if n.startswith("state/")})
+        records = {n[4:]: [f[n]] for n in f.files if n.startswith("rec/")}
+        return key, states, int(f["__done"]), records, f["__s1"], f["__s2"], float(f["__seconds"])
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+def sample(
+    spec: SamplerSpec,
+    key,
+    data,
+    K,
+    hyper,
+    *,
+    num_chains: int = 4,
+    num_warmup: int = 500,
+    num_samples: int = 1000,
+    thin: int = 1,
+    keep=None,
+    predict_at=None,
+    dtype=None,
+    progress: bool = True,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    block: int | None = None,
+    callback: Callable[[int, Any], None] | None = None,
+    init_options: Mapping | None = None,
+    step_options: Mapping | None = None,
+    source: str | None = None,
+    attrs: Mapping | None = None,
+) -> "arviz_io.InferenceData":
+    """Run ``num_chains`` chains of ``spec.algorithm`` and return the draws (module docstring).
+
+    Parameters
+    ----------
+    spec : SamplerSpec of the sampler.
+    key : jax PRNG key or int seed (`base.as_key`); the same key gives the same draws.
+    data : the sampler's data (already validated by its ``sample``); ``spec.prepare`` converts it.
+    K : int >= 1, the latent dimension.
+    hyper : the sampler's hyperparameters (validated by its ``sample``).
+    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
+        multiple of ``thin``: attrs ``num_warmup_run``).
+    keep : names to store per draw: State fields in ``spec.variables`` and ``"pred"`` (the
+        predicted mean function per draw, with ``predict_at``); None = all of them. The derived
+        quantities (``spec.extra_dims``, small) are always stored; naming them is allowed.
+    predict_at : cells to predict at (``spec.predict_prepare`` validates it; (rows, cols) for
+        matrix models); running mean and sd land in the ``predictions`` group.
+    dtype : float dtype of the state (default float64); float64 runs with x64 enabled.
+    progress : tqdm bar over units.
+    checkpoint : optional path of the checkpoint file (.npz); checkpoint_every : int >= 1 blocks.
+    resume : continue from ``checkpoint`` if it exists.
+    block : units per compiled block (int >= 1); default min(50, ceil(total units / 4)).
+        Results do not depend on it.
+    callback : (units done, states) -> None after each block (after the checkpoint); an
+        exception raised there stops the run (the checkpoint stays).
+    init_options, step_options : keyword options of ``init`` and ``step`` (step options must
+        be hashable: they are static in the compiled block).
+    source : attrs "source" (default ``spec.algorithm.source``); attrs : extra attrs.
+
+    Returns
+    -------
+    arviz.InferenceData (module docstring: groups and attrs).
+
+    Raises
+    ------
+    ValueError naming the field: bad counts, unknown ``keep`` names, ``"pred"`` kept without
+    ``predict_at``, ``predict_at`` out of range, a checkpoint written with other settings,
+    ``resume`` without ``checkpoint``. TypeError for a key that is neither a key nor an int.
+    """
+    K = check_latent_dim(K)
+    num_chains = check_count("num_chains", num_chains, 1)
+    num_warmup = check_count("num_warmup", num_warmup, 0)
+    num_samples = check_count("num_samples", num_samples, 1)
+    thin = check_count("thin", thin, 1)
+    checkpoint_every = check_count("checkpoint_every", checkpoint_every, 1)
+    if block is not None:
+        block = check_count("block", block, 1)
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs checkpoint (a path)")
+    key, seed = as_key(key), seed_attr(key)
+    dtype = np.dtype(np.float64 if dtype is None else dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    derived_names = tuple(spec.extra_dims)
+    allowed = tuple(spec.variables) + derived_names + (("pred",) if spec.predict is not None else ())
+    if keep is None:
+        keep = tuple(spec.variables) + derived_names + (("pred",) if predict_at is not None else ())
+    else:
+        keep = tuple(keep)
+        unknown = sorted(set(keep) - set(allowed))
+        if unknown:
+            raise ValueError(f"keep: unknown variables {unknown}; choose from {allowed}")
+    if "pred" in keep and predict_at is None:
+        raise ValueError("keep: 'pred' needs predict_at")
+    if predict_at is not None and spec.predict is None:
+        raise ValueError(f"predict_at: the {spec.model} sampler does not predict")
+    step_options = tuple(sorted((step_options or {}).items()))
+    init_options = dict(init_options or {})
+    n_rows, n_cols, nnz = spec.sizes(data)
+    n_warm = -(-num_warmup // thin)
+    total = n_warm + num_samples
+    per_block = min(50, -(-total // 4)) if block is None else block
+    per_block = min(per_block, total)
+
+    with jax.enable_x64(dtype == np.float64):
+        at, n_cells = (None, 0)
+        if predict_at is not None:
+            at, n_cells = spec.predict_prepare(predict_at, data, dtype)
+        d = spec.prepare(data, dtype)
+        hyp = hyper if spec.prepare_hyper is None else spec.prepare_hyper(hyper, dtype)
+        fingerprint = _fingerprint(model=spec.model, seed=seed, K=K, num_chains=num_chains, num_warmup=num_warmup,
+                                   num_samples=num_samples, thin=thin, keep=keep, dtype=str(dtype), n_rows=n_rows,
+                                   n_cols=n_cols, nnz=nnz, n_cells=n_cells, step_options=step_options,
+                                   init_options=sorted(init_options.items()), hyper=hyper_attrs(hyper))
+        ckpt = None if checkpoint is None else Path(checkpoint)
+        records: dict[str, list] = collections.defaultdict(list)
+        s1 = s2 = None
+        done, seconds_before = 0, 0.0
+        if resume and ckpt.exists():
+            state_type = type(jax.eval_shape(lambda k: spec.algorithm.init(k, d, K, hyp, dtype=dtype, **init_options),
+                                             jax.random.PRNGKey(0)))
+            key, states, done, loaded, s1, s2, seconds_before = _load_checkpoint(ckpt, fingerprint, state_type, key)
+            records.update(loaded)
+            s1 = None if s1.size == 0 else s1
+            s2 = None if s2.size == 0 else s2
+        else:
+            key, init_key = jax.random.split(key)
+            states = jax.vmap(lambda k: spec.algorithm.init(k, d, K, hyp, dtype=dtype, **init_options))(
+                jax.random.split(init_key, num_chains))
+        block_seconds, block_sweeps, block_compiled = [], [], []
+        start = time.perf_counter()
+        bar = tqdm(total=total, initial=done, desc=f"{spec.algorithm.name} ({num_chains} chains)", disable=not progress,
+                   leave=False)
+        n_blocks_run = 0
+        try:
+            while done < total:
+                n = min(per_block, total - done)
+                cache_before = _block._cache_size()
+                t0 = time.perf_counter()
+                key, states, recs, b1, b2 = _block(key, states, d, hyp, at, jnp.asarray(done, jnp.int32),
+                                                   jnp.asarray(n_warm, jnp.int32), spec=_Static(spec), n_units=n, thin=thin,
+                                                   keep=keep, step_options=step_options)
+                lo = max(n_warm - done, 0)  # first kept unit of this block
+                if lo < n:
+                    for name, v in recs.items():
+                        records[name].append(np.asarray(v)[:, lo:])
+                if at is not None:
+                    b1, b2 = np.asarray(b1, np.float64), np.asarray(b2, np.float64)
+                    s1, s2 = (b1, b2) if s1 is None else (s1 + b1, s2 + b2)
+                jax.block_until_ready(states)
+                block_seconds.append(time.perf_counter() - t0)
+                block_sweeps.append(n * thin)
+                block_compiled.append(_block._cache_size() > cache_before)
+                done += n
+                n_blocks_run += 1
+                bar.update(n)
+                if ckpt is not None and (n_blocks_run % checkpoint_every == 0 or done == total):
+                    _save_checkpoint(ckpt, fingerprint, key, states, done, records,
+                                     np.zeros(0) if s1 is None else s1, np.zeros(0) if s2 is None else s2,
+                                     seconds_before + time.perf_counter() - start)
+                if callback is not None:
+                    callback(done, states)
+        finally:
+            bar.close()
+        seconds = seconds_before + time.perf_counter() - start
+
+    bs, bw, bc = np.asarray(block_seconds), np.asarray(block_sweeps), np.asarray(block_compiled, bool)
+    includes_compile = bool(bc.all()) if bs.size else False
+    sel = bc if includes_compile else ~bc
+    per_sweep = float(bs[sel].sum() / bw[sel].sum()) if bs.size else float("nan")
+    out = {name: np.concatenate(parts, axis=1) for name, parts in records.items()}
+    lp = out.pop("lp")
+    stats = {"lp": lp, **{n: out.pop(n) for n in tuple(spec.mean_stats) + tuple(spec.last_stats)}}
+    dims = {**{k: list(v) for k, v in spec.algorithm.dims.items()}, **{k: list(v) for k, v in spec.extra_dims.items()},
+            "pred": ["cell"], "pred_mean": ["cell"], "pred_sd": ["cell"]}
+    coords = dict(spec.coords(data, K))
+    extra = None
+    if at is not None:
+        coords["cell"] = np.arange(n_cells)
+        c = num_chains * num_samples
+        mean = s1.sum(axis=0) / c
+        var = np.maximum(s2.sum(axis=0) / c - mean ** 2, 0.0) * (c / max(c - 1, 1))
+        extra = {"predictions": {"pred_mean": mean, "pred_sd": np.sqrt(var)}}
+    all_attrs = {
+        "model": spec.model, "method": spec.method, "source": source or spec.algorithm.source, "seed": seed,
+        "num_chains": num_chains, "num_warmup": num_warmup, "num_warmup_run": n_warm * thin,
+        "num_samples": num_samples, "thin": thin, "K": K, "n_rows": int(n_rows), "n_cols": int(n_cols),
+        "nnz": int(nnz), "dtype": str(dtype), "seconds": float(seconds),
+        "seconds_first_block": float(bs[0]) if bs.size else float("nan"), "seconds_per_sweep": per_sweep,
+        "per_sweep_includes_compile": int(includes_compile), "block": int(per_block),
+        **hyper_attrs(hyper), **dict(step_options), **init_options, **dict(attrs or {}),
+    }
+    all_attrs = {k: ("None" if v is None else v) for k, v in all_attrs.items()}
+    return arviz_io.to_inference_data(out, dims=dims, coords=coords, sample_stats=stats, extra_groups=extra,
+                                      attrs=all_attrs)

@@ -1,0 +1,1083 @@
+r"""NPFM and PPFM: Gibbs samplers for Poisson factorization machines (truncated gamma process).
+
+Source: ``004_90693a0965f06816.txt`` ch. 5, model eqs. 5.6 / 5.20, conditionals eqs. 5.7-5.19,
+Lemmas 5.2.1-5.2.6; the feature layout of ch. 2 (eq. 2.17, fig. 2.1). The generative programs
+are `ppl_models.pfm`. Every conditional below was derived here (not copied) and is checked
+against the program's normalised conditional on a grid in `validation.pfm`.
+
+Model (all Gammas shape/rate; i = 1..D features, k = 1..K factors, n = training rows)::
+
+    alpha0 ~ Ga(a_0, b_0), beta0 ~ Ga(c_0, d_0), w0 ~ Ga(alpha0, beta0)
+    alpha_i ~ Ga(a, b),  beta_i ~ Ga(c, d),  w_i ~ Ga(alpha_i, beta_i)
+    zeta_i ~ Ga(e, f),   delta_k ~ Ga(g, h), v_ik ~ Ga(zeta_i, delta_k)
+    NPFM: gamma0 ~ Ga(e_0, f_0), c ~ Ga(g_0, h_0), r_k ~ Ga(gamma0 / K, c)     (PPFM: r_k = 1)
+    y_n ~ Pois(w0 + sum_i x_ni w_i + sum_k r_k sum_{i<j} x_ni x_nj v_ik v_jk)
+
+Augmentation (Lemma 5.2.2): y_n = z1_n + sum_i z2_ni + sum_{i<j,k} z3_nijk. Only the sums
+Z1 = sum_n z1_n, Z2_i = sum_n z2_ni, Z3_ik = sum_n sum_{j != i} z3_n{ij}k (each pair unit counts
+for BOTH endpoints) and L_k = sum_n sum_{i<j} z3_nijk enter the conditionals, so z is never
+stored: each unit of each count is allocated once and scattered into these sums.
+
+Exposures (sums over ALL training rows, zeros included)::
+
+    N = number of training rows,  X_i = sum_n x_ni,
+    E_ik = sum_n x_ni (q_nk - x_ni v_ik)   with q_nk = sum_j x_nj v_jk,    m_ik = r_k E_ik,
+    s_k  = sum_n sum_{i<j} x_ni x_nj v_ik v_jk
+
+Conditionals (derived; one line each)::
+
+    z_n | .        ~ Mult(y_n; w0, x_ni w_i, r_k x_ni x_nj v_ik v_jk) / rate_n       (5.7, y_n > 0 only)
+    w0 | .         ~ Ga(alpha0 + Z1, beta0 + N)                                       (5.8)
+    w_i | .        ~ Ga(alpha_i + Z2_i, beta_i + X_i)                                 (5.9)
+    v_ik | .       ~ Ga(zeta_i + Z3_ik, delta_k + r_k E_ik)                           (5.10, both endpoints)
+    r_k | .        ~ Ga(gamma0/K + L_k, c + s_k)                                      (5.11)
+    beta0 | .      ~ Ga(c_0 + alpha0, d_0 + w0)                                       (5.12)
+    beta_i | .     ~ Ga(c + alpha_i, d + w_i)                                         (5.13)
+    delta_k | .    ~ Ga(g + sum_i zeta_i, h + sum_i v_ik)                             (5.14)
+    c | .          ~ Ga(g_0 + gamma0, h_0 + sum_k r_k)                                (5.15)
+    alpha0 | Z1, beta0 (w0 integrated out):   l ~ CRT(Z1, alpha0),
+                   alpha0 ~ Ga(a_0 + l, b_0 + log(1 + N / beta0))                     (5.16)
+    alpha_i | Z2_i, beta_i (w_i out): l_i ~ CRT(Z2_i, alpha_i),
+                   alpha_i ~ Ga(a + l_i, b + log(1 + X_i / beta_i))                   (5.17)
+    zeta_i | Z3_i., delta, r, V_-i (v_i. out): l_ik ~ CRT(Z3_ik, zeta_i),
+                   zeta_i ~ Ga(e + sum_k l_ik, f + sum_k log(1 + r_k E_ik / delta_k)) (5.18)
+    gamma0 | L, c, V (r out): l_k ~ CRT(L_k, gamma0/K),
+                   gamma0 ~ Ga(e_0 + sum_k l_k, f_0 + (1/K) sum_k log(1 + s_k / c))    (5.19)
+
+Sweep order. The four shape draws (5.16-5.19) are *collapsed*: they condition on the latent
+counts with the rate variable (w0, w_i, v_i., r) integrated out. Such a draw is a valid Gibbs
+step only as the first half of a block whose second half redraws that rate variable from its
+conditional given the new shape; the chapter lists the shapes last, after their rates, which
+leaves (shape, rate) jointly wrong (marginals right, dependence broken). The sweep here is::
+
+    z | theta;  (alpha0, alpha, gamma0 collapsed) -> (w0, w, r);  (beta0, beta, delta, c);
+    for each update block b: (zeta_b collapsed -> v_b.)
+
+(independent draws share one Gamma call; delta and c may sit anywhere, they are exact
+conditionals)
+Each step draws from an exact conditional of the joint (parameters, z), so the sweep leaves
+the posterior invariant (SBC in `validation.pfm`). ``order="printed"`` runs the chapter's
+order instead (z, w0, w, v, r, beta0, beta, delta, c, alpha0, alpha, zeta, gamma0): the
+deliberately broken variant that SBC must reject.
+
+Blocks. v_i. for the features of one `fm_design.greedy_blocks` colour never share a training
+row, so their conditionals are independent given the rest and drawn at once; the K factors of
+one feature are independent given z. The exposures are recomputed (O(nnz K)) before each block.
+
+Zeros. Default ``zeros="all"`` (for `PFMData.from_matrix`): every user-item cell that is not
+excluded is a training row, with y = 0 where nothing was observed, as HPF does and as the
+chapter's argument for Poisson sparsity (only y > 0 needs latent counts, "existing FM methods
+... must iterate over both positive and negative samples") presumes; for implicit or count
+data an unobserved cell *is* information. Cells passed in ``exclude`` (held-out or missing,
+ch. 5.3.4) are not training rows. ``zeros="observed"`` makes the listed entries (including
+explicit zeros) the only training rows, as in Gaussian FMs. In "all" mode every sum over the
+I J cells is cached from per-entity sums (users' and items' feature rows, ``x_n = a_u + b_j``):
+q_(u,j)k = A_uk + B_jk, so N, X_i, E_ik and s_k cost O((I + J) F K) plus O(K) per listed row
+(positives and excluded cells); with side features all of these stay cached because each
+feature belongs to the user side or the item side. Only the rows with y > 0 carry count units.
+Work per sweep: O(T (1 + F + K) + B (nnz_entities + n_listed F) K), T = total count, B blocks.
+
+Float32. Gamma shapes such as gamma0/K + 0 are tiny; `gamma_draw` draws log Ga(a) =
+log Ga(a + 1) + log(U) / a and exponentiates, clamping at the smallest normal number, so a
+draw never becomes 0 (log densities stay finite). CRT draws are exact (`crt`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax.scipy.special import gammaln, ndtri
+
+from . import base, mcmc_driver
+from .fm_design import FMDesign, greedy_blocks
+
+__all__ = [
+    "HYPER_FIELDS",
+    "PFMData",
+    "NPFMState",
+    "PPFMState",
+    "PFMInfo",
+    "SuffStats",
+    "Exposures",
+    "crt",
+    "gamma_draw",
+    "gamma_log_draw",
+    "check_hyper",
+    "init",
+    "init_npfm",
+    "init_ppfm",
+    "allocate",
+    "exposures",
+    "conditionals",
+    "step",
+    "step_printed",
+    "log_joint",
+    "row_rates",
+    "n_active",
+    "sample",
+    "sample_npfm",
+    "sample_ppfm",
+    "ALGORITHMS",
+    "SPECS",
+    "NPFM_ALGORITHM",
+    "PPFM_ALGORITHM",
+]
+
+#: Hyperparameter names (thesis names, ch. 5.3.1-5.3.2; a_i..f_i, g_k, h_k shared by all i, k).
+HYPER_FIELDS = ("a_0", "b_0", "c_0", "d_0", "a", "b", "c", "d", "e", "f", "g", "h", "e_0", "f_0", "g_0", "h_0")
+
+
+def check_hyper(hyper) -> None:
+    """Raise ValueError unless ``hyper`` has every name in `HYPER_FIELDS`, each finite and > 0.
+    Source: project addition."""
+    for name in HYPER_FIELDS:
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper: missing field {name!r} (expected ppl_models.pfm.PFMHyper)")
+        v = float(getattr(hyper, name))
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"hyper.{name} must be finite and > 0, got {v}")
+
+
+# ---------------------------------------------------------------------------------------
+# shared math
+
+
+def crt(key, counts, concentration, max_total: int):
+    r"""Exact Chinese-restaurant-table draws l ~ CRT(m, r), elementwise.
+
+    l = sum_{n=1}^{m} b_n with independent b_n ~ Bernoulli(r / (n - 1 + r)) (the table count
+    of a Chinese restaurant process with concentration r after m customers; PMF
+    Gamma(r) / Gamma(m + r) |s(m, l)| r^l, Lemma 5.2.1 of 004 ch. 5, Zhou & Carin 2012).
+    Every customer of every element gets its own Bernoulli, laid out in one flat array of
+    static length ``max_total`` (customer p belongs to the element whose cumulative count
+    first exceeds p), so the work is O(max_total log C) and no normal approximation is used.
+
+    Parameters
+    ----------
+    key : jax PRNG key
+    counts : array (...,) of non-negative integers (int or integral float), m.
+    concentration : array broadcastable to ``counts``, r > 0 (float32 or float64).
+    max_total : static int >= sum(counts); customers beyond sum(counts) are ignored.
+        If sum(counts) exceeds it, the result is wrong (not checked under jit).
+
+    Returns
+    -------
+    array of counts' shape and the concentration's float dtype: l, with 0 <= l <= m and
+    l >= 1 where m >= 1.
+
+    Source: 004 ch. 5 Lemma 5.2.1 (sampling form); shared math, reusable by any
+    negative-binomial / gamma-process model.
+    """
+    conc = jnp.asarray(concentration)
+    dtype = conc.dtype if jnp.issubdtype(conc.dtype, jnp.floating) else jnp.result_type(float)
+    shape = jnp.shape(counts)
+    m = jnp.round(jnp.asarray(counts)).astype(jnp.int32).reshape(-1)
+    r = jnp.broadcast_to(conc.astype(dtype), shape).reshape(-1)
+    C = m.shape[0]
+    if max_total <= 0 or C == 0:
+        return jnp.zeros(shape, dtype)
+    ends = jnp.cumsum(m)
+    starts = ends - m
+    pos = jnp.arange(max_total, dtype=jnp.int32)
+    cat = jnp.minimum(jnp.searchsorted(ends, pos, side="right"), C - 1)
+    n = (pos - starts[cat]).astype(dtype)  # 0-based customer index within its element
+    rc = r[cat]
+    u = jax.random.uniform(key, (max_total,), dtype=dtype)
+    table = (u * (n + rc) < rc) & (pos < ends[-1])
+    return jax.ops.segment_sum(table.astype(dtype), cat, num_segments=C).reshape(shape)
+
+
+def gamma_log_draw(key, shape, rate):
+    r"""log x for x ~ Gamma(shape, rate): exact for every shape > 0, in any float dtype.
+
+    log x = log G + log(U) / shape - log(rate) with G ~ Gamma(shape + 1), U ~ Uniform(0, 1)
+    (G U^(1/shape) ~ Gamma(shape): the boosting identity), G by Marsaglia & Tsang (2000) for
+    a = shape + 1 >= 1: propose v = (1 + x / sqrt(9 d))^3, d = a - 1/3, x ~ N(0, 1), accept
+    when log U' < x^2 / 2 + d - d v + d log v. All elements run in one ``lax.while_loop``
+    until every one has accepted; each iteration uses one uniform call (x = ndtri(U_1), U',
+    U), so an element keeps the first acceptance of its own i.i.d. stream (exact). Written by
+    hand because ``jax.random.gamma`` costs seconds of XLA compile time per call site.
+
+    shape, rate : arrays (broadcast), float32 or float64, > 0. Returns the broadcast shape in
+    the dtype of ``shape``. Source: project addition.
+    """
+    shape = jnp.asarray(shape)
+    dtype = shape.dtype if jnp.issubdtype(shape.dtype, jnp.floating) else jnp.result_type(float)
+    out_shape = jnp.broadcast_shapes(jnp.shape(shape), jnp.shape(rate))
+    shape = jnp.broadcast_to(shape, out_shape).astype(dtype)
+    d = shape + (1.0 - 1.0 / 3.0)
+    cc = 1.0 / jnp.sqrt(9.0 * d)
+    tiny = jnp.finfo(dtype).tiny
+
+    def cond(carry):
+        return ~jnp.all(carry[3])
+
+    def body(carry):
+        it, key, out, done = carry
+        u = jax.random.uniform(jax.random.fold_in(key, it), (3,) + out_shape, dtype=dtype, minval=tiny, maxval=1.0)
+        x = ndtri(u[0])
+        v = 1.0 + cc * x
+        ok = v > 0
+        v3 = jnp.where(ok, v * v * v, 1.0)
+        lv = jnp.log(v3)
+        acc = ok & (jnp.log(u[1]) < 0.5 * x * x + d - d * v3 + d * lv) & ~done
+        val = jnp.log(d) + lv + jnp.log(u[2]) / shape
+        return it + 1, key, jnp.where(acc, val, out), done | acc
+
+    init = (jnp.zeros((), jnp.int32), key, jnp.zeros(out_shape, dtype), jnp.zeros(out_shape, bool))
+    return jax.lax.while_loop(cond, body, init)[2] - jnp.log(jnp.asarray(rate, dtype))
+
+
+def gamma_draw(key, shape, rate):
+    r"""x ~ Gamma(shape, rate) without underflow to 0 for tiny shapes (float32 and float64).
+
+    x = exp(`gamma_log_draw`) clamped below at the dtype's smallest normal number: in float32 a
+    draw with shape 1e-3 is below 1e-38 with high probability and a plain draw returns 0, which
+    puts log 0 into the log joint. Arrays broadcast; dtype of ``shape``. Source: project addition.
+    """
+    lx = gamma_log_draw(key, shape, rate)
+    return jnp.maximum(jnp.exp(lx), jnp.finfo(lx.dtype).tiny)
+
+
+def _gamma_logpdf(x, shape, rate):
+    return shape * jnp.log(rate) - gammaln(shape) + (shape - 1.0) * jnp.log(x) - rate * x
+
+
+# ---------------------------------------------------------------------------------------
+# data
+
+
+def _check_counts(y, name="y"):
+    y = np.asarray(y, dtype=np.float64)
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    if np.any(y < 0):
+        raise ValueError(f"{name}: counts must be >= 0, got min {y.min()}")
+    if np.any(y != np.round(y)):
+        raise ValueError(f"{name}: counts must be integers, got e.g. {y[y != np.round(y)][:3].tolist()}")
+    return y
+
+
+def _check_features(X, name):
+    X = sp.csr_matrix(X, dtype=np.float64)
+    if X.nnz and not np.all(np.isfinite(X.data)):
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    if X.nnz and np.any(X.data < 0):
+        raise ValueError(f"{name}: feature values must be >= 0 (Poisson rates), got min {X.data.min()}")
+    X.eliminate_zeros()
+    return X
+
+
+def _padded(X: sp.csr_matrix, width: int | None = None):
+    """Row-padded (feature index, value) tables (R, F) of a CSR matrix; padding has value 0."""
+    X = sp.csr_matrix(X)
+    R = X.shape[0]
+    nnz_row = np.diff(X.indptr)
+    F = int(max(1, nnz_row.max() if R else 1)) if width is None else int(width)
+    feat = np.zeros((R, F), np.int32)
+    val = np.zeros((R, F), np.float64)
+    pos = np.arange(X.nnz) - np.repeat(X.indptr[:-1], nnz_row)
+    rr = np.repeat(np.arange(R), nnz_row)
+    feat[rr, pos] = X.indices
+    val[rr, pos] = X.data
+    return feat, val
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class PFMData:
+    r"""Training data of a Poisson FM in the form the samplers need (no I x J array).
+
+    Array leaves
+    ------------
+    row_feat : int32 (N_L, F)   features of each *listed* row (padding: feature 0, value 0).
+    row_val : float (N_L, F)    their values x_ni >= 0.
+    row_y : float (N_L,)        counts of the listed rows.
+    row_weight : float (N_L,)   c_n: how often the row enters the sums over training rows on
+                                top of the grid: +1 (``zeros="observed"``: every listed row
+                                is a training row), 0 (a y > 0 cell of the grid), -1 (an
+                                excluded cell: subtracted from the grid's sums).
+    unit_row : int32 (T,)       listed row of each unit of count (T = sum of y, or more with padding).
+    unit_weight : float (T,)    1 for a real unit, 0 for padding (see ``pad_units``).
+    x_sum : float (D,)          X_i = sum over training rows of x_ni (constant).
+    ent_feat, ent_val : (E, Fe) features of the E = I + J entities (users then items) in
+                                ``zeros="all"`` mode; (0, 1) otherwise.
+    ent_partners : float (E,)   J for a user, I for an item.
+    block : int32 (D,)          update block of each feature (`fm_design.greedy_blocks`).
+
+    Static: ``n_features`` D, ``n_users`` I, ``n_items`` J (0 in "observed" mode),
+    ``grid`` (True in "all" mode), ``n_train`` N (float), ``n_blocks``, ``n_units`` T,
+    ``zeros``, ``group_names``.
+
+    Build with `from_matrix` (user-item counts with optional side features) or
+    `from_design` (any `FMDesign`, observed rows only); both validate.
+    """
+
+    row_feat: np.ndarray
+    row_val: np.ndarray
+    row_y: np.ndarray
+    row_weight: np.ndarray
+    unit_row: np.ndarray
+    unit_weight: np.ndarray
+    x_sum: np.ndarray
+    ent_feat: np.ndarray
+    ent_val: np.ndarray
+    ent_partners: np.ndarray
+    block: np.ndarray
+    n_features: int
+    n_users: int
+    n_items: int
+    grid: bool
+    n_train: float
+    n_blocks: int
+    n_units: int
+    zeros: str
+    group_names: tuple
+
+    def tree_flatten(self):
+        leaves = (self.row_feat, self.row_val, self.row_y, self.row_weight, self.unit_row, self.unit_weight, self.x_sum,
+                  self.ent_feat, self.ent_val, self.ent_partners, self.block)
+        aux = (self.n_features, self.n_users, self.n_items, self.grid, self.n_train, self.n_blocks,
+               self.n_units, self.zeros, self.group_names)
+        return leaves, aux
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    @property
+    def n_listed(self) -> int:
+        return int(self.row_y.shape[0])
+
+    # -- constructors ----------------------------------------------------------------
+    @classmethod
+    def from_matrix(cls, y, *, user_features=None, user_groups=None, item_features=None, item_groups=None,
+                    zeros: str = "all", exclude=None, group_names=None, dtype=np.float64, pad_rows: int = 0,
+                    pad_units: int = 0) -> "PFMData":
+        """Counts of an I x J user-item matrix, one-hot ids plus optional side features.
+
+        Parameters
+        ----------
+        y : scipy sparse (I, J), dense array (I, J), or ``custom_inference.data.Observations``;
+            non-negative integer counts. In "all" mode only the nonzeros are listed; in
+            "observed" mode every stored entry (explicit zeros too; for a dense array: every
+            cell) is a training row.
+        user_features : optional (I, D_u) non-negative (scipy sparse or dense), e.g. one-hot
+            age bucket, gender, occupation; ``user_groups`` (D_u,) int group ids 0.. (default 0).
+        item_features : optional (J, D_v) non-negative, e.g. genres; ``item_groups`` (D_v,).
+        zeros : "all" (default; unobserved cells are y = 0 training rows, see module
+            docstring) or "observed" (only stored entries are training rows).
+        exclude : optional (users, items) int arrays of cells that are not training rows in
+            "all" mode (held-out/missing cells, ch. 5.3.4); ignored in "observed" mode.
+        dtype : float64 or float32.
+        pad_rows, pad_units : pad the listed rows (weight 0, no features) and the count units
+            (weight 0) up to at least these numbers, so that data sets of different sizes share
+            one compiled sampler (SBC); padding changes no result.
+
+        Feature layout (D = I + J + D_u + D_v): user ids, item ids, user side, item side.
+        Groups: 0 users, 1 items, then user-side groups, then item-side groups.
+
+        Raises
+        ------
+        ValueError naming the field: negative, non-integer or non-finite counts; negative or
+        non-finite features; shape mismatches; unknown ``zeros``; excluded cells that hold a
+        positive count or lie outside the matrix.
+        """
+        from .data import Observations
+
+        if zeros not in ("all", "observed"):
+            raise ValueError(f"zeros must be 'all' or 'observed', got {zeros!r}")
+        if isinstance(y, Observations):
+            I, J = y.n_rows, y.n_cols
+            uu, jj, vv = np.asarray(y.rows), np.asarray(y.cols), np.asarray(y.values, np.float64)
+        elif sp.issparse(y):
+            c = sp.coo_matrix(y)
+            I, J = c.shape
+            uu, jj, vv = c.row, c.col, np.asarray(c.data, np.float64)
+        else:
+            arr = np.asarray(y, dtype=np.float64)
+            if arr.ndim != 2:
+                raise ValueError(f"y: expected a 2-D (I, J) matrix, got shape {arr.shape}")
+            I, J = arr.shape
+            if zeros == "observed":
+                uu, jj = np.indices(arr.shape).reshape(2, -1)
+            else:
+                uu, jj = np.nonzero(arr)
+            vv = arr[uu, jj]
+        vv = _check_counts(vv, "y")
+        if I < 1 or J < 1:
+            raise ValueError(f"y: empty matrix of shape ({I}, {J})")
+        Uf = _check_features(user_features if user_features is not None else sp.csr_matrix((I, 0)), "user_features")
+        Vf = _check_features(item_features if item_features is not None else sp.csr_matrix((J, 0)), "item_features")
+        if Uf.shape[0] != I:
+            raise ValueError(f"user_features: expected {I} rows, got {Uf.shape[0]}")
+        if Vf.shape[0] != J:
+            raise ValueError(f"item_features: expected {J} rows, got {Vf.shape[0]}")
+        Du, Dv = Uf.shape[1], Vf.shape[1]
+        ug = np.zeros(Du, np.int64) if user_groups is None else np.asarray(user_groups, np.int64)
+        ig = np.zeros(Dv, np.int64) if item_groups is None else np.asarray(item_groups, np.int64)
+        if ug.shape != (Du,) or (Du and ug.min() < 0):
+            raise ValueError(f"user_groups: expected ({Du},) non-negative ints, got {ug.shape}")
+        if ig.shape != (Dv,) or (Dv and ig.min() < 0):
+            raise ValueError(f"item_groups: expected ({Dv},) non-negative ints, got {ig.shape}")
+        # renumber side groups densely
+        ug_ids, ug_d = np.unique(ug, return_inverse=True) if Du else (np.array([], np.int64), ug)
+        ig_ids, ig_d = np.unique(ig, return_inverse=True) if Dv else (np.array([], np.int64), ig)
+        group = np.concatenate([np.zeros(I, np.int64), np.ones(J, np.int64), 2 + ug_d,
+                                2 + len(ug_ids) + ig_d]).astype(np.int32)
+        G = 2 + len(ug_ids) + len(ig_ids)
+        names = tuple(group_names) if group_names is not None else (
+            ("user", "item") + tuple(f"user_side{g}" for g in ug_ids) + tuple(f"item_side{g}" for g in ig_ids))
+        if len(names) != G:
+            raise ValueError(f"group_names: expected {G} names, got {len(names)}")
+        D = I + J + Du + Dv
+        # entity rows: user u -> [e_u, 0, Uf_u, 0]; item j -> [0, e_j, 0, Vf_j]
+        users = sp.hstack([sp.identity(I, format="csr"), sp.csr_matrix((I, J)), Uf, sp.csr_matrix((I, Dv))]).tocsr()
+        items = sp.hstack([sp.csr_matrix((J, I)), sp.identity(J, format="csr"), sp.csr_matrix((J, Du)), Vf]).tocsr()
+        ent = sp.vstack([users, items]).tocsr()
+        ent.sort_indices()
+        if zeros == "all":
+            pos = vv > 0
+            lu, lj, ly = uu[pos], jj[pos], vv[pos]
+            lw = np.zeros(lu.size)
+            if exclude is not None:
+                eu, ej = (np.asarray(a, np.int64) for a in exclude)
+                if eu.shape != ej.shape or eu.ndim != 1:
+                    raise ValueError("exclude: expected two 1-D int arrays (users, items) of equal length")
+                if eu.size and (eu.min() < 0 or eu.max() >= I or ej.min() < 0 or ej.max() >= J):
+                    raise ValueError("exclude: cell index out of range")
+                key = np.unique(eu * J + ej)
+                if np.intersect1d(key, lu.astype(np.int64) * J + lj).size:
+                    raise ValueError("exclude: an excluded cell holds a positive training count")
+                eu, ej = key // J, key % J
+                lu, lj = np.concatenate([lu, eu]), np.concatenate([lj, ej])
+                ly = np.concatenate([ly, np.zeros(eu.size)])
+                lw = np.concatenate([lw, -np.ones(eu.size)])
+            n_train = float(I) * J + lw.sum()
+            blocks = greedy_blocks(ent, group)
+            partners = np.concatenate([np.full(I, float(J)), np.full(J, float(I))])
+            x_sum = np.asarray(ent.multiply(partners[:, None]).sum(axis=0)).ravel()
+        else:
+            lu, lj, ly = uu, jj, vv
+            lw = np.ones(lu.size)
+            n_train = float(lu.size)
+            x_sum = None
+            partners = None
+        if ly.size == 0:
+            raise ValueError("y: no listed rows (no positive counts)")
+        rows_X = (ent[lu] + ent[I + lj]).tocsr() if lu.size else sp.csr_matrix((0, D))
+        rows_X.sort_indices()
+        if zeros == "observed":
+            blocks = greedy_blocks(rows_X, group)
+            x_sum = np.asarray(rows_X.sum(axis=0)).ravel()
+        elif lu.size:
+            x_sum = x_sum + np.asarray(rows_X.T @ lw).ravel()  # excluded cells (c_n = -1)
+        row_feat, row_val = _padded(rows_X)
+        if zeros == "all":
+            ent_feat, ent_val = _padded(ent)
+            ent_partners = partners
+        else:
+            ent_feat, ent_val, ent_partners = np.zeros((0, 1), np.int32), np.zeros((0, 1)), np.zeros(0)
+        return cls._build(row_feat, row_val, ly, lw, x_sum, ent_feat, ent_val, ent_partners, blocks, D,
+                          I if zeros == "all" else 0, J if zeros == "all" else 0, zeros == "all", n_train, zeros,
+                          names, dtype, pad_rows, pad_units)
+
+    @classmethod
+    def from_design(cls, design: FMDesign, *, dtype=np.float64) -> "PFMData":
+        """The rows of an `FMDesign` as the training rows (``zeros="observed"``).
+
+        ``design.y`` must be non-negative integer counts and ``design.values`` >= 0; the
+        design's update blocks are used. Raises ValueError naming the field otherwise.
+        """
+        y = _check_counts(np.asarray(design.y), "y")
+        X = _check_features(design.to_scipy(), "X (design.values)")
+        X.sort_indices()
+        row_feat, row_val = _padded(X)
+        x_sum = np.asarray(X.sum(axis=0)).ravel()
+        return cls._build(row_feat, row_val, y, np.ones(y.size), x_sum, np.zeros((0, 1), np.int32), np.zeros((0, 1)),
+                          np.zeros(0), np.asarray(design.block), design.n_features, 0, 0, False, float(y.size),
+                          "observed", tuple(design.group_names), dtype)
+
+    @classmethod
+    def _build(cls, row_feat, row_val, y, weight, x_sum, ent_feat, ent_val, ent_partners, block, D, I, J, grid,
+               n_train, zeros, names, dtype, pad_rows=0, pad_units=0):
+        dtype = np.dtype(dtype)
+        extra = max(0, int(pad_rows) - y.size)
+        if extra:
+            row_feat = np.concatenate([row_feat, np.zeros((extra, row_feat.shape[1]), row_feat.dtype)])
+            row_val = np.concatenate([row_val, np.zeros((extra, row_val.shape[1]))])
+            y, weight = np.concatenate([y, np.zeros(extra)]), np.concatenate([weight, np.zeros(extra)])
+        counts = np.round(y).astype(np.int64)
+        unit_row = np.repeat(np.arange(y.size), np.maximum(counts, 0)).astype(np.int32)
+        unit_weight = np.ones(unit_row.size)
+        extra = max(0, int(pad_units) - unit_row.size)
+        if extra:
+            unit_row = np.concatenate([unit_row, np.zeros(extra, np.int32)])
+            unit_weight = np.concatenate([unit_weight, np.zeros(extra)])
+        return cls(row_feat.astype(np.int32), row_val.astype(dtype), y.astype(dtype), weight.astype(dtype), unit_row,
+                   unit_weight.astype(dtype),
+                   np.asarray(x_sum, np.float64).astype(dtype), ent_feat.astype(np.int32), ent_val.astype(dtype),
+                   np.asarray(ent_partners, np.float64).astype(dtype), np.asarray(block, np.int32), int(D), int(I),
+                   int(J), bool(grid), float(n_train), int(np.max(block)) + 1, int(unit_row.size), zeros, tuple(names))
+
+    # -- helpers ---------------------------------------------------------------------
+    def pair_rows(self, users, items):
+        """(feat, val) padded feature tables (P, 2 Fe) of the (user, item) pairs, for
+        predictions; "all" mode only (it needs the entity rows). Raises ValueError otherwise."""
+        if not self.grid:
+            raise ValueError("pair_rows needs data built with from_matrix(..., zeros='all')")
+        u = np.asarray(users, np.int64)
+        j = np.asarray(items, np.int64)
+        ef, ev = np.asarray(self.ent_feat), np.asarray(self.ent_val)
+        return (np.concatenate([ef[u], ef[self.n_users + j]], axis=1),
+                np.concatenate([ev[u], ev[self.n_users + j]], axis=1))
+
+    def astype(self, dtype) -> "PFMData":
+        """A copy with float leaves in ``dtype``."""
+        d = np.dtype(dtype)
+        return PFMData(self.row_feat, np.asarray(self.row_val, d), np.asarray(self.row_y, d),
+                       np.asarray(self.row_weight, d), self.unit_row, np.asarray(self.unit_weight, d),
+                       np.asarray(self.x_sum, d), self.ent_feat,
+                       np.asarray(self.ent_val, d), np.asarray(self.ent_partners, d), self.block, self.n_features,
+                       self.n_users, self.n_items, self.grid, self.n_train, self.n_blocks, self.n_units, self.zeros,
+                       self.group_names)
+
+    def __repr__(self) -> str:
+        return (f"PFMData(D={self.n_features}, listed={self.n_listed}, units={self.n_units}, zeros={self.zeros!r}, "
+                f"N_train={self.n_train:g}, blocks={self.n_blocks})")
+
+
+# ---------------------------------------------------------------------------------------
+# state
+
+
+class NPFMState(NamedTuple):
+    """NPFM draws (float32 or float64): w0, alpha0, beta0 (); w, alpha, beta, zeta (D,);
+    V (D, K); delta, r (K,); gamma0, c ()."""
+
+    w0: jax.Array
+    alpha0: jax.Array
+    beta0: jax.Array
+    w: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    V: jax.Array
+    zeta: jax.Array
+    delta: jax.Array
+    r: jax.Array
+    gamma0: jax.Array
+    c: jax.Array
+
+
+class PPFMState(NamedTuple):
+    """PPFM draws: as `NPFMState` without r, gamma0, c (r_k = 1, eq. 5.20)."""
+
+    w0: jax.Array
+    alpha0: jax.Array
+    beta0: jax.Array
+    w: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    V: jax.Array
+    zeta: jax.Array
+    delta: jax.Array
+
+
+class PFMInfo(NamedTuple):
+    """Per sweep: ``log_joint`` of the new state (log p(y, all parameters), -log y! included;
+    equals NumPyro's log density of `ppl_models.pfm.model`); ``n_active``: number of factors
+    that received at least one count unit in the sweep's allocation (int32)."""
+
+    log_joint: jax.Array
+    n_active: jax.Array
+
+
+class SuffStats(NamedTuple):
+    """Sums of the latent counts: Z1 (), Z2 (D,), Z3 (D, K) (both endpoints), L (K,)."""
+
+    z1: jax.Array
+    z2: jax.Array
+    z3: jax.Array
+    L: jax.Array
+
+
+class Exposures(NamedTuple):
+    """E (D, K) with m_ik = r_k E_ik, and s (K,), summed over all training rows."""
+
+    E: jax.Array
+    s: jax.Array
+
+
+def _is_np(state) -> bool:
+    return "r" in state._fields
+
+
+def _r(state):
+    return state.r if _is_np(state) else jnp.ones_like(state.delta)
+
+
+def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale: float = 0.1,
+         init_shape: float | None = None, dtype=jnp.float64):
+    """A dispersed start: shapes and rates at their prior means, w0, w, V = init_scale (0.5 + U),
+    r_k = (0.5 + U) / K (NPFM). With ``init_shape``, V = init_scale G / init_shape with
+    G ~ Gamma(init_shape) instead (a small shape gives sparse, asymmetric factors, which helps the
+    chain find block structure). ``variant``: "npfm" or "ppfm". Returns NPFMState / PPFMState.
+
+    Raises ValueError for a bad K, variant or hyper. Source: project addition (the thesis
+    initialises w, v, r "to a small positive value", ch. 5.4.6).
+    """
+    K = base.check_latent_dim(K)
+    check_hyper(hyper)
+    if variant not in ("npfm", "ppfm"):
+        raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")
+    D = data.n_features
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    h = hyper
+    f = lambda v, *s: jnp.full(s, v, dtype)  # noqa: E731
+    u = lambda k, *s: 0.5 + jax.random.uniform(k, s, dtype=dtype)  # noqa: E731
+    common = dict(
+        w0=(init_scale * u(k1)).astype(dtype), alpha0=f(h.a_0 / h.b_0), beta0=f(h.c_0 / h.d_0),
+        w=init_scale * u(k2, D), alpha=f(h.a / h.b, D), beta=f(h.c / h.d, D),
+        V=init_scale * (u(k3, D, K) if init_shape is None
+                        else gamma_draw(k3, jnp.full((D, K), init_shape, dtype), jnp.asarray(init_shape, dtype))),
+        zeta=f(h.e / h.f, D), delta=f(h.g / h.h, K))
+    if variant == "ppfm":
+        return PPFMState(**common)
+    return NPFMState(**common, r=u(k4, K) / K, gamma0=f(h.e_0 / h.f_0), c=f(h.g_0 / h.h_0))
+
+
+def init_npfm(key, data, K, hyper, **kw):
+    """`init` with variant "npfm"."""
+    return init(key, data, K, hyper, variant="npfm", **kw)
+
+
+def init_ppfm(key, data, K, hyper, **kw):
+    """`init` with variant "ppfm"."""
+    return init(key, data, K, hyper, variant="ppfm", **kw)
+
+
+# ---------------------------------------------------------------------------------------
+# rates, allocation, exposures
+
+
+def _pairwise(u):
+    """sum_{f<g} u_f u_g over axis -2 of u (..., F, K), cancellation-free: sum_f u_f (cumsum_f - u_f)."""
+    return jnp.sum(u * (jnp.cumsum(u, axis=-2) - u), axis=-2)
+
+
+def row_rates(state, feat, val):
+    """Poisson rates (R,) of rows given as padded feature tables feat (R, F) int, val (R, F).
+
+    rate = w0 + sum_f x_f w_f + sum_k r_k sum_{f<g} x_f x_g v_fk v_gk (eqs. 5.6 / 5.20).
+    """
+    u = val[..., None] * state.V[feat]
+    return state.w0 + jnp.sum(val * state.w[feat], axis=-1) + _pairwise(u) @ _r(state)
+
+
+def allocate(key, state, data: PFMData) -> SuffStats:
+    r"""Draw the latent counts z | y, parameters (eq. 5.7) and return only their sums.
+
+    Each of the T units of count of a listed row picks one term of its rate: w0, x_nf w_f, or
+    factor k with probability prop. to r_k sum_{f<g} u_f u_g (u_f = x_nf v_fk); a factor unit
+    then picks its pair {f, g} with probability u_f u_g / sum_{f'<g'} u_f' u_g' exactly, as
+    first endpoint f ~ u_f (S - u_f) and second g ~ u_g (g != f) (S = sum u; the product is
+    u_f u_g / (2 P), symmetric). Both endpoints get the unit in Z3. Work O(T (1 + F + K)).
+    """
+    feat, val = data.row_feat, data.row_val
+    dtype = val.dtype
+    K = state.V.shape[1]
+    F = feat.shape[1]
+    D = data.n_features
+    r = _r(state)
+    u = val[..., None] * state.V[feat]  # (N_L, F, K)
+    lin = val * state.w[feat]  # (N_L, F)
+    pair = _pairwise(u) * r  # (N_L, K)
+    cum = jnp.cumsum(jnp.concatenate([jnp.broadcast_to(state.w0, (feat.shape[0], 1)).astype(dtype), lin, pair],
+                                     axis=1), axis=1)
+    rows = data.unit_row
+    T = rows.shape[0]
+    U = jax.random.uniform(key, (3, T), dtype=dtype)
+    cu = cum[rows]
+    x = U[0] * cu[:, -1]
+    cat = jnp.minimum(jnp.sum(cu <= x[:, None], axis=1), cum.shape[1] - 1)
+    one = data.unit_weight.astype(dtype)
+    is0 = cat == 0
+    islin = (cat >= 1) & (cat <= F)
+    ispair = cat > F
+    f_lin = jnp.clip(cat - 1, 0, F - 1)
+    k = jnp.clip(cat - 1 - F, 0, K - 1)
+    z1 = jnp.sum(jnp.where(is0, one, 0))
+    z2 = jax.ops.segment_sum(jnp.where(islin, one, 0), feat[rows, f_lin], num_segments=D)
+    L = jax.ops.segment_sum(jnp.where(ispair, one, 0), k, num_segments=K)
+    uk = val[rows] * state.V[feat[rows], k[:, None]]  # (T, F)
+    S = jnp.sum(uk, axis=1, keepdims=True)
+    w1 = jnp.cumsum(uk * (S - uk), axis=1)
+    a = jnp.minimum(jnp.sum(w1 <= (U[1] * w1[:, -1])[:, None], axis=1), F - 1)
+    uk2 = jnp.where(jnp.arange(F)[None, :] == a[:, None], 0.0, uk)
+    w2 = jnp.cumsum(uk2, axis=1)
+    b = jnp.minimum(jnp.sum(w2 <= (U[2] * w2[:, -1])[:, None], axis=1), F - 1)
+    fa = jnp.take_along_axis(feat[rows], a[:, None], axis=1)[:, 0]
+    fb = jnp.take_along_axis(feat[rows], b[:, None], axis=1)[:, 0]
+    wpair = jnp.where(ispair, one, 0)
+    z3 = (jnp.zeros(D * K, dtype).at[fa * K + k].add(wpair).at[fb * K + k].add(wpair)).reshape(D, K)
+    return SuffStats(z1, z2, z3, L)
+
+
+def exposures(state, data: PFMData) -> Exposures:
+    r"""E_ik = sum_n x_ni (q_nk - x_ni v_ik) and s_k = sum_n sum_{i<j} x_ni x_nj v_ik v_jk over
+    all training rows, from caches (module docstring): grid part over the I + J entities plus
+    c_n times each listed row. O((nnz_entities + N_L F) K); never an I x J array.
+    """
+    V = state.V
+    D, K = V.shape
+    feat, val, c = data.row_feat, data.row_val, data.row_weight
+    u = val[..., None] * V[feat]  # (N_L, F, K)
+    q = jnp.sum(u, axis=1)
+    contrib = (c[:, None, None] * val[..., None]) * (q[:, None, :] - u)
+    E = jax.ops.segment_sum(contrib.reshape(-1, K), feat.reshape(-1), num_segments=D)
+    s = jnp.sum(c[:, None] * _pairwise(u), axis=0)
+    if data.grid:
+        I = data.n_users
+        ef, ev = data.ent_feat, data.ent_val
+        ue = ev[..., None] * V[ef]  # (E, Fe, K)
+        Q = jnp.sum(ue, axis=1)
+        Pe = _pairwise(ue)
+        Asum, Bsum = jnp.sum(Q[:I], axis=0), jnp.sum(Q[I:], axis=0)
+        is_user = (jnp.arange(ef.shape[0]) < I)[:, None]
+        partner_sum = jnp.where(is_user, Bsum[None, :], Asum[None, :])  # (E, K)
+        n_p = data.ent_partners[:, None, None]
+        ce = ev[..., None] * (n_p * (Q[:, None, :] - ue) + partner_sum[:, None, :])
+        E = E + jax.ops.segment_sum(ce.reshape(-1, K), ef.reshape(-1), num_segments=D)
+        s = s + Asum * Bsum + data.n_items * jnp.sum(Pe[:I], axis=0) + I * jnp.sum(Pe[I:], axis=0)
+    return Exposures(E, s)
+
+
+def conditionals(state, stats: SuffStats, expo: Exposures, data: PFMData, hyper) -> dict:
+    """(shape, rate) of every Gamma conditional given z (sums ``stats``) and the exposures
+    ``expo`` of ``state`` (module docstring; eqs. 5.8-5.15 as derived). Rate variables:
+    "w0", "w", "V", "r" (NPFM); their rates: "beta0", "beta", "delta", "c" (NPFM).
+    The collapsed shape conditionals need CRT counts and are in `shape_conditionals`.
+    """
+    h = hyper
+    r = _r(state)
+    out = {
+        "w0": (state.alpha0 + stats.z1, state.beta0 + data.n_train),
+        "w": (state.alpha + stats.z2, state.beta + data.x_sum),
+        "V": (state.zeta[:, None] + stats.z3, state.delta[None, :] + r[None, :] * expo.E),
+        "beta0": (h.c_0 + state.alpha0, h.d_0 + state.w0),
+        "beta": (h.c + state.alpha, h.d + state.w),
+        "delta": (h.g + jnp.sum(state.zeta) + 0 * state.delta, h.h + jnp.sum(state.V, axis=0)),
+    }
+    if _is_np(state):
+        K = state.r.shape[0]
+        out["r"] = (state.gamma0 / K + stats.L, state.c + expo.s)
+        out["c"] = (h.g_0 + state.gamma0, h.h_0 + jnp.sum(state.r))
+    return out
+
+
+def shape_conditionals(state, stats: SuffStats, expo: Exposures, data: PFMData, hyper, tables: dict) -> dict:
+    """(shape, rate) of the collapsed shape conditionals given CRT table counts ``tables``
+    ("alpha0" (), "alpha" (D,), "zeta" (D, K), "gamma0" (K,)) (eqs. 5.16-5.19, corrected
+    notation: -log(1 - p) = log(1 + exposure / rate))."""
+    h = hyper
+    r = _r(state)
+    out = {
+        "alpha0": (h.a_0 + tables["alpha0"], h.b_0 + jnp.log1p(data.n_train / state.beta0)),
+        "alpha": (h.a + tables["alpha"], h.b + jnp.log1p(data.x_sum / state.beta)),
+        "zeta": (h.e + jnp.sum(tables["zeta"], axis=1),
+                 h.f + jnp.sum(jnp.log1p(r[None, :] * expo.E / state.delta[None, :]), axis=1)),
+    }
+    if _is_np(state):
+        K = state.r.shape[0]
+        out["gamma0"] = (h.e_0 + jnp.sum(tables["gamma0"]), h.f_0 + jnp.sum(jnp.log1p(expo.s / state.c)) / K)
+    return out
+
+
+def _draw(key, sr):
+    return gamma_draw(key, *sr)
+
+
+def _draw_many(key, pairs):
+    """Independent Gamma draws for several (shape, rate) pairs in ONE `gamma_draw` call (fewer
+    call sites, faster compilation); returns the draws in the pairs' shapes."""
+    shapes, rates, sizes, dims = [], [], [], []
+    for sh, rt in pairs:
+        bshape = jnp.broadcast_shapes(jnp.shape(sh), jnp.shape(rt))
+        shapes.append(jnp.broadcast_to(sh, bshape).reshape(-1))
+        rates.append(jnp.broadcast_to(rt, bshape).reshape(-1))
+        sizes.append(int(np.prod(bshape, dtype=np.int64)))
+        dims.append(bshape)
+    dtype = jnp.result_type(*shapes)
+    x = gamma_draw(key, jnp.concatenate(shapes).astype(dtype), jnp.concatenate(rates).astype(dtype))
+    out, o = [], 0
+    for n, dm in zip(sizes, dims):
+        out.append(x[o:o + n].reshape(dm))
+        o += n
+    return out
+
+
+def _crt_tables(key, state, stats: SuffStats, data: PFMData) -> dict:
+    """All CRT counts of a sweep in one `crt` call: alpha0 (), alpha (D,), zeta (D, K) and,
+    for NPFM, gamma0 (K,). Total customers Z1 + sum Z2 + sum Z3 + sum L <= 3 T."""
+    D, K = state.V.shape
+    parts = [(stats.z1, state.alpha0), (stats.z2, state.alpha), (stats.z3, jnp.broadcast_to(state.zeta[:, None], (D, K)))]
+    if _is_np(state):
+        parts.append((stats.L, jnp.broadcast_to(state.gamma0 / K, (K,))))
+    counts = jnp.concatenate([jnp.reshape(m, -1) for m, _ in parts])
+    conc = jnp.concatenate([jnp.reshape(r, -1) for _, r in parts])
+    t = crt(key, counts, conc, 3 * data.n_units)
+    out = {"alpha0": t[0], "alpha": t[1:1 + D], "zeta": t[1 + D:1 + D + D * K].reshape(D, K)}
+    if _is_np(state):
+        out["gamma0"] = t[1 + D + D * K:]
+    return out
+
+
+def _block_update(key, state, stats, data, hyper, tables, b: int):
+    """(zeta_i -> v_i.) for the features of block b (collapsed zeta, then v | zeta)."""
+    expo = exposures(state, data)
+    k1, k2 = jax.random.split(key)
+    in_b = (data.block == b)
+    zeta_new = jnp.where(in_b, _draw(k1, shape_conditionals(state, stats, expo, data, hyper, tables)["zeta"]),
+                         state.zeta)
+    state = state._replace(zeta=zeta_new)
+    V_new = jnp.where(in_b[:, None], _draw(k2, conditionals(state, stats, expo, data, hyper)["V"]), state.V)
+    return state._replace(V=V_new)
+
+
+def n_active(stats: SuffStats) -> jax.Array:
+    """Number of factors with at least one allocated unit (int32)."""
+    return jnp.sum(stats.L > 0).astype(jnp.int32)
+
+
+def _sweep_valid(key, state, data: PFMData, hyper):
+    """z; (alpha0 -> w0), (alpha -> w), NPFM (gamma0 -> r): shapes then rates; beta0, beta,
+    delta, c; then (zeta_b -> v_b.) block by block. Independent draws share one Gamma call."""
+    keys = jax.random.split(key, 6)
+    np_ = _is_np(state)
+    stats = allocate(keys[0], state, data)
+    tables = _crt_tables(keys[1], state, stats, data)
+    expo = exposures(state, data)
+    sc = shape_conditionals(state, stats, expo, data, hyper, tables)
+    names = ["alpha0", "alpha"] + (["gamma0"] if np_ else [])
+    state = state._replace(**dict(zip(names, _draw_many(keys[2], [sc[n] for n in names]))))
+    cond = conditionals(state, stats, expo, data, hyper)
+    names = ["w0", "w"] + (["r"] if np_ else [])
+    state = state._replace(**dict(zip(names, _draw_many(keys[3], [cond[n] for n in names]))))
+    cond = conditionals(state, stats, expo, data, hyper)
+    names = ["beta0", "beta", "delta"] + (["c"] if np_ else [])
+    state = state._replace(**dict(zip(names, _draw_many(keys[4], [cond[n] for n in names]))))
+    bkeys = jax.random.split(keys[5], data.n_blocks)
+    # one traced copy of the block update (a Python loop would compile B copies)
+    state = jax.lax.fori_loop(0, data.n_blocks,
+                              lambda b, st: _block_update(bkeys[b], st, stats, data, hyper, tables, b), state)
+    return state, stats
+
+
+def _sweep_printed(key, state, data: PFMData, hyper):
+    """The chapter's listed order (5.7-5.19): z, w0, w, v, r, beta0, beta, delta, c, then the
+    collapsed shapes alpha0, alpha, zeta, gamma0 with their rates NOT redrawn (broken)."""
+    keys = jax.random.split(key, 7)
+    np_ = _is_np(state)
+    stats = allocate(keys[0], state, data)
+    expo = exposures(state, data)
+    cond = conditionals(state, stats, expo, data, hyper)
+    w0, w = _draw_many(keys[1], [cond["w0"], cond["w"]])
+    state = state._replace(w0=w0, w=w)
+    def vblock(b, st):
+        V_new = _draw(jax.random.fold_in(keys[6], b), conditionals(st, stats, exposures(st, data), data, hyper)["V"])
+        return st._replace(V=jnp.where((data.block == b)[:, None], V_new, st.V))
+
+    state = jax.lax.fori_loop(0, data.n_blocks, vblock, state)
+    expo = exposures(state, data)
+    cond = conditionals(state, stats, expo, data, hyper)
+    names = (["r"] if np_ else []) + ["beta0", "beta", "delta"]
+    state = state._replace(**dict(zip(names, _draw_many(keys[2], [cond[n] for n in names]))))
+    if np_:
+        state = state._replace(c=_draw(keys[3], conditionals(state, stats, expo, data, hyper)["c"]))
+    tables = _crt_tables(keys[4], state, stats, data)
+    sc = shape_conditionals(state, stats, expo, data, hyper, tables)
+    names = ["alpha0", "alpha", "zeta"] + (["gamma0"] if np_ else [])
+    state = state._replace(**dict(zip(names, _draw_many(keys[5], [sc[n] for n in names]))))
+    return state, stats
+
+
+def step(key, state, data: PFMData, hyper, *, order: str = "valid"):
+    """One Gibbs sweep (module docstring). Returns (new state, `PFMInfo` of the new state).
+
+    ``order``: "valid" (default) or "printed" (the chapter's order; does NOT leave the
+    posterior invariant, kept for the SBC demonstration). Jit-able (the block loop is static).
+    Source: 004 ch. 5.3.2 (conditionals), sweep order ours.
+    """
+    if order == "valid":
+        state, stats = _sweep_valid(key, state, data, hyper)
+    elif order == "printed":
+        state, stats = _sweep_printed(key, state, data, hyper)
+    else:
+        raise ValueError(f"order must be 'valid' or 'printed', got {order!r}")
+    return state, PFMInfo(log_joint(state, data, hyper), n_active(stats))
+
+
+def step_printed(key, state, data: PFMData, hyper):
+    """`step` with ``order="printed"`` (the broken variant)."""
+    return step(key, state, data, hyper, order="printed")
+
+
+def log_joint(state, data: PFMData, hyper) -> jax.Array:
+    """log p(y, parameters) of eqs. 5.6 / 5.20 with all priors, including -sum log y_n!, from
+    the cached sums (O(nnz K)); equals the NumPyro program's log density. Source: derived."""
+    h = hyper
+    K = state.V.shape[1]
+    r = _r(state)
+    rate = row_rates(state, data.row_feat, data.row_val)
+    y = data.row_y
+    pos = y > 0
+    loglik = jnp.sum(jnp.where(pos, y * jnp.log(jnp.where(pos, rate, 1.0)) - gammaln(y + 1.0), 0.0))
+    expo = exposures(state, data)
+    loglik -= data.n_train * state.w0 + jnp.dot(data.x_sum, state.w) + jnp.dot(r, expo.s)
+    lp = (_gamma_logpdf(state.alpha0, h.a_0, h.b_0) + _gamma_logpdf(state.beta0, h.c_0, h.d_0)
+          + _gamma_logpdf(state.w0, state.alpha0, state.beta0)
+          + jnp.sum(_gamma_logpdf(state.alpha, h.a, h.b)) + jnp.sum(_gamma_logpdf(state.beta, h.c, h.d))
+          + jnp.sum(_gamma_logpdf(state.w, state.alpha, state.beta))
+          + jnp.sum(_gamma_logpdf(state.zeta, h.e, h.f)) + jnp.sum(_gamma_logpdf(state.delta, h.g, h.h))
+          + jnp.sum(_gamma_logpdf(state.V, state.zeta[:, None], state.delta[None, :])))
+    if _is_np(state):
+        lp += (_gamma_logpdf(state.gamma0, h.e_0, h.f_0) + _gamma_logpdf(state.c, h.g_0, h.h_0)
+               + jnp.sum(_gamma_logpdf(state.r, state.gamma0 / K, state.c)))
+    return loglik + lp
+
+
+# ---------------------------------------------------------------------------------------
+# driver
+
+
+_DIMS_COMMON = {"w0": (), "alpha0": (), "beta0": (), "w": ("feature",), "alpha": ("feature",),
+                "beta": ("feature",), "V": ("feature", "factor"), "zeta": ("feature",), "delta": ("factor",)}
+NPFM_DIMS = {**_DIMS_COMMON, "r": ("factor",), "gamma0": (), "c": ()}
+PPFM_DIMS = dict(_DIMS_COMMON)
+
+
+def _prepare(data: PFMData, dtype):
+    return jax.tree_util.tree_map(jnp.asarray, data.astype(dtype))
+
+
+def _prepare_hyper(hyper, dtype):
+    return type(hyper)(*(float(v) for v in hyper)) if hasattr(hyper, "_fields") else hyper
+
+
+def _predict(state, data, at):
+    return row_rates(state, at[0], at[1])
+
+
+def _predict_prepare(predict_at, data: PFMData, dtype):
+    """predict_at: (users, items) int arrays (data from `PFMData.from_matrix` in "all" mode) or
+    (feat (P, F) int, val (P, F) float) padded feature tables of arbitrary rows."""
+    a, b = (np.asarray(x) for x in predict_at)
+    if np.issubdtype(b.dtype, np.floating) and a.ndim == 2:
+        if a.shape != b.shape or (a.size and (a.min() < 0 or a.max() >= data.n_features)):
+            raise ValueError("predict_at: (feat, val) tables must have one shape and features in range")
+        if b.size and (not np.all(np.isfinite(b)) or b.min() < 0):
+            raise ValueError("predict_at: feature values must be finite and >= 0")
+        feat, val = a, b
+    else:
+        if not data.grid:
+            raise ValueError("predict_at: (users, items) pairs need data from from_matrix(..., zeros='all'); "
+                             "pass (feat, val) tables otherwise")
+        rows, cols = mcmc_driver.check_cells(predict_at, data.n_users, data.n_items)
+        feat, val = data.pair_rows(rows, cols)
+    return (jnp.asarray(feat, jnp.int32), jnp.asarray(val, dtype)), int(feat.shape[0])
+
+
+def _spec(alg, variant):
+    fields = (NPFMState if variant == "npfm" else PPFMState)._fields
+    return mcmc_driver.SamplerSpec(
+        algorithm=alg, model=variant, method="gibbs", variables=fields, prepare=_prepare,
+        sizes=lambda data: (data.n_users, data.n_items, data.n_listed),
+        coords=lambda data, K: {"feature": np.arange(data.n_features), "factor": np.arange(K)},
+        predict=_predict, predict_prepare=_predict_prepare, last_stats=("n_active",), prepare_hyper=_prepare_hyper)
+
+
+def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chains: int = 4, num_warmup: int = 500,
+           num_samples: int = 500, thin: int = 1, keep=None, predict_at=None, dtype=np.float64,
+           progress: bool = False, order: str = "valid", init_scale: float = 0.1, init_shape: float | None = None,
+           block: int | None = None,
+           checkpoint=None, resume: bool = False):
+    """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
+
+    Parameters
+    ----------
+    key : PRNG key or int seed (`base.as_key`); the same key gives the same draws.
+    data : PFMData. K : int >= 1 (the truncation level for NPFM).
+    hyper : `ppl_models.pfm.PFMHyper` (any NamedTuple with `HYPER_FIELDS`, all > 0).
+    variant : "npfm" or "ppfm".
+    num_warmup : sweeps before the first kept draw (rounded up to a multiple of ``thin``).
+    num_samples, thin : kept draws per chain, one every ``thin`` sweeps.
+    keep : State field names to store per draw (default: all but V, which costs D K per draw),
+        plus "pred" (per-draw rates at ``predict_at``).
+    predict_at : (users, items) int arrays (data from ``from_matrix(..., zeros="all")``) or
+        (feat (P, F) int, val (P, F) float) feature tables: the running mean and sd over all kept
+        draws of all chains of each row's Poisson rate (group ``predictions``: ``pred_mean``,
+        ``pred_sd``, dim ``cell``); no draw is stored.
+    dtype : float64 or float32. order : "valid" or "printed" (the chapter's order: broken,
+        for the SBC demonstration). init_scale, init_shape : see `init`. block, checkpoint, resume: driver
+        options (`mcmc_driver.sample`).
+
+    Returns
+    -------
+    arviz.InferenceData: ``posterior`` (chain, draw, ...) with the kept fields;
+    ``sample_stats``: ``lp`` (log joint of each kept state), ``n_active`` (factors that got
+    count units in the sweep that produced the draw); attrs: the driver's schema plus
+    ``variant``, ``order``, ``zeros``.
+
+    Raises
+    ------
+    ValueError: K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order.
+    """
+    K = base.check_latent_dim(K)
+    check_hyper(hyper)
+    if variant not in ("npfm", "ppfm"):
+        raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")
+    if order not in ("valid", "printed"):
+        raise ValueError(f"order must be 'valid' or 'printed', got {order!r}")
+    if not isinstance(data, PFMData):
+        raise ValueError(f"data: expected PFMData (PFMData.from_matrix / from_design), got {type(data).__name__}")
+    spec = SPECS[variant]
+    if keep is None:
+        keep = tuple(f for f in spec.variables if f != "V")
+    else:
+        keep = tuple(keep)
+        unknown = sorted(set(keep) - set(spec.variables) - {"pred"})
+        if unknown:
+            raise ValueError(f"keep: unknown variables {unknown}; choose from {spec.variables}")
+    return mcmc_driver.sample(
+        spec, key, data, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
+        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, block=block, checkpoint=checkpoint,
+        resume=resume,
+        init_options={"init_scale": float(init_scale),
+                      **({} if init_shape is None else {"init_shape": float(init_shape)})},
+        step_options={"order": order},
+        attrs={"variant": variant, "zeros": data.zeros})
+
+
+def sample_npfm(key, data, K, hyper, **kw):
+    """`sample` with variant "npfm"."""
+    return sample(key, data, K, hyper, variant="npfm", **kw)
+
+
+def sample_ppfm(key, data, K, hyper, **kw):
+    """`sample` with variant "ppfm"."""
+    return sample(key, data, K, hyper, variant="ppfm", **kw)
+
+
+NPFM_ALGORITHM = base.Algorithm(
+    name="npfm-gibbs", kind="mcmc", init=init_npfm, step=step, target=log_joint, target_name="log_joint",
+    dims=NPFM_DIMS, source="004_90693a0965f06816.txt ch. 5.3.1-5.3.2 (derived; valid sweep order)").check()
+PPFM_ALGORITHM = base.Algorithm(
+    name="ppfm-gibbs", kind="mcmc", init=init_ppfm, step=step, target=log_joint, target_name="log_joint",
+    dims=PPFM_DIMS, source="004_90693a0965f06816.txt ch. 5.3.3 (derived; valid sweep order)").check()
+ALGORITHMS = {"npfm": NPFM_ALGORITHM, "ppfm": PPFM_ALGORITHM}
+SPECS = {"npfm": _spec(NPFM_ALGORITHM, "npfm"), "ppfm": _spec(PPFM_ALGORITHM, "ppfm")}

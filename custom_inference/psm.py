@@ -1,0 +1,875 @@
+r"""Paired symbol modelling ("PSM"): mean-field VB with Jaakkola-Jordan bounds and background caches.
+
+Source: ``000_619a0297b9d686b2.txt`` (Paquet, Koenigstein, Winther), secs. 3-4, Algorithm 1 and
+appendix B. The generative program is `ppl_models.psm.model`. Every update below is our own
+derivation from the bounded ELBO; `validation.psm` checks each against its dense I x J twin and
+with ``jax.grad`` of the dense bound, and lists the printed formulas that disagree (``ERRATA``).
+
+Notation. Data: distinct observed pairs G with counts c_ij (``data.values``), c_i = sum_j c_ij,
+c_j = sum_i c_ij, D = sum c_ij; D' = r D censored events. Logit a_ij = u_i . v_j + b_i + b_j.
+q = prod_i N(b_i) prod_ik N(u_ik) prod_j N(b_j) prod_jk N(v_jk) Dir(pi; alpha) Dir(psi; beta)
+prod_d' Cat(y_d'; s) Cat(z_d'; t) (eq. 4 with the tying of sec. 3). Jaakkola-Jordan parameters:
+xi_ij for (i, j) in G (always at their optimum xi_ij^2 = E a_ij^2, eq. 11, "computed and
+discarded"), one shared xi* (a state field) for every pair outside G; lam = `jj_lambda`.
+
+Bounded ELBO (derived; the printed expansion (13) has -E log p where -E log q belongs)::
+
+    L = sum_G c_ij JJ1_ij + D' sum_ij s_i t_j Omega_ij
+        + sum_i (c_i + D' s_i) E log pi_i + sum_j (c_j + D' t_j) E log psi_j
+        + E log p(pi) - E log q(pi) + E log p(psi) - E log q(psi)
+        + E log p(U, V, b) + H[q(U, V, b)] - D' sum_i s_i log s_i - D' sum_j t_j log t_j
+
+    JJ1_ij   = log s(xi) + E a / 2 - xi / 2 - lam(xi) (E a^2 - xi^2)        (observed event bound)
+    Omega_ij = log s(xi) - E a / 2 - xi / 2 - lam(xi) (E a^2 - xi^2)        (censored event bound)
+
+with xi = xi_ij on G and xi* outside. Background caches (B.1; t-weighted over items, s over users)::
+
+    P- = sum_j t_j E[v_j v_j^T]   m-dag = sum_j t_j E[b_j] E[v_j]   m-ddag = sum_j t_j E[v_j]
+    nu- = sum_j t_j E[b_j]        kappa- = sum_j t_j E[b_j^2]        (and P+, m+dag, ... over users)
+
+Sums that use them (derived here; `validation.psm` checks each against the I x J sum)::
+
+    sum_j t_j E a_ij^2 = tr(E[u_i u_i^T] P-) + 2 E[b_i] E[u_i].m-ddag + 2 E[u_i].m-dag
+                         + E[b_i^2] + 2 E[b_i] nu- + kappa-
+    sum_j t_j E a_ij   = E[u_i].m-ddag + E[b_i] + nu-
+    S2 = sum_ij s_i t_j E a_ij^2 = tr(P+ P-) + 2 m+ddag.m-dag + 2 m+dag.m-ddag + 2 nu+ nu- + kappa+ + kappa-
+    S1 = sum_ij s_i t_j E a_ij   = m+ddag.m-ddag + nu+ + nu-
+    sum_j t_j Omega*_ij = log s(xi*) - xi*/2 + lam* xi*^2 - lam* sum_j t_j E a_ij^2 - sum_j t_j E a_ij / 2
+
+(the last uses sum_j t_j = 1); the censored part of L is D' [S-form of Omega* + sum_G s_i t_j
+(Omega_ij - Omega*_ij)].
+
+Updates (users; items mirror them with s <-> t, P- <-> P+, ...), each the exact maximiser of L in
+its block with the other factors and xi held fixed:
+
+- q(pi) = Dir(alpha), alpha_i = alpha0 + c_i + D' s_i (and beta_j = beta0 + c_j + D' t_j).
+- s_i propto exp(E log pi_i + sum_j t_j Omega_ij), sum_j t_j Omega_ij = sum_j t_j Omega*_ij +
+  sum_{j in G(i)} t_j (Omega_ij - Omega*_ij)   (eq. 17 with B.4.1).
+- q(b_i) = N(nu_i / rho_i, 1 / rho_i) with w_ij = 2 (c_ij lam_ij + D' s_i t_j (lam_ij - lam*)):
+  rho_i = tau_b + 2 lam* D' s_i + sum_{G(i)} w_ij,
+  nu_i  = D' s_i (-1/2 - 2 lam* (nu- + E[u_i].m-ddag))
+          + sum_{G(i)} [c_ij (1/2 - 2 lam_ij r_ij) - 2 D' s_i t_j (lam_ij - lam*) r_ij],  r_ij = E[u_i.v_j + b_j].
+- prod_k q(u_ik) through the full-covariance intermediate N(P_i^-1 m_i, P_i^-1) (B.2):
+  P_i = tau_u I + 2 lam* D' s_i P- + sum_{G(i)} w_ij E[v_j v_j^T],
+  m_i = D' s_i ((-1/2 - 2 lam* E b_i) m-ddag - 2 lam* m-dag)
+        + sum_{G(i)} [c_ij (1/2 - 2 lam_ij e_ij) - 2 D' s_i t_j (lam_ij - lam*) e_ij] E[v_j],  e_ij = E[b_i + b_j];
+  mean mu_i = P_i^-1 m_i (batched Cholesky) and precisions diag(P_i): for the factorised q the terms
+  in u_i are -1/2 (mu^T P mu + sum_k P_kk / omega_k) + m^T mu + 1/2 sum log(1/omega_k), maximised
+  jointly at mu = P^-1 m, omega = diag P.
+- xi*^2 = (S2 - sum_G s_i t_j E a_ij^2) / (1 - sum_G s_i t_j)   (eq. 16 with the caches).
+
+Sweep (Algorithm 1): q(pi), q(psi); item caches, s; user biases, user vectors; user caches, xi*,
+t; item biases, item vectors. xi on G is recomputed from the current q before each Gaussian block.
+Every block is an exact coordinate maximiser of L at fixed xi, and L at the optimal xi_G is what
+`elbo` returns, so a sweep never lowers it.
+
+Cost per sweep O(|G| K^2 + (I + J) K^3): pair sums run in chunks of ``chunk`` pairs under
+``lax.scan`` (memory O(chunk K^2 + (I + J) K^2)); nothing of size I x J is built (`score_users`
+returns the (B, J) block of the B users asked for).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import arviz_io, base, vi_driver
+from .data import Observations
+from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
+
+__all__ = [
+    "PSMState",
+    "PSMInfo",
+    "Background",
+    "DEFAULT_CHUNK",
+    "check_data",
+    "init",
+    "moments",
+    "pair_moments",
+    "pair_xi",
+    "item_background",
+    "user_background",
+    "background_sums",
+    "user_background_terms",
+    "item_background_terms",
+    "omega_star_user_sums",
+    "omega_star_item_sums",
+    "elbo",
+    "update_dirichlet",
+    "update_s",
+    "update_t",
+    "update_user_bias",
+    "update_item_bias",
+    "update_users",
+    "update_items",
+    "update_xi_star",
+    "user_update_targets",
+    "item_update_targets",
+    "BLOCKS",
+    "step",
+    "fit",
+    "acceptance_probability",
+    "predictive_probability",
+    "score_users",
+    "draws_from_q",
+    "ALGORITHM",
+]
+
+#: pairs per chunk of the O(|G| K^2) sums (memory chunk K^2 floats per temporary)
+DEFAULT_CHUNK = 16384
+_HYPER_FIELDS = ("alpha0", "beta0", "tau_u", "tau_v", "tau_b")
+
+
+class PSMState(NamedTuple):
+    """Variational parameters (all arrays of one float dtype).
+
+    u_mu, u_prec : (I, K) means and precisions of q(u_ik); v_mu, v_prec : (J, K) for q(v_jk).
+    bu_mu, bu_prec : (I,) q(b_i); bv_mu, bv_prec : (J,) q(b_j).
+    alpha : (I,) q(pi) = Dir(alpha); beta : (J,) q(psi) = Dir(beta).
+    log_s : (I,), log_t : (J,) the tied categoricals' log probabilities (s = softmax(log_s)).
+    xi_star : () the shared Jaakkola-Jordan parameter of the pairs outside G.
+    d_prime : () D', the number of censored events (fixed; r D).
+    """
+
+    u_mu: jax.Array
+    u_prec: jax.Array
+    v_mu: jax.Array
+    v_prec: jax.Array
+    bu_mu: jax.Array
+    bu_prec: jax.Array
+    bv_mu: jax.Array
+    bv_prec: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    log_s: jax.Array
+    log_t: jax.Array
+    xi_star: jax.Array
+    d_prime: jax.Array
+
+
+class PSMInfo(NamedTuple):
+    """Diagnostics of the state a `step` returns: ``elbo`` (the bounded ELBO `elbo`), ``xi_star``."""
+
+    elbo: jax.Array
+    xi_star: jax.Array
+
+
+class Background(NamedTuple):
+    """A background cache (B.1): P (K, K), m_dag (K,) = sum w E[b] E[x], m_ddag (K,) = sum w E[x],
+    nu () = sum w E[b], kappa () = sum w E[b^2], with weights w = t (item cache) or s (user cache)."""
+
+    P: jax.Array
+    m_dag: jax.Array
+    m_ddag: jax.Array
+    nu: jax.Array
+    kappa: jax.Array
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks
+
+
+def _check_hyper(hyper) -> None:
+    for name in _HYPER_FIELDS:
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper has no field {name!r} (use ppl_models.psm.PSMHyper)")
+        value = float(getattr(hyper, name))
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+
+
+def _check_r(r) -> float:
+    try:
+        value = float(r)
+    except (TypeError, ValueError):
+        raise ValueError(f"r must be a positive finite number, got {r!r}") from None
+    if isinstance(r, bool) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"r must be a positive finite number (D' = r D), got {r!r}")
+    return value
+
+
+def check_data(data) -> None:
+    """Validate the event counts before any computation.
+
+    data : `Observations` (I, J) whose ``values`` are the counts c_ij of the distinct observed pairs.
+    Raises ValueError naming the field: not an Observations; no pairs; a negative, non-integer or
+    non-finite count; all counts zero; a duplicate (row, col) pair; an index out of range.
+    """
+    if not isinstance(data, Observations):
+        raise ValueError(f"data must be a custom_inference.data.Observations, got {type(data).__name__}")
+    values = np.asarray(data.values)
+    rows, cols = np.asarray(data.rows), np.asarray(data.cols)
+    if values.size == 0:
+        raise ValueError("data: no observed events (empty data)")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("data.values: event counts must be finite")
+    if np.any(values < 0):
+        raise ValueError(f"data.values: event counts must be non-negative, found {values.min()}")
+    if np.any(values != np.round(values)):
+        raise ValueError("data.values: event counts must be integers (found a non-integer count)")
+    if not np.any(values > 0):
+        raise ValueError("data.values: every count is zero (no observed events)")
+    for name, arr, bound in (("rows", rows, data.n_rows), ("cols", cols, data.n_cols)):
+        if arr.min() < 0 or arr.max() >= bound:
+            raise ValueError(f"data.{name} index out of range [0, {bound - 1}]")
+    flat = rows.astype(np.int64) * data.n_cols + cols
+    if np.unique(flat).size != flat.size:
+        raise ValueError("data: duplicate (row, col) pairs; sum their counts first")
+
+
+def _as_jax(data: Observations, dtype) -> Observations:
+    return Observations(jnp.asarray(data.rows, jnp.int32), jnp.asarray(data.cols, jnp.int32),
+                        jnp.asarray(np.asarray(data.values), dtype), data.n_rows, data.n_cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# init
+
+
+def init(key, data: Observations, K: int, hyper, *, r: float = 1.0, dtype=None, init_scale: float = 0.1) -> PSMState:
+    """Initial q (Algorithm 1: xi* = 1, s = 1/I, t = 1/J).
+
+    Factor means ``init_scale`` N(0, 1) (symmetry breaking) with variances ``init_scale^2``, bias
+    means 0 with variance ``init_scale^2``, q(pi), q(psi) at their update from s, t.
+
+    Parameters
+    ----------
+    key : jax PRNG key or int seed; data : Observations (I, J) of counts c_ij; K : int >= 1;
+    hyper : `ppl_models.psm.PSMHyper`; r : float > 0, D' = r D (sec. 2); dtype : float32 or float64
+    (default: that of ``data.values``); init_scale : float > 0.
+
+    Returns PSMState. Raises ValueError (bad counts, empty data, r <= 0, K < 1, hyperparameters,
+    dtype) before any computation. Source: Algorithm 1, "initialize".
+    """
+    key = base.as_key(key)
+    check_data(data)
+    _check_hyper(hyper)
+    K = base.check_latent_dim(K)
+    r = _check_r(r)
+    if not (np.isfinite(init_scale) and init_scale > 0):
+        raise ValueError(f"init_scale must be positive, got {init_scale!r}")
+    dtype = np.dtype(dtype or np.asarray(data.values).dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    D = float(np.sum(np.asarray(data.values, np.float64)))
+    d = _as_jax(data, dtype)
+    return _init(key, d, _hyper_arrays(hyper, dtype), jnp.asarray(r * D, dtype), jnp.asarray(init_scale, dtype), K)
+
+
+def _hyper_arrays(hyper, dtype):
+    return type(hyper)(*(jnp.asarray(float(getattr(hyper, f)), dtype) for f in _HYPER_FIELDS))
+
+
+@functools.partial(jax.jit, static_argnums=(5,))
+def _init(key, data, hyper, d_prime, scale, K):
+    I, J = data.n_rows, data.n_cols
+    dtype = data.values.dtype
+    ku, kv = jax.random.split(key)
+    # float32 normals in every dtype: a seed gives the same start in float32 and float64
+    mu = scale * jax.random.normal(ku, (I, K), dtype=jnp.float32).astype(dtype)
+    mv = scale * jax.random.normal(kv, (J, K), dtype=jnp.float32).astype(dtype)
+    prec = 1.0 / scale**2
+    state = PSMState(mu, jnp.full((I, K), prec, dtype), mv, jnp.full((J, K), prec, dtype),
+                     jnp.zeros(I, dtype), jnp.full(I, prec, dtype), jnp.zeros(J, dtype), jnp.full(J, prec, dtype),
+                     jnp.ones(I, dtype), jnp.ones(J, dtype), jnp.full(I, -jnp.log(I), dtype).astype(dtype),
+                     jnp.full(J, -jnp.log(J), dtype).astype(dtype), jnp.asarray(1.0, dtype), d_prime.astype(dtype))
+    return update_dirichlet(state, data, hyper)
+
+
+# ---------------------------------------------------------------------------------------------
+# moments, pair sums in chunks
+
+
+def moments(state: PSMState):
+    """Means and variances under q: (mu_u, var_u) (I, K), (mu_v, var_v) (J, K), (mu_bu, var_bu) (I,),
+    (mu_bv, var_bv) (J,)."""
+    return ((state.u_mu, 1.0 / state.u_prec), (state.v_mu, 1.0 / state.v_prec),
+            (state.bu_mu, 1.0 / state.bu_prec), (state.bv_mu, 1.0 / state.bv_prec))
+
+
+def _s_t(state):
+    return jax.nn.softmax(state.log_s), jax.nn.softmax(state.log_t)
+
+
+def _chunks(n: int, chunk: int):
+    """(chunk size, number of chunks, padded length) for n pairs."""
+    c = max(1, min(int(chunk), int(n)))
+    nc = -(-int(n) // c)
+    return c, nc, c * nc
+
+
+def _pad(x, n_pad):
+    return jnp.pad(x, (0, n_pad - x.shape[0]))
+
+
+def _pairs(data, chunk):
+    """Pair index arrays padded to whole chunks and reshaped (n_chunks, chunk); mask 1 on real pairs."""
+    n = data.rows.shape[0]
+    c, nc, npad = _chunks(n, chunk)
+    rows = _pad(data.rows, npad).reshape(nc, c)
+    cols = _pad(data.cols, npad).reshape(nc, c)
+    counts = _pad(data.values, npad).reshape(nc, c)
+    mask = _pad(jnp.ones(n, data.values.dtype), npad).reshape(nc, c)
+    return rows, cols, counts, mask, n
+
+
+def _map_pairs(fn, data, chunk, *extra):
+    """``fn(rows, cols, counts, mask, *extra_chunks) -> tuple of (c,) arrays`` over chunks; returns
+    the outputs concatenated and cut to (N,). ``extra`` are (N,) arrays chunked alongside."""
+    rows, cols, counts, mask, n = _pairs(data, chunk)
+    nc, c = rows.shape
+    ex = tuple(_pad(e, nc * c).reshape(nc, c) for e in extra)
+    out = jax.lax.map(lambda a: fn(*a), (rows, cols, counts, mask, *ex))
+    return tuple(o.reshape(-1)[:n] for o in out)
+
+
+def _pair_moments_chunk(state, rows, cols):
+    (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = moments(state)
+    Mu, Vu, Mv, Vv = mu[rows], vu[rows], mv[cols], vv[cols]
+    mean = jnp.sum(Mu * Mv, axis=-1) + mbu[rows] + mbv[cols]
+    var = jnp.sum(Mu**2 * Vv + Vu * Mv**2 + Vu * Vv, axis=-1) + vbu[rows] + vbv[cols]
+    return mean, mean**2 + var
+
+
+def pair_moments(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
+    """E_q[a_ij] and E_q[a_ij^2] (each (N,)) on the observed pairs of ``data``."""
+    return _map_pairs(lambda r, c, n, m: _pair_moments_chunk(state, r, c), data, chunk)
+
+
+def pair_xi(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
+    """The optimal xi_ij = sqrt(E_q[a_ij^2]) on the observed pairs (N,) (eq. 11)."""
+    return optimal_xi(pair_moments(state, data, chunk)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# background caches (B.1) and the sums built from them
+
+
+def _background(w, mu, var, bmu, bvar):
+    wm = w[:, None] * mu
+    P = wm.T @ mu + jnp.diag(w @ var)
+    return Background(P, (w * bmu) @ mu, w @ mu, w @ bmu, w @ (bmu**2 + bvar))
+
+
+def item_background(state: PSMState) -> Background:
+    """Item-background cache (the paper's minus-sign caches): t-weighted sums over items, O(J K^2)."""
+    _, t = _s_t(state)
+    (_, _), (mv, vv), _, (mbv, vbv) = moments(state)
+    return _background(t, mv, vv, mbv, vbv)
+
+
+def user_background(state: PSMState) -> Background:
+    """User-background cache (the paper's plus-sign caches): s-weighted sums over users, O(I K^2)."""
+    s, _ = _s_t(state)
+    (mu, vu), _, (mbu, vbu), _ = moments(state)
+    return _background(s, mu, vu, mbu, vbu)
+
+
+def background_sums(user_bg: Background, item_bg: Background):
+    """(S1, S2) = (sum_ij s_i t_j E a_ij, sum_ij s_i t_j E a_ij^2) from the two caches (module docstring)."""
+    s1 = user_bg.m_ddag @ item_bg.m_ddag + user_bg.nu + item_bg.nu
+    s2 = (jnp.sum(user_bg.P * item_bg.P) + 2.0 * user_bg.m_ddag @ item_bg.m_dag + 2.0 * user_bg.m_dag @ item_bg.m_ddag
+          + 2.0 * user_bg.nu * item_bg.nu + user_bg.kappa + item_bg.kappa)
+    return s1, s2
+
+
+def _own_terms(mu, var, bmu, bvar, bg: Background):
+    """Per own-side symbol: (sum_w E a, sum_w E a^2) against the other side's cache, (n,) each."""
+    first = mu @ bg.m_ddag + bmu + bg.nu
+    quad = jnp.einsum("ik,kl,il->i", mu, bg.P, mu) + var @ jnp.diagonal(bg.P)
+    second = quad + 2.0 * bmu * (mu @ bg.m_ddag) + 2.0 * (mu @ bg.m_dag) + bmu**2 + bvar + 2.0 * bmu * bg.nu + bg.kappa
+    return first, second
+
+
+def user_background_terms(state: PSMState, item_bg: Background | None = None):
+    """(sum_j t_j E a_ij, sum_j t_j E a_ij^2) for every user, (I,) each, from the item cache."""
+    item_bg = item_background(state) if item_bg is None else item_bg
+    (mu, vu), _, (mbu, vbu), _ = moments(state)
+    return _own_terms(mu, vu, mbu, vbu, item_bg)
+
+
+def item_background_terms(state: PSMState, user_bg: Background | None = None):
+    """(sum_i s_i E a_ij, sum_i s_i E a_ij^2) for every item, (J,) each, from the user cache."""
+    user_bg = user_background(state) if user_bg is None else user_bg
+    _, (mv, vv), _, (mbv, vbv) = moments(state)
+    return _own_terms(mv, vv, mbv, vbv, user_bg)
+
+
+def _omega_star(xi_star, first, second):
+    """sum_w Omega*(first, second) with weights summing to one: log s(xi*) - xi*/2 + lam* xi*^2
+    - lam* second - first / 2 (first, second: the weighted sums of E a and E a^2)."""
+    lam = jj_lambda(xi_star)
+    return jax.nn.log_sigmoid(xi_star) - 0.5 * xi_star + lam * xi_star**2 - lam * second - 0.5 * first
+
+
+def omega_star_user_sums(state: PSMState, item_bg: Background | None = None):
+    """sum_j t_j Omega*_ij for every user (I,) (B.4.1, corrected: see ERRATA in validation.psm)."""
+    first, second = user_background_terms(state, item_bg)
+    return _omega_star(state.xi_star, first, second)
+
+
+def omega_star_item_sums(state: PSMState, user_bg: Background | None = None):
+    """sum_i s_i Omega*_ij for every item (J,)."""
+    first, second = item_background_terms(state, user_bg)
+    return _omega_star(state.xi_star, first, second)
+
+
+# ---------------------------------------------------------------------------------------------
+# the bounded ELBO
+
+
+def _dirichlet_terms(conc, prior, counts):
+    """E log p(x) - E log q(x) + sum counts E log x for x ~ q = Dir(conc), prior Dir(prior 1)."""
+    from jax.scipy.special import digamma, gammaln
+
+    n = conc.shape[0]
+    elog = digamma(conc) - digamma(jnp.sum(conc))
+    log_p = gammaln(n * prior) - n * gammaln(prior) + (prior - 1.0) * jnp.sum(elog)
+    log_q = gammaln(jnp.sum(conc)) - jnp.sum(gammaln(conc)) + jnp.sum((conc - 1.0) * elog)
+    return log_p - log_q + jnp.sum(counts * elog)
+
+
+def _gauss_terms(mean, var, tau):
+    """sum E log N(x; 0, 1/tau) + H[N(mean, var)] (the 1/2 log 2 pi terms cancel)."""
+    return jnp.sum(0.5 * (jnp.log(tau) + jnp.log(var) + 1.0) - 0.5 * tau * (mean**2 + var))
+
+
+def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DEFAULT_CHUNK):
+    """The bounded ELBO L (module docstring), in nats, O(|G| K + (I + J) K^2).
+
+    Parameters
+    ----------
+    state : PSMState; data : Observations (counts c_ij); hyper : PSMHyper.
+    xi : (N,) Jaakkola-Jordan parameters of the observed pairs, or None for their optimum (11),
+        where L equals its maximum over xi_G (what `step` reports). xi* is ``state.xi_star``.
+
+    Returns a scalar. Differentiable in every field of ``state`` and in ``xi``.
+    Source: eq. (3) with the bound of sec. 3, derived (the printed (13) is corrected in ERRATA).
+    """
+    s, t = _s_t(state)
+    counts = data.values
+    Dp = state.d_prime
+
+    def pair_terms(rows, cols, c, m, x):
+        mean, second = _pair_moments_chunk(state, rows, cols)
+        x = optimal_xi(second) if xi is None else x
+        st = s[rows] * t[cols] * m
+        obs = c * jj_expected_log_bound(mean, second, x, 1)
+        corr = st * (jj_expected_log_bound(mean, second, x, 0) - jj_expected_log_bound(mean, second, state.xi_star, 0))
+        return obs, corr
+
+    x_in = jnp.zeros_like(counts) if xi is None else xi
+    obs, corr = _map_pairs(pair_terms, data, chunk, x_in)
+    s1, s2 = background_sums(user_background(state), item_background(state))
+    censored = Dp * (_omega_star(state.xi_star, s1, s2) + jnp.sum(corr))
+    c_i = jax.ops.segment_sum(counts, data.rows, num_segments=data.n_rows)
+    c_j = jax.ops.segment_sum(counts, data.cols, num_segments=data.n_cols)
+    total = jnp.sum(obs) + censored
+    total = total + _dirichlet_terms(state.alpha, hyper.alpha0, c_i + Dp * s)
+    total = total + _dirichlet_terms(state.beta, hyper.beta0, c_j + Dp * t)
+    (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = moments(state)
+    total = total + _gauss_terms(mu, vu, hyper.tau_u) + _gauss_terms(mv, vv, hyper.tau_v)
+    total = total + _gauss_terms(mbu, vbu, hyper.tau_b) + _gauss_terms(mbv, vbv, hyper.tau_b)
+    total = total - Dp * (jnp.sum(s * jax.nn.log_softmax(state.log_s)) + jnp.sum(t * jax.nn.log_softmax(state.log_t)))
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# block updates (each exact at fixed xi)
+
+
+def update_dirichlet(state: PSMState, data: Observations, hyper) -> PSMState:
+    """q(pi) = Dir(alpha0 + c_i + D' s_i), q(psi) = Dir(beta0 + c_j + D' t_j) (sec. 4, "Dirichlet updates")."""
+    s, t = _s_t(state)
+    c_i = jax.ops.segment_sum(data.values, data.rows, num_segments=data.n_rows)
+    c_j = jax.ops.segment_sum(data.values, data.cols, num_segments=data.n_cols)
+    return state._replace(alpha=hyper.alpha0 + c_i + state.d_prime * s, beta=hyper.beta0 + c_j + state.d_prime * t)
+
+
+def _omega_corrections(state, data, xi, chunk, own_is_user: bool):
+    """sum over G(own) of w_other (Omega_ij - Omega*_ij), w_other = t_j (users) or s_i (items)."""
+    s, t = _s_t(state)
+
+    def fn(rows, cols, c, m, x):
+        mean, second = _pair_moments_chunk(state, rows, cols)
+        d = jj_expected_log_bound(mean, second, x, 0) - jj_expected_log_bound(mean, second, state.xi_star, 0)
+        return ((t[cols] if own_is_user else s[rows]) * d * m,)
+
+    (vals,) = _map_pairs(fn, data, chunk, xi)
+    own = data.rows if own_is_user else data.cols
+    return jax.ops.segment_sum(vals, own, num_segments=data.n_rows if own_is_user else data.n_cols)
+
+
+def _elog_dirichlet(conc):
+    from jax.scipy.special import digamma
+
+    return digamma(conc) - digamma(jnp.sum(conc))
+
+
+def update_s(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """s_i propto exp(E log pi_i + sum_j t_j Omega_ij) via the item cache and a sparse correction
+    (eq. 17, B.4.1). xi : (N,) the observed pairs' bound parameters (held fixed)."""
+    logits = _elog_dirichlet(state.alpha) + omega_star_user_sums(state) + _omega_corrections(state, data, xi, chunk, True)
+    return state._replace(log_s=jax.nn.log_softmax(logits))
+
+
+def update_t(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """t_j propto exp(E log psi_j + sum_i s_i Omega_ij): the item twin of `update_s`."""
+    logits = _elog_dirichlet(state.beta) + omega_star_item_sums(state) + _omega_corrections(state, data, xi, chunk, False)
+    return state._replace(log_t=jax.nn.log_softmax(logits))
+
+
+def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """xi*^2 = (S2 - sum_G s_i t_j E a_ij^2) / (1 - sum_G s_i t_j) (eq. 16 with the caches, corrected
+    cross terms: see ERRATA). ``xi`` is unused (xi* does not depend on xi_G); kept for the block signature."""
+    del xi
+    s, t = _s_t(state)
+
+    def fn(rows, cols, c, m):
+        _, second = _pair_moments_chunk(state, rows, cols)
+        st = s[rows] * t[cols] * m
+        return st * second, st
+
+    sec, st = _map_pairs(fn, data, chunk)
+    _, s2 = background_sums(user_background(state), item_background(state))
+    z = 1.0 - jnp.sum(st)
+    return state._replace(xi_star=optimal_xi((s2 - jnp.sum(sec)) / z))
+
+
+def _pair_coefficients(state, data, xi, chunk):
+    """Per observed pair (N,): w_ij = 2 (c lam_ij + D' s_i t_j (lam_ij - lam*)) (quadratic weight) and
+    k_ij = D' s_i t_j (lam_ij - lam*) (for the linear terms); lam_ij = lam(xi_ij)."""
+    s, t = _s_t(state)
+    lam_star = jj_lambda(state.xi_star)
+    lam = jj_lambda(xi)
+    k = state.d_prime * s[data.rows] * t[data.cols] * (lam - lam_star)
+    return 2.0 * (data.values * lam + k), k, lam
+
+
+def _scan_pairs(fn, init, data, chunk, *extra):
+    """Accumulate ``fn(acc, rows, cols, counts, mask, *extra_chunks) -> acc`` over chunks (lax.scan)."""
+    rows, cols, counts, mask, n = _pairs(data, chunk)
+    nc, c = rows.shape
+    ex = tuple(_pad(e, nc * c).reshape(nc, c) for e in extra)
+    acc, _ = jax.lax.scan(lambda a, xs: (fn(a, *xs), None), init, (rows, cols, counts, mask, *ex))
+    return acc
+
+
+def _targets(state, data, xi, chunk, own_is_user: bool):
+    """Natural parameters of the full-covariance intermediate q~ of every own-side vector:
+    P (n, K, K) and m (n, K) (module docstring), one chunked pass over G."""
+    s, t = _s_t(state)
+    (mu, vu), (mv, vv), (mbu, _), (mbv, _) = moments(state)
+    lam_star = jj_lambda(state.xi_star)
+    w, k, lam = _pair_coefficients(state, data, xi, chunk)
+    e_b = mbu[data.rows] + mbv[data.cols]
+    g = data.values * (0.5 - 2.0 * lam * e_b) - 2.0 * k * e_b  # linear coefficient of each pair
+    if own_is_user:
+        n_own, K, own_w, tau, bg = data.n_rows, mu.shape[1], state.d_prime * s, None, item_background(state)
+        other_mu, other_var, own_bmu = mv, vv, mbu
+    else:
+        n_own, K, own_w, tau, bg = data.n_cols, mu.shape[1], state.d_prime * t, None, user_background(state)
+        other_mu, other_var, own_bmu = mu, vu, mbv
+    dtype = mu.dtype
+
+    def fn(acc, rows, cols, c, m, ww, gg):
+        P, dg, h = acc
+        own, other = (rows, cols) if own_is_user else (cols, rows)
+        ww, gg = ww * m, gg * m
+        X = other_mu[other]
+        P = P.at[own].add(ww[:, None, None] * X[:, :, None] * X[:, None, :])
+        dg = dg.at[own].add(ww[:, None] * other_var[other])
+        h = h.at[own].add(gg[:, None] * X)
+        return P, dg, h
+
+    zeros = (jnp.zeros((n_own, K, K), dtype), jnp.zeros((n_own, K), dtype), jnp.zeros((n_own, K), dtype))
+    P, dg, h = _scan_pairs(fn, zeros, data, chunk, w, g)
+    P = P + jax.vmap(jnp.diag)(dg)
+    P = P + 2.0 * lam_star * own_w[:, None, None] * bg.P[None]
+    h = h + own_w[:, None] * ((-0.5 - 2.0 * lam_star * own_bmu)[:, None] * bg.m_ddag[None] - 2.0 * lam_star * bg.m_dag[None])
+    return P, h
+
+
+def user_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK):
+    """P_i (I, K, K) (with tau_u I) and m_i (I, K) of the intermediate q~(u_i) = N(P^-1 m, P^-1) (eqs. 6-8, corrected)."""
+    P, h = _targets(state, data, xi, chunk, True)
+    return P + hyper.tau_u * jnp.eye(P.shape[-1], dtype=P.dtype), h
+
+
+def item_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK):
+    """P_j (J, K, K) (with tau_v I) and m_j (J, K) of the intermediate q~(v_j)."""
+    P, h = _targets(state, data, xi, chunk, False)
+    return P + hyper.tau_v * jnp.eye(P.shape[-1], dtype=P.dtype), h
+
+
+def _solve(P, h):
+    chol = jnp.linalg.cholesky(P)
+    mean = jax.scipy.linalg.cho_solve((chol, True), h[..., None])[..., 0]
+    return mean, jnp.diagonal(P, axis1=1, axis2=2)
+
+
+def update_users(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """prod_k q(u_ik) for every user: mean P_i^-1 m_i (batched Cholesky), precisions diag P_i (sec. 4, B.2)."""
+    mean, prec = _solve(*user_update_targets(state, data, hyper, xi, chunk=chunk))
+    return state._replace(u_mu=mean, u_prec=prec)
+
+
+def update_items(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """prod_k q(v_jk) for every item: the twin of `update_users`."""
+    mean, prec = _solve(*item_update_targets(state, data, hyper, xi, chunk=chunk))
+    return state._replace(v_mu=mean, v_prec=prec)
+
+
+def _bias_update(state, data, hyper, xi, chunk, own_is_user: bool):
+    s, t = _s_t(state)
+    (mu, _), (mv, _), (mbu, _), (mbv, _) = moments(state)
+    lam_star = jj_lambda(state.xi_star)
+    w, k, lam = _pair_coefficients(state, data, xi, chunk)
+
+    def fn(rows, cols, c, m):
+        other_b = mbv[cols] if own_is_user else mbu[rows]
+        return (jnp.sum(mu[rows] * mv[cols], axis=-1) + other_b,)
+
+    (rest,) = _map_pairs(fn, data, chunk)
+    g = data.values * (0.5 - 2.0 * lam * rest) - 2.0 * k * rest
+    own = data.rows if own_is_user else data.cols
+    n_own = data.n_rows if own_is_user else data.n_cols
+    own_w = state.d_prime * (s if own_is_user else t)
+    bg = item_background(state) if own_is_user else user_background(state)
+    own_mu = mu if own_is_user else mv
+    rho = hyper.tau_b + 2.0 * lam_star * own_w + jax.ops.segment_sum(w, own, num_segments=n_own)
+    nu = own_w * (-0.5 - 2.0 * lam_star * (bg.nu + own_mu @ bg.m_ddag)) + jax.ops.segment_sum(g, own, num_segments=n_own)
+    return nu / rho, rho
+
+
+def update_user_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """q(b_i) = N(nu_i / rho_i, 1 / rho_i) (sec. 4, "Gaussian updates for q(b_i)", corrected: see ERRATA)."""
+    mean, prec = _bias_update(state, data, hyper, xi, chunk, True)
+    return state._replace(bu_mu=mean, bu_prec=prec)
+
+
+def update_item_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
+    """q(b_j): the twin of `update_user_bias`."""
+    mean, prec = _bias_update(state, data, hyper, xi, chunk, False)
+    return state._replace(bv_mu=mean, bv_prec=prec)
+
+
+def _update_dirichlet_block(state, data, hyper, xi, *, chunk=DEFAULT_CHUNK):
+    del xi, chunk
+    return update_dirichlet(state, data, hyper)
+
+
+#: The blocks of one sweep in Algorithm 1's order: (name, update(state, data, hyper, xi), fields).
+#: ``xi`` is the observed pairs' optimal xi for the state the block starts from.
+BLOCKS = (
+    ("dirichlet", _update_dirichlet_block, ("alpha", "beta")),
+    ("s", update_s, ("log_s",)),
+    ("user_bias", update_user_bias, ("bu_mu", "bu_prec")),
+    ("users", update_users, ("u_mu", "u_prec")),
+    ("xi_star", update_xi_star, ("xi_star",)),
+    ("t", update_t, ("log_t",)),
+    ("item_bias", update_item_bias, ("bv_mu", "bv_prec")),
+    ("items", update_items, ("v_mu", "v_prec")),
+)
+
+_TRACES = {"step": 0}
+
+
+def _step(state, data, hyper, chunk):
+    _TRACES["step"] += 1  # Python side effect: runs once per trace (compile-once test)
+    for _, update, _ in BLOCKS:
+        state = update(state, data, hyper, pair_xi(state, data, chunk), chunk=chunk)
+    return state, PSMInfo(elbo(state, data, hyper, chunk=chunk), state.xi_star)
+
+
+_step_jit = jax.jit(_step, static_argnums=(3,))
+_elbo_jit = jax.jit(lambda state, data, hyper, chunk: elbo(state, data, hyper, chunk=chunk), static_argnums=(3,))
+
+
+def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAULT_CHUNK):
+    """One sweep of Algorithm 1 (module docstring), jitted once per (shapes, dtype, chunk).
+
+    Parameters
+    ----------
+    key : unused (the sweep is deterministic); kept for the common solver signature.
+    state : PSMState; data : Observations with jax or numpy leaves, ``values`` of the state's dtype
+        (cast here otherwise); hyper : PSMHyper (traced: new values do not recompile).
+    chunk : pairs per chunk of the O(|G| K^2) sums (static).
+
+    Returns (PSMState, PSMInfo) with Info of the new state (its bounded ELBO and xi*).
+    Source: Algorithm 1; updates of sec. 4 and appendix B (derived, corrected where ERRATA says).
+    """
+    del key
+    dtype = state.u_mu.dtype
+    if jnp.asarray(data.values).dtype != dtype:
+        data = _as_jax(data, dtype)
+    return _step_jit(state, data, _hyper_arrays(hyper, dtype), int(chunk))
+
+
+# ---------------------------------------------------------------------------------------------
+# predictions (eq. 5)
+
+
+def _pair_mean_var(state, users, items):
+    mean, second = _pair_moments_chunk(state, users, items)
+    return mean, jnp.maximum(second - mean**2, 0.0)
+
+
+def acceptance_probability(state: PSMState, users, items):
+    """p(o = T | y_i = z_j = 1, D) for index pairs (E,): MacKay's sigma(mu / sqrt(1 + pi s^2 / 8)) with
+    mu, s^2 the mean and variance of a_ij under q (sec. 3, "Making and trading predictions")."""
+    mean, var = _pair_mean_var(state, jnp.asarray(users), jnp.asarray(items))
+    return mackay_probit(mean, var)
+
+
+def _user_item_block(state, users):
+    mu, vu = state.u_mu[users], 1.0 / state.u_prec[users]
+    mv, vv = state.v_mu, 1.0 / state.v_prec
+    mean = mu @ mv.T + state.bu_mu[users][:, None] + state.bv_mu[None, :]
+    var = (mu**2) @ vv.T + vu @ (mv**2).T + vu @ vv.T + (1.0 / state.bu_prec[users])[:, None] + (1.0 / state.bv_prec)[None, :]
+    return mean, var
+
+
+def _check_users(users, I):
+    users = np.asarray(users)
+    if users.ndim != 1 or (users.size and not np.issubdtype(users.dtype, np.integer)):
+        raise ValueError("users must be a 1-D integer array")
+    if users.size and (users.min() < 0 or users.max() >= I):
+        raise ValueError(f"users index out of range [0, {I - 1}]")
+    return users
+
+
+def score_users(state: PSMState, users, *, kind: str = "predictive") -> np.ndarray:
+    """Scores of every item for some users, (len(users), J) float numpy array.
+
+    kind : "predictive" (default): p(z_j = 1 | o = T, y_i = 1, D) ~ E[psi_j] sigma(x_ij) normalised
+        over j (eq. 5, popularity times personalised acceptance, MacKay's approximation);
+        "acceptance": sigma(x_ij) alone; "popularity": E[psi_j] alone.
+    Raises ValueError for an unknown kind or user indices out of range.
+    """
+    if kind not in ("predictive", "acceptance", "popularity"):
+        raise ValueError(f"kind must be 'predictive', 'acceptance' or 'popularity', got {kind!r}")
+    users = _check_users(users, state.u_mu.shape[0])
+    e_psi = state.beta / jnp.sum(state.beta)
+    if kind == "popularity":
+        return np.broadcast_to(np.asarray(e_psi), (users.size, e_psi.shape[0])).copy()
+    mean, var = _user_item_block(state, jnp.asarray(users))
+    p = mackay_probit(mean, var)
+    if kind == "acceptance":
+        return np.asarray(p)
+    f = p * e_psi[None, :]
+    return np.asarray(f / jnp.sum(f, axis=1, keepdims=True))
+
+
+def predictive_probability(state: PSMState, users, items, *, batch: int = 256) -> np.ndarray:
+    """p(z_j = 1 | o = T, y_i = 1, D) (eq. 5, normalised over all J items) for index pairs (E,) numpy.
+    Work O(E J K) in batches of ``batch`` pairs. Raises ValueError for indices out of range."""
+    users = _check_users(users, state.u_mu.shape[0])
+    items = np.asarray(items)
+    J = state.v_mu.shape[0]
+    if items.shape != users.shape or (items.size and (items.min() < 0 or items.max() >= J)):
+        raise ValueError(f"items must have the shape of users and lie in [0, {J - 1}]")
+    out = np.empty(users.size)
+    for start in range(0, users.size, batch):
+        u = users[start:start + batch]
+        sc = score_users(state, u)
+        out[start:start + u.size] = sc[np.arange(u.size), items[start:start + batch]]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+
+
+def draws_from_q(key, state: PSMState, n_draws: int) -> dict[str, np.ndarray]:
+    """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
+    pi (I,), psi (J,). numpy float64."""
+    rng = np.random.default_rng(int(jax.random.randint(base.as_key(key), (), 0, 2**31 - 1)))
+    (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
+    out = {}
+    for name, m, v in (("u", mu, vu), ("v", mv, vv), ("b_user", mbu, vbu), ("b_item", mbv, vbv)):
+        out[name] = (m + np.sqrt(v) * rng.standard_normal((n_draws, *m.shape)))[None]
+    out["pi"] = rng.dirichlet(np.asarray(state.alpha, np.float64), size=n_draws)[None]
+    out["psi"] = rng.dirichlet(np.asarray(state.beta, np.float64), size=n_draws)[None]
+    return out
+
+
+def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float = 1e-6, progress: bool = True, *,
+        r: float = 1.0, dtype=np.float64, n_draws: int = 100, init_state: PSMState | None = None,
+        chunk: int = DEFAULT_CHUNK, init_scale: float = 0.1, callback=None) -> base.FitResult:
+    """Fit PSM by Algorithm 1 sweeps on `custom_inference.vi_driver.run` until |dL| / |L| < ``tol``.
+
+    Parameters
+    ----------
+    key : jax PRNG key or int seed (initialisation and draws from q); data : Observations (I, J)
+    of event counts; K : int >= 1; hyper : `ppl_models.psm.PSMHyper`; max_iter : int >= 1; tol >= 0;
+    progress : tqdm bar; r : D' = r D; dtype : float32 or float64 (float64 runs under
+    jax.enable_x64); n_draws : int >= 1 draws from q in the ``posterior`` group; init_state : resume;
+    chunk : pairs per chunk; init_scale : see `init`; callback : ``callback(t, state, info)``.
+
+    Returns
+    -------
+    `base.FitResult` (state, ELBO trace (n_iter + 1,) from the initial state, InferenceData with groups
+    posterior (draws from q: u, v, b_user, b_item, pi, psi), variational_parameters, vi_trace (elbo,
+    rel_change, sweep_seconds); attrs model, method, source, K, r, d_prime, dtype, converged, n_iter, seconds).
+
+    Raises ValueError (bad data, r, K, hyper, max_iter, tol, n_draws, dtype, init_state shapes) before
+    computing; FloatingPointError for a non-finite ELBO (try float64).
+    """
+    key = base.as_key(key)
+    vi_driver.check_fit_args(max_iter, tol, n_draws)
+    if n_draws < 1:
+        raise ValueError(f"n_draws must be >= 1 (the posterior group holds draws from q), got {n_draws!r}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    K = base.check_latent_dim(K)
+    k_init, k_draw = jax.random.split(key)
+    with jax.enable_x64(dtype == np.float64):
+        state = init(k_init, data, K, hyper, r=r, dtype=dtype, init_scale=init_scale)
+        if init_state is not None:
+            given = PSMState(*(jnp.asarray(x, dtype) for x in init_state))
+            for name, a, b in zip(PSMState._fields, given, state):
+                if a.shape != b.shape:
+                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
+            state = given
+        d = _as_jax(data, dtype)
+        h = _hyper_arrays(hyper, dtype)
+        first = float(_elbo_jit(state, d, h, int(chunk)))
+        run = vi_driver.run(lambda s, t: step(None, s, d, hyper, chunk=chunk), state, max_iter=max_iter, tol=tol,
+                            progress=progress, desc=f"PSM VB (K={K})", init_elbo=first, callback=callback)
+        state = run.state
+        posterior = draws_from_q(k_draw, state, int(n_draws))
+    I, J = data.shape
+    dims = {"u": ["user", "factor"], "v": ["item", "factor"], "b_user": ["user"], "b_item": ["item"],
+            "pi": ["user"], "psi": ["item"], **{f: list(ALGORITHM.dims[f]) for f in PSMState._fields},
+            "elbo": ["record"], "rel_change": ["record"], "sweep_seconds": ["sweep"]}
+    idata = arviz_io.to_inference_data(
+        posterior, dims=dims, coords={"user": np.arange(I), "item": np.arange(J), "factor": np.arange(K)},
+        extra_groups={"variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
+                      "vi_trace": {"elbo": run.elbo, "rel_change": run.rel_change, "sweep_seconds": run.sweep_seconds}},
+        attrs={"model": "psm", "method": "vb-algorithm-1", "source": "000_619a0297b9d686b2.txt Algorithm 1, sec. 4, app. B",
+               "K": K, "r": float(r), "d_prime": float(state.d_prime), "dtype": str(dtype),
+               "converged": int(run.converged), "n_iter": run.n_iter, "seconds": float(run.seconds),
+               **{f"hyper_{f}": float(getattr(hyper, f)) for f in _HYPER_FIELDS}})
+    return base.FitResult(state, run.elbo, idata)
+
+
+ALGORITHM = base.Algorithm(
+    name="psm-vb",
+    kind="vi",
+    init=init,
+    step=step,
+    target=elbo,
+    target_name="elbo",
+    dims={"u_mu": ("user", "factor"), "u_prec": ("user", "factor"), "v_mu": ("item", "factor"),
+          "v_prec": ("item", "factor"), "bu_mu": ("user",), "bu_prec": ("user",), "bv_mu": ("item",),
+          "bv_prec": ("item",), "alpha": ("user",), "beta": ("item",), "log_s": ("user",), "log_t": ("item",),
+          "xi_star": (), "d_prime": ()},
+    source="000_619a0297b9d686b2.txt secs. 3-4, Algorithm 1, appendix B",
+).check()

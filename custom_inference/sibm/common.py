@@ -1,0 +1,385 @@
+"""SIBM shared pieces: binary data, hyperparameters, the state of q, its moments, row chunks and the
+bounded ELBO (7) (seed 002_5408d341cb9fc544.txt; the derivations are in the package docstring,
+`custom_inference.sibm`)."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+from .. import arviz_io, base
+from ..data import Observations
+from ..logistic import jj_expected_log_bound, optimal_xi
+
+__all__ = ["SIBMState", "SIBMInfo", "DEFAULT_CHUNK_CELLS", "as_binary", "prior_arrays", "init", "moments",
+           "cell_moments", "elbo", "draws_from_q", "fit_idata", "STATE_DIMS"]
+
+DEFAULT_CHUNK_CELLS = 1 << 18  # cells per row chunk in batch sweeps and the ELBO
+
+
+# ---------------------------------------------------------------------------------------------
+# data and hyperparameters
+
+
+def as_binary(X, *, dtype=np.float64) -> Observations:
+    """Validate a fully observed binary matrix and keep its ones (`Observations`, values 1).
+
+    Parameters
+    ----------
+    X : `Observations` (its entries must be 0/1; zeros are dropped), a scipy.sparse matrix, or a
+        dense 2-D array (I, J) of 0/1 (bool, int or float).
+    dtype : float dtype of the stored values.
+
+    Returns
+    -------
+    Observations of the ones: rows, cols int32 (N,), values (N,) all 1, shape (I, J).
+
+    Raises
+    ------
+    ValueError naming the field: ``X`` not 2-D, ``values`` outside {0, 1} or NaN/inf, an index out
+    of range, duplicates, an all-zero matrix (no ones: nothing to learn from).
+    """
+    if isinstance(X, Observations):
+        return Observations.from_coo(np.asarray(X.rows), np.asarray(X.cols), np.asarray(X.values), X.shape,
+                                     kind="binary", dtype=dtype)
+    if sp.issparse(X):
+        return Observations.from_scipy(X, kind="binary", dtype=dtype)
+    arr = np.asarray(X)
+    if arr.ndim != 2:
+        raise ValueError(f"X must be a 2-D (I, J) binary matrix, got shape {arr.shape}")
+    if arr.dtype == bool:
+        arr = arr.astype(np.int8)
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"X: values must be numeric 0/1, got dtype {arr.dtype}")
+    if np.any(~np.isfinite(arr)):
+        raise ValueError("X: values contain NaN or infinite entries")
+    if np.any((arr != 0) & (arr != 1)):
+        raise ValueError("X: values must be 0 or 1 (binary matrix)")
+    return Observations.from_dense(arr, kind="binary", dtype=dtype)
+
+
+class _Prior(NamedTuple):
+    u_bar0: jax.Array
+    u_tilde0: jax.Array
+    v_bar0: jax.Array
+    v_tilde0: jax.Array
+    z_bar0: jax.Array
+    z_tilde0: jax.Array
+
+
+def _check_hyper(hyper) -> bool:
+    for name in ("u_bar0", "u_tilde0", "v_bar0", "v_tilde0", "z_bar0", "z_tilde0", "biases"):
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper has no field {name!r} (use ppl_models.sibm.SIBMHyper)")
+    for name in ("u_bar0", "v_bar0", "z_bar0", "u_tilde0", "v_tilde0", "z_tilde0"):
+        value = float(getattr(hyper, name))
+        if not np.isfinite(value) or (name.endswith("tilde0") and value <= 0):
+            raise ValueError(f"hyper.{name} must be finite{' and > 0' if name.endswith('tilde0') else ''}, got {value!r}")
+    return bool(hyper.biases)
+
+
+def _prior(hyper, dtype) -> _Prior:
+    """The prior means and variances of ``hyper`` as scalar arrays of ``dtype`` (validated)."""
+    _check_hyper(hyper)
+    return _Prior(*(jnp.asarray(float(getattr(hyper, f)), dtype) for f in _Prior._fields))
+
+
+prior_arrays = _prior
+
+
+def _check_K(K) -> int:
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+        raise ValueError(f"K must be an integer >= 1, got {K!r}")
+    return int(K)
+
+
+def _check_data(data) -> Observations:
+    if not isinstance(data, Observations):
+        raise ValueError(f"data must be an Observations of the ones (use custom_inference.sibm.as_binary), got {type(data).__name__}")
+    return data
+
+
+def _hkey(hyper):
+    return tuple(float(getattr(hyper, f)) for f in _Prior._fields) + (bool(hyper.biases),)
+
+
+class _H(NamedTuple):  # hashable stand-in for any hyper object inside jit
+    u_bar0: float
+    u_tilde0: float
+    v_bar0: float
+    v_tilde0: float
+    z_bar0: float
+    z_tilde0: float
+    biases: bool
+
+
+def _static_hyper(hyper) -> _H:
+    _check_hyper(hyper)
+    return _H(*_hkey(hyper))
+
+
+# ---------------------------------------------------------------------------------------------
+# state and moments
+
+
+class SIBMState(NamedTuple):
+    """Variational parameters of q (eq. 4) as natural parameters.
+
+    u_prec, u_h : (I, K)   q(u_id) = N(u_h / u_prec, 1 / u_prec)  (seed: u-ddot, u-dot)
+    v_prec, v_h : (J, K)   q(v_jd)
+    z_prec, z_h : ()       q(z)
+    u_fixed, v_fixed : (K,) 1.0 where the column is fixed to ones (biases), else 0.0
+    last_elbo : ()         ELBO after the previous batch step (nan before the first)
+    K = D + 2 with biases, D without. Float32 or float64.
+    """
+
+    u_prec: jax.Array
+    u_h: jax.Array
+    v_prec: jax.Array
+    v_h: jax.Array
+    z_prec: jax.Array
+    z_h: jax.Array
+    u_fixed: jax.Array
+    v_fixed: jax.Array
+    last_elbo: jax.Array
+
+
+class SIBMInfo(NamedTuple):
+    """Per-step diagnostics: ``elbo`` of the new state and ``rel_change`` |dL| / |L_old|."""
+
+    elbo: jax.Array
+    rel_change: jax.Array
+
+
+def _layout(D: int, biases: bool):
+    K = D + 2 if biases else D
+    u_fixed = np.zeros(K)
+    v_fixed = np.zeros(K)
+    if biases:
+        v_fixed[D] = 1.0  # V's column of ones: U's column D is the row bias
+        u_fixed[D + 1] = 1.0  # U's column of ones: V's column D + 1 is the column bias
+    return K, u_fixed, v_fixed
+
+
+def init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.1, init_var: float = 0.1,
+         dtype=None) -> SIBMState:
+    """Initial q: means N(0, init_mean_sd^2) around the prior mean, variances ``init_var``; z at the
+    prior mean shifted to the log-odds of the fraction of ones (a cheap, data-aware start).
+
+    Parameters
+    ----------
+    key : jax PRNG key or int seed (`base.as_key`)
+    data : Observations of the ones (`as_binary`), shape (I, J)
+    K : int >= 1, latent factors (the seed's D; the state has K + 2 columns with biases)
+    hyper : SIBMHyper-like (fields u_bar0, u_tilde0, v_bar0, v_tilde0, z_bar0, z_tilde0, biases)
+    init_mean_sd, init_var : > 0
+    dtype : float dtype (default that of ``data.values``)
+
+    Returns SIBMState. Raises ValueError (K, hyper fields, data type, init values), TypeError (key).
+    Source: seed 002 eq. (4) (the family); the start itself: project addition.
+    """
+    D = _check_K(K)
+    key = base.as_key(key)
+    data = _check_data(data)
+    biases = _check_hyper(hyper)
+    if not (init_var > 0) or not (init_mean_sd >= 0):
+        raise ValueError(f"init_var must be > 0 and init_mean_sd >= 0, got {init_var}, {init_mean_sd}")
+    dtype = jnp.dtype(dtype or np.asarray(data.values).dtype)
+    I, J = data.shape
+    K, uf, vf = _layout(D, biases)
+    k1, k2 = jax.random.split(key)
+    prec = 1.0 / init_var
+    um = float(hyper.u_bar0) + init_mean_sd * np.asarray(jax.random.normal(k1, (I, K)), np.float64)
+    vm = float(hyper.v_bar0) + init_mean_sd * np.asarray(jax.random.normal(k2, (J, K)), np.float64)
+    um[:, uf > 0] = 1.0
+    vm[:, vf > 0] = 1.0
+    frac = min(max(data.nnz / (I * J), 1e-6), 1 - 1e-6)
+    zm = math.log(frac / (1 - frac))
+    return SIBMState(
+        u_prec=jnp.full((I, K), prec, dtype), u_h=jnp.asarray(prec * um, dtype),
+        v_prec=jnp.full((J, K), prec, dtype), v_h=jnp.asarray(prec * vm, dtype),
+        z_prec=jnp.asarray(prec, dtype), z_h=jnp.asarray(prec * zm, dtype),
+        u_fixed=jnp.asarray(uf, dtype), v_fixed=jnp.asarray(vf, dtype),
+        last_elbo=jnp.asarray(jnp.nan, dtype),
+    )
+
+
+def _mom(prec, h, fixed):
+    fx = fixed > 0
+    return jnp.where(fx, 1.0, h / prec), jnp.where(fx, 0.0, 1.0 / prec)
+
+
+def moments(state: SIBMState):
+    """Means and variances under q: ((u_bar, u_tilde) (I, K), (v_bar, v_tilde) (J, K), (z_bar, z_tilde) ()).
+
+    Fixed (bias) columns have mean 1 and variance 0.
+    """
+    return (_mom(state.u_prec, state.u_h, state.u_fixed), _mom(state.v_prec, state.v_h, state.v_fixed),
+            (state.z_h / state.z_prec, 1.0 / state.z_prec))
+
+
+def _cells(ub, ut, vb, vt, zb, zt):
+    """mu (n, m) and s2 (n, m) of a block of cells from row moments (n, K) and column moments (m, K)."""
+    mu = ub @ vb.T + zb
+    s2 = (ub * ub) @ vt.T + ut @ (vb * vb + vt).T + zt
+    return mu, s2
+
+
+def cell_moments(state: SIBMState, rows, cols):
+    """mu_ij = E_q[u_i . v_j + z] and s2_ij = Var_q[u_i . v_j + z] for given cells (text before eq. 5).
+
+    rows, cols : int arrays (n,). Returns two float arrays (n,). Work O(n K).
+    """
+    (ub, ut), (vb, vt), (zb, zt) = moments(state)
+    u_b, u_t, v_b, v_t = ub[rows], ut[rows], vb[cols], vt[cols]
+    mu = jnp.sum(u_b * v_b, axis=-1) + zb
+    s2 = jnp.sum(u_b * u_b * v_t + u_t * (v_b * v_b + v_t), axis=-1) + zt
+    return mu, s2
+
+
+def _kl_terms(state: SIBMState, prior: _Prior):
+    """-KL(q || prior) summed over free entries of U, V and z (the seed's beta, gamma, kappa, corrected sign)."""
+    (ub, ut), (vb, vt), (zb, zt) = moments(state)
+
+    def neg_kl(mean, var, m0, v0, free):
+        safe = jnp.where(free, var, 1.0)
+        val = 0.5 + 0.5 * jnp.log(safe / v0) - ((mean - m0) ** 2 + safe) / (2.0 * v0)
+        return jnp.sum(jnp.where(free, val, 0.0))
+
+    return (neg_kl(ub, ut, prior.u_bar0, prior.u_tilde0, state.u_fixed[None, :] == 0)
+            + neg_kl(vb, vt, prior.v_bar0, prior.v_tilde0, state.v_fixed[None, :] == 0)
+            + neg_kl(zb, zt, prior.z_bar0, prior.z_tilde0, True))
+
+
+# ---------------------------------------------------------------------------------------------
+# row chunks (no I x J array: chunk x J at a time)
+
+
+def _chunk_rows(n_rows: int, n_cols: int, chunk_cells: int) -> int:
+    return int(max(1, min(n_rows, chunk_cells // max(n_cols, 1))))
+
+
+def _pad_rows(x, n_pad, value=0.0):
+    pad = n_pad - x.shape[0]
+    if pad == 0:
+        return x
+    return jnp.concatenate([x, jnp.full((pad,) + x.shape[1:], value, x.dtype)], axis=0)
+
+
+def _map_row_chunks(fn, arrays, n_rows: int, chunk: int):
+    """Apply ``fn(chunk_arrays, valid (c,))`` to row chunks of (n_rows, ...) arrays; stack the outputs."""
+    n_chunks = -(-n_rows // chunk)
+    n_pad = n_chunks * chunk
+    padded = [_pad_rows(a, n_pad, 1.0).reshape((n_chunks, chunk) + a.shape[1:]) for a in arrays]
+    valid = (jnp.arange(n_pad) < n_rows).reshape(n_chunks, chunk)
+    return jax.lax.map(lambda args: fn(args[:-1], args[-1]), (*padded, valid))
+
+
+# ---------------------------------------------------------------------------------------------
+# the bounded ELBO (7)
+
+
+def elbo(state: SIBMState, data: Observations, hyper, *, xi_state: SIBMState | None = None,
+         chunk_cells: int = DEFAULT_CHUNK_CELLS) -> jax.Array:
+    """The bounded ELBO L' of seed 002 eq. (7) (nats), with KL terms of the corrected sign.
+
+    L' = sum_ij alpha_ij(xi_ij) - KL(q(U) || p(U)) - KL(q(V) || p(V)) - KL(q(z) || p(z)).
+
+    Parameters
+    ----------
+    state : SIBMState (differentiable in every float field)
+    data : Observations of the ones, shape (I, J)
+    hyper : SIBMHyper-like (prior means and variances)
+    xi_state : None: xi at its optimum (8) for ``state`` (so the value is max_Xi L'(Phi, Xi));
+        else xi_ij = sqrt(mu^2 + s2) of ``xi_state``, held fixed (no gradient through it): the
+        objective each coordinate update maximizes.
+    chunk_cells : cells per row chunk.
+
+    Returns
+    -------
+    scalar (dtype of the state). Work O(I J K) in chunks of ``chunk_cells`` cells; the x-dependent
+    part is a sum over the N ones only.
+
+    Source: seed 002 eqs. (6)-(8) (lambda sign: see the module docstring).
+    """
+    return _elbo_jit(state, data, _static_hyper(hyper), xi_state, chunk_cells)
+
+
+def _elbo_impl(state, data, hyper, xi_state, chunk_cells):
+    prior = _prior(hyper, state.u_h.dtype)
+    (ub, ut), (vb, vt), (zb, zt) = moments(state)
+    I, J = data.shape
+    chunk = _chunk_rows(I, J, chunk_cells)
+    if xi_state is None:
+        rub, rut = ub, ut
+        rv = (vb, vt, zb, zt)
+    else:
+        (rub, rut), (rvb, rvt), (rzb, rzt) = jax.tree_util.tree_map(jax.lax.stop_gradient, moments(xi_state))
+        rv = (rvb, rvt, rzb, rzt)
+
+    def chunk_sum(arrs, valid):
+        cub, cut, crub, crut = arrs
+        mu, s2 = _cells(cub, cut, vb, vt, zb, zt)
+        if xi_state is None:
+            xi = optimal_xi(mu * mu + s2)
+        else:
+            rmu, rs2 = _cells(crub, crut, *rv)
+            xi = optimal_xi(rmu * rmu + rs2)
+        val = jj_expected_log_bound(mu, mu * mu + s2, xi, 0)  # the x = 0 bound; + mu on the ones below
+        return jnp.sum(jnp.where(valid[:, None], val, 0.0))
+
+    dense = jnp.sum(_map_row_chunks(chunk_sum, (ub, ut, rub, rut), I, chunk))
+    mu_pos, _ = cell_moments(state, data.rows, data.cols)
+    return dense + jnp.sum(mu_pos) + _kl_terms(state, prior)
+
+
+_elbo_jit = jax.jit(_elbo_impl, static_argnames=("hyper", "chunk_cells"))
+
+
+
+# ---------------------------------------------------------------------------------------------
+# ArviZ output shared by the three drivers
+
+#: ArviZ dims of every SIBMState field (K columns: "component").
+STATE_DIMS = {"u_prec": ("user", "component"), "u_h": ("user", "component"), "v_prec": ("item", "component"),
+              "v_h": ("item", "component"), "z_prec": (), "z_h": (), "u_fixed": ("component",),
+              "v_fixed": ("component",), "last_elbo": ()}
+
+_DIMS = {"U": ["user", "component"], "V": ["item", "component"],
+         **{f: list(d) for f, d in STATE_DIMS.items() if f != "last_elbo"}}
+
+
+def draws_from_q(seed: int, state: SIBMState, n_draws: int) -> dict[str, np.ndarray]:
+    """Independent draws from q (eq. 4), each (1, n_draws, ...): U (I, K), V (J, K), z (); fixed (bias)
+    columns are 1 in every draw. ``n_draws`` = 0 gives the means of q as one draw (1, 1, ...).
+
+    seed : int (numpy Generator); state : SIBMState. Returns float arrays of the state's dtype.
+    Source: seed 002 eq. (4); project addition.
+    """
+    (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
+    dtype = np.asarray(state.u_h).dtype
+    if not n_draws:
+        return {k: v.astype(dtype)[None, None] for k, v in (("U", ub), ("V", vb), ("z", np.asarray(zb)))}
+    rng = np.random.default_rng(seed)
+    out = {"U": ub + np.sqrt(ut) * rng.standard_normal((n_draws, *ub.shape)),
+           "V": vb + np.sqrt(vt) * rng.standard_normal((n_draws, *vb.shape)),
+           "z": zb + np.sqrt(zt) * rng.standard_normal(n_draws)}
+    return {k: v.astype(dtype)[None] for k, v in out.items()}
+
+
+def fit_idata(posterior: dict, params: dict, trace: dict, **attrs):
+    """The InferenceData of a SIBM driver: ``posterior`` (chain, draw, ...) arrays U, V, z; the
+    variational parameters (or point-estimate fields) ``params``; the trace arrays (dim iteration)."""
+    dims = dict(_DIMS, **{k: ["iteration"] for k in trace})
+    I, K = np.shape(posterior["U"])[2:]
+    J = np.shape(posterior["V"])[2]
+    return arviz_io.to_inference_data(
+        posterior, dims=dims,
+        coords={"user": np.arange(I), "item": np.arange(J), "component": np.arange(K)},
+        extra_groups={"variational_parameters": params, "vi_trace": trace},
+        attrs={"model": "sibm", "source": "002_5408d341cb9fc544.txt", **attrs})

@@ -1,0 +1,233 @@
+"""SIBM MAP by stochastic gradient ascent (the seed's "MAP" baseline, seed 002_5408d341cb9fc544.txt
+sec. 4.2; preconditioning by the Boehning bound: our choice, see the package docstring)."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from .. import base, vi_driver
+from ..data import Observations
+from ..schedules import check_robbins_monro
+from .cells import Minibatch, Sampler, _pad_size, _rm, _segment_avg, make_sampler, sample_cells
+from .common import (DEFAULT_CHUNK_CELLS, _chunk_rows, _map_row_chunks, _prior, _Prior, _static_hyper, as_binary,
+                     fit_idata, init, moments)
+
+__all__ = ["MAPState", "MAPInfo", "map_init", "log_joint", "map_cell_gradients", "map_curvature_bound", "map_step",
+           "fit_map", "ALGORITHM"]
+
+
+
+
+class MAPState(NamedTuple):
+    """Point estimates U (I, K), V (J, K), z (); fixed columns as in SIBMState; RM counters."""
+
+    U: jax.Array
+    V: jax.Array
+    z: jax.Array
+    u_fixed: jax.Array
+    v_fixed: jax.Array
+    u_count: jax.Array
+    v_count: jax.Array
+    z_count: jax.Array
+
+
+class MAPInfo(NamedTuple):
+    """Diagnostics of one MAP minibatch: ``S`` the number of cells it drew (the log joint costs O(I J K):
+    `fit_map` records it every ``log_joint_every`` minibatches)."""
+
+    S: jax.Array
+
+
+def map_init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.1, dtype=None) -> MAPState:
+    """Initial MAP point: the means of `init` (key, data, K, hyper), counters at zero.
+
+    Returns MAPState (U (I, K'), V (J, K'), z (); K' = K + 2 with biases). Raises as `init`.
+    Source: project addition (the seed's MAP baseline has no published initialization).
+    """
+    q = init(key, data, K, hyper, init_mean_sd=init_mean_sd, dtype=dtype)
+    (ub, _), (vb, _), (zb, _) = moments(q)
+    dt = ub.dtype
+    return MAPState(ub, vb, zb, q.u_fixed, q.v_fixed, jnp.zeros(ub.shape[0], dt), jnp.zeros(vb.shape[0], dt),
+                    jnp.zeros((), dt))
+
+
+def log_joint(state: MAPState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> jax.Array:
+    """log p(X, U, V, z) (eqs. 1-2) at a point, up to the Normal constants; chunked, O(I J K).
+
+    state MAPState; data Observations of the ones (I, J); returns a scalar (jax-differentiable)."""
+    return _log_joint_jit(state, data, _static_hyper(hyper), chunk_cells)
+
+
+def _log_joint_impl(state, data, hyper, chunk_cells):
+    prior = _prior(hyper, state.U.dtype)
+    I, J = data.shape
+
+    def chunk_sum(arrs, valid):
+        (u,) = arrs
+        a = u @ state.V.T + state.z
+        return jnp.sum(jnp.where(valid[:, None], jax.nn.log_sigmoid(-a), 0.0))
+
+    dense = jnp.sum(_map_row_chunks(chunk_sum, (state.U,), I, _chunk_rows(I, J, chunk_cells)))
+    a_pos = jnp.sum(state.U[data.rows] * state.V[data.cols], axis=1) + state.z
+    lp = lambda x, m, v, free: jnp.sum(jnp.where(free, -0.5 * (x - m) ** 2 / v, 0.0))  # noqa: E731
+    return (dense + jnp.sum(a_pos)
+            + lp(state.U, prior.u_bar0, prior.u_tilde0, state.u_fixed[None, :] == 0)
+            + lp(state.V, prior.v_bar0, prior.v_tilde0, state.v_fixed[None, :] == 0)
+            + lp(state.z, prior.z_bar0, prior.z_tilde0, True))
+
+
+def map_cell_gradients(st: MAPState, prior: _Prior, i, j, x, c_u, c_v, c_z):
+    """Noisy gradients and curvature bounds of the MAP objective for cells (i, j) (arrays (n,)).
+
+    The noisy objective is (1/c) log p(x_ij | u_i, v_j, z) + log p(u_i) + log p(v_j) + log p(z) with
+    c = p(j|i) for u_i, p(i|j) for v_j, p(i, j) for z (as eq. 9), so that E_{j|i}[g_u] is the gradient
+    of log p(X, U, V, z) in u_i (and likewise for v_j, z). Curvature bounds use sigma' <= 1/4
+    (Boehning). Returns (g_u (n, K), h_u (n, K), g_v, h_v (n, K), g_z (n,), h_z (n,)); fixed columns
+    get zero gradient. (`map_step` uses the gradients only; its preconditioner is `map_curvature_bound`.)
+    """
+    u, v = st.U[i], st.V[j]
+    a = jnp.sum(u * v, axis=1) + st.z
+    g = x - jax.nn.sigmoid(a)
+    cu, cv, cz = c_u[:, None], c_v[:, None], c_z
+    free_u = (st.u_fixed == 0)[None, :]
+    free_v = (st.v_fixed == 0)[None, :]
+    gu = jnp.where(free_u, g[:, None] * v / cu - (u - prior.u_bar0) / prior.u_tilde0, 0.0)
+    hu = 0.25 * v * v / cu + 1.0 / prior.u_tilde0
+    gv = jnp.where(free_v, g[:, None] * u / cv - (v - prior.v_bar0) / prior.v_tilde0, 0.0)
+    hv = 0.25 * u * u / cv + 1.0 / prior.v_tilde0
+    gz = g / cz - (st.z - prior.z_bar0) / prior.z_tilde0
+    hz = 0.25 / cz + 1.0 / prior.z_tilde0
+    return gu, hu, gv, hv, gz, hz
+
+
+_log_joint_jit = jax.jit(_log_joint_impl, static_argnames=("hyper", "chunk_cells"))
+
+
+def map_curvature_bound(B, free, prior_var):
+    """Boehning bound of the negative Hessian of log p(X, U, V, z) in one row u_i (or one column v_j).
+
+    B (J, K) the other side's factors (V for a row of U; U for a column of V); free (K,) bool, the
+    free columns of the side being updated; prior_var () its prior variance. With sigma' <= 1/4,
+    -d^2/du_i^2 log p = sum_j sigma'(a_ij) v_j v_j^T + I / prior_var <= (1/4) B^T B + I / prior_var
+    (Boehning and Lindsay 1988; our choice for the seed's unpublished MAP baseline, seed 002 sec. 4.2),
+    the same (K, K) matrix for every row. Returns A (K, K): that bound on the free block, the identity
+    on fixed columns (so a solve leaves them unchanged). O(J K^2).
+    """
+    K = B.shape[1]
+    A = 0.25 * (B.T @ B) + jnp.eye(K, dtype=B.dtype) / prior_var
+    ff = free[:, None] & free[None, :]
+    return jnp.where(ff, A, 0.0) + jnp.diag(jnp.where(free, 0.0, 1.0).astype(B.dtype))
+
+
+def _map_update(st: MAPState, batch: Minibatch, prior: _Prior, tau, kappa):
+    """Blocks z, then V, then U (each on the same cells, gradients at the current point): the
+    averaged rescaled gradient of each block times the inverse of its Boehning bound, Robbins-Monro
+    steps. With rho = 1 and the exact gradient each block step maximizes a quadratic minorizer of the
+    log joint (an MM step, monotone); the noisy gradient is unbiased and the preconditioner is
+    deterministic, so the expected step is rho times that MM step."""
+    I, J = st.U.shape[0], st.V.shape[0]
+    w = batch.weight
+    free_u, free_v = st.u_fixed == 0, st.v_fixed == 0
+    grads = lambda s: map_cell_gradients(s, prior, batch.i, batch.j, batch.x, batch.p_j_given_i,  # noqa: E731
+                                         batch.p_i_given_j, batch.p_ij)
+    # z: d^2/dz^2 bound (1/4) I J + 1 / z_tilde0
+    gz = grads(st)[4]
+    hz = 0.25 * I * J + 1.0 / prior.z_tilde0
+    st = st._replace(z=st.z + _rm(st.z_count, tau, kappa) * (jnp.sum(w * gz) / jnp.sum(w)) / hz)
+    # V (all columns at once: given U and z they are independent blocks)
+    gv = grads(st)[2]
+    nv, gv_avg, _ = _segment_avg(gv, batch.j, w, J)
+    dv = jnp.linalg.solve(map_curvature_bound(st.U, free_v, prior.v_tilde0), gv_avg.T).T
+    rv = _rm(st.v_count, tau, kappa)[:, None]
+    st = st._replace(V=jnp.where((nv > 0)[:, None] & free_v[None, :], st.V + rv * dv, st.V))
+    # U
+    gu = grads(st)[0]
+    nu, gu_avg, _ = _segment_avg(gu, batch.i, w, I)
+    du = jnp.linalg.solve(map_curvature_bound(st.V, free_u, prior.u_tilde0), gu_avg.T).T
+    ru = _rm(st.u_count, tau, kappa)[:, None]
+    st = st._replace(U=jnp.where((nu > 0)[:, None] & free_u[None, :], st.U + ru * du, st.U))
+    return st._replace(u_count=st.u_count + (nu > 0), v_count=st.v_count + (nv > 0), z_count=st.z_count + 1.0)
+
+
+def _map_impl(key, st, sampler, shape, n_pad, n_real, prior, tau, kappa, uniform):
+    i, j, x, p, cu, cv = sample_cells(key, sampler, shape, n_pad, uniform=uniform)
+    w = (jnp.arange(n_pad) < n_real).astype(p.dtype)
+    return _map_update(st, Minibatch(i, j, x, p, cu, cv, w), prior, tau, kappa)
+
+
+_map_jit = jax.jit(_map_impl, static_argnames=("shape", "n_pad", "uniform"))
+
+
+def map_step(key, st: MAPState, data: Observations, hyper, *, sampler: Sampler | None = None, S: int = 1000,
+             tau: float = 1.0, kappa: float = 0.7) -> tuple[MAPState, MAPInfo]:
+    """One stochastic-gradient-ascent minibatch on log p(U, V, z | X) (the seed's "MAP" baseline).
+
+    Blocks z, V, U in turn, on the same S cells: each row / column moves by rho * A^-1 g, g the
+    per-row (column) average of the gradients of the noisy objective (1/c) log p(x_ij | .) + log priors
+    with c as in eq. (9) (unbiased for the full gradient), A = `map_curvature_bound` (deterministic);
+    rho = (tau + n)^(-kappa) per row, column and z (n: its updates so far).
+    ``sampler``: `make_sampler` of ``data`` (None: S-Biased, built on the host at every call: pass one).
+    Returns (the new MAPState, MAPInfo). Cost O(S K + (I + J) K^2). Raises ValueError (tau, kappa, S).
+    Source: seed 002 sec. 4.2 ("MAP"); the preconditioner: project addition.
+    """
+    check_robbins_monro(tau, kappa)
+    if sampler is None:
+        sampler = make_sampler(data, "biased", dtype=st.U.dtype)
+    if int(S) < 1:
+        raise ValueError(f"S must be >= 1, got {S}")
+    prior = _prior(hyper, st.U.dtype)
+    dt = st.U.dtype
+    new = _map_jit(key, st, sampler, data.shape, _pad_size(S), jnp.asarray(int(S)), prior,
+                   jnp.asarray(tau, dt), jnp.asarray(kappa, dt), int(sampler.code) == 0)
+    return new, MAPInfo(jnp.asarray(int(S), jnp.int32))
+
+
+def fit_map(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = True, strategy: str = "biased",
+            S: int = 1000, tau: float = 1.0, kappa: float = 0.7, log_joint_every: int = 0,
+            **init_kwargs) -> base.FitResult:
+    """MAP by stochastic gradient ascent (the seed's "MAP" baseline): ``n_iter`` minibatches of S cells.
+
+    key : PRNG key or int seed (`base.as_key`); data : binary matrix (anything `as_binary` takes);
+    K : int >= 1 (the seed's D); hyper : SIBMHyper-like; strategy, S, tau, kappa : see `map_step`;
+    log_joint_every : record the log joint (O(I J K)) every this many minibatches (0: only at the end).
+
+    Returns `base.FitResult` (MAPState, log joint at the recorded iterations (every ``log_joint_every``,
+    and at the end), InferenceData with the point estimate as ``posterior`` (U, V, z; one chain, one
+    draw), the MAPState fields (``variational_parameters``) and vi_trace (log_joint)).
+    Raises ValueError (inputs), TypeError (key). Source: seed 002 sec. 4.2; project addition.
+    """
+    vi_driver.check_fit_args(n_iter, 0.0, max_iter_name="n_iter")
+    data = as_binary(data) if not isinstance(data, Observations) else as_binary(data, dtype=np.asarray(data.values).dtype)
+    k_init, k_run = jax.random.split(base.as_key(key))
+    st = map_init(k_init, data, K, hyper, **init_kwargs)
+    sampler = make_sampler(data, strategy, dtype=np.asarray(st.U).dtype)
+    data = jax.tree_util.tree_map(jnp.asarray, data)
+    lj = functools.partial(log_joint, hyper=hyper)
+    trace = []
+    bar = tqdm(total=n_iter, desc=f"SIBM MAP ({strategy}, K={K})", disable=not progress, leave=False)
+    for t in range(n_iter):
+        k_run, k = jax.random.split(k_run)
+        st, _ = map_step(k, st, data, hyper, sampler=sampler, S=S, tau=tau, kappa=kappa)
+        bar.update(1)
+        if (log_joint_every and (t + 1) % log_joint_every == 0) or t == n_iter - 1:
+            trace.append(float(lj(st, data)))
+    bar.close()
+    posterior = vi_driver.point_posterior({"U": st.U, "V": st.V, "z": st.z})
+    params = {f: np.asarray(v) for f, v in st._asdict().items()}
+    idata = fit_idata(posterior, params, {"log_joint": np.asarray(trace)}, method="sibm_map_sga", strategy=strategy,
+                      K=K, posterior_kind="point estimate")
+    return base.FitResult(st, np.asarray(trace), idata)
+
+
+#: The protocol declaration (`custom_inference.base`).
+ALGORITHM = base.Algorithm("sibm-map", "map", map_init, map_step, log_joint, "log_joint",
+                           {"U": ("user", "component"), "V": ("item", "component"), "z": (),
+                            "u_fixed": ("component",), "v_fixed": ("component",), "u_count": ("user",),
+                            "v_count": ("item",), "z_count": ()},
+                           "002_5408d341cb9fc544.txt sec. 4.2 (MAP baseline; preconditioned SGA: ours)").check()

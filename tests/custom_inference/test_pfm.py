@@ -1,0 +1,189 @@
+"""Tests of the NPFM / PPFM Gibbs samplers' pieces (`custom_inference.pfm`): exact CRT draws,
+small-shape Gamma draws, the data container and its cached sums, bad input, compile-once."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy import stats
+
+from custom_inference import base, pfm
+from ppl_models.pfm import PFMHyper
+
+HYPER = PFMHyper()
+
+
+def _stirling_unsigned(m):
+    s = np.zeros((m + 1, m + 1), dtype=object)
+    s[0, 0] = 1
+    for n in range(1, m + 1):
+        for k in range(1, n + 1):
+            s[n, k] = s[n - 1, k - 1] + (n - 1) * s[n - 1, k]
+    return s
+
+
+def test_crt_matches_lemma_5_2_1_pmf():
+    """P(l = j | m, r) = Gamma(r) / Gamma(m + r) |s(m, j)| r^j (Lemma 5.2.1), chi-square over
+    200,000 draws (false-alarm rate 1e-3); two elements with different (m, r) in one call."""
+    n = 200_000
+    counts = jnp.tile(jnp.array([6, 3]), n)
+    conc = jnp.tile(jnp.array([0.7, 4.0]), n)
+    draws = np.asarray(pfm.crt(jax.random.PRNGKey(0), counts, conc, 9 * n)).reshape(n, 2)
+    for col, (m, r) in enumerate([(6, 0.7), (3, 4.0)]):
+        s = _stirling_unsigned(m)
+        pmf = np.array([float(s[m, j]) * r ** j for j in range(m + 1)])
+        pmf *= math.exp(math.lgamma(r) - math.lgamma(m + r))
+        np.testing.assert_allclose(pmf.sum(), 1.0, rtol=1e-12)
+        obs = np.bincount(draws[:, col].astype(int), minlength=m + 1)
+        keep = pmf * n > 5
+        exp = pmf[keep] * n
+        p = stats.chisquare(obs[keep], exp * obs[keep].sum() / exp.sum()).pvalue
+        assert p > 1e-3, (m, r, obs, pmf * n)
+        assert obs[0] == 0  # l >= 1 when m >= 1
+
+
+def test_crt_zero_counts_and_shape():
+    out = pfm.crt(jax.random.PRNGKey(1), jnp.zeros((3, 2)), 0.5, 10)
+    assert out.shape == (3, 2) and float(jnp.abs(out).sum()) == 0.0
+    big = pfm.crt(jax.random.PRNGKey(2), jnp.array([[50.0, 1.0]]), jnp.array([[1e-3, 10.0]]), 51)
+    assert 1 <= float(big[0, 0]) <= 50 and float(big[0, 1]) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("shape", [1e-3, 0.05, 2.5])
+def test_gamma_draw_small_shapes_do_not_underflow(dtype, shape):
+    """log of the draws follows the log-gamma law (KS, false-alarm 1e-3) and no draw is 0,
+    also in float32 where a plain Gamma(1e-3) draw is 0 most of the time."""
+    n = 20_000
+    lx = np.asarray(pfm.gamma_log_draw(jax.random.PRNGKey(3), jnp.full(n, shape, dtype), jnp.asarray(3.0, dtype)))
+    assert np.all(np.isfinite(lx))
+    assert stats.kstest(lx.astype(np.float64), stats.loggamma(shape, loc=-np.log(3.0)).cdf).pvalue > 1e-3
+    x = np.asarray(pfm.gamma_draw(jax.random.PRNGKey(3), jnp.full(n, shape, dtype), jnp.asarray(3.0, dtype)))
+    assert x.dtype == np.dtype(dtype) and np.all(x > 0)
+
+
+def _data(mode="all", exclude=None, side=True, **kw):
+    rng = np.random.default_rng(0)
+    Y = rng.poisson(1.0, (4, 3)).astype(float)
+    Y[0, 0] = 2
+    if exclude is not None:
+        Y[exclude] = 0
+    Uf = sp.csr_matrix(np.array([[1.0, 0], [0, 2.0], [1.0, 1.0], [0, 0]])) if side else None
+    Vf = sp.csr_matrix(np.array([[1.0], [0.5], [0.0]])) if side else None
+    return Y, Uf, Vf, pfm.PFMData.from_matrix(sp.csr_matrix(Y) if mode == "all" else Y, user_features=Uf,
+                                              user_groups=[0, 1] if side else None, item_features=Vf, zeros=mode,
+                                              exclude=exclude, **kw)
+
+
+def _dense_rows(Y, Uf, Vf, mode, exclude):
+    I, J = Y.shape
+    Uf = np.zeros((I, 0)) if Uf is None else Uf.toarray()
+    Vf = np.zeros((J, 0)) if Vf is None else Vf.toarray()
+    rows = []
+    ex = set() if exclude is None else set(zip(*[np.asarray(a).tolist() for a in exclude]))
+    for u in range(I):
+        for j in range(J):
+            if mode == "all" and (u, j) in ex:
+                continue
+            x = np.concatenate([np.eye(I)[u], np.eye(J)[j], Uf[u], Vf[j]])
+            rows.append(x)
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("mode,exclude", [("all", None), ("all", (np.array([1, 3]), np.array([2, 0]))),
+                                          ("observed", None)])
+def test_exposures_match_dense_twin(mode, exclude):
+    """N, X_i, E_ik = sum_n x_ni (q_nk - x_ni v_ik), s_k = sum_n sum_{i<j} x_ni x_nj v_ik v_jk: cached vs dense."""
+    Y, Uf, Vf, data = _data(mode, exclude)
+    X = _dense_rows(Y, Uf, Vf, mode, exclude)
+    D, K = X.shape[1], 3
+    V = np.random.default_rng(1).gamma(1.0, 1.0, (D, K))
+    st = pfm.init(jax.random.PRNGKey(0), data, K, HYPER)._replace(V=jnp.asarray(V))
+    ex = pfm.exposures(st, jax.tree_util.tree_map(jnp.asarray, data))
+    q = X @ V
+    np.testing.assert_allclose(data.n_train, X.shape[0])
+    np.testing.assert_allclose(np.asarray(data.x_sum), X.sum(0), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(ex.E), X.T @ q - (X ** 2).sum(0)[:, None] * V, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(ex.s), 0.5 * ((q ** 2).sum(0) - ((X ** 2) @ (V ** 2)).sum(0)), rtol=1e-10)
+
+
+def test_padding_changes_nothing():
+    _, _, _, d0 = _data()
+    _, _, _, d1 = _data(pad_rows=40, pad_units=64)
+    assert d1.n_listed == 40 and d1.n_units == 64 and d0.n_units < 64
+    st = pfm.init(jax.random.PRNGKey(0), d0, 2, HYPER)
+    j0, j1 = (jax.tree_util.tree_map(jnp.asarray, d) for d in (d0, d1))
+    np.testing.assert_allclose(float(pfm.log_joint(st, j0, HYPER)), float(pfm.log_joint(st, j1, HYPER)), rtol=1e-12)
+    s0, s1 = pfm.allocate(jax.random.PRNGKey(1), st, j0), pfm.allocate(jax.random.PRNGKey(1), st, j1)
+    assert float(s0.z1 + s0.z2.sum() + s0.L.sum()) == float(s1.z1 + s1.z2.sum() + s1.L.sum()) == float(d0.row_y.sum())
+
+
+def test_blocks_never_share_a_row():
+    """Features of one update block never co-occur in a training row (entity rows in 'all' mode)."""
+    Y, Uf, Vf, data = _data()
+    X = _dense_rows(Y, Uf, Vf, "all", None)
+    blk = np.asarray(data.block)
+    for b in range(data.n_blocks):
+        assert np.all((X[:, blk == b] > 0).sum(1) <= 1)
+
+
+def test_bad_inputs_raise_before_computing():
+    Y = np.array([[1.0, 0.0], [2.0, 3.0]])
+    with pytest.raises(ValueError, match="y: counts must be >= 0"):
+        pfm.PFMData.from_matrix(np.array([[1.0, -1.0]]))
+    with pytest.raises(ValueError, match="y: counts must be integers"):
+        pfm.PFMData.from_matrix(np.array([[1.5, 1.0]]))
+    with pytest.raises(ValueError, match="item_features"):
+        pfm.PFMData.from_matrix(Y, item_features=np.array([[1.0], [-0.5]]))
+    with pytest.raises(ValueError, match="zeros"):
+        pfm.PFMData.from_matrix(Y, zeros="none")
+    with pytest.raises(ValueError, match="exclude"):
+        pfm.PFMData.from_matrix(Y, exclude=(np.array([1]), np.array([1])))
+    data = pfm.PFMData.from_matrix(Y)
+    with pytest.raises(ValueError, match="K"):
+        pfm.init(jax.random.PRNGKey(0), data, 0, HYPER)
+    with pytest.raises(ValueError, match="K"):
+        pfm.sample(0, data, 0, HYPER)
+    with pytest.raises(ValueError, match="hyper.e_0"):
+        pfm.sample(0, data, 2, HYPER._replace(e_0=-1.0))
+    with pytest.raises(ValueError, match="hyper.a"):
+        pfm.init(jax.random.PRNGKey(0), data, 2, HYPER._replace(a=0.0))
+    with pytest.raises(ValueError, match="keep"):
+        pfm.sample(0, data, 2, HYPER, variant="ppfm", keep=("r",))
+
+
+def test_algorithm_declarations():
+    for name, alg in pfm.ALGORITHMS.items():
+        assert alg.kind == "mcmc" and alg.target is pfm.log_joint and alg.name == f"{name}-gibbs"
+        assert set(alg.dims) == set((pfm.NPFMState if name == "npfm" else pfm.PPFMState)._fields)
+    assert base.check_latent_dim(3) == 3
+
+
+def test_sample_compiles_once_runs_float32_and_accumulates_predictions():
+    """Two runs with the same shapes trace the driver's block once; float32 runs are finite; the
+    running mean of the requested rates equals the mean over kept draws' rates."""
+    from custom_inference import mcmc_driver
+
+    Y = np.array([[3.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    data = pfm.PFMData.from_matrix(sp.csr_matrix(Y))
+    cells = (np.array([0, 1]), np.array([1, 2]))
+    kw = dict(num_chains=2, num_warmup=4, num_samples=6, block=5, predict_at=cells)
+    before = mcmc_driver.TRACES["npfm"]
+    a = pfm.sample(0, data, 2, HYPER, keep=pfm.NPFMState._fields, **kw)
+    mid = mcmc_driver.TRACES["npfm"]
+    b = pfm.sample(1, data, 2, HYPER, keep=pfm.NPFMState._fields, **kw)  # same shapes and options
+    assert mcmc_driver.TRACES["npfm"] == mid == before + 1
+    assert a.posterior["V"].shape == (2, 6, 5, 2)
+    assert not np.allclose(a.posterior["w0"].values, b.posterior["w0"].values)
+    post = {n: np.asarray(a.posterior[n]).reshape((12,) + a.posterior[n].shape[2:]) for n in ("w0", "w", "V", "r")}
+    pr = data.pair_rows(*cells)
+    rates = np.stack([np.asarray(pfm.row_rates(pfm.NPFMState(post["w0"][s], 0, 0, post["w"][s], 0, 0, post["V"][s], 0,
+                                                            0, post["r"][s], 0, 0), jnp.asarray(pr[0]),
+                                               jnp.asarray(pr[1]))) for s in range(12)])
+    np.testing.assert_allclose(np.asarray(a.predictions["pred_mean"]), rates.mean(0), rtol=1e-10)
+    assert np.asarray(a.sample_stats["n_active"]).shape == (2, 6)
+    c = pfm.sample(0, data, 2, HYPER, variant="ppfm", num_chains=1, num_warmup=3, num_samples=4, dtype=np.float32)
+    assert np.all(np.isfinite(c.sample_stats["lp"].values)) and c.posterior["w0"].dtype == np.float32

@@ -1,0 +1,125 @@
+"""PSM VB solver (seed 000 Algorithm 1): protocol, compile-once step, float32, chunking, predictions,
+bad input. The derivation itself is checked in tests/validation/test_psm_validation.py."""
+
+import jax
+import numpy as np
+import pytest
+
+from custom_inference import base, psm
+from custom_inference.data import Observations
+from ppl_models.psm import PSMHyper
+
+jax.config.update("jax_enable_x64", True)
+
+HYPER = PSMHyper()
+
+
+@pytest.fixture(scope="module")
+def obs():
+    rng = np.random.default_rng(0)
+    dense = rng.poisson(rng.gamma(1.0, 1.0, (12, 1)) * rng.gamma(1.0, 1.0, (1, 9)))
+    dense[np.arange(12), rng.integers(0, 9, 12)] += 1
+    return Observations.from_dense(dense.astype(float))
+
+
+def test_algorithm_declaration():
+    assert psm.ALGORITHM.kind == "vi" and psm.ALGORITHM.target_name == "elbo"
+    assert set(psm.ALGORITHM.dims) == set(psm.PSMState._fields)
+    psm.ALGORITHM.check()
+
+
+def test_step_compiles_once(obs):
+    state = psm.init(0, obs, 3, HYPER, r=1.0)
+    d = psm._as_jax(obs, np.float64)
+    state, info = psm.step(None, state, d, HYPER)
+    traces = psm._TRACES["step"]
+    size = psm._step_jit._cache_size()
+    state, info2 = psm.step(None, state, d, HYPER._replace(tau_u=2.0))  # new hyper values: traced, no retrace
+    assert psm._TRACES["step"] == traces and psm._step_jit._cache_size() == size
+    assert float(info2.elbo) == float(info2.elbo)
+
+
+def test_info_is_the_new_states_elbo(obs):
+    state = psm.init(1, obs, 3, HYPER, r=0.5)
+    new, info = psm.step(None, state, obs, HYPER)
+    recomputed = float(psm._elbo_jit(new, psm._as_jax(obs, np.float64), psm._hyper_arrays(HYPER, np.float64), psm.DEFAULT_CHUNK))
+    assert abs(float(info.elbo) - recomputed) < 1e-9 * abs(float(info.elbo))
+    assert float(info.xi_star) == float(new.xi_star)
+
+
+def test_chunked_pair_sums_equal_one_chunk(obs):
+    """The O(|G| K^2) sums run in chunks with padding; 7 pairs per chunk (several chunks, a partial
+    last one) gives the same sweep as one chunk, to float64 rounding."""
+    state = psm.init(2, obs, 3, HYPER, r=2.0)
+    a, ia = psm.step(None, state, obs, HYPER, chunk=7)
+    b, ib = psm.step(None, state, obs, HYPER)  # default chunk: all 12 x 9 pairs in one
+    for x, y in zip(a, b):
+        assert np.allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)
+    assert abs(float(ia.elbo) - float(ib.elbo)) < 1e-10 * abs(float(ib.elbo))
+
+
+def test_fit_result_and_idata(obs):
+    res = psm.fit(0, obs, 3, HYPER, max_iter=40, tol=1e-8, progress=False, r=1.0, n_draws=5)
+    assert isinstance(res, base.FitResult)
+    assert {"posterior", "variational_parameters", "vi_trace"} <= set(res.idata.groups())
+    post = res.idata.posterior
+    assert post["u"].shape == (1, 5, 12, 3) and post["pi"].shape == (1, 5, 12) and post["psi"].shape == (1, 5, 9)
+    assert np.all(np.diff(res.trace) >= -1e-10 * np.abs(res.trace[:-1]))  # monotone up to float64 rounding
+    assert res.idata.posterior.attrs["model"] == "psm"
+
+
+def test_float32_run_tracks_float64(obs):
+    r32 = psm.fit(0, obs, 3, HYPER, max_iter=15, tol=0.0, progress=False, dtype=np.float32, n_draws=1)
+    r64 = psm.fit(0, obs, 3, HYPER, max_iter=15, tol=0.0, progress=False, dtype=np.float64, n_draws=1)
+    assert r32.state.u_mu.dtype == np.float32 and r32.state.alpha.dtype == np.float32
+    assert np.all(np.isfinite(r32.trace))
+    # float32 rounding (eps 6e-8) of O(10^2) terms over 15 sweeps; 1e-4 relative is ~1000x that
+    assert np.max(np.abs(r32.trace - r64.trace) / np.abs(r64.trace)) < 1e-4
+
+
+def test_scores_and_predictive(obs):
+    res = psm.fit(0, obs, 3, HYPER, max_iter=20, progress=False, n_draws=1)
+    sc = psm.score_users(res.state, np.array([0, 3, 5]))
+    assert sc.shape == (3, 9) and np.allclose(sc.sum(1), 1.0)
+    acc = psm.score_users(res.state, np.array([0, 3, 5]), kind="acceptance")
+    pop = psm.score_users(res.state, np.array([0, 3, 5]), kind="popularity")
+    f = acc * pop
+    assert np.allclose(sc, f / f.sum(1, keepdims=True))  # eq. (5): popularity times acceptance, normalised
+    pp = psm.predictive_probability(res.state, np.array([0, 3, 5]), np.array([1, 2, 8]))
+    assert np.allclose(pp, sc[np.arange(3), [1, 2, 8]])
+    ap = psm.acceptance_probability(res.state, np.array([0, 3]), np.array([1, 2]))
+    assert np.allclose(ap, acc[[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match="users"):
+        psm.score_users(res.state, np.array([12]))
+    with pytest.raises(ValueError, match="kind"):
+        psm.score_users(res.state, np.array([0]), kind="like")
+
+
+def _raw(values, rows=(0, 1), cols=(0, 1)):
+    return Observations(np.asarray(rows, np.int32), np.asarray(cols, np.int32), np.asarray(values, float), 3, 3)
+
+
+@pytest.mark.parametrize(
+    "data, kwargs, match",
+    [
+        (_raw([1.0, -2.0]), {}, "non-negative"),
+        (_raw([1.0, 1.5]), {}, "integer"),
+        (_raw([1.0, np.nan]), {}, "finite"),
+        (_raw([], rows=(), cols=()), {}, "empty"),
+        (_raw([0.0, 0.0]), {}, "zero"),
+        (_raw([1.0, 1.0], rows=(0, 0), cols=(1, 1)), {}, "duplicate"),
+        (_raw([1.0, 1.0]), {"r": 0.0}, "r must"),
+        (_raw([1.0, 1.0]), {"r": -1.0}, "r must"),
+        (_raw([1.0, 1.0]), {"r": float("inf")}, "r must"),
+        (_raw([1.0, 1.0]), {"K": 0}, "K must"),
+        (_raw([1.0, 1.0]), {"hyper": PSMHyper(tau_b=0.0)}, "tau_b"),
+        (_raw([1.0, 1.0]), {"dtype": np.int32}, "dtype"),
+    ],
+)
+def test_bad_input_is_refused_before_computing(data, kwargs, match):
+    args = {"K": 2, "hyper": HYPER, **kwargs}
+    K, hyper = args.pop("K"), args.pop("hyper")
+    with pytest.raises(ValueError, match=match):
+        psm.init(0, data, K, hyper, **args)
+    with pytest.raises(ValueError, match=match):
+        psm.fit(0, data, K, hyper, max_iter=2, progress=False, **args)

@@ -1,0 +1,96 @@
+"""The front door (`validation.api`): every registered model fits a DataFrame with string ids,
+recommends and predicts in those ids with a posterior sd, survives save/load unchanged, and (where
+resumable) resumes from a checkpoint to the same result as an uninterrupted fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from validation import api
+
+# small, fast settings per model (the defaults are for real data)
+FAST = {
+    "hpf": {"max_iter": 15, "n_draws": 50},
+    "hpf-gibbs": {"num_chains": 2, "num_warmup": 10, "num_samples": 20},
+    "sbmf": {"num_chains": 2, "num_warmup": 10, "num_samples": 20},
+    "bpmf": {"num_chains": 2, "num_warmup": 10, "num_samples": 20},
+    "mcmc-fm": {"num_chains": 2, "num_warmup": 10, "num_samples": 20},
+    "vbfm": {"max_iter": 10},
+    "ovbfm": {"max_epochs": 3},
+    "sgd-fm": {"n_epochs": 3},
+    "sibm": {"max_iter": 10},
+    "sibm-svi": {"n_iter": 20},
+    "sibm-map": {"n_iter": 20},
+    "rg": {"max_iter": 10},
+    "bpr": {"n_epochs": 3},
+    "psm": {"max_iter": 10},
+}
+
+
+@pytest.fixture(scope="module")
+def ratings() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    I, J = 24, 18
+    mask = rng.random((I, J)) < 0.45
+    u, i = np.nonzero(mask)
+    stars = rng.integers(1, 6, size=u.size).astype(float)
+    return pd.DataFrame({"reader": [f"u{k}" for k in u], "book": [f"b{k}" for k in i], "stars": stars})
+
+
+def _fit(name, ratings, **kw):
+    return api.fit(name, ratings, K=2, seed=0, user_col="reader", item_col="book", value_col="stars",
+                   progress=False, **{**FAST.get(name, {}), **kw})
+
+
+@pytest.mark.parametrize("name", api.models())
+def test_fit_recommend_predict_save_load(name, ratings, tmp_path):
+    m = _fit(name, ratings)
+    rec = m.recommend(["u3", "u7"], N=5)
+    assert list(rec.columns) == ["user", "rank", "item", "score", "sd"]
+    assert set(rec["user"]) == {"u3", "u7"} and rec.groupby("user").size().max() <= 5
+    assert all(str(x).startswith("b") for x in rec["item"])  # original ids out
+    seen = set(ratings.loc[ratings.reader == "u3", "book"])
+    if m.adapter.values != "binary":  # binary models drop the low stars, so their "seen" is smaller
+        assert not seen & set(rec.loc[rec.user == "u3", "item"])
+    assert np.all(np.diff(rec.loc[rec.user == "u3", "score"].to_numpy()) <= 0)
+    pred = m.predict([("u3", "b1"), ("u5", "b2")])
+    assert np.all(pred["lower"] <= pred["mean"] + 1e-12) and np.all(pred["mean"] <= pred["upper"] + 1e-12)
+    if "point estimate" in m.uncertainty:
+        assert np.all(pred["sd"] == 0)
+    else:
+        assert np.all(pred["sd"] > 0)
+    path = m.save(tmp_path / f"{name}.nc")
+    m2 = api.load(path)
+    assert m2.model == name
+    pd.testing.assert_frame_equal(m2.recommend(["u3", "u7"], N=5), rec)
+    with pytest.raises(KeyError, match="unknown user id"):
+        m.recommend(["nobody"])
+
+
+@pytest.mark.parametrize("name", [n for n in api.models() if api.ADAPTERS[n].resumable])
+def test_resume_equals_uninterrupted(name, ratings, tmp_path):
+    full = _fit(name, ratings)
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(api.Interrupted):
+        _fit(name, ratings, resume_from=ckpt, checkpoint_every=1, _stop_after=2)
+    resumed = _fit(name, ratings, resume_from=ckpt, checkpoint_every=1)
+    a, b = api._posterior(full.idata), api._posterior(resumed.idata)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_bad_input_is_named(ratings):
+    with pytest.raises(ValueError, match="unknown model"):
+        api.fit("nope", ratings)
+    with pytest.raises(ValueError, match="transform"):
+        api.fit("hpf", ratings.assign(stars=ratings.stars + 0.5), user_col="reader", item_col="book",
+                value_col="stars", progress=False)
+    with pytest.raises(ValueError, match="K"):
+        api.fit("hpf", ratings, K=0, user_col="reader", item_col="book", value_col="stars")
+    with pytest.raises(ValueError, match="reader|user"):
+        api.fit("hpf", ratings)  # no column named user: the message asks for user_col
+    with pytest.raises(TypeError):
+        api.fit("hpf", [1, 2, 3])

@@ -1,0 +1,148 @@
+"""The validation registry and the stored reference posteriors, model by model.
+
+Default tier: every spec is well formed (solvers, configs in the one vocabulary, algorithms,
+references, checks, SBC adapters, errata); every stored reference matches the problem its model
+simulates today (a changed simulation, hyperparameter or NUTS setting is detected) and passed the
+ArviZ gates on its stored diagnostics. Slow tier (`pytest -m slow`): NUTS is re-run for every
+stored reference and must agree with the stored one within Monte Carlo error, and every solver's
+cross-check runs against its stored reference.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from custom_inference import base
+from validation import crosscheck as xc
+from validation import errata, references, registry
+
+MODELS = registry.names()
+SOLVERS = [(m, s.name) for m in MODELS for s in registry.get(m).solvers]
+REFERENCES = [r.name for m in MODELS for r in registry.get(m).references]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_spec_is_well_formed(model):
+    spec = registry.get(model)
+    assert spec.name == model and spec.solvers
+    names = [r.name for r in spec.references]
+    for solver in spec.solvers:
+        assert solver.method in ("vi", "exact")
+        assert callable(registry.resolve(solver.crosscheck))
+        assert solver.reference in names
+        config = solver.default_config()
+        # the one vocabulary of the cross-check configs (validation.crosscheck)
+        for field in ("num_chains", "num_warmup", "num_samples", "seed"):
+            assert isinstance(getattr(config, field), int), field
+        settings = xc.NutsSettings.of(config)
+        assert settings.chains >= 4  # the gates need 4 chains
+        algorithm = solver.get_algorithm()
+        assert algorithm is None or isinstance(algorithm, base.Algorithm)
+    for check in spec.checks.values():
+        assert callable(check)
+    for adapters in spec.sbc.values():
+        assert callable(adapters)
+    for row in spec.errata_rows():
+        assert isinstance(row, errata.Erratum)
+    with pytest.raises(ValueError, match="--solver"):
+        spec.solver("no-such-solver")
+
+
+def test_registry_drives_the_errata_table():
+    rows = registry.all_errata()
+    assert rows == errata.all_errata()
+    assert len(set(map(id, rows))) == len(rows)  # no row twice
+    for spec in registry.specs():
+        assert all(e in rows for e in spec.errata_rows())
+    seeds = {e.seed_file.split("_")[0] for e in rows}
+    assert {"001", "004"} <= seeds  # HPF (seed 001) and the thesis models (004) at least
+
+
+def test_unknown_names_are_clear_errors():
+    with pytest.raises(KeyError, match="unknown model"):
+        registry.get("als")
+    with pytest.raises(KeyError, match="reference"):
+        registry.by_reference("als")
+    with pytest.raises(ValueError, match="module:attribute"):
+        registry.lazy("no_colon")
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_stored_reference_matches_its_problem_and_passed_its_gates(name):
+    """Cheap (simulation only): the stored key equals today's problem key, so the default tests use the
+    stored run; its provenance is complete; the gates pass again on the stored summaries."""
+    spec = registry.by_reference(name)
+    config = spec.default_config()
+    ref = registry.resolve(spec.nuts_reference)(config, reference="stored")  # raises if the key differs
+    assert ref.stored and ref.source.endswith(f"{name}.npz")
+    p = ref.provenance
+    for field in ("method", "chains", "warmup", "draws", "seed", "target_accept", "created", "versions", "config",
+                  "diagnostics", "key"):
+        assert field in p, field
+    assert {"jax", "numpyro", "arviz"} <= set(p["versions"])
+    assert p["chains"] == config.num_chains and p["draws"] == config.num_samples
+    gate = ref.gates()
+    assert gate.passed, gate.failures
+    assert p["diagnostics"]["gates_passed"]
+    for g, s in ref.summary.items():
+        assert ref.draws[g].shape[0] == s.n_chains and ref.draws[g].shape[2] == s.size
+        assert np.all(np.isfinite(s.mean)) and np.all(s.mcse_mean > 0)
+
+
+def test_reference_directory_is_small_and_complete():
+    files = list(references.REFERENCE_DIR.iterdir())
+    assert sum(f.stat().st_size for f in files) < 5 * 2**20  # package data: under 5 MB
+    assert set(references.stored_names()) == set(REFERENCES)
+    for name in REFERENCES:
+        json.loads((references.REFERENCE_DIR / f"{name}.json").read_text())
+
+
+def test_a_changed_problem_is_not_served_from_the_store():
+    from validation import hpf
+
+    changed = hpf.CROSSCHECK_SMALL.__class__(**{**hpf.CROSSCHECK_SMALL.__dict__, "seed": 4})
+    with pytest.raises(ValueError, match="no stored reference"):
+        hpf.nuts_reference(changed, reference="stored")
+    with pytest.raises(ValueError, match="reference must be"):
+        hpf.nuts_reference(hpf.CROSSCHECK_SMALL, reference="maybe")
+
+
+def test_save_and_load_round_trip(tmp_path):
+    """A reference written and read back keeps its summaries, diagnostics and key (draws thinned)."""
+    rng = np.random.default_rng(0)
+    draws = {"q": np.exp(0.1 * rng.standard_normal((4, 500, 3)))}
+    settings = references.NutsSettings(4, 100, 500, 0)
+    key = references.problem_key((np.arange(3.0),), ("model",), settings)
+    ref = references.Reference("toy", {g: xc.summarize(d) for g, d in draws.items()}, draws, 0, np.ones(4), 1.0,
+                               settings, key)
+    references.save_reference(ref, config=settings, directory=tmp_path)
+    back = references.load_reference("toy", tmp_path)
+    np.testing.assert_array_equal(back.summary["q"].mcse_mean, ref.summary["q"].mcse_mean)
+    assert back.key == json.loads(json.dumps(key)) and back.settings == settings
+    assert back.draws["q"].shape[:1] == (4,) and back.draws["q"].size <= references.THIN_BUDGET
+    table = references.agreement(ref, back)
+    assert table.passed.all() and (table.max_z == 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REFERENCES)
+def test_regenerated_reference_agrees_with_the_stored_one(name, tmp_path):
+    """NUTS re-run on the problem: same key, gates pass, and every compared posterior mean agrees with the
+    stored one within Monte Carlo error (`references.agreement`: Bonferroni, 1% false alarm per group)."""
+    stored = references.load_reference(name)
+    fresh = references.regenerate(name, directory=tmp_path)
+    assert fresh.key == stored.key
+    assert fresh.gates().passed, fresh.gates().failures
+    table = references.agreement(fresh, stored)
+    assert table.passed.all(), table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, solver", SOLVERS)
+def test_solver_agrees_with_its_stored_reference(model, solver):
+    """Every solver's cross-check on its default problem against the stored NUTS reference."""
+    result = registry.get(model).solver(solver).run(progress=False, reference="stored")
+    assert result.reference.stored
+    assert result.verdict.gates.passed, result.verdict.gates.failures
+    assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)
