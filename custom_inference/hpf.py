@@ -647,13 +647,13 @@ def fit(
 
     Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected); driver: project addition.
     """
+    key_init = base.as_key(key)  # first: a pre-protocol call fit(data, hyper, K) fails here, naming the key
     _check_hyper(hyper)
     k = _check_components(K)
     vi_driver.check_fit_args(max_iter, tol, n_draws)
     dtype = np.dtype(dtype or np.float64)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    key_init = base.as_key(key)
     host = vi_driver.host_seed(key)
 
     with jax.enable_x64(dtype == np.float64):

@@ -41,3 +41,17 @@ def ml100k(ml100k_dir) -> pd.DataFrame:
     from validation.datasets import load_movielens
 
     return load_movielens(ml100k_dir)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drop JAX's compiled programs after each test module.
+
+    One xdist worker runs dozens of modules, each compiling its own programs; XLA's CPU JIT keeps
+    every executable's code mapped, and after several hundred compilations a worker died in
+    compilation (segmentation fault inside ``backend_compile_and_load``, the same exhaustion as the
+    ``LLVM ERROR: Unable to allocate section memory`` of long NUTS SBC runs). Module-scoped
+    fixtures (stored NUTS references, fits) are kept; only compiled code is freed.
+    """
+    yield
+    jax.clear_caches()

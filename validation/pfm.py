@@ -558,7 +558,9 @@ class CrosscheckConfig:
 
     I x J = 4 x 3 user-item cells, ids only, K = 3; hyperparameters chosen so the rates stay
     O(1) (w0, w_i means about 1) and gamma0 / K is not tiny (NUTS cannot reach r_k ~ 1e-30:
-    the log-scale funnel gives divergences). Gibbs 4 chains x 2000 kept draws thinned by 5."""
+    the log-scale funnel gives divergences). NUTS 4 chains x (1000 + 1000), target accept 0.95
+    (the one config vocabulary of `validation.crosscheck`: ``num_*`` for NUTS, ``gibbs_*`` for
+    the sampler); Gibbs 4 chains x 2000 kept draws thinned by 5."""
 
     n_users: int = 4
     n_items: int = 3
@@ -566,9 +568,9 @@ class CrosscheckConfig:
     seed: int = 0
     hyper: ppl.PFMHyper = ppl.PFMHyper(a_0=3.0, b_0=1.0, c_0=3.0, d_0=1.0, a=3.0, b=1.0, c=3.0, d=1.0, e=3.0,
                                        f=1.0, g=3.0, h=1.0, e_0=6.0, f_0=1.0, g_0=3.0, h_0=1.0)
-    nuts_chains: int = 4
-    nuts_warmup: int = 1000
-    nuts_samples: int = 1000
+    num_chains: int = 4
+    num_warmup: int = 1000
+    num_samples: int = 1000
     target_accept: float = 0.95
     gibbs_chains: int = 4
     gibbs_warmup: int = 1000
@@ -594,43 +596,69 @@ def identifiable_quantities(idata, n_users: int, n_items: int, variant: str) -> 
     return {"rate": rate, "hyper": np.stack(hyp, axis=-1), "w0": post["w0"][..., None]}
 
 
-def run_crosscheck(model: str = "npfm", config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
-                   nuts=None) -> xc.CrosscheckResult:
-    """The sampler against gated NUTS on a simulated I x J problem (exact vs exact, `compare_exact`).
-
-    model : "npfm" or "ppfm". Returns `validation.crosscheck.CrosscheckResult` (method
-    "exact"; ``extra``: ``y``, ``update_table`` (conditional checks), ``collapsed_table``).
-    """
+def _check_variant(model: str) -> str:
     if model not in ("npfm", "ppfm"):
         raise ValueError(f"model must be 'npfm' or 'ppfm', got {model!r}")
+    return model
+
+
+def crosscheck_data(model: str, config: CrosscheckConfig = CrosscheckConfig()) -> np.ndarray:
+    """The simulated counts Y, float64 (n_users, n_items), of the cross-check problem: one draw
+    from the prior predictive of ``model`` (`ppl_models.pfm.simulate`, key PRNGKey(seed))."""
     c = config
     with jax.enable_x64(True):
         _, Y = ppl.simulate(jax.random.PRNGKey(c.seed), ppl.PFMSizes(c.n_users, c.n_items, c.K, model), c.hyper)
+    return np.asarray(Y, dtype=np.float64)
+
+
+def nuts_reference(model: str = "npfm", config: CrosscheckConfig = CrosscheckConfig(), *,
+                   reference: str | None = None, progress: bool = False):
+    """The NUTS reference ``model`` ("npfm" or "ppfm") of the cross-check problem
+    (`validation.references.Reference`): stored when one matches the data and settings, else a
+    fresh NumPyro NUTS run on `ppl_models.pfm.model` (latent counts marginalised).
+    Raises ValueError for an unknown model or a bad ``reference``. Source: project addition."""
+    c = config
+    _check_variant(model)
+    Y = crosscheck_data(model, c)
     rows, cols, vals, N, D, cu, cj = ppl.cells_design(c.n_users, c.n_items)
-    if nuts is None:
-        nuts = xc.run_nuts(ppl.model, jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(vals), N, D, c.K, c.hyper,
-                           jnp.asarray(Y[cu, cj]), variant=model, seed=c.seed, num_chains=c.nuts_chains,
-                           num_warmup=c.nuts_warmup, num_samples=c.nuts_samples, target_accept=c.target_accept,
-                           progress=progress)
+    settings = xc.NutsSettings.of(c)
+    key = xc.problem_key((rows, cols, vals, Y), (model, c.n_users, c.n_items, c.K, c.hyper), settings)
+    run = lambda: xc.run_nuts(  # noqa: E731
+        ppl.model, jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(vals), N, D, c.K, c.hyper,
+        jnp.asarray(Y[cu, cj]), variant=model, seed=c.seed, num_chains=c.num_chains, num_warmup=c.num_warmup,
+        num_samples=c.num_samples, target_accept=c.target_accept, progress=progress)
+    return xc.nuts_reference(model, key, settings, run,
+                             lambda idata: identifiable_quantities(idata, c.n_users, c.n_items, model),
+                             reference=reference)
+
+
+def run_crosscheck(model: str = "npfm", config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
+                   reference: str | None = None) -> xc.CrosscheckResult:
+    """The sampler against gated NUTS on a simulated I x J problem (`validation.crosscheck.exact_crosscheck`:
+    both runs gated, `compare_exact` verdict; NUTS stored when it matches, see `nuts_reference`).
+
+    model : "npfm" or "ppfm". Returns `validation.crosscheck.CrosscheckResult` (method "exact";
+    ``extra``: ``y``). Raises ValueError for an unknown model or a bad ``reference``.
+    Source: ../shared/DESIGN.md, level 2.
+    """
+    c = config
+    _check_variant(model)
+    Y = crosscheck_data(model, c)
     data = pfm.PFMData.from_matrix(sp.csr_matrix(Y))
     start = time.perf_counter()
     g = pfm.sample(c.seed + 1, data, c.K, c.hyper, variant=model, num_chains=c.gibbs_chains,
                    num_warmup=c.gibbs_warmup, num_samples=c.gibbs_samples, thin=c.gibbs_thin,
-                   keep=pfm.NPFMState._fields if model == "npfm" else pfm.PPFMState._fields)
+                   keep=pfm.NPFMState._fields if model == "npfm" else pfm.PPFMState._fields, progress=progress)
     seconds = time.perf_counter() - start
-    nq = identifiable_quantities(nuts.idata, c.n_users, c.n_items, model)
-    gq = identifiable_quantities(g, c.n_users, c.n_items, model)
-    gates = xc.exact_gates(nq, gq, divergences=nuts.divergences, bfmi=nuts.bfmi)
     settings = {
         "data": f"{c.n_users} x {c.n_items} simulated counts (all cells, ids only), K = {c.K}, total {Y.sum():.0f}",
-        "NUTS": f"{c.nuts_chains} chains x ({c.nuts_warmup} + {c.nuts_samples}), target_accept {c.target_accept}, "
-                f"{nuts.divergences} divergences, {nuts.seconds:.1f} s",
-        "Gibbs": f"{c.gibbs_chains} chains x ({c.gibbs_warmup} + {c.gibbs_samples} x {c.gibbs_thin}), {seconds:.1f} s",
+        "Gibbs": xc.gibbs_line(c, seconds),
     }
-    return xc.CrosscheckResult(
-        model=model, solver=f"{model.upper()} Gibbs", method="exact", verdict=xc.compare_exact(gq, nq, gates),
-        solver_quantities=gq, nuts_quantities=nq, solver_seconds=seconds, nuts_seconds=nuts.seconds, config=c,
-        settings=settings, extra={"y": Y}, solver_idata=g, nuts_idata=nuts.idata)
+    return xc.exact_crosscheck(
+        model=model, solver=f"{model.upper()} Gibbs", ref=nuts_reference(model, c, reference=reference,
+                                                                         progress=progress),
+        solver_quantities=identifiable_quantities(g, c.n_users, c.n_items, model), solver_seconds=seconds,
+        config=c, settings=settings, solver_name=f"{model.upper()} Gibbs", extra={"y": Y}, solver_idata=g)
 
 
 # ------------------------------------------------------------------------------
@@ -910,15 +938,14 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
 
 def crosscheck_npfm(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
                     reference: str | None = None) -> xc.CrosscheckResult:
-    """`run_crosscheck` for NPFM with the registry's signature. ``reference`` is accepted and
-    ignored: no stored NUTS reference exists for this model yet, NUTS is always rerun."""
-    return run_crosscheck("npfm", config, progress=progress)
+    """`run_crosscheck` for NPFM with the registry's signature. Source: project addition."""
+    return run_crosscheck("npfm", config, progress=progress, reference=reference)
 
 
 def crosscheck_ppfm(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
                     reference: str | None = None) -> xc.CrosscheckResult:
-    """`run_crosscheck` for PPFM with the registry's signature (``reference`` ignored, as for NPFM)."""
-    return run_crosscheck("ppfm", config, progress=progress)
+    """`run_crosscheck` for PPFM with the registry's signature. Source: project addition."""
+    return run_crosscheck("ppfm", config, progress=progress, reference=reference)
 
 
 def _model_spec(variant: str):
@@ -929,6 +956,7 @@ def _model_spec(variant: str):
         solvers=(registry.SolverSpec("gibbs", "exact", crosscheck_npfm if variant == "npfm" else crosscheck_ppfm,
                                      CrosscheckConfig, variant,
                                      registry.lazy(f"custom_inference.pfm:{variant.upper()}_ALGORITHM")),),
+        references=(registry.ReferenceSpec(variant, functools.partial(nuts_reference, variant), CrosscheckConfig),),
         checks={"conditionals": functools.partial(conditional_checks, variant),
                 "collapsed_shapes": functools.partial(collapsed_checks, variant),
                 "cached_sums": dense_checks, "allocation": allocation_checks},

@@ -34,13 +34,15 @@ def test_bad_number_of_components(small, k):
         hpf.fit(0, small, k, HYPER, progress=False)
 
 
-def test_legacy_call_warns_and_returns_the_same_inference_data(small):
-    with pytest.warns(FutureWarning, match="deprecated"):
-        old = hpf.fit(small, HYPER, 2, seed=4, max_iter=3, tol=0, n_draws=2, progress=False)
-    new = hpf.fit(4, small, 2, HYPER, max_iter=3, tol=0, n_draws=2, progress=False).idata
-    np.testing.assert_array_equal(old.posterior.theta.values, new.posterior.theta.values)
+def test_key_first_protocol_and_seed_equals_key(small):
+    """fit(key, data, K, hyper): an int seed is the same as PRNGKey(seed); anything else as key raises."""
+    a = hpf.fit(4, small, 2, HYPER, max_iter=3, tol=0, n_draws=2, progress=False).idata
+    b = hpf.fit(jax.random.PRNGKey(4), small, 2, HYPER, max_iter=3, tol=0, n_draws=2, progress=False).idata
+    np.testing.assert_array_equal(a.posterior.theta.values, b.posterior.theta.values)
     with pytest.raises(TypeError, match="key"):
         hpf.fit("seed", small, 2, HYPER, progress=False)
+    with pytest.raises(TypeError, match="key"):
+        hpf.fit(small, HYPER, 2, progress=False)  # the pre-protocol argument order
 
 
 def test_bad_hyper_and_driver_arguments(small):
