@@ -72,6 +72,15 @@ def to_inference_data(
         variational parameters, or the ELBO trace with dim ``iteration``).
     attrs : dict
         Provenance stored on every group (method, seed, versions, ...).
+
+    Returns
+    -------
+    `arviz.InferenceData` with one group per non-empty argument; arrays keep their dtypes.
+
+    Raises ValueError when an array's number of trailing axes differs from the length of its
+    ``dims`` entry (via `_dataset`).
+
+    Source: project addition.
     """
     dims = dict(dims or {})
     coords = dict(coords or {})
@@ -91,7 +100,16 @@ def to_inference_data(
 
 
 def from_numpyro(mcmc, *, dims=None, coords=None, attrs=None) -> az.InferenceData:
-    """Convert a finished `numpyro.infer.MCMC` run (all chains) to InferenceData."""
+    """Convert a finished `numpyro.infer.MCMC` run (all chains) to InferenceData.
+
+    ``mcmc``: a finished `numpyro.infer.MCMC`; ``dims``, ``coords``, ``attrs`` as in
+    `to_inference_data`. Returns InferenceData whose posterior arrays have shape (chain, draw, ...).
+
+    Raises nothing of its own; errors of `arviz.from_numpyro` (e.g. an MCMC that has not run)
+    propagate.
+
+    Source: project addition.
+    """
     # no log_likelihood group: it would re-run the model over every draw and cell
     idata = az.from_numpyro(mcmc, dims=dims, coords=coords, log_likelihood=False)
     for group in idata.groups():
@@ -100,7 +118,14 @@ def from_numpyro(mcmc, *, dims=None, coords=None, attrs=None) -> az.InferenceDat
 
 
 def group_arrays(idata: az.InferenceData, group: str = "posterior") -> dict[str, np.ndarray]:
-    """All variables of one group as numpy arrays (posterior: (chain, draw, ...))."""
+    """All variables of one group as numpy arrays (posterior: (chain, draw, ...)).
+
+    Returns a dict name -> numpy array with the stored shape and dtype.
+
+    Raises ValueError when ``idata`` has no group ``group``.
+
+    Source: project addition.
+    """
     if group not in idata.groups():
         raise ValueError(f"InferenceData has no group {group!r}; it has {list(idata.groups())}")
     ds = idata[group]
@@ -119,6 +144,10 @@ def diagnostics(draws: np.ndarray) -> dict[str, np.ndarray]:
     -------
     dict with arrays of shape (Q,): ``r_hat`` (rank-normalized split R-hat,
     Vehtari et al. 2021), ``ess_bulk``, ``ess_tail``, ``mcse_mean``, ``mean``, ``sd``.
+
+    Raises ValueError when ``draws`` is not 3-D (or cannot be converted to float64).
+
+    Source: project addition (diagnostics of Vehtari et al. 2021, computed by ArviZ).
     """
     draws = np.asarray(draws, dtype=np.float64)
     if draws.ndim != 3:
@@ -135,12 +164,24 @@ def diagnostics(draws: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def bfmi(idata: az.InferenceData) -> np.ndarray:
-    """E-BFMI per chain (Betancourt 2016), from the ``energy`` sample statistic."""
+    """E-BFMI per chain (Betancourt 2016), from the ``energy`` sample statistic.
+
+    Returns a float64 array of shape (chain,).
+
+    Raises nothing of its own; ArviZ raises ValueError when ``idata`` has no ``sample_stats`` group.
+
+    Source: project addition.
+    """
     return np.asarray(az.bfmi(idata))
 
 
 def save(idata: az.InferenceData, path: str | Path) -> Path:
-    """Write to netCDF (``.nc``); returns the path."""
+    """Write to netCDF (``.nc``); returns the path.
+
+    Raises nothing of its own; OSError from creating the folder or writing the file propagates.
+
+    Source: project addition.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     idata.to_netcdf(str(path))
@@ -148,7 +189,10 @@ def save(idata: az.InferenceData, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> az.InferenceData:
-    """Read an InferenceData written by `save`. Raises FileNotFoundError."""
+    """Read an InferenceData written by `save`. Raises FileNotFoundError.
+
+    Source: project addition.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no saved result at {path}")
@@ -158,7 +202,15 @@ def load(path: str | Path) -> az.InferenceData:
 
 
 def plot_rank(draws: np.ndarray, names: list[str], ax=None):
-    """Rank plots (one row per quantity) of draws with shape (chain, draw, Q)."""
+    """Rank plots (one row per quantity) of draws with shape (chain, draw, Q).
+
+    ``draws``: array (chain, draw, Q), float; ``names``: Q strings (one per quantity); ``ax``:
+    optional matplotlib axes. Returns the axes of `arviz.plot_rank`.
+
+    Raises nothing of its own; more ``names`` than Q quantities makes numpy raise IndexError.
+
+    Source: project addition.
+    """
     draws = np.asarray(draws)
     data = {name: draws[:, :, q] for q, name in enumerate(names)}
     return az.plot_rank(az.convert_to_inference_data(data), ax=ax)

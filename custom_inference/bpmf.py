@@ -127,6 +127,12 @@ def check_hyper(hyper, n_components: int) -> None:
 
     alpha, beta0 > 0; nu0 None or > K - 1; W0 a positive scalar or a symmetric positive
     definite (K, K) matrix; mu0 a scalar or a (K,) vector.
+
+    A ``hyper`` that lacks one of the fields raises AttributeError; a non-numeric field raises
+    TypeError or ValueError (from ``float``).
+
+    Source: project addition (the constraints of the Gaussian-Wishart prior of
+    ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15)).
     """
     k = int(n_components)
     if k < 1:
@@ -157,7 +163,14 @@ def _resolved(hyper, k: int, dtype):
 
 def default_chunk_size(n_components: int, budget_bytes: int = 1 << 25) -> int:
     """Entries per chunk such that the chunk's (C, K, K) outer products take ~``budget_bytes``
-    in float64 (32 MiB by default): C = max(64, budget / (8 K^2))."""
+    in float64 (32 MiB by default): C = max(64, budget / (8 K^2)).
+
+    ``n_components``: int K >= 1; ``budget_bytes``: int. Returns a Python int.
+
+    Raises nothing of its own (K = 0 raises ZeroDivisionError).
+
+    Source: project addition.
+    """
     return int(max(64, budget_bytes // (8 * n_components * n_components)))
 
 
@@ -169,6 +182,11 @@ def normal_wishart_posterior(X, hyper) -> NWPosterior:
     """Normal-Wishart posterior of (mu, Lambda) given the factor rows X (n, K) (module docstring).
 
     Source: Salakhutdinov & Mnih (2008) eq. (14); seed 004 eq. (2.14)-(2.15) with (2.12)-(2.13).
+
+    ``X``: float (n, K); returns NWPosterior with mu (K,), beta (), W_inv (K, K), nu () of X's dtype.
+
+    Raises nothing of its own (no value checks; validate ``hyper`` with `check_hyper`); an ``X``
+    that is not 2-D raises ValueError (unpacking its shape).
     """
     n, k = X.shape
     _, mu0, beta0, nu0, _, w0_inv = _resolved(hyper, k, X.dtype)
@@ -187,6 +205,15 @@ def sample_wishart(key, W_inv, nu):
     Bartlett decomposition: A lower triangular with A_kk = sqrt(chi2(nu - k)), k = 0..K-1,
     A_kl ~ N(0, 1) below the diagonal, so A A^T ~ W(I, nu); with W_inv = C C^T (Cholesky),
     L = C^-T satisfies L L^T = W and Lambda = L A A^T L^T ~ W(W, nu).
+
+    ``key``: PRNG key; ``W_inv``: float (K, K) symmetric positive definite; ``nu``: float scalar.
+    Returns float (K, K), dtype of ``W_inv``.
+
+    Raises nothing of its own (no checks: traced code; a W_inv that is not positive definite gives
+    NaN, not an error).
+
+    Source: project addition (Bartlett decomposition), for the Wishart draws of
+    ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15).
     """
     k = W_inv.shape[-1]
     dtype = W_inv.dtype
@@ -201,7 +228,16 @@ def sample_wishart(key, W_inv, nu):
 
 
 def sample_normal_wishart(key, post: NWPosterior):
-    """(mu, Lambda) ~ N(mu | post.mu, (post.beta Lambda)^-1) W(Lambda | post.W_inv^-1, post.nu)."""
+    """(mu, Lambda) ~ N(mu | post.mu, (post.beta Lambda)^-1) W(Lambda | post.W_inv^-1, post.nu).
+
+    ``post``: NWPosterior (mu (K,), beta (), W_inv (K, K), nu ()). Returns mu (K,) and Lambda
+    (K, K), dtype of ``post.mu``.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the conjugate posterior, module
+    docstring; Salakhutdinov & Mnih 2008 eq. 14).
+    """
     k_lam, k_mu = jax.random.split(key)
     lam = sample_wishart(k_lam, post.W_inv, post.nu)
     chol = jnp.linalg.cholesky(lam)
@@ -225,6 +261,15 @@ def entry_stats(targets, sources, values, other, n_targets: int, chunk_size: int
     processed ``chunk_size`` at a time under ``lax.scan`` (padding entries carry weight 0), so
     at most a (chunk_size, K, K) array of outer products exists. Returns gram (n_targets, K, K)
     and rhs (n_targets, K), dtype of ``other``. O(N K^2) work.
+
+    Shapes: ``targets``, ``sources`` int (N,); ``values`` float (N,); ``other`` float (n_other, K);
+    ``n_targets``, ``chunk_size`` ints.
+
+    Raises nothing of its own (no index checks: traced code); N = 0 entries raises
+    ZeroDivisionError (zero chunk length).
+
+    Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the sums of the factor conditionals, module
+    docstring; chunking: project addition).
     """
     k = other.shape[1]
     dtype = other.dtype
@@ -250,7 +295,16 @@ def entry_stats(targets, sources, values, other, n_targets: int, chunk_size: int
 
 def factor_conditional(gram, rhs, mu, Lambda, alpha):
     """Natural parameters of the factor rows' conditional: precision P (n, K, K) = Lambda +
-    alpha gram, and h (n, K) = Lambda mu + alpha rhs (module docstring; S&M 2008 eqs. 12-13)."""
+    alpha gram, and h (n, K) = Lambda mu + alpha rhs (module docstring; S&M 2008 eqs. 12-13).
+
+    Shapes: ``gram`` (n, K, K), ``rhs`` (n, K), ``mu`` (K,), ``Lambda`` (K, K), ``alpha`` scalar;
+    float, outputs of their dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.13) (conditional derived in the
+    module docstring).
+    """
     return Lambda[None] + alpha * gram, (Lambda @ mu)[None] + alpha * rhs
 
 
@@ -258,6 +312,14 @@ def sample_factor_rows(key, precision, h):
     """Independent draws x_n ~ N(P_n^-1 h_n, P_n^-1), batched: precision (n, K, K), h (n, K).
 
     x = L^-T (L^-1 h + z) with P = L L^T, z ~ N(0, I): mean P^-1 h, covariance L^-T L^-1 = P^-1.
+
+    Returns float (n, K), dtype of ``h``.
+
+    Raises nothing of its own (no checks: traced code; a precision that is not positive definite
+    gives NaN).
+
+    Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the Gaussian factor conditionals, module
+    docstring).
     """
     chol = jnp.linalg.cholesky(precision)
     z = jax.random.normal(key, h.shape, dtype=h.dtype)
@@ -278,6 +340,8 @@ def init(key, data: Observations, K: int, hyper, *, dtype=jnp.float64, scale: fl
     hyper : BPMF hyperparameters; dtype : state dtype; scale : sd of U, V (default K^-1/2).
     Returns BPMFState: U (I, K), V (J, K), mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K).
     Source: project addition (starting point).
+
+    Raises nothing of its own (no value checks; validate ``hyper`` with `check_hyper`).
     """
     k = int(K)
     scale = k ** -0.5 if scale is None else scale
@@ -324,7 +388,15 @@ def _sum_sq_residuals(state: BPMFState, data: Observations, chunk_size: int):
 def log_joint(state: BPMFState, data: Observations, hyper, chunk_size: int | None = None) -> jax.Array:
     """log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V), all normalizing constants included
     (the density of `ppl_models.bpmf.model` with respect to Lebesgue measure on the
-    symmetric matrices' lower triangles). O(N K + (I + J) K^2 + K^3)."""
+    symmetric matrices' lower triangles). O(N K + (I + J) K^2 + K^3).
+
+    Shapes: ``state`` BPMFState (U (I, K), V (J, K), mu (K,), Lambda (K, K)); ``data``
+    Observations of N ratings, shape (I, J). Returns a scalar of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.15).
+    """
     k = state.U.shape[1]
     dtype = state.U.dtype
     chunk = default_chunk_size(k) if chunk_size is None else chunk_size
@@ -365,6 +437,13 @@ def gauge_log_density(hyper):
 
     O(K^2). Checked against `log_joint` plus a ``jax.jacfwd`` Jacobian in
     `validation.bpmf.gauge_check`. Returns a function (GaugeHyper, A) -> scalar (traceable).
+
+    ``hyper``: BPMF hyperparameters. The returned function takes GaugeHyper (mu (K,), Lambda (K, K))
+    and A (K, K), float.
+
+    Raises nothing of its own.
+
+    Source: project addition (the gauge move of `custom_inference.gauge`; derivation above).
     """
 
     def log_density(h: GaugeHyper, A):
@@ -382,7 +461,15 @@ def gauge_log_density(hyper):
 def gauge_act(h: GaugeHyper, k, l, z) -> GaugeHyper:
     """One generator G of `custom_inference.gauge.gauge_walk` applied to the hyperparameters, O(K):
     k == l: G scales column k by c = e^z; k != l: G = I + z e_k e_l^T (column l += z column k).
-    mu_U <- G^T mu_U, Lambda_U <- G^-1 Lambda_U G^-T, mu_V <- G^-1 mu_V, Lambda_V <- G^T Lambda_V G."""
+    mu_U <- G^T mu_U, Lambda_U <- G^-1 Lambda_U G^-T, mu_V <- G^-1 mu_V, Lambda_V <- G^T Lambda_V G.
+
+    Shapes: ``h`` GaugeHyper (mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K)); ``k``, ``l`` int scalars;
+    ``z`` float scalar. Returns a GaugeHyper of the same shapes and dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: project addition (see `gauge_log_density`).
+    """
     c = jnp.exp(z)
     # scaling of column k
     sc = GaugeHyper(h.mu_U.at[k].multiply(c), h.Lambda_U.at[k, :].divide(c).at[:, k].divide(c),
@@ -398,7 +485,14 @@ def gauge_act(h: GaugeHyper, k, l, z) -> GaugeHyper:
 
 def apply_gauge(state: BPMFState, A) -> BPMFState:
     """T_A of `gauge_log_density` applied to the whole state, A (K, K) invertible; O((I + J) K^2 + K^3).
-    All predictions u_i . v_j are unchanged."""
+    All predictions u_i . v_j are unchanged.
+
+    Returns a BPMFState of the same shapes and dtype.
+
+    Raises nothing of its own (a singular A gives inf/NaN, not an error).
+
+    Source: project addition (see `gauge_log_density`).
+    """
     a_inv = jnp.linalg.inv(A)
     lu = a_inv @ state.Lambda_U @ a_inv.T
     lv = A.T @ state.Lambda_V @ A
@@ -425,6 +519,11 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     Returns (new state, BPMFInfo of the new state). Each block is drawn exactly from its
     complete conditional and each gauge move is a Metropolis-Hastings step, so the sweep
     leaves the posterior invariant.
+
+    Raises nothing of its own (jitted; no value checks).
+
+    Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (Gibbs sampling of eqs. (2.9), (2.12)-(2.15);
+    Salakhutdinov & Mnih 2008 sec. 3.3); the gauge moves are a project addition.
     """
     k = state.U.shape[1]
     dtype = state.U.dtype
@@ -576,6 +675,11 @@ def predict(idata, rows, cols, *, include_noise: bool = False, alpha: float | No
     ------
     ValueError
         U or V not kept; rows/cols of different lengths or out of range.
+
+    With ``include_noise`` and no ``alpha``, an ``idata`` without the ``hyper_alpha`` attribute
+    raises KeyError.
+
+    Source: ``004_90693a0965f06816.txt`` eq. (2.16) (the mean); the sd is a project addition.
     """
     post = arviz_io.group_arrays(idata)
     if "U" not in post or "V" not in post:

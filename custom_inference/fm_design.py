@@ -45,6 +45,11 @@ def greedy_blocks(X: sp.spmatrix, group: np.ndarray) -> np.ndarray:
     int32 array, shape (D,): block index of each feature, numbered 0..B-1, blocks of
     group 0 first. Greedy colouring in feature order within each group (Welsh-Powell
     style without the sort); a one-hot group gets exactly one block.
+
+    Raises nothing of its own (no checks); a ``group`` longer than D makes scipy raise IndexError.
+
+    Source: project addition (module docstring: blocks of features that the coordinate-wise
+    updates of ``004_90693a0965f06816.txt`` ch. 4 may update at once; groups as in eqs. 4.3-4.4).
     """
     Xb = sp.csc_matrix(X, copy=True)
     Xb.data = np.ones_like(Xb.data)

@@ -130,7 +130,16 @@ def _check_K(K):
 
 
 def fm_mean(w0, w, V, rows, cols, values, n_rows: int):
-    """yhat (N,) of eq. 2.17 via eq. 4.22 over COO nonzeros; also returns q = X V (N, K)."""
+    """yhat (N,) of eq. 2.17 via eq. 4.22 over COO nonzeros; also returns q = X V (N, K).
+
+    Shapes: ``w0`` float (); ``w`` float (D,); ``V`` float (D, K); ``rows``, ``cols`` int (M,) and
+    ``values`` float (M,) the M nonzeros of X; ``n_rows`` int N. Float outputs, dtype of the
+    operands.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17, computed as eq. 4.22.
+    """
     lin = jax.ops.segment_sum(values * w[cols], rows, num_segments=n_rows)
     xv = values[:, None] * V[cols]
     q = jax.ops.segment_sum(xv, rows, num_segments=n_rows)
@@ -139,14 +148,30 @@ def fm_mean(w0, w, V, rows, cols, values, n_rows: int):
 
 
 def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
-    """State with e = y - yhat and q = X V recomputed from the parameters (O(nnz K))."""
+    """State with e = y - yhat and q = X V recomputed from the parameters (O(nnz K)).
+
+    Shapes as in `FMMCMCState`: e (N,), q (N, K), dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: project addition (module docstring, "Caches"; yhat of ``004_90693a0965f06816.txt``
+    eq. 2.17).
+    """
     yhat, q = fm_mean(state.w0, state.w, state.V, design.rows, design.cols, design.values, design.n_rows)
     return state._replace(e=design.y - yhat, q=q)
 
 
 def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=jnp.float64) -> FMMCMCState:
     """Initial state: w0 = 0, w = 0, V ~ N(0, init_std^2), alpha = 1, mu = 0, sigma = 1 (libFM's
-    defaults), caches computed. ``design`` arrays may be numpy or jax."""
+    defaults), caches computed. ``design`` arrays may be numpy or jax.
+
+    Shapes: ``key`` PRNG key; ``design`` FMDesign of N instances, D features, G groups; ``K`` int.
+    Returns FMMCMCState (shapes in its docstring) of ``dtype``; ``hyper`` is not read.
+
+    Raises nothing of its own (no value checks on K).
+
+    Source: project addition (libFM's defaults).
+    """
     D, G = design.n_features, design.n_groups
     V = init_std * jax.random.normal(key, (D, K), dtype=dtype)
     z = lambda *s: jnp.zeros(s, dtype=dtype)  # noqa: E731
@@ -157,7 +182,16 @@ def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=j
 
 def log_joint(state: FMMCMCState, design: FMDesign, hyper) -> jax.Array:
     """Exact log p(y, w0, w, V, alpha, mu_w, sigma_w, mu_v, sigma_v) of eqs. 2.22-2.30, using the
-    cached residual e (so the caches must be current). O(N + D K)."""
+    cached residual e (so the caches must be current). O(N + D K).
+
+    Shapes: ``state`` FMMCMCState (in its docstring); ``design`` FMDesign (N, D). Returns a
+    scalar of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.22-2.30 (hyperparameters shared per feature group,
+    see `ppl_models.fm`).
+    """
     g = design.group
     norm = lambda x, m, prec: jstats.norm.logpdf(x, m, 1.0 / jnp.sqrt(prec))  # noqa: E731
     gam = lambda x, a, b: jstats.gamma.logpdf(x, a, scale=1.0 / b)  # noqa: E731
@@ -176,12 +210,26 @@ def log_joint(state: FMMCMCState, design: FMDesign, hyper) -> jax.Array:
 
 
 def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper):
-    """(shape, rate) of alpha | rest: Gamma(alpha_0 + N/2, beta_0 + sum_n e_n^2 / 2)."""
+    """(shape, rate) of alpha | rest: Gamma(alpha_0 + N/2, beta_0 + sum_n e_n^2 / 2).
+
+    Returns two float scalars, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.26.
+    """
     return hyper.alpha_0 + 0.5 * design.n_rows, hyper.beta_0 + 0.5 * jnp.sum(state.e ** 2)
 
 
 def w0_conditional(state: FMMCMCState, design: FMDesign, hyper):
-    """(precision P, precision x mean h) of w0 | rest (h_n = 1)."""
+    """(precision P, precision x mean h) of w0 | rest (h_n = 1).
+
+    Returns two float scalars, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22-2.23.
+    """
     P = hyper.sigma_0 + state.alpha * design.n_rows
     h = hyper.sigma_0 * hyper.mu_0 + state.alpha * jnp.sum(state.e + state.w0)
     return P, h
@@ -195,7 +243,14 @@ def _block_entries(design: FMDesign, b: int):
 
 def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int):
     """(P, h), each (D,), of w_l | rest for the features l of block ``b`` (static int); entries of
-    features outside the block are meaningless. h_n = x_nl."""
+    features outside the block are meaningless. h_n = x_nl.
+
+    Dtype: that of the state.
+
+    Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
+
+    Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.24.
+    """
     r, c, x = _block_entries(design, b)
     g = design.group
     D = design.n_features
@@ -216,7 +271,14 @@ def _v_column_conditional(alpha, s, m, e, qk, vk, r, c, x, D: int):
 
 def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
     """(P, h), each (D,), of v_lk | rest for the features of block ``b``; ``k`` may be traced.
-    h_n = x_nl (q_nk - x_nl v_lk)."""
+    h_n = x_nl (q_nk - x_nl v_lk).
+
+    Dtype: that of the state.
+
+    Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
+
+    Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.25.
+    """
     r, c, x = _block_entries(design, b)
     g = design.group
     P, h, _ = _v_column_conditional(state.alpha, state.sigma_v[g, k], state.mu_v[g, k], state.e,
@@ -227,7 +289,16 @@ def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
 def group_precision_conditional(x, group, n_groups: int, mean, mu0, nu0, alpha0, beta0):
     """(shape, rate) of the normal-gamma precision per group: x (D,) or (D, K), group (D,),
     mean (G,) or (G, K); both outputs have mean's shape:
-    Gamma(alpha0 + (n_g + 1)/2, beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2)."""
+    Gamma(alpha0 + (n_g + 1)/2, beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2).
+
+    ``group`` int (D,) in 0..G-1 (G = ``n_groups``); scalars mu0, nu0, alpha0, beta0. Float outputs,
+    dtype of ``x``.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.27-2.30 (normal-gamma conditional derived in
+    `custom_inference.gaussian`; per group as in the published sampler).
+    """
     n = jax.ops.segment_sum(jnp.ones(x.shape[0], x.dtype), group, num_segments=n_groups)
     n = n.reshape((n_groups,) + (1,) * (x.ndim - 1))
     sq = jax.ops.segment_sum((x - mean[group]) ** 2, group, num_segments=n_groups)
@@ -238,13 +309,29 @@ def group_precision_conditional(x, group, n_groups: int, mean, mu0, nu0, alpha0,
 
 def sample_group_precision(key, x, group, n_groups: int, mean, mu0, nu0, alpha0, beta0):
     """One draw from `group_precision_conditional`; for one group it is
-    `gaussian.sample_ng_precision` (same key, same draw)."""
+    `gaussian.sample_ng_precision` (same key, same draw).
+
+    Shapes as in `group_precision_conditional`; returns float of ``mean``'s shape.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.27-2.30 (see `group_precision_conditional`).
+    """
     shape, rate = group_precision_conditional(x, group, n_groups, mean, mu0, nu0, alpha0, beta0)
     return jax.random.gamma(key, shape) / rate
 
 
 def sample_group_mean(key, x, group, n_groups: int, precision, mu0, nu0):
-    """Normal-gamma mean draw per group: N((nu0 mu0 + sum x) / (nu0 + n_g), 1 / ((nu0 + n_g) precision))."""
+    """Normal-gamma mean draw per group: N((nu0 mu0 + sum x) / (nu0 + n_g), 1 / ((nu0 + n_g) precision)).
+
+    Shapes: ``x`` float (D,) or (D, K); ``group`` int (D,); ``precision`` float (G,) or (G, K);
+    returns float of ``precision``'s shape.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.27 and 2.29 (normal-gamma conditional derived in
+    `custom_inference.gaussian`).
+    """
     n = jax.ops.segment_sum(jnp.ones(x.shape[0], x.dtype), group, num_segments=n_groups)
     n = n.reshape((n_groups,) + (1,) * (x.ndim - 1))
     sx = jax.ops.segment_sum(x, group, num_segments=n_groups)
@@ -299,6 +386,13 @@ def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FM
     Keys: ``k_w, k_v = split(key)``; factor k uses ``split(k_v, K)[k]``; each draw is
     `sample_normal_natural` over all D features, kept where ``block == b``.
     (Computed by `_update_block_t` on q.T and V.T; `step` keeps that layout across blocks.)
+
+    Returns the FMMCMCState with new w (D,), V (D, K), e (N,), q (N, K), dtype of the state.
+
+    Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
+
+    Source: derived conditionals (module docstring, "Blocks") for ``004_90693a0965f06816.txt``
+    eqs. 2.22-2.25.
     """
     state, qT, VT = _update_block_t(key, state, state.q.T, state.V.T, design, hyper, b)
     return state._replace(q=qT.T, V=VT.T)
@@ -310,6 +404,8 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
 
     Returns the new state (caches updated incrementally) and the info of the new state.
     Source: derived conditionals (module docstring).
+
+    Raises nothing of its own (no value checks).
     """
     state = caches(state, design)
     G, g, h = design.n_groups, design.group, hyper
@@ -476,6 +572,11 @@ def predict(draws, test, *, dtype=np.float64):
     Raises
     ------
     ValueError if w0, w or V is missing.
+
+    A ``test`` tuple that does not unpack into four values raises ValueError.
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 averaged over the draws (as eq. 2.16 does for
+    BPMF); the sd is a project addition.
     """
     if not isinstance(draws, dict):
         draws = arviz_io.group_arrays(draws)

@@ -68,7 +68,15 @@ class SGDInfo(NamedTuple):
 
 
 def padded_rows(design: FMDesign):
-    """Nonzeros per instance padded to the largest row: cols (N, P) int32, values (N, P) (0 in padding)."""
+    """Nonzeros per instance padded to the largest row: cols (N, P) int32, values (N, P) (0 in padding).
+
+    ``design``: FMDesign of N instances with M nonzeros; P is the largest number of nonzeros of a
+    row. ``values`` keep the design's float dtype.
+
+    Raises nothing of its own (`FMDesign` has validated the arrays).
+
+    Source: project addition.
+    """
     rows, cols, vals = np.asarray(design.rows), np.asarray(design.cols), np.asarray(design.values)
     order = np.argsort(rows, kind="stable")
     rows, cols, vals = rows[order], cols[order], vals[order]
@@ -97,6 +105,14 @@ def instance_gradients(params: FMParams, c, x, y, group, lam):
     lam : (lambda_0, lambda_w (G,), lambda_v (G, K)).
     Returns (g0 (), gw (D,), gV (D, K)): the mean over the B instances of
     dl/dtheta + 2 lambda theta for every parameter theta of the instance (padding excluded).
+
+    ``params``: FMParams (w0 (), w (D,), V (D, K)), float; ``c`` int, ``x`` and ``y`` float, outputs
+    of the parameters' dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 1 lines 3, 5, 7 (gradients of eq. 2.17, module
+    docstring; simultaneous step and minibatch mean: project addition).
     """
     lam0, lw, lv = lam
     B = c.shape[0]
@@ -118,7 +134,15 @@ def instance_gradients(params: FMParams, c, x, y, group, lam):
 
 
 def mse(params: FMParams, design: FMDesign) -> jax.Array:
-    """Training mean squared error of eq. 2.17, O(nnz K)."""
+    """Training mean squared error of eq. 2.17, O(nnz K).
+
+    ``params``: FMParams (w0 (), w (D,), V (D, K)); ``design``: FMDesign of N instances. Returns a
+    scalar of the parameters' dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (the loss of Algorithm 1, averaged).
+    """
     yhat = predict(params, design)
     return jnp.mean((jnp.asarray(design.y) - yhat) ** 2)
 
@@ -141,6 +165,9 @@ def objective(params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg()) -> j
     sum_n (y_n - yhat_n)^2 + lambda_0 N w0^2 + sum_l lambda_w[g_l] n_l w_l^2 + sum_lk lambda_v[g_l, k] n_l v_lk^2.
     params FMParams (w0 (), w (D,), V (D, K)); design FMDesign (N, D); hyper SGDReg. Work O(M K).
     Source: 004_90693a0965f06816.txt Algorithm 1 (frequency-weighted form of eq. 2.18).
+
+    Raises nothing of its own; regularization constants that do not broadcast to (G,) / (G, K)
+    make jax raise ValueError.
     """
     dtype = jnp.result_type(params.w)
     lam = _reg_arrays(hyper, design.n_groups, params.V.shape[1], dtype)
@@ -246,6 +273,11 @@ def fit(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, learning_rat
     ------
     ValueError for K < 1, learning_rate <= 0, n_epochs < 1, batch_size not in 1..N, negative
     regularization; TypeError for a bad key.
+
+    Also raises ValueError when ``test`` has a different number of features D.
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 1 (objective eq. 2.18, frequency-weighted; module
+    docstring).
     """
     reg = hyper
     if int(K) != K or K < 1:
@@ -304,7 +336,16 @@ def fit(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, learning_rat
 
 def predict(params, design_or_coo) -> jax.Array:
     """yhat (N,) for an FMDesign or a tuple (rows, cols, values, n_rows); ``params`` FMParams or a
-    dict with w0, w, V."""
+    dict with w0, w, V.
+
+    ``rows``, ``cols`` int (M,) and ``values`` float (M,) the nonzeros; ``n_rows`` int N; ``params``
+    w0 (), w (D,), V (D, K). Returns float (N,) of the parameters' dtype.
+
+    Raises nothing of its own; a dict without ``w0``, ``w`` or ``V`` raises KeyError, a tuple that
+    does not unpack into four values raises ValueError.
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (computed as eq. 4.22).
+    """
     if isinstance(params, dict):
         params = FMParams(params["w0"], params["w"], params["V"])
     if isinstance(design_or_coo, FMDesign):

@@ -51,6 +51,13 @@ def generator_pairs(key, n_components: int, shears: bool):
     K off-diagonal pairs (k, l), k != l, drawn uniformly (independently of the state).
 
     Returns int32 arrays ks, ls of length K (or 2 K).
+
+    Parameters: ``key`` a jax PRNG key; ``n_components`` int K; ``shears`` bool.
+
+    Raises nothing of its own (``int(n_components)`` raises TypeError or ValueError for a
+    non-numeric K).
+
+    Source: module docstring (ours; Liu & Sabatti 2000 for group moves).
     """
     k = int(n_components)
     diag = jnp.arange(k, dtype=jnp.int32)
@@ -91,6 +98,8 @@ def gauge_walk(key, hyper_state, log_density, act, n_components: int, n_rounds: 
     accept_rate : scalar; the fraction of the proposals accepted (0 when none ran).
 
     Source: module docstring (ours; Liu & Sabatti 2000 for group moves).
+
+    Raises nothing of its own; whatever ``log_density`` or ``act`` raise propagates.
     """
     k = int(n_components)
     eye = jnp.eye(k, dtype=dtype)

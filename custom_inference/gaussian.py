@@ -36,6 +36,13 @@ def normal_natural_to_moments(precision, precision_times_mean):
 
     ``precision`` (P > 0) and ``precision_times_mean`` (h) broadcast; returns
     ``(h / P, 1 / P)`` with their broadcast shape and dtype.
+
+    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
+    jax raise TypeError
+    (numpy raises ValueError when all operands are numpy arrays).
+
+    Source: project addition (precision parameterization of ``004_90693a0965f06816.txt``,
+    ``N(x | mu, sigma^-1)``; module docstring).
     """
     return precision_times_mean / precision, 1.0 / precision
 
@@ -52,6 +59,13 @@ def sample_normal_natural(key, precision, precision_times_mean):
     Returns
     -------
     array of the broadcast shape and dtype.
+
+    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
+    jax raise TypeError
+    (numpy raises ValueError when all operands are numpy arrays).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 (the univariate normal complete conditionals
+    it samples); module docstring.
     """
     mean, var = normal_natural_to_moments(precision, precision_times_mean)
     shape = jnp.broadcast_shapes(jnp.shape(precision), jnp.shape(precision_times_mean))
@@ -73,6 +87,9 @@ def sample_ng_precision(key, x, mean, mu0, nu0, alpha0, beta0, axis=0):
     array of the reduced shape: one Gamma draw per reduced column.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 lines 2, 4, 7, 9 (corrected).
+
+    Raises nothing of its own (no value checks: traced code); an ``axis`` outside ``x.ndim``
+    raises IndexError (from ``x.shape[axis]``).
     """
     n = x.shape[axis]
     sq = jnp.sum((x - jnp.expand_dims(mean, axis)) ** 2, axis=axis)
@@ -96,6 +113,9 @@ def sample_ng_mean(key, x, precision, mu0, nu0, axis=0):
     array of the reduced shape.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 lines 3, 5, 8, 10.
+
+    Raises nothing of its own (no value checks: traced code); an ``axis`` outside ``x.ndim``
+    raises IndexError (from ``x.shape[axis]``).
     """
     n = x.shape[axis]
     post_precision = (nu0 + n) * precision

@@ -142,6 +142,9 @@ def init(key, data: Observations, K: int, hyper, *, dtype=None) -> HPFState:
     ------
     ValueError
         K < 1 or not an integer; a hyperparameter not positive.
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, initialization ("the prior with a
+    small random offset"; activity and popularity shapes corrected, module docstring).
     """
     _check_hyper(hyper)
     k = _check_components(K)
@@ -173,6 +176,13 @@ def optimal_phi(state: HPFState, data: Observations) -> jax.Array:
     """The CAVI update of the multinomial parameters, shape (N, K), rows on the simplex.
 
     phi_uik ∝ exp{E[log theta_uk] + E[log beta_ik]} (seed 001, batch figure step 1).
+
+    ``state``: HPFState (shapes in its docstring); ``data``: Observations of N nonzero counts,
+    shape (I, J). Returns float (N, K) of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 1.
     """
     logits = _phi_logits(state, data)
     return jnp.exp(logits - logsumexp(logits, axis=1, keepdims=True))
@@ -205,6 +215,14 @@ def update_gamma(state: HPFState, data: Observations, hyper, phi) -> HPFState:
 
     ``phi`` (N, K) are the multinomial parameters of the nonzeros (in ``data`` order).
     Corrects seed 001's text update (a fixed rate b in place of E[xi_u]).
+
+    ``state``: HPFState; ``data``: Observations (I, J) of N counts; ``phi``: float (N, K). Returns
+    the HPFState with new gamma_shape, gamma_rate (I, K) of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 2 (corrected: rate
+    E[xi_u] + sum_i E[beta_ik]).
     """
     y_phi_sum = jax.ops.segment_sum(data.values[:, None] * phi, data.rows, num_segments=data.n_rows)
     return _gamma_given_stats(state, hyper, y_phi_sum)
@@ -222,13 +240,29 @@ def update_kappa(state: HPFState, data: Observations, hyper, phi=None) -> HPFSta
 
     Corrects seed 001's batch figure, which prints shape a + K a' and rate
     b' + sum_k (digamma(gamma_shape) - log gamma_rate).
+
+    ``state``: HPFState (``data`` and ``phi`` are unused). Returns the HPFState with new
+    kappa_shape, kappa_rate (I,) of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 2 (corrected).
     """
     shape, rate = _activity_update(state.gamma_shape, state.gamma_rate, hyper.a, hyper.a_prime, hyper.b_prime)
     return state._replace(kappa_shape=shape, kappa_rate=rate)
 
 
 def update_lambda(state: HPFState, data: Observations, hyper, phi) -> HPFState:
-    """Coordinate update of q(beta): lambda_ik = (c + sum_u y_ui phi_uik, E[eta_i] + sum_u E[theta_uk])."""
+    """Coordinate update of q(beta): lambda_ik = (c + sum_u y_ui phi_uik, E[eta_i] + sum_u E[theta_uk]).
+
+    ``state``: HPFState; ``data``: Observations (I, J) of N counts; ``phi``: float (N, K). Returns
+    the HPFState with new lambda_shape, lambda_rate (J, K) of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 3 (rate E[eta_i] + sum_u
+    E[theta_uk], as the figure prints it).
+    """
     y_phi_sum = jax.ops.segment_sum(data.values[:, None] * phi, data.cols, num_segments=data.n_cols)
     return _lambda_given_stats(state, hyper, y_phi_sum)
 
@@ -241,7 +275,15 @@ def _lambda_given_stats(state: HPFState, hyper, y_phi_sum) -> HPFState:
 
 
 def update_tau(state: HPFState, data: Observations, hyper, phi=None) -> HPFState:
-    """Coordinate update of q(eta): tau_i = (c' + K c, c'/d' + sum_k E[beta_ik])."""
+    """Coordinate update of q(eta): tau_i = (c' + K c, c'/d' + sum_k E[beta_ik]).
+
+    ``state``: HPFState (``data`` and ``phi`` are unused). Returns the HPFState with new
+    tau_shape, tau_rate (J,) of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 3 (corrected as for kappa).
+    """
     shape, rate = _activity_update(state.lambda_shape, state.lambda_rate, hyper.c, hyper.c_prime, hyper.d_prime)
     return state._replace(tau_shape=shape, tau_rate=rate)
 
@@ -327,6 +369,8 @@ def sweep(state: HPFState, data: Observations, hyper) -> tuple[HPFState, jax.Arr
 
     state HPFState; data Observations (I, J) counts (device arrays); hyper HPF hyperparameters.
     Returns (HPFState, scalar ELBO of ``state``). Source: seed 001 batch algorithm figure (corrected).
+
+    Raises nothing of its own (jitted; no value checks).
     """
     return _sweep_jit(state, data, hyper)
 
@@ -426,6 +470,11 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
     Returns
     -------
     scalar jax.Array, a lower bound on log p(y).
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: project addition (derived from the model and the mean-field family of
+    ``001_30a2018ec18c20b9.txt`` eq. q; the seed prints no ELBO).
     """
     if phi is None:
         lse = logsumexp(_phi_logits(state, data), axis=1)
@@ -437,7 +486,14 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
 
 
 def expected_rate(state: HPFState, users, items) -> jax.Array:
-    """E_q[theta_u . beta_i] = sum_k E[theta_uk] E[beta_ik] for index pairs, shape (M,)."""
+    """E_q[theta_u . beta_i] = sum_k E[theta_uk] E[beta_ik] for index pairs, shape (M,).
+
+    ``users``, ``items``: int arrays (M,); returns float (M,) of the state's dtype.
+
+    Raises nothing of its own (no index checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, eq. score (posterior expected rate, under q).
+    """
     e_theta = gamma_mean(state.gamma_shape, state.gamma_rate)
     e_beta = gamma_mean(state.lambda_shape, state.lambda_rate)
     return jnp.sum(e_theta[jnp.asarray(users)] * e_beta[jnp.asarray(items)], axis=-1)
@@ -448,6 +504,12 @@ def score_users(state: HPFState, users) -> np.ndarray:
 
     The recommendation score of the HPF paper (posterior expected rate); used as
     the ``score_fn`` of `validation.metrics`, batch by batch.
+
+    ``users``: int array (B,); returns a numpy float array (B, J) of the state's dtype.
+
+    Raises nothing of its own (no index checks).
+
+    Source: ``001_30a2018ec18c20b9.txt``, eq. score (under q).
     """
     e_theta = gamma_mean(state.gamma_shape, state.gamma_rate)[jnp.asarray(users)]
     e_beta = gamma_mean(state.lambda_shape, state.lambda_rate)
@@ -486,6 +548,11 @@ def fold_in(
     ------
     ValueError
         ``data`` does not have the fitted number of items J.
+
+    Also raises ValueError (from `init`) for a bad ``hyper``.
+
+    Source: project addition (the user blocks of ``001_30a2018ec18c20b9.txt``, batch algorithm
+    figure, step 1-2, corrected).
     """
     n_items, k = state.lambda_shape.shape
     if data.n_cols != n_items:
@@ -540,7 +607,14 @@ def result_layout(n_users: int, n_items: int, n_components: int, hyper, **attrs)
 
 
 def save_state(state: HPFState, path: str | Path, **meta) -> Path:
-    """Checkpoint: write the state (and scalar metadata) to a ``.npz`` file."""
+    """Checkpoint: write the state (and scalar metadata) to a ``.npz`` file.
+
+    ``state``: HPFState (arrays stored as they are); ``meta``: scalars. Returns the path.
+
+    Raises nothing of its own; OSError from creating the folder or writing the file propagates.
+
+    Source: project addition.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **{k: np.asarray(v) for k, v in state._asdict().items()}, **{f"meta_{k}": v for k, v in meta.items()})
@@ -548,7 +622,13 @@ def save_state(state: HPFState, path: str | Path, **meta) -> Path:
 
 
 def load_state(path: str | Path) -> tuple[HPFState, dict]:
-    """Read a checkpoint written by `save_state`. Raises FileNotFoundError."""
+    """Read a checkpoint written by `save_state`. Raises FileNotFoundError.
+
+    Returns (HPFState with the stored shapes and dtypes, dict of metadata scalars). A file that
+    lacks a state field raises KeyError.
+
+    Source: project addition.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -696,7 +776,15 @@ def fit(
 
 
 def state_from_inference_data(idata) -> HPFState:
-    """The `HPFState` stored in a `fit` result (``variational_parameters`` group)."""
+    """The `HPFState` stored in a `fit` result (``variational_parameters`` group).
+
+    Returns an HPFState with the stored shapes and dtypes (see `HPFState`).
+
+    Raises ValueError when ``idata`` has no ``variational_parameters`` group or it lacks an
+    HPFState field.
+
+    Source: project addition.
+    """
     params = arviz_io.group_arrays(idata, "variational_parameters")
     missing = [f for f in HPFState._fields if f not in params]
     if missing:

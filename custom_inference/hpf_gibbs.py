@@ -88,6 +88,8 @@ def init(key, data: CountUnits, K: int, hyper, *, dtype=jnp.float64) -> HPFGibbs
     K : int >= 1; hyper : HPFHyper; dtype : float dtype of the state.
     Returns HPFGibbsState: theta (I, K), xi (I,), beta (J, K), eta (J,) of ``dtype``.
     Source: project addition (starting point).
+
+    Raises nothing of its own (no value checks on K or hyper).
     """
     n_components = K
     k1, k2 = jax.random.split(key)
@@ -112,6 +114,14 @@ def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None):
 
     Each of the T units picks component k with probability theta_uk beta_ik / theta_u . beta_i,
     which is exactly z_ui ~ Mult(y_ui, .) (seed 001, eq. aux-cc).
+
+    ``data``: CountUnits of T units (rows, cols int (T,), weight (T,); padding units weigh 0);
+    ``rates``: optional float (T, K), theta_uk beta_ik per unit (computed when None). Returns two
+    float arrays of the rates' dtype, (I, K) and (J, K).
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, eq. aux-cc.
     """
     rates = _unit_rates(state, data) if rates is None else rates
     k = rates.shape[1]
@@ -125,24 +135,55 @@ def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None):
 
 
 def theta_conditional(state: HPFGibbsState, user_counts, hyper):
-    """(shape, rate), each (I, K), of theta_uk | xi, beta, z: Ga(a + sum_i z_uik, xi_u + sum_i beta_ik)."""
+    """(shape, rate), each (I, K), of theta_uk | xi, beta, z: Ga(a + sum_i z_uik, xi_u + sum_i beta_ik).
+
+    ``user_counts``: float (I, K) (from `allocate`); outputs have the state's float dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", eq. user-weight-cc.
+    """
     return hyper.a + user_counts, state.xi[:, None] + state.beta.sum(axis=0)[None, :]
 
 
 def xi_conditional(state: HPFGibbsState, hyper):
-    """(shape, rate), each (I,), of xi_u | theta: Ga(a' + K a, a'/b' + sum_k theta_uk)."""
+    """(shape, rate), each (I,), of xi_u | theta: Ga(a' + K a, a'/b' + sum_k theta_uk).
+
+    Outputs have the state's float dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", the xi_u conditional (corrected:
+    rate a'/b' + sum_k theta_uk; module docstring).
+    """
     k = state.theta.shape[1]
     rate = hyper.a_prime / hyper.b_prime + state.theta.sum(axis=1)
     return jnp.full_like(rate, hyper.a_prime + k * hyper.a), rate
 
 
 def beta_conditional(state: HPFGibbsState, item_counts, hyper):
-    """(shape, rate), each (J, K), of beta_ik | eta, theta, z: Ga(c + sum_u z_uik, eta_i + sum_u theta_uk)."""
+    """(shape, rate), each (J, K), of beta_ik | eta, theta, z: Ga(c + sum_u z_uik, eta_i + sum_u theta_uk).
+
+    ``item_counts``: float (J, K) (from `allocate`); outputs have the state's float dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", eq. item-weight-cc (corrected:
+    shape c; module docstring).
+    """
     return hyper.c + item_counts, state.eta[:, None] + state.theta.sum(axis=0)[None, :]
 
 
 def eta_conditional(state: HPFGibbsState, hyper):
-    """(shape, rate), each (J,), of eta_i | beta: Ga(c' + K c, c'/d' + sum_k beta_ik)."""
+    """(shape, rate), each (J,), of eta_i | beta: Ga(c' + K c, c'/d' + sum_k beta_ik).
+
+    Outputs have the state's float dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", the eta_i conditional
+    (rate c'/d' + sum_k beta_ik).
+    """
     k = state.beta.shape[1]
     rate = hyper.c_prime / hyper.d_prime + state.beta.sum(axis=1)
     return jnp.full_like(rate, hyper.c_prime + k * hyper.c), rate
@@ -164,7 +205,16 @@ def _log_joint_given_rates(state: HPFGibbsState, unit_rates_sum, weight, hyper):
 
 
 def log_joint(state: HPFGibbsState, data: CountUnits, hyper) -> jax.Array:
-    """log p(y, theta, xi, beta, eta) up to -sum log y_ui! (the Poisson form, z summed out)."""
+    """log p(y, theta, xi, beta, eta) up to -sum log y_ui! (the Poisson form, z summed out).
+
+    ``state``: theta (I, K), xi (I,), beta (J, K), eta (J,), float; ``data``: CountUnits of T units.
+    Returns a scalar of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational Inference" (the joint
+    p(theta | xi) p(xi) p(beta | eta) p(eta) p(y | theta, beta)), priors as in `ppl_models.hpf`.
+    """
     return _log_joint_given_rates(state, _unit_rates(state, data).sum(axis=1), data.weight, hyper)
 
 
@@ -178,6 +228,8 @@ def step(key, state: HPFGibbsState, data: CountUnits, hyper) -> tuple[HPFGibbsSt
     Returns (new state, HPFGibbsInfo of the new state). The Info's log joint costs one more
     O(T K) pass; `mcmc_driver` does not read it, and XLA drops it there.
     Source: seed 001, complete conditionals (corrected, see the module docstring).
+
+    Raises nothing of its own (jitted; no value checks).
     """
     k_z, k_theta, k_xi, k_beta, k_eta = jax.random.split(key, 5)
     rates = _unit_rates(state, data)

@@ -64,6 +64,8 @@ def jj_lambda(xi):
     (series ``1/8 - xi^2/96`` for ``|xi| < 1e-3``, so ``jax.grad`` is finite there too).
 
     Source: ``003_203f63200c0d7157.txt`` after eq. (11); the negative of ``002`` after eq. (6).
+
+    Raises nothing of its own (no value checks: traced code).
     """
     xi = jnp.asarray(xi)
     small = jnp.abs(xi) < _SMALL_XI
@@ -87,6 +89,9 @@ def jj_log_bound(x, xi, g=1):
     equal where ``|x| = |xi|``).
 
     Source: ``003`` eq. (11) (bound of one edge's likelihood); ``002`` eq. (6).
+
+    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
+    jax raise TypeError.
     """
     x = jnp.asarray(x)
     return jax.nn.log_sigmoid(xi) + (g - 0.5) * x - 0.5 * xi - jj_lambda(xi) * (x * x - xi * xi)
@@ -106,6 +111,10 @@ def jj_expected_log_bound(mean, second_moment, xi, g=1):
     Returns
     -------
     float array of the broadcast shape. Source: ``002`` eq. (7); ``003`` eq. (12).
+
+    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
+    jax raise TypeError
+    (numpy raises ValueError when all operands are numpy arrays).
     """
     return jax.nn.log_sigmoid(xi) + (g - 0.5) * mean - 0.5 * xi - jj_lambda(xi) * (second_moment - xi * xi)
 
@@ -120,6 +129,8 @@ def optimal_xi(second_moment):
     Returns
     -------
     float array of the same shape and dtype. Source: ``002`` eq. (8); ``003`` eq. (16).
+
+    Raises nothing of its own (no value checks: traced code; negative inputs are clipped to 0).
     """
     return jnp.sqrt(jnp.maximum(jnp.asarray(second_moment), 0.0))
 
@@ -138,6 +149,9 @@ def mackay_probit(mean, variance):
     Returns
     -------
     float array in (0, 1). Source: ``003_203f63200c0d7157.txt`` eq. (19).
+
+    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
+    jax raise TypeError.
     """
     mean = jnp.asarray(mean)
     return jax.nn.sigmoid(mean / jnp.sqrt(1.0 + jnp.pi * jnp.asarray(variance) / 8.0))

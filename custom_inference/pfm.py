@@ -172,6 +172,8 @@ def crt(key, counts, concentration, max_total: int):
 
     Source: 004 ch. 5 Lemma 5.2.1 (sampling form); shared math, reusable by any
     negative-binomial / gamma-process model.
+
+    Raises nothing of its own (no checks: traced code).
     """
     conc = jnp.asarray(concentration)
     dtype = conc.dtype if jnp.issubdtype(conc.dtype, jnp.floating) else jnp.result_type(float)
@@ -205,6 +207,9 @@ def gamma_log_draw(key, shape, rate):
 
     shape, rate : arrays (broadcast), float32 or float64, > 0. Returns the broadcast shape in
     the dtype of ``shape``. Source: project addition.
+
+    Raises nothing of its own (no value checks: traced code); shapes that do not broadcast make jax
+    raise ValueError.
     """
     shape = jnp.asarray(shape)
     dtype = shape.dtype if jnp.issubdtype(shape.dtype, jnp.floating) else jnp.result_type(float)
@@ -239,6 +244,9 @@ def gamma_draw(key, shape, rate):
     x = exp(`gamma_log_draw`) clamped below at the dtype's smallest normal number: in float32 a
     draw with shape 1e-3 is below 1e-38 with high probability and a plain draw returns 0, which
     puts log 0 into the log joint. Arrays broadcast; dtype of ``shape``. Source: project addition.
+
+    Raises nothing of its own (no value checks: traced code); shapes that do not broadcast make jax
+    raise ValueError.
     """
     lx = gamma_log_draw(key, shape, rate)
     return jnp.maximum(jnp.exp(lx), jnp.finfo(lx.dtype).tiny)
@@ -652,12 +660,26 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
 
 
 def init_npfm(key, data, K, hyper, **kw):
-    """`init` with variant "npfm"."""
+    """`init` with variant "npfm".
+
+    Returns NPFMState (w0 (), w (D,), V (D, K), r (K,), ... of ``dtype``; see `init`).
+
+    Raises ValueError (from `init`) for a bad K or hyper.
+
+    Source: project addition (as `init`).
+    """
     return init(key, data, K, hyper, variant="npfm", **kw)
 
 
 def init_ppfm(key, data, K, hyper, **kw):
-    """`init` with variant "ppfm"."""
+    """`init` with variant "ppfm".
+
+    Returns PPFMState (w0 (), w (D,), V (D, K), ... of ``dtype``; see `init`).
+
+    Raises ValueError (from `init`) for a bad K or hyper.
+
+    Source: project addition (as `init`).
+    """
     return init(key, data, K, hyper, variant="ppfm", **kw)
 
 
@@ -674,6 +696,12 @@ def row_rates(state, feat, val):
     """Poisson rates (R,) of rows given as padded feature tables feat (R, F) int, val (R, F).
 
     rate = w0 + sum_f x_f w_f + sum_k r_k sum_{f<g} x_f x_g v_fk v_gk (eqs. 5.6 / 5.20).
+
+    ``state``: NPFMState or PPFMState (w0 (), w (D,), V (D, K)); float output of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20.
     """
     u = val[..., None] * state.V[feat]
     return state.w0 + jnp.sum(val * state.w[feat], axis=-1) + _pairwise(u) @ _r(state)
@@ -687,6 +715,13 @@ def allocate(key, state, data: PFMData) -> SuffStats:
     then picks its pair {f, g} with probability u_f u_g / sum_{f'<g'} u_f' u_g' exactly, as
     first endpoint f ~ u_f (S - u_f) and second g ~ u_g (g != f) (S = sum u; the product is
     u_f u_g / (2 P), symmetric). Both endpoints get the unit in Z3. Work O(T (1 + F + K)).
+
+    ``state``: NPFMState or PPFMState; ``data``: PFMData with T count units. Returns `SuffStats`
+    (z1 (), z2 (D,), z3 (D, K), L (K,)), dtype of ``data.row_val``.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 5.7 (augmentation of Lemma 5.2.2).
     """
     feat, val = data.row_feat, data.row_val
     dtype = val.dtype
@@ -732,6 +767,14 @@ def exposures(state, data: PFMData) -> Exposures:
     r"""E_ik = sum_n x_ni (q_nk - x_ni v_ik) and s_k = sum_n sum_{i<j} x_ni x_nj v_ik v_jk over
     all training rows, from caches (module docstring): grid part over the I + J entities plus
     c_n times each listed row. O((nnz_entities + N_L F) K); never an I x J array.
+
+    ``state``: NPFMState or PPFMState (V (D, K)); ``data``: PFMData. Returns `Exposures`
+    (E (D, K), s (K,)), dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: derived (module docstring, "Exposures"): the rates of ``004_90693a0965f06816.txt``
+    eqs. 5.10-5.11.
     """
     V = state.V
     D, K = V.shape
@@ -762,6 +805,13 @@ def conditionals(state, stats: SuffStats, expo: Exposures, data: PFMData, hyper)
     ``expo`` of ``state`` (module docstring; eqs. 5.8-5.15 as derived). Rate variables:
     "w0", "w", "V", "r" (NPFM); their rates: "beta0", "beta", "delta", "c" (NPFM).
     The collapsed shape conditionals need CRT counts and are in `shape_conditionals`.
+
+    Shapes: each entry is a pair of float arrays of its variable's shape (w0 (), w (D,), V (D, K),
+    r (K,), beta0 (), beta (D,), delta (K,), c ()), dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.8-5.15 (as derived in the module docstring).
     """
     h = hyper
     r = _r(state)
@@ -850,7 +900,14 @@ def _block_update(key, state, stats, data, hyper, tables, b: int):
 
 
 def n_active(stats: SuffStats) -> jax.Array:
-    """Number of factors with at least one allocated unit (int32)."""
+    """Number of factors with at least one allocated unit (int32).
+
+    ``stats``: `SuffStats` (L (K,)); returns an int32 scalar.
+
+    Raises nothing of its own.
+
+    Source: project addition.
+    """
     return jnp.sum(stats.L > 0).astype(jnp.int32)
 
 
@@ -912,6 +969,8 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid"):
     ``order``: "valid" (default) or "printed" (the chapter's order; does NOT leave the
     posterior invariant, kept for the SBC demonstration). Jit-able (the block loop is static).
     Source: 004 ch. 5.3.2 (conditionals), sweep order ours.
+
+    Raises ValueError for an unknown ``order``.
     """
     if order == "valid":
         state, stats = _sweep_valid(key, state, data, hyper)
@@ -923,13 +982,23 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid"):
 
 
 def step_printed(key, state, data: PFMData, hyper):
-    """`step` with ``order="printed"`` (the broken variant)."""
+    """`step` with ``order="printed"`` (the broken variant).
+
+    Raises nothing of its own.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5.3.2 (the chapter's printed order of eqs. 5.7-5.19).
+    """
     return step(key, state, data, hyper, order="printed")
 
 
 def log_joint(state, data: PFMData, hyper) -> jax.Array:
     """log p(y, parameters) of eqs. 5.6 / 5.20 with all priors, including -sum log y_n!, from
-    the cached sums (O(nnz K)); equals the NumPyro program's log density. Source: derived."""
+    the cached sums (O(nnz K)); equals the NumPyro program's log density. Source: derived.
+
+    ``state``: NPFMState or PPFMState; ``data``: PFMData. Returns a scalar of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+    """
     h = hyper
     K = state.V.shape[1]
     r = _r(state)
@@ -1036,6 +1105,9 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
     Raises
     ------
     ValueError: K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5 (NPFM / PPFM Gibbs samplers, eqs. 5.7-5.19, sweep
+    order corrected in the module docstring); the driver is a project addition.
     """
     K = base.check_latent_dim(K)
     check_hyper(hyper)
@@ -1064,12 +1136,26 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
 
 
 def sample_npfm(key, data, K, hyper, **kw):
-    """`sample` with variant "npfm"."""
+    """`sample` with variant "npfm".
+
+    Returns arviz.InferenceData as `sample`.
+
+    Raises ValueError as `sample` (K < 1, bad counts, unknown names in ``keep``, bad hyper or order).
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5 (NPFM), as `sample`.
+    """
     return sample(key, data, K, hyper, variant="npfm", **kw)
 
 
 def sample_ppfm(key, data, K, hyper, **kw):
-    """`sample` with variant "ppfm"."""
+    """`sample` with variant "ppfm".
+
+    Returns arviz.InferenceData as `sample`.
+
+    Raises ValueError as `sample` (K < 1, bad counts, unknown names in ``keep``, bad hyper or order).
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5 (PPFM, eq. 5.20), as `sample`.
+    """
     return sample(key, data, K, hyper, variant="ppfm", **kw)
 
 

@@ -152,6 +152,12 @@ def successive_inclusion_probabilities(weights, excluded, k: int) -> np.ndarray:
     Returns
     -------
     array (J,), float64: P(item n is among the k drawn); sums to min(k, #admissible).
+
+    Raises nothing of its own (no value checks); an ``excluded`` index outside 0..J-1 makes numpy
+    raise IndexError.
+
+    Source: project addition (an exact reference for the sampler of
+    ``003_203f63200c0d7157.txt`` sec. 4.1; module docstring).
     """
     w = np.asarray(weights, dtype=np.float64).copy()
     w[list(excluded)] = 0.0

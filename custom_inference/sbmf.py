@@ -135,7 +135,15 @@ def _check_obs(obs) -> None:
 
 
 def residuals(state: State, obs: Observations) -> jax.Array:
-    """e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j) from scratch, shape (N,). O(N K)."""
+    """e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j) from scratch, shape (N,). O(N K).
+
+    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings, shape (I, J).
+    Float, dtype of the state.
+
+    Raises nothing of its own (no index checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. (3.17) (the residual cache).
+    """
     pred = state.mu + state.alpha[obs.rows] + state.beta[obs.cols] + jnp.sum(state.U[obs.rows] * state.V[obs.cols], axis=1)
     return obs.values.astype(pred.dtype) - pred
 
@@ -153,6 +161,11 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
     Returns
     -------
     State, with the cache e computed from scratch.
+
+    Raises ValueError when K is not an integer >= 1 (a non-numeric K raises TypeError or
+    ValueError from ``int``); ``hyper`` is not read.
+
+    Source: ``004_90693a0965f06816.txt`` sec. 3.3.2 (initialization).
     """
     K = _check_K(K)
     dtype = jnp.asarray(obs.values).dtype if dtype is None else dtype
@@ -173,14 +186,28 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
 
 
 def tau_conditional(state: State, obs: Observations, hyper):
-    """(shape, rate) of tau | - : Gamma(a0 + N/2, b0 + sum e^2 / 2). Algorithm 2 line 12."""
+    """(shape, rate) of tau | - : Gamma(a0 + N/2, b0 + sum e^2 / 2). Algorithm 2 line 12.
+
+    Returns two float scalars of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 12 (with eq. (3.13)).
+    """
     n = state.e.shape[0]
     return jnp.asarray(hyper.a0 + 0.5 * n, state.e.dtype), hyper.b0 + 0.5 * jnp.sum(state.e**2)
 
 
 def mu_conditional(state: State, obs: Observations, hyper):
     """(precision, precision x mean) of mu | -: P = sigma_g + tau N, h = sigma_g mu_g + tau sum (e + mu).
-    Algorithm 2 line 14."""
+    Algorithm 2 line 14.
+
+    Returns two float scalars of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 14.
+    """
     n = state.e.shape[0]
     return hyper.sigma_g + state.tau * n, hyper.sigma_g * hyper.mu_g + state.tau * jnp.sum(state.e + state.mu)
 
@@ -191,7 +218,14 @@ def _seg(x, ids, n, sorted_):
 
 def alpha_conditional(state: State, obs: Observations, hyper):
     """(precision, precision x mean), each (I,), of alpha_i | -: P = sigma_alpha + tau |Omega_i|,
-    h = sigma_alpha mu_alpha + tau sum_{j in Omega_i} (e_ij + alpha_i). Algorithm 2 line 20."""
+    h = sigma_alpha mu_alpha + tau sum_{j in Omega_i} (e_ij + alpha_i). Algorithm 2 line 20.
+
+    ``obs``: Observations of N ratings; arrays float, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 20.
+    """
     cnt = _seg(jnp.ones_like(state.e), obs.rows, obs.n_rows, True)
     s = _seg(state.e + state.alpha[obs.rows], obs.rows, obs.n_rows, True)
     return state.sigma_alpha + state.tau * cnt, state.sigma_alpha * state.mu_alpha + state.tau * s
@@ -199,7 +233,14 @@ def alpha_conditional(state: State, obs: Observations, hyper):
 
 def beta_conditional(state: State, obs: Observations, hyper):
     """(precision, precision x mean), each (J,), of beta_j | -; as `alpha_conditional` over the
-    users of item j. Algorithm 2 line 32."""
+    users of item j. Algorithm 2 line 32.
+
+    ``obs``: Observations of N ratings; arrays float, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 32.
+    """
     cnt = _seg(jnp.ones_like(state.e), obs.cols, obs.n_cols, False)
     s = _seg(state.e + state.beta[obs.cols], obs.cols, obs.n_cols, False)
     return state.sigma_beta + state.tau * cnt, state.sigma_beta * state.mu_beta + state.tau * s
@@ -215,14 +256,29 @@ def _factor_conditional(e, own, other, ids, n, sigma, mean, tau, k, sorted_):
 
 def u_conditional(state: State, obs: Observations, hyper, k):
     """(precision, precision x mean), each (I,), of u_ik | - for one k (all users at once):
-    eqs. (3.15) and (3.17): P = sigma_uk + tau sum_j v_jk^2, h = sigma_uk mu_uk + tau sum_j v_jk (e_ij + u_ik v_jk)."""
+    eqs. (3.15) and (3.17): P = sigma_uk + tau sum_j v_jk^2, h = sigma_uk mu_uk + tau sum_j v_jk (e_ij + u_ik v_jk).
+
+    ``k``: int in 0..K-1 (may be traced); arrays float, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (3.14)-(3.17).
+    """
     V_at = state.V[obs.cols]
     prec, h, _ = _factor_conditional(state.e, state.U, V_at, obs.rows, obs.n_rows, state.sigma_u, state.mu_u, state.tau, k, True)
     return prec, h
 
 
 def v_conditional(state: State, obs: Observations, hyper, k):
-    """(precision, precision x mean), each (J,), of v_jk | - for one k (all items at once). Algorithm 2 line 37."""
+    """(precision, precision x mean), each (J,), of v_jk | - for one k (all items at once). Algorithm 2 line 37.
+
+    ``k``: int in 0..K-1 (may be traced); arrays float, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 37 (the item-side twin of eqs.
+    (3.15)-(3.17)).
+    """
     U_at = state.U[obs.rows]
     prec, h, _ = _factor_conditional(state.e, state.V, U_at, obs.cols, obs.n_cols, state.sigma_v, state.mu_v, state.tau, k, False)
     return prec, h
@@ -263,6 +319,13 @@ def log_joint(state: State, obs: Observations, hyper, *, from_cache: bool = True
     """log p(R, Theta, Theta_H | Theta_0), eq. (3.13), all constants included.
 
     ``from_cache=True`` uses the cached residuals (O(N + (I+J)K)); False recomputes them.
+
+    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings. Returns a
+    scalar of the state's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. (3.13).
     """
     e = state.e if from_cache else residuals(state, obs)
     h = hyper
@@ -327,6 +390,10 @@ def gauge_log_density(hyper):
 
     with the primed values after the move; O(K). Checked against the program's log joint plus
     the Jacobian in `validation.sbmf.gauge_check`. Returns (GaugeHyper, A) -> scalar (traceable).
+
+    Raises nothing of its own.
+
+    Source: project addition (the gauge move of `custom_inference.gauge`; derivation above).
     """
     h = hyper
 
@@ -340,7 +407,15 @@ def gauge_log_density(hyper):
 
 
 def gauge_act(g: GaugeHyper, k, l, z) -> GaugeHyper:
-    """Scale column k by c = e^z (``l`` is k: the walk runs without shears), O(1)."""
+    """Scale column k by c = e^z (``l`` is k: the walk runs without shears), O(1).
+
+    Shapes: ``g`` GaugeHyper, each field (K,) float; ``k``, ``l`` int scalars; ``z`` float scalar.
+    Returns a GaugeHyper of the same shapes and dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: project addition (see `gauge_log_density`).
+    """
     c = jnp.exp(z)
     return GaugeHyper(g.mu_u.at[k].multiply(c), g.sigma_u.at[k].divide(c * c), g.mu_v.at[k].divide(c),
                       g.sigma_v.at[k].multiply(c * c))
@@ -348,7 +423,14 @@ def gauge_act(g: GaugeHyper, k, l, z) -> GaugeHyper:
 
 def apply_gauge(state: State, A) -> State:
     """T_A of `gauge_log_density` for a diagonal A (K, K) (only its diagonal is read); the
-    predictions and the cache e are unchanged."""
+    predictions and the cache e are unchanged.
+
+    Returns a State of the same shapes and dtype.
+
+    Raises nothing of its own (a zero on A's diagonal gives inf/NaN, not an error).
+
+    Source: project addition (see `gauge_log_density`).
+    """
     c = jnp.diag(A)
     return state._replace(U=state.U * c, V=state.V / c, mu_u=state.mu_u * c, sigma_u=state.sigma_u / (c * c),
                           mu_v=state.mu_v / c, sigma_v=state.sigma_v * (c * c))
@@ -365,6 +447,14 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
     and the cache e is updated after each; each gauge move is a Metropolis-Hastings step; so the
     sweep leaves the posterior invariant. O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of
     floats (SBMFHyper); ``gauge_rounds`` an int >= 0 (static).
+
+    Shapes: ``state`` State (in its docstring); ``obs`` Observations of N ratings, shape (I, J).
+    Returns (State, Info) with float scalars of the state's dtype.
+
+    Raises nothing of its own (jitted; no value checks).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 (corrected, see `validation.sbmf.ERRATA`); the
+    gauge moves are a project addition.
     """
     k_h, k_tau, k_mu, k_users, k_items, k_g = jax.random.split(key, 6)
     dt = state.e.dtype
@@ -520,6 +610,8 @@ def predict(idata_or_draws, rows, cols, *, chunk: int = 256) -> tuple[np.ndarray
     Raises
     ------
     ValueError: a variable missing, indices out of range or of different lengths.
+
+    Source: ``004_90693a0965f06816.txt`` eq. (3.18) (the mean); the sd is a project addition.
     """
     if isinstance(idata_or_draws, arviz_io.InferenceData):
         draws = arviz_io.group_arrays(idata_or_draws)

@@ -29,6 +29,9 @@ def check_robbins_monro(tau0: float, kappa: float) -> None:
     itself only needs tau0 > 0 and kappa >= 0 (OVBFM accepts the thesis' boundary lambda = 0.5
     and lambda = 0, a constant step 1). Messages name the argument: "tau0 must be > 0, got ...",
     "kappa must be in (0.5, 1] (Robbins-Monro), got ...".
+
+    Source: ``003_203f63200c0d7157.txt`` sec. 5.1 and ``002_5408d341cb9fc544.txt`` sec. 2.4 (the
+    conditions); the check itself is a project addition.
     """
     if not tau0 > 0:
         raise ValueError(f"tau0 must be > 0, got {tau0!r}")
@@ -84,5 +87,9 @@ def robbins_monro_array(count, tau0, kappa):
     broadcasting with count. Returns an array of count's broadcast shape, float dtype of the operands.
     No value checks (they cannot run on traced values): validate tau0, kappa once outside the jit
     with `check_robbins_monro`. Source: ``002`` sec. 2.4.
+
+    Raises nothing of its own (no value checks; see above); operands that do not broadcast make
+    jax raise TypeError
+    (numpy raises ValueError when all operands are numpy arrays).
     """
     return (tau0 + count) ** (-kappa)

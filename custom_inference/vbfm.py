@@ -202,7 +202,15 @@ def _hyper_arrays(hyper, G: int, K: int, dtype):
 
 
 def moments(state: VBFMState):
-    """Means and variances of q: (m0, s0) (), (m, s) (D,), (mu, sv) (D, K)."""
+    """Means and variances of q: (m0, s0) (), (m, s) (D,), (mu, sv) (D, K).
+
+    ``state``: VBFMState (natural parameters); outputs float, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.8-4.11 (the mean-field family; natural parameters:
+    module docstring).
+    """
     m0, s0 = normal_natural_to_moments(state.w0_prec, state.w0_h)
     m, s = normal_natural_to_moments(state.w_prec, state.w_h)
     mu, sv = normal_natural_to_moments(state.v_prec, state.v_h)
@@ -229,6 +237,13 @@ def compute_caches(state: VBFMState, rows, cols, x, y, n_rows: int):
 
     rows, cols : int (M,); x : float (M,) (0 for padding); y : (n_rows,). T_n = Var_q[yhat_n]
     (module docstring), so E[(y_n - yhat_n)^2] = R_n^2 + T_n (eqs. 4.13-4.15, corrected).
+
+    ``n_rows``: int N; returns `Caches` (R (N,), S1, S2, S3 (N, K)) and T (N,), dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.22-4.24 (caches); T derived in the module docstring
+    (corrects eqs. 4.13-4.15).
     """
     (m0, s0), (m, s), (mu, sv) = moments(state)
     xk = x[:, None]
@@ -265,7 +280,17 @@ def _blend(old, target, rho, mask=None):
 
 
 def update_w0(state, caches, row_w, scale, rho):
-    """Update q(w0) (Algorithm 3 lines 3-8 as natural parameters) and R. Returns (state, caches)."""
+    """Update q(w0) (Algorithm 3 lines 3-8 as natural parameters) and R. Returns (state, caches).
+
+    Shapes: ``state`` VBFMState; ``caches`` `Caches` (R (n,), S1, S2, S3 (n, K)) over the n rows in
+    use; ``row_w`` None (all rows) or float (n,) row weights (0 for padding); ``scale``, ``rho``
+    float scalars. Float outputs, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 lines 3-8 (Algorithm 4 with ``scale`` and
+    ``rho``).
+    """
     e_alpha, _ = _alpha_expectations(state)
     m_old = state.w0_h / state.w0_prec
     n_eff = caches.R.shape[0] if row_w is None else jnp.sum(row_w)
@@ -282,6 +307,15 @@ def update_w_block(state, caches, nz, in_block, group, scale, rho):
 
     nz : (rows, cols, x) of the block's nonzeros (x = 0 on entries outside the block);
     in_block : bool (D,). Returns (state, caches).
+
+    Shapes: ``nz`` rows, cols int (M_b,) and x float (M_b,); ``group`` int (D,); ``caches``
+    `Caches` (R (n,), S1, S2, S3 (n, K)); ``scale``, ``rho`` float scalars. Float outputs, dtype of
+    the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 lines 11-18 (Algorithm 4 with ``scale`` and
+    ``rho``).
     """
     rows, cols, x = nz
     D = state.w_prec.shape[0]
@@ -302,6 +336,15 @@ def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
 
     See the module docstring for the derivation (the covariance term is the correction).
     Updates R, S1[:, k], S2[:, k], S3[:, k]. Returns (state, caches).
+
+    Shapes: ``nz`` rows, cols int (M_b,) and x float (M_b,); ``in_block`` bool (D,); ``group`` int
+    (D,); ``k`` int in 0..K-1; ``caches`` `Caches` (R (n,), S1, S2, S3 (n, K)); ``scale``, ``rho``
+    float scalars. Float outputs, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.20-4.24 and Algorithm 3 line 26 (corrected: module
+    docstring).
     """
     rows, cols, x = nz
     D = state.v_prec.shape[0]
@@ -334,7 +377,16 @@ def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
 
 
 def update_alpha(state, R, T, row_w, scale, rho):
-    """q(alpha) (Gamma mode) or the point alpha (Algorithm 3 line 33): shape a0 + N/2, rate b0 + sum(R^2+T)/2."""
+    """q(alpha) (Gamma mode) or the point alpha (Algorithm 3 line 33): shape a0 + N/2, rate b0 + sum(R^2+T)/2.
+
+    Shapes: ``R``, ``T`` float (n,); ``row_w`` None or float (n,); ``scale``, ``rho`` float scalars.
+    Returns the VBFMState with new alpha_shape, alpha_rate (float scalars).
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 line 33 (point alpha); the Gamma q(alpha) is
+    a project addition.
+    """
     sq = R**2 + T
     n_eff = R.shape[0] if row_w is None else jnp.sum(row_w)
     sq = jnp.sum(sq if row_w is None else row_w * sq)
@@ -344,7 +396,14 @@ def update_alpha(state, R, T, row_w, scale, rho):
 
 
 def update_hyper(state, group, n_groups: int):
-    """Point updates maximizing the ELBO (Algorithm 3 lines 34-42): sigma_0, sigma_w (G,), sigma_v (G, K)."""
+    """Point updates maximizing the ELBO (Algorithm 3 lines 34-42): sigma_0, sigma_w (G,), sigma_v (G, K).
+
+    ``group``: int (D,) in 0..G-1; ``n_groups``: int G. Float outputs, dtype of the state.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 lines 34-42.
+    """
     (m0, s0), (m, s), (mu, sv) = moments(state)
     counts = _segsum(jnp.ones_like(m), group, n_groups)
     sigma_w = counts / _segsum(m**2 + s, group, n_groups)
@@ -400,6 +459,12 @@ def sweep_with_caches(state: VBFMState, design: FMDesign, *, update_hyper: bool 
     """One CAVI sweep, also returning the incrementally maintained caches (for the dense-twin check).
 
     The caches are those right after the last v block (before alpha and the hyperparameters).
+
+    Returns (VBFMState, `Caches` with R (N,), S1, S2, S3 (N, K)), dtype of the state.
+
+    Raises nothing of its own (no value checks).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 (corrected, module docstring).
     """
     nz_blocks, masks = _design_blocks(design)
     return _sweep(state, design.y, None, (design.rows, design.cols, design.values), nz_blocks, masks,
@@ -426,6 +491,11 @@ def elbo(params: VBFMState, design: FMDesign, hyper=None) -> jax.Array:
     Returns
     -------
     scalar. Work O(M K).
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.12-4.18, with the exact expected squared error
+    (module docstring).
     """
     del hyper
     caches, T = compute_caches(params, design.rows, design.cols, design.values, design.y, design.n_rows)
@@ -536,6 +606,12 @@ def step(key, state: VBFMState, design: FMDesign, hyper=None, *, update_hyper: b
     ``update_hyper=False`` keeps sigma_0, sigma_w, sigma_v and a point alpha fixed (a Gamma
     q(alpha) is still updated). ``key`` and ``hyper`` are unused (CAVI is deterministic and the
     hyperparameters live in the state). Returns (state, VBFMInfo(elbo of the new state, rel_change)).
+
+    ``design``: FMDesign of N instances and D features; the ELBO is a scalar of the state's dtype.
+
+    Raises nothing of its own (jitted; no value checks).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 (corrected, module docstring).
     """
     del key, hyper
     return (_step_all if update_hyper else _step_fixed)(state, design)
@@ -550,6 +626,8 @@ def minibatch(design: FMDesign, row_ids, *, n_pad: int | None = None, nz_pad: in
 
     ``n_pad`` / ``nz_pad`` pad rows / nonzeros to fixed sizes so that batches share one compiled
     program. Raises ValueError for an empty batch, out-of-range rows or pads that are too small.
+
+    Source: project addition (the minibatches of ``004_90693a0965f06816.txt`` Algorithm 4).
     """
     row_ids = np.asarray(row_ids, dtype=np.int64)
     N = design.n_rows
@@ -590,6 +668,14 @@ def make_batches(seed_or_rng, design: FMDesign, n_batches: int) -> list[Minibatc
     """Partition the rows at random into ``n_batches`` batches of (almost) equal size (Algorithm 4).
 
     Pads rows to ceil(N / B) and nonzeros to the largest batch rounded up to a multiple of 256.
+
+    ``seed_or_rng``: int seed or numpy Generator; ``n_batches``: int B. Returns B `Minibatch`
+    (padded arrays as in `minibatch`).
+
+    Raises ValueError when ``n_batches`` is not an integer in 1..N.
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 4 (random partition of the rows into batches);
+    padding: project addition.
     """
     if int(n_batches) != n_batches or n_batches < 1 or n_batches > design.n_rows:
         raise ValueError(f"n_batches must be an integer in 1..{design.n_rows}, got {n_batches!r}")
@@ -640,6 +726,9 @@ def svi_step(key, state: VBFMState, design: FMDesign, hyper=None, batch=None, t=
     Returns (new state, `OVBFMInfo` (rho, scale)); the ELBO is not computed: it needs a pass over
     all data (see `fit_svi`, which records it per epoch).
     Raises ValueError for t < 0 or lam < 0 (`robbins_monro`) and for a bad batch (`minibatch`).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.25-4.33 and Algorithm 4 (as stochastic VI, module
+    docstring).
     """
     del hyper
     if batch is None:
@@ -671,6 +760,10 @@ def predict(state: VBFMState, design_new: FMDesign, *, noise: bool = True):
     mean_n = E_q[yhat_n] (eq. 4.22); sd_n = sqrt(Var_q[yhat_n] + E_q[1/alpha]) with ``noise``
     (E[1/alpha] = rate / (shape - 1) for a Gamma q, 1/alpha for a point alpha), else sqrt(Var_q[yhat_n]).
     ``design_new`` must have the fitted number of features D. Returns two numpy arrays (N_new,).
+
+    Raises ValueError when ``design_new`` does not have the fitted number of features D.
+
+    Source: ``004_90693a0965f06816.txt`` eq. 4.22 (the mean); the sd is a project addition.
     """
     D = state.w_prec.shape[0]
     if design_new.n_features != D:
@@ -686,7 +779,14 @@ def predict(state: VBFMState, design_new: FMDesign, *, noise: bool = True):
 
 def draws_from_q(seed: int, state: VBFMState, n_draws: int) -> dict[str, np.ndarray]:
     """Independent draws from q, each (1, n_draws, ...): w0 (), w (D,), V (D, K), alpha ()
-    (a point alpha is repeated). Names match the NumPyro sites of `ppl_models.fm`."""
+    (a point alpha is repeated). Names match the NumPyro sites of `ppl_models.fm`.
+
+    ``seed``: int; ``n_draws``: int; arrays of the state's float dtype.
+
+    Raises nothing of its own; a negative ``n_draws`` makes numpy raise ValueError.
+
+    Source: project addition (draws from q of ``004_90693a0965f06816.txt`` eqs. 4.8-4.11).
+    """
     rng = np.random.default_rng(seed)
     (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in pair) for pair in moments(state))
     out = {

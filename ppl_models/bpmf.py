@@ -59,6 +59,11 @@ def resolve_hyper(hyper: BPMFHyper, n_components: int, dtype=jnp.float64) -> BPM
     ValueError
         alpha or beta0 not positive; nu0 <= K - 1; W0 a non-positive scalar, of the wrong
         shape or not symmetric positive definite; mu0 of the wrong shape.
+
+    Returns BPMFHyper with alpha, beta0, nu0 floats, mu0 (K,) and W0 (K, K) arrays of ``dtype``.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the Gaussian-Wishart hyperprior);
+    defaults and checks: project addition.
     """
     k = int(n_components)
     if not float(hyper.alpha) > 0:
@@ -106,6 +111,8 @@ def model(rows, cols, values, n_rows: int, n_cols: int, n_components: int, hyper
 
     Sites: ``Lambda_U`` (K, K), ``mu_U`` (K,), ``U`` (I, K), ``Lambda_V``, ``mu_V``, ``V`` (J, K),
     ``r`` (N,). Source: seed 004 eqs. (2.9), (2.12)-(2.15).
+
+    Raises ValueError (from `resolve_hyper`) for bad hyperparameters.
     """
     h = resolve_hyper(hyper, n_components)
     U = _factor_prior("U", n_rows, n_components, h)
@@ -137,6 +144,8 @@ def simulate(key, n_rows: int, n_cols: int, n_components: int, hyper: BPMFHyper 
     ------
     ValueError
         A size < 1 or n_obs outside [1, I J]; bad hyperparameters (`resolve_hyper`).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.15) (prior predictive of `model`).
     """
     for name, value in (("n_rows", n_rows), ("n_cols", n_cols), ("n_components", n_components)):
         if int(value) != value or value < 1:
@@ -155,5 +164,13 @@ def simulate(key, n_rows: int, n_cols: int, n_components: int, hyper: BPMFHyper 
 
 
 def predicted_means(U, V, rows, cols):
-    """u_i . v_j at the given cells: U (..., I, K), V (..., J, K) -> (..., len(rows))."""
+    """u_i . v_j at the given cells: U (..., I, K), V (..., J, K) -> (..., len(rows)).
+
+    Shapes: ``rows``, ``cols`` int (N,); ``U``, ``V`` float; output float of their dtype.
+
+    Raises nothing of its own (no index checks).
+
+    Source: ``004_90693a0965f06816.txt`` eq. (2.9) (the mean of a rating; averaged over draws it is
+    eq. (2.16)).
+    """
     return jnp.sum(U[..., rows, :] * V[..., cols, :], axis=-1)

@@ -97,7 +97,15 @@ class FMFlatHyper(NamedTuple):
 
 
 def n_groups_of(group) -> int:
-    """G = max(group) + 1 for a concrete int array ``group`` (D,)."""
+    """G = max(group) + 1 for a concrete int array ``group`` (D,).
+
+    Returns a Python int (0 for an empty ``group``).
+
+    Raises nothing of its own; a traced ``group`` makes jax raise TracerArrayConversionError (a
+    TypeError; pass ``n_groups`` to the programs then).
+
+    Source: project addition.
+    """
     g = np.asarray(group)
     return int(g.max()) + 1 if g.size else 0
 
@@ -124,6 +132,11 @@ def predict_mean(params, rows, cols, values, n_rows: int):
     Returns
     -------
     float array (N,). Pure jnp: jit- and vmap-able (vmap over stacked draws).
+
+    Raises nothing of its own (no index checks); ``params`` without ``w0``, ``w`` or ``V`` raises
+    KeyError.
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17, computed as eq. 4.22.
     """
     w0, w, V = params["w0"], params["w"], params["V"]
     values = jnp.asarray(values, dtype=jnp.result_type(w))
@@ -139,6 +152,15 @@ def model_hier(rows, cols, values, n_rows: int, n_features: int, group, K: int,
     """MCMC-FM generative program (eqs. 2.22-2.30, grouped hyperparameters; module docstring).
 
     Parameters as in `model`. ``n_groups`` (G) must be given when ``group`` is traced.
+
+    Sites and shapes: see the module docstring (``alpha`` (), ``w0`` (), ``mu_w``, ``sigma_w`` (G,),
+    ``w`` (D,), ``mu_v``, ``sigma_v`` (G, K), ``V`` (D, K), ``y`` (N,)); float.
+
+    Raises nothing of its own (no checks; `simulate` validates its inputs); a traced ``group``
+    without ``n_groups`` raises TracerArrayConversionError (a TypeError).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (grouped as in Freudenthaler et al.
+    2011).
     """
     G = n_groups if n_groups is not None else n_groups_of(group)
     group = jnp.asarray(group)
@@ -161,7 +183,16 @@ def model_hier(rows, cols, values, n_rows: int, n_features: int, group, K: int,
 
 def model_flat(rows, cols, values, n_rows: int, n_features: int, group, K: int,
                hyper: FMFlatHyper = FMFlatHyper(), y=None, *, n_groups: int | None = None):
-    """VBFM generative program (eqs. 4.1-4.4; fixed precisions, module docstring)."""
+    """VBFM generative program (eqs. 4.1-4.4; fixed precisions, module docstring).
+
+    Parameters as in `model`; sites ``w0`` (), ``w`` (D,), ``V`` (D, K), ``y`` (N,), float.
+
+    Raises nothing of its own; ``hyper.sigma_w`` / ``sigma_v`` that do not broadcast to (G,) /
+    (G, K) make jax raise ValueError; a traced ``group`` without ``n_groups`` raises
+    TracerArrayConversionError (a TypeError).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.1-4.4.
+    """
     G = n_groups if n_groups is not None else n_groups_of(group)
     group = jnp.asarray(group)
     sw, sv = _flat_precisions(hyper, G, K)
@@ -209,6 +240,9 @@ def model(rows, cols, values, n_rows: int, n_features: int, group, K: int, hyper
     Raises
     ------
     ValueError if ``hyper`` is neither type.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (`model_hier`) and 4.1-4.4
+    (`model_flat`).
     """
     if isinstance(hyper, FMHierHyper):
         return model_hier(rows, cols, values, n_rows, n_features, group, K, hyper, y, n_groups=n_groups)
@@ -237,6 +271,9 @@ def simulate(key, rows, cols, values, n_rows: int, group, K: int, hyper):
     Raises
     ------
     ValueError for malformed indices, shapes or K, or a ``hyper`` of neither type.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 / 4.1-4.4 (prior predictive of
+    `model`).
     """
     if not isinstance(hyper, (FMHierHyper, FMFlatHyper)):
         raise ValueError(f"hyper: expected FMHierHyper or FMFlatHyper, got {type(hyper).__name__}")

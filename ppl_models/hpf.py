@@ -70,6 +70,12 @@ def model(y, n_components: int, hyper: HPFHyper = HPFHyper()):
 
     Sites: ``xi`` (I,), ``theta`` (I, K), ``eta`` (J,), ``beta`` (J, K), ``y`` (I, J).
     Intended for NUTS on small matrices: it builds the dense I x J rate matrix.
+
+    Raises nothing of its own; ``y=None`` raises AttributeError (its shape is read: draw from the
+    prior predictive with `simulate`).
+
+    Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational Inference" (the generative process
+    whose complete conditionals it lists), with the prior rates a'/b', c'/d' (module docstring).
     """
     n_users, n_items = y.shape
     _hpf_body(n_users, n_items, n_components, hyper, y)
@@ -110,6 +116,8 @@ def simulate(key, n_users: int, n_items: int, n_components: int, hyper: HPFHyper
     ------
     ValueError
         If a size is smaller than 1.
+
+    Source: ``001_30a2018ec18c20b9.txt`` (prior predictive of `model`; module docstring).
     """
     for name, value in (("n_users", n_users), ("n_items", n_items), ("n_components", n_components)):
         if int(value) != value or value < 1:
@@ -122,5 +130,12 @@ def simulate(key, n_users: int, n_items: int, n_components: int, hyper: HPFHyper
 
 
 def expected_rates(theta, beta):
-    """theta @ beta.T, shape (I, J) (or (..., I, J) for stacked draws): the Poisson rates."""
+    """theta @ beta.T, shape (I, J) (or (..., I, J) for stacked draws): the Poisson rates.
+
+    Shapes: ``theta`` float (..., I, K), ``beta`` float (..., J, K); output float of their dtype.
+
+    Raises nothing of its own; factor matrices whose K differ make jax raise ValueError.
+
+    Source: ``001_30a2018ec18c20b9.txt`` (y_ui ~ Poisson(theta_u . beta_i); module docstring).
+    """
     return jnp.einsum("...uk,...ik->...ui", theta, beta)

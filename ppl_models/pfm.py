@@ -104,6 +104,14 @@ def rates(params, rows, cols, values, n_rows: int, variant: str = "npfm"):
 
     params : mapping with ``w0`` (), ``w`` (D,), ``V`` (D, K) and, for NPFM, ``r`` (K,).
     rows, cols : int (M,) sorted by row; values : float (M,) >= 0. Pure jnp.
+
+    ``n_rows``: int N; ``variant``: "npfm" or "ppfm" (anything else is treated as "ppfm"). Returns
+    float (N,) of the parameters' dtype.
+
+    Raises nothing of its own (no index checks); NPFM ``params`` without ``r`` (or any without
+    ``w0``, ``w``, ``V``) raise KeyError.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20.
     """
     w0, w, V = params["w0"], params["w"], params["V"]
     r = params["r"] if variant == "npfm" else jnp.ones(V.shape[-1], V.dtype)
@@ -129,6 +137,13 @@ def model(rows, cols, values, n_rows: int, n_features: int, K: int, hyper: PFMHy
     hyper : PFMHyper. y : counts (N,) or None (prior predictive).
     variant : "npfm" or "ppfm". likelihood : False drops the y site (the prior alone, used by
         the validation's augmented-likelihood checks).
+
+    Sites and shapes: see the module docstring; float.
+
+    Raises ValueError for an unknown ``variant``.
+
+    Source: ``004_90693a0965f06816.txt`` eq. 5.6, sec. 5.3.1-5.3.2 (NPFM), eq. 5.20 (PPFM); Gammas
+    as shape/rate.
     """
     h = hyper
     alpha0 = numpyro.sample("alpha0", dist.Gamma(h.a_0, h.b_0))
@@ -167,6 +182,9 @@ def cells_design(n_users: int, n_items: int, *, user_features=None, item_feature
 
     Returns (rows, cols, values, n_rows, n_features, cell_users, cell_items): int32/float64
     numpy arrays, rows sorted. Raises ValueError on sizes < 1 or negative features.
+
+    Source: project addition (the design of ``004_90693a0965f06816.txt`` ch. 2, eq. 2.17 / fig. 2.1,
+    for a user-item matrix).
     """
     if int(n_users) < 1 or int(n_items) < 1:
         raise ValueError(f"n_users and n_items must be >= 1, got {n_users}, {n_items}")
@@ -207,6 +225,8 @@ def simulate(key, sizes: PFMSizes, hyper: PFMHyper = PFMHyper()):
     Raises
     ------
     ValueError for sizes < 1, an unknown variant or a bad hyper.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20 (prior predictive of `model`).
     """
     _check_hyper(hyper)
     I, J, K, variant = int(sizes.n_users), int(sizes.n_items), int(sizes.K), sizes.variant

@@ -72,7 +72,13 @@ class PSMSizes(NamedTuple):
 
 
 def check_hyper(hyper) -> None:
-    """Raise ValueError naming the field unless every field of `PSMHyper` is a positive finite number."""
+    """Raise ValueError naming the field unless every field of `PSMHyper` is a positive finite number.
+
+    Traced fields are skipped; a non-numeric field raises TypeError or ValueError (from ``float``).
+
+    Source: project addition (the hyperparameters of ``000_619a0297b9d686b2.txt`` sec. 2 and
+    Algorithm 1).
+    """
     for name in PSMHyper._fields:
         if not hasattr(hyper, name):
             raise ValueError(f"hyper has no field {name!r} (use ppl_models.psm.PSMHyper)")
@@ -86,7 +92,15 @@ def check_hyper(hyper) -> None:
 
 def log_censoring_probability(log_pi, log_psi, a):
     """log p(o = F | theta) = log sum_ij pi_i psi_j sigma(-a_ij), the censored event with its
-    identity summed out (sec. 2). log_pi (I,), log_psi (J,), a (I, J) logits. Returns a scalar."""
+    identity summed out (sec. 2). log_pi (I,), log_psi (J,), a (I, J) logits. Returns a scalar.
+
+    Float inputs; the scalar has their dtype.
+
+    Raises nothing of its own (no checks: traced code); shapes that do not broadcast make jax raise
+    TypeError.
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 2 (the mixture of I J components of a censored event).
+    """
     terms = log_pi[:, None] + log_psi[None, :] + jax.nn.log_sigmoid(-a)
     return jax.scipy.special.logsumexp(terms)
 
@@ -106,6 +120,11 @@ def model(rows, cols, counts, n_users: int, n_items: int, K: int, d_prime, hyper
     ``b_item`` (J,); observed ``y``, ``z`` (selection of each observed pair, scaled by c_ij),
     ``o`` (its acceptance, scaled by c_ij); factor ``censored`` = D' log p(o = F | theta).
     Work O(I J K) for the censored term (small problems only).
+
+    Raises nothing of its own (no checks; `simulate` validates its inputs).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 2, eq. (2) (censored identities summed out, module
+    docstring).
     """
     pi = numpyro.sample("pi", dist.Dirichlet(jnp.full(n_users, hyper.alpha0)))
     psi = numpyro.sample("psi", dist.Dirichlet(jnp.full(n_items, hyper.beta0)))
@@ -151,6 +170,8 @@ def simulate(key, sizes, hyper: PSMHyper = PSMHyper(), *, max_draws: int | None 
         (int, D'); ``n_draws`` (int, D + D').
 
     Raises ValueError for bad sizes or hyperparameters (before any computation).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 2, fig. 1 (the selection-then-censoring story).
     """
     check_hyper(hyper)
     sizes = PSMSizes(*sizes)
@@ -208,7 +229,14 @@ def _prior(I, J, K, hyper):
 
 def aggregate(rows, cols, n_users: int, n_items: int):
     """Group an event stream into distinct pairs with counts: (rows (G,), cols (G,), counts (G,) float64),
-    sorted row-major. numpy in, numpy out."""
+    sorted row-major. numpy in, numpy out.
+
+    ``rows``, ``cols``: int arrays (D,) of events; ``n_users`` and ``n_items`` ints I, J.
+
+    Raises nothing of its own (no checks).
+
+    Source: project addition (the counts c_ij of ``000_619a0297b9d686b2.txt`` sec. 2).
+    """
     rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
     keys, counts = np.unique(rows * n_items + cols, return_counts=True)
     return (keys // n_items).astype(np.int32), (keys % n_items).astype(np.int32), counts.astype(np.float64)

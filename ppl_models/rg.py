@@ -53,7 +53,14 @@ class RGHyper(NamedTuple):
 
 
 def check_hyper(hyper) -> None:
-    """Raise ValueError naming the field if ``hyper`` is not a valid `RGHyper`."""
+    """Raise ValueError naming the field if ``hyper`` is not a valid `RGHyper`.
+
+    Traced ``alpha``, ``beta``, ``r`` are skipped; a non-numeric field raises TypeError or
+    ValueError (from ``float``).
+
+    Source: project addition (the hyperparameters of ``003_203f63200c0d7157.txt`` sec. 3.2, eq. 5,
+    and sec. 6.1).
+    """
     for name in RGHyper._fields:
         if not hasattr(hyper, name):
             raise ValueError(f"hyper has no field {name!r} (use ppl_models.rg.RGHyper)")
@@ -73,6 +80,10 @@ def check_edges(users, items, n_users: int, n_items: int, K: int, g=None):
 
     Raises ValueError naming the field: sizes not positive integers, edge arrays not 1-D or of
     different lengths, indices out of range, duplicate edges, g not 0/1 or of the wrong length.
+
+    ``g``: optional 0/1 array (E,).
+
+    Source: project addition (the hidden graph H of ``003_203f63200c0d7157.txt`` sec. 3-4).
     """
     for name, value in (("n_users", n_users), ("n_items", n_items), ("K", K)):
         if isinstance(value, bool) or int(value) != value or value < 1:
@@ -116,6 +127,10 @@ def model(users, items, g, n_users: int, n_items: int, K: int, hyper: RGHyper = 
     Sites: ``tau_u``, ``tau_v``, ``tau_bv`` (), ``tau_bu`` () unless clamped; ``u`` (I, K),
     ``v`` (J, K), ``b_item`` (J,), ``b_user`` (I,) unless clamped; ``g`` (E,) observed.
     Work O(E K): no I x J array.
+
+    Raises nothing of its own (no checks; `simulate` validates its inputs with `check_edges`).
+
+    Source: ``003_203f63200c0d7157.txt`` eqs. (2)-(5), sec. 3.2.
     """
     a0, b0 = hyper.alpha, hyper.beta
     # hyperpriors (sec. 3.2, last lines of eq. 5)
@@ -160,6 +175,8 @@ def simulate(key, users, items, n_users: int, n_items: int, K: int, hyper: RGHyp
     Raises
     ------
     ValueError: bad sizes, edges or hyperparameters (before any computation).
+
+    Source: ``003_203f63200c0d7157.txt`` eqs. (2)-(5) (prior predictive of `model`).
     """
     check_hyper(hyper)
     users, items = check_edges(users, items, n_users, n_items, K)

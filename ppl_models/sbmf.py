@@ -103,6 +103,8 @@ def model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper
     Raises
     ------
     ValueError: K < 1, bad hyperparameters, indices out of range, non-finite values.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12).
     """
     import pymc as pm
 
@@ -172,6 +174,9 @@ def simulate(seed_or_key, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper = S
     Raises
     ------
     ValueError: sizes < 1, n_obs > I J, bad hyperparameters.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12) (prior predictive of `model`); the
+    choice of cells is a project addition.
     """
     for name, v in (("n_rows", n_rows), ("n_cols", n_cols), ("K", K)):
         if int(v) != v or v < 1:
@@ -221,6 +226,12 @@ def predicted_mean(params, rows, cols) -> np.ndarray:
     """mu + alpha_i + beta_j + u_i . v_j at the cells (rows, cols); numpy, shape (N,).
 
     ``params`` may carry leading sample axes: ``mu`` (...), ``alpha`` (..., I), ``U`` (..., I, K).
+
+    ``rows``, ``cols``: int (N,); float64 or the parameters' dtype.
+
+    Raises nothing of its own; a missing name raises KeyError, an index out of range IndexError.
+
+    Source: ``004_90693a0965f06816.txt`` eq. (3.2) (the mean of a rating).
     """
     mu = np.asarray(params["mu"])
     alpha, beta = np.asarray(params["alpha"]), np.asarray(params["beta"])
@@ -244,6 +255,12 @@ def log_joint(params, rows, cols, values, hyper: SBMFHyper = SBMFHyper()) -> flo
 
     ``params``: dict with the names of `simulate`'s truth (no sample axes). Brute-force
     reference for the conditional checks; O(N K + (I + J) K).
+
+    ``rows``, ``cols`` int (N,); ``values`` float (N,). Returns a Python float.
+
+    Raises nothing of its own; a missing name raises KeyError, an index out of range IndexError.
+
+    Source: ``004_90693a0965f06816.txt`` eq. (3.13).
     """
     p = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
     h = hyper

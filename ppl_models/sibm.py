@@ -84,6 +84,12 @@ def augmented_factors(U, V, a=None, b=None):
     """``U_aug = [U, a, 1]`` (I, D + 2) and ``V_aug = [V, 1, b]`` (J, D + 2); without ``a, b``: ``(U, V)``.
 
     U (..., I, D), V (..., J, D), a (..., I), b (..., J): float. Leading batch axes (draws) allowed.
+
+    Outputs float, dtype of the inputs.
+
+    Raises nothing of its own; giving only one of ``a``, ``b`` makes jax raise TypeError.
+
+    Source: ``002_5408d341cb9fc544.txt``, text after eq. (1) (one column of U and V fixed to ones).
     """
     if a is None and b is None:
         return U, V
@@ -94,7 +100,14 @@ def augmented_factors(U, V, a=None, b=None):
 
 
 def logits(U, V, z, a=None, b=None):
-    """u_i . v_j + z for every cell: (..., I, J). Inputs as `augmented_factors`, z (...,)."""
+    """u_i . v_j + z for every cell: (..., I, J). Inputs as `augmented_factors`, z (...,).
+
+    Output float, dtype of the inputs.
+
+    Raises nothing of its own; giving only one of ``a``, ``b`` makes jax raise TypeError.
+
+    Source: ``002_5408d341cb9fc544.txt`` eq. (1).
+    """
     Ua, Va = augmented_factors(U, V, a, b)
     return jnp.einsum("...id,...jd->...ij", Ua, Va) + jnp.asarray(z)[..., None, None]
 
@@ -114,6 +127,8 @@ def model(X, hyper: SIBMHyper = SIBMHyper(), D: int = 2, *, shape: tuple[int, in
     Raises ValueError for D < 1, a missing shape, or X not 2-D (values are not checked here:
     the Bernoulli site validates when NumPyro's validation is enabled; `simulate` and the
     solvers check their inputs).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2, eqs. (1)-(2) and the text after (1).
     """
     _check_sizes(D=D)
     if X is None:
@@ -166,6 +181,9 @@ def simulate(key, I: int, J: int, D: int, hyper: SIBMHyper = SIBMHyper(), *, z: 
     Raises
     ------
     ValueError: a size that is not a positive integer, a hyper field missing or invalid, z not finite.
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2 (prior predictive of `model`) and sec. 4 (synthetic
+    setting).
     """
     _check_sizes(I=I, J=J, D=D)
     _check_hyper(hyper)

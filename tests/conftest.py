@@ -55,3 +55,13 @@ def _free_compiled_programs():
     """
     yield
     jax.clear_caches()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Distribution over the xdist workers (``--dist loadgroup`` in pyproject.toml): whole files
+    per worker, so that module-scoped fixtures (NUTS references, fits) are computed once, except
+    the notebooks, each of which is its own group, so that the slowest file is shared out."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        group = item.nodeid if path.endswith("test_notebooks.py") else path
+        item.add_marker(pytest.mark.xdist_group(name=group))

@@ -1,6 +1,6 @@
 r"""The BPMF Gibbs sampler against its NumPyro program: conditionals, draws, sums, NUTS, SBC.
 
-Levels (../shared/DESIGN.md, "Validation"):
+Levels (the project's validation levels 1-3):
 
 1. `conditional_checks`: for every block -- u_i, v_j, mu_U | Lambda_U, (mu_U, Lambda_U)
    jointly, and the same for V -- the log density of the conditional the sampler draws from
@@ -142,6 +142,8 @@ def conditional_checks(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int 
 
     Returns a DataFrame: block, max_abs_error, scale (max |l(x_p) - l(x_0)|), passed.
     Source: seed 004 eqs. (2.9), (2.12)-(2.15); conditionals in `custom_inference.bpmf`.
+    Raises nothing of its own (numpy's LinAlgError would come from a singular conditional
+    precision).
     """
     sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
     k = n_components
@@ -220,6 +222,9 @@ def gauge_check(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int = 0, n_
     a different value is a wrong move, which must fail the target row (negative control).
 
     Returns a DataFrame: block, max_abs_error, scale, passed.
+    Raises nothing of its own.
+    Source: project addition (the gauge move of `custom_inference.gauge` on the model of
+    004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15)).
     """
     sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
     k = n_components
@@ -303,6 +308,9 @@ def moment_checks(*, seed: int = 0, n_draws: int = 4000, false_alarm: float = 1e
     ``hyper`` must have scalar mu0 and W0 (the numpy twin assumes mu0 1 and W0 I).
 
     Returns a DataFrame: quantity, Q, max_abs_z, threshold, passed.
+    Raises TypeError (from ``float``) when ``hyper.mu0`` or ``hyper.W0`` is not a scalar.
+    Source: 004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15) (the conditionals whose draws
+    are tested); the z-tests are a project addition.
     """
     k = n_components
     truth, data = _simulated(seed, n_rows, n_cols, k, n_obs, hyper)
@@ -361,7 +369,11 @@ def stats_check(*, seed: int = 0, n_rows: int = 9, n_cols: int = 7, n_components
     """The chunked sums of `custom_inference.bpmf.entry_stats` equal the dense brute force
     sum_j M_ij v_j v_j^T and sum_j M_ij r_ij v_j (M the I x J observation mask), for both
     sides, with chunk sizes that do and do not divide N. Returns chunk_size, side,
-    max_rel_diff, passed (<= 1e-12)."""
+    max_rel_diff, passed (<= 1e-12). The sums are float64: (I, K, K) and (I, K) for U,
+    (J, K, K) and (J, K) for V. Raises nothing of its own.
+    Source: project addition (the sufficient statistics of the u_i and v_j conditionals of
+    004_90693a0965f06816.txt, eqs. (2.9), (2.12)).
+    """
     truth, data = _simulated(seed, n_rows, n_cols, n_components, n_obs, CROSSCHECK_HYPER)
     dense = data.to_dense()
     mask = np.zeros((n_rows, n_cols))
@@ -394,7 +406,15 @@ def identifiable_quantities(idata, cells_observed, cells_unobserved) -> dict[str
     ``pred_unobserved`` (u_i . v_j at the given (rows, cols) cell pairs) and ``logdet_Lambda``
     (log det Lambda_U, log det Lambda_V). The posterior is invariant under U -> U R,
     V -> V R, mu -> R^T mu, Lambda -> R^T Lambda R for orthogonal R (mu0 = 0, W0 = s I), so raw
-    coordinates are not identified; these quantities are."""
+    coordinates are not identified; these quantities are.
+
+    ``idata``: posterior with ``U`` (chain, draw, I, K), ``V`` (chain, draw, J, K), ``Lambda_U``
+    and ``Lambda_V`` (chain, draw, K, K); ``cells_observed`` / ``cells_unobserved``: (rows,
+    cols) integer arrays, each (Q,). Returns arrays of the draws' float dtype: the predictions (chain, draw, Q),
+    ``logdet_Lambda`` (chain, draw, 2). Raises ValueError when ``idata`` has no posterior
+    group, KeyError when one of the four variables is missing.
+    Source: project addition (validation level 2).
+    """
     post = arviz_io.group_arrays(idata)
     U, V = post["U"], post["V"]
     out = {}
@@ -432,7 +452,13 @@ class CrosscheckConfig:
 def crosscheck_problem(config: CrosscheckConfig = CrosscheckConfig()):
     """(truth, data, observed, unobserved) of the cross-check: data simulated from the prior (seed
     ``config.seed``), the observed (rows, cols) and ``n_unobserved_shown`` unobserved cells.
-    Source: project addition."""
+
+    ``truth``: dict of float64 arrays ``U`` (I, K), ``V`` (J, K), ``mu_U``, ``mu_V`` (K,),
+    ``Lambda_U``, ``Lambda_V`` (K, K); ``data``: `custom_inference.data.Observations` of N =
+    ``n_obs`` float64 ratings; observed: (rows, cols) int32 arrays (N,); unobserved: (rows,
+    cols) int64 arrays (``n_unobserved_shown``,) or fewer when fewer cells are free.
+    Raises nothing of its own. Source: project addition.
+    """
     c = config
     truth, data = _simulated(c.seed, c.n_rows, c.n_cols, c.n_components, c.n_obs, c.hyper)
     observed = (np.asarray(data.rows), np.asarray(data.cols))
@@ -445,7 +471,10 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
                    progress: bool = False):
     """The NUTS reference "bpmf" of the cross-check problem (`validation.references.Reference`):
     stored when one matches the data and settings, else a fresh NumPyro NUTS run on
-    `ppl_models.bpmf.model`. Source: project addition."""
+    `ppl_models.bpmf.model`. Its groups are those of `identifiable_quantities`.
+    Raises ValueError when ``reference`` is not None, "stored" or "rerun", or is "stored" and
+    no stored reference matches. Source: project addition.
+    """
     c = config
     _, data, observed, unobserved = crosscheck_problem(c)
     settings = xc.NutsSettings.of(c)
@@ -468,7 +497,8 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     false alarm 1% per group); NUTS is the stored reference when it matches (``reference``,
     `nuts_reference`). Returns a `validation.crosscheck.CrosscheckResult` (method "exact"); its
     ``extra`` holds the level-1 ``update_table`` (`conditional_checks`), the simulated ``truth``
-    and ``data``. Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
+    and ``data``. Raises ValueError on a bad ``reference``.
+    Source: project addition (validation level 2).
     """
     c = config
     truth, data, observed, unobserved = crosscheck_problem(c)
@@ -518,7 +548,11 @@ _CELLS = ((0, 0), (1, 2), (2, 1), (3, 3))
 def bpmf_functionals() -> dict:
     """Rotation-invariant scalars ranked by SBC: u_i . v_j at four fixed cells (observed or not,
     by chance), log det Lambda_U and Lambda_V, trace of Lambda_U and Lambda_V, and the squared
-    Frobenius norms of U and V."""
+    Frobenius norms of U and V.
+    Returns a dict name -> function of one draw (dict with ``U`` (I, K), ``V`` (J, K),
+    ``Lambda_U``, ``Lambda_V`` (K, K)) giving a float64 array: ``pred`` (4,), the others (2,).
+    Raises nothing of its own (a draw without those keys raises KeyError when the functions run).
+    Source: project addition (SBC functionals of the model of 004_90693a0965f06816.txt, ch. 2)."""
 
     def pred(p):
         U, V = np.asarray(p["U"]), np.asarray(p["V"])
@@ -539,6 +573,10 @@ def sbc_adapters(config: SBCConfig = SBCConfig()):
     the program; ``fit(data, seed)`` runs `custom_inference.bpmf.sample` (given
     ``config.sampler_hyper`` if set: a deliberately wrong sampler for a negative control) and
     returns the draws of all chains flattened.
+    ``simulate`` returns (truth dict of float64 arrays, `custom_inference.data.Observations`);
+    ``fit`` returns a dict of float64 draws with the chains flattened, e.g. ``U`` (S, I, K).
+    Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
+    004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15).
     """
     c = config
 

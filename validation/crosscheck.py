@@ -25,7 +25,7 @@ The configs of the cross-checks share one vocabulary: sizes, ``seed``, NUTS ``nu
 ``n_vi_draws``.
 
 Raw factor coordinates are never compared: they are identified only up to
-rotation, scaling and permutation. Source: ../shared/DESIGN.md, level 2.
+rotation, scaling and permutation. Source: project addition (validation level 2).
 """
 
 from __future__ import annotations
@@ -89,6 +89,11 @@ def run_nuts(
     Chains run in parallel when JAX has enough host devices (the CLI sets
     ``--xla_force_host_platform_device_count``), otherwise vectorized in one program.
     The run is in float64 (``jax.enable_x64``).
+    ``args`` / ``kwargs``: the model's arguments (arrays as the model expects them, e.g. int32
+    (N,) indices and float64 (N,) values). Returns a `NutsRun`: ``idata`` (posterior draws
+    (chain, draw, ...)), ``divergences`` (int), ``bfmi`` (float64 (chain,)), ``seconds``.
+    Raises nothing of its own; errors of the model or of NumPyro propagate.
+    Source: project addition (validation level 2: the NUTS reference).
     """
     import time
 
@@ -165,7 +170,7 @@ def vi_gap(nuts, vi, name: str, names=None) -> pd.DataFrame:
     DataFrame, one row per scalar: quantity, nuts_mean, vi_mean, nuts_sd, vi_sd, std_error
     (|m_VI - m_NUTS| / sd_NUTS), sd_ratio (sd_VI / sd_NUTS), nuts_mean_in_vi90 (the NUTS mean
     inside the VI central 90% interval). Raises ValueError when draws are not 3-D.
-    Source: project addition (../shared/DESIGN.md level 2, "VI solvers report their gap").
+    Source: project addition (validation level 2: VI solvers report their gap).
     """
     s = summarize(nuts)
     v = np.asarray(vi, dtype=np.float64)
@@ -203,7 +208,7 @@ def compare_vi(
     median_rel_error, median_std_error, p90_std_error, median_sd_ratio,
     coverage90 (fraction of NUTS means inside the VI central 90% interval), each a summary
     of the group's `vi_gap` table. Raises ValueError on draws that are not 3-D.
-    Source: ../shared/DESIGN.md, level 2.
+    Source: project addition (validation level 2).
     """
     rows = []
     reasons = []
@@ -252,7 +257,7 @@ def compare_exact(
     one user are strongly correlated, which rules out tests that assume independence).
     For Q = 300 and false_alarm = 0.01 the threshold is 3.9 MCSE. The number of z_q above
     3, and the median ratio of posterior sds, are reported. Raises ValueError on draws that
-    are not 3-D. Source: ../shared/DESIGN.md, level 2.
+    are not 3-D. Source: project addition (validation level 2).
     """
     rows = []
     reasons = []
@@ -283,7 +288,8 @@ def compare_exact(
 def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: str = "Gibbs") -> GateResult:
     """The gates of an exact-vs-exact cross-check: NUTS's and the solver's (R-hat/ESS on its draws:
     its MCSEs are meaningful only if it mixes); either failing makes `compare_exact` inconclusive.
-    Source: project addition."""
+    Source: project addition.
+    Raises nothing of its own."""
     return GateResult(
         passed=nuts_gate.passed and solver_gate.passed,
         failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"{solver_name} {f}" for f in solver_gate.failures],
@@ -298,7 +304,10 @@ def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: 
 def exact_gates(nuts_quantities, solver_quantities, *, divergences, bfmi, solver_name: str = "Gibbs") -> GateResult:
     """`combined_gates` of `gates.nuts_gates` on the NUTS draws or summaries (with NUTS's divergences
     and E-BFMI) and on the exact solver's draws (R-hat / ESS only), for `compare_exact`.
-    Source: project addition."""
+    Source: project addition.
+    ``nuts_quantities`` / ``solver_quantities``: dict group -> draws (chain, draw, Q) or
+    `validation.gates.QuantitySummary`; ``bfmi``: float64 (chain,).
+    Raises ValueError when draws are not (chain, draw, Q) or a dict is empty."""
     return combined_gates(nuts_gates(nuts_quantities, divergences=divergences, bfmi=bfmi),
                           nuts_gates(solver_quantities, divergences=0, bfmi=np.array([])), solver_name)
 
@@ -380,7 +389,8 @@ def exact_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantiti
     draws (chain, draw, Q)) is compared with the reference's summaries by `compare_exact`
     (Bonferroni, 1% false alarm per group). ``settings``: the model's lines (data, solver run); the
     NUTS line comes from the reference. Returns a `CrosscheckResult` (method "exact").
-    Raises KeyError when the reference lacks a compared group. Source: ../shared/DESIGN.md, level 2.
+    Raises KeyError when the reference lacks a compared group.
+    Source: project addition (validation level 2).
     """
     nq = _nuts_summaries(ref, solver_quantities)
     combined = exact_gates(nq, solver_quantities, divergences=ref.divergences, bfmi=ref.bfmi, solver_name=solver_name)
@@ -404,7 +414,7 @@ def vi_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities:
     ``extra["GROUP_table"]`` with its own NUTS gate in ``nuts_gates_passed`` (reported, not gated).
     ``plotted``: the groups the report plots on log axes (default ``verdict_groups``).
     Returns a `CrosscheckResult` (method "vi"). Raises KeyError when the reference lacks a group.
-    Source: ../shared/DESIGN.md, level 2.
+    Source: project addition (validation level 2).
     """
     verdict_groups = list(solver_quantities) if verdict_groups is None else list(verdict_groups)
     plotted = verdict_groups if plotted is None else list(plotted)

@@ -162,6 +162,10 @@ def fetch_movielens_100k(cache_dir: PathLike | None = None, *, force: bool = Fal
     ------
     RuntimeError
         Both sources failed; the message gives each error and the manual way.
+    OSError
+        ``cache_dir`` cannot be created or written.
+
+    Source: project addition (data access; the data set of the seeds' MovieLens experiments).
     """
     cache = Path(cache_dir).expanduser() if cache_dir is not None else user_cache_dir()
     target = cache / "ml-100k"

@@ -49,7 +49,8 @@ class Erratum:
 
 def all_errata() -> tuple[Erratum, ...]:
     """Every erratum of the project, model by model: `validation.registry.all_errata`.
-    Source: project addition."""
+    Source: project addition.
+    Raises nothing of its own (an error importing a model module propagates)."""
     from . import registry
 
     return registry.all_errata()

@@ -66,6 +66,17 @@ def evaluate_hpf(
     -------
     EvaluationResult with tables "P1" (rank_score, hit, ndcg) and "P3" (precision,
     recall, f_measure, ndcg), one row per method (HPF CAVI, popularity).
+    The fits' variational parameters have ``dtype``: user factors (I, K), item factors (J, K).
+
+    Raises
+    ------
+    ValueError
+        A bad ratings table (`validation.splits.index_ratings`); no rating >= 4 or no user with
+        two such ratings (P1); ratings that are not integer counts (P3).
+
+    Source: 001_30a2018ec18c20b9.txt, batch algorithm figure (HPF CAVI); protocols and metrics:
+    000_619a0297b9d686b2.txt, eq. 12 and 003_203f63200c0d7157.txt, eq. 20 (rank score),
+    004_90693a0965f06816.txt, ch. 5, eqs. 5.21-5.28 (P3).
     """
     p1 = datasets.split_leave_one_out(df, seed=seed)
     # P3 permutes the ratings in the order the file lists them: the protocol under which

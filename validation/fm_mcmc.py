@@ -64,7 +64,12 @@ _COND_TOL = 1e-6  # log-density differences agree to ~1e-10 in float64; a wrong 
 
 def small_design(n_users=30, n_items=20, n_multi=3, n_rows=200, seed=0, p_multi=0.4):
     """Random (user, item) one-hot | one-hot | multi-hot (``n_multi`` features, each on with
-    probability ``p_multi``) design. Returns (X coo (N, D), group (D,), users (N,), items (N,))."""
+    probability ``p_multi``) design. Returns (X coo (N, D), group (D,), users (N,), items (N,)).
+
+    N = ``n_rows``, D = ``n_users + n_items + n_multi``; X float64 (0/1 entries), group, users and
+    items int64. Raises nothing of its own (numpy raises ValueError for ``n_users`` or ``n_items``
+    < 1). Source: project addition (a small design of the FM of 004_90693a0965f06816.txt, eq. 2.17).
+    """
     rng = np.random.default_rng(seed)
     u = rng.integers(0, n_users, n_rows)
     i = rng.integers(0, n_items, n_rows)
@@ -145,6 +150,9 @@ def conditional_checks(hyper: ppl.FMHierHyper = ppl.FMHierHyper(mu_0=0.3, sigma_
     Returns a DataFrame with columns block, site, index, max_error (max over the grid of
     |(log p(theta_g) - log p(theta_0)) - (log q(theta_g) - log q(theta_0))|), expected ("exact" or
     "wrong") and passed (exact: error <= 1e-6; wrong: error > 1e-6). Runs in float64.
+    Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 2.17, 2.22-2.30 (the model
+    whose conditionals are checked; the thesis prints no conditionals); the check is a project
+    addition (validation level 1).
     """
     with jax.enable_x64(True):
         X, group, _, _ = small_design(8, 6, 3, 30, seed=seed)
@@ -209,7 +217,9 @@ def _dense_yhat(Xd, w0, w, V):
 
 def cache_check(*, seed: int = 0, K: int = 3, n_sweeps: int = 2) -> float:
     """Max abs difference between the caches (e, q) after ``n_sweeps`` sweeps (the last one
-    incremental) and y - yhat, X V recomputed from the dense X. float64."""
+    incremental) and y - yhat, X V recomputed from the dense X. float64. Returns a float.
+    Raises nothing of its own. Source: project addition (validation level 1; the caches of eq. 2.17
+    of 004_90693a0965f06816.txt)."""
     with jax.enable_x64(True):
         X, group, _, _ = small_design(8, 6, 3, 40, seed=seed)
         design, d, st = _random_state(seed + 2, X, group, K, ppl.FMHierHyper())
@@ -226,7 +236,9 @@ def cache_check(*, seed: int = 0, K: int = 3, n_sweeps: int = 2) -> float:
 def block_check(*, seed: int = 0, K: int = 2) -> pd.DataFrame:
     """Block-at-once vs one-feature-at-a-time (dense brute force, same normal numbers), per block.
 
-    Returns a DataFrame (block, n_features, max_abs_diff over w and V of the block)."""
+    Returns a DataFrame (block, n_features, max_abs_diff over w and V of the block).
+    Raises nothing of its own. Source: project addition (validation level 1: the block updates of
+    `custom_inference.fm_mcmc` on the model of 004_90693a0965f06816.txt, eqs. 2.22-2.30)."""
     hyper = ppl.FMHierHyper()
     out = []
     with jax.enable_x64(True):
@@ -311,7 +323,13 @@ def crosscheck_data(config: CrosscheckConfig = CrosscheckConfig()):
 
 def identifiable_quantities(idata, design: FMDesign, new) -> dict[str, np.ndarray]:
     """yhat on the training rows (chain, draw, N), on new rows (chain, draw, n_new), log alpha
-    (chain, draw, 1): invariant to the sign flips and permutations of the factors."""
+    (chain, draw, 1): invariant to the sign flips and permutations of the factors.
+
+    ``idata``: posterior with w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha
+    (chain, draw); ``new``: (rows int (M,), cols int (M,), values float (M,), n_new). Returns
+    float64 arrays. Raises ValueError when ``idata`` has no posterior group, KeyError when a
+    variable is missing. Source: project addition (validation level 2).
+    """
     p = arviz_io.group_arrays(idata)
     C, S = p["w0"].shape[:2]
     flat = lambda a: jnp.asarray(a.reshape((C * S,) + a.shape[2:]), jnp.float64)  # noqa: E731
@@ -332,7 +350,9 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
                    progress: bool = False):
     """The NUTS reference "mcmc-fm" of the cross-check problem (`validation.references.Reference`):
     stored when one matches the design and settings, else a fresh NumPyro NUTS run on
-    `ppl_models.fm.model_hier`. Source: project addition."""
+    `ppl_models.fm.model_hier`. Groups: those of `identifiable_quantities`. Raises ValueError when
+    ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
+    Source: project addition."""
     c = config
     design, new = crosscheck_data(c)
     settings = xc.NutsSettings.of(c)
@@ -351,7 +371,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     """MCMC-FM against NUTS on `ppl_models.fm.model_hier` (`validation.crosscheck.exact_crosscheck`:
     both runs gated, `compare_exact` verdict; NUTS stored when it matches, see `nuts_reference`).
     Returns a `validation.crosscheck.CrosscheckResult`, method "exact". Raises ValueError on a bad
-    ``reference``. Source: ../shared/DESIGN.md, level 2."""
+    ``reference``. Source: project addition (validation level 2)."""
     import time
 
     c = config
@@ -396,7 +416,13 @@ class SBCConfig:
 
 def fm_functionals(design: FMDesign) -> dict:
     """Scalar functionals for SBC: log alpha; yhat of the first 3 training rows; w0 plus the mean
-    of the w of every group (the level of the predictions); log sigma_w of group 0."""
+    of the w of every group (the level of the predictions); log sigma_w of group 0.
+
+    ``design``: `custom_inference.fm_design.FMDesign` whose first 3 rows are scored. Returns a dict
+    name -> function of one draw (w0 scalar, w (D,), V (D, K), alpha scalar, sigma_w (G,)) giving
+    float arrays: log_alpha (1,), yhat (3,), level (1,), log_sigma_w0 (1,). Raises nothing of its
+    own. Source: project addition (SBC functionals of the FM of 004_90693a0965f06816.txt, eq. 2.17).
+    """
     rows, cols, values, n = design.rows[:9], design.cols[:9], design.values[:9], design.n_rows
     keep = np.asarray(design.rows) < 3
     r, c, v = np.asarray(design.rows)[keep], np.asarray(design.cols)[keep], np.asarray(design.values)[keep]
@@ -419,7 +445,13 @@ def fm_functionals(design: FMDesign) -> dict:
 
 
 def sbc_adapters(config: SBCConfig = SBCConfig()):
-    """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc` with MCMC-FM."""
+    """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc` with MCMC-FM.
+
+    ``simulate(seed)`` returns (dict of float64 parameter arrays, y float64 (N,)); ``fit(y, seed)``
+    returns the posterior draws with the chains flattened, e.g. V (S, D, K). Raises nothing of its
+    own. Source: project addition (SBC, Talts et al. 2018) on the prior of
+    004_90693a0965f06816.txt, eqs. 2.22-2.30.
+    """
     c = config
     X, group, _, _ = small_design(c.n_users, c.n_items, c.n_multi, c.n_rows, seed=12345)
     template = FMDesign.from_scipy(X, np.zeros(X.shape[0]), group)

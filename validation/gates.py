@@ -3,7 +3,7 @@
 A NUTS reference counts only if, on the quantities that are compared, ArviZ
 reports rank-normalized split R-hat <= 1.01 with >= 4 chains, bulk and tail ESS
 >= 400, no divergent transitions and E-BFMI >= 0.3 in every chain (Vehtari et
-al. 2021; Betancourt 2016; ../shared/DESIGN.md "Validation", level 2). Otherwise
+al. 2021; Betancourt 2016; the project's validation level 2). Otherwise
 the verdict of any comparison against it is "inconclusive", never "pass".
 NumPyro's printed R-hat is the classic one; these gates use ArviZ's.
 """
@@ -22,7 +22,7 @@ __all__ = ["Thresholds", "GateResult", "QuantitySummary", "summarize", "nuts_gat
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The gate thresholds (defaults from the DESIGN, ArviZ and Stan practice)."""
+    """The gate thresholds (defaults from the project's validation level 2, ArviZ and Stan practice)."""
 
     max_r_hat: float = 1.01
     min_ess_bulk: float = 400.0
@@ -109,8 +109,8 @@ def nuts_gates(
     -------
     GateResult
 
-    Raises ValueError when draws are not (chain, draw, Q). Source: ../shared/DESIGN.md,
-    validation level 2 (Vehtari et al. 2021; Betancourt 2016).
+    Raises ValueError when draws are not (chain, draw, Q) or ``quantities`` is empty.
+    Source: project addition (validation level 2; Vehtari et al. 2021; Betancourt 2016).
     """
     rows = []
     failures = []

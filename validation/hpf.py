@@ -66,6 +66,12 @@ def dense_elbo(state, y: np.ndarray, hyper) -> float:
     Written with numpy/scipy only, cell by cell over all I x J entries (zeros
     included), sharing no code with `custom_inference.hpf.elbo`; the two must agree
     to rounding.
+
+    ``state``: `custom_inference.hpf.HPFState` (gamma_* (I, K), kappa_* (I,), lambda_* (J, K),
+    tau_* (J,)), taken as float64; ``y``: counts (I, J), taken as float64; ``hyper``:
+    `ppl_models.hpf.HPFHyper`. Returns a float. Raises nothing of its own.
+    Source: project addition (the ELBO of the model and mean-field family of
+    001_30a2018ec18c20b9.txt, complete conditionals section).
     """
     s = _np_state(state)
     y = np.asarray(y, dtype=np.float64)
@@ -103,6 +109,10 @@ def monte_carlo_elbo(state, y: np.ndarray, hyper, n_draws: int = 2000, seed: int
     because p(z | y, theta, beta) = Mult(y, pi). log p is `ppl_models.hpf.model`'s
     log density (NumPyro), log q uses scipy; so this ties the solver's ELBO to the
     generative program. Returns (estimate, standard error).
+
+    ``state``, ``y``, ``hyper`` as in `dense_elbo`; ``y`` is passed to the model as float64.
+    Raises nothing of its own. Source: project addition (ties the CAVI ELBO of
+    001_30a2018ec18c20b9.txt, batch algorithm figure, to `ppl_models.hpf.model`).
     """
     s = _np_state(state)
     rng = np.random.default_rng(seed)
@@ -163,6 +173,10 @@ def update_checks(
     is how the errata table runs the printed updates through the same check.
 
     Returns a DataFrame: block, grad_before, grad_after, passed.
+
+    ``data``: `custom_inference.data.Observations` of N counts (converted to float64).
+    Raises nothing of its own. Source: 001_30a2018ec18c20b9.txt, batch algorithm figure (the
+    updates checked); the check is a project addition (validation level 1).
     """
     blocks = cavi.BLOCKS if blocks is None else blocks
     with jax.enable_x64(True):
@@ -199,6 +213,10 @@ def dense_twin_checks(y: np.ndarray, hyper, n_components: int, *, seed: int = 0,
     new gamma/lambda shapes and rates vs the same quantities computed with dense
     (I, J, K) arrays of y * phi and the full E[theta] / E[beta] sums. Returns a
     DataFrame: quantity, max_rel_diff.
+
+    ``y``: counts (I, J), taken as float64. Raises ValueError (`Observations.from_dense`) when
+    ``y`` is not a 2-D non-negative integer matrix with a nonzero entry. Source: project addition
+    (validation level 1), on the updates of 001_30a2018ec18c20b9.txt, batch algorithm figure.
     """
     y = np.asarray(y, dtype=np.float64)
     data = Observations.from_dense(y)
@@ -273,6 +291,10 @@ def identifiable_quantities(idata) -> dict[str, np.ndarray]:
     ``rate``: every expected rate theta_u . beta_i (Q = I J, row-major); ``xi`` (Q = I);
     ``eta`` (Q = J). Raw theta and beta are not identified (permutation, scale) and are
     never compared. ``idata``: InferenceData with theta, beta, xi, eta in its posterior.
+
+    Shapes: ``rate`` (chain, draw, I J), ``xi`` (chain, draw, I), ``eta`` (chain, draw, J), in the
+    draws' float dtype. Raises ValueError when ``idata`` has no posterior group, KeyError when one
+    of the four variables is missing. Source: project addition (validation level 2).
     """
     post = arviz_io.group_arrays(idata)
     rates = np.einsum("cduk,cdik->cdui", post["theta"], post["beta"])
@@ -282,7 +304,8 @@ def identifiable_quantities(idata) -> dict[str, np.ndarray]:
 
 def simulated_data(config: CrosscheckConfig = CROSSCHECK_DEFAULT) -> np.ndarray:
     """The cross-check's count matrix (n_users, n_items) float64, simulated from the HPF prior
-    (`ppl_models.hpf.simulate`, key ``config.data_seed``, default ``config.seed``). Source: project addition."""
+    (`ppl_models.hpf.simulate`, key ``config.data_seed``, default ``config.seed``). Raises nothing
+    of its own. Source: project addition."""
     seed = config.seed if config.data_seed is None else config.data_seed
     with jax.enable_x64(True):
         _, y = ppl.simulate(jax.random.PRNGKey(seed), config.n_users, config.n_items, config.n_components,
@@ -295,7 +318,9 @@ def nuts_reference(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarr
     """The NUTS reference of an HPF cross-check (`validation.references.Reference` "hpf"): stored
     when one matches ``y`` (default `simulated_data`), the hyperparameters, K and the NUTS settings,
     else a fresh run of `run_nuts_reference`. ``reference``: see `validation.references.nuts_reference`.
-    Compared quantities: `identifiable_quantities`. Source: project addition."""
+    Compared quantities: `identifiable_quantities`. ``y``: counts (I, J), taken as float64.
+    Raises ValueError when ``reference`` is not None, "stored" or "rerun", or is "stored" and no
+    stored reference matches. Source: project addition."""
     y = simulated_data(config) if y is None else np.asarray(y, dtype=np.float64)
     settings = xc.NutsSettings.of(config)
     key = xc.problem_key((y,), (config.n_components, config.hyper), settings)
@@ -313,7 +338,8 @@ def run_crosscheck(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarr
     every cell, xi_u and eta_i. Verdict from `validation.crosscheck.vi_crosscheck`. Returns a
     `validation.crosscheck.CrosscheckResult` (method "vi"); its ``extra`` holds ``y``, the
     stationarity checks ``update_table``, ``dense_table`` and the kept run's ``elbo``.
-    Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
+    Raises ValueError on a bad ``reference``.
+    Source: project addition (validation level 2).
     """
     import time
 
@@ -348,7 +374,7 @@ def run_crosscheck(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarr
 
 def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig) -> dict[str, str]:
     """The data and hyperparameter lines of an HPF cross-check's ``settings`` (the NUTS line comes
-    from the reference). Source: project addition."""
+    from the reference). ``y``: counts (I, J). Raises nothing of its own. Source: project addition."""
     return {
         "data": f"matrix {y.shape[0]} x {y.shape[1]}, {int((y > 0).sum())} nonzeros, total count {int(y.sum())}; "
                 f"K = {config.n_components}",
@@ -357,7 +383,11 @@ def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig) -> dict[str, st
 
 
 def run_nuts_reference(y: np.ndarray, config: CrosscheckConfig, *, progress: bool = True) -> xc.NutsRun:
-    """The NUTS run of a cross-check (the program `ppl_models.hpf.model` on dense ``y``)."""
+    """The NUTS run of a cross-check (the program `ppl_models.hpf.model` on dense ``y``).
+
+    ``y``: counts (I, J) float64. Returns a `validation.crosscheck.NutsRun`. Raises nothing of its
+    own. Source: project addition (validation level 2).
+    """
     return xc.run_nuts(
         ppl.model, jnp.asarray(y), config.n_components, config.hyper,
         seed=config.seed, num_chains=config.num_chains, num_warmup=config.num_warmup,

@@ -70,6 +70,8 @@ def conditional_checks(hyper, *, sampler_hyper=None, seed: int = 0, n_users: int
     which this check must reject.
 
     Returns a DataFrame: site, index, tv_distance, passed (tv < 1e-4).
+    ``hyper``, ``sampler_hyper``: `ppl_models.hpf.HPFHyper`. Raises nothing of its own.
+    Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the conditionals checked).
     """
     k = 1
     sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
@@ -110,6 +112,8 @@ def allocation_check(*, seed: int = 0, n_draws: int = 20000) -> tuple[float, np.
 
     One entry with count y = 1 on a 1 x 1 matrix with K = 4, allocated ``n_draws`` times
     with independent keys. Returns (p-value, observed counts, expected counts).
+    The counts are float64 arrays (K,) = (4,). Raises nothing of its own.
+    Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the multinomial of z_ui).
     """
     theta = jnp.array([[0.2, 1.0, 3.0, 0.05]])
     beta = jnp.array([[1.5, 0.3, 0.5, 2.0]])
@@ -129,6 +133,11 @@ def numpyro_block(site: str, data: Observations, hyper):
     For ``theta`` and ``beta`` the block first draws the allocation z given the current
     theta and beta, then the site from its conditional given z: a data-augmentation step
     that leaves p(site | rest, y) invariant. ``xi`` and ``eta`` are drawn directly.
+    ``data``: `custom_inference.data.Observations` of N counts; the returned ``gibbs_fn`` gives
+    ``{site: array}`` of the site's shape (theta (I, K), xi (I,), beta (J, K), eta (J,)).
+    Raises ValueError when ``site`` is not theta, xi, beta or eta.
+    Source: 001_30a2018ec18c20b9.txt, "Complete conditionals"; the NumPyro block is a project
+    addition.
     """
     if site not in ("theta", "xi", "beta", "eta"):
         raise ValueError(f"site must be theta, xi, beta or eta, got {site!r}")
@@ -159,6 +168,10 @@ def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hype
     ``block_hyper`` (default ``hyper``) is the hyperparameter set the block's conditional
     uses; passing a different one simulates a wrongly derived conditional. Returns the
     InferenceData (float64).
+    ``y``: counts (I, J). Raises ValueError when ``site`` is not theta, xi, beta or eta, or
+    when ``y`` is not a 2-D finite non-negative integer matrix with a nonzero entry
+    (`Observations.from_dense`). Source: project addition (validation level 2: one Gibbs block
+    of 001_30a2018ec18c20b9.txt beside NUTS).
     """
     from numpyro.infer import MCMC, NUTS, CustomGibbs, Gibbs
 
@@ -197,7 +210,8 @@ def run_crosscheck(config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCross
     Returns a `validation.crosscheck.CrosscheckResult` (method "exact"; ``extra["update_table"]``:
     the conditionals against the program, ``extra["y"]``: the data). The verdict is
     `validation.crosscheck.exact_crosscheck`'s on the expected rates, xi and eta; both runs are
-    gated. Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
+    gated. ``y``: counts (I, J), taken as float64. Raises ValueError on a bad ``reference``.
+    Source: project addition (validation level 2).
     """
     import time
 
@@ -230,7 +244,7 @@ def run_crosscheck(config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCross
 def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
                          *, nuts: xc.NutsRun | None = None, progress: bool = False, reference: str | None = None):
     """`run_crosscheck` on the count matrix ``y`` (I, J) (the older signature, kept for notebooks).
-    Source: project addition."""
+    Raises ValueError on a bad ``reference``, as `run_crosscheck`. Source: project addition."""
     return run_crosscheck(config, gibbs_config, y=y, nuts=nuts, progress=progress, reference=reference)
 
 
@@ -242,6 +256,8 @@ def printed_conditionals_hyper(hyper) -> ppl.HPFHyper:
     sampler run with b'' = a'/b' and d'' = c'/d' has prior rates a'/b'' = b' and c'/d'' = d'.
     This is the deliberately wrong sampler of the SBC demonstration, without a second copy
     of the sampler.
+    Raises nothing of its own. Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the
+    printed xi and eta conditionals).
     """
     return hyper._replace(b_prime=hyper.a_prime / hyper.b_prime, d_prime=hyper.c_prime / hyper.d_prime)
 
@@ -294,6 +310,10 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
     Simulations whose matrix is all zeros are redrawn from the next key (an HPF fit needs
     at least one count); this conditions the prior on "some count > 0", which changes
     nothing measurable at these sizes (P(all zero) < 1e-6) but is stated.
+    ``simulate(seed)`` returns (dict of float64 arrays theta (I, K), xi (I,), beta (J, K), eta
+    (J,); counts y (I, J)); ``fit(y, seed)`` returns the same names with the draws of all chains
+    flattened, e.g. theta (S, I, K). Raises ValueError for an unknown ``solver``.
+    Source: project addition (SBC, Talts et al. 2018) on the model of 001_30a2018ec18c20b9.txt.
     """
     if solver not in ("gibbs", "nuts", "cavi", "gibbs-printed"):
         raise ValueError(f"solver must be gibbs, nuts, cavi or gibbs-printed, got {solver!r}")

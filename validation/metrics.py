@@ -187,6 +187,7 @@ def rank_score(score_fn: ScoreFn, split: ImplicitSplit, batch_size: int = 256) -
     ValueError
         Scores of the wrong shape or NaN; a test item that is a training
         positive; a bad ``batch_size``.
+    Source: 000_619a0297b9d686b2.txt, eq. 12; 003_203f63200c0d7157.txt, eq. 20.
     """
     below, _, n_cand = _loo_counts(score_fn, split, batch_size)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -208,6 +209,8 @@ def hit_rate_at(score_fn: ScoreFn, split: ImplicitSplit, n: int = 10, batch_size
     -------
     numpy.ndarray, shape (T,), float64
         0.0 or 1.0 per test user. Raises as `rank_score`, and `ValueError` for n < 1.
+    Source: project addition (HR@n on protocol P1 of 000_619a0297b9d686b2.txt, section 6; the
+    seeds report no hit rate).
     """
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
@@ -226,6 +229,8 @@ def ndcg_at(score_fn: ScoreFn, split: ImplicitSplit, n: int = 10, batch_size: in
     -------
     numpy.ndarray, shape (T,), float64
         Raises as `hit_rate_at`.
+    Source: project addition (NDCG@n on protocol P1 of 000_619a0297b9d686b2.txt, section 6; the
+    seeds use NDCG only on P3).
     """
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
@@ -263,6 +268,8 @@ def leave_one_out_metrics(
     ------
     ValueError
         As `rank_score`; n < 1.
+    Source: 000_619a0297b9d686b2.txt, eq. 12 and 003_203f63200c0d7157.txt, eq. 20 (rank score);
+    HR@n and NDCG@n are a project addition.
     """
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
@@ -356,6 +363,7 @@ def holdout_metrics(
         Scores of the wrong shape or NaN; train and test sharing an entry;
         train and test of different shapes; p < 1; a bad ``batch_size`` or
         ``discount``.
+    Source: 004_90693a0965f06816.txt, section 5.4.4, eqs. (5.21), (5.22), (5.26), (5.27).
     """
     if int(p) != p or p < 1:
         raise ValueError(f"p must be a positive integer, got {p!r}")
@@ -425,6 +433,8 @@ def summarize(per_user: pd.DataFrame) -> pd.Series:
     ------
     ValueError
         No metric column, or no rows.
+    Source: 004_90693a0965f06816.txt, eqs. (5.23)-(5.25), (5.28) (P3); the P1 means are a project
+    addition.
     """
     present = [c for c in METRIC_COLUMNS if c in per_user.columns]
     if not present:
@@ -475,6 +485,7 @@ def by_degree(
     ------
     ValueError
         A missing column, negative or non-integer degrees, ``n_buckets < 1``.
+    Source: 000_619a0297b9d686b2.txt, figs. 2-3; 003_203f63200c0d7157.txt, fig. 6 (degree buckets).
     """
     for c in (column, degree):
         if c not in per_user.columns:
@@ -541,6 +552,13 @@ def popularity_scores(train: Observations) -> np.ndarray:
     Returns
     -------
     numpy.ndarray, shape (J,), float64
+
+    Raises
+    ------
+    ValueError
+        ``train`` is not `Observations`.
+
+    Source: 000_619a0297b9d686b2.txt, section 6; 003_203f63200c0d7157.txt, section 6.1.2.
     """
     if not isinstance(train, Observations):
         raise ValueError(f"train must be Observations, got {type(train).__name__}")
@@ -555,6 +573,13 @@ def popularity_score_fn(train: Observations) -> ScoreFn:
     callable
         ``fn(users (B,) int) -> (B, J) float64``, each row equal to
         ``popularity_scores(train)``.
+
+    Raises
+    ------
+    ValueError
+        ``train`` is not `Observations` (from `popularity_scores`).
+
+    Source: 000_619a0297b9d686b2.txt, section 6; 003_203f63200c0d7157.txt, section 6.1.2.
     """
     pop = popularity_scores(train)
 
@@ -607,6 +632,7 @@ def rmse(pred, truth) -> float:
     ------
     ValueError
         Shapes not 1-D and equal; length 0; NaN or infinite entries.
+    Source: 004_90693a0965f06816.txt, ch. 3, section 3.3.2 (after eq. 3.18); ch. 4, section 4.4.3.
     """
     p, t = _check_pred_truth(pred, truth)
     return float(np.sqrt(np.mean((p - t) ** 2)))
@@ -650,6 +676,8 @@ def rmse_by_degree(pred, truth, users, degree, n_buckets: int | None = None) -> 
     ValueError
         As `rmse`; ``users`` of the wrong shape, non-integer or outside
         0 .. I-1; negative degrees; ``n_buckets < 1``.
+    Source: project addition (the `rmse` of 004_90693a0965f06816.txt, ch. 3-4, in the degree
+    buckets of `by_degree`).
     """
     p, t = _check_pred_truth(pred, truth)
     if isinstance(degree, Observations):

@@ -113,7 +113,8 @@ class RatingsEvaluation:
 def iterations_to_within(curve, rel: float = 0.01) -> int:
     """First iteration (1-based) from which ``curve`` (n,) stays within ``rel`` of its last value.
 
-    Raises ValueError for an empty curve.
+    ``curve``: float (n,) (e.g. RMSE per iteration). Raises ValueError for an empty curve.
+    Source: project addition ("iterations to 1 %" of the ratings table).
     """
     c = np.asarray(curve, dtype=float)
     if c.size == 0:
@@ -258,6 +259,8 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
     Raises
     ------
     ValueError from `split_p2`, `fm_features` or a solver for bad data; ValueError for a bad config.
+    Source: 004_90693a0965f06816.txt, ch. 3 (SBMF vs BPMF, fig. 3.2) and ch. 4 (VBFM, OVBFM vs
+    MCMC-FM and SGD-FM, fig. 4.2); protocol P2 and RMSE.
     """
     split = datasets.split_p2(df, seed=config.seed, dtype=np.dtype(config.dtype))
     need_fm = any(_RUNNERS[s][1] == "fm" for s in config.solvers)
@@ -288,7 +291,12 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
 
 
 def plot_curves(curves: pd.DataFrame, out_dir) -> list[str]:
-    """RMSE versus seconds, one PNG per K (thesis figs. 3.2 and 4.2). Returns the file names."""
+    """RMSE versus seconds, one PNG per K (thesis figs. 3.2 and 4.2). Returns the file names.
+
+    ``curves``: `RatingsEvaluation.curves` (columns solver, K, iteration, seconds, rmse).
+    Raises OSError when ``out_dir`` cannot be created or written; KeyError when a column is
+    missing. Source: 004_90693a0965f06816.txt, figs. 3.2 and 4.2 (the plots reproduced).
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -19,7 +19,7 @@ A reference is two small files in ``validation/reference_posteriors/``:
 cross-check problem and rewrites the files; `nuts_reference` is what every cross-check calls
 (`validation.crosscheck.exact_crosscheck` / `vi_crosscheck` consume its result).
 
-Source: project addition (../shared/DESIGN.md "validation", level 2; posteriordb).
+Source: project addition (validation level 2; posteriordb).
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ def data_hash(*arrays) -> str:
     """SHA-256 (hex) of arrays' shapes, dtypes (widened to float64 / int64) and bytes.
 
     Array-likes (numpy, jax, scipy.sparse via ``.toarray()``) are accepted; None is hashed as a
-    marker. Source: project addition.
+    marker. Float arrays are hashed as float64, integer and boolean ones as int64.
+    Raises nothing of its own. Source: project addition.
     """
     h = hashlib.sha256()
     for a in arrays:
@@ -152,14 +153,16 @@ def data_hash(*arrays) -> str:
 def problem_key(data: tuple, model_args, settings: NutsSettings) -> dict:
     """The key that a stored reference must match: ``data_sha256`` (`data_hash` of ``data``),
     ``model`` (repr of the non-data model arguments: hyperparameters, K, ...) and the NUTS
-    ``settings``. Source: project addition."""
+    ``settings``. ``data``: a tuple of arrays (e.g. int32 (N,) indices and float64 (N,) values).
+    Raises nothing of its own. Source: project addition."""
     return {"data_sha256": data_hash(*data), "model": repr(model_args),
             "nuts": {k: getattr(settings, k) for k in NutsSettings.__dataclass_fields__}}
 
 
 def thin(draws: np.ndarray, budget: int = THIN_BUDGET) -> np.ndarray:
     """Evenly spaced draws of every chain, at most ``budget`` values in all (at least `MIN_THIN`
-    per chain), as float32 (chain, n, Q). Source: project addition."""
+    per chain), as float32 (chain, n, Q). ``draws``: float (chain, draw, Q). Raises ValueError
+    when ``draws`` is not 3-D. Source: project addition."""
     draws = np.asarray(draws)
     c, d, q = draws.shape
     n = int(min(d, max(MIN_THIN, budget // max(c * q, 1))))
@@ -185,7 +188,8 @@ def _paths(name: str, directory=None) -> tuple[Path, Path]:
 
 
 def stored_names(directory=None) -> list[str]:
-    """Names of the references stored in ``directory`` (default `REFERENCE_DIR`)."""
+    """Names of the references stored in ``directory`` (default `REFERENCE_DIR`).
+    Raises nothing of its own (a missing directory gives an empty list). Source: project addition."""
     d = Path(directory) if directory is not None else REFERENCE_DIR
     return sorted(p.stem for p in d.glob("*.json") if (d / f"{p.stem}.npz").exists())
 
@@ -211,7 +215,9 @@ def _jsonable(x):
 def save_reference(ref: Reference, *, config=None, directory=None) -> tuple[Path, Path]:
     """Write ``ref`` as ``NAME.npz`` + ``NAME.json`` (see the module docstring); returns the paths.
 
-    ``config``: the cross-check config, recorded as its repr and field values. Source: project addition.
+    ``config``: the cross-check config, recorded as its repr and field values. Raises OSError when
+    the files cannot be written; ValueError when a group's draws are not (chain, draw, Q);
+    KeyError when ``ref.draws`` lacks a group of ``ref.summary``. Source: project addition.
     """
     npz, js = _paths(ref.name, directory)
     npz.parent.mkdir(parents=True, exist_ok=True)
@@ -293,7 +299,8 @@ def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, 
 
 def from_run(name: str, nuts, quantities: Callable, settings: NutsSettings, key: dict) -> Reference:
     """A fresh `Reference` from a finished `validation.crosscheck.NutsRun` ``nuts`` and the
-    function ``quantities(idata)`` -> dict group -> draws (chain, draw, Q). Source: project addition."""
+    function ``quantities(idata)`` -> dict group -> draws (chain, draw, Q). Raises ValueError when
+    a group's draws are not 3-D. Source: project addition."""
     draws = quantities(nuts.idata)
     return Reference(name, {g: summarize(d) for g, d in draws.items()}, draws, nuts.divergences,
                      np.asarray(nuts.bfmi), nuts.seconds, settings, key, idata=nuts.idata)

@@ -22,7 +22,8 @@ __all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_r
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    """A DataFrame as a GitHub Markdown table (pandas + tabulate)."""
+    """A DataFrame as a GitHub Markdown table (pandas + tabulate).
+    Raises ImportError (from pandas) when ``tabulate`` is not installed. Source: project addition."""
     return df.to_markdown(index=False, floatfmt=floatfmt)
 
 
@@ -142,7 +143,10 @@ _EXTRA_TABLES = {
 def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> Path:
     """Write the report of a `validation.crosscheck.CrosscheckResult` (any model, VI or exact
     solver against NUTS): verdict, settings, gates, comparison table, plots, then the ELBO curve
-    and every DataFrame of ``result.extra`` (update-level checks and model-specific tables)."""
+    and every DataFrame of ``result.extra`` (update-level checks and model-specific tables).
+    The quantity dicts hold draws (chain, draw, Q); ``extra["elbo"]``, when present, float (T,).
+    Raises OSError when ``out_dir`` cannot be created or written; ImportError without
+    ``tabulate``. Source: project addition (validation level 2 report)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     v = result.verdict
@@ -182,7 +186,12 @@ def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, 
                       extra_plots: list[str] = ()) -> Path:
     """Write a metrics report: one Markdown table per protocol, optional ELBO curve
     and per-degree-bucket plots (the papers' by-degree figures); ``extra_plots`` are PNG
-    names already written in ``out_dir``, linked in order."""
+    names already written in ``out_dir``, linked in order.
+    ``elbo``: float (T,) per-sweep trace or None; each bucket table has columns method,
+    bucket_low, bucket_high, mean, sem (`validation.metrics.by_degree`).
+    Raises OSError when ``out_dir`` cannot be created or written; KeyError or AttributeError when
+    a bucket table lacks one of those columns; ImportError without ``tabulate``.
+    Source: project addition."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = _header(title) + [f"- {n}" for n in notes] + [""]
@@ -208,7 +217,9 @@ def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, 
 
 
 def errata_report(table: pd.DataFrame, out_dir) -> Path:
-    """Write the errata table as Markdown."""
+    """Write the errata table as Markdown.
+    Raises OSError when ``out_dir`` cannot be created or written; ImportError without
+    ``tabulate``. Source: project addition."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = _header("Errata: printed equations of the seeds that the checks reject") + [

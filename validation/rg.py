@@ -57,7 +57,13 @@ __all__ = [
 def small_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, density: float = 0.3, r: float = 0.5):
     """A small one-class G (popularity-skewed Bernoulli, every user and item with >= 1 edge) and one
     hidden graph H ~ q(H) drawn from it (sec. 4.1). Returns (obs, pi, graph), the graph padded to
-    `sample_hidden_graph`'s capacity 2 N (as in `rg.fit`, so compiled steps are shared), float64."""
+    `sample_hidden_graph`'s capacity 2 N (as in `rg.fit`, so compiled steps are shared), float64.
+
+    ``obs``: binary `custom_inference.data.Observations` (I, J) with N edges; ``pi``: float64 (J,)
+    popularity weights; ``graph``: `custom_inference.rg.RGGraph` (int32 users/items, float64 g and
+    weight, each (2 N,)). Raises nothing of its own.
+    Source: 003_203f63200c0d7157.txt, sec. 4.1 (H ~ q(H)) and eqs. (7)-(9) (popularity sampling).
+    """
     rng = np.random.default_rng(seed)
     pop = rng.gamma(1.0, 1.0, n_items)
     dense = rng.random((n_users, n_items)) < density * pop / pop.mean()
@@ -75,7 +81,11 @@ def planted_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, K: int 
     b_m ~ N(0, 0.5^2) (0 if clamped), and g_e ~ Bernoulli(sigma(a_e)) on the edges (eq. 2).
     Returns the unpadded float64 `RGGraph` (the posterior given H is what the cross-check compares;
     a signal this strong keeps mean-field VB away from the collapsed u = v = 0 solution that small
-    random one-class graphs give)."""
+    random one-class graphs give).
+
+    The graph's users and items are int32 (E,), g and weight float64 (E,). Raises nothing of its
+    own. Source: project addition (a planted signal for the model of 003_203f63200c0d7157.txt, eq. (2)).
+    """
     rng = np.random.default_rng(seed)
     Hd = rng.random((n_users, n_items)) < h_fraction
     Hd[np.arange(n_users), rng.integers(0, n_items, n_users)] = True
@@ -97,7 +107,12 @@ def _jnp(graph):
 def warm_state(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale: float = 1.0):
     """A float64 state: `rg.init`, factor means redrawn as ``scale`` N(0, 1) (so that the K x K
     coupling of the vector updates is material; the init's 0.1 leaves it near 0), then ``sweeps``
-    batch sweeps on ``graph`` (not a fixed point)."""
+    batch sweeps on ``graph`` (not a fixed point).
+
+    Returns a `custom_inference.rg.RGState`: u_* (I, K), v_* (J, K), bu_* (I,), bv_* (J,), the
+    tau shapes and rates scalars, all float64. Raises nothing of its own.
+    Source: project addition (validation level 1; the sweeps are those of 003_203f63200c0d7157.txt, eqs. (13)-(17)).
+    """
     g = _jnp(graph)
     state = rg.init(jax.random.PRNGKey(seed), g, K, hyper, dtype=jnp.float64)
     rng = np.random.default_rng(seed)
@@ -114,7 +129,12 @@ def warm_state(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale: f
 
 def moment_matched_user_update(state, graph, hyper, xi, rho=1.0):
     """A *wrong* user update for the power check: the factor variances set to the marginal variances
-    (P^-1)_kk of q~ (moment matching, the minimizer of KL(q~ || q)) instead of 1 / P_kk, means P^-1 c."""
+    (P^-1)_kk of q~ (moment matching, the minimizer of KL(q~ || q)) instead of 1 / P_kk, means P^-1 c.
+
+    ``xi``: float (E_cap,) per-edge JJ parameters. Returns an `custom_inference.rg.RGState` with
+    u_prec and u_h (I, K) replaced. Raises nothing of its own.
+    Source: project addition (a negative control for the user update of 003_203f63200c0d7157.txt, eqs. (13), (15)).
+    """
     new = rg.update_users(state, graph, hyper, xi, rho)
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = rg.moments(state)
     lam2 = 2.0 * jj_lambda(xi) * graph.weight
@@ -159,6 +179,8 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
     block used, at the state before and after the update, over the block's fields (one compiled
     gradient for all blocks). ``user_update`` replaces `rg.update_users` (power check). Returns a
     DataFrame: block, grad_before, grad_after, passed (grad_after <= rtol max(grad_before, 1)).
+    Raises nothing of its own. Source: 003_203f63200c0d7157.txt, eqs. (13)-(17) (the updates checked); the check is a
+    project addition (validation level 1).
     """
     rows = []
 
@@ -203,7 +225,9 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
 
 def monotone_check(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 30, rtol: float = 1e-10):
     """L_xi (optimal xi) over ``sweeps`` batch sweeps (rho = 1) on a fixed graph, float64;
-    `validation.updates.monotone_sweeps`. Returns (ok, largest relative decrease, trace (sweeps + 1,))."""
+    `validation.updates.monotone_sweeps`. Returns (ok, largest relative decrease, trace (sweeps + 1,)),
+    the trace float64. Raises ValueError when ``sweeps`` is not an integer >= 0.
+    Source: project addition (validation level 1) on the sweeps of 003_203f63200c0d7157.txt, eqs. (13)-(17)."""
 
     def sweep(state):
         state, info = rg.step(None, state, g, hyper)
@@ -233,7 +257,12 @@ def _dense(graph):
 def dense_targets(state, graph):
     """Brute force over all I x J pairs with h_mn in {0, 1} (eq. 13, the sum over all N items):
     user and item (precision, h) after the exact block update, the bounded ELBO's likelihood
-    term, and the like probabilities (eq. 19) of every pair. numpy float64; small problems only."""
+    term, and the like probabilities (eq. 19) of every pair. numpy float64; small problems only.
+
+    Returns a dict: ``users`` (precision (I, K), h (I, K)), ``items`` ((J, K), (J, K)),
+    ``likelihood`` (float), ``like_probability`` (I, J). Raises nothing of its own (numpy's
+    LinAlgError for a singular precision). Source: 003_203f63200c0d7157.txt, eqs. (13), (19).
+    """
     H, G = _dense(graph)
     (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in rg.moments(state))
     mean = mu @ mv.T + mbu[:, None] + mbv[None, :]
@@ -270,7 +299,8 @@ def dense_targets(state, graph):
 def dense_twin_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2) -> pd.DataFrame:
     """The solver's edge-only computations against `dense_targets`: user and item updates (natural
     parameters), the bounded likelihood, the like probability of every pair (`score_users`).
-    Returns DataFrame quantity, max_rel_diff."""
+    Returns DataFrame quantity, max_rel_diff. Raises nothing of its own.
+    Source: project addition (validation level 1) on 003_203f63200c0d7157.txt, eqs. (11), (13), (15), (19)."""
     with jax.enable_x64(True):
         g = _jnp(graph)
         state = warm_state(graph, K, hyper, seed=seed, sweeps=sweeps)
@@ -305,6 +335,8 @@ def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: i
     prior, hyperprior and entropy terms of `rg.elbo` against an independent implementation.
     Returns dict: estimate, se, exact (L_xi), z = |estimate - exact| / se, and exact_elbo_mc
     (E_q[log p - log q], which must be >= L_xi: the bound holds).
+    Raises nothing of its own. Source: project addition (validation level 1) on the bound of
+    003_203f63200c0d7157.txt, eqs. (10)-(11) and the model of eqs. (2)-(5).
     """
     from numpyro.infer.util import log_density
     from scipy import stats
@@ -353,6 +385,7 @@ def stochastic_average_check(seed: int = 0, n_users: int = 4, n_items: int = 8, 
     updates (rho = 1) at a fixed q (xi per pair from q, so it is the same in every graph). Returns a
     DataFrame (quantity, max_abs_diff, max_z) with z = |MC mean - exact| / MC standard error over the
     ``n_graphs`` graphs (plus a 1e-9 relative floor for entries that do not vary across graphs).
+    Raises nothing of its own. Source: 003_203f63200c0d7157.txt, eq. (14).
     """
     from custom_inference.sampling import successive_inclusion_probabilities
 
@@ -449,7 +482,12 @@ def identifiable_quantities(post: dict, graph, clamp: bool) -> dict[str, np.ndar
     (chain, draw, E); ``b_item_centered`` b_n - mean_n' b_n' (J); ``b_user_shifted`` b_m + mean_n b_n
     (I, unless clamped); ``tau`` (tau_u, tau_v, tau_bv[, tau_bu]). With free user biases only
     b_m + b_n is identified (b_m + c, b_n - c leave the likelihood unchanged), hence the centring;
-    raw u, v are not compared (rotation and sign invariance)."""
+    raw u, v are not compared (rotation and sign invariance).
+
+    ``post``: dict of float arrays u (chain, draw, I, K), v (chain, draw, J, K), b_item
+    (chain, draw, J), b_user (chain, draw, I) unless clamped, and the tau scalars (chain, draw).
+    Returns float64 arrays; ``tau`` is (chain, draw, 3 or 4). Raises KeyError when a draw is
+    missing. Source: project addition (validation level 2)."""
     E = graph.n_edges
     users, items = np.asarray(graph.users)[:E], np.asarray(graph.items)[:E]
     u, v = np.asarray(post["u"]), np.asarray(post["v"])
@@ -481,7 +519,9 @@ def nuts_reference(config: "CrosscheckConfig" = None, *, reference: str | None =
     """The NUTS reference "rg" of the cross-check problem (`validation.references.Reference`): stored
     when one matches the graph and settings, else a fresh NumPyro NUTS run on `ppl_models.rg.model`
     with u, v, b non-centred (``LocScaleReparam``: the same model, x = z / sqrt(tau), against the tau
-    funnels). Compared: `identifiable_quantities`. Source: project addition."""
+    funnels). Compared: `identifiable_quantities`. Raises ValueError on a bad ``config.problem``, or
+    when ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference
+    matches. Source: project addition."""
     from numpyro.handlers import reparam
     from numpyro.infer.reparam import LocScaleReparam
 
@@ -515,7 +555,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     difference). Returns a `validation.crosscheck.CrosscheckResult` (method "vi"): ``nuts_quantities``
     / ``solver_quantities`` hold the positive groups ``prob`` and ``tau`` (plotted on log axes);
     ``extra`` also the ``update_table``, ``dense_table`` and the ``graph``. Raises ValueError on a bad
-    ``config.problem`` or ``reference``. Source: ../shared/DESIGN.md, level 2; seed 003 eq. 19.
+    ``config.problem`` or ``reference``. Source: project addition (validation level 2); seed 003 eq. 19.
     """
     h = config.hyper
     graph = crosscheck_problem(config)
@@ -573,6 +613,16 @@ def evaluate_movielens(path, K: int = 20, hyper=ppl.RGHyper(), *, max_iter: int 
     defaults, 40 stochastic sweeps, float32, 31 s on 2 shared CPU cores): mean rank like 0.878,
     popularity 0.869, popularity x like 0.897 over 942 users (that run predates the default warm start of
     `rg.fit`: it was a cold start). Rank score: `validation.metrics.rank_score` (eq. 20).
+
+    Raises
+    ------
+    ValueError
+        A bad ratings file (`validation.datasets.load_movielens`), no rating >= 4 or no user with
+        two such ratings (`split_leave_one_out`).
+    FileNotFoundError
+        ``path`` does not exist.
+
+    Source: 003_203f63200c0d7157.txt, sec. 6.1.2, eqs. (19)-(20).
     """
     from .datasets import load_movielens, split_leave_one_out
     from .metrics import rank_score

@@ -27,7 +27,7 @@ in goodness-of-fit evaluation and multiple sample comparison. Statistics and Com
 Modrák, Moon, Kim, Bürkner, Huurre, Faltejsková, Gelman, Vehtari (2023). Simulation-based
 calibration checking for Bayesian computation: the choice of test quantities shapes
 sensitivity. Bayesian Analysis.
-Source: ../shared/DESIGN.md, "Validation", level 3; ../shared/research/ANCHORS.md, A6 and C2.
+Source: project addition (validation level 3; the references above).
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def sbc_seeds(master_seed: int, n_sims: int) -> np.ndarray:
     ------
     ValueError
         master_seed negative or not an integer; n_sims negative or not an integer.
+
+    Source: project addition (validation level 3; numpy ``SeedSequence.spawn``).
     """
     _check_int("master_seed", master_seed, minimum=0)
     _check_int("n_sims", n_sims, minimum=0)
@@ -356,6 +358,8 @@ def run_sbc(
         axes, fewer than ``n_draws`` draws, or trailing shapes that differ from the truth's;
         a functional returning a non-1-D array, a different number of scalars for a draw
         than for the truth, or NaN; a cache file that belongs to another experiment.
+
+    Source: project addition (validation level 3; Talts et al. 2018).
     """
     _check_int("n_sims", n_sims, minimum=1)
     _check_int("n_draws", n_draws, minimum=1)
@@ -603,6 +607,8 @@ def ecdf_test(ranks, n_draws: int, *, n_band_sims: int = N_BAND_SIMS, band_seed:
     ------
     ValueError
         ranks not a non-empty 1-D integer array in 0..L.
+
+    Source: project addition (Säilynoja, Bürkner & Vehtari 2022).
     """
     ranks = _check_ranks(ranks, n_draws)
     n, L = len(ranks), int(n_draws)
@@ -639,6 +645,8 @@ def ecdf_band(n: int, n_draws: int, alpha: float = 0.05, *, n_band_sims: int = N
     ------
     ValueError
         n or n_draws not a positive integer; alpha outside (0, 1).
+
+    Source: project addition (Säilynoja, Bürkner & Vehtari 2022, sec. 2.2).
     """
     _check_int("n", n, minimum=1)
     _check_int("n_draws", n_draws, minimum=1)
@@ -670,7 +678,11 @@ def ecdf_band(n: int, n_draws: int, alpha: float = 0.05, *, n_band_sims: int = N
 def default_bins(n: int, n_draws: int) -> int:
     """Chi-square / histogram bin count B for n ranks on 0..L: the largest divisor of L + 1 that is
     at most min(20, n // 5) (equal bins with >= 5 expected ranks each); if L + 1 has no such
-    divisor >= 2, min(20, n // 5, L + 1) bins of nearly equal widths (at least 2)."""
+    divisor >= 2, min(20, n // 5, L + 1) bins of nearly equal widths (at least 2).
+
+    ``n``, ``n_draws`` (L): ints. Returns an int. Raises nothing of its own.
+    Source: project addition (Talts et al. 2018: bins with enough expected ranks).
+    """
     cap = max(2, min(20, n // 5, n_draws + 1))
     divisors = [b for b in range(2, cap + 1) if (n_draws + 1) % b == 0]
     return divisors[-1] if divisors else cap
@@ -692,6 +704,8 @@ def chi2_test(ranks, n_draws: int, bins: int) -> tuple[float, float]:
     ------
     ValueError
         bad ranks; bins not an integer in [2, L+1].
+
+    Source: project addition (Talts et al. 2018, the rank histogram as a chi-square test).
     """
     ranks = _check_ranks(ranks, n_draws)
     edges = _bin_edges(int(n_draws), bins)
@@ -722,6 +736,17 @@ def plot_ranks(result: SBCResult, out_dir: str | Path, *, alpha: float = 0.05, b
     Returns
     -------
     list of str: paths of the PNG files written, in the order of ``result.ranks``.
+
+    Each ``result.ranks[name]`` is an int array (N, Q) of ranks in 0..L.
+
+    Raises
+    ------
+    ValueError
+        ``bins`` not an integer in [2, L+1]; ``alpha`` outside (0, 1).
+    OSError
+        ``out_dir`` cannot be created or written.
+
+    Source: project addition (Talts et al. 2018; Säilynoja, Bürkner & Vehtari 2022).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -786,6 +811,15 @@ def sbc_report(result: SBCResult, out_dir: str | Path, title: str = "Simulation-
     Returns
     -------
     Path of the Markdown file.
+
+    Raises
+    ------
+    ValueError
+        ``alpha`` outside (0, 1) (`SBCResult.uniformity`).
+    OSError
+        ``out_dir`` cannot be created or written.
+
+    Source: project addition (validation level 3).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -68,7 +68,13 @@ _SEED004 = "004_90693a0965f06816.txt"
 
 
 def to_obs(rows, cols, values, shape, dtype=np.float64) -> Observations:
-    """Real-valued `Observations` (zeros kept: a rating of 0 is data)."""
+    """Real-valued `Observations` (zeros kept: a rating of 0 is data).
+
+    ``rows``, ``cols``: integer (N,); ``values``: float (N,); ``shape``: (I, J). The result holds
+    int32 indices and ``dtype`` values. Raises ValueError as
+    `custom_inference.data.Observations.from_coo` (bad shape, lengths, indices, non-finite
+    values, duplicate cells, no entries). Source: project addition.
+    """
     return Observations.from_coo(rows, cols, values, shape, kind="real", dtype=dtype, drop_zeros=False)
 
 
@@ -151,6 +157,9 @@ def conditional_checks(hyper=CHECK_HYPER, *, seed: int = 0, bug: str | None = No
     ``sites``: the sites checked (default all of tau, mu, alpha, beta, U, V).
 
     Returns a DataFrame: site, index, kind, max_log_diff, tv, passed.
+    Raises ValueError when ``bug`` is not None or a site name, or ``sites`` holds another name.
+    Source: 004_90693a0965f06816.txt, ch. 3, eq. 3.13 (the log joint) and the conditionals of
+    eqs. 3.14-3.17 and Algorithm 2; the check is a project addition (validation level 1).
     """
     if bug is not None and bug not in _SITES:
         raise ValueError(f"bug must be one of {_SITES}, got {bug!r}")
@@ -207,6 +216,8 @@ def gauge_check(hyper=CHECK_HYPER, *, seed: int = 0, n_points: int = 6, fit_hype
     walk tracks) reach the hyperparameters of `apply_gauge` of their product (relative 1e-9).
 
     Returns a DataFrame: check, max_abs_error, scale, passed.
+    Raises nothing of its own. Source: project addition (the gauge move of
+    `custom_inference.sbmf` on the log joint of 004_90693a0965f06816.txt, eq. 3.13).
     """
     fit_hyper = hyper if fit_hyper is None else fit_hyper
     truth, obs = _small_problem(seed, hyper)
@@ -271,6 +282,8 @@ def hyper_checks(hyper=CHECK_HYPER, *, seed: int = 0, n_draws: int = 20000, prin
     rate; shape beta0 + (n+1)/2 for beta and v), which must fail.
 
     Returns a DataFrame: site, ks_stat, p_value, passed (p > 1e-4).
+    Raises nothing of its own. Source: 004_90693a0965f06816.txt, Algorithm 2, lines 2-10
+    (corrected, see ``ERRATA``) and eq. 3.13.
     """
     truth, obs = _small_problem(seed, hyper)
     h = hyper
@@ -342,6 +355,8 @@ def cache_check(hyper=ppl.SBMFHyper(), *, seed: int = 0, n_sweeps: int = 25, n_r
     dense masked I x J matrix, for every k. Passed when the max relative difference < 1e-9.
 
     Returns a DataFrame: quantity, max_rel_diff, passed.
+    Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 3.15-3.17 (cached vs
+    dense conditionals); the check is a project addition (validation level 1).
     """
     truth, obs = _small_problem(seed, hyper, n_rows, n_cols, K, n_obs)
     with jax.enable_x64(True):
@@ -490,7 +505,9 @@ def _quantities(post, cells):
 
 def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), progress: bool = False) -> xc.NutsRun:
     """PyMC NUTS on `ppl_models.sbmf.model` (through NumPyro unless ``config.nuts_sampler`` is
-    "pymc"); returns a `validation.crosscheck.NutsRun`. Source: project addition."""
+    "pymc"); returns a `validation.crosscheck.NutsRun` (bfmi float64 (chain,)). ``obs``: N ratings
+    (int32 (N,) indices, float (N,) values). Raises nothing of its own (PyMC's errors propagate).
+    Source: project addition."""
     import pymc as pm
 
     c = config
@@ -509,7 +526,9 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
                    progress: bool = False):
     """The NUTS reference "sbmf" of the cross-check problem (`validation.references.Reference`):
     stored when one matches the data, cells and settings, else a fresh `run_nuts`. Compared:
-    predicted means at the cells and tau. Source: project addition."""
+    predicted means at the cells (chain, draw, Q) and tau (chain, draw, 1), float64. Raises
+    ValueError when ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored
+    reference matches. Source: project addition."""
     c = config
     _, obs, cells = crosscheck_data(c)
     settings = xc.NutsSettings.of(c, sampler=f"pymc+{c.nuts_sampler}")
@@ -528,7 +547,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     verdict by `validation.crosscheck.exact_crosscheck` (Bonferroni, 1% per group); NUTS is the
     stored reference when it matches (``reference``, `nuts_reference`). Returns a
     `validation.crosscheck.CrosscheckResult` (method "exact"). Raises ValueError on a bad
-    ``reference``. Source: ../shared/DESIGN.md, level 2.
+    ``reference``. Source: project addition (validation level 2).
     """
     c = config
     _, obs, cells = crosscheck_data(c)
@@ -556,7 +575,11 @@ _CELLS = ((0, 0), (1, 2), (2, 1), (3, 3))
 
 def sbmf_functionals(cells=_CELLS) -> dict:
     """SBC test quantities (invariant to rotations/sign flips of the factors): log tau, the
-    predicted means at a few fixed cells (observed or not), and mu + mean(alpha) + mean(beta)."""
+    predicted means at a few fixed cells (observed or not), and mu + mean(alpha) + mean(beta).
+    ``cells``: (row, col) pairs. Returns a dict name -> function of one draw (mu, tau scalars;
+    alpha (I,), beta (J,), U (I, K), V (J, K)) giving float arrays: log_tau (1,), pred (len(cells),),
+    mean_level (1,). Raises nothing of its own. Source: project addition (SBC functionals of the
+    model of 004_90693a0965f06816.txt, eq. 3.13)."""
     rows = np.array([c[0] for c in cells])
     cols = np.array([c[1] for c in cells])
     return {
@@ -587,6 +610,10 @@ def sbc_adapters(config: SBCConfig = SBCConfig(), *, fit_hyper: ppl.SBMFHyper | 
 
     Data are simulated with ``config.hyper``; ``fit_hyper`` (default the same) is what the
     sampler is given: a different one is a deliberately misspecified control that SBC must flag.
+    ``simulate(seed)`` returns (truth dict of float arrays, `custom_inference.data.Observations`);
+    ``fit(obs, seed)`` returns the draws with the chains flattened, e.g. U (S, I, K). Raises
+    nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
+    004_90693a0965f06816.txt, ch. 3.
     """
     c = config
     fit_hyper = c.hyper if fit_hyper is None else fit_hyper

@@ -65,7 +65,10 @@ _SEED002 = "002_5408d341cb9fc544.txt"
 def small_problem(seed: int = 0, I: int = 8, J: int = 6, D: int = 2, hyper=CHECK_HYPER, *, z: float | None = -1.0):
     """A small binary matrix from the prior predictive (`ppl_models.sibm.simulate`, z fixed so that
     both values are common). Returns (X dense int (I, J), Observations of the ones). Rows or columns
-    without ones are allowed. Retries the seed until X has at least one zero and one one."""
+    without ones are allowed. Retries the seed until X has at least one zero and one one.
+    X is the simulated int array; the `Observations` hold int32 (N,) indices and float64 ones.
+    Raises nothing of its own (it loops until the draw has both values).
+    Source: project addition (prior predictive of the model of 002_5408d341cb9fc544.txt, eqs. (1)-(3))."""
     with jax.enable_x64(True):
         s = seed
         while True:
@@ -82,7 +85,13 @@ def _jnp(data):
 
 
 def warm_state(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 2, init_mean_sd: float = 0.5):
-    """A float64 state after ``sweeps`` batch sweeps (not a fixed point)."""
+    """A float64 state after ``sweeps`` batch sweeps (not a fixed point).
+
+    ``data``: `custom_inference.data.Observations` of the ones of an (I, J) matrix. Returns a
+    `custom_inference.sibm.SIBMState` (u_* (I, K), v_* (J, K), z_* scalars; K = D, or D + 2 with
+    biases). Raises nothing of its own. Source: project addition (validation level 1; batch
+    sweeps of 002_5408d341cb9fc544.txt, eqs. (7)-(8)).
+    """
     d = _jnp(data)
     state = sibm.init(jax.random.PRNGKey(seed), data, D, hyper, init_mean_sd=init_mean_sd, dtype=np.float64)
     for _ in range(sweeps):
@@ -95,7 +104,12 @@ def warm_state(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 
 
 
 def dense_cells(state, I: int, J: int):
-    """mu (I, J) and s2 (I, J) by explicit loops over the K columns (brute force, jnp)."""
+    """mu (I, J) and s2 (I, J) by explicit loops over the K columns (brute force, jnp).
+
+    ``state``: `custom_inference.sibm.SIBMState` (u_* (I, K), v_* (J, K)); returns jax arrays of
+    its float dtype. Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eq. (7) (mean and variance of the
+    logit a_ij under q).
+    """
     (ub, ut), (vb, vt), (zb, zt) = sibm.moments(state)
     mu = jnp.full((I, J), zb)
     s2 = jnp.full((I, J), zt)
@@ -121,6 +135,8 @@ def dense_elbo(state, X, hyper, xi=None):
     log tau = a x + log sigma(xi) - (a + xi)/2 + lambda_002(xi) (a^2 - xi^2), lambda_002 = -jj_lambda,
     so E_q log tau = x mu + log sigma(xi) - (mu + xi)/2 + lambda_002 (mu^2 + s2 - xi^2). Differentiable in
     state and xi.
+    ``X``: binary (I, J), taken as float64; ``xi``: (I, J) or None. Returns a float64 jax scalar.
+    Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eqs. (6)-(8).
     """
     X = jnp.asarray(X, jnp.float64)
     I, J = X.shape
@@ -161,6 +177,8 @@ def update_checks(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int
     objective L'(Phi, Xi) the block maximizes), restricted to the updated block, before and after.
     ``*_update`` replace the solver's functions (how the errata table would run a printed form).
     Returns a DataFrame: block, grad_before, grad_after, passed (`validation.updates.StationarityResult`).
+    Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eqs. (7)-(8) and the coordinate updates of sec. 2;
+    the check is a project addition (validation level 1).
     """
     z_update = z_update or sibm.update_z
     v_update = v_update or sibm.update_v
@@ -200,7 +218,10 @@ def xi_check(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int =
     (default sqrt(mu^2 + s2)) against its size at xi perturbed by +-30%, and L' at the candidate
     minus L' at 100 random perturbations (must be >= 0 for an optimum). Returns
     {grad_at_xi, grad_perturbed, min_gain, passed} (passed: gradient <= 1e-9 times the perturbed one
-    and no perturbation gains)."""
+    and no perturbation gains).
+
+    ``X``: binary (I, J); ``data``: its `Observations`; ``xi_form(mu, s2)`` returns xi (I, J).
+    Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eq. (8)."""
     with jax.enable_x64(True):
         state = warm_state(data, D, hyper, seed=seed, sweeps=sweeps)
         I, J = X.shape
@@ -225,7 +246,9 @@ def xi_check(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int =
 def monotone_check(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 30, rtol: float = 1e-12):
     """ELBO over ``sweeps`` batch sweeps from `init` (float64) and `validation.updates.monotone` of it.
 
-    Returns (ok, largest relative decrease, trace (sweeps + 1,)) (`validation.updates.monotone_sweeps`)."""
+    Returns (ok, largest relative decrease, trace (sweeps + 1,)) (`validation.updates.monotone_sweeps`),
+    the trace float64. Raises ValueError when ``sweeps`` is not an integer >= 0.
+    Source: project addition (validation level 1) on the batch VB of 002_5408d341cb9fc544.txt, eq. (7)."""
 
     def sweep(state):
         state, info = sibm.step(None, state, d, hyper)
@@ -269,6 +292,8 @@ def dense_twin_checks(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, swee
     - u/v column updates: the solver's update (aggregated linear term sum_ones b - 1/2 sum b) vs the
       dense brute-force formula, for the first column of each side;
     - update_u with 3-row chunks vs one chunk; update_z vs the dense formula.
+    ``X``: binary (I, J); ``data``: its `Observations`. Raises nothing of its own.
+    Source: project addition (validation level 1) on 002_5408d341cb9fc544.txt, eqs. (7)-(8).
     """
     rel = updates.max_relative_difference
     out = []
@@ -304,7 +329,11 @@ def dense_twin_checks(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, swee
 
 
 def dense_pmf(X, strategy: str) -> np.ndarray:
-    """p(i, j) (I, J) of a strategy of seed 002 sec. 2.3, written directly from the definitions."""
+    """p(i, j) (I, J) of a strategy of seed 002 sec. 2.3, written directly from the definitions.
+
+    ``X``: binary (I, J) (taken as float64); returns float64 (I, J). Raises ValueError for a
+    strategy other than "uniform", "balanced" or "biased". Source: 002_5408d341cb9fc544.txt, sec. 2.3.
+    """
     X = np.asarray(X, np.float64)
     I, J = X.shape
     if strategy == "uniform":
@@ -327,7 +356,11 @@ def sampler_checks(X, data, strategy: str, *, n: int = 100_000, seed: int = 0, f
     """The solver's sampler against `dense_pmf`: pmf, marginals p(i), p(j) (max abs diff), the values x
     and rescaling constants (p_ij, p(j|i), p(i|j)) each draw reports, and a
     chi-square goodness-of-fit test of ``n`` draws (cells with expected count < 5 pooled), passing
-    when its p-value exceeds ``false_alarm`` (the probability of a false alarm per call)."""
+    when its p-value exceeds ``false_alarm`` (the probability of a false alarm per call).
+
+    ``X``: binary (I, J); ``data``: its `Observations`. Raises ValueError for an unknown strategy
+    or (balanced / biased) a matrix without zeros (`custom_inference.sibm.make_sampler`).
+    Source: 002_5408d341cb9fc544.txt, sec. 2.3 (S-Uniform, S-Balanced, S-Biased)."""
     I, J = X.shape
     with jax.enable_x64(True):
         sam = sibm.make_sampler(data, strategy, dtype=np.float64)
@@ -379,6 +412,7 @@ def unbiasedness(X, data, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int
     `update_u` / `update_v` (one column at a time, from the same state) and `update_z`. As natural
     gradients: E[rho (target - current)] = rho (batch target - current), the same difference.
     Returns {"u", "v", "z": max relative difference of natural parameters}, float64.
+    Raises ValueError for an unknown strategy (`dense_pmf`). Source: 002_5408d341cb9fc544.txt, eqs. (9)-(10), sec. 2.3.
     """
     I, J = X.shape
     pij = dense_pmf(X, strategy)
@@ -431,6 +465,9 @@ def svi_vs_batch(X, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int = 0, 
       gate tolerates 0.5 sd for VI against the exact posterior).
     Also reported: the ELBO gap and the max |difference| of the MacKay probabilities (eq. 5).
     ``sampler`` replaces the sampler (a negative control with wrong rescaling must fail).
+    ``X``: binary (I, J). Raises ValueError for an unknown strategy or an ``X`` that is not a
+    binary matrix with ones (`custom_inference.sibm.as_binary`, `make_sampler`).
+    Source: 002_5408d341cb9fc544.txt, Algorithm 1 against batch VB (eq. 7); the criteria are a project addition.
     """
     with jax.enable_x64(True):
         data = sibm.as_binary(X)
@@ -473,7 +510,11 @@ def svi_vs_batch(X, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int = 0, 
 
 def q_draws_as_sites(state, n_draws: int, seed: int = 0) -> tuple[dict, np.ndarray]:
     """Draws from q mapped to the sites of `ppl_models.sibm.model` (U (n, I, D), V, a, b, z) and
-    log q of each draw (n,) (free entries only: the bias columns of ones are not random)."""
+    log q of each draw (n,) (free entries only: the bias columns of ones are not random).
+
+    All float64: U (n, I, D), V (n, J, D), a (n, I) and b (n, J) when the state has bias columns,
+    z (n,). Raises nothing of its own. Source: project addition (q of 002_5408d341cb9fc544.txt, eq. (4), as the model's
+    sites)."""
     rng = np.random.default_rng(seed)
     (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a, np.float64) for a in p) for p in sibm.moments(state))
     fu, fv = np.asarray(state.u_fixed) == 0, np.asarray(state.v_fixed) == 0
@@ -502,7 +543,9 @@ def monte_carlo_kl_check(X, data, D: int, hyper=CHECK_HYPER, *, n_draws: int = 4
     `custom_inference.sibm.elbo` minus the bound part sum_ij alpha_ij (eq. 7, computed densely as in
     `dense_elbo`). Returns {solver, mc, se, z} with z = |solver - mc| / se (pass: z < 4; a false alarm
     has probability 6e-5 for a correct ELBO). This ties the solver's prior terms (variances, bias
-    layout) to the generative program."""
+    layout) to the generative program.
+    ``X``: binary (I, J); ``data``: its `Observations`. Raises nothing of its own.
+    Source: project addition (validation level 1) on the ELBO of 002_5408d341cb9fc544.txt, eq. (7)."""
     from numpyro.infer.util import log_density
 
     with jax.enable_x64(True):
@@ -531,7 +574,8 @@ def monte_carlo_kl_check(X, data, D: int, hyper=CHECK_HYPER, *, n_draws: int = 4
 def monte_carlo_neg_kl(mean: float, var: float, m0: float, v0: float, n: int = 200_000, seed: int = 0):
     """E_q[log N(x | m0, v0) - log N(x | mean, var)] by Monte Carlo with q = N(mean, var).
 
-    Returns (estimate, standard error)."""
+    Returns (estimate, standard error). Scalars in, floats out. Raises nothing of its own.
+    Source: project addition (checks the KL terms of 002_5408d341cb9fc544.txt, eq. (7))."""
     rng = np.random.default_rng(seed)
     x = mean + np.sqrt(var) * rng.standard_normal(n)
     vals = stats.norm.logpdf(x, m0, np.sqrt(v0)) - stats.norm.logpdf(x, mean, np.sqrt(var))
@@ -647,7 +691,9 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
                    progress: bool = False):
     """The NUTS reference "sibm" of the cross-check problem (`validation.references.Reference`):
     stored when one matches the matrix and settings, else a fresh NumPyro NUTS run on
-    `ppl_models.sibm.model`. Compared: ``prob`` (`nuts_probability_draws`). Source: project addition."""
+    `ppl_models.sibm.model`. Compared: ``prob`` (`nuts_probability_draws`). Raises ValueError when
+    ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
+    Source: project addition."""
     c = config
     X, _ = small_problem(c.seed, c.I, c.J, c.D, c.hyper, z=c.z)
     settings = xc.NutsSettings.of(c)
@@ -668,7 +714,8 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     reported); NUTS is the stored reference when it matches (``reference``, `nuts_reference`).
     Also the MacKay prediction (eq. 5) of VB against the NUTS posterior mean probability
     (``extra["mackay_vs_nuts"]`` of the returned `validation.crosscheck.CrosscheckResult`, method "vi").
-    Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2; seed 002 eq. 5.
+    Raises ValueError on a bad ``reference``. Source: project addition (validation level 2); seed 002
+    eq. 5.
     """
     c = config
     X, data = small_problem(c.seed, c.I, c.J, c.D, c.hyper, z=c.z)

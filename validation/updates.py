@@ -9,7 +9,7 @@ variational parameters), the updates and the dense brute-force twins.
 - `monotone`: a CAVI sweep never lowers the ELBO; `monotone_sweeps` runs the sweeps and checks.
 - `max_relative_difference`: a cached / sparse computation equals its dense twin.
 
-Source: ../shared/DESIGN.md, "Validation", level 1.
+Source: project addition (validation level 1).
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ def stationarity(
     Returns
     -------
     StationarityResult
+    Raises
+    ------
+    Nothing of its own; AttributeError or KeyError when a name in ``fields`` is not in the
+    pytree. Source: project addition (validation level 1).
     """
     return StationarityResult(
         block=block,
@@ -91,6 +95,8 @@ def monotone(values: Iterable[float], *, rtol: float = 1e-9) -> tuple[bool, floa
 
     A decrease smaller than ``rtol * |value|`` (floating-point rounding of a sum
     of many terms) is tolerated. Returns ``(ok, largest relative decrease)``.
+    ``values``: floats (compared as a float64 (T,) array). Raises nothing of its own.
+    Source: project addition (validation level 1: CAVI never lowers the ELBO).
     """
     v = np.asarray(list(values), dtype=np.float64)
     if v.size < 2:
@@ -129,7 +135,7 @@ def monotone_sweeps(
     Raises
     ------
     ValueError if sweeps is not an integer >= 0. Run it inside ``jax.enable_x64(True)`` for a
-    float64 check (the caller's context is kept). Source: ../shared/DESIGN.md, "Validation", level 1.
+    float64 check (the caller's context is kept). Source: project addition (validation level 1).
     """
     if isinstance(sweeps, bool) or int(sweeps) != sweeps or sweeps < 0:
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
@@ -142,7 +148,9 @@ def monotone_sweeps(
 
 
 def max_relative_difference(a, b) -> float:
-    """max |a - b| / max(|b|, tiny), elementwise over arrays of the same shape."""
+    """max |a - b| / max(|b|, tiny), elementwise over arrays of the same shape.
+    ``a``, ``b``: array-likes of one shape, compared as float64. Raises ValueError when the
+    shapes differ. Source: project addition (validation level 1: sparse vs dense twins)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:

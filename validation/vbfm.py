@@ -66,7 +66,12 @@ def simulated_design(seed: int = 0, n_users: int = 30, n_items: int = 20, n_genr
                      *, max_genres: int = 3, multi_hot: bool = True, y=None) -> FMDesign:
     """X = [onehot(user) | onehot(item) | genres], genres a multi-hot group of 1..max_genres features with
     value 0.5 (so rows have >= 3 active features and the interaction covariance terms matter).
-    ``y`` default: 3 + N(0, 1) noise (replace with model draws via `ppl_models.fm.simulate`)."""
+    ``y`` default: 3 + N(0, 1) noise (replace with model draws via `ppl_models.fm.simulate`).
+
+    N = ``n_rows``, D = ``n_users + n_items (+ n_genres)``; ``y``: float (N,). The design holds
+    int32 indices and float64 values and y. Raises ValueError (`FMDesign.from_scipy`) when ``y``
+    does not have N finite entries. Source: project addition (a small FM design, eq. 2.17 of
+    004_90693a0965f06816.txt)."""
     rng = np.random.default_rng(seed)
     u = rng.integers(0, n_users, n_rows)
     i = rng.integers(0, n_items, n_rows)
@@ -92,7 +97,12 @@ def _jnp(design):
 
 def warm_state(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
                alpha_prior=None, update_hyper: bool = False):
-    """A float64 state after ``sweeps`` CAVI sweeps (not a fixed point)."""
+    """A float64 state after ``sweeps`` CAVI sweeps (not a fixed point).
+
+    Returns a `custom_inference.vbfm` state (natural parameters of q: w (D,), v (D, K), ...).
+    Raises nothing of its own. Source: project addition (validation level 1; the CAVI sweep of
+    004_90693a0965f06816.txt, Algorithm 3).
+    """
     d = _jnp(design)
     state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
     for _ in range(sweeps):
@@ -117,7 +127,12 @@ def _block_grad(design, state, picks) -> float:
 def printed_update_v_block(state, caches, nz, in_block, group, k, scale, rho):
     """The printed v update (eqs. 4.21 / 4.24, Algorithm 3 line 26): the mean without the covariance term,
     h_printed = E[alpha] sum_n x_nl A (R_n + x_nl mu_lk A), precision as in 4.20 / 4.23 (correct).
-    Caches are updated the same way as the solver's (R, S1, S2, S3 after the new means)."""
+    Caches are updated the same way as the solver's (R, S1, S2, S3 after the new means).
+
+    ``caches``: `custom_inference.vbfm.Caches` (R (N,), S1, S2, S3 (N, K)); ``nz``: (rows, cols,
+    values) of the M nonzeros, each (M,); ``in_block``: bool (D,); ``group``: int (D,). Returns
+    (state, caches) with column ``k`` of v replaced. Raises nothing of its own.
+    Source: 004_90693a0965f06816.txt, eqs. 4.20-4.24, Algorithm 3 line 26 (as printed, an erratum)."""
     rows, cols, x = nz
     D = state.v_prec.shape[0]
     e_alpha = state.alpha_shape / state.alpha_rate
@@ -148,6 +163,8 @@ def update_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: in
     and after, restricted to the updated entries. ``v_update`` replaces `vbfm.update_v_block`
     (how the errata table runs the printed form). Returns a DataFrame: block, grad_before,
     grad_after, passed.
+    Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 4.12-4.24, Algorithm 3 (the updates checked);
+    the check is a project addition (validation level 1).
     """
     with jax.enable_x64(True):
         d = _jnp(design)
@@ -195,7 +212,8 @@ def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
                    alpha_prior=None, update_hyper: bool = True, rtol: float = 1e-10):
     """ELBO over ``sweeps`` CAVI sweeps (float64) and `validation.updates.monotone` of it.
 
-    Returns (ok, largest relative decrease, trace)."""
+    Returns (ok, largest relative decrease, trace), the trace float64 (sweeps + 1,). Raises nothing
+    of its own. Source: project addition (validation level 1) on the ELBO of 004_90693a0965f06816.txt, eq. 4.12."""
     with jax.enable_x64(True):
         d = _jnp(design)
         state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
@@ -213,7 +231,9 @@ def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
 
 def dense_moments(state, X: np.ndarray):
     """Brute force over all feature pairs of a dense X (N, D): E[yhat] (N,), Var[yhat] (N,),
-    S1, S2, S3 (N, K). Uses the printed eq. 4.15 form of T_n (pair sums; correct when summed over k)."""
+    S1, S2, S3 (N, K). Uses the printed eq. 4.15 form of T_n (pair sums; correct when summed over k).
+
+    All float64. Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 4.13-4.15, 4.22."""
     (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in p) for p in vbfm.moments(state))
     X = np.asarray(X, np.float64)
     N, D = X.shape
@@ -242,6 +262,8 @@ def dense_twin_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed
     """The solver's incrementally maintained caches after one sweep (`vbfm.sweep_with_caches`) and its
     expected squared error R^2 + T against `dense_moments` of the new state. Also the ELBO against a
     dense likelihood + scipy prior/entropy sum. Returns DataFrame quantity, max_rel_diff.
+    Raises nothing of its own. Source: project addition (validation level 1) on 004_90693a0965f06816.txt, eqs.
+    4.12-4.24.
     """
     with jax.enable_x64(True):
         d = _jnp(design)
@@ -296,7 +318,11 @@ def _dense_full_elbo(state, design, mean, var) -> float:
 
 def model_flat_gamma_alpha(rows, cols, values, n_rows, n_features, group, K, hyper, a0, b0, y=None, *, n_groups=None):
     """`ppl_models.fm.model_flat` with alpha ~ Gamma(a0, b0) (shape, rate) instead of fixed: the model
-    that VBFM with ``alpha_prior=(a0, b0)`` approximates, and the NUTS reference of `run_crosscheck`."""
+    that VBFM with ``alpha_prior=(a0, b0)`` approximates, and the NUTS reference of `run_crosscheck`.
+
+    Arguments as `ppl_models.fm.model_flat` (int32 (M,) rows and cols, float (M,) values, int (D,)
+    group, y float (N,) or None). Raises nothing of its own. Source: project addition (the flat
+    prior of 004_90693a0965f06816.txt, eqs. 4.1-4.4, with a Gamma prior on alpha)."""
     alpha = numpyro.sample("alpha", dist.Gamma(a0, b0))
     ppl.model_flat(rows, cols, values, n_rows, n_features, group, K, hyper._replace(alpha=alpha), y,
                    n_groups=n_groups)
@@ -310,7 +336,8 @@ def _fitted_hyper(state) -> ppl.FMFlatHyper:
 def monte_carlo_elbo(state, design: FMDesign, n_draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """E_q[log p(y, Z) - log q(Z)] by Monte Carlo: log p from the NumPyro program (`model_flat`, or
     `model_flat_gamma_alpha` when q(alpha) is Gamma) at the state's prior precisions, log q by scipy.
-    Returns (estimate, standard error)."""
+    Returns (estimate, standard error). Raises nothing of its own.
+    Source: project addition (checks the ELBO of 004_90693a0965f06816.txt, eq. 4.12, against the program)."""
     K = state.v_prec.shape[1]
     draws = {k: v[0] for k, v in vbfm.draws_from_q(seed, state, n_draws).items()}
     gamma_mode = float(state.alpha_prior_shape) > 0
@@ -354,7 +381,9 @@ def svi_cavi_exact(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
                    alpha_prior=None, update_hyper: bool = False) -> float:
     """One OVBFM step with one batch holding every row (B = 1) and rho = 1 against one CAVI sweep,
     from the same warm state: the max relative difference of every natural parameter and
-    hyperparameter. Same code path, other summation order: must be at float64 rounding (< 1e-9)."""
+    hyperparameter. Same code path, other summation order: must be at float64 rounding (< 1e-9).
+    Returns a float. Raises nothing of its own. Source: project addition (OVBFM of 004_90693a0965f06816.txt,
+    Algorithm 4, with one batch and rho = 1, against Algorithm 3)."""
     with jax.enable_x64(True):
         d = _jnp(design)
         state = warm_state(design, K, hyper, seed=seed, sweeps=sweeps, alpha_prior=alpha_prior)
@@ -381,6 +410,8 @@ def svi_cavi_close(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
       `validation.crosscheck.VIThresholds` tolerates 0.5 sd for VI against the exact posterior).
     The relative ELBO gap is reported. With decaying steps the remaining distance shrinks only
     like a power of t, so exact agreement is not expected (B = 1, rho = 1 is `svi_cavi_exact`).
+    Raises nothing of its own. Source: project addition (OVBFM of 004_90693a0965f06816.txt, Algorithm 4, eqs.
+    4.25-4.33, against VBFM's fixed point).
     """
     with jax.enable_x64(True):
         d = _jnp(design)
@@ -439,7 +470,11 @@ class CrosscheckConfig:
 
 
 def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
-    """The simulated design of a cross-check (y drawn from the flat-prior program + offset)."""
+    """The simulated design of a cross-check (y drawn from the flat-prior program + offset).
+
+    Returns an `FMDesign` (int32 indices, float64 values and y (N,)). Raises nothing of its own.
+    Source: project addition.
+    """
     base = simulated_design(config.seed, config.n_users, config.n_items, config.n_genres, config.n_rows)
     with jax.enable_x64(True):
         _, y = ppl.simulate(jax.random.PRNGKey(config.seed), base.rows, base.cols, base.values, base.n_rows,
@@ -449,7 +484,12 @@ def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
 
 
 def identifiable_quantities(post: dict, design: FMDesign) -> dict[str, np.ndarray]:
-    """``pred``: yhat_n for every row (chain, draw, N); ``alpha`` (chain, draw, 1). Raw w, V not compared."""
+    """``pred``: yhat_n for every row (chain, draw, N); ``alpha`` (chain, draw, 1). Raw w, V not compared.
+
+    ``post``: draws w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha (chain, draw).
+    ``pred`` is float64. Raises KeyError when a draw is missing. Source: project addition
+    (validation level 2).
+    """
     c, dr = np.asarray(post["w0"]).shape[:2]
     flat = {k: jnp.asarray(np.asarray(post[k]).reshape(c * dr, *np.asarray(post[k]).shape[2:]), jnp.float64)
             for k in ("w0", "w", "V")}
@@ -465,7 +505,8 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
     """The NUTS reference "vbfm" of the cross-check problem (`validation.references.Reference`):
     stored when one matches the design and settings, else a fresh NumPyro NUTS run on
     `model_flat_gamma_alpha` with the hyperparameters fixed. Compared: ``pred`` and ``alpha``
-    (`identifiable_quantities`). Source: project addition."""
+    (`identifiable_quantities`). Raises ValueError when ``reference`` is not None, "stored" or
+    "rerun", or is "stored" and no stored reference matches. Source: project addition."""
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
     settings = xc.NutsSettings.of(config)
@@ -490,7 +531,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     reported, not gated); NUTS is the stored reference when it matches (``reference``,
     `nuts_reference`). Returns a `validation.crosscheck.CrosscheckResult` (method "vi"); its
     ``extra`` also holds ``update_table``, ``dense_table``, ``elbo`` and ``design``.
-    Raises ValueError on a bad ``reference``. Source: ../shared/DESIGN.md, level 2.
+    Raises ValueError on a bad ``reference``. Source: project addition (validation level 2).
     """
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
@@ -526,7 +567,12 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
 
 def movielens_design(path, dtype=np.float64) -> FMDesign:
-    """ML-100K as an FM design: X = [onehot(user) | onehot(item)], groups [0]*I + [1]*J."""
+    """ML-100K as an FM design: X = [onehot(user) | onehot(item)], groups [0]*I + [1]*J.
+
+    N ratings, D = I + J features; values and y of ``dtype``. Raises FileNotFoundError when
+    ``path`` holds no ratings file, ValueError for a malformed one (`validation.datasets.load_movielens`).
+    Source: 004_90693a0965f06816.txt, ch. 4 experiments (the design of the MovieLens runs).
+    """
     from .datasets import index_ratings, load_movielens
 
     ix = index_ratings(load_movielens(path))
@@ -541,7 +587,10 @@ def movielens_design(path, dtype=np.float64) -> FMDesign:
 def benchmark_movielens(path, Ks=(10, 32), *, max_iter: int = 200, tol: float = 1e-5, n_batches: int = 10,
                         svi_epochs: int = 5, dtype=np.float32, seed: int = 0) -> pd.DataFrame:
     """Seconds per CAVI sweep and per OVBFM epoch (compilation excluded) on ML-100K, and sweeps to
-    reach relative ELBO change < ``tol``. Returns a DataFrame, one row per K."""
+    reach relative ELBO change < ``tol``. Returns a DataFrame, one row per K.
+
+    Raises FileNotFoundError or ValueError as `movielens_design`. Source: 004_90693a0965f06816.txt, ch. 4 (VBFM and
+    OVBFM timing on MovieLens)."""
     rows = []
     with jax.enable_x64(dtype == np.float64):
         design = movielens_design(path, dtype)

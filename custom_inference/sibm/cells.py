@@ -60,6 +60,12 @@ def make_sampler(data: Observations, strategy: str = "biased", *, dtype=None) ->
     "biased" (S-Biased, p proportional to r_i^(1-x) c_j^(1-x), counts thresholded at 1).
 
     Raises ValueError for an unknown strategy, or (balanced / biased) a matrix without zeros.
+
+    Also raises ValueError when ``data`` is not an `Observations`, and when I * J >= 2^31 without
+    ``jax_enable_x64``. ``data``: Observations of the N ones of an (I, J) matrix; the returned
+    `Sampler` holds float arrays of ``dtype`` (default: the dtype of ``data.values``).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2.3 (S-Uniform, S-Balanced, S-Biased).
     """
     data = _check_data(data)
     if strategy not in STRATEGIES:
@@ -126,6 +132,13 @@ def pmf(sampler: Sampler, i, j, x):
     """p(i, j) of the sampler's strategy for cells (i, j) with values x (arrays (n,)): (n,) float.
 
     p(i, j) = w_x_row[i] w_x_col[j] / norm_x (norm_x includes the 1/2 of the class mass).
+
+    ``i``, ``j``: int arrays (n,); ``x``: float 0/1 array (n,). Returns a float array (n,) of the
+    sampler's dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2.3.
     """
     one = x > 0
     w = jnp.where(one, sampler.w_one_row[i] * sampler.w_one_col[j], sampler.w_zero_row[i] * sampler.w_zero_col[j])
@@ -144,6 +157,13 @@ def sample_cells(key, sampler: Sampler, shape: tuple[int, int], n: int, *, unifo
     by their weights), else a zero by rejection from the product proposal w0_row x w0_col.
     ``uniform``: the strategy is S-Uniform (default: read from ``sampler.code``, which must then be
     concrete; pass it under jit).
+
+    ``shape``: (I, J) ints; ``n``: int (static). Float outputs have the sampler's dtype.
+
+    Raises nothing of its own; with ``uniform=None`` under ``jax.jit``, ``int(sampler.code)`` makes
+    jax raise ConcretizationTypeError (a TypeError).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2.3.
     """
     if uniform is None:
         uniform = int(sampler.code) == 0

@@ -43,6 +43,9 @@ def as_binary(X, *, dtype=np.float64) -> Observations:
     ------
     ValueError naming the field: ``X`` not 2-D, ``values`` outside {0, 1} or NaN/inf, an index out
     of range, duplicates, an all-zero matrix (no ones: nothing to learn from).
+
+    Source: project addition (the data of ``002_5408d341cb9fc544.txt``: a fully observed binary
+    matrix X, eqs. (1)-(2)).
     """
     if isinstance(X, Observations):
         return Observations.from_coo(np.asarray(X.rows), np.asarray(X.cols), np.asarray(X.values), X.shape,
@@ -218,6 +221,13 @@ def moments(state: SIBMState):
     """Means and variances under q: ((u_bar, u_tilde) (I, K), (v_bar, v_tilde) (J, K), (z_bar, z_tilde) ()).
 
     Fixed (bias) columns have mean 1 and variance 0.
+
+    ``state``: SIBMState (natural parameters of q). Every array has the state's float dtype.
+
+    Raises nothing of its own.
+
+    Source: ``002_5408d341cb9fc544.txt`` eq. (4) (q fully factorized Gaussians; stored as natural
+    parameters, package docstring).
     """
     return (_mom(state.u_prec, state.u_h, state.u_fixed), _mom(state.v_prec, state.v_h, state.v_fixed),
             (state.z_h / state.z_prec, 1.0 / state.z_prec))
@@ -234,6 +244,12 @@ def cell_moments(state: SIBMState, rows, cols):
     """mu_ij = E_q[u_i . v_j + z] and s2_ij = Var_q[u_i . v_j + z] for given cells (text before eq. 5).
 
     rows, cols : int arrays (n,). Returns two float arrays (n,). Work O(n K).
+
+    ``state``: SIBMState; float outputs have the state's dtype.
+
+    Raises nothing of its own (no index checks: traced code).
+
+    Source: ``002_5408d341cb9fc544.txt``, text before eq. (5).
     """
     (ub, ut), (vb, vt), (zb, zt) = moments(state)
     u_b, u_t, v_b, v_t = ub[rows], ut[rows], vb[cols], vt[cols]
@@ -306,6 +322,8 @@ def elbo(state: SIBMState, data: Observations, hyper, *, xi_state: SIBMState | N
     part is a sum over the N ones only.
 
     Source: seed 002 eqs. (6)-(8) (lambda sign: see the module docstring).
+
+    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
     """
     return _elbo_jit(state, data, _static_hyper(hyper), xi_state, chunk_cells)
 
@@ -360,6 +378,8 @@ def draws_from_q(seed: int, state: SIBMState, n_draws: int) -> dict[str, np.ndar
 
     seed : int (numpy Generator); state : SIBMState. Returns float arrays of the state's dtype.
     Source: seed 002 eq. (4); project addition.
+
+    Raises nothing of its own; a negative ``n_draws`` makes numpy raise ValueError.
     """
     (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
     dtype = np.asarray(state.u_h).dtype
@@ -374,7 +394,17 @@ def draws_from_q(seed: int, state: SIBMState, n_draws: int) -> dict[str, np.ndar
 
 def fit_idata(posterior: dict, params: dict, trace: dict, **attrs):
     """The InferenceData of a SIBM driver: ``posterior`` (chain, draw, ...) arrays U, V, z; the
-    variational parameters (or point-estimate fields) ``params``; the trace arrays (dim iteration)."""
+    variational parameters (or point-estimate fields) ``params``; the trace arrays (dim iteration).
+
+    ``posterior``: U (chain, draw, I, K), V (chain, draw, J, K), z (chain, draw), float;
+    ``params``, ``trace``: dicts name -> array (trace arrays 1-D over iterations). Returns
+    `arviz.InferenceData`.
+
+    Raises KeyError when ``posterior`` lacks ``U`` or ``V``; ValueError (from
+    `arviz_io.to_inference_data`) when an array's axes do not match its dims.
+
+    Source: project addition.
+    """
     dims = dict(_DIMS, **{k: ["iteration"] for k in trace})
     I, K = np.shape(posterior["U"])[2:]
     J = np.shape(posterior["V"])[2]

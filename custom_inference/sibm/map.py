@@ -60,7 +60,15 @@ def map_init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.
 def log_joint(state: MAPState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> jax.Array:
     """log p(X, U, V, z) (eqs. 1-2) at a point, up to the Normal constants; chunked, O(I J K).
 
-    state MAPState; data Observations of the ones (I, J); returns a scalar (jax-differentiable)."""
+    state MAPState; data Observations of the ones (I, J); returns a scalar (jax-differentiable).
+
+    Shapes: the state's U (I, K'), V (J, K') and z () float (K' = K, plus 2 bias columns with
+    biases); the scalar has the state's dtype.
+
+    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
+
+    Source: ``002_5408d341cb9fc544.txt`` eqs. (1)-(2) (the seed's MAP baseline, sec. 4.2).
+    """
     return _log_joint_jit(state, data, _static_hyper(hyper), chunk_cells)
 
 
@@ -90,6 +98,14 @@ def map_cell_gradients(st: MAPState, prior: _Prior, i, j, x, c_u, c_v, c_z):
     of log p(X, U, V, z) in u_i (and likewise for v_j, z). Curvature bounds use sigma' <= 1/4
     (Boehning). Returns (g_u (n, K), h_u (n, K), g_v, h_v (n, K), g_z (n,), h_z (n,)); fixed columns
     get zero gradient. (`map_step` uses the gradients only; its preconditioner is `map_curvature_bound`.)
+
+    ``i``, ``j``: int arrays (n,); ``x``: float 0/1 (n,); ``c_u``, ``c_v``, ``c_z``: float (n,);
+    outputs have the state's float dtype.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: package docstring (MAP baseline of ``002_5408d341cb9fc544.txt`` sec. 4.2; the rescaling
+    c as in eq. (9); the Boehning curvature bound is a project addition).
     """
     u, v = st.U[i], st.V[j]
     a = jnp.sum(u * v, axis=1) + st.z
@@ -118,6 +134,13 @@ def map_curvature_bound(B, free, prior_var):
     (Boehning and Lindsay 1988; our choice for the seed's unpublished MAP baseline, seed 002 sec. 4.2),
     the same (K, K) matrix for every row. Returns A (K, K): that bound on the free block, the identity
     on fixed columns (so a solve leaves them unchanged). O(J K^2).
+
+    Dtype: that of ``B``.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: project addition (Boehning and Lindsay 1988) for the MAP baseline of
+    ``002_5408d341cb9fc544.txt`` sec. 4.2.
     """
     K = B.shape[1]
     A = 0.25 * (B.T @ B) + jnp.eye(K, dtype=B.dtype) / prior_var

@@ -31,6 +31,11 @@ def score_users(state, users, *, kind: str = "mean") -> np.ndarray:
     ``state``: SIBMState (or SVIState) or MAPState. ``kind``: "mean" gives E_q[u_i . v_j] + E_q[z]
     (MAP: u_i . v_j + z); "probability" gives MacKay's p(x_ij = 1 | X) of eq. (5) (MAP: sigma).
     Raises ValueError for bad users or kind.
+
+    ``users``: 1-D int array of row indices (n,).
+
+    Source: ``002_5408d341cb9fc544.txt`` eq. (5) ("probability"); the "mean" score is a project
+    addition.
     """
     if kind not in ("mean", "probability"):
         raise ValueError(f"kind must be 'mean' or 'probability', got {kind!r}")
@@ -47,7 +52,14 @@ def score_users(state, users, *, kind: str = "mean") -> np.ndarray:
 
 
 def predict_proba(state: SIBMState, rows, cols) -> jax.Array:
-    """p(x_ij = 1 | X) by eq. (5) (MacKay) for given cells: (n,) float. rows, cols int (n,)."""
+    """p(x_ij = 1 | X) by eq. (5) (MacKay) for given cells: (n,) float. rows, cols int (n,).
+
+    Returns a float array (n,) of the state's dtype.
+
+    Raises nothing of its own (no index checks: traced code).
+
+    Source: ``002_5408d341cb9fc544.txt`` eq. (5) (MacKay's approximation).
+    """
     mu, s2 = cell_moments(state, jnp.asarray(rows), jnp.asarray(cols))
     return mackay_probit(mu, s2)
 

@@ -137,6 +137,9 @@ def update_v(state: SIBMState, data: Observations, hyper, columns=None, *,
     Parameters: state SIBMState; data Observations of the ones (I, J); hyper SIBMHyper-like;
     columns: iterable of ints in 0..K-1 or None. Returns the new SIBMState. Raises ValueError for
     columns out of range or a bad hyper.
+
+    Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8) (batch VB on the bounded ELBO (7) at optimal
+    xi (8)); the update is derived in the package docstring.
     """
     return _update_v_jit(state, data, _static_hyper(hyper), _columns(state, columns), chunk_cells)
 
@@ -144,13 +147,30 @@ def update_v(state: SIBMState, data: Observations, hyper, columns=None, *,
 def update_u(state: SIBMState, data: Observations, hyper, columns=None, *,
              chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
     """Batch coordinate update of q(u_id) for every i, for each d in ``columns`` (as `update_v`,
-    sums over the columns j of X; rows of U in chunks)."""
+    sums over the columns j of X; rows of U in chunks).
+
+    Parameters, returns and work as `update_v`: state SIBMState; data Observations of the ones
+    (I, J); ``columns`` ints in 0..K-1 or None. Returns the new SIBMState.
+
+    Raises ValueError for columns out of range or a bad ``hyper``.
+
+    Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8); the update is derived in the package
+    docstring.
+    """
     return _update_u_jit(state, data, _static_hyper(hyper), _columns(state, columns), chunk_cells)
 
 
 def update_z(state: SIBMState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
     """Batch update of q(z) at optimal xi: P = 1/z_tilde0 + 2 sum_ij lambda_ij,
-    h = z_bar0/z_tilde0 + (N - I J / 2) - 2 sum_ij lambda_ij (mu_ij - z_bar). Work O(I J K), chunked."""
+    h = z_bar0/z_tilde0 + (N - I J / 2) - 2 sum_ij lambda_ij (mu_ij - z_bar). Work O(I J K), chunked.
+
+    state SIBMState; data Observations of the ones (I, J). Returns the new SIBMState.
+
+    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
+
+    Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8); the update is derived in the package
+    docstring.
+    """
     return _update_z_jit(state, data, _static_hyper(hyper), chunk_cells)
 
 
@@ -177,6 +197,13 @@ def step(key, state: SIBMState, data: Observations, hyper, *, chunk_cells: int =
     Every block is an exact coordinate maximizer, so the ELBO never decreases. ``key`` is unused
     (deterministic). Returns (SIBMState, SIBMInfo(elbo of the new state, rel_change)).
     Work O(I J K) per sweep, memory O(chunk_cells).
+
+    state SIBMState; data Observations of the ones (I, J); the ELBO is a scalar of the state's dtype.
+
+    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
+
+    Source: ``002_5408d341cb9fc544.txt`` (the seed's batch VB baseline; eqs. (6)-(8)), sweep order in
+    the package docstring.
     """
     del key
     return _step_jit(state, data, _static_hyper(hyper), chunk_cells)
