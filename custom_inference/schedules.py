@@ -1,4 +1,4 @@
-"""Step-size schedules shared by the stochastic solvers (written once, DESIGN.md "custom_inference").
+"""Step-size schedules shared by the stochastic solvers (written once for rg, sibm and vbfm).
 
 Robbins-Monro step sizes eps_t = (t + tau0)^(-kappa), t = 0, 1, ... (Robbins and Monro 1951;
 Hoffman et al. 2013 sec. 2.4 writes rho_t = (t + tau)^(-kappa)). For kappa in (0.5, 1] they satisfy

@@ -192,6 +192,24 @@ def conditional_checks(variant: str = "npfm", *, seed: int = 0, zeros: str = "al
     differs most between Z3_ik over both endpoints and over the pairs where i is the first index
     (eq. 5.10 read literally, the erratum's printed form), giving the sampler that form. Returns a DataFrame: site, index,
     shape, rate, tv_distance, passed (tv < 1e-4).
+
+    Arguments are scalars; ``sampler(state, stats, expo, data, hyper)`` must return, like
+    `custom_inference.pfm.conditionals`, a dict site -> (shape, rate) of float arrays of the
+    site's shape (w0 (), w (D,), V (D, K), r (K,), beta0 (), beta (D,), delta (K,), c ()). The
+    problem is I = J = 3, K = 2, D = 9 (ids plus 1 user and 2 item side features), float64.
+    Returned DataFrame, one row per checked site entry: site str, index str (the entry's index
+    tuple), shape float64, rate float64 (the sampler's Gamma), tv_distance float64, passed bool.
+    Any ``zeros`` other than "all" runs as "observed"; any non-None ``z3_form`` other than
+    "one-sided" runs as "both".
+
+    Raises nothing of its own. Propagates ValueError from `ppl_models.pfm.model` for a
+    ``variant`` other than "npfm" / "ppfm" and from `custom_inference.pfm.PFMData.from_matrix`
+    when the simulated counts hold no positive count (zeros="all"); whatever ``sampler`` raises
+    (a returned dict without a checked site gives KeyError).
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eqs. 5.8-5.15 (the conditionals checked),
+    with the augmented likelihood of Lemma 5.2.2 / eq. 5.7 and eq. 5.10's Z3 (erratum); the
+    brute-force check is a project addition.
     """
     sampler = sampler or pfm.conditionals
     exclude = (np.array([0]), np.array([1])) if zeros == "all" else None
@@ -302,6 +320,18 @@ def collapsed_checks(variant: str = "npfm", *, seed: int = 0, n_draws: int = 200
     kernel (`pfm.crt` tables, then `pfm.shape_conditionals`, then `pfm.gamma_draw`) applied to
     ``n_draws`` exact draws (inverse CDF on a grid): invariance means uniform p-values.
     passed: tv < 1e-4 and p > 1e-3.
+
+    Arguments are scalars (``n_draws``: int >= 1). The problem is I = J = 3, K = 2, D = 9,
+    float64. Returns a DataFrame, one row per site (3 for PPFM, 4 for NPFM): site str, index str
+    (the entry's index tuple), tv_closed_vs_quadrature float64, ks_pvalue float64, passed bool.
+
+    Raises nothing of its own. Propagates ValueError from `ppl_models.pfm.model` for a
+    ``variant`` other than "npfm" / "ppfm" and from `custom_inference.pfm.PFMData.from_matrix`
+    when the simulated counts hold no positive count; a negative ``n_draws`` makes numpy raise
+    ValueError.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eqs. 5.16-5.19 (the CRT shape draws), by
+    Lemmas 5.2.1, 5.2.3 and 5.2.6; the check itself is a project addition.
     """
     p = _small_problem(variant, seed)
     rng = np.random.default_rng(seed + 1)
@@ -375,7 +405,19 @@ def _kernel_draws(site, x0, state, st, expo, data, hyper, idx, seed):
 def dense_checks(*, seed: int = 0) -> pd.DataFrame:
     """Cached training-row sums (N, X_i, E_ik, s_k) vs dense brute force over explicit rows, for
     zeros="all" without and with excluded cells, and zeros="observed"; side features on. Also
-    the log joint vs the program's log density. Returns site, mode, max_rel_diff, passed (< 1e-10)."""
+    the log joint vs the program's log density. Returns site, mode, max_rel_diff, passed (< 1e-10).
+
+    Problem: I = 4, J = 3, K = 3, D = 10 (ids plus side features), float64. Returns a DataFrame
+    of 15 rows (sites N, X_i, E_ik, s_k, log_joint in each of 3 modes): site str, mode str,
+    max_rel_diff float64 (over the site's array: X_i (D,), E_ik (D, K), s_k (K,), others
+    scalar), passed bool.
+
+    Raises nothing of its own; ValueError from `custom_inference.pfm.PFMData.from_matrix`
+    propagates should a seed's simulated counts hold no positive count.
+
+    Source: project addition: checks the cached summary statistics of ``004_90693a0965f06816.txt``
+    sec. 5.3.5 and the exposures in the rates of eqs. 5.8-5.11, and the log joint of eq. 5.6.
+    """
     out = []
     for mode, exclude in (("all", None), ("all", (np.array([0, 2]), np.array([1, 0]))), ("observed", None)):
         p = _small_problem("npfm", seed, I=4, J=3, K=3, zeros=mode, exclude=exclude)
@@ -406,7 +448,20 @@ def allocation_checks(*, seed: int = 0, n_draws: int = 20000) -> pd.DataFrame:
     """(1) one unit on a row with 4 features (user, item, user side, item side) and K = 2:
     frequencies of the 1 + 4 + 6 x 2 terms vs Lemma 5.2.2's probabilities (chi-square p);
     (2) on a random small data set, the invariants Z1 + sum Z2 + sum L = T, sum_i Z3_ik = 2 L_k,
-    non-negative integers. Returns check, value, passed (p > 1e-3; invariants exact)."""
+    non-negative integers. Returns check, value, passed (p > 1e-3; invariants exact).
+
+    ``n_draws``: int, the number of single-unit allocations (float64 throughout). Returns a
+    DataFrame of 4 rows: check str, value float64 (the p-value or the invariant's residual),
+    passed bool.
+
+    Raises nothing of its own in use: an internal ``assert`` on the one-row design's feature
+    values (AssertionError) cannot fail for the fixed design; ValueError from
+    `custom_inference.pfm.PFMData.from_matrix` propagates should a seed's simulated counts hold
+    no positive count.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eq. 5.7 (the multinomial of z_n, Lemma
+    5.2.2); the check is a project addition.
+    """
     out = []
     Uf = sp.csr_matrix(np.array([[1.3]]))
     Vf = sp.csr_matrix(np.array([[0.7]]))
@@ -462,7 +517,18 @@ def sweep_order_check(form: str = "valid", *, seed: int = 0, n: int = 40000) -> 
     ``n`` exact draws of (alpha, w) | Z; then one update: "valid" = CRT-collapsed alpha, then
     w | alpha (this module's sweep); "printed" = w | alpha, then CRT-collapsed alpha (the
     chapter's order). Statistic: Fisher z of corr(log alpha, log w) after the update vs fresh
-    exact draws. Returns (passed = two-sided p > 1e-3, p-value)."""
+    exact draws. Returns (passed = two-sided p > 1e-3, p-value).
+
+    ``form``: "valid" or anything else (run as "printed"); ``n``: int >= 4 draws (internal
+    arrays (n,) float64). Returns (bool, float).
+
+    Raises nothing of its own; ``n`` = 3 divides by zero (ZeroDivisionError) and smaller ``n``
+    give NaN or numpy errors.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eqs. 5.16-5.17 with Lemma 5.2.6 (CRT shape
+    draw) and eqs. 5.8-5.9 (rate draw), the sweep-order erratum; the toy check is a project
+    addition.
+    """
     a, b, beta, Z, X = 1.0, 1.0, 0.5, 2.0, 3.0
     rng = np.random.default_rng(seed)
     grid = np.geomspace(1e-6, 80, 200001)
@@ -581,7 +647,20 @@ class CrosscheckConfig:
 def identifiable_quantities(idata, n_users: int, n_items: int, variant: str) -> dict:
     """Compared quantities (chain, draw, Q): ``rate`` (every cell's Poisson rate, Q = I J, from
     the ``rate`` deterministic or from w0, w, V, r), ``hyper`` (log alpha0, log beta0 and, for
-    NPFM, log gamma0, log c), ``w0``. Raw V, r are not identified (permutation)."""
+    NPFM, log gamma0, log c), ``w0``. Raw V, r are not identified (permutation).
+
+    ``idata``: InferenceData whose posterior holds w0 (chain, draw), w (chain, draw, D),
+    V (chain, draw, D, K), alpha0, beta0 (chain, draw) and, for NPFM, r (chain, draw, K),
+    gamma0, c (chain, draw), D = n_users + n_items (ids only). ``variant``: "npfm" or anything
+    else (run as "ppfm"). Returns dict of float arrays in the posterior's dtype: rate
+    (chain, draw, I J), hyper (chain, draw, 2 or 4 for NPFM), w0 (chain, draw, 1).
+
+    Raises ValueError (from `custom_inference.arviz_io.group_arrays`) when ``idata`` has no
+    posterior group and KeyError when a needed variable is missing; nothing of its own.
+
+    Source: project addition (the identified functionals of the rate of
+    ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20).
+    """
     post = arviz_io.group_arrays(idata)
     rows, cols, vals, N, D, _, _ = ppl.cells_design(n_users, n_items)
     C, S = post["w0"].shape[:2]
@@ -639,7 +718,7 @@ def run_crosscheck(model: str = "npfm", config: CrosscheckConfig = CrosscheckCon
 
     model : "npfm" or "ppfm". Returns `validation.crosscheck.CrosscheckResult` (method "exact";
     ``extra``: ``y``). Raises ValueError for an unknown model or a bad ``reference``.
-    Source: ../shared/DESIGN.md, level 2.
+    Source: project addition (validation level 2: posterior agreement with gated NUTS).
     """
     c = config
     _check_variant(model)
@@ -689,7 +768,20 @@ def pfm_functionals(variant: str, config: SBCConfig = SBCConfig()) -> dict:
     total rate, the log prior densities of the rate variables given their shapes
     (sum_i log Ga(w_i; alpha_i, beta_i), sum log Ga(v_ik; zeta_i, delta_k) and, for NPFM,
     sum_k log Ga(r_k; gamma0/K, c)) -- these see the joint (shape, rate) dependence -- and for
-    NPFM log gamma0, log c."""
+    NPFM log gamma0, log c.
+
+    ``variant``: "npfm" or anything else (run as "ppfm"). Returns dict name -> function of one
+    draw (dict of numpy arrays: alpha0, beta0, w0 (), alpha, beta, w, zeta (D,), V (D, K),
+    delta (K,) and for NPFM gamma0, c (), r (K,); D = n_users + n_items) returning a float64
+    array (1,) (``log_rate``: (3,), the cells 0, 5 and 10).
+
+    Raises ValueError (from `ppl_models.pfm.cells_design`) when n_users or n_items < 1. The
+    returned functions raise KeyError for a draw without a needed site and IndexError
+    (``log_rate``) when the problem has fewer than 11 cells.
+
+    Source: project addition (SBC test quantities of the model of ``004_90693a0965f06816.txt``
+    eqs. 5.6 / 5.20).
+    """
     rows, cols, vals, N, D, _, _ = ppl.cells_design(config.n_users, config.n_items)
     K = config.K
 
@@ -723,6 +815,19 @@ def sbc_adapters(model: str = "npfm", config: SBCConfig = SBCConfig()):
     collapsed shapes after their rates; must be rejected). Simulations from
     `ppl_models.pfm.simulate`; a matrix of all zeros is kept (the sampler needs no count: its
     listed rows are padding), so the prior is not conditioned.
+
+    ``simulate(seed: int)`` returns (truth: dict site -> numpy array (float64: w0 (), w (D,),
+    V (D, K), ...), Y: float64 (n_users, n_items) counts); ``fit(Y, seed: int)`` takes Y
+    (n_users, n_items) float counts and returns dict site -> array (chains x samples, ...) in
+    float64; ``functionals`` as `pfm_functionals`.
+
+    Raises ValueError for an unknown ``model``. ValueError from `ppl_models.pfm.simulate` /
+    `custom_inference.pfm.sample` (bad sizes, K or hyper in ``config``) comes from the returned
+    functions when they run.
+
+    Source: project addition (SBC, Talts et al. 2018) on the samplers of
+    ``004_90693a0965f06816.txt`` ch. 5.3.2-5.3.3; the "printed" order is the chapter's sweep
+    order, eqs. 5.8-5.19 (erratum).
     """
     if model not in ("npfm", "ppfm", "npfm-printed", "ppfm-printed"):
         raise ValueError(f"model must be npfm, ppfm, npfm-printed or ppfm-printed, got {model!r}")
@@ -778,10 +883,18 @@ def synthetic_blocks(*, seed: int = 0, K: int = 10, num_chains: int = 2, num_war
     """The 60 x 90 matrix of sec. 5.4.1: 5s on [0, 20) x [0, 30) and [20, 60) x [30, 90), 0s
     elsewhere, 20% of cells held out (excluded from training, ch. 5.3.4), K = 10.
 
-    Returns dict: ``rmse_heldout`` and ``rmse_train`` of the posterior-mean rates vs the true
-    matrix, ``block_means`` (mean predicted rate in each of the four blocks, held-out cells),
-    ``n_active`` (posterior mean and distribution of factors with allocated units),
-    ``r_share`` (posterior mean of r_k / sum r sorted, NPFM), ``mean_rate`` (60, 90), ``idata``.
+    Returns dict: ``rmse_heldout`` and ``rmse_train`` (float) of the posterior-mean rates vs the
+    true matrix, ``block_means`` (dict block name -> float: mean predicted rate of the block's
+    held-out cells), ``n_active_mean`` (float) and ``n_active_counts`` (dict int -> int) of the
+    number of factors with allocated units, ``mean_rate`` (60, 90) float array (the sampler's
+    ``dtype``), ``idata`` (arviz.InferenceData), ``seconds_per_sweep``; for NPFM also
+    ``r_share`` float64 (K,) (posterior mean of r_k / sum r, sorted descending) and
+    ``factors_above_5pct`` (float: mean number of r_k / sum r > 0.05).
+
+    Raises nothing of its own; ValueError from `custom_inference.pfm.sample` propagates (K < 1,
+    bad ``hyper``, unknown ``variant``; TypeError for a non-numeric K).
+
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4.1-5.4.2 (synthetic data, fig. 5.2).
     """
     rng = np.random.default_rng(seed)
     I, J = 60, 90
