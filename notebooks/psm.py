@@ -61,10 +61,14 @@ pd.set_option("display.max_colwidth", 70)
 # stream: each event selects (i, j) and is kept with probability sigma(a_ij). It stops at the D-th
 # kept event; the number of censored events D' is whatever the stream produced. Given that D', the
 # program's posterior is the exact posterior of the simulated stream.
+#
+# The stream is small on purpose (8 users, 6 items, 200 kept events): it is the problem of the
+# tests, of the errata checks below and of the NUTS cross-check (`validation.psm.small_problem(0)`),
+# so every program is compiled once.
 
 # %%
 hyper = psm_ppl.PSMHyper()  # alpha0 = beta0 = tau_u = tau_v = tau_b = 1 (sec. 5)
-I, J, K, D = 12, 9, 2, 400
+I, J, K, D = 8, 6, 2, 200
 params, events = psm_ppl.simulate(jax.random.PRNGKey(0), (I, J, K, D), hyper)
 rows, cols, counts = psm_ppl.aggregate(events["rows"], events["cols"], I, J)
 obs = Observations.from_coo(rows, cols, counts, (I, J))
@@ -111,11 +115,12 @@ plt.show()
 # ## 3. The caches against their dense twins
 #
 # Every cache of appendix B.1 and every sum the updates build from it, computed by the solver
-# (caches plus sparse corrections, in chunks of pairs) and by brute force over all I x J pairs.
-# In float64 they agree to rounding.
+# (caches plus sparse corrections, in chunks of pairs) and by brute force over all I x J pairs,
+# at a state that is not a fixed point (`validation.psm.warm_state`, with the checks' distinct
+# hyperparameters `v_psm.HYPER`). In float64 they agree to rounding.
 
 # %%
-dense = v_psm.dense_twin_checks(obs, K, r=r, chunk=5)
+dense = v_psm.dense_twin_checks(obs, K, r=r)
 dense
 
 # %% [markdown]

@@ -1,15 +1,19 @@
 """One-class ("implicit") comparison: splits, recall@N and the evaluation table.
 
 The comparison of the one-class systems of the seeds (SIBM of 002_5408d341cb9fc544.txt, the
-random-graph model RG of 003_203f63200c0d7157.txt, BPR-uniform, BPR-popularity and
-popularity) on binarized ratings, under two protocols that share the `ImplicitSplit` type of
-`validation.datasets`:
+random-graph model RG of 003_203f63200c0d7157.txt, the paired-symbol model PSM of
+000_619a0297b9d686b2.txt, BPR-uniform, BPR-popularity and popularity) on binarized ratings, under
+two protocols that share the `ImplicitSplit` type of `validation.datasets`:
 
 - ``"P1"``: `validation.datasets.split_leave_one_out` (seeds 000 section 6, 003 section 6.1.2):
   all users with >= 2 positives (ratings >= 4), one positive held out per user;
 - ``"SIBM"``: `split_sibm`, the protocol of 002_5408d341cb9fc544.txt section 4: ratings >= 4
   are ones, keep the 1000 columns with the most ones, discard rows with fewer than 10 ones,
-  hold out one one per row.
+  hold out one one per row;
+
+and on market baskets (`load_implicit_data`: FIMI or named-item CSV files; baskets are the users)
+under ``"baskets"``: `validation.splits.split_leave_one_item_out_baskets`, one item left out of
+every basket with at least 2 distinct items (``evaluate_implicit(..., baskets=True)``).
 
 Metrics (all with one held-out positive per row, candidates = the row's non-training items):
 
@@ -77,6 +81,9 @@ __all__ = [
     "recall_at",
     "ImplicitEvaluation",
     "evaluate_implicit",
+    "load_implicit_data",
+    "RATING_PROTOCOLS",
+    "BASKET_PROTOCOLS",
     "baseline_systems",
     "BPR_DEFAULTS",
     "model_systems",
@@ -311,7 +318,13 @@ class ImplicitEvaluation:
 _SPLITTERS = {
     "P1": lambda df, seed: datasets.split_leave_one_out(df, seed=seed),
     "SIBM": lambda df, seed: split_sibm(df, seed=seed),
+    "baskets": lambda df, seed: datasets.split_leave_one_item_out_baskets(df, seed=seed),
 }
+
+#: the protocols of ratings tables (the default of `evaluate_implicit`) and of basket tables
+#: (``baskets=True``): P1 and SIBM binarize ratings >= 4, which basket tables (rating 1.0) do not have
+RATING_PROTOCOLS = ("P1", "SIBM")
+BASKET_PROTOCOLS = ("baskets",)
 
 
 def _item_means(pu: pd.DataFrame, train: Observations) -> pd.DataFrame:
@@ -325,9 +338,10 @@ def _item_means(pu: pd.DataFrame, train: Observations) -> pd.DataFrame:
 def evaluate_implicit(
     df,
     systems: Mapping[str, SystemFactory],
-    protocols: Union[Sequence[str], Mapping[str, ImplicitSplit]] = ("P1", "SIBM"),
+    protocols: Union[Sequence[str], Mapping[str, ImplicitSplit], None] = None,
     seed: int = 0,
     *,
+    baskets: bool = False,
     n: int = 10,
     n_buckets: int | None = None,
     batch_size: int = 256,
@@ -343,9 +357,15 @@ def evaluate_implicit(
     systems : dict name -> ``factory(train: Observations, seed: int) -> score_fn``
         ``factory`` fits on ``train`` (binary, I x J) and returns a score function
         ``(B,) int users -> (B, J)`` scores; its wall time is ``fit_seconds``.
-    protocols : names among ``"P1"`` (`validation.datasets.split_leave_one_out`) and
-        ``"SIBM"`` (`split_sibm`), split with ``seed``; or a dict name -> `ImplicitSplit`.
+    protocols : names among ``"P1"`` (`validation.datasets.split_leave_one_out`), ``"SIBM"``
+        (`split_sibm`) and ``"baskets"`` (`validation.splits.split_leave_one_item_out_baskets`: one
+        item left out of every basket with >= 2 distinct items), split with ``seed``; or a dict
+        name -> `ImplicitSplit`. Default (None): `RATING_PROTOCOLS` ("P1", "SIBM"), or
+        `BASKET_PROTOCOLS` ("baskets",) with ``baskets=True``.
     seed : int, seeds the splits and is passed to every factory.
+    baskets : the table holds market baskets (`load_implicit_data`'s third value): baskets are the
+        users, their items the positives; only the "baskets" protocol applies (P1 and SIBM
+        binarize ratings >= 4).
     n : cut-off N of recall@N and NDCG@N.
     n_buckets : as `validation.metrics.by_degree` (default one bucket per octave).
     batch_size : users per score-function call.
@@ -360,9 +380,11 @@ def evaluate_implicit(
     Raises
     ------
     ValueError
-        No system; a system that is not callable; an unknown protocol name; and what the splits
-        and metrics raise.
+        No system; a system that is not callable; an unknown protocol name; "P1" or "SIBM" with
+        ``baskets=True``; and what the splits and metrics raise.
     """
+    if protocols is None:
+        protocols = BASKET_PROTOCOLS if baskets else RATING_PROTOCOLS
     if not systems:
         raise ValueError("systems: no system to evaluate")
     for name, f in systems.items():
@@ -377,6 +399,10 @@ def evaluate_implicit(
         unknown = [p for p in protocols if p not in _SPLITTERS]
         if unknown:
             raise ValueError(f"protocols: unknown {unknown}; known: {sorted(_SPLITTERS)} (or pass a dict of splits)")
+        rating_only = [p for p in protocols if p in RATING_PROTOCOLS]
+        if baskets and rating_only:
+            raise ValueError(f"protocols {rating_only} need ratings (they binarize ratings >= 4); basket data "
+                             f"uses {list(BASKET_PROTOCOLS)} (leave one item out of every basket of >= 2 items)")
         splits = {p: _SPLITTERS[p](df, seed) for p in protocols}
     if not splits:
         raise ValueError("protocols: none given")
@@ -547,6 +573,76 @@ def _write(result: ImplicitEvaluation, out: Path, n: int) -> None:
 
 
 # ---------------------------------------------------------------------------
+# data: ratings or baskets
+# ---------------------------------------------------------------------------
+
+_BASKET_FORMATS = ("fimi", "basket-csv")
+
+
+def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | None = None,
+                       seed: int = 0) -> tuple[pd.DataFrame, str, bool]:
+    """The table `evaluate_implicit` takes, from the CLI's ``--data`` / ``--format``.
+
+    Parameters
+    ----------
+    data : ``"ml-100k"`` (`validation.datasets.find_movielens_100k`: ``FACTORBAYES_DATA_DIR``, the
+        shared data beside the checkout, the user cache, then a download) or a path: a MovieLens file
+        or directory, a FIMI basket file (``*.dat``, one basket of space-separated integer item ids a
+        line), a named-item basket CSV, or any format of `validation.loaders.load`.
+    format : one of `validation.loaders.FORMATS` ("auto", "movielens", "csv", "fimi", "basket-csv");
+        "auto" detects it (`validation.loaders.load`; an ambiguous file raises, naming the flag).
+        ``"ml-100k"`` takes "auto" or "movielens" only.
+    max_baskets : optional int >= 1: keep a uniformly random subset of this many baskets (seeded by
+        ``seed``; numpy ``default_rng(seed).choice`` without replacement, kept in id order) when the
+        file has more (for bounded run times on T10I4D100K); ignored for ratings.
+    seed : int, seeds that subsample.
+
+    Returns
+    -------
+    (table, label, is_baskets): the canonical ratings table (`validation.loaders`: columns user,
+    item, rating, timestamp; baskets: one row per distinct (basket, item) pair, rating 1.0), a label
+    for reports (the path, with the subsample if any), and whether the table holds baskets (then pass
+    ``baskets=True`` to `evaluate_implicit`).
+
+    Raises
+    ------
+    FileNotFoundError for a missing path; ValueError for an unknown or inapplicable format, a bad
+    ``max_baskets``, and whatever the loader raises for a malformed file.
+
+    Source: project addition (issue 12: ``--data PATH [--format fimi|basket-csv]``).
+    """
+    from . import loaders
+
+    if format not in loaders.FORMATS:
+        raise ValueError(f"format must be one of {list(loaders.FORMATS)}, got {format!r}")
+    if max_baskets is not None and (isinstance(max_baskets, bool) or int(max_baskets) != max_baskets
+                                    or max_baskets < 1):
+        raise ValueError(f"max_baskets must be a positive integer or None, got {max_baskets!r}")
+    if data == "ml-100k":
+        if format not in ("auto", "movielens"):
+            raise ValueError(f"--data ml-100k is MovieLens ratings; format {format!r} does not apply")
+        path = datasets.find_movielens_100k()
+        return datasets.load_movielens(path), str(path), False
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"--data {data}: no such file or directory (use 'ml-100k', a MovieLens path or a "
+                                f"basket file)")
+    kind = format
+    if format == "auto":
+        kind = loaders._detect_format(path)  # the detection `loaders.load` itself runs (raises when ambiguous)
+    table = loaders.load(path, format=kind)
+    is_baskets = kind in _BASKET_FORMATS
+    label = str(path)
+    if is_baskets and max_baskets is not None:
+        ids = np.unique(table["user"].to_numpy())
+        if ids.size > max_baskets:
+            keep = np.sort(np.random.default_rng(seed).choice(ids.size, size=int(max_baskets), replace=False))
+            table = table[table["user"].isin(ids[keep])].reset_index(drop=True)
+            label = f"{label} (random {int(max_baskets)} of {ids.size} baskets, seed {seed})"
+    return table, label, is_baskets
+
+
+# ---------------------------------------------------------------------------
 # baselines
 # ---------------------------------------------------------------------------
 
@@ -622,9 +718,9 @@ SIBM_DEFAULTS = {"D": 10, "batch_max_iter": 100, "batch_tol": 1e-6, "svi_iter": 
 RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
 
 
-def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
+def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm: Mapping | None = None,
                   dtype=np.float32) -> dict[str, SystemFactory]:
-    """The SIBM and RG entries of the comparison (seed 002 sec. 4; seed 003 sec. 6).
+    """The SIBM, RG and PSM entries of the comparison (seed 002 sec. 4; seed 003 sec. 6; seed 000 sec. 6).
 
     - ``"SIBM batch VB"``: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
       optimal xi (8)), ``batch_max_iter`` sweeps at most, relative tolerance ``batch_tol``;
@@ -641,8 +737,15 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
       ``scores_like_probability = True``, so `evaluate_implicit` also reports their
       classification error by user degree (seed 003 fig. 4).
 
-    Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg``
-    override `SIBM_DEFAULTS` / `RG_DEFAULTS`. Returns dict name -> ``factory(train, seed) -> score_fn``.
+    - ``"PSM"``: `custom_inference.psm.fit` (Algorithm 1 of seed 000) on the training pairs as one event
+      each, `validation.psm.PSM_DEFAULTS` (K = 20, D' = r D with r = 1, unit hyperparameters: the
+      paper's fig. 2 setting; at most ``max_iter`` sweeps, relative tolerance ``tol``), scored by the
+      paper's predictive (eq. 5): E_q[psi_j] sigma(x_ij), popularity times personalised acceptance with
+      MacKay's probit approximation, normalised over items (`validation.psm.implicit_system`).
+
+    Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg`` /
+    ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.psm.PSM_DEFAULTS`. Returns dict
+    name -> ``factory(train, seed) -> score_fn``.
 
     Raises ValueError for an unknown override.
     """
@@ -651,9 +754,13 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
     from ppl_models.rg import RGHyper
     from ppl_models.sibm import SIBMHyper
 
+    from . import psm as psm_validation
+
     s = {**SIBM_DEFAULTS, **(sibm or {})}
     r = {**RG_DEFAULTS, **(rg or {})}
-    for name, given, allowed in (("sibm", sibm, SIBM_DEFAULTS), ("rg", rg, RG_DEFAULTS)):
+    p = {**psm_validation.PSM_DEFAULTS, **(psm or {})}
+    for name, given, allowed in (("sibm", sibm, SIBM_DEFAULTS), ("rg", rg, RG_DEFAULTS),
+                                 ("psm", psm, psm_validation.PSM_DEFAULTS)):
         unknown = sorted(set(given or {}) - set(allowed))
         if unknown:
             raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(allowed)}")
@@ -707,6 +814,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None,
         "SIBM S-Biased": sibm_system("svi", "biased"),
         "SIBM MAP": sibm_system("map"),
         **rg_entries,
+        "PSM": psm_validation.implicit_system(p["K"], p["r"], dtype=dtype, max_iter=p["max_iter"], tol=p["tol"]),
     }
 
 

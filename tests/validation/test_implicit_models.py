@@ -20,9 +20,9 @@ def _planted_ratings(seed=0, I=40, J=30):
 def test_model_systems_names_and_bad_overrides():
     names = list(ie.model_systems())
     assert names == ["SIBM batch VB", "SIBM S-Uniform", "SIBM S-Balanced", "SIBM S-Biased", "SIBM MAP", "RG like",
-                     "RG popularity x like", "RG like (r=1)", "RG popularity x like (r=1)"]
-    assert list(ie.model_systems(rg={"second_r": None}))[-2:] == ["RG like", "RG popularity x like"]
-    assert list(ie.model_systems(rg={"second_r": 0.25}))[-1] == "RG popularity x like (r=0.25)"
+                     "RG popularity x like", "RG like (r=1)", "RG popularity x like (r=1)", "PSM"]
+    assert list(ie.model_systems(rg={"second_r": None}))[-3:-1] == ["RG like", "RG popularity x like"]
+    assert list(ie.model_systems(rg={"second_r": 0.25}))[-2] == "RG popularity x like (r=0.25)"
     with pytest.raises(ValueError, match="sibm"):
         ie.model_systems(sibm={"rank": 3})
     with pytest.raises(ValueError, match="rg"):

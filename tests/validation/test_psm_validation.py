@@ -1,7 +1,13 @@
 """PSM (seed 000) through the validation levels: every cache and cached sum against its dense I x J
 twin (and a printed formula that the check catches), stationarity of every block of Algorithm 1
 (jax.grad of the dense bound), monotone ELBO, the ELBO against the NumPyro program, the probit
-approximation, the errata rows, the evaluation system; the NUTS cross-check under -m slow."""
+approximation, the errata rows, the evaluation system, the registry entry; the cross-check against the
+stored NUTS reference (a NUTS re-run under -m slow).
+
+One problem serves every test (`validation.psm.small_problem(0)`, the cross-check's stream, K = 2), so
+the simulator and the sweep are compiled once per module."""
+
+import dataclasses
 
 import jax
 import numpy as np
@@ -13,7 +19,7 @@ from validation.errata import run_errata
 
 jax.config.update("jax_enable_x64", True)
 
-K = 3
+K = vp._ERRATA_K  # 2: the cross-check's K
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +101,8 @@ def test_errata_printed_fails_corrected_passes():
 def test_probit_approximation_against_monte_carlo(problem):
     obs, r = problem
     state = vp.warm_state(obs, K, vp.HYPER, r=r)
-    users, items = np.repeat(np.arange(9), 7), np.tile(np.arange(7), 9)
+    I, J = obs.shape
+    users, items = np.repeat(np.arange(I), J), np.tile(np.arange(J), I)
     t = vp.probit_vs_monte_carlo(state, users, items, n_draws=4000)
     # MacKay's approximation is within 0.02 of E[sigma] for any Gaussian; + 5 MC standard errors
     assert (t.abs_diff < 0.02 + 5 * t.mc_se).all(), t.sort_values("abs_diff").tail()
@@ -107,23 +114,60 @@ def test_implicit_system_factory():
     factory = vp.implicit_system(K=K, r=1.0, max_iter=5, dtype=np.float64)
     score = factory(train, 0)
     out = score(np.array([0, 4]))
-    assert out.shape == (2, 7) and np.all(np.isfinite(out)) and np.allclose(out.sum(1), 1.0)
+    assert out.shape == (2, obs.shape[1]) and np.all(np.isfinite(out)) and np.allclose(out.sum(1), 1.0)
     assert not getattr(factory, "scores_like_probability", False)
     assert vp.implicit_system(kind="acceptance").scores_like_probability
 
 
-@pytest.mark.slow
-def test_crosscheck_against_nuts():
-    """VB against gated NUTS (`validation.crosscheck.VIThresholds`). The verdict covers four groups;
-    the predictive p(j | i) (eq. 5, what recommendations use) and E[pi] must meet the thresholds. The
-    acceptance / psi split is where the structural gap shows (measured 2026-11-23, seed 0: acceptance
-    corr(log means) 0.77, psi median standardized error 0.77 with sd ratio 0.16: q(psi) counts the
-    D' t_j expected censored events as data, and b_j trades against psi_j), so the verdict is not asserted."""
-    result = vp.run_crosscheck(vp.CrosscheckConfig(), progress=False)
+def test_registry_entry():
+    from validation import registry
+
+    spec = registry.get("psm")
+    solver = spec.solver()
+    assert solver.name == "vb" and solver.method == "vi" and solver.reference == "psm"
+    assert solver.get_algorithm().name == "psm-vb"
+    assert set(spec.checks) == {"dense_twins", "stationarity", "monotone"}
+    assert len(spec.errata_rows()) == 8
+    for name in ("dense_twins", "monotone"):  # cheap here: the module's problem is compiled already
+        table = spec.checks[name]()
+        assert table.passed.all(), table[~table.passed]
+
+
+def _check_crosscheck(result, *, stored: bool):
+    """The verdict groups pass (`VIThresholds`), NUTS passed its gates, the structural gap is reported."""
+    assert result.reference.stored is stored
     assert result.verdict.gates.passed, result.verdict.gates.failures
+    assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)
     table = result.verdict.table.set_index("quantity")
-    for group in ("predictive", "pi"):
+    assert list(table.index) == list(vp.VERDICT_GROUPS)
+    for group in vp.VERDICT_GROUPS:
         assert table.loc[group, "median_std_error"] <= 0.5 and table.loc[group, "corr_log_mean"] >= 0.99, table
     assert result.extra["mackay_abs_error"] < 0.02  # MacKay's approximation error bound
+    gap = result.extra["structural_gap_table"].set_index("quantity")
+    assert list(gap.index) == list(vp.GAP_GROUPS)
+    # q(psi) counts the expected censored events as data: too narrow (measured sd ratio ~0.16)
+    assert gap.loc["psi", "median_sd_ratio"] < 0.5, gap
+    assert len(result.extra["acceptance_table"]) == np.prod(result.extra["obs"].shape)
+
+
+def test_crosscheck_against_the_stored_nuts_reference():
+    """VB against the stored, gated NUTS reference "psm" (no NUTS here: the stored key must match the
+    problem, else `reference="stored"` raises)."""
+    config = dataclasses.replace(vp.CrosscheckConfig(), vi_restarts=1, level1=False, n_vi_draws=2000)
+    _check_crosscheck(vp.run_crosscheck(config, progress=False, reference="stored"), stored=True)
+
+
+def test_crosscheck_rejects_a_bad_reference_mode():
+    with pytest.raises(ValueError, match="reference must be"):
+        vp.nuts_reference(vp.CrosscheckConfig(), reference="maybe")
+
+
+@pytest.mark.slow
+def test_crosscheck_against_nuts():
+    """VB against a fresh gated NUTS run (`validation.crosscheck.VIThresholds` on the predictive
+    p(j | i) and E[pi]; the acceptance / psi split is where the structural gap shows: q(psi) counts the
+    D' t_j expected censored events as data, and b_j trades against psi_j, so it is reported, not gated)."""
+    result = vp.run_crosscheck(vp.CrosscheckConfig(), progress=False, reference="rerun")
+    _check_crosscheck(result, stored=False)
     assert result.extra["update_table"].passed.all()
     assert (result.extra["dense_table"].max_rel_diff < 1e-10).all()
