@@ -24,13 +24,16 @@ One convention for every model (project addition; ../seeds have no API):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import numbers
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import numpy as np
 
-__all__ = ["Algorithm", "FitResult", "KINDS", "TARGETS", "as_key", "check_latent_dim"]
+__all__ = ["Algorithm", "FitResult", "Interrupted", "KINDS", "TARGETS", "as_key", "check_latent_dim",
+           "checkpoint_written", "on_checkpoint"]
 
 KINDS = ("vi", "mcmc", "map", "sgd")
 TARGETS = ("elbo", "log_joint", "objective")
@@ -125,3 +128,44 @@ def check_latent_dim(K, name: str = "K") -> int:
     if not float(K).is_integer() or K < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {K!r}")
     return int(K)
+
+
+# -- checkpoint hooks (project addition, issue 10) ---------------------------------------------
+
+
+class Interrupted(RuntimeError):
+    """A fit stopped on purpose right after writing a checkpoint (the checkpoint stays; fitting
+    again with ``resume=True`` continues from it). Raised by the hook of `on_checkpoint` that
+    ``validation.api.fit(..., _stop_after=n)`` installs to test resume == uninterrupted.
+    Source: project addition."""
+
+
+_CHECKPOINT_HOOKS: contextvars.ContextVar[tuple] = contextvars.ContextVar("checkpoint_hooks", default=())
+
+
+@contextlib.contextmanager
+def on_checkpoint(hook: Callable[[Any, int], None]):
+    """Within the block, call ``hook(path, n_done)`` each time a driver (`vi_driver.run`,
+    `mcmc_driver.sample`) has written a checkpoint: ``path`` the file, ``n_done`` the sweeps
+    (VI) or units (samplers) it holds. An exception raised by the hook stops the fit with the
+    checkpoint in place. Context-local (contextvars), so concurrent fits do not see each other's
+    hooks. Source: project addition."""
+    token = _CHECKPOINT_HOOKS.set(_CHECKPOINT_HOOKS.get() + (hook,))
+    try:
+        yield
+    finally:
+        _CHECKPOINT_HOOKS.reset(token)
+
+
+def checkpoint_written(path, n_done: int) -> None:
+    """Tell the hooks of `on_checkpoint` that the checkpoint at ``path`` (holding ``n_done``
+    iterations) is on disk. Called by the drivers after every atomic checkpoint write.
+
+    Parameters: ``path`` a str or path-like (passed to the hooks as given); ``n_done`` an int.
+
+    Raises nothing of its own: an exception raised by a hook propagates (later hooks then do not run).
+
+    Source: project addition.
+    """
+    for hook in _CHECKPOINT_HOOKS.get():
+        hook(path, int(n_done))

@@ -511,9 +511,10 @@ def score_users(state: HPFState, users) -> np.ndarray:
 
     Source: ``001_30a2018ec18c20b9.txt``, eq. score (under q).
     """
-    e_theta = gamma_mean(state.gamma_shape, state.gamma_rate)[jnp.asarray(users)]
-    e_beta = gamma_mean(state.lambda_shape, state.lambda_rate)
-    return np.asarray(e_theta @ e_beta.T)
+    with jax.enable_x64(np.dtype(state.lambda_shape.dtype) == np.float64):  # in the fit's precision
+        e_theta = gamma_mean(state.gamma_shape, state.gamma_rate)[jnp.asarray(users)]
+        e_beta = gamma_mean(state.lambda_shape, state.lambda_rate)
+        return np.asarray(e_theta @ e_beta.T)
 
 
 @jax.jit
@@ -557,20 +558,24 @@ def fold_in(
     n_items, k = state.lambda_shape.shape
     if data.n_cols != n_items:
         raise ValueError(f"data has {data.n_cols} items (columns), the fitted model has {n_items}")
-    data = jax.tree_util.tree_map(jnp.asarray, data.astype(state.lambda_shape.dtype))
-    fresh = init(jax.random.PRNGKey(seed), data, k, hyper, dtype=state.lambda_shape.dtype)
-    new = fresh._replace(
-        lambda_shape=state.lambda_shape, lambda_rate=state.lambda_rate, tau_shape=state.tau_shape, tau_rate=state.tau_rate
-    )
-    for _ in range(max_iter):
-        old = new
-        new = _fold_in_sweep(new, data, hyper)
-        change = max(
-            float(jnp.max(jnp.abs(new.gamma_shape - old.gamma_shape) / old.gamma_shape)),
-            float(jnp.max(jnp.abs(new.gamma_rate - old.gamma_rate) / old.gamma_rate)),
+    dtype = np.dtype(state.lambda_shape.dtype)
+    # a float64 fit (the default) folds in in float64 whether or not x64 is on globally
+    with jax.enable_x64(dtype == np.float64):
+        data = jax.tree_util.tree_map(jnp.asarray, data.astype(dtype))
+        fresh = init(jax.random.PRNGKey(seed), data, k, hyper, dtype=dtype)
+        new = fresh._replace(
+            lambda_shape=state.lambda_shape, lambda_rate=state.lambda_rate, tau_shape=state.tau_shape,
+            tau_rate=state.tau_rate
         )
-        if change < tol:
-            break
+        for _ in range(max_iter):
+            old = new
+            new = _fold_in_sweep(new, data, hyper)
+            change = max(
+                float(jnp.max(jnp.abs(new.gamma_shape - old.gamma_shape) / old.gamma_shape)),
+                float(jnp.max(jnp.abs(new.gamma_rate - old.gamma_rate) / old.gamma_rate)),
+            )
+            if change < tol:
+                break
     return new
 
 

@@ -52,6 +52,8 @@ how it predicts at cells); its public ``sample`` validates the model-specific in
   settings to ``<path>.tmp`` and moves it over ``path`` with `os.replace` (atomic), and once
   more at the end. ``resume=True`` continues from the file (a fingerprint mismatch raises
   ValueError); a missing file starts afresh.
+  After every write the hooks of `base.on_checkpoint` are called (``validation.api`` stops a fit
+  there to test resume == uninterrupted).
 - Output: `arviz.InferenceData` through `custom_inference.arviz_io` with one attrs schema:
   model, method, source, seed (int seed, or the key's data as a string), num_chains,
   num_warmup, num_warmup_run, num_samples, thin, K, n_rows, n_cols, nnz, dtype, seconds,
@@ -80,7 +82,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import arviz_io
-from .base import Algorithm, as_key, check_latent_dim
+from .base import Algorithm, as_key, check_latent_dim, checkpoint_written
 
 __all__ = ["SamplerSpec", "sample", "check_count", "check_cells", "hyper_attrs", "seed_attr", "TRACES"]
 
@@ -453,6 +455,7 @@ def sample(
                     _save_checkpoint(ckpt, fingerprint, key, states, done, records,
                                      np.zeros(0) if s1 is None else s1, np.zeros(0) if s2 is None else s2,
                                      seconds_before + time.perf_counter() - start)
+                    checkpoint_written(ckpt, done)
                 if callback is not None:
                     callback(done, states)
         finally:

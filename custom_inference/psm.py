@@ -199,6 +199,7 @@ def check_data(data) -> None:
     data : `Observations` (I, J) whose ``values`` are the counts c_ij of the distinct observed pairs.
     Raises ValueError naming the field: not an Observations; no pairs; a negative, non-integer or
     non-finite count; all counts zero; a duplicate (row, col) pair; an index out of range.
+    Source: project addition (the counts c_ij of ``000_619a0297b9d686b2.txt`` eq. (2)).
     """
     if not isinstance(data, Observations):
         raise ValueError(f"data must be a custom_inference.data.Observations, got {type(data).__name__}")
@@ -287,7 +288,11 @@ def _init(key, data, hyper, d_prime, scale, K):
 
 def moments(state: PSMState):
     """Means and variances under q: (mu_u, var_u) (I, K), (mu_v, var_v) (J, K), (mu_bu, var_bu) (I,),
-    (mu_bv, var_bv) (J,)."""
+    (mu_bv, var_bv) (J,), all of the state's float dtype (variance = 1 / precision).
+
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` eq. (4) (Gaussian factors q(u_ik) = N(mu_ik, omega_ik^-1)).
+    """
     return ((state.u_mu, 1.0 / state.u_prec), (state.v_mu, 1.0 / state.v_prec),
             (state.bu_mu, 1.0 / state.bu_prec), (state.bv_mu, 1.0 / state.bv_prec))
 
@@ -337,12 +342,22 @@ def _pair_moments_chunk(state, rows, cols):
 
 
 def pair_moments(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
-    """E_q[a_ij] and E_q[a_ij^2] (each (N,)) on the observed pairs of ``data``."""
+    """E_q[a_ij] and E_q[a_ij^2] (each (N,), the state's float dtype) on the N observed pairs of
+    ``data`` (Observations: int ``rows``, ``cols`` (N,)); ``chunk`` pairs per chunk.
+
+    Raises nothing of its own (no checks: traced code; out-of-range indices are clamped by JAX's
+    gather, not reported).
+    Source: ``000_619a0297b9d686b2.txt`` eq. (11) (E_q[a_ij^2] is the optimal xi_ij^2).
+    """
     return _map_pairs(lambda r, c, n, m: _pair_moments_chunk(state, r, c), data, chunk)
 
 
 def pair_xi(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
-    """The optimal xi_ij = sqrt(E_q[a_ij^2]) on the observed pairs (N,) (eq. 11)."""
+    """The optimal xi_ij = sqrt(E_q[a_ij^2]) on the observed pairs, (N,) of the state's float dtype.
+
+    Raises nothing of its own (no checks: traced code; see `pair_moments`).
+    Source: ``000_619a0297b9d686b2.txt`` eq. (11), positive root.
+    """
     return optimal_xi(pair_moments(state, data, chunk)[1])
 
 
@@ -357,21 +372,40 @@ def _background(w, mu, var, bmu, bvar):
 
 
 def item_background(state: PSMState) -> Background:
-    """Item-background cache (the paper's minus-sign caches): t-weighted sums over items, O(J K^2)."""
+    """Item-background cache (the paper's minus-sign caches): t-weighted sums over items, O(J K^2).
+
+    Returns `Background`: P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (item-background P-, m-dag, m-ddag, nu-, kappa-);
+    Algorithm 1, "cache item-background".
+    """
     _, t = _s_t(state)
     (_, _), (mv, vv), _, (mbv, vbv) = moments(state)
     return _background(t, mv, vv, mbv, vbv)
 
 
 def user_background(state: PSMState) -> Background:
-    """User-background cache (the paper's plus-sign caches): s-weighted sums over users, O(I K^2)."""
+    """User-background cache (the paper's plus-sign caches): s-weighted sums over users, O(I K^2).
+
+    Returns `Background`: P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (user-background P+, m+dag, ...); Algorithm 1,
+    "cache user-background".
+    """
     s, _ = _s_t(state)
     (mu, vu), _, (mbu, vbu), _ = moments(state)
     return _background(s, mu, vu, mbu, vbu)
 
 
 def background_sums(user_bg: Background, item_bg: Background):
-    """(S1, S2) = (sum_ij s_i t_j E a_ij, sum_ij s_i t_j E a_ij^2) from the two caches (module docstring)."""
+    """(S1, S2) = (sum_ij s_i t_j E a_ij, sum_ij s_i t_j E a_ij^2) from the two caches (module docstring).
+
+    user_bg, item_bg : `Background` of the same K. Returns two scalars () of their float dtype.
+    Raises nothing of its own (no checks: traced code; caches of different K make JAX raise a shape
+    error).
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4 (xi* update) and appendix B.3 for S2, corrected cross
+    terms (ERRATA in `validation.psm`); S1 derived the same way (project addition).
+    """
     s1 = user_bg.m_ddag @ item_bg.m_ddag + user_bg.nu + item_bg.nu
     s2 = (jnp.sum(user_bg.P * item_bg.P) + 2.0 * user_bg.m_ddag @ item_bg.m_dag + 2.0 * user_bg.m_dag @ item_bg.m_ddag
           + 2.0 * user_bg.nu * item_bg.nu + user_bg.kappa + item_bg.kappa)
@@ -387,14 +421,25 @@ def _own_terms(mu, var, bmu, bvar, bg: Background):
 
 
 def user_background_terms(state: PSMState, item_bg: Background | None = None):
-    """(sum_j t_j E a_ij, sum_j t_j E a_ij^2) for every user, (I,) each, from the item cache."""
+    """(sum_j t_j E a_ij, sum_j t_j E a_ij^2) for every user, (I,) each of the state's float dtype,
+    from the item cache ``item_bg`` (`Background`; computed from ``state`` when None).
+
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (the bracket of sum_j t_j Omega*_ij), corrected
+    (ERRATA in `validation.psm`).
+    """
     item_bg = item_background(state) if item_bg is None else item_bg
     (mu, vu), _, (mbu, vbu), _ = moments(state)
     return _own_terms(mu, vu, mbu, vbu, item_bg)
 
 
 def item_background_terms(state: PSMState, user_bg: Background | None = None):
-    """(sum_i s_i E a_ij, sum_i s_i E a_ij^2) for every item, (J,) each, from the user cache."""
+    """(sum_i s_i E a_ij, sum_i s_i E a_ij^2) for every item, (J,) each of the state's float dtype,
+    from the user cache ``user_bg`` (`Background`; computed from ``state`` when None).
+
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1, mirrored for items (corrected as for users).
+    """
     user_bg = user_background(state) if user_bg is None else user_bg
     _, (mv, vv), _, (mbv, vbv) = moments(state)
     return _own_terms(mv, vv, mbv, vbv, user_bg)
@@ -408,13 +453,23 @@ def _omega_star(xi_star, first, second):
 
 
 def omega_star_user_sums(state: PSMState, item_bg: Background | None = None):
-    """sum_j t_j Omega*_ij for every user (I,) (B.4.1, corrected: see ERRATA in validation.psm)."""
+    """sum_j t_j Omega*_ij for every user, (I,) of the state's float dtype (B.4.1, corrected: see
+    ERRATA in validation.psm); ``item_bg`` as in `user_background_terms`.
+
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (sum_j t_j Omega*_ij), corrected.
+    """
     first, second = user_background_terms(state, item_bg)
     return _omega_star(state.xi_star, first, second)
 
 
 def omega_star_item_sums(state: PSMState, user_bg: Background | None = None):
-    """sum_i s_i Omega*_ij for every item (J,)."""
+    """sum_i s_i Omega*_ij for every item, (J,) of the state's float dtype; ``user_bg`` as in
+    `item_background_terms`.
+
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1, mirrored for t (corrected as for users).
+    """
     first, second = item_background_terms(state, user_bg)
     return _omega_star(state.xi_star, first, second)
 
@@ -448,8 +503,11 @@ def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DE
     xi : (N,) Jaakkola-Jordan parameters of the observed pairs, or None for their optimum (11),
         where L equals its maximum over xi_G (what `step` reports). xi* is ``state.xi_star``.
 
-    Returns a scalar. Differentiable in every field of ``state`` and in ``xi``.
-    Source: eq. (3) with the bound of sec. 3, derived (the printed (13) is corrected in ERRATA).
+    Returns a scalar () of the state's float dtype. Differentiable in every field of ``state`` and in ``xi``.
+    Raises nothing of its own (no checks: traced code; shapes and values are trusted, checked by
+    `init` / `fit`); a ``hyper`` without the PSMHyper fields raises AttributeError.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (3) with the bound of sec. 3, derived (the printed (13)
+    is corrected in ERRATA).
     """
     s, t = _s_t(state)
     counts = data.values
@@ -484,7 +542,13 @@ def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DE
 
 
 def update_dirichlet(state: PSMState, data: Observations, hyper) -> PSMState:
-    """q(pi) = Dir(alpha0 + c_i + D' s_i), q(psi) = Dir(beta0 + c_j + D' t_j) (sec. 4, "Dirichlet updates")."""
+    """q(pi) = Dir(alpha0 + c_i + D' s_i), q(psi) = Dir(beta0 + c_j + D' t_j) (sec. 4, "Dirichlet updates").
+
+    Returns the state with alpha (I,) and beta (J,) replaced (the state's float dtype).
+    Raises nothing of its own (no checks: traced code); a ``hyper`` without alpha0 / beta0 raises
+    AttributeError.
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Dirichlet updates"; Algorithm 1, "update q(pi); update q(psi)".
+    """
     s, t = _s_t(state)
     c_i = jax.ops.segment_sum(data.values, data.rows, num_segments=data.n_rows)
     c_j = jax.ops.segment_sum(data.values, data.cols, num_segments=data.n_cols)
@@ -513,20 +577,37 @@ def _elog_dirichlet(conc):
 
 def update_s(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
     """s_i propto exp(E log pi_i + sum_j t_j Omega_ij) via the item cache and a sparse correction
-    (eq. 17, B.4.1). xi : (N,) the observed pairs' bound parameters (held fixed)."""
+    (eq. 17, B.4.1). xi : (N,) the observed pairs' bound parameters (held fixed), the state's float
+    dtype. Returns the state with log_s (I,) replaced; ``hyper`` is unused (block signature).
+
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.4 eq. (17) with the caches of B.4.1 (corrected);
+    Algorithm 1, "update s".
+    """
     logits = _elog_dirichlet(state.alpha) + omega_star_user_sums(state) + _omega_corrections(state, data, xi, chunk, True)
     return state._replace(log_s=jax.nn.log_softmax(logits))
 
 
 def update_t(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """t_j propto exp(E log psi_j + sum_i s_i Omega_ij): the item twin of `update_s`."""
+    """t_j propto exp(E log psi_j + sum_i s_i Omega_ij): the item twin of `update_s`.
+
+    xi : (N,) as in `update_s`. Returns the state with log_t (J,) replaced.
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` eq. (17) and B.4.1 mirrored for t; Algorithm 1, "update t".
+    """
     logits = _elog_dirichlet(state.beta) + omega_star_item_sums(state) + _omega_corrections(state, data, xi, chunk, False)
     return state._replace(log_t=jax.nn.log_softmax(logits))
 
 
 def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
     """xi*^2 = (S2 - sum_G s_i t_j E a_ij^2) / (1 - sum_G s_i t_j) (eq. 16 with the caches, corrected
-    cross terms: see ERRATA). ``xi`` is unused (xi* does not depend on xi_G); kept for the block signature."""
+    cross terms: see ERRATA). ``xi`` is unused (xi* does not depend on xi_G); kept for the block signature.
+
+    Returns the state with xi_star () replaced (the state's float dtype).
+    Raises nothing of its own (no checks: traced code).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.3 eq. (16) and its cached form in sec. 4 (corrected);
+    Algorithm 1, "update xi*".
+    """
     del xi
     s, t = _s_t(state)
 
@@ -596,13 +677,24 @@ def _targets(state, data, xi, chunk, own_is_user: bool):
 
 
 def user_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK):
-    """P_i (I, K, K) (with tau_u I) and m_i (I, K) of the intermediate q~(u_i) = N(P^-1 m, P^-1) (eqs. 6-8, corrected)."""
+    """P_i (I, K, K) (with tau_u I) and m_i (I, K) of the intermediate q~(u_i) = N(P^-1 m, P^-1) (eqs. 6-8, corrected).
+
+    xi : (N,) observed pairs' bound parameters; outputs in the state's float dtype.
+    Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_u raises AttributeError.
+    Source: ``000_619a0297b9d686b2.txt`` eqs. (6)-(8) and appendix B.2.1 (m_i corrected: ERRATA in
+    `validation.psm`).
+    """
     P, h = _targets(state, data, xi, chunk, True)
     return P + hyper.tau_u * jnp.eye(P.shape[-1], dtype=P.dtype), h
 
 
 def item_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK):
-    """P_j (J, K, K) (with tau_v I) and m_j (J, K) of the intermediate q~(v_j)."""
+    """P_j (J, K, K) (with tau_v I) and m_j (J, K) of the intermediate q~(v_j).
+
+    xi : (N,) as in `user_update_targets`; outputs in the state's float dtype.
+    Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_v raises AttributeError.
+    Source: ``000_619a0297b9d686b2.txt`` eqs. (6)-(8) mirrored for items, appendix B.2.1 (corrected).
+    """
     P, h = _targets(state, data, xi, chunk, False)
     return P + hyper.tau_v * jnp.eye(P.shape[-1], dtype=P.dtype), h
 
@@ -614,13 +706,26 @@ def _solve(P, h):
 
 
 def update_users(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """prod_k q(u_ik) for every user: mean P_i^-1 m_i (batched Cholesky), precisions diag P_i (sec. 4, B.2)."""
+    """prod_k q(u_ik) for every user: mean P_i^-1 m_i (batched Cholesky), precisions diag P_i (sec. 4, B.2).
+
+    xi : (N,) observed pairs' bound parameters. Returns the state with u_mu, u_prec (I, K) replaced.
+    Raises nothing of its own (no checks: traced code); a P_i that is not positive definite gives NaN
+    from the Cholesky factor, not an exception.
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Gaussian updates for q(u_ik)"; appendix B.2.2
+    (eq. (15): means of q~, precisions diag P_i); Algorithm 1, "update prod_k q(u_ik)".
+    """
     mean, prec = _solve(*user_update_targets(state, data, hyper, xi, chunk=chunk))
     return state._replace(u_mu=mean, u_prec=prec)
 
 
 def update_items(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """prod_k q(v_jk) for every item: the twin of `update_users`."""
+    """prod_k q(v_jk) for every item: the twin of `update_users`.
+
+    xi : (N,). Returns the state with v_mu, v_prec (J, K) replaced.
+    Raises nothing of its own (as `update_users`: a non-positive-definite P_j gives NaN).
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4 and appendix B.2 mirrored for items; Algorithm 1,
+    "update prod_k q(v_jk)".
+    """
     mean, prec = _solve(*item_update_targets(state, data, hyper, xi, chunk=chunk))
     return state._replace(v_mu=mean, v_prec=prec)
 
@@ -648,13 +753,25 @@ def _bias_update(state, data, hyper, xi, chunk, own_is_user: bool):
 
 
 def update_user_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """q(b_i) = N(nu_i / rho_i, 1 / rho_i) (sec. 4, "Gaussian updates for q(b_i)", corrected: see ERRATA)."""
+    """q(b_i) = N(nu_i / rho_i, 1 / rho_i) (sec. 4, "Gaussian updates for q(b_i)", corrected: see ERRATA).
+
+    xi : (N,) observed pairs' bound parameters. Returns the state with bu_mu, bu_prec (I,) replaced.
+    Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_b raises AttributeError.
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Gaussian updates for q(b_i)" (nu_i corrected);
+    Algorithm 1, "update q(b_i)".
+    """
     mean, prec = _bias_update(state, data, hyper, xi, chunk, True)
     return state._replace(bu_mu=mean, bu_prec=prec)
 
 
 def update_item_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """q(b_j): the twin of `update_user_bias`."""
+    """q(b_j): the twin of `update_user_bias`.
+
+    xi : (N,). Returns the state with bv_mu, bv_prec (J,) replaced.
+    Raises nothing of its own (as `update_user_bias`).
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Gaussian updates for q(b_i)" mirrored for items;
+    Algorithm 1, "update q(b_j)".
+    """
     mean, prec = _bias_update(state, data, hyper, xi, chunk, False)
     return state._replace(bv_mu=mean, bv_prec=prec)
 
@@ -701,8 +818,12 @@ def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAUL
         (cast here otherwise); hyper : PSMHyper (traced: new values do not recompile).
     chunk : pairs per chunk of the O(|G| K^2) sums (static).
 
-    Returns (PSMState, PSMInfo) with Info of the new state (its bounded ELBO and xi*).
-    Source: Algorithm 1; updates of sec. 4 and appendix B (derived, corrected where ERRATA says).
+    Returns (PSMState, PSMInfo) with Info of the new state (its bounded ELBO and xi*, scalars ()).
+    Raises nothing of its own (no value checks: ``state`` and ``data`` are trusted, checked by `init` /
+    `fit`); a ``hyper`` without the PSMHyper fields raises AttributeError, and a non-numeric field
+    TypeError / ValueError from ``float``.
+    Source: ``000_619a0297b9d686b2.txt`` Algorithm 1; updates of sec. 4 and appendix B (derived,
+    corrected where ERRATA says).
     """
     del key
     dtype = state.u_mu.dtype
@@ -722,7 +843,13 @@ def _pair_mean_var(state, users, items):
 
 def acceptance_probability(state: PSMState, users, items):
     """p(o = T | y_i = z_j = 1, D) for index pairs (E,): MacKay's sigma(mu / sqrt(1 + pi s^2 / 8)) with
-    mu, s^2 the mean and variance of a_ij under q (sec. 3, "Making and trading predictions")."""
+    mu, s^2 the mean and variance of a_ij under q (sec. 3, "Making and trading predictions").
+
+    users, items : int arrays (E,). Returns (E,) jax array of the state's float dtype.
+    Raises nothing of its own (no index checks: JAX clamps out-of-range gathers; users and items
+    that do not broadcast make JAX raise a shape error).
+    Source: ``000_619a0297b9d686b2.txt`` sec. 3, "Making and trading predictions" (sigma(x_ij) before eq. (5)).
+    """
     mean, var = _pair_mean_var(state, jnp.asarray(users), jnp.asarray(items))
     return mackay_probit(mean, var)
 
@@ -750,7 +877,10 @@ def score_users(state: PSMState, users, *, kind: str = "predictive") -> np.ndarr
     kind : "predictive" (default): p(z_j = 1 | o = T, y_i = 1, D) ~ E[psi_j] sigma(x_ij) normalised
         over j (eq. 5, popularity times personalised acceptance, MacKay's approximation);
         "acceptance": sigma(x_ij) alone; "popularity": E[psi_j] alone.
-    Raises ValueError for an unknown kind or user indices out of range.
+    users : int array (B,). Returns a (B, J) numpy array of the state's float dtype.
+    Raises ValueError for an unknown kind, ``users`` not a 1-D integer array, or user indices out of range.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (5) and the normalisation after it; "popularity" is the
+    popularity baseline of sec. 5.
     """
     if kind not in ("predictive", "acceptance", "popularity"):
         raise ValueError(f"kind must be 'predictive', 'acceptance' or 'popularity', got {kind!r}")
@@ -768,7 +898,11 @@ def score_users(state: PSMState, users, *, kind: str = "predictive") -> np.ndarr
 
 def predictive_probability(state: PSMState, users, items, *, batch: int = 256) -> np.ndarray:
     """p(z_j = 1 | o = T, y_i = 1, D) (eq. 5, normalised over all J items) for index pairs (E,) numpy.
-    Work O(E J K) in batches of ``batch`` pairs. Raises ValueError for indices out of range."""
+    Work O(E J K) in batches of ``batch`` pairs. users, items : int arrays (E,); returns (E,) float64.
+    Raises ValueError for ``users`` not a 1-D integer array, ``items`` not of the shape of ``users``, or
+    indices out of range.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (5), normalised over j as after it.
+    """
     users = _check_users(users, state.u_mu.shape[0])
     items = np.asarray(items)
     J = state.v_mu.shape[0]
@@ -788,7 +922,12 @@ def predictive_probability(state: PSMState, users, items, *, batch: int = 256) -
 
 def draws_from_q(key, state: PSMState, n_draws: int) -> dict[str, np.ndarray]:
     """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
-    pi (I,), psi (J,). numpy float64."""
+    pi (I,), psi (J,). numpy float64.
+
+    Raises TypeError (from `base.as_key`) for a key that is neither a PRNG key nor an integer seed;
+    numpy's ValueError for a negative ``n_draws``.
+    Source: project addition (sampling the factors of q, ``000_619a0297b9d686b2.txt`` eq. (4)).
+    """
     rng = np.random.default_rng(int(jax.random.randint(base.as_key(key), (), 0, 2**31 - 1)))
     (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
     out = {}
@@ -801,7 +940,8 @@ def draws_from_q(key, state: PSMState, n_draws: int) -> dict[str, np.ndarray]:
 
 def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float = 1e-6, progress: bool = True, *,
         r: float = 1.0, dtype=np.float64, n_draws: int = 100, init_state: PSMState | None = None,
-        chunk: int = DEFAULT_CHUNK, init_scale: float = 0.1, callback=None) -> base.FitResult:
+        chunk: int = DEFAULT_CHUNK, init_scale: float = 0.1, callback=None, checkpoint=None,
+        checkpoint_every: int = 10, resume: bool = False) -> base.FitResult:
     """Fit PSM by Algorithm 1 sweeps on `custom_inference.vi_driver.run` until |dL| / |L| < ``tol``.
 
     Parameters
@@ -811,6 +951,9 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
     progress : tqdm bar; r : D' = r D; dtype : float32 or float64 (float64 runs under
     jax.enable_x64); n_draws : int >= 1 draws from q in the ``posterior`` group; init_state : resume;
     chunk : pairs per chunk; init_scale : see `init`; callback : ``callback(t, state, info)``.
+    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz`` every
+    ``checkpoint_every`` sweeps and at the end); ``resume=True`` continues from an existing one, bit for
+    bit the uninterrupted run (the sweeps are deterministic; the draws from q use a key of their own).
 
     Returns
     -------
@@ -842,7 +985,8 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
         h = _hyper_arrays(hyper, dtype)
         first = float(_elbo_jit(state, d, h, int(chunk)))
         run = vi_driver.run(lambda s, t: step(None, s, d, hyper, chunk=chunk), state, max_iter=max_iter, tol=tol,
-                            progress=progress, desc=f"PSM VB (K={K})", init_elbo=first, callback=callback)
+                            progress=progress, desc=f"PSM VB (K={K})", init_elbo=first, callback=callback,
+                            checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume)
         state = run.state
         posterior = draws_from_q(k_draw, state, int(n_draws))
     I, J = data.shape

@@ -32,6 +32,8 @@ Conventions (the same for every solver that uses `run`):
   keeps host-side state (a numpy RNG, an update counter) passes ``save_extra`` / ``restore_extra``.
   A resumed run equals the uninterrupted one bit for bit (tests/custom_inference/test_vi_driver.py,
   test_vi_protocol.py). Saved arrays keep their dtype (`load_checkpoint` returns numpy arrays).
+  After every write the hooks of `base.on_checkpoint` are called (``validation.api`` stops a fit
+  there to test resume == uninterrupted).
 - `host_seed` turns the key or int seed of a ``fit`` into the seed of its host-side numpy streams;
   `point_posterior` wraps a MAP / SGD point estimate as a one-chain, one-draw posterior.
 
@@ -207,6 +209,7 @@ def run(
                  "iteration": np.asarray(iters, np.int64), "sweep_seconds": np.asarray(sweep_seconds, np.float64)}
         extra = {"converged__": np.asarray(conv), **(save_extra() if save_extra is not None else {})}
         save_checkpoint(checkpoint, state, n_iter=n_done, trace=trace, extra=extra)
+        base.checkpoint_written(checkpoint, n_done)
 
     def record(value: float, rel: float | None, it: int, where: str) -> float:
         if not np.isfinite(value):

@@ -6,6 +6,8 @@ save and load in the users' own ids.
     m.recommend(["u196", "u186"], N=10)        # original ids in and out, seen items excluded
     m.predict(pairs)                           # posterior mean, sd and 90% interval per (user, item)
     m.save("hpf.nc"); m2 = api.load("hpf.nc")  # one netCDF artifact: posterior, id maps, settings
+    m.fold_in(new_user_rows)                   # new users without refitting (HPF; the others say why not)
+    api.fit("hpf", df, K=20, resume_from="ckpt/")  # checkpoints; resumed == uninterrupted, bit for bit
 
 Where it sits: on the top floor of `validation` (it uses the loaders, the solvers and the
 registry of front-door adapters below); nothing in the package imports it.
@@ -30,9 +32,19 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["Adapter", "ADAPTERS", "FittedModel", "fit", "load", "models"]
+__all__ = ["Adapter", "ADAPTERS", "FittedModel", "Interrupted", "fit", "load", "models"]
 
 VALUE_KINDS = ("count", "real", "binary")
+
+
+def __getattr__(name):
+    # `Interrupted` lives in custom_inference.base (the drivers raise it through their checkpoint
+    # hook); imported lazily so that `import validation.api` stays free of JAX (CLI start-up).
+    if name == "Interrupted":
+        from custom_inference.base import Interrupted
+
+        return Interrupted
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,18 @@ class Adapter:
         dict name -> array (S, ...).
     uncertainty : how the draws were obtained ("posterior draws (Gibbs)", "draws from q (CAVI)",
         "none (point estimate)").
-    fold_in : None, or why fold-in is not available ("reason" string) — see `FittedModel.fold_in`.
+    fold_in : ``fold_in(fitted, obs_new) -> arviz.InferenceData`` (a callable: the posterior of
+        the new users, whose ``posterior`` group gives the user-side variables of the I_new users,
+        the item-side ones unchanged), or a string saying why fold-in is not available (see
+        `FittedModel.fold_in`).
+    resumable : whether ``fit(..., resume_from=DIR)`` works (the solver runs on a driver with
+        checkpoints: `custom_inference.vi_driver` or `custom_inference.mcmc_driver`).
+    defaults : solver options used unless the caller gives them (stated in the README table).
+    not_resumable : why a non-resumable model cannot resume (the ValueError of ``resume_from``).
+    iterations : the solver option that counts its iterations (``max_iter``, ``n_epochs``, ``n_iter``,
+        ``num_samples``): what ``factorbayes fit --max-iter`` sets.
+    draws : the solver option with the number of draws from q (VI), or None (samplers keep their
+        sweeps; point estimates have one): what ``factorbayes fit --draws`` sets.
     source : seed file and equation of ``mean``.
     """
 
@@ -61,6 +84,9 @@ class Adapter:
     fold_in: Any = None
     resumable: bool = False
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    not_resumable: str = ""
+    iterations: str = "max_iter"
+    draws: str | None = None
 
 
 ADAPTERS: dict[str, Adapter] = {}
@@ -281,6 +307,52 @@ class FittedModel:
         df = pd.DataFrame(out, columns=["user", "rank", "item", "score", "sd"])
         return df
 
+    def fold_in(self, new_user_rows, *, user_col: str | None = None, item_col: str | None = None,
+                value_col: str | None = None) -> "FittedModel":
+        """Add new users to the fitted model without refitting the items.
+
+        new_user_rows : DataFrame of the new users' entries (a user, an item and optionally a value
+            column, named as in `fit`: ``user_col`` / ``item_col`` / ``value_col``), in original ids;
+            every user must be new, every item known to the model. Values go through the fit's
+            transform (``settings["transform"]``, ``settings["threshold"]``).
+        Returns a new FittedModel over the I + I_new users (the old users first, unchanged): the new
+        users' user-side posterior comes from the adapter's fold-in (HPF: the CAVI user blocks with
+        q(beta), q(eta) held fixed, `custom_inference.hpf.fold_in`, then as many draws from q as the
+        fitted posterior holds); the item side is the fitted one.
+
+        Raises NotImplementedError naming the reason for models whose adapter has no fold-in
+        (``Adapter.fold_in`` is a string), ValueError for a user id the model already knows or no
+        entries, KeyError for an unknown item id. Source: project addition (HPF: seed 001's user
+        updates, the fold-in of `custom_inference.hpf`).
+        """
+        from custom_inference.data import Observations
+
+        how = self.adapter.fold_in
+        if not callable(how):
+            raise NotImplementedError(f"{self.model}: fold_in is not available: {how or 'not implemented'}")
+        table = _table(new_user_rows, user_col=user_col, item_col=item_col, value_col=value_col)
+        table = _values(table, self.adapter.values, self.settings.get("transform", "none"),
+                        float(self.settings.get("threshold", 4.0)))
+        if table.empty:
+            raise ValueError("new_user_rows: no entries left to fold in (after the value transform)")
+        new_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
+        old = {(x.item() if hasattr(x, "item") else x) for x in self.user_ids}
+        known = [x for x in new_ids.tolist() if x in old]
+        if known:
+            raise ValueError(f"new_user_rows: user ids already in the model: {known[:5]}; fold_in adds new users only")
+        cols = self._index(table["item"].tolist(), "item")
+        I_new, J = len(new_ids), len(self.item_ids)
+        obs = Observations.from_coo(np.asarray(u).reshape(-1), cols, table["rating"].to_numpy(), (I_new, J),
+                                    kind=self.adapter.values, dtype=np.float64)
+        groups = how(self, obs)  # group name -> {variable: array with the new users on the "user" axis}
+        idata = _extend_users(self.idata, groups, I_new)
+        seen = _stack_rows(self.seen, obs.to_scipy().tocsr())
+        user_ids = np.concatenate([np.asarray(self.user_ids, dtype=object), np.asarray(new_ids, dtype=object)])
+        if all(isinstance(x, (int, np.integer)) for x in user_ids):
+            user_ids = user_ids.astype(np.int64)
+        settings = {**self.settings, "folded_in_users": int(self.settings.get("folded_in_users", 0)) + I_new}
+        return FittedModel(self.model, idata, user_ids, self.item_ids, seen, settings)
+
     def save(self, path) -> Path:
         """Write one netCDF artifact: the InferenceData plus a ``front_door`` group (id maps, the
         training entries, model name, settings, package version). Atomic (temp file + rename).
@@ -321,6 +393,44 @@ class FittedModel:
             if os.path.exists(tmp):
                 os.remove(tmp)
         return path
+
+
+def _stack_rows(a, b):
+    import scipy.sparse as sp
+
+    return sp.vstack([a, b]).tocsr()
+
+
+def _extend_users(idata, groups: Mapping[str, Mapping[str, np.ndarray]], n_new: int):
+    """A copy of ``idata`` whose groups in ``groups`` have their ``user`` dimension extended by the
+    ``n_new`` new users: every variable with a ``user`` dim gets the given array (same dims, the new
+    users on the ``user`` axis) appended; variables without one are unchanged. Raises ValueError when
+    a user-side variable has no new part."""
+    import arviz as az
+    import xarray as xr
+
+    out = {}
+    for g in idata.groups():
+        ds = idata[g]
+        if g not in groups:
+            out[g] = ds
+            continue
+        new = groups[g]
+        n_old = ds.sizes.get("user", 0)
+        data_vars = {}
+        for name, da in ds.data_vars.items():
+            if "user" in da.dims:
+                if name not in new:
+                    raise ValueError(f"fold_in: no new-user part of {g}.{name}")
+                add = np.asarray(new[name], dtype=da.dtype)
+                data_vars[name] = (da.dims, np.concatenate([da.values, add], axis=da.dims.index("user")))
+            else:
+                data_vars[name] = (da.dims, da.values)
+        coords = {d: ds.coords[d].values for d in ds.coords if d != "user"}
+        coords["user"] = np.arange(n_old + n_new)
+        out[g] = xr.Dataset(data_vars, coords=coords, attrs=dict(ds.attrs))
+    with _quiet():
+        return az.InferenceData(**out)
 
 
 def _quiet():
@@ -374,7 +484,9 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
 
     Parameters
     ----------
-    model : a name from `models()` ("hpf", "hpf-gibbs", "sbmf", "bpmf", "mcmc-fm", "vbfm", ...).
+    model : a name from `models()`: counts "hpf", "hpf-gibbs", "npfm", "ppfm", "psm"; real ratings
+        "sbmf", "bpmf", "mcmc-fm", "vbfm", "ovbfm", "sgd-fm"; one-class (binary) "sibm", "sibm-svi",
+        "sibm-map", "rg", "bpr".
     data : pandas DataFrame with a user, an item and (optionally) a value column (names from
         ``user_col`` / ``item_col`` / ``value_col``, else "user", "item", "rating"|"value"|"count";
         no value column means one-class data, every row a 1); a users x items scipy.sparse matrix;
@@ -384,14 +496,22 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
         models refuse non-integers, binary models binarize at ``threshold``), "round", "double"
         (half stars -> integer counts), "binarize" (value >= ``threshold`` -> 1, else dropped),
         "error" (refuse anything the model cannot take as is).
-    resume_from : a directory for checkpoints: the fit writes its state there every
-        ``checkpoint_every`` iterations and, when a checkpoint exists, continues from it; an
-        interrupted and resumed fit equals the uninterrupted one bit for bit. Only for models
-        whose adapter is resumable (see the README table).
-    options : passed to the model's solver (e.g. ``num_samples``, ``max_iter``, ``hyper``).
+    resume_from : a folder for checkpoints (the file is ``resume_from/<model>.npz``, `checkpoint_path`):
+        the fit writes its state there every ``checkpoint_every`` iterations (atomically) and, when
+        a checkpoint exists, continues from it; an interrupted and resumed fit equals the
+        uninterrupted one bit for bit (tests/validation/test_api.py). Only for models whose
+        adapter is resumable (``ADAPTERS[name].resumable``; the others raise ValueError with the
+        reason). checkpoint_every : int >= 1, in the driver's unit: VI sweeps or epochs
+        (`custom_inference.vi_driver`), blocks of sampler units (`custom_inference.mcmc_driver`);
+        default the solver's (10).
+    options : passed to the model's solver (e.g. ``num_samples``, ``max_iter``, ``hyper``) over
+        the adapter's ``defaults``. ``_stop_after=n`` (testing aid, with ``resume_from``) raises
+        `Interrupted` right after the n-th checkpoint write, through the drivers' hook
+        (`custom_inference.base.on_checkpoint`), as a killed run would stop.
 
     Returns FittedModel. Raises ValueError / TypeError for bad input (naming the field and the
-    fix), before any computation; ValueError for ``resume_from`` with a non-resumable model.
+    fix), before any computation; ValueError for ``resume_from`` with a non-resumable model, or
+    ``checkpoint_every`` / ``_stop_after`` without ``resume_from``; `Interrupted` (``_stop_after``).
     Source: project addition.
     """
     from custom_inference.base import check_latent_dim
@@ -419,15 +539,55 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
         u, i = table["user"].to_numpy(np.int64), table["item"].to_numpy(np.int64)
     obs = Observations.from_coo(np.asarray(u).reshape(-1), np.asarray(i).reshape(-1), table["rating"].to_numpy(),
                                 (len(user_ids), len(item_ids)), kind=adapter.values, dtype=np.float64)
+    stop_after = options.pop("_stop_after", None)
     run_options = {**adapter.defaults, **options}
     if resume_from is not None:
         if not adapter.resumable:
-            raise ValueError(f"{model} cannot resume from a checkpoint (see the README's front-door table); "
+            raise ValueError(f"{model} cannot resume from a checkpoint ({adapter.not_resumable or 'its solver has no checkpoints'}); "
                              "fit it without resume_from")
-        run_options.update(checkpoint=str(resume_from), resume=True)
+        run_options.update(checkpoint=str(checkpoint_path(resume_from, model)), resume=True)
         if checkpoint_every is not None:
             run_options["checkpoint_every"] = int(checkpoint_every)
-    idata = adapter.run(seed, obs, K, progress=progress, **run_options)
+    elif checkpoint_every is not None:
+        raise ValueError("checkpoint_every needs resume_from (the folder the checkpoints go to)")
+    if stop_after is not None:
+        if resume_from is None:
+            raise ValueError("_stop_after needs resume_from")
+        idata = _run_until(adapter, stop_after, seed, obs, K, progress, run_options)
+    else:
+        idata = adapter.run(seed, obs, K, progress=progress, **run_options)
     settings = {"K": K, "seed": int(seed), "transform": transform, "threshold": float(threshold),
                 "options": {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}}
     return FittedModel(model, idata, np.asarray(user_ids), np.asarray(item_ids), obs.to_scipy().tocsr(), settings)
+
+
+def checkpoint_path(folder, model: str) -> Path:
+    """The checkpoint file of ``model`` in the folder ``resume_from``: ``folder/<model>.npz``.
+
+    folder : str or Path (created when the first checkpoint is written). Raises ValueError when
+    ``folder`` is an existing file (pass a folder). Source: project addition."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"resume_from: {folder} is a file; pass a folder (the checkpoint goes to FOLDER/{model}.npz)")
+    return folder / f"{model}.npz"
+
+
+def _run_until(adapter: Adapter, stop_after, seed, obs, K, progress, run_options):
+    """Run the adapter and raise `Interrupted` right after the ``stop_after``-th checkpoint write
+    (through `custom_inference.base.on_checkpoint`, the drivers' hook): the checkpoint stays, so
+    fitting again with the same ``resume_from`` continues from it. Testing aid (``_stop_after``)."""
+    from custom_inference import base
+
+    stop_after = int(stop_after)
+    if stop_after < 1:
+        raise ValueError(f"_stop_after must be an integer >= 1, got {stop_after!r}")
+    writes = []
+
+    def hook(path, n_done):
+        writes.append(n_done)
+        if len(writes) >= stop_after:
+            raise base.Interrupted(f"{adapter.name}: stopped after checkpoint {len(writes)} ({n_done} iterations "
+                                   f"done, written to {path})")
+
+    with base.on_checkpoint(hook):
+        return adapter.run(seed, obs, K, progress=progress, **run_options)

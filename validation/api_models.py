@@ -57,11 +57,41 @@ def _run_hpf_gibbs(key, obs, K, *, progress=True, hyper=None, **opts):
     return hpf_gibbs.sample(key, obs, K, hyper or HPFHyper(), progress=progress, **opts)
 
 
+def _hpf_fold_in(fitted, obs):
+    """New users' q(theta_u), q(xi_u) by the CAVI user blocks with the items' q held at the fit
+    (`custom_inference.hpf.fold_in`; seed 001's user updates), then as many draws from q as the
+    fitted posterior holds (the means of q when it holds the means). Returns the new-user parts of
+    the ``posterior`` and ``variational_parameters`` groups (see `validation.api._extend_users`)."""
+    import jax
+
+    from custom_inference import hpf
+    from ppl_models.hpf import HPFHyper
+
+    attrs = fitted.idata.posterior.attrs
+    hyper = HPFHyper(**{f: float(attrs[f"hyper_{f}"]) for f in hpf.HYPER_FIELDS})
+    seed = int(fitted.settings.get("seed", 0))
+    with jax.enable_x64(True):
+        state = hpf.state_from_inference_data(fitted.idata)
+        new = hpf.fold_in(state, obs, hyper, seed=seed)
+    params = {f: np.asarray(getattr(new, f)) for f in ("gamma_shape", "gamma_rate", "kappa_shape", "kappa_rate")}
+    C, S = fitted.idata.posterior.sizes["chain"], fitted.idata.posterior.sizes["draw"]
+    if str(attrs.get("posterior_kind", "")).startswith("mean"):
+        theta = (params["gamma_shape"] / params["gamma_rate"])[None, None]
+        xi = (params["kappa_shape"] / params["kappa_rate"])[None, None]
+    else:  # a stream of its own: seeded by the fit's seed and the number of users before the fold-in
+        rng = np.random.default_rng([seed, len(fitted.user_ids), 1])
+        theta = rng.standard_gamma(params["gamma_shape"], size=(C, S, *params["gamma_shape"].shape)) / params["gamma_rate"]
+        xi = rng.standard_gamma(params["kappa_shape"], size=(C, S, *params["kappa_shape"].shape)) / params["kappa_rate"]
+    return {"posterior": {"theta": theta, "xi": xi}, "variational_parameters": params}
+
+
+_NO_FOLD_SAMPLER = ("not implemented: the math allows it (draw the new users' factors from their conditional "
+                    "given each kept item draw), but the sampler has no fold-in function yet")
 _register(Adapter("hpf", "count", _run_hpf, _hpf_mean, "draws from q (CAVI)", "001 (Poisson rate theta_u . beta_i)",
-                  resumable=True, defaults={"max_iter": 100, "n_draws": 200}))
+                  fold_in=_hpf_fold_in, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws"))
 _register(Adapter("hpf-gibbs", "count", _run_hpf_gibbs, _hpf_mean, "posterior draws (Gibbs)",
-                  "001 (Poisson rate theta_u . beta_i)", resumable=True,
-                  defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}))
+                  "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=_NO_FOLD_SAMPLER,
+                  defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples"))
 
 
 # -- real ratings: SBMF, BPMF (seed 004 ch. 2-3) -------------------------------------------
@@ -100,9 +130,9 @@ def _run_bpmf(key, obs, K, *, progress=True, hyper=None, **opts):
 
 _GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
 _register(Adapter("sbmf", "real", _run_sbmf, _sbmf_mean, "posterior draws (Gibbs)", "004 eq. 3.1",
-                  resumable=True, defaults=_GIBBS))
+                  resumable=True, fold_in=_NO_FOLD_SAMPLER, defaults=_GIBBS, iterations="num_samples"))
 _register(Adapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs)", "004 ch. 2 (BPMF)",
-                  resumable=True, defaults=_GIBBS))
+                  resumable=True, fold_in=_NO_FOLD_SAMPLER, defaults=_GIBBS, iterations="num_samples"))
 
 
 # -- factorization machines on the ids design (seed 004 ch. 2, 4) ---------------------------
@@ -145,15 +175,169 @@ def _fm_runner(solver: str):
         elif solver == "ovbfm":
             out = vbfm.fit_svi(key, design, K, hyper or FMFlatHyper(), progress=progress, **opts)
         else:
-            out = fm_sgd.fit(key, design, K, progress=progress, **opts)
+            out = fm_sgd.fit(key, design, K, hyper or fm_sgd.SGDReg(), progress=progress, **opts)
         return _stamp(_idata(out), front_door_n_users=obs.shape[0])
 
     return run
 
 
+_NO_FOLD_FM = ("not implemented: a new user is a new one-hot feature of the FM design; its weights given the "
+               "fitted item weights are the model's conditional, but no FM solver has a fold-in function yet")
 _register(Adapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior draws (Gibbs)", "004 eq. 2.17",
-                  resumable=True, defaults=_GIBBS))
+                  resumable=True, fold_in=_NO_FOLD_FM, defaults=_GIBBS, iterations="num_samples"))
 _register(Adapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
-                  resumable=True))
-_register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17"))
-_register(Adapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17"))
+                  resumable=True, fold_in=_NO_FOLD_FM, iterations="max_iter", draws="n_draws"))
+_register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
+                  resumable=True, fold_in=_NO_FOLD_FM, iterations="max_epochs", draws="n_draws"))
+#: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.ratings_eval.RatingsConfig`
+#: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
+SGD_FM_LEARNING_RATE = 0.01
+_register(Adapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17",
+                  fold_in=_NO_FOLD_FM, not_resumable="SGD-FM runs all its epochs in one compiled scan, no checkpoints",
+                  defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs"))
+
+
+
+# -- one-class logistic MF: SIBM (seed 002) --------------------------------------------------
+
+
+def _sibm_mean(post, rows, cols, attrs):
+    """p(x_ij = 1 | U, V, z) = sigma(u_i . v_j + z) (002_5408d341cb9fc544.txt eqs. 1-2; the bias
+    columns are in U and V). Its mean over draws from q is the integral that eq. (5) approximates
+    (MacKay); for MAP it is sigma at the point estimate."""
+    return _sigmoid(_dot(post["U"], post["V"], rows, cols) + post["z"][:, None])
+
+
+def _sibm_runner(kind: str):
+    def run(key, obs, K, *, progress=True, hyper=None, **opts):
+        from custom_inference import sibm
+        from ppl_models.sibm import SIBMHyper
+
+        fn = {"vb": sibm.fit, "svi": sibm.fit_svi, "map": sibm.fit_map}[kind]
+        return _idata(fn(key, obs, K, hyper or SIBMHyper(), progress=progress, **opts))
+
+    return run
+
+
+_NO_FOLD_SIBM = ("not implemented: the math allows it (the U column updates of batch VB / SVI with q(V), q(z) held "
+                 "fixed), but custom_inference.sibm has no fold-in function yet")
+_register(Adapter("sibm", "binary", _sibm_runner("vb"), _sibm_mean, "draws from q (batch VB)", "002 eqs. 1-2, 5",
+                  resumable=True, fold_in=_NO_FOLD_SIBM, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws"))
+_register(Adapter("sibm-svi", "binary", _sibm_runner("svi"), _sibm_mean, "draws from q (SVI)", "002 eqs. 1-2, 5",
+                  fold_in=_NO_FOLD_SIBM, defaults={"n_iter": 200},
+                  not_resumable="fit_svi has no checkpoints (its per-row update counters are not saved)", iterations="n_iter", draws="n_draws"))
+_register(Adapter("sibm-map", "binary", _sibm_runner("map"), _sibm_mean, "none (point estimate, MAP)",
+                  "002 eqs. 1-2", fold_in=_NO_FOLD_SIBM, defaults={"n_iter": 200},
+                  not_resumable="fit_map has no checkpoints", iterations="n_iter"))
+
+
+# -- one-class: RG (seed 003), BPR (Rendle et al. 2009) ----------------------------------------
+
+
+def _rg_mean(post, rows, cols, attrs):
+    """p(g = 1 | h = 1, u, v, b) = sigma(u_m . v_n + b_m + b_n) (003_203f63200c0d7157.txt, the like
+    probability of an edge; its mean over draws from q is the integral eq. 19 approximates)."""
+    return _sigmoid(_dot(post["u"], post["v"], rows, cols) + post["b_user"][:, rows] + post["b_item"][:, cols])
+
+
+def _run_rg(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import rg
+    from ppl_models.rg import RGHyper
+
+    return _idata(rg.fit(key, obs, K, hyper or RGHyper(), progress=progress, **opts))
+
+
+_register(Adapter("rg", "binary", _run_rg, _rg_mean, "draws from q (VB over random hidden graphs)", "003 eq. 19",
+                  resumable=True, defaults={"max_iter": 200},
+                  fold_in=("not available: a new user changes the hidden-graph sampler q(H) of every user (its "
+                           "popularity histogram, sec. 4.1), so the items' posterior is not held fixed by the math"), iterations="max_iter", draws="n_draws"))
+
+
+def _bpr_mean(post, rows, cols, attrs):
+    """x_ui = w_u . h_i + b_i (Rendle et al. 2009, BPR-MF score; a ranking score, not a probability)."""
+    return _dot(post["user_factors"], post["item_factors"], rows, cols) + post["item_bias"][:, cols]
+
+
+def _run_bpr(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import bpr
+
+    return _idata(bpr.fit(key, obs, K, hyper, progress=progress, **opts))
+
+
+_register(Adapter("bpr", "binary", _run_bpr, _bpr_mean, "none (point estimate, SGD)", "Rendle et al. 2009 (BPR-MF x_ui)",
+                  defaults={"n_epochs": 50},
+                  not_resumable="bpr.fit runs its epochs outside the drivers, no checkpoints",
+                  fold_in=("not implemented: SGD on the new users' rows with the items frozen would do, but "
+                           "custom_inference.bpr has no such function"), iterations="n_epochs"))
+
+
+# -- counts: NPFM / PPFM (seed 004 ch. 5), PSM (seed 000) --------------------------------------
+
+
+def _pfm_mean(post, rows, cols, attrs):
+    """Poisson rate w0 + w_u + w_(I+i) + sum_k r_k v_uk v_(I+i)k on the one-hot ids design
+    (004_90693a0965f06816.txt eqs. 5.6 (NPFM) / 5.20 (PPFM: r_k = 1))."""
+    I = int(attrs["front_door_n_users"])
+    V = post["V"]
+    r = post["r"] if "r" in post else np.ones((V.shape[0], V.shape[-1]))
+    pair = np.einsum("smk,smk,sk->sm", V[:, rows], V[:, I + cols], r)
+    return post["w0"][:, None] + post["w"][:, rows] + post["w"][:, I + cols] + pair
+
+
+def _pfm_runner(variant: str):
+    def run(key, obs, K, *, progress=True, hyper=None, checkpoint_every=None, **opts):
+        import inspect
+
+        from custom_inference import pfm
+        from ppl_models.pfm import PFMHyper
+
+        data = pfm.PFMData.from_matrix(obs, zeros="all")
+        keep = ("w0", "w", "V") + (("r",) if variant == "npfm" else ())
+        if checkpoint_every is not None:
+            if "checkpoint_every" in inspect.signature(pfm.sample).parameters:
+                opts["checkpoint_every"] = checkpoint_every
+            else:  # pfm.sample does not pass checkpoint_every on: the driver writes every 10 blocks, so
+                # blocks of checkpoint_every units give a checkpoint every 10 * checkpoint_every units
+                opts.setdefault("block", int(checkpoint_every))
+        idata = pfm.sample(key, data, K, hyper or PFMHyper(), variant=variant, keep=keep, progress=progress, **opts)
+        return _stamp(idata, front_door_n_users=obs.shape[0])
+
+    return run
+
+
+for _variant in ("npfm", "ppfm"):
+    _register(Adapter(_variant, "count", _pfm_runner(_variant), _pfm_mean, "posterior draws (Gibbs)",
+                      "004 eq. 5.6" if _variant == "npfm" else "004 eq. 5.20", resumable=True, fold_in=_NO_FOLD_SAMPLER,
+                      defaults=_GIBBS, iterations="num_samples"))
+
+
+def _psm_mean(post, rows, cols, attrs, *, block_cells: int = 4_000_000):
+    """p(z_j = 1 | o = T, y_i = 1, parameters) = psi_j sigma(x_ij) / sum_j' psi_j' sigma(x_ij'),
+    x_ij = u_i . v_j + b_i + b_j (000_619a0297b9d686b2.txt eq. 5: which item a user picks, given an
+    event of that user); the normaliser runs over all J items per draw and user, in blocks of users
+    (never an I x J array). Its mean over draws from q is what `custom_inference.psm.predictive_probability`
+    approximates with MacKay's probit."""
+    u, v, bu, bv, psi = post["u"], post["v"], post["b_user"], post["b_item"], post["psi"]
+    S, J = v.shape[0], v.shape[1]
+    users, inv = np.unique(rows, return_inverse=True)
+    norm = np.empty((S, users.size))
+    per = max(1, block_cells // max(S * J, 1))
+    for start in range(0, users.size, per):
+        b = users[start:start + per]
+        x = np.einsum("sbk,sjk->sbj", u[:, b], v) + bu[:, b][:, :, None] + bv[:, None, :]
+        norm[:, start:start + per] = np.sum(psi[:, None, :] * _sigmoid(x), axis=2)
+    x = _dot(u, v, rows, cols) + bu[:, rows] + bv[:, cols]
+    return psi[:, cols] * _sigmoid(x) / norm[:, inv.reshape(-1)]
+
+
+def _run_psm(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import psm
+    from ppl_models.psm import PSMHyper
+
+    return _idata(psm.fit(key, obs, K, hyper or PSMHyper(), progress=progress, **opts))
+
+
+_register(Adapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
+                  defaults={"max_iter": 100},
+                  fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
+                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws"))

@@ -4,7 +4,14 @@
         [--reference stored|rerun] [--quick]           (SPEC.solvers: run_crosscheck(config, progress, reference));
         [--data ml-100k|PATH]                          NUTS from the stored reference when it matches;
                                                        --data where the model's SPEC.real_data allows (hpf)
-    factorbayes fit hpf --data ml-100k|PATH            custom_inference.hpf.fit + evaluate
+    factorbayes fit MODEL --data FILE [--format F]     validation.api.fit on the file (validation.loaders.load),
+        [--user-col C --item-col C --value-col C]      saved with FittedModel.save to OUT/MODEL.nc (the
+        [--sep S] [--transform T] --out DIR            artifact's path is the last line printed); MODEL is
+        [--evaluate]                                   any name of validation.api.models(); hpf --evaluate
+                                                       also runs the held-out evaluation below
+    factorbayes recommend DIR_OR_FILE --users ID ...   validation.api.load + FittedModel.recommend: one
+        [-N 10] [--include-seen]                       row per (user, rank, item, score, sd), tab-separated
+    factorbayes --version                              the installed package version
     factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf
     factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
@@ -38,7 +45,7 @@ from pathlib import Path
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
-FIT_MODELS = ("hpf",)  # `fit` / `evaluate MODEL` (the HPF evaluation pipeline)
+FIT_MODELS = ("hpf",)  # `evaluate MODEL` (the HPF evaluation pipeline)
 EVALUATIONS = ("ratings", "implicit")  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
@@ -105,29 +112,19 @@ def cmd_crosscheck(args) -> int:
     return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}-{solver.name}"))
 
 
-def cmd_evaluate(args, *, save_fit: bool = False) -> int:
+def cmd_evaluate(args, *, df=None, path=None) -> int:
+    """Held-out evaluation of HPF CAVI (`validation.experiments.evaluate_hpf`: P1, P3, popularity)."""
     import numpy as np
 
-    from custom_inference import arviz_io
-    from custom_inference import hpf as cavi
-    from ppl_models.hpf import HPFHyper
-
-    from . import datasets, experiments
+    from . import experiments
     from .report import evaluation_report
 
-    df, path = _load_data(args.data)
+    if df is None:
+        df, path = _load_data(args.data)
     dtype = {"float32": np.float32, "float64": np.float64}[args.dtype]
-    out = Path(args.out or f"factorbayes-output/{'fit' if save_fit else 'evaluate'}-hpf")
+    out = Path(args.out or "factorbayes-output/evaluate-hpf")
     notes = [f"data: {path} ({len(df)} ratings)", f"K = {args.k}, {args.max_iter} CAVI sweeps, {args.dtype}, seed {args.seed}",
              "hyperparameters a = a' = c = c' = 0.3, b' = d' = 1"]
-    if save_fit:
-        indexed = datasets.index_ratings(df)
-        data = datasets.to_observations(indexed, dtype=dtype)
-        idata = cavi.fit(args.seed, data, args.k, HPFHyper(), max_iter=args.max_iter, tol=args.tol,
-                         dtype=dtype, n_draws=args.draws, progress=not args.no_progress).idata
-        saved = arviz_io.save(idata, out / "posterior.nc")
-        print(f"Fitted posterior (all {data.nnz} ratings) saved to {saved}")
-        notes.append(f"full-data fit saved to {saved.name} (ELBO {float(idata.vi_trace.elbo.values[-1]):.6g})")
     result = experiments.evaluate_hpf(df, n_components=args.k, seed=args.seed, max_iter=args.max_iter,
                                       tol=args.tol, dtype=dtype, progress=not args.no_progress)
     for name, table in result.tables.items():
@@ -168,7 +165,15 @@ def cmd_evaluate_ratings(args) -> int:
 def cmd_evaluate_implicit(args) -> int:
     from . import implicit_eval
 
-    df, path = _load_data(args.data)
+    basket_kw = {}
+    if hasattr(implicit_eval, "load_implicit_data"):
+        df, path, is_baskets = implicit_eval.load_implicit_data(args.data, format=args.format, seed=args.seed)
+        if is_baskets:
+            basket_kw["baskets"] = True
+    else:
+        if args.format not in ("auto", "movielens"):
+            raise ValueError(f"--format {args.format}: this version of evaluate implicit reads MovieLens files only")
+        df, path = _load_data(args.data)
     out = Path(args.out or "factorbayes-output/evaluate-implicit")
     if args.curves or args.curves_only:
         print(f"Recall@10 vs entries observed (seed 002 figs. 2-3) on {', '.join(args.curve_data)}: "
@@ -190,12 +195,110 @@ def cmd_evaluate_implicit(args) -> int:
     print(f"One-class comparison on {path}: protocols {', '.join(args.protocols)}; systems {', '.join(systems)}",
           file=sys.stderr)
     result = implicit_eval.evaluate_implicit(df, systems, protocols=tuple(args.protocols), seed=args.seed,
-                                             out_dir=out, progress=not args.no_progress)
+                                             out_dir=out, progress=not args.no_progress, **basket_kw)
     _print_table(result.table)
     if len(result.like_error_by_degree):
         print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
         _print_table(result.like_error_by_degree)
     print(f"Report: {result.report}")
+    return 0
+
+
+def _option_value(text: str):
+    """KEY=VALUE of ``--option``: VALUE as int, float, true/false/none, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _fit_options(args, adapter) -> dict:
+    options = {}
+    for item in args.option or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option {item!r}: expected KEY=VALUE, e.g. --option max_iter=50")
+        options[key.strip()] = _option_value(value)
+    if args.max_iter is not None:
+        options[adapter.iterations] = args.max_iter
+    if args.draws is not None:
+        if adapter.draws is None:
+            raise ValueError(f"--draws: {adapter.name} keeps its own draws ({adapter.uncertainty}); "
+                             f"set their number with --max-iter ({adapter.iterations})")
+        options[adapter.draws] = args.draws
+    return options
+
+
+def _read_table(args):
+    """The ratings table of ``--data`` through `validation.loaders.load` (``ml-100k``: the MovieLens
+    100K copy found or fetched by `validation.datasets.find_movielens_100k`)."""
+    from . import datasets, loaders
+
+    if args.data == "ml-100k":
+        path = datasets.find_movielens_100k()
+    else:
+        path = Path(args.data)
+        if not path.exists():
+            raise FileNotFoundError(f"--data {args.data}: no such file or directory")
+    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col, "sep": args.sep}
+    columns = {k: v for k, v in columns.items() if v is not None}
+    return loaders.load(path, format=args.format, **columns), str(path)
+
+
+def cmd_fit(args) -> int:
+    from . import api
+
+    if args.model not in api.models():
+        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(api.models())}")
+    adapter = api.ADAPTERS[args.model]
+    options = _fit_options(args, adapter)
+    if args.evaluate and args.model not in FIT_MODELS:
+        raise ValueError(f"--evaluate: the held-out evaluation runs for {', '.join(FIT_MODELS)} only "
+                         f"(see 'factorbayes evaluate ratings|implicit' for the others)")
+    df, path = _read_table(args)
+    print(f"{args.model}: fitting on {path} ({len(df)} rows, {df['user'].nunique()} users, "
+          f"{df['item'].nunique()} items), K = {args.k}, seed {args.seed}, transform {args.transform}", file=sys.stderr)
+    model = api.fit(args.model, df, K=args.k, seed=args.seed, transform=args.transform, threshold=args.threshold,
+                    resume_from=args.resume_from, progress=not args.no_progress, **options)
+    out = Path(args.out or f"factorbayes-output/fit-{args.model}")
+    if args.evaluate:
+        args.tol = options.get("tol", 0.0)
+        args.dtype = str(options.get("dtype", "float32"))
+        args.max_iter = options.get("max_iter", 100)
+        cmd_evaluate(args, df=df, path=path)
+    print(f"{args.model}: {model.shape[0]} users x {model.shape[1]} items; uncertainty: {model.uncertainty}")
+    print(model.save(out / f"{args.model}.nc"))
+    return 0
+
+
+def _artifact(spec: str) -> Path:
+    p = Path(spec)
+    if p.is_dir():
+        found = sorted(p.glob("*.nc"))
+        if len(found) != 1:
+            raise ValueError(f"{spec}: expected one saved model (*.nc) in the folder, found "
+                             f"{[f.name for f in found] or 'none'}; pass the file")
+        return found[0]
+    if not p.exists():
+        raise FileNotFoundError(f"{spec}: no such file or directory (a file written by 'factorbayes fit')")
+    return p
+
+
+def cmd_recommend(args) -> int:
+    from . import api
+
+    model = api.load(_artifact(args.model_path))
+    table = model.recommend(args.users, N=args.N, exclude_seen=not args.include_seen)
+    print("\t".join(table.columns))
+    for row in table.itertuples(index=False):
+        print(f"{row.user}\t{row.rank}\t{row.item}\t{row.score:.6g}\t{row.sd:.6g}")
     return 0
 
 
@@ -239,15 +342,35 @@ def cmd_sbc(args) -> int:
     return 0 if ok else 1
 
 
+def _version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("factorbayes")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+# Copies of module constants, so that building the parser (``--help``) imports no JAX or ArviZ;
+# tests/validation/test_cli.py checks that they equal the originals.
+_FORMATS = ("auto", "movielens", "csv", "fimi", "basket-csv")  # validation.loaders.FORMATS
+_TRANSFORMS = ("none", "round", "double", "binarize", "error")  # validation.loaders.TRANSFORMS
+_RATINGS_SOLVERS = ("sbmf", "bpmf", "mcmc-fm", "vbfm", "ovbfm", "sgd-fm")  # validation.ratings_eval.SOLVERS
+_CURVE_DATA = ("ratings", "sec4-synthetic")  # validation.implicit_eval.CURVE_DATA
+_CURVE_PASSES = 10  # validation.implicit_eval.CURVE_DEFAULTS["passes"]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0])
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0], formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"factorbayes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from . import registry
+    from . import api, registry
 
     models = registry.names()
-    p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated")
-    p.add_argument("model", choices=models)
+    p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated", formatter_class=fmt)
+    p.add_argument("model", choices=models, help="model of the registry")
     p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens "
                                                 "path (models whose spec has real_data: hpf)")
     p.add_argument("--solver", default=None, help="the model's solver (default its first: hpf cavi|gibbs)")
@@ -257,67 +380,106 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="report folder (default factorbayes-output/crosscheck-MODEL-SOLVER)")
     p.add_argument("--quick", action="store_true",
                    help="fewer NUTS draws (a fresh run, for smoke tests; gates will likely fail)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_crosscheck)
 
-    for name, helptext, save in (("fit", "fit on all the data, save the posterior, evaluate held-out", True),
-                                 ("evaluate", "held-out evaluation: hpf (P1, P3, next to popularity); "
-                                              "ratings (every Gaussian solver on P2)", False)):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("model", choices=FIT_MODELS + (EVALUATIONS if name == "evaluate" else ()))
-        p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
-        p.add_argument("--k", type=int, default=20, help="number of components K")
-        p.add_argument("--max-iter", type=int, default=100)
-        p.add_argument("--tol", type=float, default=0.0, help="relative-ELBO stopping tolerance (0: run max-iter sweeps)")
-        p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--draws", type=int, default=100, help="draws from q stored in the saved posterior")
-        p.add_argument("--out", default=None, help=f"report folder (default factorbayes-output/{name}-MODEL)")
-        p.add_argument("--no-progress", action="store_true")
-        p.set_defaults(func=lambda a, _save=save: cmd_evaluate(a, save_fit=_save))
-        if name == "evaluate":
-            from .ratings_eval import SOLVERS
+    fit_models = api.models()
+    p = sub.add_parser("fit", formatter_class=fmt,
+                       help="fit any model on a ratings or basket file and save it (one netCDF artifact: posterior, "
+                            "id maps, settings); the artifact's path is the last line printed")
+    p.add_argument("model", choices=fit_models, help="model name (validation.api.models())")
+    p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a file / MovieLens folder")
+    p.add_argument("--format", choices=_FORMATS, default="auto",
+                   help="file format (validation.loaders.load): auto-detect, MovieLens, a delimited file with "
+                        "named columns, FIMI baskets (one basket of item ids a line), or CSV baskets (item names)")
+    p.add_argument("--user-col", default=None, help="delimited files: the user column (header name or 0-based index)")
+    p.add_argument("--item-col", default=None, help="delimited files: the item column (header name or 0-based index)")
+    p.add_argument("--value-col", default=None,
+                   help="delimited files: the value column (none: one-class data, every row a 1)")
+    p.add_argument("--sep", default=None, help="delimited files: the field separator (default: sniffed)")
+    p.add_argument("--transform", choices=_TRANSFORMS, default="none",
+                   help="values the model cannot take: none (count models refuse non-integers, binary models "
+                        "binarize at --threshold), round, double (half stars), binarize, error")
+    p.add_argument("--threshold", type=float, default=4.0, help="binarize: value >= threshold is a 1")
+    p.add_argument("--k", type=int, default=20, help="latent dimension K")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same fit)")
+    p.add_argument("--max-iter", type=int, default=None,
+                   help="iterations of the solver (VI sweeps, SVI/SGD epochs or minibatches, kept sampler sweeps "
+                        "per chain: the option named in the README's front-door table); default the model's")
+    p.add_argument("--draws", type=int, default=None,
+                   help="VI solvers: draws from q stored in the artifact; default the model's")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", default=None,
+                   help="solver option passed to validation.api.fit (repeatable), e.g. --option num_chains=2")
+    p.add_argument("--resume-from", default=None,
+                   help="checkpoint folder: write checkpoints there and continue from one if present "
+                        "(resumable models only)")
+    p.add_argument("--out", default=None, help="output folder (default factorbayes-output/fit-MODEL)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="hpf only: also run the held-out evaluation (P1, P3, popularity) and write its report")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_fit)
 
-            g = p.add_argument_group("evaluate ratings (P2)")
-            g.add_argument("--ranks", type=int, nargs="+", default=[10, 32], help="K values")
-            g.add_argument("--solvers", nargs="+", choices=SOLVERS, default=list(SOLVERS))
-            g.add_argument("--warmup", type=int, default=50, help="Gibbs sweeps discarded")
-            g.add_argument("--samples", type=int, default=150, help="Gibbs sweeps kept and averaged")
-            g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
-            g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
-            g = p.add_argument_group("evaluate implicit (one-class: P1 and the SIBM protocol)")
-            g.add_argument("--protocols", nargs="+", choices=("P1", "SIBM"), default=["P1", "SIBM"])
-            g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
-                           help="a subset of the systems (quote names with spaces), default all")
-            g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
-            g.add_argument("--curves", action="store_true",
-                           help="also write recall@10 vs entries observed (seed 002 figs. 2-3) as CSV and PNG")
-            g.add_argument("--curves-only", action="store_true", help="only the curves, not the comparison table")
-            from .implicit_eval import CURVE_DATA, CURVE_DEFAULTS
+    p = sub.add_parser("recommend", formatter_class=fmt,
+                       help="top-N items per user from a saved model, with the score's posterior sd")
+    p.add_argument("model_path", metavar="DIR_OR_FILE", help="an artifact written by 'factorbayes fit' or its folder")
+    p.add_argument("--users", nargs="+", required=True, metavar="ID", help="user ids as in the data file")
+    p.add_argument("-N", type=int, default=10, help="items per user")
+    p.add_argument("--include-seen", action="store_true", help="also rank the user's training items")
+    p.set_defaults(func=cmd_recommend)
 
-            g.add_argument("--curve-data", nargs="+", choices=CURVE_DATA, default=list(CURVE_DATA),
-                           help="data sets of the curves: the --data ratings under the SIBM protocol, the seed's "
-                                "sec. 4 synthetic matrix")
-            g.add_argument("--curve-passes", type=float, default=CURVE_DEFAULTS["passes"],
-                           help="budget of each curve run in units of I x J entries")
-            p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit}.get(
-                a.model, cmd_evaluate)(a))
+    p = sub.add_parser("evaluate", formatter_class=fmt,
+                       help="held-out evaluation: hpf (P1, P3, next to popularity); ratings (every Gaussian "
+                            "solver on P2); implicit (one-class systems)")
+    p.add_argument("model", choices=FIT_MODELS + EVALUATIONS, help="what to evaluate")
+    p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
+    p.add_argument("--format", choices=_FORMATS, default="auto",
+                   help="evaluate implicit: file format of --data (baskets: fimi, basket-csv)")
+    p.add_argument("--k", type=int, default=20, help="number of components K")
+    p.add_argument("--max-iter", type=int, default=100, help="CAVI sweeps (hpf); VI sweeps (ratings)")
+    p.add_argument("--tol", type=float, default=0.0, help="relative-ELBO stopping tolerance (0: run max-iter sweeps)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="float precision")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--out", default=None, help="report folder (default factorbayes-output/evaluate-MODEL)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g = p.add_argument_group("evaluate ratings (P2)")
+    g.add_argument("--ranks", type=int, nargs="+", default=[10, 32], help="K values")
+    g.add_argument("--solvers", nargs="+", choices=_RATINGS_SOLVERS, default=list(_RATINGS_SOLVERS),
+                   help="solvers to run")
+    g.add_argument("--warmup", type=int, default=50, help="Gibbs sweeps discarded")
+    g.add_argument("--samples", type=int, default=150, help="Gibbs sweeps kept and averaged")
+    g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
+    g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
+    g = p.add_argument_group("evaluate implicit (one-class: P1 and the SIBM protocol)")
+    g.add_argument("--protocols", nargs="+", choices=("P1", "SIBM"), default=["P1", "SIBM"], help="protocols")
+    g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
+                   help="a subset of the systems (quote names with spaces), default all")
+    g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
+    g.add_argument("--curves", action="store_true",
+                   help="also write recall@10 vs entries observed (seed 002 figs. 2-3) as CSV and PNG")
+    g.add_argument("--curves-only", action="store_true", help="only the curves, not the comparison table")
+    g.add_argument("--curve-data", nargs="+", choices=_CURVE_DATA, default=list(_CURVE_DATA),
+                   help="data sets of the curves: the --data ratings under the SIBM protocol, the seed's "
+                        "sec. 4 synthetic matrix")
+    g.add_argument("--curve-passes", type=float, default=_CURVE_PASSES,
+                   help="budget of each curve run in units of I x J entries")
+    p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit}.get(
+        a.model, cmd_evaluate)(a))
 
-    p = sub.add_parser("sbc", help="simulation-based calibration of a solver")
-    p.add_argument("model", choices=models)
+    p = sub.add_parser("sbc", help="simulation-based calibration of a solver", formatter_class=fmt)
+    p.add_argument("model", choices=models, help="model of the registry")
     p.add_argument("--solver", default="gibbs",
                    help="the SBC adapters of the model's spec (hpf: gibbs|nuts|cavi|gibbs-printed, where "
                         "gibbs-printed is the Gibbs sampler with the seed's printed xi/eta conditionals and must fail)")
-    p.add_argument("--sims", type=int, default=200)
+    p.add_argument("--sims", type=int, default=200, help="number of simulations")
     p.add_argument("--draws", type=int, default=99, help="L, posterior draws ranked per simulation")
     p.add_argument("--seed", type=int, default=0, help="master seed")
     p.add_argument("--alpha", type=float, default=0.05, help="false-alarm rate of the uniformity test")
     p.add_argument("--out", default=None, help="report folder (holds the resumable cache)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sbc)
 
-    p = sub.add_parser("errata", help="run the executable errata table")
-    p.add_argument("--out", default="factorbayes-output/errata")
+    p = sub.add_parser("errata", help="run the executable errata table", formatter_class=fmt)
+    p.add_argument("--out", default="factorbayes-output/errata", help="report folder")
     p.set_defaults(func=cmd_errata)
     return parser
 
@@ -333,8 +495,11 @@ def main(argv=None) -> int:
         jax.config.update("jax_enable_x64", True)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"factorbayes: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:  # unknown user or item id (FittedModel); str(KeyError) adds quotes
+        print(f"factorbayes: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
 
 

@@ -26,6 +26,8 @@ FAST = {
     "rg": {"max_iter": 10},
     "bpr": {"n_epochs": 3},
     "psm": {"max_iter": 10},
+    "npfm": {"num_chains": 2, "num_warmup": 10, "num_samples": 20},
+    "ppfm": {"num_chains": 2, "num_warmup": 10, "num_samples": 20},
 }
 
 
@@ -67,14 +69,27 @@ def test_fit_recommend_predict_save_load(name, ratings, tmp_path):
     pd.testing.assert_frame_equal(m2.recommend(["u3", "u7"], N=5), rec)
     with pytest.raises(KeyError, match="unknown user id"):
         m.recommend(["nobody"])
+    if not callable(m.adapter.fold_in):  # the reason is in the message, before any computation
+        with pytest.raises(NotImplementedError, match="fold_in is not available: .{20,}"):
+            m.fold_in(pd.DataFrame({"user": ["new"], "item": ["b1"], "rating": [5.0]}))
+    if not m.adapter.resumable:
+        with pytest.raises(ValueError, match="cannot resume"):
+            _fit(name, ratings, resume_from=tmp_path / "ckpt")
 
 
-@pytest.mark.parametrize("name", [n for n in api.models() if api.ADAPTERS[n].resumable])
+# NPFM / PPFM compile the slowest (about a minute each here): their resume runs under `pytest -m slow`;
+# the shared sampling driver's resume is tested in the default run by hpf-gibbs, sbmf, bpmf and mcmc-fm
+SLOW_RESUME = ("npfm", "ppfm")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_RESUME else n
+                                  for n in api.models() if api.ADAPTERS[n].resumable])
 def test_resume_equals_uninterrupted(name, ratings, tmp_path):
     full = _fit(name, ratings)
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(api.Interrupted):
+    with pytest.raises(api.Interrupted, match="stopped after checkpoint 2"):
         _fit(name, ratings, resume_from=ckpt, checkpoint_every=1, _stop_after=2)
+    assert (ckpt / f"{name}.npz").exists()
     resumed = _fit(name, ratings, resume_from=ckpt, checkpoint_every=1)
     a, b = api._posterior(full.idata), api._posterior(resumed.idata)
     assert a.keys() == b.keys()
@@ -94,3 +109,31 @@ def test_bad_input_is_named(ratings):
         api.fit("hpf", ratings)  # no column named user: the message asks for user_col
     with pytest.raises(TypeError):
         api.fit("hpf", [1, 2, 3])
+
+
+def test_hpf_fold_in_matches_the_fitted_user_and_keeps_the_others(ratings, tmp_path):
+    """A new user with exactly the entries of a fitted user gets (at convergence) that user's posterior:
+    fold-in runs the same CAVI user blocks with the items' q held fixed (seed 001)."""
+    m = _fit("hpf", ratings, max_iter=500, tol=1e-12, n_draws=4000)
+    twin = ratings[ratings.reader == "u7"].assign(reader="twin")
+    m2 = m.fold_in(twin, user_col="reader", item_col="book", value_col="stars")
+    assert m2.shape == (m.shape[0] + 1, m.shape[1]) and m2.user_ids[-1] == "twin"
+    pd.testing.assert_frame_equal(m2.recommend(["u7", "u3"], N=5), m.recommend(["u7", "u3"], N=5))
+    a = m2.predict([("twin", b) for b in ("b0", "b1", "b2", "b5")])
+    b = m2.predict([("u7", b) for b in ("b0", "b1", "b2", "b5")])
+    np.testing.assert_allclose(a["mean"], b["mean"], rtol=0.05)  # Monte Carlo (4000 draws) and CAVI tolerance
+    rec = m2.recommend("twin", N=20)
+    assert not set(rec["item"]) & set(twin["book"])  # the folded-in entries count as seen
+    m3 = api.load(m2.save(tmp_path / "folded.nc"))
+    pd.testing.assert_frame_equal(m3.recommend(["twin"], N=5), m2.recommend(["twin"], N=5))
+    with pytest.raises(ValueError, match="already in the model"):
+        m.fold_in(ratings[ratings.reader == "u3"], user_col="reader", item_col="book", value_col="stars")
+    with pytest.raises(KeyError, match="unknown item id"):
+        m.fold_in(pd.DataFrame({"user": ["x"], "item": ["no-such-book"], "rating": [2.0]}))
+
+
+def test_checkpoint_every_without_resume_from_is_refused(ratings):
+    with pytest.raises(ValueError, match="resume_from"):
+        _fit("hpf", ratings, checkpoint_every=1)
+    with pytest.raises(ValueError, match="resume_from"):
+        _fit("hpf", ratings, _stop_after=1)

@@ -37,18 +37,93 @@ def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypat
     assert "0 of 1 rows OK" in capsys.readouterr().out
 
 
-def test_fit_command_saves_a_loadable_posterior_and_report(ml100k_dir, tmp_path, capsys):
+def test_fit_hpf_evaluate_saves_a_loadable_artifact_and_report(ml100k_dir, tmp_path, capsys):
     code = cli.main(["fit", "hpf", "--data", str(ml100k_dir), "--k", "5", "--max-iter", "5", "--draws", "2",
-                     "--out", str(tmp_path), "--no-progress"])
+                     "--out", str(tmp_path), "--no-progress", "--evaluate"])
     assert code == 0
     out = capsys.readouterr().out
     assert "P1:" in out and "P3:" in out and "popularity" in out
-    idata = arviz_io.load(tmp_path / "posterior.nc")
+    assert out.strip().splitlines()[-1] == str(tmp_path / "hpf.nc")
+    idata = arviz_io.load(tmp_path / "hpf.nc")
     assert idata.posterior.theta.shape == (1, 2, 943, 5)
     assert hpf.state_from_inference_data(idata).lambda_shape.shape == (1682, 5)
     report = (tmp_path / "report.md").read_text()
     assert "rank_score" in report and "recall" in report
     assert any(p.name.startswith("by_degree") for p in tmp_path.glob("*.png"))
+
+
+@pytest.fixture
+def reader_csv(tmp_path):
+    """A delimited file with the user's own header names and string ids (24 readers x 18 books)."""
+    rng = np.random.default_rng(1)
+    u, i = np.nonzero(rng.random((24, 18)) < 0.45)
+    lines = ["reader;book;stars"] + [f"r{a};book-{b};{int(s)}" for a, b, s in zip(u, i, rng.integers(1, 6, u.size))]
+    path = tmp_path / "my ratings.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fit_then_recommend_from_a_file_with_own_column_names(reader_csv, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    code = cli.main(["fit", "hpf", "--data", str(reader_csv), "--format", "csv", "--user-col", "reader",
+                     "--item-col", "book", "--value-col", "stars", "--sep", ";", "--k", "2", "--max-iter", "5",
+                     "--draws", "20", "--out", str(out_dir), "--no-progress"])
+    assert code == 0
+    artifact = capsys.readouterr().out.strip().splitlines()[-1]
+    assert artifact == str(out_dir / "hpf.nc")
+    for target in (artifact, str(out_dir)):  # the file or its folder
+        assert cli.main(["recommend", target, "--users", "r3", "r7", "-N", "4"]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert lines[0].split("\t") == ["user", "rank", "item", "score", "sd"]
+        rows = [line.split("\t") for line in lines[1:]]
+        assert len(rows) == 8 and {r[0] for r in rows} == {"r3", "r7"}
+        assert [r[1] for r in rows[:4]] == ["1", "2", "3", "4"]
+        assert all(r[2].startswith("book-") and float(r[4]) > 0 for r in rows)
+        scores = [float(r[3]) for r in rows[:4]]
+        assert scores == sorted(scores, reverse=True)
+    seen = {line.split(";")[1] for line in reader_csv.read_text().splitlines()[1:] if line.startswith("r3;")}
+    assert not seen & {r[2] for r in rows if r[0] == "r3"}
+    assert cli.main(["recommend", artifact, "--users", "nobody"]) == 2
+    assert "unknown user id" in capsys.readouterr().err
+
+
+def test_fit_refuses_malformed_input_with_status_2(reader_csv, tmp_path, capsys):
+    base = ["fit", "hpf", "--k", "2", "--out", str(tmp_path / "o"), "--no-progress"]
+    # a column that is not in the header: the message lists the header found
+    assert cli.main(base + ["--data", str(reader_csv), "--user-col", "user", "--item-col", "book"]) == 2
+    err = capsys.readouterr().err
+    assert "user" in err and "reader" in err
+    # half stars for a count model: the message names the transforms
+    half = tmp_path / "half.csv"
+    half.write_text("reader,book,stars\na,x,3.5\nb,y,4\n")
+    assert cli.main(base + ["--data", str(half), "--user-col", "reader", "--item-col", "book",
+                            "--value-col", "stars"]) == 2
+    assert "double" in capsys.readouterr().err
+    # binary garbage
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(bytes(range(256)) * 4)
+    assert cli.main(base + ["--data", str(junk), "--format", "csv", "--user-col", "0", "--item-col", "1"]) == 2
+    assert "junk.csv" in capsys.readouterr().err
+    # options
+    assert cli.main(base + ["--data", str(reader_csv), "--option", "max_iter"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert cli.main(["fit", "sbmf", "--data", str(reader_csv), "--draws", "5", "--no-progress"]) == 2
+    assert "--draws" in capsys.readouterr().err
+    assert cli.main(["recommend", str(tmp_path / "none.nc"), "--users", "a"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_version_and_help_show_defaults(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("factorbayes ")
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    text = capsys.readouterr().out
+    for model in ("hpf", "sibm", "bpr", "psm"):
+        assert model in text
+    assert "(default: auto)" in text and "(default: none)" in text
 
 
 def test_missing_data_path_is_a_clear_error(tmp_path, capsys):
@@ -107,3 +182,11 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, solver, tmp
     report = (tmp_path / "report.md").read_text()
     assert "Verdict: PASS" in report and f"fake {model} solver" in report and "fake draws" in report
     assert len(list(tmp_path.glob("*.png"))) == 3
+
+
+def test_parser_constants_match_their_modules():
+    from validation import implicit_eval, loaders, ratings_eval
+
+    assert cli._FORMATS == loaders.FORMATS and cli._TRANSFORMS == loaders.TRANSFORMS
+    assert cli._RATINGS_SOLVERS == ratings_eval.SOLVERS and cli._CURVE_DATA == implicit_eval.CURVE_DATA
+    assert cli._CURVE_PASSES == implicit_eval.CURVE_DEFAULTS["passes"]
