@@ -1074,7 +1074,7 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
            num_samples: int = 500, thin: int = 1, keep=None, predict_at=None, dtype=np.float64,
            progress: bool = False, order: str = "valid", init_scale: float = 0.1, init_shape: float | None = None,
            block: int | None = None,
-           checkpoint=None, resume: bool = False):
+           checkpoint=None, checkpoint_every: int = 10, resume: bool = False):
     """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
 
     Parameters
@@ -1092,8 +1092,8 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         draws of all chains of each row's Poisson rate (group ``predictions``: ``pred_mean``,
         ``pred_sd``, dim ``cell``); no draw is stored.
     dtype : float64 or float32. order : "valid" or "printed" (the chapter's order: broken,
-        for the SBC demonstration). init_scale, init_shape : see `init`. block, checkpoint, resume: driver
-        options (`mcmc_driver.sample`).
+        for the SBC demonstration). init_scale, init_shape : see `init`. block, checkpoint, checkpoint_every, resume: driver
+        options (`mcmc_driver.sample`: a checkpoint every ``checkpoint_every`` blocks).
 
     Returns
     -------
@@ -1128,7 +1128,7 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
     return mcmc_driver.sample(
         spec, key, data, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
         keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, block=block, checkpoint=checkpoint,
-        resume=resume,
+        checkpoint_every=checkpoint_every, resume=resume,
         init_options={"init_scale": float(init_scale),
                       **({} if init_shape is None else {"init_shape": float(init_shape)})},
         step_options={"order": order},

@@ -141,8 +141,11 @@ _register(Adapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs
 def ids_design(obs):
     """The FM design of plain MF with biases: one-hot user | one-hot item (004 eq. 2.17, fig. 2.1).
 
-    obs : Observations (I, J), N entries. Returns FMDesign with N rows, D = I + J features in
-    the groups ("user", "item"); y = obs.values. Source: 004_90693a0965f06816.txt eq. 2.17.
+    obs : Observations (I, J), N entries (rows, cols int (N,), values (N,) float). Returns FMDesign
+    with N rows, D = I + J features in the groups ("user", "item"): X values float64 ones, y =
+    obs.values as float64 (N,).
+    Raises ValueError from `FMDesign.from_scipy` when ``obs`` has no entries (N = 0) or a
+    non-finite value. Source: 004_90693a0965f06816.txt eq. 2.17.
     """
     from custom_inference.fm_design import FMDesign
 
@@ -286,19 +289,13 @@ def _pfm_mean(post, rows, cols, attrs):
 
 def _pfm_runner(variant: str):
     def run(key, obs, K, *, progress=True, hyper=None, checkpoint_every=None, **opts):
-        import inspect
-
         from custom_inference import pfm
         from ppl_models.pfm import PFMHyper
 
         data = pfm.PFMData.from_matrix(obs, zeros="all")
         keep = ("w0", "w", "V") + (("r",) if variant == "npfm" else ())
         if checkpoint_every is not None:
-            if "checkpoint_every" in inspect.signature(pfm.sample).parameters:
-                opts["checkpoint_every"] = checkpoint_every
-            else:  # pfm.sample does not pass checkpoint_every on: the driver writes every 10 blocks, so
-                # blocks of checkpoint_every units give a checkpoint every 10 * checkpoint_every units
-                opts.setdefault("block", int(checkpoint_every))
+            opts["checkpoint_every"] = int(checkpoint_every)
         idata = pfm.sample(key, data, K, hyper or PFMHyper(), variant=variant, keep=keep, progress=progress, **opts)
         return _stamp(idata, front_door_n_users=obs.shape[0])
 

@@ -5,7 +5,7 @@ random-graph model RG of 003_203f63200c0d7157.txt, the paired-symbol model PSM o
 000_619a0297b9d686b2.txt, BPR-uniform, BPR-popularity and popularity) on binarized ratings, under
 two protocols that share the `ImplicitSplit` type of `validation.datasets`:
 
-- ``"P1"``: `validation.datasets.split_leave_one_out` (seeds 000 section 6, 003 section 6.1.2):
+- ``"P1"``: `validation.datasets.split_leave_one_out` (seeds 000 section 5, 003 section 6.1.2):
   all users with >= 2 positives (ratings >= 4), one positive held out per user;
 - ``"SIBM"``: `split_sibm`, the protocol of 002_5408d341cb9fc544.txt section 4: ratings >= 4
   are ones, keep the 1000 columns with the most ones, discard rows with fewer than 10 ones,
@@ -179,6 +179,9 @@ def split_sibm(
     ------
     ValueError
         A bad ratings table; ``min_ones < 2``; ``n_columns < 1``; no row left.
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 (pre-processing and the random split of one one per
+    row); the deterministic tie-breaking and ordering are project additions.
     """
     if isinstance(min_ones, bool) or int(min_ones) != min_ones or min_ones < 2:
         raise ValueError(f"min_ones must be an integer >= 2 (one one is held out), got {min_ones!r}")
@@ -264,7 +267,10 @@ def recall_at(score_fn: metrics.ScoreFn, split: ImplicitSplit, n: int = 10, batc
 
     Raises
     ------
-    ValueError as `validation.metrics.hit_rate_at`.
+    ValueError as `validation.metrics.hit_rate_at`; errors of ``score_fn`` propagate.
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 (recall at N, "equivalent to precision when a single
+    one is held out from each row").
     """
     return float(np.mean(metrics.hit_rate_at(score_fn, split, n=n, batch_size=batch_size)))
 
@@ -381,7 +387,14 @@ def evaluate_implicit(
     ------
     ValueError
         No system; a system that is not callable; an unknown protocol name; "P1" or "SIBM" with
-        ``baskets=True``; and what the splits and metrics raise.
+        ``baskets=True``; a system marked ``scores_like_probability`` whose held-out scores leave
+        [0, 1]; and what the splits and metrics raise.
+    Errors of a system's fit or score function propagate; OSError when ``out_dir`` cannot be written.
+
+    Source: project addition (the comparison harness) computing recall@N of
+    ``002_5408d341cb9fc544.txt`` sec. 4, the rank score of ``000_619a0297b9d686b2.txt`` eq. (12) /
+    ``003_203f63200c0d7157.txt`` eq. (20) (by user: 000 fig. 2, 003 fig. 6 left; by item: 003 fig. 6
+    right) and the like classification error of 003 fig. 4; NDCG@N is a project addition.
     """
     if protocols is None:
         protocols = BASKET_PROTOCOLS if baskets else RATING_PROTOCOLS
@@ -663,7 +676,7 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
     """The "popularity", "BPR-uniform" and "BPR-popularity" systems of the comparison.
 
     - ``"popularity"``: `validation.metrics.popularity_score_fn` (the item's number of training
-      positives; 000 section 6, 003 section 6.1.2).
+      positives; 000 section 5, 003 section 6.1.2).
     - ``"BPR-uniform"`` / ``"BPR-popularity"``: `custom_inference.bpr.fit` with
       ``sampling="uniform"`` / ``"popularity"``, key ``jax.random.key(seed)``, float32, and the
       settings of `BPR_DEFAULTS` (K = 64, 100 epochs, learning rate 0.02, L2 on factors and
@@ -676,7 +689,11 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
 
     Raises
     ------
-    ValueError for an unknown keyword (not a `custom_inference.bpr.fit` argument).
+    ValueError for an unknown keyword (not a `custom_inference.bpr.fit` argument). A BPR factory
+    raises, when called, what `custom_inference.bpr.fit` raises (e.g. ValueError for a bad setting).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 5 and ``003_203f63200c0d7157.txt`` sec. 6.1 (the
+    popularity, BPR-uniform and BPR-pop baselines); the settings of `BPR_DEFAULTS` are project choices.
     """
     allowed = {"n_factors", "n_epochs", "learning_rate", "reg", "bias_reg", "batch_size", "max_tries", "init_scale", "dtype"}
     unknown = sorted(set(bpr_kwargs) - allowed)
@@ -720,7 +737,7 @@ RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
 
 def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm: Mapping | None = None,
                   dtype=np.float32) -> dict[str, SystemFactory]:
-    """The SIBM, RG and PSM entries of the comparison (seed 002 sec. 4; seed 003 sec. 6; seed 000 sec. 6).
+    """The SIBM, RG and PSM entries of the comparison (seed 002 sec. 4; seed 003 sec. 6; seed 000 sec. 5).
 
     - ``"SIBM batch VB"``: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
       optimal xi (8)), ``batch_max_iter`` sweeps at most, relative tolerance ``batch_tol``;
@@ -745,9 +762,14 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
 
     Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg`` /
     ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.psm.PSM_DEFAULTS`. Returns dict
-    name -> ``factory(train, seed) -> score_fn``.
+    name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
 
-    Raises ValueError for an unknown override.
+    Raises ValueError for an unknown override. A factory raises, when called, what its solver's fit
+    raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 and Algorithm 1 (SIBM batch VB, S-Uniform, S-Balanced,
+    S-Biased, MAP); ``003_203f63200c0d7157.txt`` secs. 5.1 and 6.1, eq. (19) (RG); ``000_619a0297b9d686b2.txt``
+    Algorithm 1 and eq. (5) (PSM); the defaults are project choices.
     """
     from custom_inference import rg as rg_solver
     from custom_inference import sibm as sibm_solver
@@ -854,6 +876,9 @@ def binary_split(X, seed: int = 0, min_ones: int = 10, dtype=np.float64) -> Impl
     ------
     ValueError: X not 2-D or not binary (`custom_inference.sibm.as_binary`); ``min_ones < 2``; no row
     with ``min_ones`` ones.
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 (discard rows with fewer than 10 ones, move one random
+    one of each row to the test set); applying it to any given matrix is a project addition.
     """
     from custom_inference.sibm import as_binary
 
@@ -885,7 +910,11 @@ def sec4_synthetic(I: int = 1000, J: int = 1000, seed: int = 0) -> tuple[np.ndar
     (D = 10, u_id, v_jd ~ N(0, 1), no biases, z = -7.5: about 98% zeros).
 
     Returns (X int8 (I, J) 0/1, logits float64 (I, J) = U V^T + z, the truth an oracle ranks by).
-    Dense: a data generator for evaluation, not a solver. Raises ValueError for bad sizes.
+    Dense: a data generator for evaluation, not a solver. Raises ValueError for bad sizes (from
+    `ppl_models.sibm.simulate`).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 (D = 10, u_id, v_jd ~ N(0, 1), z = -7.5, "about 98%
+    sparsity").
     """
     import jax
 
@@ -1093,7 +1122,10 @@ def recall_curves(
     curve_kwargs : passed to `sibm_recall_curves` (D, strategies, S, passes, n_points, auto, batch, n, dtype).
 
     Returns RecallCurves. Raises ValueError for an unknown data name, "ratings" without ``df``, and
-    what `sibm_recall_curves` raises.
+    what `split_sibm`, `sec4_synthetic`, `binary_split` and `sibm_recall_curves` raise; OSError when
+    ``out_dir`` cannot be written.
+
+    Source: ``002_5408d341cb9fc544.txt`` fig. 2 (top) and fig. 3, secs. 4.1 and 4.3 (recall@N of sec. 4).
     """
     unknown = [d for d in data if d not in CURVE_DATA]
     if unknown:

@@ -69,8 +69,17 @@ HYPER = ppl.PSMHyper(alpha0=1.3, beta0=0.8, tau_u=1.5, tau_v=0.7, tau_b=1.2)
 def small_problem(seed: int = 0, n_users: int = 8, n_items: int = 6, K: int = 2, n_events: int = 200,
                   hyper: ppl.PSMHyper = ppl.PSMHyper()):
     """A stream simulated by `ppl_models.psm.simulate` (prior predictive), grouped into counts.
-    Returns (obs (float64 Observations of counts), r = D'/D realised, params (dict of numpy arrays)).
-    Cached (the same arguments return the same objects: treat them as read-only)."""
+    Returns (obs (float64 Observations (I, J) = (n_users, n_items) of the N distinct pairs' counts),
+    r = D'/D realised (float; D' floored at 1), params (dict of float64 numpy arrays: pi (I,), psi (J,),
+    u (I, K), v (J, K), b_user (I,), b_item (J,))).
+    Cached (the same arguments return the same objects: treat them as read-only).
+
+    Raises ValueError (from `ppl_models.psm.simulate`) for sizes that are not positive integers or bad
+    hyperparameters, RuntimeError when the stream keeps fewer than ``n_events`` pairs within its draw
+    limit, TypeError for an unhashable ``hyper`` (the cache).
+    Source: ``000_619a0297b9d686b2.txt`` sec. 2, fig. 1 (the selection-then-censoring story); the
+    grouping into counts c_ij of eq. (2).
+    """
     with jax.enable_x64(True):
         params, ev = ppl.simulate(jax.random.PRNGKey(seed), (n_users, n_items, K, n_events), hyper)
     r, c, n = ppl.aggregate(ev["rows"], ev["cols"], n_users, n_items)
@@ -84,7 +93,16 @@ def _jx(obs):
 
 def warm_state(obs, K: int, hyper, *, r: float = 1.0, seed: int = 0, sweeps: int = 2, scale: float = 0.7):
     """A float64 state that is not a fixed point: `psm.init`, factor means redrawn as ``scale`` N(0, 1),
-    bias means 0.3 N(0, 1), s, t random, xi* = 1.3, then ``sweeps`` sweeps."""
+    bias means 0.3 N(0, 1), s, t random, xi* = 1.3, then ``sweeps`` sweeps.
+
+    obs : Observations (I, J) of counts. Returns a `custom_inference.psm.PSMState` of float64 arrays
+    (u_mu, u_prec (I, K); v_mu, v_prec (J, K); bu_* (I,); bv_* (J,); alpha, log_s (I,); beta, log_t
+    (J,); xi_star, d_prime ()).
+    Raises ValueError (from `psm.init`) for bad counts, K < 1, r <= 0 or bad hyperparameters, TypeError
+    for a non-numeric K.
+    Source: project addition (a start of ``000_619a0297b9d686b2.txt`` Algorithm 1 moved off its
+    "initialize" values, so that every block has work to do).
+    """
     with jax.enable_x64(True):
         st = psm.init(jax.random.PRNGKey(seed), obs, K, hyper, r=r, dtype=np.float64)
         rng = np.random.default_rng(seed)
@@ -121,7 +139,13 @@ def _dense_moments(state):
 
 
 def dense_xi(state, obs, xi=None):
-    """The I x J matrix of bound parameters: xi on G (given (N,), or optimal), xi* elsewhere."""
+    """The I x J matrix of bound parameters: xi on G (given (N,), or optimal), xi* elsewhere.
+
+    state : PSMState; obs : Observations (I, J) with N pairs; xi : (N,) float or None. Returns an
+    (I, J) jax array of the state's float dtype (float64 under ``jax.enable_x64``).
+    Raises nothing of its own; a ``xi`` that is not (N,) makes JAX raise a shape error.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (11) (xi_ij on G) and sec. 4 (one shared xi* outside G).
+    """
     C, G = _dense_obs(obs)
     _, second = _dense_moments(state)
     xi_G = jnp.sqrt(second) if xi is None else jnp.zeros(obs.shape).at[np.asarray(obs.rows), np.asarray(obs.cols)].set(xi)
@@ -130,7 +154,14 @@ def dense_xi(state, obs, xi=None):
 
 def dense_elbo(state, obs, hyper, xi=None):
     """The bounded ELBO as a plain sum over all I x J pairs (the definition, eq. 3 with sec. 3's bounds
-    and the tying of s, t), differentiable; xi (N,) on G or None (optimal), xi* elsewhere."""
+    and the tying of s, t), differentiable; xi (N,) on G or None (optimal), xi* elsewhere.
+
+    Returns a scalar () jax array of the state's float dtype.
+    Raises nothing of its own (no checks); a ``hyper`` without the PSMHyper fields raises
+    AttributeError, a ``xi`` that is not (N,) a JAX shape error.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (3) with sec. 3's bound and tying; appendix B eq. (13)
+    with its -E log p corrected to -E log q (ERRATA).
+    """
     C, G = _dense_obs(obs)
     Xi = dense_xi(state, obs, xi)
     mean, second = _dense_moments(state)
@@ -154,6 +185,13 @@ def dense_targets(state, obs, hyper, xi=None) -> dict:
     (user_omega_star), sum_i s_i Omega*_ij (item_omega_star); the full sums sum_j t_j Omega_ij
     (user_omega, with xi on G) and item_omega; xi*^2 from (16) (xi_star); user P (I, K, K) and m (I, K)
     of the intermediate q~ (6), (7); item P, m; bias rho, nu of users and items; the ELBO.
+
+    Shapes: caches P (K, K), m_* (K,), nu and kappa floats; user_* sums (I,), item_* sums (J,); S1, S2,
+    xi_star, elbo floats; user_P_i (I, K, K), user_m_i (I, K), item_P_i (J, K, K), item_m_i (J, K);
+    user_rho, user_nu_i (I,); item_rho, item_nu_i (J,). ``xi`` : (N,) or None as in `dense_elbo`.
+    Raises nothing of its own (no checks); AttributeError for a ``hyper`` without the PSMHyper fields.
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (caches), eqs. (6)-(8), (16), (17) with B.4.1,
+    sec. 4 bias update, written as their dense I x J definitions (project addition: the twins).
     """
     C, G = _dense_obs(obs)
     C, G = np.asarray(C), np.asarray(G)
@@ -263,7 +301,13 @@ def dense_twin_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0
     ``chunk`` exercises the chunked pair sums (e.g. 5: several chunks and padding).
     ``solver_quantities(state, obs, hyper, xi, got) -> dict`` replaces entries of the solver's dict
     ``got`` (negative controls: a printed formula swapped in). Returns DataFrame
-    quantity, key, max_rel_diff (`validation.updates.max_relative_difference`)."""
+    quantity, key, max_rel_diff (`validation.updates.max_relative_difference`): str, str, float64.
+
+    Raises ValueError from `warm_state` (bad counts, K, r or hyperparameters) and from
+    `validation.updates.max_relative_difference` when a replaced entry's shape differs from its twin's.
+    Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` appendix B.1
+    caches and the cached sums of sec. 4, B.3 and B.4.1.
+    """
     with jax.enable_x64(True):
         state = warm_state(obs, K, hyper, r=r, seed=seed, sweeps=sweeps)
         xi = 1.1 * psm.pair_xi(state, _jx(obs)) + 0.05
@@ -279,7 +323,12 @@ def dense_twin_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0
 def printed_user_targets(state, obs, hyper, xi, got):
     """The *printed* eq. (8) for m_i: ``(-1/2 - 2 lam* E b_i) m-dag - 2 lam* m-ddag`` (the caches
     swapped against their B.1 definitions), swapped into the solver's m_i (``got["user_m_i"]``).
-    Returns {"user_m_i": (I, K)}: the deliberately wrong cached formula the dense check must catch."""
+    Returns {"user_m_i": (I, K) numpy array of the state's float dtype}: the deliberately wrong cached
+    formula the dense check must catch. ``obs``, ``hyper``, ``xi`` are unused (the replacement signature).
+
+    Raises KeyError when ``got`` has no "user_m_i".
+    Source: ``000_619a0297b9d686b2.txt`` eq. (8) as printed (the erratum in `ERRATA`).
+    """
     h = got["user_m_i"]
     s = jax.nn.softmax(state.log_s)
     bg = psm.item_background(state)
@@ -313,7 +362,13 @@ def update_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sw
     cached ELBO) over the block's fields, with xi on G held at the value the block used (the
     optimal xi of the state it starts from), before and after the update
     (`validation.updates.StationarityResult`). ``replace`` maps a block name to another update
-    (power checks). Returns DataFrame block, grad_before, grad_after, passed.
+    (power checks). Returns DataFrame block (str), grad_before, grad_after (float), passed (bool),
+    one row per block of `custom_inference.psm.BLOCKS`.
+
+    Raises ValueError from `warm_state` (bad counts, K, r or hyperparameters); errors of a ``replace``
+    update propagate.
+    Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` Algorithm 1 and
+    sec. 4 (each block the exact maximiser of the bound (3) at fixed xi).
     """
     rows = []
     with jax.enable_x64(True):
@@ -336,7 +391,14 @@ def update_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sw
 
 def monotone_check(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sweeps: int = 30, rtol: float = 1e-10):
     """The bounded ELBO over ``sweeps`` sweeps from `psm.init`, float64
-    (`validation.updates.monotone_sweeps`). Returns (ok, largest relative decrease, trace)."""
+    (`validation.updates.monotone_sweeps`). Returns (ok (bool), largest relative decrease (float),
+    trace (sweeps + 1,) float64).
+
+    Raises ValueError from `psm.init` (bad counts, K, r or hyperparameters) or from
+    `validation.updates.monotone_sweeps` (``sweeps`` not an integer >= 0).
+    Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` Algorithm 1 (coordinate
+    ascent on the bound (3) never lowers it).
+    """
     with jax.enable_x64(True):
         d = _jx(obs)
         state = psm.init(jax.random.PRNGKey(seed), obs, K, hyper, r=r, dtype=np.float64)
@@ -406,7 +468,12 @@ def monte_carlo_elbo_check(obs, K: int, hyper=HYPER, *, r: float = 1.0, n_draws:
     ELBO exactly (the bounds are linear in a and a^2), so this tests every prior, Dirichlet, entropy and
     expectation term of `psm.elbo` against an independent implementation. ``elbo_fn(state, obs, hyper)``
     replaces `psm.elbo` (the printed expansion, for the errata). Returns dict estimate, se, exact,
-    z = |estimate - exact| / se, and exact_elbo_mc = E_q[log p - log q] (>= the bound).
+    z = |estimate - exact| / se, and exact_elbo_mc = E_q[log p - log q] (>= the bound), all Python floats.
+
+    Raises ValueError from `warm_state` (bad counts, K, r or hyperparameters); ZeroDivisionError when
+    the standard error is exactly zero; errors of ``elbo_fn``, NumPyro or SciPy propagate.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (3) (the bound as E_q[log p_xi - log q]) against the joint (2)
+    as written by `ppl_models.psm.model`; the Monte Carlo check itself is a project addition.
     """
     with jax.enable_x64(True):
         state = warm_state(obs, K, hyper, r=r, seed=seed, sweeps=3)
@@ -431,7 +498,12 @@ def printed_elbo(state, obs, hyper):
     """The printed expansion (13): its last two lines subtract E_q[log p(u_ik)], ..., E_q[log p(y_d')],
     E_q[log p(z_d')] where the entropies -E_q[log q(.)] belong. Evaluated literally: the Gaussian prior
     terms cancel, the Gaussian entropies are absent, and the tied categoricals contribute
-    -D' sum_i s_i E[log pi_i] - D' sum_j t_j E[log psi_j] (E_q log p(y_d' | pi)) instead of their entropy."""
+    -D' sum_i s_i E[log pi_i] - D' sum_j t_j E[log psi_j] (E_q log p(y_d' | pi)) instead of their entropy.
+
+    Returns a scalar () jax array of the state's float dtype.
+    Raises nothing of its own (as `psm.elbo`: AttributeError for a ``hyper`` without the PSMHyper fields).
+    Source: ``000_619a0297b9d686b2.txt`` appendix B eq. (13) as printed (the erratum in `ERRATA`).
+    """
     d = _jx(obs)
     full = psm.elbo(state, d, hyper)
     (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = psm.moments(state)
@@ -485,7 +557,10 @@ def identifiable_quantities(post: dict) -> dict[str, np.ndarray]:
     """From draws (chain, draw, ...): ``acceptance`` sigma(u_i.v_j + b_i + b_j) of every pair (I J),
     ``pi`` (I), ``psi`` (J), and ``predictive`` p(j | i, o = T) = psi_j sigma(a_ij) / sum_j' psi_j' sigma(a_ij')
     of every pair (I J). Raw u, v, b are not compared (rotations, sign flips, the b_i + c, b_j - c ridge).
-    All float64 (chain, draw, Q). Source: seed 000 eq. (5) (the predictive); project addition."""
+    ``post``: u (C, D, I, K), v (C, D, J, K), b_user, pi (C, D, I), b_item, psi (C, D, J). Returns arrays
+    (chain, draw, Q) of the draws' float dtype (float64 for NUTS under x64 and for `psm.draws_from_q`).
+    Raises KeyError when ``post`` lacks one of u, v, b_user, b_item, pi, psi.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (5) (the predictive); project addition."""
     u, v = np.asarray(post["u"]), np.asarray(post["v"])
     a = np.einsum("cdik,cdjk->cdij", u, v) + np.asarray(post["b_user"])[..., :, None] + np.asarray(post["b_item"])[..., None, :]
     acc = 1.0 / (1.0 + np.exp(-a))
@@ -498,7 +573,9 @@ def identifiable_quantities(post: dict) -> dict[str, np.ndarray]:
 
 def crosscheck_problem(config: CrosscheckConfig):
     """The cross-check's data: (obs (float64 Observations of counts), r, truth (dict), D' = r D (float)),
-    `small_problem` of the config's sizes, seed and hyperparameters. Source: project addition."""
+    `small_problem` of the config's sizes, seed and hyperparameters. obs is (I, J) = (n_users, n_items).
+    Raises what `small_problem` raises (ValueError for bad sizes or hyperparameters, RuntimeError when
+    the simulated stream stalls). Source: project addition."""
     c = config
     obs, r, truth = small_problem(c.seed, c.n_users, c.n_items, c.K, c.n_events, c.hyper)
     d_prime = float(r * float(np.sum(np.asarray(obs.values, np.float64))))  # what `psm.init` puts in the state
@@ -559,7 +636,9 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     0.50. Reported: acceptance corr(log means) 0.77, median standardized error 0.48 (p90 1.27), sd ratio
     0.50, coverage90 0.71; psi 0.973 / 0.77, sd ratio 0.16, coverage90 0.17. MacKay vs the NUTS mean
     predictive: median |difference| 0.007.
-    Source: ../shared/DESIGN.md, level 2; seed 000 eq. (5) and its probit approximation.
+    Source: project addition (validation level 2: the solver against an ArviZ-gated NUTS reference
+    on the same generative program); ``000_619a0297b9d686b2.txt`` eq. (5) and its probit approximation
+    (sec. 3, "Making and trading predictions").
     """
     c = config
     obs, r, truth, d_prime = crosscheck_problem(c)
@@ -600,7 +679,14 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 def probit_vs_monte_carlo(state, users, items, *, n_draws: int = 4000, seed: int = 0) -> pd.DataFrame:
     """MacKay's sigma(x_ij) (the solver's acceptance probability) against a Monte Carlo estimate of
     E_q[sigma(a_ij)] with a_ij ~ N(mean, var) under q (the Gaussian the approximation assumes).
-    Returns DataFrame user, item, mackay, monte_carlo, mc_se, abs_diff."""
+    users, items : int arrays (E,). Returns DataFrame user, item (int), mackay, monte_carlo, mc_se,
+    abs_diff (float64), one row per pair.
+
+    Raises nothing of its own (no index checks); users and items that do not broadcast make JAX raise
+    a shape error, a negative ``n_draws`` numpy's ValueError.
+    Source: ``000_619a0297b9d686b2.txt`` sec. 3, "Making and trading predictions" (MacKay's sigma(x_ij));
+    the Monte Carlo comparison is a project addition.
+    """
     users, items = np.asarray(users), np.asarray(items)
     with jax.enable_x64(True):
         mean, var = (np.asarray(x, np.float64) for x in psm._pair_mean_var(state, jnp.asarray(users), jnp.asarray(items)))
@@ -634,7 +720,12 @@ def implicit_system(K: int = 20, r: float = 1.0, *, kind: str = "predictive", hy
     ``seed``, K, r (D' = r D), ``hyper`` and ``fit_kwargs`` (e.g. max_iter, tol; progress off, 10
     draws from q); ``score_fn(users)`` returns `psm.score_users` of ``kind`` ("predictive": E[psi_j]
     sigma(x_ij), eq. 5; "acceptance"). A "acceptance" factory carries ``scores_like_probability``.
-    Raises ValueError for a bad kind, K or r (when called)."""
+    ``score_fn(users)`` : int array (B,) -> (B, J) numpy array of ``dtype``.
+    Raises ValueError for a bad kind (here, at once); the factory raises what `psm.fit` raises when
+    called (ValueError for bad data, K, r or fit arguments; FloatingPointError for a non-finite ELBO),
+    and ``score_fn`` ValueError for user indices out of range.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (5) (the scores) and sec. 5 (K = 20, D' = D, hyperparameters
+    one: the fig. 2 setting); the factory interface is a project addition."""
     if kind not in ("predictive", "acceptance"):
         raise ValueError(f"kind must be 'predictive' or 'acceptance', got {kind!r}")
     kw = {"max_iter": PSM_DEFAULTS["max_iter"], "tol": PSM_DEFAULTS["tol"], "progress": False, "n_draws": 10, **fit_kwargs}

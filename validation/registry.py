@@ -69,7 +69,12 @@ class lazy:  # noqa: N801 (used like a function in declarations)
 
 
 def resolve(x):
-    """``x`` itself, or what a `lazy` reference stands for. Source: project addition."""
+    """``x`` itself, or what a `lazy` reference stands for.
+
+    Raises nothing of its own; resolving a `lazy` propagates ImportError / AttributeError for a missing
+    module or attribute, and whatever the referenced callable raises when ``lazy`` carries arguments.
+    Source: project addition.
+    """
     return x() if isinstance(x, lazy) else x
 
 
@@ -176,13 +181,19 @@ class ModelSpec:
 
 
 def names() -> tuple[str, ...]:
-    """The registered model names, in registry order."""
+    """The registered model names (the keys of `MODULES`), in registry order; imports nothing.
+
+    Raises nothing. Source: project addition.
+    """
     return tuple(MODULES)
 
 
 def get(name: str) -> ModelSpec:
     """The spec of model ``name`` (imports its validation module). Raises KeyError for an unknown name,
-    AttributeError when the module declares no ``SPEC``."""
+    AttributeError when the module declares no ``SPEC``, ValueError when the spec's ``name`` differs
+    from the registered one; an ImportError (or any error) of the module's import propagates.
+    Source: project addition.
+    """
     if name not in MODULES:
         raise KeyError(f"unknown model {name!r}; registered: {', '.join(MODULES)}")
     module, _, attr = MODULES[name].partition(":")
@@ -193,12 +204,20 @@ def get(name: str) -> ModelSpec:
 
 
 def specs() -> tuple[ModelSpec, ...]:
-    """Every model's spec, in registry order."""
+    """Every model's spec, in registry order (imports every validation module in `MODULES`).
+
+    Raises nothing of its own; what `get` raises propagates (ImportError of a module, AttributeError
+    for a missing ``SPEC``, ValueError for a misnamed one). Source: project addition.
+    """
     return tuple(get(n) for n in MODULES)
 
 
 def all_errata() -> tuple:
-    """Every model's errata rows, model by model (no row twice)."""
+    """Every model's errata rows (`validation.errata.Erratum`), model by model (no row twice).
+
+    Raises nothing of its own; what `specs` raises propagates, and ImportError / AttributeError from
+    resolving a `lazy` errata entry. Source: project addition.
+    """
     seen, out = set(), []
     for spec in specs():
         for e in spec.errata_rows():
@@ -209,7 +228,9 @@ def all_errata() -> tuple:
 
 
 def by_reference(name: str) -> ReferenceSpec:
-    """The `ReferenceSpec` named ``name`` across all models. Raises KeyError when none is."""
+    """The `ReferenceSpec` named ``name`` across all models. Raises KeyError when none is; what
+    `specs` raises propagates. Source: project addition.
+    """
     for spec in specs():
         for r in spec.references:
             if r.name == name:
@@ -218,7 +239,11 @@ def by_reference(name: str) -> ReferenceSpec:
 
 
 def solver_names() -> tuple[str, ...]:
-    """Every solver name of every model (the CLI's ``--solver`` choices), without repeats."""
+    """Every solver name of every model (the CLI's ``--solver`` choices) and every SBC adapter label,
+    without repeats, in registry order.
+
+    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
+    """
     out = []
     for spec in specs():
         out.extend(s.name for s in spec.solvers if s.name not in out)
@@ -227,5 +252,8 @@ def solver_names() -> tuple[str, ...]:
 
 
 def sbc_models() -> tuple[str, ...]:
-    """The models with SBC adapters."""
+    """The names of the models with SBC adapters (non-empty ``sbc``), in registry order.
+
+    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
+    """
     return tuple(s.name for s in specs() if s.sbc)
