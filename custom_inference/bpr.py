@@ -222,6 +222,9 @@ def bpr_data(train: Observations) -> BPRData:
     ------
     ValueError
         ``train`` is not `Observations`; a stored value that is NaN, zero or negative.
+
+    Source: project addition (the CSR layout of the user's positive set I_u^+ that the sampler of
+    the baseline, Rendle et al. 2009 sec. 4.1 / fig. 4, needs; not from a seed file).
     """
     if not isinstance(train, Observations):
         raise ValueError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
@@ -265,6 +268,11 @@ def is_positive(data: BPRData, users: jax.Array, items: jax.Array) -> jax.Array:
     Returns
     -------
     bool array, shape S
+
+    Raises nothing of its own: indices out of range are not checked (jax clamps them, so the
+    answer is then meaningless); shapes that do not broadcast raise jax's ValueError.
+    Source: project addition (membership test for the rejection of positives in the baseline's
+    LearnBPR sampling, Rendle et al. 2009 fig. 4).
     """
     users, items = jnp.broadcast_arrays(users, items)
     last = data.cols.shape[0] - 1
@@ -303,6 +311,16 @@ def sample_negatives(key, data: BPRData, users: jax.Array, sampling: str = "unif
     -------
     neg : int32 array (B,)      -- the negative item (meaningless where not accepted)
     accepted : bool array (B,)  -- False where all ``max_tries`` draws were positives
+
+    Raises
+    ------
+    ValueError
+        an unknown ``sampling``. ``max_tries`` is not validated here (``max_tries < 1`` draws
+        nothing and rejects every user; `fit` validates it).
+
+    Source: baseline (not a seed file): Rendle et al. 2009 fig. 4 (uniform negatives); popularity
+    negatives as in 003_203f63200c0d7157.txt sec. 6.1.2 ("BPR-popularity", after Gantner et al.
+    2011); the bounded redraw: project addition.
     """
     _check_sampling(sampling)
     return _sample_jit(key, data, jnp.asarray(users, jnp.int32), jnp.asarray(sampling == "popularity"), jnp.int32(max_tries))
@@ -361,7 +379,13 @@ def objective(params: BPRParams, users, pos, neg, weights, reg: float, bias_reg:
 
     Returns
     -------
-    scalar array: sum_b weights_b f(u_b, i_b, j_b), nats.
+    scalar array: sum_b weights_b f(u_b, i_b, j_b), nats, in the dtype of ``params``
+    (float32 or float64).
+
+    Raises nothing of its own (pure jax; out-of-range indices are clamped, not reported;
+    mismatched lengths raise jax's TypeError).
+    Source: baseline (not a seed file): BPR-Opt, Rendle et al. 2009 sec. 4.1, with the L2 prior
+    counted per occurrence in a triple as LearnBPR (fig. 4) applies it.
     """
     d = _x_diff(params, users, pos, neg)
     W, H, b = params
@@ -376,7 +400,12 @@ def triple_gradients(params: BPRParams, users, pos, neg, weights, reg: float, bi
 
     Same arguments as `objective`. Returns a `BPRParams` of gradients of the shapes of
     ``params``: per-triple gradients scatter-added, so rows touched by several triples sum
-    their contributions.
+    their contributions (user_factors (I, K), item_factors (J, K), item_bias (J,), the dtype of
+    ``params``).
+
+    Raises nothing of its own (as `objective`).
+    Source: baseline (not a seed file): the LearnBPR update of Rendle et al. 2009 fig. 4 / sec.
+    4.3.1 (BPR-MF); derived in the module docstring and checked against ``jax.grad``.
     """
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     return _scatter_step(zeros, params, users, pos, neg, weights, 1.0, reg, bias_reg)
@@ -505,7 +534,17 @@ def epoch(
 
     Returns
     -------
-    (BPRParams, EpochInfo)
+    (BPRParams, EpochInfo): the parameters keep the shapes and dtype of ``params``; the
+    EpochInfo fields are 0-d arrays of that dtype.
+
+    Raises
+    ------
+    ValueError
+        an unknown ``sampling``. The other arguments are not validated here (`fit` validates
+        them); ``batch_size = 0`` raises ZeroDivisionError while tracing.
+
+    Source: baseline (not a seed file): LearnBPR, Rendle et al. 2009 fig. 4, minibatched
+    (module docstring: one shuffled pass over the positives instead of draws with replacement).
     """
     _check_sampling(sampling)
     bias_reg = reg if bias_reg is None else bias_reg
@@ -534,7 +573,9 @@ def bpr_opt(params: BPRParams, data: BPRData, hyper: BPRHyper | None = None) -> 
     the fixed key ``PRNGKey(0)`` (so the value is a deterministic function of the parameters).
 
     params BPRParams; data BPRData; hyper BPRHyper (None: defaults). Returns a scalar (nats; the sum
-    over the N triples). Work O(N K). Source: Rendle et al. 2009 eq. BPR-Opt; the fixed-negative
+    over the N triples), in the dtype of ``params``. Work O(N K).
+    Raises nothing of its own; a ``hyper`` without ``reg`` / ``bias_reg`` raises AttributeError.
+    Source: baseline (not a seed file), Rendle et al. 2009 eq. BPR-Opt; the fixed-negative
     estimate: project addition.
     """
     hyper = BPRHyper() if hyper is None else hyper
@@ -592,6 +633,10 @@ def fit(
         (the message names it); an unknown ``sampling``; a float dtype other than float32/64.
     TypeError
         a bad key.
+
+    Source: baseline (not a seed file): Rendle et al. 2009 (LearnBPR fig. 4, BPR-MF sec. 4.3.1),
+    the BPR-uniform / BPR-pop baseline of 000_619a0297b9d686b2.txt sec. 6 and
+    003_203f63200c0d7157.txt sec. 6.1.2.
     """
     hyper = BPRHyper() if hyper is None else hyper
     data = bpr_data(train)
@@ -654,6 +699,9 @@ def score_users(params: BPRParams, users) -> jax.Array:
     ------
     ValueError
         ``users`` not 1-D integer indices in range.
+
+    Source: baseline (not a seed file): the BPR-MF score x_ui of Rendle et al. 2009 sec. 4.3.1,
+    plus an item bias.
     """
     u = np.asarray(users)
     I = params.user_factors.shape[0]

@@ -1,4 +1,4 @@
-r"""The one multi-chain sampling driver (DESIGN.md: "a sampling driver"; issue 9).
+r"""The one multi-chain sampling driver shared by every Gibbs / MCMC sampler of the package (issue 9).
 
 A sampler module declares its algorithm (`base.Algorithm`: init, step, log joint, dims) and a
 `SamplerSpec` (how to prepare its data, what it can keep, which Info fields are statistics,
@@ -165,7 +165,11 @@ def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.nd
 
 def hyper_attrs(hyper) -> dict:
     """``hyper_<field>`` attrs of a NamedTuple of hyperparameters: floats for scalars, "None",
-    or the nested list as a string for arrays. Source: project addition."""
+    or the nested list as a string for arrays. ``hyper``: NamedTuple whose fields are None,
+    scalars or arrays of any shape (any numeric dtype); anything without ``_fields`` gives {}.
+    Returns dict str -> float | str.
+    Raises nothing of its own; ``float`` raises TypeError / ValueError for a 0-d field that is
+    not numeric. Source: project addition."""
     out = {}
     for f in getattr(hyper, "_fields", ()):
         v = getattr(hyper, f)
@@ -179,7 +183,12 @@ def hyper_attrs(hyper) -> dict:
 
 
 def seed_attr(key):
-    """The ``seed`` attr: the int seed itself, or a key's data as a string. Source: project addition."""
+    """The ``seed`` attr: the int seed itself, or a key's data as a string.
+
+    ``key``: Python / NumPy int, a typed jax PRNG key (dtype key<...>, any shape) or a raw
+    uint32 key array (e.g. shape (2,)). Returns int, or str of the nested list of the key data.
+    Raises nothing of its own; an object that is neither an int nor an array propagates
+    AttributeError (no ``dtype``). Source: project addition."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         return int(key)
     data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key

@@ -213,7 +213,9 @@ def popularity_weights(obs: Observations, r: float) -> tuple[np.ndarray, float]:
     pi : numpy float64 (J,), unnormalized (items without views get 0, so they are never negatives);
     gamma : float.
 
-    Raises ValueError for non-binary data or bad r.
+    Raises ValueError for non-binary data (or ``obs`` not an Observations), bad r, or no entries at
+    all (d_max = 0 < 1, from `histogram_exponent`).
+    Source: 003_203f63200c0d7157.txt sec. 4.1, eqs. (7)-(9) (eq. 9 corrected).
     """
     _check_binary(obs)
     d = np.bincount(np.asarray(obs.cols), minlength=obs.n_cols).astype(np.float64)
@@ -409,14 +411,25 @@ class _PriorOnly(NamedTuple):
 
 def moments(state: RGState):
     """Means and variances under q: (mu_u, s_u) (I, K), (mu_v, s_v) (J, K), (mu_bu, s_bu) (I,),
-    (mu_bv, s_bv) (J,). Clamped user biases (user_bias_on = 0) have mean and variance 0."""
+    (mu_bv, s_bv) (J,). Clamped user biases (user_bias_on = 0) have mean and variance 0.
+
+    ``state``: RGState; every returned array has the state's float dtype (float32 or float64).
+    Raises nothing of its own (jax arithmetic; a zero precision gives inf / nan, not an exception).
+    Source: 003_203f63200c0d7157.txt eq. (6) (the factorized Gaussian q).
+    """
     on = state.user_bias_on
     return ((state.u_h / state.u_prec, 1.0 / state.u_prec), (state.v_h / state.v_prec, 1.0 / state.v_prec),
             (on * state.bu_h / state.bu_prec, on / state.bu_prec), (state.bv_h / state.bv_prec, 1.0 / state.bv_prec))
 
 
 def edge_moments(state: RGState, users, items):
-    """E_q[a] and E_q[a^2] (each (E,)) of a = u_m.v_n + b_m + b_n for index pairs (users, items) (E,)."""
+    """E_q[a] and E_q[a^2] (each (E,)) of a = u_m.v_n + b_m + b_n for index pairs (users, items) (E,).
+
+    users, items : integer arrays (E,) (numpy or jax); returns two arrays (E,) of the state's float
+    dtype. Raises nothing of its own: out-of-range indices are not reported (jax indexing clamps
+    them; negative ones count from the end); lengths that do not broadcast raise jax's TypeError.
+    Source: 003_203f63200c0d7157.txt eqs. (10)-(12) (the moments of the logit under q (6)).
+    """
     (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = moments(state)
     Mu, Su, Mv, Sv = mu[users], su[users], mv[items], sv[items]
     mean = jnp.sum(Mu * Mv, axis=-1) + mbu[users] + mbv[items]
@@ -425,7 +438,11 @@ def edge_moments(state: RGState, users, items):
 
 
 def edge_xi(state: RGState, graph: RGGraph):
-    """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H, (E_cap,) (eq. 16)."""
+    """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H, (E_cap,) (eq. 16), in the state's
+    float dtype (padding edges included: they are (0, 0) with weight 0).
+
+    Raises nothing of its own. Source: 003_203f63200c0d7157.txt eq. (16).
+    """
     _, second = edge_moments(state, graph.users, graph.items)
     return optimal_xi(second)
 
@@ -455,7 +472,11 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
     scalar jax.Array: sum over edges of the expected bound (`jj_expected_log_bound`) plus the
     expected log priors of U, V, b, tau and the entropy of q. Differentiable in every field of
     ``state`` and in ``xi`` (what `validation.rg` uses). The user-bias terms and q(tau_bu) are
-    multiplied by ``state.user_bias_on`` (absent when clamped).
+    multiplied by ``state.user_bias_on`` (absent when clamped). Dtype: the state's float dtype.
+
+    Raises nothing of its own (``hyper`` is not validated here: a ``hyper`` without ``alpha`` /
+    ``beta`` raises AttributeError; non-finite values give nan, not an exception).
+    Source: 003_203f63200c0d7157.txt eqs. (10)-(12), with the Gamma hyperpriors of eq. (17).
     """
     mean, second = edge_moments(state, graph.users, graph.items)
     if xi is None:
@@ -514,8 +535,14 @@ def _edge_terms(state, graph, xi):
 def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
     """Block update of every q(u_m) through the full-covariance q~(u_m) (eqs. 13, 15; module docstring).
 
-    xi : (E_cap,) the bound parameters held fixed; rho in (0, 1]: the Robbins-Monro weight (1: exact).
-    Returns the new state (u_prec, u_h replaced).
+    state : RGState (u_prec, u_h (I, K), float); graph : RGGraph (E_cap edges); hyper : unused (the
+    common block signature); xi : (E_cap,) float, the bound parameters held fixed; rho : float in
+    (0, 1] (scalar, Python or 0-d array): the Robbins-Monro weight (1: exact).
+    Returns the new state (u_prec, u_h replaced, (I, K), the state's dtype).
+
+    Raises nothing of its own; the Cholesky factor of a non positive-definite P gives nan, not an
+    exception. Source: 003_203f63200c0d7157.txt eqs. (13), (15) and sec. 5.1 (the rho blend); the
+    diagonal projection of q~ is derived in the module docstring.
     """
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
@@ -526,7 +553,12 @@ def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
 
 
 def update_items(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
-    """Block update of every q(v_n), the item twin of `update_users`."""
+    """Block update of every q(v_n), the item twin of `update_users`.
+
+    Arguments as `update_users`; returns the new state (v_prec, v_h replaced, (J, K), the state's
+    dtype). Raises nothing of its own (as `update_users`).
+    Source: 003_203f63200c0d7157.txt eqs. (13)-(15) and sec. 5.1 (item side).
+    """
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
     eb = mbu[graph.users] + mbv[graph.items]
@@ -543,7 +575,13 @@ def _bias_update(own, n_own, e_tau, rest_mean, lam2, gh, old_prec, old_h, rho):
 
 def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
     """q(b_m): precision E[tau_bu] + sum_e 2 lam_e, h = sum_e (g_e - 1/2 - 2 lam_e (mu_u.mu_v + mu_bn)).
-    (Computed also when clamped; the clamp multiplies b_m's moments by 0.)"""
+    (Computed also when clamped; the clamp multiplies b_m's moments by 0.)
+
+    Arguments as `update_users` (xi (E_cap,) float, rho in (0, 1]); returns the new state (bu_prec,
+    bu_h replaced, (I,), the state's dtype). Raises nothing of its own.
+    Source: 003_203f63200c0d7157.txt eqs. (13)-(15) (the univariate bias factor of model (5)) and
+    sec. 5.1 (rho blend).
+    """
     (mu, _), (mv, _), _, (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
     rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbv[graph.items]
@@ -553,7 +591,11 @@ def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
 
 
 def update_item_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
-    """q(b_n): the item twin of `update_user_bias` (E[b_m] is 0 when the user biases are clamped)."""
+    """q(b_n): the item twin of `update_user_bias` (E[b_m] is 0 when the user biases are clamped).
+
+    Returns the new state (bv_prec, bv_h replaced, (J,), the state's dtype). Raises nothing of its
+    own. Source: 003_203f63200c0d7157.txt eqs. (13)-(15) and sec. 5.1 (item side).
+    """
     (mu, _), (mv, _), (mbu, _), _ = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
     rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbu[graph.users]
@@ -564,7 +606,13 @@ def update_item_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
 
 def update_hyper(state: RGState, hyper, rho=1.0) -> RGState:
     """The four Gamma factors (eq. 17): shape alpha + n/2, rate beta + 1/2 sum E[x^2] over the n
-    coordinates each precision governs (I K, J K, I (0 when clamped), J); natural parameters blended by rho."""
+    coordinates each precision governs (I K, J K, I (0 when clamped), J); natural parameters blended by rho.
+
+    hyper : anything with ``alpha`` and ``beta`` (floats or 0-d arrays); rho : float in (0, 1].
+    Returns the new state (the eight 0-d ``tau_*_shape`` / ``tau_*_rate`` fields replaced).
+    Raises nothing of its own; a ``hyper`` without ``alpha`` / ``beta`` raises AttributeError.
+    Source: 003_203f63200c0d7157.txt eq. (17) and sec. 5.1 (rho blend).
+    """
     (mu, su), (mv, sv), _, (mbv, sbv) = moments(state)
     on = state.user_bias_on
     mbu, sbu = state.bu_h / state.bu_prec, 1.0 / state.bu_prec
@@ -621,7 +669,12 @@ def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: b
     state : RGState; graph : RGGraph; hyper : RGHyper (static: hashable NamedTuple);
     rho : float in (0, 1]; update_hyper : bool (False holds q(tau) fixed).
 
-    Returns (RGState, RGInfo). Source: ``003`` eqs. (13)-(17), sec. 5.1.
+    Returns (RGState, RGInfo with a 0-d ``elbo`` of the state's dtype).
+
+    Raises nothing of its own (no validation: `fit` validates); a ``hyper`` that does not hash
+    makes jax raise ValueError (it is a static argument), one without ``alpha`` / ``beta`` /
+    ``clamp_user_bias`` raises AttributeError. Source: 003_203f63200c0d7157.txt eqs. (13)-(17),
+    sec. 5.1.
     """
     del key
     return _step_jit(state, graph, hyper, jnp.asarray(rho, state.u_h.dtype), update_hyper)
@@ -632,7 +685,10 @@ def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
     (sec. 5.1, Robbins and Monro). tau0 = 1 makes the first step exact (eps_0 = 1).
 
     Kept for callers of ``rg.robbins_monro``: it is `custom_inference.schedules.robbins_monro`
-    (the one shared implementation; raises ValueError as that function does)."""
+    (the one shared implementation; raises ValueError as that function does: non-real or
+    out-of-range t, tau0, kappa). Returns a Python float.
+    Source: 003_203f63200c0d7157.txt sec. 5.1.
+    """
     return _robbins_monro(t, tau0, kappa)
 
 
@@ -642,7 +698,12 @@ def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
 
 def like_probability(state: RGState, users, items):
     """p(g = 1 | h = 1) for index pairs, (E,): MacKay's sigma(mu_a / sqrt(1 + pi s_a^2 / 8)) with the
-    mean and variance of a = u.v + b under q (eq. 19)."""
+    mean and variance of a = u.v + b under q (eq. 19).
+
+    users, items : integer arrays (E,); returns a jax array (E,) of the state's float dtype.
+    Raises nothing of its own: indices out of range are not reported (jax clamps them).
+    Source: 003_203f63200c0d7157.txt eq. (19) (MacKay's probit approximation).
+    """
     mean, second = edge_moments(state, jnp.asarray(users), jnp.asarray(items))
     return mackay_probit(mean, jnp.maximum(second - mean**2, 0.0))
 
@@ -653,7 +714,11 @@ def score_users(state: RGState, users, *, kind: str = "like", pi=None) -> np.nda
     kind : "like" (s = p(g = 1 | h = 1), eq. 19), "popularity" (s = pi_n) or "popularity_like"
         (s = pi_n p(g = 1 | h = 1)); pi : (J,) histogram (`popularity_weights`), needed by the last two.
 
+    users : integer array (B,); returns numpy (B, J): float64 for "popularity" and
+    "popularity_like", the state's float dtype for "like".
+
     Raises ValueError for an unknown kind, missing or mis-shaped pi, or user indices out of range.
+    Source: 003_203f63200c0d7157.txt eqs. (19)-(20) and sec. 6.1.2.
     """
     if kind not in ("like", "popularity", "popularity_like"):
         raise ValueError(f"kind must be 'like', 'popularity' or 'popularity_like', got {kind!r}")
@@ -681,7 +746,13 @@ def score_users(state: RGState, users, *, kind: str = "like", pi=None) -> np.nda
 
 def draws_from_q(seed: int, state: RGState, n_draws: int) -> dict[str, np.ndarray]:
     """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
-    tau_u, tau_v, tau_bu, tau_bv (); b_user is 0 (and tau_bu its prior) when clamped."""
+    tau_u, tau_v, tau_bu, tau_bv (); b_user is 0 (and tau_bu its prior) when clamped. All float64
+    numpy arrays; ``seed`` : int (or anything `numpy.random.default_rng` takes); n_draws : int >= 0.
+
+    Raises nothing of its own; numpy raises ValueError for a negative ``n_draws`` (or a Gamma shape
+    <= 0, which a valid state does not have).
+    Source: 003_203f63200c0d7157.txt eq. (6) (sampling q); the posterior group: project addition.
+    """
     rng = np.random.default_rng(seed)
     (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
     out = {}

@@ -1,4 +1,4 @@
-"""The one loop that runs a variational solver's sweeps (DESIGN.md: "a thin driver `fit(...)`").
+"""The one loop that runs a variational solver's sweeps (the thin driver behind every solver's ``fit``).
 
 Every coordinate-ascent or stochastic VI driver of the package does the same things around its
 sweeps: run up to ``max_iter`` of them, record the ELBO and its relative change, refuse a
@@ -96,11 +96,13 @@ class VIRun(NamedTuple):
 
 
 def check_fit_args(max_iter, tol, n_draws=None, *, max_iter_name: str = "max_iter") -> None:
-    """Validate a driver's arguments before any computation (DESIGN.md conventions).
+    """Validate a driver's arguments before any computation (every solver's ``fit`` checks its
+    arguments first, so a bad one fails fast instead of after compilation).
 
     max_iter : int >= 1 (not bool); tol : float >= 0 (not NaN); n_draws : int >= 0 (not bool), or
-    None to skip. Raises ValueError naming the field (``max_iter_name`` for the first, e.g.
-    "max_epochs").
+    None to skip. Returns None. Raises ValueError naming the field (``max_iter_name`` for the first,
+    e.g. "max_epochs"); a ``tol`` that cannot be compared with 0 is a ValueError too.
+    Source: project addition.
     """
     if isinstance(max_iter, bool) or not _is_integral(max_iter) or max_iter < 1:
         raise ValueError(f"{max_iter_name} must be an integer >= 1, got {max_iter!r}")
@@ -180,9 +182,15 @@ def run(
 
     Raises
     ------
-    ValueError for bad max_iter or tol (`check_fit_args`).
+    ValueError for bad max_iter or tol (`check_fit_args`), for ``checkpoint_every`` not an integer
+    >= 1 when ``checkpoint`` is given, and (from `load_checkpoint`) when a resumed checkpoint's
+    state does not match ``state``.
     FloatingPointError when a recorded ELBO is not finite ("ELBO became nan at sweep 3; try float64").
-    Whatever ``sweep``, ``evaluate``, ``final_elbo`` or ``callback`` raise (the bar is closed first).
+    OSError when the checkpoint cannot be written (`save_checkpoint`).
+    Whatever ``sweep``, ``evaluate``, ``final_elbo``, ``callback``, ``save_extra`` or
+    ``restore_extra`` raise (the bar is closed first).
+
+    Source: project addition.
     """
     check_fit_args(max_iter, tol)
     if checkpoint is not None and (isinstance(checkpoint_every, bool) or not _is_integral(checkpoint_every)
@@ -280,6 +288,8 @@ def host_seed(key) -> int:
 def point_posterior(arrays) -> dict[str, np.ndarray]:
     """A point estimate as a posterior of one chain and one draw: each array gets leading axes
     (1, 1). arrays : mapping name -> array (...). Returns dict name -> numpy array (1, 1, ...).
+    Dtypes are kept. Raises nothing of its own (``arrays.items()`` / `numpy.asarray` errors
+    propagate, e.g. AttributeError for a non-mapping).
     Source: project addition (the protocol's MAP / SGD posterior group)."""
     return {k: np.asarray(v)[None, None] for k, v in arrays.items()}
 

@@ -100,7 +100,13 @@ def _register(adapter: Adapter) -> Adapter:
 
 
 def models() -> tuple[str, ...]:
-    """Names accepted by `fit` (and by ``factorbayes fit MODEL``)."""
+    """Names accepted by `fit` (and by ``factorbayes fit MODEL``): a tuple of str, in registration
+    order (imports `validation.api_models` on first use, which declares the adapters).
+
+    Raises nothing of its own; an import error of `validation.api_models` propagates, and so does
+    `_register`'s ValueError for an adapter declared with an unknown ``values`` kind (a programming
+    error). Source: project addition (issue 10).
+    """
     _ensure_adapters()
     return tuple(ADAPTERS)
 
@@ -453,8 +459,14 @@ def _quiet():
 def load(path) -> FittedModel:
     """Read an artifact written by `FittedModel.save`.
 
-    Returns the FittedModel (same recommendations and predictions as before saving).
-    Raises FileNotFoundError (no such file), ValueError (a netCDF file without a front_door group).
+    path : str or Path of the netCDF file.
+    Returns the FittedModel (same recommendations and predictions as before saving): user_ids (I,)
+    and item_ids (J,) int64 when every saved id is an int, else object arrays; ``seen`` a
+    scipy.sparse.csr_matrix (I, J) of the saved training values.
+    Raises FileNotFoundError (no such file), ValueError (a netCDF file without a front_door group);
+    a file that is not netCDF propagates the reader's error from `arviz.from_netcdf` (OSError or
+    ValueError), and a front_door group missing its attrs a KeyError.
+    Source: project addition (issue 10).
     """
     import scipy.sparse as sp
 

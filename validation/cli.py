@@ -88,6 +88,19 @@ def _print_crosscheck(result, out: Path) -> int:
 
 
 def cmd_crosscheck(args) -> int:
+    """``factorbayes crosscheck MODEL``: the solver's cross-check against NUTS
+    (`validation.registry` SPEC's ``solver(...).run``), its report and verdict printed.
+
+    args : argparse.Namespace with model, solver, quick, data, reference, out, no_progress.
+    Returns the exit status of the result (0 passed, 1 failed, 3 inconclusive).
+
+    Raises KeyError for an unknown model (`registry.get`; the parser's choices prevent it from the
+    command line), ValueError for an unknown ``--solver`` or ``--data`` with a model whose spec has
+    no ``real_data``, FileNotFoundError for a missing ``--data`` path, RuntimeError when
+    ``ml-100k`` is not found and cannot be downloaded; whatever the solver's run and the report
+    writer raise propagates (e.g. OSError writing the report).
+    Source: project addition (the command line).
+    """
     import dataclasses
 
     from . import registry
@@ -113,7 +126,19 @@ def cmd_crosscheck(args) -> int:
 
 
 def cmd_evaluate(args, *, df=None, path=None) -> int:
-    """Held-out evaluation of HPF CAVI (`validation.experiments.evaluate_hpf`: P1, P3, popularity)."""
+    """Held-out evaluation of HPF CAVI (`validation.experiments.evaluate_hpf`: P1, P3, popularity).
+
+    args : argparse.Namespace with data, dtype ("float32" | "float64"), out, k, max_iter, tol, seed,
+    no_progress; df, path : a ratings table (pandas DataFrame, columns user, item, rating,
+    timestamp) and its label, already loaded by `cmd_fit` (None: read ``args.data``).
+    Returns 0.
+
+    Raises FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not
+    found and cannot be downloaded, KeyError for a dtype other than float32 / float64 (the parser's
+    choices prevent it); what `evaluate_hpf` raises (ValueError for bad settings, FloatingPointError
+    for a non-finite ELBO) and OSError writing the report propagate.
+    Source: project addition (the command line); the evaluation is `validation.experiments.evaluate_hpf`'s.
+    """
     import numpy as np
 
     from . import experiments
@@ -138,6 +163,17 @@ def cmd_evaluate(args, *, df=None, path=None) -> int:
 
 
 def cmd_evaluate_ratings(args) -> int:
+    """``factorbayes evaluate ratings``: every Gaussian solver on protocol P2
+    (`validation.ratings_eval.evaluate_ratings`), curves (CSV, PNG) and a report written to ``--out``.
+
+    args : argparse.Namespace with data, ranks, solvers, warmup, samples, max_iter, epochs, features,
+    dtype, seed, out, no_progress. Returns 0.
+
+    Raises FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not
+    found and cannot be downloaded; what `RatingsConfig` / `evaluate_ratings` raise (ValueError for
+    bad settings) and OSError writing the outputs propagate.
+    Source: project addition (the command line).
+    """
     from . import ratings_eval
     from .report import evaluation_report
 
@@ -163,6 +199,19 @@ def cmd_evaluate_ratings(args) -> int:
 
 
 def cmd_evaluate_implicit(args) -> int:
+    """``factorbayes evaluate implicit``: the one-class comparison
+    (`validation.implicit_eval.evaluate_implicit`) and, with ``--curves`` / ``--curves-only``,
+    recall@10 against entries observed (`validation.implicit_eval.recall_curves`).
+
+    args : argparse.Namespace with data, format, seed, out, curves, curves_only, curve_data,
+    curve_passes, baselines_only, systems, protocols, no_progress. Returns 0.
+
+    Raises ValueError for unknown ``--systems`` names or an unknown / inapplicable ``--format``,
+    FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not found and
+    cannot be downloaded; whatever the loader (malformed file), the evaluation and the report
+    writer raise propagates.
+    Source: project addition (the command line).
+    """
     from . import implicit_eval
 
     basket_kw = {}
@@ -253,6 +302,21 @@ def _read_table(args):
 
 
 def cmd_fit(args) -> int:
+    """``factorbayes fit MODEL``: `validation.api.fit` on ``--data`` (`validation.loaders.load`),
+    the artifact saved with `FittedModel.save` to ``OUT/MODEL.nc`` (its path printed last); with
+    ``--evaluate`` (hpf only) also `cmd_evaluate` on the same table.
+
+    args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep,
+    transform, threshold, k, seed, max_iter, draws, option (list of "KEY=VALUE"), resume_from,
+    out, evaluate, no_progress. Returns 0.
+
+    Raises ValueError for an unknown model, a malformed ``--option``, ``--draws`` with a model
+    that keeps its own draws, ``--evaluate`` with a model other than hpf; FileNotFoundError for a
+    missing ``--data`` path; RuntimeError when ``ml-100k`` is not found and cannot be downloaded;
+    what the loader and `api.fit` raise (ValueError / TypeError for bad input, `Interrupted`) and
+    OSError from saving propagate.
+    Source: project addition (the command line, issue 10).
+    """
     from . import api
 
     if args.model not in api.models():
@@ -292,6 +356,17 @@ def _artifact(spec: str) -> Path:
 
 
 def cmd_recommend(args) -> int:
+    """``factorbayes recommend``: top-N items per user from a saved artifact, printed as
+    tab-separated rows (user, rank, item, score, sd).
+
+    args : argparse.Namespace with model_path (an artifact or a folder holding exactly one
+    ``*.nc``), users (ids as strings), N, include_seen. Returns 0.
+
+    Raises FileNotFoundError for a missing path, ValueError for a folder without exactly one
+    ``*.nc`` file, a file that is not an artifact, or N < 1; KeyError for an unknown user id
+    (`FittedModel.recommend`); the netCDF reader's errors propagate.
+    Source: project addition (the command line, issue 10).
+    """
     from . import api
 
     model = api.load(_artifact(args.model_path))
@@ -303,6 +378,15 @@ def cmd_recommend(args) -> int:
 
 
 def cmd_errata(args) -> int:
+    """``factorbayes errata``: run the executable errata table (`validation.errata.run_errata` of
+    `validation.registry.all_errata`), print it and write its report to ``args.out``.
+
+    args : argparse.Namespace with out. Returns 0 when every row is OK, else 1.
+
+    Raises nothing of its own; what the errata checks raise, ImportError / AttributeError from
+    resolving the registry's rows, and OSError writing the report propagate.
+    Source: project addition (the command line).
+    """
     import pandas as pd
 
     from .errata import run_errata
@@ -318,6 +402,19 @@ def cmd_errata(args) -> int:
 
 
 def cmd_sbc(args) -> int:
+    """``factorbayes sbc MODEL``: simulation-based calibration (`validation.sbc.run_sbc`) with the
+    model SPEC's SBC adapters; prints the uniformity table and writes the report (and the resumable
+    cache) under ``--out``.
+
+    args : argparse.Namespace with model, solver, sims, draws, seed, alpha, out, no_progress.
+    Returns 0 when every scalar's ranks pass the uniformity test, else 1.
+
+    Raises KeyError for an unknown model (`registry.get`; the parser's choices prevent it from the
+    command line), ValueError for a model without SBC adapters or an unknown ``--solver``; what
+    `run_sbc` raises (ValueError for bad counts) and the simulations / fits raise propagate, and
+    OSError writing the cache or report.
+    Source: project addition (the command line).
+    """
     from . import registry, sbc
 
     spec = registry.get(args.model)
@@ -361,6 +458,13 @@ _CURVE_PASSES = 10  # validation.implicit_eval.CURVE_DEFAULTS["passes"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``factorbayes`` argument parser (sub-commands crosscheck, fit, recommend, evaluate, sbc,
+    errata, each with ``func`` set to its ``cmd_*``). Imports `validation.api` and
+    `validation.registry` (no JAX) for the model choices.
+
+    Returns an argparse.ArgumentParser. Raises nothing of its own; ImportError from those imports
+    propagates. Source: project addition (the command line).
+    """
     fmt = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0], formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"factorbayes {_version()}")
@@ -485,9 +589,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Entry point of ``factorbayes``: parse ``argv`` (list of str; None: ``sys.argv[1:]``), run the
+    command and return its exit status (0 success, 1 a check failed, 2 usage or input error,
+    3 an inconclusive cross-check). crosscheck, sbc and errata run with ``jax_enable_x64`` on.
+
+    Raises SystemExit from argparse (exit 2 on a usage error; 0 after ``--help`` / ``--version``).
+    ValueError, FileNotFoundError, NotImplementedError and KeyError of a command are caught,
+    printed as ``factorbayes: error: ...`` and return 2; any other exception (RuntimeError of a
+    failed download, OSError, FloatingPointError, ...) propagates.
+    Source: project addition (the command line).
+    """
     args = build_parser().parse_args(argv)
     if args.command in FLOAT64_COMMANDS:
-        # Validation runs in float64 (DESIGN.md, conventions), and globally rather than in a
+        # Validation runs in float64 (the project's convention for checks), and globally rather than in a
         # `jax.enable_x64` context: NumPyro's progress-bar callbacks run on another thread,
         # which would otherwise see float32/int32 and fail on the dtype of their results.
         import jax

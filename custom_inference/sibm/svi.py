@@ -79,13 +79,20 @@ def svi_state(params: SIBMState, S: int) -> SVIState:
 def cell_targets(params: SIBMState, prior: _Prior, i, j, x, c_u, c_v, c_z, rho_z, rho_v, rho_u):
     """Per-cell targets of Algorithm 1 (maximizers of the noisy bound (9)), for one cell.
 
-    i, j : int scalars; x : 0/1; c_u = p(j|i), c_v = p(i|j), c_z = p(i, j) (the rescaling of (9));
-    rho_* : the temporary step sizes of Algorithm 1's "update ... using (10)" inside the cell
-    (0: every target at the saved state, the pure noisy natural gradient). Order: z, then
+    params : SIBMState (u_prec, u_h (I, K), v_prec, v_h (J, K), z_prec, z_h (), u_fixed, v_fixed (K,),
+    one float dtype); prior : `_Prior` of 0-d arrays of that dtype (already validated by `_prior`).
+    i, j : int scalars (0-d int arrays under `jax.vmap`); x : 0/1 scalar; c_u = p(j|i), c_v = p(i|j),
+    c_z = p(i, j) (0-d floats, the rescaling of (9)); rho_z : 0-d float, rho_v, rho_u : 0-d floats
+    (the entries for column j / row i): the temporary step sizes of Algorithm 1's "update ... using (10)"
+    inside the cell (0: every target at the saved state, the pure noisy natural gradient). Order: z, then
     v_j1..v_jK, then u_i1..u_iK, xi re-optimized (8) before each.
 
-    Returns (z_target (2,), v_target (K, 2), u_target (K, 2)), each row (precision, h).
-    Fixed (bias) columns return their current natural parameters.
+    Returns (z_target (2,), v_target (K, 2), u_target (K, 2)), each row (precision, h), in the
+    state's float dtype. Fixed (bias) columns return their current natural parameters.
+
+    Raises nothing of its own (pure jax arithmetic, traceable; out-of-range i, j are clamped by jax
+    indexing, not reported). Source: seed 002_5408d341cb9fc544.txt Algorithm 1 (per-cell targets),
+    eqs. (8)-(10).
     """
     um, uv = _mom(params.u_prec[i], params.u_h[i], params.u_fixed)
     vm, vv = _mom(params.v_prec[j], params.v_h[j], params.v_fixed)
@@ -176,7 +183,12 @@ def auto_minibatch_size(st: SVIState, sampler: Sampler, theta_delta: float = 2.0
     """Eq. (13): S_{i,d} = ||Var[target]||_1 / (theta delta p(i) ||E[target]||_2^2), E and Var the moving
     averages of the per-cell targets; the mean over the free (i, d) and (j, d) updated at least once.
 
-    Returns a float scalar (nan if nothing has been seen). Source: seed 002 eq. (13) and the text after.
+    st : SVIState (u_m1, u_m2 (I, K, 2), v_m1, v_m2 (J, K, 2), u_count (I,), v_count (J,), float);
+    sampler : `Sampler` of the data (p_row (I,), p_col (J,)); theta_delta : float > 0.
+
+    Returns a 0-d float array of the state's dtype (nan if nothing has been seen; inf where a target
+    mean is zero). Raises nothing of its own (jax arithmetic: divisions by zero give inf / nan, not
+    exceptions). Source: seed 002_5408d341cb9fc544.txt eq. (13) and the text after.
     """
     def per(m1, m2, count, p_marg, fixed):
         var = jnp.sum(jnp.maximum(m2 - m1 * m1, 0.0), axis=-1)
@@ -440,7 +452,13 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
 
 
 def svi_elbo(st: SVIState, data: Observations, hyper) -> jax.Array:
-    """The protocol target of SVI: `elbo` of ``st.params`` at optimal xi (O(I J K)). Source: seed 002 eq. (7)."""
+    """The protocol target of SVI: `elbo` of ``st.params`` at optimal xi (O(I J K)).
+
+    st : SVIState; data : Observations of the ones, shape (I, J); hyper : SIBMHyper-like.
+    Returns a 0-d array of the state's float dtype (nats).
+    Raises ValueError for a bad ``hyper`` (from `elbo`: a missing field, a non-finite value, a
+    variance <= 0). Source: seed 002_5408d341cb9fc544.txt eq. (7).
+    """
     return elbo(st.params, data, hyper)
 
 
