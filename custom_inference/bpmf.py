@@ -635,12 +635,14 @@ def sample(
     Raises
     ------
     ValueError: bad hyperparameters (`check_hyper`); bad chain/draw counts, chunk_size or
-    gauge_rounds; unknown names in ``keep``; ``data`` not an `Observations`; ``predict_at``
-    out of range.
+    gauge_rounds; unknown names in ``keep``; ``data`` not an `Observations`, or with an index
+    out of range, a NaN or infinite value, duplicates or no entries (`Observations.validate`,
+    before any compilation); ``predict_at`` out of range.
     Source: S&M 2008 sec. 3.3 (sweep); the driver is a project addition.
     """
     if not isinstance(data, Observations):
         raise ValueError(f"data must be an Observations, got {type(data).__name__}")
+    data.validate("real", name="data", float_only=False)  # however built: ids in range, finite values
     k = base.check_latent_dim(K)
     check_hyper(hyper, k)
     gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)

@@ -221,13 +221,17 @@ def bpr_data(train: Observations) -> BPRData:
     Raises
     ------
     ValueError
-        ``train`` is not `Observations`; a stored value that is NaN, zero or negative.
+        ``train`` is not `Observations`; a stored value that is NaN, zero or negative; an index
+        out of range, duplicate pairs or no entries (`Observations.validate`).
+    TypeError
+        ``train`` with non-integer indices or non-numeric values.
 
     Source: project addition (the CSR layout of the user's positive set I_u^+ that the sampler of
     the baseline, Rendle et al. 2009 sec. 4.1 / fig. 4, needs; not from a seed file).
     """
     if not isinstance(train, Observations):
         raise ValueError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
+    train.validate("real", name="train", float_only=False)  # however built: ids in range, finite, no duplicates
     values = np.asarray(train.values)
     if not np.all(np.isfinite(values)) or np.any(values <= 0):
         raise ValueError("train.values: every stored entry must be a positive (value > 0, finite)")
@@ -639,7 +643,8 @@ def fit(
     003_203f63200c0d7157.txt sec. 6.1.2.
     """
     hyper = BPRHyper() if hyper is None else hyper
-    data = bpr_data(train)
+    if isinstance(train, Observations):
+        train.validate("real", name="train", float_only=False)  # host checks first: before any compilation
     K = _check_int("K", K, 1)
     n_epochs = _check_int("n_epochs", n_epochs, 1)
     lr = _check_float("learning_rate", learning_rate, positive=True)
@@ -653,6 +658,7 @@ def fit(
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
     if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
         raise ValueError("dtype=float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
+    data = bpr_data(train)  # after the scalar checks: its device arrays compile conversions
     k_init, k_run = jax.random.split(base.as_key(key))
     params = _init_jit(k_init, data.n_rows, data.n_cols, K, init_scale, dtype)
     lr_a = jnp.asarray(lr, dtype)

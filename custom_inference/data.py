@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 Kind = Literal["count", "binary", "real"]
 
-__all__ = ["Observations", "CountUnits"]
+__all__ = ["Observations", "CountUnits", "check_observations"]
 
 
 @jax.tree_util.register_pytree_node_class
@@ -45,8 +45,14 @@ class Observations:
         (their posterior is their prior), but the matrix may not be empty.
 
     Build with `Observations.from_coo`, `Observations.from_scipy` or
-    `Observations.from_dense`; the plain constructor does no checking and is
-    what JAX uses to rebuild the pytree.
+    `Observations.from_dense`, which check everything. The plain constructor is
+    also what JAX uses to rebuild the pytree (with tracers or device arrays as
+    leaves), so it checks only what costs O(1): the shape (two integers >= 1)
+    and, for host (numpy, list) leaves, that they are 1-D and of one length.
+    A container built directly is checked in full (O(N): ids in range, finite
+    values, dtypes, what the model's kind allows) by `validate`, which the front
+    door (`validation.api.fit`) and the public solvers call before any
+    computation.
     """
 
     rows: np.ndarray
@@ -54,6 +60,22 @@ class Observations:
     values: np.ndarray
     n_rows: int
     n_cols: int
+
+    def __post_init__(self):
+        for name in ("n_rows", "n_cols"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1 (the matrix shape I x J), got {value!r}")
+        host = [(n, getattr(self, n)) for n in ("rows", "cols", "values")
+                if isinstance(getattr(self, n), (np.ndarray, list, tuple))]
+        if len(host) == 3:
+            arrays = [(n, np.asarray(a) if not isinstance(a, np.ndarray) else a) for n, a in host]
+            for name, arr in arrays:
+                if arr.ndim != 1:
+                    raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+            lengths = [arr.shape[0] for _, arr in arrays]
+            if len(set(lengths)) != 1:
+                raise ValueError(f"rows, cols and values must have the same length, got {', '.join(map(str, lengths))}")
 
     # -- pytree protocol -------------------------------------------------------
     def tree_flatten(self):
@@ -103,6 +125,11 @@ class Observations:
             integer; a NaN or infinite value; a negative or non-integer count;
             a binary value outside {0, 1}; duplicate (row, col) pairs; no
             entries left.
+        TypeError
+            ``rows`` / ``cols`` neither integers nor integral floats (object, str);
+            ``values`` not real numbers (object, str, complex, datetime);
+            ``dtype`` other than float32 / float64 (float16 is refused: values
+            of any real dtype are converted to float64, then stored as ``dtype``).
         """
         if len(shape) != 2 or any(int(s) != s or s < 1 for s in shape):
             raise ValueError(f"shape must be two positive integers (I, J), got {shape!r}")
@@ -120,6 +147,8 @@ class Observations:
             )
         for name, arr, bound in (("rows", rows, n_rows), ("cols", cols, n_cols)):
             if arr.size and not np.issubdtype(arr.dtype, np.integer):
+                if arr.dtype != bool and not np.issubdtype(arr.dtype, np.floating):
+                    raise TypeError(f"{name} must hold integer indices, got dtype {arr.dtype}")
                 if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
                     raise ValueError(f"{name} must hold integer indices")
                 arr = arr.astype(np.int64)
@@ -130,8 +159,12 @@ class Observations:
                 )
         rows = rows.astype(np.int64)
         cols = cols.astype(np.int64)
-        if values.size and not np.issubdtype(values.dtype, np.number) and values.dtype != bool:
-            raise ValueError(f"values must be numeric, got dtype {values.dtype}")
+        if values.size and not (values.dtype == bool or np.issubdtype(values.dtype, np.integer)
+                                or np.issubdtype(values.dtype, np.floating)):
+            raise TypeError(f"values must be real numbers, got dtype {values.dtype}")
+        if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"dtype (the storage of values) must be float32 or float64, got {np.dtype(dtype)}; "
+                            "the solvers never compute in lower precision")
         values = values.astype(np.float64)
         if np.any(~np.isfinite(values)):
             raise ValueError(f"values contain {int(np.sum(~np.isfinite(values)))} NaN or infinite entries")
@@ -186,6 +219,102 @@ class Observations:
         r, c = np.nonzero(matrix)
         return cls.from_coo(r, c, matrix[r, c], matrix.shape, kind=kind, dtype=dtype)
 
+    # -- checks ----------------------------------------------------------------
+    def validate(self, kind: Kind | None = "real", *, name: str = "data", float_only: bool = True) -> "Observations":
+        """Check a container however it was built (directly, by a constructor, by a tree map).
+
+        O(N) numpy work on the host, no JAX computation: run it before any compilation.
+
+        Parameters
+        ----------
+        kind : {"count", "binary", "real"} or None
+            What the model needs: ``"count"`` non-negative integers, ``"binary"`` values in
+            {0, 1}, ``"real"`` any finite value; None checks only the structure.
+        name : str
+            The argument's name, used in the messages (``"data.values ..."``).
+        float_only : bool
+            Require ``values`` stored as float32 or float64 (what the solvers compute in);
+            an integer, bool or float16 container is refused with the fix
+            (``obs.astype(np.float64)``) rather than computed in low precision.
+
+        Returns
+        -------
+        Observations
+            ``self``, unchanged (for chaining).
+
+        Raises
+        ------
+        TypeError
+            ``self`` not an Observations; ``rows``/``cols`` not integer arrays; ``values``
+            not numeric (object, str, complex, datetime) or, with ``float_only``, stored in a
+            dtype other than float32/float64 (float16, integers, bool).
+        ValueError
+            Naming the field: the shape not two integers >= 1; arrays not 1-D or of
+            different lengths; no entries (empty); an index outside the shape; a NaN or
+            infinite value; a negative or non-integer count (``kind="count"``; the message
+            names the transforms of `validation.api.fit`); a value outside {0, 1}
+            (``kind="binary"``); duplicate (row, col) pairs; an unknown ``kind``.
+
+        Source: project addition (issue 10, input checks at every entry).
+        """
+        if not isinstance(self, Observations):  # pragma: no cover - called unbound on another object
+            raise TypeError(f"{name} must be a custom_inference.data.Observations, got {type(self).__name__}")
+        if kind not in (None, "count", "binary", "real"):
+            raise ValueError(f"kind must be 'count', 'binary', 'real' or None, got {kind!r}")
+        for field_name in ("n_rows", "n_cols"):
+            value = getattr(self, field_name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}.{field_name} must be an integer >= 1, got {value!r}")
+        arrays = {}
+        for field_name in ("rows", "cols", "values"):
+            arr = np.asarray(getattr(self, field_name))
+            if arr.ndim != 1:
+                raise ValueError(f"{name}.{field_name} must be 1-D, got shape {arr.shape}")
+            arrays[field_name] = arr
+        rows, cols, values = arrays["rows"], arrays["cols"], arrays["values"]
+        if not (rows.size == cols.size == values.size):
+            raise ValueError(f"{name}.rows, .cols and .values must have the same length, got "
+                             f"{rows.size}, {cols.size}, {values.size}")
+        if values.size == 0:
+            raise ValueError(f"{name}: no entries (empty data: rows, cols and values have length 0)")
+        for field_name, arr, bound in (("rows", rows, self.n_rows), ("cols", cols, self.n_cols)):
+            if not np.issubdtype(arr.dtype, np.integer):
+                raise TypeError(f"{name}.{field_name} must hold integer indices (int32 or int64), got dtype {arr.dtype}")
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < 0 or hi >= bound:
+                raise ValueError(f"{name}.{field_name} index out of range: found [{lo}, {hi}], allowed "
+                                 f"[0, {bound - 1}] ({'n_rows' if field_name == 'rows' else 'n_cols'} = {bound})")
+        if not (values.dtype == bool or np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)):
+            raise TypeError(f"{name}.values must be real numbers (float32 or float64), got dtype {values.dtype}; "
+                            "build the container with Observations.from_coo(..., dtype=np.float64)")
+        if float_only and values.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"{name}.values has dtype {values.dtype}; the solvers compute in float32 or float64 only "
+                            f"(never in {values.dtype}): pass {name}.astype(np.float64)")
+        v = values.astype(np.float64)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            raise ValueError(f"{name}.values: {int(bad.sum())} NaN or infinite entries (first at entry "
+                             f"{int(np.flatnonzero(bad)[0])}); drop or impute them first")
+        if kind == "count":
+            if np.any(v < 0):
+                raise ValueError(f"{name}.values: counts must be non-negative, found {v.min():g}")
+            if np.any(v != np.round(v)):
+                k = int(np.flatnonzero(v != np.round(v))[0])
+                raise ValueError(f"{name}.values: count models need integer counts, found {v[k]:g} (entry {k}); "
+                                 "round or double them first (validation.api.fit: transform='round', 'double' "
+                                 "for half stars, or 'binarize' with threshold=...)")
+        elif kind == "binary":
+            off = (v != 0) & (v != 1)
+            if off.any():
+                k = int(np.flatnonzero(off)[0])
+                raise ValueError(f"{name}.values: binary (one-class) models need values in {{0, 1}}, found {v[k]:g} "
+                                 f"(entry {k}); binarize first (validation.api.fit: transform='binarize', threshold=...)")
+        flat = rows.astype(np.int64) * self.n_cols + cols.astype(np.int64)
+        # the checked constructors store entries row-major: strictly increasing means no duplicates (O(N))
+        if not np.all(flat[1:] > flat[:-1]) and np.unique(flat).size != flat.size:
+            raise ValueError(f"{name}.rows/.cols: duplicate (row, col) pairs; sum or deduplicate them first")
+        return self
+
     # -- views -----------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, int]:
@@ -214,6 +343,24 @@ class Observations:
 
     def __repr__(self) -> str:
         return f"Observations(shape={self.shape}, nnz={self.nnz}, dtype={np.asarray(self.values).dtype})"
+
+
+def check_observations(data, kind: Kind | None, *, name: str = "data", float_only: bool = False) -> Observations:
+    """The entry check of a public solver: ``data`` must be an `Observations` whose entries are what
+    the model needs (`Observations.validate`), however the container was built.
+
+    data : Observations (I, J), N entries. kind : "count", "binary", "real" or None (structure only).
+    name : the argument's name in messages. float_only : also require float32/float64 values.
+    Returns ``data`` unchanged. O(N) numpy work, no JAX computation (run before any compilation).
+
+    Raises TypeError when ``data`` is not an Observations (the message names the checked
+    constructors), and everything `Observations.validate` raises.
+    Source: project addition (issue 10, input checks at every entry).
+    """
+    if not isinstance(data, Observations):
+        raise TypeError(f"{name} must be a custom_inference.data.Observations (build one with Observations.from_coo, "
+                        f"from_scipy or from_dense), got {type(data).__name__}")
+    return data.validate(kind, name=name, float_only=float_only)
 
 
 @jax.tree_util.register_pytree_node_class

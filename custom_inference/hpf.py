@@ -44,7 +44,7 @@ import numpy as np
 from jax.scipy.special import gammaln, logsumexp, xlogy
 
 from . import arviz_io, base, vi_driver
-from .data import Observations
+from .data import Observations, check_observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 
 __all__ = [
@@ -724,15 +724,19 @@ def fit(
     Raises
     ------
     ValueError
-        Bad K, hyperparameters, max_iter, tol, n_draws or dtype; a state of the wrong shape.
+        Bad K, hyperparameters, max_iter, tol, n_draws or dtype; a state of the wrong shape;
+        ``data`` with an index out of range, a NaN, negative or non-integer count, duplicate
+        pairs or no entries (`Observations.validate`, before any compilation).
     TypeError
-        ``key`` neither a PRNG key nor an int.
+        ``key`` neither a PRNG key nor an int; ``data`` not an Observations, or with
+        non-integer indices or non-numeric values.
     FloatingPointError
         A non-finite ELBO (try float64).
 
     Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected); driver: project addition.
     """
     key_init = base.as_key(key)  # first: a pre-protocol call fit(data, hyper, K) fails here, naming the key
+    check_observations(data, "count", name="data")  # however built: ids in range, finite non-negative integers
     _check_hyper(hyper)
     k = _check_components(K)
     vi_driver.check_fit_args(max_iter, tol, n_draws)

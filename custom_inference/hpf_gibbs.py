@@ -37,7 +37,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from . import arviz_io, base, mcmc_driver
-from .data import CountUnits, Observations
+from .data import CountUnits, Observations, check_observations
 from .hpf import HPF_DIMS, _check_components, _check_hyper
 
 __all__ = [
@@ -316,9 +316,12 @@ def sample(
     Raises
     ------
     ValueError: K < 1; bad chain or draw counts; unknown names in ``keep``; data that are not
-    counts; bad hyperparameters; ``predict_at`` out of range.
+    counts (an index out of range, a NaN, negative or non-integer value, duplicates, no entries:
+    `Observations.validate`, before any compilation); bad hyperparameters; ``predict_at`` out of
+    range. TypeError: ``data`` not an Observations, non-integer indices or non-numeric values.
     Source: seed 001 (conditionals); the driver is a project addition.
     """
+    check_observations(data, "count", name="data")
     _check_hyper(hyper)
     k = _check_components(K)
     return mcmc_driver.sample(

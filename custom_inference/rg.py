@@ -807,11 +807,14 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
 
     Raises
     ------
-    ValueError: non-binary obs, bad hyper, K, max_iter, tol, tau0, kappa, n_draws, dtype; init_state
+    ValueError: non-binary obs (or an index out of range, NaN, duplicates, no entries:
+    `Observations.validate`), bad hyper, K, max_iter, tol, tau0, kappa, n_draws, dtype; init_state
     of the wrong shape. TypeError: a bad key. FloatingPointError: a non-finite ELBO (try float64).
     Source: 003_203f63200c0d7157.txt secs. 4.1 and 5.1; warm start: project addition.
     """
     seed = vi_driver.host_seed(key)
+    if isinstance(obs, Observations):  # however built: ids in range, finite 0/1, no duplicates
+        obs.validate("binary", name="obs", float_only=False)
     _check_binary(obs)
     _check_hyper(hyper)
     K = _check_K(K)

@@ -577,11 +577,13 @@ def sample(
 
     Raises
     ------
-    ValueError: obs not Observations; K < 1; bad counts; unknown ``keep`` names; bad
+    ValueError: obs not Observations; obs with an index out of range, a NaN or infinite value,
+    duplicates or no entries (`Observations.validate`, before any compilation); K < 1; bad counts; unknown ``keep`` names; bad
     hyperparameters; ``predict_at`` indices out of range.
     Source: seed 004, Algorithm 2 (sweep); the driver is a project addition.
     """
     _check_obs(obs)
+    obs.validate("real", name="obs", float_only=False)  # however built: ids in range, finite values
     K = _check_K(K)
     _check_hyper(hyper)
     gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)

@@ -157,6 +157,18 @@ def _table(data, *, user_col=None, item_col=None, value_col=None) -> pd.DataFram
                     f"got {type(data).__name__}")
 
 
+def _observations_table(obs, kind: str, transform: str) -> pd.DataFrame:
+    """The ratings table of an `Observations` (ids 0..I-1, 0..J-1), checked in full first (however
+    the container was built: `Observations.validate`): ids in range, finite real values of any real
+    dtype (converted to float64 here, never computed in float16), no duplicates, not empty; with
+    ``transform="none"`` the values must already be what the model takes (counts: non-negative
+    integers; binary: 0/1, never binarized silently). Zeros are kept here (real models fit them)."""
+    obs.validate("real" if transform != "none" else kind, name="data", float_only=False)
+    return pd.DataFrame({"user": np.asarray(obs.rows).astype(np.int64), "item": np.asarray(obs.cols).astype(np.int64),
+                         "rating": np.asarray(obs.values).astype(np.float64),
+                         "timestamp": np.zeros(obs.nnz, dtype=np.int64)})
+
+
 def _values(table: pd.DataFrame, kind: str, transform: str, threshold: float) -> pd.DataFrame:
     """The table's values made what the model needs (`validation.loaders.transform`, then the
     model's own check): binary models binarize at ``threshold`` unless the values are already
@@ -536,14 +548,15 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     if transform not in ("none", "round", "double", "binarize", "error"):
         raise ValueError(f"transform must be one of none, round, double, binarize, error; got {transform!r}")
     if isinstance(data, Observations):
-        table = datasets.ratings_from_scipy(data.to_scipy())
+        table = _observations_table(data, adapter.values, transform)
         user_ids, item_ids = np.arange(data.n_rows), np.arange(data.n_cols)
     else:
         table = _table(data, user_col=user_col, item_col=item_col, value_col=value_col)
         user_ids = item_ids = None
     table = _values(table, adapter.values, transform, threshold)
     if table.empty:
-        raise ValueError("no entries left to fit (after the value transform)")
+        raise ValueError(f"data: no entries left to fit ({model} drops zero {adapter.values} values; "
+                         f"transform={transform!r}, threshold={threshold!r})")
     if user_ids is None:
         user_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
         item_ids, i = np.unique(table["item"].to_numpy(), return_inverse=True)

@@ -224,6 +224,19 @@ def _more(bad: np.ndarray) -> str:
 def _integer_ids(values, name: str, source: str, line_of: LineOf = None) -> np.ndarray:
     """Integer-only ids (MovieLens, timestamps, side files): int64, or ValueError. Never wraps."""
     arr = np.asarray(values)
+    if arr.dtype.kind in "OUS" and arr.size and pd.api.types.infer_dtype(arr, skipna=False) == "string":
+        # integers written as text: parsed exactly (never through a float), each range-checked
+        s = pd.Series(arr, dtype=object).str.strip()
+        if s.str.fullmatch(r"[+-]?[0-9]+").all():
+            ints = [int(x) for x in s]
+            big = np.array([not (_INT64_MIN <= x <= _INT64_MAX) for x in ints], dtype=bool)
+            if big.any():
+                k = _first_bad(big)
+                raise ValueError(
+                    f"{source}: column {name!r}, {_where(line_of, k)}: {s.iat[k]} is beyond the int64 range "
+                    f"[{_INT64_MIN}, {_INT64_MAX}]{_more(big)}; expected integer ids that fit int64"
+                )
+            return np.array(ints, dtype=np.int64)
     if arr.dtype.kind in "iu":
         if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
             bad = arr > _INT64_MAX
@@ -344,15 +357,26 @@ def _ids(values, name: str, source: str, line_of: LineOf = None) -> np.ndarray:
     return _string_tokens_to_ids(tokens, name, source, line_of)
 
 
+_NOT_REAL = {"c": "complex", "M": "datetime", "m": "timedelta"}
+
+
 def _values(values, name: str, source: str, line_of: LineOf = None) -> np.ndarray:
-    """Finite float64 values, or ValueError naming the first bad entry."""
+    """Finite float64 values, or ValueError naming the first bad entry. Any real dtype (float16,
+    integers, bool, numeric strings) is converted to float64; complex, datetime and timedelta
+    values are refused (never cast silently)."""
     arr = np.asarray(values)
+    if arr.dtype.kind in _NOT_REAL:
+        raise ValueError(f"{source}: column {name!r} holds {_NOT_REAL[arr.dtype.kind]} values (dtype {arr.dtype}); "
+                         "expected real numbers")
     if arr.dtype.kind in "OUS":
         s = pd.Series(arr, dtype=object)
         s = s.map(lambda x: x.strip() if isinstance(x, str) else x)
-        v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
+        num = pd.to_numeric(s, errors="coerce")
     else:
-        v = pd.to_numeric(pd.Series(arr), errors="coerce").to_numpy(dtype=np.float64)
+        num = pd.to_numeric(pd.Series(arr), errors="coerce")
+    if num.dtype.kind in _NOT_REAL:
+        raise ValueError(f"{source}: column {name!r} holds {_NOT_REAL[num.dtype.kind]} values; expected real numbers")
+    v = num.to_numpy(dtype=np.float64)
     bad = ~np.isfinite(v)
     if bad.any():
         k = _first_bad(bad)
@@ -442,24 +466,39 @@ def load_movielens(path: PathLike) -> pd.DataFrame:
             )
     _sniff_check(p)
     fmt = _movielens_format(p)
+    raw, line_of = _read_movielens(p, fmt, None)
+    if any(raw[c].dtype.kind not in "iu" for c in ("user", "item")):
+        # pandas could not hold an id column as integers (an id beyond int64 next to a negative one
+        # gives float64, which is inexact beyond 2**53; text gives object): read the exact digits
+        # again, so that a valid id is never refused for another's sake and the line reported is right
+        raw, line_of = _read_movielens(p, fmt, str)
+    return _canonical(raw, source=repr(str(p)), integer_ids=True, line_of=line_of)
+
+
+def _read_movielens(p: Path, fmt: str, dtype):
+    """The raw user/item/rating[/timestamp] columns of a MovieLens file and its line finder."""
     try:
         if fmt == "data":
-            raw = pd.read_csv(p, sep="\t", header=None)
-            raw = _positional(raw, p, "tab-separated u.data")
+            raw = pd.read_csv(p, sep="\t", header=None, dtype=dtype)
+            raw = _positional(raw, p, "tab-separated u.data", lambda ln: len(ln.split("\t")))
             line_of = _data_line_finder(p, "\t", 0)
         elif fmt == "dat":
             # '::' split on ':' gives empty fields at odd positions; this keeps the
             # fast C parser (sep='::' would force the slow Python engine).
-            raw = pd.read_csv(p, sep=":", header=None)
+            raw = pd.read_csv(p, sep=":", header=None, dtype=dtype)
             if raw.shape[1] not in (5, 7) or raw.iloc[:, 1::2].notna().to_numpy().any():
+                n = raw.shape[1]
+                bad = _first_line(p, 0, lambda ln: ln.count(":") != n - 1 or ":::" in ln
+                                  or any(f == "" for f in ln.split("::")) or len(ln.split("::")) not in (3, 4))
+                where = f"line {bad[0]} ({bad[1][:80]!r})" if bad else "line 1"
                 raise ValueError(
-                    f"{str(p)!r}: expected 'user::item::rating[::timestamp]' lines, got "
-                    f"{raw.shape[1]} ':'-separated fields"
+                    f"{str(p)!r}: {where}: expected 'user::item::rating[::timestamp]' lines (3 or 4 fields "
+                    f"separated by '::', the same number on every line), got {n} ':'-separated fields"
                 )
-            raw = _positional(raw.iloc[:, 0::2], p, "'::'-separated ratings.dat")
+            raw = _positional(raw.iloc[:, 0::2], p, "'::'-separated ratings.dat", lambda ln: len(ln.split("::")))
             line_of = _data_line_finder(p, ":", 0)
         else:
-            raw = pd.read_csv(p, sep=",")
+            raw = pd.read_csv(p, sep=",", dtype=dtype)
             cols = {str(c).strip().lower(): c for c in raw.columns}
             names = {}
             for canon, options in _ML_CSV_ALIASES:
@@ -485,7 +524,7 @@ def load_movielens(path: PathLike) -> pd.DataFrame:
         if str(p) in str(err):
             raise
         raise ValueError(f"{str(p)!r} is not a MovieLens ratings file: {str(err).strip()}") from None
-    return _canonical(raw, source=repr(str(p)), integer_ids=True, line_of=line_of)
+    return raw, line_of
 
 
 def _movielens_format(p: Path) -> str:
@@ -510,11 +549,24 @@ def _movielens_format(p: Path) -> str:
     )
 
 
-def _positional(raw: pd.DataFrame, p: Path, what: str) -> pd.DataFrame:
+def _first_line(p: Path, header_lines: int, bad: Callable[[str], bool]) -> Optional[tuple[int, str]]:
+    """(1-based line number, text) of the first non-blank line after the header for which ``bad`` is
+    true, or None. Reads the file again: for error messages only."""
+    with open(p, "r", encoding="utf-8", errors="replace", newline="") as fh:
+        for n, line in enumerate(fh, start=1):
+            body = line.rstrip("\r\n")
+            if n > header_lines and body.strip() and bad(body):
+                return n, body
+    return None
+
+
+def _positional(raw: pd.DataFrame, p: Path, what: str, n_fields: Callable[[str], int]) -> pd.DataFrame:
     if raw.shape[1] not in (3, 4):
+        bad = _first_line(p, 0, lambda ln: n_fields(ln) != raw.shape[1] or n_fields(ln) not in (3, 4))
+        where = f"line {bad[0]} ({bad[1][:80]!r})" if bad else "line 1"
         raise ValueError(
-            f"{str(p)!r}: a {what} file has 3 or 4 fields per line (user, item, rating[, timestamp]), "
-            f"found {raw.shape[1]}"
+            f"{str(p)!r}: {where}: a {what} file has 3 or 4 fields per line (user, item, rating[, timestamp]); "
+            f"expected that, found {raw.shape[1]} fields"
         )
     raw = raw.copy()
     raw.columns = list(RATINGS_COLUMNS[: raw.shape[1]])
@@ -761,8 +813,8 @@ def load_fimi(path: PathLike) -> pd.DataFrame:
         line, col = _line_col(raw, off)
         ch = raw[off:off + 4].decode("utf-8", errors="replace")[:1]
         raise ValueError(
-            f"{_src(p)}: line {line}, column {col}: unexpected character {ch!r}; a FIMI file holds "
-            "non-negative integer item ids separated by spaces, one basket a line"
+            f"{_src(p)}: line {line}, column {col}: unexpected character {ch!r}; expected non-negative integer "
+            "item ids separated by spaces, one basket a line (the FIMI format)"
         )
     edges = np.diff(np.concatenate(([0], isdig.view(np.int8), [0])))
     starts = np.flatnonzero(edges == 1)
@@ -856,7 +908,8 @@ def _detect_format(p: Path) -> str:
     name = p.name.lower()
     lines = _sample_lines(p)
     if not lines:
-        raise ValueError(f"{_src(p)} is empty: nothing to load")
+        raise ValueError(f"{_src(p)} is empty (no non-blank line): nothing to load; expected ratings or baskets, "
+                         "one a line")
     first = lines[0]
     if name in _MOVIELENS_FILES:
         return "movielens"
@@ -873,8 +926,9 @@ def _detect_format(p: Path) -> str:
         if name.endswith(".dat") or len(counts) > 1:
             return "fimi"
         raise ValueError(
-            f"{_src(p)}: ambiguous format: every sampled line holds {counts.pop()} space-separated integers, "
-            "which could be FIMI baskets (one basket of item ids a line) or a (user, item, value) table. "
+            f"{_src(p)}: ambiguous format: every sampled line (line 1: {first[:80]!r}) holds {counts.pop()} "
+            "space-separated integers, which could be FIMI baskets (one basket of item ids a line) or a (user, "
+            "item, value) table; expected the format to be named. "
             "Pass format='fimi' (CLI --format fimi), or format='csv' with sep=' ', user_col=0, item_col=1, "
             "value_col=2 (CLI --format csv --sep ' ' --user-col 0 --item-col 1 --value-col 2)"
         )
@@ -884,19 +938,20 @@ def _detect_format(p: Path) -> str:
             return "basket-csv"
         raise ValueError(
             f"{_src(p)}: ambiguous format: a comma-separated file with {counts.pop()} fields on every sampled "
-            f"line and first line {first[:80]!r}, which is neither a MovieLens ratings.csv header nor "
-            "clearly baskets. Pass format='csv' with user_col=, item_col=, value_col= (header names or 0-based "
+            f"line, line 1 {first[:80]!r} being neither a MovieLens ratings.csv header nor clearly a basket; "
+            "expected the format to be named. Pass format='csv' with user_col=, item_col=, value_col= (header names or 0-based "
             "positions; CLI --format csv --user-col C --item-col C --value-col C), or format='basket-csv' "
             "(CLI --format basket-csv) if each line is a basket of item names"
         )
     if "\t" in first:
         raise ValueError(
-            f"{_src(p)}: ambiguous format: a tab-separated file not named *.data (first line {first[:80]!r}). "
-            "Pass format='movielens' for u.data layout (user, item, rating, timestamp), or format='csv' with "
+            f"{_src(p)}: ambiguous format: a tab-separated file not named *.data (line 1: {first[:80]!r}); "
+            "expected the format to be named. Pass format='movielens' for u.data layout (user, item, rating, timestamp), or format='csv' with "
             "sep='\\t' and user_col=, item_col=, value_col= (CLI --format csv --sep TAB --user-col ...)"
         )
     raise ValueError(
-        f"{_src(p)}: cannot tell the format from the name and the first line {first[:80]!r}. Pass "
+        f"{_src(p)}: cannot tell the format from the name and line 1 ({first[:80]!r}); expected a MovieLens, "
+        "delimited, FIMI or basket CSV file, or the format named. Pass "
         "format='movielens', 'csv' (with user_col=, item_col=, value_col=, sep=), 'fimi' or 'basket-csv' "
         "(CLI --format ...)"
     )
@@ -1007,7 +1062,8 @@ def ratings_from_dataframe(
     ValueError
         ``df`` is not a DataFrame or has no rows; a named column is missing;
         NaN or non-integer numeric ids, float ids beyond 2**53; NaN, infinite or
-        non-numeric values; non-integer timestamps.
+        non-numeric values, complex, datetime or timedelta values (real dtypes such as
+        float16, integers or bool are converted to float64); non-integer timestamps.
 
     Source: project addition.
     """
@@ -1046,7 +1102,8 @@ def ratings_from_scipy(matrix) -> pd.DataFrame:
     Raises
     ------
     ValueError
-        ``matrix`` is not scipy.sparse; NaN or infinite values; no nonzero entry.
+        ``matrix`` is not scipy.sparse; NaN or infinite values; complex or object values; no
+        nonzero entry.
 
     Source: project addition.
     """
@@ -1054,9 +1111,11 @@ def ratings_from_scipy(matrix) -> pd.DataFrame:
         raise ValueError(f"matrix must be a scipy.sparse matrix or array, got {type(matrix).__name__}")
     coo = sp.coo_matrix(matrix)
     coo.sum_duplicates()
+    if coo.data.dtype.kind in _NOT_REAL or coo.data.dtype.kind == "O":
+        raise ValueError(f"matrix.data: stored values of dtype {coo.data.dtype}; expected real numbers")
     data = np.asarray(coo.data, dtype=np.float64)
     if np.any(~np.isfinite(data)):
-        raise ValueError(f"matrix: {int(np.sum(~np.isfinite(data)))} stored values are NaN or infinite")
+        raise ValueError(f"matrix.data: {int(np.sum(~np.isfinite(data)))} stored values are NaN or infinite")
     keep = data != 0
     row, col, data = coo.row[keep], coo.col[keep], data[keep]
     order = np.lexsort((col, row))
@@ -1113,9 +1172,10 @@ def transform(table: pd.DataFrame, how: str = "none", threshold: float = 4.0) ->
     out = table.copy()
     v = _values(out["rating"].to_numpy(), "rating", "table")
     options = (
-        "pass transform how='round' (nearest integer, halves up), how='double' (half stars -> "
-        "integers 1..10), how='binarize' with threshold=... (value >= threshold -> 1), or "
-        "convert the values yourself (CLI --transform round|double|binarize)"
+        "choose a transform: 'round' (nearest integer, halves up), 'double' (half stars -> "
+        "integers 1..10) or 'binarize' with threshold=... (value >= threshold -> 1) "
+        "(validation.api.fit(..., transform=...), loaders.transform(table, how=...), "
+        "CLI --transform round|double|binarize), or convert the values yourself"
     )
 
     def _refuse_negative(x, label):

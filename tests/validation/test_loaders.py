@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import re
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -371,6 +372,10 @@ def _malformed(draw):
     return target, kind, name, data, big
 
 
+_WHERE = re.compile(r"\bline \d+|\bcolumn\b|\bis empty\b|\bno (data lines|ratings|item ids|item names)\b")
+_EXPECTED = re.compile(r"\bexpect", re.IGNORECASE)
+
+
 def _load(target: str, path: Path) -> pd.DataFrame:
     if target in _MOVIELENS:
         return L.load_movielens(path)
@@ -393,9 +398,13 @@ def test_fuzz_malformed_files_give_clean_value_errors(case):
         try:
             table = _load(target, path)
         except ValueError as err:
-            # a plain ValueError (never a raw UnicodeDecodeError or a pandas ParserError) naming the file
+            # a plain ValueError (never a raw UnicodeDecodeError or a pandas ParserError) naming the
+            # file, where in it (a line or a column; an empty file has neither) and what was expected
             assert type(err) is ValueError, type(err)
-            assert str(path) in str(err), str(err)
+            msg = str(err)
+            assert str(path) in msg, msg
+            assert _WHERE.search(msg), f"no line or column in: {msg}"
+            assert _EXPECTED.search(msg), f"does not say what was expected: {msg}"
             FUZZ_OUTCOMES["clean ValueError"] += 1
             return
         # accepted: only inputs that are legal for the format (or, for "auto", for the format it
@@ -416,3 +425,54 @@ def test_fuzz_malformed_files_give_clean_value_errors(case):
             if kind == "big_id":
                 assert all(table[c].dtype != np.int64 or table[c].abs().max() <= _INT64_MAX for c in ("user", "item"))
         FUZZ_OUTCOMES[f"accepted: {kind} ({target})"] += 1
+
+
+# ---------------------------------------------------------------------------
+# ids beyond int64: kept exactly (as strings) or refused, never wrapped, never colliding
+# ---------------------------------------------------------------------------
+
+_ANY_ID = st.one_of(st.integers(-(10**30), 10**30), st.integers(-(2**63) - 3, -(2**63) + 3),
+                    st.integers(2**63 - 3, 2**63 + 3), st.integers(-5, 5))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(_ANY_ID, min_size=1, max_size=6, unique=True), twin=st.booleans(),
+       fmt=st.sampled_from(("delimited", "fimi", "basket-csv", "u.data")))
+def test_fuzz_big_ids_are_kept_exactly_or_refused(ids, twin, fmt):
+    """Every id the file holds comes back exactly (int64 when all fit, else the digits as written)
+    and distinct ids stay distinct, including pairs that differ by 2**64 (which a wrap to int64
+    would merge); MovieLens files refuse ids beyond int64 naming the line."""
+    if fmt in ("fimi", "basket-csv"):
+        ids = sorted({abs(x) for x in ids})  # FIMI ids are non-negative integers
+    if twin:
+        ids = list(dict.fromkeys(ids + [ids[0] + 2**64]))  # wraps onto ids[0] modulo 2**64
+    fits = all(-(2**63) <= x < 2**63 for x in ids)
+    with tempfile.TemporaryDirectory(prefix=f"ids{next(_counter)}-") as d:
+        if fmt == "delimited":
+            path = Path(d) / "r.csv"
+            path.write_text("who;what;v\n" + "".join(f"{x};m{k % 2};1\n" for k, x in enumerate(ids)))
+            t = L.load_delimited(path, user_col="who", item_col="what", value_col="v")
+            got = t["user"].tolist()
+        elif fmt == "u.data":
+            path = Path(d) / "u.data"
+            path.write_text("".join(f"{x}\t{k}\t3\t0\n" for k, x in enumerate(ids)))
+            if not fits:
+                first = next(k for k, x in enumerate(ids) if not -(2**63) <= x < 2**63)
+                with pytest.raises(ValueError) as err:
+                    L.load_movielens(path)
+                msg = str(err.value)
+                assert str(path) in msg and f"line {first + 1}" in msg and "int64" in msg, msg
+                return
+            got = L.load_movielens(path)["user"].tolist()
+        else:
+            path = Path(d) / ("t.dat" if fmt == "fimi" else "b.csv")
+            sep = " " if fmt == "fimi" else ","
+            path.write_text("".join(f"{x}{sep}{x}{sep}\n" for x in ids))  # a repeated item is kept once
+            t = L.load_fimi(path) if fmt == "fimi" else L.load_basket_csv(path)
+            assert t["user"].tolist() == list(range(1, len(ids) + 1))
+            got = t["item"].tolist()
+    assert len(got) == len(ids) and len(set(got)) == len(ids)  # no two ids collide
+    if fits:
+        assert got == ids and all(type(g) is int for g in got)
+    else:
+        assert got == [str(x) for x in ids]  # the digits as written: never wrapped or rounded
