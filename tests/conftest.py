@@ -12,6 +12,20 @@ from pathlib import Path
 # Four host devices so that NUTS runs its four chains in parallel (set before JAX loads).
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
+# One JAX persistent compilation cache per test run, shared by the xdist workers, the notebook
+# kernels and the README subprocesses (they inherit the environment): most of the suite's time is
+# XLA compilation, and the same programs (CAVI sweeps, NUTS on the same program, the sampling
+# driver's blocks) are compiled in several processes and again after `jax.clear_caches`. The
+# directory is new for every run (made by the controlling process before the workers start), so
+# no run is faster because of an earlier one. Set FACTORBAYES_JAX_CACHE to choose the directory.
+if "FACTORBAYES_JAX_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["FACTORBAYES_JAX_CACHE"] = tempfile.mkdtemp(prefix="factorbayes-jax-cache-")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["FACTORBAYES_JAX_CACHE"])
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
 import jax  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
