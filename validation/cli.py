@@ -21,6 +21,9 @@
                                                        on P1, SIBM; RG like error by degree)
         [--curves | --curves-only]                     + validation.implicit_eval.recall_curves
                                                        (seed 002 figs. 2-3: recall@10 vs entries)
+    factorbayes evaluate counts --data ml-100k|PATH    validation.counts_eval.evaluate_counts: top-100 on P3
+        [--systems ...] [--k 50] [--side-features]     (NPFM, PPFM, HPF, MCMC-FM, SGD-FM, popularity, EASE^R;
+                                                       EASE^R / SGD-FM tuned on a validation split of train)
     factorbayes sbc MODEL --solver S --sims N          validation.sbc.run_sbc with the SPEC's SBC adapters
                                                        (hpf: gibbs|nuts|cavi|gibbs-printed; sbmf, bpmf,
                                                        mcmc-fm: gibbs)
@@ -46,7 +49,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 FIT_MODELS = ("hpf",)  # `evaluate MODEL` (the HPF evaluation pipeline)
-EVALUATIONS = ("ratings", "implicit")  # `evaluate` families that span several models
+EVALUATIONS = ("ratings", "implicit", "counts")  # `evaluate` families that span several models
 FLOAT64_COMMANDS = ("crosscheck", "sbc", "errata")  # fit/evaluate take --dtype
 
 
@@ -249,6 +252,45 @@ def cmd_evaluate_implicit(args) -> int:
     if len(result.like_error_by_degree):
         print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
         _print_table(result.like_error_by_degree)
+    print(f"Report: {result.report}")
+    return 0
+
+
+def cmd_evaluate_counts(args) -> int:
+    """``factorbayes evaluate counts``: the thesis's top-N comparison on protocol P3
+    (`validation.counts_eval.evaluate_counts`), its table printed and its report written to ``--out``.
+
+    args : argparse.Namespace with data, systems, k, seed, side_features, max_iter (HPF sweeps),
+    dtype, epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin, fm_warmup, fm_samples, ease_lambdas,
+    sgd_learning_rates, sgd_regs (None: `CountsConfig`'s default), out, no_progress. Returns 0.
+
+    Raises ValueError for unknown ``--systems`` or bad settings, FileNotFoundError for a missing
+    ``--data`` path, RuntimeError when ``ml-100k`` is not found and cannot be downloaded; what the
+    evaluation (solvers, missing side files) and the report writer raise propagates.
+    Source: project addition (the command line); the evaluation is ``004_90693a0965f06816.txt``
+    sec. 5.4's.
+    """
+    from . import counts_eval
+
+    df, path = _load_data(args.data)
+    settings = {"hpf_max_iter": args.max_iter, "dtype": args.dtype, "sgd_epochs": args.epochs}
+    for name in ("pfm_warmup", "pfm_samples", "pfm_thin", "fm_warmup", "fm_samples", "ease_lambdas",
+                 "sgd_learning_rates", "sgd_regs"):
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = tuple(value) if isinstance(value, list) else value
+    data_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+    print(f"Top-N from counts (P3, seed {args.seed}) on {path}: K = {args.k}; systems "
+          f"{', '.join(args.systems) if args.systems else 'all'}{' (+ side features)' if args.side_features else ''}",
+          file=sys.stderr)
+    result = counts_eval.evaluate_counts(df, systems=args.systems, K=args.k, seed=args.seed,
+                                         side_features=args.side_features, data_dir=data_dir,
+                                         out_dir=Path(args.out or "factorbayes-output/evaluate-counts"),
+                                         progress=not args.no_progress, **settings)
+    _print_table(result.table.drop(columns=["system"]))
+    for name, table in result.tuning.items():
+        print(f"{name}: search on the validation split of the training data")
+        _print_table(table)
     print(f"Report: {result.report}")
     return 0
 
@@ -533,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", formatter_class=fmt,
                        help="held-out evaluation: hpf (P1, P3, next to popularity); ratings (every Gaussian "
-                            "solver on P2); implicit (one-class systems)")
+                            "solver on P2); implicit (one-class systems); counts (top-100 on P3)")
     p.add_argument("model", choices=FIT_MODELS + EVALUATIONS, help="what to evaluate")
     p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
     p.add_argument("--format", choices=_FORMATS, default="auto",
@@ -566,8 +608,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "sec. 4 synthetic matrix")
     g.add_argument("--curve-passes", type=float, default=_CURVE_PASSES,
                    help="budget of each curve run in units of I x J entries")
-    p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit}.get(
-        a.model, cmd_evaluate)(a))
+    g = p.add_argument_group("evaluate counts (top-100 on P3; --systems, --k, --seed, --max-iter (HPF sweeps), "
+                             "--epochs (SGD-FM), --dtype (NPFM/PPFM/HPF) also apply)")
+    g.add_argument("--side-features", action="store_true",
+                   help="also run NPFM, PPFM, MCMC-FM and SGD-FM with the MovieLens side features (NAME+side)")
+    g.add_argument("--pfm-warmup", type=int, default=None, help="NPFM/PPFM burn-in sweeps (default CountsConfig's 300)")
+    g.add_argument("--pfm-samples", type=int, default=None, help="NPFM/PPFM kept draws (default 100)")
+    g.add_argument("--pfm-thin", type=int, default=None, help="NPFM/PPFM sweeps per kept draw (default 2)")
+    g.add_argument("--fm-warmup", type=int, default=None, help="MCMC-FM burn-in sweeps (default 50)")
+    g.add_argument("--fm-samples", type=int, default=None, help="MCMC-FM kept sweeps (default 100)")
+    g.add_argument("--ease-lambdas", type=float, nargs="+", default=None,
+                   help="EASE^R lambdas searched on the validation split (default 10 30 100 300 1000 3000)")
+    g.add_argument("--sgd-learning-rates", type=float, nargs="+", default=None,
+                   help="SGD-FM learning rates searched (default 0.003 0.01 0.03)")
+    g.add_argument("--sgd-regs", type=float, nargs="+", default=None,
+                   help="SGD-FM L2 constants searched (default 0.01 0.04 0.1)")
+    p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit,
+                                   "counts": cmd_evaluate_counts}.get(a.model, cmd_evaluate)(a))
 
     p = sub.add_parser("sbc", help="simulation-based calibration of a solver", formatter_class=fmt)
     p.add_argument("model", choices=models, help="model of the registry")
@@ -594,7 +651,7 @@ def main(argv=None) -> int:
     3 an inconclusive cross-check). crosscheck, sbc and errata run with ``jax_enable_x64`` on.
 
     Raises SystemExit from argparse (exit 2 on a usage error; 0 after ``--help`` / ``--version``).
-    ValueError, FileNotFoundError, NotImplementedError and KeyError of a command are caught,
+    ValueError, TypeError, FileNotFoundError, NotImplementedError and KeyError of a command are caught,
     printed as ``factorbayes: error: ...`` and return 2; any other exception (RuntimeError of a
     failed download, OSError, FloatingPointError, ...) propagates.
     Source: project addition (the command line).
@@ -609,7 +666,7 @@ def main(argv=None) -> int:
         jax.config.update("jax_enable_x64", True)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, NotImplementedError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as exc:
         print(f"factorbayes: error: {exc}", file=sys.stderr)
         return 2
     except KeyError as exc:  # unknown user or item id (FittedModel); str(KeyError) adds quotes
