@@ -57,28 +57,9 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class IndexedRatings:
-    """A ratings table re-indexed to contiguous 0-based user and item indices.
-
-    Attributes
-    ----------
-    frame : pandas.DataFrame, N rows
-        Columns ``u`` (int64, 0 .. I-1), ``i`` (int64, 0 .. J-1), ``rating``
-        (float64) and ``timestamp`` (int64); rows sorted by (``u``, ``i``),
-        index 0 .. N-1. Each (u, i) pair occurs once.
-    user_ids : numpy.ndarray, shape (I,), int64 or object (str)
-        Original user ids, increasing: ``user_ids[u]`` is the id of user ``u``.
-        int64 when the table's user column is int64, else an object array of
-        Python str sorted lexicographically (the id dtype rule of `validation.loaders`).
-    item_ids : numpy.ndarray, shape (J,), int64 or object (str)
-        Original item ids, increasing: ``item_ids[i]`` is the id of item ``i``
-        (dtype as for ``user_ids``).
-    """
-
-    frame: pd.DataFrame
-    user_ids: np.ndarray
-    item_ids: np.ndarray
+class _IdMaps:
+    """The id maps of a re-indexed table (needs ``user_ids`` (I,) and ``item_ids`` (J,) fields):
+    sizes and lookups of original ids, written once for `IndexedRatings` and `RatingsSplit`."""
 
     @property
     def n_users(self) -> int:
@@ -109,6 +90,30 @@ class IndexedRatings:
         Raises `ValueError` for an id that is not in ``item_ids`` (or of the other kind).
         """
         return _lookup(self.item_ids, ids, "item")
+
+
+@dataclass(frozen=True)
+class IndexedRatings(_IdMaps):
+    """A ratings table re-indexed to contiguous 0-based user and item indices.
+
+    Attributes
+    ----------
+    frame : pandas.DataFrame, N rows
+        Columns ``u`` (int64, 0 .. I-1), ``i`` (int64, 0 .. J-1), ``rating``
+        (float64) and ``timestamp`` (int64); rows sorted by (``u``, ``i``),
+        index 0 .. N-1. Each (u, i) pair occurs once.
+    user_ids : numpy.ndarray, shape (I,), int64 or object (str)
+        Original user ids, increasing: ``user_ids[u]`` is the id of user ``u``.
+        int64 when the table's user column is int64, else an object array of
+        Python str sorted lexicographically (the id dtype rule of `validation.loaders`).
+    item_ids : numpy.ndarray, shape (J,), int64 or object (str)
+        Original item ids, increasing: ``item_ids[i]`` is the id of item ``i``
+        (dtype as for ``user_ids``).
+    """
+
+    frame: pd.DataFrame
+    user_ids: np.ndarray
+    item_ids: np.ndarray
 
 
 def _comparable(universe: np.ndarray, ids: np.ndarray):
@@ -663,7 +668,7 @@ def dense_submatrix(df, n_users: int = 60, n_items: int = 40) -> tuple[np.ndarra
 
 
 @dataclass(frozen=True)
-class RatingsSplit:
+class RatingsSplit(_IdMaps):
     """Random 90:10 split of explicit ratings (protocol "P2"), ratings kept as real values.
 
     Row ``n`` of ``train_frame`` is entry ``n`` of ``train`` (both in row-major
@@ -701,28 +706,6 @@ class RatingsSplit:
     seed: int
     test_fraction: float
 
-    @property
-    def n_users(self) -> int:
-        """I."""
-        return int(self.user_ids.shape[0])
-
-    @property
-    def n_items(self) -> int:
-        """J."""
-        return int(self.item_ids.shape[0])
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(I, J)."""
-        return (self.n_users, self.n_items)
-
-    def user_index(self, ids) -> np.ndarray:
-        """Indices ``u`` of original user ids; `ValueError` for an unknown id."""
-        return _lookup(self.user_ids, ids, "user")
-
-    def item_index(self, ids) -> np.ndarray:
-        """Indices ``i`` of original item ids; `ValueError` for an unknown id."""
-        return _lookup(self.item_ids, ids, "item")
 
 
 def split_p2(df, seed: int = 0, test_fraction: float = 0.1, *, dtype=np.float64) -> RatingsSplit:
