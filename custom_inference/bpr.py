@@ -68,14 +68,12 @@ R = 0.934 and HR@10 = 0.272, B = 256 (0.05 s per epoch) R = 0.934 and HR@10 = 0.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from . import arviz_io, base, vi_driver
 from .data import Observations
@@ -603,6 +601,9 @@ def fit(
     init_scale: float = 0.1,
     dtype=np.float32,
     progress: bool = False,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
 ) -> base.FitResult:
     """Fit BPR-MF by minibatched SGD (LearnBPR, Rendle et al. 2009 fig. 4).
 
@@ -621,6 +622,11 @@ def fit(
     init_scale : float > 0, sd of the initial (uniform) factors.
     dtype : float32 (default, fast) or float64.
     progress : tqdm bar over the epochs.
+    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``) every
+        ``checkpoint_every`` epochs and at the end: the parameters, the epochs done and the per-epoch
+        diagnostics so far. The epoch keys are split from ``key`` up front, so a run resumed with
+        ``resume=True`` (same arguments) equals the uninterrupted one bit for bit
+        (tests/custom_inference/test_bpr.py); without ``checkpoint`` nothing is written.
 
     Returns
     -------
@@ -634,7 +640,11 @@ def fit(
     ------
     ValueError
         ``train`` not Observations or with a stored value <= 0 or NaN; a field out of range
-        (the message names it); an unknown ``sampling``; a float dtype other than float32/64.
+        (the message names it); an unknown ``sampling``; a float dtype other than float32/64;
+        ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``, or a checkpoint whose state
+        does not match (`vi_driver.run`).
+    OSError
+        the checkpoint cannot be written.
     TypeError
         a bad key.
 
@@ -666,16 +676,28 @@ def fit(
     breg_a = jnp.asarray(bias_reg, dtype)
     pop = jnp.asarray(sampling == "popularity")
     tries = jnp.int32(max_tries)
-    infos, secs = [], []
-    for k in tqdm(jax.random.split(k_run, n_epochs), desc=f"BPR ({sampling}, K={K})", disable=not progress,
-                  leave=False):
-        t0 = time.perf_counter()
-        params, info = _epoch_jit(k, params, data, lr_a, reg_a, breg_a, pop, tries, batch_size)
-        jax.block_until_ready(params)
-        infos.append(info)
-        secs.append(time.perf_counter() - t0)
-    stats = {f: np.asarray([float(getattr(i, f)) for i in infos], np.float64) for f in EpochInfo._fields}
-    stats["seconds"] = np.asarray(secs, np.float64)
+    keys = jax.random.split(k_run, n_epochs)
+    infos = {f: [] for f in EpochInfo._fields}  # per epoch, as floats (kept in the checkpoints)
+
+    def sweep(p, t):  # one epoch; vi_driver.run times it (jax.block_until_ready) and writes the checkpoints
+        p, info = _epoch_jit(keys[t], p, data, lr_a, reg_a, breg_a, pop, tries, batch_size)
+        for f in EpochInfo._fields:
+            infos[f].append(float(getattr(info, f)))
+        return p, None
+
+    def save_extra():
+        return {f"info_{f}": np.asarray(v, np.float64) for f, v in infos.items()}
+
+    def restore_extra(extra):
+        for f in EpochInfo._fields:
+            infos[f][:] = [float(v) for v in extra[f"info_{f}"]]
+
+    run = vi_driver.run(sweep, params, max_iter=n_epochs, tol=0.0, progress=progress, desc=f"BPR ({sampling}, K={K})",
+                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
+                        save_extra=save_extra, restore_extra=restore_extra)
+    params = run.state
+    stats = {f: np.asarray(v, np.float64) for f, v in infos.items()}
+    stats["seconds"] = np.asarray(run.sweep_seconds, np.float64)
     idata = arviz_io.to_inference_data(
         vi_driver.point_posterior(params._asdict()),
         dims={"user_factors": ["user", "component"], "item_factors": ["item", "component"], "item_bias": ["item"],

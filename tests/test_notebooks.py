@@ -3,8 +3,11 @@
 Every ``notebooks/<name>.py`` (jupytext percent format) is a notebook and the source of
 truth; ``notebooks/<name>.ipynb`` is generated from it with
 ``jupytext --set-formats ipynb,py:percent`` / ``jupytext --sync`` and committed
-without outputs. The tests are parametrized over whatever ``notebooks/*.py`` holds, so a
-new notebook is executed and sync-checked without editing this file.
+without outputs. The tests are parametrized over whatever ``notebooks/*.py`` holds (files with
+a jupytext header: ``notebooks/render.py`` is a script), so a new notebook is executed and
+sync-checked without editing this file. ``notebooks/rendered/<name>.ipynb`` is the same
+notebook executed, with its outputs, for readers who do not run it (written by
+``notebooks/render.py``); a rendered notebook whose cells differ from the source fails here.
 
 The notebook is executed by nbclient in a ``python3`` kernel. That kernel spec always
 exists where ipykernel is installed: ipykernel's wheel puts it in
@@ -26,7 +29,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-NAMES = sorted(path.stem for path in NOTEBOOKS.glob("*.py"))
+
+
+def _is_notebook(path: Path) -> bool:
+    """A jupytext notebook: first line ``# ---`` and ``jupytext`` in the header (not notebooks/render.py)."""
+    head = path.read_text(encoding="utf-8").splitlines()[:20]
+    return bool(head) and head[0].strip() == "# ---" and any("jupytext" in line for line in head)
+
+
+NAMES = sorted(path.stem for path in NOTEBOOKS.glob("*.py") if _is_notebook(path))
+RENDER_CMD = "nice -n 10 .venv/bin/python notebooks/render.py"
 KERNEL = "python3"
 # Per-cell limit, generous on purpose. On a 2-core machine (mostly JAX compilation):
 # hpf needs about a minute of CPU, its slowest cells (the errata checks, NUTS with 4 chains x
@@ -99,3 +111,22 @@ def test_ipynb_in_sync_with_py(name):
         if cell.cell_type == "code" and (cell.get("outputs") or cell.get("execution_count") is not None)
     ]
     assert not with_outputs, f"notebooks/{name}.ipynb is committed with outputs in cells {with_outputs}; clear them"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rendered_notebook_is_current(name):
+    """notebooks/rendered/<name>.ipynb exists, has outputs, and its cells are the source's cells."""
+    path = NOTEBOOKS / "rendered" / f"{name}.ipynb"
+    assert path.exists(), f"{path.relative_to(ROOT)} is missing; render it with: {RENDER_CMD} {name}"
+    rendered = nbformat.read(path, as_version=4)
+    source = jupytext.read(NOTEBOOKS / f"{name}.py")
+    assert _cells(rendered) == _cells(source), (
+        f"{path.relative_to(ROOT)} is stale (its cells differ from notebooks/{name}.py); "
+        f"regenerate it with: {RENDER_CMD} {name}"
+    )
+    code = [cell for cell in rendered.cells if cell.cell_type == "code"]
+    assert code and all(cell.get("execution_count") is not None for cell in code), (
+        f"{path.relative_to(ROOT)} has cells that were not executed; regenerate it with: {RENDER_CMD} {name}"
+    )
+    errors = [o for cell in code for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"{path.relative_to(ROOT)} holds errors; fix the notebook and run: {RENDER_CMD} {name}"

@@ -6,7 +6,7 @@ save and load in the users' own ids.
     m.recommend(["u196", "u186"], N=10)        # original ids in and out, seen items excluded
     m.predict(pairs)                           # posterior mean, sd and 90% interval per (user, item)
     m.save("hpf.nc"); m2 = api.load("hpf.nc")  # one netCDF artifact: posterior, id maps, settings
-    m.fold_in(new_user_rows)                   # new users without refitting (HPF; the others say why not)
+    m.fold_in(new_user_rows)                   # new users without refitting (HPF, HPF Gibbs, BPMF, SBMF; the others say why not)
     api.fit("hpf", df, K=20, resume_from="ckpt/")  # checkpoints; resumed == uninterrupted, bit for bit
 
 Where it sits: on the top floor of `validation` (it uses the loaders, the solvers and the
@@ -64,8 +64,8 @@ class Adapter:
         the new users, whose ``posterior`` group gives the user-side variables of the I_new users,
         the item-side ones unchanged), or a string saying why fold-in is not available (see
         `FittedModel.fold_in`).
-    resumable : whether ``fit(..., resume_from=DIR)`` works (the solver runs on a driver with
-        checkpoints: `custom_inference.vi_driver` or `custom_inference.mcmc_driver`).
+    resumable : whether ``fit(..., resume_from=DIR)`` works (the solver writes checkpoints through
+        `custom_inference.vi_driver` or `custom_inference.mcmc_driver`; every registered model does).
     defaults : solver options used unless the caller gives them (stated in the README table).
     not_resumable : why a non-resumable model cannot resume (the ValueError of ``resume_from``).
     iterations : the solver option that counts its iterations (``max_iter``, ``n_epochs``, ``n_iter``,
@@ -336,12 +336,15 @@ class FittedModel:
         Returns a new FittedModel over the I + I_new users (the old users first, unchanged): the new
         users' user-side posterior comes from the adapter's fold-in (HPF: the CAVI user blocks with
         q(beta), q(eta) held fixed, `custom_inference.hpf.fold_in`, then as many draws from q as the
-        fitted posterior holds); the item side is the fitted one.
+        fitted posterior holds; the Gibbs samplers HPF Gibbs, BPMF, SBMF: per kept draw, the new users
+        drawn from the sampler's own conditionals given that draw's item side and hyperparameters,
+        `validation.api_models._fold_in_per_draw`); the item side is the fitted one.
 
         Raises NotImplementedError naming the reason for models whose adapter has no fold-in
         (``Adapter.fold_in`` is a string), ValueError for a user id the model already knows or no
         entries, KeyError for an unknown item id. Source: project addition (HPF: seed 001's user
-        updates, the fold-in of `custom_inference.hpf`).
+        updates, the fold-in of `custom_inference.hpf`; HPF Gibbs: seed 001's complete conditionals;
+        BPMF: 004 eqs. 2.12-2.13; SBMF: 004 eqs. 3.15-3.17 and Algorithm 2 line 20).
         """
         from custom_inference.data import Observations
 

@@ -361,6 +361,18 @@ _elbo_jit = jax.jit(_elbo_impl, static_argnames=("hyper", "chunk_cells"))
 
 
 # ---------------------------------------------------------------------------------------------
+# PRNG keys in checkpoints (a typed key cannot be written to .npz: its raw key data is)
+
+
+def _key_to_data(key):
+    """(raw uint32 key data, a function mapping key data back to a key of the same kind as ``key``)."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        impl = jax.random.key_impl(key)
+        return jax.random.key_data(key), lambda d: jax.random.wrap_key_data(d, impl=impl)
+    return key, lambda d: d
+
+
+# ---------------------------------------------------------------------------------------------
 # ArviZ output shared by the three drivers
 
 #: ArviZ dims of every SIBMState field (K columns: "component").

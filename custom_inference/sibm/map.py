@@ -9,14 +9,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from .. import base, vi_driver
 from ..data import Observations
 from ..schedules import check_robbins_monro
 from .cells import Minibatch, Sampler, _pad_size, _rm, _segment_avg, make_sampler, sample_cells
-from .common import (DEFAULT_CHUNK_CELLS, _chunk_rows, _map_row_chunks, _prior, _Prior, _static_hyper, as_binary,
-                     fit_idata, init, moments)
+from .common import (DEFAULT_CHUNK_CELLS, _chunk_rows, _key_to_data, _map_row_chunks, _prior, _Prior, _static_hyper,
+                     as_binary, fit_idata, init, moments)
 
 __all__ = ["MAPState", "MAPInfo", "map_init", "log_joint", "map_cell_gradients", "map_curvature_bound", "map_step",
            "fit_map", "ALGORITHM"]
@@ -212,18 +211,24 @@ def map_step(key, st: MAPState, data: Observations, hyper, *, sampler: Sampler |
 
 
 def fit_map(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = True, strategy: str = "biased",
-            S: int = 1000, tau: float = 1.0, kappa: float = 0.7, log_joint_every: int = 0,
-            **init_kwargs) -> base.FitResult:
+            S: int = 1000, tau: float = 1.0, kappa: float = 0.7, log_joint_every: int = 0, checkpoint=None,
+            checkpoint_every: int = 10, resume: bool = False, **init_kwargs) -> base.FitResult:
     """MAP by stochastic gradient ascent (the seed's "MAP" baseline): ``n_iter`` minibatches of S cells.
 
     key : PRNG key or int seed (`base.as_key`); data : binary matrix (anything `as_binary` takes);
     K : int >= 1 (the seed's D); hyper : SIBMHyper-like; strategy, S, tau, kappa : see `map_step`;
     log_joint_every : record the log joint (O(I J K)) every this many minibatches (0: only at the end).
+    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``) every
+        ``checkpoint_every`` minibatches and at the end: the MAPState (its Robbins-Monro counters
+        included), the key stream and the log-joint trace; ``resume=True`` continues from an existing
+        checkpoint, bit for bit the uninterrupted run (tests/custom_inference/test_sibm.py).
 
     Returns `base.FitResult` (MAPState, log joint at the recorded iterations (every ``log_joint_every``,
     and at the end), InferenceData with the point estimate as ``posterior`` (U, V, z; one chain, one
     draw), the MAPState fields (``variational_parameters``) and vi_trace (log_joint)).
-    Raises ValueError (inputs), TypeError (key). Source: seed 002 sec. 4.2; project addition.
+    Raises ValueError (inputs; ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``; a
+    checkpoint whose state does not match), TypeError (key), OSError (checkpoint not writable).
+    Source: seed 002 sec. 4.2; project addition.
     """
     vi_driver.check_fit_args(n_iter, 0.0, max_iter_name="n_iter")
     data = as_binary(data) if not isinstance(data, Observations) else as_binary(data, dtype=np.asarray(data.values).dtype)
@@ -233,14 +238,24 @@ def fit_map(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
     data = jax.tree_util.tree_map(jnp.asarray, data)
     lj = functools.partial(log_joint, hyper=hyper)
     trace = []
-    bar = tqdm(total=n_iter, desc=f"SIBM MAP ({strategy}, K={K})", disable=not progress, leave=False)
-    for t in range(n_iter):
-        k_run, k = jax.random.split(k_run)
+    k_data, as_key = _key_to_data(k_run)  # the key stream travels in the checkpoint as raw key data
+
+    def sweep(carry, t):
+        st, k_data = carry
+        k_run, k = jax.random.split(as_key(k_data))
         st, _ = map_step(k, st, data, hyper, sampler=sampler, S=S, tau=tau, kappa=kappa)
-        bar.update(1)
         if (log_joint_every and (t + 1) % log_joint_every == 0) or t == n_iter - 1:
             trace.append(float(lj(st, data)))
-    bar.close()
+        return (st, _key_to_data(k_run)[0]), None
+
+    def restore_extra(extra):
+        trace[:] = [float(v) for v in extra["log_joint"]]
+
+    run = vi_driver.run(sweep, (st, k_data), max_iter=n_iter, tol=0.0, progress=progress,
+                        desc=f"SIBM MAP ({strategy}, K={K})", checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                        resume=resume, save_extra=lambda: {"log_joint": np.asarray(trace, np.float64)},
+                        restore_extra=restore_extra)
+    st = run.state[0]
     posterior = vi_driver.point_posterior({"U": st.U, "V": st.V, "z": st.z})
     params = {f: np.asarray(v) for f, v in st._asdict().items()}
     idata = fit_idata(posterior, params, {"log_joint": np.asarray(trace)}, method="sibm_map_sga", strategy=strategy,

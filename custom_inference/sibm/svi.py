@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
@@ -18,8 +19,8 @@ from ..data import Observations
 from ..logistic import jj_lambda, optimal_xi
 from ..schedules import check_robbins_monro
 from .cells import Minibatch, Sampler, _pad_size, _rm, _segment_avg, make_sampler, sample_cells
-from .common import (STATE_DIMS, SIBMState, _Prior, _mom, _prior, as_binary, draws_from_q, elbo, fit_idata,
-                     init)
+from .common import (STATE_DIMS, SIBMState, _key_to_data, _Prior, _mom, _prior, as_binary, draws_from_q, elbo,
+                     fit_idata, init)
 
 __all__ = ["SVIState", "SVIInfo", "svi_state", "svi_init", "cell_targets", "auto_minibatch_size", "svi_step",
            "svi_scan", "svi_elbo", "fit_svi", "DEFAULT_SCAN_BLOCK", "ALGORITHM"]
@@ -323,7 +324,8 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
             S: int | str = "auto", S_min: int | None = None, S_max: int = 1 << 20, theta_delta: float = 2.0,
             tau: float = 1.0, kappa: float = 0.7, ewma: float = 0.1, nudge: bool = True, elbo_every: int = 0,
             tol: float = 0.0, init_state: SIBMState | None = None, max_cells: int | None = None,
-            callback=None, scan_block: int | None = None, n_draws: int = 100, **init_kwargs) -> base.FitResult:
+            callback=None, scan_block: int | None = None, n_draws: int = 100, checkpoint=None,
+            checkpoint_every: int = 10, resume: bool = False, **init_kwargs) -> base.FitResult:
     """SIBM (Algorithm 1): ``n_iter`` minibatches of S cells drawn by ``strategy``.
 
     Parameters
@@ -350,6 +352,14 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
         ``callback`` is given, so that it still sees every minibatch). The host only acts between
         blocks: ELBO records (blocks end at multiples of ``elbo_every``), the ``tol`` test, the
         ``max_cells`` budget (checked inside the block per minibatch, as before), callbacks, progress bar.
+    checkpoint, checkpoint_every, resume : with ``checkpoint`` (a ``.npz`` path), after every block that
+        ends at a multiple of ``checkpoint_every`` minibatches (blocks are cut there) and at the end, the
+        SVIState (q, the per-row / per-column / z Robbins-Monro counters, the moving averages of eq. 13
+        and the current S), the key stream, the ELBO trace, the minibatch sizes and the cell count are
+        written atomically (`vi_driver.save_checkpoint`; then the hooks of `base.on_checkpoint`).
+        ``resume=True`` continues from an existing checkpoint (it replaces ``init_state``): the same
+        minibatches follow, so the result equals the uninterrupted run bit for bit (cutting a block does
+        not change the key stream or the updates: see Execution; tests/custom_inference/test_sibm.py).
 
     Execution. The minibatches run in blocks under one `lax.scan` (`_svi_block_impl`) with no host
     round trip per minibatch; the key stream, the cells drawn and the updates are the same as one
@@ -362,10 +372,15 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
 
     Returns `base.FitResult` (SVIState, ELBO trace at the recorded iterations, InferenceData with the
     posterior draws from q, the variational parameters and vi_trace (elbo, elbo_iteration; attr mean_S)).
-    Raises ValueError (inputs; max_cells < 1), TypeError (key), FloatingPointError (non-finite ELBO).
+    Raises ValueError (inputs; max_cells < 1; checkpoint_every not an integer >= 1 with a checkpoint; a
+    checkpoint whose state does not match), TypeError (key), FloatingPointError (non-finite ELBO), OSError
+    (checkpoint not writable).
     Source: seed 002 Algorithm 1, eqs. (9)-(13), sec. 2.3.
     """
     vi_driver.check_fit_args(n_iter, tol, n_draws, max_iter_name="n_iter")
+    if checkpoint is not None and (isinstance(checkpoint_every, bool) or int(checkpoint_every) != checkpoint_every
+                                   or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
     seed = vi_driver.host_seed(key)
     key = base.as_key(key)
     data = as_binary(data) if not isinstance(data, Observations) else as_binary(data, dtype=np.asarray(data.values).dtype)
@@ -401,12 +416,35 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
                   theta_delta=a(theta_delta))
     uniform = int(sampler.code) == 0
     trace, iters, sizes, converged, n_cells, t = [], [], [], False, 0, 0
+    seconds_before, stopped = 0.0, False  # stopped: resumed from the checkpoint of a finished run
+    k_data, as_key = _key_to_data(k_run)
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        (st, k_data), t, saved, extra = vi_driver.load_checkpoint(checkpoint, (st, k_data))
+        st, k_run = jax.tree_util.tree_map(jnp.asarray, st), as_key(jnp.asarray(k_data))
+        trace, iters = [float(v) for v in saved["elbo"]], [int(v) for v in saved["elbo_iteration"]]
+        sizes = [int(v) for v in saved["sizes"]]
+        n_cells, converged = int(extra["n_cells"]), bool(extra["converged"])
+        seconds_before, stopped = float(extra["seconds"]), bool(extra["stopped"])
+
+    def save(final: bool) -> None:
+        vi_driver.save_checkpoint(checkpoint, (st, _key_to_data(k_run)[0]), n_iter=t,
+                                  trace={"elbo": np.asarray(trace, np.float64),
+                                         "elbo_iteration": np.asarray(iters, np.int64),
+                                         "sizes": np.asarray(sizes, np.int64)},
+                                  extra={"n_cells": np.asarray(n_cells, np.int64), "converged": np.asarray(converged),
+                                         "stopped": np.asarray(final),
+                                         "seconds": np.asarray(seconds_before + time.perf_counter() - start)})
+        base.checkpoint_written(checkpoint, t)
+
     bar = tqdm(total=n_iter, desc=f"SIBM SVI ({strategy}, K={K})", disable=not progress, leave=False)
+    bar.update(t)
     start = time.perf_counter()
-    while t < n_iter:
+    while t < n_iter and not stopped:
         stop_at = min(n_iter, t + length)
         if elbo_every:
             stop_at = min(stop_at, (t // elbo_every + 1) * elbo_every)
+        if checkpoint is not None:
+            stop_at = min(stop_at, (t // checkpoint_every + 1) * checkpoint_every)
         size = int(st.S)  # one host read per block: the block's padding
         cells_left = (1 << 30) if max_cells is None else min(max_cells - n_cells, 1 << 30)
         k_run, st, ys = _svi_block_jit(k_run, st, sampler, data.shape, _pad_size(size), length, nudge=bool(nudge),
@@ -437,8 +475,12 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
                 break
         if done:
             break
+        if checkpoint is not None and t % checkpoint_every == 0 and t < n_iter:
+            save(False)
     bar.close()
-    seconds = time.perf_counter() - start
+    if checkpoint is not None and not stopped:
+        save(True)
+    seconds = seconds_before + time.perf_counter() - start
     vp = {f: np.asarray(v) for f, v in st.params._asdict().items() if f != "last_elbo"}
     idata = fit_idata(draws_from_q(seed, st.params, n_draws), vp,
                       {"elbo": np.asarray(trace), "elbo_iteration": np.asarray(iters)}, method="sibm_svi",
