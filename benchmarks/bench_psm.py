@@ -12,7 +12,13 @@ Usage::
 
     nice -n 10 .venv/bin/python benchmarks/bench_psm.py --sizes 1e5 3e5 1e6 [--sweeps 3] [--out /tmp/bench_psm.json]
 
-Prints a Markdown table and writes JSON (one record per size plus the slopes).
+Prints a Markdown table and writes JSON (one record per size plus the slopes; each record holds the JAX
+backend, device, core count and 1-minute load average). Set ``JAX_PLATFORMS=cpu`` to time the CPU
+backend where a GPU is present.
+
+Measured 2026-11-25 (16-core device machine, CPU backend, ``--sizes 1e5 1e6 1e7 --sweeps 2``): 0.29 /
+1.56 / 14.3 s per sweep, peak RSS 0.93 / 1.33 / 5.4 GB; log-log slope 1e6 -> 1e7 = 0.96. On its H100:
+0.019 s (1e6) and 0.16 s (1e7), slope 0.93. See benchmarks/README.md.
 Source: project addition (benchmark of ``custom_inference.psm``).
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -81,7 +88,9 @@ def run_one(n_pairs: int, K: int, sweeps: int, chunk: int) -> dict:
     return {"pairs": int(n_pairs), "events": float(n.sum()), "I": I, "J": J, "K": K, "chunk": chunk,
             "seconds_per_sweep": float(np.median(times)), "sweep_seconds": times,
             "first_sweep_seconds": first, "init_seconds": t_init, "generate_seconds": gen,
-            "elbo": float(info.elbo), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+            "elbo": float(info.elbo), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "backend": jax.default_backend(), "device": str(jax.devices()[0]), "cpus": os.cpu_count(),
+            "loadavg_1min": os.getloadavg()[0]}
 
 
 def slope(xs, ys) -> float:
@@ -119,11 +128,11 @@ def main(argv=None) -> int:
     big = [(x, y) for x, y in zip(xs, ys) if x >= 1e6]
     summary = {"records": records, "slope_all": slope(xs, ys) if len(xs) > 1 else None,
                "slope_ge_1e6": slope(*zip(*big)) if len(big) > 1 else None}
-    lines = ["| pairs |G| | events | I | J | s / sweep | first sweep (s) | peak RSS (MB) | slope vs previous |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| pairs |G| | events | I | J | backend | s / sweep | first sweep (s) | peak RSS (MB) | slope vs previous |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         sl = "" if r["slope_from_previous"] is None else f"{r['slope_from_previous']:.2f}"
-        lines.append(f"| {r['pairs']:.0e} | {r['events']:.3g} | {r['I']} | {r['J']} | {r['seconds_per_sweep']:.2f} | "
+        lines.append(f"| {r['pairs']:.0e} | {r['events']:.3g} | {r['I']} | {r['J']} | {r['backend']} | {r['seconds_per_sweep']:.2f} | "
                      f"{r['first_sweep_seconds']:.1f} | {r['peak_rss_mb']:.0f} | {sl} |")
     print("\n".join(lines))
     print(f"log-log slope (all sizes): {summary['slope_all']}; sizes >= 1e6: {summary['slope_ge_1e6']}")

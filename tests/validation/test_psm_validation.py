@@ -106,6 +106,10 @@ def test_probit_approximation_against_monte_carlo(problem):
     t = vp.probit_vs_monte_carlo(state, users, items, n_draws=4000)
     # MacKay's approximation is within 0.02 of E[sigma] for any Gaussian; + 5 MC standard errors
     assert (t.abs_diff < 0.02 + 5 * t.mc_se).all(), t.sort_values("abs_diff").tail()
+    # the quadrature is the exact E[sigma]: Monte Carlo agrees within 5 of its standard errors (all pairs,
+    # a 5.7e-7 two-sided normal tail each), and MacKay's error is within the same 0.02 without MC noise
+    assert (np.abs(t.quadrature - t.monte_carlo) < 5 * t.mc_se).all(), t
+    assert (t.quad_abs_diff < 0.02).all() and t.quad_abs_diff.max() > 0  # a real (non-zero) approximation error
 
 
 def test_implicit_system_factory():
@@ -117,6 +121,51 @@ def test_implicit_system_factory():
     assert out.shape == (2, obs.shape[1]) and np.all(np.isfinite(out)) and np.allclose(out.sum(1), 1.0)
     assert not getattr(factory, "scores_like_probability", False)
     assert vp.implicit_system(kind="acceptance").scores_like_probability
+
+
+def _ratings(seed=0, I=40, J=25):
+    """Stars 1-5 on about half of an I x J grid (every user has several ratings >= 4)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    u, i = np.nonzero(rng.random((I, J)) < 0.5)
+    return pd.DataFrame({"user": u, "item": i, "rating": rng.integers(1, 6, size=u.size).astype(float)})
+
+
+def test_validation_split_is_carved_from_the_training_matrix():
+    from validation import datasets
+
+    split = datasets.split_leave_one_out(_ratings(), seed=0)
+    val = vp.validation_split(split, seed=1)
+    train = set(zip(np.asarray(split.train.rows).tolist(), np.asarray(split.train.cols).tolist()))
+    kept = set(zip(np.asarray(val.train.rows).tolist(), np.asarray(val.train.cols).tolist()))
+    held = set(zip(val.test_users.tolist(), val.test_items.tolist()))
+    assert kept | held == train and not kept & held  # a partition of the training pairs
+    assert not held & set(zip(split.test_users.tolist(), split.test_items.tolist()))  # test pairs stay out
+    deg = np.bincount(np.asarray(split.train.rows), minlength=split.n_users)
+    assert val.test_users.tolist() == np.flatnonzero(deg >= 2).tolist()  # one per user with >= 2 positives
+    again = vp.validation_split(split, seed=1)
+    assert np.array_equal(again.test_items, val.test_items)
+    assert not np.array_equal(vp.validation_split(split, seed=2).test_items, val.test_items)
+
+
+def test_psm_sweep_runs_every_setting_once_per_protocol():
+    from validation.datasets import ImplicitSplit
+
+    obs, _ = vp._errata_problem()[:2]  # the shapes of the other tests (compiled once per module)
+    train = Observations.from_coo(obs.rows, obs.cols, np.ones(obs.nnz), obs.shape, kind="binary")
+    seen = np.zeros(obs.shape, bool)
+    seen[np.asarray(obs.rows), np.asarray(obs.cols)] = True
+    users = np.flatnonzero(~seen.all(1))
+    split = ImplicitSplit(train, users, np.argmin(seen[users], axis=1), None)  # an unseen item per user
+    t = vp.psm_sweep(None, rs=(1.0, 4.0), Ks=(K,), base_K=K, protocols={"P1": split}, max_iter=3, tol=0.0,
+                     dtype=np.float64)
+    assert list(zip(t.K, t.r)) == [(K, 1.0), (K, 4.0)]  # (K, r = 1) is in both lists: fitted once
+    assert (t.sweeps == 3).all() and not t.converged.any() and (t.n_users == users.size).all()
+    assert t.d_prime.tolist() == [obs.nnz, 4.0 * obs.nnz]  # r reaches the fit: D' = r D, one event per pair
+    assert t[["rank_score_users", "rank_score_items", "recall@10", "ndcg@10"]].apply(lambda c: c.between(0, 1)).all().all()
+    with pytest.raises(ValueError, match="no setting"):
+        vp.psm_sweep(None, rs=(), Ks=(), protocols={"P1": split})
 
 
 def test_registry_entry():
