@@ -271,6 +271,15 @@ def _block_impl(key, states, data, hyper, at, start, n_warm, *, spec: _Static, n
 _block = jax.jit(_block_impl, static_argnames=("spec", "n_units", "thin", "keep", "step_options"))
 
 
+def _default_block(total: int) -> int:
+    """Units per block when ``block`` is not given: about min(50, ceil(total / 4)), preferring a
+    divisor of ``total`` (not below half of that) so that every block has the same length and
+    `_block` compiles once per run instead of twice (a shorter last block is another program)."""
+    target = min(50, -(-total // 4))
+    divisor = max(d for d in range(1, target + 1) if total % d == 0)
+    return divisor if 2 * divisor >= target else target
+
+
 # -- checkpoints -----------------------------------------------------------------------------
 
 
@@ -355,7 +364,8 @@ def sample(
     progress : tqdm bar over units.
     checkpoint : optional path of the checkpoint file (.npz); checkpoint_every : int >= 1 blocks.
     resume : continue from ``checkpoint`` if it exists.
-    block : units per compiled block (int >= 1); default min(50, ceil(total units / 4)).
+    block : units per compiled block (int >= 1); default about min(50, ceil(total units / 4)), a divisor of
+        the total where one is near (`_default_block`: one compiled program per run).
         Results do not depend on it.
     callback : (units done, states) -> None after each block (after the checkpoint); an
         exception raised there stops the run (the checkpoint stays).
@@ -405,8 +415,7 @@ def sample(
     n_rows, n_cols, nnz = spec.sizes(data)
     n_warm = -(-num_warmup // thin)
     total = n_warm + num_samples
-    per_block = min(50, -(-total // 4)) if block is None else block
-    per_block = min(per_block, total)
+    per_block = _default_block(total) if block is None else min(block, total)
 
     with jax.enable_x64(dtype == np.float64):
         at, n_cells = (None, 0)
