@@ -72,28 +72,21 @@ def synthetic_counts(n_users=50_000, n_items=5_000, nnz=2_000_000, seed=0, item_
     Items are chosen with Zipf-like popularity p_j ∝ rank_j^(-item_exponent) (ranks
     shuffled over the item ids), users with log-normal activity (sigma
     ``user_sigma``); (user, item) pairs are drawn independently, duplicates
-    dropped, and the draw topped up until ``nnz`` distinct pairs exist, of which
-    exactly ``nnz`` are kept. Counts are uniform on 1..5. Nothing of size I x J
-    is ever allocated.
+    dropped, and the draw topped up until exactly ``nnz`` distinct pairs exist.
+    Counts are uniform on 1..5. Nothing of size I x J is ever allocated. The draw
+    is `synthetic_scale.netflix_like` (the generator of ``bench_scale.py``) at this
+    shape, with uniform 1..5 values.
+
+    Returns (rows int64, cols int64, values float64, (n_users, n_items)).
+    Raises ValueError (from `netflix_like`) when ``nnz`` exceeds half of the cells.
+    Source: project convention (benchmark data).
     """
-    if nnz > n_users * n_items // 2:
-        raise ValueError("nnz too large for a sparse matrix of this shape")
-    rng = np.random.default_rng(seed)
-    ranks = rng.permutation(n_items) + 1.0
-    p_item = ranks ** (-item_exponent)
-    p_item /= p_item.sum()
-    p_user = rng.lognormal(0.0, user_sigma, n_users)
-    p_user /= p_user.sum()
-    flat = np.empty(0, dtype=np.int64)
-    while flat.size < nnz:
-        m = int(1.1 * (nnz - flat.size)) + 1000
-        u = rng.choice(n_users, size=m, p=p_user)
-        i = rng.choice(n_items, size=m, p=p_item)
-        flat = np.unique(np.concatenate([flat, u.astype(np.int64) * n_items + i]))
-    flat = np.sort(rng.choice(flat, size=nnz, replace=False))
-    rows, cols = np.divmod(flat, n_items)
-    values = rng.integers(1, 6, size=nnz).astype(np.float64)
-    return rows, cols, values, (n_users, n_items)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from synthetic_scale import netflix_like
+
+    rows, cols, values = netflix_like(nnz, n_users=n_users, n_items=n_items, kind="ratings", seed=seed,
+                                      item_exponent=item_exponent, user_sigma=user_sigma, rating_probs=(0.2,) * 5)
+    return rows.astype(np.int64), cols.astype(np.int64), values.astype(np.float64), (n_users, n_items)
 
 
 # ---------------------------------------------------------------------------------

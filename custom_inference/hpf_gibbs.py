@@ -18,7 +18,8 @@ augmentation z_uik ~ Poisson(theta_uk beta_ik), y_ui = sum_k z_uik:
 Only the sums of z over items (per user) and over users (per item) enter the Gamma
 conditionals, so z is never stored: each unit of each count is allocated to a
 component by one categorical draw (inverse CDF), and the allocations are scattered
-into the (I, K) and (J, K) sums. The exposure sums over *all* items (users) are
+into the (I, K) and (J, K) sums, chunk by chunk (``UNIT_CHUNK`` units; memory O(T + (I + J) K),
+never a (T, K) array). The exposure sums over *all* items (users) are
 column sums, O((I + J) K). A sweep costs O(T K + (I + J) K), T = sum of the counts.
 
 Style: `init` / `step` over an `HPFGibbsState` of current draws (BlackJAX-like), the
@@ -104,34 +105,66 @@ def init(key, data: CountUnits, K: int, hyper, *, dtype=jnp.float64) -> HPFGibbs
     )
 
 
-def _unit_rates(state: HPFGibbsState, data: CountUnits):
-    """theta_u * beta_i for every unit, shape (T, K)."""
-    return state.theta[data.rows] * state.beta[data.cols]
+#: Units per chunk in `allocate` and `log_joint`: their (chunk, K) temporaries stay in cache and
+#: no (T, K) array is ever formed (T = 3e8 units at Netflix size would need 60 GB at K = 50).
+UNIT_CHUNK = 16384
 
 
-def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None):
+def _over_chunks(n: int, chunk: int, body, carry):
+    """``body(start, size, carry) -> carry`` over [0, n) in chunks: a ``fori_loop`` over the whole
+    chunks (static ``size``, traced ``start``), then the tail. The same loop as `hpf._sweep_statistics`."""
+    n_full = n // chunk
+    if n_full:
+        carry = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), carry)
+    if n - n_full * chunk:
+        carry = body(n_full * chunk, n - n_full * chunk, carry)
+    return carry
+
+
+def _slice(x, start, size):
+    return jax.lax.dynamic_slice_in_dim(x, start, size)
+
+
+def _unit_rates(state: HPFGibbsState, rows, cols):
+    """theta_u * beta_i for the given units, shape (len(rows), K)."""
+    return state.theta[rows] * state.beta[cols]
+
+
+def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None, *, chunk: int = UNIT_CHUNK):
     """Draw z | theta, beta, y and return its sums: per user (I, K) and per item (J, K).
 
     Each of the T units picks component k with probability theta_uk beta_ik / theta_u . beta_i,
     which is exactly z_ui ~ Mult(y_ui, .) (seed 001, eq. aux-cc).
 
     ``data``: CountUnits of T units (rows, cols int (T,), weight (T,); padding units weigh 0);
-    ``rates``: optional float (T, K), theta_uk beta_ik per unit (computed when None). Returns two
-    float arrays of the rates' dtype, (I, K) and (J, K).
+    ``rates``: optional float (T, K), theta_uk beta_ik per unit (computed chunk by chunk when None,
+    so that no (T, K) array is formed); ``chunk``: units per chunk (static). One uniform per unit is
+    drawn up front, (T,), so the draws do not depend on ``chunk``; the per-chunk counts are integers,
+    so their float sums are exact in any order. Returns two float arrays of the state's dtype
+    (of ``rates``' when given), (I, K) and (J, K).
 
     Raises nothing of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, eq. aux-cc.
     """
-    rates = _unit_rates(state, data) if rates is None else rates
-    k = rates.shape[1]
-    cum = jnp.cumsum(rates, axis=1)
-    u = jax.random.uniform(key, (rates.shape[0],), dtype=rates.dtype) * cum[:, -1]
-    comp = jnp.minimum(jnp.sum(cum <= u[:, None], axis=1), k - 1)
-    w = data.weight.astype(rates.dtype)  # padding units add 0
-    user_counts = jnp.zeros(data.n_rows * k, rates.dtype).at[data.rows * k + comp].add(w).reshape(data.n_rows, k)
-    item_counts = jnp.zeros(data.n_cols * k, rates.dtype).at[data.cols * k + comp].add(w).reshape(data.n_cols, k)
-    return user_counts, item_counts
+    dtype = state.theta.dtype if rates is None else rates.dtype
+    k = state.theta.shape[1]
+    n = data.rows.shape[0]
+    uniforms = jax.random.uniform(key, (n,), dtype=dtype)
+
+    def body(start, size, carry):
+        user_counts, item_counts = carry
+        rows, cols = _slice(data.rows, start, size), _slice(data.cols, start, size)
+        r = _unit_rates(state, rows, cols) if rates is None else _slice(rates, start, size)
+        cum = jnp.cumsum(r, axis=1)
+        u = _slice(uniforms, start, size) * cum[:, -1]
+        comp = jnp.minimum(jnp.sum(cum <= u[:, None], axis=1), k - 1)
+        w = _slice(data.weight, start, size).astype(dtype)  # padding units add 0
+        return user_counts.at[rows * k + comp].add(w), item_counts.at[cols * k + comp].add(w)
+
+    carry = (jnp.zeros(data.n_rows * k, dtype), jnp.zeros(data.n_cols * k, dtype))
+    user_counts, item_counts = _over_chunks(n, chunk, body, carry)
+    return user_counts.reshape(data.n_rows, k), item_counts.reshape(data.n_cols, k)
 
 
 def theta_conditional(state: HPFGibbsState, user_counts, hyper):
@@ -193,8 +226,9 @@ def _gamma_logpdf(x, shape, rate):
     return shape * jnp.log(rate) - gammaln(shape) + (shape - 1.0) * jnp.log(x) - rate * x
 
 
-def _log_joint_given_rates(state: HPFGibbsState, unit_rates_sum, weight, hyper):
-    log_lik = jnp.sum(weight * jnp.log(unit_rates_sum)) - jnp.dot(state.theta.sum(axis=0), state.beta.sum(axis=0))
+def _log_joint_given_y_log_rate(state: HPFGibbsState, y_log_rate, hyper):
+    """The log joint given y_log_rate = sum_units weight log(theta_u . beta_i)."""
+    log_lik = y_log_rate - jnp.dot(state.theta.sum(axis=0), state.beta.sum(axis=0))
     prior = (
         jnp.sum(_gamma_logpdf(state.xi, hyper.a_prime, hyper.a_prime / hyper.b_prime))
         + jnp.sum(_gamma_logpdf(state.theta, hyper.a, state.xi[:, None]))
@@ -204,10 +238,12 @@ def _log_joint_given_rates(state: HPFGibbsState, unit_rates_sum, weight, hyper):
     return log_lik + prior
 
 
-def log_joint(state: HPFGibbsState, data: CountUnits, hyper) -> jax.Array:
+def log_joint(state: HPFGibbsState, data: CountUnits, hyper, *, chunk: int = UNIT_CHUNK) -> jax.Array:
     """log p(y, theta, xi, beta, eta) up to -sum log y_ui! (the Poisson form, z summed out).
 
-    ``state``: theta (I, K), xi (I,), beta (J, K), eta (J,), float; ``data``: CountUnits of T units.
+    ``state``: theta (I, K), xi (I,), beta (J, K), eta (J,), float; ``data``: CountUnits of T units;
+    ``chunk``: units per chunk of the O(T K) sum (static; no (T, K) array is formed; the chunked sum
+    rounds differently from one sum over all T, at float rounding, when T > chunk).
     Returns a scalar of the state's dtype.
 
     Raises nothing of its own (no checks: traced code).
@@ -215,7 +251,13 @@ def log_joint(state: HPFGibbsState, data: CountUnits, hyper) -> jax.Array:
     Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational Inference" (the joint
     p(theta | xi) p(xi) p(beta | eta) p(eta) p(y | theta, beta)), priors as in `ppl_models.hpf`.
     """
-    return _log_joint_given_rates(state, _unit_rates(state, data).sum(axis=1), data.weight, hyper)
+    def body(start, size, acc):
+        rows, cols = _slice(data.rows, start, size), _slice(data.cols, start, size)
+        weight = _slice(data.weight, start, size)
+        return acc + jnp.sum(weight * jnp.log(_unit_rates(state, rows, cols).sum(axis=1)))
+
+    n = data.rows.shape[0]
+    return _log_joint_given_y_log_rate(state, _over_chunks(n, chunk, body, jnp.zeros((), state.theta.dtype)), hyper)
 
 
 @jax.jit
@@ -232,8 +274,7 @@ def step(key, state: HPFGibbsState, data: CountUnits, hyper) -> tuple[HPFGibbsSt
     Raises nothing of its own (jitted; no value checks).
     """
     k_z, k_theta, k_xi, k_beta, k_eta = jax.random.split(key, 5)
-    rates = _unit_rates(state, data)
-    user_counts, item_counts = allocate(k_z, state, data, rates)
+    user_counts, item_counts = allocate(k_z, state, data)
     state = state._replace(theta=_gamma_draw(k_theta, *theta_conditional(state, user_counts, hyper)))
     state = state._replace(xi=_gamma_draw(k_xi, *xi_conditional(state, hyper)))
     state = state._replace(beta=_gamma_draw(k_beta, *beta_conditional(state, item_counts, hyper)))

@@ -68,3 +68,40 @@ def test_bad_arguments():
         gibbs.sample(0, obs, 2, HYPER, keep=("z",), progress=False)
     with pytest.raises(ValueError, match="n_components"):
         gibbs.sample(0, obs, 0, HYPER, progress=False)
+
+
+def test_chunked_allocation_and_log_joint_equal_the_unchunked_ones():
+    """`allocate` and `log_joint` visit the units in chunks (no (T, K) array). The allocation must
+    not depend on the chunk size at all (one uniform per unit drawn up front; integer counts sum
+    exactly in any order) and must equal the former one-pass formula, written out here; the log
+    joint may differ only by float64 summation order (relative 1e-12: ~50 terms of O(1) each)."""
+    from jax import numpy as jnp
+
+    with jax.enable_x64(True):
+        _, y = simulate(jax.random.PRNGKey(2), 7, 6, 3, HYPER)
+        units = jax.tree_util.tree_map(
+            jnp.asarray, CountUnits.from_observations(Observations.from_dense(np.asarray(y)), min_units=1))
+        n, k = units.rows.shape[0], 3
+        assert n > 20  # several chunks below
+        state = gibbs.init(jax.random.PRNGKey(0), units, k, HYPER)
+        key = jax.random.PRNGKey(5)
+        whole = gibbs.allocate(key, state, units, chunk=n)
+        for chunk in (5, n + 3):
+            part = gibbs.allocate(key, state, units, chunk=chunk)
+            for a, b in zip(part, whole):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        # the former unchunked allocation: (T, K) rates, one inverse-CDF draw per unit
+        rates = state.theta[units.rows] * state.beta[units.cols]
+        cum = jnp.cumsum(rates, axis=1)
+        u = jax.random.uniform(key, (n,), dtype=rates.dtype) * cum[:, -1]
+        comp = np.minimum(np.sum(np.asarray(cum) <= np.asarray(u)[:, None], axis=1), k - 1)
+        w = np.asarray(units.weight)
+        ref_user, ref_item = np.zeros((units.n_rows, k)), np.zeros((units.n_cols, k))
+        np.add.at(ref_user, (np.asarray(units.rows), comp), w)
+        np.add.at(ref_item, (np.asarray(units.cols), comp), w)
+        np.testing.assert_array_equal(np.asarray(whole[0]), ref_user)
+        np.testing.assert_array_equal(np.asarray(whole[1]), ref_item)
+        assert ref_user.sum() == units.n_units
+        lj = float(gibbs.log_joint(state, units, HYPER, chunk=n))
+        for chunk in (7,):
+            assert float(gibbs.log_joint(state, units, HYPER, chunk=chunk)) == pytest.approx(lj, rel=1e-12)

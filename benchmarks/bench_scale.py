@@ -1,0 +1,436 @@
+"""Scaling benchmark: seconds per sweep and peak memory of each solver at 1e5 .. 1e8 nonzeros.
+
+For every (solver, nnz) pair the parent starts ONE child process (this script with ``--child``) that
+
+1. imports JAX and the solver (the baseline RSS is recorded),
+2. draws a Netflix-shaped matrix with `synthetic_scale.netflix_like` (480,189 x 17,770 by default;
+   counts for HPF, 1-5 ratings for SBMF, ones for the one-class PSM and BPR) and records the
+   generator's seconds and peak RSS,
+3. resets the kernel's peak-RSS counter (``/proc/self/clear_refs``), builds the solver's data
+   container on the device, runs ``init`` (peak recorded, counter reset again) and ``--steps + 1``
+   sweeps (the first compiles; the table reports the median of the others), each followed by
+   ``jax.block_until_ready``,
+4. writes a JSON record: seconds per sweep, first-call seconds, peak RSS (``VmHWM``) of the
+   generator, of the set-up (container + init) and of the sweeps, ``ru_maxrss``, raw data bytes
+   (rows + cols + values as int32, int32, float32), parameter bytes (the state's arrays),
+   data-container bytes, the ratio peak / (raw + parameters), the JAX device, and (on a GPU) the
+   device's peak bytes in use.
+
+The parent polls each child's ``VmRSS`` and kills it (SIGKILL to its process group) above
+``--max-rss-gb`` (default: 75 % of ``MemAvailable`` when the run starts), when the machine's
+``MemAvailable`` falls below ``--min-available-gb`` (default 1.5; other jobs share the machine),
+and after ``--time-limit`` seconds; such a run is recorded with the reason, as is any exception (the last
+lines of the child's log). Output under ``--out`` (default ``/tmp/factorbayes-bench``):
+``scale_bench.json`` (every record, machine, load averages) and ``scale_bench.md`` (the table and
+the log-log slopes of seconds per sweep against nnz, per solver). Child logs (with the progress
+bars) go to ``--out/scale_logs/``.
+
+What one sweep is, per solver (``--solvers``):
+
+- ``hpf``: `custom_inference.hpf.sweep`, the fused CAVI sweep `hpf.fit` runs (phi sums in chunks
+  of ``hpf.STEP_CHUNK`` nonzeros, the ELBO of the incoming state included);
+- ``hpf-gibbs``: `custom_inference.hpf_gibbs.step` with its Info dropped, as
+  `custom_inference.mcmc_driver` runs it (the data are CountUnits: one unit per unit of count);
+- ``sbmf``: `custom_inference.sbmf.step` (default ``gauge_rounds=5``), ratings 1-5;
+- ``psm``: `custom_inference.psm.step` (Algorithm 1 sweep, ELBO of the new state included);
+- ``bpr``: `custom_inference.bpr.step`, one epoch of N triples in minibatches of 256.
+
+Runs unchanged on a GPU machine (``jax.devices()`` gives the GPU); float32 by default (``--dtype``).
+
+Examples::
+
+    nice -n 10 .venv/bin/python benchmarks/bench_scale.py --nnz 1e5 1e6 1e7 --K 50
+    nice -n 10 .venv/bin/python benchmarks/bench_scale.py --solvers hpf --nnz 1e8 --steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_OUT = Path(tempfile.gettempdir()) / "factorbayes-bench"
+SOLVERS = ("hpf", "hpf-gibbs", "sbmf", "psm", "bpr")
+KIND = {"hpf": "counts", "hpf-gibbs": "counts", "sbmf": "ratings", "psm": "binary", "bpr": "binary"}
+GIB = 2.0**30
+
+
+# ---------------------------------------------------------------------------------
+# memory probes (Linux /proc; None elsewhere)
+
+
+def _status_kb(pid="self", field="VmHWM") -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    """Reset this process's peak-RSS counter (VmHWM) to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _mem_available_bytes() -> int | None:
+    kb = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    kb = int(line.split()[1])
+    except OSError:
+        pass
+    return None if kb is None else kb * 1024
+
+
+def _tree_bytes(tree) -> int:
+    import jax
+
+    return int(sum(int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)
+                   if hasattr(x, "dtype")))
+
+
+# ---------------------------------------------------------------------------------
+# the child: one (solver, nnz) measurement
+
+
+def _solver_setup(solver, rows, cols, values, shape, K, dtype, key):
+    """(data container on the device, initial state, sweep function state -> state, key-taking flag)."""
+    import jax
+    import jax.numpy as jnp
+
+    from custom_inference.data import CountUnits, Observations
+
+    I, J = shape
+    if solver == "hpf":
+        from custom_inference import hpf
+        from ppl_models.hpf import HPFHyper
+
+        hyper = HPFHyper()
+        data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
+        state = hpf.init(key, data, K, hyper, dtype=dtype)
+        return data, state, lambda k, s: hpf.sweep(s, data, hyper)[0]
+    if solver == "hpf-gibbs":
+        from custom_inference import hpf_gibbs
+        from ppl_models.hpf import HPFHyper
+
+        hyper = HPFHyper()
+        units = CountUnits.from_observations(Observations(rows, cols, values.astype(dtype), I, J),
+                                             max_units=2**31 - 1)
+        data = jax.tree_util.tree_map(jnp.asarray, units)
+        del units
+        state = hpf_gibbs.init(key, data, K, hyper, dtype=dtype)
+        sweep = jax.jit(lambda k, s, d: hpf_gibbs.step(k, s, d, hyper)[0])  # Info dropped, as the driver does
+        return data, state, lambda k, s: sweep(k, s, data)
+    if solver == "sbmf":
+        from custom_inference import sbmf
+        from ppl_models.sbmf import SBMFHyper
+
+        hyper = SBMFHyper()
+        data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
+        state = sbmf.init(key, data, K, hyper, dtype=dtype)
+        return data, state, lambda k, s: sbmf.step(k, s, data, hyper)[0]
+    if solver == "psm":
+        from custom_inference import psm
+        from ppl_models.psm import PSMHyper
+
+        hyper = PSMHyper()
+        host = Observations(rows, cols, values.astype(dtype), I, J)
+        state = psm.init(key, host, K, hyper, dtype=dtype)
+        data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
+        del host
+        return data, state, lambda k, s: psm.step(k, s, data, hyper)[0]
+    if solver == "bpr":
+        from custom_inference import bpr
+
+        data = bpr.bpr_data(Observations(rows, cols, values.astype(dtype), I, J))
+        state = bpr.init(key, data, K, dtype=dtype)
+        return data, state, lambda k, s: bpr.step(k, s, data)[0]
+    raise ValueError(f"unknown solver {solver!r}")
+
+
+def child(args) -> dict:
+    """Run one measurement and return its record (see the module docstring)."""
+    if args.dtype == "float64":
+        os.environ.setdefault("JAX_ENABLE_X64", "1")
+    import jax
+
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from tqdm.auto import tqdm
+
+    sys.path.insert(0, str(HERE))
+    from synthetic_scale import netflix_like
+
+    import custom_inference.data  # noqa: F401  (imports counted in the baseline)
+
+    rec = {"solver": args.solver, "nnz": int(args.nnz), "K": args.K, "dtype": args.dtype,
+           "shape": [args.n_users, args.n_items], "kind": KIND[args.solver], "seed": args.seed}
+    dev = jax.devices()[0]
+    rec["device"] = f"{dev.platform}:{getattr(dev, 'device_kind', '')}"
+    rec["jax"] = jax.__version__
+    rec["baseline_rss_bytes"] = (_status_kb("self", "VmRSS") or 0) * 1024
+
+    t0 = time.perf_counter()
+    rows, cols, values = netflix_like(int(args.nnz), n_users=args.n_users, n_items=args.n_items,
+                                      kind=KIND[args.solver], seed=args.seed, progress=True)
+    rec["gen_seconds"] = time.perf_counter() - t0
+    rec["raw_bytes"] = int(rows.nbytes + cols.nbytes + values.nbytes)
+    rec["gen_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024
+    rec["hwm_reset"] = _reset_hwm()
+
+    dtype = jnp.dtype(args.dtype)
+    key = jax.random.PRNGKey(args.seed)
+    t0 = time.perf_counter()
+    shape = (args.n_users, args.n_items)
+    data, state, sweep = _solver_setup(args.solver, rows, cols, values, shape, args.K, dtype, key)
+    del rows, cols, values
+    jax.block_until_ready(state)
+    rec["setup_seconds"] = time.perf_counter() - t0
+    rec["param_bytes"] = _tree_bytes(state)
+    rec["container_bytes"] = _tree_bytes(data)
+    rec["setup_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # container + init
+    _reset_hwm()
+
+    samples = []
+    bar = tqdm(range(args.steps + 1), desc=f"{args.solver} nnz={int(args.nnz):.0e} K={args.K}", unit="sweep")
+    for t in bar:
+        start = time.perf_counter()
+        state = sweep(jax.random.fold_in(key, t), state)
+        jax.block_until_ready(state)
+        dt = time.perf_counter() - start
+        if t == 0:
+            rec["first_sweep_seconds"] = dt
+        else:
+            samples.append(dt)
+            bar.set_postfix(s_per_sweep=f"{float(np.median(samples)):.3g}")
+    bar.close()
+    rec["samples"] = samples
+    rec["sec_per_sweep"] = float(np.median(samples)) if samples else None
+    rec["finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(state)
+                             if jnp.issubdtype(x.dtype, jnp.floating)))
+    rec["sweep_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # the sweeps alone
+    hwm = max(rec["setup_peak_rss_bytes"], rec["sweep_peak_rss_bytes"])
+    rec["solver_peak_rss_bytes"] = hwm
+    rec["peak_rss_bytes"] = max(hwm, rec["gen_peak_rss_bytes"])
+    import resource
+
+    rec["ru_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        stats = dev.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - CPU devices may not implement it
+        stats = {}
+    rec["device_peak_bytes"] = stats.get("peak_bytes_in_use")
+    base = rec["raw_bytes"] + rec["param_bytes"]
+    rec["ratio_peak_to_raw_plus_params"] = rec["peak_rss_bytes"] / base
+    rec["ratio_solver_peak_to_raw_plus_params"] = hwm / base
+    rec["status"] = "ok"
+    return rec
+
+
+# ---------------------------------------------------------------------------------
+# the parent
+
+
+def _run_one(args, solver, nnz, max_rss, log_dir: Path) -> dict:
+    tag = f"{solver}_nnz{int(nnz):d}_K{args.K}_{args.dtype}"
+    log_path = log_dir / f"{tag}.log"
+    res_path = log_dir / f"{tag}.json"
+    res_path.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--solver", solver, "--nnz-one", str(int(nnz)),
+           "--K", str(args.K), "--steps", str(args.steps), "--dtype", args.dtype, "--seed", str(args.seed),
+           "--n-users", str(args.n_users), "--n-items", str(args.n_items), "--result", str(res_path)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    sampled_peak = 0
+    reason = None
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO)
+        while proc.poll() is None:
+            rss = (_status_kb(proc.pid, "VmRSS") or 0) * 1024
+            sampled_peak = max(sampled_peak, rss)
+            avail = _mem_available_bytes()
+            if rss > max_rss:
+                reason = f"killed: RSS {rss / GIB:.1f} GiB over the limit {max_rss / GIB:.1f} GiB"
+            elif avail is not None and avail < args.min_available_gb * GIB:
+                reason = (f"killed: the machine's MemAvailable fell to {avail / GIB:.1f} GiB "
+                          f"(< {args.min_available_gb} GiB) at RSS {rss / GIB:.1f} GiB")
+            elif time.perf_counter() - start > args.time_limit:
+                reason = f"killed: time limit {args.time_limit:.0f} s"
+            if reason:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+            time.sleep(0.2)
+    wall = time.perf_counter() - start
+    rec = {"solver": solver, "nnz": int(nnz), "K": args.K, "dtype": args.dtype}
+    if reason is None and proc.returncode == 0 and res_path.exists():
+        rec = json.loads(res_path.read_text())
+    else:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-6:] if log_path.exists() else []
+        if reason is None:
+            rc = proc.returncode
+            reason = (f"killed by signal {-rc} (9: likely the kernel's OOM killer)" if rc < 0 else f"exit code {rc}")
+            errs = [line for line in tail if "Error" in line or "error" in line]
+            if errs:
+                reason += ": " + errs[-1].strip()[:300]
+        rec.update(status="failed", reason=reason, log_tail=tail)
+    rec.update(wall_seconds=wall, sampled_peak_rss_bytes=sampled_peak, load_before=load_before,
+               load_after=os.getloadavg(), log=str(log_path))
+    return rec
+
+
+def _fmt_gib(b):
+    return "" if b is None else f"{b / GIB:.2f}"
+
+
+def _phase_peaks(r) -> str:
+    if r.get("sweep_peak_rss_bytes") is not None:
+        return f"{_fmt_gib(r['setup_peak_rss_bytes'])} / {_fmt_gib(r['sweep_peak_rss_bytes'])}"
+    return _fmt_gib(r["solver_peak_rss_bytes"])
+
+
+def _slopes(records, field="sec_per_sweep"):
+    """Least-squares slope of log ``field`` against log nnz per (solver, K, dtype), over the ok rows."""
+    out = {}
+    for group in dict.fromkeys((r["solver"], r["K"], r["dtype"]) for r in records):
+        pts = sorted((r["nnz"], r[field]) for r in records if (r["solver"], r["K"], r["dtype"]) == group
+                     and r.get("status") == "ok" and r.get(field))
+        if len(pts) >= 2:
+            x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+            name = f"{group[0]} (K={group[1]}, {group[2]}, nnz {pts[0][0]:.0e}-{pts[-1][0]:.0e})"
+            out[name] = float(np.polyfit(x, y, 1)[0])
+    return out
+
+
+def markdown(records, machine) -> str:
+    """The results table and the per-solver log-log slopes, as markdown.
+
+    Raises nothing of its own. Source: project convention (issue 14, the scaling table).
+    """
+    lines = [f"Machine: {machine['cpus']} CPUs, {machine['mem_total_gib']:.1f} GiB; jax {machine.get('jax', '?')}.", "",
+             "| solver | nnz | K | device | s/sweep (median) | first sweep s | gen s | peak RSS GiB "
+             "(gen / set-up / sweeps) | raw GiB | params GiB | peak / (raw + params) | load | status |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        load = f"{r['load_before'][0]:.1f}-{r['load_after'][0]:.1f}" if "load_before" in r else ""
+        if r.get("status") == "ok":
+            lines.append(
+                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {r['sec_per_sweep']:.3g} | "
+                f"{r['first_sweep_seconds']:.3g} | {r['gen_seconds']:.3g} | {_fmt_gib(r['peak_rss_bytes'])} "
+                f"({_fmt_gib(r['gen_peak_rss_bytes'])} / {_phase_peaks(r)}) | "
+                f"{_fmt_gib(r['raw_bytes'])} | {_fmt_gib(r['param_bytes'])} | "
+                f"{r['ratio_peak_to_raw_plus_params']:.2f} | {load} | ok |")
+        else:
+            lines.append(f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | | | | | "
+                         f"{_fmt_gib(r.get('sampled_peak_rss_bytes'))} (sampled) | | | | {load} | "
+                         f"{r.get('reason', '')} |")
+    slopes, mem = _slopes(records), _slopes(records, "solver_peak_rss_bytes")
+    if slopes:
+        lines += ["", "Log-log slope of s/sweep against nnz (least squares over the ok rows): "
+                  + ", ".join(f"{s} {v:.2f}" for s, v in slopes.items()) + ".",
+                  "Of the solver-phase peak RSS: " + ", ".join(f"{s} {v:.2f}" for s, v in mem.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _machine() -> dict:
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "mem_total_gib": mem / GIB, "platform": platform.platform(),
+            "python": platform.python_version()}
+
+
+def main(argv=None) -> int:
+    """Command-line entry (parent, or ``--child`` for one measurement); returns the exit status.
+
+    Raises nothing of its own; argparse exits on bad arguments. Source: project convention (issue 14).
+    """
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
+    p.add_argument("--nnz", nargs="+", type=float, default=[1e5, 1e6, 1e7])
+    p.add_argument("--K", type=int, default=50)
+    p.add_argument("--steps", type=int, default=3, help="timed sweeps after the first (compiling) one")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-users", type=int, default=480_189)
+    p.add_argument("--n-items", type=int, default=17_770)
+    p.add_argument("--time-limit", type=float, default=900.0, help="seconds per (solver, nnz) run")
+    p.add_argument("--max-rss-gb", type=float, default=None,
+                   help="kill a run whose RSS exceeds this (default 75%% of MemAvailable at start)")
+    p.add_argument("--min-available-gb", type=float, default=1.5,
+                   help="kill a run when the machine's MemAvailable falls below this (protects other jobs)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--tag", default="", help="suffix of the output files (scale_bench<tag>.json/.md)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--solver", help=argparse.SUPPRESS)
+    p.add_argument("--nnz-one", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.child:
+        args.nnz = args.nnz_one
+        rec = child(args)
+        args.result.write_text(json.dumps(rec, indent=1))
+        return 0
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    log_dir = args.out / "scale_logs"
+    log_dir.mkdir(exist_ok=True)
+    avail = _mem_available_bytes()
+    max_rss = args.max_rss_gb * GIB if args.max_rss_gb else (0.75 * avail if avail else 64 * GIB)
+    machine = _machine()
+    print(f"RSS limit per run {max_rss / GIB:.1f} GiB; time limit {args.time_limit:.0f} s; load {os.getloadavg()}",
+          flush=True)
+    records = []
+    json_path = args.out / f"scale_bench{args.tag}.json"
+    md_path = args.out / f"scale_bench{args.tag}.md"
+    for solver in args.solvers:
+        for nnz in args.nnz:
+            rec = _run_one(args, solver, nnz, max_rss, log_dir)
+            records.append(rec)
+            machine["jax"] = rec.get("jax", machine.get("jax"))
+            if rec["status"] == "ok":
+                print(f"{solver:10s} nnz={nnz:.0e} K={args.K}: {rec['sec_per_sweep']:.3g} s/sweep, first "
+                      f"{rec['first_sweep_seconds']:.3g} s, peak {rec['peak_rss_bytes'] / GIB:.2f} GiB "
+                      f"(raw {rec['raw_bytes'] / GIB:.2f} + params {rec['param_bytes'] / GIB:.2f}; ratio "
+                      f"{rec['ratio_peak_to_raw_plus_params']:.2f}), {rec['device']}, wall {rec['wall_seconds']:.0f} s",
+                      flush=True)
+            else:
+                print(f"{solver:10s} nnz={nnz:.0e} K={args.K}: FAILED ({rec['reason']}); log {rec['log']}", flush=True)
+            json_path.write_text(json.dumps({"machine": machine, "max_rss_bytes": max_rss, "records": records},
+                                            indent=1))
+            md_path.write_text(markdown(records, machine))
+    print(markdown(records, machine))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
