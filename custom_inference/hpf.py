@@ -35,6 +35,7 @@ is the driver (returns `base.FitResult`), and `ALGORITHM` declares it.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp, xlogy
 
-from . import arviz_io, base, vi_driver
+from . import arviz_io, base, sharding, vi_driver
 from .data import Observations, check_observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 
@@ -310,19 +311,33 @@ def _shifted_exp_log_mean(shape, rate):
     return jnp.exp(elog - m[:, None]), m
 
 
-def _sweep_statistics(state: HPFState, data: Observations, chunk: int = STEP_CHUNK):
+def _sweep_statistics(state: HPFState, data, chunk: int = STEP_CHUNK):
     """sum_i y_ui phi_uik (I, K), sum_u y_ui phi_uik (J, K) and sum_ui y_ui log Z_ui, phi optimal.
 
     phi_uik = t_uk b_ik / z_ui with t_uk = exp(E log theta_uk - m_u), b_ik = exp(E log beta_ik - m_i),
     z_ui = sum_k t_uk b_ik, so sum_i y_ui phi_uik = t_uk sum_i (y_ui / z_ui) b_ik (and alike for
     items): exp runs on (I + J) x K numbers, never on N x K, and phi is never stored. The
-    nonzeros are visited in chunks of ``chunk`` (a ``fori_loop`` over whole chunks, then the
-    tail). log Z_ui = log z_ui + m_u + m_i is the log normaliser the ELBO needs.
-    z_ui underflows only if every component of (u, i) lies more than ~87 nats (float32;
-    ~708 in float64) below m_u + m_i.
+    nonzeros are visited in chunks of ``chunk`` (`_nonzero_sums`). log Z_ui = log z_ui + m_u + m_i
+    is the log normaliser the ELBO needs. z_ui underflows only if every component of (u, i) lies
+    more than ~87 nats (float32; ~708 in float64) below m_u + m_i.
+
+    ``data``: an `Observations` (one block) or a `sharding.ShardedObservations` (`_nonzero_sums`
+    on every device's block, combined by psum: `sharding.block_sums`).
     """
     t, m_u = _shifted_exp_log_mean(state.gamma_shape, state.gamma_rate)
     b, m_i = _shifted_exp_log_mean(state.lambda_shape, state.lambda_rate)
+    user, item, y_log_z = sharding.block_sums(partial(_nonzero_sums, chunk=chunk), (t, m_u, b, m_i), data)
+    return t * user, b * item, y_log_z
+
+
+def _nonzero_sums(factors, data: Observations, chunk: int = STEP_CHUNK):
+    """The sums over one block of nonzeros behind `_sweep_statistics`: sum_i (y_ui / z_ui) b_ik (I, K),
+    sum_u (y_ui / z_ui) t_uk (J, K) and sum y_ui log Z_ui, for ``factors`` = (t, m_u, b, m_i).
+
+    A ``fori_loop`` over whole chunks of ``chunk`` nonzeros, then the tail. Every term is
+    proportional to y_ui, so an entry with y_ui = 0 (sharding's padding) adds exactly 0.
+    """
+    t, m_u, b, m_i = factors
 
     def body(start, size, carry):
         user, item, y_log_z = carry
@@ -338,14 +353,13 @@ def _sweep_statistics(state: HPFState, data: Observations, chunk: int = STEP_CHU
         return user, item, y_log_z
 
     n = data.nnz
-    carry = (jnp.zeros_like(t), jnp.zeros_like(b), jnp.zeros((), t.dtype))
+    carry = (jnp.zeros_like(t), jnp.zeros_like(b), jnp.zeros_like(t, shape=()))  # *_like: same device-variance as t
     n_full = n // chunk
     if n_full:
         carry = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), carry)
     if n - n_full * chunk:
         carry = body(n_full * chunk, n - n_full * chunk, carry)
-    user, item, y_log_z = carry
-    return t * user, b * item, y_log_z
+    return carry
 
 
 def _sweep_impl(state: HPFState, data: Observations, hyper):
@@ -375,11 +389,18 @@ def sweep(state: HPFState, data: Observations, hyper) -> tuple[HPFState, jax.Arr
     return _sweep_jit(state, data, hyper)
 
 
-def _y_log_z(state: HPFState, data: Observations, chunk: int = STEP_CHUNK) -> jax.Array:
+def _y_log_z(state: HPFState, data, chunk: int = STEP_CHUNK) -> jax.Array:
     """sum_ui y_ui log sum_k exp(E log theta_uk + E log beta_ik), as `_sweep_statistics` computes it
-    (same chunks, same arithmetic) but without the phi sums."""
+    (same chunks, same arithmetic) but without the phi sums; ``data`` one block or sharded
+    (`sharding.block_sums`)."""
     t, m_u = _shifted_exp_log_mean(state.gamma_shape, state.gamma_rate)
     b, m_i = _shifted_exp_log_mean(state.lambda_shape, state.lambda_rate)
+    return sharding.block_sums(partial(_nonzero_y_log_z, chunk=chunk), (t, m_u, b, m_i), data)
+
+
+def _nonzero_y_log_z(factors, data: Observations, chunk: int = STEP_CHUNK) -> jax.Array:
+    """sum y_ui log Z_ui over one block of nonzeros (`_nonzero_sums` without the phi sums)."""
+    t, m_u, b, m_i = factors
 
     def body(start, size, acc):
         rows = jax.lax.dynamic_slice_in_dim(data.rows, start, size)
@@ -389,7 +410,7 @@ def _y_log_z(state: HPFState, data: Observations, chunk: int = STEP_CHUNK) -> ja
         return acc + jnp.sum(y * (jnp.log(z) + m_u[rows] + m_i[cols]))
 
     n = data.nnz
-    acc = jnp.zeros((), t.dtype)
+    acc = jnp.zeros_like(t, shape=())
     n_full = n // chunk
     if n_full:
         acc = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), acc)
@@ -409,7 +430,11 @@ def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPF
     arithmetic. Work: O(N K + (I + J) K) for the sweep plus O(N K) for the new ELBO.
 
     Parameters: key unused (CAVI is deterministic; kept for the protocol, may be None);
-    state HPFState; data Observations (I, J) counts (device arrays); hyper HPF hyperparameters.
+    state HPFState; data Observations (I, J) counts (device arrays), or the same split over devices
+    (`sharding.ShardedObservations`, from `sharding.shard_observations`): then every device sums
+    its block of nonzeros and the sums are psum-ed (`sharding.block_sums`), the state stays
+    replicated, and the result equals the single-device sweep up to the order of the additions;
+    hyper HPF hyperparameters.
     Returns the new state and `HPFInfo` with the ELBO of the *new* state (`base` protocol).
     Raises nothing itself (inputs are checked by `init` / `fit`).
     Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected; module docstring).
@@ -465,7 +490,8 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
     hyper : HPF hyperparameters
     phi : array (N, K) or None
         Multinomial parameters for the nonzeros (in ``data`` order). ``None``
-        uses the optimal phi, giving ``y log sum_k exp(E log theta + E log beta)``.
+        uses the optimal phi, giving ``y log sum_k exp(E log theta + E log beta)``
+        (for a `sharding.ShardedObservations` ``data``: summed per block and psum-ed).
 
     Returns
     -------
@@ -476,6 +502,8 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
     Source: project addition (derived from the model and the mean-field family of
     ``001_30a2018ec18c20b9.txt`` eq. q; the seed prints no ELBO).
     """
+    if phi is None and isinstance(data, sharding.ShardedObservations):  # per block, psum-ed; no (N, K) array
+        return _elbo_given_y_log_z(state, data, hyper, _y_log_z(state, data))
     if phi is None:
         lse = logsumexp(_phi_logits(state, data), axis=1)
         return _elbo_given_y_log_z(state, data, hyper, jnp.sum(data.values * lse))
@@ -483,6 +511,11 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
     y = data.values
     likelihood = jnp.sum(y[:, None] * phi * logits - y[:, None] * xlogy(phi, phi)) - jnp.sum(gammaln(y + 1.0))
     return likelihood - _rate_sum(state) + _prior_and_entropy(state, hyper)
+
+
+#: `elbo` compiled: a sharded fit's final ELBO (op by op, every operation on the mesh would compile
+#: on its own; the single-device fit keeps its eager `elbo`, whose values the saved outputs pin).
+_elbo_jit = jax.jit(elbo)
 
 
 def expected_rate(state: HPFState, users, items) -> jax.Array:
@@ -683,6 +716,7 @@ def fit(
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 10,
     resume: bool = False,
+    mesh=None,
 ) -> base.FitResult:
     """Fit HPF by batch CAVI (`base` protocol driver).
 
@@ -709,6 +743,11 @@ def fit(
     checkpoint : path, optional
         `vi_driver.run` checkpoint (``.npz``, atomic) every ``checkpoint_every`` sweeps and at the end;
         ``resume=True`` continues from it when it exists (bit for bit the uninterrupted run).
+    mesh : jax.sharding.Mesh, optional
+        Split the nonzeros over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
+        `sharding.shard_observations`); the variational parameters stay replicated and the
+        per-block sums are combined with psum. The result equals the single-device fit up to the
+        order of the floating-point additions (attrs ``n_devices``). None: one device, unchanged.
 
     Returns
     -------
@@ -727,9 +766,10 @@ def fit(
         Bad K, hyperparameters, max_iter, tol, n_draws or dtype; a state of the wrong shape;
         ``data`` with an index out of range, a NaN, negative or non-integer count, duplicate
         pairs or no entries (`Observations.validate`, before any compilation).
+        ``mesh`` without an axis named ``"nnz"``.
     TypeError
         ``key`` neither a PRNG key nor an int; ``data`` not an Observations, or with
-        non-integer indices or non-numeric values.
+        non-integer indices or non-numeric values; ``mesh`` not a jax.sharding.Mesh.
     FloatingPointError
         A non-finite ELBO (try float64).
 
@@ -745,8 +785,13 @@ def fit(
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     host = vi_driver.host_seed(key)
 
+    if mesh is not None:
+        sharding.check_mesh(mesh)
     with jax.enable_x64(dtype == np.float64):
-        data = jax.tree_util.tree_map(jnp.asarray, data.astype(dtype))
+        if mesh is None:
+            data = jax.tree_util.tree_map(jnp.asarray, data.astype(dtype))
+        else:  # the nonzeros split over the devices; the state replicated (module `sharding`)
+            data = sharding.shard_observations(data.astype(dtype), mesh)
         if init_state is None:
             state = init(key_init, data, k, hyper, dtype=dtype)
         else:
@@ -755,6 +800,8 @@ def fit(
             for name, a, b in zip(HPFState._fields, state, expected):
                 if a.shape != b.shape:
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
+        if mesh is not None:
+            state = sharding.replicate(state, data)
 
         def sweep(state, t):
             # the fused kernel reports the ELBO of the state entering sweep t, so the trace is
@@ -763,7 +810,7 @@ def fit(
             return _sweep_jit(state, data, hyper)
 
         res = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"HPF CAVI (K={k})",
-                            final_elbo=lambda s: elbo(s, data, hyper), checkpoint=checkpoint,
+                            final_elbo=lambda s: (elbo if mesh is None else _elbo_jit)(s, data, hyper), checkpoint=checkpoint,
                             checkpoint_every=checkpoint_every, resume=resume)
         state = res.state
         posterior, kind = _posterior(host, state, n_draws)
@@ -779,6 +826,7 @@ def fit(
             method="cavi", posterior_kind=kind,
             source="001_30a2018ec18c20b9.txt, batch algorithm figure (corrected)",
             seed=int(host), dtype=str(dtype), converged=int(res.converged), n_iter=res.n_iter, seconds=float(res.seconds),
+            **({} if mesh is None else {"n_devices": data.n_shards}),
         ),
     )
     return base.FitResult(state, res.elbo, idata)

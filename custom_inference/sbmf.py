@@ -35,8 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
+from jax.sharding import PartitionSpec as P
 
-from . import arviz_io, base, mcmc_driver
+from . import arviz_io, base, mcmc_driver, sharding
 from .data import Observations
 from .gauge import gauge_walk
 from .gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
@@ -137,15 +138,18 @@ def _check_obs(obs) -> None:
 def residuals(state: State, obs: Observations) -> jax.Array:
     """e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j) from scratch, shape (N,). O(N K).
 
-    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings, shape (I, J).
-    Float, dtype of the state.
+    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings, shape (I, J)
+    (or a `sharding.ShardedObservations`: shape (D B,), 0 at padded entries). Float, dtype of the state.
 
     Raises nothing of its own (no index checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.17) (the residual cache).
     """
     pred = state.mu + state.alpha[obs.rows] + state.beta[obs.cols] + jnp.sum(state.U[obs.rows] * state.V[obs.cols], axis=1)
-    return obs.values.astype(pred.dtype) - pred
+    e = obs.values.astype(pred.dtype) - pred
+    if isinstance(obs, sharding.ShardedObservations):  # 0 at padded entries (module `sharding`)
+        e = e * obs.weight.astype(pred.dtype)
+    return e
 
 
 def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=None) -> State:
@@ -185,31 +189,33 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
 # -- complete conditionals (natural parameters) --------------------------------------
 
 
-def tau_conditional(state: State, obs: Observations, hyper):
+def tau_conditional(state: State, obs: Observations, hyper, *, red: sharding.Reducer = sharding.LOCAL):
     """(shape, rate) of tau | - : Gamma(a0 + N/2, b0 + sum e^2 / 2). Algorithm 2 line 12.
 
-    Returns two float scalars of the state's dtype.
+    Returns two float scalars of the state's dtype. ``red``: how sums over the entries are
+    combined (`sharding.Reducer`; default one device).
 
     Raises nothing of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 12 (with eq. (3.13)).
     """
-    n = state.e.shape[0]
-    return jnp.asarray(hyper.a0 + 0.5 * n, state.e.dtype), hyper.b0 + 0.5 * jnp.sum(state.e**2)
+    n = red.count(state.e.shape[0])
+    return jnp.asarray(hyper.a0 + 0.5 * n, state.e.dtype), hyper.b0 + 0.5 * red.sum(state.e**2)
 
 
-def mu_conditional(state: State, obs: Observations, hyper):
+def mu_conditional(state: State, obs: Observations, hyper, *, red: sharding.Reducer = sharding.LOCAL):
     """(precision, precision x mean) of mu | -: P = sigma_g + tau N, h = sigma_g mu_g + tau sum (e + mu).
     Algorithm 2 line 14.
 
-    Returns two float scalars of the state's dtype.
+    Returns two float scalars of the state's dtype. ``red``: how sums over the entries are
+    combined (`sharding.Reducer`; default one device; padded entries masked).
 
     Raises nothing of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 14.
     """
-    n = state.e.shape[0]
-    return hyper.sigma_g + state.tau * n, hyper.sigma_g * hyper.mu_g + state.tau * jnp.sum(state.e + state.mu)
+    n = red.count(state.e.shape[0])
+    return hyper.sigma_g + state.tau * n, hyper.sigma_g * hyper.mu_g + state.tau * red.sum(red.mask(state.e + state.mu))
 
 
 def _seg(x, ids, n, sorted_):
@@ -284,21 +290,27 @@ def v_conditional(state: State, obs: Observations, hyper, k):
     return prec, h
 
 
-def _side(key, e, bias, F, other_F, sigma_b, mean_b, sigma_f, mean_f, tau, ids, other_ids, n, sorted_):
-    """Bias then the K factor columns of one side (users or items), all rows in parallel."""
+def _side(key, e, bias, F, other_F, sigma_b, mean_b, sigma_f, mean_f, tau, ids, other_ids, n, sorted_,
+          red: sharding.Reducer = sharding.LOCAL):
+    """Bias then the K factor columns of one side (users or items), all rows in parallel.
+
+    ``red`` turns the sums over the entries at hand into sums over all entries (`sharding.Reducer`):
+    `sharding.LOCAL` on one device (plain segment sums), psum-ed segment sums and padding masks
+    on one block of a sharded run (`step` on a `sharding.ShardedObservations`).
+    """
     k_b, k_f = jax.random.split(key)
-    cnt = _seg(jnp.ones_like(e), ids, n, sorted_)
+    cnt = red.seg(red.mask(jnp.ones_like(e)), ids, n, sorted_)
     prec = sigma_b + tau * cnt
-    h = sigma_b * mean_b + tau * _seg(e + bias[ids], ids, n, sorted_)
+    h = sigma_b * mean_b + tau * red.seg(e + red.mask(bias[ids]), ids, n, sorted_)
     new_bias = sample_normal_natural(k_b, prec, h)
-    e = e + (bias - new_bias)[ids]
+    e = e + red.mask((bias - new_bias)[ids])
 
     def body(k, carry):
         F, e = carry
-        o = jnp.take(other_F, k, axis=1)[other_ids]  # v_jk at each entry, (N,)
+        o = red.mask(jnp.take(other_F, k, axis=1)[other_ids])  # v_jk at each entry, (N,); 0 at padding
         f_old = jnp.take(F, k, axis=1)
-        prec = jnp.take(sigma_f, k) + tau * _seg(o * o, ids, n, sorted_)
-        h = jnp.take(sigma_f, k) * jnp.take(mean_f, k) + tau * _seg(o * (e + f_old[ids] * o), ids, n, sorted_)
+        prec = jnp.take(sigma_f, k) + tau * red.seg(o * o, ids, n, sorted_)
+        h = jnp.take(sigma_f, k) * jnp.take(mean_f, k) + tau * red.seg(o * (e + f_old[ids] * o), ids, n, sorted_)
         f_new = sample_normal_natural(jax.random.fold_in(k_f, k), prec, h)
         e = e + o * (f_old - f_new)[ids]
         return F.at[:, k].set(f_new), e
@@ -315,21 +327,28 @@ def _gamma_lp(x, shape, rate):
     return shape * jnp.log(rate) - gammaln(shape) + (shape - 1) * jnp.log(x) - rate * x
 
 
-def log_joint(state: State, obs: Observations, hyper, *, from_cache: bool = True) -> jax.Array:
+def log_joint(state: State, obs, hyper, *, from_cache: bool = True) -> jax.Array:
     """log p(R, Theta, Theta_H | Theta_0), eq. (3.13), all constants included.
 
     ``from_cache=True`` uses the cached residuals (O(N + (I+J)K)); False recomputes them.
 
-    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings. Returns a
-    scalar of the state's dtype.
+    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings, or the same
+    split over devices (`sharding.ShardedObservations`: the cache is then sharded, 0 at padded
+    entries, and N the real count). Returns a scalar of the state's dtype.
 
     Raises nothing of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.13).
     """
     e = state.e if from_cache else residuals(state, obs)
+    n = obs.nnz if isinstance(obs, sharding.ShardedObservations) else e.shape[0]
+    return _log_joint_given(state, hyper, n, jnp.sum(e**2))
+
+
+def _log_joint_given(state: State, hyper, n, sse) -> jax.Array:
+    """`log_joint` given N (``n``) and the sum of squared residuals ``sse``."""
     h = hyper
-    lp = 0.5 * e.shape[0] * (jnp.log(state.tau) - jnp.log(2 * jnp.pi)) - 0.5 * state.tau * jnp.sum(e**2)
+    lp = 0.5 * n * (jnp.log(state.tau) - jnp.log(2 * jnp.pi)) - 0.5 * state.tau * sse
     lp += _norm_lp(state.mu, h.mu_g, h.sigma_g)
     for x, m, s in ((state.alpha, state.mu_alpha, state.sigma_alpha), (state.beta, state.mu_beta, state.sigma_beta),
                     (state.U, state.mu_u, state.sigma_u), (state.V, state.mu_v, state.sigma_v)):
@@ -448,7 +467,12 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
     sweep leaves the posterior invariant. O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of
     floats (SBMFHyper); ``gauge_rounds`` an int >= 0 (static).
 
-    Shapes: ``state`` State (in its docstring); ``obs`` Observations of N ratings, shape (I, J).
+    Shapes: ``state`` State (in its docstring); ``obs`` Observations of N ratings, shape (I, J),
+    or the same split over devices (`sharding.ShardedObservations`; the cache ``e`` then has the
+    padded length D B and the blocks' sharding, the rest of the state is replicated): the sweep
+    runs on every device's block under `jax.shard_map`, each sum over entries psum-ed, every draw
+    made on every device from the same key, so the chain equals the single-device one up to the
+    order of the additions.
     Returns (State, Info) with float scalars of the state's dtype.
 
     Raises nothing of its own (jitted; no value checks).
@@ -456,20 +480,33 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 (corrected, see `validation.sbmf.ERRATA`); the
     gauge moves are a project addition.
     """
+    if isinstance(obs, sharding.ShardedObservations):
+        # the whole sweep runs on every device's block of entries (its slice of the cache e), the
+        # rest of the state replicated; every sum over entries is psum-ed (`sharding.Reducer`)
+        state_spec = State(*([P()] * (len(State._fields) - 1)), e=obs.spec)
+        def on_block(key, state, hyper, block, red):
+            return _sweep(key, state, block, hyper, red=red, gauge_rounds=gauge_rounds)
+
+        return sharding.map_blocks(on_block, obs, (key, state, hyper), (P(), state_spec, P()), (state_spec, P()))
+    return _sweep(key, state, obs, hyper, red=sharding.LOCAL, gauge_rounds=gauge_rounds)
+
+
+def _sweep(key, state: State, obs: Observations, hyper, red: sharding.Reducer, gauge_rounds: int):
+    """`step` on the entries ``obs`` (all of them, or one device's block), ``red`` combining the sums."""
     k_h, k_tau, k_mu, k_users, k_items, k_g = jax.random.split(key, 6)
     dt = state.e.dtype
     state = _hyper_block(k_h, state, hyper)
-    shape, rate = tau_conditional(state, obs, hyper)
+    shape, rate = tau_conditional(state, obs, hyper, red=red)
     tau = (jax.random.gamma(k_tau, shape, dtype=dt) / rate).astype(dt)
     state = state._replace(tau=tau)
-    prec, h = mu_conditional(state, obs, hyper)
+    prec, h = mu_conditional(state, obs, hyper, red=red)
     mu = sample_normal_natural(k_mu, prec, h).astype(dt)
-    state = state._replace(mu=mu, e=state.e + (state.mu - mu))
+    state = state._replace(mu=mu, e=state.e + red.mask(state.mu - mu))
     alpha, U, e = _side(k_users, state.e, state.alpha, state.U, state.V, state.sigma_alpha, state.mu_alpha,
-                        state.sigma_u, state.mu_u, tau, obs.rows, obs.cols, obs.n_rows, True)
+                        state.sigma_u, state.mu_u, tau, obs.rows, obs.cols, obs.n_rows, True, red)
     state = state._replace(alpha=alpha, U=U, e=e)
     beta, V, e = _side(k_items, state.e, state.beta, state.V, state.U, state.sigma_beta, state.mu_beta,
-                       state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False)
+                       state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False, red)
     state = state._replace(beta=beta, V=V, e=e)
     if gauge_rounds:
         A, _, accept = gauge_walk(k_g, GaugeHyper(state.mu_u, state.sigma_u, state.mu_v, state.sigma_v),
@@ -477,7 +514,8 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
         state = apply_gauge(state, A)
     else:
         accept = jnp.zeros((), dt)
-    return state, Info(log_joint(state, obs, hyper), jnp.sum(e**2), accept)
+    sse = red.sum(e**2)
+    return state, Info(_log_joint_given(state, hyper, red.count(e.shape[0]), sse), sse, accept)
 
 
 # -- declarations for the sampling driver ---------------------------------------------------
@@ -544,6 +582,7 @@ def sample(
     resume: bool = False,
     block: int | None = None,
     gauge_rounds: int = 5,
+    mesh=None,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` SBMF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
@@ -567,6 +606,10 @@ def sample(
     progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
     gauge_rounds : int >= 0, rounds of column-scaling gauge moves per sweep (`step`); 0 is
         the thesis's plain Algorithm 2.
+    mesh : jax.sharding.Mesh, optional: split the ratings (and the residual cache) over the devices
+        of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`); the factors stay replicated, the sums
+        over ratings are psum-ed, and the draws equal the single-device ones up to the order of
+        the additions (attrs ``n_devices``). None: one device, unchanged.
 
     Returns
     -------
@@ -579,7 +622,8 @@ def sample(
     ------
     ValueError: obs not Observations; obs with an index out of range, a NaN or infinite value,
     duplicates or no entries (`Observations.validate`, before any compilation); K < 1; bad counts; unknown ``keep`` names; bad
-    hyperparameters; ``predict_at`` indices out of range.
+    hyperparameters; ``predict_at`` indices out of range; ``mesh`` without an axis ``"nnz"``.
+    TypeError: ``mesh`` not a jax.sharding.Mesh.
     Source: seed 004, Algorithm 2 (sweep); the driver is a project addition.
     """
     _check_obs(obs)
@@ -587,10 +631,17 @@ def sample(
     K = _check_K(K)
     _check_hyper(hyper)
     gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)
+    dtype = np.asarray(obs.values).dtype if dtype is None else dtype
+    data, attrs = obs, None
+    if mesh is not None:  # the ratings split over the devices (`step` dispatches on the container)
+        sharding.check_mesh(mesh)
+        data = sharding.shard_observations(obs, mesh)
+        attrs = {"n_devices": data.n_shards}
     return mcmc_driver.sample(
-        SPEC, key, obs, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-        keep=keep, predict_at=predict_at, dtype=np.asarray(obs.values).dtype if dtype is None else dtype, progress=progress, checkpoint=checkpoint,
+        SPEC, key, data, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
+        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
         checkpoint_every=checkpoint_every, resume=resume, block=block, step_options={"gauge_rounds": gauge_rounds},
+        attrs=attrs,
     )
 
 
