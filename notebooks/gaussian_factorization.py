@@ -30,13 +30,11 @@
 
 # %%
 import inspect
-import os
 import warnings
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    # many small programs, each run once: cheaper compilation matters more than fast code
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# (No XLA_FLAGS optimisation level here: a different level rounds the simulated data differently,
+# and the cross-check of section 5 would then no longer find its stored NUTS reference.)
 
 import numpyro  # noqa: E402
 
@@ -168,11 +166,18 @@ fm_checks.groupby(["site", "expected"]).agg(max_error=("max_error", "max"), pass
 # the noise precision alpha), on identifiable quantities only: the predictive mean yhat_n
 # of every row, and alpha. The NUTS reference counts only if ArviZ's gates pass
 # (rank-normalized R-hat <= 1.01, bulk and tail ESS >= 400, no divergences).
+#
+# The NUTS side of the default cross-check problem (30 users, 20 items, 200 rows, K = 2;
+# 4 chains of 1000 + 1000 iterations) is stored with its gates and provenance in
+# `validation/reference_posteriors/vbfm.*`; `run_crosscheck` uses it when the simulated data
+# and the NUTS settings hash to the stored key, and re-runs NUTS otherwise (change `cfg` to see
+# that). `factorbayes crosscheck vbfm --reference rerun` runs NUTS afresh;
+# `validation.references.regenerate("vbfm")` rewrites the stored files.
 
 # %%
-cfg = v_vbfm.CrosscheckConfig(n_users=15, n_items=10, n_genres=3, n_rows=100, K=1, num_warmup=400, num_samples=500,
-                              vi_restarts=2, n_vi_draws=2000)
+cfg = v_vbfm.CrosscheckConfig()  # the default problem: its NUTS reference is stored
 xc_result = v_vbfm.run_crosscheck(cfg, progress=False)
+print("NUTS reference read from the stored file:", xc_result.reference.stored)
 print("verdict:", xc_result.verdict.status)
 for reason in xc_result.verdict.reasons:
     print(" -", reason)
@@ -199,7 +204,11 @@ xc_result.verdict.table[["quantity", "corr_log_mean", "median_sd_ratio", "covera
 # ...) whose posterior correlations are negative (the global bias trades off against the
 # biases); q drops those correlations, so the variance of the *sum* can come out too wide.
 # Which way the gap goes is a property of the quantity, which is why the cross-check
-# reports it instead of assuming it.
+# reports it instead of assuming it. The noise precision alpha is where mean field shows most on
+# this problem (the alpha table above): q puts it near 3.3 with about a third of the NUTS sd,
+# against a NUTS mean near 5.5, so the VBFM noise is too large and the NUTS mean falls outside
+# q's 90% interval; the predictive means above agree all the same. The verdict is read on the
+# predictive means only; alpha's gap is reported beside it, not gated (`run_crosscheck`).
 #
 # ## 6. VBFM's updates are stationary points; OVBFM reaches the same fixed point
 #
