@@ -630,11 +630,18 @@ def _r(state):
 
 
 def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale: float = 0.1,
-         init_shape: float | None = None, dtype=jnp.float64):
+         init_shape: float | None = None, init_r: float | None = None, dtype=jnp.float64):
     """A dispersed start: shapes and rates at their prior means, w0, w, V = init_scale (0.5 + U),
     r_k = (0.5 + U) / K (NPFM). With ``init_shape``, V = init_scale G / init_shape with
     G ~ Gamma(init_shape) instead (a small shape gives sparse, asymmetric factors, which helps the
-    chain find block structure). ``variant``: "npfm" or "ppfm". Returns NPFMState / PPFMState.
+    chain find block structure). With ``init_r`` (NPFM), r_k = init_r (0.5 + U) instead: on the
+    chapter's 60 x 90 two-block matrix the default r_k ~ 1 / K lets the count allocation give
+    every unit to the linear terms and one factor, and the chain stays in that one-factor mode
+    (r mass on 1 factor after 4,000 sweeps, held-out RMSE 1.48); with init_r = 1 (and
+    init_scale = 1, init_shape = 0.3) 3 of 4 chains (seeds 0 and 1, 2 chains each) find both
+    blocks (two factors carry the r mass, held-out RMSE 0.04).
+    ``variant``: "npfm" or "ppfm" (``init_r`` is ignored for PPFM, whose r_k = 1).
+    Returns NPFMState / PPFMState.
 
     Raises ValueError for a bad K, variant or hyper. Source: project addition (the thesis
     initialises w, v, r "to a small positive value", ch. 5.4.6).
@@ -656,7 +663,8 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
         zeta=f(h.e / h.f, D), delta=f(h.g / h.h, K))
     if variant == "ppfm":
         return PPFMState(**common)
-    return NPFMState(**common, r=u(k4, K) / K, gamma0=f(h.e_0 / h.f_0), c=f(h.g_0 / h.h_0))
+    r = u(k4, K) / K if init_r is None else float(init_r) * u(k4, K)
+    return NPFMState(**common, r=r, gamma0=f(h.e_0 / h.f_0), c=f(h.g_0 / h.h_0))
 
 
 def init_npfm(key, data, K, hyper, **kw):
@@ -1073,7 +1081,7 @@ def _spec(alg, variant):
 def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chains: int = 4, num_warmup: int = 500,
            num_samples: int = 500, thin: int = 1, keep=None, predict_at=None, dtype=np.float64,
            progress: bool = False, order: str = "valid", init_scale: float = 0.1, init_shape: float | None = None,
-           block: int | None = None,
+           init_r: float | None = None, block: int | None = None,
            checkpoint=None, checkpoint_every: int = 10, resume: bool = False):
     """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
 
@@ -1092,7 +1100,7 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         draws of all chains of each row's Poisson rate (group ``predictions``: ``pred_mean``,
         ``pred_sd``, dim ``cell``); no draw is stored.
     dtype : float64 or float32. order : "valid" or "printed" (the chapter's order: broken,
-        for the SBC demonstration). init_scale, init_shape : see `init`. block, checkpoint, checkpoint_every, resume: driver
+        for the SBC demonstration). init_scale, init_shape, init_r : see `init`. block, checkpoint, checkpoint_every, resume: driver
         options (`mcmc_driver.sample`: a checkpoint every ``checkpoint_every`` blocks).
 
     Returns
@@ -1130,7 +1138,8 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, block=block, checkpoint=checkpoint,
         checkpoint_every=checkpoint_every, resume=resume,
         init_options={"init_scale": float(init_scale),
-                      **({} if init_shape is None else {"init_shape": float(init_shape)})},
+                      **({} if init_shape is None else {"init_shape": float(init_shape)}),
+                      **({} if init_r is None or variant == "ppfm" else {"init_r": float(init_r)})},
         step_options={"order": order},
         attrs={"variant": variant, "zeros": data.zeros})
 

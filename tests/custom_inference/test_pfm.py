@@ -187,3 +187,21 @@ def test_sample_compiles_once_runs_float32_and_accumulates_predictions():
     assert np.asarray(a.sample_stats["n_active"]).shape == (2, 6)
     c = pfm.sample(0, data, 2, HYPER, variant="ppfm", num_chains=1, num_warmup=3, num_samples=4, dtype=np.float32)
     assert np.all(np.isfinite(c.sample_stats["lp"].values)) and c.posterior["w0"].dtype == np.float32
+
+
+def test_init_r_sets_the_starting_weights():
+    """r_k = (0.5 + U) / K by default and init_r (0.5 + U) with init_r (NPFM); PPFM has no r and
+    ignores it; sample passes init_r to init (its first kept draw after 0 warm-up sweeps differs)."""
+    Y = np.array([[3.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    data = pfm.PFMData.from_matrix(sp.csr_matrix(Y))
+    K = 4
+    r0 = np.asarray(pfm.init(jax.random.PRNGKey(0), data, K, HYPER).r)
+    r1 = np.asarray(pfm.init(jax.random.PRNGKey(0), data, K, HYPER, init_r=2.0).r)
+    assert np.all((r0 >= 0.5 / K) & (r0 <= 1.5 / K)) and np.all((r1 >= 1.0) & (r1 <= 3.0))
+    np.testing.assert_allclose(r1, 2.0 * K * r0, rtol=1e-12)  # same uniforms, other scale
+    p = pfm.init(jax.random.PRNGKey(0), data, K, HYPER, variant="ppfm", init_r=2.0)
+    assert isinstance(p, pfm.PPFMState)
+    kw = dict(num_chains=1, num_warmup=0, num_samples=1, keep=("r",))
+    a = pfm.sample(0, data, K, HYPER, **kw)
+    b = pfm.sample(0, data, K, HYPER, init_r=50.0, **kw)
+    assert not np.allclose(a.posterior["r"].values, b.posterior["r"].values)
