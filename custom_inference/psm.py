@@ -71,7 +71,6 @@ returns the (B, J) block of the B users asked for).
 from __future__ import annotations
 
 import functools
-import time
 from typing import NamedTuple
 
 import jax
@@ -81,6 +80,19 @@ import numpy as np
 from . import arviz_io, base, vi_driver
 from .data import Observations
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
+from .psm_caches import (  # noqa: F401 (the caches are part of this module's public API)
+    Background,
+    moments,
+    _s_t,
+    item_background,
+    user_background,
+    background_sums,
+    user_background_terms,
+    item_background_terms,
+    _omega_star,
+    omega_star_user_sums,
+    omega_star_item_sums,
+)
 
 __all__ = [
     "PSMState",
@@ -157,17 +169,6 @@ class PSMInfo(NamedTuple):
 
     elbo: jax.Array
     xi_star: jax.Array
-
-
-class Background(NamedTuple):
-    """A background cache (B.1): P (K, K), m_dag (K,) = sum w E[b] E[x], m_ddag (K,) = sum w E[x],
-    nu () = sum w E[b], kappa () = sum w E[b^2], with weights w = t (item cache) or s (user cache)."""
-
-    P: jax.Array
-    m_dag: jax.Array
-    m_ddag: jax.Array
-    nu: jax.Array
-    kappa: jax.Array
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,21 +287,6 @@ def _init(key, data, hyper, d_prime, scale, K):
 # moments, pair sums in chunks
 
 
-def moments(state: PSMState):
-    """Means and variances under q: (mu_u, var_u) (I, K), (mu_v, var_v) (J, K), (mu_bu, var_bu) (I,),
-    (mu_bv, var_bv) (J,), all of the state's float dtype (variance = 1 / precision).
-
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` eq. (4) (Gaussian factors q(u_ik) = N(mu_ik, omega_ik^-1)).
-    """
-    return ((state.u_mu, 1.0 / state.u_prec), (state.v_mu, 1.0 / state.v_prec),
-            (state.bu_mu, 1.0 / state.bu_prec), (state.bv_mu, 1.0 / state.bv_prec))
-
-
-def _s_t(state):
-    return jax.nn.softmax(state.log_s), jax.nn.softmax(state.log_t)
-
-
 def _chunks(n: int, chunk: int):
     """(chunk size, number of chunks, padded length) for n pairs."""
     c = max(1, min(int(chunk), int(n)))
@@ -359,119 +345,6 @@ def pair_xi(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
     Source: ``000_619a0297b9d686b2.txt`` eq. (11), positive root.
     """
     return optimal_xi(pair_moments(state, data, chunk)[1])
-
-
-# ---------------------------------------------------------------------------------------------
-# background caches (B.1) and the sums built from them
-
-
-def _background(w, mu, var, bmu, bvar):
-    wm = w[:, None] * mu
-    P = wm.T @ mu + jnp.diag(w @ var)
-    return Background(P, (w * bmu) @ mu, w @ mu, w @ bmu, w @ (bmu**2 + bvar))
-
-
-def item_background(state: PSMState) -> Background:
-    """Item-background cache (the paper's minus-sign caches): t-weighted sums over items, O(J K^2).
-
-    Returns `Background`: P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (item-background P-, m-dag, m-ddag, nu-, kappa-);
-    Algorithm 1, "cache item-background".
-    """
-    _, t = _s_t(state)
-    (_, _), (mv, vv), _, (mbv, vbv) = moments(state)
-    return _background(t, mv, vv, mbv, vbv)
-
-
-def user_background(state: PSMState) -> Background:
-    """User-background cache (the paper's plus-sign caches): s-weighted sums over users, O(I K^2).
-
-    Returns `Background`: P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (user-background P+, m+dag, ...); Algorithm 1,
-    "cache user-background".
-    """
-    s, _ = _s_t(state)
-    (mu, vu), _, (mbu, vbu), _ = moments(state)
-    return _background(s, mu, vu, mbu, vbu)
-
-
-def background_sums(user_bg: Background, item_bg: Background):
-    """(S1, S2) = (sum_ij s_i t_j E a_ij, sum_ij s_i t_j E a_ij^2) from the two caches (module docstring).
-
-    user_bg, item_bg : `Background` of the same K. Returns two scalars () of their float dtype.
-    Raises nothing of its own (no checks: traced code; caches of different K make JAX raise a shape
-    error).
-    Source: ``000_619a0297b9d686b2.txt`` sec. 4 (xi* update) and appendix B.3 for S2, corrected cross
-    terms (ERRATA in `validation.psm`); S1 derived the same way (project addition).
-    """
-    s1 = user_bg.m_ddag @ item_bg.m_ddag + user_bg.nu + item_bg.nu
-    s2 = (jnp.sum(user_bg.P * item_bg.P) + 2.0 * user_bg.m_ddag @ item_bg.m_dag + 2.0 * user_bg.m_dag @ item_bg.m_ddag
-          + 2.0 * user_bg.nu * item_bg.nu + user_bg.kappa + item_bg.kappa)
-    return s1, s2
-
-
-def _own_terms(mu, var, bmu, bvar, bg: Background):
-    """Per own-side symbol: (sum_w E a, sum_w E a^2) against the other side's cache, (n,) each."""
-    first = mu @ bg.m_ddag + bmu + bg.nu
-    quad = jnp.einsum("ik,kl,il->i", mu, bg.P, mu) + var @ jnp.diagonal(bg.P)
-    second = quad + 2.0 * bmu * (mu @ bg.m_ddag) + 2.0 * (mu @ bg.m_dag) + bmu**2 + bvar + 2.0 * bmu * bg.nu + bg.kappa
-    return first, second
-
-
-def user_background_terms(state: PSMState, item_bg: Background | None = None):
-    """(sum_j t_j E a_ij, sum_j t_j E a_ij^2) for every user, (I,) each of the state's float dtype,
-    from the item cache ``item_bg`` (`Background`; computed from ``state`` when None).
-
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (the bracket of sum_j t_j Omega*_ij), corrected
-    (ERRATA in `validation.psm`).
-    """
-    item_bg = item_background(state) if item_bg is None else item_bg
-    (mu, vu), _, (mbu, vbu), _ = moments(state)
-    return _own_terms(mu, vu, mbu, vbu, item_bg)
-
-
-def item_background_terms(state: PSMState, user_bg: Background | None = None):
-    """(sum_i s_i E a_ij, sum_i s_i E a_ij^2) for every item, (J,) each of the state's float dtype,
-    from the user cache ``user_bg`` (`Background`; computed from ``state`` when None).
-
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1, mirrored for items (corrected as for users).
-    """
-    user_bg = user_background(state) if user_bg is None else user_bg
-    _, (mv, vv), _, (mbv, vbv) = moments(state)
-    return _own_terms(mv, vv, mbv, vbv, user_bg)
-
-
-def _omega_star(xi_star, first, second):
-    """sum_w Omega*(first, second) with weights summing to one: log s(xi*) - xi*/2 + lam* xi*^2
-    - lam* second - first / 2 (first, second: the weighted sums of E a and E a^2)."""
-    lam = jj_lambda(xi_star)
-    return jax.nn.log_sigmoid(xi_star) - 0.5 * xi_star + lam * xi_star**2 - lam * second - 0.5 * first
-
-
-def omega_star_user_sums(state: PSMState, item_bg: Background | None = None):
-    """sum_j t_j Omega*_ij for every user, (I,) of the state's float dtype (B.4.1, corrected: see
-    ERRATA in validation.psm); ``item_bg`` as in `user_background_terms`.
-
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (sum_j t_j Omega*_ij), corrected.
-    """
-    first, second = user_background_terms(state, item_bg)
-    return _omega_star(state.xi_star, first, second)
-
-
-def omega_star_item_sums(state: PSMState, user_bg: Background | None = None):
-    """sum_i s_i Omega*_ij for every item, (J,) of the state's float dtype; ``user_bg`` as in
-    `item_background_terms`.
-
-    Raises nothing of its own (no checks: traced code).
-    Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1, mirrored for t (corrected as for users).
-    """
-    first, second = item_background_terms(state, user_bg)
-    return _omega_star(state.xi_star, first, second)
 
 
 # ---------------------------------------------------------------------------------------------
