@@ -45,6 +45,7 @@ import numpy as np
 from jax.scipy.special import gammaln, logsumexp, xlogy
 
 from . import arviz_io, base, sharding, vi_driver
+from .chunks import over_chunks
 from .data import Observations, check_observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 
@@ -354,12 +355,7 @@ def _nonzero_sums(factors, data: Observations, chunk: int = STEP_CHUNK):
 
     n = data.nnz
     carry = (jnp.zeros_like(t), jnp.zeros_like(b), jnp.zeros_like(t, shape=()))  # *_like: same device-variance as t
-    n_full = n // chunk
-    if n_full:
-        carry = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), carry)
-    if n - n_full * chunk:
-        carry = body(n_full * chunk, n - n_full * chunk, carry)
-    return carry
+    return over_chunks(n, chunk, body, carry)
 
 
 def _sweep_impl(state: HPFState, data: Observations, hyper):
@@ -410,13 +406,7 @@ def _nonzero_y_log_z(factors, data: Observations, chunk: int = STEP_CHUNK) -> ja
         return acc + jnp.sum(y * (jnp.log(z) + m_u[rows] + m_i[cols]))
 
     n = data.nnz
-    acc = jnp.zeros_like(t, shape=())
-    n_full = n // chunk
-    if n_full:
-        acc = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), acc)
-    if n - n_full * chunk:
-        acc = body(n_full * chunk, n - n_full * chunk, acc)
-    return acc
+    return over_chunks(n, chunk, body, jnp.zeros_like(t, shape=()))
 
 
 @jax.jit

@@ -38,6 +38,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from . import arviz_io, base, mcmc_driver
+from .chunks import over_chunks
 from .data import CountUnits, Observations, check_observations
 from .hpf import HPF_DIMS, _check_components, _check_hyper
 
@@ -110,17 +111,6 @@ def init(key, data: CountUnits, K: int, hyper, *, dtype=jnp.float64) -> HPFGibbs
 UNIT_CHUNK = 16384
 
 
-def _over_chunks(n: int, chunk: int, body, carry):
-    """``body(start, size, carry) -> carry`` over [0, n) in chunks: a ``fori_loop`` over the whole
-    chunks (static ``size``, traced ``start``), then the tail. The same loop as `hpf._sweep_statistics`."""
-    n_full = n // chunk
-    if n_full:
-        carry = jax.lax.fori_loop(0, n_full, lambda j, c: body(j * chunk, chunk, c), carry)
-    if n - n_full * chunk:
-        carry = body(n_full * chunk, n - n_full * chunk, carry)
-    return carry
-
-
 def _slice(x, start, size):
     return jax.lax.dynamic_slice_in_dim(x, start, size)
 
@@ -163,7 +153,7 @@ def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None, *, chunk: 
         return user_counts.at[rows * k + comp].add(w), item_counts.at[cols * k + comp].add(w)
 
     carry = (jnp.zeros(data.n_rows * k, dtype), jnp.zeros(data.n_cols * k, dtype))
-    user_counts, item_counts = _over_chunks(n, chunk, body, carry)
+    user_counts, item_counts = over_chunks(n, chunk, body, carry)
     return user_counts.reshape(data.n_rows, k), item_counts.reshape(data.n_cols, k)
 
 
@@ -257,7 +247,7 @@ def log_joint(state: HPFGibbsState, data: CountUnits, hyper, *, chunk: int = UNI
         return acc + jnp.sum(weight * jnp.log(_unit_rates(state, rows, cols).sum(axis=1)))
 
     n = data.rows.shape[0]
-    return _log_joint_given_y_log_rate(state, _over_chunks(n, chunk, body, jnp.zeros((), state.theta.dtype)), hyper)
+    return _log_joint_given_y_log_rate(state, over_chunks(n, chunk, body, jnp.zeros((), state.theta.dtype)), hyper)
 
 
 @jax.jit

@@ -290,7 +290,9 @@ def _loop_fit_svi(key, X, strategy, S, n_iter, *, S_min=None, S_max=1 << 20, the
     return st, sizes
 
 
-@pytest.mark.parametrize("strategy", sibm.STRATEGIES)
+# one strategy by default (the scan blocks do not depend on how cells are drawn); all three under -m slow
+@pytest.mark.parametrize("strategy", [s if s == "biased" else pytest.param(s, marks=pytest.mark.slow)
+                                      for s in sibm.STRATEGIES])
 def test_block_scanned_svi_equals_one_minibatch_at_a_time(strategy):
     """fit_svi's lax.scan blocks draw the same cells and make the same updates as `svi_step` in a Python
     loop (same key stream): fixed S with a cell budget, and S = 'auto' (eq. 13) with S crossing powers of
