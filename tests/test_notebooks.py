@@ -65,11 +65,12 @@ def _kernel_available() -> bool:
     return KERNEL in KernelSpecManager().find_kernel_specs()
 
 
-# The two heaviest notebooks (about 100 s of CPU each: the Gibbs-vs-NUTS cross-check, the CustomGibbs
-# hybrids and three small SBC runs; the Gaussian models' checks) run under `pytest -m slow`, to keep the
+# The three heaviest notebooks (60-100 s of CPU each: the Gibbs-vs-NUTS cross-check, the CustomGibbs
+# hybrids and three small SBC runs; the Gaussian models' checks; NPFM's sampler and checks) run under
+# `pytest -m slow`, to keep the
 # default suite under 15 minutes on 2 cores. Their models keep their default-suite tests, and their
 # rendered copies (notebooks/rendered/, checked in the default run below) hold the executed outputs.
-SLOW_NOTEBOOKS = ("gaussian_factorization", "hpf_gibbs_sbc")
+SLOW_NOTEBOOKS = ("gaussian_factorization", "hpf_gibbs_sbc", "poisson_fm")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_NOTEBOOKS else n

@@ -154,6 +154,9 @@ def test_saved_result_round_trips(small, tmp_path):
     np.testing.assert_allclose(scores[1, 5], hpf.expected_rate(state, [3], [5])[0], rtol=1e-12)
 
 
+# slow (2,000 sweeps on 80 x 60): a recovery run; correctness is checked by default through the
+# update checks and the cross-check against the stored NUTS reference
+@pytest.mark.slow
 def test_recovers_simulated_rates():
     """On data simulated from the model, posterior mean rates track the true rates."""
     params, y = simulate(jax.random.PRNGKey(11), 80, 60, 3, HYPER)
