@@ -4,6 +4,8 @@
         [--reference stored|rerun] [--quick]           (SPEC.solvers: run_crosscheck(config, progress, reference));
         [--data ml-100k|PATH]                          NUTS from the stored reference when it matches;
                                                        --data where the model's SPEC.real_data allows (hpf)
+        [--vsbc N]                                     VI solvers: also N VSBC simulations in the report
+                                                       (validation.vi_evidence.run_vsbc)
     factorbayes fit MODEL --data FILE [--format F]     validation.api.fit on the file (validation.loaders.load),
         [--user-col C --item-col C --value-col C]      saved with FittedModel.save to OUT/MODEL.nc (the
         [--sep S] [--transform T] --out DIR            artifact's path is the last line printed); MODEL is
@@ -16,6 +18,9 @@
     factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
     factorbayes errata                                 validation.errata.run_errata(registry.all_errata())
+    factorbayes evidence [MODEL ...]                   validation.report.evidence_table: per model and solver,
+                                                       which evidence exists (update checks, bridge, NUTS
+                                                       agreement, SBC, k-hat, VSBC), from the registry
     factorbayes evaluate implicit --data ml-100k|PATH  validation.implicit_eval.evaluate_implicit
                                                        (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
                                                        on P1, SIBM; RG like error by degree)
@@ -125,7 +130,33 @@ def cmd_crosscheck(args) -> int:
     if args.reference is not None:
         kwargs["reference"] = args.reference
     result = solver.run(config, progress=not args.no_progress, **kwargs)
+    if getattr(args, "vsbc", 0):
+        from . import vi_evidence
+
+        adapters = vi_evidence.evidence_adapter(args.model, solver.name, "vsbc")
+        if adapters is None:
+            raise ValueError(f"--vsbc: no VSBC adapter for {args.model} {solver.name} (validation.vi_evidence.ADAPTERS)")
+        simulate, fit, functionals, _ = adapters(solver.name)
+        result.extra["vsbc"] = vi_evidence.run_vsbc(simulate, fit, functionals, n_sims=args.vsbc,
+                                                    method=f"{args.model}-{solver.name}", progress=not args.no_progress)
     return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}-{solver.name}"))
+
+
+def cmd_evidence(args) -> int:
+    """``factorbayes evidence [MODEL ...]``: print the evidence table (`validation.report.evidence_table`):
+    per model and solver, which evidence exists (update checks, bridge, NUTS agreement, SBC, k-hat, VSBC).
+
+    args : argparse.Namespace with models (list of names, empty for all). Returns 0.
+    Raises KeyError for an unknown model (the parser's choices prevent it from the command line); what
+    importing a model's validation module raises propagates. Source: project addition (the command line).
+    """
+    from .report import evidence_table
+
+    _print_table(evidence_table(args.models or None))
+    print("bridge: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; NUTS agreement: the solver "
+          "against a stored, gated NUTS reference (exact: within MCSE; VI: the reported gap); k-hat and VSBC: "
+          "validation.vi_evidence (k-hat < 0.5 good, 0.5-0.7 ok, > 0.7 q unreliable for importance sampling)")
+    return 0
 
 
 def cmd_evaluate(args, *, df=None, path=None) -> int:
@@ -501,7 +532,7 @@ _CURVE_PASSES = 10  # validation.implicit_eval.CURVE_DEFAULTS["passes"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``factorbayes`` argument parser (sub-commands crosscheck, fit, recommend, evaluate, sbc,
-    errata, each with ``func`` set to its ``cmd_*``). Imports `validation.api` and
+    evidence, errata, each with ``func`` set to its ``cmd_*``). Imports `validation.api` and
     `validation.registry` (no JAX) for the model choices.
 
     Returns an argparse.ArgumentParser. Raises nothing of its own; ImportError from those imports
@@ -527,6 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="fewer NUTS draws (a fresh run, for smoke tests; gates will likely fail)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--vsbc", type=int, default=0, metavar="N",
+                   help="VI solvers: also run N VSBC simulations (validation.vi_evidence) and report them")
     p.set_defaults(func=cmd_crosscheck)
 
     fit_models = api.models()
@@ -638,6 +671,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="report folder (holds the resumable cache)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sbc)
+
+    p = sub.add_parser("evidence", formatter_class=fmt,
+                       help="which evidence exists per model and solver (update checks, bridge, NUTS agreement, "
+                            "SBC, k-hat, VSBC)")
+    p.add_argument("models", nargs="*", choices=[[]] + list(models), metavar="MODEL",
+                   help="models of the registry (default all)")
+    p.set_defaults(func=cmd_evidence)
 
     p = sub.add_parser("errata", help="run the executable errata table", formatter_class=fmt)
     p.add_argument("--out", default="factorbayes-output/errata", help="report folder")

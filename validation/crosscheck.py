@@ -404,8 +404,8 @@ def exact_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantiti
 
 def vi_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities: dict, solver_seconds: float,
                   config, settings: dict, verdict_groups=None, gap_groups: dict | None = None, plotted=None,
-                  extra: dict | None = None, solver_idata=None, thresholds: VIThresholds = VIThresholds()
-                  ) -> CrosscheckResult:
+                  extra: dict | None = None, solver_idata=None, thresholds: VIThresholds = VIThresholds(),
+                  khat_problem=None, khat_draws: int | None = None) -> CrosscheckResult:
     """The VI-vs-exact skeleton: draws from q against a NUTS reference (fresh or stored).
 
     ``verdict_groups`` (default every group of ``solver_quantities``, each positive): NUTS gated on
@@ -413,9 +413,22 @@ def vi_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities:
     ``gap_groups``: group -> scalar names (or None): each gets a per-scalar `vi_gap` table in
     ``extra["GROUP_table"]`` with its own NUTS gate in ``nuts_gates_passed`` (reported, not gated).
     ``plotted``: the groups the report plots on log axes (default ``verdict_groups``).
-    Returns a `CrosscheckResult` (method "vi"). Raises KeyError when the reference lacks a group.
-    Source: project addition (validation level 2).
+    ``khat_problem``: a `validation.vi_evidence.KhatProblem` of the kept fit (draws from q with log q,
+    the program's log joint): its PSIS k-hat of q against the program's posterior (``khat_draws`` draws
+    from q, default the config's ``n_vi_draws`` or 4000, seed ``config.seed``) goes to ``extra["khat"]``
+    (a `validation.vi_evidence.KhatResult`, reported, not gated: mean-field q on hundreds of latent
+    scalars is expected to read "unreliable"). A `validation.vi_evidence.VSBCResult` given in
+    ``extra["vsbc"]`` is reported beside it.
+    Returns a `CrosscheckResult` (method "vi"). Raises KeyError when the reference lacks a group;
+    ValueError from the k-hat (draws on another space than the program's, non-finite log ratios).
+    Source: project addition (validation level 2; PSIS k-hat: Yao et al. 2018, sec. 3).
     """
+    evidence = {}
+    if khat_problem is not None:
+        from . import vi_evidence
+
+        n = khat_draws or getattr(config, "n_vi_draws", None) or 4000
+        evidence["khat"] = vi_evidence.khat(khat_problem, n_draws=n, seed=getattr(config, "seed", 0))
     verdict_groups = list(solver_quantities) if verdict_groups is None else list(verdict_groups)
     plotted = verdict_groups if plotted is None else list(plotted)
     gate = nuts_gates(_nuts_summaries(ref, verdict_groups), divergences=ref.divergences, bfmi=ref.bfmi)
@@ -431,4 +444,5 @@ def vi_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities:
         solver_quantities={g: solver_quantities[g] for g in plotted},
         nuts_quantities={g: ref.draws[g] for g in plotted}, solver_seconds=solver_seconds,
         nuts_seconds=ref.seconds, config=config, settings={**settings, "NUTS": ref.line()},
-        extra={**tables, **(extra or {})}, solver_idata=solver_idata, nuts_idata=ref.idata, reference=ref)
+        extra={**tables, **(extra or {}), **evidence}, solver_idata=solver_idata, nuts_idata=ref.idata,
+        reference=ref)

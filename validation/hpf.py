@@ -29,6 +29,7 @@ from ppl_models import hpf as ppl
 from . import crosscheck as xc
 from . import registry
 from . import updates
+from . import vi_evidence
 from .errata import Erratum
 
 __all__ = [
@@ -46,6 +47,8 @@ __all__ = [
     "nuts_reference",
     "run_nuts_reference",
     "crosscheck_settings",
+    "khat_problem",
+    "vsbc_adapters",
     "ERRATA",
     "ERRATA_HYPER",
     "SEED001",
@@ -368,8 +371,72 @@ def run_crosscheck(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarr
         extra={"y": y, "elbo": np.asarray(best.vi_trace.elbo.values),
                "update_table": update_checks(data, config.hyper, k, seed=config.seed),
                "dense_table": dense_twin_checks(y, config.hyper, k, seed=config.seed)},
-        solver_idata=best,
+        solver_idata=best, khat_problem=khat_problem(cavi.state_from_inference_data(best), y, config.hyper),
     )
+
+
+def _q_sample(s, seed: int, n: int) -> vi_evidence.QSample:
+    """n draws from q (float64 state ``s``) on the program's sites theta, xi, beta, eta, with log q."""
+    rng = np.random.default_rng(seed)
+    sites, log_q = {}, np.zeros(n)
+    for name, shape, rate in (("theta", s.gamma_shape, s.gamma_rate), ("xi", s.kappa_shape, s.kappa_rate),
+                              ("beta", s.lambda_shape, s.lambda_rate), ("eta", s.tau_shape, s.tau_rate)):
+        x = rng.standard_gamma(shape, size=(n, *shape.shape)) / rate
+        sites[name] = x
+        log_q += stats.gamma.logpdf(x, shape, scale=1.0 / rate).reshape(n, -1).sum(axis=1)
+    return vi_evidence.QSample(sites, log_q)
+
+
+def khat_problem(state, y: np.ndarray, hyper) -> vi_evidence.KhatProblem:
+    """The k-hat problem of an HPF CAVI fit: q(theta, xi, beta, eta) (independent Gammas, the state's
+    shapes and rates) against `ppl_models.hpf.model` on the dense counts ``y`` (I, J).
+
+    The program is Poisson in y with z marginalised; q's factor q(z) (the multinomial phi) is not a
+    density on the program's space and drops out: the k-hat is that of the product of Gammas on all
+    I K + J K + I + J positive latent scalars against p(theta, xi, beta, eta | y) (same coordinates,
+    no Jacobian). ``state``: `custom_inference.hpf.HPFState`; ``y`` taken as float64.
+    Returns a `validation.vi_evidence.KhatProblem`. Raises nothing of its own.
+    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on the model of 001_30a2018ec18c20b9.txt.
+    """
+    s = _np_state(state)
+    K = s.gamma_shape.shape[1]
+    draw = functools.partial(_q_sample, s)
+    log_joint = vi_evidence.numpyro_log_joint(ppl.model, (jnp.asarray(np.asarray(y, np.float64)), K, hyper))
+    return vi_evidence.KhatProblem(draw, log_joint, f"q(theta, xi, beta, eta) (all {s.gamma_shape.size + s.lambda_shape.size + s.kappa_shape.size + s.tau_shape.size} "
+                                                    "latent scalars of the program; q(z) marginalised with the program's z)")
+
+
+def vsbc_adapters(solver: str = "cavi", config=None):
+    """``(simulate, fit, functionals, description)`` of HPF CAVI's VSBC (`validation.vi_evidence.run_vsbc`).
+
+    Simulation and functionals are those of HPF's SBC (`validation.hpf_gibbs.sbc_adapters`, its
+    ``SBCConfig``: 10 x 8, K = 2; log xi_u and log eta_i of the first three users and items, three
+    expected rates theta_u . beta_i and the log of the total rate). The fit is CAVI (tol 1e-8, at most
+    ``cavi_max_iter`` sweeps, ``n_q_draws`` draws from q) on *every* cell of the matrix, zeros kept
+    as explicit entries: a zero count adds y phi = 0 to the sums and its rate to the sum over all
+    cells that the solver adds anyway, so the fixed point is the same as on the nonzeros, and the
+    fixed number of entries compiles the sweep once for all simulations.
+    Raises ValueError for another ``solver`` than "cavi".
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on the model of 001_30a2018ec18c20b9.txt.
+    """
+    from . import hpf_gibbs
+
+    if solver != "cavi":
+        raise ValueError(f"HPF's VSBC runs the CAVI solver only, got {solver!r}")
+    c = hpf_gibbs.SBCConfig() if config is None else config
+    simulate, _, functionals = hpf_gibbs.sbc_adapters("cavi", c)
+
+    def fit(y, seed: int):
+        I, J = y.shape
+        rows, cols = (a.ravel() for a in np.meshgrid(np.arange(I), np.arange(J), indexing="ij"))
+        data = Observations.from_coo(rows, cols, np.asarray(y, np.float64).ravel(), shape=(I, J), drop_zeros=False)
+        state = cavi.fit(seed, data, c.n_components, c.hyper, max_iter=c.cavi_max_iter, tol=1e-8, n_draws=0,
+                         progress=False).state
+        return _q_sample(_np_state(state), seed, c.n_q_draws).sites
+
+    text = (f"HPF CAVI, {c.n_users} x {c.n_items}, K = {c.n_components}, hyper {tuple(c.hyper)}; tol 1e-8; "
+            f"{c.n_q_draws} draws from q")
+    return simulate, fit, functionals, text
 
 
 def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig) -> dict[str, str]:

@@ -642,6 +642,8 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     on the same generative program); ``000_619a0297b9d686b2.txt`` eq. (5) and its probit approximation
     (sec. 3, "Making and trading predictions").
     """
+    from . import psm_evidence
+
     c = config
     obs, r, truth, d_prime = crosscheck_problem(c)
     I, J = obs.shape
@@ -675,7 +677,7 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
         model="psm", solver="PSM VB (q)", ref=ref, solver_quantities=vq, solver_seconds=vi_seconds, config=c,
         settings=settings, verdict_groups=list(VERDICT_GROUPS),
         gap_groups={"acceptance": [f"sigma(a{p})" for p in pairs], "psi": [f"psi[{j}]" for j in range(J)]},
-        plotted=[*VERDICT_GROUPS, *GAP_GROUPS], extra=extra)
+        plotted=[*VERDICT_GROUPS, *GAP_GROUPS], extra=extra, khat_problem=psm_evidence.khat_problem(best.state, obs, c.hyper))
 
 
 def probit_vs_monte_carlo(state, users, items, *, n_draws: int = 4000, seed: int = 0) -> pd.DataFrame:

@@ -18,7 +18,8 @@ import pandas as pd  # noqa: E402
 
 from custom_inference import arviz_io  # noqa: E402
 
-__all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report"]
+__all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report", "evidence_table",
+           "vi_evidence_lines"]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
@@ -171,6 +172,9 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
         f"![sd ratios]({_sd_ratio_hist(result, out, label)})", "",
         f"![NUTS rank plots]({_rank_plots(result, out)})", "",
     ]
+    if result.method == "vi":
+        lines += vi_evidence_lines(result)
+    lines += _evidence_lines(result.model)
     if result.extra.get("elbo") is not None:
         lines += ["## VI convergence", "", f"![ELBO]({_elbo_curve(np.asarray(result.extra['elbo']), out)})", ""]
     for key, table in result.extra.items():
@@ -231,3 +235,80 @@ def errata_report(table: pd.DataFrame, out_dir) -> Path:
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+_KHAT_TEXT = ("PSIS k-hat of q against the program's posterior (`validation.vi_evidence`): log w = log p(y, theta) "
+              "- log q(theta) at draws from q, with log p the generative program's own log joint (NumPyro "
+              "`log_density`), Pareto-smoothed by ArviZ `psislw`. Reading: < 0.5 good, 0.5-0.7 ok, > 0.7 q "
+              "unreliable for importance sampling (> 1 very bad). It judges q as a whole joint density; the gap "
+              "table above judges its marginals on the compared quantities, which can be close while k-hat is "
+              "large (mean-field q on many latent scalars).")
+_VSBC_TEXT = ("VSBC (Yao et al. 2018): p = Pr_q(f < f*) per simulation and scalar; symmetric about 0.5 when q's "
+              "marginals are unbiased. KS distance between p and 1 - p, p-value calibrated by random reflections "
+              "(flip_pvalue; exact level), scipy's nominal ks_2samp p-value beside it; Bonferroni over the scalars.")
+
+
+def vi_evidence_lines(result) -> list[str]:
+    """The "VI evidence" section of a VI cross-check report: the k-hat (``result.extra["khat"]``, a
+    `validation.vi_evidence.KhatResult`) and the VSBC (``result.extra["vsbc"]``, a
+    `validation.vi_evidence.VSBCResult`) with their readings, or a line saying which is missing.
+    Returns Markdown lines. Raises ImportError without ``tabulate``. Source: project addition."""
+    lines = ["## VI evidence: PSIS k-hat and VSBC", "", _KHAT_TEXT, ""]
+    k = result.extra.get("khat")
+    if k is None:
+        lines += ["k-hat: not computed for this solver (no `khat_problem` passed to the VI skeleton).", ""]
+    else:
+        lines += [markdown_table(pd.DataFrame([k.row()])), "", f"**k-hat {k.khat:.2f}: {k.reading}.**", ""]
+    v = result.extra.get("vsbc")
+    lines += [_VSBC_TEXT, ""]
+    if v is None:
+        lines += [f"VSBC: not run with this cross-check (`factorbayes crosscheck {result.model} --vsbc N`).", ""]
+    else:
+        lines += [f"**VSBC: {v.verdict()}.**", "", markdown_table(v.table), ""]
+    return lines
+
+
+def _registry_rows(models=None) -> list[dict]:
+    from . import references, registry, vi_evidence
+
+    stored = set(references.stored_names())
+    rows = []
+    for name in (models or registry.names()):
+        spec = registry.get(name)
+        for s in spec.solvers:
+            vi = s.method == "vi"
+            measured = vi_evidence.MEASURED.get((name, s.name), {})
+            has = {kind: vi_evidence.has_adapter(name, s.name, kind) for kind in ("khat", "vsbc")}
+            rows.append({
+                "model": name, "solver": s.name, "method": s.method,
+                "update checks": ", ".join(spec.checks) or "none",
+                "bridge (CustomGibbs)": "n/a (VI)" if vi else ("yes" if spec.bridge else "no"),
+                "NUTS agreement": (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
+                + (" (VI gap)" if vi else " (within MCSE)"),
+                "SBC": "yes" if s.name in spec.sbc else "no",
+                "k-hat": "n/a (exact)" if not vi else (
+                    (f"{measured['khat']:.2f}" if "khat" in measured else "yes") if has["khat"] else "no"),
+                "VSBC": "n/a (exact)" if not vi else (
+                    measured.get("vsbc", "yes") if has["vsbc"] else "no"),
+            })
+    return rows
+
+
+def evidence_table(models=None) -> pd.DataFrame:
+    """Which evidence exists, per model and solver, read from `validation.registry` (and, for the VI
+    evidence, `validation.vi_evidence.ADAPTERS` / ``MEASURED``): update checks (the spec's ``checks``),
+    bridge (a non-empty ``bridge``: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; exact
+    solvers), NUTS agreement (a stored reference of the solver's problem), SBC (an SBC adapter under the
+    solver's name), k-hat and VSBC (VI solvers; the measured k-hat and VSBC verdict where recorded).
+
+    ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
+    Raises KeyError for an unknown model; what importing a model's validation module raises propagates.
+    Source: project addition.
+    """
+    return pd.DataFrame(_registry_rows(models))
+
+
+def _evidence_lines(model: str) -> list[str]:
+    return [f"## Evidence for {model} (all solvers)", "",
+            "From `validation.registry` (`factorbayes evidence` prints it for every model).", "",
+            markdown_table(evidence_table([model])), ""]

@@ -27,6 +27,7 @@ from ppl_models import rg as ppl
 from . import crosscheck as xc
 from . import registry
 from . import updates
+from . import vi_evidence
 from .errata import Erratum
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "crosscheck_problem",
     "nuts_reference",
     "run_crosscheck",
+    "khat_problem",
+    "vsbc_adapters",
     "evaluate_movielens",
     "ERRATA",
 ]
@@ -595,7 +598,52 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
         plotted=["prob", "tau"],  # positive quantities (what the report plots on log axes)
         extra={"mackay_abs_error": float(np.median(np.abs(mackay - ref.summary["prob"].mean))),
                "update_table": update_checks(graph, config.K, h), "dense_table": dense_twin_checks(graph, config.K, h),
-               "graph": graph, "solver_biases": {b: vq[b] for b in bias_groups}})
+               "graph": graph, "solver_biases": {b: vq[b] for b in bias_groups}},
+        khat_problem=khat_problem(best, graph, config.K, h))
+
+
+def _q_sites(state, draws: dict, clamp: bool) -> tuple[dict, np.ndarray]:
+    """The program's sites among draws from q (each (S, ...)) and their log q (S,)."""
+    from scipy import stats
+
+    (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(x, np.float64) for x in p) for p in rg.moments(state))
+    logq = stats.norm.logpdf(draws["u"], mu, np.sqrt(su)).sum(axis=(1, 2))
+    logq += stats.norm.logpdf(draws["v"], mv, np.sqrt(sv)).sum(axis=(1, 2))
+    logq += stats.norm.logpdf(draws["b_item"], mbv, np.sqrt(sbv)).sum(axis=1)
+    if not clamp:
+        logq += stats.norm.logpdf(draws["b_user"], mbu, np.sqrt(sbu)).sum(axis=1)
+    taus = ["tau_u", "tau_v", "tau_bv"] + ([] if clamp else ["tau_bu"])
+    for t in taus:
+        logq += stats.gamma.logpdf(draws[t], float(getattr(state, f"{t}_shape")),
+                                   scale=1.0 / float(getattr(state, f"{t}_rate")))
+    sites = ["u", "v", "b_item"] + taus + ([] if clamp else ["b_user"])
+    return {k: np.asarray(draws[k], np.float64) for k in sites}, logq
+
+
+def khat_problem(state, graph, K: int, hyper) -> vi_evidence.KhatProblem:
+    """The k-hat problem of an RG VB fit on one *fixed* hidden graph H (the cross-check's): q(u, v, b, tau)
+    (Normals and Gammas) against `ppl_models.rg.model` given H (the program's edges of H with their g),
+    on all latent scalars of that program (u, v, b_item, tau_u, tau_v, tau_bv; b_user and tau_bu unless
+    clamped). Given H nothing is augmented: the k-hat is of q(theta) against p(theta | g, H). (During
+    training the solver also averages over H ~ q(H) (sec. 4.1), whose law is defined algorithmically,
+    not by the program: no k-hat is defined over it.) The Jaakkola-Jordan xi only define the bound.
+
+    ``state``: `custom_inference.rg.RGState`; ``graph``: the padded hidden graph (its first ``n_edges``
+    entries are used). Returns a `validation.vi_evidence.KhatProblem`. Raises nothing of its own.
+    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on 003_203f63200c0d7157.txt eqs. (2)-(6).
+    """
+    E = graph.n_edges
+    users, items, gv = (np.asarray(a)[:E] for a in (graph.users, graph.items, graph.g))
+    args = (jnp.asarray(users), jnp.asarray(items), jnp.asarray(gv, jnp.float64), graph.n_users, graph.n_items, K, hyper)
+
+    def draw(seed: int, n: int) -> vi_evidence.QSample:
+        d = {k: v[0] for k, v in rg.draws_from_q(seed, state, n).items()}
+        return vi_evidence.QSample(*_q_sites(state, d, hyper.clamp_user_bias))
+
+    n_latent = (graph.n_users + graph.n_items) * K + graph.n_items + 3 + (0 if hyper.clamp_user_bias else graph.n_users + 1)
+    return vi_evidence.KhatProblem(draw, vi_evidence.numpyro_log_joint(ppl.model, args),
+                                   f"q(u, v, b, tau) given the fixed H of the problem ({E} edges; all {n_latent} latent "
+                                   "scalars of the program given H)")
 
 
 # ---------------------------------------------------------------------------------------------

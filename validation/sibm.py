@@ -28,6 +28,7 @@ from ppl_models import sibm as ppl
 from . import crosscheck as xc
 from . import registry
 from . import updates
+from . import vi_evidence
 from .errata import Erratum
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
     "CrosscheckConfig",
     "run_crosscheck",
     "nuts_reference",
+    "khat_problem",
+    "vsbc_adapters",
     "ERRATA",
 ]
 
@@ -741,7 +744,27 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     }
     return xc.vi_crosscheck(model="sibm", solver="SIBM batch VB (q)", ref=ref, solver_quantities=vq,
                             solver_seconds=vi_seconds, config=c, settings=settings,
-                            extra={"mackay_vs_nuts": mk, "elbo": np.asarray(best.elbo), "X": X, "state": best.state})
+                            extra={"mackay_vs_nuts": mk, "elbo": np.asarray(best.elbo), "X": X, "state": best.state},
+                            khat_problem=khat_problem(best.state, X, c.hyper, c.D))
+
+
+def khat_problem(state, X, hyper, D: int) -> vi_evidence.KhatProblem:
+    """The k-hat problem of a SIBM fit: q(U, V, a, b, z) (independent Normals, `q_draws_as_sites`)
+    against `ppl_models.sibm.model` on the binary matrix ``X`` (I, J), on all I D + J D + I + J + 1
+    latent scalars (with biases; the columns of ones are constants, not latent). The Jaakkola-Jordan
+    parameters xi are not random: they only define the solver's bound, so the k-hat is of q itself
+    against the exact (logistic) posterior. Returns a `validation.vi_evidence.KhatProblem`.
+    Raises nothing of its own. Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on
+    002_5408d341cb9fc544.txt eqs. (1)-(4)."""
+    log_joint = vi_evidence.numpyro_log_joint(ppl.model, (jnp.asarray(np.asarray(X), jnp.float64), hyper, D))
+
+    def draw(seed: int, n: int) -> vi_evidence.QSample:
+        return vi_evidence.QSample(*q_draws_as_sites(state, n, seed))
+
+    I, J = np.shape(X)
+    n_latent = (I + J) * D + (I + J if hyper.biases else 0) + 1
+    return vi_evidence.KhatProblem(draw, log_joint, f"q(U, V{', a, b' if hyper.biases else ''}, z) (all {n_latent} "
+                                                    "latent scalars of the program; xi only defines the bound)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from ppl_models import fm as ppl
 from . import crosscheck as xc
 from . import registry
 from . import updates
+from . import vi_evidence
 from .errata import Erratum
 
 __all__ = [
@@ -51,6 +52,8 @@ __all__ = [
     "nuts_reference",
     "crosscheck_design",
     "identifiable_quantities",
+    "khat_problem",
+    "vsbc_adapters",
     "SMALL_DESIGN",
     "movielens_design",
     "benchmark_movielens",
@@ -450,6 +453,8 @@ class CrosscheckConfig:
     fitted model is ``sim_hyper`` with the wide ``fit_sigma_0`` (w0 absorbs the offset): its
     hyperparameters are **fixed at these prior values** in both NUTS and VBFM (update_hyper=False);
     alpha gets a Gamma(a0, b0) prior in both, so its VI gap can be reported.
+    ``solver``: "cavi" (VBFM, Algorithm 3) or "ovbfm" (OVBFM, Algorithm 4: ``svi_batches`` random
+    batches per epoch, ``svi_epochs`` epochs, rho_t = (1 + t)^-``svi_lam``), same problem and reference.
     """
 
     n_users: int = 30
@@ -467,6 +472,10 @@ class CrosscheckConfig:
     num_samples: int = 1000
     vi_restarts: int = 3
     n_vi_draws: int = 4000
+    solver: str = "cavi"
+    svi_batches: int = 4
+    svi_epochs: int = 400
+    svi_lam: float = 0.6
 
 
 def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
@@ -535,31 +544,80 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
     """
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
+    if config.solver not in ("cavi", "ovbfm"):
+        raise ValueError(f"config.solver must be 'cavi' or 'ovbfm', got {config.solver!r}")
     start = time.perf_counter()
     with jax.enable_x64(True):
-        fits = [vbfm.fit(jax.random.PRNGKey(config.seed + 100 * r), design, config.K, h, max_iter=5000, tol=1e-10,
-                         progress=False, alpha_prior=config.alpha_prior, update_hyper=False,
-                         n_draws=config.n_vi_draws)
-                for r in range(config.vi_restarts)]
+        kw = dict(progress=False, alpha_prior=config.alpha_prior, update_hyper=False, n_draws=config.n_vi_draws)
+        if config.solver == "cavi":
+            fits = [vbfm.fit(jax.random.PRNGKey(config.seed + 100 * r), design, config.K, h, max_iter=5000, tol=1e-10,
+                             **kw) for r in range(config.vi_restarts)]
+            run_line = "tol 1e-10"
+        else:
+            fits = [vbfm.fit_svi(jax.random.PRNGKey(config.seed + 100 * r), design, config.K, h,
+                                 n_batches=config.svi_batches, max_epochs=config.svi_epochs, lam=config.svi_lam, **kw)
+                    for r in range(config.vi_restarts)]
+            run_line = (f"{config.svi_epochs} epochs of {config.svi_batches} random batches, rho_t = (1 + t)^-"
+                        f"{config.svi_lam}")
     vi_seconds = time.perf_counter() - start
     best, elbos = xc.best_restart(fits, [f.elbo[-1] for f in fits])
+    label = "VBFM" if config.solver == "cavi" else "OVBFM"
     settings = {
         "data": f"{design.n_rows} rows, {design.n_features} features (simulated, seed {config.seed}); K = {config.K}",
-        "VBFM": f"best of {config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.2f}' for e in elbos)}), "
-                f"tol 1e-10, {vi_seconds:.1f} s; hyperparameters fixed at the simulation values; "
-                f"alpha ~ Gamma{config.alpha_prior}; {config.n_vi_draws} draws from q",
+        label: f"best of {config.vi_restarts} restarts by ELBO ({', '.join(f'{e:.2f}' for e in elbos)}), "
+               f"{run_line}, {vi_seconds:.1f} s; hyperparameters fixed at the simulation values; "
+               f"alpha ~ Gamma{config.alpha_prior}; {config.n_vi_draws} draws from q",
     }
     # compare_vi correlates log means across quantities: only meaningful for the N predictions;
     # alpha (a single quantity) gets its own gap table
     return xc.vi_crosscheck(
-        model="vbfm", solver="VBFM (q)", ref=nuts_reference(config, reference=reference, progress=progress),
+        model="vbfm", solver=f"{label} (q)", ref=nuts_reference(config, reference=reference, progress=progress),
         solver_quantities=identifiable_quantities(arviz_io.group_arrays(best.idata), design),
         solver_seconds=vi_seconds, config=config, settings=settings, verdict_groups=["pred"],
         gap_groups={"alpha": ["alpha"]},
         extra={"update_table": update_checks(design, config.K, h, alpha_prior=config.alpha_prior),
                "dense_table": dense_twin_checks(design, config.K, h, alpha_prior=config.alpha_prior),
                "elbo": np.asarray(best.elbo), "design": design},
-        solver_idata=best.idata)
+        solver_idata=best.idata, khat_problem=khat_problem(best.state, design))
+
+
+def _log_q(state, draws: dict) -> np.ndarray:
+    """log q of draws (w0 (S,), w (S, D), V (S, D, K), alpha (S,) when q(alpha) is Gamma): (S,)."""
+    (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in p) for p in vbfm.moments(state))
+    logq = stats.norm.logpdf(draws["w0"], m0, np.sqrt(s0))
+    logq = logq + stats.norm.logpdf(draws["w"], m, np.sqrt(s)).sum(axis=1)
+    logq = logq + stats.norm.logpdf(draws["V"], mu, np.sqrt(sv)).sum(axis=(1, 2))
+    if float(state.alpha_prior_shape) > 0:
+        logq = logq + stats.gamma.logpdf(draws["alpha"], float(state.alpha_shape), scale=1 / float(state.alpha_rate))
+    return logq
+
+
+def khat_problem(state, design: FMDesign) -> vi_evidence.KhatProblem:
+    """The k-hat problem of a VBFM or OVBFM fit with a Gamma q(alpha) (``alpha_prior`` given): q(w0, w, V,
+    alpha) (independent Normals and a Gamma) against `model_flat_gamma_alpha` at the state's (fixed)
+    prior precisions, on all 1 + D + D K + 1 latent scalars (the program's sites; same coordinates).
+
+    ``state``: `custom_inference.vbfm.VBFMState` with ``alpha_prior_shape`` > 0; ``design``: the fitted
+    `FMDesign`. Returns a `validation.vi_evidence.KhatProblem`. Raises ValueError when q(alpha) is a point
+    (alpha not a latent variable of the fitted model: use the program `ppl_models.fm.model_flat`).
+    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on 004_90693a0965f06816.txt eqs. 4.1-4.11.
+    """
+    if not float(state.alpha_prior_shape) > 0:
+        raise ValueError("khat_problem: the state has no Gamma q(alpha) (fit with alpha_prior=(a0, b0))")
+    K = state.v_prec.shape[1]
+    hyper = _fitted_hyper(state)
+    a0, b0 = float(state.alpha_prior_shape), float(state.alpha_prior_rate)
+    args = (jnp.asarray(design.rows), jnp.asarray(design.cols), jnp.asarray(design.values), design.n_rows,
+            design.n_features, np.asarray(design.group), K, hyper, a0, b0, jnp.asarray(design.y))
+
+    def draw(seed: int, n: int) -> vi_evidence.QSample:
+        d = {k: np.asarray(v[0], np.float64) for k, v in vbfm.draws_from_q(seed, state, n).items()}
+        return vi_evidence.QSample(d, _log_q(state, d))
+
+    D = state.w_prec.shape[0]
+    return vi_evidence.KhatProblem(
+        draw, vi_evidence.numpyro_log_joint(model_flat_gamma_alpha, args, {"n_groups": design.n_groups}),
+        f"q(w0, w, V, alpha) (all {2 + D + D * K} latent scalars of the program; prior precisions fixed)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -664,7 +722,8 @@ ERRATA: tuple[Erratum, ...] = (
 SPEC = registry.ModelSpec(
     name="vbfm",
     solvers=(registry.SolverSpec("cavi", "vi", run_crosscheck, CrosscheckConfig, "vbfm",
-                                 registry.lazy("custom_inference.vbfm:ALGORITHM")),),
+                                 registry.lazy("custom_inference.vbfm:ALGORITHM")),
+             registry.SolverSpec("ovbfm", "vi", run_crosscheck, CrosscheckConfig(solver="ovbfm"), "vbfm")),
     references=(registry.ReferenceSpec("vbfm", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(simulated_design(**SMALL_DESIGN), 2)},
     errata=(ERRATA,),

@@ -190,3 +190,22 @@ def test_parser_constants_match_their_modules():
     assert cli._FORMATS == loaders.FORMATS and cli._TRANSFORMS == loaders.TRANSFORMS
     assert cli._RATINGS_SOLVERS == ratings_eval.SOLVERS and cli._CURVE_DATA == implicit_eval.CURVE_DATA
     assert cli._CURVE_PASSES == implicit_eval.CURVE_DEFAULTS["passes"]
+
+
+def test_evidence_command_prints_one_row_per_solver(capsys):
+    """``factorbayes evidence``: one table from the registry, per model and solver, of which evidence exists."""
+    from validation import registry
+
+    assert cli.main(["evidence"]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    for column in ("update checks", "bridge (CustomGibbs)", "NUTS agreement", "SBC", "k-hat", "VSBC"):
+        assert column in header
+    rows = [line for line in out.splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == sum(len(registry.get(m).solvers) for m in registry.names())
+    hpf_cavi = next(r for r in rows if r.split("|")[1].strip() == "hpf" and r.split("|")[2].strip() == "cavi")
+    assert "stored `hpf`" in hpf_cavi and "n/a (VI)" in hpf_cavi
+    hpf_gibbs = next(r for r in rows if r.split("|")[1].strip() == "hpf" and r.split("|")[2].strip() == "gibbs")
+    assert "| yes " in hpf_gibbs and "n/a (exact)" in hpf_gibbs  # HPF's spec declares its CustomGibbs bridge
+    assert cli.main(["evidence", "sibm"]) == 0
+    assert len([line for line in capsys.readouterr().out.splitlines()[2:] if line.startswith("| sibm")]) == 1
