@@ -342,7 +342,9 @@ class CrosscheckResult:
     solver run), listed by the report. ``extra``: model-specific items; by convention
     DataFrames under ``update_table`` (level-1 checks: stationarity or Gibbs conditionals),
     ``dense_table`` (sparse vs dense brute force) and other ``*_table`` keys are written into
-    the report as tables, ``elbo`` (the kept VI run's trace) as a curve; anything else (the
+    the report as tables, ``elbo`` (the kept VI run's trace) as a curve, ``khat`` (a
+    `validation.vi_evidence.KhatResult`, from `vi_crosscheck`'s ``khat_problem``) and ``vsbc`` (a
+    `validation.vi_evidence.VSBCResult`) in the report's "VI evidence" section; anything else (the
     simulated data, run objects) is kept for notebooks and tests.
     """
 

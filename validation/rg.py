@@ -646,6 +646,60 @@ def khat_problem(state, graph, K: int, hyper) -> vi_evidence.KhatProblem:
                                    "scalars of the program given H)")
 
 
+def _vb_fit(state, g, hyper, *, max_sweeps: int = 5000, tol: float = 1e-10):
+    """Batch VB sweeps on one fixed H until the relative ELBO change is <= ``tol``: (state, final ELBO)."""
+    prev = float(rg.elbo(state, g, hyper))
+    val = prev
+    for _ in range(max_sweeps):
+        state, info = rg.step(None, state, g, hyper)
+        val = float(info.elbo)
+        if abs(val - prev) <= tol * abs(prev):
+            break
+        prev = val
+    return state, val
+
+
+def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfig(), n_users: int = 10,
+                  n_items: int = 12, n_q_draws: int = 400):
+    """``(simulate, fit, functionals, description)`` of RG VB's VSBC on a fixed H (`validation.vi_evidence.run_vsbc`).
+
+    H: every pair of an ``n_users`` x ``n_items`` grid (fixed, so the sweep compiles once). ``simulate(seed)``
+    draws (tau, u, v, b) and g on H from the prior of `ppl_models.rg.model` (``config.hyper``: Gamma(2, 2)
+    hyperprior, user biases clamped, as in the cross-check); ``fit`` runs batch VB on that H (tol 1e-10,
+    at most 5000 sweeps, the best of two starts by ELBO, as coordinate ascent finds local optima) and
+    returns ``n_q_draws`` draws from q. Functionals: log tau_u, log tau_v, log tau_bv, b_0 - mean b,
+    b_1 - mean b (identified item biases) and the logits of three edges. Raises ValueError for another
+    ``solver`` than "vb". Source: project addition (VSBC, Yao et al. 2018, sec. 4) on
+    003_203f63200c0d7157.txt eqs. (2)-(6).
+    """
+    if solver != "vb":
+        raise ValueError(f"RG's VSBC runs batch VB on a fixed H ('vb'), got {solver!r}")
+    h, K = config.hyper, config.K
+    users, items = (a.ravel().astype(np.int32) for a in np.meshgrid(np.arange(n_users), np.arange(n_items), indexing="ij"))
+    edges = (0, 13, 26)
+
+    def simulate(seed: int):
+        with jax.enable_x64(True):
+            params, g = ppl.simulate(jax.random.PRNGKey(seed), users, items, n_users, n_items, K, h)
+        return {k: np.asarray(v, np.float64) for k, v in params.items()}, np.asarray(g, np.float64)
+
+    def fit(gv, seed: int):
+        graph = rg.RGGraph.from_edges(users, items, gv, n_users, n_items)
+        with jax.enable_x64(True):
+            g = _jnp(graph)
+            runs = [_vb_fit(rg.init(jax.random.PRNGKey(seed + r), g, K, h, dtype=jnp.float64), g, h) for r in range(2)]
+        state = max(runs, key=lambda x: x[1])[0]
+        return {k: v[0] for k, v in rg.draws_from_q(seed, state, n_q_draws).items()}
+
+    def logit(p):
+        return np.array([p["u"][users[e]] @ p["v"][items[e]] + p["b_item"][items[e]] for e in edges])
+
+    functionals = {"log_tau": lambda p: np.log([p["tau_u"], p["tau_v"], p["tau_bv"]]),
+                   "b_item_centered": lambda p: np.asarray(p["b_item"])[:2] - np.mean(p["b_item"]), "logit": logit}
+    return simulate, fit, functionals, (f"RG VB on a fixed H = all {n_users} x {n_items} pairs, K = {K}, hyper "
+                                        f"{tuple(h)}; tol 1e-10, best of 2 starts; {n_q_draws} draws from q")
+
+
 # ---------------------------------------------------------------------------------------------
 # (e) MovieLens 100K: the rank score of sec. 6.1.2 (eq. 20) for like, popularity, popularity x like
 

@@ -767,6 +767,48 @@ def khat_problem(state, X, hyper, D: int) -> vi_evidence.KhatProblem:
                                                     "latent scalars of the program; xi only defines the bound)")
 
 
+def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfig(), I: int = 10, J: int = 8,
+                  n_q_draws: int = 400):
+    """``(simulate, fit, functionals, description)`` of SIBM batch VB's VSBC (`validation.vi_evidence.run_vsbc`).
+
+    ``simulate(seed)`` draws (U, V, a, b, z) and X (I x J) from the full prior of `ppl_models.sibm.model`
+    (``config.hyper``, ``config.D``; z random, unlike the cross-check's fixed simulation bias), redrawn
+    when X is all zeros or all ones; ``fit`` runs batch VB (tol 1e-10, at most ``config.vi_iter`` sweeps,
+    ``init_mean_sd`` 0.5) and returns ``n_q_draws`` draws from q on the program's sites. Functionals: z,
+    the biases a_0, a_1, b_0, b_1 and the logits u_i . v_j + a_i + b_j + z of three cells. Raises
+    ValueError for another ``solver`` than "vb".
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on 002_5408d341cb9fc544.txt eqs. (1)-(4).
+    """
+    if solver != "vb":
+        raise ValueError(f"SIBM's VSBC runs batch VB ('vb'), got {solver!r}")
+    c = config
+    cells = ((0, 0), (1, 2), (2, 1))
+
+    def simulate(seed: int):
+        s = int(seed)
+        with jax.enable_x64(True):
+            while True:
+                params, X = ppl.simulate(jax.random.PRNGKey(s), I, J, c.D, c.hyper)
+                X = np.asarray(X)
+                if 0 < X.sum() < X.size:
+                    return {k: np.asarray(v, np.float64) for k, v in params.items()}, X
+                s += 1_000_003
+
+    def fit(X, seed: int):
+        with jax.enable_x64(True):
+            r = sibm.fit(jax.random.PRNGKey(seed), sibm.as_binary(X), c.D, c.hyper, max_iter=c.vi_iter, tol=1e-10,
+                         progress=False, init_mean_sd=0.5, n_draws=1)
+        return q_draws_as_sites(r.state, n_q_draws, seed)[0]
+
+    def logit(p):
+        return np.array([p["U"][i] @ p["V"][j] + p["a"][i] + p["b"][j] + p["z"] for i, j in cells])
+
+    functionals = {"z": lambda p: p["z"], "a": lambda p: np.asarray(p["a"])[:2], "b": lambda p: np.asarray(p["b"])[:2],
+                   "logit": logit}
+    return simulate, fit, functionals, (f"SIBM batch VB: {I} x {J}, D = {c.D}, full prior (z random), hyper "
+                                        f"{tuple(c.hyper)}; tol 1e-10; {n_q_draws} draws from q")
+
+
 # ---------------------------------------------------------------------------------------------
 # the registry's view of SIBM (`validation.registry`)
 

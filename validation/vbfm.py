@@ -54,6 +54,7 @@ __all__ = [
     "identifiable_quantities",
     "khat_problem",
     "vsbc_adapters",
+    "VSBC_DESIGN",
     "SMALL_DESIGN",
     "movielens_design",
     "benchmark_movielens",
@@ -618,6 +619,63 @@ def khat_problem(state, design: FMDesign) -> vi_evidence.KhatProblem:
     return vi_evidence.KhatProblem(
         draw, vi_evidence.numpyro_log_joint(model_flat_gamma_alpha, args, {"n_groups": design.n_groups}),
         f"q(w0, w, V, alpha) (all {2 + D + D * K} latent scalars of the program; prior precisions fixed)")
+
+
+#: the VSBC problem (`vsbc_adapters`): a small design (10 users, 8 items, 3 genres, 60 rows), K = 2
+VSBC_DESIGN = dict(seed=0, n_users=10, n_items=8, n_genres=3, n_rows=60)
+
+
+def vsbc_adapters(solver: str = "cavi", config: CrosscheckConfig = CrosscheckConfig(), n_q_draws: int = 400):
+    """``(simulate, fit, functionals, description)`` of VBFM's or OVBFM's VSBC (`validation.vi_evidence.run_vsbc`).
+
+    The model is the cross-check's: `model_flat_gamma_alpha` with the prior precisions fixed at
+    ``config.sim_hyper`` (w0's at ``config.fit_sigma_0``) and alpha ~ Gamma(``config.alpha_prior``), on the
+    fixed design `VSBC_DESIGN`; ``simulate(seed)`` draws (w0, w, V, alpha) and y from that program, ``fit``
+    runs VBFM (tol 1e-9, at most 3000 sweeps) or OVBFM (``config.svi_batches`` batches, ``svi_epochs``
+    epochs, ``svi_lam``) with update_hyper=False and returns ``n_q_draws`` draws from q. Functionals: log
+    alpha, w0, w of the first two users and items, and yhat_n of the first three rows (identified; V
+    itself is not). Raises ValueError for a ``solver`` other than "cavi" / "ovbfm".
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on 004_90693a0965f06816.txt eqs. 4.1-4.4.
+    """
+    from numpyro import handlers
+
+    if solver not in ("cavi", "ovbfm"):
+        raise ValueError(f"solver must be 'cavi' or 'ovbfm', got {solver!r}")
+    base = simulated_design(**VSBC_DESIGN)
+    h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
+    a0, b0 = config.alpha_prior
+    X = np.zeros((base.n_rows, base.n_features))
+    X[np.asarray(base.rows), np.asarray(base.cols)] = np.asarray(base.values)
+    X3 = X[:3]
+    feats = [0, 1, VSBC_DESIGN["n_users"], VSBC_DESIGN["n_users"] + 1]
+
+    def simulate(seed: int):
+        with jax.enable_x64(True):
+            tr = handlers.trace(handlers.seed(model_flat_gamma_alpha, jax.random.PRNGKey(seed))).get_trace(
+                jnp.asarray(base.rows), jnp.asarray(base.cols), jnp.asarray(base.values), base.n_rows, base.n_features,
+                np.asarray(base.group), config.K, h, a0, b0, None, n_groups=base.n_groups)
+        truth = {k: np.asarray(tr[k]["value"], np.float64) for k in ("w0", "w", "V", "alpha")}
+        return truth, simulated_design(**VSBC_DESIGN, y=np.asarray(tr["y"]["value"], np.float64))
+
+    def fit(design, seed: int):
+        kw = dict(progress=False, alpha_prior=config.alpha_prior, update_hyper=False, n_draws=0)
+        with jax.enable_x64(True):
+            if solver == "cavi":
+                r = vbfm.fit(jax.random.PRNGKey(seed), design, config.K, h, max_iter=3000, tol=1e-9, **kw)
+            else:
+                r = vbfm.fit_svi(jax.random.PRNGKey(seed), design, config.K, h, n_batches=config.svi_batches,
+                                 max_epochs=config.svi_epochs, lam=config.svi_lam, **kw)
+        return {k: v[0] for k, v in vbfm.draws_from_q(seed, r.state, n_q_draws).items()}
+
+    def pred(p):
+        xv = X3 @ p["V"]
+        return p["w0"] + X3 @ p["w"] + 0.5 * np.sum(xv**2 - (X3**2) @ p["V"] ** 2, axis=1)
+
+    functionals = {"log_alpha": lambda p: np.log(p["alpha"]), "w0": lambda p: p["w0"],
+                   "w": lambda p: np.asarray(p["w"])[feats], "pred": pred}
+    text = (f"{'VBFM' if solver == 'cavi' else 'OVBFM'}: design {VSBC_DESIGN}, K = {config.K}, prior precisions "
+            f"fixed ({tuple(h)}), alpha ~ Gamma{config.alpha_prior}; {n_q_draws} draws from q")
+    return simulate, fit, functionals, text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -158,6 +158,22 @@ def test_hpf_cavi_vsbc_on_a_few_simulations():
         hpf.vsbc_adapters("gibbs")
 
 
+def test_report_section_states_khat_and_vsbc_with_their_readings():
+    from types import SimpleNamespace
+
+    from validation.report import vi_evidence_lines
+
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((8, 2))
+    m, sd = normal_posterior(y)
+    k = ve.khat(gaussian_problem(y, m, 0.3 * sd), n_draws=2000)
+    v = _conjugate_vsbc(1.0, n_sims=20)
+    text = "\n".join(vi_evidence_lines(SimpleNamespace(model="toy", extra={"khat": k, "vsbc": v})))
+    assert f"k-hat {k.khat:.2f}: {k.reading}" in text and "flip_pvalue" in text and "asymmetric" in text
+    text = "\n".join(vi_evidence_lines(SimpleNamespace(model="toy", extra={})))
+    assert "not computed" in text and "crosscheck toy --vsbc N" in text
+
+
 @pytest.mark.slow
 def test_hpf_cavi_vsbc_200_simulations():
     """HPF CAVI is not expected to be exactly calibrated; VSBC asks whether its marginal point estimates
