@@ -17,7 +17,7 @@ from ppl_models import psm as ppl
 
 from . import vi_evidence
 
-__all__ = ["q_log_density", "khat_problem"]
+__all__ = ["q_log_density", "khat_problem", "vsbc_adapters"]
 
 
 def q_log_density(state, draws: dict) -> np.ndarray:
@@ -59,3 +59,49 @@ def khat_problem(state, obs, hyper) -> vi_evidence.KhatProblem:
     return vi_evidence.KhatProblem(draw, vi_evidence.numpyro_log_joint(ppl.model, args),
                                    f"q(u, v, b, pi, psi) (all {(I + J) * K + 2 * (I + J)} latent scalars of the program; "
                                    "censored identities summed out in both)")
+
+
+def vsbc_adapters(solver: str = "vb", n_users: int = 8, n_items: int = 6, K: int = 2, n_events: int = 200,
+                  hyper=ppl.PSMHyper(), n_q_draws: int = 400):
+    """``(simulate, fit, functionals, description)`` of PSM VB's VSBC (`validation.vi_evidence.run_vsbc`).
+
+    ``simulate(seed)``: a stream from the prior predictive (`validation.psm.small_problem`: the sizes of
+    the cross-check, the paper's hyperparameters), returned as the truth (pi, psi, u, v, b) and the data
+    (the pair counts and r = D'/D); ``fit``: Algorithm 1 (tol 1e-10, at most 5000 sweeps, ``init_scale``
+    0.5, r the realised D'/D) and ``n_q_draws`` draws from q. Functionals: pi_0, pi_1, psi_0, psi_1 and the
+    predictive p(j | i, o = T) = psi_j sigma(a_ij) / sum_j' psi_j' sigma(a_ij') of three pairs (eq. 5).
+    The number of distinct observed pairs varies between simulations, so the sweep compiles once per
+    count (cached within the process). Raises ValueError for another ``solver`` than "vb".
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on ``000_619a0297b9d686b2.txt`` sec. 2, eq. (5).
+    """
+    import jax
+
+    from .psm import small_problem
+
+    if solver != "vb":
+        raise ValueError(f"PSM's VSBC runs Algorithm 1 ('vb'), got {solver!r}")
+    pairs = ((0, 0), (1, 2), (2, 1))
+
+    def simulate(seed: int):
+        obs, r, truth = small_problem(int(seed), n_users, n_items, K, n_events, hyper)
+        return dict(truth), (obs, r)
+
+    def fit(data, seed: int):
+        obs, r = data
+        with jax.enable_x64(True):
+            res = psm.fit(jax.random.PRNGKey(seed), obs, K, hyper, max_iter=5000, tol=1e-10, progress=False, r=r,
+                          dtype=np.float64, n_draws=1, init_scale=0.5)
+        return {k: np.asarray(v[0], np.float64) for k, v in psm.draws_from_q(seed, res.state, n_q_draws).items()}
+
+    def predictive(p):
+        out = []
+        for i, j in pairs:
+            f = np.asarray(p["psi"]) / (1.0 + np.exp(-(p["v"] @ p["u"][i] + p["b_user"][i] + p["b_item"])))
+            out.append(f[j] / f.sum())
+        return np.array(out)
+
+    functionals = {"pi": lambda p: np.asarray(p["pi"])[:2], "psi": lambda p: np.asarray(p["psi"])[:2],
+                   "predictive": predictive}
+    return simulate, fit, functionals, (f"PSM VB: I = {n_users}, J = {n_items}, K = {K}, D = {n_events} "
+                                        f"(prior-predictive streams), hyper {tuple(hyper)}; tol 1e-10; "
+                                        f"{n_q_draws} draws from q")

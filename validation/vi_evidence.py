@@ -387,7 +387,7 @@ ADAPTERS: dict[tuple[str, str], dict] = {
     ("vbfm", "ovbfm"): {"khat": "validation.vbfm:khat_problem", "vsbc": "validation.vbfm:vsbc_adapters"},
     ("sibm", "vb"): {"khat": "validation.sibm:khat_problem", "vsbc": "validation.sibm:vsbc_adapters"},
     ("rg", "vb"): {"khat": "validation.rg:khat_problem", "vsbc": "validation.rg:vsbc_adapters"},
-    ("psm", "vb"): {"khat": "validation.psm_evidence:khat_problem", "vsbc": None},
+    ("psm", "vb"): {"khat": "validation.psm_evidence:khat_problem", "vsbc": "validation.psm_evidence:vsbc_adapters"},
 }
 
 #: Measured on each solver's cross-check problem (`ADAPTERS`; default configs), filled by hand from
