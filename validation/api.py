@@ -6,7 +6,7 @@ save and load in the users' own ids.
     m.recommend(["u196", "u186"], N=10)        # original ids in and out, seen items excluded
     m.predict(pairs)                           # posterior mean, sd and 90% interval per (user, item)
     m.save("hpf.nc"); m2 = api.load("hpf.nc")  # one netCDF artifact: posterior, id maps, settings
-    m.fold_in(new_user_rows)                   # new users without refitting (HPF, HPF Gibbs, BPMF, SBMF; the others say why not)
+    m.fold_in(new_user_rows)                   # new users without refitting (all but RG and PSM, which say why not)
     api.fit("hpf", df, K=20, resume_from="ckpt/")  # checkpoints; resumed == uninterrupted, bit for bit
 
 Where it sits: on the top floor of `validation` (it uses the loaders, the solvers and the
@@ -60,10 +60,10 @@ class Adapter:
         dict name -> array (S, ...).
     uncertainty : how the draws were obtained ("posterior draws (Gibbs)", "draws from q (CAVI)",
         "none (point estimate)").
-    fold_in : ``fold_in(fitted, obs_new) -> arviz.InferenceData`` (a callable: the posterior of
-        the new users, whose ``posterior`` group gives the user-side variables of the I_new users,
-        the item-side ones unchanged), or a string saying why fold-in is not available (see
-        `FittedModel.fold_in`).
+    fold_in : ``fold_in(fitted, obs_new) -> {group: {variable: array}}`` (a callable from
+        `validation.api_fold_in`: the new-user parts of the I_new new users, per group of the
+        fitted InferenceData, appended by `_extend_users`; the item side unchanged), or a string
+        saying why fold-in is not available (see `FittedModel.fold_in`).
     resumable : whether ``fit(..., resume_from=DIR)`` works (the solver writes checkpoints through
         `custom_inference.vi_driver` or `custom_inference.mcmc_driver`; every registered model does).
     defaults : solver options used unless the caller gives them (stated in the README table).
@@ -333,18 +333,29 @@ class FittedModel:
             column, named as in `fit`: ``user_col`` / ``item_col`` / ``value_col``), in original ids;
             every user must be new, every item known to the model. Values go through the fit's
             transform (``settings["transform"]``, ``settings["threshold"]``).
-        Returns a new FittedModel over the I + I_new users (the old users first, unchanged): the new
-        users' user-side posterior comes from the adapter's fold-in (HPF: the CAVI user blocks with
-        q(beta), q(eta) held fixed, `custom_inference.hpf.fold_in`, then as many draws from q as the
-        fitted posterior holds; the Gibbs samplers HPF Gibbs, BPMF, SBMF: per kept draw, the new users
-        drawn from the sampler's own conditionals given that draw's item side and hyperparameters,
-        `validation.api_models._fold_in_per_draw`); the item side is the fitted one.
+        Returns a new FittedModel over the I + I_new users (the old users first, unchanged; for the
+        factorization machines the new users' one-hot features are inserted after the fitted users'
+        and ``front_door_n_users`` grows): the new users' user-side posterior comes from the
+        adapter's fold-in (`validation.api_fold_in`), the item side and the global parameters are
+        the fitted ones. Per kind of fit:
+
+        - samplers (HPF Gibbs, BPMF, SBMF, MCMC-FM, NPFM, PPFM): per kept draw, the new users drawn
+          from the sampler's own complete conditionals given that draw's item side and
+          hyperparameters (`validation.api_fold_in._fold_in_per_draw`; BPMF one exact Gaussian draw,
+          the others `FOLD_IN_SWEEPS` Gibbs sweeps of the new users' block);
+        - variational fits (HPF CAVI, VBFM, OVBFM, SIBM batch VB and SVI): the new users' q by the
+          solver's own coordinate updates with the rest of q frozen, to convergence, then as many
+          draws from q as the fitted posterior holds;
+        - point estimates (SGD-FM, SIBM MAP, BPR): the unique optimum of the fit's objective in the
+          new users' parameters (ridge solve; Newton).
+
+        RG and PSM cannot fold in (their adapters give the reason).
 
         Raises NotImplementedError naming the reason for models whose adapter has no fold-in
         (``Adapter.fold_in`` is a string), ValueError for a user id the model already knows or no
-        entries, KeyError for an unknown item id. Source: project addition (HPF: seed 001's user
-        updates, the fold-in of `custom_inference.hpf`; HPF Gibbs: seed 001's complete conditionals;
-        BPMF: 004 eqs. 2.12-2.13; SBMF: 004 eqs. 3.15-3.17 and Algorithm 2 line 20).
+        entries (and from the adapter, e.g. an artifact that lacks what its fold-in reads), KeyError
+        for an unknown item id. Source: project addition; the updates are the seeds' (each function
+        of `validation.api_fold_in` names its equations).
         """
         from custom_inference.data import Observations
 
@@ -423,33 +434,45 @@ def _stack_rows(a, b):
 
 
 def _extend_users(idata, groups: Mapping[str, Mapping[str, np.ndarray]], n_new: int):
-    """A copy of ``idata`` whose groups in ``groups`` have their ``user`` dimension extended by the
-    ``n_new`` new users: every variable with a ``user`` dim gets the given array (same dims, the new
-    users on the ``user`` axis) appended; variables without one are unchanged. Raises ValueError when
-    a user-side variable has no new part."""
+    """A copy of ``idata`` whose groups in ``groups`` hold the ``n_new`` new users too: every variable
+    with a ``user`` dim gets the given array (same dims, the new users on the ``user`` axis) appended;
+    for the factorization machines' one-hot ids design (a ``front_door_n_users`` attr I on the
+    posterior: features 0..I-1 are the users, the items follow), every variable with a ``feature`` dim
+    gets the new users' features inserted after the I fitted users, and ``front_door_n_users``
+    becomes I + n_new in every group that carries it. Variables with neither dim are unchanged.
+    Raises ValueError when a user-side variable has no new part."""
     import arviz as az
     import xarray as xr
 
+    n_users = idata.posterior.attrs.get("front_door_n_users")
     out = {}
     for g in idata.groups():
         ds = idata[g]
+        attrs = dict(ds.attrs)
+        if "front_door_n_users" in attrs:
+            attrs["front_door_n_users"] = int(attrs["front_door_n_users"]) + n_new
         if g not in groups:
-            out[g] = ds
+            out[g] = ds.assign_attrs(attrs) if attrs != dict(ds.attrs) else ds
             continue
         new = groups[g]
-        n_old = ds.sizes.get("user", 0)
-        data_vars = {}
+        data_vars, sizes = {}, {}
         for name, da in ds.data_vars.items():
-            if "user" in da.dims:
-                if name not in new:
-                    raise ValueError(f"fold_in: no new-user part of {g}.{name}")
-                add = np.asarray(new[name], dtype=da.dtype)
-                data_vars[name] = (da.dims, np.concatenate([da.values, add], axis=da.dims.index("user")))
-            else:
+            dim = "user" if "user" in da.dims else ("feature" if "feature" in da.dims and n_users is not None else None)
+            if dim is None:
                 data_vars[name] = (da.dims, da.values)
-        coords = {d: ds.coords[d].values for d in ds.coords if d != "user"}
-        coords["user"] = np.arange(n_old + n_new)
-        out[g] = xr.Dataset(data_vars, coords=coords, attrs=dict(ds.attrs))
+                continue
+            if name not in new:
+                raise ValueError(f"fold_in: no new-user part of {g}.{name}")
+            add = np.asarray(new[name], dtype=da.dtype)
+            axis = da.dims.index(dim)
+            at = da.shape[axis] if dim == "user" else int(n_users)
+            vals = da.values
+            data_vars[name] = (da.dims, np.concatenate([np.take(vals, np.arange(at), axis=axis), add,
+                                                        np.take(vals, np.arange(at, vals.shape[axis]), axis=axis)], axis=axis))
+            sizes[dim] = data_vars[name][1].shape[axis]
+        coords = {d: ds.coords[d].values for d in ds.coords if d not in sizes}
+        coords.update({d: np.arange(n) for d, n in sizes.items()})
+        out[g] = xr.Dataset(data_vars, coords=coords, attrs=attrs)
     with _quiet():
         return az.InferenceData(**out)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from . import api_fold_in as fold
 from .api import Adapter, _register
 
 __all__: list[str] = []
@@ -57,190 +58,10 @@ def _run_hpf_gibbs(key, obs, K, *, progress=True, hyper=None, **opts):
     return hpf_gibbs.sample(key, obs, K, hyper or HPFHyper(), progress=progress, **opts)
 
 
-def _hpf_fold_in(fitted, obs):
-    """New users' q(theta_u), q(xi_u) by the CAVI user blocks with the items' q held at the fit
-    (`custom_inference.hpf.fold_in`; seed 001's user updates), then as many draws from q as the
-    fitted posterior holds (the means of q when it holds the means). Returns the new-user parts of
-    the ``posterior`` and ``variational_parameters`` groups (see `validation.api._extend_users`)."""
-    import jax
-
-    from custom_inference import hpf
-    from ppl_models.hpf import HPFHyper
-
-    attrs = fitted.idata.posterior.attrs
-    hyper = HPFHyper(**{f: float(attrs[f"hyper_{f}"]) for f in hpf.HYPER_FIELDS})
-    seed = int(fitted.settings.get("seed", 0))
-    with jax.enable_x64(True):
-        state = hpf.state_from_inference_data(fitted.idata)
-        new = hpf.fold_in(state, obs, hyper, seed=seed)
-    params = {f: np.asarray(getattr(new, f)) for f in ("gamma_shape", "gamma_rate", "kappa_shape", "kappa_rate")}
-    C, S = fitted.idata.posterior.sizes["chain"], fitted.idata.posterior.sizes["draw"]
-    if str(attrs.get("posterior_kind", "")).startswith("mean"):
-        theta = (params["gamma_shape"] / params["gamma_rate"])[None, None]
-        xi = (params["kappa_shape"] / params["kappa_rate"])[None, None]
-    else:  # a stream of its own: seeded by the fit's seed and the number of users before the fold-in
-        rng = np.random.default_rng([seed, len(fitted.user_ids), 1])
-        theta = rng.standard_gamma(params["gamma_shape"], size=(C, S, *params["gamma_shape"].shape)) / params["gamma_rate"]
-        xi = rng.standard_gamma(params["kappa_shape"], size=(C, S, *params["kappa_shape"].shape)) / params["kappa_rate"]
-    return {"posterior": {"theta": theta, "xi": xi}, "variational_parameters": params}
-
-
-# -- fold-in for the Gibbs samplers: the new users given each kept draw of the item side ---------------
-
-#: Gibbs sweeps over the new users' block per kept draw (SBMF, HPF Gibbs), started at the prior means;
-#: the last sweep's state is kept. BPMF needs none (one exact draw from the Gaussian conditional).
-FOLD_IN_SWEEPS = 50
-#: kept draws per vectorised batch of the fold-in (`jax.lax.map` batch_size): bounds the memory.
-FOLD_IN_DRAW_BATCH = 64
-
-
-def _fold_in_per_draw(fitted, new_users, frozen_vars, *, salt: int = 2):
-    """For every kept posterior draw s (chains stacked), draw the new users' user-side variables from
-    the model's complete conditional(s) given draw s of the item side (and hyperparameters), held
-    frozen: ``new_users(key, frozen) -> {name: array (I_new, ...)}`` with ``frozen`` the draw's arrays
-    ``frozen_vars`` (one draw, no chain/draw axes). The result, reshaped to (chain, draw, I_new, ...),
-    is a sample of p(new users | their rows, data) = E_{items ~ p(. | data)} p(new users | their rows,
-    items) when the new users' rows are taken not to move the items' posterior (the fold-in
-    approximation; for a copy of a fitted user it is exactly that user's posterior marginal). Keys:
-    one stream per fold-in, from the fit's seed and the number of users before it. Runs in float64
-    under `jax.lax.map` in batches of `FOLD_IN_DRAW_BATCH` draws. Returns {"posterior": {...}} for
-    `validation.api._extend_users`."""
-    import jax
-
-    post = fitted.idata.posterior
-    C, S = post.sizes["chain"], post.sizes["draw"]
-    frozen = {n: np.asarray(post[n].values).reshape(C * S, *post[n].shape[2:]) for n in frozen_vars}
-    with jax.enable_x64(True):
-        key = jax.random.fold_in(jax.random.PRNGKey(int(fitted.settings.get("seed", 0))), len(fitted.user_ids) * 8 + salt)
-        keys = jax.random.split(key, C * S)
-        out = jax.jit(lambda k, f: jax.lax.map(lambda a: new_users(*a), (k, f), batch_size=FOLD_IN_DRAW_BATCH))(
-            keys, frozen)
-        out = {n: np.asarray(v) for n, v in out.items()}
-    return {"posterior": {n: v.reshape(C, S, *v.shape[1:]) for n, v in out.items()}}
-
-
-def _device_obs(obs, values=None):
-    """`Observations` with device arrays (optionally other values), for use inside jitted code."""
-    import jax.numpy as jnp
-
-    from custom_inference.data import Observations
-
-    vals = np.asarray(obs.values if values is None else values, np.float64)
-    return Observations(jnp.asarray(obs.rows), jnp.asarray(obs.cols), jnp.asarray(vals), obs.n_rows, obs.n_cols)
-
-
-def _hpf_gibbs_fold_in(fitted, obs):
-    """HPF Gibbs: per kept draw of (beta, eta), `FOLD_IN_SWEEPS` sweeps of the sampler's own user blocks
-    for the new users: z (`hpf_gibbs.allocate`), theta (`hpf_gibbs.theta_conditional`), xi
-    (`hpf_gibbs.xi_conditional`), started at theta = a / b', xi = b' (seed 001's complete conditionals)."""
-    import jax
-    import jax.numpy as jnp
-
-    from custom_inference import hpf, hpf_gibbs
-    from custom_inference.data import CountUnits
-    from ppl_models.hpf import HPFHyper
-
-    attrs = fitted.idata.posterior.attrs
-    hyper = HPFHyper(**{f: float(attrs[f"hyper_{f}"]) for f in hpf.HYPER_FIELDS})
-    with jax.enable_x64(True):
-        units = jax.tree_util.tree_map(jnp.asarray, CountUnits.from_observations(obs))
-    I_new, K = obs.n_rows, fitted.idata.posterior["beta"].shape[-1]
-
-    def new_users(key, f):
-        st = hpf_gibbs.HPFGibbsState(jnp.full((I_new, K), hyper.a / hyper.b_prime), jnp.full((I_new,), hyper.b_prime),
-                                     f["beta"], f["eta"])
-
-        def sweep(_, c):
-            st, key = c
-            key, k_z, k_t, k_x = jax.random.split(key, 4)
-            user_counts, _ = hpf_gibbs.allocate(k_z, st, units)
-            shape, rate = hpf_gibbs.theta_conditional(st, user_counts, hyper)
-            st = st._replace(theta=jax.random.gamma(k_t, shape) / rate)
-            shape, rate = hpf_gibbs.xi_conditional(st, hyper)
-            return st._replace(xi=jax.random.gamma(k_x, shape) / rate), key
-
-        st, _ = jax.lax.fori_loop(0, FOLD_IN_SWEEPS, sweep, (st, key))
-        return {"theta": st.theta, "xi": st.xi}
-
-    return _fold_in_per_draw(fitted, new_users, ("beta", "eta"))
-
-
-def _bpmf_fold_in(fitted, obs):
-    """BPMF: per kept draw of (V, mu_U, Lambda_U), the new user's u is Gaussian given them (S&M 2008
-    eqs. 12-13): `bpmf.entry_stats` of the new rows (ratings centred at the fit's offset),
-    `bpmf.factor_conditional`, one exact draw by `bpmf.sample_factor_rows`. A draw, not the
-    conditional mean: the kept draws then carry the new user's own uncertainty into predict's sd, as
-    they do for the fitted users."""
-    import jax
-    import jax.numpy as jnp
-
-    from custom_inference import bpmf
-
-    attrs = fitted.idata.posterior.attrs
-    alpha = float(attrs["hyper_alpha"])
-    offset = float(attrs.get("front_door_offset", 0.0))
-    with jax.enable_x64(True):
-        d = _device_obs(obs, np.asarray(obs.values, np.float64) - offset)
-    K = fitted.idata.posterior["V"].shape[-1]
-    chunk = bpmf.default_chunk_size(K)
-
-    def new_users(key, f):
-        gram, rhs = bpmf.entry_stats(d.rows, d.cols, d.values, f["V"], d.n_rows, chunk)
-        return {"U": bpmf.sample_factor_rows(key, *bpmf.factor_conditional(gram, rhs, f["mu_U"], f["Lambda_U"],
-                                                                            jnp.asarray(alpha, f["V"].dtype)))}
-
-    return _fold_in_per_draw(fitted, new_users, ("V", "mu_U", "Lambda_U"))
-
-
-def _sbmf_fold_in(fitted, obs):
-    """SBMF: per kept draw of the item side and hyperparameters (mu, beta, V, tau, mu_alpha, sigma_alpha,
-    mu_u, sigma_u), `FOLD_IN_SWEEPS` sweeps of the sampler's user conditionals for the new users,
-    alpha_i (`sbmf.alpha_conditional`, Algorithm 2 line 20) then u_i1..u_iK (`sbmf.u_conditional`,
-    eqs. 3.15-3.17), with the residuals recomputed by `sbmf.residuals`; started at the prior means."""
-    import jax
-    import jax.numpy as jnp
-
-    from custom_inference import sbmf
-    from custom_inference.gaussian import sample_normal_natural
-
-    with jax.enable_x64(True):
-        d = _device_obs(obs)
-    I_new = obs.n_rows
-    K = fitted.idata.posterior["V"].shape[-1]
-
-    def new_users(key, f):
-        zk = jnp.zeros(K, f["V"].dtype)
-        st = sbmf.State(mu=f["mu"], alpha=jnp.full((I_new,), f["mu_alpha"]), beta=f["beta"],
-                        U=jnp.broadcast_to(f["mu_u"], (I_new, K)), V=f["V"], tau=f["tau"], mu_alpha=f["mu_alpha"],
-                        sigma_alpha=f["sigma_alpha"], mu_beta=zk[0], sigma_beta=zk[0] + 1, mu_u=f["mu_u"],
-                        sigma_u=f["sigma_u"], mu_v=zk, sigma_v=zk + 1, e=jnp.zeros(d.rows.shape, f["V"].dtype))
-        st = st._replace(e=sbmf.residuals(st, d))
-
-        def component(k, c):
-            st, key = c
-            prec, h = sbmf.u_conditional(st, d, None, k)
-            st = st._replace(U=st.U.at[:, k].set(sample_normal_natural(jax.random.fold_in(key, k), prec, h)))
-            return st._replace(e=sbmf.residuals(st, d)), key
-
-        def sweep(_, c):
-            st, key = c
-            key, k_a, k_u = jax.random.split(key, 3)
-            st = st._replace(alpha=sample_normal_natural(k_a, *sbmf.alpha_conditional(st, d, None)))
-            st, _ = jax.lax.fori_loop(0, K, component, (st._replace(e=sbmf.residuals(st, d)), k_u))
-            return st, key
-
-        st, _ = jax.lax.fori_loop(0, FOLD_IN_SWEEPS, sweep, (st, key))
-        return {"alpha": st.alpha, "U": st.U}
-
-    return _fold_in_per_draw(fitted, new_users, ("mu", "beta", "V", "tau", "mu_alpha", "sigma_alpha", "mu_u", "sigma_u"))
-
-
-_NO_FOLD_SAMPLER = ("not implemented: the math allows it (draw the new users' factors from their conditional "
-                    "given each kept item draw), but the sampler has no fold-in function yet")
 _register(Adapter("hpf", "count", _run_hpf, _hpf_mean, "draws from q (CAVI)", "001 (Poisson rate theta_u . beta_i)",
-                  fold_in=_hpf_fold_in, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws"))
+                  fold_in=fold.hpf, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws"))
 _register(Adapter("hpf-gibbs", "count", _run_hpf_gibbs, _hpf_mean, "posterior draws (Gibbs)",
-                  "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=_hpf_gibbs_fold_in,
+                  "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=fold.hpf_gibbs,
                   defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples"))
 
 
@@ -280,9 +101,9 @@ def _run_bpmf(key, obs, K, *, progress=True, hyper=None, **opts):
 
 _GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
 _register(Adapter("sbmf", "real", _run_sbmf, _sbmf_mean, "posterior draws (Gibbs)", "004 eq. 3.1",
-                  resumable=True, fold_in=_sbmf_fold_in, defaults=_GIBBS, iterations="num_samples"))
+                  resumable=True, fold_in=fold.sbmf, defaults=_GIBBS, iterations="num_samples"))
 _register(Adapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs)", "004 ch. 2 (BPMF)",
-                  resumable=True, fold_in=_bpmf_fold_in, defaults=_GIBBS, iterations="num_samples"))
+                  resumable=True, fold_in=fold.bpmf, defaults=_GIBBS, iterations="num_samples"))
 
 
 # -- factorization machines on the ids design (seed 004 ch. 2, 4) ---------------------------
@@ -322,31 +143,31 @@ def _fm_runner(solver: str):
 
         design = ids_design(obs)
         if solver == "mcmc-fm":
-            out = fm_mcmc.sample(key, design, K, hyper or FMHierHyper(), progress=progress, keep=("w0", "w", "V"), **opts)
+            out = fm_mcmc.sample(key, design, K, hyper or FMHierHyper(), progress=progress, keep=fold.MCMC_FM_KEEP, **opts)
         elif solver == "vbfm":
             out = vbfm.fit(key, design, K, hyper or FMFlatHyper(), progress=progress, **opts)
         elif solver == "ovbfm":
             out = vbfm.fit_svi(key, design, K, hyper or FMFlatHyper(), progress=progress, **opts)
         else:
-            out = fm_sgd.fit(key, design, K, hyper or fm_sgd.SGDReg(), progress=progress, **opts)
+            reg = hyper or fm_sgd.SGDReg()
+            out = fm_sgd.fit(key, design, K, reg, progress=progress, **opts)
+            return _stamp(_idata(out), front_door_n_users=obs.shape[0], **fold.sgd_reg_attrs(reg, design.n_groups, K))
         return _stamp(_idata(out), front_door_n_users=obs.shape[0])
 
     return run
 
 
-_NO_FOLD_FM = ("not implemented: a new user is a new one-hot feature of the FM design; its weights given the "
-               "fitted item weights are the model's conditional, but no FM solver has a fold-in function yet")
 _register(Adapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior draws (Gibbs)", "004 eq. 2.17",
-                  resumable=True, fold_in=_NO_FOLD_FM, defaults=_GIBBS, iterations="num_samples"))
+                  resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples"))
 _register(Adapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
-                  resumable=True, fold_in=_NO_FOLD_FM, iterations="max_iter", draws="n_draws"))
+                  resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws"))
 _register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
-                  resumable=True, fold_in=_NO_FOLD_FM, iterations="max_epochs", draws="n_draws"))
+                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws"))
 #: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.ratings_eval.RatingsConfig`
 #: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
 SGD_FM_LEARNING_RATE = 0.01
 _register(Adapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17",
-                  fold_in=_NO_FOLD_FM, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs"))
+                  fold_in=fold.sgd_fm, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs"))
 
 
 
@@ -366,19 +187,18 @@ def _sibm_runner(kind: str):
         from ppl_models.sibm import SIBMHyper
 
         fn = {"vb": sibm.fit, "svi": sibm.fit_svi, "map": sibm.fit_map}[kind]
-        return _idata(fn(key, obs, K, hyper or SIBMHyper(), progress=progress, **opts))
+        hyper = hyper or SIBMHyper()
+        return _stamp(_idata(fn(key, obs, K, hyper, progress=progress, **opts)), **fold.sibm_hyper_attrs(hyper))
 
     return run
 
 
-_NO_FOLD_SIBM = ("not implemented: the math allows it (the U column updates of batch VB / SVI with q(V), q(z) held "
-                 "fixed), but custom_inference.sibm has no fold-in function yet")
 _register(Adapter("sibm", "binary", _sibm_runner("vb"), _sibm_mean, "draws from q (batch VB)", "002 eqs. 1-2, 5",
-                  resumable=True, fold_in=_NO_FOLD_SIBM, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws"))
+                  resumable=True, fold_in=fold.sibm, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws"))
 _register(Adapter("sibm-svi", "binary", _sibm_runner("svi"), _sibm_mean, "draws from q (SVI)", "002 eqs. 1-2, 5",
-                  fold_in=_NO_FOLD_SIBM, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws"))
+                  fold_in=fold.sibm, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws"))
 _register(Adapter("sibm-map", "binary", _sibm_runner("map"), _sibm_mean, "none (point estimate, MAP)",
-                  "002 eqs. 1-2", fold_in=_NO_FOLD_SIBM, defaults={"n_iter": 200}, resumable=True, iterations="n_iter"))
+                  "002 eqs. 1-2", fold_in=fold.sibm_map, defaults={"n_iter": 200}, resumable=True, iterations="n_iter"))
 
 
 # -- one-class: RG (seed 003), BPR (Rendle et al. 2009) ----------------------------------------
@@ -416,8 +236,7 @@ def _run_bpr(key, obs, K, *, progress=True, hyper=None, **opts):
 
 _register(Adapter("bpr", "binary", _run_bpr, _bpr_mean, "none (point estimate, SGD)", "Rendle et al. 2009 (BPR-MF x_ui)",
                   defaults={"n_epochs": 50}, resumable=True,
-                  fold_in=("not implemented: SGD on the new users' rows with the items frozen would do, but "
-                           "custom_inference.bpr has no such function"), iterations="n_epochs"))
+                  fold_in=fold.bpr, iterations="n_epochs"))
 
 
 # -- counts: NPFM / PPFM (seed 004 ch. 5), PSM (seed 000) --------------------------------------
@@ -439,7 +258,7 @@ def _pfm_runner(variant: str):
         from ppl_models.pfm import PFMHyper
 
         data = pfm.PFMData.from_matrix(obs, zeros="all")
-        keep = ("w0", "w", "V") + (("r",) if variant == "npfm" else ())
+        keep = ("w0", "w", "V", "delta") + (("r",) if variant == "npfm" else ())  # delta: for fold_in
         if checkpoint_every is not None:
             opts["checkpoint_every"] = int(checkpoint_every)
         idata = pfm.sample(key, data, K, hyper or PFMHyper(), variant=variant, keep=keep, progress=progress, **opts)
@@ -450,7 +269,7 @@ def _pfm_runner(variant: str):
 
 for _variant in ("npfm", "ppfm"):
     _register(Adapter(_variant, "count", _pfm_runner(_variant), _pfm_mean, "posterior draws (Gibbs)",
-                      "004 eq. 5.6" if _variant == "npfm" else "004 eq. 5.20", resumable=True, fold_in=_NO_FOLD_SAMPLER,
+                      "004 eq. 5.6" if _variant == "npfm" else "004 eq. 5.20", resumable=True, fold_in=fold.pfm,
                       defaults=_GIBBS, iterations="num_samples"))
 
 

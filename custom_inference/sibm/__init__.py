@@ -92,11 +92,11 @@ from . import cells, common, map, predict, svi, vb
 from .cells import STRATEGIES, Minibatch, Sampler, _pad_size, make_sampler, pmf, sample_cells
 from .common import (DEFAULT_CHUNK_CELLS, STATE_DIMS, SIBMInfo, SIBMState, _kl_terms, _prior, _static_hyper, as_binary,
                      cell_moments, draws_from_q, elbo, init, moments, prior_arrays)
-from .map import MAPInfo, MAPState, fit_map, log_joint, map_cell_gradients, map_curvature_bound, map_init, map_step
+from .map import MAPInfo, MAPState, fit_map, fold_in_map, log_joint, map_cell_gradients, map_curvature_bound, map_init, map_step
 from .predict import predict_proba, score_users
 from .svi import (DEFAULT_SCAN_BLOCK, SVIInfo, SVIState, auto_minibatch_size, cell_targets, fit_svi, svi_elbo,
                   svi_init, svi_scan, svi_state, svi_step)
-from .vb import fit, step, update_u, update_v, update_z
+from .vb import fit, fold_in, step, update_u, update_v, update_z
 
 #: The protocol declarations (`custom_inference.base`) of the three algorithms.
 ALGORITHMS = {"vb": vb.ALGORITHM, "svi": svi.ALGORITHM, "map": map.ALGORITHM}
@@ -107,5 +107,5 @@ __all__ = [
     "cell_moments", "elbo", "draws_from_q", "update_z", "update_v", "update_u", "step", "fit", "make_sampler",
     "pmf", "sample_cells", "cell_targets", "svi_init", "svi_state", "svi_step", "svi_scan", "svi_elbo",
     "auto_minibatch_size", "fit_svi", "map_init", "map_step", "map_cell_gradients", "map_curvature_bound",
-    "log_joint", "fit_map", "score_users", "predict_proba", "ALGORITHMS",
+    "log_joint", "fit_map", "score_users", "predict_proba", "fold_in", "fold_in_map", "ALGORITHMS",
 ]
