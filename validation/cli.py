@@ -129,13 +129,15 @@ def cmd_crosscheck(args) -> int:
     print(f"{args.model} cross-check ({solver.name} vs NUTS) on {source}", file=sys.stderr)
     if args.reference is not None:
         kwargs["reference"] = args.reference
-    result = solver.run(config, progress=not args.no_progress, **kwargs)
+    adapters = None
     if getattr(args, "vsbc", 0):
         from . import vi_evidence
 
         adapters = vi_evidence.evidence_adapter(args.model, solver.name, "vsbc")
         if adapters is None:
             raise ValueError(f"--vsbc: no VSBC adapter for {args.model} {solver.name} (validation.vi_evidence.ADAPTERS)")
+    result = solver.run(config, progress=not args.no_progress, **kwargs)
+    if adapters is not None:
         simulate, fit, functionals, _ = adapters(solver.name)
         result.extra["vsbc"] = vi_evidence.run_vsbc(simulate, fit, functionals, n_sims=args.vsbc,
                                                     method=f"{args.model}-{solver.name}", progress=not args.no_progress)

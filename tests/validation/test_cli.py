@@ -209,3 +209,5 @@ def test_evidence_command_prints_one_row_per_solver(capsys):
     assert "| yes " in hpf_gibbs and "n/a (exact)" in hpf_gibbs  # HPF's spec declares its CustomGibbs bridge
     assert cli.main(["evidence", "sibm"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines()[2:] if line.startswith("| sibm")]) == 1
+    assert cli.main(["crosscheck", "sbmf", "--vsbc", "5"]) == 2  # refused before anything runs: no VI solver
+    assert "no VSBC adapter" in capsys.readouterr().err
