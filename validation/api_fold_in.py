@@ -22,6 +22,8 @@ Source: project addition (issue 10); each function names the seed equations of i
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["hpf", "hpf_gibbs", "bpmf", "sbmf", "mcmc_fm", "pfm", "vbfm", "sibm", "sibm_map", "sgd_fm", "bpr",
@@ -346,7 +348,22 @@ def _vbfm_cavi(state, design, new, max_iter, tol):
     """CAVI restricted to the features ``new`` (bool (D,)), everything else of q held: per sweep the
     row caches from scratch (`vbfm.compute_caches`), `vbfm.update_w_block` per block, then for
     k = 1..K `vbfm.update_v_block` per block, each masked to ``new`` (scale 1, step 1: the exact
-    coordinate maximizers). Until the largest change of a sweep is <= tol. (state, sweeps, change)."""
+    coordinate maximizers). Until the largest change of a sweep is <= tol. (state, sweeps, change).
+    One compiled program per design shape (`_vbfm_cavi_jit`)."""
+    import jax.numpy as jnp
+
+    st, it, ch = _vbfm_cavi_jit()(state, design, new, jnp.asarray(int(max_iter)), jnp.asarray(tol, state.w_prec.dtype))
+    return st, int(it), float(ch)
+
+
+@functools.lru_cache(maxsize=1)
+def _vbfm_cavi_jit():
+    import jax
+
+    return jax.jit(_vbfm_cavi_impl)
+
+
+def _vbfm_cavi_impl(state, design, new, max_iter, tol):
     import jax
     import jax.numpy as jnp
 
@@ -383,10 +400,8 @@ def _vbfm_cavi(state, design, new, max_iter, tol):
         nxt = sweep(st)
         return nxt, it + 1, change(st, nxt)
 
-    run = jax.jit(lambda st: jax.lax.while_loop(lambda c: (c[1] < max_iter) & (c[2] > tol), body,
-                                                (st, jnp.asarray(0), jnp.asarray(jnp.inf, st.w_prec.dtype))))
-    st, it, ch = run(state)
-    return st, int(it), float(ch)
+    return jax.lax.while_loop(lambda c: (c[1] < max_iter) & (c[2] > tol), body,
+                              (state, jnp.asarray(0), jnp.asarray(jnp.inf, state.w_prec.dtype)))
 
 
 def _warn_unconverged(fitted, n, change):
