@@ -17,7 +17,10 @@ variances, are the second parameter of every normal, as in the thesis
 The normal-gamma NG(mu0, nu0, alpha0, beta0) is written as its two factors: the
 precision ~ Gamma(alpha0, beta0) and the mean given the precision ~ N(mu0, (nu0 precision)^-1).
 
-Only the observed entries (COO triplets) enter the likelihood, so the program never
+`numpyro_model` is the same program in NumPyro, site for site (same names, shapes and
+densities), so that the Gibbs blocks of `custom_inference.sbmf` can run as NumPyro
+``CustomGibbs`` blocks beside NUTS (`validation.bridge`); its log density equals the PyMC
+model's at random points (``tests/ppl_models/test_sbmf_numpyro.py``). Only the observed entries (COO triplets) enter the likelihood, so the program never
 builds an I x J array. Intended for NUTS on small problems (it is centred, as printed;
 factor coordinates are identified only up to rotation and sign, so compare predictions).
 """
@@ -28,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["SBMFHyper", "model", "simulate", "log_joint", "predicted_mean"]
+__all__ = ["SBMFHyper", "model", "numpyro_model", "simulate", "log_joint", "predicted_mean"]
 
 
 class SBMFHyper(NamedTuple):
@@ -132,6 +135,61 @@ def model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper
         mean = mu + alpha[rows] + beta[cols] + (U[rows] * V[cols]).sum(axis=1)
         pm.Normal("r", mean, tau=tau, observed=values, dims="obs")                                 # (3.1), (3.2)
     return m
+
+
+def numpyro_model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper = SBMFHyper()):
+    """The SBMF generative program (eqs. 3.1-3.12, in order) as a NumPyro model: the twin of `model`.
+
+    Why a twin rather than a PyMC compound step: the bridge runs each Gibbs block of
+    `custom_inference.sbmf` as a NumPyro ``CustomGibbs`` block with NUTS on the other sites
+    (`validation.bridge`), the same machinery as for every other sampler; PyMC's compound steps
+    would need a PyMC step method per block and a second comparison path. The twin is held
+    to the PyMC program by a test: equal log densities (constants included, no Jacobians) at
+    random points of the parameter space.
+
+    Parameters
+    ----------
+    rows, cols : int array (N,); observed cells (i, j), 0-based (not checked: traced code).
+    values : float array (N,) of ratings, or None to draw them from the prior predictive.
+    n_rows, n_cols : int; I and J. K : int >= 1. hyper : SBMFHyper.
+
+    Sites (the PyMC model's free variables, same names and shapes): ``mu`` (), ``sigma_alpha``,
+    ``mu_alpha`` (), ``alpha`` (I,), ``sigma_beta``, ``mu_beta`` (), ``beta`` (J,), ``sigma_u``,
+    ``mu_u`` (K,), ``U`` (I, K), ``sigma_v``, ``mu_v`` (K,), ``V`` (J, K), ``tau`` (), and ``r`` (N,).
+
+    Raises nothing of its own (bad hyperparameters give NaN densities; validate with `check_hyper`).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12); the NumPyro form is a project addition.
+    """
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    h = hyper
+    sd = lambda prec: 1.0 / jnp.sqrt(prec)  # noqa: E731 (the thesis writes precisions)
+    mu = numpyro.sample("mu", dist.Normal(h.mu_g, sd(h.sigma_g)))                                 # (3.3)
+    sigma_alpha = numpyro.sample("sigma_alpha", dist.Gamma(h.alpha0, h.beta0))                    # (3.9)
+    mu_alpha = numpyro.sample("mu_alpha", dist.Normal(h.mu0, sd(h.nu0 * sigma_alpha)))            # (3.9)
+    with numpyro.plate("user", n_rows):
+        alpha = numpyro.sample("alpha", dist.Normal(mu_alpha, sd(sigma_alpha)))                   # (3.4)
+    sigma_beta = numpyro.sample("sigma_beta", dist.Gamma(h.alpha0, h.beta0))                      # (3.10)
+    mu_beta = numpyro.sample("mu_beta", dist.Normal(h.mu0, sd(h.nu0 * sigma_beta)))               # (3.10)
+    with numpyro.plate("item", n_cols):
+        beta = numpyro.sample("beta", dist.Normal(mu_beta, sd(sigma_beta)))                       # (3.5)
+    with numpyro.plate("component_u", K):
+        sigma_u = numpyro.sample("sigma_u", dist.Gamma(h.alpha0, h.beta0))                        # (3.11)
+        mu_u = numpyro.sample("mu_u", dist.Normal(h.mu0, sd(h.nu0 * sigma_u)))                    # (3.11)
+    with numpyro.plate("user_u", n_rows, dim=-2), numpyro.plate("factor_u", K, dim=-1):
+        U = numpyro.sample("U", dist.Normal(mu_u, sd(sigma_u)))                                   # (3.6)
+    with numpyro.plate("component_v", K):
+        sigma_v = numpyro.sample("sigma_v", dist.Gamma(h.alpha0, h.beta0))                        # (3.12)
+        mu_v = numpyro.sample("mu_v", dist.Normal(h.mu0, sd(h.nu0 * sigma_v)))                    # (3.12)
+    with numpyro.plate("item_v", n_cols, dim=-2), numpyro.plate("factor_v", K, dim=-1):
+        V = numpyro.sample("V", dist.Normal(mu_v, sd(sigma_v)))                                   # (3.7)
+    tau = numpyro.sample("tau", dist.Gamma(h.a0, h.b0))                                           # (3.8)
+    mean = mu + alpha[rows] + beta[cols] + jnp.sum(U[rows] * V[cols], axis=-1)
+    with numpyro.plate("obs", rows.shape[0]):
+        numpyro.sample("r", dist.Normal(mean, sd(tau)), obs=values)                               # (3.1), (3.2)
 
 
 def _draw_cells(rng: np.random.Generator, n_rows: int, n_cols: int, n_obs: int):

@@ -87,6 +87,10 @@ __all__ = [
     "SBCConfig",
     "bpmf_functionals",
     "sbc_adapters",
+    "BRIDGE_CONFIG",
+    "numpyro_block",
+    "bridge_problem",
+    "BRIDGE",
 ]
 
 #: Equations (2.9)-(2.15) of seed 004 checked: the likelihood (2.9) (tau = alpha, a precision),
@@ -595,13 +599,89 @@ def sbc_adapters(config: SBCConfig = SBCConfig()):
 
 
 # ------------------------------------------------------------------------------
+# The bridge (`validation.bridge`): each Gibbs block as a NumPyro CustomGibbs block beside NUTS
+
+# the bridge problem: 5 x 4, K = 2, 14 observed cells (its NUTS reference "bpmf-bridge" is stored)
+BRIDGE_CONFIG = CrosscheckConfig(n_rows=5, n_cols=4, n_components=2, n_obs=14, n_unobserved_shown=4, seed=2)
+
+
+def numpyro_block(block: str, data: Observations, hyper):
+    """The BPMF Gibbs block ``block`` as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
+
+    Blocks (sites of `ppl_models.bpmf.model`): "hyper_U" (``mu_U``, ``Lambda_U``) and "hyper_V"
+    drawn jointly from their Normal-Wishart conditional (`custom_inference.bpmf.normal_wishart_posterior`,
+    `sample_normal_wishart`); "U" and "V": every factor row from its Gaussian conditional
+    (`entry_stats`, `factor_conditional`, `sample_factor_rows`), the functions `custom_inference.bpmf.step`
+    calls. ``data``: N observed ratings; ``hyper``: `ppl_models.bpmf.BPMFHyper` (what the conditional
+    is given). The ``gibbs_fn`` returns ``{site: array}``: mu (K,), Lambda (K, K), U (I, K), V (J, K).
+    Raises ValueError for an unknown block.
+    Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the conditionals); the NumPyro block is a project
+    addition.
+    """
+    if block not in ("hyper_U", "hyper_V", "U", "V"):
+        raise ValueError(f"block must be hyper_U, hyper_V, U or V, got {block!r}")
+    rows, cols = jnp.asarray(data.rows), jnp.asarray(data.cols)
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        s = {**hmc_sites, **gibbs_sites}
+        if block.startswith("hyper"):
+            side = block[-1]
+            mu, lam = gibbs.sample_normal_wishart(rng_key, gibbs.normal_wishart_posterior(s[side], hyper))
+            return {f"mu_{side}": mu, f"Lambda_{side}": lam}
+        values = jnp.asarray(data.values, s["U"].dtype)
+        k = s["U"].shape[1]
+        if block == "U":
+            gram, rhs = gibbs.entry_stats(rows, cols, values, s["V"], data.n_rows, gibbs.default_chunk_size(k))
+        else:
+            gram, rhs = gibbs.entry_stats(cols, rows, values, s["U"], data.n_cols, gibbs.default_chunk_size(k))
+        prec, h = gibbs.factor_conditional(gram, rhs, s[f"mu_{block}"], s[f"Lambda_{block}"],
+                                           jnp.asarray(hyper.alpha, values.dtype))
+        return {block: gibbs.sample_factor_rows(rng_key, prec, h)}
+
+    return gibbs_fn
+
+
+def bridge_problem(config: CrosscheckConfig = BRIDGE_CONFIG):
+    """The BPMF bridge problem (`validation.bridge.Problem`) of ``config`` (default `BRIDGE_CONFIG`,
+    whose NUTS reference "bpmf-bridge" is stored): `ppl_models.bpmf.model` on the simulated cells,
+    compared on `identifiable_quantities`. Raises ValueError (when its reference is asked for) if no
+    stored reference matches. Source: project addition."""
+    from . import bridge
+
+    c = config
+    _, data, observed, unobserved = crosscheck_problem(c)
+    return bridge.Problem(
+        model=ppl.model, args=(np.asarray(data.rows), np.asarray(data.cols), np.asarray(data.values, np.float64),
+                               c.n_rows, c.n_cols, c.n_components, c.hyper),
+        data=data, hyper=c.hyper, quantities=lambda idata: identifiable_quantities(idata, observed, unobserved),
+        reference=lambda: nuts_reference(c, reference="stored"), target_accept=c.target_accept,
+        description=f"{c.n_rows} x {c.n_cols}, {c.n_obs} observed cells, K = {c.n_components} (seed {c.seed})")
+
+
+def _bridge_spec():
+    import functools
+
+    from . import bridge
+
+    sites = {"hyper_U": ("mu_U", "Lambda_U"), "hyper_V": ("mu_V", "Lambda_V"), "U": ("U",), "V": ("V",)}
+    return bridge.BridgeSpec(
+        problem=bridge_problem,
+        blocks={b: bridge.Block(s, functools.partial(numpyro_block, b)) for b, s in sites.items()},
+        default="hyper_U", wrong_hyper=lambda h: h._replace(nu0=float(h.nu0) + 5.0), wrong_block="hyper_U")
+
+
+BRIDGE = _bridge_spec()
+
+
+# ------------------------------------------------------------------------------
 # the registry's view of BPMF (`validation.registry`)
 
 SPEC = registry.ModelSpec(
     name="bpmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "bpmf",
                                  registry.lazy("custom_inference.bpmf:ALGORITHM")),),
-    references=(registry.ReferenceSpec("bpmf", nuts_reference, CrosscheckConfig),),
+    references=(registry.ReferenceSpec("bpmf", nuts_reference, CrosscheckConfig),
+                registry.ReferenceSpec("bpmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check},
     sbc={"gibbs": sbc_adapters},
     sbc_config=SBCConfig,

@@ -37,6 +37,7 @@ from custom_inference import arviz_io
 from custom_inference import fm_mcmc as mc
 from custom_inference import fm_sgd
 from custom_inference.fm_design import FMDesign
+from custom_inference.gaussian import sample_normal_natural
 from ppl_models import fm as ppl
 
 from . import crosscheck as xc
@@ -56,6 +57,10 @@ __all__ = [
     "fm_functionals",
     "sbc_adapters",
     "ERRATA",
+    "BRIDGE_CONFIG",
+    "numpyro_block",
+    "bridge_problem",
+    "BRIDGE",
 ]
 
 _SEED004 = "004_90693a0965f06816.txt"
@@ -571,11 +576,109 @@ def seconds_per_sweep(design: FMDesign, K: int, *, n_sweeps: int = 20, dtype=np.
 # ------------------------------------------------------------------------------------------
 # the registry's view of MCMC-FM (`validation.registry`)
 
+# ------------------------------------------------------------------------------------------
+# The bridge (`validation.bridge`): each Gibbs block as a NumPyro CustomGibbs block beside NUTS
+
+# the bridge problem: 8 users, 6 items one-hot + a 2-feature multi-hot group, 40 rows, 4 new rows, K = 2,
+# NUTS target accept 0.99 (at 0.95: 1 divergent transition); its NUTS reference "mcmc-fm-bridge" is stored
+BRIDGE_CONFIG = CrosscheckConfig(n_users=8, n_items=6, n_multi=2, n_rows=40, n_new=4, K=2, target_accept=0.99)
+
+_BRIDGE_BLOCKS = {"alpha": ("alpha",), "w0": ("w0",), "hyper_w": ("sigma_w", "mu_w"),
+                  "hyper_v": ("sigma_v", "mu_v"), "w": ("w",), "V": ("V",)}
+
+
+def numpyro_block(block: str, design: FMDesign, hyper):
+    """The MCMC-FM Gibbs block ``block`` as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
+
+    Blocks (sites of `ppl_models.fm.model_hier`): "alpha" (`custom_inference.fm_mcmc.alpha_conditional`),
+    "w0" (`w0_conditional`), "hyper_w" / "hyper_v" (the per-group normal-gamma pair: precision given
+    the mean, `sample_group_precision`, then the mean given the new precision, `sample_group_mean`),
+    "w" (`w_block_conditional` for each feature block of the design in turn) and "V"
+    (`v_block_conditional` for each feature block and factor in turn); the caches e, q are recomputed
+    (`caches`) before every conditional. ``design``: `custom_inference.fm_design.FMDesign`;
+    ``hyper``: `ppl_models.fm.FMHierHyper` (what the conditional is given). The ``gibbs_fn`` returns
+    ``{site: array}`` of the sites' shapes (float64). Raises ValueError for an unknown block.
+    Source: derived conditionals of `custom_inference.fm_mcmc` (``004_90693a0965f06816.txt`` eqs.
+    2.22-2.30); the NumPyro block is a project addition.
+    """
+    if block not in _BRIDGE_BLOCKS:
+        raise ValueError(f"block must be one of {sorted(_BRIDGE_BLOCKS)}, got {block!r}")
+    d = jax.tree_util.tree_map(jnp.asarray, design)
+    h = hyper
+    G = design.n_groups
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        p = {**hmc_sites, **gibbs_sites}
+        dt = jnp.asarray(p["w"]).dtype
+        K = p["V"].shape[1]
+        state = mc.FMMCMCState(*(jnp.asarray(p[n], dt) for n in mc.FMMCMCState._fields[:8]),
+                               jnp.zeros(design.n_rows, dt), jnp.zeros((design.n_rows, K), dt))
+        state = mc.caches(state, d)
+        if block == "alpha":
+            shape, rate = mc.alpha_conditional(state, d, h)
+            return {"alpha": jax.random.gamma(rng_key, jnp.asarray(shape, dt)) / rate}
+        if block == "w0":
+            return {"w0": sample_normal_natural(rng_key, *mc.w0_conditional(state, d, h))}
+        if block.startswith("hyper"):
+            x = state.w if block == "hyper_w" else state.V
+            s_name, m_name = _BRIDGE_BLOCKS[block]
+            k_s, k_m = jax.random.split(rng_key)
+            sigma = mc.sample_group_precision(k_s, x, d.group, G, p[m_name], h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
+            return {s_name: sigma, m_name: mc.sample_group_mean(k_m, x, d.group, G, sigma, h.mu_0, h.nu_0)}
+        for b in range(design.n_blocks):
+            in_block = d.block == b
+            if block == "w":
+                draw = sample_normal_natural(jax.random.fold_in(rng_key, b), *mc.w_block_conditional(state, d, h, b))
+                state = mc.caches(state._replace(w=jnp.where(in_block, draw, state.w)), d)
+            else:
+                for k in range(K):
+                    key = jax.random.fold_in(rng_key, b * K + k)
+                    draw = sample_normal_natural(key, *mc.v_block_conditional(state, d, h, b, k))
+                    state = mc.caches(state._replace(V=state.V.at[:, k].set(jnp.where(in_block, draw, state.V[:, k]))), d)
+        return {block: getattr(state, block)}
+
+    return gibbs_fn
+
+
+def bridge_problem(config: CrosscheckConfig = BRIDGE_CONFIG):
+    """The MCMC-FM bridge problem (`validation.bridge.Problem`) of ``config`` (default `BRIDGE_CONFIG`,
+    whose NUTS reference "mcmc-fm-bridge" is stored): `ppl_models.fm.model_hier` on the simulated
+    design, compared on `identifiable_quantities`. Raises ValueError (when its reference is asked for)
+    if no stored reference matches. Source: project addition."""
+    from . import bridge
+
+    c = config
+    design, new = crosscheck_data(c)
+    return bridge.Problem(
+        model=ppl.model_hier,
+        args=(np.asarray(design.rows), np.asarray(design.cols), np.asarray(design.values, np.float64), design.n_rows,
+              design.n_features, np.asarray(design.group), c.K, c.hyper, np.asarray(design.y, np.float64)),
+        kwargs={"n_groups": design.n_groups}, data=design, hyper=c.hyper,
+        quantities=lambda idata: identifiable_quantities(idata, design, new),
+        reference=lambda: nuts_reference(c, reference="stored"), target_accept=c.target_accept,
+        description=f"{design.n_rows} rows, {design.n_features} features, {new[3]} new rows, K = {c.K}")
+
+
+def _bridge_spec():
+    import functools
+
+    from . import bridge
+
+    return bridge.BridgeSpec(
+        problem=bridge_problem,
+        blocks={b: bridge.Block(s, functools.partial(numpyro_block, b)) for b, s in _BRIDGE_BLOCKS.items()},
+        default="w", wrong_hyper=lambda h: h._replace(alpha_0=h.alpha_0 + 20.0), wrong_block="alpha")
+
+
+BRIDGE = _bridge_spec()
+
+
 SPEC = registry.ModelSpec(
     name="mcmc-fm",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "mcmc-fm",
                                  registry.lazy("custom_inference.fm_mcmc:ALGORITHM")),),
-    references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),),
+    references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),
+                registry.ReferenceSpec("mcmc-fm-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks},
     sbc={"gibbs": sbc_adapters},
     sbc_config=SBCConfig,

@@ -42,6 +42,8 @@ __all__ = [
     "allocation_check",
     "numpyro_block",
     "run_hybrid",
+    "bridge_problem",
+    "BRIDGE",
     "GibbsCrosscheckConfig",
     "run_crosscheck",
     "run_gibbs_crosscheck",
@@ -163,26 +165,49 @@ def numpyro_block(site: str, data: Observations, hyper):
 
 def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hyper=None, seed: int = 0,
                num_chains: int = 4, num_warmup: int = 500, num_samples: int = 1000, progress: bool = False):
-    """NumPyro MCMC with ``site`` updated by our conditional (`CustomGibbs`) and NUTS on the rest.
+    """`validation.bridge.run_hybrid` of the HPF block ``site`` on the counts ``y`` (kept for the notebook
+    and the registry's HPF entry; the runner itself lives in `validation.bridge`).
 
-    ``block_hyper`` (default ``hyper``) is the hyperparameter set the block's conditional
-    uses; passing a different one simulates a wrongly derived conditional. Returns the
-    InferenceData (float64).
-    ``y``: counts (I, J). Raises ValueError when ``site`` is not theta, xi, beta or eta, or
-    when ``y`` is not a 2-D finite non-negative integer matrix with a nonzero entry
+    ``block_hyper`` (default ``hyper``) is the hyperparameter set the block's conditional uses;
+    passing a different one simulates a wrongly derived conditional. Returns the InferenceData
+    (float64). ``y``: counts (I, J). Raises ValueError when ``site`` is not theta, xi, beta or eta,
+    or when ``y`` is not a 2-D finite non-negative integer matrix with a nonzero entry
     (`Observations.from_dense`). Source: project addition (validation level 2: one Gibbs block
     of 001_30a2018ec18c20b9.txt beside NUTS).
     """
-    from numpyro.infer import MCMC, NUTS, CustomGibbs, Gibbs
+    from . import bridge
 
-    data = Observations.from_dense(np.asarray(y))
-    kernel = Gibbs([(CustomGibbs(numpyro_block(site, data, block_hyper or hyper)), [site]), (NUTS(ppl.model), None)])
-    method = "parallel" if jax.local_device_count() >= num_chains else "vectorized"
-    with jax.enable_x64(True):
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    chain_method=method, progress_bar=progress)
-        mcmc.run(jax.random.PRNGKey(seed), jnp.asarray(y), n_components, hyper)
-        return arviz_io.from_numpyro(mcmc, attrs={"method": f"gibbs[{site}]+nuts", "seed": seed})
+    gibbs_fn = numpyro_block(site, Observations.from_dense(np.asarray(y)), block_hyper or hyper)
+    return bridge.run_hybrid(ppl.model, (np.asarray(y), n_components, hyper), [site], gibbs_fn, seed=seed,
+                             num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, progress=progress,
+                             label=f"gibbs[{site}]+nuts")
+
+
+def bridge_problem(config=None):
+    """The HPF bridge problem (`validation.bridge.Problem`): the 12 x 10, K = 2 counts of
+    `validation.hpf.CROSSCHECK_BRIDGE` (default), whose NUTS reference "hpf-bridge" is stored.
+    Raises ValueError when no stored reference matches (on use of ``reference``). Source: project addition."""
+    from . import bridge
+    from . import hpf as vhpf
+
+    config = config or vhpf.CROSSCHECK_BRIDGE
+    y = vhpf.simulated_data(config)
+    return bridge.Problem(
+        model=ppl.model, args=(y, config.n_components, config.hyper), data=Observations.from_dense(y),
+        hyper=config.hyper, quantities=identifiable_quantities,
+        reference=lambda: vhpf.nuts_reference(config, y=y, reference="stored"),
+        description=f"{config.n_users} x {config.n_items} simulated counts, K = {config.n_components}")
+
+
+def _bridge_spec():
+    import functools
+
+    from . import bridge
+
+    return bridge.BridgeSpec(
+        problem=bridge_problem,
+        blocks={s: bridge.Block((s,), functools.partial(numpyro_block, s)) for s in ("theta", "xi", "beta", "eta")},
+        default="xi", wrong_hyper=printed_conditionals_hyper, wrong_block="xi")
 
 
 @dataclass(frozen=True)
@@ -423,3 +448,9 @@ ERRATA: tuple[Erratum, ...] = (
         "conditional", _beta_conditional_check,
     ),
 )
+
+
+# ------------------------------------------------------------------------------
+# the bridge (`validation.bridge`): the four blocks, each as CustomGibbs beside NUTS on the bridge problem
+
+BRIDGE = _bridge_spec()

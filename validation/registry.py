@@ -22,8 +22,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["MODULES", "lazy", "resolve", "SolverSpec", "ReferenceSpec", "ModelSpec", "names", "get", "specs",
-           "all_errata", "by_reference", "solver_names", "sbc_models"]
+__all__ = ["MODULES", "BRIDGES", "lazy", "resolve", "SolverSpec", "ReferenceSpec", "ModelSpec", "names", "get", "specs",
+           "all_errata", "by_reference", "solver_names", "sbc_models", "bridge", "bridge_models"]
 
 # model (CLI) name -> validation module declaring its SPEC ("module" or "module:ATTRIBUTE" where one
 # module declares two models)
@@ -38,6 +38,17 @@ MODULES: dict[str, str] = {
     "npfm": "pfm:SPEC_NPFM",
     "ppfm": "pfm:SPEC_PPFM",
     "psm": "psm",
+}
+
+# model name -> "module:ATTRIBUTE" of its `validation.bridge.BridgeSpec` (every Gibbs block of the model's
+# sampler as a NumPyro CustomGibbs block beside NUTS); imported only when asked for (`bridge`)
+BRIDGES: dict[str, str] = {
+    "hpf": "validation.hpf_gibbs:BRIDGE",
+    "sbmf": "validation.sbmf:BRIDGE",
+    "bpmf": "validation.bpmf:BRIDGE",
+    "mcmc-fm": "validation.fm_mcmc:BRIDGE",
+    "npfm": "validation.pfm_bridge:BRIDGE_NPFM",
+    "ppfm": "validation.pfm_bridge:BRIDGE_PPFM",
 }
 
 
@@ -139,7 +150,8 @@ class ModelSpec:
     defaults); ``sbc``: solver label -> zero-argument callable returning ``(simulate, fit,
     functionals)`` for `validation.sbc.run_sbc`; ``sbc_config``: what one SBC simulation is (for
     reports); ``errata``: tuple of `validation.errata.Erratum` or `lazy` references to such tuples;
-    ``bridge``: site -> ``numpyro_block``-like factory of ``CustomGibbs`` blocks;
+    ``bridge``: the model's bridge declaration (HPF's older dict of sites and factories; the
+    `validation.bridge.BridgeSpec` of every sampler is registered in `BRIDGES` and read by `bridge`);
     ``real_data``: optional ``(ratings DataFrame, source text, config) -> (kwargs, config, text)``
     for ``crosscheck --data`` (None: the model cross-checks on its simulated problem only).
     Source: project addition.
@@ -257,3 +269,19 @@ def sbc_models() -> tuple[str, ...]:
     Raises nothing of its own; what `specs` raises propagates. Source: project addition.
     """
     return tuple(s.name for s in specs() if s.sbc)
+
+
+def bridge(name: str):
+    """The `validation.bridge.BridgeSpec` of model ``name`` (its bridge problem and every Gibbs block
+    as a ``CustomGibbs`` factory), from `BRIDGES`. Raises KeyError for a model without a bridge;
+    ImportError / AttributeError of the declaring module propagate. Source: project addition.
+    """
+    if name not in BRIDGES:
+        raise KeyError(f"model {name!r} has no bridge; bridges: {', '.join(BRIDGES)}")
+    return resolve(lazy(BRIDGES[name]))
+
+
+def bridge_models() -> tuple[str, ...]:
+    """The names of the models with a bridge (the keys of `BRIDGES`), in order; imports nothing.
+    Raises nothing. Source: project addition."""
+    return tuple(BRIDGES)

@@ -34,7 +34,7 @@ from scipy import integrate, stats
 from custom_inference import arviz_io
 from custom_inference import sbmf as gibbs
 from custom_inference.data import Observations
-from custom_inference.gaussian import sample_ng_mean, sample_ng_precision
+from custom_inference.gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
 from ppl_models import sbmf as ppl
 
 from . import crosscheck as xc
@@ -57,6 +57,10 @@ __all__ = [
     "sbc_adapters",
     "sbmf_functionals",
     "to_obs",
+    "BRIDGE_CONFIG",
+    "numpyro_block",
+    "bridge_problem",
+    "BRIDGE",
 ]
 
 # distinct hyperparameters, so that a swapped symbol (alpha0 vs beta0, a0 vs b0, ...) shows
@@ -634,11 +638,108 @@ def sbc_adapters(config: SBCConfig = SBCConfig(), *, fit_hyper: ppl.SBMFHyper | 
 
 # -- the registry's view of SBMF (`validation.registry`) -------------------------------------------
 
+# ------------------------------------------------------------------------------------------
+# The bridge (`validation.bridge`): each Gibbs block as a NumPyro CustomGibbs block beside NUTS
+# on `ppl_models.sbmf.numpyro_model`, the program's NumPyro twin (equal to the PyMC program's log
+# density at random points: tests/ppl_models/test_sbmf_numpyro.py)
+
+# the bridge problem: 6 x 5, K = 2, 24 observed cells, 4 unobserved ones, NUTS target accept 0.99 (the centred
+# hierarchy has funnels; at 20 cells and 0.95, 16 divergences); its reference "sbmf-bridge" is stored
+BRIDGE_CONFIG = CrosscheckConfig(n_rows=6, n_cols=5, K=2, n_obs=24, n_unobserved=4, data_seed=3, target_accept=0.99)
+
+_BRIDGE_BLOCKS = {
+    "tau": ("tau",), "mu": ("mu",), "alpha": ("alpha",), "beta": ("beta",), "U": ("U",), "V": ("V",),
+    "hyper_alpha": ("sigma_alpha", "mu_alpha"), "hyper_beta": ("sigma_beta", "mu_beta"),
+    "hyper_u": ("sigma_u", "mu_u"), "hyper_v": ("sigma_v", "mu_v"),
+}
+
+
+def numpyro_block(block: str, obs: Observations, hyper):
+    """The SBMF Gibbs block ``block`` as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
+
+    Blocks (sites of `ppl_models.sbmf.numpyro_model`): "tau", "mu", "alpha", "beta" (one draw from
+    `custom_inference.sbmf.tau_conditional`, `mu_conditional`, `alpha_conditional`,
+    `beta_conditional`); "U", "V" (the K columns in turn from `u_conditional` / `v_conditional`, the
+    residual cache recomputed between columns, as the sweep does incrementally); "hyper_alpha",
+    "hyper_beta", "hyper_u", "hyper_v" (the normal-gamma pair: precision given the mean, then the mean
+    given the new precision, `custom_inference.gaussian.sample_ng_precision` / `sample_ng_mean`, the
+    helpers of the sampler's hyperparameter block). ``obs``: N ratings; ``hyper``: `ppl_models.sbmf.SBMFHyper`
+    (what the conditional is given). The ``gibbs_fn`` returns ``{site: array}`` of the sites' shapes
+    (float64). Raises ValueError for an unknown block.
+    Source: ``004_90693a0965f06816.txt`` ch. 3, eqs. (3.14)-(3.17), Algorithm 2 (corrected); the NumPyro
+    block is a project addition.
+    """
+    if block not in _BRIDGE_BLOCKS:
+        raise ValueError(f"block must be one of {sorted(_BRIDGE_BLOCKS)}, got {block!r}")
+    o = jax.tree_util.tree_map(jnp.asarray, obs)
+    h = hyper
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        p = {**hmc_sites, **gibbs_sites}
+        state = gibbs.State(**{f: jnp.asarray(p[f]) for f in gibbs.ALL_VARS}, e=jnp.zeros(o.values.shape))
+        state = state._replace(e=gibbs.residuals(state, o))
+        if block == "tau":
+            shape, rate = gibbs.tau_conditional(state, o, h)
+            return {"tau": jax.random.gamma(rng_key, shape) / rate}
+        if block in ("mu", "alpha", "beta"):
+            cond = {"mu": gibbs.mu_conditional, "alpha": gibbs.alpha_conditional, "beta": gibbs.beta_conditional}
+            return {block: sample_normal_natural(rng_key, *cond[block](state, o, h))}
+        if block in ("U", "V"):
+            cond = gibbs.u_conditional if block == "U" else gibbs.v_conditional
+            F = getattr(state, block)
+            for k in range(F.shape[1]):
+                F = F.at[:, k].set(sample_normal_natural(jax.random.fold_in(rng_key, k), *cond(state, o, h, k)))
+                state = state._replace(**{block: F})
+                state = state._replace(e=gibbs.residuals(state, o))
+            return {block: F}
+        x = {"hyper_alpha": state.alpha, "hyper_beta": state.beta, "hyper_u": state.U, "hyper_v": state.V}[block]
+        s_name, m_name = _BRIDGE_BLOCKS[block]
+        k_s, k_m = jax.random.split(rng_key)
+        sigma = sample_ng_precision(k_s, x, p[m_name], h.mu0, h.nu0, h.alpha0, h.beta0, axis=0)
+        return {s_name: sigma, m_name: sample_ng_mean(k_m, x, sigma, h.mu0, h.nu0, axis=0)}
+
+    return gibbs_fn
+
+
+def bridge_problem(config: CrosscheckConfig = BRIDGE_CONFIG):
+    """The SBMF bridge problem (`validation.bridge.Problem`) of ``config`` (default `BRIDGE_CONFIG`,
+    whose PyMC NUTS reference "sbmf-bridge" is stored): the NumPyro twin `ppl_models.sbmf.numpyro_model`
+    on the simulated ratings, compared on the predicted means at the cells and tau (the groups of
+    `nuts_reference`). Raises ValueError (when its reference is asked for) if no stored reference
+    matches. Source: project addition."""
+    from . import bridge
+
+    c = config
+    _, obs, cells = crosscheck_data(c)
+    return bridge.Problem(
+        model=ppl.numpyro_model,
+        args=(np.asarray(obs.rows), np.asarray(obs.cols), np.asarray(obs.values, np.float64), c.n_rows, c.n_cols, c.K,
+              c.hyper),
+        data=obs, hyper=c.hyper, quantities=lambda idata: _quantities(arviz_io.group_arrays(idata), cells),
+        reference=lambda: nuts_reference(c, reference="stored"), target_accept=c.target_accept,
+        description=f"{c.n_rows} x {c.n_cols}, {c.n_obs} observed cells, K = {c.K} (data seed {c.data_seed})")
+
+
+def _bridge_spec():
+    import functools
+
+    from . import bridge
+
+    return bridge.BridgeSpec(
+        problem=bridge_problem,
+        blocks={b: bridge.Block(s, functools.partial(numpyro_block, b)) for b, s in _BRIDGE_BLOCKS.items()},
+        default="U", wrong_hyper=lambda h: h._replace(beta0=4.0 * h.beta0), wrong_block="hyper_u")
+
+
+BRIDGE = _bridge_spec()
+
+
 SPEC = registry.ModelSpec(
     name="sbmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "sbmf",
                                  registry.lazy("custom_inference.sbmf:ALGORITHM")),),
-    references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),),
+    references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),
+                registry.ReferenceSpec("sbmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check, "cache": cache_check},
     sbc={"gibbs": sbc_adapters},
     sbc_config=SBCConfig,
