@@ -287,7 +287,8 @@ def _registry_rows(models=None) -> list[dict]:
                 + (" (VI gap)" if vi else " (within MCSE)"),
                 "SBC": "yes" if s.name in spec.sbc else "no",
                 "k-hat": "n/a (exact)" if not vi else (
-                    (f"{measured['khat']:.2f}" if "khat" in measured else "yes") if has["khat"] else "no"),
+                    (f"{measured['khat']:.2f} ({vi_evidence.khat_reading(measured['khat']).split(':')[0]})"
+                     if "khat" in measured else "yes") if has["khat"] else "no"),
                 "VSBC": "n/a (exact)" if not vi else (
                     measured.get("vsbc", "yes") if has["vsbc"] else "no"),
             })
