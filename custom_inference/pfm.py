@@ -75,7 +75,20 @@ I J cells is cached from per-entity sums (users' and items' feature rows, ``x_n 
 q_(u,j)k = A_uk + B_jk, so N, X_i, E_ik and s_k cost O((I + J) F K) plus O(K) per listed row
 (positives and excluded cells); with side features all of these stay cached because each
 feature belongs to the user side or the item side. Only the rows with y > 0 carry count units.
-Work per sweep: O(T (1 + F + K) + B (nnz_entities + n_listed F) K), T = total count, B blocks.
+Work per sweep: O(N_L F K + T (F + log K) + B (nnz_entities + M F) K), T = total count, N_L
+listed rows, B blocks, M = listed rows with c_n != 0 (``zeros="all"``: the excluded cells only,
+`PFMData.weighted_rows`; ``zeros="observed"``: all listed rows).
+
+Speed (issue 13 profile, ML-100K, K = 50, float32, one chain, CPU seconds per sweep): the
+former sweep cost 0.38 s alone and 0.86 s under the driver's vmap over chains, because (i) the
+exposures summed c_n times every listed row although c_n = 0 for every y > 0 cell in "all" mode
+(now only the M rows with c_n != 0; the sums are unchanged, the skipped terms were exactly 0),
+(ii) ``cumsum``-based pair sums over the feature axis fused badly under vmap (5-7 times slower
+batched; now a loop over the static feature slots, additions only), (iii) the allocation's
+running sums over the 1 + F + K terms used XLA's O(n^2) CPU cumsum and compared every unit
+against all terms (now a scan and a binary search), (iv) the CRT's customer-to-element map was
+a searchsorted over all 3 T positions (now a count of element starts). After: about 0.14 s,
+batched or not.
 
 Float32. Gamma shapes such as gamma0/K + 0 are tiny; `gamma_draw` draws log Ga(a) =
 log Ga(a + 1) + log(U) / a and exponentiates, clamping at the smallest normal number, so a
@@ -184,7 +197,11 @@ def crt(key, counts, concentration, max_total: int):
     ends = jnp.cumsum(m)
     starts = ends - m
     pos = jnp.arange(max_total, dtype=jnp.int32)
-    cat = jnp.minimum(jnp.searchsorted(ends, pos, side="right"), C - 1)
+    # element of each customer: cat = #{e : start_e <= pos} - 1 (= #{e : end_e <= pos}, the
+    # first element whose end exceeds pos), by counting the starts: O(max_total + C), where a
+    # searchsorted over all positions cost O(max_total log C) and most of the CRT's time
+    marks = jnp.zeros(max_total + 1, jnp.int32).at[jnp.minimum(starts, max_total)].add(1)
+    cat = jnp.clip(jnp.cumsum(marks)[:max_total] - 1, 0, C - 1)
     n = (pos - starts[cat]).astype(dtype)  # 0-based customer index within its element
     rc = r[cat]
     u = jax.random.uniform(key, (max_total,), dtype=dtype)
@@ -390,8 +407,39 @@ def init_ppfm(key, data, K, hyper, **kw):
 
 
 def _pairwise(u):
-    """sum_{f<g} u_f u_g over axis -2 of u (..., F, K), cancellation-free: sum_f u_f (cumsum_f - u_f)."""
-    return jnp.sum(u * (jnp.cumsum(u, axis=-2) - u), axis=-2)
+    """sum_{f<g} u_f u_g over axis -2 of u (..., F, K), cancellation-free: sum_f u_f p_f with the
+    exclusive prefix p_f = u_1 + ... + u_{f-1} built by additions only (a sum of non-negative
+    terms: relative error <= F eps). The former form sum_f u_f (cumsum_f - u_f) subtracted, and
+    lost a small u_f next to a large later u_g entirely in float32 (u_f < 2^-24 u_g gives 0).
+    A loop over the static F (feature slots per row, small) keeps XLA from materialising the
+    (..., F, K) cumsum, which was slow under the driver's vmap over chains."""
+    F = u.shape[-2]
+    pre = u[..., 0, :]
+    acc = jnp.zeros_like(pre)
+    for f in range(1, F):
+        acc = acc + u[..., f, :] * pre
+        pre = pre + u[..., f, :]
+    return acc
+
+
+def _running_sums(x):
+    """Running sums along axis 0 of x (n, ...), by sequential additions (n static and small:
+    features or terms of a row). Of non-negative terms they are non-decreasing, which the
+    allocation's binary search needs (XLA's cumsum on the CPU is a reduce_window, O(n^2), and its
+    tree order does not promise that)."""
+    if x.shape[0] <= 4:  # unrolled (XLA fuses the chain; its recomputation is small here)
+        out = [x[0]]
+        for i in range(1, x.shape[0]):
+            out.append(out[-1] + x[i])
+        return jnp.stack(out)
+    # a scan, not an unrolled chain: fused into one expression, the chain is recomputed per
+    # output (O(n^2) again; measured 0.07 s for (53, 100,000))
+
+    def add(c, xi):
+        c = c + xi
+        return c, c
+
+    return jax.lax.scan(add, jnp.zeros_like(x[0]), x)[1]
 
 
 def row_rates(state, feat, val):
@@ -416,7 +464,10 @@ def allocate(key, state, data: PFMData) -> SuffStats:
     factor k with probability prop. to r_k sum_{f<g} u_f u_g (u_f = x_nf v_fk); a factor unit
     then picks its pair {f, g} with probability u_f u_g / sum_{f'<g'} u_f' u_g' exactly, as
     first endpoint f ~ u_f (S - u_f) and second g ~ u_g (g != f) (S = sum u; the product is
-    u_f u_g / (2 P), symmetric). Both endpoints get the unit in Z3. Work O(T (1 + F + K)).
+    u_f u_g / (2 P), symmetric). Both endpoints get the unit in Z3. The term of a unit is found by
+    binary search in its row's running sums of the 1 + F + K terms (built once per listed row, by
+    additions only, so they are non-decreasing), and S - u_f is formed as the sum of the other
+    u_g (no subtraction, no cancellation). Work O(N_L (F + K) + T (F + log K)).
 
     ``state``: NPFMState or PPFMState; ``data``: PFMData with T count units. Returns `SuffStats`
     (z1 (), z2 (D,), z3 (D, K), L (K,)), dtype of ``data.row_val``.
@@ -430,18 +481,28 @@ def allocate(key, state, data: PFMData) -> SuffStats:
     K = state.V.shape[1]
     F = feat.shape[1]
     D = data.n_features
+    N = feat.shape[0]
     r = _r(state)
     u = val[..., None] * state.V[feat]  # (N_L, F, K)
     lin = val * state.w[feat]  # (N_L, F)
     pair = _pairwise(u) * r  # (N_L, K)
-    cum = jnp.cumsum(jnp.concatenate([jnp.broadcast_to(state.w0, (feat.shape[0], 1)).astype(dtype), lin, pair],
-                                     axis=1), axis=1)
+    # the rate's terms of each listed row, term-major (1 + F + K, N_L), and their running sums
+    # (additions only: non-decreasing along the terms, which the search below relies on)
+    terms = jnp.concatenate([jnp.broadcast_to(state.w0, (1, N)).astype(dtype), lin.T, pair.T], axis=0)
+    cum = _running_sums(terms)
+    n_terms = 1 + F + K
     rows = data.unit_row
     T = rows.shape[0]
     U = jax.random.uniform(key, (3, T), dtype=dtype)
-    cu = cum[rows]
-    x = U[0] * cu[:, -1]
-    cat = jnp.minimum(jnp.sum(cu <= x[:, None], axis=1), cum.shape[1] - 1)
+    x = U[0] * cum[n_terms - 1][rows]
+    # cat = #{terms c : cum_c <= x} (first c with cum_c > x), by binary search on each unit's row
+    flat = cum.reshape(-1)
+    lo, hi = jnp.zeros(T, jnp.int32), jnp.full((T,), n_terms, jnp.int32)
+    for _ in range(int(np.ceil(np.log2(n_terms + 1)))):
+        mid = (lo + hi) // 2
+        go = (flat[jnp.minimum(mid, n_terms - 1) * N + rows] <= x) & (mid < hi)
+        lo, hi = jnp.where(go, mid + 1, lo), jnp.where(go, hi, mid)
+    cat = jnp.minimum(lo, n_terms - 1)
     one = data.unit_weight.astype(dtype)
     is0 = cat == 0
     islin = (cat >= 1) & (cat <= F)
@@ -449,17 +510,26 @@ def allocate(key, state, data: PFMData) -> SuffStats:
     f_lin = jnp.clip(cat - 1, 0, F - 1)
     k = jnp.clip(cat - 1 - F, 0, K - 1)
     z1 = jnp.sum(jnp.where(is0, one, 0))
-    z2 = jax.ops.segment_sum(jnp.where(islin, one, 0), feat[rows, f_lin], num_segments=D)
+    frows = feat[rows]  # (T, F)
+    z2 = jax.ops.segment_sum(jnp.where(islin, one, 0), jnp.take_along_axis(frows, f_lin[:, None], axis=1)[:, 0],
+                             num_segments=D)
     L = jax.ops.segment_sum(jnp.where(ispair, one, 0), k, num_segments=K)
-    uk = val[rows] * state.V[feat[rows], k[:, None]]  # (T, F)
-    S = jnp.sum(uk, axis=1, keepdims=True)
-    w1 = jnp.cumsum(uk * (S - uk), axis=1)
-    a = jnp.minimum(jnp.sum(w1 <= (U[1] * w1[:, -1])[:, None], axis=1), F - 1)
-    uk2 = jnp.where(jnp.arange(F)[None, :] == a[:, None], 0.0, uk)
-    w2 = jnp.cumsum(uk2, axis=1)
-    b = jnp.minimum(jnp.sum(w2 <= (U[2] * w2[:, -1])[:, None], axis=1), F - 1)
-    fa = jnp.take_along_axis(feat[rows], a[:, None], axis=1)[:, 0]
-    fb = jnp.take_along_axis(feat[rows], b[:, None], axis=1)[:, 0]
+    uk = val[rows] * state.V[frows, k[:, None]]  # (T, F)
+    # first endpoint f ~ u_f (S - u_f), with S - u_f = (prefix + suffix without f): no subtraction
+    cols = [uk[:, f] for f in range(F)]
+    pre = [jnp.zeros_like(cols[0])]
+    for f in range(1, F):
+        pre.append(pre[-1] + cols[f - 1])
+    suf = [jnp.zeros_like(cols[0])]
+    for f in range(F - 2, -1, -1):
+        suf.insert(0, suf[0] + cols[f + 1])
+    w1 = _running_sums(jnp.stack([cols[f] * (pre[f] + suf[f]) for f in range(F)]))  # (F, T)
+    a = jnp.minimum(jnp.sum(w1 <= U[1] * w1[F - 1], axis=0), F - 1)
+    # second endpoint g ~ u_g, g != f
+    w2 = _running_sums(jnp.where(jnp.arange(F)[:, None] == a[None, :], 0.0, uk.T))  # (F, T)
+    b = jnp.minimum(jnp.sum(w2 <= U[2] * w2[F - 1], axis=0), F - 1)
+    fa = jnp.take_along_axis(frows, a[:, None], axis=1)[:, 0]
+    fb = jnp.take_along_axis(frows, b[:, None], axis=1)[:, 0]
     wpair = jnp.where(ispair, one, 0)
     z3 = (jnp.zeros(D * K, dtype).at[fa * K + k].add(wpair).at[fb * K + k].add(wpair)).reshape(D, K)
     return SuffStats(z1, z2, z3, L)
@@ -481,7 +551,10 @@ def exposures(state, data: PFMData) -> Exposures:
     V = state.V
     D, K = V.shape
     feat, val, c = data.row_feat, data.row_val, data.row_weight
-    u = val[..., None] * V[feat]  # (N_L, F, K)
+    if data.weighted_rows is not None:  # "all" mode: only the excluded cells have c_n != 0
+        w = data.weighted_rows
+        feat, val, c = feat[w], val[w], c[w]
+    u = val[..., None] * V[feat]  # (M, F, K)
     q = jnp.sum(u, axis=1)
     contrib = (c[:, None, None] * val[..., None]) * (q[:, None, :] - u)
     E = jax.ops.segment_sum(contrib.reshape(-1, K), feat.reshape(-1), num_segments=D)

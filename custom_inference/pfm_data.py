@@ -74,6 +74,11 @@ class PFMData:
                                 ``zeros="all"`` mode; (0, 1) otherwise.
     ent_partners : float (E,)   J for a user, I for an item.
     block : int32 (D,)          update block of each feature (`fm_design.greedy_blocks`).
+    weighted_rows : int32 (M,) or None   the listed rows with c_n != 0 (``zeros="all"``: the
+                                excluded cells; empty without exclusions), so that the
+                                exposures skip the y > 0 cells whose c_n = 0 contributes
+                                exactly nothing; None (``zeros="observed"``, or a container
+                                built without it): every listed row enters.
 
     Static: ``n_features`` D, ``n_users`` I, ``n_items`` J (0 in "observed" mode),
     ``grid`` (True in "all" mode), ``n_train`` N (float), ``n_blocks``, ``n_units`` T,
@@ -103,17 +108,18 @@ class PFMData:
     n_units: int
     zeros: str
     group_names: tuple
+    weighted_rows: np.ndarray | None = None
 
     def tree_flatten(self):
         leaves = (self.row_feat, self.row_val, self.row_y, self.row_weight, self.unit_row, self.unit_weight, self.x_sum,
-                  self.ent_feat, self.ent_val, self.ent_partners, self.block)
+                  self.ent_feat, self.ent_val, self.ent_partners, self.block, self.weighted_rows)
         aux = (self.n_features, self.n_users, self.n_items, self.grid, self.n_train, self.n_blocks,
                self.n_units, self.zeros, self.group_names)
         return leaves, aux
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        return cls(*children, *aux)
+        return cls(*children[:11], *aux, children[11])
 
     @property
     def n_listed(self) -> int:
@@ -284,11 +290,13 @@ class PFMData:
         if extra:
             unit_row = np.concatenate([unit_row, np.zeros(extra, np.int32)])
             unit_weight = np.concatenate([unit_weight, np.zeros(extra)])
+        weighted_rows = np.flatnonzero(np.asarray(weight) != 0).astype(np.int32) if grid else None
         return cls(row_feat.astype(np.int32), row_val.astype(dtype), y.astype(dtype), weight.astype(dtype), unit_row,
                    unit_weight.astype(dtype),
                    np.asarray(x_sum, np.float64).astype(dtype), ent_feat.astype(np.int32), ent_val.astype(dtype),
                    np.asarray(ent_partners, np.float64).astype(dtype), np.asarray(block, np.int32), int(D), int(I),
-                   int(J), bool(grid), float(n_train), int(np.max(block)) + 1, int(unit_row.size), zeros, tuple(names))
+                   int(J), bool(grid), float(n_train), int(np.max(block)) + 1, int(unit_row.size), zeros, tuple(names),
+                   weighted_rows)
 
     # -- helpers ---------------------------------------------------------------------
     def pair_rows(self, users, items):
@@ -310,7 +318,7 @@ class PFMData:
                        np.asarray(self.x_sum, d), self.ent_feat,
                        np.asarray(self.ent_val, d), np.asarray(self.ent_partners, d), self.block, self.n_features,
                        self.n_users, self.n_items, self.grid, self.n_train, self.n_blocks, self.n_units, self.zeros,
-                       self.group_names)
+                       self.group_names, self.weighted_rows)
 
     def __repr__(self) -> str:
         return (f"PFMData(D={self.n_features}, listed={self.n_listed}, units={self.n_units}, zeros={self.zeros!r}, "

@@ -205,3 +205,49 @@ def test_init_r_sets_the_starting_weights():
     a = pfm.sample(0, data, K, HYPER, **kw)
     b = pfm.sample(0, data, K, HYPER, init_r=50.0, **kw)
     assert not np.allclose(a.posterior["r"].values, b.posterior["r"].values)
+
+
+def test_crt_maps_customers_to_their_elements_across_zero_counts():
+    """Zero counts between elements (the customer-to-element map counts element starts): with
+    concentration 1e9 every customer opens a table (l = m), with 1e-9 only the first (l = 1 for
+    m >= 1), 0 for m = 0; also with customers beyond the total (padding positions)."""
+    m = jnp.array([0, 3, 0, 0, 2, 0, 1, 0], jnp.float64)
+    for conc, want in ((1e9, [0, 3, 0, 0, 2, 0, 1, 0]), (1e-9, [0, 1, 0, 0, 1, 0, 1, 0])):
+        for max_total in (6, 20):
+            out = np.asarray(pfm.crt(jax.random.PRNGKey(4), m, jnp.full(8, conc), max_total))
+            np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_pair_sums_keep_a_small_feature_next_to_a_large_one(dtype):
+    """sum_{f<g} u_f u_g with u_1 << u_2: the former cumsum-minus-u form returned 0 in float32 for
+    u_1 < 2^-24 u_2 ((u_1 + u_2) - u_2 = 0); the exclusive-prefix form keeps relative error ~eps.
+    Checked through `row_rates` (one row, features 0 and 1, K = 2) against float64 arithmetic."""
+    V = np.array([[1e-9, 3e-3], [1.0, 2.0]])
+    with jax.enable_x64(dtype == jnp.float64):
+        st = pfm.PPFMState(jnp.asarray(0.0, dtype), 1.0, 1.0, jnp.zeros(2, dtype), jnp.ones(2, dtype),
+                           jnp.ones(2, dtype), jnp.asarray(V, dtype), jnp.ones(2, dtype), jnp.ones(2, dtype))
+        rate = float(pfm.row_rates(st, jnp.array([[0, 1]]), jnp.ones((1, 2), dtype))[0])
+    exact = float(np.sum(V[0] * V[1]))
+    np.testing.assert_allclose(rate, exact, rtol=4 * float(jnp.finfo(dtype).eps))
+
+
+def test_exposures_skip_rows_with_zero_weight_exactly():
+    """In "all" mode the exposures sum only the listed rows with c_n != 0 (`weighted_rows`); a
+    container without that index (built positionally, as older code does) sums every listed row:
+    the results are identical bit for bit (the skipped terms are exactly 0), with and without
+    excluded cells, and so is the log joint."""
+    for exclude in (None, (np.array([1, 3]), np.array([2, 0]))):
+        _, _, _, data = _data("all", exclude)
+        assert data.weighted_rows is not None
+        assert data.weighted_rows.size == (0 if exclude is None else 2)
+        plain = pfm.PFMData(*(getattr(data, f) for f in list(data.__dataclass_fields__)[:-1]))
+        assert plain.weighted_rows is None
+        st = pfm.init(jax.random.PRNGKey(0), data, 3, HYPER)
+        a, b = (jax.tree_util.tree_map(jnp.asarray, d) for d in (data, plain))
+        ea, eb = pfm.exposures(st, a), pfm.exposures(st, b)
+        np.testing.assert_array_equal(np.asarray(ea.E), np.asarray(eb.E))
+        np.testing.assert_array_equal(np.asarray(ea.s), np.asarray(eb.s))
+        assert float(pfm.log_joint(st, a, HYPER)) == float(pfm.log_joint(st, b, HYPER))
+    _, _, _, obs = _data("observed")
+    assert obs.weighted_rows is None
