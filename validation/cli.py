@@ -497,7 +497,8 @@ def cmd_sbc(args) -> int:
         raise ValueError(f"sbc: {args.model} has no SBC adapters (models with some: {', '.join(registry.sbc_models())})")
     if args.solver not in spec.sbc:
         raise ValueError(f"--solver: the {args.model} SBC runs {sorted(spec.sbc)} (got {args.solver!r})")
-    simulate, fit, functionals = registry.resolve(spec.sbc[args.solver])()
+    adapters = registry.resolve(spec.sbc[args.solver])  # a lazy with arguments resolves to the triple itself
+    simulate, fit, functionals = adapters() if callable(adapters) else adapters
     cfg = registry.resolve(spec.sbc_config)
     setting = f"each simulation: {cfg() if isinstance(cfg, type) else cfg}"
     out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")
@@ -508,6 +509,10 @@ def cmd_sbc(args) -> int:
              setting, f"mean seconds per simulation (simulate + fit): {result.seconds.mean():.2f}"]
     report = sbc.sbc_report(result, out, title=f"SBC of {args.model}, solver {args.solver}", alpha=args.alpha,
                             notes=notes)
+    from .report import evidence_lines
+
+    with open(report, "a") as f:  # the model's evidence table (validation.report.evidence_table) after the SBC
+        f.write("\n" + "\n".join(evidence_lines(args.model)) + "\n")
     _print_table(table)
     ok = result.passed(alpha=args.alpha)
     print(f"SBC {'PASSED' if ok else 'FAILED'} (all scalars, Bonferroni at alpha = {args.alpha}). Report: {report}")

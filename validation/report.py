@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 from custom_inference import arviz_io  # noqa: E402
 
 __all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report", "evidence_table",
-           "vi_evidence_lines"]
+           "evidence_lines", "vi_evidence_lines"]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
@@ -174,7 +174,7 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
     ]
     if result.method == "vi":
         lines += vi_evidence_lines(result)
-    lines += _evidence_lines(result.model)
+    lines += evidence_lines(result.model)
     if result.extra.get("elbo") is not None:
         lines += ["## VI convergence", "", f"![ELBO]({_elbo_curve(np.asarray(result.extra['elbo']), out)})", ""]
     for key, table in result.extra.items():
@@ -268,6 +268,20 @@ def vi_evidence_lines(result) -> list[str]:
     return lines
 
 
+def _bridge_text(name: str, spec) -> str:
+    """"yes (N blocks)" when the registry declares the model's bridge (`validation.registry.BRIDGES`, or a
+    non-empty ``bridge`` field of its spec), else "no"."""
+    from . import registry
+
+    bridges = getattr(registry, "BRIDGES", {})
+    if name in bridges:
+        try:
+            return f"yes ({len(registry.bridge(name).blocks)} blocks)"
+        except (ImportError, AttributeError):
+            return "declared (not importable)"
+    return "yes" if spec.bridge else "no"
+
+
 def _registry_rows(models=None) -> list[dict]:
     from . import references, registry, vi_evidence
 
@@ -282,7 +296,7 @@ def _registry_rows(models=None) -> list[dict]:
             rows.append({
                 "model": name, "solver": s.name, "method": s.method,
                 "update checks": ", ".join(spec.checks) or "none",
-                "bridge (CustomGibbs)": "n/a (VI)" if vi else ("yes" if spec.bridge else "no"),
+                "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name, spec),
                 "NUTS agreement": (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
                 + (" (VI gap)" if vi else " (within MCSE)"),
                 "SBC": "yes" if s.name in spec.sbc else "no",
@@ -310,7 +324,10 @@ def evidence_table(models=None) -> pd.DataFrame:
     return pd.DataFrame(_registry_rows(models))
 
 
-def _evidence_lines(model: str) -> list[str]:
+def evidence_lines(model: str) -> list[str]:
+    """The "Evidence for MODEL" section of a report (cross-check and SBC reports): `evidence_table` of the
+    model's solvers as Markdown lines. Raises KeyError for an unknown model; ImportError without
+    ``tabulate``. Source: project addition."""
     return [f"## Evidence for {model} (all solvers)", "",
             "From `validation.registry` (`factorbayes evidence` prints it for every model).", "",
             markdown_table(evidence_table([model])), ""]
