@@ -342,7 +342,6 @@ def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: i
     003_203f63200c0d7157.txt, eqs. (10)-(11) and the model of eqs. (2)-(5).
     """
     from numpyro.infer.util import log_density
-    from scipy import stats
 
     from custom_inference.logistic import jj_log_bound
 
@@ -363,15 +362,7 @@ def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: i
     a = np.sum(draws["u"][:, users] * draws["v"][:, items], axis=-1) + draws["b_user"][:, users] + draws["b_item"][:, items]
     loglik = np.sum(gv * a - np.logaddexp(0.0, a), axis=1)
     bound = np.sum(np.asarray(jj_log_bound(a, xi[:E], gv)), axis=1)
-    (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(x, np.float64) for x in p) for p in rg.moments(state))
-    logq = stats.norm.logpdf(draws["u"], mu, np.sqrt(su)).sum(axis=(1, 2))
-    logq += stats.norm.logpdf(draws["v"], mv, np.sqrt(sv)).sum(axis=(1, 2))
-    logq += stats.norm.logpdf(draws["b_item"], mbv, np.sqrt(sbv)).sum(axis=1)
-    if not clamp:
-        logq += stats.norm.logpdf(draws["b_user"], mbu, np.sqrt(sbu)).sum(axis=1)
-    for t in ["tau_u", "tau_v", "tau_bv"] + ([] if clamp else ["tau_bu"]):
-        logq += stats.gamma.logpdf(draws[t], float(getattr(state, f"{t}_shape")),
-                                   scale=1.0 / float(getattr(state, f"{t}_rate")))
+    logq = _q_sites(state, draws, clamp)[1]
     d = logp - logq - (loglik - bound)
     est, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(n_draws))
     return {"estimate": est, "se": se, "exact": exact, "z": abs(est - exact) / se,
