@@ -545,7 +545,7 @@ def init(key, design: FMDesign, K: int, hyper, *, alpha_prior=None, init_mean_sd
     init_mean_sd : sd of the N(0, sd^2) initial means of w and v (the thesis uses 1; 0.1 keeps the
         initial interactions of long rows small). w0 starts at mean(y).
     init_var : initial variance of every Gaussian factor (thesis: 0.02)
-    dtype : float dtype (default that of ``design.values``)
+    dtype : float dtype (default that of ``design.values``, float32 when JAX's x64 mode is off)
 
     Raises
     ------
@@ -556,7 +556,8 @@ def init(key, design: FMDesign, K: int, hyper, *, alpha_prior=None, init_mean_sd
     key = base.as_key(key)
     if not (init_var > 0) or not (init_mean_sd >= 0):
         raise ValueError(f"init_var must be > 0 and init_mean_sd >= 0, got {init_var}, {init_mean_sd}")
-    dtype = jnp.dtype(dtype or design.values.dtype)
+    # default: the design's dtype as JAX holds it (float32 unless x64 is on), so no truncation warnings
+    dtype = jnp.dtype(dtype) if dtype is not None else jax.dtypes.canonicalize_dtype(design.values.dtype)
     alpha, s0, sw, sv = _hyper_arrays(hyper, design.n_groups, K, dtype)
     if alpha_prior is None:
         a0 = b0 = 0.0
@@ -647,7 +648,7 @@ def minibatch(design: FMDesign, row_ids, *, n_pad: int | None = None, nz_pad: in
     nz_pad = total if nz_pad is None else int(nz_pad)
     if n_pad < nb or nz_pad < total:
         raise ValueError(f"batch: n_pad {n_pad} < {nb} rows or nz_pad {nz_pad} < {total} nonzeros")
-    dtype = np.asarray(design.values).dtype
+    dtype = jax.dtypes.canonicalize_dtype(np.asarray(design.values).dtype)
     local = np.zeros(nz_pad, np.int32)
     local[:total] = np.repeat(np.arange(nb), lengths)
     cols = np.zeros(nz_pad, np.int32)

@@ -887,13 +887,17 @@ def transform(table: pd.DataFrame, how: str = "none", threshold: float = 4.0) ->
         "CLI --transform round|double|binarize), or convert the values yourself"
     )
 
+    def _at(k):  # "user 186, item 302" in the table's own ids (numpy scalars shown as plain values)
+        ids = [x.item() if isinstance(x, np.generic) else x for x in (out["user"].iat[k], out["item"].iat[k])]
+        return f"user {ids[0]!r}, item {ids[1]!r}"
+
     def _refuse_negative(x, label):
         neg = x < 0
         if neg.any():
             k = _first_bad(neg)
             raise ValueError(
-                f"rating: {int(neg.sum())} negative values{label} (first {x[k]:g} at user "
-                f"{out['user'].iat[k]!r}, item {out['item'].iat[k]!r}); counts must be >= 0"
+                f"rating: {int(neg.sum())} negative values{label} (first {x[k]:g} at "
+                f"{_at(k)}); counts must be >= 0"
             )
 
     if how == "none":
@@ -912,8 +916,8 @@ def transform(table: pd.DataFrame, how: str = "none", threshold: float = 4.0) ->
         if frac.any():
             k = _first_bad(frac)
             raise ValueError(
-                f"rating: {int(frac.sum())} values are not integers even after doubling (first {v[k] / 2:g} at user "
-                f"{out['user'].iat[k]!r}, item {out['item'].iat[k]!r}): not a half-star scale; pass "
+                f"rating: {int(frac.sum())} values are not integers even after doubling (first {v[k] / 2:g} at "
+                f"{_at(k)}): not a half-star scale; pass "
                 "how='round' or how='binarize' with threshold=..."
             )
         _refuse_negative(v, " after doubling")
@@ -923,7 +927,7 @@ def transform(table: pd.DataFrame, how: str = "none", threshold: float = 4.0) ->
             k = _first_bad(frac)
             raise ValueError(
                 f"rating: count models need integer counts, found {int(frac.sum())} non-integer values "
-                f"(first {v[k]:g} at user {out['user'].iat[k]!r}, item {out['item'].iat[k]!r}); {options}"
+                f"(first {v[k]:g} at {_at(k)}); {options}"
             )
         _refuse_negative(v, "")
     out["rating"] = v
