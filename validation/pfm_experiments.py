@@ -8,6 +8,7 @@ Source: ``004_90693a0965f06816.txt`` ch. 5.4.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from custom_inference import arviz_io
 from custom_inference import pfm
 from ppl_models import pfm as ppl
 
-__all__ = ["synthetic_blocks", "ml100k_side_features", "evaluate_p3"]
+__all__ = ["synthetic_blocks", "ml100k_side_features", "evaluate_p3", "sbc_mixing"]
 
 
 # ------------------------------------------------------------------------------
@@ -204,3 +205,60 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
     act = np.asarray(idata.sample_stats["n_active"]).ravel()
     return {"table": pd.DataFrame(rows), "n_active_mean": float(act.mean()), "seconds": seconds,
             "seconds_per_sweep": idata.posterior.attrs.get("seconds_per_sweep"), "idata": idata}
+
+
+# ------------------------------------------------------------------------------
+# SBC configuration: do the heaviest prior-predictive simulations mix?
+
+
+def sbc_mixing(*, n_sims: int = 1000, n_worst: int = 20, scale: int = 4, master_seed: int = 0, config=None,
+               functionals=("logp_v_given_shape", "log_c", "logp_r_given_shape", "log_gamma0",
+                            "log_total_rate")) -> pd.DataFrame:
+    """R-hat and bulk ESS of NPFM's SBC functionals on the simulations with the largest total count.
+
+    Simulates the first ``n_sims`` simulations of the NPFM SBC (`validation.pfm.sbc_adapters`,
+    seeds `validation.sbc.sbc_seeds` (master_seed, n_sims), so simulation s is the s-th of the
+    SBC run), takes the ``n_worst`` with the largest total count T, and fits each twice with the
+    SBC's own fit seed: with ``config`` (default `validation.pfm.SBCConfig`: 4 chains x (300 +
+    150 x 4) sweeps) and with warm-up and thinning multiplied by ``scale`` (same kept draws per
+    chain). For every functional: split R-hat and bulk ESS (ArviZ) over the chains' kept draws.
+
+    Returns a DataFrame, one row per simulation: sim (int), T (float), and for run in
+    ("base", f"x{scale}") and each functional f: ``{run}/{f}/rhat``, ``{run}/{f}/ess`` (float64),
+    ``{run}/seconds``.
+
+    Raises ValueError for n_sims < 1, n_worst < 1 or scale < 1; what the adapters raise propagates.
+
+    Source: project addition (the diagnosis of the 1,000-simulation NPFM SBC failure, issue 13;
+    SBC after Talts et al. 2018) on the sampler of ``004_90693a0965f06816.txt`` ch. 5.3.2.
+    """
+    import arviz as az
+
+    from . import pfm as vp
+    from . import sbc
+
+    if n_sims < 1 or n_worst < 1 or scale < 1:
+        raise ValueError(f"n_sims, n_worst and scale must be >= 1, got {n_sims}, {n_worst}, {scale}")
+    cfg = config or vp.SBCConfig()
+    simulate, _, funcs = vp.sbc_adapters("npfm", cfg)
+    seeds = sbc.sbc_seeds(master_seed, n_sims)
+    T = np.array([float(simulate(int(s))[1].sum()) for s in seeds])
+    long_cfg = replace(cfg, warmup=cfg.warmup * scale, thin=cfg.thin * scale)
+    runs = (("base", cfg), (f"x{scale}", long_cfg))
+    fits = {lab: vp.sbc_adapters("npfm", c)[1] for lab, c in runs}
+    rows = []
+    for i in np.argsort(-T, kind="stable")[:n_worst]:
+        _, Y = simulate(int(seeds[i]))
+        row = {"sim": int(i), "T": float(T[i])}
+        for lab, c in runs:
+            t0 = time.perf_counter()
+            draws = fits[lab](Y, sbc._derived_seed(int(seeds[i]), 1))
+            S = draws["w0"].shape[0]
+            for name in functionals:
+                vals = np.array([funcs[name]({k: v[s] for k, v in draws.items()})[0] for s in range(S)])
+                vals = vals.reshape(c.chains, -1)
+                row[f"{lab}/{name}/rhat"] = float(az.rhat(vals))
+                row[f"{lab}/{name}/ess"] = float(az.ess(vals))
+            row[f"{lab}/seconds"] = time.perf_counter() - t0
+        rows.append(row)
+    return pd.DataFrame(rows)
