@@ -184,15 +184,18 @@ def cmd_evaluate(args, *, df=None, path=None) -> int:
         df, path = _load_data(args.data)
     dtype = {"float32": np.float32, "float64": np.float64}[args.dtype]
     out = Path(args.out or "factorbayes-output/evaluate-hpf")
-    notes = [f"data: {path} ({len(df)} ratings)", f"K = {args.k}, {args.max_iter} CAVI sweeps, {args.dtype}, seed {args.seed}",
-             "hyperparameters a = a' = c = c' = 0.3, b' = d' = 1"]
     result = experiments.evaluate_hpf(df, n_components=args.k, seed=args.seed, max_iter=args.max_iter,
                                       tol=args.tol, dtype=dtype, progress=not args.no_progress)
+    ran = ", ".join(f"{p} {int(fit.vi_trace.attrs['n_iter'])}" for p, fit in result.fits.items())  # sweeps actually run
+    notes = [f"data: {path} ({len(df)} ratings, {df['user'].nunique()} users x {df['item'].nunique()} items)",
+             f"K = {args.k}, {args.dtype}, seed {args.seed}; CAVI sweeps run: {ran} (at most {args.max_iter}, "
+             f"relative-ELBO tolerance {args.tol:g})",
+             "hyperparameters a = a' = c = c' = 0.3, b' = d' = 1"]
     for name, table in result.tables.items():
         print(f"{name}:")
         _print_table(table)
     report = evaluation_report(result.tables, result.fits["P3"].vi_trace.elbo.values, out,
-                               title="HPF on MovieLens: held-out evaluation", notes=notes,
+                               title=f"HPF on {Path(str(path)).name}: held-out evaluation", notes=notes,
                                bucket_tables=result.by_degree)
     print(f"Report: {report}")
     return 0
