@@ -358,7 +358,7 @@ def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path, *,
             ax.set_ylim(0, None)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.set_title(title.format(p=p), fontsize=10)
+        ax.set_title(title.format(p=p) + " (bars: 1 s.e.m. of the bucket mean)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -207,10 +207,12 @@ def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, 
             ax.errorbar(np.sqrt(sub.bucket_low * sub.bucket_high), sub["mean"], yerr=sub["sem"], marker="o", label=method, capsize=2)
         ax.set_xscale("log")
         ax.set_xlabel("user degree (training entries), log-scale buckets")
-        ax.set_ylabel(name)
+        ax.set_ylabel(f"{name} (bucket mean, bars: 1 s.e.m.)")
         ax.legend()
         fname = _save(fig, out, f"by_degree_{name.replace(' ', '_').replace('@', 'at')}.png")
-        lines += [f"![{name} by user degree]({fname})", ""]
+        lines += [f"![{name} by user degree]({fname})", "",
+                  f"{name} averaged over the test users of each user-degree bucket; error bars are one standard "
+                  "error of that mean; `n_users` per bucket:", "", markdown_table(table), ""]
     for name in extra_plots:
         lines += [f"![{Path(name).stem}]({name})", ""]
     if elbo is not None:
