@@ -146,7 +146,10 @@ def test_hpf_fit_sharded_equals_single_device(counts, hpf_reference, n_devices):
     assert "n_devices" not in fit.idata.posterior.attrs
 
 
-@pytest.mark.parametrize("n_devices", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 4])
+# All device counts under -m slow (test time): the default run checks the sharded SBMF sweep through
+# test_sbmf_sample_with_a_mesh_equals_a_single_device_loop_of_step (4 devices, through the driver).
+@pytest.mark.slow
+@pytest.mark.parametrize("n_devices", [1, 2, 4])
 def test_sbmf_chain_sharded_equals_single_device(ratings, n_devices):
     hyper = SBMFHyper()
     key0 = jax.random.PRNGKey(3)
