@@ -31,16 +31,6 @@ FAST = {
 }
 
 
-@pytest.fixture(scope="module")
-def ratings() -> pd.DataFrame:
-    rng = np.random.default_rng(0)
-    I, J = 24, 18
-    mask = rng.random((I, J)) < 0.45
-    u, i = np.nonzero(mask)
-    stars = rng.integers(1, 6, size=u.size).astype(float)
-    return pd.DataFrame({"reader": [f"u{k}" for k in u], "book": [f"b{k}" for k in i], "stars": stars})
-
-
 def _fit(name, ratings, **kw):
     return api.fit(name, ratings, K=2, seed=0, user_col="reader", item_col="book", value_col="stars",
                    progress=False, **{**FAST.get(name, {}), **kw})

@@ -28,16 +28,6 @@ FAST_GIBBS = {"num_chains": 2, "num_warmup": 10, "num_samples": 20}
 ITEMS = ["b0", "b1", "b2", "b5", "b9"]
 
 
-@pytest.fixture(scope="module")
-def ratings() -> pd.DataFrame:
-    rng = np.random.default_rng(0)
-    I, J = 24, 18
-    mask = rng.random((I, J)) < 0.45
-    u, i = np.nonzero(mask)
-    stars = rng.integers(1, 6, size=u.size).astype(float)
-    return pd.DataFrame({"reader": [f"u{k}" for k in u], "book": [f"b{k}" for k in i], "stars": stars})
-
-
 def _fit(name, ratings, **kw):
     return api.fit(name, ratings, K=2, seed=0, progress=False, **COLS, **kw)
 
