@@ -611,7 +611,5 @@ SPEC = registry.ModelSpec(
     sbc={s: registry.lazy("validation.hpf_gibbs:sbc_adapters", s) for s in ("gibbs", "nuts", "cavi", "gibbs-printed")},
     sbc_config=registry.lazy("validation.hpf_gibbs:SBCConfig"),
     errata=(ERRATA, registry.lazy("validation.hpf_gibbs:ERRATA")),
-    bridge={"sites": ("theta", "xi", "beta", "eta"), "block": registry.lazy("validation.hpf_gibbs:numpyro_block"),
-            "hybrid": registry.lazy("validation.hpf_gibbs:run_hybrid")},
     real_data=real_data_problem,
 )

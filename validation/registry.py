@@ -150,8 +150,7 @@ class ModelSpec:
     defaults); ``sbc``: solver label -> zero-argument callable returning ``(simulate, fit,
     functionals)`` for `validation.sbc.run_sbc`; ``sbc_config``: what one SBC simulation is (for
     reports); ``errata``: tuple of `validation.errata.Erratum` or `lazy` references to such tuples;
-    ``bridge``: the model's bridge declaration (HPF's older dict of sites and factories; the
-    `validation.bridge.BridgeSpec` of every sampler is registered in `BRIDGES` and read by `bridge`);
+    (a sampler's bridge, its `validation.bridge.BridgeSpec`, is registered in `BRIDGES` and read by `bridge`);
     ``real_data``: optional ``(ratings DataFrame, source text, config) -> (kwargs, config, text)``
     for ``crosscheck --data`` (None: the model cross-checks on its simulated problem only).
     Source: project addition.
@@ -164,7 +163,6 @@ class ModelSpec:
     sbc: Mapping[str, Callable] = field(default_factory=dict)
     sbc_config: object = None
     errata: tuple = ()
-    bridge: Mapping[str, Callable] = field(default_factory=dict)
     real_data: Callable | None = None
 
     def solver(self, name: str | None = None) -> SolverSpec:

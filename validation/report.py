@@ -270,18 +270,17 @@ def vi_evidence_lines(result) -> list[str]:
     return lines
 
 
-def _bridge_text(name: str, spec) -> str:
-    """"yes (N blocks)" when the registry declares the model's bridge (`validation.registry.BRIDGES`, or a
-    non-empty ``bridge`` field of its spec), else "no"."""
+def _bridge_text(name: str) -> str:
+    """"yes (N blocks)" when the registry declares the model's bridge (`validation.registry.BRIDGES`),
+    else "no"."""
     from . import registry
 
-    bridges = getattr(registry, "BRIDGES", {})
-    if name in bridges:
+    if name in registry.BRIDGES:
         try:
             return f"yes ({len(registry.bridge(name).blocks)} blocks)"
         except (ImportError, AttributeError):
             return "declared (not importable)"
-    return "yes" if spec.bridge else "no"
+    return "no"
 
 
 def _registry_rows(models=None) -> list[dict]:
@@ -298,7 +297,7 @@ def _registry_rows(models=None) -> list[dict]:
             rows.append({
                 "model": name, "solver": s.name, "method": s.method,
                 "update checks": ", ".join(spec.checks) or "none",
-                "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name, spec),
+                "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name),
                 "NUTS agreement": (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
                 + (" (VI gap)" if vi else " (within MCSE)"),
                 "SBC": "yes" if s.name in spec.sbc else "no",
