@@ -5,7 +5,9 @@ For every (solver, nnz) pair the parent starts ONE child process (this script wi
 1. imports JAX and the solver (the baseline RSS is recorded),
 2. draws a Netflix-shaped matrix with `synthetic_scale.netflix_like` (480,189 x 17,770 by default;
    counts for HPF, 1-5 ratings for SBMF, ones for the one-class PSM and BPR) and records the
-   generator's seconds and peak RSS,
+   generator's seconds and peak RSS; with the cache (default ``--cache-dir``, ``/tmp/factorbayes-
+   scale-cache``) the first run for an nnz writes the arrays as ``.npy`` files and later runs
+   memory-map them (``gen_cached`` true: then the "gen" columns are the load, not the draw),
 3. resets the kernel's peak-RSS counter (``/proc/self/clear_refs``), builds the solver's data
    container on the device, runs ``init`` (peak recorded, counter reset again) and ``--steps + 1``
    sweeps (the first compiles; the table reports the median of the others), each followed by
@@ -62,6 +64,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUT = Path(tempfile.gettempdir()) / "factorbayes-bench"
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "factorbayes-scale-cache"
 SOLVERS = ("hpf", "hpf-gibbs", "sbmf", "psm", "bpr")
 KIND = {"hpf": "counts", "hpf-gibbs": "counts", "sbmf": "ratings", "psm": "binary", "bpr": "binary"}
 GIB = 2.0**30
@@ -136,8 +139,8 @@ def _solver_setup(solver, rows, cols, values, shape, K, dtype, key):
         from ppl_models.hpf import HPFHyper
 
         hyper = HPFHyper()
-        units = CountUnits.from_observations(Observations(rows, cols, values.astype(dtype), I, J),
-                                             max_units=2**31 - 1)
+        # chunked expansion; its cap is the memory available (CountUnits.from_observations)
+        units = CountUnits.from_observations(Observations(rows, cols, values.astype(dtype), I, J))
         data = jax.tree_util.tree_map(jnp.asarray, units)
         del units
         state = hpf_gibbs.init(key, data, K, hyper, dtype=dtype)
@@ -194,8 +197,11 @@ def child(args) -> dict:
     rec["baseline_rss_bytes"] = (_status_kb("self", "VmRSS") or 0) * 1024
 
     t0 = time.perf_counter()
+    cache = None if args.no_cache else args.cache_dir
+    rec["gen_cached"] = bool(cache) and any(Path(cache).glob(f"netflix_{int(args.nnz)}_{args.n_users}x{args.n_items}"
+                                                               f"_s{args.seed}_*_rows.npy"))
     rows, cols, values = netflix_like(int(args.nnz), n_users=args.n_users, n_items=args.n_items,
-                                      kind=KIND[args.solver], seed=args.seed, progress=True)
+                                      kind=KIND[args.solver], seed=args.seed, progress=True, cache_dir=cache)
     rec["gen_seconds"] = time.perf_counter() - t0
     rec["raw_bytes"] = int(rows.nbytes + cols.nbytes + values.nbytes)
     rec["gen_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024
@@ -261,7 +267,8 @@ def _run_one(args, solver, nnz, max_rss, log_dir: Path) -> dict:
     res_path.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--solver", solver, "--nnz-one", str(int(nnz)),
            "--K", str(args.K), "--steps", str(args.steps), "--dtype", args.dtype, "--seed", str(args.seed),
-           "--n-users", str(args.n_users), "--n-items", str(args.n_items), "--result", str(res_path)]
+           "--n-users", str(args.n_users), "--n-items", str(args.n_items), "--result", str(res_path),
+           "--cache-dir", str(args.cache_dir)] + (["--no-cache"] if args.no_cache else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     load_before = os.getloadavg()
     start = time.perf_counter()
@@ -307,6 +314,11 @@ def _fmt_gib(b):
     return "" if b is None else f"{b / GIB:.2f}"
 
 
+def _fmt_s(x) -> str:
+    """Seconds to 3 significant digits; "(first only)" when no sweep after the first was timed (--steps 0)."""
+    return "(first only)" if x is None else f"{x:.3g}"
+
+
 def _phase_peaks(r) -> str:
     if r.get("sweep_peak_rss_bytes") is not None:
         return f"{_fmt_gib(r['setup_peak_rss_bytes'])} / {_fmt_gib(r['sweep_peak_rss_bytes'])}"
@@ -339,7 +351,7 @@ def markdown(records, machine) -> str:
         load = f"{r['load_before'][0]:.1f}-{r['load_after'][0]:.1f}" if "load_before" in r else ""
         if r.get("status") == "ok":
             lines.append(
-                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {r['sec_per_sweep']:.3g} | "
+                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {_fmt_s(r['sec_per_sweep'])} | "
                 f"{r['first_sweep_seconds']:.3g} | {r['gen_seconds']:.3g} | {_fmt_gib(r['peak_rss_bytes'])} "
                 f"({_fmt_gib(r['gen_peak_rss_bytes'])} / {_phase_peaks(r)}) | "
                 f"{_fmt_gib(r['raw_bytes'])} | {_fmt_gib(r['param_bytes'])} | "
@@ -376,7 +388,8 @@ def main(argv=None) -> int:
     p.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
     p.add_argument("--nnz", nargs="+", type=float, default=[1e5, 1e6, 1e7])
     p.add_argument("--K", type=int, default=50)
-    p.add_argument("--steps", type=int, default=3, help="timed sweeps after the first (compiling) one")
+    p.add_argument("--steps", type=int, default=3,
+                   help="timed sweeps after the first (compiling) one; 0: the first sweep only (long sweeps at 1e8)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-users", type=int, default=480_189)
@@ -387,6 +400,10 @@ def main(argv=None) -> int:
     p.add_argument("--min-available-gb", type=float, default=1.5,
                    help="kill a run when the machine's MemAvailable falls below this (protects other jobs)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                   help="keep the generated COO arrays here as .npy files, memory-mapped by later runs "
+                        "(the pairs once, the values per kind; see synthetic_scale.netflix_like)")
+    p.add_argument("--no-cache", action="store_true", help="draw the matrix in every run (no files)")
     p.add_argument("--tag", default="", help="suffix of the output files (scale_bench<tag>.json/.md)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--solver", help=argparse.SUPPRESS)
@@ -417,7 +434,7 @@ def main(argv=None) -> int:
             records.append(rec)
             machine["jax"] = rec.get("jax", machine.get("jax"))
             if rec["status"] == "ok":
-                print(f"{solver:10s} nnz={nnz:.0e} K={args.K}: {rec['sec_per_sweep']:.3g} s/sweep, first "
+                print(f"{solver:10s} nnz={nnz:.0e} K={args.K}: {_fmt_s(rec['sec_per_sweep'])} s/sweep, first "
                       f"{rec['first_sweep_seconds']:.3g} s, peak {rec['peak_rss_bytes'] / GIB:.2f} GiB "
                       f"(raw {rec['raw_bytes'] / GIB:.2f} + params {rec['param_bytes'] / GIB:.2f}; ratio "
                       f"{rec['ratio_peak_to_raw_plus_params']:.2f}), {rec['device']}, wall {rec['wall_seconds']:.0f} s",

@@ -28,6 +28,11 @@ Also used by ``bench_hpf.py`` (`synthetic_counts`, 50,000 x 5,000 with 2M pairs)
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 
 __all__ = ["netflix_like", "NETFLIX_SHAPE", "NETFLIX_RATING_PROBS", "KINDS"]
@@ -86,6 +91,7 @@ def netflix_like(
     rating_probs=NETFLIX_RATING_PROBS,
     max_rounds: int = 60,
     progress: bool = False,
+    cache_dir=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A sparse users x items matrix of Netflix's shape in COO form: ``(rows, cols, values)``.
 
@@ -101,6 +107,13 @@ def netflix_like(
     user_sigma : sigma of the log-normal user activity.
     max_rounds : top-up rounds before giving up (the matrix is too dense for the popularity law).
     progress : show a tqdm bar over the pairs drawn (its total grows by each top-up round).
+    cache_dir : optional directory (str or Path): the arrays are kept there as ``.npy`` files and
+        returned memory-mapped read-only (``np.load(mmap_mode="r")``); a later call with the same
+        arguments reads them instead of drawing again. The pairs (rows, cols) do not depend on
+        ``kind``: they are stored once with the generator's state after the pair draws, from which
+        any kind's values are drawn (so every kind gives the same arrays as without a cache).
+        Files are written under a temporary name and renamed, so a killed run leaves no partial
+        file behind.
 
     Returns
     -------
@@ -113,6 +126,8 @@ def netflix_like(
         ``n_nonzeros`` < 1 or more than half of n_users * n_items; a bad ``kind``, shape,
         ``count_p`` or ``rating_probs``; the top-up not reaching ``n_nonzeros`` distinct pairs in
         ``max_rounds`` rounds.
+    OSError
+        ``cache_dir`` cannot be created or written.
 
     Source: project convention (issue 14: Zipf-like item popularity, log-normal user activity, COO
     chunks; the Netflix Prize shape 480,189 x 17,770).
@@ -131,6 +146,15 @@ def netflix_like(
     if kind == "ratings" and (probs.shape != (5,) or np.any(probs < 0) or not probs.sum() > 0):
         raise ValueError(f"rating_probs must be 5 non-negative numbers, got {rating_probs!r}")
     chunk = max(1, int(chunk))
+    if cache_dir is not None:
+        return _cached(n, n_users, n_items, kind, seed, chunk, item_exponent, user_sigma, count_p, probs,
+                       max_rounds, progress, Path(cache_dir))
+    rows, cols, rng = _pairs(n, n_users, n_items, seed, chunk, item_exponent, user_sigma, max_rounds, progress)
+    return rows, cols, _values(rng, n, kind, chunk, count_p, probs)
+
+
+def _pairs(n, n_users, n_items, seed, chunk, item_exponent, user_sigma, max_rounds, progress):
+    """(rows, cols, rng): the ``n`` distinct pairs of `netflix_like` and its generator after them."""
     rng = np.random.default_rng(seed)
     ranks = rng.permutation(n_items) + 1.0
     cdf_item = _cdf(ranks ** (-float(item_exponent)))
@@ -169,18 +193,56 @@ def netflix_like(
 
     rows = np.empty(n, np.int32)
     cols = np.empty(n, np.int32)
-    values = np.empty(n, np.float32)
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         q, r = np.divmod(keys[s:e], n_items)
         rows[s:e] = q
         cols[s:e] = r
+    if bar is not None:
+        bar.close()
+    return rows, cols, rng
+
+
+def _values(rng, n, kind, chunk, count_p, probs):
+    """The float32 (n,) values of `netflix_like`, drawn chunk by chunk from ``rng``."""
+    values = np.empty(n, np.float32)
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
         if kind == "counts":
             values[s:e] = rng.geometric(count_p, e - s)
         elif kind == "ratings":
             values[s:e] = np.searchsorted(_cdf(probs), rng.random(e - s), side="right") + 1
         else:
             values[s:e] = 1.0
-    if bar is not None:
-        bar.close()
-    return rows, cols, values
+    return values
+
+
+def _save(path: Path, arr) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, arr)
+    os.replace(tmp, path)
+
+
+def _cached(n, n_users, n_items, kind, seed, chunk, item_exponent, user_sigma, count_p, probs, max_rounds,
+            progress, cache_dir: Path):
+    """`netflix_like` through the ``.npy`` cache in ``cache_dir`` (its docstring)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    pair_args = json.dumps([n, n_users, n_items, seed, chunk, float(item_exponent), float(user_sigma)])
+    tag = f"netflix_{n}_{n_users}x{n_items}_s{seed}_" + hashlib.sha1(pair_args.encode()).hexdigest()[:10]
+    rows_p, cols_p, state_p = (cache_dir / f"{tag}_{x}" for x in ("rows.npy", "cols.npy", "rng.json"))
+    if not (rows_p.exists() and cols_p.exists() and state_p.exists()):
+        rows, cols, rng = _pairs(n, n_users, n_items, seed, chunk, item_exponent, user_sigma, max_rounds, progress)
+        _save(rows_p, rows)
+        _save(cols_p, cols)
+        tmp = state_p.with_name(f".{state_p.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rng.bit_generator.state))
+        os.replace(tmp, state_p)
+        del rows, cols
+    value_args = json.dumps([kind, float(count_p), [float(p) for p in probs]])
+    values_p = cache_dir / f"{tag}_values_{kind}_{hashlib.sha1(value_args.encode()).hexdigest()[:10]}.npy"
+    if not values_p.exists():
+        rng = np.random.default_rng()
+        rng.bit_generator.state = json.loads(state_p.read_text())
+        _save(values_p, _values(rng, n, kind, chunk, count_p, probs))
+    return tuple(np.load(p, mmap_mode="r") for p in (rows_p, cols_p, values_p))

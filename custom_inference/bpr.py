@@ -76,6 +76,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import arviz_io, base, vi_driver
+from .chunks import over_chunks
 from .data import Observations
 
 __all__ = [
@@ -471,7 +472,13 @@ _init_jit = jax.jit(_init_arrays, static_argnums=(1, 2, 3, 5))
 _sample_jit = jax.jit(_sample)
 
 
-def _epoch(key, params, data, learning_rate, reg, bias_reg, popularity, max_tries, batch_size):
+#: Triples per chunk of the end-of-epoch evaluation (`EpochInfo.log_sigmoid_after`): its (chunk, K)
+#: gathers of w_u, h_i, h_j stay small instead of three (N, K) arrays (issue 14).
+EVAL_CHUNK = 65536
+
+
+def _epoch(key, params, data, learning_rate, reg, bias_reg, popularity, max_tries, batch_size,
+           eval_chunk=EVAL_CHUNK):
     N = data.rows.shape[0]
     n_batches = -(-N // batch_size)
     kp, ks = jax.random.split(key)
@@ -496,13 +503,20 @@ def _epoch(key, params, data, learning_rate, reg, bias_reg, popularity, max_trie
 
     params, (ll, n_ok, n_rej, negs, ws) = jax.lax.scan(body, params, (keys, idx, live))
     n_acc = jnp.maximum(jnp.sum(n_ok), 1)
-    u_all, i_all = data.rows[idx], data.cols[idx]
-    after = jnp.sum(ws * jax.nn.log_sigmoid(_x_diff(params, u_all, i_all, negs))) / n_acc
+    flat_idx, flat_negs, flat_ws = idx.reshape(-1), negs.reshape(-1), ws.reshape(-1)
+
+    def after_sum(start, size, acc):  # the epoch's triples at the new parameters, in chunks
+        ix = jax.lax.dynamic_slice_in_dim(flat_idx, start, size)
+        j = jax.lax.dynamic_slice_in_dim(flat_negs, start, size)
+        w = jax.lax.dynamic_slice_in_dim(flat_ws, start, size)
+        return acc + jnp.sum(w * jax.nn.log_sigmoid(_x_diff(params, data.rows[ix], data.cols[ix], j)))
+
+    after = over_chunks(flat_idx.shape[0], eval_chunk, after_sum, jnp.zeros((), dtype)) / n_acc
     info = EpochInfo(jnp.sum(ll) / n_acc, jnp.sum(n_rej) / N, after)
     return params, info
 
 
-_epoch_jit = jax.jit(_epoch, static_argnames=("batch_size",))
+_epoch_jit = jax.jit(_epoch, static_argnames=("batch_size", "eval_chunk"))
 
 
 def epoch(
@@ -516,6 +530,7 @@ def epoch(
     sampling: str = "uniform",
     batch_size: int = 256,
     max_tries: int = 16,
+    eval_chunk: int = EVAL_CHUNK,
 ) -> tuple[BPRParams, EpochInfo]:
     """One epoch of minibatched LearnBPR (jitted; `lax.scan` over the batches).
 
@@ -533,6 +548,9 @@ def epoch(
     sampling : {"uniform", "popularity"}
     batch_size : int >= 1 (static)
     max_tries : int >= 1, negative draws per triple
+    eval_chunk : int >= 1 (static), triples per chunk of the end-of-epoch sum behind
+        ``log_sigmoid_after`` (memory O(eval_chunk K) instead of O(N K); its value depends on
+        ``eval_chunk`` only through the order of the float additions)
 
     Returns
     -------
@@ -552,7 +570,7 @@ def epoch(
     bias_reg = reg if bias_reg is None else bias_reg
     return _epoch_jit(
         key, params, data, learning_rate, reg, bias_reg, jnp.asarray(sampling == "popularity"), jnp.int32(max_tries),
-        int(batch_size),
+        int(batch_size), int(eval_chunk),
     )
 
 

@@ -363,6 +363,18 @@ def check_observations(data, kind: Kind | None, *, name: str = "data", float_onl
     return data.validate(kind, name=name, float_only=float_only)
 
 
+def _mem_available_bytes() -> int | None:
+    """The system's MemAvailable (bytes) from /proc/meminfo, or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 @jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class CountUnits:
@@ -398,29 +410,63 @@ class CountUnits:
         return cls(*children, *aux)
 
     @classmethod
-    def from_observations(cls, obs: "Observations", max_units: int = 100_000_000, min_units: int = 4096) -> "CountUnits":
+    def from_observations(cls, obs: "Observations", max_units: int | None = None, min_units: int = 4096, *,
+                          chunk: int = 1 << 22) -> "CountUnits":
         """Expand ``obs`` (counts), padded to the next power of two and to at least ``min_units``.
 
-        Raises ValueError if the total count exceeds ``max_units``.
+        ``obs``: Observations with N entries of non-negative integer counts (float or int values);
+        the result has T_pad units: rows, cols int32 (T_pad,), weight (T_pad,) of the values' dtype.
+        The expansion runs over the entries in chunks of ``chunk`` (int >= 1) and writes into the
+        preallocated unit arrays, so its memory is the output (8 + weight itemsize bytes per unit:
+        2.4 GB for 2e8 units with float32 weights) plus one chunk's temporaries; the total count
+        is summed in int64 (exact). ``max_units``: an explicit cap on T; None (default): T_pad
+        is limited by memory instead: the unit arrays must fit in the memory the system reports
+        available (``MemAvailable`` of /proc/meminfo; no check where it cannot be read). Note
+        that putting the units on a device (``jnp.asarray``) copies them once more.
+
+        Raises ValueError if a value is negative, not an integer or not finite; if the total count
+        exceeds ``max_units``; if T_pad exceeds 2**31 - 1 (the samplers index units with int32);
+        or, with ``max_units`` None, if the unit arrays would need more bytes than available.
+
+        Source: project addition (the unit expansion of the augmented Poisson model, seed 001).
         """
-        values = np.asarray(obs.values)
-        if np.any(values != np.round(values)) or np.any(values < 0):
-            raise ValueError("values: unit expansion needs non-negative integer counts")
-        total = int(values.sum())
-        if total > max_units:
+        values, rows, cols = np.asarray(obs.values), np.asarray(obs.rows), np.asarray(obs.cols)
+        chunk = max(1, int(chunk))
+        n = values.shape[0]
+        total = 0
+        for s in range(0, n, chunk):
+            v = values[s:s + chunk]
+            if np.any(v != np.round(v)) or np.any(v < 0):
+                raise ValueError("values: unit expansion needs non-negative integer counts")
+            total += int(v.astype(np.int64).sum())
+        if max_units is not None and total > max_units:
             raise ValueError(f"values: total count {total} exceeds max_units={max_units}")
-        entry = np.repeat(np.arange(values.size), values.astype(np.int64))
         # powers of two for small data (few distinct compiled sizes across simulations); for
         # large data a multiple of 65536, so padding costs at most 65535 idle units
         block = 65536
         padded = max(1 << max(total - 1, 0).bit_length(), min_units) if total <= block else -(-total // block) * block
-        pad = padded - total
-        rows = np.concatenate([np.asarray(obs.rows)[entry], np.zeros(pad, np.int32)]).astype(np.int32)
-        cols = np.concatenate([np.asarray(obs.cols)[entry], np.zeros(pad, np.int32)]).astype(np.int32)
-        weight = np.concatenate([np.ones(total), np.zeros(pad)]).astype(values.dtype)
-        return cls(rows, cols, weight, obs.n_rows, obs.n_cols)
+        if padded > 2**31 - 1:
+            raise ValueError(f"values: total count {total} needs {padded} units, over 2**31 - 1 (int32 unit indices)")
+        need = padded * (8 + values.dtype.itemsize)
+        avail = _mem_available_bytes() if max_units is None else None
+        if avail is not None and need > avail:
+            raise ValueError(f"values: total count {total} needs {need / 2**30:.2f} GiB of unit arrays "
+                             f"({padded} units x {8 + values.dtype.itemsize} bytes), more than the "
+                             f"{avail / 2**30:.2f} GiB available; pass max_units to override the check")
+        out_rows = np.zeros(padded, np.int32)
+        out_cols = np.zeros(padded, np.int32)
+        weight = np.zeros(padded, values.dtype)
+        weight[:total] = 1
+        pos = 0
+        for s in range(0, n, chunk):
+            c = values[s:s + chunk].astype(np.int64)
+            m = int(c.sum())
+            out_rows[pos:pos + m] = np.repeat(rows[s:s + chunk], c)
+            out_cols[pos:pos + m] = np.repeat(cols[s:s + chunk], c)
+            pos += m
+        return cls(out_rows, out_cols, weight, obs.n_rows, obs.n_cols)
 
     @property
     def n_units(self) -> int:
-        """T, the number of real (weight 1) units: the sum of the counts."""
-        return int(np.sum(np.asarray(self.weight)))
+        """T, the number of real (weight 1) units: the sum of the counts (counted, exact at any T)."""
+        return int(np.count_nonzero(np.asarray(self.weight)))

@@ -98,6 +98,24 @@ def test_negative_frequencies_follow_the_scheme(sampling, expected):
     assert st.chi2.sf(chi2, df=obs.size - 1) > 1e-4, (counts, chi2)
 
 
+def test_epoch_end_evaluation_in_chunks_equals_one_chunk():
+    # log_sigmoid_after sums the epoch's N triples in chunks of eval_chunk (issue 14: no (N, K)
+    # gathers); the parameters do not depend on it and the sum only through the order of N float64
+    # additions of O(1) terms: relative error ~ N eps ~ 1e-13
+    rng = np.random.default_rng(4)
+    obs, _ = _random_obs(rng, 30, 20, 0.3)
+    data = bpr.bpr_data(obs)
+    p0 = bpr.init(jax.random.key(0), data, 3, dtype=np.float64)
+    args = (jax.random.key(1), p0, data, 0.05, 0.01)
+    p_one, info_one = bpr.epoch(*args, batch_size=16, eval_chunk=obs.nnz + 16)
+    p_chunk, info_chunk = bpr.epoch(*args, batch_size=16, eval_chunk=7)
+    for x, y in zip(p_one, p_chunk):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert float(info_one.mean_log_sigmoid) == float(info_chunk.mean_log_sigmoid)
+    assert np.isclose(float(info_chunk.log_sigmoid_after), float(info_one.log_sigmoid_after), rtol=1e-12, atol=0)
+    assert float(info_one.rejected) == float(info_chunk.rejected)
+
+
 def test_sampler_never_returns_a_positive_and_rejects_boundedly():
     rng = np.random.default_rng(2)
     obs, dense = _random_obs(rng, 40, 25, 0.5)

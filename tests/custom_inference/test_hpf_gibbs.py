@@ -24,6 +24,26 @@ def test_count_units_expand_each_count():
         CountUnits.from_observations(obs, max_units=4)
 
 
+def test_count_units_built_in_chunks_and_capped_by_memory(monkeypatch):
+    # the expansion runs over the entries in chunks into preallocated int32 arrays (issue 14); any
+    # chunk size gives the same units; without max_units the cap is the memory available
+    rng = np.random.default_rng(0)
+    y = rng.geometric(0.5, size=(30, 20)) * (rng.random((30, 20)) < 0.4)
+    obs = Observations.from_dense(y.astype(np.float32))
+    ref = CountUnits.from_observations(obs, min_units=1, chunk=len(obs.values))
+    assert ref.n_units == int(y.sum()) and ref.rows.dtype == np.int32 and ref.cols.dtype == np.int32
+    np.testing.assert_array_equal(ref.rows[:ref.n_units], np.repeat(obs.rows, obs.values.astype(int)))
+    for chunk in (1, 7):
+        units = CountUnits.from_observations(obs, min_units=1, chunk=chunk)
+        for a, b in zip((units.rows, units.cols, units.weight), (ref.rows, ref.cols, ref.weight)):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+    monkeypatch.setattr("custom_inference.data._mem_available_bytes", lambda: 1000)
+    with pytest.raises(ValueError, match="available"):
+        CountUnits.from_observations(obs)
+    assert CountUnits.from_observations(obs, max_units=10**6).n_units == ref.n_units  # explicit cap: no check
+
+
 def test_allocation_has_multinomial_frequencies():
     p_value, observed, expected = allocation_check(seed=0, n_draws=20000)
     assert observed.sum() == 20000
