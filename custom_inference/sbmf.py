@@ -19,7 +19,10 @@ cached for the N observed cells (eq. 3.17):
 
 After each block the cache is updated in place (e += old - new, times v_jk for u_ik),
 so a sweep costs O(N K + (I + J) K) time and O(N + (I + J) K) memory: every sum over
-Omega_i is a `jax.ops.segment_sum` over the N entries, all users (items) at once.
+Omega_i is a segment sum (scatter-add in entry order) over the N entries, all users (items)
+at once, visited in chunks of ``ENTRY_CHUNK`` entries together with the cache update of the
+previous block, so that the cache is the only (N,) float array (issue 14: Netflix size, 1e8
+ratings); `residuals` builds the cache in the same chunks (no (N, K) gather).
 
 Style: `init` / `step` over a `State` of current draws (BlackJAX-like), the conditionals
 as public functions, ``ALGORITHM`` / ``SPEC`` (declarations for `custom_inference.mcmc_driver`),
@@ -38,6 +41,7 @@ from jax.scipy.special import gammaln
 from jax.sharding import PartitionSpec as P
 
 from . import arviz_io, base, mcmc_driver, sharding
+from .chunks import over_chunks
 from .data import Observations
 from .gauge import gauge_walk
 from .gaussian import sample_ng_mean, sample_ng_precision, sample_normal_natural
@@ -135,21 +139,50 @@ def _check_obs(obs) -> None:
 # -- state ---------------------------------------------------------------------------
 
 
-def residuals(state: State, obs: Observations) -> jax.Array:
+#: Nonzeros per chunk in the loops over the entries (`residuals`, the sweep's sums and cache
+#: updates): their (chunk,) and (chunk, K) temporaries stay small, so no (N, K) array and no
+#: extra (N,) temporaries are formed however many ratings there are (issue 14).
+ENTRY_CHUNK = 16384
+
+
+def residuals(state: State, obs: Observations, *, chunk: int = ENTRY_CHUNK) -> jax.Array:
     """e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j) from scratch, shape (N,). O(N K).
 
-    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings, shape (I, J)
-    (or a `sharding.ShardedObservations`: shape (D B,), 0 at padded entries). Float, dtype of the state.
+    ``state``: State (shapes in its docstring; its cache ``e`` is not read); ``obs``: Observations
+    of N ratings, shape (I, J) (or a `sharding.ShardedObservations`: shape (D B,), 0 at padded
+    entries, each device computing its own block). ``chunk``: entries per chunk (static int >= 1):
+    the entries are visited in chunks (`chunks.over_chunks`), so the gathers u_i, v_j are
+    (chunk, K), never (N, K); each entry's arithmetic does not depend on ``chunk``.
+    Float, dtype of the state.
 
     Raises nothing of its own (no index checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.17) (the residual cache).
     """
-    pred = state.mu + state.alpha[obs.rows] + state.beta[obs.cols] + jnp.sum(state.U[obs.rows] * state.V[obs.cols], axis=1)
-    e = obs.values.astype(pred.dtype) - pred
-    if isinstance(obs, sharding.ShardedObservations):  # 0 at padded entries (module `sharding`)
-        e = e * obs.weight.astype(pred.dtype)
-    return e
+    factors = (state.mu, state.alpha, state.beta, state.U, state.V)
+    if isinstance(obs, sharding.ShardedObservations):  # each device its block; 0 at padded entries
+        def on_block(factors, block, red):
+            return red.mask(_residuals_chunked(factors, block, chunk))
+
+        return sharding.map_blocks(on_block, obs, (factors,), (P(),), obs.spec)
+    return _residuals_chunked(factors, obs, chunk)
+
+
+def _residuals_chunked(factors, obs: Observations, chunk: int) -> jax.Array:
+    """`residuals` on one block of entries, in chunks of ``chunk`` written into one (N,) array."""
+    mu, alpha, beta, U, V = factors
+    n = jnp.shape(obs.values)[0]
+    dt = jnp.result_type(mu, alpha, beta, U, V)
+
+    def body(start, size, e):
+        rows = jax.lax.dynamic_slice_in_dim(obs.rows, start, size)
+        cols = jax.lax.dynamic_slice_in_dim(obs.cols, start, size)
+        y = jax.lax.dynamic_slice_in_dim(obs.values, start, size)
+        pred = mu + alpha[rows] + beta[cols] + jnp.sum(U[rows] * V[cols], axis=1)
+        return jax.lax.dynamic_update_slice_in_dim(e, y.astype(pred.dtype) - pred, start, 0)
+
+    # zeros_like the values: the same device-variance as the block inside shard_map
+    return over_chunks(n, chunk, body, jnp.zeros_like(jnp.asarray(obs.values), dtype=dt))
 
 
 def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=None) -> State:
@@ -181,7 +214,7 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
         mu=z(ks[0], ()), alpha=z(ks[1], (I,)), beta=z(ks[2], (J,)), U=z(ks[3], (I, K)), V=z(ks[4], (J, K)),
         tau=one, mu_alpha=zero, sigma_alpha=one, mu_beta=zero, sigma_beta=one,
         mu_u=jnp.zeros(K, dtype), sigma_u=jnp.ones(K, dtype), mu_v=jnp.zeros(K, dtype), sigma_v=jnp.ones(K, dtype),
-        e=jnp.zeros(jnp.shape(obs.values), dtype),
+        e=None,  # filled below, computed in chunks (no (N, K) gather)
     )
     return state._replace(e=residuals(state, obs))
 
@@ -290,33 +323,94 @@ def v_conditional(state: State, obs: Observations, hyper, k):
     return prec, h
 
 
+def _entry_pass(e, ids, n, sorted_, red: sharding.Reducer, change=None, terms=None, n_terms: int = 0,
+                chunk: int = ENTRY_CHUNK):
+    """One pass over the entries in chunks of ``chunk``: the cache is updated, e_c += change(at, mask)
+    (when ``change`` is given), and the ``n_terms`` arrays terms(at, mask, e_c) of the updated chunk
+    are segment-summed over ``ids`` into ``n`` segments (then psum-ed by ``red``).
+
+    ``at(x)`` slices an entry array to the chunk, ``mask(x)`` zeroes the chunk's padded entries
+    (`sharding.Reducer.mask` on the chunk). Each entry's arithmetic is that of one pass over all N
+    entries at once, and a segment sum is a scatter-add in entry order either way, so the result
+    does not depend on ``chunk``; the temporaries are (chunk,). Returns (e, tuple of (n,) sums).
+    """
+    def body(start, size, carry):
+        e, sums = carry
+
+        def at(x):
+            return jax.lax.dynamic_slice_in_dim(x, start, size)
+
+        w = None if red.weight is None else at(red.weight)
+
+        def mask(x):
+            return x if w is None else x * w
+
+        if change is not None:
+            e = jax.lax.dynamic_update_slice_in_dim(e, at(e) + change(at, mask), start, 0)
+        # read back from the updated cache: nothing reads the old e after the update, so XLA
+        # writes it in place (reusing the old chunk made it copy all of e per chunk: O(N^2 / chunk))
+        e_c = at(e)
+        if n_terms:
+            ids_c = at(ids)
+            sums = tuple(acc.at[ids_c].add(t, indices_are_sorted=sorted_, mode="drop")
+                         for acc, t in zip(sums, terms(at, mask, e_c)))
+        return e, sums
+
+    # zeros_like e: the same device-variance as the block inside shard_map
+    sums = tuple(jnp.zeros_like(e, shape=(n,)) for _ in range(n_terms))
+    e, sums = over_chunks(e.shape[0], chunk, body, (e, sums))
+    if red.axis is not None:
+        sums = tuple(jax.lax.psum(x, red.axis) for x in sums)
+    return e, sums
+
+
 def _side(key, e, bias, F, other_F, sigma_b, mean_b, sigma_f, mean_f, tau, ids, other_ids, n, sorted_,
-          red: sharding.Reducer = sharding.LOCAL):
+          red: sharding.Reducer = sharding.LOCAL, chunk: int = ENTRY_CHUNK):
     """Bias then the K factor columns of one side (users or items), all rows in parallel.
 
     ``red`` turns the sums over the entries at hand into sums over all entries (`sharding.Reducer`):
     `sharding.LOCAL` on one device (plain segment sums), psum-ed segment sums and padding masks
     on one block of a sharded run (`step` on a `sharding.ShardedObservations`).
+
+    The bias is handled as column 0 of the factors whose partner column is all ones: its
+    conditional (count, sum of e + alpha_i) is then the factors' formula with o = 1, exactly (o o = 1,
+    o (e + a o) = e + a; at padded entries o = 0 and e = 0). The entries are visited in chunks
+    (`_entry_pass`), K + 2 passes: column k's sums fused with the cache update of column k - 1,
+    then the last update. Every value is that of the unchunked sweep (same operations per entry,
+    the segment sums in entry order), and no (N,) temporary is formed besides the cache.
     """
     k_b, k_f = jax.random.split(key)
-    cnt = red.seg(red.mask(jnp.ones_like(e)), ids, n, sorted_)
-    prec = sigma_b + tau * cnt
-    h = sigma_b * mean_b + tau * red.seg(e + red.mask(bias[ids]), ids, n, sorted_)
-    new_bias = sample_normal_natural(k_b, prec, h)
-    e = e + red.mask((bias - new_bias)[ids])
+    K = F.shape[1]
+    dt = F.dtype
+    own = jnp.concatenate([jnp.reshape(bias, (-1, 1)).astype(dt), F], axis=1)  # (n, K + 1)
+    other = jnp.concatenate([jnp.ones((other_F.shape[0], 1), dt), other_F], axis=1)
+    sigma = jnp.concatenate([jnp.reshape(sigma_b, (1,)).astype(dt), sigma_f])
+    mean = jnp.concatenate([jnp.reshape(mean_b, (1,)).astype(dt), mean_f])
+    keys = jnp.concatenate([k_b[None], jax.vmap(lambda c: jax.random.fold_in(k_f, c))(jnp.arange(K))])
+
+    def partner(k, at, mask):  # v_jk at each entry of the chunk (1 for the bias); 0 at padding
+        return mask(jnp.take(other, k, axis=1)[at(other_ids)])
 
     def body(k, carry):
-        F, e = carry
-        o = red.mask(jnp.take(other_F, k, axis=1)[other_ids])  # v_jk at each entry, (N,); 0 at padding
-        f_old = jnp.take(F, k, axis=1)
-        prec = jnp.take(sigma_f, k) + tau * red.seg(o * o, ids, n, sorted_)
-        h = jnp.take(sigma_f, k) * jnp.take(mean_f, k) + tau * red.seg(o * (e + f_old[ids] * o), ids, n, sorted_)
-        f_new = sample_normal_natural(jax.random.fold_in(k_f, k), prec, h)
-        e = e + o * (f_old - f_new)[ids]
-        return F.at[:, k].set(f_new), e
+        own, e, delta = carry
+        f_old = jnp.take(own, k, axis=1)
 
-    F, e = jax.lax.fori_loop(0, F.shape[1], body, (F, e))
-    return new_bias, F, e
+        def change(at, mask):  # column k - 1's update of the cache (delta = 0 before column 0)
+            return partner(jnp.maximum(k - 1, 0), at, mask) * delta[at(ids)]
+
+        def terms(at, mask, e_c):
+            o = partner(k, at, mask)
+            return o * o, o * (e_c + f_old[at(ids)] * o)
+
+        e, (oo, oe) = _entry_pass(e, ids, n, sorted_, red, change, terms, 2, chunk)
+        prec = jnp.take(sigma, k) + tau * oo
+        h = jnp.take(sigma, k) * jnp.take(mean, k) + tau * oe
+        f_new = sample_normal_natural(keys[k], prec, h)
+        return own.at[:, k].set(f_new), e, f_old - f_new
+
+    own, e, delta = jax.lax.fori_loop(0, K + 1, body, (own, e, jnp.zeros_like(own, shape=(own.shape[0],))))
+    e, _ = _entry_pass(e, ids, n, sorted_, red, lambda at, mask: partner(K, at, mask) * delta[at(ids)], chunk=chunk)
+    return own[:, 0].astype(jnp.result_type(bias)), own[:, 1:], e
 
 
 def _norm_lp(x, mean, prec):
@@ -455,8 +549,9 @@ def apply_gauge(state: State, A) -> State:
                           mu_v=state.mu_v / c, sigma_v=state.sigma_v * (c * c))
 
 
-@partial(jax.jit, static_argnames=("gauge_rounds",))
-def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> tuple[State, Info]:
+@partial(jax.jit, static_argnames=("gauge_rounds", "chunk"))
+def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5,
+         chunk: int = ENTRY_CHUNK) -> tuple[State, Info]:
     """One sweep of the corrected Algorithm 2: hyperparameters (lines 2-10), tau (12), mu (14-17),
     all users in parallel (alpha_i then u_i1..u_iK, lines 19-30), all items likewise (31-42);
     then ``gauge_rounds`` rounds of column-scaling gauge Metropolis moves (`custom_inference.gauge`; not in
@@ -465,7 +560,9 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
     Each block is drawn from its complete conditional given the current values of all others
     and the cache e is updated after each; each gauge move is a Metropolis-Hastings step; so the
     sweep leaves the posterior invariant. O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of
-    floats (SBMFHyper); ``gauge_rounds`` an int >= 0 (static).
+    floats (SBMFHyper); ``gauge_rounds`` an int >= 0 (static). The entries are visited in chunks
+    of ``chunk`` (static int >= 1; `_side`): memory O(N + (I + J) K + chunk), the cache being
+    the only (N,) float array; the draws do not depend on ``chunk``.
 
     Shapes: ``state`` State (in its docstring); ``obs`` Observations of N ratings, shape (I, J),
     or the same split over devices (`sharding.ShardedObservations`; the cache ``e`` then has the
@@ -485,13 +582,14 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5) -> 
         # rest of the state replicated; every sum over entries is psum-ed (`sharding.Reducer`)
         state_spec = State(*([P()] * (len(State._fields) - 1)), e=obs.spec)
         def on_block(key, state, hyper, block, red):
-            return _sweep(key, state, block, hyper, red=red, gauge_rounds=gauge_rounds)
+            return _sweep(key, state, block, hyper, red=red, gauge_rounds=gauge_rounds, chunk=chunk)
 
         return sharding.map_blocks(on_block, obs, (key, state, hyper), (P(), state_spec, P()), (state_spec, P()))
-    return _sweep(key, state, obs, hyper, red=sharding.LOCAL, gauge_rounds=gauge_rounds)
+    return _sweep(key, state, obs, hyper, red=sharding.LOCAL, gauge_rounds=gauge_rounds, chunk=chunk)
 
 
-def _sweep(key, state: State, obs: Observations, hyper, red: sharding.Reducer, gauge_rounds: int):
+def _sweep(key, state: State, obs: Observations, hyper, red: sharding.Reducer, gauge_rounds: int,
+           chunk: int = ENTRY_CHUNK):
     """`step` on the entries ``obs`` (all of them, or one device's block), ``red`` combining the sums."""
     k_h, k_tau, k_mu, k_users, k_items, k_g = jax.random.split(key, 6)
     dt = state.e.dtype
@@ -503,10 +601,10 @@ def _sweep(key, state: State, obs: Observations, hyper, red: sharding.Reducer, g
     mu = sample_normal_natural(k_mu, prec, h).astype(dt)
     state = state._replace(mu=mu, e=state.e + red.mask(state.mu - mu))
     alpha, U, e = _side(k_users, state.e, state.alpha, state.U, state.V, state.sigma_alpha, state.mu_alpha,
-                        state.sigma_u, state.mu_u, tau, obs.rows, obs.cols, obs.n_rows, True, red)
+                        state.sigma_u, state.mu_u, tau, obs.rows, obs.cols, obs.n_rows, True, red, chunk)
     state = state._replace(alpha=alpha, U=U, e=e)
     beta, V, e = _side(k_items, state.e, state.beta, state.V, state.U, state.sigma_beta, state.mu_beta,
-                       state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False, red)
+                       state.sigma_v, state.mu_v, tau, obs.cols, obs.rows, obs.n_cols, False, red, chunk)
     state = state._replace(beta=beta, V=V, e=e)
     if gauge_rounds:
         A, _, accept = gauge_walk(k_g, GaugeHyper(state.mu_u, state.sigma_u, state.mu_v, state.sigma_v),

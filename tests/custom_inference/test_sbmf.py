@@ -39,6 +39,23 @@ def test_cache_stays_equal_to_residuals_from_scratch():
     assert np.isclose(float(info.log_joint), ppl.log_joint(params, *(np.asarray(a) for a in (obs.rows, obs.cols, obs.values)), HYPER), rtol=1e-12)
 
 
+def test_chunked_entry_loops_equal_one_chunk():
+    # the sweep visits the entries in chunks (sbmf.ENTRY_CHUNK; issue 14): each entry's arithmetic
+    # and the entry order of the segment sums are those of one pass, so the chain is the same bit
+    # for bit for any chunk size (7 < N = 30: four whole chunks and a tail)
+    obs = jax.tree_util.tree_map(jnp.asarray, _obs())
+    state = sbmf.init(jax.random.PRNGKey(0), obs, K, HYPER)
+    # residuals from scratch: only the order of the K-term sum u_i . v_j may differ (vectorized by
+    # shape), a few ulps of O(10) values in float64
+    np.testing.assert_allclose(sbmf.residuals(state, obs, chunk=7), sbmf.residuals(state, obs, chunk=N),
+                               rtol=0, atol=1e-13)
+    assert sbmf.ENTRY_CHUNK >= N  # the default: one chunk (the compiled sweep of the test above)
+    one, _ = sbmf.step(jax.random.PRNGKey(3), state, obs, HYPER)
+    chunked, _ = sbmf.step(jax.random.PRNGKey(3), state, obs, HYPER, chunk=7)
+    for name in sbmf.State._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(chunked, name)), np.asarray(getattr(one, name)), err_msg=name)
+
+
 def test_driver_layout_and_seed(run):
     obs, cells, idata = run
     post = idata.posterior
