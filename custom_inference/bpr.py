@@ -204,6 +204,17 @@ def _check_sampling(sampling) -> str:
     return sampling
 
 
+def _row_major(rows: np.ndarray, cols: np.ndarray, chunk: int = 1 << 22) -> bool:
+    """Whether the pairs are sorted by row, then column (checked in chunks: O(chunk) temporaries)."""
+    n = rows.shape[0]
+    for s in range(0, max(n - 1, 0), chunk):
+        e = min(n, s + chunk + 1)
+        r, c = rows[s:e], cols[s:e]
+        if not np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (c[1:] >= c[:-1]))):
+            return False
+    return True
+
+
 def bpr_data(train: Observations) -> BPRData:
     """The CSR pattern of the training positives.
 
@@ -234,10 +245,10 @@ def bpr_data(train: Observations) -> BPRData:
     values = np.asarray(train.values)
     if not np.all(np.isfinite(values)) or np.any(values <= 0):
         raise ValueError("train.values: every stored entry must be a positive (value > 0, finite)")
-    rows = np.asarray(train.rows, dtype=np.int64)
-    cols = np.asarray(train.cols, dtype=np.int64)
-    order = np.lexsort((cols, rows))  # Observations are row-major already; cheap insurance
-    rows, cols = rows[order], cols[order]
+    rows, cols = np.asarray(train.rows), np.asarray(train.cols)
+    if not _row_major(rows, cols):  # the checked constructors store entries row-major already
+        order = np.lexsort((cols, rows))
+        rows, cols = rows[order], cols[order]
     counts = np.bincount(rows, minlength=train.n_rows)
     indptr = np.concatenate([[0], np.cumsum(counts)])
     max_deg = int(counts.max())
