@@ -4,7 +4,7 @@ HPF Gibbs and MCMC-FM on the same data (MovieLens 100K ratings as counts, ids on
 Run by hand (not part of the test suite):
 
     .venv/bin/python benchmarks/bench_pfm.py [--ml100k DIR] [--ks 10 25 50] [--fractions 0.25 0.5 1]
-                                             [--sweeps 10] [--dtype float32]
+                                             [--sweeps 10] [--dtype float32] [--scale-rounds N]
 
 Each cell: one chain, two driver blocks of ``--sweeps`` sweeps each; the first block compiles
 and is left out, so ``seconds_per_sweep`` (`custom_inference.mcmc_driver`) is the second block's
@@ -13,7 +13,9 @@ commit d8eb4bf it ran one block of ``--sweeps`` for NPFM / PPFM, so their number
 before the issue-13 profile included the compilation). ``--methods`` picks a subset. NPFM / PPFM
 treat every user-item cell as a training row (zeros="all", cached sums); HPF Gibbs the same
 (its zeros are implicit); MCMC-FM sees only the rated entries (Gaussian FM). ``--fractions``
-keep that fraction of the users (all their ratings). Prints a Markdown table.
+keep that fraction of the users (all their ratings). ``--scale-rounds`` sets NPFM / PPFM's
+per-factor scale-move steps per sweep (`custom_inference.pfm_scale`; default: the sampler's
+default; 0: the sweep alone, as before the move). Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=10)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--scale-rounds", type=int, default=None)
     args = parser.parse_args()
 
     from custom_inference import fm_mcmc, hpf_gibbs, pfm
@@ -77,11 +80,12 @@ def main() -> None:
         design = FMDesign.from_scipy(X, c.data.astype(float), np.r_[np.zeros(I, int), np.ones(J, int)], dtype=dtype)
         for K in args.ks:
             common = dict(num_chains=1, num_warmup=0, thin=1, progress=False, dtype=dtype)
+            sr = dict(scale_rounds=args.scale_rounds)
             runs = {
                 "NPFM": lambda n, b: pfm.sample(0, data, K, PFMHyper(), variant="npfm", num_samples=n, keep=("w0",),
-                                                block=b, **common),
+                                                block=b, **sr, **common),
                 "PPFM": lambda n, b: pfm.sample(0, data, K, PFMHyper(), variant="ppfm", num_samples=n, keep=("w0",),
-                                                block=b, **common),
+                                                block=b, **sr, **common),
                 "HPF Gibbs": lambda n, b: hpf_gibbs.sample(0, o, K, HPFHyper(), num_samples=n, keep=("xi",), block=b,
                                                            **common),
                 "MCMC-FM": lambda n, b: fm_mcmc.sample(0, design, K, FMHierHyper(), num_samples=n, keep=("w0",),
@@ -91,7 +95,7 @@ def main() -> None:
             rows.append((frac, I, J, c.nnz, int(c.data.sum()), K, res))
             print(rows[-1], flush=True)
     print(f"\nMovieLens 100K (ratings as counts), {dtype}, 1 chain, {platform.processor() or platform.machine()}, "
-          f"seconds per sweep (compilation excluded)\n")
+          f"seconds per sweep (compilation excluded), scale_rounds {args.scale_rounds}\n")
     print("| users | I x J | nnz | total count T | K | " + " | ".join(args.methods) + " |")
     print("|---|---|---|---|---|" + "---|" * len(args.methods))
     for frac, I, J, nnz, T, K, res in rows:

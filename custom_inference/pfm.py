@@ -60,6 +60,11 @@ the posterior invariant (SBC in `validation.pfm`). ``order="printed"`` runs the 
 order instead (z, w0, w, v, r, beta0, beta, delta, c, alpha0, alpha, zeta, gamma0): the
 deliberately broken variant that SBC must reject.
 
+Scale move. The likelihood is flat along r_k -> a r_k, v_.k -> v_.k / sqrt(a) (PPFM, ids only:
+user-side v_.k -> a v_.k, item-side / a), along which the Gibbs sweep moves in steps of order
+1 / sqrt(counts) (issue 13); ``scale_rounds`` Metropolis steps of the exact group move of
+`custom_inference.pfm_scale` follow each sweep (default in `sample`: `DEFAULT_SCALE_ROUNDS`).
+
 Blocks. v_i. for the features of one `fm_design.greedy_blocks` colour never share a training
 row, so their conditionals are independent given the rest and drawn at once; the K factors of
 one feature are independent given z. The exposures are recomputed (O(nnz K)) before each block.
@@ -105,10 +110,12 @@ import numpy as np
 from jax.scipy.special import gammaln, ndtri
 
 from . import base, mcmc_driver
+from .pfm_scale import scale_move
 from .pfm_data import PFMData  # the data container (public spelling: pfm.PFMData)
 
 __all__ = [
     "HYPER_FIELDS",
+    "DEFAULT_SCALE_ROUNDS",
     "PFMData",
     "NPFMState",
     "PPFMState",
@@ -138,6 +145,9 @@ __all__ = [
     "NPFM_ALGORITHM",
     "PPFM_ALGORITHM",
 ]
+
+#: Scale-move steps per sweep in `sample` by default (see `custom_inference.pfm_scale`).
+DEFAULT_SCALE_ROUNDS = 4
 
 #: Hyperparameter names (thesis names, ch. 5.3.1-5.3.2; a_i..f_i, g_k, h_k shared by all i, k).
 HYPER_FIELDS = ("a_0", "b_0", "c_0", "d_0", "a", "b", "c", "d", "e", "f", "g", "h", "e_0", "f_0", "g_0", "h_0")
@@ -738,14 +748,17 @@ def _sweep_printed(key, state, data: PFMData, hyper):
     return state, stats
 
 
-def step(key, state, data: PFMData, hyper, *, order: str = "valid"):
-    """One Gibbs sweep (module docstring). Returns (new state, `PFMInfo` of the new state).
+def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds: int = 0):
+    """One Gibbs sweep (module docstring), then ``scale_rounds`` Metropolis steps of the exact
+    per-factor scale move (`custom_inference.pfm_scale.scale_move`; 0: none, the sweep alone, bit
+    for bit the sampler without the move). Returns (new state, `PFMInfo` of the new state).
 
     ``order``: "valid" (default) or "printed" (the chapter's order; does NOT leave the
     posterior invariant, kept for the SBC demonstration). Jit-able (the block loop is static).
-    Source: 004 ch. 5.3.2 (conditionals), sweep order ours.
+    Source: 004 ch. 5.3.2 (conditionals), sweep order and scale move ours.
 
-    Raises ValueError for an unknown ``order``.
+    Raises ValueError for an unknown ``order``, or ``scale_rounds`` > 0 for PPFM on data that is
+    not ``bipartite``.
     """
     if order == "valid":
         state, stats = _sweep_valid(key, state, data, hyper)
@@ -753,6 +766,8 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid"):
         state, stats = _sweep_printed(key, state, data, hyper)
     else:
         raise ValueError(f"order must be 'valid' or 'printed', got {order!r}")
+    if scale_rounds:  # its own stream: the sweep's keys are those of the sampler without the move
+        state = scale_move(jax.random.fold_in(key, 0x5CA1E), state, data, hyper, scale_rounds)[0]
     return state, PFMInfo(log_joint(state, data, hyper), n_active(stats))
 
 
@@ -848,7 +863,7 @@ def _spec(alg, variant):
 def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chains: int = 4, num_warmup: int = 500,
            num_samples: int = 500, thin: int = 1, keep=None, predict_at=None, dtype=np.float64,
            progress: bool = False, order: str = "valid", init_scale: float = 0.1, init_shape: float | None = None,
-           init_r: float | None = None, block: int | None = None,
+           init_r: float | None = None, block: int | None = None, scale_rounds: int | None = None,
            checkpoint=None, checkpoint_every: int = 10, resume: bool = False):
     """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
 
@@ -867,7 +882,11 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         draws of all chains of each row's Poisson rate (group ``predictions``: ``pred_mean``,
         ``pred_sd``, dim ``cell``); no draw is stored.
     dtype : float64 or float32. order : "valid" or "printed" (the chapter's order: broken,
-        for the SBC demonstration). init_scale, init_shape, init_r : see `init`. block, checkpoint, checkpoint_every, resume: driver
+        for the SBC demonstration). init_scale, init_shape, init_r : see `init`.
+    scale_rounds : Metropolis steps of the exact per-factor scale move after each sweep
+        (`custom_inference.pfm_scale`; O(K) each). None (default): `DEFAULT_SCALE_ROUNDS` where the
+        move is defined (NPFM; PPFM on ``data.bipartite``, ids only), else 0. 0 reproduces the
+        sampler without the move bit for bit. block, checkpoint, checkpoint_every, resume: driver
         options (`mcmc_driver.sample`: a checkpoint every ``checkpoint_every`` blocks).
 
     Returns
@@ -879,7 +898,8 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
 
     Raises
     ------
-    ValueError: K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order.
+    ValueError: K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order;
+    ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5 (NPFM / PPFM Gibbs samplers, eqs. 5.7-5.19, sweep
     order corrected in the module docstring); the driver is a project addition.
@@ -892,6 +912,13 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         raise ValueError(f"order must be 'valid' or 'printed', got {order!r}")
     if not isinstance(data, PFMData):
         raise ValueError(f"data: expected PFMData (PFMData.from_matrix / from_design), got {type(data).__name__}")
+    if scale_rounds is None:
+        scale_rounds = DEFAULT_SCALE_ROUNDS if (variant == "npfm" or data.bipartite) else 0
+    if int(scale_rounds) != scale_rounds or scale_rounds < 0:
+        raise ValueError(f"scale_rounds must be an int >= 0, got {scale_rounds!r}")
+    if scale_rounds and variant == "ppfm" and not data.bipartite:
+        raise ValueError("scale_rounds: PPFM's scale move needs data whose pair terms all join a user and an item "
+                         "feature (PFMData.bipartite: ids only); pass scale_rounds=0")
     spec = SPECS[variant]
     if keep is None:
         keep = tuple(f for f in spec.variables if f != "V")
@@ -907,7 +934,7 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         init_options={"init_scale": float(init_scale),
                       **({} if init_shape is None else {"init_shape": float(init_shape)}),
                       **({} if init_r is None or variant == "ppfm" else {"init_r": float(init_r)})},
-        step_options={"order": order},
+        step_options={"order": order, "scale_rounds": int(scale_rounds)},
         attrs={"variant": variant, "zeros": data.zeros})
 
 

@@ -79,10 +79,15 @@ class PFMData:
                                 exposures skip the y > 0 cells whose c_n = 0 contributes
                                 exactly nothing; None (``zeros="observed"``, or a container
                                 built without it): every listed row enters.
+    side : float (D,) or None   +1 for a feature of the user side (user ids, user side features),
+                                -1 for the item side, 0 for a feature in no entity row
+                                (`from_matrix`); None (`from_design`: sides unknown).
 
     Static: ``n_features`` D, ``n_users`` I, ``n_items`` J (0 in "observed" mode),
     ``grid`` (True in "all" mode), ``n_train`` N (float), ``n_blocks``, ``n_units`` T,
-    ``zeros``, ``group_names``.
+    ``zeros``, ``group_names``, ``bipartite`` (True when every pair term of every row joins a
+    user-side and an item-side feature: `from_matrix` with every entity row holding at most one
+    feature, i.e. ids only; the PPFM scale move of `custom_inference.pfm_scale` needs it).
 
     Build with `from_matrix` (user-item counts with optional side features) or
     `from_design` (any `FMDesign`, observed rows only); both validate.
@@ -109,17 +114,19 @@ class PFMData:
     zeros: str
     group_names: tuple
     weighted_rows: np.ndarray | None = None
+    side: np.ndarray | None = None
+    bipartite: bool = False
 
     def tree_flatten(self):
         leaves = (self.row_feat, self.row_val, self.row_y, self.row_weight, self.unit_row, self.unit_weight, self.x_sum,
-                  self.ent_feat, self.ent_val, self.ent_partners, self.block, self.weighted_rows)
+                  self.ent_feat, self.ent_val, self.ent_partners, self.block, self.weighted_rows, self.side)
         aux = (self.n_features, self.n_users, self.n_items, self.grid, self.n_train, self.n_blocks,
-               self.n_units, self.zeros, self.group_names)
+               self.n_units, self.zeros, self.group_names, self.bipartite)
         return leaves, aux
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        return cls(*children[:11], *aux, children[11])
+        return cls(*children[:11], *aux[:9], children[11], children[12], aux[9])
 
     @property
     def n_listed(self) -> int:
@@ -212,6 +219,10 @@ class PFMData:
         items = sp.hstack([sp.csr_matrix((J, I)), sp.identity(J, format="csr"), sp.csr_matrix((J, Du)), Vf]).tocsr()
         ent = sp.vstack([users, items]).tocsr()
         ent.sort_indices()
+        side = np.zeros(D)
+        side[ent[:I].indices] = 1.0
+        side[ent[I:].indices] = -1.0  # disjoint column ranges by the layout above
+        bipartite = bool(np.diff(ent.indptr).max() <= 1)  # a row's pairs: its user feature x its item feature
         if zeros == "all":
             pos = vv > 0
             lu, lj, ly = uu[pos], jj[pos], vv[pos]
@@ -256,7 +267,7 @@ class PFMData:
             ent_feat, ent_val, ent_partners = np.zeros((0, 1), np.int32), np.zeros((0, 1)), np.zeros(0)
         return cls._build(row_feat, row_val, ly, lw, x_sum, ent_feat, ent_val, ent_partners, blocks, D,
                           I if zeros == "all" else 0, J if zeros == "all" else 0, zeros == "all", n_train, zeros,
-                          names, dtype, pad_rows, pad_units)
+                          names, dtype, pad_rows, pad_units, side=side, bipartite=bipartite)
 
     @classmethod
     def from_design(cls, design: FMDesign, *, dtype=np.float64) -> "PFMData":
@@ -276,7 +287,7 @@ class PFMData:
 
     @classmethod
     def _build(cls, row_feat, row_val, y, weight, x_sum, ent_feat, ent_val, ent_partners, block, D, I, J, grid,
-               n_train, zeros, names, dtype, pad_rows=0, pad_units=0):
+               n_train, zeros, names, dtype, pad_rows=0, pad_units=0, side=None, bipartite=False):
         dtype = np.dtype(dtype)
         extra = max(0, int(pad_rows) - y.size)
         if extra:
@@ -296,7 +307,7 @@ class PFMData:
                    np.asarray(x_sum, np.float64).astype(dtype), ent_feat.astype(np.int32), ent_val.astype(dtype),
                    np.asarray(ent_partners, np.float64).astype(dtype), np.asarray(block, np.int32), int(D), int(I),
                    int(J), bool(grid), float(n_train), int(np.max(block)) + 1, int(unit_row.size), zeros, tuple(names),
-                   weighted_rows)
+                   weighted_rows, None if side is None else np.asarray(side, np.float64).astype(dtype), bool(bipartite))
 
     # -- helpers ---------------------------------------------------------------------
     def pair_rows(self, users, items):
@@ -318,7 +329,8 @@ class PFMData:
                        np.asarray(self.x_sum, d), self.ent_feat,
                        np.asarray(self.ent_val, d), np.asarray(self.ent_partners, d), self.block, self.n_features,
                        self.n_users, self.n_items, self.grid, self.n_train, self.n_blocks, self.n_units, self.zeros,
-                       self.group_names, self.weighted_rows)
+                       self.group_names, self.weighted_rows,
+                       None if self.side is None else np.asarray(self.side, d), self.bipartite)
 
     def __repr__(self) -> str:
         return (f"PFMData(D={self.n_features}, listed={self.n_listed}, units={self.n_units}, zeros={self.zeros!r}, "

@@ -30,6 +30,7 @@ Source: ``004_90693a0965f06816.txt`` ch. 5.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -749,7 +750,8 @@ def run_crosscheck(model: str = "npfm", config: CrosscheckConfig = CrosscheckCon
 class SBCConfig:
     """One SBC simulation: I x J = 4 x 3 cells, ids only, K = 2, hyperparameters that keep the
     counts moderate; 4 chains x 150 kept draws thinned by 4 after 300 warm-up sweeps (600 draws,
-    thinned to L = 99 by run_sbc). Listed rows
+    thinned to L = 99 by run_sbc); ``scale_rounds``: the sampler's per-factor scale move (None:
+    `custom_inference.pfm.sample`'s default; 0: the sweep alone, as before issue 13's fix). Listed rows
     are padded to I J and units to max(1024, next power of two) so one compiled program serves
     (nearly) all simulations."""
 
@@ -762,6 +764,7 @@ class SBCConfig:
     warmup: int = 300
     samples: int = 150
     thin: int = 4
+    scale_rounds: int | None = None
 
 
 def pfm_functionals(variant: str, config: SBCConfig = SBCConfig()) -> dict:
@@ -847,7 +850,7 @@ def sbc_adapters(model: str = "npfm", config: SBCConfig = SBCConfig()):
         pad_units = max(1024, 1 << int(np.ceil(np.log2(max(T, 1)))))
         data = _padded_data(Y, c.n_users * c.n_items, pad_units)
         idata = pfm.sample(seed, data, c.K, c.hyper, variant=variant, num_chains=c.chains, num_warmup=c.warmup,
-                           num_samples=c.samples, thin=c.thin, keep=keep, order=order)
+                           num_samples=c.samples, thin=c.thin, keep=keep, order=order, scale_rounds=c.scale_rounds)
         post = arviz_io.group_arrays(idata)
         return {n: post[n].reshape((-1,) + post[n].shape[2:]) for n in keep}
 
@@ -869,9 +872,8 @@ def _empty_data(Y, pad_rows, pad_units):
     y = np.asarray(d.row_y).copy()
     y[:] = 0
     uw = np.zeros_like(np.asarray(d.unit_weight))
-    return pfm.PFMData(d.row_feat, d.row_val, y, d.row_weight, d.unit_row, uw, d.x_sum, d.ent_feat, d.ent_val,
-                       d.ent_partners, d.block, d.n_features, d.n_users, d.n_items, d.grid, d.n_train, d.n_blocks,
-                       d.n_units, d.zeros, d.group_names)
+    # weighted_rows None as before (every listed row enters the exposures with c_n = 0: same sums)
+    return dataclasses.replace(d, row_y=y, unit_weight=uw, weighted_rows=None)
 
 
 # ------------------------------------------------------------------------------

@@ -213,7 +213,7 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
 
 def sbc_mixing(*, n_sims: int = 1000, n_worst: int = 20, scale: int = 4, master_seed: int = 0, config=None,
                functionals=("logp_v_given_shape", "log_c", "logp_r_given_shape", "log_gamma0",
-                            "log_total_rate")) -> pd.DataFrame:
+                            "log_total_rate"), compare: str = "length") -> pd.DataFrame:
     """R-hat and bulk ESS of NPFM's SBC functionals on the simulations with the largest total count.
 
     Simulates the first ``n_sims`` simulations of the NPFM SBC (`validation.pfm.sbc_adapters`,
@@ -221,13 +221,17 @@ def sbc_mixing(*, n_sims: int = 1000, n_worst: int = 20, scale: int = 4, master_
     SBC run), takes the ``n_worst`` with the largest total count T, and fits each twice with the
     SBC's own fit seed: with ``config`` (default `validation.pfm.SBCConfig`: 4 chains x (300 +
     150 x 4) sweeps) and with warm-up and thinning multiplied by ``scale`` (same kept draws per
-    chain). For every functional: split R-hat and bulk ESS (ArviZ) over the chains' kept draws.
+    chain). With ``compare="move"`` the two runs are instead ``config`` without the per-factor
+    scale move (``scale_rounds=0``, the sampler before issue 13's fix) and with it (the
+    sampler's default rounds), same lengths, same fit seed. For every functional: split R-hat
+    and bulk ESS (ArviZ) over the chains' kept draws.
 
     Returns a DataFrame, one row per simulation: sim (int), T (float), and for run in
-    ("base", f"x{scale}") and each functional f: ``{run}/{f}/rhat``, ``{run}/{f}/ess`` (float64),
-    ``{run}/seconds``.
+    ("base", f"x{scale}") (``compare="move"``: ("no-move", "move")) and each functional f:
+    ``{run}/{f}/rhat``, ``{run}/{f}/ess`` (float64), ``{run}/seconds``.
 
-    Raises ValueError for n_sims < 1, n_worst < 1 or scale < 1; what the adapters raise propagates.
+    Raises ValueError for n_sims < 1, n_worst < 1, scale < 1 or an unknown ``compare``; what the
+    adapters raise propagates.
 
     Source: project addition (the diagnosis of the 1,000-simulation NPFM SBC failure, issue 13;
     SBC after Talts et al. 2018) on the sampler of ``004_90693a0965f06816.txt`` ch. 5.3.2.
@@ -239,12 +243,16 @@ def sbc_mixing(*, n_sims: int = 1000, n_worst: int = 20, scale: int = 4, master_
 
     if n_sims < 1 or n_worst < 1 or scale < 1:
         raise ValueError(f"n_sims, n_worst and scale must be >= 1, got {n_sims}, {n_worst}, {scale}")
+    if compare not in ("length", "move"):
+        raise ValueError(f"compare must be 'length' or 'move', got {compare!r}")
     cfg = config or vp.SBCConfig()
     simulate, _, funcs = vp.sbc_adapters("npfm", cfg)
     seeds = sbc.sbc_seeds(master_seed, n_sims)
     T = np.array([float(simulate(int(s))[1].sum()) for s in seeds])
-    long_cfg = replace(cfg, warmup=cfg.warmup * scale, thin=cfg.thin * scale)
-    runs = (("base", cfg), (f"x{scale}", long_cfg))
+    if compare == "move":
+        runs = (("no-move", replace(cfg, scale_rounds=0)), ("move", replace(cfg, scale_rounds=None)))
+    else:
+        runs = (("base", cfg), (f"x{scale}", replace(cfg, warmup=cfg.warmup * scale, thin=cfg.thin * scale)))
     fits = {lab: vp.sbc_adapters("npfm", c)[1] for lab, c in runs}
     rows = []
     for i in np.argsort(-T, kind="stable")[:n_worst]:

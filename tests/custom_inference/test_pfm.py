@@ -241,7 +241,8 @@ def test_exposures_skip_rows_with_zero_weight_exactly():
         _, _, _, data = _data("all", exclude)
         assert data.weighted_rows is not None
         assert data.weighted_rows.size == (0 if exclude is None else 2)
-        plain = pfm.PFMData(*(getattr(data, f) for f in list(data.__dataclass_fields__)[:-1]))
+        fields = [f for f in data.__dataclass_fields__ if f not in ("weighted_rows", "side", "bipartite")]
+        plain = pfm.PFMData(*(getattr(data, f) for f in fields))
         assert plain.weighted_rows is None
         st = pfm.init(jax.random.PRNGKey(0), data, 3, HYPER)
         a, b = (jax.tree_util.tree_map(jnp.asarray, d) for d in (data, plain))
@@ -251,3 +252,30 @@ def test_exposures_skip_rows_with_zero_weight_exactly():
         assert float(pfm.log_joint(st, a, HYPER)) == float(pfm.log_joint(st, b, HYPER))
     _, _, _, obs = _data("observed")
     assert obs.weighted_rows is None
+
+
+def test_scale_rounds_zero_is_the_sweep_alone():
+    """step(scale_rounds=0) returns exactly the sweep of the sampler without the move (same keys,
+    bit for bit; NPFM, side features; one jit holds both). The move's ratio, rates and invariance
+    are checked in `validation.pfm_scale_checks` (tests/validation/test_pfm_validation.py)."""
+    with jax.enable_x64(True):
+        _, _, _, data = _data("all", side=True)
+        d = jax.tree_util.tree_map(jnp.asarray, data)
+        st = pfm.init(jax.random.PRNGKey(1), data, 2, HYPER, variant="npfm")
+        run = jax.jit(lambda key, st: (pfm._sweep_valid(key, st, d, HYPER)[0],
+                                       pfm.step(key, st, d, HYPER, scale_rounds=0)[0]))
+        ref, s0 = run(jax.random.PRNGKey(2), st)
+        for a, b in zip(jax.tree_util.tree_leaves(s0), jax.tree_util.tree_leaves(ref)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_scale_move_needs_bipartite_data_for_ppfm():
+    """PPFM's move trades user-side against item-side columns: with side features (pairs inside
+    one side) `sample` refuses scale_rounds > 0 and its default is 0 there; negative rounds are
+    refused for both variants."""
+    _, _, _, side = _data("all", side=True)
+    assert not side.bipartite and np.array_equal(np.asarray(side.side)[:7], [1, 1, 1, 1, -1, -1, -1])
+    with pytest.raises(ValueError, match="bipartite"):
+        pfm.sample(0, side, 2, HYPER, variant="ppfm", scale_rounds=2)
+    with pytest.raises(ValueError, match="scale_rounds"):
+        pfm.sample(0, side, 2, HYPER, variant="npfm", scale_rounds=-1)

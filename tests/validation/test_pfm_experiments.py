@@ -12,6 +12,8 @@ def test_sbc_mixing_bad_arguments():
         ex.sbc_mixing(n_sims=0)
     with pytest.raises(ValueError, match="scale"):
         ex.sbc_mixing(n_sims=2, scale=0)
+    with pytest.raises(ValueError, match="compare"):
+        ex.sbc_mixing(n_sims=2, compare="longer")
 
 
 @pytest.mark.slow
