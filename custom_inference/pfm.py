@@ -63,7 +63,8 @@ deliberately broken variant that SBC must reject.
 Scale move. The likelihood is flat along r_k -> a r_k, v_.k -> v_.k / sqrt(a) (PPFM, ids only:
 user-side v_.k -> a v_.k, item-side / a), along which the Gibbs sweep moves in steps of order
 1 / sqrt(counts) (issue 13); ``scale_rounds`` Metropolis steps of the exact group move of
-`custom_inference.pfm_scale` follow each sweep (default in `sample`: `DEFAULT_SCALE_ROUNDS`).
+`custom_inference.pfm_scale` follow each sweep (default in `sample`: `DEFAULT_SCALE_ROUNDS`; 4
+steps cost about 0.3 ms at K = 50, D = 2,625 in float32, against about 0.13 s for the sweep).
 
 Blocks. v_i. for the features of one `fm_design.greedy_blocks` colour never share a training
 row, so their conditionals are independent given the rest and drawn at once; the K factors of
