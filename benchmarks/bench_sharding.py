@@ -8,6 +8,9 @@ and times
 - HPF CAVI: ``hpf.sweep`` (the fused sweep `hpf.fit` runs: phi sums, gamma, kappa, lambda, tau and
   the ELBO of the incoming state), counts 1..5;
 - SBMF Gibbs: ``sbmf.step`` (one chain, the default 5 gauge rounds), ratings ~ N(3, 1);
+- MCMC-FM (``--models ...,fm``): ``fm_mcmc.step`` on the one-hot user | item design of the same
+  ratings (N = nnz instances, 2 nonzeros each), the instances split over the devices by
+  ``fm_design.shard_fm_design``;
 
 plus the same two without a mesh (row ``devices = none``: the single-device code path). Each is
 one call that compiles, then ``--sweeps`` timed calls (each ``jax.block_until_ready``-ed, the state
@@ -54,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--devices", default="1,2,4", help="comma-separated device counts")
     p.add_argument("--sweeps", type=int, default=5, help="timed sweeps after the compiling one")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--models", default="hpf,sbmf")
+    p.add_argument("--models", default="hpf,sbmf", help="comma-separated subset of hpf,sbmf,fm")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return p.parse_args(argv)
@@ -110,11 +113,38 @@ def main(argv=None) -> int:
     ratings = Observations.from_coo(rows, cols, rng.normal(3.0, 1.0, args.nnz), (n_rows, n_cols), kind="real",
                                     drop_zeros=False, dtype=dtype)
     models = args.models.split(",")
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if "fm" in models:
+        import scipy.sparse as sp
+
+        from custom_inference import fm_mcmc
+        from custom_inference.fm_design import FMDesign, shard_fm_design
+        from ppl_models.fm import FMHierHyper
+
+        n = args.nnz
+        X = sp.coo_matrix((np.ones(2 * n), (np.r_[np.arange(n), np.arange(n)], np.r_[rows, n_rows + cols])),
+                          shape=(n, n_rows + n_cols))
+        fm_design = FMDesign.from_scipy(X, np.asarray(ratings.values, np.float64),
+                                        np.r_[np.zeros(n_rows, int), np.ones(n_cols, int)], dtype=dtype)
     results = []
     for d in [None, *devices]:
         label = "none" if d is None else str(d)
         for model in models:
             obs = counts if model == "hpf" else ratings
+            if model == "fm":
+                data = (fm_mcmc._as_jax(fm_design, dtype) if d is None
+                        else shard_fm_design(fm_design, sharding.nnz_mesh(d)))
+                state = fm_mcmc.init(jax.random.PRNGKey(0), data, args.K, FMHierHyper(), dtype=dtype)
+                hyper = fm_mcmc._prepare_hyper(FMHierHyper(), dtype)
+                keys = iter(jax.random.split(jax.random.PRNGKey(1), args.sweeps + 1))
+                fn = lambda s, data=data, keys=keys, h=hyper: fm_mcmc.step_jit(next(keys), s, data, h)[0]  # noqa: E731
+                first, times = time_calls(fn, state, args.sweeps)
+                row = {"model": model, "devices": label, "median_s": statistics.median(times), "min_s": min(times),
+                       "samples_s": times, "first_call_s": first}
+                results.append(row)
+                print(f"{model:5s} devices={label:4s} median {row['median_s']:.4f} s/sweep  (first call {first:.1f} s)",
+                      flush=True)
+                continue
             if d is None:
                 data = jax.tree_util.tree_map(jnp.asarray, obs)
             else:
@@ -141,12 +171,13 @@ def main(argv=None) -> int:
             "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
             "n_devices_available": jax.device_count(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None}
+            "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None, "loadavg_start": load_start}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sharding_bench.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     base = {r["model"]: r["median_s"] for r in results if r["devices"] == "none"}
     lines = [f"nnz {args.nnz:,}, {n_rows:,} x {n_cols:,}, K {args.K}, {args.dtype}, {meta['backend']} "
-             f"({meta['device_kind']}), median of {args.sweeps} sweeps", "",
+             f"({meta['device_kind']}), median of {args.sweeps} sweeps; load average (1, 5, 15 min) at start "
+             f"{load_start}, at end {meta['loadavg']}", "",
              "| model | devices | s / sweep | vs no mesh |", "|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['model']} | {r['devices']} | {r['median_s']:.4f} | {r['median_s'] / base[r['model']]:.2f} |")

@@ -30,6 +30,12 @@ Usage::
     .venv/bin/python benchmarks/myfm_peer.py                     # ranks 10 and 32, ids design
     .venv/bin/python benchmarks/myfm_peer.py --ranks 10 --kind rich
     .venv/bin/python benchmarks/myfm_peer.py --skip-ours         # myFM only
+    .venv/bin/python benchmarks/myfm_peer.py --dtypes float32 --repeats 3 --pin-cpu 1   # side by side, one core
+
+``--repeats R`` times each method R times per rank, interleaved (myFM, ours, myFM, ours, ...),
+after one untimed run of ours that compiles its sampler; the summary table gives medians of
+wall and CPU (process) seconds per sweep, both = whole fit or ``sample`` call / n_iter.
+``--pin-cpu C`` pins this process and (by inherited affinity) the myFM worker to CPU C.
 """
 
 from __future__ import annotations
@@ -99,6 +105,8 @@ def worker(argv=None) -> None:
         "fit_cpu_seconds": fit_cpu,
         "predict_seconds": predict_s,
         "seconds_per_sweep": fit_s / args.n_iter,
+        "call_seconds_per_sweep": fit_s / args.n_iter,
+        "cpu_seconds_per_sweep": fit_cpu / args.n_iter,
         "n_train": int(X_train.shape[0]),
         "n_test": int(X_test.shape[0]),
         "n_features": int(X_train.shape[1]),
@@ -137,7 +145,8 @@ def run_myfm(peer_python: Path, npz: Path, rank: int, n_iter: int, n_kept: int, 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype: str = "float64") -> dict:
+def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype: str = "float64",
+             block: int | None = None) -> dict:
     """Our MCMC-FM (`custom_inference.fm_mcmc.sample`) on the same designs, rank and sweeps.
 
     One chain, ``num_warmup = n_iter - n_kept`` sweeps, then ``num_samples = n_kept``
@@ -146,8 +155,10 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
     with `validation.metrics.rmse`. Hyperpriors: `ppl_models.fm.FMHierHyper()`
     defaults (libFM / myFM's alpha_0 = beta_0 = alpha_0' = beta_0' = nu_0 = 1,
     mu_0 = 0), init sd of V 0.1 (myFM's ``init_stdev``). Times: ``seconds_per_sweep``
-    as `sample` reports it (all sweeps, compile excluded) and the wall time of the
-    whole `sample` call (compile included).
+    as `sample` reports it (all sweeps, compile excluded), the wall and CPU (process) time of
+    the whole `sample` call (compile included on the first call of a configuration only:
+    `mcmc_driver`'s compiled block is reused by later calls) and those divided by ``n_iter``
+    (``call_seconds_per_sweep``, ``cpu_seconds_per_sweep``, comparable with myFM's fit / n_iter).
 
     Raises `NotImplementedError` when ``custom_inference.fm_mcmc`` cannot be imported.
     """
@@ -159,13 +170,15 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
         raise NotImplementedError(f"custom_inference.fm_mcmc not importable: {err}") from None
     from validation.metrics import rmse
 
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     idata = fm_mcmc.sample(
         jax.random.PRNGKey(seed), train, rank, FMHierHyper(), num_chains=1,
         num_warmup=n_iter - n_kept, num_samples=n_kept, thin=1, progress=False,
-        dtype=dtype, keep=("alpha",), predict_at=test, init_std=0.1,
+        dtype=dtype, keep=("alpha",), predict_at=test, init_std=0.1, block=block,
     )
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     pred = idata.predictions["pred_mean"].values
     attrs = idata.posterior.attrs  # provenance is stored on every group
     return {
@@ -177,10 +190,39 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
         "seed": seed,
         "rmse": rmse(pred, test.y),
         "sample_wall_seconds": wall,
+        "sample_cpu_seconds": cpu,
+        "call_seconds_per_sweep": wall / n_iter,
+        "cpu_seconds_per_sweep": cpu / n_iter,
         "seconds_per_sweep": float(attrs["seconds_per_sweep"]),
         "sampling_seconds": float(attrs["seconds"]),
         "backend": jax.default_backend(),
     }
+
+
+def summarize(rows) -> str:
+    """Markdown table: per rank and method, the median over repeats of test RMSE, wall and CPU
+    seconds per sweep (whole fit / sample call divided by the sweeps), and our ratios to myFM."""
+    import statistics
+
+    groups = {}
+    for r in rows:
+        if "rmse" not in r:
+            continue
+        name = r["method"] + (f" {r['dtype']}" if "dtype" in r else "")
+        groups.setdefault((r["rank"], name), []).append(r)
+    out = ["| K | method | test RMSE | wall s/sweep | CPU s/sweep | wall ratio | CPU ratio | repeats | load |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for (rank, name), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], "myFM" not in kv[0][1], kv[0][1])):
+        med = lambda key: statistics.median(x[key] for x in rs)  # noqa: E731
+        peer = groups.get(next((k for k in groups if k[0] == rank and "myFM" in k[1]), None))
+        pw = statistics.median(x["call_seconds_per_sweep"] for x in peer) if peer else float("nan")
+        pc = statistics.median(x["cpu_seconds_per_sweep"] for x in peer) if peer else float("nan")
+        loads = [x.get("load_average_1min") for x in rs if x.get("load_average_1min") is not None]
+        out.append(f"| {rank} | {name} | {med('rmse'):.4f} | {med('call_seconds_per_sweep'):.4f} | "
+                   f"{med('cpu_seconds_per_sweep'):.4f} | {med('call_seconds_per_sweep') / pw:.2f} | "
+                   f"{med('cpu_seconds_per_sweep') / pc:.2f} | {len(rs)} | "
+                   f"{min(loads):.1f}-{max(loads):.1f} |" if loads else "|")
+    return "\n".join(out)
 
 
 def _load1():
@@ -208,7 +250,16 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", default="float64,float32", help="our MCMC-FM's precisions")
     parser.add_argument("--timeout", type=float, default=900, help="seconds allowed per myFM fit")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for myfm_peer.json")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed fits per rank and method, interleaved (myFM, ours, myFM, ours, ...)")
+    parser.add_argument("--warmup", action="store_true",
+                        help="one untimed run of ours per rank and dtype first (implied by --repeats > 1)")
+    parser.add_argument("--pin-cpu", type=int, default=None,
+                        help="pin this process and the myFM worker (inherited affinity) to this one CPU")
+    parser.add_argument("--block", type=int, default=None, help="our driver's sweeps per compiled call")
     args = parser.parse_args(argv)
+    if args.pin_cpu is not None:  # before jax starts its thread pools
+        os.sched_setaffinity(0, {args.pin_cpu})
 
     sys.path.insert(0, str(REPO))
     from validation.datasets import find_movielens_100k, fm_features, load_movielens, split_p2
@@ -226,29 +277,42 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="factorbayes-myfm-") as tmp:
         npz = Path(tmp) / "p2_design.npz"
         write_npz(npz, train, test)
+        dtypes = [] if args.skip_ours else [d.strip() for d in args.dtypes.split(",") if d.strip()]
+        if not args.skip_peer and not args.peer_python.exists():
+            raise SystemExit(f"myFM venv not found at {args.peer_python}; create it (see the module docstring)")
         for rank in ranks:
-            if not args.skip_peer:
-                if not args.peer_python.exists():
-                    raise SystemExit(f"myFM venv not found at {args.peer_python}; create it (see the module docstring)")
-                res = run_myfm(args.peer_python, npz, rank, args.n_iter, args.n_kept, args.seed, args.timeout)
-                res["load_average_1min"] = _load1()
-                rows.append(res)
-                print(f"  {res['method']:>14} rank {rank:3d}: RMSE {res['rmse']:.4f}  fit {res['fit_seconds']:.1f} s "
-                      f"({res['seconds_per_sweep']:.4f} s/sweep; load {res['load_average_1min']})", flush=True)
-            for dtype in ([] if args.skip_ours else [d.strip() for d in args.dtypes.split(",") if d.strip()]):
-                try:
-                    res = run_ours(train, test, rank, args.n_iter, args.n_kept, args.seed, dtype)
-                except NotImplementedError as err:
-                    res = {"method": "factorbayes MCMC-FM", "rank": rank, "status": "not run", "reason": str(err)}
-                    print(f"  factorbayes MCMC-FM rank {rank:3d}: not run ({err})", flush=True)
+            if args.repeats > 1 or args.warmup:
+                for dtype in dtypes:  # compile our sampler's block once, outside the timed calls
+                    try:
+                        run_ours(train, test, rank, args.n_iter, args.n_kept, args.seed, dtype, block=args.block)
+                    except NotImplementedError:
+                        pass
+            for rep in range(args.repeats):  # interleaved: myFM, then ours, per repeat
+                if not args.skip_peer:
+                    res = run_myfm(args.peer_python, npz, rank, args.n_iter, args.n_kept, args.seed, args.timeout)
+                    res["load_average_1min"] = _load1()
+                    res["repeat"] = rep
                     rows.append(res)
-                    break
-                res["load_average_1min"] = _load1()
-                print(f"  MCMC-FM {dtype} rank {rank:3d}: RMSE {res['rmse']:.4f}  {res['sampling_seconds']:.1f} s "
-                      f"({res['seconds_per_sweep']:.4f} s/sweep; {res['sample_wall_seconds']:.1f} s with compile; "
-                      f"load {res['load_average_1min']})",
-                      flush=True)
-                rows.append(res)
+                    print(f"  {res['method']:>14} rank {rank:3d} rep {rep}: RMSE {res['rmse']:.4f}  fit "
+                          f"{res['fit_seconds']:.1f} s ({res['seconds_per_sweep']:.4f} s/sweep, CPU "
+                          f"{res['cpu_seconds_per_sweep']:.4f}; load {res['load_average_1min']})", flush=True)
+                for dtype in dtypes:
+                    try:
+                        res = run_ours(train, test, rank, args.n_iter, args.n_kept, args.seed, dtype, block=args.block)
+                    except NotImplementedError as err:
+                        res = {"method": "factorbayes MCMC-FM", "rank": rank, "status": "not run", "reason": str(err)}
+                        print(f"  factorbayes MCMC-FM rank {rank:3d}: not run ({err})", flush=True)
+                        rows.append(res)
+                        break
+                    res["load_average_1min"] = _load1()
+                    res["repeat"] = rep
+                    print(f"  MCMC-FM {dtype} rank {rank:3d} rep {rep}: RMSE {res['rmse']:.4f}  "
+                          f"{res['sample_wall_seconds']:.1f} s ({res['call_seconds_per_sweep']:.4f} s/sweep, CPU "
+                          f"{res['cpu_seconds_per_sweep']:.4f}; driver {res['seconds_per_sweep']:.4f}; "
+                          f"load {res['load_average_1min']})", flush=True)
+                    rows.append(res)
+    summary = summarize(rows)
+    print(summary, flush=True)
     load = _load1()
     out = {
         "protocol": "P2 (validation.datasets.split_p2): MovieLens 100K, 90:10, permutation of file rows",
@@ -260,6 +324,9 @@ def main(argv=None) -> None:
         "n_test": test.n_rows,
         "n_features": train.n_features,
         "load_average_1min_at_end": load,
+        "pinned_cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "repeats": args.repeats,
+        "summary_markdown": summary,
         "results": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)

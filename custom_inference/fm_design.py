@@ -23,13 +23,14 @@ Everything scales with the number of nonzeros M of X, never with N x D.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["FMDesign", "greedy_blocks"]
+__all__ = ["FMDesign", "greedy_blocks", "ShardedFMDesign", "shard_fm_design"]
 
 
 def greedy_blocks(X: sp.spmatrix, group: np.ndarray) -> np.ndarray:
@@ -200,3 +201,171 @@ class FMDesign:
     def __repr__(self) -> str:
         return (f"FMDesign(N={self.n_rows}, D={self.n_features}, nnz={self.nnz}, "
                 f"groups={list(self.group_names)}, blocks={self.n_blocks})")
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class ShardedFMDesign:
+    """An `FMDesign` whose instances (rows of X) are split into equal contiguous ranges, one per
+    device of a mesh axis (`shard_fm_design`); the features' arrays are replicated.
+
+    Attributes (array leaves; S devices, B rows per device, M_S nonzeros per device)
+    ---------------------------------------------------------------------------------
+    rows : int32 (S M_S,)  *local* row (0..B-1) of each nonzero, device d's entries at d M_S..,
+                           in block order (block b at ``block_ptr[b]:block_ptr[b + 1]`` of them).
+    cols : int32 (S M_S,); values : float (S M_S,), 0 at padding entries.
+    y : float (S B,); weight : float (S B,), 1 for the N real rows, 0 for padding rows.
+    group, block : int32 (D,), replicated.
+
+    Static: ``n_real`` N, ``rows_per_device`` B, ``n_features``, ``n_groups``, ``block_ptr``
+    (the per-device offsets), ``full`` (per block: one nonzero in every row), ``group_names``,
+    ``mesh``, ``axis``. ``n_rows`` is S B (the padded length of the per-row caches e, q); the real
+    rows are 0..N-1 (padding rows sit at the end, after the last real row).
+    """
+
+    rows: Any
+    cols: Any
+    values: Any
+    y: Any
+    weight: Any
+    group: Any
+    block: Any
+    n_real: int
+    rows_per_device: int
+    n_features: int
+    n_groups: int
+    block_ptr: tuple
+    full: tuple
+    group_names: tuple
+    mesh: Any
+    axis: str
+
+    def tree_flatten(self):
+        return ((self.rows, self.cols, self.values, self.y, self.weight, self.group, self.block),
+                (self.n_real, self.rows_per_device, self.n_features, self.n_groups, self.block_ptr, self.full,
+                 self.group_names, self.mesh, self.axis))
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    @property
+    def n_shards(self) -> int:
+        return int(self.mesh.shape[self.axis])
+
+    @property
+    def n_rows(self) -> int:
+        """S B, the padded number of rows (length of the caches e and q)."""
+        return self.n_shards * self.rows_per_device
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.block_ptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        """The real number of nonzeros is not kept; this is the padded total S M_S."""
+        return int(self.values.shape[0])
+
+    def astype(self, dtype) -> "ShardedFMDesign":
+        """values, y and weight as ``dtype`` (sharding kept)."""
+        return ShardedFMDesign(self.rows, self.cols, self.values.astype(dtype), self.y.astype(dtype),
+                               self.weight.astype(dtype), self.group, self.block, self.n_real,
+                               self.rows_per_device, self.n_features, self.n_groups, self.block_ptr, self.full,
+                               self.group_names, self.mesh, self.axis)
+
+    def local(self, rows, cols, values, y) -> FMDesign:
+        """One device's part as an `FMDesign` (inside `jax.shard_map`, from the local arrays): B rows,
+        its nonzeros in block order (``order`` the identity)."""
+        return FMDesign(rows, cols, values, y, self.group, self.block, jnp.arange(rows.shape[0], dtype=jnp.int32),
+                        self.rows_per_device, self.n_features, self.n_groups, self.block_ptr, self.group_names)
+
+    def __repr__(self) -> str:
+        return (f"ShardedFMDesign(N={self.n_real}, D={self.n_features}, shards={self.n_shards}, "
+                f"rows/device={self.rows_per_device}, nnz/device={self.block_ptr[-1]}, blocks={self.n_blocks})")
+
+
+def shard_fm_design(design: FMDesign, mesh, *, axis: str = "nnz") -> ShardedFMDesign:
+    """Split the instances of ``design`` over the mesh axis ``axis``: device d gets rows
+    d B .. (d + 1) B - 1 (B = ceil(N / S)) and their nonzeros, block by block.
+
+    Padding, all neutral in MCMC-FM's sums (`custom_inference.fm_mcmc`, "Sharded"): rows N .. S B - 1
+    (y = 0, weight 0); in a full block (one nonzero per row, e.g. a one-hot group) every padding
+    row gets one entry of value 0, so the block stays full on every device; other blocks are padded
+    to the largest per-device count with value-0 entries at local row 0 (one more where that count
+    would equal B, so that a padded block is never mistaken for a full one). An entry of value 0
+    adds 0 to every sum over a feature's nonzeros and changes no cache.
+
+    Parameters
+    ----------
+    design : FMDesign (N x D), numpy or jax arrays.
+    mesh : jax.sharding.Mesh with an axis ``axis`` (``custom_inference.sharding.nnz_mesh``).
+    axis : str, default ``"nnz"``.
+
+    Returns
+    -------
+    ShardedFMDesign: per-entry and per-row arrays sharded ``PartitionSpec(axis)``, group and block
+    replicated; values keep the design's dtype.
+
+    Raises
+    ------
+    TypeError: ``design`` not an FMDesign. ValueError: ``mesh`` without an axis ``axis``.
+
+    Source: project addition (issue 14, "sharded over devices"; the blocks of this module).
+    """
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if not isinstance(design, FMDesign):
+        raise TypeError(f"design must be an FMDesign, got {type(design).__name__}")
+    if axis not in getattr(mesh, "axis_names", ()):
+        raise ValueError(f"mesh has no axis {axis!r} (its axes: {tuple(getattr(mesh, 'axis_names', ()))})")
+    S = int(mesh.shape[axis])
+    N, D = int(design.n_rows), int(design.n_features)
+    B = max(-(-N // S), 1)
+    rows, cols, values = (np.asarray(a) for a in (design.rows, design.cols, design.values))
+    order, block = np.asarray(design.order), np.asarray(design.block)
+    dtype = values.dtype
+    per_dev = [[] for _ in range(S)]  # (rows_local, cols, values) per block
+    sizes, full = [], []
+    for b in range(design.n_blocks):
+        idx = order[design.block_ptr[b]:design.block_ptr[b + 1]]
+        r, c, x = rows[idx], cols[idx], values[idx]
+        is_full = idx.size == N
+        feat0 = int(np.flatnonzero(block == b)[0])
+        parts = []
+        for d in range(S):
+            sel = (r >= d * B) & (r < (d + 1) * B)
+            pr, pc, px = r[sel] - d * B, c[sel], x[sel]
+            if is_full:  # padding rows of this device get a value-0 entry: rows 0..B-1 in order
+                extra = np.arange(pr.size, B)
+                pr = np.concatenate([pr, extra])
+                pc = np.concatenate([pc, np.full(extra.size, feat0)])
+                px = np.concatenate([px, np.zeros(extra.size, dtype)])
+            parts.append((pr, pc, px))
+        m = max(p[0].size for p in parts)
+        if not is_full and m == B:
+            m += 1
+        for d, (pr, pc, px) in enumerate(parts):
+            pad = m - pr.size
+            per_dev[d].append((np.concatenate([pr, np.zeros(pad, pr.dtype)]),
+                               np.concatenate([pc, np.full(pad, feat0)]), np.concatenate([px, np.zeros(pad, dtype)])))
+        sizes.append(m)
+        full.append(bool(is_full))
+    ptr = tuple(int(p) for p in np.concatenate([[0], np.cumsum(sizes)]))
+    def cat(i, t):  # device by device, block by block
+        return np.concatenate([np.concatenate([blk[i] for blk in per_dev[d]]) for d in range(S)]).astype(t)
+
+    y = np.zeros(S * B, dtype)
+    y[:N] = np.asarray(design.y)
+    weight = np.zeros(S * B, dtype)
+    weight[:N] = 1
+    host = {"rows": cat(0, np.int32), "cols": cat(1, np.int32), "values": cat(2, dtype), "y": y, "weight": weight}
+    sharded = NamedSharding(mesh, PartitionSpec(axis))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    with jax.enable_x64(dtype == np.float64):
+        placed = {k: jax.make_array_from_callback(a.shape, sharded, lambda index, a=a: a[index])
+                  for k, a in host.items()}
+        grp = jax.device_put(np.asarray(design.group, np.int32), replicated)
+        blk = jax.device_put(block.astype(np.int32), replicated)
+    return ShardedFMDesign(placed["rows"], placed["cols"], placed["values"], placed["y"], placed["weight"], grp, blk,
+                           N, B, D, int(design.n_groups), ptr, tuple(full), tuple(design.group_names), mesh, axis)

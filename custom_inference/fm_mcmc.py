@@ -43,7 +43,18 @@ because groups differ in size). alpha | e ~ Gamma(alpha_0 + N/2, beta_0 + sum e^
 w0 as above with prior N(mu_0, 1/sigma_0).
 
 Caches. `step` recomputes e and q from the parameters at the start of each sweep (one
-O(nnz K) pass), so rounding in the incremental updates never accumulates (float32).
+O(nnz K) pass), so rounding in the incremental updates never accumulates (float32). The pass
+runs factor by factor on q.T and block by block: a full block (one nonzero in every row, e.g. a
+one-hot user or item group) needs no scatter (its nonzeros sorted by row are rows 0..N-1).
+
+Sharded (issue 14). With a `fm_design.ShardedFMDesign` (``sample(mesh=...)``), `step` runs the
+same sweep under `jax.shard_map`: each device holds a contiguous range of instances (rows of X)
+with their nonzeros and the matching parts of e and q; w, V, the hyperparameters and the keys are
+replicated. Every sum over rows or nonzeros (alpha's sum e^2, w0's sum e, the per-feature sums of
+the w and v conditionals, the log joint's e term) is the per-device sum followed by `jax.lax.psum`
+(`sharding.Reducer`); e-sums are masked by the row weight (padding rows: y = 0, weight 0; padding
+nonzeros have value 0 and add 0 to every per-feature sum). The draws are the same as on one device
+(replicated keys, replicated sums), up to the order of the floating-point additions.
 """
 
 from __future__ import annotations
@@ -56,8 +67,9 @@ import numpy as np
 from jax.scipy import stats as jstats
 
 from . import arviz_io, base, mcmc_driver
-from .fm_design import FMDesign
-from .gaussian import sample_normal_natural
+from .fm_design import FMDesign, ShardedFMDesign
+from .gaussian import normal_natural_to_moments, sample_normal_natural
+from .sharding import LOCAL
 
 __all__ = [
     "FMMCMCState",
@@ -147,18 +159,62 @@ def fm_mean(w0, w, V, rows, cols, values, n_rows: int):
     return w0 + lin + 0.5 * jnp.sum(q * q - s2, axis=-1), q
 
 
+def _block_rows_add(acc, u, design: FMDesign, b: int):
+    """acc (..., N) + the (..., M_b) updates u of block ``b``'s nonzeros added into their rows
+    (last axis): a plain add for a full block (rows 0..N-1 in order), else a scatter-add with
+    rows."""
+    if _full_block(design, b):
+        return acc + u
+    r = design.rows[design.order[design.block_ptr[b]:design.block_ptr[b + 1]]]
+    return acc.at[..., r].add(u)
+
+
+def _caches_t(state: FMMCMCState, design: FMDesign):
+    """(e (N,), qT = q.T (K, N)) recomputed from the parameters, factor-major (see `caches`)."""
+    N = design.n_rows
+    ents = [_block_entries(design, b) for b in range(design.n_blocks)]
+    lin = jnp.zeros((N,), state.w.dtype)
+    for b, (_, c, x) in enumerate(ents):
+        lin = _block_rows_add(lin, x * state.w[c], design, b)
+
+    def factor(pair, vk):
+        # one row of q.T: q_nk = sum_l x_nl v_lk and s2_nk = sum_l (x_nl v_lk)^2, block by block
+        qk = jnp.zeros((N,), vk.dtype)
+        s2k = jnp.zeros((N,), vk.dtype)
+        for b, (_, c, x) in enumerate(ents):
+            xv = x * vk[c]
+            qk = _block_rows_add(qk, xv, design, b)
+            s2k = _block_rows_add(s2k, xv * xv, design, b)
+        return pair + (qk * qk - s2k), qk
+
+    # (zeros shaped like y: under shard_map they vary over the devices, as the carry does)
+    pair, qT = jax.lax.scan(factor, jax.lax.full_like(design.y, 0, state.V.dtype), state.V.T)
+    return design.y - (state.w0 + lin + 0.5 * pair), qT
+
+
 def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
     """State with e = y - yhat and q = X V recomputed from the parameters (O(nnz K)).
 
     Shapes as in `FMMCMCState`: e (N,), q (N, K), dtype of the state.
+
+    Computed factor-major (q.T, (K, N), one factor at a time in a `lax.scan`) and block by block:
+    a full block (one nonzero in every row, e.g. a one-hot group) adds its terms to every row
+    without a scatter; other blocks scatter-add (rows unique within a block). This is `fm_mean`'s
+    yhat up to rounding (each row sums its terms in block order, `fm_mean` in column order; the
+    sum over k runs factor by factor). A `ShardedFMDesign` does the same on every device's rows.
+
+    Why: this refresh was about a third of a sweep (profile of issue 14: scatters over rows, the
+    (N, K) transposes and a small-axis reduction); factor by factor it needs none of them.
 
     Raises nothing of its own (no checks: traced code).
 
     Source: project addition (module docstring, "Caches"; yhat of ``004_90693a0965f06816.txt``
     eq. 2.17).
     """
-    yhat, q = fm_mean(state.w0, state.w, state.V, design.rows, design.cols, design.values, design.n_rows)
-    return state._replace(e=design.y - yhat, q=q)
+    if isinstance(design, ShardedFMDesign):
+        return _sharded_call(lambda st, d, red: caches(st, d), design, (state,), _state_specs(design))
+    e, qT = _caches_t(state, design)
+    return state._replace(e=e, q=qT.T)
 
 
 def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=jnp.float64) -> FMMCMCState:
@@ -180,7 +236,7 @@ def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=j
     return caches(state, _as_jax(design, dtype))
 
 
-def log_joint(state: FMMCMCState, design: FMDesign, hyper) -> jax.Array:
+def log_joint(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL) -> jax.Array:
     """Exact log p(y, w0, w, V, alpha, mu_w, sigma_w, mu_v, sigma_v) of eqs. 2.22-2.30, using the
     cached residual e (so the caches must be current). O(N + D K).
 
@@ -201,7 +257,7 @@ def log_joint(state: FMMCMCState, design: FMDesign, hyper) -> jax.Array:
     lp += jnp.sum(gam(state.sigma_v, h.alpha_0p, h.beta_0p)) + jnp.sum(norm(state.mu_v, h.mu_0, h.nu_0 * state.sigma_v))
     lp += jnp.sum(norm(state.w, state.mu_w[g], state.sigma_w[g]))
     lp += jnp.sum(norm(state.V, state.mu_v[g], state.sigma_v[g]))
-    lp += jnp.sum(norm(state.e, 0.0, state.alpha))
+    lp += red.sum(red.mask(norm(state.e, 0.0, state.alpha)))
     return lp
 
 
@@ -209,7 +265,7 @@ def log_joint(state: FMMCMCState, design: FMDesign, hyper) -> jax.Array:
 # complete conditionals (natural parameters; module docstring)
 
 
-def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper):
+def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL):
     """(shape, rate) of alpha | rest: Gamma(alpha_0 + N/2, beta_0 + sum_n e_n^2 / 2).
 
     Returns two float scalars, dtype of the state.
@@ -218,10 +274,10 @@ def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper):
 
     Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.26.
     """
-    return hyper.alpha_0 + 0.5 * design.n_rows, hyper.beta_0 + 0.5 * jnp.sum(state.e ** 2)
+    return hyper.alpha_0 + 0.5 * red.count(design.n_rows), hyper.beta_0 + 0.5 * red.sum(red.mask(state.e ** 2))
 
 
-def w0_conditional(state: FMMCMCState, design: FMDesign, hyper):
+def w0_conditional(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL):
     """(precision P, precision x mean h) of w0 | rest (h_n = 1).
 
     Returns two float scalars, dtype of the state.
@@ -230,8 +286,8 @@ def w0_conditional(state: FMMCMCState, design: FMDesign, hyper):
 
     Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22-2.23.
     """
-    P = hyper.sigma_0 + state.alpha * design.n_rows
-    h = hyper.sigma_0 * hyper.mu_0 + state.alpha * jnp.sum(state.e + state.w0)
+    P = hyper.sigma_0 + state.alpha * red.count(design.n_rows)
+    h = hyper.sigma_0 * hyper.mu_0 + state.alpha * red.sum(red.mask(state.e + state.w0))
     return P, h
 
 
@@ -241,7 +297,7 @@ def _block_entries(design: FMDesign, b: int):
     return design.rows[idx], design.cols[idx], design.values[idx]
 
 
-def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int):
+def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, red=LOCAL):
     """(P, h), each (D,), of w_l | rest for the features l of block ``b`` (static int); entries of
     features outside the block are meaningless. h_n = x_nl.
 
@@ -255,8 +311,8 @@ def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int):
     g = design.group
     D = design.n_features
     s, m = state.sigma_w[g], state.mu_w[g]
-    P = s + state.alpha * jax.ops.segment_sum(x * x, c, num_segments=D)
-    h = s * m + state.alpha * jax.ops.segment_sum(x * (state.e[r] + x * state.w[c]), c, num_segments=D)
+    P = s + state.alpha * red.seg(x * x, c, D, False)
+    h = s * m + state.alpha * red.seg(x * (state.e[r] + x * state.w[c]), c, D, False)
     return P, h
 
 
@@ -342,7 +398,12 @@ def sample_group_mean(key, x, group, n_groups: int, precision, mu0, nu0):
 # sweep
 
 
-def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b: int):
+def _full_block(design: FMDesign, b: int) -> bool:
+    """Static: block ``b`` has one nonzero in every row, so its rows are 0..N-1 in order."""
+    return design.block_ptr[b + 1] - design.block_ptr[b] == design.n_rows
+
+
+def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b: int, red=LOCAL):
     """`update_block` on the factor-major caches qT = q.T (K, N) and VT = V.T (K, D): returns
     (state with w, e updated; qT; VT). ``state.q`` and ``state.V`` are neither read nor written.
 
@@ -351,32 +412,54 @@ def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b:
     carried: O(N + D) per k. The former `fori_loop` carrying the row-major (N, K) q and
     (D, K) V, with gathers and scatters on column k, made XLA CPU copy both whole buffers
     on every k, i.e. O(N K^2) per sweep.
+
+    Full blocks (a one-hot group: one nonzero of the block in every row, `_full_block`): the
+    block's nonzeros are sorted by row, so r = 0..N-1 and the gathers e[r], q[r, k] and the
+    scatter-adds into e and q[:, k] are plain elementwise operations (the same floating-point
+    operations on the same operands; XLA may contract a multiply-add into one fused
+    multiply-add there, so float results can differ from the scatter form by rounding).
     """
     K = VT.shape[0]
     D = design.n_features
     r, c, x = _block_entries(design, b)
+    full = _full_block(design, b)
+    rows_of = (lambda a: a) if full else (lambda a: a[r])  # noqa: E731
+
+    def add_rows(a, u):
+        return a + u if full else a.at[r].add(u)
+
     g = design.group
     in_block = design.block == b
     k_w, k_v = jax.random.split(key)
-    P, h = w_block_conditional(state, design, hyper, b)
+    P, h = w_block_conditional(state, design, hyper, b, red)
     w_new = jnp.where(in_block, sample_normal_natural(k_w, P, h), state.w)
     delta = (w_new - state.w)[c]
-    e = state.e.at[r].add(-x * delta)
+    e = add_rows(state.e, -x * delta)
     keys_v = jax.random.split(k_v, K)
     s_all, m_all = state.sigma_v.T[:, g], state.mu_v.T[:, g]  # (K, D) priors of v_lk
+    alpha = state.alpha
+    dt = jnp.result_type(s_all, m_all, alpha, x, qT, VT, state.e)  # the dtype of the draw's mean
+    # the standard normals of all K draws at once: the same numbers as
+    # sample_normal_natural(keys_v[k], P, h) draws inside the loop (vmap of jax.random.normal over
+    # keys), without K separate generator loops
+    z_all = jax.vmap(lambda kk: jax.random.normal(kk, (D,), dtype=dt))(keys_v)
 
     def body(e, row):
         # factor k reads and writes only its own rows qT[k], VT[k]: they go through the scan as
         # xs -> ys, and only e is carried
-        key_k, qk, vk, s, m = row
-        P, h, hn = _v_column_conditional(state.alpha, s, m, e, qk, vk, r, c, x, D)
-        vk_new = jnp.where(in_block, sample_normal_natural(key_k, P, h), vk)
+        z, qk, vk, s, m = row
+        vc = vk[c]
+        hn = x * (rows_of(qk) - x * vc)
+        P = s + alpha * red.seg(hn * hn, c, D, False)
+        h = s * m + alpha * red.seg(hn * (rows_of(e) + hn * vc), c, D, False)
+        mean, var = normal_natural_to_moments(P, h)  # sample_normal_natural with the drawn z
+        vk_new = jnp.where(in_block, mean + jnp.sqrt(var) * z, vk)
         d = (vk_new - vk)[c]
         # (stored in V's dtype, as .at[].set did; d keeps the draw's precision)
-        return (e.at[r].add((-hn * d).astype(e.dtype)),
-                (qk.at[r].add((x * d).astype(qk.dtype)), vk_new.astype(vk.dtype)))
+        return (add_rows(e, (-hn * d).astype(e.dtype)),
+                (add_rows(qk, (x * d).astype(qk.dtype)), vk_new.astype(vk.dtype)))
 
-    e, (qT, VT) = jax.lax.scan(body, e, (keys_v, qT, VT, s_all, m_all))
+    e, (qT, VT) = jax.lax.scan(body, e, (z_all, qT, VT, s_all, m_all))
     return state._replace(w=w_new, e=e), qT, VT
 
 
@@ -405,14 +488,24 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     Returns the new state (caches updated incrementally) and the info of the new state.
     Source: derived conditionals (module docstring).
 
+    A `ShardedFMDesign` (`fm_design.shard_fm_design`) runs the same sweep under `jax.shard_map`:
+    e and q split by rows over the devices, the sums over rows psum-ed (module docstring, "Sharded").
+
     Raises nothing of its own (no value checks).
     """
-    state = caches(state, design)
+    if isinstance(design, ShardedFMDesign):
+        return _step_sharded(key, state, design, hyper)
+    return _step(key, state, design, hyper, LOCAL)
+
+
+def _step(key, state: FMMCMCState, design: FMDesign, hyper, red):
+    e, qT = _caches_t(state, design)  # q stays factor-major until the blocks are done
+    state = state._replace(e=e)
     G, g, h = design.n_groups, design.group, hyper
     keys = jax.random.split(key, 6 + design.n_blocks)
     # alpha, sigma_w, sigma_v are independent given (e, w, mu_w, V, mu_v): one block, one
     # Gamma call (jax.random.gamma is slow to compile)
-    a_s, a_r = alpha_conditional(state, design, hyper)
+    a_s, a_r = alpha_conditional(state, design, hyper, red)
     w_s, w_r = group_precision_conditional(state.w, g, G, state.mu_w, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
     v_s, v_r = group_precision_conditional(state.V, g, G, state.mu_v, h.mu_0, h.nu_0, h.alpha_0p, h.beta_0p)
     dt = state.e.dtype
@@ -423,20 +516,64 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     mw = sample_group_mean(keys[2], state.w, g, G, sw, h.mu_0, h.nu_0)
     mv = sample_group_mean(keys[4], state.V, g, G, sv, h.mu_0, h.nu_0)
     state = state._replace(alpha=alpha, sigma_w=sw, mu_w=mw, sigma_v=sv, mu_v=mv)
-    P, hh = w0_conditional(state, design, hyper)
+    P, hh = w0_conditional(state, design, hyper, red)
     w0 = sample_normal_natural(keys[5], P, hh)
     state = state._replace(w0=w0, e=state.e - (w0 - state.w0))
-    qT, VT = state.q.T, state.V.T  # factor-major while the blocks run (see _update_block_t)
+    VT = state.V.T  # factor-major while the blocks run (see _update_block_t)
     for b in range(design.n_blocks):
-        state, qT, VT = _update_block_t(keys[6 + b], state, qT, VT, design, hyper, b)
+        state, qT, VT = _update_block_t(keys[6 + b], state, qT, VT, design, hyper, b, red)
     state = state._replace(q=qT.T, V=VT.T)
-    return state, FMMCMCInfo(log_joint(state, design, hyper), jnp.sqrt(jnp.mean(state.e ** 2)))
+    if red is LOCAL:
+        rmse = jnp.sqrt(jnp.mean(state.e ** 2))
+    else:
+        rmse = jnp.sqrt(red.sum(red.mask(state.e ** 2)) / red.count(design.n_rows))
+    return state, FMMCMCInfo(log_joint(state, design, hyper, red), rmse)
+
+
+def _sharded_call(fn, design: ShardedFMDesign, args: tuple, out_specs):
+    """``fn(*args, local_design, red)`` on every device's rows under `jax.shard_map`: ``args`` are
+    replicated except a state's e and q (split by rows); ``red`` psums over the mesh axis."""
+    from jax.sharding import PartitionSpec as P
+
+    from .sharding import Reducer
+
+    rows_spec = P(design.axis)
+
+    def arg_spec(a):
+        if isinstance(a, FMMCMCState):
+            return FMMCMCState(*([P()] * 8), rows_spec, rows_spec)
+        return P()
+
+    def local(args, rows, cols, values, y, weight, group, block):
+        d = FMDesign(rows, cols, values, y, group, block, jnp.arange(rows.shape[0], dtype=jnp.int32),
+                     design.rows_per_device, design.n_features, design.n_groups, design.block_ptr,
+                     design.group_names)
+        return fn(*args, d, Reducer(design.axis, weight, design.n_real))
+
+    specs = (tuple(arg_spec(a) for a in args), rows_spec, rows_spec, rows_spec, rows_spec, rows_spec, P(), P())
+    return jax.shard_map(local, mesh=design.mesh, in_specs=specs, out_specs=out_specs)(
+        tuple(args), design.rows, design.cols, design.values, design.y, design.weight, design.group, design.block)
+
+
+def _state_specs(design: ShardedFMDesign):
+    from jax.sharding import PartitionSpec as P
+
+    return FMMCMCState(*([P()] * 8), P(design.axis), P(design.axis))
+
+
+def _step_sharded(key, state: FMMCMCState, design: ShardedFMDesign, hyper):
+    from jax.sharding import PartitionSpec as P
+
+    return _sharded_call(lambda k, st, h, d, red: _step(k, st, d, h, red), design, (key, state, hyper),
+                         (_state_specs(design), FMMCMCInfo(P(), P())))
 
 
 step_jit = jax.jit(step)
 
 
 def _as_jax(design: FMDesign, dtype) -> FMDesign:
+    if isinstance(design, ShardedFMDesign):
+        return design.astype(dtype)
     d = jax.tree_util.tree_map(jnp.asarray, design)
     return d.__class__(d.rows, d.cols, d.values.astype(dtype), d.y.astype(dtype), d.group, d.block, d.order,
                        d.n_rows, d.n_features, d.n_groups, d.block_ptr, d.group_names)
@@ -511,6 +648,7 @@ def sample(
     resume: bool = False,
     block: int | None = None,
     init_std: float = 0.1,
+    mesh=None,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` MCMC-FM chains through `custom_inference.mcmc_driver` and return the draws.
 
@@ -532,6 +670,10 @@ def sample(
     dtype : float64 (default) or float32.
     progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
     init_std : sd of the initial V.
+    mesh : jax.sharding.Mesh, optional: split the instances (rows of X, with their nonzeros and
+        the caches e, q) over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
+        `fm_design.shard_fm_design`); w, V and the hyperparameters stay replicated, the sums over
+        rows are psum-ed. Same draws as without a mesh up to the order of float additions.
 
     Returns
     -------
@@ -543,11 +685,18 @@ def sample(
     Raises
     ------
     ValueError: K < 1; bad counts; unknown names in ``keep``; a hyper without the FMHierHyper
-    fields or with non-positive precisions/shapes/rates; ``predict_at`` out of range.
+    fields or with non-positive precisions/shapes/rates; ``predict_at`` out of range; ``mesh``
+    without an axis ``"nnz"``. TypeError: ``mesh`` not a jax.sharding.Mesh.
     Source: derived conditionals (module docstring); the driver is a project addition.
     """
     K = _check_K(K)
     _check_hier(hyper)
+    if mesh is not None:  # the rows split over the devices (`step` dispatches on the container)
+        from .fm_design import shard_fm_design
+        from .sharding import AXIS, check_mesh
+
+        check_mesh(mesh)
+        design = shard_fm_design(design, mesh, axis=AXIS)
     return mcmc_driver.sample(
         SPEC, key, design, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
         thin=thin, keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,

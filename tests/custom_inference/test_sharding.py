@@ -265,3 +265,61 @@ def test_multi_process_launch_in_its_single_process_form(counts, hpf_reference, 
     # the tolerance of test_hpf_fit_sharded_equals_single_device
     np.testing.assert_allclose(got["trace"], fit.trace, rtol=1e-12)
     np.testing.assert_allclose(got["gamma_shape"], np.asarray(fit.state.gamma_shape), rtol=1e-12)
+
+
+def _fm_design():
+    """N = 37 instances (odd: 2 and 4 devices get padding rows): one-hot user (12) | a "tag" group
+    (6 tags, 0 or 1 per row, real values), so the design has a full block (users) and a partial one
+    (tags) -- both padding paths of `shard_fm_design`. (Two blocks only: each block is another
+    loop in the compiled sweep, and compilation is most of this test's time.)"""
+    import scipy.sparse as sp
+
+    from custom_inference.fm_design import FMDesign
+
+    rng = np.random.default_rng(16)
+    N, I, T = 37, 12, 6
+    user, tag = rng.integers(I, size=N), rng.integers(-T, T, size=N)  # about half the rows tagged
+    has = tag >= 0
+    rows = np.r_[np.arange(N), np.flatnonzero(has)]
+    cols = np.r_[user, I + tag[has]]
+    vals = np.r_[np.ones(N), rng.uniform(0.5, 1.5, has.sum())]
+    X = sp.coo_matrix((vals, (rows, cols)), shape=(N, I + T))
+    return FMDesign.from_scipy(X, rng.normal(3.0, 1.0, N), np.r_[[0] * I, [1] * T])
+
+
+# 4 devices by default (2 under -m slow: each device count compiles the sweep again)
+@pytest.mark.parametrize("n_devices", [pytest.param(2, marks=pytest.mark.slow), 4])
+def test_fm_mcmc_sweep_sharded_equals_single_device(n_devices):
+    """Two MCMC-FM sweeps with the instances split over the devices (`shard_fm_design`, the sweep
+    under shard_map) against the single-device sweeps, same keys.
+
+    Tolerance (float64): the draws use the same replicated keys, so the only difference is the order
+    of the additions in the psum-ed sums over rows / nonzeros (at most N = 37 rows per sum):
+    (n - 1) u sum |x| per sum, u = 1.1e-16, i.e. about 4e-15 relative to the terms' magnitude.
+    Each of the 2 sweeps makes 1 + G + G K + G + G K + 1 + B (K + 1) = 26 draws (G = B = 2, K = 3)
+    that carry the differences forward (through e and q); 2 x 26 x 4e-15 = 2e-13, so rtol = atol =
+    1e-10 (500 x that) cannot be met by a real bug (a padding row or entry counted, a missing
+    psum, a shard counted twice move values by O(1))."""
+    from custom_inference import fm_mcmc as mc
+    from custom_inference.fm_design import shard_fm_design
+    from ppl_models.fm import FMHierHyper
+
+    design = _fm_design()
+    hyper = FMHierHyper(alpha_0=5.0, beta_0=1.0, alpha_0p=5.0, beta_0p=5.0)
+    assert design.n_blocks == 2 and any(design.block_ptr[b + 1] - design.block_ptr[b] < design.n_rows
+                                       for b in range(design.n_blocks))  # partial blocks present
+    sd = shard_fm_design(design, sharding.nnz_mesh(n_devices))
+    assert sd.n_shards == n_devices and sd.n_rows >= design.n_rows and sd.y.sharding.spec == P("nnz")
+    single = mc.init(jax.random.PRNGKey(3), design, K, hyper)
+    n, pad = design.n_rows, sd.n_rows - design.n_rows
+    # the same parameters; e and q padded (their values do not matter: `step` recomputes them first;
+    # `init` on `sd` would give the same state at the cost of another compilation)
+    sharded = single._replace(e=jnp.pad(single.e, (0, pad)), q=jnp.pad(single.q, ((0, pad), (0, 0))))
+    dj = mc._as_jax(design, np.float64)
+    for i in range(2):
+        single, info1 = mc.step_jit(jax.random.PRNGKey(i), single, dj, hyper)
+        sharded, info = mc.step_jit(jax.random.PRNGKey(i), sharded, sd, hyper)
+    assert sharded.e.shape == (sd.n_rows,) and sharded.q.shape == (sd.n_rows, K)
+    _assert_states_close(sharded._replace(e=sharded.e[:n], q=sharded.q[:n]), single, rtol=1e-10, atol=1e-10)
+    for a, b in zip(info, info1):  # log joint and RMSE: padding rows masked out of the sums
+        np.testing.assert_allclose(float(a), float(b), rtol=1e-10, atol=1e-10)
