@@ -88,6 +88,16 @@ def time_calls(fn, state, n: int):
     return first, out
 
 
+
+def _timed_row(model: str, label: str, fn, state, sweeps: int) -> dict:
+    """Time ``sweeps`` calls of ``fn`` after a first (compiling) one; print and return the row."""
+    first, times = time_calls(fn, state, sweeps)
+    row = {"model": model, "devices": label, "median_s": statistics.median(times), "min_s": min(times),
+           "samples_s": times, "first_call_s": first}
+    print(f"{model:5s} devices={label:4s} median {row['median_s']:.4f} s/sweep  (first call {first:.1f} s)",
+          flush=True)
+    return row
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     devices = [int(d) for d in args.devices.split(",")]
@@ -138,12 +148,7 @@ def main(argv=None) -> int:
                 hyper = fm_mcmc._prepare_hyper(FMHierHyper(), dtype)
                 keys = iter(jax.random.split(jax.random.PRNGKey(1), args.sweeps + 1))
                 fn = lambda s, data=data, keys=keys, h=hyper: fm_mcmc.step_jit(next(keys), s, data, h)[0]  # noqa: E731
-                first, times = time_calls(fn, state, args.sweeps)
-                row = {"model": model, "devices": label, "median_s": statistics.median(times), "min_s": min(times),
-                       "samples_s": times, "first_call_s": first}
-                results.append(row)
-                print(f"{model:5s} devices={label:4s} median {row['median_s']:.4f} s/sweep  (first call {first:.1f} s)",
-                      flush=True)
+                results.append(_timed_row(model, label, fn, state, args.sweeps))
                 continue
             if d is None:
                 data = jax.tree_util.tree_map(jnp.asarray, obs)
@@ -160,12 +165,7 @@ def main(argv=None) -> int:
                 state = sharding.replicate(state, data)
                 if model == "sbmf":  # the cache lives with the blocks
                     state = state._replace(e=jax.device_put(state.e, data.values.sharding))
-            first, times = time_calls(fn, state, args.sweeps)
-            row = {"model": model, "devices": label, "median_s": statistics.median(times), "min_s": min(times),
-                   "samples_s": times, "first_call_s": first}
-            results.append(row)
-            print(f"{model:5s} devices={label:4s} median {row['median_s']:.4f} s/sweep  (first call {first:.1f} s)",
-                  flush=True)
+            results.append(_timed_row(model, label, fn, state, args.sweeps))
 
     meta = {"nnz": args.nnz, "shape": [n_rows, n_cols], "K": args.K, "dtype": args.dtype, "sweeps": args.sweeps,
             "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
