@@ -77,7 +77,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import arviz_io, base, vi_driver
+from . import arviz_io, base, sharding, vi_driver
+from .psm_sharded import psum as _psum, reducer as _red, run_on_blocks, vary as _vary, weight as _weight
 from .data import Observations
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
 from .psm_caches import (  # noqa: F401 (the caches are part of this module's public API)
@@ -305,7 +306,8 @@ def _pairs(data, chunk):
     rows = _pad(data.rows, npad).reshape(nc, c)
     cols = _pad(data.cols, npad).reshape(nc, c)
     counts = _pad(data.values, npad).reshape(nc, c)
-    mask = _pad(jnp.ones(n, data.values.dtype), npad).reshape(nc, c)
+    w = _weight(data)  # a sharded block's padding weight (psm_sharded); all ones on one device
+    mask = _pad(jnp.ones(n, data.values.dtype) if w is None else w, npad).reshape(nc, c)
     return rows, cols, counts, mask, n
 
 
@@ -377,11 +379,18 @@ def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DE
         where L equals its maximum over xi_G (what `step` reports). xi* is ``state.xi_star``.
 
     Returns a scalar () of the state's float dtype. Differentiable in every field of ``state`` and in ``xi``.
-    Raises nothing of its own (no checks: traced code; shapes and values are trusted, checked by
-    `init` / `fit`); a ``hyper`` without the PSMHyper fields raises AttributeError.
+    No value checks (traced code; shapes and values are trusted, checked by `init` / `fit`); a
+    ``hyper`` without the PSMHyper fields raises AttributeError.
+    ``data`` may be a `sharding.ShardedObservations` (the pair sums per device block, psum-ed;
+    ``xi`` must then be None).
+    Raises ValueError for ``xi`` given with sharded ``data``.
     Source: ``000_619a0297b9d686b2.txt`` eq. (3) with the bound of sec. 3, derived (the printed (13)
     is corrected in ERRATA).
     """
+    if isinstance(data, sharding.ShardedObservations):
+        if xi is not None:
+            raise ValueError("elbo on sharded data takes xi=None (the optimal xi of the observed pairs)")
+        return run_on_blocks(lambda st, hy, block: elbo(st, block, hy, chunk=chunk), data, (state, hyper))
     s, t = _s_t(state)
     counts = data.values
     Dp = state.d_prime
@@ -396,11 +405,12 @@ def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DE
 
     x_in = jnp.zeros_like(counts) if xi is None else xi
     obs, corr = _map_pairs(pair_terms, data, chunk, x_in)
+    red = _red(data)
     s1, s2 = background_sums(user_background(state), item_background(state))
-    censored = Dp * (_omega_star(state.xi_star, s1, s2) + jnp.sum(corr))
-    c_i = jax.ops.segment_sum(counts, data.rows, num_segments=data.n_rows)
-    c_j = jax.ops.segment_sum(counts, data.cols, num_segments=data.n_cols)
-    total = jnp.sum(obs) + censored
+    censored = Dp * (_omega_star(state.xi_star, s1, s2) + red.sum(corr))
+    c_i = red.seg(counts, data.rows, data.n_rows, False)
+    c_j = red.seg(counts, data.cols, data.n_cols, False)
+    total = red.sum(obs) + censored
     total = total + _dirichlet_terms(state.alpha, hyper.alpha0, c_i + Dp * s)
     total = total + _dirichlet_terms(state.beta, hyper.beta0, c_j + Dp * t)
     (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = moments(state)
@@ -423,8 +433,9 @@ def update_dirichlet(state: PSMState, data: Observations, hyper) -> PSMState:
     Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Dirichlet updates"; Algorithm 1, "update q(pi); update q(psi)".
     """
     s, t = _s_t(state)
-    c_i = jax.ops.segment_sum(data.values, data.rows, num_segments=data.n_rows)
-    c_j = jax.ops.segment_sum(data.values, data.cols, num_segments=data.n_cols)
+    red = _red(data)
+    c_i = red.seg(data.values, data.rows, data.n_rows, False)
+    c_j = red.seg(data.values, data.cols, data.n_cols, False)
     return state._replace(alpha=hyper.alpha0 + c_i + state.d_prime * s, beta=hyper.beta0 + c_j + state.d_prime * t)
 
 
@@ -439,7 +450,7 @@ def _omega_corrections(state, data, xi, chunk, own_is_user: bool):
 
     (vals,) = _map_pairs(fn, data, chunk, xi)
     own = data.rows if own_is_user else data.cols
-    return jax.ops.segment_sum(vals, own, num_segments=data.n_rows if own_is_user else data.n_cols)
+    return _red(data).seg(vals, own, data.n_rows if own_is_user else data.n_cols, False)
 
 
 def _elog_dirichlet(conc):
@@ -491,8 +502,9 @@ def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk
 
     sec, st = _map_pairs(fn, data, chunk)
     _, s2 = background_sums(user_background(state), item_background(state))
-    z = 1.0 - jnp.sum(st)
-    return state._replace(xi_star=optimal_xi((s2 - jnp.sum(sec)) / z))
+    red = _red(data)
+    z = 1.0 - red.sum(st)
+    return state._replace(xi_star=optimal_xi((s2 - red.sum(sec)) / z))
 
 
 def _pair_coefficients(state, data, xi, chunk):
@@ -502,6 +514,7 @@ def _pair_coefficients(state, data, xi, chunk):
     lam_star = jj_lambda(state.xi_star)
     lam = jj_lambda(xi)
     k = state.d_prime * s[data.rows] * t[data.cols] * (lam - lam_star)
+    k = k if _weight(data) is None else k * _weight(data)  # padded pairs (sharded): no censored term
     return 2.0 * (data.values * lam + k), k, lam
 
 
@@ -541,8 +554,9 @@ def _targets(state, data, xi, chunk, own_is_user: bool):
         h = h.at[own].add(gg[:, None] * X)
         return P, dg, h
 
-    zeros = (jnp.zeros((n_own, K, K), dtype), jnp.zeros((n_own, K), dtype), jnp.zeros((n_own, K), dtype))
-    P, dg, h = _scan_pairs(fn, zeros, data, chunk, w, g)
+    red = _red(data)
+    zeros = _vary(red, (jnp.zeros((n_own, K, K), dtype), jnp.zeros((n_own, K), dtype), jnp.zeros((n_own, K), dtype)))
+    P, dg, h = _psum(red, _scan_pairs(fn, zeros, data, chunk, w, g))
     P = P + jax.vmap(jnp.diag)(dg)
     P = P + 2.0 * lam_star * own_w[:, None, None] * bg.P[None]
     h = h + own_w[:, None] * ((-0.5 - 2.0 * lam_star * own_bmu)[:, None] * bg.m_ddag[None] - 2.0 * lam_star * bg.m_dag[None])
@@ -620,8 +634,9 @@ def _bias_update(state, data, hyper, xi, chunk, own_is_user: bool):
     own_w = state.d_prime * (s if own_is_user else t)
     bg = item_background(state) if own_is_user else user_background(state)
     own_mu = mu if own_is_user else mv
-    rho = hyper.tau_b + 2.0 * lam_star * own_w + jax.ops.segment_sum(w, own, num_segments=n_own)
-    nu = own_w * (-0.5 - 2.0 * lam_star * (bg.nu + own_mu @ bg.m_ddag)) + jax.ops.segment_sum(g, own, num_segments=n_own)
+    red = _red(data)
+    rho = hyper.tau_b + 2.0 * lam_star * own_w + red.seg(w, own, n_own, False)
+    nu = own_w * (-0.5 - 2.0 * lam_star * (bg.nu + own_mu @ bg.m_ddag)) + red.seg(g, own, n_own, False)
     return nu / rho, rho
 
 
@@ -672,6 +687,12 @@ _TRACES = {"step": 0}
 
 def _step(state, data, hyper, chunk):
     _TRACES["step"] += 1  # Python side effect: runs once per trace (compile-once test)
+    if isinstance(data, sharding.ShardedObservations):  # the same sweep on every device's block, sums psum-ed
+        return run_on_blocks(lambda st, hy, block: _sweep(st, block, hy, chunk), data, (state, hyper))
+    return _sweep(state, data, hyper, chunk)
+
+
+def _sweep(state, data, hyper, chunk):
     for _, update, _ in BLOCKS:
         state = update(state, data, hyper, pair_xi(state, data, chunk), chunk=chunk)
     return state, PSMInfo(elbo(state, data, hyper, chunk=chunk), state.xi_star)
@@ -688,7 +709,9 @@ def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAUL
     ----------
     key : unused (the sweep is deterministic); kept for the common solver signature.
     state : PSMState; data : Observations with jax or numpy leaves, ``values`` of the state's dtype
-        (cast here otherwise); hyper : PSMHyper (traced: new values do not recompile).
+        (cast here otherwise), or a `sharding.ShardedObservations` (`sharding.shard_observations`,
+        the state replicated: `sharding.replicate`): the sweep then runs under `jax.shard_map` on
+        every device's block of pairs, each sum over pairs psum-ed (`psm_sharded`); hyper : PSMHyper (traced: new values do not recompile).
     chunk : pairs per chunk of the O(|G| K^2) sums (static).
 
     Returns (PSMState, PSMInfo) with Info of the new state (its bounded ELBO and xi*, scalars ()).
@@ -700,7 +723,9 @@ def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAUL
     """
     del key
     dtype = state.u_mu.dtype
-    if jnp.asarray(data.values).dtype != dtype:
+    if isinstance(data, sharding.ShardedObservations):
+        data = data if data.values.dtype == dtype else data.astype(dtype)
+    elif jnp.asarray(data.values).dtype != dtype:
         data = _as_jax(data, dtype)
     return _step_jit(state, data, _hyper_arrays(hyper, dtype), int(chunk))
 
@@ -814,7 +839,7 @@ def draws_from_q(key, state: PSMState, n_draws: int) -> dict[str, np.ndarray]:
 def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float = 1e-6, progress: bool = True, *,
         r: float = 1.0, dtype=np.float64, n_draws: int = 100, init_state: PSMState | None = None,
         chunk: int = DEFAULT_CHUNK, init_scale: float = 0.1, callback=None, checkpoint=None,
-        checkpoint_every: int = 10, resume: bool = False) -> base.FitResult:
+        checkpoint_every: int = 10, resume: bool = False, mesh=None) -> base.FitResult:
     """Fit PSM by Algorithm 1 sweeps on `custom_inference.vi_driver.run` until |dL| / |L| < ``tol``.
 
     Parameters
@@ -827,6 +852,11 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
     checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz`` every
     ``checkpoint_every`` sweeps and at the end); ``resume=True`` continues from an existing one, bit for
     bit the uninterrupted run (the sweeps are deterministic; the draws from q use a key of their own).
+    mesh : jax.sharding.Mesh, optional: split the observed pairs over the devices of the mesh axis
+    ``"nnz"`` (`sharding.nnz_mesh`, `sharding.shard_observations`); the variational parameters and
+    the background caches stay replicated and every sum over pairs is psum-ed (`psm_sharded`). The
+    result equals the single-device fit up to the order of the additions (attrs ``n_devices``).
+    None: one device, unchanged.
 
     Returns
     -------
@@ -834,8 +864,17 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
     posterior (draws from q: u, v, b_user, b_item, pi, psi), variational_parameters, vi_trace (elbo,
     rel_change, sweep_seconds); attrs model, method, source, K, r, d_prime, dtype, converged, n_iter, seconds).
 
-    Raises ValueError (bad data, r, K, hyper, max_iter, tol, n_draws, dtype, init_state shapes) before
-    computing; FloatingPointError for a non-finite ELBO (try float64).
+    Raises
+    ------
+    ValueError
+        Bad data, r, K, hyper, max_iter, tol, n_draws, dtype, init_state shapes (before computing);
+        ``mesh`` without an axis named ``"nnz"``.
+    TypeError
+        ``mesh`` not a jax.sharding.Mesh.
+    FloatingPointError
+        A non-finite ELBO (try float64).
+
+    Source: ``000_619a0297b9d686b2.txt`` Algorithm 1; driver and ``mesh``: project addition (issue 14).
     """
     key = base.as_key(key)
     vi_driver.check_fit_args(max_iter, tol, n_draws)
@@ -845,6 +884,8 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     K = base.check_latent_dim(K)
+    if mesh is not None:
+        sharding.check_mesh(mesh)
     k_init, k_draw = jax.random.split(key)
     with jax.enable_x64(dtype == np.float64):
         state = init(k_init, data, K, hyper, r=r, dtype=dtype, init_scale=init_scale)
@@ -855,6 +896,9 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
                     raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
             state = given
         d = _as_jax(data, dtype)
+        if mesh is not None:  # the pairs split over the devices; the state replicated (module `sharding`)
+            d = sharding.shard_observations(d, mesh)
+            state = sharding.replicate(state, d)
         h = _hyper_arrays(hyper, dtype)
         first = float(_elbo_jit(state, d, h, int(chunk)))
         run = vi_driver.run(lambda s, t: step(None, s, d, hyper, chunk=chunk), state, max_iter=max_iter, tol=tol,
@@ -873,6 +917,7 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
         attrs={"model": "psm", "method": "vb-algorithm-1", "source": "000_619a0297b9d686b2.txt Algorithm 1, sec. 4, app. B",
                "K": K, "r": float(r), "d_prime": float(state.d_prime), "dtype": str(dtype),
                "converged": int(run.converged), "n_iter": run.n_iter, "seconds": float(run.seconds),
+               **({} if mesh is None else {"n_devices": d.n_shards}),
                **{f"hyper_{f}": float(getattr(hyper, f)) for f in _HYPER_FIELDS}})
     return base.FitResult(state, run.elbo, idata)
 

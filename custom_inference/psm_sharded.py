@@ -1,0 +1,114 @@
+r"""PSM's pair passes on one device's block of observed pairs: the reducer, the padding weight, shard_map.
+
+Issue 14, "sharded over devices", for `custom_inference.psm` (the design is `custom_inference.sharding`'s).
+A sweep of Algorithm 1 makes several passes over the observed pairs G (s and t corrections, bias
+and vector natural parameters, xi*, the ELBO), each a sum over pairs into per-user / per-item arrays
+or scalars; the background caches (sums over *all* users / items, t- or s-weighted) and the factors
+are O((I + J) K^2) and stay replicated. With a `sharding.ShardedObservations` the whole sweep runs
+under `jax.shard_map` on each device's block of pairs (`run_on_blocks`), and every sum over pairs
+goes through the block's `sharding.Reducer` (psum over the mesh axis); the psm code reads the
+reducer and the padding weight from the data with `reducer` and `weight`, which give `sharding.LOCAL`
+and None on a plain `Observations`, so the single-device sweep is the very same code, bit for bit.
+
+Padding. PSM's pairs are binary events with counts c_ij; a padded pair has c = 0 but its censored
+terms (D' s_i t_j (lam_ij - lam*), s_i t_j E a_ij^2, s_i t_j (Omega_ij - Omega*_ij)) do not vanish
+with c, so every pair pass multiplies them by the block's weight (1 real, 0 padding): the chunk
+mask of ``psm._pairs`` is the weight, and ``psm._pair_coefficients`` masks k_ij. The terms that are
+proportional to c_ij (c_i, c_j, the observed bound c JJ1, c lam) are 0 at padding already.
+
+Source: project convention (issue 14); the collectives are JAX's (``jax.shard_map``, ``jax.lax.psum``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from . import sharding
+from .sharding import LOCAL, Reducer, ShardedObservations
+
+__all__ = ["PairBlock", "reducer", "weight", "psum", "vary", "run_on_blocks"]
+
+
+class PairBlock:
+    """One device's block of observed pairs inside `jax.shard_map`, with its reducer and weight.
+
+    rows, cols : (B,) int32; values : (B,) float counts (0 at padding); n_rows, n_cols : int I, J;
+    weight : (B,) float, 1 on real pairs and 0 on padding; red : the block's `sharding.Reducer`.
+    Duck-types the `Observations` fields the psm pair passes read. Raises nothing.
+
+    Source: project convention (issue 14).
+    """
+
+    def __init__(self, block, red: Reducer):
+        self.rows, self.cols, self.values = block.rows, block.cols, block.values
+        self.n_rows, self.n_cols = block.n_rows, block.n_cols
+        self.weight, self.red = red.weight, red
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+
+def reducer(data) -> Reducer:
+    """The reducer of ``data``: its own on a `PairBlock`, `sharding.LOCAL` otherwise (one device).
+
+    Raises nothing. Source: project convention (issue 14).
+    """
+    return data.red if isinstance(data, PairBlock) else LOCAL
+
+
+def weight(data):
+    """The (B,) padding weight of a `PairBlock` (1 real, 0 padded), None on a plain `Observations`.
+
+    Raises nothing. Source: project convention (issue 14).
+    """
+    return data.weight if isinstance(data, PairBlock) else None
+
+
+def psum(red: Reducer, tree):
+    """``tree`` summed over the blocks (psum over ``red.axis``); unchanged with `sharding.LOCAL`.
+
+    tree : pytree of per-block sums (any shapes). Returns the same structure. Raises nothing.
+    Source: project convention (issue 14).
+    """
+    if red.axis is None:
+        return tree
+    return jax.tree_util.tree_map(lambda x: jax.lax.psum(x, red.axis), tree)
+
+
+def vary(red: Reducer, tree):
+    """``tree`` cast to device-varying (``jax.lax.pcast``) on a block, so that a ``lax.scan`` carry
+    started from it can take per-pair terms; unchanged with `sharding.LOCAL`. Raises nothing.
+
+    Source: project convention (issue 14).
+    """
+    if red.axis is None:
+        return tree
+    return jax.tree_util.tree_map(lambda x: jax.lax.pcast(x, red.axis, to="varying"), tree)
+
+
+def run_on_blocks(fn: Callable, data: ShardedObservations, replicated: tuple):
+    """``fn(*replicated, block)`` on every device's `PairBlock` under `jax.shard_map`; the output replicated.
+
+    ``fn`` must return values that are the same on every device (its sums over pairs psum-ed
+    through the block's reducer); shard_map's ``check_vma`` refuses a per-device value. Returns
+    ``fn``'s output (a pytree of replicated arrays).
+
+    Raises
+    ------
+    TypeError
+        ``data`` not a `sharding.ShardedObservations`.
+
+    Source: project convention (issue 14).
+    """
+    if not isinstance(data, ShardedObservations):
+        raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")
+
+    def on_block(*args, red):
+        *rep, block = args
+        return fn(*rep, PairBlock(block, red))
+
+    return sharding.map_blocks(on_block, data, tuple(replicated), tuple(P() for _ in replicated), P())
