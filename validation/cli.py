@@ -44,6 +44,8 @@ Exit status: 0 success (cross-check passed; all errata rows OK; SBC ranks unifor
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -501,15 +503,22 @@ def cmd_sbc(args) -> int:
     if args.solver not in spec.sbc:
         raise ValueError(f"--solver: the {args.model} SBC runs {sorted(spec.sbc)} (got {args.solver!r})")
     adapters = registry.resolve(spec.sbc[args.solver])  # a lazy with arguments resolves to the triple itself
+    out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")
+    if callable(adapters) and "log_path" in inspect.signature(adapters).parameters:
+        out.mkdir(parents=True, exist_ok=True)  # a NUTS fit's per-simulation gates, kept across resumed runs
+        adapters = functools.partial(adapters, log_path=out / "gates.jsonl")
     simulate, fit, functionals = adapters() if callable(adapters) else adapters
     cfg = registry.resolve(spec.sbc_config)
     setting = f"each simulation: {cfg() if isinstance(cfg, type) else cfg}"
-    out = Path(args.out or f"factorbayes-output/sbc-{args.model}-{args.solver}")
     result = sbc.run_sbc(simulate, fit, functionals, n_sims=args.sims, master_seed=args.seed, n_draws=args.draws,
                          cache_dir=out / "cache", progress=not args.no_progress, method=f"{args.model}-{args.solver}")
     table = result.uniformity(alpha=args.alpha)
     notes = [f"solver: {args.solver}; {args.sims} simulations from master seed {args.seed}; L = {args.draws} draws ranked",
              setting, f"mean seconds per simulation (simulate + fit): {result.seconds.mean():.2f}"]
+    if hasattr(fit, "gate_records"):  # NUTS fits: how many simulations failed their gates (kept in the ranks)
+        from .nuts_sbc import gate_notes
+
+        notes += gate_notes(fit, result)
     report = sbc.sbc_report(result, out, title=f"SBC of {args.model}, solver {args.solver}", alpha=args.alpha,
                             notes=notes)
     from .report import evidence_lines

@@ -143,7 +143,7 @@ def test_unknown_model_is_rejected():
 
 
 def test_thesis_models_reject_options_they_do_not_have(capsys):
-    assert cli.main(["sbc", "sbmf", "--solver", "nuts", "--sims", "2", "--no-progress"]) == 2
+    assert cli.main(["sbc", "mcmc-fm", "--solver", "nuts", "--sims", "2", "--no-progress"]) == 2
     assert "--solver" in capsys.readouterr().err
     assert cli.main(["sbc", "rg", "--sims", "2", "--no-progress"]) == 2  # no SBC adapters in its spec
     assert "no SBC adapters" in capsys.readouterr().err
