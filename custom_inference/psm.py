@@ -66,6 +66,11 @@ Every block is an exact coordinate maximiser of L at fixed xi, and L at the opti
 Cost per sweep O(|G| K^2 + (I + J) K^3): pair sums run in chunks of ``chunk`` pairs under
 ``lax.scan`` (memory O(chunk K^2 + (I + J) K^2)); nothing of size I x J is built (`score_users`
 returns the (B, J) block of the B users asked for).
+
+Sharded over devices (issue 14): on a `sharding.ShardedObservations` (``fit(mesh=)``) the sweep runs
+under `jax.shard_map` on every device's block of pairs, the state and the background caches
+replicated, each sum over pairs psum-ed and padded pairs weighted 0 (`psm_sharded`); on one device
+the code is the same and its result unchanged bit for bit.
 """
 
 from __future__ import annotations
