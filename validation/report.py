@@ -300,7 +300,8 @@ def _registry_rows(models=None) -> list[dict]:
                 "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name),
                 "NUTS agreement": (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
                 + (" (VI gap)" if vi else " (within MCSE)"),
-                "SBC": "yes" if s.name in spec.sbc else "no",
+                "SBC": ("yes" if s.name in spec.sbc else "no")
+                + (" (+ NUTS SBC, same problem)" if s.name in spec.sbc and "nuts" in spec.sbc and s.name != "nuts" else ""),
                 "k-hat (recorded)": "n/a (exact)" if not vi else (
                     (f"{measured['khat']:.2f} ({vi_evidence.khat_reading(measured['khat']).split(':')[0]})"
                      if "khat" in measured else "yes") if has["khat"] else "no"),
@@ -315,7 +316,8 @@ def evidence_table(models=None) -> pd.DataFrame:
     evidence, `validation.vi_evidence.ADAPTERS` / ``MEASURED``): update checks (the spec's ``checks``),
     bridge (a non-empty ``bridge``: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; exact
     solvers), NUTS agreement (a stored reference of the solver's problem), SBC (an SBC adapter under the
-    solver's name), k-hat and VSBC (VI solvers: "yes" where the adapter exists, and the numbers recorded in
+    solver's name; "+ NUTS SBC" where the model also has a NUTS SBC of the same problem, the
+    reference that tells a sampler defect from a property of the test problem), k-hat and VSBC (VI solvers: "yes" where the adapter exists, and the numbers recorded in
     `validation.vi_evidence.MEASURED`: k-hat on the solver's *default* cross-check problem, VSBC verdict).
 
     ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
