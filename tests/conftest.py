@@ -74,8 +74,11 @@ def _free_compiled_programs():
 def pytest_collection_modifyitems(config, items):
     """Distribution over the xdist workers (``--dist loadgroup`` in pyproject.toml): whole files
     per worker, so that module-scoped fixtures (NUTS references, fits) are computed once, except
-    the notebooks, each of which is its own group, so that the slowest file is shared out."""
+    the notebooks and the README blocks (each runs in its own interpreter, sharing nothing), each
+    of which is its own group, so that those slow files are shared out. xdist queues the groups
+    with the most tests first, so these one-test groups come last: split, no worker is left
+    running a whole file of them at the end while the other waits."""
     for item in items:
         path = item.nodeid.split("::")[0]
-        group = item.nodeid if path.endswith("test_notebooks.py") else path
+        group = item.nodeid if path.endswith(("test_notebooks.py", "test_readme.py")) else path
         item.add_marker(pytest.mark.xdist_group(name=group))
