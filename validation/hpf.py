@@ -608,7 +608,9 @@ SPEC = registry.ModelSpec(
                 registry.ReferenceSpec("hpf-bridge", nuts_reference, CROSSCHECK_BRIDGE)),
     checks={"cavi_stationarity": lambda: update_checks(_small_data(), ERRATA_HYPER, 3),
             "gibbs_conditionals": registry.lazy("validation.hpf_gibbs:conditional_checks", CROSSCHECK_DEFAULT.hyper)},
-    sbc={s: registry.lazy("validation.hpf_gibbs:sbc_adapters", s) for s in ("gibbs", "nuts", "cavi", "gibbs-printed")},
+    sbc={"gibbs": registry.lazy("validation.hpf_gibbs:sbc_adapters", "gibbs"),
+         "nuts": registry.lazy("validation.hpf_gibbs:nuts_sbc_adapters"),  # takes log_path (the CLI's gates.jsonl)
+         **{s: registry.lazy("validation.hpf_gibbs:sbc_adapters", s) for s in ("cavi", "gibbs-printed")}},
     sbc_config=registry.lazy("validation.hpf_gibbs:SBCConfig"),
     errata=(ERRATA, registry.lazy("validation.hpf_gibbs:ERRATA")),
     real_data=real_data_problem,

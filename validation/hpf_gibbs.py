@@ -10,7 +10,8 @@
 - `numpyro_block`: each Gibbs block as a NumPyro `CustomGibbs` kernel, to run beside
   NUTS on the remaining sites of the same NumPyro model (`run_hybrid`), so that a wrong
   conditional shows up in its own block when compared with all-NUTS.
-- `sbc_adapters`: ``simulate`` / ``fit`` / ``functionals`` for `validation.sbc.run_sbc`.
+- `sbc_adapters`: ``simulate`` / ``fit`` / ``functionals`` for `validation.sbc.run_sbc`;
+  `nuts_sbc_adapters`: the same with NumPyro NUTS compiled once (`validation.nuts_sbc`).
 
 Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals".
 """
@@ -35,6 +36,7 @@ from ppl_models import hpf as ppl
 from . import crosscheck as xc
 from .errata import Erratum
 from .hpf import ERRATA_HYPER, SEED001, identifiable_quantities
+from .nuts_sbc import NutsSBCSettings
 from .updates import conditional_distance
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "run_crosscheck",
     "run_gibbs_crosscheck",
     "sbc_adapters",
+    "nuts_sbc_adapters",
     "printed_conditionals_hyper",
     "ERRATA",
 ]
@@ -310,7 +313,9 @@ def hpf_functionals(n_users_shown: int = 3, n_items_shown: int = 3) -> dict:
 
 @dataclass(frozen=True)
 class SBCConfig:
-    """Sizes of one SBC simulation (small: hundreds of fits are needed)."""
+    """Sizes of one SBC simulation (small: hundreds of fits are needed). ``nuts_*``: the NUTS SBC's
+    run (`nuts_sbc_adapters`; NumPyro's default target accept 0.8), gated per simulation with the SBC
+    thresholds of `validation.nuts_sbc.NutsSBCSettings` (`nuts`)."""
 
     n_users: int = 10
     n_items: int = 8
@@ -326,12 +331,20 @@ class SBCConfig:
     cavi_max_iter: int = 2000
     n_q_draws: int = 1000
 
+    @property
+    def nuts(self) -> NutsSBCSettings:
+        """The `validation.nuts_sbc.NutsSBCSettings` of the NUTS SBC: ``nuts_chains`` x ``nuts_samples``
+        after ``nuts_warmup``, the default gates (R-hat <= 1.01, bulk and tail ESS >= 100, no
+        divergence, E-BFMI >= 0.3). Raises nothing. Source: project addition."""
+        return NutsSBCSettings(num_chains=self.nuts_chains, num_warmup=self.nuts_warmup, num_samples=self.nuts_samples)
+
 
 def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
     """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc`.
 
-    solver: "gibbs", "nuts", "cavi" (draws from q), or "gibbs-printed" (the Gibbs sampler
-    with the seed's printed xi/eta conditionals; see `printed_conditionals_hyper`).
+    solver: "gibbs", "nuts" (`nuts_sbc_adapters`, without a gate log), "cavi" (draws from q), or
+    "gibbs-printed" (the Gibbs sampler with the seed's printed xi/eta conditionals; see
+    `printed_conditionals_hyper`).
     Simulations whose matrix is all zeros are redrawn from the next key (an HPF fit needs
     at least one count); this conditions the prior on "some count > 0", which changes
     nothing measurable at these sizes (P(all zero) < 1e-6) but is stated.
@@ -342,22 +355,9 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
     """
     if solver not in ("gibbs", "nuts", "cavi", "gibbs-printed"):
         raise ValueError(f"solver must be gibbs, nuts, cavi or gibbs-printed, got {solver!r}")
+    if solver == "nuts":
+        return nuts_sbc_adapters(config)
     c = config
-    mcmc = []  # one MCMC object, built on first use and reused: compiled once for all simulations
-
-    def _nuts_draws(y, seed):
-        from functools import partial
-
-        from numpyro.infer import MCMC, NUTS
-
-        with jax.enable_x64(True):
-            if not mcmc:
-                method = "parallel" if jax.local_device_count() >= c.nuts_chains else "vectorized"
-                model = partial(ppl.model, n_components=c.n_components, hyper=c.hyper)
-                mcmc.append(MCMC(NUTS(model), num_warmup=c.nuts_warmup, num_samples=c.nuts_samples,
-                                 num_chains=c.nuts_chains, chain_method=method, progress_bar=False, jit_model_args=True))
-            mcmc[0].run(jax.random.PRNGKey(seed), jnp.asarray(y))
-            return {n: np.asarray(v) for n, v in mcmc[0].get_samples().items()}
 
     def simulate(seed: int):
         key = jax.random.PRNGKey(seed)
@@ -375,8 +375,6 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
             hyper = c.hyper if solver == "gibbs" else printed_conditionals_hyper(c.hyper)
             idata = gibbs.sample(seed, data, c.n_components, hyper, num_chains=c.gibbs_chains, num_warmup=c.gibbs_warmup,
                                  num_samples=c.gibbs_samples, thin=c.gibbs_thin, progress=False)
-        elif solver == "nuts":
-            return _nuts_draws(y, seed)
         else:
             idata = cavi.fit(seed, data, c.n_components, c.hyper, max_iter=c.cavi_max_iter, tol=1e-8,
                              n_draws=c.n_q_draws, progress=False).idata
@@ -384,6 +382,37 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
         return {n: post[n].reshape(-1, *post[n].shape[2:]) for n in ("theta", "xi", "beta", "eta")}
 
     return simulate, fit, hpf_functionals()
+
+
+def nuts_sbc_adapters(config: SBCConfig = SBCConfig(), *, log_path=None):
+    """``(simulate, fit, functionals)`` for `validation.sbc.run_sbc` with NumPyro NUTS on the program.
+
+    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same
+    sizes and hyperparameters); ``fit`` is a `validation.nuts_sbc.NutsSBCFit` running NUTS
+    (``config.nuts``: ``nuts_chains`` x ``nuts_samples`` after ``nuts_warmup``, target accept 0.8) on
+    `ppl_models.hpf.model` (z summed out) with K and the hyperparameters bound, compiled once for all
+    simulations (every data set is an I x J matrix), gated per simulation on the functionals (its
+    ``records``; with ``log_path`` also appended there as JSON lines); failed simulations are kept in
+    the ranks (`validation.nuts_sbc.gate_notes`). The draws differ from those of the earlier adapter
+    (a reused ``MCMC(jit_model_args=True)``, which recompiled at every run): same algorithm and
+    lengths, another driver and random streams (chains run one after another, NumPyro's
+    ``init_to_uniform`` drawn inside the compiled program).
+    ``fit(y, seed)`` takes counts y float (I, J) and returns float64 draws with the chains flattened:
+    ``theta`` (S, I, K), ``xi`` (S, I), ``beta`` (S, J, K), ``eta`` (S, J), S = chains x samples.
+    Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
+    001_30a2018ec18c20b9.txt.
+    """
+    from functools import partial
+
+    from . import nuts_sbc
+
+    c = config
+    simulate, _, functionals = sbc_adapters("gibbs", c)
+    model = partial(ppl.model, n_components=c.n_components, hyper=c.hyper)
+    sites = ("theta", "xi", "beta", "eta")
+    fit = nuts_sbc.NutsSBCFit(model, lambda y: (jnp.asarray(y, jnp.float64),), lambda s: {n: s[n] for n in sites},
+                              functionals, c.nuts, log_path=log_path)
+    return simulate, fit, functionals
 
 
 # ------------------------------------------------------------------------------

@@ -88,8 +88,16 @@ def test_simulations_after_the_first_compile_nothing(tmp_path):
 
 
 def test_the_nuts_adapters_are_registered():
-    for name in ("bpmf", "sbmf"):
+    for name in ("bpmf", "sbmf", "hpf"):
         assert set(registry.get(name).sbc) >= {"gibbs", "nuts"}
+    # HPF's takes the CLI's gate log (`factorbayes sbc hpf --solver nuts`) and fits with the compile-once
+    # runner; building it compiles nothing (running it compiles ~12 CPU s, too much for the default suite)
+    import inspect
+
+    adapters = registry.resolve(registry.get("hpf").sbc["nuts"])
+    assert "log_path" in inspect.signature(adapters).parameters
+    _, fit, functionals = adapters(log_path=None)
+    assert isinstance(fit, nuts_sbc.NutsSBCFit) and fit.n_mcmc == 0 and set(fit.functionals) == set(functionals)
 
 
 @pytest.mark.slow
