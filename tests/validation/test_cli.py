@@ -18,11 +18,17 @@ def test_all_errata_collects_every_family():
 
 def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypatch):
     # the rows themselves are run by each family's tests (test_errata.py, test_sbmf_validation.py, ...);
-    # here the command's glue: two cheap rows from two seeds, one of them made to fail
+    # here the command's glue: two rows from two seeds with their checks replaced by constant outcomes (the
+    # real checks compile a CAVI sweep / a conditional each, and are run there), one of them made to fail
+    import dataclasses
+
     import validation.errata as errata_mod
     from validation import hpf, registry, sbmf
 
-    good = (hpf.ERRATA[0], sbmf.ERRATA[0])
+    def constant(form):  # the outcome of a correct row: the printed form fails, the corrected one passes
+        return (form == "corrected", 0.0 if form == "corrected" else 1.0)
+
+    good = tuple(dataclasses.replace(e, check=constant) for e in (hpf.ERRATA[0], sbmf.ERRATA[0]))
     monkeypatch.setattr(registry, "all_errata", lambda: good)
     assert cli.main(["errata", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -29,9 +29,60 @@ def test_collapsed_shape_draws_are_exact():
     assert set(tab.site) == {"alpha0", "alpha", "zeta", "gamma0"} and tab.passed.all(), tab
 
 
+@pytest.mark.slow
 def test_cached_sums_match_dense_twins():
+    """`dense_checks` simulates each of its 3 problems with a jitted trace of the program (about 11 CPU s of
+    XLA compilation each), hence -m slow. Its rows are checked by default, without the simulation: N, X_i,
+    E_ik, s_k against the dense twin in the same three modes by
+    tests/custom_inference/test_pfm.py::test_exposures_match_dense_twin (relative 1e-10 / 1e-12), and the log
+    joint against the program by `test_log_joint_equals_the_programs_log_density` below (relative 1e-10)."""
     tab = v.dense_checks(seed=0)
     assert len(tab) == 15 and tab.passed.all(), tab
+
+
+def test_log_joint_equals_the_programs_log_density():
+    """`custom_inference.pfm.log_joint` = the NumPyro program's log density at the same values (the log_joint
+    rows of `dense_checks`, same problem: I = 4, J = 3, K = 3, side features, zeros="all" without and with
+    excluded cells and "observed"), with parameters drawn by numpy from positive Gammas and counts from a
+    Poisson instead of a simulation by the program (a jitted trace of the program costs 11 CPU s to compile
+    per problem). Float64, relative 1e-10 (rounding ~1e-14; a wrong term moves the log joint by O(1))."""
+    import jax
+    import jax.numpy as jnp
+    import scipy.sparse as sp
+    from numpyro.infer.util import log_density
+
+    from custom_inference import pfm
+    from ppl_models import pfm as ppl
+
+    rng = np.random.default_rng(0)
+    I, J, K = 4, 3, 3
+    Uf = sp.csr_matrix(rng.integers(0, 2, size=(I, 1)).astype(float) * rng.uniform(0.5, 2.0, size=(I, 1)))
+    Vf = sp.csr_matrix((rng.uniform(size=(J, 2)) < 0.6) * 1.0)
+    for zeros, exclude in (("all", None), ("all", (np.array([0, 2]), np.array([1, 0]))), ("observed", None)):
+        rows, cols, vals, N, D, cu, cj = ppl.cells_design(I, J, user_features=Uf, item_features=Vf, exclude=exclude)
+        shapes = {"w0": (), "alpha0": (), "beta0": (), "w": (D,), "alpha": (D,), "beta": (D,), "V": (D, K),
+                  "zeta": (D,), "delta": (K,), "r": (K,), "gamma0": (), "c": ()}
+        t = {n: rng.gamma(2.0, 0.5, size=sh) for n, sh in shapes.items()}
+        y = rng.poisson(2.0, size=N).astype(float)
+        y[0] = 3.0  # at least one positive count
+        Y = np.zeros((I, J))
+        Y[cu, cj] = y
+        if zeros == "all":
+            data = pfm.PFMData.from_matrix(sp.csr_matrix(Y), user_features=Uf, item_features=Vf, zeros="all",
+                                           exclude=exclude)
+        else:
+            data = pfm.PFMData.from_matrix(sp.coo_matrix((y, (cu, cj)), shape=(I, J)), user_features=Uf,
+                                           item_features=Vf, zeros="observed")
+        with jax.enable_x64(True):
+            # each side jitted whole: one compilation per problem instead of hundreds of eager ones
+            jdata = jax.tree_util.tree_map(jnp.asarray, data)
+            args = (jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(vals), N, D, K, v._HYPER, jnp.asarray(y))
+            params = {n: jnp.asarray(a) for n, a in t.items()}
+            lj = float(jax.jit(lambda p: pfm.log_joint(pfm.NPFMState(**{n: p[n] for n in pfm.NPFMState._fields}),
+                                                       jdata, v._HYPER))(params))
+            ld = float(jax.jit(lambda p: log_density(ppl.model, args, {}, p)[0])(params))
+        assert data.n_train == N, (zeros, exclude)
+        assert abs(lj - ld) <= 1e-10 * abs(ld), (zeros, exclude, lj, ld)
 
 
 def test_allocation_frequencies_and_invariants():
