@@ -399,6 +399,14 @@ def nuts_sbc_adapters(config: SBCConfig = SBCConfig(), *, log_path=None):
     ``init_to_uniform`` drawn inside the compiled program).
     ``fit(y, seed)`` takes counts y float (I, J) and returns float64 draws with the chains flattened:
     ``theta`` (S, I, K), ``xi`` (S, I), ``beta`` (S, J, K), ``eta`` (S, J), S = chains x samples.
+
+    Measured with the default `SBCConfig` (``factorbayes sbc hpf --solver nuts --sims 200``, master
+    seed 0, L = 99): PASSES, smallest ECDF p 0.21 (rate theta_1 . beta_2; Bonferroni level 0.005),
+    mean ranks 47.5-51.8 of 99; 68 of 200 simulations failed their gates (divergences in 42, 1112 in
+    all; R-hat > 1.01 in 42, at most 1.023; ESS < 100 in 2, at least 39; E-BFMI none), kept in the
+    ranks; the 132 that passed give smallest p 0.13. No compilation after the first simulation (210
+    XLA compilations before, none after; peak RSS 1122 -> 1124 MB over the 200), 13.5 CPU s for the
+    first simulation, 1.0 CPU s (median 0.84) for each later one.
     Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
     001_30a2018ec18c20b9.txt.
     """
