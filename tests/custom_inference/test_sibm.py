@@ -139,17 +139,27 @@ def test_float32_batch_sweeps_stay_finite(problem):
     assert state.u_h.dtype == jnp.float32 and info.elbo.dtype == jnp.float32 and np.isfinite(float(info.elbo))
 
 
-def test_svi_with_automatic_minibatch_size(problem):
+def _svi_matrix():
+    """The 40 x 30 binary matrix (20% ones) of the SVI driver tests below."""
+    return (np.random.default_rng(3).random((40, 30)) < 0.2).astype(float)
+
+
+#: the S = 'auto' case of the SVI driver tests: S crosses the padding boundary 256 -> 512
+_AUTO = dict(S="auto", n_iter=14, S_min=60, S_max=400, theta_delta=0.02)
+
+
+def test_svi_with_automatic_minibatch_size():
     """fit_svi with S = 'auto' (eq. 13): S stays in [S_min, S_max], the ELBO rises from the initial q,
-    and `auto_minibatch_size` is eq. (13) on the moving averages, recomputed here by hand."""
-    X, data = problem
-    key = jax.random.PRNGKey(5)
+    and `auto_minibatch_size` is eq. (13) on the moving averages, recomputed here by hand. The data
+    and options are those of the S = 'auto' case of test_block_scanned_svi_equals_one_minibatch_at_a_time
+    (40 x 30, blocks of 4, ELBO every 3), so that both tests run the same compiled blocks."""
+    X = _svi_matrix()
+    data = sibm.as_binary(X)
+    key = jax.random.PRNGKey(7)
     q0 = sibm.init(jax.random.split(key)[0], data, D, HYPER)
-    # S in [200, 250]: every minibatch is padded to 256 cells (one compiled program)
-    r = sibm.fit_svi(key, X, D, HYPER, n_iter=30, strategy="biased", S="auto", S_min=200, S_max=250,
-                     elbo_every=10, progress=False)
+    r = sibm.fit_svi(key, X, D, HYPER, progress=False, strategy="biased", scan_block=4, elbo_every=3, **_AUTO)
     sizes_mean = r.idata.vi_trace.attrs["mean_S"]
-    assert 200 <= sizes_mean <= 250
+    assert _AUTO["S_min"] <= sizes_mean <= _AUTO["S_max"]
     assert r.elbo[-1] > float(sibm.elbo(q0, data, HYPER))
     st, sam = r.state, sibm.make_sampler(data, "biased")
     m1, m2 = np.asarray(st.u_m1), np.asarray(st.u_m2)
@@ -162,9 +172,9 @@ def test_svi_with_automatic_minibatch_size(problem):
     expected = (S_u[ok_u].sum() + S_v[ok_v].sum()) / (ok_u.sum() + ok_v.sum())
     np.testing.assert_allclose(float(sibm.auto_minibatch_size(st, sam, 2.0)), expected, rtol=1e-10)
     # resume: the counters carry on from the returned SVIState
-    r2 = sibm.fit_svi(jax.random.PRNGKey(50), X, D, HYPER, n_iter=5, strategy="biased", S="auto", S_min=200,
-                      S_max=250, progress=False, init_state=r.state)
-    assert float(r2.state.z_count) == 35.0
+    r2 = sibm.fit_svi(jax.random.PRNGKey(50), X, D, HYPER, progress=False, strategy="biased", scan_block=4,
+                      elbo_every=3, **{**_AUTO, "n_iter": 5}, init_state=r.state)
+    assert float(r2.state.z_count) == _AUTO["n_iter"] + 5
 
 
 def test_svi_step_only_touches_sampled_rows_and_columns(problem):
@@ -297,10 +307,10 @@ def test_block_scanned_svi_equals_one_minibatch_at_a_time(strategy):
     """fit_svi's lax.scan blocks draw the same cells and make the same updates as `svi_step` in a Python
     loop (same key stream): fixed S with a cell budget, and S = 'auto' (eq. 13) with S crossing powers of
     two (256 -> 512 -> ...: new blocks at the new padding); also `svi_scan` for fixed S."""
-    X = (np.random.default_rng(3).random((40, 30)) < 0.2).astype(float)
+    X = _svi_matrix()
     key = jax.random.PRNGKey(7)
     leaves = lambda st: jax.tree_util.tree_leaves(st)  # noqa: E731
-    cases = [dict(S=150, n_iter=11, max_cells=1300), dict(S="auto", n_iter=14, S_min=60, S_max=400, theta_delta=0.02)]
+    cases = [dict(S=150, n_iter=11, max_cells=1300), _AUTO]
     for kw in cases:
         ref, sizes = _loop_fit_svi(key, X, strategy, **kw)
         if kw["S"] == "auto":
@@ -330,7 +340,7 @@ def test_stopped_and_resumed_fit_equals_the_uninterrupted_one(which, tmp_path):
     for bit (SVI's blocks are cut at the checkpoints: the key stream and the updates do not change)."""
     from custom_inference import base
 
-    X = (np.random.default_rng(3).random((40, 30)) < 0.2).astype(float)
+    X = _svi_matrix()
     if which == "svi":
         run = lambda **kw: sibm.fit_svi(jax.random.key(7), X, D, HYPER, progress=False, strategy="biased",  # noqa: E731
                                         scan_block=4, elbo_every=3, S="auto", n_iter=11, S_min=60, S_max=400,
