@@ -169,14 +169,17 @@ def test_recovers_simulated_rates():
     assert np.corrcoef(np.log(est).ravel(), np.log(true).ravel())[0, 1] > 0.8
 
 
-def test_fold_in_recovers_the_fitted_users_posterior():
-    """Folding in training users against the fitted items lands on the fit's own user posterior."""
-    _, y = simulate(jax.random.PRNGKey(12), 40, 30, 2, HYPER)
-    obs = Observations.from_dense(np.asarray(y))
-    idata = hpf.fit(0, obs, 2, HYPER, max_iter=3000, tol=1e-12, n_draws=0, progress=False).idata
+def test_fold_in_recovers_the_fitted_users_posterior(small):
+    """Folding in training users against the fitted items lands on the fit's own user posterior.
+
+    On the module's `small` data (15 x 12, K = 3: the shapes of the other fits here, so the fit
+    reuses their compiled sweep; a 40 x 30, K = 2 problem cost a compilation). Converges in ~330
+    sweeps at tol 1e-12; measured max relative gap of the rates 1.8e-7 (rtol 1e-4 below)."""
+    idata = hpf.fit(0, small, 3, HYPER, max_iter=3000, tol=1e-12, n_draws=0, progress=False).idata
+    assert idata.vi_trace.attrs["converged"] == 1  # at the fixed point (the premise of the check)
     state = hpf.state_from_inference_data(idata)
-    users = np.array([0, 7, 19])
-    new_rows = Observations.from_dense(np.asarray(y)[users])
+    users = np.array([0, 7, 14])
+    new_rows = Observations.from_dense(small.to_dense()[users])
     folded = hpf.fold_in(state, new_rows, HYPER, seed=5, tol=1e-10, max_iter=5000)
     # at a CAVI fixed point each user's block is at its optimum given the items; fold-in
     # reaches the same optimum from another start (to the convergence tolerance)
