@@ -201,10 +201,18 @@ def test_init_r_sets_the_starting_weights():
     np.testing.assert_allclose(r1, 2.0 * K * r0, rtol=1e-12)  # same uniforms, other scale
     p = pfm.init(jax.random.PRNGKey(0), data, K, HYPER, variant="ppfm", init_r=2.0)
     assert isinstance(p, pfm.PPFMState)
-    kw = dict(num_chains=1, num_warmup=0, num_samples=1, keep=("r",))
-    a = pfm.sample(0, data, K, HYPER, **kw)
-    b = pfm.sample(0, data, K, HYPER, init_r=50.0, **kw)
-    assert not np.allclose(a.posterior["r"].values, b.posterior["r"].values)
+    # the shapes and static options of test_sample_compiles_once_runs_float32_and_accumulates_predictions
+    # (K = 2, one block of 5 units: its compiled block is reused), no warm-up: the first kept draw
+    # is one sweep from the initial state
+    from custom_inference import mcmc_driver
+
+    kw = dict(num_chains=2, num_warmup=0, num_samples=5, block=5, predict_at=(np.array([0, 1]), np.array([1, 2])),
+              keep=pfm.NPFMState._fields)
+    traces = mcmc_driver.TRACES["npfm"]
+    a = pfm.sample(0, data, 2, HYPER, **kw)
+    b = pfm.sample(0, data, 2, HYPER, init_r=50.0, **kw)
+    assert not np.allclose(a.posterior["r"].values[:, 0], b.posterior["r"].values[:, 0])
+    assert mcmc_driver.TRACES["npfm"] - traces <= 1  # one block program (none when the test above ran first)
 
 
 def test_crt_maps_customers_to_their_elements_across_zero_counts():
