@@ -25,6 +25,13 @@ moves with every Gibbs draw, and 1-5 divergences in 4 x 4000 transitions were me
 and HPF's theta blocks, whose means agree with NUTS (max |z| 1.5-2.2). Each model declares a `BridgeSpec` (its problem and its blocks) in its validation
 module; `validation.registry.BRIDGES` lists them, and `run(model, block)` is the Python entry.
 
+One compiled program per block: `run` gives the block's hyperparameters to its conditional as a traced
+input of the chain program (`HyperGibbs`: the conditional is rebuilt from ``Block.make`` inside the
+trace, with the hyperparameters read from a model keyword that the chains receive as an argument,
+not as constants), so the agreement run and a wrong-conditional run of the same block lower to the
+same XLA program, and the second is served by JAX's compilation cache (the persistent cache that
+tests/conftest.py sets up; `validation.nuts_sbc.compile_counter` counts the compilations).
+
 Source: project addition (validation level 2; NumPyro's composable ``Gibbs`` / ``CustomGibbs``).
 """
 
@@ -38,14 +45,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from numpyro.infer import CustomGibbs
 
 from custom_inference import arviz_io
 
 from . import crosscheck as xc
 from .gates import nuts_gates
 
-__all__ = ["Block", "Problem", "BridgeSpec", "BridgeResult", "run_hybrid", "compare", "run", "run_all",
-           "agreement_table"]
+__all__ = ["Block", "Problem", "BridgeSpec", "BridgeResult", "HyperGibbs", "TracedBlock", "run_hybrid", "compare",
+           "run", "run_all", "agreement_table", "HYPER_KWARG"]
+
+HYPER_KWARG = "_bridge_block_hyper"
+"""The model keyword through which `HyperGibbs` receives its block's hyperparameters (traced)."""
 
 
 @dataclass(frozen=True)
@@ -142,14 +153,93 @@ def _draws_and_divergences(mcmc, nuts_index: int):
     return None if div is None else int(np.sum(np.asarray(div)))
 
 
+def _is_float_leaf(x) -> bool:
+    return isinstance(x, (float, np.floating)) or (
+        isinstance(x, (np.ndarray, jax.Array)) and jnp.issubdtype(x.dtype, jnp.floating))
+
+
+@dataclass(frozen=True)
+class TracedBlock:
+    """A block's conditional given as its factory, for `run_hybrid`: ``make(data, hyper) -> gibbs_fn``
+    (a `Block`'s ``make``), the sampler-side ``data`` and the ``hyper`` the conditional is given.
+    `run_hybrid` passes the floating-point leaves of ``hyper`` to the chains as a traced input
+    (`HyperGibbs`), so runs that differ only in them share one compiled program.
+    Source: project addition."""
+
+    make: Callable
+    data: object
+    hyper: object
+
+    def split(self):
+        """(static part, traced part): the static part is (treedef, leaves with None at the floating
+        leaves); the traced part the floating leaves as float64 arrays (a tuple). Raises nothing of its own.
+        Source: project addition."""
+        leaves, treedef = jax.tree_util.tree_flatten(self.hyper)
+        traced = tuple(jnp.asarray(x, jnp.float64) for x in leaves if _is_float_leaf(x))
+        static = tuple(None if _is_float_leaf(x) else x for x in leaves)
+        return (treedef, static), traced
+
+
+class HyperGibbs(CustomGibbs):
+    """`numpyro.infer.CustomGibbs` whose conditional is built inside the trace from ``make(data, hyper)``,
+    the floating-point leaves of ``hyper`` read from the model keyword `HYPER_KWARG` (a traced input
+    of the chain program, not constants folded into it). ``static``: the first part of
+    `TracedBlock.split`. Constructed by `run_hybrid`. Raises nothing of its own (``sample`` raises
+    NumPyro's ValueError when the conditional returns other sites).
+    Source: project addition (NumPyro's ``CustomGibbs``)."""
+
+    def __init__(self, make: Callable, data, static):
+        super().__init__(make)  # the callable is not called as such: `sample` builds the conditional
+        self._make, self._data, self._static = make, data, static
+
+    def sample(self, state, model_args, model_kwargs):
+        """One draw of the block from ``make(data, hyper)`` with ``hyper`` rebuilt from `HYPER_KWARG`.
+        Raises NumPyro's ValueError when the conditional returns other sites. Source: project addition."""
+        treedef, leaves = self._static
+        traced = iter(model_kwargs[HYPER_KWARG])
+        hyper = jax.tree_util.tree_unflatten(treedef, [next(traced) if x is None else x for x in leaves])
+        return CustomGibbs(self._make(self._data, hyper)).sample(state, model_args, model_kwargs)
+
+
+def _bound_model(model, args: tuple, kwargs: Mapping):
+    """``model`` with its arguments bound (constants of the program), taking only keywords: the
+    conditioning values NumPyro's ``Gibbs`` adds and `HYPER_KWARG` (dropped)."""
+    def bound(**kw):
+        kw.pop(HYPER_KWARG, None)
+        return model(*args, **kwargs, **kw)
+
+    return bound
+
+
+def _parallel_chains(partial_map_fn):
+    """A ``chain_method`` for `numpyro.infer.MCMC`: ``pmap`` over the chains with the model arguments and
+    keywords as (broadcast) inputs of the program instead of constants closed over by NumPyro's
+    per-chain function (a ``functools.partial`` with ``args`` and ``kwargs``; anything else is pmapped
+    as it is)."""
+    import functools
+
+    kw = getattr(partial_map_fn, "keywords", None)
+    if not isinstance(partial_map_fn, functools.partial) or not kw or not {"args", "kwargs"} <= set(kw):
+        return jax.pmap(partial_map_fn)
+    rest = {k: v for k, v in kw.items() if k not in ("args", "kwargs")}
+
+    def one_chain(map_args, args, kwargs):
+        return partial_map_fn.func(*partial_map_fn.args, map_args, args=args, kwargs=kwargs, **rest)
+
+    return lambda map_args: jax.pmap(one_chain, in_axes=(0, None, None))(map_args, kw["args"], kw["kwargs"])
+
+
 def run_hybrid(model, model_args: tuple, sites, gibbs_fn, *, model_kwargs=None, seed: int = 0, num_chains: int = 4,
                num_warmup: int = 500, num_samples: int = 1000, target_accept: float = 0.8, progress: bool = False,
                label: str | None = None, divergences: bool = False):
     """NumPyro MCMC with ``sites`` drawn by ``gibbs_fn`` (`CustomGibbs`) and NUTS on every other site.
 
     ``model(*model_args, **model_kwargs)``: the NumPyro program; ``sites``: the block's site names;
-    ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` -> dict site -> new value (constrained); numpy
-    arrays among ``model_args`` become float64 / int64 jax arrays inside the run. Chains run
+    ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` -> dict site -> new value (constrained), or a
+    `TracedBlock` (the conditional's factory, data and hyperparameters: the hyperparameters become a
+    traced input of the chain program, `HyperGibbs`, so that runs differing only in them compile
+    once); numpy arrays among ``model_args`` become float64 / int64 jax arrays inside the run. The
+    program's arguments are bound into the model (constants of the program, as before). Chains run
     in parallel when JAX has enough devices, else one after the other (NumPyro's ``Gibbs`` does
     not vectorize chains); float64. With ``divergences`` the
     NUTS block's divergent transitions are recorded (``idata.attrs["divergences"]``, None when
@@ -157,21 +247,28 @@ def run_hybrid(model, model_args: tuple, sites, gibbs_fn, *, model_kwargs=None, 
     Raises ValueError (NumPyro's) when ``sites`` are not latent sites of the program.
     Source: project addition (validation level 2: one Gibbs block beside NUTS).
     """
-    from numpyro.infer import MCMC, NUTS, CustomGibbs, Gibbs
+    from numpyro.infer import MCMC, NUTS, Gibbs
 
     sites = [sites] if isinstance(sites, str) else list(sites)
-    nuts = NUTS(model) if target_accept == 0.8 else NUTS(model, target_accept_prob=target_accept)
-    kernel = Gibbs([(CustomGibbs(gibbs_fn), sites), (nuts, None)])
-    # NumPyro's Gibbs takes one key per chain: parallel chains over host devices (the CLI and the tests
-    # force 4), else one after the other
-    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    method = _parallel_chains if jax.local_device_count() >= num_chains else "sequential"
     label = label or f"gibbs[{','.join(sites)}]+nuts"
     with jax.enable_x64(True):
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    chain_method=method, progress_bar=progress)
-        extra = {"extra_fields": ("block_states.1.diverging",)} if divergences else {}
         args = jax.tree_util.tree_map(lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a, tuple(model_args))
-        mcmc.run(jax.random.PRNGKey(seed), *args, **extra, **dict(model_kwargs or {}))
+        bound = _bound_model(model, args, dict(model_kwargs or {}))
+        nuts = NUTS(bound) if target_accept == 0.8 else NUTS(bound, target_accept_prob=target_accept)
+        if isinstance(gibbs_fn, TracedBlock):
+            static, traced = gibbs_fn.split()
+            block = HyperGibbs(gibbs_fn.make, gibbs_fn.data, static)
+        else:
+            block, traced = CustomGibbs(gibbs_fn), ()
+        kernel = Gibbs([(block, sites), (nuts, None)])
+        # NumPyro's Gibbs takes one key per chain: parallel chains over host devices (the CLI and the tests
+        # force 4), else one after the other; jit_model_args: the keywords (the block's hyperparameters) are
+        # arguments of the compiled chain, not constants
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                    chain_method=method, progress_bar=progress, jit_model_args=True)
+        extra = {"extra_fields": ("block_states.1.diverging",)} if divergences else {}
+        mcmc.run(jax.random.PRNGKey(seed), **extra, **{HYPER_KWARG: traced})
         idata = arviz_io.from_numpyro(mcmc, attrs={"method": label, "seed": seed})
     if divergences:
         idata.attrs["divergences"] = _draws_and_divergences(mcmc, 1)
@@ -228,9 +325,7 @@ def run(model: str, site: str | None = None, *, block_hyper=None, seed: int = 1,
     num_warmup = spec.num_warmup if num_warmup is None else num_warmup
     num_samples = spec.num_samples if num_samples is None else num_samples
     start = time.perf_counter()
-    with jax.enable_x64(True):  # the factories may convert the data to jax arrays: keep float64
-        gibbs_fn = block.make(p.data, hyper)
-    idata = run_hybrid(p.model, p.args, block.sites, gibbs_fn, model_kwargs=p.kwargs, seed=seed,
+    idata = run_hybrid(p.model, p.args, block.sites, TracedBlock(block.make, p.data, hyper), model_kwargs=p.kwargs, seed=seed,
                        num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
                        target_accept=p.target_accept, progress=progress, divergences=True)
     seconds = time.perf_counter() - start

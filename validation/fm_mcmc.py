@@ -664,10 +664,13 @@ def _bridge_spec():
 
     from . import bridge
 
+    # default (the default test suite's block, 4 chains x (500 warm-up + 1000 draws), seed 1): hyper_v passes
+    # with margin (max |z| 1.95 against the Bonferroni 2.58, hybrid R-hat <= 1.006, bulk ESS >= 890); alpha
+    # passed at the edge (2.41, bulk ESS of log alpha 437) and costs 29 CPU s of sampling per run
     return bridge.BridgeSpec(
         problem=bridge_problem,
         blocks={b: bridge.Block(s, functools.partial(numpyro_block, b)) for b, s in _BRIDGE_BLOCKS.items()},
-        default="w", wrong_hyper=lambda h: h._replace(alpha_0=h.alpha_0 + 20.0), wrong_block="alpha")
+        default="hyper_v", wrong_hyper=lambda h: h._replace(alpha_0=h.alpha_0 + 20.0), wrong_block="alpha")
 
 
 BRIDGE = _bridge_spec()
