@@ -57,14 +57,23 @@ def _sample(model, p, data, hyper, **kw):
     return MODULES[model].sample(mk.SEED, data, 2, hyper, **opts)
 
 
+class _LazyRuns(dict):
+    """model -> one driver run with the saved settings (the default block size), made when a test
+    first asks for it (a process that runs only some of this file's tests runs only their samplers)."""
+
+    def __init__(self, saved):
+        super().__init__()
+        self._saved = saved
+
+    def __missing__(self, model):
+        p, data, hyper = _problem(self._saved, model)
+        self[model] = _sample(model, p, data, hyper)
+        return self[model]
+
+
 @pytest.fixture(scope="module")
 def runs(saved):
-    """One driver run per sampler with the saved settings (the default block size)."""
-    out = {}
-    for model in MODULES:
-        p, data, hyper = _problem(saved, model)
-        out[model] = _sample(model, p, data, hyper)
-    return out
+    return _LazyRuns(saved)
 
 
 def _assert_same(got, want, err_msg=""):
@@ -255,11 +264,12 @@ def test_compile_once(runs, saved, model):
     """A second driver call with the same shapes does not retrace the block; a second step call
     does not retrace the step (BlackJAX's test_compilation)."""
     p, data, hyper = _problem(saved, model)
+    first = runs[model]  # (made here if no earlier test asked for it: before the counts are read)
     traces = mcmc_driver.TRACES[model]
     cache = mcmc_driver._block._cache_size()
     again = _sample(model, p, data, hyper, progress=False)
     assert mcmc_driver.TRACES[model] == traces and mcmc_driver._block._cache_size() == cache
-    np.testing.assert_array_equal(again.sample_stats["lp"].values, runs[model].sample_stats["lp"].values)
+    np.testing.assert_array_equal(again.sample_stats["lp"].values, first.sample_stats["lp"].values)
     mod = MODULES[model]
     step, jitted = _jitted_step(model)  # SBMF's and MCMC-FM's step compiled by _plain_loop above
     d = mod.SPEC.prepare(data, np.float64)
