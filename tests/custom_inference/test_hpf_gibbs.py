@@ -72,7 +72,8 @@ def test_sample_result_shapes_seed_and_lp():
 def test_step_reports_log_joint_of_the_new_state():
     from jax import numpy as jnp
 
-    _, y = simulate(jax.random.PRNGKey(1), 6, 5, 2, HYPER)
+    # the data of test_sample_result_shapes_seed_and_lp (its compiled log joint and simulation are reused)
+    _, y = simulate(jax.random.PRNGKey(0), 9, 7, 2, HYPER)
     units = jax.tree_util.tree_map(jnp.asarray, CountUnits.from_observations(Observations.from_dense(np.asarray(y))))
     state = gibbs.init(jax.random.PRNGKey(0), units, 2, HYPER)
     new, info = gibbs.step(jax.random.PRNGKey(1), state, units, HYPER)
