@@ -120,7 +120,7 @@ def test_update_block_equals_column_reference_and_keeps_caches_and_dtypes():
 
 
 def test_errors():
-    d, _, hyper = _design(N=20)
+    d, _, hyper = _design()  # the default design: its simulation is compiled by the tests above
     with pytest.raises(ValueError, match="K"):
         mc.sample(jax.random.PRNGKey(0), d, 0, hyper)
     with pytest.raises(ValueError, match="keep"):
