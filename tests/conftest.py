@@ -71,13 +71,15 @@ def _free_compiled_programs():
     jax.clear_caches()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Distribution over the xdist workers (``--dist loadgroup`` in pyproject.toml): whole files
     per worker, so that module-scoped fixtures (NUTS references, fits) are computed once, except
     the notebooks and the README blocks (each runs in its own interpreter, sharing nothing), each
     of which is its own group, so that those slow files are shared out. xdist queues the groups
     with the most tests first, so these one-test groups come last: split, no worker is left
-    running a whole file of them at the end while the other waits."""
+    running a whole file of them at the end while the other waits. ``tryfirst``: the groups must be
+    set before pytest-xdist's own hook turns them into test-id suffixes (tests/test_xdist_groups.py)."""
     for item in items:
         path = item.nodeid.split("::")[0]
         group = item.nodeid if path.endswith(("test_notebooks.py", "test_readme.py")) else path
