@@ -6,6 +6,7 @@ MovieLens 100K is read from ``$FACTORBAYES_DATA_DIR/ml-100k`` or from
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -71,16 +72,52 @@ def _free_compiled_programs():
     jax.clear_caches()
 
 
+GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
+
+
+def _group(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return nodeid if path.endswith(("test_notebooks.py", "test_readme.py")) else path
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Distribution over the xdist workers (``--dist loadgroup`` in pyproject.toml): whole files
     per worker, so that module-scoped fixtures (NUTS references, fits) are computed once, except
     the notebooks and the README blocks (each runs in its own interpreter, sharing nothing), each
-    of which is its own group, so that those slow files are shared out. xdist queues the groups
-    with the most tests first, so these one-test groups come last: split, no worker is left
-    running a whole file of them at the end while the other waits. ``tryfirst``: the groups must be
-    set before pytest-xdist's own hook turns them into test-id suffixes (tests/test_xdist_groups.py)."""
+    of which is its own group. ``tryfirst``: the groups must be set before pytest-xdist's own hook
+    turns them into test-id suffixes (tests/test_xdist_groups.py).
+
+    Order: longest group first (``--no-loadscope-reorder`` keeps this order; xdist's own order,
+    most tests first, left a 50-s file to the end of the run while the other worker waited), from
+    the seconds per group of a measured run in tests/group_seconds.json (a group not listed counts
+    5 s); rewrite it with ``FACTORBAYES_GROUP_SECONDS=1 .venv/bin/python -m pytest`` after adding
+    heavy tests. Stale numbers only cost balance, never correctness."""
+    seconds = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.is_file() else {}
     for item in items:
-        path = item.nodeid.split("::")[0]
-        group = item.nodeid if path.endswith(("test_notebooks.py", "test_readme.py")) else path
-        item.add_marker(pytest.mark.xdist_group(name=group))
+        item.add_marker(pytest.mark.xdist_group(name=_group(item.nodeid)))
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(_group(item.nodeid), i)
+    items.sort(key=lambda it: (-seconds.get(_group(it.nodeid), 5.0), first[_group(it.nodeid)]))
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """With FACTORBAYES_GROUP_SECONDS set, add up each group's setup + call + teardown seconds (on the
+    controlling process, which sees every worker's reports)."""
+    if os.environ.get("FACTORBAYES_GROUP_SECONDS"):
+        group = _group(report.nodeid.split("@")[0])
+        _measured[group] = _measured.get(group, 0.0) + float(report.duration)
+
+
+def pytest_sessionfinish(session):
+    """With FACTORBAYES_GROUP_SECONDS set, write the measured seconds of the groups that ran into
+    tests/group_seconds.json, keeping the others (a run of one file updates that file's entry);
+    not from xdist workers: the controlling process has them all."""
+    if os.environ.get("FACTORBAYES_GROUP_SECONDS") and _measured and not os.environ.get("PYTEST_XDIST_WORKER"):
+        seconds = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.is_file() else {}
+        seconds.update({k: round(v, 1) for k, v in _measured.items()})
+        GROUP_SECONDS.write_text(json.dumps(dict(sorted(seconds.items())), indent=0) + "\n")
