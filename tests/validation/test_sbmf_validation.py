@@ -76,9 +76,14 @@ def test_gibbs_agrees_with_nuts():
 
 
 @pytest.mark.slow
-def test_sbc_200_simulations():
+def test_sbc_1000_simulations():
+    """1000 simulations (~7 CPU-minutes). At 200 (master seed 0) log tau failed (ECDF p 0.0004 against the
+    Bonferroni 0.0083, mean rank 55.8), and NUTS on the same 200 data sets failed the same way (55.2,
+    p 0.0018; paired posterior means equal within 0.012 sd): an excursion of those data sets, which the
+    family test allows 5% of the time. 1000 simulations (the first 200 included) have the same 5% family
+    false-alarm rate and more power against a real bias (measured: log tau mean rank 49.99, p 0.98)."""
     from validation.sbc import run_sbc
 
     simulate, fit, functionals = vs.sbc_adapters()
-    res = run_sbc(simulate, fit, functionals, n_sims=200, master_seed=0, n_draws=99, progress=False, method="sbmf-gibbs")
+    res = run_sbc(simulate, fit, functionals, n_sims=1000, master_seed=0, n_draws=99, progress=False, method="sbmf-gibbs")
     assert res.passed(), res.uniformity()  # alpha = 0.05 per family, as validation.sbc states
