@@ -81,6 +81,20 @@ _HYPER = ppl.PFMHyper(a_0=1.3, b_0=0.7, c_0=2.1, d_0=1.6, a=0.9, b=1.4, c=1.8, d
 # small problems
 
 
+def _cells_data(y, cu, cj, I: int, J: int, Uf, Vf, zeros: str = "all", exclude=None):
+    """(dense counts Y (I, J), the sampler's PFMData) for counts y (N,) at the design's cells (cu, cj):
+    all cells (``zeros="all"``, minus ``exclude``) or the observed ones only."""
+    Y = np.zeros((I, J))
+    Y[cu, cj] = y
+    if zeros == "all":
+        data = pfm.PFMData.from_matrix(sp.csr_matrix(Y), user_features=Uf, item_features=Vf, zeros="all",
+                                       exclude=exclude)
+    else:
+        obs = sp.coo_matrix((y, (cu, cj)), shape=(I, J))
+        data = pfm.PFMData.from_matrix(obs, user_features=Uf, item_features=Vf, zeros="observed")
+    return Y, data
+
+
 def _small_problem(variant: str, seed: int = 0, *, I: int = 3, J: int = 3, K: int = 2, side: bool = True,
                    zeros: str = "all", exclude=None, hyper=_HYPER):
     """A small design (all cells, one-hot ids, one user side feature and two item side features
@@ -94,14 +108,7 @@ def _small_problem(variant: str, seed: int = 0, *, I: int = 3, J: int = 3, K: in
         tr = jax.jit(lambda k: _trace_program(k, rows, cols, vals, N, D, K, hyper, variant))(jax.random.PRNGKey(seed))
         truth = {n: np.asarray(v) for n, v in tr[0].items()}
         yr = np.asarray(tr[1])
-    Y = np.zeros((I, J))
-    Y[cu, cj] = yr
-    if zeros == "all":
-        data = pfm.PFMData.from_matrix(sp.csr_matrix(Y), user_features=Uf, item_features=Vf, zeros="all",
-                                       exclude=exclude)
-    else:
-        obs = sp.coo_matrix((yr, (cu, cj)), shape=(I, J))
-        data = pfm.PFMData.from_matrix(obs, user_features=Uf, item_features=Vf, zeros="observed")
+    Y, data = _cells_data(yr, cu, cj, I, J, Uf, Vf, zeros, exclude)
     return dict(rows=rows, cols=cols, vals=vals, N=N, D=D, cu=cu, cj=cj, y=yr, Y=Y, truth=truth, data=data, K=K,
                 variant=variant, hyper=hyper, Uf=Uf, Vf=Vf)
 

@@ -65,14 +65,7 @@ def test_log_joint_equals_the_programs_log_density():
         t = {n: rng.gamma(2.0, 0.5, size=sh) for n, sh in shapes.items()}
         y = rng.poisson(2.0, size=N).astype(float)
         y[0] = 3.0  # at least one positive count
-        Y = np.zeros((I, J))
-        Y[cu, cj] = y
-        if zeros == "all":
-            data = pfm.PFMData.from_matrix(sp.csr_matrix(Y), user_features=Uf, item_features=Vf, zeros="all",
-                                           exclude=exclude)
-        else:
-            data = pfm.PFMData.from_matrix(sp.coo_matrix((y, (cu, cj)), shape=(I, J)), user_features=Uf,
-                                           item_features=Vf, zeros="observed")
+        _, data = v._cells_data(y, cu, cj, I, J, Uf, Vf, zeros, exclude)
         with jax.enable_x64(True):
             # each side jitted whole: one compilation per problem instead of hundreds of eager ones
             jdata = jax.tree_util.tree_map(jnp.asarray, data)
