@@ -184,6 +184,9 @@ def cmd_evaluate(args, *, df=None, path=None) -> int:
 
     if df is None:
         df, path = _load_data(args.data)
+    args.max_iter = 100 if args.max_iter is None else args.max_iter
+    args.tol = 0.0 if args.tol is None else args.tol
+    args.dtype = args.dtype or "float32"
     dtype = {"float32": np.float32, "float64": np.float64}[args.dtype]
     out = Path(args.out or "factorbayes-output/evaluate-hpf")
     result = experiments.evaluate_hpf(df, n_components=args.k, seed=args.seed, max_iter=args.max_iter,
@@ -221,8 +224,8 @@ def cmd_evaluate_ratings(args) -> int:
     df, path = _load_data(args.data)
     config = ratings_eval.RatingsConfig(
         ranks=tuple(args.ranks), solvers=tuple(args.solvers), gibbs_warmup=args.warmup, gibbs_samples=args.samples,
-        vi_max_iter=args.max_iter, ovbfm_epochs=args.epochs, sgd_epochs=args.epochs, features=args.features,
-        dtype=args.dtype, seed=args.seed)
+        vi_max_iter=100 if args.max_iter is None else args.max_iter, ovbfm_epochs=args.epochs,
+        sgd_epochs=args.epochs, features=args.features, dtype=args.dtype or "float32", seed=args.seed)
     data_dir = Path(path).parent if args.features == "rich" else None
     print(f"Rating prediction (P2) on {path}: solvers {', '.join(config.solvers)}; K in {list(config.ranks)}",
           file=sys.stderr)
@@ -255,15 +258,18 @@ def cmd_evaluate_implicit(args) -> int:
     """
     from . import implicit_eval
 
-    basket_kw = {}
-    if hasattr(implicit_eval, "load_implicit_data"):
-        df, path, is_baskets = implicit_eval.load_implicit_data(args.data, format=args.format, seed=args.seed)
-        if is_baskets:
-            basket_kw["baskets"] = True
-    else:
-        if args.format not in ("auto", "movielens"):
-            raise ValueError(f"--format {args.format}: this version of evaluate implicit reads MovieLens files only")
-        df, path = _load_data(args.data)
+    if args.transform != "none":
+        raise ValueError(f"--transform {args.transform}: evaluate implicit binarizes ratings >= 4 itself (P1, SIBM) "
+                         "and reads baskets as they are; for another threshold use 'factorbayes evaluate MODEL "
+                         "--data FILE --transform binarize --threshold T' (e.g. MODEL sibm)")
+    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col, "sep": args.sep,
+               "timestamp_col": args.time_col}
+    df, path, is_baskets = implicit_eval.load_implicit_data(
+        args.data, format=args.format, max_baskets=args.max_baskets, seed=args.seed,
+        **{k: v for k, v in columns.items() if v is not None})
+    basket_kw = {"baskets": True} if is_baskets else {}
+    protocols = tuple(args.protocols) if args.protocols else (
+        implicit_eval.BASKET_PROTOCOLS if is_baskets else implicit_eval.RATING_PROTOCOLS)
     out = Path(args.out or "factorbayes-output/evaluate-implicit")
     if args.curves or args.curves_only:
         print(f"Recall@10 vs entries observed (seed 002 figs. 2-3) on {', '.join(args.curve_data)}: "
@@ -282,9 +288,9 @@ def cmd_evaluate_implicit(args) -> int:
         if unknown:
             raise ValueError(f"--systems: unknown {unknown}; choose from {sorted(systems)}")
         systems = {name: systems[name] for name in args.systems}
-    print(f"One-class comparison on {path}: protocols {', '.join(args.protocols)}; systems {', '.join(systems)}",
+    print(f"One-class comparison on {path}: protocols {', '.join(protocols)}; systems {', '.join(systems)}",
           file=sys.stderr)
-    result = implicit_eval.evaluate_implicit(df, systems, protocols=tuple(args.protocols), seed=args.seed,
+    result = implicit_eval.evaluate_implicit(df, systems, protocols=protocols, seed=args.seed,
                                              out_dir=out, progress=not args.no_progress, **basket_kw)
     _print_table(result.table)
     if len(result.like_error_by_degree):
@@ -311,7 +317,8 @@ def cmd_evaluate_counts(args) -> int:
     from . import counts_eval
 
     df, path = _load_data(args.data)
-    settings = {"hpf_max_iter": args.max_iter, "dtype": args.dtype, "sgd_epochs": args.epochs}
+    settings = {"hpf_max_iter": 100 if args.max_iter is None else args.max_iter, "dtype": args.dtype or "float32",
+                "sgd_epochs": args.epochs}
     for name in ("pfm_warmup", "pfm_samples", "pfm_thin", "fm_warmup", "fm_samples", "ease_lambdas",
                  "sgd_learning_rates", "sgd_regs"):
         value = getattr(args, name, None)
@@ -330,6 +337,124 @@ def cmd_evaluate_counts(args) -> int:
         print(f"{name}: search on the validation split of the training data")
         _print_table(table)
     print(f"Report: {result.report}")
+    return 0
+
+
+_OWN_DATA_FLAGS = ("user_col", "item_col", "value_col", "sep", "time_col", "split", "draws", "option", "max_baskets")
+
+
+def _own_data_flags(args) -> list[str]:
+    """The ``evaluate`` flags given that only the own-data evaluation (`cmd_evaluate_model`) reads."""
+    given = [f"--{name.replace('_', '-')}" for name in _OWN_DATA_FLAGS if getattr(args, name, None) is not None]
+    if args.format != "auto":
+        given.append("--format")
+    if args.transform != "none":
+        given.append("--transform")
+    return given
+
+
+def _is_movielens(spec: str) -> bool:
+    """Whether ``--data`` names MovieLens (``ml-100k``, a MovieLens file or folder); a missing path
+    counts as MovieLens so that the paper evaluation's own error names it."""
+    from . import loaders
+
+    if spec == "ml-100k" or not Path(spec).exists():
+        return True
+    try:
+        return loaders._detect_format(Path(spec)) == "movielens"
+    except ValueError:
+        return False
+
+
+def cmd_evaluate_dispatch(args) -> int:
+    """``factorbayes evaluate X``: the paper evaluations (``ratings``, ``implicit``, ``counts``; ``hpf``
+    on MovieLens without own-data flags: `cmd_evaluate`) or any fit model on the user's file
+    (`cmd_evaluate_model`).
+
+    args : argparse.Namespace of the evaluate parser. Returns the command's exit status.
+    Raises ValueError when ``ratings`` / ``counts`` get own-data flags (they run on MovieLens only); what
+    the chosen command raises propagates. Source: project addition (issue 24).
+    """
+    if args.model in ("ratings", "counts"):
+        flags = _own_data_flags(args)
+        if flags or not _is_movielens(args.data):
+            raise ValueError(f"evaluate {args.model} runs the thesis protocol on MovieLens ('ml-100k' or a MovieLens "
+                             f"path){'; it takes no ' + ', '.join(flags) if flags else ''}. On your own file: "
+                             f"'factorbayes evaluate MODEL --data FILE ...' with MODEL one of validation.api.models()")
+        return cmd_evaluate_ratings(args) if args.model == "ratings" else cmd_evaluate_counts(args)
+    if args.model == "implicit":
+        return cmd_evaluate_implicit(args)
+    if args.model in FIT_MODELS and not _own_data_flags(args) and _is_movielens(args.data):
+        return cmd_evaluate(args)
+    return cmd_evaluate_model(args)
+
+
+def cmd_evaluate_model(args) -> int:
+    """``factorbayes evaluate MODEL --data FILE``: any front-door model on the user's own file. The file
+    is read as ``fit`` reads it (`_read_table`), split (`validation.holdout.split`, ``--split``: default
+    ``basket`` for basket files, else ``loo``; one-class models on non-0/1 values hold out entries
+    >= ``--threshold`` only), fitted on the training part (`validation.api.fit` with the fit flags) and
+    evaluated next to popularity (`validation.holdout.evaluate`, cut-offs ``-N``). Prints the split
+    summary, the metrics table and the evaluation counts; writes ``metrics.csv`` and ``report.md`` to
+    ``--out``.
+
+    args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep, time_col,
+    transform, threshold, k, seed, max_iter, draws, option, tol, dtype, split, test_fraction, n_test, N,
+    max_baskets, out, no_progress. Returns 0.
+
+    Raises ValueError for an unknown model, malformed ``--option``, ``--draws`` with a model that keeps
+    its own draws, a bad split setting or input (what `holdout.split`, `api.fit` and `holdout.evaluate`
+    raise); FileNotFoundError for a missing ``--data``; OSError writing the report.
+    Source: project addition (issue 24, "Evaluate on your own data").
+    """
+    import json
+
+    import numpy as np
+
+    from . import api, holdout
+    from .report import markdown_table
+
+    if args.model not in api.models():
+        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(api.models())}")
+    adapter = api.ADAPTERS[args.model]
+    options = _fit_options(args, adapter)
+    if args.tol is not None:
+        options["tol"] = args.tol
+    if args.dtype is not None:
+        options["dtype"] = args.dtype
+    df, path, fmt = _read_table(args)
+    how = args.split or ("basket" if fmt in _BASKET_FORMATS else "loo")
+    min_value = None
+    if adapter.values == "binary" and args.transform in ("none", "binarize"):
+        v = df["rating"].to_numpy()
+        if args.transform == "binarize" or not np.all(np.isin(v, (0.0, 1.0))):
+            min_value = args.threshold  # hold out positives only (the fit binarizes at the same threshold)
+    held = holdout.split(df, how=how, seed=args.seed, test_fraction=args.test_fraction, n_test=args.n_test,
+                         min_value=min_value)
+    print(f"{args.model}: evaluating on {path} ({len(df)} rows; format {fmt}), K = {args.k}, seed {args.seed}, "
+          f"transform {args.transform}", file=sys.stderr)
+    model = api.fit(args.model, held.train, K=args.k, seed=args.seed, transform=args.transform,
+                    threshold=args.threshold, progress=not args.no_progress, **options)
+    table = holdout.evaluate(model, held.test, N=tuple(args.N))
+    lines = holdout.describe(held.summary) + holdout.describe(table.attrs["evaluation"])
+    fit_line = (f"fit: {args.model} on the train part ({model.shape[0]} users x {model.shape[1]} items after the "
+                f"transform), K = {args.k}, seed {args.seed}, transform {args.transform}"
+                f"{f' (threshold {args.threshold:g})' if args.transform == 'binarize' or min_value is not None else ''}"
+                f", options {json.dumps(options, default=str)}; uncertainty: {model.uncertainty}")
+    for line in lines + [fit_line]:
+        print(line)
+    print()
+    _print_table(table)
+    out = Path(args.out or f"factorbayes-output/evaluate-{args.model}")
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "metrics.csv", index=False)
+    notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line])
+    (out / "report.md").write_text(
+        f"# {args.model} on {Path(str(path)).name}: held-out evaluation next to popularity\n\n{notes}\n\n"
+        f"{markdown_table(table)}\n\nrecall@N and NDCG@N (discount 1/log2(k+1)): 004_90693a0965f06816.txt eqs. "
+        f"5.22, 5.26-5.27; rank score: 000_619a0297b9d686b2.txt eq. 12 (0.5 is random); RMSE: 004 chs. 3-4 "
+        f"(rating models); candidates are the items outside the user's training entries (validation.holdout).\n")
+    print(f"Report: {out / 'report.md'} (table: {out / 'metrics.csv'})")
     return 0
 
 
@@ -366,8 +491,11 @@ def _fit_options(args, adapter) -> dict:
 
 
 def _read_table(args):
-    """The ratings table of ``--data`` through `validation.loaders.load` (``ml-100k``: the MovieLens
-    100K copy found or fetched by `validation.datasets.find_movielens_100k`)."""
+    """(table, path, format): the ratings table of ``--data`` through `validation.loaders.load`
+    (``ml-100k``: the MovieLens 100K copy found or fetched by `validation.datasets.find_movielens_100k`),
+    its path as a string, and the format read ("movielens", "csv", "fimi", "basket-csv": ``--format``,
+    or what "auto" detected). With ``--max-baskets`` (evaluate), a basket file keeps that many random
+    baskets (`validation.implicit_eval.subsample_baskets`)."""
     from . import datasets, loaders
 
     if args.data == "ml-100k":
@@ -376,9 +504,19 @@ def _read_table(args):
         path = Path(args.data)
         if not path.exists():
             raise FileNotFoundError(f"--data {args.data}: no such file or directory")
-    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col, "sep": args.sep}
+    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col, "sep": args.sep,
+               "timestamp_col": getattr(args, "time_col", None)}
     columns = {k: v for k, v in columns.items() if v is not None}
-    return loaders.load(path, format=args.format, **columns), str(path)
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "csv" if columns else loaders._detect_format(path)  # what `loaders.load` itself decides
+    table = loaders.load(path, format=fmt, **columns)
+    label = str(path)
+    if fmt in _BASKET_FORMATS and getattr(args, "max_baskets", None) is not None:
+        from .implicit_eval import subsample_baskets
+
+        table, label = subsample_baskets(table, args.max_baskets, args.seed, label)
+    return table, label, fmt
 
 
 def cmd_fit(args) -> int:
@@ -406,7 +544,7 @@ def cmd_fit(args) -> int:
     if args.evaluate and args.model not in FIT_MODELS:
         raise ValueError(f"--evaluate: the held-out evaluation runs for {', '.join(FIT_MODELS)} only "
                          f"(see 'factorbayes evaluate ratings|implicit' for the others)")
-    df, path = _read_table(args)
+    df, path, _ = _read_table(args)
     print(f"{args.model}: fitting on {path} ({len(df)} rows, {df['user'].nunique()} users, "
           f"{df['item'].nunique()} items), K = {args.k}, seed {args.seed}, transform {args.transform}", file=sys.stderr)
     model = api.fit(args.model, df, K=args.k, seed=args.seed, transform=args.transform, threshold=args.threshold,
@@ -547,6 +685,38 @@ _TRANSFORMS = ("none", "round", "double", "binarize", "error")  # validation.loa
 _RATINGS_SOLVERS = ("sbmf", "bpmf", "mcmc-fm", "vbfm", "ovbfm", "sgd-fm")  # validation.ratings_eval.SOLVERS
 _CURVE_DATA = ("ratings", "sec4-synthetic")  # validation.implicit_eval.CURVE_DATA
 _CURVE_PASSES = 10  # validation.implicit_eval.CURVE_DEFAULTS["passes"]
+_IMPLICIT_PROTOCOLS = ("P1", "SIBM", "baskets")  # validation.implicit_eval.RATING_PROTOCOLS + BASKET_PROTOCOLS
+_HOWS = ("loo", "fraction", "time", "basket")  # validation.holdout.HOWS
+_BASKET_FORMATS = ("fimi", "basket-csv")  # validation.implicit_eval._BASKET_FORMATS
+
+
+
+def _add_loader_flags(p) -> None:
+    """The file-reading flags that ``fit`` and ``evaluate`` share (read by `_read_table`)."""
+    p.add_argument("--format", choices=_FORMATS, default="auto",
+                   help="file format (validation.loaders.load): auto-detect, MovieLens, a delimited file with "
+                        "named columns, FIMI baskets (one basket of item ids a line), or CSV baskets (item names)")
+    p.add_argument("--user-col", default=None, help="delimited files: the user column (header name or 0-based index)")
+    p.add_argument("--item-col", default=None, help="delimited files: the item column (header name or 0-based index)")
+    p.add_argument("--value-col", default=None,
+                   help="delimited files: the value column (none: one-class data, every row a 1)")
+    p.add_argument("--sep", default=None, help="delimited files: the field separator (default: sniffed)")
+    p.add_argument("--transform", choices=_TRANSFORMS, default="none",
+                   help="values the model cannot take: none (count models refuse non-integers, binary models "
+                        "binarize at --threshold), round, double (half stars), binarize, error")
+    p.add_argument("--threshold", type=float, default=4.0, help="binarize: value >= threshold is a 1")
+
+
+def _add_fit_flags(p, iterations_help: str = "") -> None:
+    """The solver flags that ``fit`` and ``evaluate MODEL`` share (read by `_fit_options`)."""
+    p.add_argument("--max-iter", type=int, default=None,
+                   help="iterations of the solver (VI sweeps, SVI/SGD epochs or minibatches, kept sampler sweeps "
+                        "per chain: the option named in the README's front-door table); default the model's"
+                        + iterations_help)
+    p.add_argument("--draws", type=int, default=None,
+                   help="VI solvers: draws from q stored in the artifact; default the model's")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", default=None,
+                   help="solver option passed to validation.api.fit (repeatable), e.g. --option num_chains=2")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -587,27 +757,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "id maps, settings); the artifact's path is the last line printed")
     p.add_argument("model", choices=fit_models, help="model name (validation.api.models())")
     p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a file / MovieLens folder")
-    p.add_argument("--format", choices=_FORMATS, default="auto",
-                   help="file format (validation.loaders.load): auto-detect, MovieLens, a delimited file with "
-                        "named columns, FIMI baskets (one basket of item ids a line), or CSV baskets (item names)")
-    p.add_argument("--user-col", default=None, help="delimited files: the user column (header name or 0-based index)")
-    p.add_argument("--item-col", default=None, help="delimited files: the item column (header name or 0-based index)")
-    p.add_argument("--value-col", default=None,
-                   help="delimited files: the value column (none: one-class data, every row a 1)")
-    p.add_argument("--sep", default=None, help="delimited files: the field separator (default: sniffed)")
-    p.add_argument("--transform", choices=_TRANSFORMS, default="none",
-                   help="values the model cannot take: none (count models refuse non-integers, binary models "
-                        "binarize at --threshold), round, double (half stars), binarize, error")
-    p.add_argument("--threshold", type=float, default=4.0, help="binarize: value >= threshold is a 1")
+    _add_loader_flags(p)
     p.add_argument("--k", type=int, default=20, help="latent dimension K")
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same fit)")
-    p.add_argument("--max-iter", type=int, default=None,
-                   help="iterations of the solver (VI sweeps, SVI/SGD epochs or minibatches, kept sampler sweeps "
-                        "per chain: the option named in the README's front-door table); default the model's")
-    p.add_argument("--draws", type=int, default=None,
-                   help="VI solvers: draws from q stored in the artifact; default the model's")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", default=None,
-                   help="solver option passed to validation.api.fit (repeatable), e.g. --option num_chains=2")
+    _add_fit_flags(p)
     p.add_argument("--resume-from", default=None,
                    help="checkpoint folder: write checkpoints there and continue from one if present "
                         "(resumable models only)")
@@ -626,19 +779,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("evaluate", formatter_class=fmt,
-                       help="held-out evaluation: hpf (P1, P3, next to popularity); ratings (every Gaussian "
-                            "solver on P2); implicit (one-class systems); counts (top-100 on P3)")
-    p.add_argument("model", choices=FIT_MODELS + EVALUATIONS, help="what to evaluate")
-    p.add_argument("--data", default="ml-100k", help="'ml-100k' (found or fetched) or a MovieLens path")
-    p.add_argument("--format", choices=_FORMATS, default="auto",
-                   help="evaluate implicit: file format of --data (baskets: fimi, basket-csv)")
+                       help="held-out evaluation: MODEL (any fit model) on your own file, next to popularity "
+                            "(validation.holdout); hpf without own-data flags: the paper protocols P1, P3 on "
+                            "MovieLens; ratings (every Gaussian solver on P2); implicit (one-class systems); "
+                            "counts (top-100 on P3)")
+    p.add_argument("model", choices=tuple(dict.fromkeys(fit_models + EVALUATIONS)),
+                   help="a model of validation.api.models(), or a family of the paper evaluations")
+    p.add_argument("--data", default="ml-100k",
+                   help="'ml-100k' (found or fetched) or a file / MovieLens folder (ratings, FIMI or CSV baskets)")
+    _add_loader_flags(p)
     p.add_argument("--k", type=int, default=20, help="number of components K")
-    p.add_argument("--max-iter", type=int, default=100, help="CAVI sweeps (hpf); VI sweeps (ratings)")
-    p.add_argument("--tol", type=float, default=0.0, help="relative-ELBO stopping tolerance (0: run max-iter sweeps)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="float precision")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seed", type=int, default=0, help="random seed (the split and the fit)")
+    _add_fit_flags(p, "; the paper evaluations: CAVI sweeps (hpf), VI sweeps (ratings), HPF sweeps (counts), 100")
+    p.add_argument("--tol", type=float, default=None,
+                   help="relative-ELBO stopping tolerance (paper hpf evaluation: default 0, run max-iter sweeps)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default=None,
+                   help="float precision (paper evaluations: default float32)")
     p.add_argument("--out", default=None, help="report folder (default factorbayes-output/evaluate-MODEL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--max-baskets", type=int, default=None,
+                   help="basket files: a random subset of this many baskets (seeded by --seed)")
+    g = p.add_argument_group("evaluate MODEL (your own data: validation.holdout.split + evaluate)")
+    g.add_argument("--split", choices=_HOWS, default=None,
+                   help="held-out entries: loo (one per user), fraction (--test-fraction of each user's), time "
+                        "(each user's --n-test latest, by --time-col), basket (one item per basket); default "
+                        "basket for basket files, else loo")
+    g.add_argument("--test-fraction", type=float, default=0.2, help="--split fraction: share of each user's entries")
+    g.add_argument("--n-test", type=int, default=1, help="--split time: latest entries held out per user")
+    g.add_argument("--time-col", default=None, help="delimited files: the timestamp column (for --split time)")
+    g.add_argument("-N", "--n", dest="N", type=int, nargs="+", default=[10, 20], help="cut-offs of recall@N, NDCG@N")
     g = p.add_argument_group("evaluate ratings (P2)")
     g.add_argument("--ranks", type=int, nargs="+", default=[10, 32], help="K values")
     g.add_argument("--solvers", nargs="+", choices=_RATINGS_SOLVERS, default=list(_RATINGS_SOLVERS),
@@ -648,7 +817,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
     g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
     g = p.add_argument_group("evaluate implicit (one-class: P1 and the SIBM protocol)")
-    g.add_argument("--protocols", nargs="+", choices=("P1", "SIBM"), default=["P1", "SIBM"], help="protocols")
+    g.add_argument("--protocols", nargs="+", choices=_IMPLICIT_PROTOCOLS, default=None,
+                   help="protocols (default: P1 SIBM for ratings, baskets for basket files)")
     g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
                    help="a subset of the systems (quote names with spaces), default all")
     g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
@@ -675,8 +845,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SGD-FM learning rates searched (default 0.003 0.01 0.03)")
     g.add_argument("--sgd-regs", type=float, nargs="+", default=None,
                    help="SGD-FM L2 constants searched (default 0.01 0.04 0.1)")
-    p.set_defaults(func=lambda a: {"ratings": cmd_evaluate_ratings, "implicit": cmd_evaluate_implicit,
-                                   "counts": cmd_evaluate_counts}.get(a.model, cmd_evaluate)(a))
+    p.set_defaults(func=cmd_evaluate_dispatch)
 
     p = sub.add_parser("sbc", help="simulation-based calibration of a solver", formatter_class=fmt)
     p.add_argument("model", choices=models, help="model of the registry")

@@ -85,6 +85,7 @@ __all__ = [
     "ImplicitEvaluation",
     "evaluate_implicit",
     "load_implicit_data",
+    "subsample_baskets",
     "RATING_PROTOCOLS",
     "BASKET_PROTOCOLS",
     "baseline_systems",
@@ -423,7 +424,7 @@ _BASKET_FORMATS = ("fimi", "basket-csv")
 
 
 def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | None = None,
-                       seed: int = 0) -> tuple[pd.DataFrame, str, bool]:
+                       seed: int = 0, **column_options) -> tuple[pd.DataFrame, str, bool]:
     """The table `evaluate_implicit` takes, from the CLI's ``--data`` / ``--format``.
 
     Parameters
@@ -439,6 +440,9 @@ def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | No
         ``seed``; numpy ``default_rng(seed).choice`` without replacement, kept in id order) when the
         file has more (for bounded run times on T10I4D100K); ignored for ratings.
     seed : int, seeds that subsample.
+    column_options : for delimited files (``format="csv"``, or "auto" with any of them given: then the
+        file is read as csv): ``user_col``, ``item_col``, ``value_col``, ``timestamp_col``, ``sep``,
+        ``header`` of `validation.loaders.load_delimited` (CLI ``--user-col`` ...).
 
     Returns
     -------
@@ -450,7 +454,8 @@ def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | No
     Raises
     ------
     FileNotFoundError for a missing path; ValueError for an unknown or inapplicable format, a bad
-    ``max_baskets``, and whatever the loader raises for a malformed file.
+    ``max_baskets``, column options with ``ml-100k`` or a format other than csv, and whatever the loader
+    raises for a malformed file.
 
     Source: project addition (issue 12: ``--data PATH [--format fimi|basket-csv]``).
     """
@@ -461,7 +466,10 @@ def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | No
     if max_baskets is not None and (isinstance(max_baskets, bool) or int(max_baskets) != max_baskets
                                     or max_baskets < 1):
         raise ValueError(f"max_baskets must be a positive integer or None, got {max_baskets!r}")
+    column_options = {k: v for k, v in column_options.items() if v is not None}
     if data == "ml-100k":
+        if column_options:
+            raise ValueError(f"--data ml-100k is MovieLens ratings; column options {sorted(column_options)} do not apply")
         if format not in ("auto", "movielens"):
             raise ValueError(f"--data ml-100k is MovieLens ratings; format {format!r} does not apply")
         path = datasets.find_movielens_100k()
@@ -471,18 +479,33 @@ def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | No
         raise FileNotFoundError(f"--data {data}: no such file or directory (use 'ml-100k', a MovieLens path or a "
                                 f"basket file)")
     kind = format
-    if format == "auto":
-        kind = loaders._detect_format(path)  # the detection `loaders.load` itself runs (raises when ambiguous)
-    table = loaders.load(path, format=kind)
+    if format == "auto":  # the detection `loaders.load` itself runs (raises when ambiguous)
+        kind = "csv" if column_options else loaders._detect_format(path)
+    table = loaders.load(path, format=kind, **column_options)
     is_baskets = kind in _BASKET_FORMATS
     label = str(path)
     if is_baskets and max_baskets is not None:
-        ids = np.unique(table["user"].to_numpy())
-        if ids.size > max_baskets:
-            keep = np.sort(np.random.default_rng(seed).choice(ids.size, size=int(max_baskets), replace=False))
-            table = table[table["user"].isin(ids[keep])].reset_index(drop=True)
-            label = f"{label} (random {int(max_baskets)} of {ids.size} baskets, seed {seed})"
+        table, label = subsample_baskets(table, max_baskets, seed, label)
     return table, label, is_baskets
+
+
+def subsample_baskets(table: pd.DataFrame, max_baskets: int, seed: int = 0, label: str = "") -> tuple[pd.DataFrame, str]:
+    """A uniformly random subset of ``max_baskets`` baskets of a basket table (all rows of each kept basket).
+
+    table : canonical basket table (N rows; ``user`` = basket id). max_baskets : int >= 1. seed : int:
+    ``numpy.random.default_rng(seed).choice`` of basket positions (in increasing id order) without
+    replacement, kept in id order. label : text to which the subsample's description is appended.
+    Returns (table, label): the table unchanged when it has at most ``max_baskets`` baskets.
+    Raises ValueError for a ``max_baskets`` that is not a positive integer. Source: project addition.
+    """
+    if isinstance(max_baskets, bool) or int(max_baskets) != max_baskets or max_baskets < 1:
+        raise ValueError(f"max_baskets must be a positive integer or None, got {max_baskets!r}")
+    ids = np.unique(table["user"].to_numpy())
+    if ids.size <= max_baskets:
+        return table, label
+    keep = np.sort(np.random.default_rng(seed).choice(ids.size, size=int(max_baskets), replace=False))
+    table = table[table["user"].isin(ids[keep])].reset_index(drop=True)
+    return table, f"{label} (random {int(max_baskets)} of {ids.size} baskets, seed {seed})"
 
 
 # ---------------------------------------------------------------------------
