@@ -10,10 +10,21 @@ A reference is two small files in ``validation/reference_posteriors/``:
   for plots only; the comparisons use the summaries);
 - ``NAME.json``: provenance: method, chains, warmup, draws, seed, target_accept, the gate
   diagnostics (divergences, E-BFMI per chain, the gates table), the package versions, the
-  cross-check config, and the ``key``: a SHA-256 hash of the simulated data together with the
-  settings that define the NUTS run (model arguments, chains, warmup, draws, seed,
-  target_accept). A stored reference is used only when its key equals the problem's key, so a
-  changed simulation, hyperparameter or NUTS setting is detected and NUTS is re-run.
+  cross-check config, and the ``key`` (`ProblemKey.record`): what defines the problem, that is
+  the model arguments (hyperparameters, sizes, K), the NUTS settings (chains, warmup, draws,
+  seed, target_accept) and a description of every data array (kind, shape; a SHA-256 of the
+  integer arrays); the data arrays themselves are stored in ``NAME.npz`` as
+  ``problem.data.I`` (int64 / float64).
+
+A stored reference is used only when it is for the same problem (`ProblemKey.differences`):
+model arguments and NUTS settings equal, integer data equal, and float data equal within
+`FLOAT_TOLERANCE` of the array's scale. Float data are compared within a tolerance, never by
+their bits, because the simulated data come out of XLA, whose CPU code differs by instruction
+set (AVX-512, AVX2, AVX, SSE4.2; and other processors): the same seed gives float data that
+differ in the last bits (measured: at most 1.8e-15 absolute on values of order 1, 304 ulp of
+a value near 0, for the MCMC-FM design under ``XLA_FLAGS=--xla_cpu_max_isa=AVX``). A changed
+simulation, data value, hyperparameter or NUTS setting is detected and NUTS is re-run (or, with
+``reference="stored"``, a ValueError names what differs).
 
 `load_reference(name)` reads one; `regenerate(name)` re-runs NUTS on the model's default
 cross-check problem and rewrites the files; `nuts_reference` is what every cross-check calls
@@ -42,7 +53,8 @@ __all__ = [
     "REFERENCE_DIR",
     "Reference",
     "NutsSettings",
-    "data_hash",
+    "FLOAT_TOLERANCE",
+    "ProblemKey",
     "problem_key",
     "nuts_reference",
     "from_run",
@@ -56,6 +68,16 @@ __all__ = [
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference_posteriors"
 THIN_BUDGET = 20_000  # float32 values of thinned draws kept per group (80 kB); plots only
 MIN_THIN = 5  # draws per chain kept at least
+KEY_VERSION = 2  # 1: SHA-256 of the float data's bits (refused on another CPU); 2: `ProblemKey`
+# Float data of a stored problem match when max |stored - here| <= FLOAT_TOLERANCE * max(1, max |stored|).
+# Why this value: rounding differences between XLA CPU instruction sets grow like (operations per
+# value) x (a few ulp): measured at most 1.8e-15 absolute on values of order 1 (2e-16 = one float64
+# ulp at 1); a simulation ~1e3 operations deep would still stay below ~1e-12. A different problem
+# moves data by far more than 1e-8 of their scale (a new seed: O(1); one changed entry: its own
+# size), and a change below 1e-8 of the data's scale moves every posterior mean by a negligible
+# fraction of its Monte Carlo standard error (MCSE ~1e-2 posterior sd), so that NUTS run is still
+# the reference for it.
+FLOAT_TOLERANCE = 1e-8
 
 
 @dataclass(frozen=True)
@@ -94,7 +116,7 @@ class Reference:
     ``summary``: group -> `validation.gates.QuantitySummary` (of the full draws);
     ``draws``: group -> float (chain, n, Q) draws (all of them when fresh, thinned when stored);
     ``divergences`` (int), ``bfmi`` (float64 (chain,)), ``seconds`` (of the run that made it);
-    ``settings``: `NutsSettings`; ``key``: the problem key (`problem_key`); ``source``: "fresh
+    ``settings``: `NutsSettings`; ``key``: the `ProblemKey` (`problem_key`); ``source``: "fresh
     NUTS run" or the stored file's path; ``provenance``: the stored JSON (empty when fresh);
     ``idata``: the run's InferenceData (None when stored).
     Source: project addition.
@@ -107,7 +129,7 @@ class Reference:
     bfmi: np.ndarray = field(repr=False)
     seconds: float
     settings: NutsSettings
-    key: dict = field(repr=False)
+    key: "ProblemKey" = field(repr=False)
     source: str = "fresh NUTS run"
     provenance: dict = field(default_factory=dict, repr=False)
     idata: object = field(default=None, repr=False)
@@ -129,34 +151,123 @@ class Reference:
                 f"{origin}{when}")
 
 
-def data_hash(*arrays) -> str:
-    """SHA-256 (hex) of arrays' shapes, dtypes (widened to float64 / int64) and bytes.
+def _as_key_array(a):
+    """None, or ``a`` as a C-contiguous int64 (integer / boolean) or float64 array."""
+    if a is None:
+        return None
+    if hasattr(a, "toarray"):
+        a = a.toarray()
+    a = np.asarray(a)
+    if a.dtype.kind in "iub":
+        return np.ascontiguousarray(a, dtype=np.int64)
+    if a.dtype.kind == "f":
+        return np.ascontiguousarray(a, dtype=np.float64)
+    raise TypeError(f"problem data must be integer, boolean or float arrays, got dtype {a.dtype}")
 
-    Array-likes (numpy, jax, scipy.sparse via ``.toarray()``) are accepted; None is hashed as a
-    marker. Float arrays are hashed as float64, integer and boolean ones as int64.
-    Raises nothing of its own. Source: project addition.
+
+@dataclass(frozen=True, eq=False)
+class ProblemKey:
+    """What defines a cross-check problem: its data, the model arguments and the NUTS settings.
+
+    ``data``: tuple of arrays (int64 or float64, any shape) or None, in the order the model
+    module passes them; ``model``: repr of the non-data model arguments (hyperparameters, K,
+    sizes); ``nuts``: the `NutsSettings` fields as a dict. `record` is the JSON form stored with a
+    reference (the arrays themselves go into the ``.npz``); `differences` says what separates two
+    keys (empty: the same problem). Integers, model and settings must be equal; float arrays
+    equal within `FLOAT_TOLERANCE` of their scale (see the module docstring for why not bits).
+    Source: project addition.
     """
-    h = hashlib.sha256()
-    for a in arrays:
-        if a is None:
-            h.update(b"none;")
-            continue
-        if hasattr(a, "toarray"):
-            a = a.toarray()
-        a = np.asarray(a)
-        a = a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64) if a.dtype.kind in "iub" else a
-        h.update(f"{a.shape};{a.dtype.str};".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
+
+    data: tuple
+    model: str
+    nuts: dict
+
+    def record(self) -> dict:
+        """The JSON-ready description: version, model, nuts, and per data array None or
+        ``{"kind": "integer", "shape", "sha256"}`` / ``{"kind": "float", "shape", "max_abs"}``
+        (no hash of float bits: they differ across CPUs). Raises nothing of its own."""
+        arrays = []
+        for a in self.data:
+            if a is None:
+                arrays.append(None)
+            elif a.dtype.kind == "i":
+                arrays.append({"kind": "integer", "shape": list(a.shape),
+                               "sha256": hashlib.sha256(a.tobytes()).hexdigest()})
+            else:
+                finite = a[np.isfinite(a)]
+                arrays.append({"kind": "float", "shape": list(a.shape),
+                               "max_abs": float(np.max(np.abs(finite))) if finite.size else 0.0})
+        return {"version": KEY_VERSION, "model": self.model, "nuts": _jsonable(self.nuts), "data": arrays}
+
+    def differences(self, stored: "ProblemKey") -> list[str]:
+        """What differs between this problem and ``stored`` (a stored reference's key), one
+        phrase per difference; [] when they are the same problem. Float arrays: the same NaN
+        positions and max |stored - here| <= `FLOAT_TOLERANCE` * max(1, max |stored|).
+        Raises nothing of its own. Source: project addition."""
+        out = []
+        if self.model != stored.model:
+            out.append(f"model arguments: stored {stored.model}, here {self.model}")
+        mine, theirs = _jsonable(self.nuts), _jsonable(stored.nuts)
+        for k in sorted(set(mine) | set(theirs)):
+            if mine.get(k) != theirs.get(k):
+                out.append(f"NUTS setting {k}: stored {theirs.get(k)!r}, here {mine.get(k)!r}")
+        if len(self.data) != len(stored.data):
+            out.append(f"number of data arrays: stored {len(stored.data)}, here {len(self.data)}")
+            return out
+        for i, (a, b) in enumerate(zip(self.data, stored.data)):
+            what = f"data array {i}"
+            if (a is None) != (b is None):
+                out.append(f"{what}: stored {'None' if b is None else 'an array'}, here {'None' if a is None else 'an array'}")
+                continue
+            if a is None:
+                continue
+            if a.dtype.kind != b.dtype.kind or a.shape != b.shape:
+                out.append(f"{what}: stored {b.dtype} {b.shape}, here {a.dtype} {a.shape}")
+            elif a.dtype.kind == "i":
+                n = int(np.sum(a != b))
+                if n:
+                    out.append(f"{what} (integer {a.shape}): {n} of {a.size} entries differ")
+            else:
+                nan_a, nan_b = np.isnan(a), np.isnan(b)
+                if not np.array_equal(nan_a, nan_b):
+                    out.append(f"{what} (float {a.shape}): NaN at other positions")
+                    continue
+                ok = ~nan_b
+                scale = max(1.0, float(np.max(np.abs(b[ok]), initial=0.0)))
+                gap = float(np.max(np.abs(a[ok] - b[ok]), initial=0.0))
+                if not gap <= FLOAT_TOLERANCE * scale:
+                    out.append(f"{what} (float {a.shape}): differs by up to {gap:.3g} "
+                               f"(tolerance {FLOAT_TOLERANCE:g} x scale {scale:.3g})")
+        return out
+
+    @classmethod
+    def from_record(cls, record: dict, arrays: dict, *, source: str = "") -> "ProblemKey":
+        """The key from its JSON ``record`` and the stored data ``arrays`` ("problem.data.I" ->
+        array). Raises ValueError when the record is of an older version or an array is missing."""
+        if record.get("version") != KEY_VERSION:
+            raise ValueError(f"{source}: stored problem key of version {record.get('version', 1)}, this "
+                             f"package reads version {KEY_VERSION}; regenerate the reference "
+                             f"(validation.references.regenerate)")
+        data = []
+        for i, d in enumerate(record["data"]):
+            if d is None:
+                data.append(None)
+                continue
+            name = f"problem.data.{i}"
+            if name not in arrays:
+                raise ValueError(f"{source}: data array {name!r} of the problem key is missing")
+            data.append(_as_key_array(arrays[name]))
+        return cls(tuple(data), record["model"], dict(record["nuts"]))
 
 
-def problem_key(data: tuple, model_args, settings: NutsSettings) -> dict:
-    """The key that a stored reference must match: ``data_sha256`` (`data_hash` of ``data``),
-    ``model`` (repr of the non-data model arguments: hyperparameters, K, ...) and the NUTS
-    ``settings``. ``data``: a tuple of arrays (e.g. int32 (N,) indices and float64 (N,) values).
-    Raises nothing of its own. Source: project addition."""
-    return {"data_sha256": data_hash(*data), "model": repr(model_args),
-            "nuts": {k: getattr(settings, k) for k in NutsSettings.__dataclass_fields__}}
+def problem_key(data: tuple, model_args, settings: NutsSettings) -> ProblemKey:
+    """The key that a stored reference must match (`ProblemKey`): the problem's ``data`` (a tuple
+    of arrays, e.g. int32 (N,) indices and float64 (N,) values, or None; scipy.sparse is made
+    dense), ``model`` (repr of the non-data model arguments: hyperparameters, K, ...) and the NUTS
+    ``settings``. Raises TypeError for an array that is not integer, boolean or float.
+    Source: project addition."""
+    return ProblemKey(tuple(_as_key_array(a) for a in data), repr(model_args),
+                      {k: getattr(settings, k) for k in NutsSettings.__dataclass_fields__})
 
 
 def thin(draws: np.ndarray, budget: int = THIN_BUDGET) -> np.ndarray:
@@ -226,6 +337,9 @@ def save_reference(ref: Reference, *, config=None, directory=None) -> tuple[Path
         for f in QuantitySummary.FIELDS:
             arrays[f"{g}.{f}"] = np.asarray(getattr(s, f), np.float64)
         arrays[f"{g}.draws"] = thin(ref.draws[g])
+    for i, a in enumerate(ref.key.data):
+        if a is not None:
+            arrays[f"problem.data.{i}"] = a
     np.savez_compressed(npz, **arrays)
     gate = ref.gates()
     fields = getattr(config, "__dataclass_fields__", None)
@@ -235,7 +349,7 @@ def save_reference(ref: Reference, *, config=None, directory=None) -> tuple[Path
         **{k: getattr(ref.settings, k) for k in NutsSettings.__dataclass_fields__},
         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "seconds": ref.seconds,
-        "key": ref.key,
+        "key": ref.key.record(),
         "groups": {g: {"Q": s.size, "n_chains": s.n_chains, "n_draws": s.n_draws} for g, s in ref.summary.items()},
         "diagnostics": {"divergences": ref.divergences, "bfmi": np.asarray(ref.bfmi).tolist(),
                         "gates_passed": gate.passed, "failures": gate.failures,
@@ -249,7 +363,8 @@ def save_reference(ref: Reference, *, config=None, directory=None) -> tuple[Path
 
 def load_reference(name: str, directory=None) -> Reference:
     """The stored reference ``name`` (e.g. "hpf", "mcmc-fm"). Raises FileNotFoundError when it is
-    not stored. Source: project addition."""
+    not stored; ValueError when its problem key is of an older version or incomplete.
+    Source: project addition."""
     npz, js = _paths(name, directory)
     if not (npz.exists() and js.exists()):
         raise FileNotFoundError(f"no stored reference {name!r} in {npz.parent} (regenerate it with "
@@ -261,37 +376,42 @@ def load_reference(name: str, directory=None) -> Reference:
             summary[g] = QuantitySummary(**{k: f[f"{g}.{k}"] for k in QuantitySummary.FIELDS},
                                          n_chains=int(info["n_chains"]), n_draws=int(info["n_draws"]))
             draws[g] = f[f"{g}.draws"]
+        key = ProblemKey.from_record(meta["key"], {k: f[k] for k in f.files if k.startswith("problem.data.")},
+                                     source=str(npz))
     settings = NutsSettings(**{k: meta[k] for k in NutsSettings.__dataclass_fields__})
     return Reference(name, summary, draws, int(meta["diagnostics"]["divergences"]),
                      np.asarray(meta["diagnostics"]["bfmi"], np.float64), float(meta["seconds"]), settings,
-                     meta["key"], source=str(npz), provenance=meta)
+                     key, source=str(npz), provenance=meta)
 
 
 def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, quantities: Callable, *,
                    reference: str | None = None, directory=None) -> Reference:
     """The NUTS reference of a cross-check: stored when it matches, else a fresh run.
 
-    ``key``: `problem_key` of the problem; a stored reference matches when its key is equal; the
-    files searched are ``NAME`` and ``NAME-*`` (a model may store several problems, e.g. "hpf" for
+    ``key``: `problem_key` of the problem; a stored reference matches when
+    `ProblemKey.differences` finds nothing (floats within `FLOAT_TOLERANCE`); the files searched are ``NAME`` and ``NAME-*`` (a model may store several problems, e.g. "hpf" for
     the default cross-check and "hpf-small" for the default test suite's);
     ``run()`` -> `validation.crosscheck.NutsRun`;
     ``quantities(idata)`` -> dict group -> draws (chain, draw, Q). ``reference``: "stored" (raise
     ValueError when no stored reference matches ``key``), "rerun" (always run NUTS), or None
-    (stored when one matches, else run). Raises ValueError on another value.
+    (stored when one matches, else run). Raises ValueError on another value, or naming what
+    differs from each stored candidate when ``reference="stored"`` and none matches.
     Source: project addition.
     """
     if reference not in (None, "stored", "rerun"):
         raise ValueError(f"reference must be 'stored', 'rerun' or None, got {reference!r}")
     if reference != "rerun":
-        want = json.loads(json.dumps(_jsonable(key)))
         candidates = [n for n in stored_names(directory) if n == name or n.startswith(name + "-")]
+        why = {}
         for n in candidates:
             stored = load_reference(n, directory)
-            if stored.key == want:
+            why[n] = key.differences(stored.key)
+            if not why[n]:
                 return stored
         if reference == "stored":
             why = ("none is stored" if not candidates else
-                   f"the problem key (data, model or NUTS settings) differs from those of {candidates}")
+                   "the problem (data, model or NUTS settings) differs from each stored one: "
+                   + "; ".join(f"{n}: {', '.join(d[:3])}{' ...' if len(d) > 3 else ''}" for n, d in why.items()))
             raise ValueError(f"reference='stored': no stored reference {name!r} for this problem: {why}; "
                              f"regenerate with validation.references.regenerate")
     return from_run(name, run(), quantities, settings, key)

@@ -108,6 +108,40 @@ def test_a_changed_problem_is_not_served_from_the_store():
         hpf.nuts_reference(hpf.CROSSCHECK_SMALL, reference="maybe")
 
 
+def test_a_changed_data_value_is_refused_and_rounding_is_not(monkeypatch):
+    """The key compares float data within FLOAT_TOLERANCE of their scale, not by bits: the VBFM design's
+    responses (float64 (200,), the array that differs across CPU instruction sets) moved by 50 ulp of
+    their scale still match (measured across ISAs: <= 1.8e-15 absolute, 8 ulp at scale 1); one response
+    moved by 1e-6 of the scale is another problem and is refused with a message naming the array.
+    Integer data must be equal: one changed row index is refused."""
+    stored = references.load_reference("vbfm")
+    key = stored.key
+    i_float = next(i for i, a in enumerate(key.data) if a is not None and a.dtype.kind == "f" and a.shape == (200,))
+    y = key.data[i_float]
+    scale = max(1.0, float(np.abs(y).max()))
+
+    def with_array(i, a):
+        return references.ProblemKey(tuple(a if j == i else b for j, b in enumerate(key.data)), key.model, key.nuts)
+
+    rounding = y + 50 * np.spacing(scale) * np.sign(np.sin(np.arange(y.size)))
+    assert not np.array_equal(rounding, y)
+    assert with_array(i_float, rounding).differences(key) == []
+    moved = y.copy()
+    moved[7] += 1e-6 * scale
+    diffs = with_array(i_float, moved).differences(key)
+    assert len(diffs) == 1 and f"data array {i_float}" in diffs[0] and "differs by up to" in diffs[0]
+    rows = key.data[0].copy()
+    rows[3] = (rows[3] + 1) % (rows.max() + 1)
+    assert "1 of" in with_array(0, rows).differences(key)[0]
+    assert "model arguments" in references.ProblemKey(key.data, key.model + " ", key.nuts).differences(key)[0]
+    # the store refuses the changed problem through the public entry, naming what differs
+    with pytest.raises(ValueError, match=f"data array {i_float}"):
+        references.nuts_reference("vbfm", with_array(i_float, moved), stored.settings, run=None, quantities=None,
+                                  reference="stored")
+    assert references.nuts_reference("vbfm", with_array(i_float, rounding), stored.settings, run=None,
+                                     quantities=None, reference="stored").stored
+
+
 def test_save_and_load_round_trip(tmp_path):
     """A reference written and read back keeps its summaries, diagnostics and key (draws thinned)."""
     rng = np.random.default_rng(0)
@@ -119,7 +153,8 @@ def test_save_and_load_round_trip(tmp_path):
     references.save_reference(ref, config=settings, directory=tmp_path)
     back = references.load_reference("toy", tmp_path)
     np.testing.assert_array_equal(back.summary["q"].mcse_mean, ref.summary["q"].mcse_mean)
-    assert back.key == json.loads(json.dumps(key)) and back.settings == settings
+    assert back.key.record() == json.loads(json.dumps(key.record())) and back.settings == settings
+    assert back.key.differences(key) == [] and back.key.data[0].dtype == np.float64
     assert back.draws["q"].shape[:1] == (4,) and back.draws["q"].size <= references.THIN_BUDGET
     table = references.agreement(ref, back)
     assert table.passed.all() and (table.max_z == 0).all()
