@@ -14,7 +14,15 @@
     factorbayes recommend DIR_OR_FILE --users ID ...   validation.api.load + FittedModel.recommend: one
         [-N 10] [--include-seen]                       row per (user, rank, item, score, sd), tab-separated
     factorbayes --version                              the installed package version
-    factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf
+    factorbayes evaluate MODEL --data FILE             any model of validation.api.models() on your own file:
+        [fit's loader flags: --format --user-col ...]  read as `fit` reads it, validation.holdout.split
+        [fit's solver flags: --k --max-iter --draws    (--split loo|fraction|time|basket; default basket for
+         --option] [--split S] [-N 10 20] [--seed S]   basket files, else loo), validation.api.fit on train,
+        [--max-baskets B] --out DIR                    validation.holdout.evaluate next to popularity
+                                                       (recall@N, NDCG@N, rank score, RMSE); metrics.csv,
+                                                       report.md
+    factorbayes evaluate hpf --data ml-100k|PATH       validation.experiments.evaluate_hpf (the paper protocols
+                                                       P1, P3: MovieLens without the own-data flags above)
     factorbayes evaluate ratings --data ml-100k|PATH   validation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
     factorbayes errata                                 validation.errata.run_errata(registry.all_errata())
@@ -22,8 +30,9 @@
                                                        which evidence exists (update checks, bridge, NUTS
                                                        agreement, SBC, k-hat, VSBC), from the registry
     factorbayes evaluate implicit --data ml-100k|PATH  validation.implicit_eval.evaluate_implicit
-                                                       (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
-                                                       on P1, SIBM; RG like error by degree)
+        [--protocols P1 SIBM | baskets]                (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
+        [--format F --user-col C ...] [--max-baskets]  on P1, SIBM; RG like error by degree); basket files
+                                                       (FIMI, basket CSV): the baskets protocol by default
         [--curves | --curves-only]                     + validation.implicit_eval.recall_curves
                                                        (seed 002 figs. 2-3: recall@10 vs entries)
     factorbayes evaluate counts --data ml-100k|PATH    validation.counts_eval.evaluate_counts: top-100 on P3

@@ -28,7 +28,8 @@ entries of the item, `validation.metrics.popularity_score_fn`) on the model's ow
 (``FittedModel.seen``) and computes, with `validation.metrics`: recall@N and NDCG@N
 (`metrics.holdout_metrics`: 004_90693a0965f06816.txt eqs. 5.22, 5.26-5.27, with the
 ``1/log2(k+1)`` discount), the rank score (`metrics.leave_one_out_metrics`: 000 eq. 12 / 003 eq.
-20, per held-out entry, averaged per user then over users) and, for rating models, RMSE
+20, per held-out entry against the user's candidates that are not held out, averaged per user then
+over users) and, for rating models, RMSE
 (`metrics.rmse`, 004 ch. 3-4; next to an item-mean baseline).
 
 The front door delegates here: ``api.split = holdout.split``; ``FittedModel.evaluate(test, **kw)``
@@ -287,10 +288,11 @@ def describe(summary: dict) -> list[str]:
         extra = {"fraction": f", {summary.get('test_fraction', 0):g} of each user's entries",
                  "time": f", each user's latest {summary.get('n_test', 1)} by {summary.get('time_col')!r}",
                  "loo": ", one entry per user", "basket": ", one item per basket"}[summary["how"]]
+        who = "baskets" if summary["how"] == "basket" else "users"
         lines = [f"split: {summary['how']}{extra} (seed {summary['seed']}): {summary['rows']} rows, "
-                 f"{summary['users']} users x {summary['items']} items; train {summary['train_rows']} rows, "
-                 f"held out {summary['test_rows']} rows of {summary['test_users']} users",
-                 f"not held out: {summary['users_not_held_out']} users with fewer than two eligible entries "
+                 f"{summary['users']} {who} x {summary['items']} items; train {summary['train_rows']} rows, "
+                 f"held out {summary['test_rows']} rows of {summary['test_users']} {who}",
+                 f"not held out: {summary['users_not_held_out']} {who} with fewer than two eligible entries "
                  f"(all in train, not evaluated)"]
         if summary["not_eligible_rows"]:
             lines.append(f"not eligible: {summary['not_eligible_rows']} rows below min_value (kept in train)")
@@ -312,7 +314,7 @@ def _test_table(test, fitted, user_col, item_col, value_col) -> pd.DataFrame:
 
     if not isinstance(test, pd.DataFrame):
         raise TypeError(f"test must be a pandas DataFrame (split's second value), got {type(test).__name__}")
-    known = dict(test.attrs.get(_COLUMNS_KEY, {}))
+    known = {"user_col": None, "item_col": None, "value_col": None, **test.attrs.get(_COLUMNS_KEY, {})}
     given = {k: v for k, v in (("user_col", user_col), ("item_col", item_col), ("value_col", value_col)) if v is not None}
     cols = _columns(test, **{**known, **given, "time_col": None})
     raw = pd.DataFrame({"user": test[cols["user_col"]].to_numpy(), "item": test[cols["item_col"]].to_numpy(),
@@ -361,15 +363,18 @@ def _item_mean_score_fn(seen):
 
 
 def _ranking(score_fn, train, users, items, N, batch_users):
-    """Per user: recall@N and NDCG@N (`metrics.holdout_metrics`) and the mean rank score of the user's
-    held-out entries (`metrics.leave_one_out_metrics`); one score_fn call per block of users."""
+    """Per evaluated user: recall@N and NDCG@N (`metrics.holdout_metrics`) and the mean rank score of
+    the user's held-out entries (`metrics.leave_one_out_metrics`, one call per "round": the r-th held-out
+    entry of every user, with the user's other held-out entries excluded from the candidates, so that a
+    rank score compares each relevant item with the non-relevant ones only). ``train`` a CSR (I, J);
+    one ``score_fn`` call per block of ``batch_users`` users."""
     from custom_inference.data import Observations
 
     from . import metrics
     from .splits import HoldoutSplit, ImplicitSplit
 
     I, J = train.shape
-    order = np.argsort(users, kind="stable")
+    order = np.lexsort((items, users))
     users, items = users[order], items[order]
     todo = np.unique(users)
     parts = []
@@ -381,15 +386,25 @@ def _ranking(score_fn, train, users, items, N, batch_users):
         where = np.full(I, -1, dtype=np.int64)
         where[block] = np.arange(block.size)
         fn = lambda us, s=scores, w=where: s[w[np.asarray(us)]]  # noqa: E731
-        test = Observations.from_coo(bu, bi, np.ones(bu.size), (I, J), kind="binary")
+        sub = train[block].tocoo()  # only the block's rows are read by the metrics
+        tr_u, tr_i = block[sub.row], sub.col
+        mk = lambda r, c: Observations.from_coo(r, c, np.ones(r.size), (I, J), kind="binary")  # noqa: E731
+        tr, test = mk(tr_u, tr_i), mk(bu, bi)
         part = None
         for n in N:
-            pu = metrics.holdout_metrics(fn, HoldoutSplit(train, test, None), p=n, batch_size=block.size,
+            pu = metrics.holdout_metrics(fn, HoldoutSplit(tr, test, None), p=n, batch_size=block.size,
                                          discount="log2(k+1)")
             cols = pu[["user", "recall", "ndcg"]].rename(columns={"recall": f"recall@{n}", "ndcg": f"ndcg@{n}"})
             part = cols if part is None else part.merge(cols, on="user")
-        loo = metrics.leave_one_out_metrics(fn, ImplicitSplit(train, bu, bi, None), n=1, batch_size=bu.size)
-        rs = loo.groupby("user", sort=True)["rank_score"].mean()
+        first = np.searchsorted(bu, bu, "left")
+        rnd = np.arange(bu.size) - first  # 0 for the user's first held-out entry, 1 for the second, ...
+        rs = []
+        for r in range(int(rnd.max()) + 1):
+            now = rnd == r
+            others = mk(np.concatenate([tr_u, bu[~now]]), np.concatenate([tr_i, bi[~now]]))
+            rs.append(metrics.leave_one_out_metrics(fn, ImplicitSplit(others, bu[now], bi[now], None), n=1,
+                                                    batch_size=int(now.sum()))[["user", "rank_score"]])
+        rs = pd.concat(rs).groupby("user", sort=True)["rank_score"].mean()
         parts.append(part.merge(pd.DataFrame({"user": rs.index.to_numpy(), "rank_score": rs.to_numpy()}), on="user"))
     return pd.concat(parts, ignore_index=True)
 
@@ -419,8 +434,9 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     rating models ``"item mean"``: each item's mean training value), ``recall@N``, ``ndcg@N`` per N
     (float64, means over the evaluated users: relevant = the user's held-out entries, candidates = the
     items not in the user's training entries, ties broken by the smaller item index), ``rank_score``
-    (fraction of the user's candidates scored strictly below a held-out item, averaged over the user's
-    held-out items, then over users; 0.5 is random), ``rmse`` (rating models: of the posterior-mean
+    (for each held-out entry, the fraction of the user's other candidates that are not held out scored
+    strictly below it; averaged over the user's held-out entries, then over users; 0.5 is random, 1 every
+    held-out item above every other candidate), ``rmse`` (rating models: of the posterior-mean
     prediction of each held-out value; NaN otherwise and for popularity), ``users`` and ``held_out``
     (int: users and entries evaluated). ``attrs``: ``"evaluation"`` (counts: users, held_out,
     not_relevant, unknown_user, unknown_item, test_rows), ``"split"`` (the test's split summary, if any),
@@ -468,7 +484,7 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
                          f"{fitted.user_ids[u[k]]!r} item {fitted.item_ids[i[k]]!r}: evaluate on entries the model "
                          "was not fitted on (holdout.split's test)")
     coo = seen.tocoo()
-    train = Observations.from_coo(coo.row, coo.col, np.ones(coo.nnz), seen.shape, kind="binary")
+    train = Observations.from_coo(coo.row, coo.col, np.ones(coo.nnz), seen.shape, kind="binary")  # popularity's
     J = seen.shape[1]
     batch_users = batch_users or max(1, 4_000_000 // max(J, 1))
     systems = {fitted.model: _model_score_fn(fitted, batch_cells), "popularity": metrics.popularity_score_fn(train)}
@@ -476,7 +492,7 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
         systems["item mean"] = _item_mean_score_fn(seen)
     rows = []
     for name, fn in systems.items():
-        pu = _ranking(fn, train, u, i, N, batch_users)
+        pu = _ranking(fn, seen, u, i, N, batch_users)
         row = {"system": name}
         for n in N:
             row[f"recall@{n}"] = float(pu[f"recall@{n}"].mean())

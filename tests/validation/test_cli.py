@@ -196,6 +196,10 @@ def test_parser_constants_match_their_modules():
     assert cli._FORMATS == loaders.FORMATS and cli._TRANSFORMS == loaders.TRANSFORMS
     assert cli._RATINGS_SOLVERS == ratings_eval.SOLVERS and cli._CURVE_DATA == implicit_eval.CURVE_DATA
     assert cli._CURVE_PASSES == implicit_eval.CURVE_DEFAULTS["passes"]
+    from validation import holdout
+
+    assert cli._IMPLICIT_PROTOCOLS == implicit_eval.RATING_PROTOCOLS + implicit_eval.BASKET_PROTOCOLS
+    assert cli._HOWS == holdout.HOWS and cli._BASKET_FORMATS == implicit_eval._BASKET_FORMATS
 
 
 def test_evidence_command_prints_one_row_per_solver(capsys):
@@ -217,3 +221,95 @@ def test_evidence_command_prints_one_row_per_solver(capsys):
     assert len([line for line in capsys.readouterr().out.splitlines()[2:] if line.startswith("| sibm")]) == 1
     assert cli.main(["crosscheck", "sbmf", "--vsbc", "5"]) == 2  # refused before anything runs: no VI solver
     assert "no VSBC adapter" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# evaluate on your own data (issue 24): each of the newcomer's failures
+
+
+@pytest.fixture
+def half_star_csv(tmp_path):
+    """A ';' file with the user's own header names, string ids and half stars (30 customers x 20 products)."""
+    rng = np.random.default_rng(2)
+    lines = ["customer;product;stars"]
+    for u in range(30):
+        for i in rng.choice(20, size=rng.integers(3, 9), replace=False):
+            lines.append(f"c{u};p{i};{rng.integers(1, 11) / 2:g}")
+    path = tmp_path / "shop.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def fimi_file(tmp_path):
+    """A FIMI basket file: 60 baskets of 2-5 integer item ids out of 15."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "baskets.dat"
+    path.write_text("\n".join(" ".join(map(str, sorted(rng.choice(15, size=rng.integers(2, 6), replace=False))))
+                              for _ in range(60)) + "\n")
+    return path
+
+
+def test_evaluate_implicit_takes_the_loader_flags_it_asks_for(half_star_csv, tmp_path, capsys):
+    # before: "format='csv' needs ['user_col', 'item_col'] (... CLI --user-col, --item-col)", then
+    # "unrecognized arguments: --user-col ..." (SystemExit 2)
+    argv = ["evaluate", "implicit", "--data", str(half_star_csv), "--format", "csv", "--user-col", "customer",
+            "--item-col", "product", "--value-col", "stars", "--protocols", "P1", "--systems", "popularity",
+            "--out", str(tmp_path / "o"), "--no-progress"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| P1 " in out and "popularity" in out
+    assert cli.main(argv[:-5] + ["--transform", "binarize", "--no-progress"]) == 2
+    assert "evaluate MODEL" in capsys.readouterr().err
+
+
+def test_evaluate_implicit_on_a_basket_file_uses_the_basket_protocol(fimi_file, tmp_path, capsys):
+    # before: exit 2, "protocols ['P1', 'SIBM'] need ratings ...; basket data uses ['baskets']", and
+    # --protocols baskets was not a choice
+    base = ["evaluate", "implicit", "--data", str(fimi_file), "--systems", "popularity", "--no-progress"]
+    assert cli.main(base + ["--out", str(tmp_path / "a")]) == 0
+    assert "| baskets " in capsys.readouterr().out
+    assert cli.main(base + ["--protocols", "baskets", "--out", str(tmp_path / "b")]) == 0
+    assert "| baskets " in capsys.readouterr().out
+    assert cli.main(base + ["--protocols", "P1"]) == 2
+    assert "basket data uses ['baskets']" in capsys.readouterr().err
+
+
+def test_evaluate_a_fit_model_on_your_own_file(half_star_csv, tmp_path, capsys):
+    # before: `evaluate hpf` ran the MovieLens paper protocols only and took no loader flags
+    out_dir = tmp_path / "o"
+    assert cli.main(["evaluate", "hpf", "--data", str(half_star_csv), "--user-col", "customer", "--item-col",
+                     "product", "--value-col", "stars", "--transform", "double", "--k", "2", "--max-iter", "5",
+                     "--draws", "5", "-N", "5", "10", "--out", str(out_dir), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "split: loo, one entry per user (seed 0)" in out and "not held out: 0 users" in out
+    header = next(line for line in out.splitlines() if line.startswith("| system"))
+    for col in ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "rank_score", "rmse"):
+        assert col in header
+    assert any(line.startswith("| hpf ") for line in out.splitlines())
+    assert any(line.startswith("| popularity ") for line in out.splitlines())
+    import pandas as pd
+
+    table = pd.read_csv(out_dir / "metrics.csv")
+    assert list(table["system"]) == ["hpf", "popularity"] and (table["users"] == 30).all()
+    assert "| hpf " in (out_dir / "report.md").read_text()
+
+
+def test_evaluate_a_model_on_basket_csv_holds_out_one_item_per_basket(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    names = ["milk", "bread", "beer", "eggs", "tea", "jam", "rice", "soap", "salt", "oil"]
+    path = tmp_path / "groceries.csv"
+    path.write_text("\n".join(",".join(rng.choice(names, size=rng.integers(1, 5), replace=False))
+                              for _ in range(50)) + "\n")
+    assert cli.main(["evaluate", "bpr", "--data", str(path), "--format", "basket-csv", "--k", "2", "--max-iter", "3",
+                     "-N", "3", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "split: basket, one item per basket" in out and "| bpr " in out and "| popularity " in out
+
+
+def test_evaluate_refuses_what_it_cannot_do_with_status_2(half_star_csv, tmp_path, capsys):
+    cols = ["--user-col", "customer", "--item-col", "product", "--value-col", "stars"]
+    assert cli.main(["evaluate", "ratings", "--data", str(half_star_csv), *cols, "--no-progress"]) == 2
+    assert "evaluate MODEL --data FILE" in capsys.readouterr().err
+    assert cli.main(["evaluate", "bpmf", "--data", str(half_star_csv), *cols, "--split", "time", "--no-progress"]) == 2
+    assert "--time-col" in capsys.readouterr().err
