@@ -209,10 +209,11 @@ def split(data, how: str = "loo", *, seed: int = 0, test_fraction: float = 0.2, 
     HeldOut : ``train, test`` DataFrames with the input's columns (scipy / Observations input: columns
         user, item, rating with the row and column indices as ids), rows in input order, disjoint, union
         = ``data``; ``.summary`` (also ``test.attrs["holdout"]``): how, seed, rows, users, items,
-        train_rows, test_rows, test_users (users with a held-out entry), users_not_held_out (too few
-        eligible entries: all in train, not evaluated), not_eligible_rows (value < min_value),
-        returned_to_train (held-out entries whose item had no other entry: an item no model can score,
-        put back in train), returned_items (those items), plus test_fraction / n_test / time_col for
+        train_rows, test_rows, test_users (users with a held-out entry), users_not_held_out (users without
+        one: all their entries in train, not evaluated), users_too_few (of those, the users with fewer than
+        two eligible entries; the others lost theirs to returned_to_train), not_eligible_rows (value < min_value),
+        returned_to_train (held-out entries whose item has no other eligible entry: an item no model
+        fitted on train can score, put back in train), returned_items (those items), plus test_fraction / n_test / time_col for
         their protocols. ``test.attrs["holdout_columns"]`` names the columns for `evaluate`.
 
     Raises
@@ -262,17 +263,19 @@ def split(data, how: str = "loo", *, seed: int = 0, test_fraction: float = 0.2, 
                              "later than anything else (a file without a time column? time_col=...; CLI --time-col)")
         held = _latest(u, t, eligible, int(n_test))
         summary.update(n_test=int(n_test), time_col=cols["time_col"])
-    # an item with every entry held out cannot be scored by any model fitted on train: back to train
-    in_train = np.bincount(i[~held], minlength=item_ids.size) > 0
+    # an item with no eligible training entry left (a binarizing fit drops the others) cannot be scored by
+    # any model fitted on train: its held-out entries go back to train
+    in_train = np.bincount(i[~held & eligible], minlength=item_ids.size) > 0
     cold = held & ~in_train[i]
     held &= ~cold
     if not held.any():
         raise ValueError(f"how={how!r}: nothing to hold out (no user has two eligible entries whose items "
                          "also occur elsewhere)")
     test_users = np.unique(u[held]).size
+    too_few = int(np.sum(np.bincount(u[eligible], minlength=user_ids.size) < 2))
     summary.update(rows=int(len(table)), users=int(user_ids.size), items=int(item_ids.size),
                    train_rows=int((~held).sum()), test_rows=int(held.sum()), test_users=int(test_users),
-                   users_not_held_out=int(user_ids.size - test_users),
+                   users_not_held_out=int(user_ids.size - test_users), users_too_few=too_few,
                    not_eligible_rows=int((~eligible).sum()), returned_to_train=int(cold.sum()),
                    returned_items=int(np.unique(i[cold]).size))
     train, test = rows[~held], rows[held]
@@ -292,13 +295,13 @@ def describe(summary: dict) -> list[str]:
         lines = [f"split: {summary['how']}{extra} (seed {summary['seed']}): {summary['rows']} rows, "
                  f"{summary['users']} {who} x {summary['items']} items; train {summary['train_rows']} rows, "
                  f"held out {summary['test_rows']} rows of {summary['test_users']} {who}",
-                 f"not held out: {summary['users_not_held_out']} {who} with fewer than two eligible entries "
-                 f"(all in train, not evaluated)"]
+                 f"not held out (all in train, not evaluated): {summary['users_not_held_out']} {who}, of which "
+                 f"{summary['users_too_few']} with fewer than two eligible entries"]
         if summary["not_eligible_rows"]:
             lines.append(f"not eligible: {summary['not_eligible_rows']} rows below min_value (kept in train)")
         if summary["returned_to_train"]:
             lines.append(f"returned to train: {summary['returned_to_train']} held-out rows of "
-                         f"{summary['returned_items']} items with no other entry (no model could score them)")
+                         f"{summary['returned_items']} items with no other eligible entry (no model could score them)")
         return lines
     return [f"evaluated: {summary['users']} users, {summary['held_out']} held-out entries; "
             f"skipped: {summary['not_relevant']} entries the model's transform drops (not positives), "

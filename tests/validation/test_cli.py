@@ -282,7 +282,7 @@ def test_evaluate_a_fit_model_on_your_own_file(half_star_csv, tmp_path, capsys):
                      "product", "--value-col", "stars", "--transform", "double", "--k", "2", "--max-iter", "5",
                      "--draws", "5", "-N", "5", "10", "--out", str(out_dir), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "split: loo, one entry per user (seed 0)" in out and "not held out: 0 users" in out
+    assert "split: loo, one entry per user (seed 0)" in out and "not held out (all in train, not evaluated): 0 users" in out
     header = next(line for line in out.splitlines() if line.startswith("| system"))
     for col in ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "rank_score", "rmse"):
         assert col in header
