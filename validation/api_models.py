@@ -386,3 +386,21 @@ def _psm_form(post, attrs):
 SCORE_FORMS = {_hpf_mean: _hpf_form, _sbmf_mean: _sbmf_form, _bpmf_mean: _bpmf_form, _fm_mean: _fm_form,
                _sibm_mean: _sibm_form, _rg_mean: _rg_form, _bpr_mean: _bpr_form, _pfm_mean: _pfm_form,
                _psm_mean: _psm_form}
+
+
+def _hpf_q_form(idata, attrs):
+    """E_q[theta_u . beta_i] = E_q[theta_u] . E_q[beta_i] = sum_k (gamma_shp / gamma_rte)_uk (lambda_shp / lambda_rte)_ik:
+    exact under HPF's mean-field q (theta and beta independent Gammas; 001_30a2018ec18c20b9.txt, the
+    CAVI's q(theta_uk) = Gamma(gamma_uk), q(beta_ik) = Gamma(lambda_ik)), as one draw; the mean over
+    the stored draws from q is a Monte Carlo estimate of it."""
+    from custom_inference import arviz_io
+
+    vp = arviz_io.group_arrays(idata, "variational_parameters")
+    theta = np.asarray(vp["gamma_shape"], np.float64) / np.asarray(vp["gamma_rate"], np.float64)
+    beta = np.asarray(vp["lambda_shape"], np.float64) / np.asarray(vp["lambda_rate"], np.float64)
+    return LinearScore(P=theta[None], Q=beta[None])
+
+
+#: adapter name -> ``(idata, attrs) -> LinearScore`` of the posterior mean in closed form under the fit's
+#: q (`validation.scoring`'s ``means="q"``); only where q makes it exact.
+Q_MEAN_FORMS = {"hpf": _hpf_q_form}

@@ -284,6 +284,26 @@ def _form(fitted) -> tuple[Any, dict, dict]:
     return (maker(post, attrs) if maker is not None else None), post, attrs
 
 
+MEANS = ("draws", "q")
+
+
+def _q_form(fitted, attrs) -> LinearScore:
+    """The closed-form posterior mean under q of a fitted model (``means="q"``), checked against its shape."""
+    from .api_models import Q_MEAN_FORMS
+
+    if fitted.model not in Q_MEAN_FORMS:
+        raise ValueError(f"means='q': model {fitted.model!r} has no closed-form mean under its q; models that "
+                         f"have one: {', '.join(Q_MEAN_FORMS)} (use means='draws')")
+    if "variational_parameters" not in fitted.idata.groups():
+        raise ValueError(f"means='q': this {fitted.model!r} fit carries no variational_parameters group "
+                         "(q's parameters); use means='draws'")
+    form = Q_MEAN_FORMS[fitted.model](fitted.idata, attrs)
+    if (form.P.shape[1], form.Q.shape[1]) != tuple(fitted.shape):
+        raise ValueError(f"means='q': q's parameters cover {form.P.shape[1]} users x {form.Q.shape[1]} items, "
+                         f"the model {fitted.shape[0]} x {fitted.shape[1]}; use means='draws'")
+    return form
+
+
 def _n_draws_K(post: dict) -> tuple[int, int]:
     first = next(iter(post.values()))
     K = max([v.shape[-1] for v in post.values() if v.ndim >= 3] or [1])
@@ -303,7 +323,12 @@ def _item_means(form: LinearScore, rows: np.ndarray, plan: ItemsPlan, item_bias_
         Pg = form.P[s0:s1][:, rows].astype(np.float64)  # (d, U, K)
         if form.weight is not None:
             Pg *= np.asarray(form.weight[s0:s1], dtype=np.float64)[:, None, :]
-        if form.link == "identity":
+        if form.link == "identity" and U <= form.K and form.Q.dtype == np.float64:
+            # few users: per-draw matrix-vector products read the item factors in place (no copy);
+            # the (d, J, U) result is at most the (J, d K) copy the planner counted
+            part = np.matmul(form.Q[s0:s1], np.swapaxes(Pg, 1, 2)).sum(axis=0).T
+            del Pg
+        elif form.link == "identity":
             Qc = np.empty((J, s1 - s0, form.K))  # (J, d K): the item factors of these draws side by side
             Qc[...] = np.swapaxes(form.Q[s0:s1], 0, 1)
             Pc = np.ascontiguousarray(np.swapaxes(Pg, 0, 1)).reshape(U, -1)
@@ -364,23 +389,28 @@ def _top(score: np.ndarray, N: int, seen: np.ndarray | None) -> np.ndarray:
     return cand[np.argsort(neg[cand], kind="stable")[:n]]
 
 
-def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_bytes: int = MAX_BYTES) -> pd.DataFrame:
+def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_bytes: int = MAX_BYTES,
+              means: str = "draws") -> pd.DataFrame:
     """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
     fitted : `validation.api.FittedModel`; users : one id or a list of original user ids (U users);
     N : int >= 1 items per user; exclude_seen : leave out each user's training items (default True);
     max_bytes : bound on the engine's temporary arrays alive at once (default `MAX_BYTES`, 256 MiB;
     what is and is not counted: module docstring).
+    means : ``"draws"`` (default: the score is the mean over the stored draws, as before issue 24) or
+    ``"q"``: the exact posterior mean under the fit's q where q gives it in closed form (HPF CAVI:
+    E_q[theta_u] . E_q[beta_i], no draws; `api_models.Q_MEAN_FORMS`); the draws' mean is a Monte Carlo
+    estimate of that number (sd / sqrt(S) apart). The sd is always over the draws.
     Returns a DataFrame, one row per (user, rank), users in the order given: user, rank (int, 1..n),
-    item (original id), score (float, posterior mean of E[y_ui] over the stored draws, in the units
+    item (original id), score (float, posterior mean of E[y_ui] as ``means`` says, in the units
     of the fitted values), sd (float, its posterior sd over the draws, ddof 1; 0 with one draw);
     n = min(N, number of items with a finite score, seen items excluded when asked). Items are
     ordered by score descending, ties by their position in ``fitted.item_ids``.
     Work: per user, S J K multiply-adds (one matrix product for linear scores), then S N K for the sd
     of the N chosen items; never an I x J array, and per chunk of users at most ``max_bytes``.
-    Raises ValueError for N < 1 or a ``max_bytes`` too small for one user (`plan_items`), KeyError for
-    an unknown user id. Source: project addition (issue 24); the scores are the adapters' means
-    (`validation.api_models`).
+    Raises ValueError for N < 1, a ``max_bytes`` too small for one user (`plan_items`) or ``means="q"``
+    for a model without a closed form; KeyError for an unknown user id. Source: project addition
+    (issue 24); the scores are the adapters' means (`validation.api_models`).
     """
     if isinstance(users, (str, int, np.integer)):
         users = [users]
@@ -388,12 +418,16 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
     if isinstance(N, bool) or int(N) != N or N < 1:
         raise ValueError(f"N must be an integer >= 1, got {N!r}")
     N = int(N)
+    if means not in MEANS:
+        raise ValueError(f"means must be one of {MEANS}, got {means!r}")
     rows = fitted._index(users, "user")
     form, post, attrs = _form(fitted)
     S, K = (form.n_draws, form.K) if form is not None else _n_draws_K(post)
     J = len(fitted.item_ids)
     link = form.link if form is not None else "adapter"
-    plan = plan_items(link, n_users=rows.size, n_items=J, n_draws=S, K=K, max_bytes=max_bytes, N=N)
+    score_form = _q_form(fitted, attrs) if means == "q" else form
+    plan = plan_items(score_form.link if score_form is not None else "adapter", n_users=rows.size, n_items=J,
+                      n_draws=score_form.n_draws if score_form is not None else S, K=K, max_bytes=max_bytes, N=N)
     # the sd pass runs after a chunk's (U, J) means are freed; alive meanwhile: the chosen items and
     # their scores, the pairs' three index arrays (4 U N), and PSM's (S, U) normalisers
     per_user = _F8 * (4 * N + (S if link == "psm" else 0))
@@ -409,15 +443,15 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
     kept = per_user * plan.users
     pair_m, block = plan_pairs(rows.size * N, n_draws=S, K=K, max_bytes=max_bytes - kept, adapter=form is None)
     item_bias_mean = const_mean = None
-    if form is not None and form.link == "identity":
-        item_bias_mean = None if form.item_bias is None else form.item_bias.mean(axis=0)
-        const_mean = 0.0 if form.const is None else float(np.mean(form.const))
+    if score_form is not None and score_form.link == "identity":
+        item_bias_mean = None if score_form.item_bias is None else score_form.item_bias.mean(axis=0)
+        const_mean = 0.0 if score_form.const is None else float(np.mean(score_form.const))
     seen = fitted.seen
     out = []
     for start in range(0, rows.size, plan.users):
         block_rows = rows[start:start + plan.users]
-        if form is not None:
-            mean, norm = _item_means(form, block_rows, plan, item_bias_mean, const_mean)
+        if score_form is not None:
+            mean, norm = _item_means(score_form, block_rows, plan, item_bias_mean, const_mean)
         else:
             spare = max_bytes - _F8 * (2 * block_rows.size * J + 4 * J + block_rows.size * N)
             mean, norm = _adapter_item_means(fitted.adapter.mean, post, attrs, block_rows, J, K, spare), None
@@ -439,7 +473,16 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
             for rank, (i, sc) in enumerate(zip(chosen[b], scores[b]), start=1):
                 out.append((users[start + b], rank, fitted.item_ids[i], float(sc), float(sd[k])))
                 k += 1
-    return pd.DataFrame(out, columns=["user", "rank", "item", "score", "sd"])
+    return _table(out)
+
+
+def _table(out: list) -> pd.DataFrame:
+    """The (user, rank, item, score, sd) rows as a DataFrame, with the dtypes pandas infers from the
+    tuples (built column-wise, which is faster than from tuples for the same result)."""
+    cols = ["user", "rank", "item", "score", "sd"]
+    if not out:
+        return pd.DataFrame(out, columns=cols)
+    return pd.DataFrame({name: list(col) for name, col in zip(cols, zip(*out))})
 
 
 def _adapter_item_means(mean_fn, post, attrs, rows, J, K, max_bytes):
@@ -507,22 +550,26 @@ def _psm_norms(form: LinearScore, users: np.ndarray, plan: ItemsPlan) -> np.ndar
     return out
 
 
-def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES) -> pd.DataFrame:
+def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES, means: str = "draws") -> pd.DataFrame:
     """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair.
 
     fitted : `validation.api.FittedModel`; pairs : DataFrame with columns ``user`` and ``item``
     (original ids), or a sequence of (user, item) tuples; M pairs. interval : float in (0, 1).
     max_bytes : bound on the engine's temporary arrays alive at once (default `MAX_BYTES`; module docstring).
+    means : ``"draws"`` (default, the mean over the stored draws) or ``"q"`` (closed form under q, as in
+    `recommend`); sd and interval are always over the draws.
     Returns a DataFrame (M rows, the pairs' order): user, item, mean, sd (ddof 1), lower, upper
     (float64, in the units of the fitted values; numpy's default linear quantiles over the S draws),
     method (how the draws were obtained, `FittedModel.uncertainty`). For point estimates (MAP, SGD)
     sd = 0 and the interval is the point.
     Work: S K per pair (PSM: plus S J K per distinct user, for its normaliser), in chunks of pairs.
-    Raises ValueError for a bad interval or a ``max_bytes`` too small for one pair, KeyError for an
-    unknown id. Source: project addition (issue 24); the values are the adapters' means.
+    Raises ValueError for a bad interval, a bad ``means`` (or ``"q"`` for a model without a closed
+    form) or a ``max_bytes`` too small for one pair, KeyError for an unknown id. Source: project addition (issue 24); the values are the adapters' means.
     """
     if not 0 < interval < 1:
         raise ValueError(f"interval must be in (0, 1), got {interval!r}")
+    if means not in MEANS:
+        raise ValueError(f"means must be one of {MEANS}, got {means!r}")
     if isinstance(pairs, pd.DataFrame):
         users, items = pairs["user"].tolist(), pairs["item"].tolist()
     else:
@@ -530,12 +577,15 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES)
         users, items = [p[0] for p in pairs], [p[1] for p in pairs]
     rows, cols = fitted._index(users, "user"), fitted._index(items, "item")
     form, post, attrs = _form(fitted)
+    qf = _q_form(fitted, attrs) if means == "q" else None
     S, K = (form.n_draws, form.K) if form is not None else _n_draws_K(post)
     if form is not None and form.link == "psm":
         res = _predict_psm(form, fitted, post, attrs, rows, cols, interval, max_bytes)
     else:
         m, block = plan_pairs(rows.size, n_draws=S, K=K, max_bytes=max_bytes, adapter=form is None)
         res = _pair_stats(form, fitted, post, attrs, rows, cols, m, block, want="all", interval=interval)
+    if qf is not None:
+        res["mean"] = qf.pair_draws(rows, cols, block_bytes=min(32 * 2**20, max(max_bytes // 4, 24 * qf.K)))[0]
     return pd.DataFrame({"user": users, "item": items, "mean": res["mean"], "sd": res["sd"],
                          "lower": res["lower"], "upper": res["upper"], "method": fitted.uncertainty})
 

@@ -283,3 +283,108 @@ def test_dot_equals_the_einsum_without_its_blowup():
         np.testing.assert_allclose(api_models._dot(A, B, rows, cols, w, block_bytes=block), weighted,
                                    rtol=1e-13, atol=1e-13)
     assert api_models._dot(A, B, rows[:0], cols[:0]).shape == (S, 0)
+
+
+def _synthetic_posterior(mean_fn, rng, S=6, I=5, J=7, K=3):
+    """A random posterior dict with the variables (and shapes) each adapter mean reads, and its attrs."""
+    g = lambda *shape: rng.gamma(2.0, size=shape)  # noqa: E731  (positive, for HPF / PFM / PSM)
+    n = lambda *shape: rng.normal(size=shape)  # noqa: E731
+    D = I + J
+    table = {
+        api_models._hpf_mean: {"theta": g(S, I, K), "beta": g(S, J, K)},
+        api_models._sbmf_mean: {"mu": n(S), "alpha": n(S, I), "beta": n(S, J), "U": n(S, I, K), "V": n(S, J, K)},
+        api_models._bpmf_mean: {"U": n(S, I, K), "V": n(S, J, K)},
+        api_models._fm_mean: {"w0": n(S), "w": n(S, D), "V": n(S, D, K)},
+        api_models._sibm_mean: {"U": n(S, I, K), "V": n(S, J, K), "z": n(S)},
+        api_models._rg_mean: {"u": n(S, I, K), "v": n(S, J, K), "b_user": n(S, I), "b_item": n(S, J)},
+        api_models._bpr_mean: {"user_factors": n(S, I, K), "item_factors": n(S, J, K), "item_bias": n(S, J)},
+        api_models._pfm_mean: {"w0": g(S), "w": g(S, D), "V": g(S, D, K), "r": g(S, K)},
+        api_models._psm_mean: {"u": n(S, I, K), "v": n(S, J, K), "b_user": n(S, I), "b_item": n(S, J), "psi": g(S, J)},
+    }
+    return table[mean_fn], {"front_door_n_users": I, "front_door_offset": 3.5}
+
+
+@pytest.mark.parametrize("mean_fn", list(api_models.SCORE_FORMS), ids=lambda f: f.__name__)
+def test_every_registered_form_equals_its_mean_on_a_synthetic_posterior(mean_fn):
+    # all nine forms (SBMF, NPFM with its weights r, the FMs, ...: the fitted tests above cover seven
+    # models), on random draws; PPFM is NPFM without r
+    rng = np.random.default_rng(6)
+    post, attrs = _synthetic_posterior(mean_fn, rng)
+    variants = [post] + ([{k: v for k, v in post.items() if k != "r"}] if "r" in post else [])
+    for p in variants:
+        form = api_models.SCORE_FORMS[mean_fn](p, attrs)
+        rows, cols = rng.integers(0, 5, 40), rng.integers(0, 7, 40)
+        norm = None
+        if form.link == "psm":
+            norm = scoring._psm_norms(form, np.arange(5), scoring.ItemsPlan(5, 4, 0))[:, rows]
+        want = mean_fn(p, rows, cols, attrs)
+        np.testing.assert_allclose(form.pair_draws(rows, cols, norm), want, rtol=1e-12, atol=1e-12)
+        # and the all-items means of the engine's first pass (2 draws per chunk) against the same mean
+        plan = scoring.ItemsPlan(3, 2, 0)
+        ib = None if form.item_bias is None else form.item_bias.mean(axis=0)
+        c = 0.0 if form.const is None else float(np.mean(form.const))
+        got, _ = scoring._item_means(form, np.array([0, 2, 4]), plan, ib, c)
+        full = mean_fn(p, np.repeat([0, 2, 4], 7), np.tile(np.arange(7), 3), attrs).mean(axis=0).reshape(3, 7)
+        np.testing.assert_allclose(got, full, rtol=1e-12, atol=1e-12)
+
+
+def test_means_q_is_hpf_closed_form_and_the_draws_estimate_it(fitted):
+    from custom_inference import arviz_io
+
+    m = fitted("hpf")
+    vp = arviz_io.group_arrays(m.idata, "variational_parameters")
+    exact = (vp["gamma_shape"] / vp["gamma_rate"]) @ (vp["lambda_shape"] / vp["lambda_rate"]).T  # (I, J), tiny
+    users = list(m.user_ids[:6])
+    rows = m._index(users, "user")
+    for kw in ({}, {"max_bytes": 20_000}):
+        got = scoring.recommend(m, users, 30, means="q", **kw)
+        draws_rec = scoring.recommend(m, users, 30, **kw)
+        for n_u, u in enumerate(rows):
+            mine = got[got.user == users[n_u]]
+            score = exact[u].copy()
+            score[m.seen.indices[m.seen.indptr[u]:m.seen.indptr[u + 1]]] = -np.inf
+            order = np.argsort(-score, kind="stable")[:len(mine)]
+            assert mine["item"].tolist() == list(m.item_ids[order])
+            np.testing.assert_allclose(mine["score"], exact[u, order], rtol=1e-12)  # a K-term dot product
+        # the sd is the draws' sd either way
+        both = got.merge(draws_rec, on=["user", "item"], suffixes=("_q", "_d"))
+        assert len(both) == len(got)
+        np.testing.assert_allclose(both["sd_q"], both["sd_d"], rtol=1e-12)
+    # the stored draws' mean is a Monte Carlo estimate of the closed form: every cell within 5 Monte Carlo
+    # standard errors (sd / sqrt(S), S independent draws from q; two-sided 5 sigma over 24 x 18 cells:
+    # false alarm < 3e-4)
+    I, J = m.shape
+    pairs = [(a, b) for a in m.user_ids for b in m.item_ids]
+    d = scoring.predict(m, pairs)
+    q = scoring.predict(m, pairs, means="q")
+    S = scoring._form(m)[0].n_draws
+    z = (d["mean"] - q["mean"]) / (d["sd"] / np.sqrt(S))
+    assert np.all(np.abs(z) < 5), float(np.abs(z).max())
+    np.testing.assert_allclose(q["mean"], exact.ravel(), rtol=1e-12)
+    np.testing.assert_array_equal(q[["sd", "lower", "upper"]], d[["sd", "lower", "upper"]])
+
+
+def test_means_q_is_refused_without_a_closed_form(fitted):
+    m = fitted("bpmf")
+    with pytest.raises(ValueError, match="no closed-form mean.*hpf"):
+        scoring.recommend(m, [m.user_ids[0]], means="q")
+    with pytest.raises(ValueError, match="means must be one of"):
+        scoring.predict(m, [(m.user_ids[0], m.item_ids[0])], means="mean")
+
+
+def test_top_n_keeps_the_stable_tie_rule():
+    # many exact ties (integer scores), -inf, NaN and seen items: the partition-based top-N is the head of
+    # np.argsort(-score, kind="stable") over the finite, unseen scores, as the old path ordered them
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        J = int(rng.integers(1, 40))
+        score = rng.integers(0, 4, J).astype(float)
+        score[rng.random(J) < 0.1] = -np.inf
+        score[rng.random(J) < 0.1] = np.nan
+        seen = np.flatnonzero(rng.random(J) < 0.3)
+        N = int(rng.integers(1, 45))
+        ref = score.copy()
+        ref[seen] = -np.inf
+        n = min(N, int(np.isfinite(ref).sum()))
+        want = np.argsort(-ref, kind="stable")[:n]
+        np.testing.assert_array_equal(scoring._top(score, N, seen), want)
