@@ -10,8 +10,7 @@ MovieLens latest-small), topped up so that every user and every item has an entr
 model keeps the full shape). Fit: `api.fit("hpf", ..., K=20, max_iter=--max-iter)` with the default
 200 draws from q (untimed). Each timing is the best of --repeats calls (wall seconds); peak extra
 memory is tracemalloc's peak during one call (numpy registers its buffers with tracemalloc; BLAS's
-internal work space is not seen) and the growth of the process's peak RSS (`resource.ru_maxrss`;
-it only grows, so an old-path call, which peaks highest, runs last).
+internal work space and the interpreter's are not seen).
 
 Paths timed:
 * old: `FittedModel.recommend` as it was before issue 24 (copied below: per-draw E[y] of every
@@ -32,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -92,19 +90,17 @@ def old_recommend(m, users, N=10, batch_cells=20_000_000):
 
 
 def measure(fn, repeats):
-    """(best wall seconds over ``repeats`` calls, tracemalloc peak bytes of one call, RSS peak growth bytes)."""
+    """(best wall seconds over ``repeats`` calls, tracemalloc peak bytes of one call)."""
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     tracemalloc.start()
     fn()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return best, peak, rss1 - rss0
+    return best, peak
 
 
 def main(argv=None) -> int:
@@ -142,23 +138,22 @@ def main(argv=None) -> int:
     groups = {"1": ids[:1], "100": ids[:100], "all": ids}
     rows = []
 
-    def add(path, n, secs, peak, rss):
+    def add(path, n, secs, peak):
         rows.append({"path": path, "users": n, "seconds": secs, "ms_per_user": 1e3 * secs / n,
-                     "tracemalloc_peak_MB": None if peak is None else peak / 2**20,
-                     "rss_growth_MB": None if rss is None else rss / 2**20})
+                     "tracemalloc_peak_MB": None if peak is None else peak / 2**20})
         print(f"{path:28s} {n:5d} users  {secs:8.4f} s  {1e3 * secs / n:8.3f} ms/user  "
               f"peak {'' if peak is None else f'{peak / 2**20:8.1f} MB'}", flush=True)
 
     for means in ("draws", "q"):
         for g, us in groups.items():
-            secs, peak, rss = measure(lambda: scoring.recommend(m, us, 10, means=means), args.repeats)
-            add(f"engine means={means}", len(us), secs, peak, rss)
+            secs, peak = measure(lambda: scoring.recommend(m, us, 10, means=means), args.repeats)
+            add(f"engine means={means}", len(us), secs, peak)
     # the answers agree: same items for every user (draws vs the old path checked on the first users)
     if not args.skip_old:
         for n in args.old_users:
             us = ids[:n]
-            secs, peak, rss = measure(lambda: old_recommend(m, us), 1)
-            add("old FittedModel.recommend", len(us), secs, peak, rss)
+            secs, peak = measure(lambda: old_recommend(m, us), 1)
+            add("old FittedModel.recommend", len(us), secs, peak)
             old = old_recommend(m, us)
             new = scoring.recommend(m, us, 10)
             assert [x[2] for x in old] == new["item"].tolist(), "old and new paths disagree"
@@ -179,7 +174,7 @@ def main(argv=None) -> int:
                         print(f"{name}: {info['error']}")
                         continue
                     for g, us in groups.items():
-                        add(f"{name} {info['version']}", len(us), info[g], None, None)
+                        add(f"{name} {info['version']}", len(us), info[g], None)
             else:
                 print(f"peer run failed: {res.stderr[-2000:]}")
         else:
@@ -189,11 +184,10 @@ def main(argv=None) -> int:
     meta = {"shape": [I, J], "nnz": int(X.nnz), "K": args.k, "draws": S, "max_iter": args.max_iter,
             "fit_seconds": fit_s, "load_average": os.getloadavg(), "peer": peer, "rows": rows}
     (out / "scoring_bench.json").write_text(json.dumps(meta, indent=1))
-    print("\n| path | users | seconds | ms per user | tracemalloc peak (MB) | peak RSS growth (MB) |\n|---|---|---|---|---|---|")
+    print("\n| path | users | seconds | ms per user | tracemalloc peak (MB) |\n|---|---|---|---|---|")
     for row in rows:
         tm = "" if row["tracemalloc_peak_MB"] is None else f"{row['tracemalloc_peak_MB']:.0f}"
-        rs = "" if row["rss_growth_MB"] is None else f"{row['rss_growth_MB']:.0f}"
-        print(f"| {row['path']} | {row['users']} | {row['seconds']:.4g} | {row['ms_per_user']:.3g} | {tm} | {rs} |")
+        print(f"| {row['path']} | {row['users']} | {row['seconds']:.4g} | {row['ms_per_user']:.3g} | {tm} |")
     return 0
 
 
