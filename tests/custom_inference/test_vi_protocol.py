@@ -1,11 +1,11 @@
 """Every VI / MAP / SGD solver follows the protocol of `custom_inference.base` (issue 9).
 
-- Same run: the protocol rewrite did not change a single update (to float64 rounding: see
-  `_assert_same_run`). ``tests/data/vi_outputs_v0.npz``
+- Same run: the protocol rewrite did not change a single update (to float rounding across CPUs:
+  see `V0_TOLERANCE`). ``tests/data/vi_outputs_v0.npz``
   holds the ELBO / objective traces and final states of small runs made with the solvers *before*
   the rewrite (commit 8571c06: ``hpf.fit(data, hyper, 3, seed=3, ...)``, ``sibm.fit(key, X, D, ...)``,
   ``rg.fit(obs, hyper, K, seed=...)``, ``bpr.fit(key, obs, n_factors=3, ...)``, ...; the same
-  problems as `_counts`, `_binary`, `_design` below). The new calls must reproduce them exactly.
+  problems as `_counts`, `_binary`, `_design` below). The new calls must reproduce them to rounding.
 - Every declaration passes `base.Algorithm.check`; every fit's idata has a ``posterior`` group with
   named dims that `arviz.summary` accepts.
 - A step's Info describes the new state (VI solvers: Info.elbo equals the target of the new state).
@@ -136,14 +136,24 @@ def _run_params():
     return [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW_RUNS else n for n in _runs()]
 
 
+# Float arrays read from vi_outputs_v0.npz match when max |got - stored| <= V0_TOLERANCE * max |stored|.
+# The file was written on another machine, and XLA's CPU code rounds differently by instruction set
+# (tests/test_other_isa.py reruns this test under --xla_cpu_max_isa=AVX). Measured gaps there, as a
+# fraction of the array's largest value: <= 4e-15 for HPF, SIBM (VB, SVI, MAP), BPR and SGD-FM; but
+# 7.5e-8 (VBFM with gamma hyperpriors, v_h), 3.9e-8 (RG, u_h), 2.5e-10 (VBFM, w_h): the mean-field
+# factor updates have nearly flat directions (the factors' rotation and scale) that amplify last-bit
+# differences over the sweeps. 1e-5 leaves a margin of >100x over the largest measured gap (another
+# instruction set, e.g. with other exp/log rounding or FMA, may differ by more ulps) and stays 100x
+# below what a changed update, order or key does (values move by 1e-3 of their scale or more).
+V0_TOLERANCE = 1e-5
+
+
 def _assert_same_run(got, stored, err_msg=""):
-    """Integers exactly; floats to float64 rounding. The stored file was written on another machine:
-    XLA's CPU code (instruction set, fusion) may round the last bit differently (seen: 1.4e-14 absolute
-    on a trace of ~80, i.e. one ulp), while a changed update, order or key moves values at O(1e-3)
-    or more: relative 1e-11 tells the two apart with ~3 orders of magnitude to spare either way."""
+    """Integers exactly; floats within V0_TOLERANCE of the stored array's scale (see above)."""
     got, stored = np.asarray(got), np.asarray(stored)
     if np.issubdtype(stored.dtype, np.floating):
-        np.testing.assert_allclose(got, stored, rtol=1e-11, atol=1e-12, err_msg=err_msg)
+        scale = float(np.max(np.abs(stored), initial=0.0))
+        np.testing.assert_allclose(got, stored, rtol=0, atol=V0_TOLERANCE * scale, err_msg=err_msg)
     else:
         np.testing.assert_array_equal(got, stored, err_msg=err_msg)
 
