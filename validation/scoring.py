@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["LinearScore", "MAX_BYTES", "ItemsPlan", "plan_items", "plan_pairs", "items_bytes", "pairs_bytes",
-           "recommend", "predict"]
+           "recommend", "predict", "iter_item_scores"]
 
 #: Default bound, in bytes, on the engine's temporary arrays alive at once (see the module docstring).
 MAX_BYTES = 256 * 2**20
@@ -474,6 +474,39 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
                 out.append((users[start + b], rank, fitted.item_ids[i], float(sc), float(sd[k])))
                 k += 1
     return _table(out)
+
+
+def iter_item_scores(fitted, rows, *, means: str = "draws", max_bytes: int = MAX_BYTES):
+    """Posterior mean scores of every item for the users at positions ``rows``, chunk by chunk.
+
+    fitted : `validation.api.FittedModel`; rows : (U,) int positions of users (0..I-1, not ids);
+    means, max_bytes : as in `recommend` (the chunk's (U_c, J) scores are within the planned bytes).
+    Yields (rows_chunk (U_c,) int64, scores (U_c, J) float64) in the order of ``rows``: the same
+    numbers `recommend` ranks by (seen items not excluded). For evaluation code that needs every
+    item's score (e.g. `validation.holdout`), never an I x J array at once.
+    Raises ValueError as `recommend` does (bad ``means``, ``max_bytes`` too small).
+    Source: project addition (issue 24).
+    """
+    if means not in MEANS:
+        raise ValueError(f"means must be one of {MEANS}, got {means!r}")
+    rows = np.asarray(rows, dtype=np.int64)
+    form, post, attrs = _form(fitted)
+    S, K = (form.n_draws, form.K) if form is not None else _n_draws_K(post)
+    J = len(fitted.item_ids)
+    sf = _q_form(fitted, attrs) if means == "q" else form
+    plan = plan_items(sf.link if sf is not None else "adapter", n_users=rows.size, n_items=J,
+                      n_draws=sf.n_draws if sf is not None else S, K=K, max_bytes=max_bytes, N=0)
+    ib = c = None
+    if sf is not None and sf.link == "identity":
+        ib = None if sf.item_bias is None else sf.item_bias.mean(axis=0)
+        c = 0.0 if sf.const is None else float(np.mean(sf.const))
+    for start in range(0, rows.size, plan.users):
+        block = rows[start:start + plan.users]
+        if sf is not None:
+            yield block, _item_means(sf, block, plan, ib, c)[0]
+        else:
+            spare = max_bytes - _F8 * (2 * block.size * J + 4 * J)
+            yield block, _adapter_item_means(fitted.adapter.mean, post, attrs, block, J, K, spare)
 
 
 def _table(out: list) -> pd.DataFrame:

@@ -388,3 +388,16 @@ def test_top_n_keeps_the_stable_tie_rule():
         n = min(N, int(np.isfinite(ref).sum()))
         want = np.argsort(-ref, kind="stable")[:n]
         np.testing.assert_array_equal(scoring._top(score, N, seen), want)
+
+
+@pytest.mark.parametrize("name", ["hpf", "sibm"])
+def test_iter_item_scores_are_the_draw_means_in_chunks(name, fitted):
+    m = fitted(name)
+    I, J = m.shape
+    rows = np.array([4, 0, 7, 2, 9])
+    form = scoring._form(m)[0]
+    small = scoring.items_bytes(form.link, 2, 1, n_items=J, n_draws=form.n_draws, K=form.K, N=0)
+    got = list(scoring.iter_item_scores(m, rows, max_bytes=small))
+    assert len(got) > 1 and np.concatenate([b for b, _ in got]).tolist() == rows.tolist()  # chunks, in order
+    want = np.stack([_draws(m, np.full(J, u), np.arange(J)).mean(axis=0) for u in rows])
+    np.testing.assert_allclose(np.concatenate([s for _, s in got]), want, rtol=1e-12, atol=1e-12)
