@@ -51,7 +51,13 @@ how it predicts at cells); its public ``sample`` validates the model-specific in
   writes the chains' states, the running key, the records so far and a fingerprint of the
   settings to ``<path>.tmp`` and moves it over ``path`` with `os.replace` (atomic), and once
   more at the end. ``resume=True`` continues from the file (a fingerprint mismatch raises
-  ValueError); a missing file starts afresh.
+  ValueError naming every differing setting); a missing file starts afresh. The run fingerprint of
+  the front door (`base.run_fingerprint`: data hash, transform, options, version) is stored beside
+  the driver's settings and checked the same way (issue 24), before anything is compiled; a damaged
+  or foreign file is a ValueError naming it; a resume says "resuming from unit N of M" on stderr
+  (with ``progress``); SIGINT / SIGTERM during a checkpointed run finish the block in progress,
+  write its checkpoint and raise `base.RunInterrupted` naming it. Each run is described to
+  `base.collect_runs` (the front door's run summary).
   After every write the hooks of `base.on_checkpoint` are called (``validation.api`` stops a fit
   there to test resume == uninterrupted).
 - Output: `arviz.InferenceData` through `custom_inference.arviz_io` with one attrs schema:
@@ -82,6 +88,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import arviz_io
+from . import base
 from .base import Algorithm, as_key, check_latent_dim, checkpoint_written
 
 __all__ = ["SamplerSpec", "sample", "check_count", "check_cells", "hyper_attrs", "seed_attr", "TRACES"]
@@ -288,7 +295,8 @@ def _fingerprint(**settings) -> str:
                        for k, v in sorted(settings.items())}, sort_keys=True)
 
 
-def _save_checkpoint(path: Path, fingerprint: str, key, states, done: int, records: dict, s1, s2, seconds: float):
+def _save_checkpoint(path: Path, fingerprint: str, key, states, done: int, records: dict, s1, s2, seconds: float,
+                     run_fingerprint: Mapping | None = None):
     arrays = {"__fingerprint": np.asarray(fingerprint), "__key": np.asarray(jax.random.key_data(key)
                                                                              if jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
                                                                              else key),
@@ -297,6 +305,8 @@ def _save_checkpoint(path: Path, fingerprint: str, key, states, done: int, recor
         arrays[f"state/{name}"] = np.asarray(value)
     for name, parts in records.items():
         arrays[f"rec/{name}"] = np.concatenate(parts, axis=1) if parts else np.zeros((0,))
+    if run_fingerprint is not None:
+        arrays[base.FINGERPRINT_KEY] = np.asarray(json.dumps(dict(run_fingerprint), sort_keys=True))
     tmp = path.with_name(path.name + ".tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "wb") as fh:
@@ -304,16 +314,35 @@ def _save_checkpoint(path: Path, fingerprint: str, key, states, done: int, recor
     os.replace(tmp, path)
 
 
-def _load_checkpoint(path: Path, fingerprint: str, state_type, key_like):
-    with np.load(path, allow_pickle=False) as f:
-        if str(f["__fingerprint"]) != fingerprint:
-            raise ValueError(f"checkpoint {path} was written with other settings; delete it or pass resume=False")
-        key = jnp.asarray(f["__key"])
-        if jnp.issubdtype(key_like.dtype, jax.dtypes.prng_key):
-            key = jax.random.wrap_key_data(key)
-        states = state_type(**{n[6:]: jnp.asarray(f[n]) for n in f.files if n.startswith("state/")})
-        records = {n[4:]: [f[n]] for n in f.files if n.startswith("rec/")}
-        return key, states, int(f["__done"]), records, f["__s1"], f["__s2"], float(f["__seconds"])
+def _check_checkpoint(path: Path, fingerprint: str, run_fingerprint: Mapping | None) -> int:
+    """Refuse a checkpoint of another run before anything is computed: the driver's settings
+    (`_fingerprint`, JSON) and the front door's run fingerprint are compared field by field
+    (`base.check_fingerprint` names every difference); a damaged or foreign file is a ValueError
+    naming it. Returns the units done."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            saved = json.loads(str(f["__fingerprint"]))
+            saved_run = json.loads(str(f[base.FINGERPRINT_KEY])) if base.FINGERPRINT_KEY in f.files else None
+            done = int(f["__done"])
+    except Exception as exc:  # BadZipFile, KeyError (not a sampler checkpoint), pickled data, JSON
+        raise base.checkpoint_damaged(path, exc) from exc
+    base.check_fingerprint(path, saved, json.loads(fingerprint))
+    base.check_fingerprint(path, saved_run, run_fingerprint)
+    return done
+
+
+def _load_checkpoint(path: Path, fingerprint: str, state_type, key_like, run_fingerprint: Mapping | None = None):
+    _check_checkpoint(path, fingerprint, run_fingerprint)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            key = jnp.asarray(f["__key"])
+            if jnp.issubdtype(key_like.dtype, jax.dtypes.prng_key):
+                key = jax.random.wrap_key_data(key)
+            states = state_type(**{n[6:]: jnp.asarray(f[n]) for n in f.files if n.startswith("state/")})
+            records = {n[4:]: [f[n]] for n in f.files if n.startswith("rec/")}
+            return key, states, int(f["__done"]), records, f["__s1"], f["__s2"], float(f["__seconds"])
+    except (KeyError, TypeError, OSError, EOFError) as exc:
+        raise base.checkpoint_damaged(path, exc) from exc
 
 
 # -- the driver ------------------------------------------------------------------------------
@@ -380,8 +409,11 @@ def sample(
     Raises
     ------
     ValueError naming the field: bad counts, unknown ``keep`` names, ``"pred"`` kept without
-    ``predict_at``, ``predict_at`` out of range, a checkpoint written with other settings,
-    ``resume`` without ``checkpoint``. TypeError for a key that is neither a key nor an int.
+    ``predict_at``, ``predict_at`` out of range, a checkpoint written with other settings or by
+    another run (every differing field named) or damaged (the file named), ``resume`` without
+    ``checkpoint``. TypeError for a key that is neither a key nor an int. base.RunInterrupted (a
+    KeyboardInterrupt) when SIGINT or SIGTERM arrives during a checkpointed run: the block in
+    progress finishes, its checkpoint is written, and the message names it.
     """
     K = check_latent_dim(K)
     num_chains = check_count("num_chains", num_chains, 1)
@@ -428,13 +460,18 @@ def sample(
                                    n_cols=n_cols, nnz=nnz, n_cells=n_cells, step_options=step_options,
                                    init_options=sorted(init_options.items()), hyper=hyper_attrs(hyper))
         ckpt = None if checkpoint is None else Path(checkpoint)
+        run_fp = base.current_fingerprint()
         records: dict[str, list] = collections.defaultdict(list)
         s1 = s2 = None
         done, seconds_before = 0, 0.0
+        t_start = time.perf_counter()
         if resume and ckpt.exists():
+            base.note(f"{spec.algorithm.name}: resuming from unit {_check_checkpoint(ckpt, fingerprint, run_fp)} of "
+                      f"{total} ({ckpt})", progress)
             state_type = type(jax.eval_shape(lambda k: spec.algorithm.init(k, d, K, hyp, dtype=dtype, **init_options),
                                              jax.random.PRNGKey(0)))
-            key, states, done, loaded, s1, s2, seconds_before = _load_checkpoint(ckpt, fingerprint, state_type, key)
+            key, states, done, loaded, s1, s2, seconds_before = _load_checkpoint(ckpt, fingerprint, state_type, key,
+                                                                                 run_fp)
             records.update(loaded)
             s1 = None if s1.size == 0 else s1
             s2 = None if s2.size == 0 else s2
@@ -446,39 +483,56 @@ def sample(
         start = time.perf_counter()
         bar = tqdm(total=total, initial=done, desc=f"{spec.algorithm.name} ({num_chains} chains)", disable=not progress,
                    leave=False)
-        n_blocks_run = 0
-        try:
-            while done < total:
-                n = min(per_block, total - done)
-                cache_before = _block._cache_size()
-                t0 = time.perf_counter()
-                key, states, recs, b1, b2 = _block(key, states, d, hyp, at, jnp.asarray(done, jnp.int32),
-                                                   jnp.asarray(n_warm, jnp.int32), spec=_Static(spec), n_units=n, thin=thin,
-                                                   keep=keep, step_options=step_options)
-                lo = max(n_warm - done, 0)  # first kept unit of this block
-                if lo < n:
-                    for name, v in recs.items():
-                        records[name].append(np.asarray(v)[:, lo:])
-                if at is not None:
-                    b1, b2 = np.asarray(b1, np.float64), np.asarray(b2, np.float64)
-                    s1, s2 = (b1, b2) if s1 is None else (s1 + b1, s2 + b2)
-                jax.block_until_ready(states)
-                block_seconds.append(time.perf_counter() - t0)
-                block_sweeps.append(n * thin)
-                block_compiled.append(_block._cache_size() > cache_before)
-                done += n
-                n_blocks_run += 1
-                bar.update(n)
-                if ckpt is not None and (n_blocks_run % checkpoint_every == 0 or done == total):
-                    _save_checkpoint(ckpt, fingerprint, key, states, done, records,
-                                     np.zeros(0) if s1 is None else s1, np.zeros(0) if s2 is None else s2,
-                                     seconds_before + time.perf_counter() - start)
-                    checkpoint_written(ckpt, done)
-                if callback is not None:
-                    callback(done, states)
-        finally:
-            bar.close()
+        n_blocks_run, first_done = 0, done
+        with base.interruptible(f"{spec.algorithm.name} ({num_chains} chains)", total, enabled=ckpt is not None) as guard:
+            try:
+                while done < total:
+                    n = min(per_block, total - done)
+                    cache_before = _block._cache_size()
+                    t0 = time.perf_counter()
+                    key, states, recs, b1, b2 = _block(key, states, d, hyp, at, jnp.asarray(done, jnp.int32),
+                                                       jnp.asarray(n_warm, jnp.int32), spec=_Static(spec), n_units=n,
+                                                       thin=thin, keep=keep, step_options=step_options)
+                    lo = max(n_warm - done, 0)  # first kept unit of this block
+                    if lo < n:
+                        for name, v in recs.items():
+                            records[name].append(np.asarray(v)[:, lo:])
+                    if at is not None:
+                        b1, b2 = np.asarray(b1, np.float64), np.asarray(b2, np.float64)
+                        s1, s2 = (b1, b2) if s1 is None else (s1 + b1, s2 + b2)
+                    jax.block_until_ready(states)
+                    block_seconds.append(time.perf_counter() - t0)
+                    block_sweeps.append(n * thin)
+                    block_compiled.append(_block._cache_size() > cache_before)
+                    done += n
+                    n_blocks_run += 1
+                    bar.update(n)
+                    if ckpt is not None and (n_blocks_run % checkpoint_every == 0 or done == total
+                                             or guard.signum is not None):  # a signal: checkpoint this block, stop
+                        _save_checkpoint(ckpt, fingerprint, key, states, done, records,
+                                         np.zeros(0) if s1 is None else s1, np.zeros(0) if s2 is None else s2,
+                                         seconds_before + time.perf_counter() - start, run_fp)
+                        guard.written(ckpt, done)
+                        checkpoint_written(ckpt, done)
+                    if callback is not None:
+                        callback(done, states)
+                    if done < total and guard.signum is not None:
+                        if ckpt is not None and guard.n_done != done:  # a signal during the callback
+                            _save_checkpoint(ckpt, fingerprint, key, states, done, records,
+                                             np.zeros(0) if s1 is None else s1, np.zeros(0) if s2 is None else s2,
+                                             seconds_before + time.perf_counter() - start, run_fp)
+                            guard.written(ckpt, done)
+                        guard.check()
+            finally:
+                bar.close()
         seconds = seconds_before + time.perf_counter() - start
+        base.report_run(driver="mcmc", desc=f"{spec.algorithm.name} ({num_chains} chains)", n_iter=int(done),
+                        max_iter=int(total), units_warmup=int(n_warm), num_chains=int(num_chains), thin=int(thin),
+                        resumed_from=int(first_done), checkpoint=None if ckpt is None else str(ckpt),
+                        seconds=float(time.perf_counter() - start),
+                        first_iteration_seconds=float(block_seconds[0]) if block_seconds else 0.0,
+                        first_iteration_units=int(block_sweeps[0] // thin) if block_sweeps else 0,
+                        t_start=t_start, t_end=time.perf_counter())
 
     bs, bw, bc = np.asarray(block_seconds), np.asarray(block_sweeps), np.asarray(block_compiled, bool)
     includes_compile = bool(bc.all()) if bs.size else False

@@ -34,6 +34,14 @@ Conventions (the same for every solver that uses `run`):
   test_vi_protocol.py). Saved arrays keep their dtype (`load_checkpoint` returns numpy arrays).
   After every write the hooks of `base.on_checkpoint` are called (``validation.api`` stops a fit
   there to test resume == uninterrupted).
+- Checkpoints are bound to their run (issue 24): a run fingerprint (``fingerprint=`` or the one the
+  front door installs with `base.run_fingerprint`) is stored in every checkpoint, and resuming with
+  another one raises ValueError naming every differing field before the first sweep; a resume says
+  "resuming from iteration N of M" on stderr (with ``progress``); a damaged or foreign file is a
+  ValueError naming it; a checkpoint whose arrays have other shapes (another K, other data sizes) is
+  refused. SIGINT / SIGTERM during a checkpointed run finish the sweep in progress, write its
+  checkpoint and raise `base.RunInterrupted` naming it (handlers restored afterwards). Each run is
+  described to `base.collect_runs` (the front door's run summary).
 - `host_seed` turns the key or int seed of a ``fit`` into the seed of its host-side numpy streams;
   `point_posterior` wraps a MAP / SGD point estimate as a one-chain, one-draw posterior.
 
@@ -148,6 +156,7 @@ def run(
     resume: bool = False,
     save_extra: Callable[[], dict] | None = None,
     restore_extra: Callable[[dict], None] | None = None,
+    fingerprint: dict | None = None,
 ) -> VIRun:
     """Run ``sweep`` up to ``max_iter`` times with ELBO tracking, a progress bar and a tolerance stop.
 
@@ -174,7 +183,11 @@ def run(
         (``init_elbo`` is not recorded again; ``restore_extra(extra)`` hands back what
         ``save_extra`` stored): the sweeps continue at the saved index, so a deterministic sweep
         gives the uninterrupted run's states and trace bit for bit (tested). Saved float64 arrays
-        stay float64 (run under ``jax.enable_x64`` to compute in them).
+        stay float64 (run under ``jax.enable_x64`` to compute in them). A resume is announced on
+        stderr ("resuming from iteration N of M", with ``progress``).
+    fingerprint : mapping str -> JSON value describing the run (data hash, K, options, ...), stored
+        in every checkpoint and compared on resume; default the one installed by
+        `base.run_fingerprint` (None outside one: nothing stored or checked).
 
     Returns
     -------
@@ -183,8 +196,11 @@ def run(
     Raises
     ------
     ValueError for bad max_iter or tol (`check_fit_args`), for ``checkpoint_every`` not an integer
-    >= 1 when ``checkpoint`` is given, and (from `load_checkpoint`) when a resumed checkpoint's
-    state does not match ``state``.
+    >= 1 when ``checkpoint`` is given, and (from `load_checkpoint`, before any sweep) when a resumed
+    checkpoint's state does not match ``state`` (structure or shapes), when its fingerprint differs
+    from this run's (every differing field named), or when the file is damaged (the file named).
+    base.RunInterrupted (a KeyboardInterrupt) when SIGINT or SIGTERM arrives during a checkpointed
+    run: the sweep in progress finishes, its checkpoint is written, and the message names it.
     FloatingPointError when a recorded ELBO is not finite ("ELBO became nan at sweep 3; try float64").
     OSError when the checkpoint cannot be written (`save_checkpoint`).
     Whatever ``sweep``, ``evaluate``, ``final_elbo``, ``callback``, ``save_extra`` or
@@ -196,14 +212,17 @@ def run(
     if checkpoint is not None and (isinstance(checkpoint_every, bool) or not _is_integral(checkpoint_every)
                                    or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    fp = base.current_fingerprint() if fingerprint is None else dict(fingerprint)
     elbos: list[float] = []
     rels: list[float] = []
     iters: list[int] = []
     sweep_seconds: list[float] = []
     converged = False
     first = 0
+    t_start = time.perf_counter()
     if resume and checkpoint is not None and Path(checkpoint).exists():
-        saved, first, tr, extra = load_checkpoint(checkpoint, state)
+        saved, first, tr, extra = load_checkpoint(checkpoint, state, fingerprint=fp)
+        base.note(f"{desc}: resuming from iteration {first} of {max_iter} ({checkpoint})", progress)
         state = jax.tree_util.tree_map(lambda like, x: jax.numpy.asarray(x, dtype=x.dtype), state, saved)
         elbos, rels = [float(v) for v in tr["elbo"]], [float(v) for v in tr["rel_change"]]
         iters, sweep_seconds = [int(v) for v in tr["iteration"]], [float(v) for v in tr["sweep_seconds"]]
@@ -216,7 +235,8 @@ def run(
         trace = {"elbo": np.asarray(elbos, np.float64), "rel_change": np.asarray(rels, np.float64),
                  "iteration": np.asarray(iters, np.int64), "sweep_seconds": np.asarray(sweep_seconds, np.float64)}
         extra = {"converged__": np.asarray(conv), **(save_extra() if save_extra is not None else {})}
-        save_checkpoint(checkpoint, state, n_iter=n_done, trace=trace, extra=extra)
+        save_checkpoint(checkpoint, state, n_iter=n_done, trace=trace, extra=extra, fingerprint=fp)
+        guard.written(checkpoint, n_done)
         base.checkpoint_written(checkpoint, n_done)
 
     def record(value: float, rel: float | None, it: int, where: str) -> float:
@@ -232,33 +252,43 @@ def run(
     start = time.perf_counter()
     bar = tqdm(total=max_iter, desc=desc, disable=not progress, leave=False)
     bar.update(first)
-    try:
-        for t in range(first, max_iter if not converged else first):
-            t0 = time.perf_counter()
-            state, report = sweep(state, t)
-            jax.block_until_ready(state)
-            sweep_seconds.append(time.perf_counter() - t0)
-            bar.update(1)
-            rel = None
-            if evaluate is not None or report is not None:
-                value, given = (float(evaluate(state)), None) if evaluate is not None else _unpack(report)
-                rel = record(value, given, t + 1, f"at sweep {t + 1}")
-                bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
-            if callback is not None:
-                callback(t, state, report)
-            if rel is not None and rel < tol:
-                converged = True
-                break
-            if checkpoint is not None and (t + 1) % checkpoint_every == 0:
-                save(t + 1, False)
-    finally:
-        bar.close()
+    last_rel = rels[-1] if rels else float("nan")
+    with base.interruptible(desc, max_iter, enabled=checkpoint is not None) as guard:
+        try:
+            for t in range(first, max_iter if not converged else first):
+                t0 = time.perf_counter()
+                state, report = sweep(state, t)
+                jax.block_until_ready(state)
+                sweep_seconds.append(time.perf_counter() - t0)
+                bar.update(1)
+                rel = None
+                if evaluate is not None or report is not None:
+                    value, given = (float(evaluate(state)), None) if evaluate is not None else _unpack(report)
+                    rel = record(value, given, t + 1, f"at sweep {t + 1}")
+                    last_rel = rel
+                    bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
+                if callback is not None:
+                    callback(t, state, report)
+                if rel is not None and rel < tol:
+                    converged = True
+                    break
+                if checkpoint is not None and ((t + 1) % checkpoint_every == 0 or guard.signum is not None):
+                    save(t + 1, False)  # a signal: the sweep just finished is checkpointed, then we stop
+                if t + 1 < max_iter:  # (a signal during the last sweep: the run ends normally)
+                    guard.check()
+        finally:
+            bar.close()
     n_iter = len(sweep_seconds)
     if checkpoint is not None:
         save(n_iter, converged)
     if final_elbo is not None:
         record(float(final_elbo(state)), None, n_iter, f"after sweep {n_iter}")
     seconds = time.perf_counter() - start
+    base.report_run(driver="vi", desc=desc, n_iter=n_iter, max_iter=int(max_iter), converged=bool(converged),
+                    tol=float(tol), last_rel_change=float(last_rel), resumed_from=int(first),
+                    checkpoint=None if checkpoint is None else str(checkpoint), seconds=float(seconds),
+                    first_iteration_seconds=float(sweep_seconds[first]) if len(sweep_seconds) > first else 0.0,
+                    t_start=t_start, t_end=time.perf_counter())
     return VIRun(state, np.asarray(elbos, dtype=np.float64), np.asarray(rels, dtype=np.float64),
                  np.asarray(iters, dtype=np.int64), n_iter, converged, seconds,
                  np.asarray(sweep_seconds, dtype=np.float64))
@@ -298,15 +328,22 @@ _CKPT_STATE = "state__"
 _CKPT_TRACE = ("elbo", "rel_change", "iteration", "sweep_seconds")
 
 
-def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extra: dict | None = None) -> Path:
+def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extra: dict | None = None,
+                    fingerprint: dict | None = None) -> Path:
     """Write a run's state (any pytree of arrays), its trace and extra arrays to ``path`` (``.npz``)
     atomically: a temporary file in the same folder, then `os.replace`, so a reader sees the old or
     the new checkpoint, never half of one. Arrays keep their dtype (float64 stays float64).
 
     path : str or Path; state : pytree of arrays; n_iter : sweeps done; trace : name -> 1-D array;
-    extra : name -> array or scalar (e.g. a host RNG state as JSON text). Returns the Path.
-    Raises OSError when the folder cannot be written. Source: project addition.
+    extra : name -> array or scalar (e.g. a host RNG state as JSON text); fingerprint : the run's
+    fingerprint (mapping str -> JSON value), stored as JSON under `base.FINGERPRINT_KEY`; default the
+    one installed by `base.run_fingerprint` (None outside one: none stored). Returns the Path.
+    Raises OSError when the folder cannot be written; TypeError for a fingerprint that is not
+    JSON-serializable. Source: project addition.
     """
+    import json
+
+    fingerprint = base.current_fingerprint() if fingerprint is None else fingerprint
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     leaves, _ = jax.tree_util.tree_flatten(state)
@@ -315,6 +352,8 @@ def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extr
     arrays.update({f"extra__{k}": np.asarray(v) for k, v in (extra or {}).items()})
     arrays["n_iter__"] = np.asarray(int(n_iter), np.int64)
     arrays["n_leaves__"] = np.asarray(len(leaves), np.int64)
+    if fingerprint is not None:
+        arrays[base.FINGERPRINT_KEY] = np.asarray(json.dumps(dict(fingerprint), sort_keys=True))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -327,25 +366,45 @@ def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extr
     return path
 
 
-def load_checkpoint(path, like):
-    """Read a checkpoint written by `save_checkpoint`.
+def load_checkpoint(path, like, *, fingerprint: dict | None = None):
+    """Read a checkpoint written by `save_checkpoint`, checking it belongs to this run first.
 
-    path : str or Path; like : a pytree with the structure of the saved state (e.g. the initial state).
+    path : str or Path; like : a pytree with the structure and leaf shapes of the saved state (e.g.
+    the initial state); fingerprint : this run's fingerprint (mapping str -> JSON value), default the
+    one installed by `base.run_fingerprint`; None outside one: not checked.
     Returns (state, n_iter, trace dict, extra dict). The state's leaves are numpy arrays of the saved
     dtypes (float64 is kept even with jax_enable_x64 off: the caller decides when to move them to
-    the device). Raises FileNotFoundError, ValueError when the structure does not match ``like``.
+    the device).
+    Raises FileNotFoundError; ValueError (naming the file) when the file is damaged or not a
+    checkpoint (`base.checkpoint_damaged`; read with ``allow_pickle=False``), when its fingerprint
+    differs from ``fingerprint`` (every differing field named, `base.check_fingerprint`), or when its
+    state's structure or array shapes do not match ``like`` (another K or other data sizes).
     Source: project addition.
     """
+    import json
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    fingerprint = base.current_fingerprint() if fingerprint is None else fingerprint
     treedef = jax.tree_util.tree_structure(like)
-    with np.load(path, allow_pickle=False) as f:
-        n = int(f["n_leaves__"])
-        if n != treedef.num_leaves:
-            raise ValueError(f"checkpoint {path} holds {n} state arrays, the solver's state has {treedef.num_leaves}")
-        leaves = [f[f"{_CKPT_STATE}{i}"] for i in range(n)]
-        trace = {k[len("trace__"):]: f[k] for k in f.files if k.startswith("trace__")}
-        extra = {k[len("extra__"):]: f[k] for k in f.files if k.startswith("extra__")}
-        n_iter = int(f["n_iter__"])
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            saved_fp = json.loads(str(f[base.FINGERPRINT_KEY])) if base.FINGERPRINT_KEY in f.files else None
+            n = int(f["n_leaves__"])
+            leaves = [f[f"{_CKPT_STATE}{i}"] for i in range(n)]
+            trace = {k[len("trace__"):]: f[k] for k in f.files if k.startswith("trace__")}
+            extra = {k[len("extra__"):]: f[k] for k in f.files if k.startswith("extra__")}
+            n_iter = int(f["n_iter__"])
+    except Exception as exc:  # BadZipFile, KeyError (not our layout), OSError, ValueError (pickled data), JSON
+        raise base.checkpoint_damaged(path, exc) from exc
+    base.check_fingerprint(path, saved_fp, fingerprint)
+    if n != treedef.num_leaves:
+        raise ValueError(f"checkpoint {path} holds {n} state arrays, the solver's state has {treedef.num_leaves}; "
+                         f"it was written by another solver: delete {path} to start fresh")
+    for i, (a, b) in enumerate(zip(leaves, jax.tree_util.tree_leaves(like))):
+        if np.shape(a) != np.shape(b):
+            raise ValueError(f"checkpoint {path}: state array {i} has shape {np.shape(a)}, this run's has "
+                             f"{np.shape(b)} (written with another K or other data sizes); delete {path} or "
+                             "choose another checkpoint folder to start fresh")
     return jax.tree_util.tree_unflatten(treedef, leaves), n_iter, trace, extra

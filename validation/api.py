@@ -32,7 +32,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-__all__ = ["Adapter", "ADAPTERS", "FittedModel", "Interrupted", "fit", "load", "models"]
+__all__ = ["Adapter", "ADAPTERS", "FittedModel", "Interrupted", "RunInterrupted", "fit", "load", "models",
+           "run_fingerprint", "valid_options", "checkpoint_path"]
 
 VALUE_KINDS = ("count", "real", "binary")
 
@@ -40,10 +41,10 @@ VALUE_KINDS = ("count", "real", "binary")
 def __getattr__(name):
     # `Interrupted` lives in custom_inference.base (the drivers raise it through their checkpoint
     # hook); imported lazily so that `import validation.api` stays free of JAX (CLI start-up).
-    if name == "Interrupted":
-        from custom_inference.base import Interrupted
+    if name in ("Interrupted", "RunInterrupted"):
+        from custom_inference import base
 
-        return Interrupted
+        return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -73,6 +74,11 @@ class Adapter:
     draws : the solver option with the number of draws from q (VI), or None (samplers keep their
         sweeps; point estimates have one): what ``factorbayes fit --draws`` sets.
     source : seed file and equation of ``mean``.
+    solver : ``"module:function"`` of the solver ``run`` calls, whose keyword parameters are the
+        options `fit` accepts (listed when an unknown option is given); None: `_SOLVER_OF` below.
+    faster : for a solver whose every sweep is dense in users x items (batch SIBM), a pair
+        (faster model name, seconds per user-item cell per factor per sweep measured here) used to warn
+        before a long fit; None: `_DENSE_PER_SWEEP` below, else no estimate.
     """
 
     name: str
@@ -87,6 +93,8 @@ class Adapter:
     not_resumable: str = ""
     iterations: str = "max_iter"
     draws: str | None = None
+    solver: str | None = None
+    faster: tuple | None = None
 
 
 ADAPTERS: dict[str, Adapter] = {}
@@ -129,6 +137,28 @@ def _adapter(name: str) -> Adapter:
 
 def _table(data, *, user_col=None, item_col=None, value_col=None) -> pd.DataFrame:
     """The canonical ratings table of a DataFrame, a scipy.sparse matrix or Observations."""
+    return _table_named(data, user_col=user_col, item_col=item_col, value_col=value_col)[0]
+
+
+_ROLES = {"user": "user", "item": "item", "rating": "value"}
+
+
+def _user_terms(message: str, names: Mapping[str, str]) -> str:
+    """A loader's message about the canonical columns (``user``, ``item``, ``rating``) in the user's
+    column names: "column 'rating'" -> "column 'stars' (the value column)", a leading "rating:" ->
+    "column 'stars' (the value column):"."""
+    for internal, theirs in names.items():
+        label = f"column {theirs!r} (the {_ROLES[internal]} column)"
+        message = message.replace(f"column {internal!r}", label)
+        if message.startswith(f"{internal}:"):
+            message = label + message[len(internal):]
+    return message
+
+
+def _table_named(data, *, user_col=None, item_col=None, value_col=None) -> tuple[pd.DataFrame, dict]:
+    """(canonical ratings table, {"user": the user's user column, "item": ..., "rating": ...}); the
+    names are the canonical ones for a matrix or Observations (rows / columns / stored values).
+    Loader errors about the columns are rewritten in the user's column names (`_user_terms`)."""
     import scipy.sparse as sp
 
     from custom_inference.data import Observations
@@ -148,11 +178,16 @@ def _table(data, *, user_col=None, item_col=None, value_col=None) -> pd.DataFram
             value = "_value"
         else:
             df = data
-        return datasets.ratings_from_dataframe(df, user=user, item=item, value=value, timestamp=None)
+        names = {"user": user, "item": item, "rating": value}
+        try:
+            return datasets.ratings_from_dataframe(df, user=user, item=item, value=value, timestamp=None), names
+        except ValueError as exc:
+            raise ValueError(_user_terms(str(exc), names)) from None
+    names = {"user": "row", "item": "column", "rating": "value"}
     if sp.issparse(data):
-        return datasets.ratings_from_scipy(data)
+        return datasets.ratings_from_scipy(data), names
     if isinstance(data, Observations):
-        return datasets.ratings_from_scipy(data.to_scipy())
+        return datasets.ratings_from_scipy(data.to_scipy()), names
     raise TypeError(f"data must be a pandas DataFrame, a scipy.sparse matrix or an Observations, "
                     f"got {type(data).__name__}")
 
@@ -241,6 +276,66 @@ class FittedModel:
     def shape(self) -> tuple[int, int]:
         """(I, J): users and items known to the model."""
         return (len(self.user_ids), len(self.item_ids))
+
+    def summary(self) -> dict:
+        """What the fit did, as written by `fit` (kept in ``settings["summary"]``, so it survives
+        `save` / `load`).
+
+        Returns a dict (a deep copy; JSON values):
+
+        - ``model``, ``K``, ``uncertainty``;
+        - ``data``: ``users``, ``items``, ``entries`` fitted; ``dropped_users`` / ``dropped_items``
+          (count) and ``dropped_user_ids`` / ``dropped_item_ids`` (up to 5, the user's ids) left
+          without entries by the value transform, ``dropped_entries``;
+        - ``iterations``: ``option`` (the solver option that counts them), ``driver`` ("vi",
+          "mcmc", or "solver" for a loop outside the drivers), ``run`` and ``max`` (VI sweeps or
+          epochs; sampler units of ``thin`` sweeps per chain, warm-up included), ``resumed_from``
+          (iterations read from a checkpoint; 0 for a fresh fit); VI: ``converged`` (the tolerance
+          stopped it) or not (stopped at the cap), ``tol``, ``last_rel_change``; samplers:
+          ``warmup``, ``chains``, ``thin``;
+        - ``diagnostics`` (samplers): rank-normalized split ``rhat_max`` and ``ess_bulk_min`` /
+          ``ess_tail_min`` (ArviZ) over the predicted E[y] at up to `DIAGNOSTIC_CELLS` training
+          cells (identified quantities, not the factors), ``cells_rhat_over_1_01``;
+        - ``seconds``: wall seconds per phase: ``prepare_data`` (table, transform, checks,
+          fingerprint), ``fit`` (the solver call, compilation included), within it ``before_loop``
+          (initialisation), ``loop`` (the driver's iterations), ``first_iteration_with_compilation``
+          and ``after_loop`` (draws from q, building the InferenceData), then ``summary`` (the
+          diagnostics) and ``total``.
+
+        An empty dict for a model loaded from an artifact written before the summary existed.
+        Raises nothing. Source: project addition (issue 24).
+        """
+        return json.loads(json.dumps(self.settings.get("summary", {}), default=str))
+
+    def summary_text(self) -> str:
+        """`summary` as a few lines of text for a terminal (the CLI prints it). Raises nothing.
+        Source: project addition (issue 24)."""
+        s = self.summary()
+        if not s:
+            return f"{self.model}: no run summary (an artifact from before factorbayes wrote one)"
+        d, it, sec = s["data"], s["iterations"], s.get("seconds", {})
+        lines = [f"{s['model']} K={s['K']}: {d['users']} users x {d['items']} items, {d['entries']} entries; "
+                 f"uncertainty: {s['uncertainty']}"]
+        for w in ("user", "item"):
+            if d[f"dropped_{w}s"]:
+                lines.append(f"  dropped by the transform: {d[f'dropped_{w}s']} {w}(s), e.g. {d[f'dropped_{w}_ids']}")
+        if it.get("run") is not None:
+            line = f"  iterations: {it['run']} of {it.get('max')} ({it['option']})"
+            if it.get("resumed_from"):
+                line += f", resumed from {it['resumed_from']}"
+            if "converged" in it:
+                line += ("; converged" if it["converged"] else "; NOT converged (stopped at the cap)")
+            if "last_rel_change" in it:
+                line += f", last relative change {it['last_rel_change']:.3g} (tol {it['tol']:g})"
+            lines.append(line)
+        diag = s.get("diagnostics")
+        if diag and "rhat_max" in diag:
+            lines.append(f"  R-hat max {diag['rhat_max']:.3f}, bulk ESS min {diag['ess_bulk_min']:.0f}, tail ESS min "
+                         f"{diag['ess_tail_min']:.0f} ({diag['quantity']}; {diag['chains']} chains x "
+                         f"{diag['draws_per_chain']} draws)")
+        if sec:
+            lines.append("  seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in sec.items()))
+        return "\n".join(lines)
 
     def _index(self, ids, which: str) -> np.ndarray:
         universe = self.user_ids if which == "user" else self.item_ids
@@ -501,10 +596,10 @@ def load(path) -> FittedModel:
     Returns the FittedModel (same recommendations and predictions as before saving): user_ids (I,)
     and item_ids (J,) int64 when every saved id is an int, else object arrays; ``seen`` a
     scipy.sparse.csr_matrix (I, J) of the saved training values.
-    Raises FileNotFoundError (no such file), ValueError (a netCDF file without a front_door group);
-    a file that is not netCDF propagates the reader's error from `arviz.from_netcdf` (OSError or
-    ValueError), and a front_door group missing its attrs a KeyError.
-    Source: project addition (issue 10).
+    Raises FileNotFoundError (no such file; a folder), ValueError naming the file when it is not a
+    factorbayes artifact (not netCDF / HDF5 at all, or a netCDF file without a front_door group)
+    or is damaged (unreadable, truncated, or a front_door group missing its parts).
+    Source: project addition (issue 10; messages issue 24).
     """
     import scipy.sparse as sp
 
@@ -513,15 +608,31 @@ def load(path) -> FittedModel:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    idata = arviz_io.load(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"{path} is a folder; pass the artifact file (e.g. {path}/<model>.nc)")
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if not (head.startswith(b"\x89HDF\r\n\x1a\n") or head.startswith(b"CDF")):
+        raise ValueError(f"{path} is not a factorbayes artifact (not a netCDF file; artifacts are written by "
+                         "FittedModel.save or `factorbayes fit --out`)")
+    try:
+        idata = arviz_io.load(path)
+    except Exception as exc:  # h5py / netCDF4 errors: OSError, RuntimeError, ValueError, KeyError
+        raise ValueError(f"{path}: a damaged factorbayes artifact or another netCDF file that cannot be read "
+                         f"({type(exc).__name__}: {str(exc)[:200]}); write it again with FittedModel.save") from exc
     if "front_door" not in idata.groups():
-        raise ValueError(f"{path}: not a factorbayes model artifact (no front_door group); write it with FittedModel.save")
-    fd = idata["front_door"]
-    user_ids, item_ids = _ids_from_json(fd.attrs["user_ids"]), _ids_from_json(fd.attrs["item_ids"])
-    seen = sp.csr_matrix((np.asarray(fd["seen_value"]), (np.asarray(fd["seen_row"]), np.asarray(fd["seen_col"]))),
-                         shape=(len(user_ids), len(item_ids)))
-    model = str(fd.attrs["model"])
-    settings = json.loads(fd.attrs["settings"])
+        raise ValueError(f"{path} is not a factorbayes artifact (a netCDF file without a front_door group); "
+                         "write it with FittedModel.save")
+    try:
+        fd = idata["front_door"]
+        user_ids, item_ids = _ids_from_json(fd.attrs["user_ids"]), _ids_from_json(fd.attrs["item_ids"])
+        seen = sp.csr_matrix((np.asarray(fd["seen_value"]), (np.asarray(fd["seen_row"]), np.asarray(fd["seen_col"]))),
+                             shape=(len(user_ids), len(item_ids)))
+        model = str(fd.attrs["model"])
+        settings = json.loads(fd.attrs["settings"])
+    except Exception as exc:  # KeyError (a missing part), ValueError / JSON (damaged attrs), OSError (reads)
+        raise ValueError(f"{path}: a damaged factorbayes artifact ({type(exc).__name__}: {str(exc)[:200]} in its "
+                         "front_door group); write it again with FittedModel.save") from exc
     with _quiet():
         del idata["front_door"]
     return FittedModel(model, idata, user_ids, item_ids, seen, settings)
@@ -540,49 +651,80 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     data : pandas DataFrame with a user, an item and (optionally) a value column (names from
         ``user_col`` / ``item_col`` / ``value_col``, else "user", "item", "rating"|"value"|"count";
         no value column means one-class data, every row a 1); a users x items scipy.sparse matrix;
-        or an `Observations` (ids 0..I-1, 0..J-1).
+        or an `Observations` (ids 0..I-1, 0..J-1). Each (user, item) pair at most once.
     K : int >= 1, the latent dimension. seed : int, fixes every random choice of the fit.
     transform : what to do with values the model cannot take: "none" (values as given; count
         models refuse non-integers, binary models binarize at ``threshold``), "round", "double"
         (half stars -> integer counts), "binarize" (value >= ``threshold`` -> 1, else dropped),
-        "error" (refuse anything the model cannot take as is).
+        "error" (refuse anything the model cannot take as is). Users or items left without entries
+        are dropped: a warning names how many and a few of their ids (also in `FittedModel.summary`).
     resume_from : a folder for checkpoints (the file is ``resume_from/<model>.npz``, `checkpoint_path`):
         the fit writes its state there every ``checkpoint_every`` iterations (atomically) and, when
-        a checkpoint exists, continues from it; an interrupted and resumed fit equals the
-        uninterrupted one bit for bit (tests/validation/test_api.py). Only for models whose
-        adapter is resumable (``ADAPTERS[name].resumable``; the others raise ValueError with the
-        reason). checkpoint_every : int >= 1, in the driver's unit: VI sweeps or epochs
+        a checkpoint exists, continues from it ("resuming from iteration N of M" on stderr with
+        ``progress``); an interrupted and resumed fit equals the uninterrupted one bit for bit
+        (tests/validation/test_api.py, test_api_run.py). Every checkpoint holds the run's
+        fingerprint (`run_fingerprint`: data hash, model, solver, K, seed, options, transform,
+        threshold, dtype, package version); a checkpoint of any other run is refused before anything
+        is computed. SIGINT / SIGTERM during the fit finish the iteration in progress, checkpoint it
+        and raise `RunInterrupted` naming the file. Only for models whose adapter is resumable
+        (``ADAPTERS[name].resumable``; the others raise ValueError with the reason).
+        checkpoint_every : int >= 1, in the driver's unit: VI sweeps or epochs
         (`custom_inference.vi_driver`), blocks of sampler units (`custom_inference.mcmc_driver`);
         default the solver's (10).
+    progress : progress bars and notes on stderr.
     options : passed to the model's solver (e.g. ``num_samples``, ``max_iter``, ``hyper``) over
-        the adapter's ``defaults``. ``_stop_after=n`` (testing aid, with ``resume_from``) raises
-        `Interrupted` right after the n-th checkpoint write, through the drivers' hook
-        (`custom_inference.base.on_checkpoint`), as a killed run would stop.
+        the adapter's ``defaults``; `valid_options` lists them. ``_stop_after=n`` (testing aid,
+        with ``resume_from``) raises `Interrupted` right after the n-th checkpoint write, through
+        the drivers' hook (`custom_inference.base.on_checkpoint`), as a killed run would stop.
 
-    Returns FittedModel. Raises ValueError / TypeError for bad input (naming the field and the
-    fix), before any computation; ValueError for ``resume_from`` with a non-resumable model, or
-    ``checkpoint_every`` / ``_stop_after`` without ``resume_from``; `Interrupted` (``_stop_after``).
+    Returns FittedModel, whose `FittedModel.summary` describes the run (iterations, convergence,
+    R-hat / ESS for samplers, dropped users and items, seconds per phase). Warns (UserWarning)
+    when users or items were dropped, when a VI fit stopped at its iteration cap without reaching
+    its tolerance, when a sampler's R-hat on predictions exceeds 1.01, and before a fit whose
+    every sweep is dense in users x items on a large matrix (batch SIBM: an estimate, and the
+    faster model to use).
+
+    Raises
+    ------
+    ValueError / TypeError for bad input, before any computation, in the user's terms: the user's
+    column names (NaN, non-numeric values), duplicate (user, item) pairs with their ids, unknown
+    options with the valid ones listed. ValueError for ``resume_from`` with a non-resumable model,
+    ``checkpoint_every`` / ``_stop_after`` without ``resume_from``, and a checkpoint written by
+    another run (every differing field named, with how to start fresh) or damaged (the file
+    named), before anything is compiled. `Interrupted` (``_stop_after``); `RunInterrupted` (a
+    KeyboardInterrupt: SIGINT / SIGTERM during a checkpointed fit).
+
     Source: project addition.
     """
+    import time
+
+    from custom_inference import base
     from custom_inference.base import check_latent_dim
     from custom_inference.data import Observations
 
-    from . import datasets
-
+    t0 = time.perf_counter()
     adapter = _adapter(model)
     K = check_latent_dim(K)
     if transform not in ("none", "round", "double", "binarize", "error"):
         raise ValueError(f"transform must be one of none, round, double, binarize, error; got {transform!r}")
+    _check_options(adapter, options)
     if isinstance(data, Observations):
         table = _observations_table(data, adapter.values, transform)
+        names = {"user": "row", "item": "column", "rating": "value"}
         user_ids, item_ids = np.arange(data.n_rows), np.arange(data.n_cols)
     else:
-        table = _table(data, user_col=user_col, item_col=item_col, value_col=value_col)
+        table, names = _table_named(data, user_col=user_col, item_col=item_col, value_col=value_col)
+        _refuse_duplicates(table, names)
         user_ids = item_ids = None
-    table = _values(table, adapter.values, transform, threshold)
+    given = table
+    try:
+        table = _values(table, adapter.values, transform, threshold)
+    except ValueError as exc:  # in the DataFrame's column names (a matrix's messages stay as they are)
+        raise ValueError(_user_terms(str(exc), names if isinstance(data, pd.DataFrame) else {})) from None
     if table.empty:
         raise ValueError(f"data: no entries left to fit ({model} drops zero {adapter.values} values; "
                          f"transform={transform!r}, threshold={threshold!r})")
+    dropped = _dropped(given, table) if user_ids is None else _no_drops(len(given) - len(table))
     if user_ids is None:
         user_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
         item_ids, i = np.unique(table["item"].to_numpy(), return_inverse=True)
@@ -590,26 +732,357 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
         u, i = table["user"].to_numpy(np.int64), table["item"].to_numpy(np.int64)
     obs = Observations.from_coo(np.asarray(u).reshape(-1), np.asarray(i).reshape(-1), table["rating"].to_numpy(),
                                 (len(user_ids), len(item_ids)), kind=adapter.values, dtype=np.float64)
+    _warn_dropped(model, dropped, names, transform, threshold)
     stop_after = options.pop("_stop_after", None)
     run_options = {**adapter.defaults, **options}
+    fingerprint = None
     if resume_from is not None:
         if not adapter.resumable:
             raise ValueError(f"{model} cannot resume from a checkpoint ({adapter.not_resumable or 'its solver has no checkpoints'}); "
                              "fit it without resume_from")
-        run_options.update(checkpoint=str(checkpoint_path(resume_from, model)), resume=True)
+        ckpt = checkpoint_path(resume_from, model)
+        fingerprint = run_fingerprint(adapter, obs, K, seed, run_options, transform=transform, threshold=threshold)
+        if ckpt.exists():  # refuse another run's checkpoint before anything is compiled
+            saved, _ = base.read_checkpoint_fingerprint(ckpt)
+            base.check_fingerprint(ckpt, saved, fingerprint)
+        run_options.update(checkpoint=str(ckpt), resume=True)
         if checkpoint_every is not None:
             run_options["checkpoint_every"] = int(checkpoint_every)
     elif checkpoint_every is not None:
         raise ValueError("checkpoint_every needs resume_from (the folder the checkpoints go to)")
-    if stop_after is not None:
-        if resume_from is None:
-            raise ValueError("_stop_after needs resume_from")
-        idata = _run_until(adapter, stop_after, seed, obs, K, progress, run_options)
-    else:
-        idata = adapter.run(seed, obs, K, progress=progress, **run_options)
+    if stop_after is not None and resume_from is None:
+        raise ValueError("_stop_after needs resume_from")
+    _warn_if_slow(adapter, obs, K, run_options)
+    t1 = time.perf_counter()
+    with base.collect_runs() as runs, base.run_fingerprint(fingerprint):
+        if stop_after is not None:
+            idata = _run_until(adapter, stop_after, seed, obs, K, progress, run_options)
+        else:
+            idata = adapter.run(seed, obs, K, progress=progress, **run_options)
+    t2 = time.perf_counter()
     settings = {"K": K, "seed": int(seed), "transform": transform, "threshold": float(threshold),
                 "options": {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}}
-    return FittedModel(model, idata, np.asarray(user_ids), np.asarray(item_ids), obs.to_scipy().tocsr(), settings)
+    fitted = FittedModel(model, idata, np.asarray(user_ids), np.asarray(item_ids), obs.to_scipy().tocsr(), settings)
+    summary = _run_summary(fitted, obs, runs[-1] if runs else None, dropped)
+    t3 = time.perf_counter()
+    summary["seconds"] = _phases(t0, t1, t2, t3, runs[-1] if runs else None)
+    settings["summary"] = summary
+    _warn_summary(fitted, summary)
+    return fitted
+
+
+# -- options, the run fingerprint, the run summary (issue 24) --------------------------------------
+
+#: Solver behind each registered adapter, for the options it accepts (`valid_options`), where the
+#: adapter does not name it (``Adapter.solver``). Project addition (issue 24): belongs in the
+#: declarations of `validation.api_models`.
+_SOLVER_OF = {
+    "hpf": "custom_inference.hpf:fit", "hpf-gibbs": "custom_inference.hpf_gibbs:sample",
+    "sbmf": "custom_inference.sbmf:sample", "bpmf": "custom_inference.bpmf:sample",
+    "mcmc-fm": "custom_inference.fm_mcmc:sample", "vbfm": "custom_inference.vbfm:fit",
+    "ovbfm": "custom_inference.vbfm:fit_svi", "sgd-fm": "custom_inference.fm_sgd:fit",
+    "sibm": "custom_inference.sibm:fit", "sibm-svi": "custom_inference.sibm:fit_svi",
+    "sibm-map": "custom_inference.sibm:fit_map", "rg": "custom_inference.rg:fit", "bpr": "custom_inference.bpr:fit",
+    "psm": "custom_inference.psm:fit", "npfm": "custom_inference.pfm:sample", "ppfm": "custom_inference.pfm:sample",
+}
+
+#: Models whose every sweep is dense in users x items: (faster model, seconds per cell per factor per
+#: sweep), where the adapter does not say (``Adapter.faster``). Batch SIBM's rate measured on this
+#: project's 2-core CPU machine through `fit` (float64, K = 10, 1% density): 4.7e-8 s at 1,000 x 1,000
+#: and 4.6e-8 s at 2,000 x 2,000 per cell and factor and sweep, compilation left out (issue 24 saw
+#: 56 s per sweep on 21,891 x 10,487 cells, 2.4e-8 s at K = 10).
+_DENSE_PER_SWEEP = {"sibm": ("sibm-svi", 4.6e-8)}
+
+# what the front door sets itself (resume_from, checkpoint_every, the data), never an option
+_NOT_OPTIONS = frozenset({"key", "data", "obs", "design", "train", "K", "checkpoint", "resume", "self"})
+# options that change nothing in the result (left out of the fingerprint)
+_NOT_IN_FINGERPRINT = frozenset({"progress", "checkpoint", "checkpoint_every", "resume", "block", "callback"})
+
+
+def valid_options(model: str) -> tuple[str, ...]:
+    """The keyword options `fit` passes on to ``model``'s solver: the solver's keyword parameters
+    (and its ``init``'s, where the solver forwards ``**init_kwargs``), plus ``hyper``; sorted.
+
+    model : a name from `models()`. Returns a tuple of str (empty when the solver is unknown, in
+    which case `fit` checks nothing). Raises ValueError for an unknown model.
+    Source: project addition (issue 24).
+    """
+    return tuple(sorted(_solver_parameters(_adapter(model))))
+
+
+def _solver_parameters(adapter: Adapter) -> dict:
+    """name -> default (``inspect.Parameter.empty`` when none) of the options of ``adapter``'s solver
+    (`valid_options`); {} when the solver is unknown."""
+    import importlib
+    import inspect
+
+    where = adapter.solver or _SOLVER_OF.get(adapter.name)
+    if where is None:
+        return {}
+    module, name = where.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    out = {"hyper": None}
+    forwards = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    init = getattr(fn, "__globals__", {}).get("init") if forwards else None
+    for f in (init, fn):  # the solver's own defaults win
+        if f is None:
+            continue
+        for p in inspect.signature(f).parameters.values():
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _NOT_OPTIONS:
+                out[p.name] = p.default
+    return out
+
+
+def _check_options(adapter: Adapter, options: Mapping[str, Any]) -> None:
+    """Refuse unknown options before any computation, listing the valid ones (and the closest)."""
+    import difflib
+
+    valid = valid_options(adapter.name)
+    if not valid:
+        return
+    unknown = sorted(k for k in options if k not in valid and k != "_stop_after")
+    if unknown:
+        near = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
+        hints = "; ".join(f"{k!r}: did you mean {v[0]!r}?" for k, v in near.items() if v)
+        raise ValueError(f"{adapter.name}: unknown option(s) {unknown}{' (' + hints + ')' if hints else ''}; "
+                         f"valid options are {list(valid)} (the fit's own: user_col, item_col, value_col, transform, "
+                         "threshold, resume_from, checkpoint_every, progress)")
+
+
+def _refuse_duplicates(table: pd.DataFrame, names: Mapping[str, str]) -> None:
+    """ValueError when a (user, item) pair occurs more than once, with up to 5 pairs in the user's ids."""
+    dup = table.duplicated(["user", "item"], keep=False).to_numpy()
+    if dup.any():
+        pairs = table.loc[dup, ["user", "item"]].drop_duplicates()
+        show = [(_plain(a), _plain(b)) for a, b in pairs.head(5).itertuples(index=False)]
+        raise ValueError(f"data: {len(pairs)} ({names['user']}, {names['item']}) pair(s) occur more than once "
+                         f"({int(dup.sum())} rows), e.g. {show}; sum or deduplicate them first (e.g. "
+                         f"df.groupby([{names['user']!r}, {names['item']!r}], as_index=False).sum() or "
+                         f"df.drop_duplicates([{names['user']!r}, {names['item']!r}]))")
+
+
+def _plain(x):
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _dropped(before: pd.DataFrame, after: pd.DataFrame) -> dict:
+    """Users, items and entries of ``before`` that the value transform left without entries."""
+    out = {"entries": int(len(before) - len(after))}
+    for which in ("user", "item"):
+        gone = np.setdiff1d(before[which].unique(), after[which].unique())
+        out[f"{which}s"] = int(gone.size)
+        out[f"{which}_ids"] = [_plain(x) for x in gone[:5]]
+    return out
+
+
+def _no_drops(entries: int) -> dict:
+    return {"entries": int(entries), "users": 0, "user_ids": [], "items": 0, "item_ids": []}
+
+
+def _warn_dropped(model, dropped: Mapping, names: Mapping[str, str], transform, threshold) -> None:
+    import warnings
+
+    parts = [f"{dropped[w + 's']} {w}(s) (e.g. {names[w]} {dropped[w + '_ids']})" for w in ("user", "item")
+             if dropped[w + "s"]]
+    if parts:
+        warnings.warn(f"{model}: the value transform (transform={transform!r}, threshold={threshold!r}) and the "
+                      f"model's dropping of zero values left {' and '.join(parts)} without entries; they are not in "
+                      f"the fitted model ({dropped['entries']} entries dropped in all)", UserWarning, stacklevel=3)
+
+
+def _canonical_value(v):
+    """A JSON value standing for an option's value in the fingerprint (NamedTuples field by field,
+    arrays by shape, dtype and hash, callables by name, anything else by repr)."""
+    import hashlib
+
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    if hasattr(v, "_fields"):
+        return {"type": type(v).__name__, **{f: _canonical_value(getattr(v, f)) for f in v._fields}}
+    if isinstance(v, Mapping):
+        return {str(k): _canonical_value(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(v, (list, tuple)):
+        return [_canonical_value(x) for x in v]
+    if hasattr(v, "shape") and hasattr(v, "dtype"):
+        a = np.ascontiguousarray(np.asarray(v))
+        if a.size <= 16:
+            return {"dtype": str(a.dtype), "values": a.tolist()}
+        return {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+    if isinstance(v, type) or callable(v):
+        return f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', repr(v))}"
+    return repr(v)
+
+
+def run_fingerprint(adapter: Adapter | str, obs, K: int, seed: int, options: Mapping[str, Any], *,
+                    transform: str = "none", threshold: float = 4.0) -> dict:
+    """The fingerprint that binds a checkpoint to its run: everything that changes the result.
+
+    adapter : the Adapter (or its name); obs : the `Observations` exactly as the solver gets it
+        (I x J, N entries); K : int; seed : int; options : the solver options as passed (the adapter's
+        defaults merged with the caller's); transform, threshold : the value transform.
+    Returns a flat dict str -> JSON value: ``model``, ``solver`` (how its draws are made), ``K``,
+    ``seed``, ``transform``, ``threshold``, ``dtype`` (the solver's ``dtype`` option or "default"),
+    ``x64`` (whether JAX computes in float64), ``factorbayes_version``, ``data_users`` /
+    ``data_items`` / ``data_entries`` and ``data_sha256`` (SHA-256 of the int64 rows, int64 columns
+    and float64 values of the entries, and the shape), and ``option <name>`` for every option that
+    can change the result (all but progress, checkpoint, checkpoint_every, resume, block,
+    callback; NamedTuples such as ``hyper`` field by field, arrays by hash), the solver's defaults
+    filled in (so an option given at its default value is the same run).
+    Raises nothing of its own. Source: project addition (issue 24).
+    """
+    import hashlib
+    import importlib.metadata
+
+    import jax
+
+    adapter = _adapter(adapter) if isinstance(adapter, str) else adapter
+    rows, cols = np.asarray(obs.rows).astype(np.int64), np.asarray(obs.cols).astype(np.int64)
+    vals = np.asarray(obs.values).astype(np.float64)
+    h = hashlib.sha256()
+    for a in (np.asarray(obs.shape, np.int64), rows, cols, vals):
+        h.update(np.ascontiguousarray(a).tobytes())
+    try:
+        version = importlib.metadata.version("factorbayes")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    fp = {"model": adapter.name, "solver": adapter.uncertainty, "K": int(K), "seed": _canonical_value(seed),
+          "transform": transform, "threshold": float(threshold), "dtype": str(options.get("dtype") or "default"),
+          "x64": bool(jax.config.jax_enable_x64), "factorbayes_version": version,
+          "data_users": int(obs.shape[0]), "data_items": int(obs.shape[1]), "data_entries": int(rows.size),
+          "data_sha256": h.hexdigest()}
+    import inspect
+
+    defaults = {k: v for k, v in _solver_parameters(adapter).items() if v is not inspect.Parameter.empty}
+    for k, v in {**defaults, **options}.items():  # an option left at its default counts as given
+        if k not in _NOT_IN_FINGERPRINT and k != "dtype":
+            fp[f"option {k}"] = _canonical_value(v)
+    return fp
+
+
+def _warn_if_slow(adapter: Adapter, obs, K: int, run_options: Mapping[str, Any]) -> None:
+    """Before a fit whose every sweep is dense in users x items (batch SIBM) on a large matrix: a
+    warning with the estimated time and the faster model (``Adapter.faster`` / `_DENSE_PER_SWEEP`).
+    The estimate is I J K sweeps times the measured rate; it warns from an estimate of 10 minutes."""
+    import warnings
+
+    faster = adapter.faster or _DENSE_PER_SWEEP.get(adapter.name)
+    if faster is None:
+        return
+    other, rate = faster
+    I, J = obs.shape
+    sweeps = int(run_options.get(adapter.iterations, 200))
+    per_sweep = float(I) * float(J) * max(int(K), 1) * rate
+    if per_sweep * sweeps >= 600.0:
+        warnings.warn(f"{adapter.name}: every sweep of this solver is dense in users x items ({I:,} x {J:,} = "
+                      f"{I * J:,} cells, K = {K}): about {per_sweep:,.0f} s per sweep, ~{per_sweep * sweeps / 3600:.1f} h "
+                      f"for {adapter.iterations}={sweeps} (a rough estimate from a rate measured on a 2-core CPU; "
+                      f"a GPU is faster). For a large sparse matrix fit {other!r} instead (its work grows with the "
+                      f"entries sampled per step, not with I x J)", UserWarning, stacklevel=3)
+
+
+def _attr(idata, name):
+    """An attr of the solver's result (posterior attrs first, then the other groups'), or None."""
+    for g in ["posterior", *[g for g in idata.groups() if g != "posterior"]]:
+        attrs = idata[g].attrs
+        if name in attrs:
+            return attrs[name]
+    return None
+
+
+def _run_summary(fitted: "FittedModel", obs, run: Mapping | None, dropped: Mapping) -> dict:
+    """The run summary of `fit` (without its seconds): see `FittedModel.summary`."""
+    import time
+
+    adapter = fitted.adapter
+    it: dict[str, Any] = {"option": adapter.iterations}
+    if run is not None:
+        it.update(driver=run["driver"], run=int(run["n_iter"]), max=int(run["max_iter"]),
+                  resumed_from=int(run["resumed_from"]))
+        if run["driver"] == "vi":
+            it.update(converged=bool(run["converged"]), tol=float(run["tol"]),
+                      last_rel_change=float(run["last_rel_change"]))
+        else:
+            it.update(unit="units of thin sweeps per chain (warm-up included)", warmup=int(run["units_warmup"]),
+                      chains=int(run["num_chains"]), thin=int(run["thin"]))
+    else:  # a solver loop outside the drivers (SIBM SVI, SGD-FM without checkpoints): what its attrs say
+        n_iter, conv = _attr(fitted.idata, "n_iter"), _attr(fitted.idata, "converged")
+        it.update(driver="solver", run=None if n_iter is None else int(n_iter),
+                  max=fitted.settings.get("options", {}).get(adapter.iterations, adapter.defaults.get(adapter.iterations)))
+        if conv is not None:
+            it["converged"] = bool(conv)
+    summary: dict[str, Any] = {
+        "model": fitted.model, "K": int(fitted.settings["K"]), "uncertainty": adapter.uncertainty,
+        "data": {"users": int(obs.shape[0]), "items": int(obs.shape[1]), "entries": int(obs.nnz),
+                 "dropped_users": int(dropped["users"]), "dropped_user_ids": list(dropped["user_ids"]),
+                 "dropped_items": int(dropped["items"]), "dropped_item_ids": list(dropped["item_ids"]),
+                 "dropped_entries": int(dropped["entries"])},
+        "iterations": it,
+    }
+    if run is not None and run["driver"] == "mcmc":
+        t = time.perf_counter()
+        summary["diagnostics"] = _sampler_diagnostics(fitted, obs)
+        summary["diagnostics"]["seconds"] = time.perf_counter() - t
+    return summary
+
+
+#: Training cells at which a sampler's predictions are diagnosed (a fixed sample; all when fewer).
+DIAGNOSTIC_CELLS = 100
+
+
+def _sampler_diagnostics(fitted: "FittedModel", obs) -> dict:
+    """Rank-normalized split R-hat and bulk / tail ESS (ArviZ, `custom_inference.arviz_io.diagnostics`)
+    of the predicted E[y] at up to `DIAGNOSTIC_CELLS` training cells drawn with seed 0: identified
+    quantities, unlike the factors."""
+    from custom_inference import arviz_io
+
+    post = arviz_io.group_arrays(fitted.idata, "posterior")
+    C, D = next(iter(post.values())).shape[:2]
+    rng = np.random.default_rng(0)
+    n = int(obs.nnz)
+    pick = np.sort(rng.choice(n, size=min(DIAGNOSTIC_CELLS, n), replace=False))
+    rows, cols = np.asarray(obs.rows)[pick].astype(np.int64), np.asarray(obs.cols)[pick].astype(np.int64)
+    stacked = {k: v.reshape((-1, *v.shape[2:])) for k, v in post.items()}
+    means = np.asarray(fitted.adapter.mean(stacked, rows, cols, dict(fitted.idata.posterior.attrs)), np.float64)
+    out: dict[str, Any] = {"quantity": f"predicted E[y] at {rows.size} training cells (seed 0)", "chains": int(C),
+                           "draws_per_chain": int(D)}
+    if D < 4:
+        out["note"] = "too few draws per chain for R-hat and ESS"
+        return out
+    d = arviz_io.diagnostics(means.reshape(C, D, -1))
+    with np.errstate(invalid="ignore"):
+        out.update(rhat_max=float(np.nanmax(d["r_hat"])), ess_bulk_min=float(np.nanmin(d["ess_bulk"])),
+                   ess_tail_min=float(np.nanmin(d["ess_tail"])),
+                   cells_rhat_over_1_01=int(np.sum(d["r_hat"] > 1.01)))
+    return out
+
+
+def _phases(t0, t1, t2, t3, run: Mapping | None) -> dict:
+    """Wall seconds per phase of `fit` (see `FittedModel.summary`)."""
+    out = {"prepare_data": t1 - t0, "fit": t2 - t1}
+    if run is not None:
+        out.update(before_loop=max(run["t_start"] - t1, 0.0), loop=run["t_end"] - run["t_start"],
+                   first_iteration_with_compilation=float(run["first_iteration_seconds"]),
+                   after_loop=max(t2 - run["t_end"], 0.0))
+    out["summary"] = t3 - t2
+    out["total"] = t3 - t0
+    return {k: round(float(v), 4) for k, v in out.items()}
+
+
+def _warn_summary(fitted: "FittedModel", summary: Mapping) -> None:
+    import warnings
+
+    it = summary["iterations"]
+    if it.get("driver") == "vi" and not it["converged"] and it["tol"] > 0 and it["run"] >= it["max"]:
+        warnings.warn(f"{fitted.model}: not converged: stopped at the cap of {it['max']} iterations with a last relative "
+                      f"change of {it['last_rel_change']:.3g} against tol {it['tol']:g}; raise {it['option']} (or loosen "
+                      "tol) and fit again", UserWarning, stacklevel=3)
+    diag = summary.get("diagnostics", {})
+    if diag.get("rhat_max", 0.0) > 1.01:
+        warnings.warn(f"{fitted.model}: the chains disagree: R-hat up to {diag['rhat_max']:.3f} (> 1.01) on "
+                      f"{diag['quantity']}, bulk ESS down to {diag['ess_bulk_min']:.0f}; run more warm-up and samples "
+                      "(num_warmup, num_samples) or more chains", UserWarning, stacklevel=3)
 
 
 def checkpoint_path(folder, model: str) -> Path:
