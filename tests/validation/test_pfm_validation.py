@@ -31,8 +31,8 @@ def test_collapsed_shape_draws_are_exact():
 
 @pytest.mark.slow
 def test_cached_sums_match_dense_twins():
-    """`dense_checks` simulates each of its 3 problems with a jitted trace of the program (about 11 CPU s of
-    XLA compilation each), hence -m slow. Its rows are checked by default, without the simulation: N, X_i,
+    """`dense_checks` costs about 11 CPU s (the program's log density run eagerly on its 3 problems), hence
+    -m slow. Its rows are checked by default on numpy-drawn problems: N, X_i,
     E_ik, s_k against the dense twin in the same three modes by
     tests/custom_inference/test_pfm.py::test_exposures_match_dense_twin (relative 1e-10 / 1e-12), and the log
     joint against the program by `test_log_joint_equals_the_programs_log_density` below (relative 1e-10)."""
