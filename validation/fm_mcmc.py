@@ -65,6 +65,9 @@ __all__ = [
 
 _SEED004 = "004_90693a0965f06816.txt"
 _COND_TOL = 1e-6  # log-density differences agree to ~1e-10 in float64; a wrong conditional is off by O(1)
+# the design shared by `conditional_checks` and `block_check` (both K = 2): one compilation of the
+# simulation (`ppl_models.fm.simulate`, about 8 CPU s per design shape) and of the sampler's blocks
+_CHECK_DESIGN = dict(n_users=8, n_items=6, n_multi=4, n_rows=40, p_multi=0.5)
 
 
 def small_design(n_users=30, n_items=20, n_multi=3, n_rows=200, seed=0, p_multi=0.4):
@@ -160,7 +163,7 @@ def conditional_checks(hyper: ppl.FMHierHyper = ppl.FMHierHyper(mu_0=0.3, sigma_
     addition (validation level 1).
     """
     with jax.enable_x64(True):
-        X, group, _, _ = small_design(8, 6, 3, 30, seed=seed)
+        X, group, _, _ = small_design(**_CHECK_DESIGN, seed=seed)
         design, d, st = _random_state(seed + 1, X, group, K, hyper)
         sites = _sites(st)
         rows = []
@@ -247,7 +250,7 @@ def block_check(*, seed: int = 0, K: int = 2) -> pd.DataFrame:
     hyper = ppl.FMHierHyper()
     out = []
     with jax.enable_x64(True):
-        X, group, _, _ = small_design(8, 6, 4, 40, seed=seed, p_multi=0.5)
+        X, group, _, _ = small_design(**_CHECK_DESIGN, seed=seed)
         design, d, st = _random_state(seed + 3, X, group, K, hyper)
         Xd = design.to_dense()
         y = np.asarray(design.y)
