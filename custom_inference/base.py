@@ -262,7 +262,7 @@ def check_fingerprint(path, saved: Mapping[str, Any] | None, current: Mapping[st
     """
     if current is None:
         return
-    fresh = (f"To start fresh, delete {path} or choose another checkpoint folder (resume_from=...); "
+    fresh = (f"To start fresh, delete {path} or choose another checkpoint folder (resume_from=..., CLI --resume-from); "
              "to continue that run, fit again with exactly its data and settings.")
     if saved is None:
         raise ValueError(f"checkpoint {path} holds no run fingerprint (written by an older factorbayes or by a "
@@ -380,7 +380,7 @@ class _Guard:
             of = f" of {self.total}" if self.total is not None else ""
             where = (f"after iteration {self.n_done}{of}; the last consistent checkpoint is {self.path}. "
                      "Run the same fit again with the same checkpoint (validation.api.fit(..., resume_from=FOLDER), "
-                     "the same `factorbayes fit ... --checkpoint` command, or resume=True) to continue from it")
+                     "the same `factorbayes fit ... --resume-from FOLDER` command, or resume=True) to continue from it")
         return f"{self.what} stopped by {name} {where}."
 
     def check(self) -> None:
