@@ -116,8 +116,10 @@ def test_padding_changes_nothing():
     assert d1.n_listed == 40 and d1.n_units == 64 and d0.n_units < 64
     st = pfm.init(jax.random.PRNGKey(0), d0, 2, HYPER)
     j0, j1 = (jax.tree_util.tree_map(jnp.asarray, d) for d in (d0, d1))
-    np.testing.assert_allclose(float(pfm.log_joint(st, j0, HYPER)), float(pfm.log_joint(st, j1, HYPER)), rtol=1e-12)
-    s0, s1 = pfm.allocate(jax.random.PRNGKey(1), st, j0), pfm.allocate(jax.random.PRNGKey(1), st, j1)
+    # jitted: one compilation per data shape (5 CPU s less than op-by-op dispatch of both functions)
+    log_joint, allocate = jax.jit(pfm.log_joint), jax.jit(pfm.allocate)
+    np.testing.assert_allclose(float(log_joint(st, j0, HYPER)), float(log_joint(st, j1, HYPER)), rtol=1e-12)
+    s0, s1 = allocate(jax.random.PRNGKey(1), st, j0), allocate(jax.random.PRNGKey(1), st, j1)
     assert float(s0.z1 + s0.z2.sum() + s0.L.sum()) == float(s1.z1 + s1.z2.sum() + s1.L.sum()) == float(d0.row_y.sum())
 
 
