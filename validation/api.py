@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["Adapter", "ADAPTERS", "FittedModel", "Interrupted", "RunInterrupted", "fit", "load", "models",
-           "run_fingerprint", "valid_options", "checkpoint_path"]
+           "run_fingerprint", "valid_options", "checkpoint_path", "split"]
 
 VALUE_KINDS = ("count", "real", "binary")
 
@@ -337,9 +337,17 @@ class FittedModel:
             lines.append("  seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in sec.items()))
         return "\n".join(lines)
 
+    def _lookup(self, which: str) -> dict:
+        """id -> position of the users or items, built once per fitted model (ids as Python scalars)."""
+        cache = self.__dict__.setdefault("_lookups", {})
+        if which not in cache:
+            universe = self.user_ids if which == "user" else self.item_ids
+            cache[which] = {(x.item() if hasattr(x, "item") else x): k for k, x in enumerate(universe)}
+        return cache[which]
+
     def _index(self, ids, which: str) -> np.ndarray:
         universe = self.user_ids if which == "user" else self.item_ids
-        lookup = {(x.item() if hasattr(x, "item") else x): k for k, x in enumerate(universe)}
+        lookup = self._lookup(which)
         out = np.empty(len(ids), dtype=np.int64)
         for n, x in enumerate(ids):
             key = x.item() if hasattr(x, "item") else x
@@ -357,68 +365,50 @@ class FittedModel:
         post = _posterior(self.idata)
         return np.asarray(self.adapter.mean(post, rows, cols, dict(self.idata.posterior.attrs)), dtype=np.float64)
 
-    def predict(self, pairs, *, interval: float = 0.9) -> pd.DataFrame:
+    def predict(self, pairs, *, interval: float = 0.9, means: str = "draws") -> pd.DataFrame:
         """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair.
 
         pairs : DataFrame with columns ``user`` and ``item`` (original ids), or a sequence of
-            (user, item) tuples; M pairs.
+            (user, item) tuples; M pairs. means : "draws" (mean over the stored draws) or "q" (the
+            closed-form mean under q where it exists: HPF CAVI).
         Returns a DataFrame (M rows): user, item, mean, sd, lower, upper (float64, in the units
         of the fitted values), method (how the draws were obtained). For point estimates
-        (MAP, SGD) sd = 0 and the interval is the point.
-        Raises KeyError for an unknown id, ValueError for a bad interval.
+        (MAP, SGD) sd = 0 and the interval is the point. Computed by `validation.scoring.predict`
+        in chunks of bounded memory.
+        Raises KeyError for an unknown id, ValueError for a bad interval or ``means``.
+        Source: project addition.
         """
-        if not 0 < interval < 1:
-            raise ValueError(f"interval must be in (0, 1), got {interval!r}")
-        if isinstance(pairs, pd.DataFrame):
-            users, items = pairs["user"].tolist(), pairs["item"].tolist()
-        else:
-            pairs = list(pairs)
-            users, items = [p[0] for p in pairs], [p[1] for p in pairs]
-        rows, cols = self._index(users, "user"), self._index(items, "item")
-        draws = self._draw_means(rows, cols)
-        lo, hi = np.quantile(draws, [(1 - interval) / 2, (1 + interval) / 2], axis=0)
-        return pd.DataFrame({"user": users, "item": items, "mean": draws.mean(axis=0),
-                             "sd": draws.std(axis=0, ddof=1) if draws.shape[0] > 1 else np.zeros(len(rows)),
-                             "lower": lo, "upper": hi, "method": self.uncertainty})
+        from . import scoring
 
-    def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, batch_cells: int = 20_000_000) -> pd.DataFrame:
+        return scoring.predict(self, pairs, interval=interval, means=means)
+
+    def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, means: str = "draws",
+                  max_bytes: int | None = None) -> pd.DataFrame:
         """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
         users : one id or a list of original user ids; N : int >= 1 items per user;
-        exclude_seen : leave out the user's training items (default True).
+        exclude_seen : leave out the user's training items (default True); means : "draws" (mean
+        over the stored draws) or "q" (closed form under q where it exists: HPF CAVI);
+        max_bytes : bound on the scoring's temporary arrays (default `validation.scoring.MAX_BYTES`,
+        256 MiB).
         Returns a DataFrame, one row per (user, rank): user, rank (1..N), item (original id),
-        score (posterior mean of E[y_ui]), sd (its posterior sd). Work: O(S J K) per user, in
-        batches of at most ``batch_cells`` draw-cells; never an I x J array.
-        Raises KeyError for an unknown user id, ValueError for N < 1.
+        score (posterior mean of E[y_ui]), sd (its posterior sd). Work: per user one pass over the
+        J items (`validation.scoring.recommend`, chunked over users); never an I x J array.
+        Raises KeyError for an unknown user id, ValueError for N < 1, a bad ``means`` or a
+        ``max_bytes`` too small for one user. Source: project addition.
         """
-        if isinstance(users, (str, int, np.integer)):
-            users = [users]
-        users = list(users)
-        if isinstance(N, bool) or int(N) != N or N < 1:
-            raise ValueError(f"N must be an integer >= 1, got {N!r}")
-        rows = self._index(users, "user")
-        J = len(self.item_ids)
-        S = _posterior(self.idata)[next(iter(self.idata.posterior.data_vars))].shape[0]
-        per = max(1, int(batch_cells // max(S * J, 1)))
-        out = []
-        for start in range(0, len(rows), per):
-            block = rows[start:start + per]
-            r = np.repeat(block, J)
-            c = np.tile(np.arange(J), block.size)
-            draws = self._draw_means(r, c).reshape(-1, block.size, J)
-            mean = draws.mean(axis=0)
-            sd = draws.std(axis=0, ddof=1) if draws.shape[0] > 1 else np.zeros_like(mean)
-            for b, u in enumerate(block):
-                score = mean[b].copy()
-                if exclude_seen:
-                    lo, hi = self.seen.indptr[u], self.seen.indptr[u + 1]
-                    score[self.seen.indices[lo:hi]] = -np.inf
-                n = min(int(N), int(np.isfinite(score).sum()))
-                top = np.argsort(-score, kind="stable")[:n]
-                for rank, i in enumerate(top, start=1):
-                    out.append((users[start + b], rank, self.item_ids[i], float(mean[b, i]), float(sd[b, i])))
-        df = pd.DataFrame(out, columns=["user", "rank", "item", "score", "sd"])
-        return df
+        from . import scoring
+
+        return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means,
+                                 max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
+
+    def evaluate(self, test, **kwargs) -> pd.DataFrame:
+        """Held-out metrics of this model next to popularity on its own training data:
+        `validation.holdout.evaluate` (``test`` from `split`; keyword arguments, returns and raises
+        there). Source: project addition (issue 24)."""
+        from .holdout import evaluate
+
+        return evaluate(self, test, **kwargs)
 
     def fold_in(self, new_user_rows, *, user_col: str | None = None, item_col: str | None = None,
                 value_col: str | None = None) -> "FittedModel":
@@ -1115,3 +1105,6 @@ def _run_until(adapter: Adapter, stop_after, seed, obs, K, progress, run_options
 
     with base.on_checkpoint(hook):
         return adapter.run(seed, obs, K, progress=progress, **run_options)
+
+
+from .holdout import split  # noqa: E402  (the held-out split of `validation.holdout`, as api.split)

@@ -564,8 +564,10 @@ def cmd_fit(args) -> int:
         args.dtype = str(options.get("dtype", "float32"))
         args.max_iter = options.get("max_iter", 100)
         cmd_evaluate(args, df=df, path=path)
-    print(f"{args.model}: {model.shape[0]} users x {model.shape[1]} items; uncertainty: {model.uncertainty}")
-    print(model.save(out / f"{args.model}.nc"))
+    print(model.summary_text(), file=sys.stderr)
+    saved = model.save(out / f"{args.model}.nc")
+    print(f"{args.model}: saved {saved.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
+    print(saved)
     return 0
 
 
@@ -889,8 +891,10 @@ def main(argv=None) -> int:
 
     Raises SystemExit from argparse (exit 2 on a usage error; 0 after ``--help`` / ``--version``).
     ValueError, TypeError, FileNotFoundError, NotImplementedError and KeyError of a command are caught,
-    printed as ``factorbayes: error: ...`` and return 2; any other exception (RuntimeError of a
-    failed download, OSError, FloatingPointError, ...) propagates.
+    printed as ``factorbayes: error: ...`` and return 2; an interruption (SIGINT, or SIGTERM during a
+    checkpointed fit: `custom_inference.base.RunInterrupted`, whose message names the last
+    checkpoint) is printed and returns 130; any other exception (RuntimeError of a failed download,
+    OSError, FloatingPointError, ...) propagates.
     Source: project addition (the command line).
     """
     args = build_parser().parse_args(argv)
@@ -909,6 +913,9 @@ def main(argv=None) -> int:
     except KeyError as exc:  # unknown user or item id (FittedModel); str(KeyError) adds quotes
         print(f"factorbayes: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # custom_inference.base.RunInterrupted (SIGINT / SIGTERM) names the checkpoint
+        print(f"factorbayes: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

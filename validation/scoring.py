@@ -179,7 +179,8 @@ def pairs_bytes(pairs: int, *, n_draws: int, K: int, block_bytes: int) -> int:
     values and their statistics: 6 (S, m) float64 arrays (the values, a bias gather, and the mean,
     std and quantile work space) plus ``block_bytes`` for `api_models._dot`'s gathered blocks
     (an adapter's own mean is planned at (2 K + 12) S float64 per pair instead: `plan_pairs`).
-    Returns int bytes. Source: project addition (issue 24).
+    Returns int bytes. Raises TypeError / ValueError for arguments that are not integers.
+    Source: project addition (issue 24).
     """
     return _F8 * 6 * int(n_draws) * int(pairs) + int(block_bytes)
 
