@@ -42,7 +42,9 @@ def test_a_wrong_gauge_target_is_rejected(wrong):
 
 
 def test_chunked_sums_equal_the_dense_brute_force():
-    table = vb.stats_check(chunk_sizes=(7,))  # N = 40 entries: 6 chunks, the last one padded
+    # the problem sizes of conditional_checks' (6 x 5, K = 3, N = 18: 3 chunks of 7, the last one padded), so the
+    # simulation's eager ops are compiled once in this file (stats_check's default 9 x 7 problem: 8 CPU s more)
+    table = vb.stats_check(chunk_sizes=(7,), n_rows=6, n_cols=5, n_components=3, n_obs=18)
     assert table.passed.all(), table
 
 
