@@ -888,6 +888,8 @@ def main(argv=None) -> int:
     """Entry point of ``factorbayes``: parse ``argv`` (list of str; None: ``sys.argv[1:]``), run the
     command and return its exit status (0 success, 1 a check failed, 2 usage or input error,
     3 an inconclusive cross-check). crosscheck, sbc and errata run with ``jax_enable_x64`` on.
+    JAX's persistent compilation cache is on (`validation.compile_cache.enable`: the user's cache
+    folder, ``FACTORBAYES_JAX_CACHE=off`` switches it off).
 
     Raises SystemExit from argparse (exit 2 on a usage error; 0 after ``--help`` / ``--version``).
     ValueError, TypeError, FileNotFoundError, NotImplementedError and KeyError of a command are caught,
@@ -898,6 +900,9 @@ def main(argv=None) -> int:
     Source: project addition (the command line).
     """
     args = build_parser().parse_args(argv)
+    from . import compile_cache
+
+    compile_cache.enable()  # compiled programs kept in ~/.cache/factorbayes/jax (FACTORBAYES_JAX_CACHE=off: none)
     if args.command in FLOAT64_COMMANDS:
         # Validation runs in float64 (the project's convention for checks), and globally rather than in a
         # `jax.enable_x64` context: NumPyro's progress-bar callbacks run on another thread,
