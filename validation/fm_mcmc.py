@@ -65,8 +65,8 @@ __all__ = [
 
 _SEED004 = "004_90693a0965f06816.txt"
 _COND_TOL = 1e-6  # log-density differences agree to ~1e-10 in float64; a wrong conditional is off by O(1)
-# the design shared by `conditional_checks` and `block_check` (both K = 2): one compilation of the
-# simulation (`ppl_models.fm.simulate`, about 8 CPU s per design shape) and of the sampler's blocks
+# the design shared by `conditional_checks`, `cache_check` and `block_check`: at the same K (2 in the
+# tests), one compilation of the simulation (`ppl_models.fm.simulate`, about 8 CPU s per design shape and K)
 _CHECK_DESIGN = dict(n_users=8, n_items=6, n_multi=4, n_rows=40, p_multi=0.5)
 
 
@@ -229,7 +229,7 @@ def cache_check(*, seed: int = 0, K: int = 3, n_sweeps: int = 2) -> float:
     Raises nothing of its own. Source: project addition (validation level 1; the caches of eq. 2.17
     of 004_90693a0965f06816.txt)."""
     with jax.enable_x64(True):
-        X, group, _, _ = small_design(8, 6, 3, 40, seed=seed)
+        X, group, _, _ = small_design(**_CHECK_DESIGN, seed=seed)
         design, d, st = _random_state(seed + 2, X, group, K, ppl.FMHierHyper())
         key = jax.random.PRNGKey(seed)
         for _ in range(n_sweeps):
