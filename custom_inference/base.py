@@ -39,7 +39,7 @@ import numpy as np
 __all__ = ["Algorithm", "FitResult", "Interrupted", "KINDS", "RunInterrupted", "TARGETS", "as_key",
            "check_fingerprint", "check_latent_dim", "checkpoint_damaged", "checkpoint_written", "collect_runs",
            "current_fingerprint", "fingerprint_differences", "interruptible", "note", "on_checkpoint",
-           "read_checkpoint_fingerprint", "report_run", "run_fingerprint", "FINGERPRINT_KEY"]
+           "read_checkpoint_fingerprint", "report_run", "run_fingerprint", "FINGERPRINT_KEY", "usual_file_mode"]
 
 KINDS = ("vi", "mcmc", "map", "sgd")
 TARGETS = ("elbo", "log_joint", "objective")
@@ -421,3 +421,18 @@ def interruptible(what: str, total: int | None = None, enabled: bool = True):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def usual_file_mode(fd: int) -> None:
+    """Give the open file ``fd`` the mode a plain ``open()`` would: 0o666 less the process umask.
+
+    Atomic writes go through ``tempfile.mkstemp``, whose file is 0o600 (readable by its owner
+    only); after `os.replace` the checkpoint or artifact would keep that mode, unlike every other
+    file the user writes. Call it on the temporary file before replacing. Raises OSError from
+    ``os.fchmod``. Source: project addition (issue 24).
+    """
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)

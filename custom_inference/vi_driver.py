@@ -356,6 +356,7 @@ def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extr
         arrays[base.FINGERPRINT_KEY] = np.asarray(json.dumps(dict(fingerprint), sort_keys=True))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
+        base.usual_file_mode(fd)
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)

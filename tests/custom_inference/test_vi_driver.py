@@ -199,3 +199,18 @@ def test_host_seed_agrees_for_an_int_and_its_key():
     assert vi_driver.host_seed(jax.random.split(jax.random.PRNGKey(0))[1]) > 2**32
     with pytest.raises(TypeError):
         vi_driver.host_seed(1.5)
+
+
+def test_checkpoint_file_has_the_usual_mode(tmp_path):
+    """The atomic write (mkstemp, then os.replace) must not leave the checkpoint readable by its owner
+    only (0o600): it gets 0o666 less the umask, like any file the user writes (issue 24)."""
+    import os
+    from collections import namedtuple
+
+    S = namedtuple("S", "a")
+    old = os.umask(0o022)
+    try:
+        path = vi_driver.save_checkpoint(tmp_path / "c.npz", S(np.arange(3.0)), n_iter=1)
+    finally:
+        os.umask(old)
+    assert (os.stat(path).st_mode & 0o777) == 0o644
