@@ -263,9 +263,39 @@ class FittedModel:
     seen: Any
     settings: dict
 
+    def __post_init__(self):
+        # the user's ids as the coordinates of every user / item dim (`validation.api_arviz.with_id_coords`)
+        from . import api_arviz
+
+        self.idata = api_arviz.with_id_coords(self.idata, self.user_ids, self.item_ids)
+
     @property
     def adapter(self) -> Adapter:
         return _adapter(self.model)
+
+    def inference_data(self, *, log_likelihood: bool = True, posterior_predictive: bool = False,
+                       observed_data: bool = True, seed: int = 0):
+        """The fit as an `arviz.InferenceData` that `az.loo`, `az.waic`, `az.compare` and `az.plot_ppc`
+        use: the posterior (coordinates in the user's ids) plus ``observed_data``, a pointwise
+        ``log_likelihood`` and ``posterior_predictive`` (variable ``y``, dim ``entry`` with ``user`` /
+        ``item`` coordinates), built on demand in chunks of entries by
+        `validation.api_arviz.inference_data` (arguments, shapes and attrs there) and cached on this
+        object per argument set; never written into the artifact by `save`.
+        Memory: 8 S N bytes per (S, N) group (S draws, N fitted entries).
+        Raises ValueError for a model without a pointwise likelihood (BPR), and for PSM's
+        posterior_predictive. Source: project addition (issue 24); likelihoods per model in
+        `validation.api_models.LIKELIHOODS`.
+        """
+        from . import api_arviz
+
+        cache = self.__dict__.setdefault("_arviz_cache", {})
+        key = (bool(log_likelihood), bool(posterior_predictive), bool(observed_data), int(seed))
+        if key not in cache:
+            cache.clear()  # one cached object at a time (they can be large)
+            cache[key] = api_arviz.inference_data(self, log_likelihood=log_likelihood,
+                                                  posterior_predictive=posterior_predictive,
+                                                  observed_data=observed_data, seed=seed)
+        return cache[key]
 
     @property
     def uncertainty(self) -> str:
@@ -365,8 +395,12 @@ class FittedModel:
         post = _posterior(self.idata)
         return np.asarray(self.adapter.mean(post, rows, cols, dict(self.idata.posterior.attrs)), dtype=np.float64)
 
-    def predict(self, pairs, *, interval: float = 0.9, means: str = "draws") -> pd.DataFrame:
-        """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair.
+    def predict(self, pairs, *, interval: float = 0.9, means: str = "draws", kind: str = "mean",
+                seed: int = 0) -> pd.DataFrame:
+        """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair
+        (``kind="mean"``, the default), or of a new observation y_ui (``kind="observation"``: the
+        posterior predictive, draws of y from the model's observation model given each draw, numpy
+        seed ``seed``; wider, since it adds the observation noise; see `validation.scoring.predict`).
 
         pairs : DataFrame with columns ``user`` and ``item`` (original ids), or a sequence of
             (user, item) tuples; M pairs. means : "draws" (mean over the stored draws) or "q" (the
@@ -375,12 +409,13 @@ class FittedModel:
         of the fitted values), method (how the draws were obtained). For point estimates
         (MAP, SGD) sd = 0 and the interval is the point. Computed by `validation.scoring.predict`
         in chunks of bounded memory.
-        Raises KeyError for an unknown id, ValueError for a bad interval or ``means``.
+        Raises KeyError for an unknown id, ValueError for a bad interval, ``means`` or ``kind`` (and
+        for ``kind="observation"`` on a model without an observation model: BPR, PSM).
         Source: project addition.
         """
         from . import scoring
 
-        return scoring.predict(self, pairs, interval=interval, means=means)
+        return scoring.predict(self, pairs, interval=interval, means=means, kind=kind, seed=seed)
 
     def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, means: str = "draws",
                   max_bytes: int | None = None) -> pd.DataFrame:

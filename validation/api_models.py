@@ -8,6 +8,9 @@ solvers in `custom_inference` do. Source of each mean: the seed equation named b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -122,8 +125,9 @@ def _run_bpmf(key, obs, K, *, progress=True, hyper=None, **opts):
     offset = float(np.mean(np.asarray(obs.values, np.float64)))
     centered = Observations.from_coo(np.asarray(obs.rows), np.asarray(obs.cols), np.asarray(obs.values) - offset,
                                      obs.shape, kind="real", drop_zeros=False)
-    idata = bpmf.sample(key, centered, K, hyper or BPMFHyper(), progress=progress, keep=("U", "V", "mu_U", "Lambda_U"), **opts)
-    return _stamp(idata, front_door_offset=offset)
+    hyper = hyper or BPMFHyper()
+    idata = bpmf.sample(key, centered, K, hyper, progress=progress, keep=("U", "V", "mu_U", "Lambda_U"), **opts)
+    return _stamp(idata, front_door_offset=offset, front_door_alpha=float(hyper.alpha))  # alpha: the likelihood's
 
 
 _GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
@@ -404,3 +408,209 @@ def _hpf_q_form(idata, attrs):
 #: adapter name -> ``(idata, attrs) -> LinearScore`` of the posterior mean in closed form under the fit's
 #: q (`validation.scoring`'s ``means="q"``); only where q makes it exact.
 Q_MEAN_FORMS = {"hpf": _hpf_q_form}
+
+
+# -- observation models: the likelihood of one observed entry and draws of a new one (issue 24) ------
+#
+# Each model's likelihood of an observed entry y_ui given one posterior draw, from its generative
+# program in `ppl_models`, as used by `validation.api_arviz` (pointwise ``log_likelihood``, ``observed_data``,
+# ``posterior_predictive``) and by `validation.scoring.predict(kind="observation")`. The observations are
+# the N entries the front door fitted (count and one-class models drop zeros, so: the non-zero counts,
+# the positives); where a program's likelihood also has terms for the unobserved cells (Poisson and
+# Bernoulli over the full I x J matrix, PSM's censored events), those terms are left out: they hold no
+# observed value, and `az.compare` needs every model scored on the same N observations.
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """The observation model of one entry y_ui given one posterior draw.
+
+    family : ``"poisson"`` (rate = the adapter's mean), ``"normal"`` (mean = the adapter's mean,
+    precision ``precision(post, attrs)`` (S,)), ``"bernoulli"`` (logit = the identity-link score of the
+    adapter's `LinearScore`; the observed entries are the positives, y = 1) or ``"psm-events"`` (PSM:
+    D_ui observed events, each with log pi_u + log psi_i + log sigma(x_ui)).
+    precision : for "normal", ``(post, attrs) -> (S,) float64`` noise precision per draw, or the string
+    ``"plug-in"`` (a point estimate without a noise model: 1 / the mean squared training residual).
+    terms : which terms of the program's likelihood are included (stored in the group's attrs).
+    source : seed file and equation of the likelihood.
+    predictive : whether new observations can be drawn (else ``no_predictive`` says why).
+    Raises nothing (a record). Source: project addition (issue 24); each entry of `LIKELIHOODS` names
+    its seed equation.
+    """
+
+    family: str
+    terms: str
+    source: str
+    precision: Any = None
+    predictive: bool = True
+    no_predictive: str = ""
+
+
+def _sbmf_precision(post, attrs):
+    return np.asarray(post["tau"], np.float64).reshape(-1)
+
+
+def _fm_precision(post, attrs):
+    return np.asarray(post["alpha"], np.float64).reshape(-1)
+
+
+def _bpmf_precision(post, attrs):
+    from ppl_models.bpmf import BPMFHyper
+
+    S = next(iter(post.values())).shape[0]
+    return np.full(S, float(attrs.get("front_door_alpha", BPMFHyper().alpha)))
+
+
+_POISSON_TERMS = ("log Poisson(y_ui | rate_ui) of the N observed (non-zero) counts; the program's terms of the "
+                  "unobserved zero cells, -rate_ui, are left out")
+_BERNOULLI_TERMS = ("log Bernoulli(y_ui = 1 | sigma(logit_ui)) = log sigma(logit_ui) of the N observed positives; "
+                    "the program's terms log(1 - sigma) of the unobserved cells are left out")
+_NORMAL_TERMS = "log Normal(y_ui | mean_ui, 1 / precision) of the N observed ratings (all of the program's terms)"
+
+#: adapter name -> its `Likelihood`; a model without an entry (BPR, a user's own adapter) has no
+#: pointwise likelihood (`likelihood_of` says why).
+LIKELIHOODS: dict[str, Likelihood] = {
+    "hpf": Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)"),
+    "hpf-gibbs": Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)"),
+    "npfm": Likelihood("poisson", _POISSON_TERMS, "004_90693a0965f06816.txt eq. 5.6: y ~ Poisson(lambda(x))"),
+    "ppfm": Likelihood("poisson", _POISSON_TERMS, "004_90693a0965f06816.txt eq. 5.20: y ~ Poisson(lambda(x))"),
+    "sbmf": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eqs. 3.1-3.2: r ~ N(mu + alpha_i + beta_j + u_i . v_j, 1/tau)",
+                       precision=_sbmf_precision),
+    "bpmf": Likelihood("normal", _NORMAL_TERMS + " (precision alpha fixed by the hyperparameters)",
+                       "004_90693a0965f06816.txt eq. 2.9: r ~ N(u_i . v_j, 1/alpha) (ratings centred at their training mean)",
+                       precision=_bpmf_precision),
+    "mcmc-fm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 2.22: y ~ N(yhat(x), 1/alpha)",
+                          precision=_fm_precision),
+    "vbfm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
+                       precision=_fm_precision),
+    "ovbfm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
+                        precision=_fm_precision),
+    "sgd-fm": Likelihood("normal", _NORMAL_TERMS + "; SGD fits no noise model: the precision is the plug-in "
+                         "1 / (mean squared training residual) at the point estimate",
+                         "004_90693a0965f06816.txt eq. 2.22 (Gaussian FM likelihood; plug-in precision)",
+                         precision="plug-in"),
+    **{name: Likelihood("bernoulli", _BERNOULLI_TERMS,
+                        "002_5408d341cb9fc544.txt eqs. 1-2: x_ij ~ Bernoulli(sigma(u_i . v_j + z))")
+       for name in ("sibm", "sibm-svi", "sibm-map")},
+    "rg": Likelihood("bernoulli", _BERNOULLI_TERMS.replace("unobserved cells", "unobserved cells (and the hidden "
+                     "graph's unliked edges)"), "003_203f63200c0d7157.txt: g_mn ~ Bernoulli(sigma(u_m . v_n + b_m + b_n)) "
+                     "on the edges of the hidden graph"),
+    "psm": Likelihood("psm-events", "D_ui (log pi_u + log psi_i + log sigma(x_ui)) for the D_ui observed events of each "
+                      "entry (who, which item, observed); the censored-events factor D' log p(o = F) couples every "
+                      "cell and is left out", "000_619a0297b9d686b2.txt eqs. 1-5 (ppl_models.psm: y ~ Cat(pi), "
+                      "z ~ Cat(psi), o ~ Bernoulli(sigma(x)))", predictive=False,
+                      no_predictive="PSM models who and which item each event is, given the number of events, not a "
+                      "count per entry: there is no draw of a new y_ui"),
+}
+
+#: why a registered model has no `Likelihood`.
+NO_LIKELIHOOD = {"bpr": "BPR's criterion (Rendle et al. 2009) is a likelihood of pairwise orders "
+                        "p(i >_u j) = sigma(x_ui - x_uj), not of single entries: it has no pointwise log-likelihood "
+                        "and no observation model to draw a new y_ui from"}
+
+
+def likelihood_of(name: str) -> Likelihood:
+    """The `Likelihood` of the registered model ``name``.
+
+    Returns the entry of `LIKELIHOODS`. Raises ValueError naming the reason for a model without one
+    (BPR: `NO_LIKELIHOOD`; a user's own adapter). Source: project addition (issue 24); each entry's
+    ``source`` names its seed equation.
+    """
+    if name in LIKELIHOODS:
+        return LIKELIHOODS[name]
+    raise ValueError(f"{name}: no pointwise likelihood: "
+                     f"{NO_LIKELIHOOD.get(name, 'its adapter declares no observation model (LIKELIHOODS)')}")
+
+
+def _linear_predictor(fitted, post, attrs, rows, cols, *, identity: bool):
+    """(S, M) float64: the adapter's mean (``identity=False``) or its score before the link (logit)."""
+    import dataclasses
+
+    form = SCORE_FORMS[fitted.adapter.mean](post, attrs)
+    if identity:
+        form = dataclasses.replace(form, link="identity", psi=None)
+    return form.pair_draws(rows, cols)
+
+
+def _log_sigmoid(x):
+    return -np.logaddexp(0.0, -x)
+
+
+def plug_in_precision(fitted, post, attrs, *, chunk: int = 65536) -> float:
+    """1 / (mean squared training residual) at the point estimate (SGD-FM's plug-in noise precision).
+
+    fitted : `validation.api.FittedModel` (its ``seen`` entries, N); post / attrs as in `_form`.
+    Returns a float (> 0; 1e12 when the residuals are all zero). Work: chunks of ``chunk`` entries.
+    Raises nothing of its own. Source: project addition (the Gaussian MLE of the noise variance).
+    """
+    seen = fitted.seen.tocoo()
+    sq, n = 0.0, seen.nnz
+    for a in range(0, n, chunk):
+        r, c = seen.row[a:a + chunk].astype(np.int64), seen.col[a:a + chunk].astype(np.int64)
+        mu = _linear_predictor(fitted, post, attrs, r, c, identity=False)
+        sq += float(np.sum((seen.data[a:a + chunk][None, :] - mu) ** 2)) / mu.shape[0]
+    mse = sq / max(n, 1)
+    return 1.0 / mse if mse > 0 else 1e12
+
+
+def log_likelihood(fitted, post, attrs, rows, cols, y, *, precision=None):
+    """Pointwise log-likelihood of observed entries, per posterior draw.
+
+    fitted : `validation.api.FittedModel`; post : dict name -> (S, ...) draws; attrs : posterior attrs;
+    rows, cols : (M,) int64 positions; y : (M,) float64 observed values (counts, ratings, 1 for
+    one-class positives, event counts D_ui for PSM); precision : (S,) noise precision for "normal"
+    models (default: the `Likelihood`'s own; `plug_in_precision` for SGD-FM).
+    Returns an (S, M) float64 array of log p(y_m | draw s) (`Likelihood.terms` says which terms).
+    Raises ValueError for a model without a likelihood (`likelihood_of`).
+    Source: each model's `LIKELIHOODS` entry (Poisson: y log rate - rate - log y!; Normal:
+    -0.5 log(2 pi / prec) - 0.5 prec (y - mean)^2; Bernoulli: log sigma(logit)).
+    """
+    from scipy.special import gammaln
+
+    lik = likelihood_of(fitted.model)
+    y = np.asarray(y, np.float64)[None, :]
+    if lik.family == "poisson":
+        rate = _linear_predictor(fitted, post, attrs, rows, cols, identity=False)
+        return y * np.log(rate) - rate - gammaln(y + 1.0)
+    if lik.family == "normal":
+        mu = _linear_predictor(fitted, post, attrs, rows, cols, identity=False)
+        prec = _precision(fitted, lik, post, attrs, mu.shape[0]) if precision is None else precision
+        prec = np.asarray(prec, np.float64)[:, None]
+        return 0.5 * (np.log(prec) - np.log(2.0 * np.pi)) - 0.5 * prec * (y - mu) ** 2
+    if lik.family == "bernoulli":
+        x = _linear_predictor(fitted, post, attrs, rows, cols, identity=True)
+        return y * _log_sigmoid(x) + (1.0 - y) * _log_sigmoid(-x)
+    # psm-events: D (log pi_u + log psi_i + log sigma(x_ui))
+    x = _linear_predictor(fitted, post, attrs, rows, cols, identity=True)
+    return y * (np.log(post["pi"][:, rows]) + np.log(post["psi"][:, cols]) + _log_sigmoid(x))
+
+
+def _precision(fitted, lik, post, attrs, S):
+    if lik.precision == "plug-in":
+        return np.full(S, plug_in_precision(fitted, post, attrs))
+    return lik.precision(post, attrs)
+
+
+def observation_draws(fitted, post, attrs, rows, cols, rng, *, reps: int = 1, precision=None):
+    """Draws of a new observation y_ui from the model's observation model, ``reps`` per posterior draw.
+
+    fitted, post, attrs, rows, cols as in `log_likelihood`; rng : numpy Generator; reps : int >= 1.
+    Returns an (S * reps, M) float64 array (draw-major: the reps of draw 0 first): Poisson counts,
+    Normal ratings (in the fitted units) or Bernoulli 0/1 values.
+    Raises ValueError for a model without a likelihood or without a predictive (PSM: `Likelihood.no_predictive`).
+    Source: each model's `LIKELIHOODS` entry.
+    """
+    lik = likelihood_of(fitted.model)
+    if not lik.predictive:
+        raise ValueError(f"{fitted.model}: no draws of a new observation: {lik.no_predictive}")
+    mu = _linear_predictor(fitted, post, attrs, rows, cols, identity=False)
+    S, M = mu.shape
+    if lik.family == "normal":
+        prec = np.asarray(_precision(fitted, lik, post, attrs, S) if precision is None else precision, np.float64)
+        sd = np.repeat(1.0 / np.sqrt(prec), reps)[:, None]
+    mu = np.repeat(mu, reps, axis=0)
+    if lik.family == "poisson":
+        return rng.poisson(mu).astype(np.float64)
+    if lik.family == "normal":
+        return mu + sd * rng.standard_normal(mu.shape)
+    return (rng.random(mu.shape) < mu).astype(np.float64)  # bernoulli: mu is the probability

@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["LinearScore", "MAX_BYTES", "ItemsPlan", "plan_items", "plan_pairs", "items_bytes", "pairs_bytes",
-           "recommend", "predict", "iter_item_scores"]
+           "recommend", "predict", "iter_item_scores", "KINDS", "OBSERVATION_DRAWS"]
 
 #: Default bound, in bytes, on the engine's temporary arrays alive at once (see the module docstring).
 MAX_BYTES = 256 * 2**20
@@ -584,8 +584,17 @@ def _psm_norms(form: LinearScore, users: np.ndarray, plan: ItemsPlan) -> np.ndar
     return out
 
 
-def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES, means: str = "draws") -> pd.DataFrame:
-    """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair.
+#: ``predict(kind=...)``: "mean" (E[y_ui], the posterior of the mean) or "observation" (a new y_ui).
+KINDS = ("mean", "observation")
+#: Fewest draws of a new observation per pair behind ``kind="observation"``'s sd and interval: each
+#: stored draw gives ceil(OBSERVATION_DRAWS / S) of them (a point estimate: OBSERVATION_DRAWS).
+OBSERVATION_DRAWS = 1000
+
+
+def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES, means: str = "draws",
+            kind: str = "mean", seed: int = 0) -> pd.DataFrame:
+    """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair (``kind="mean"``),
+    or of a new observation y_ui (``kind="observation"``).
 
     fitted : `validation.api.FittedModel`; pairs : DataFrame with columns ``user`` and ``item``
     (original ids), or a sequence of (user, item) tuples; M pairs. interval : float in (0, 1).
@@ -596,14 +605,30 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
     (float64, in the units of the fitted values; numpy's default linear quantiles over the S draws),
     method (how the draws were obtained, `FittedModel.uncertainty`). For point estimates (MAP, SGD)
     sd = 0 and the interval is the point.
+    kind : ``"mean"`` (default): the posterior of E[y_ui | parameters], as above. ``"observation"``: the
+    posterior predictive of a new y_ui: for each stored draw, R = ceil(`OBSERVATION_DRAWS` / S) draws of
+    y from the model's observation model (`validation.api_models.observation_draws`: Poisson counts,
+    Normal ratings with the draw's noise precision, Bernoulli 0/1; numpy Generator seeded with ``seed``);
+    sd (ddof 1) and the interval are over those S R values, ``mean`` stays the mean of E[y_ui] over the
+    draws (the predictive mean, without the simulation's noise). Work: plus S R per pair.
     Work: S K per pair (PSM: plus S J K per distinct user, for its normaliser), in chunks of pairs.
     Raises ValueError for a bad interval, a bad ``means`` (or ``"q"`` for a model without a closed
-    form) or a ``max_bytes`` too small for one pair, KeyError for an unknown id. Source: project addition (issue 24); the values are the adapters' means.
+    form), a bad ``kind`` (or ``"observation"`` for a model without an observation model: BPR, PSM)
+    or a ``max_bytes`` too small for one pair, KeyError for an unknown id. Source: project addition
+    (issue 24); the values are the adapters' means, the observation models `validation.api_models.LIKELIHOODS`.
     """
     if not 0 < interval < 1:
         raise ValueError(f"interval must be in (0, 1), got {interval!r}")
     if means not in MEANS:
         raise ValueError(f"means must be one of {MEANS}, got {means!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "observation":
+        from .api_models import likelihood_of
+
+        lik = likelihood_of(fitted.model)
+        if not lik.predictive:
+            raise ValueError(f"kind='observation': {fitted.model}: {lik.no_predictive}")
     if isinstance(pairs, pd.DataFrame):
         users, items = pairs["user"].tolist(), pairs["item"].tolist()
     else:
@@ -620,8 +645,32 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
         res = _pair_stats(form, fitted, post, attrs, rows, cols, m, block, want="all", interval=interval)
     if qf is not None:
         res["mean"] = qf.pair_draws(rows, cols, block_bytes=min(32 * 2**20, max(max_bytes // 4, 24 * qf.K)))[0]
+    if kind == "observation":
+        res.update(_observation_stats(fitted, post, attrs, rows, cols, S, K, interval, max_bytes, seed))
     return pd.DataFrame({"user": users, "item": items, "mean": res["mean"], "sd": res["sd"],
                          "lower": res["lower"], "upper": res["upper"], "method": fitted.uncertainty})
+
+
+def _observation_stats(fitted, post, attrs, rows, cols, S, K, interval, max_bytes, seed) -> dict[str, np.ndarray]:
+    """sd (ddof 1), lower and upper over S R draws of a new observation per pair (``kind="observation"``),
+    in chunks of pairs whose (S R, m) draws and the model's (S, m) temporaries fit ``max_bytes``."""
+    from .api_models import _precision, likelihood_of, observation_draws
+
+    lik = likelihood_of(fitted.model)
+    reps = -(-OBSERVATION_DRAWS // S)
+    prec = _precision(fitted, lik, post, attrs, S) if lik.family == "normal" else None
+    rng = np.random.default_rng(seed)
+    M = rows.size
+    out = {k: np.empty(M) for k in ("sd", "lower", "upper")}
+    per_pair = _F8 * (3 * S * reps + 6 * S + 3 * S * max(K, 1))
+    m = int(max(1, max_bytes // per_pair))
+    for p0 in range(0, M, m):
+        sl = slice(p0, min(M, p0 + m))
+        y = observation_draws(fitted, post, attrs, rows[sl], cols[sl], rng, reps=reps, precision=prec)
+        out["sd"][sl] = y.std(axis=0, ddof=1) if y.shape[0] > 1 else 0.0
+        out["lower"][sl], out["upper"][sl] = np.quantile(y, [(1 - interval) / 2, (1 + interval) / 2], axis=0)
+        del y
+    return out
 
 
 def _predict_psm(form, fitted, post, attrs, rows, cols, interval, max_bytes):
