@@ -20,8 +20,9 @@ a move to ArviZ 1.x touches these two modules):
 
 Which draws: samplers' kept draws; VI fits' draws from q (the log-likelihood is then averaged under
 q, not under the posterior: said in the group's attrs, and PSIS-LOO's k-hat shows how far q is from
-the posterior); point estimates (SGD-FM, SIBM-MAP) are one "draw" (LOO then equals the training
-log-likelihood's sum and its k-hat is meaningless). Every group states this in its ``draws`` attr.
+the posterior); point estimates (SGD-FM, SIBM-MAP) are one "draw": the group holds the plug-in training
+log-likelihood per entry, and az.loo / az.waic (which need at least 2 draws) do not run on it. Every group
+states this in its ``draws`` attr.
 
 Source: project addition (issue 24, "ArviZ as ArviZ users expect").
 """
@@ -136,7 +137,8 @@ def pointwise_log_likelihood(fitted, *, max_bytes: int = DEFAULT_CHUNK_BYTES) ->
 def _draws_note(fitted) -> str:
     u = fitted.uncertainty
     if u.startswith("none"):
-        return f"one draw: the point estimate ({u}); LOO / WAIC from one draw are the training log-likelihood"
+        return (f"one draw: the point estimate ({u}); the group holds the training log-likelihood per entry at that "
+                "point (plug-in); az.loo / az.waic need at least 2 draws and do not run on it")
     if u.startswith("draws from q"):
         return (f"draws from the variational q ({u}), not from the posterior: the log-likelihood is averaged "
                 "under q; PSIS k-hat says how far q is from the posterior")

@@ -190,3 +190,16 @@ def test_models_without_an_observation_model_say_why():
         api_models.likelihood_of("bpr")
     assert not api_models.LIKELIHOODS["psm"].predictive and "not a count per entry" in api_models.LIKELIHOODS["psm"].no_predictive
     assert set(api_models.LIKELIHOODS) | set(api_models.NO_LIKELIHOOD) == set(api.models())
+
+
+def test_point_estimate_is_one_draw_said_so_and_its_observation_interval_is_the_noise(truth):
+    df = truth[0]
+    m = _quiet_fit("sgd-fm", df, K=2, seed=0, n_epochs=5)
+    d = m.inference_data(posterior_predictive=True)
+    assert d.log_likelihood["y"].shape == (1, 1, len(df)) and "point estimate" in d.log_likelihood.attrs["draws"]
+    assert "plug-in" in d.log_likelihood.attrs["terms"]
+    p = m.predict([("r0", "m0"), ("r1", "m3")], kind="observation")
+    prec = api_models.plug_in_precision(m, api._posterior(m.idata), dict(m.idata.posterior.attrs))
+    # 1000 draws of N(mean, 1/prec): the 90% interval is 2 * 1.645 / sqrt(prec) within a few % (MC sd of a
+    # 5% / 95% quantile of 1000 normal draws ~ 0.07 sd each)
+    np.testing.assert_allclose(p["upper"] - p["lower"], 2 * 1.6449 / np.sqrt(prec), rtol=0.12)
