@@ -423,16 +423,17 @@ def interruptible(what: str, total: int | None = None, enabled: bool = True):
             signal.signal(s, h)
 
 
-def usual_file_mode(fd: int) -> None:
-    """Give the open file ``fd`` the mode a plain ``open()`` would: 0o666 less the process umask.
+def usual_file_mode(file) -> None:
+    """Give ``file`` (an open file descriptor, int, or a path) the mode a plain ``open()`` would:
+    0o666 less the process umask.
 
     Atomic writes go through ``tempfile.mkstemp``, whose file is 0o600 (readable by its owner
     only); after `os.replace` the checkpoint or artifact would keep that mode, unlike every other
     file the user writes. Call it on the temporary file before replacing. Raises OSError from
-    ``os.fchmod``. Source: project addition (issue 24).
+    ``os.fchmod`` / ``os.chmod``. Source: project addition (issue 24).
     """
     import os
 
     mask = os.umask(0)
     os.umask(mask)
-    os.fchmod(fd, 0o666 & ~mask)
+    (os.fchmod if isinstance(file, int) else os.chmod)(file, 0o666 & ~mask)

@@ -513,6 +513,8 @@ class FittedModel:
         import os
         import tempfile
 
+        from custom_inference import base
+
         import xarray as xr
 
         path = Path(path)
@@ -540,6 +542,7 @@ class FittedModel:
         os.close(fd_handle)
         try:
             idata.to_netcdf(tmp)
+            base.usual_file_mode(tmp)  # mkstemp's 0o600 -> 0o666 less the umask, as for any file the user writes
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -321,9 +321,10 @@ def _item_means(form: LinearScore, rows: np.ndarray, plan: ItemsPlan, item_bias_
     acc = None
     for s0 in range(0, S, d):
         s1 = min(S, s0 + d)
-        Pg = form.P[s0:s1][:, rows].astype(np.float64)  # (d, U, K)
-        if form.weight is not None:
-            Pg *= np.asarray(form.weight[s0:s1], dtype=np.float64)[:, None, :]
+        if form.link == "identity":
+            Pg = form.P[s0:s1][:, rows].astype(np.float64)  # (d, U, K)
+            if form.weight is not None:
+                Pg *= np.asarray(form.weight[s0:s1], dtype=np.float64)[:, None, :]
         if form.link == "identity" and U <= form.K and form.Q.dtype == np.float64:
             # few users: per-draw matrix-vector products read the item factors in place (no copy);
             # the (d, J, U) result is at most the (J, d K) copy the planner counted
@@ -337,19 +338,8 @@ def _item_means(form: LinearScore, rows: np.ndarray, plan: ItemsPlan, item_bias_
             part = Pc @ Qc.reshape(J, -1).T
             del Pc, Qc
         else:
-            x = np.matmul(Pg, np.swapaxes(form.Q[s0:s1], 1, 2).astype(np.float64, copy=False))  # (d, U, J)
-            del Pg
-            if form.const is not None:
-                x += np.asarray(form.const[s0:s1], dtype=np.float64)[:, None, None]
-            if form.user_bias is not None:
-                x += form.user_bias[s0:s1][:, rows][:, :, None]
-            if form.item_bias is not None:
-                x += form.item_bias[s0:s1][:, None, :]
-            if form.offset:
-                x += float(form.offset)
-            _sigmoid_(x)
+            x = _sigmoid_scores(form, rows, s0, s1)  # (d, U, J)
             if form.link == "psm":
-                x *= form.psi[s0:s1][:, None, :]
                 norm[s0:s1] = x.sum(axis=2)
                 x /= norm[s0:s1][:, :, None]
             part = x.sum(axis=0)
@@ -566,22 +556,31 @@ def _psm_norms(form: LinearScore, users: np.ndarray, plan: ItemsPlan) -> np.ndar
     out = np.empty((S, users.size))
     for s0 in range(0, S, d):
         s1 = min(S, s0 + d)
-        Pg = form.P[s0:s1][:, users].astype(np.float64)
-        x = np.matmul(Pg, np.swapaxes(form.Q[s0:s1], 1, 2).astype(np.float64, copy=False))
-        del Pg
-        if form.const is not None:
-            x += np.asarray(form.const[s0:s1], dtype=np.float64)[:, None, None]
-        if form.user_bias is not None:
-            x += form.user_bias[s0:s1][:, users][:, :, None]
-        if form.item_bias is not None:
-            x += form.item_bias[s0:s1][:, None, :]
-        if form.offset:
-            x += float(form.offset)
-        _sigmoid_(x)
-        x *= form.psi[s0:s1][:, None, :]
-        out[s0:s1] = x.sum(axis=2)
-        del x
+        out[s0:s1] = _sigmoid_scores(form, users, s0, s1).sum(axis=2)
     return out
+
+
+def _sigmoid_scores(form: LinearScore, users: np.ndarray, s0: int, s1: int) -> np.ndarray:
+    """(s1 - s0, U, J) float64 per-draw scores of a sigmoid or PSM `LinearScore` for the users ``users``
+    and every item, draws s0:s1: sigmoid(P_s[u] . Q_s[i] + const_s + user bias + item bias + offset),
+    times psi_s[i] for PSM (before PSM's per-user normalisation)."""
+    Pg = form.P[s0:s1][:, users].astype(np.float64)
+    if form.weight is not None:
+        Pg *= np.asarray(form.weight[s0:s1], dtype=np.float64)[:, None, :]
+    x = np.matmul(Pg, np.swapaxes(form.Q[s0:s1], 1, 2).astype(np.float64, copy=False))
+    del Pg
+    if form.const is not None:
+        x += np.asarray(form.const[s0:s1], dtype=np.float64)[:, None, None]
+    if form.user_bias is not None:
+        x += form.user_bias[s0:s1][:, users][:, :, None]
+    if form.item_bias is not None:
+        x += form.item_bias[s0:s1][:, None, :]
+    if form.offset:
+        x += float(form.offset)
+    _sigmoid_(x)
+    if form.link == "psm":
+        x *= form.psi[s0:s1][:, None, :]
+    return x
 
 
 #: ``predict(kind=...)``: "mean" (E[y_ui], the posterior of the mean) or "observation" (a new y_ui).

@@ -439,3 +439,16 @@ def test_loading_something_else_says_what_it_is(tmp_path, ratings):
     damaged.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(ValueError, match=f"{damaged}: a damaged factorbayes artifact"):
         api.load(damaged)
+
+
+def test_the_artifact_and_the_checkpoint_have_the_usual_mode(ratings, hpf_checkpoint, tmp_path):
+    """Atomic writes (mkstemp + os.replace) must not leave files readable by their owner only: the
+    artifact and the checkpoint get 0o666 less the umask (was 0o600 for both)."""
+    old = os.umask(0o022)
+    try:
+        with pytest.warns(UserWarning, match="not converged"):
+            path = _hpf(ratings, resume_from=hpf_checkpoint).save(tmp_path / "hpf.nc")
+    finally:
+        os.umask(old)
+    assert (os.stat(path).st_mode & 0o777) == 0o644
+    assert (os.stat(api.checkpoint_path(hpf_checkpoint, "hpf")).st_mode & 0o777) == 0o644
