@@ -106,8 +106,9 @@ def test_cross_machine_comparisons_pass_on_a_lower_instruction_set(tmp_path):
     # the stored problem within references.FLOAT_TOLERANCE.
     from validation import references
 
-    here = _probe({**env, "XLA_FLAGS": " ".join(f for f in env["XLA_FLAGS"].split()
-                                                   if not f.startswith("--xla_cpu_max_isa"))}, tmp_path / "here.npz")
+    here_env = _child_env(isa, tmp_path / "jax-cache-here")  # a cache of its own: never share programs across ISAs
+    here_env["XLA_FLAGS"] = " ".join(f for f in here_env["XLA_FLAGS"].split() if not f.startswith("--xla_cpu_max_isa"))
+    here = _probe(here_env, tmp_path / "here.npz")
     lowered = _probe(env, tmp_path / "lowered.npz")
     assert any(a.dtype.kind == "f" and not np.array_equal(a, b) for a, b in zip(here, lowered)), (
         f"XLA_FLAGS=--xla_cpu_max_isa={isa} left every simulated float bit-identical: this check no longer "
