@@ -72,6 +72,7 @@ def render(name: str) -> Path:
     nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
                             resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     nb.metadata.pop("jupytext", None)  # not paired with anything: a rendered copy of notebooks/<name>.py
+    _strip_machine_paths(nb)
     RENDERED.mkdir(exist_ok=True)
     out = RENDERED / f"{name}.ipynb"
     fd, tmp = tempfile.mkstemp(dir=RENDERED, prefix=f".{name}.", suffix=".tmp")
@@ -85,6 +86,23 @@ def render(name: str) -> Path:
             os.unlink(tmp)
         raise
     return out
+
+
+def _strip_machine_paths(nb) -> None:
+    """Write this checkout's absolute path out of the outputs (warnings print file paths such as
+    ``<checkout>/.venv/lib/.../tqdm/auto.py``; the getting-started notebook prints where it found
+    MovieLens beside the checkout): a rendered notebook names paths relative to the checkout, never
+    the machine it was rendered on."""
+    def relative(text: str) -> str:  # the checkout's own files, then what lies beside it (../shared/data)
+        return text.replace(str(ROOT) + os.sep, "").replace(str(ROOT.parent) + os.sep, ".." + os.sep)
+
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if isinstance(output.get("text"), str):
+                output["text"] = relative(output["text"])
+            for key, value in output.get("data", {}).items():
+                if isinstance(value, str) and key.startswith("text/"):
+                    output["data"][key] = relative(value)
 
 
 def main(argv=None) -> int:

@@ -141,3 +141,11 @@ def test_rendered_notebook_is_current(name):
     )
     errors = [o for cell in code for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{path.relative_to(ROOT)} holds errors; fix the notebook and run: {RENDER_CMD} {name}"
+    # no absolute machine paths (the checkout's, a home folder's) in what a reader sees: render.py writes
+    # the checkout's path out of the outputs; a path elsewhere on the machine has to go from the notebook
+    import re
+
+    text = path.read_text(encoding="utf-8")
+    here = ROOT.parent if len(ROOT.parent.parts) > 1 else ROOT  # the folder holding the checkout (not "/")
+    machine = re.findall(r"(?:%s/|/home/|/root/|/Users/)[^\s\"']*" % re.escape(str(here)), text)
+    assert not machine, f"{path.relative_to(ROOT)} shows machine paths {machine[:3]}; re-render: {RENDER_CMD} {name}"
