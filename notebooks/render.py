@@ -90,11 +90,15 @@ def render(name: str) -> Path:
 
 def _strip_machine_paths(nb) -> None:
     """Write this checkout's absolute path out of the outputs (warnings print file paths such as
-    ``<checkout>/.venv/lib/.../tqdm/auto.py``; the getting-started notebook prints where it found
-    MovieLens beside the checkout): a rendered notebook names paths relative to the checkout, never
+    ``<checkout>/.venv/lib/.../tqdm/auto.py`` or the kernel's ``/tmp/ipykernel_<pid>/<hash>.py`` for a
+    cell; the getting-started notebook prints where it found MovieLens beside the checkout): a rendered notebook names paths relative to the checkout, never
     the machine it was rendered on."""
-    def relative(text: str) -> str:  # the checkout's own files, then what lies beside it (../shared/data)
-        return text.replace(str(ROOT) + os.sep, "").replace(str(ROOT.parent) + os.sep, ".." + os.sep)
+    import re
+
+    def relative(text: str) -> str:  # the checkout's own files, then what lies beside it (../shared/data),
+        # then the kernel's temporary file of a cell (warnings name it: /tmp/ipykernel_<pid>/<hash>.py)
+        text = text.replace(str(ROOT) + os.sep, "").replace(str(ROOT.parent) + os.sep, ".." + os.sep)
+        return re.sub(r"\S*ipykernel_\d+[/\\]\d+\.py", "<cell>", text)
 
     for cell in nb.cells:
         for output in cell.get("outputs", []):
