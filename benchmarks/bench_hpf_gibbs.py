@@ -49,7 +49,7 @@ def main() -> None:
     from custom_inference import hpf_gibbs as gibbs
     from custom_inference.data import CountUnits
     from ppl_models.hpf import HPFHyper
-    from validation import datasets
+    from validation.data import datasets
 
     df = datasets.load_movielens(args.ml100k)
     obs = datasets.to_observations(datasets.index_ratings(df))

@@ -17,12 +17,12 @@ What one "epoch" is, per solver (the units of seed 002 fig. 3 and of the BPR lit
 - RG VB (`custom_inference.rg.step`, seed 003 sec. 5.1): one sweep on a freshly sampled hidden graph
   H_t ~ q(H), the numpy sampling of H_t (`sample_hidden_graph`) and its transfer included;
 - BPR-uniform / BPR-popularity (`custom_inference.bpr.epoch`): one epoch, one triple per training
-  positive, `validation.implicit_eval.BPR_DEFAULTS` (K = 64, minibatches of 256).
+  positive, `validation.evaluation.implicit_eval.BPR_DEFAULTS` (K = 64, minibatches of 256).
 
 Data (never copied into the repository): MovieLens 100K ``u.data``. SIBM runs on the SIBM protocol
-of seed 002 sec. 4 (`validation.implicit_eval.split_sibm`: ratings >= 4, 1000 most popular columns,
+of seed 002 sec. 4 (`validation.evaluation.implicit_eval.split_sibm`: ratings >= 4, 1000 most popular columns,
 rows with >= 10 ones, one held-out one per row: 893 x 1000), D = 10 (K = 12 with the two bias
-columns); RG and BPR on P1 (`validation.datasets.split_leave_one_out`: 943 x 1682), RG with K = 10
+columns); RG and BPR on P1 (`validation.data.datasets.split_leave_one_out`: 943 x 1682), RG with K = 10
 and the paper's hyperparameters (`ppl_models.rg.RGHyper`, r = 1/2).
 
 Timing: for each solver one warm-up epoch (compilation; excluded), then ``--repeats`` timed epochs
@@ -159,7 +159,7 @@ def bench_rg(p1, repeats: int, dtype):
 
 def bench_bpr(p1, repeats: int, dtype, only):
     from custom_inference import bpr
-    from validation.implicit_eval import BPR_DEFAULTS
+    from validation.evaluation.implicit_eval import BPR_DEFAULTS
 
     data = bpr.bpr_data(p1.train)
     rows = []
@@ -200,8 +200,8 @@ def main(argv=None) -> int:
     if not (args.ml100k / "u.data").exists():
         ap.error(f"--ml100k {args.ml100k}: no u.data there")
     dtype = np.float32 if args.dtype == "float32" else np.float64
-    from validation import datasets
-    from validation.implicit_eval import split_sibm
+    from validation.data import datasets
+    from validation.evaluation.implicit_eval import split_sibm
 
     df = datasets.load_movielens(args.ml100k)
     started = _dt.datetime.now().isoformat(timespec="seconds")

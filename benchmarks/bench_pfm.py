@@ -59,7 +59,7 @@ def main() -> None:
     from ppl_models.fm import FMHierHyper
     from ppl_models.hpf import HPFHyper
     from ppl_models.pfm import PFMHyper
-    from validation import datasets
+    from validation.data import datasets
 
     dtype = np.dtype(args.dtype)
     obs = datasets.to_observations(datasets.index_ratings(datasets.load_movielens(args.ml100k)))

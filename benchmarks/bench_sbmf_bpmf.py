@@ -13,7 +13,7 @@ a compiling warm-up call (the data are an argument, not compile-time constants);
 both steps compute, and only the sampling work is timed. Median of ``--repeats`` timed calls.
 
 Data: ``u.data`` of MovieLens 100K (943 x 1682, 100,000 ratings) via
-`validation.datasets.load_movielens`; SBMF gets the raw 1-5 stars (it has a global mean and
+`validation.data.datasets.load_movielens`; SBMF gets the raw 1-5 stars (it has a global mean and
 biases); BPMF, which has neither, gets the ratings minus their mean (as in Salakhutdinov &
 Mnih's code). The timing does not depend on the values.
 
@@ -101,7 +101,7 @@ def main() -> None:
     p.add_argument("--gauge-rounds", type=int, default=0, help="scale-gauge rounds per sweep (0: the thesis's samplers)")
     args = p.parse_args()
 
-    from validation import datasets
+    from validation.data import datasets
 
     df = datasets.load_movielens(args.ml100k)
     obs = datasets.to_observations(datasets.index_ratings(df), kind="real")

@@ -1,5 +1,5 @@
 """Top-10 for 1, 100 and all users of an HPF CAVI fit of MovieLens-latest-small's size, old scoring path
-vs `validation.scoring`, with peak extra memory, next to hpfrec's and implicit's top-N (issue 24).
+vs `validation.frontdoor.scoring`, with peak extra memory, next to hpfrec's and implicit's top-N (issue 24).
 
     .venv/bin/python benchmarks/bench_scoring.py                  # 610 x 9,724, ~100k nonzeros, K 20, 200 draws
     .venv/bin/python benchmarks/bench_scoring.py --old-users 1 10 # the old path is slow: time it on few users
@@ -63,7 +63,7 @@ def counts(n_users: int, n_items: int, nnz: int, seed: int = 0):
 
 def old_recommend(m, users, N=10, batch_cells=20_000_000):
     """`FittedModel.recommend` before issue 24, with the einsum `_dot` of that time (for timing only)."""
-    from validation import api
+    from validation.frontdoor import api
 
     post = api._posterior(m.idata)
     attrs = dict(m.idata.posterior.attrs)
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     jax.config.update("jax_enable_x64", True)
     import scipy.sparse as sp
 
-    from validation import api, scoring
+    from validation.frontdoor import api, scoring
 
     r, c, v = counts(args.users, args.items, args.nnz)
     X = sp.csr_matrix((v, (r, c)), shape=(args.users, args.items))

@@ -3,8 +3,8 @@
 Two roles in one file:
 
 - **Driver** (run with the project's ``.venv`` python): builds the P2 split of
-  MovieLens 100K (`validation.datasets.split_p2`, seed 0, 10 % test) and its FM
-  design (`validation.datasets.fm_features`, ``--kind ids`` = one-hot user | one-hot
+  MovieLens 100K (`validation.data.datasets.split_p2`, seed 0, 10 % test) and its FM
+  design (`validation.data.datasets.fm_features`, ``--kind ids`` = one-hot user | one-hot
   item, i.e. MF with biases), writes X/y of train and test and the group sizes to
   an ``.npz`` in a temporary directory, and runs this same file with
   ``--worker`` under ``benchmarks/.venv-myfm/bin/python`` once per rank. It also
@@ -152,7 +152,7 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
     One chain, ``num_warmup = n_iter - n_kept`` sweeps, then ``num_samples = n_kept``
     kept sweeps (``thin=1``); the test prediction is the mean of yhat over the kept
     sweeps, accumulated during sampling (``test=`` argument, as myFM does), and scored
-    with `validation.metrics.rmse`. Hyperpriors: `ppl_models.fm.FMHierHyper()`
+    with `validation.evaluation.metrics.rmse`. Hyperpriors: `ppl_models.fm.FMHierHyper()`
     defaults (libFM / myFM's alpha_0 = beta_0 = alpha_0' = beta_0' = nu_0 = 1,
     mu_0 = 0), init sd of V 0.1 (myFM's ``init_stdev``). Times: ``seconds_per_sweep``
     as `sample` reports it (all sweeps, compile excluded), the wall and CPU (process) time of
@@ -168,7 +168,7 @@ def run_ours(train, test, rank: int, n_iter: int, n_kept: int, seed: int, dtype:
         from ppl_models.fm import FMHierHyper
     except ImportError as err:  # the module is written by another helper
         raise NotImplementedError(f"custom_inference.fm_mcmc not importable: {err}") from None
-    from validation.metrics import rmse
+    from validation.evaluation.metrics import rmse
 
     cpu0 = time.process_time()
     t0 = time.perf_counter()
@@ -239,7 +239,7 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--ml100k", type=Path, default=None,
                         help="MovieLens 100K directory (default: $FACTORBAYES_DATA_DIR/ml-100k or ../shared/data/ml-100k)")
-    parser.add_argument("--kind", default="ids", choices=("ids", "rich"), help="FM design (validation.datasets.fm_features)")
+    parser.add_argument("--kind", default="ids", choices=("ids", "rich"), help="FM design (validation.data.datasets.fm_features)")
     parser.add_argument("--ranks", default="10,32", help="comma-separated ranks")
     parser.add_argument("--n-iter", type=int, default=200, help="Gibbs sweeps")
     parser.add_argument("--n-kept", type=int, default=150, help="last sweeps kept and averaged for prediction")
@@ -262,7 +262,7 @@ def main(argv=None) -> None:
         os.sched_setaffinity(0, {args.pin_cpu})
 
     sys.path.insert(0, str(REPO))
-    from validation.datasets import find_movielens_100k, fm_features, load_movielens, split_p2
+    from validation.data.datasets import find_movielens_100k, fm_features, load_movielens, split_p2
 
     data_dir = args.ml100k if args.ml100k is not None else find_movielens_100k()
     t0 = time.perf_counter()
@@ -315,7 +315,7 @@ def main(argv=None) -> None:
     print(summary, flush=True)
     load = _load1()
     out = {
-        "protocol": "P2 (validation.datasets.split_p2): MovieLens 100K, 90:10, permutation of file rows",
+        "protocol": "P2 (validation.data.datasets.split_p2): MovieLens 100K, 90:10, permutation of file rows",
         "seed": args.seed,
         "kind": args.kind,
         "n_iter": args.n_iter,

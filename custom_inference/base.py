@@ -142,7 +142,7 @@ def check_latent_dim(K, name: str = "K") -> int:
 class Interrupted(RuntimeError):
     """A fit stopped on purpose right after writing a checkpoint (the checkpoint stays; fitting
     again with ``resume=True`` continues from it). Raised by the hook of `on_checkpoint` that
-    ``validation.api.fit(..., _stop_after=n)`` installs to test resume == uninterrupted.
+    ``validation.frontdoor.api.fit(..., _stop_after=n)`` installs to test resume == uninterrupted.
     Source: project addition."""
 
 
@@ -179,7 +179,7 @@ def checkpoint_written(path, n_done: int) -> None:
 
 # -- run fingerprints (project addition, issue 24) ---------------------------------------------
 #
-# A checkpoint is bound to the run that wrote it: the front door (`validation.api.fit`) computes a
+# A checkpoint is bound to the run that wrote it: the front door (`validation.frontdoor.api.fit`) computes a
 # fingerprint of the run (data hash, model, K, options, transform, dtype, version: a flat mapping
 # name -> JSON value) and installs it with `run_fingerprint`; both drivers store it in every
 # checkpoint under `FINGERPRINT_KEY` (a JSON string) and refuse to resume from a checkpoint whose
@@ -379,7 +379,7 @@ class _Guard:
         else:
             of = f" of {self.total}" if self.total is not None else ""
             where = (f"after iteration {self.n_done}{of}; the last consistent checkpoint is {self.path}. "
-                     "Run the same fit again with the same checkpoint (validation.api.fit(..., resume_from=FOLDER), "
+                     "Run the same fit again with the same checkpoint (validation.frontdoor.api.fit(..., resume_from=FOLDER), "
                      "the same `factorbayes fit ... --resume-from FOLDER` command, or resume=True) to continue from it")
         return f"{self.what} stopped by {name} {where}."
 

@@ -7,7 +7,7 @@ generative program is `ppl_models.bpmf`; we call the observation precision ``alp
 ``alpha, mu0, beta0, nu0, W0`` (e.g. `ppl_models.bpmf.BPMFHyper`); ``nu0=None`` means K and
 a scalar ``W0`` means ``W0 * identity``.
 
-Derivation (ours; checked in `validation.bpmf` against the program's log joint and by
+Derivation (ours; checked in `validation.models.bpmf` against the program's log joint and by
 moment tests of the draws). W(Lambda | W, nu) has E[Lambda] = nu W.
 
 Hyperparameters. With X the (n, K) factor matrix (U or V), xbar its row mean and
@@ -436,7 +436,7 @@ def gauge_log_density(hyper):
                       - beta0/2 (mu_U' - mu0)^T Lambda_U' (mu_U' - mu0) - (same for V),
 
     O(K^2). Checked against `log_joint` plus a ``jax.jacfwd`` Jacobian in
-    `validation.bpmf.gauge_check`. Returns a function (GaugeHyper, A) -> scalar (traceable).
+    `validation.models.bpmf.gauge_check`. Returns a function (GaugeHyper, A) -> scalar (traceable).
 
     ``hyper``: BPMF hyperparameters. The returned function takes GaugeHyper (mu (K,), Lambda (K, K))
     and A (K, K), float.
@@ -508,7 +508,7 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     ``gauge_rounds`` rounds of linear-gauge Metropolis moves (`custom_inference.gauge`: column
     scalings and shears of U A, V A^-T; not in the paper, which is ``gauge_rounds=0``; they cost
     O(rounds K^3 + (I + J) K^2) and fix the slow mixing of the factor scales that SBC finds,
-    see `validation.bpmf`).
+    see `validation.models.bpmf`).
 
     Parameters
     ----------
@@ -623,7 +623,7 @@ def sample(
     init_scale : sd of the starting U, V (see `init`).
     gauge_rounds : int >= 0, rounds of linear-gauge Metropolis moves per sweep (`step`);
         0 is the paper's plain Gibbs sampler, which SBC shows mixing slowly in the factor
-        scales (`validation.bpmf`).
+        scales (`validation.models.bpmf`).
 
     Returns
     -------

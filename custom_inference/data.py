@@ -51,7 +51,7 @@ class Observations:
     and, for host (numpy, list) leaves, that they are 1-D and of one length.
     A container built directly is checked in full (O(N): ids in range, finite
     values, dtypes, what the model's kind allows) by `validate`, which the front
-    door (`validation.api.fit`) and the public solvers call before any
+    door (`validation.frontdoor.api.fit`) and the public solvers call before any
     computation.
     """
 
@@ -252,7 +252,7 @@ class Observations:
             Naming the field: the shape not two integers >= 1; arrays not 1-D or of
             different lengths; no entries (empty); an index outside the shape; a NaN or
             infinite value; a negative or non-integer count (``kind="count"``; the message
-            names the transforms of `validation.api.fit`); a value outside {0, 1}
+            names the transforms of `validation.frontdoor.api.fit`); a value outside {0, 1}
             (``kind="binary"``); duplicate (row, col) pairs; an unknown ``kind``.
 
         Source: project addition (issue 10, input checks at every entry).
@@ -301,14 +301,14 @@ class Observations:
             if np.any(v != np.round(v)):
                 k = int(np.flatnonzero(v != np.round(v))[0])
                 raise ValueError(f"{name}.values: count models need integer counts, found {v[k]:g} (entry {k}); "
-                                 "round or double them first (validation.api.fit: transform='round', 'double' "
+                                 "round or double them first (validation.frontdoor.api.fit: transform='round', 'double' "
                                  "for half stars, or 'binarize' with threshold=...)")
         elif kind == "binary":
             off = (v != 0) & (v != 1)
             if off.any():
                 k = int(np.flatnonzero(off)[0])
                 raise ValueError(f"{name}.values: binary (one-class) models need values in {{0, 1}}, found {v[k]:g} "
-                                 f"(entry {k}); binarize first (validation.api.fit: transform='binarize', threshold=...)")
+                                 f"(entry {k}); binarize first (validation.frontdoor.api.fit: transform='binarize', threshold=...)")
         flat = rows.astype(np.int64) * self.n_cols + cols.astype(np.int64)
         # the checked constructors store entries row-major: strictly increasing means no duplicates (O(N))
         if not np.all(flat[1:] > flat[:-1]) and np.unique(flat).size != flat.size:

@@ -4,7 +4,7 @@ Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (model; Freudenthaler,
 Thieme, Rendle 2011), with the hyperparameters shared per feature group as in the
 published sampler (see `ppl_models.fm`, `FMHierHyper`). The thesis prints no conditionals
 ("refer to [C. Freudenthaler, 2011]"); the ones below are derived here and checked against
-the NumPyro program's log density in `validation.fm_mcmc`.
+the NumPyro program's log density in `validation.models.fm_mcmc`.
 
 Derivation. yhat_n (eq. 2.17) is linear in every single parameter theta:
 yhat_n = h_n(theta) theta + (terms free of theta), with
@@ -26,7 +26,7 @@ row; then h_n of feature l involves no other feature m of the block (q_nk - x_nl
 contains features of *other* blocks in row n), the rows touched by the features of a
 block are disjoint, and the conditionals of all features of a block are independent given
 the rest: the whole block is drawn at once, exactly as if one feature after the other
-(checked in `validation.fm_mcmc`). Blocks are visited in a static Python loop (inside
+(checked in `validation.models.fm_mcmc`). Blocks are visited in a static Python loop (inside
 jit) over ``design.block_ptr``: w of the block, then v_{.k} for k = 1..K (a lax.scan over the
 rows of the factor-major q.T and V.T; see `_update_block_t`).
 

@@ -18,7 +18,7 @@ instance (lines 3, 5, 7), i.e. once per *occurrence*: one epoch then follows the
 (n_l the number of instances with x_nl != 0), not of eq. 2.18, whose penalty counts each
 parameter once. We implement Algorithm 1 as printed (it is what libFM does, and the
 frequency-weighted penalty is a sensible choice); the mismatch with eq. 2.18 is in
-`validation.fm_mcmc.ERRATA`. Regularization constants are per group (lambda_w[g],
+`validation.models.fm_mcmc.ERRATA`. Regularization constants are per group (lambda_w[g],
 lambda_v[g, k]) as the ``lambda_i``, ``lambda_ik`` of Algorithm 1 are in practice.
 
 Minibatches: a batch of B instances takes the mean of the B instance steps (B = 1 is

@@ -7,7 +7,7 @@ hyperparameters) pin the gauge down, weakly. A Gibbs sampler that alternates
 "hyperparameters | factors" and "factors | hyperparameters" moves along these directions in
 small steps (each block tracks the other), so it mixes slowly there; simulation-based
 calibration sees it as biased ranks of scale functionals (|U|^2, |V|^2, log det Lambda_U; see
-`validation.bpmf`, `validation.sbmf`).
+`validation.models.bpmf`, `validation.models.sbmf`).
 
 The move (a group move, Liu & Sabatti 2000, "generalized Gibbs"). Let T_A act on the whole
 state: the factors move as above and each model moves its hyperparameters along so that the
@@ -28,8 +28,8 @@ and the product A, and the model applies T_A to the factors once at the end.
 This module holds the model-independent part, `gauge_walk`. `custom_inference.bpmf` (the
 whole GL(K): its Gaussian-Wishart prior moves along) and `custom_inference.sbmf` (column
 scalings only: its per-column priors are not shear invariant) supply ``log_density``, the
-generator action on their hyperparameters and T_A; `validation.bpmf.gauge_check` /
-`validation.sbmf.gauge_check` check each against the model's full log joint plus the Jacobian,
+generator action on their hyperparameters and T_A; `validation.models.bpmf.gauge_check` /
+`validation.models.sbmf.gauge_check` check each against the model's full log joint plus the Jacobian,
 and `tests/custom_inference/test_gauge.py` checks the walk's invariance on toy targets.
 """
 

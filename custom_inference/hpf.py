@@ -12,7 +12,7 @@ Model (shape/rate Gammas; the prior rates of xi and eta are a'/b' and c'/d', see
 Mean-field family q = prod Ga(theta_uk; gamma_uk) Ga(beta_ik; lambda_ik)
 Ga(xi_u; kappa_u) Ga(eta_i; tau_i) Mult(z_ui; y_ui, phi_ui).
 
-Derivation (ours; each line is checked by `validation.updates` with ``jax.grad``
+Derivation (ours; each line is checked by `validation.checks.updates` with ``jax.grad``
 of `elbo`). Every update sets a factor to the expected complete conditional:
 
     phi_uik    ∝ exp(E[log theta_uk] + E[log beta_ik])              (y_ui > 0 only)
@@ -25,7 +25,7 @@ The rate sums run over *all* items (users): ``sum_i E[beta_ik]`` is one column
 sum, O(J K), so a sweep costs O(N K + (I + J) K) for N nonzeros and never forms
 an I x J array. The seed's figure prints ``kappa_shape = a + K a'`` and
 ``kappa_rate = b' + sum_k (digamma(gamma_shape) - log gamma_rate)`` (E[log theta]
-in place of E[theta]); both are wrong (see `validation.errata`).
+in place of E[theta]); both are wrong (see `validation.checks.errata`).
 
 Solver style (the protocol of `custom_inference.base`): `init(key, data, K, hyper)` builds an
 `HPFState`, `step(key, state, data, hyper) -> (state, info)` with the ELBO of the new state,
@@ -526,7 +526,7 @@ def score_users(state: HPFState, users) -> np.ndarray:
     """Posterior-mean scores E_q[theta_u . beta_i] of every item for some users, shape (B, J).
 
     The recommendation score of the HPF paper (posterior expected rate); used as
-    the ``score_fn`` of `validation.metrics`, batch by batch.
+    the ``score_fn`` of `validation.evaluation.metrics`, batch by batch.
 
     ``users``: int array (B,); returns a numpy float array (B, J) of the state's dtype.
 

@@ -3,10 +3,10 @@ r"""Blocked Gibbs sampler for hierarchical Poisson factorization.
 Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals" (eqs. user-weight-cc,
 item-weight-cc, the xi/eta conditionals and aux-cc), with the model's prior rates
 a'/b' and c'/d' (see `ppl_models.hpf`; the seed's printed xi conditional uses b', and
-its beta conditional prints shape a for c, both in `validation.errata`).
+its beta conditional prints shape a for c, both in `validation.checks.errata`).
 
 Derivation (ours; checked against brute-force normalized conditionals on a grid and
-as NumPyro `CustomGibbs` blocks beside NUTS, in `validation.hpf_gibbs`). With the
+as NumPyro `CustomGibbs` blocks beside NUTS, in `validation.models.hpf_gibbs`). With the
 augmentation z_uik ~ Poisson(theta_uk beta_ik), y_ui = sum_k z_uik:
 
     z_ui | theta, beta, y     ~ Mult(y_ui, theta_u * beta_i / theta_u . beta_i)      (y_ui > 0)

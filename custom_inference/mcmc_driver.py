@@ -58,7 +58,7 @@ how it predicts at cells); its public ``sample`` validates the model-specific in
   (with ``progress``); SIGINT / SIGTERM during a checkpointed run finish the block in progress,
   write its checkpoint and raise `base.RunInterrupted` naming it. Each run is described to
   `base.collect_runs` (the front door's run summary).
-  After every write the hooks of `base.on_checkpoint` are called (``validation.api`` stops a fit
+  After every write the hooks of `base.on_checkpoint` are called (``validation.frontdoor.api`` stops a fit
   there to test resume == uninterrupted).
 - Output: `arviz.InferenceData` through `custom_inference.arviz_io` with one attrs schema:
   model, method, source, seed (int seed, or the key's data as a string), num_chains,

@@ -3,7 +3,7 @@ r"""NPFM and PPFM: Gibbs samplers for Poisson factorization machines (truncated 
 Source: ``004_90693a0965f06816.txt`` ch. 5, model eqs. 5.6 / 5.20, conditionals eqs. 5.7-5.19,
 Lemmas 5.2.1-5.2.6; the feature layout of ch. 2 (eq. 2.17, fig. 2.1). The generative programs
 are `ppl_models.pfm`. Every conditional below was derived here (not copied) and is checked
-against the program's normalised conditional on a grid in `validation.pfm`.
+against the program's normalised conditional on a grid in `validation.models.pfm`.
 
 Model (all Gammas shape/rate; i = 1..D features, k = 1..K factors, n = training rows)::
 
@@ -56,7 +56,7 @@ leaves (shape, rate) jointly wrong (marginals right, dependence broken). The swe
 (independent draws share one Gamma call; delta and c may sit anywhere, they are exact
 conditionals)
 Each step draws from an exact conditional of the joint (parameters, z), so the sweep leaves
-the posterior invariant (SBC in `validation.pfm`). ``order="printed"`` runs the chapter's
+the posterior invariant (SBC in `validation.models.pfm`). ``order="printed"`` runs the chapter's
 order instead (z, w0, w, v, r, beta0, beta, delta, c, alpha0, alpha, zeta, gamma0): the
 deliberately broken variant that SBC must reject.
 

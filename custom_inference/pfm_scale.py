@@ -6,7 +6,7 @@ unchanged. PPFM (r_k = 1): when every pair term joins a user-side feature to an 
 (ids only; `PFMData.bipartite`), v_ik -> a v_ik for user-side i and v_jk -> v_jk / a for
 item-side j does. The Gibbs sweep moves along such a likelihood-flat direction in steps of
 order 1 / sqrt(counts), so its mixing time grows with the total count (issue 13's diagnosis,
-`validation.pfm_experiments.sbc_mixing`). A Metropolis move along the orbit costs O(D) per
+`validation.evaluation.pfm_experiments.sbc_mixing`). A Metropolis move along the orbit costs O(D) per
 factor, independent of the data size.
 
 The move (derived here; a group move in the sense of Liu & Sabatti 2000). Reference measure:
@@ -44,7 +44,7 @@ the Jacobian remain):
 Both are concave in eps (log-concave orbit densities). Proposal scale: NPFM's orbit density in
 t is, where c r_k e^t dominates, a log-Gamma(gamma0/K + g/2) law (sd sqrt(trigamma(.)));
 PPFM's has curvature about delta_k (S_Uk + S_Ik) ~ sum_{s_i != 0} zeta_i at its mode, so
-sd_k = 1 / sqrt(that). `validation.pfm.scale_move_checks` checks phi against the program's
+sd_k = 1 / sqrt(that). `validation.models.pfm.scale_move_checks` checks phi against the program's
 log joint plus log|J| at random states, that the likelihood is unchanged, and that the move
 alone keeps the prior invariant.
 

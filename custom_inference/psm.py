@@ -2,7 +2,7 @@ r"""Paired symbol modelling ("PSM"): mean-field VB with Jaakkola-Jordan bounds a
 
 Source: ``000_619a0297b9d686b2.txt`` (Paquet, Koenigstein, Winther), secs. 3-4, Algorithm 1 and
 appendix B. The generative program is `ppl_models.psm.model`. Every update below is our own
-derivation from the bounded ELBO; `validation.psm` checks each against its dense I x J twin and
+derivation from the bounded ELBO; `validation.models.psm` checks each against its dense I x J twin and
 with ``jax.grad`` of the dense bound, and lists the printed formulas that disagree (``ERRATA``).
 
 Notation. Data: distinct observed pairs G with counts c_ij (``data.values``), c_i = sum_j c_ij,
@@ -27,7 +27,7 @@ with xi = xi_ij on G and xi* outside. Background caches (B.1; t-weighted over it
     P- = sum_j t_j E[v_j v_j^T]   m-dag = sum_j t_j E[b_j] E[v_j]   m-ddag = sum_j t_j E[v_j]
     nu- = sum_j t_j E[b_j]        kappa- = sum_j t_j E[b_j^2]        (and P+, m+dag, ... over users)
 
-Sums that use them (derived here; `validation.psm` checks each against the I x J sum)::
+Sums that use them (derived here; `validation.models.psm` checks each against the I x J sum)::
 
     sum_j t_j E a_ij^2 = tr(E[u_i u_i^T] P-) + 2 E[b_i] E[u_i].m-ddag + 2 E[u_i].m-dag
                          + E[b_i^2] + 2 E[b_i] nu- + kappa-
@@ -574,7 +574,7 @@ def user_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk
     xi : (N,) observed pairs' bound parameters; outputs in the state's float dtype.
     Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_u raises AttributeError.
     Source: ``000_619a0297b9d686b2.txt`` eqs. (6)-(8) and appendix B.2.1 (m_i corrected: ERRATA in
-    `validation.psm`).
+    `validation.models.psm`).
     """
     P, h = _targets(state, data, xi, chunk, True)
     return P + hyper.tau_u * jnp.eye(P.shape[-1], dtype=P.dtype), h

@@ -2,7 +2,7 @@
 and t, the item-side and user-side background caches (B.1) and the terms and sums that every
 all-pairs sum of `custom_inference.psm` collapses into (each cache minus the observed-pair
 corrections). Split from `custom_inference.psm`, which imports every name; their dense I x J twins
-are checked in `validation.psm`.
+are checked in `validation.models.psm`.
 
 Source: ``000_619a0297b9d686b2.txt`` appendix B (B.1) and eq. (4).
 """
@@ -85,7 +85,7 @@ def background_sums(user_bg: Background, item_bg: Background):
     Raises nothing of its own (no checks: traced code; caches of different K make JAX raise a shape
     error).
     Source: ``000_619a0297b9d686b2.txt`` sec. 4 (xi* update) and appendix B.3 for S2, corrected cross
-    terms (ERRATA in `validation.psm`); S1 derived the same way (project addition).
+    terms (ERRATA in `validation.models.psm`); S1 derived the same way (project addition).
     """
     s1 = user_bg.m_ddag @ item_bg.m_ddag + user_bg.nu + item_bg.nu
     s2 = (jnp.sum(user_bg.P * item_bg.P) + 2.0 * user_bg.m_ddag @ item_bg.m_dag + 2.0 * user_bg.m_dag @ item_bg.m_ddag
@@ -107,7 +107,7 @@ def user_background_terms(state: PSMState, item_bg: Background | None = None):
 
     Raises nothing of its own (no checks: traced code).
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (the bracket of sum_j t_j Omega*_ij), corrected
-    (ERRATA in `validation.psm`).
+    (ERRATA in `validation.models.psm`).
     """
     item_bg = item_background(state) if item_bg is None else item_bg
     (mu, vu), _, (mbu, vbu), _ = moments(state)
@@ -135,7 +135,7 @@ def _omega_star(xi_star, first, second):
 
 def omega_star_user_sums(state: PSMState, item_bg: Background | None = None):
     """sum_j t_j Omega*_ij for every user, (I,) of the state's float dtype (B.4.1, corrected: see
-    ERRATA in validation.psm); ``item_bg`` as in `user_background_terms`.
+    ERRATA in validation.models.psm); ``item_bg`` as in `user_background_terms`.
 
     Raises nothing of its own (no checks: traced code).
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (sum_j t_j Omega*_ij), corrected.

@@ -4,7 +4,7 @@ Source: ``003_203f63200c0d7157.txt`` (Paquet and Koenigstein): q(H) sampler sec.
 (7)-(9); bounded ELBO (10)-(12); updates (13)-(17) and the stochastic average of sec. 5.1;
 predictions (19); user biases clamped at zero as in sec. 6.1 (``RGHyper.clamp_user_bias``).
 The generative program is `ppl_models.rg.model`. Every update below is our own derivation and
-is checked by `validation.rg` with ``jax.grad`` of `elbo`.
+is checked by `validation.models.rg` with ``jax.grad`` of `elbo`.
 
 Bounded ELBO on one hidden graph H (edges e = (m, n), outcome g_e, logit a_e = u_m.v_n + b_m + b_n)::
 
@@ -27,7 +27,7 @@ coordinates of u_m jointly is eta = P^-1 c (the mean of the intermediate q~(u_m)
 and omega = diag P -- the paper's recipe (match the means, keep the diagonal precision), and the
 minimizer of KL(prod_k q(u_mk) || q~). In the stored natural parameters that is
 ``prec = diag P`` and ``h = diag(P) * P^-1 c`` (not c: taking the natural parameters of q~'s
-diagonal would move the mean; `validation.rg` shows that variant is not stationary).
+diagonal would move the mean; `validation.models.rg` shows that variant is not stationary).
 
 Stochastic average (sec. 5.1). P_m and c_m are linear in H (eq. 14), so with graphs
 H_t ~ q(H) and Robbins-Monro weights eps_t (sum eps = inf, sum eps^2 < inf) the paper blends the
@@ -186,7 +186,7 @@ def histogram_exponent(d_max: float, r: float) -> float:
     """gamma with pi_max = d_max^gamma = r d_max: ``gamma = 1 + log r / log d_max`` (eqs. 7-8).
 
     The printed eq. (9), ``gamma = 1 - log d_max / log r``, does not satisfy (8) (see
-    `validation.rg.ERRATA`). For d_max = 1 every weight d_n^gamma is 0 or 1 whatever gamma, and
+    `validation.models.rg.ERRATA`). For d_max = 1 every weight d_n^gamma is 0 or 1 whatever gamma, and
     1 is returned.
 
     Raises ValueError if d_max < 1 or r <= 0. Source: ``003`` eqs. (7)-(9), corrected.
@@ -471,7 +471,7 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
     -------
     scalar jax.Array: sum over edges of the expected bound (`jj_expected_log_bound`) plus the
     expected log priors of U, V, b, tau and the entropy of q. Differentiable in every field of
-    ``state`` and in ``xi`` (what `validation.rg` uses). The user-bias terms and q(tau_bu) are
+    ``state`` and in ``xi`` (what `validation.models.rg` uses). The user-bias terms and q(tau_bu) are
     multiplied by ``state.user_bias_on`` (absent when clamped). Dtype: the state's float dtype.
 
     Raises nothing of its own (``hyper`` is not validated here: a ``hyper`` without ``alpha`` /
@@ -659,7 +659,7 @@ def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: b
     Gamma factors (17); every block blended with weight ``rho``.
 
     With rho = 1 on a fixed graph each block is its exact coordinate maximizer, so L_xi at optimal
-    xi never decreases (checked by `validation.rg.monotone_check`). With graphs H_t ~ q(H) and
+    xi never decreases (checked by `validation.models.rg.monotone_check`). With graphs H_t ~ q(H) and
     rho_t from `robbins_monro` it is the stochastic average of sec. 5.1.
 
     Parameters

@@ -2,10 +2,10 @@ r"""Gibbs sampler of scalable Bayesian matrix factorization (SBMF), with the res
 
 Source: ``004_90693a0965f06816.txt``, chapter 3: model eqs. (3.1)-(3.13), conditional of
 u_ik eqs. (3.14)-(3.16), residual cache eq. (3.17), Algorithm 2 (with the hyperparameter
-lines corrected: see `validation.sbmf.ERRATA`), prediction eq. (3.18).
+lines corrected: see `validation.models.sbmf.ERRATA`), prediction eq. (3.18).
 
 Complete conditionals (ours, each checked against the brute-force normalized conditional
-of the log joint in `validation.sbmf`). With e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j)
+of the log joint in `validation.models.sbmf`). With e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j)
 cached for the N observed cells (eq. 3.17):
 
     sigma_x | mu_x, x  ~ Gamma(alpha0 + (n + 1)/2, beta0 + (nu0 (mu_x - mu0)^2 + sum (x - mu_x)^2)/2)
@@ -502,7 +502,7 @@ def gauge_log_density(hyper):
                               -beta0 sigma_vk' - nu0/2 sigma_vk' (mu_vk' - mu0)^2 ]
 
     with the primed values after the move; O(K). Checked against the program's log joint plus
-    the Jacobian in `validation.sbmf.gauge_check`. Returns (GaugeHyper, A) -> scalar (traceable).
+    the Jacobian in `validation.models.sbmf.gauge_check`. Returns (GaugeHyper, A) -> scalar (traceable).
 
     Raises nothing of its own.
 
@@ -574,7 +574,7 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5,
 
     Raises nothing of its own (jitted; no value checks).
 
-    Source: ``004_90693a0965f06816.txt`` Algorithm 2 (corrected, see `validation.sbmf.ERRATA`); the
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 (corrected, see `validation.models.sbmf.ERRATA`); the
     gauge moves are a project addition.
     """
     if isinstance(obs, sharding.ShardedObservations):

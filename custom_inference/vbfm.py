@@ -2,9 +2,9 @@ r"""VBFM (batch CAVI) and OVBFM (stochastic VI) for the factorization machine wi
 
 Source: ``004_90693a0965f06816.txt`` ch. 4: model eqs. 4.1-4.4, mean-field family 4.8-4.11,
 ELBO 4.12-4.18, updates 4.20-4.24 and Algorithm 3 (VBFM); stochastic VI 4.25-4.33 and
-Algorithm 4 (OVBFM). Every update below is our own derivation; `validation.vbfm` checks
+Algorithm 4 (OVBFM). Every update below is our own derivation; `validation.models.vbfm` checks
 each against ``jax.grad`` of `elbo` and lists the printed equations that fail
-(``validation.vbfm.ERRATA``).
+(``validation.models.vbfm.ERRATA``).
 
 Model (precisions, never variances, as second Normal parameter)::
 

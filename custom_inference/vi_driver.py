@@ -32,7 +32,7 @@ Conventions (the same for every solver that uses `run`):
   keeps host-side state (a numpy RNG, an update counter) passes ``save_extra`` / ``restore_extra``.
   A resumed run equals the uninterrupted one bit for bit (tests/custom_inference/test_vi_driver.py,
   test_vi_protocol.py). Saved arrays keep their dtype (`load_checkpoint` returns numpy arrays).
-  After every write the hooks of `base.on_checkpoint` are called (``validation.api`` stops a fit
+  After every write the hooks of `base.on_checkpoint` are called (``validation.frontdoor.api`` stops a fit
   there to test resume == uninterrupted).
 - Checkpoints are bound to their run (issue 24): a run fingerprint (``fingerprint=`` or the one the
   front door installs with `base.run_fingerprint`) is stored in every checkpoint, and resuming with

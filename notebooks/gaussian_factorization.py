@@ -51,10 +51,10 @@ import pandas as pd  # noqa: E402
 from custom_inference import arviz_io  # noqa: E402
 from custom_inference import sbmf as sbmf_gibbs  # noqa: E402
 from ppl_models import sbmf as sbmf_ppl  # noqa: E402
-from validation import fm_mcmc as v_fm  # noqa: E402
-from validation import sbmf as v_sbmf  # noqa: E402
-from validation import vbfm as v_vbfm  # noqa: E402
-from validation.errata import run_errata  # noqa: E402
+from validation.models import fm_mcmc as v_fm  # noqa: E402
+from validation.models import sbmf as v_sbmf  # noqa: E402
+from validation.models import vbfm as v_vbfm  # noqa: E402
+from validation.checks.errata import run_errata  # noqa: E402
 
 # %% [markdown]
 # ## 1. SBMF: the generative program
@@ -169,10 +169,10 @@ fm_checks.groupby(["site", "expected"]).agg(max_error=("max_error", "max"), pass
 #
 # The NUTS side of the default cross-check problem (30 users, 20 items, 200 rows, K = 2;
 # 4 chains of 1000 + 1000 iterations) is stored with its gates and provenance in
-# `validation/reference_posteriors/vbfm.*`; `run_crosscheck` uses it when the simulated data
+# `validation/checks/reference_posteriors/vbfm.*`; `run_crosscheck` uses it when the simulated data
 # and the NUTS settings hash to the stored key, and re-runs NUTS otherwise (change `cfg` to see
 # that). `factorbayes crosscheck vbfm --reference rerun` runs NUTS afresh;
-# `validation.references.regenerate("vbfm")` rewrites the stored files.
+# `validation.checks.references.regenerate("vbfm")` rewrites the stored files.
 
 # %%
 cfg = v_vbfm.CrosscheckConfig()  # the default problem: its NUTS reference is stored
@@ -231,9 +231,9 @@ v_vbfm.svi_cavi_exact(small, 2)
 #
 # - `factorbayes evaluate ratings --data ml-100k` fits SBMF, BPMF, MCMC-FM, VBFM, OVBFM and
 #   SGD-FM on MovieLens 100K (protocol P2) and draws their RMSE-versus-time curves.
-# - The NUTS cross-checks (`validation.sbmf.run_crosscheck`, `validation.bpmf.run_crosscheck`,
-#   `validation.fm_mcmc.run_crosscheck`, `validation.vbfm.run_crosscheck`) and the SBC runs
+# - The NUTS cross-checks (`validation.models.sbmf.run_crosscheck`, `validation.models.bpmf.run_crosscheck`,
+#   `validation.models.fm_mcmc.run_crosscheck`, `validation.models.vbfm.run_crosscheck`) and the SBC runs
 #   (`sbc_adapters` in the same modules) are the `slow` tests: `pytest -m slow`.
-# - `validation.bpmf` tells how SBC found the plain BPMF sampler mixing slowly along the gauge
-#   (U A, V A^-T) and how the gauge moves fixed it; `validation.bpmf.gauge_check` checks the
+# - `validation.models.bpmf` tells how SBC found the plain BPMF sampler mixing slowly along the gauge
+#   (U A, V A^-T) and how the gauge moves fixed it; `validation.models.bpmf.gauge_check` checks the
 #   move's target against the program's log joint and a `jax.jacfwd` Jacobian.

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Getting started: your own ratings file, two models, recommendations with uncertainty
 #
-# This notebook is the front door (`validation.api`) on a file that looks like yours: a
+# This notebook is the front door (`validation.frontdoor.api`) on a file that looks like yours: a
 # `;`-separated CSV with its own column names (`customer;product;stars`) and string ids. We
 #
 # 1. write such a file (from MovieLens 100K if it is on this machine, else from a simulated
@@ -46,7 +46,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from validation import api, loaders  # noqa: E402
+from validation.frontdoor import api  # noqa: E402
+from validation.data import loaders
 
 work = Path(tempfile.mkdtemp(prefix="factorbayes_getting_started_"))  # everything this notebook writes
 
@@ -86,7 +87,7 @@ print(f"{len(table)} ratings from {origin}; the file starts:")
 print("".join(csv.open().readlines()[:4]))
 
 # %% [markdown]
-# The loader (`validation.loaders.load`, what `factorbayes fit --data` uses) takes the column
+# The loader (`validation.data.loaders.load`, what `factorbayes fit --data` uses) takes the column
 # names as they are in the header and the separator; it returns the canonical table
 # (`user`, `item`, `rating`, `timestamp`), which `api.fit` reads without further options.
 # A malformed file stops with a message naming the line and field.

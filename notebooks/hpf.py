@@ -60,8 +60,8 @@ from custom_inference import arviz_io  # noqa: E402
 from custom_inference import hpf as cavi  # noqa: E402
 from custom_inference.data import Observations  # noqa: E402
 from ppl_models import hpf as ppl  # noqa: E402
-from validation import crosscheck, errata, gates, updates  # noqa: E402
-from validation import hpf as vhpf  # noqa: E402
+from validation.checks import crosscheck, errata, gates, updates  # noqa: E402
+from validation.models import hpf as vhpf  # noqa: E402
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 120)
@@ -298,7 +298,7 @@ dense_table
 # the figure has $\mathbb{E}[\log\theta_{uk}]$ (which is often negative, so the printed rate
 # can even be negative). The shape has $a$ and $a'$ swapped.
 #
-# `validation.hpf.ERRATA` is an executable table: each entry runs the same stationarity
+# `validation.models.hpf.ERRATA` is an executable table: each entry runs the same stationarity
 # check on the printed form and on the corrected one, on a small simulated data set with
 # *distinct* hyperparameters ($a \ne a'$, ...) so that a swapped symbol shows. A row is
 # confirmed when the printed form fails and the corrected form passes.
@@ -347,7 +347,7 @@ post_nuts = arviz_io.group_arrays(nuts.idata)  # name -> (chain, draw, ...)
 #
 # **When is NUTS ground truth?** Only when ArviZ says so on the compared quantities:
 # rank-normalized split $\hat R \le 1.01$ with at least 4 chains, bulk and tail ESS at least
-# 400, no divergences, and E-BFMI at least 0.3 (`validation.gates`). NumPyro's printed
+# 400, no divergences, and E-BFMI at least 0.3 (`validation.checks.gates`). NumPyro's printed
 # $\hat R$ is the classic one; the gates use ArviZ's.
 
 # %%
@@ -418,7 +418,7 @@ fig.tight_layout()
 # %% [markdown]
 # ## 7. CAVI against NUTS
 #
-# `validation.crosscheck.compare_vi` summarizes the gap, group by group: the correlation of
+# `validation.checks.crosscheck.compare_vi` summarizes the gap, group by group: the correlation of
 # log posterior means, the median relative error, the *standardized* error
 # $|m_{\text{VI}} - m_{\text{NUTS}}| / \mathrm{sd}_{\text{NUTS}}$ (gated at a median of 0.5),
 # the ratio of posterior standard deviations $\mathrm{sd}_{\text{VI}} / \mathrm{sd}_{\text{NUTS}}$,

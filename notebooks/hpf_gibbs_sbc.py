@@ -68,9 +68,9 @@ from custom_inference import hpf as cavi  # noqa: E402
 from custom_inference import hpf_gibbs as gibbs  # noqa: E402
 from custom_inference.data import Observations  # noqa: E402
 from ppl_models import hpf as ppl  # noqa: E402
-from validation import crosscheck, gates, sbc  # noqa: E402
-from validation import hpf as vhpf  # noqa: E402
-from validation import hpf_gibbs as vg  # noqa: E402
+from validation.checks import crosscheck, gates, sbc  # noqa: E402
+from validation.models import hpf as vhpf  # noqa: E402
+from validation.models import hpf_gibbs as vg  # noqa: E402
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 120)
@@ -78,7 +78,7 @@ NOTEBOOK_START = time.perf_counter()
 NOTEBOOK_CPU_START = time.process_time()
 
 # %% [markdown]
-# `validation.sbc` selects matplotlib's non-interactive "Agg" backend when it is imported
+# `validation.checks.sbc` selects matplotlib's non-interactive "Agg" backend when it is imported
 # (it writes PNG files). In a notebook that switches inline figures off, so we switch them
 # back on:
 
@@ -106,7 +106,7 @@ NOTEBOOK_CPU_START = time.process_time()
 # $d'$ where this model has $a'/b'$ and $c'/d'$: they belong to a different prior, and used
 # with this one they sample the wrong posterior. (`hpf.py`, section 1, has the details; the
 # seed's $\beta$ conditional also prints shape $a$ where it should be $c$. Both are in
-# `validation.errata`.)
+# `validation.checks.errata`.)
 #
 # **Augmentation.** The Poisson of a sum is not conjugate to anything, but a sum of
 # independent Poissons is Poisson with the summed rate, so we may write

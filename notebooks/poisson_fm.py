@@ -26,7 +26,7 @@
 # - `ppl_models.pfm`: the generative program (latent counts marginalised by Poisson superposition);
 # - `custom_inference.pfm`: the Gibbs sampler (latent counts allocated only for y > 0, sums of all
 #   cells cached, exact CRT draws for the four shape parameters);
-# - `validation.pfm`: the checks that connect the two.
+# - `validation.models.pfm`: the checks that connect the two.
 #
 # Everything runs in float64 with fixed seeds, on tiny problems.
 
@@ -39,7 +39,7 @@ jax.config.update("jax_enable_x64", True)
 
 from custom_inference import pfm  # noqa: E402
 from ppl_models import pfm as ppl  # noqa: E402
-from validation import pfm as vpfm  # noqa: E402
+from validation.models import pfm as vpfm  # noqa: E402
 
 # %% [markdown]
 # ## 1. Simulate from the program

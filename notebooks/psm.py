@@ -22,7 +22,7 @@
 #
 # We go from the NumPyro program (`ppl_models.psm`, censored identities summed out) to the
 # hand-derived variational solver (`custom_inference.psm`, Algorithm 1 with its background
-# caches) and check the solver with `validation.psm`: every cached sum against its dense I x J
+# caches) and check the solver with `validation.models.psm`: every cached sum against its dense I x J
 # twin, every block update against `jax.grad` of the dense bound, and the printed formulas that
 # the checks show wrong. Everything is float64 and seeded; no NUTS here (the cross-check is
 # `factorbayes crosscheck psm`).
@@ -47,8 +47,8 @@ import pandas as pd  # noqa: E402
 from custom_inference import psm  # noqa: E402
 from custom_inference.data import Observations  # noqa: E402
 from ppl_models import psm as psm_ppl  # noqa: E402
-from validation import psm as v_psm  # noqa: E402
-from validation.errata import run_errata  # noqa: E402
+from validation.models import psm as v_psm  # noqa: E402
+from validation.checks.errata import run_errata  # noqa: E402
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 120)
@@ -63,7 +63,7 @@ pd.set_option("display.max_colwidth", 70)
 # program's posterior is the exact posterior of the simulated stream.
 #
 # The stream is small on purpose (8 users, 6 items, 200 kept events): it is the problem of the
-# tests, of the errata checks below and of the NUTS cross-check (`validation.psm.small_problem(0)`),
+# tests, of the errata checks below and of the NUTS cross-check (`validation.models.psm.small_problem(0)`),
 # so every program is compiled once.
 
 # %%
@@ -116,7 +116,7 @@ plt.show()
 #
 # Every cache of appendix B.1 and every sum the updates build from it, computed by the solver
 # (caches plus sparse corrections, in chunks of pairs) and by brute force over all I x J pairs,
-# at a state that is not a fixed point (`validation.psm.warm_state`, with the checks' distinct
+# at a state that is not a fixed point (`validation.models.psm.warm_state`, with the checks' distinct
 # hyperparameters `v_psm.HYPER`). In float64 they agree to rounding.
 
 # %%

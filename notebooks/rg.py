@@ -30,7 +30,7 @@
 # ranks items by the like probability of eq. (19), by popularity, or by their product.
 #
 # We go from the NumPyro program given H (`ppl_models.rg`) to the hand-derived solver
-# (`custom_inference.rg`) and check it with `validation.rg`. No NUTS here (see the end for
+# (`custom_inference.rg`) and check it with `validation.models.rg`. No NUTS here (see the end for
 # the cross-check). It needs about 35 s of CPU on a 2-core machine, most of it JAX compiling
 # small programs; everything is float64 and seeded.
 
@@ -56,9 +56,9 @@ import pandas as pd  # noqa: E402
 from custom_inference import rg as rg_vb  # noqa: E402
 from custom_inference.data import Observations  # noqa: E402
 from ppl_models import rg as rg_ppl  # noqa: E402
-from validation import rg as v_rg  # noqa: E402
-from validation import updates  # noqa: E402
-from validation.errata import run_errata  # noqa: E402
+from validation.models import rg as v_rg  # noqa: E402
+from validation.checks import updates  # noqa: E402
+from validation.checks.errata import run_errata  # noqa: E402
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 120)
@@ -237,7 +237,7 @@ fig.tight_layout()
 # ## 4. Update level: every block is a stationary point of L_xi
 #
 # Each closed-form update must zero the gradient of L_xi (`rg_vb.elbo`, differentiated by
-# `jax.grad`) in the block it updates. `validation.rg.update_checks` runs one sweep on a small
+# `jax.grad`) in the block it updates. `validation.models.rg.update_checks` runs one sweep on a small
 # problem (15 x 12, one H ~ q(H), free user biases so that every block is exercised) from a
 # warm state, and records the largest gradient in each block before and after its update.
 # The same check on a plausible but wrong user update -- the variances of the
@@ -325,7 +325,7 @@ summary
 #   small). Its like probability is then mostly an item-bias score, barely correlated with the
 #   truth. The batch fit of section 3 shows why: it too sits for some fifteen sweeps on a
 #   plateau near L_xi = -4700, the "collapsed" solution with u, v near 0 (mean-field VB's
-#   pruning, which `validation.rg` warns about on small problems), before the factors grow.
+#   pruning, which `validation.models.rg` warns about on small problems), before the factors grow.
 #   With eps_t already down to about 0.15 by then, and each unliked item a negative in only
 #   some of the graphs, the averaged run never leaves the plateau. This is a property of the
 #   optimization, not a bug in the updates (section 4).
@@ -398,7 +398,7 @@ errata[["location", "printed", "corrected", "check", "printed_value", "corrected
 # ## Where to go next
 #
 # - `factorbayes crosscheck rg` compares RG VB on one fixed H (by default a planted 20 x 30
-#   problem, `validation.rg.CrosscheckConfig`) against ArviZ-gated NUTS on `ppl_models.rg.model`,
+#   problem, `validation.models.rg.CrosscheckConfig`) against ArviZ-gated NUTS on `ppl_models.rg.model`,
 #   on identifiable quantities: the like probabilities on the edges of H, the centred item
 #   biases and the precisions. It takes minutes, so it is not part of this notebook.
 # - `factorbayes evaluate implicit --data ml-100k` fits RG (like and popularity x like) next to

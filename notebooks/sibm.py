@@ -28,7 +28,7 @@
 #    cells per sweep, and **SIBM**, stochastic VI (Algorithm 1) that samples cells with one of
 #    three strategies (S-Uniform, S-Balanced, S-Biased) and rescales so that the noisy natural
 #    gradients are unbiased (`custom_inference.sibm`).
-# 4. The **bridge** (`validation.sibm`): every update is a stationary point of the ELBO, the
+# 4. The **bridge** (`validation.models.sibm`): every update is a stationary point of the ELBO, the
 #    noisy targets average to the batch targets exactly (by enumeration), SVI reaches the batch
 #    fixed point, and two printed equations of the seed are wrong (the errata table).
 #
@@ -58,8 +58,8 @@ import pandas as pd  # noqa: E402
 from custom_inference import logistic  # noqa: E402
 from custom_inference import sibm  # noqa: E402
 from ppl_models import sibm as ppl  # noqa: E402
-from validation import sibm as vsibm  # noqa: E402
-from validation.errata import run_errata  # noqa: E402
+from validation.models import sibm as vsibm  # noqa: E402
+from validation.checks.errata import run_errata  # noqa: E402
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 120)
@@ -359,7 +359,7 @@ pd.DataFrame([{"solver": f"SVI, S-{s.capitalize()}", "passes": p[-1, 0], "rms di
 # All three strategies head for the batch fixed point, and it is the same fixed point: batch
 # VB restarted from each SVI's final q lands within 3e-5 posterior sd of batch VB's own answer
 # (the last column; that residue is batch VB's stopping tolerance). After 320 passes SVI is
-# still 0.13-0.25 sd away, shrinking steadily. `validation.sibm.svi_vs_batch` makes the same
+# still 0.13-0.25 sd away, shrinking steadily. `validation.models.sibm.svi_vs_batch` makes the same
 # comparison a test on the 8 x 6 matrix.
 #
 # Two things in these curves are worth a look.
@@ -389,7 +389,7 @@ pd.DataFrame([{"solver": f"SVI, S-{s.capitalize()}", "passes": p[-1, 0], "rms di
 # rho(a, b, c, d). Each row below runs a Monte Carlo check of -KL(q || prior) (the quantity
 # the ELBO needs) on the printed and the corrected form: the printed form fails (z-scores in
 # the hundreds), the corrected one passes (z < 4). The solver uses the corrected terms, and
-# `validation.sibm.monte_carlo_kl_check` ties them to the NumPyro program.
+# `validation.models.sibm.monte_carlo_kl_check` ties them to the NumPyro program.
 
 # %%
 errata = run_errata(vsibm.ERRATA)
@@ -403,7 +403,7 @@ errata[["location", "printed", "corrected", "printed_value", "corrected_value", 
 #   (a 20 x 15 matrix, ArviZ-gated: R-hat, ESS, divergences) on the identifiable
 #   probabilities sigma(u_i . v_j + z) of every cell; mean-field q is expected to get the means
 #   right and the spreads too narrow. It takes a few minutes, which is why it is not run here
-#   (`validation.sibm.run_crosscheck`; also `pytest -m slow tests/validation/test_sibm_validation.py`).
+#   (`validation.models.sibm.run_crosscheck`; also `pytest -m slow tests/validation/test_sibm_validation.py`).
 # - `factorbayes evaluate implicit --data ml-100k` fits SIBM (batch VB, SVI with the three
 #   strategies, MAP) and the baselines on MovieLens 100K treated as a binary matrix, with the
 #   seed's protocol.

@@ -14,7 +14,7 @@ Prior rate of the activity: the seed's complete conditional for xi_u,
 ``Gamma(a' + K a, b' + sum_k theta_uk)``, implies a prior rate of b'. We use
 a'/b' as the published paper (Gopalan et al., UAI 2015, sec. 2) and hpfrec do, so
 that E[xi_u] = b' and comparisons with hpfrec are like for like; the same holds
-for eta_i with c'/d'. The errata table (`validation.errata`) records this.
+for eta_i with c'/d'. The errata table (`validation.checks.errata`) records this.
 
 The auxiliary counts z_uik of the seed are not in the program: summing the K
 Poisson(theta_uk beta_ik) variables gives y_ui ~ Poisson(theta_u . beta_i)

@@ -19,7 +19,7 @@ precision ~ Gamma(alpha0, beta0) and the mean given the precision ~ N(mu0, (nu0 
 
 `numpyro_model` is the same program in NumPyro, site for site (same names, shapes and
 densities), so that the Gibbs blocks of `custom_inference.sbmf` can run as NumPyro
-``CustomGibbs`` blocks beside NUTS (`validation.bridge`); its log density equals the PyMC
+``CustomGibbs`` blocks beside NUTS (`validation.checks.bridge`); its log density equals the PyMC
 model's at random points (``tests/ppl_models/test_sbmf_numpyro.py``). Only the observed entries (COO triplets) enter the likelihood, so the program never
 builds an I x J array. Intended for NUTS on small problems (it is centred, as printed;
 factor coordinates are identified only up to rotation and sign, so compare predictions).
@@ -142,7 +142,7 @@ def numpyro_model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: S
 
     Why a twin rather than a PyMC compound step: the bridge runs each Gibbs block of
     `custom_inference.sbmf` as a NumPyro ``CustomGibbs`` block with NUTS on the other sites
-    (`validation.bridge`), the same machinery as for every other sampler; PyMC's compound steps
+    (`validation.checks.bridge`), the same machinery as for every other sampler; PyMC's compound steps
     would need a PyMC step method per block and a second comparison path. The twin is held
     to the PyMC program by a test: equal log densities (constants included, no Jacobians) at
     random points of the parameter space.

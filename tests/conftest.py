@@ -53,7 +53,7 @@ def ml100k_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def ml100k(ml100k_dir) -> pd.DataFrame:
-    from validation.datasets import load_movielens
+    from validation.data.datasets import load_movielens
 
     return load_movielens(ml100k_dir)
 

@@ -10,7 +10,7 @@ tolerance written beside its assertion; this module runs those tests a second ti
 pytest with ``XLA_FLAGS=--xla_cpu_max_isa=...`` set below this machine's instruction set, so a new
 dependence on the last bit fails here, before it fails on another machine:
 
-- stored NUTS references (`validation.references`: the problem key compares float data within
+- stored NUTS references (`validation.checks.references`: the problem key compares float data within
   `FLOAT_TOLERANCE`), and a changed problem still refused;
 - the former drivers' saved draws (tests/data/sampler_draws_v0.npz) and the VI solvers' saved
   outputs (tests/data/vi_outputs_v0.npz).
@@ -73,7 +73,7 @@ def _child_env(isa: str, cache: Path) -> dict:
 _PROBE = """
 import sys, numpy as np, jax
 jax.config.update("jax_enable_x64", True)
-from validation import crosscheck, references, registry
+from validation.checks import crosscheck, references, registry
 seen = {}
 def capture(data, model_args, settings):
     seen["key"] = references.problem_key(data, model_args, settings)
@@ -104,7 +104,7 @@ def test_cross_machine_comparisons_pass_on_a_lower_instruction_set(tmp_path):
     # Not vacuous: under the flag, the VBFM problem's simulated floats differ in their last bits from
     # this machine's default (measured: 32 of 200 responses, <= 8.9e-16 absolute) and still match
     # the stored problem within references.FLOAT_TOLERANCE.
-    from validation import references
+    from validation.checks import references
 
     here_env = _child_env(isa, tmp_path / "jax-cache-here")  # a cache of its own: never share programs across ISAs
     here_env["XLA_FLAGS"] = " ".join(f for f in here_env["XLA_FLAGS"].split() if not f.startswith("--xla_cpu_max_isa"))

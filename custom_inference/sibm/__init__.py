@@ -4,8 +4,8 @@ Source: ``002_5408d341cb9fc544.txt`` (Hernandez-Lobato, Houlsby, Ghahramani, ICM
 model eqs. (1)-(2), mean-field family (4), prediction (5), Jaakkola-Jordan bound (6), bounded
 ELBO (7), optimal xi (8), noisy bound (9), natural-gradient step (10), minibatch averaging
 (11)-(12), automatic minibatch size (13), sampling strategies (sec. 2.3), Algorithm 1. Every
-update below is our own derivation; `validation.sibm` checks each against ``jax.grad`` of
-`elbo` and lists the printed equations that fail (``validation.sibm.ERRATA``).
+update below is our own derivation; `validation.models.sibm` checks each against ``jax.grad`` of
+`elbo` and lists the printed equations that fail (``validation.models.sibm.ERRATA``).
 
 Model (I x J fully observed binary X, variances as second Normal parameter, as the seed)::
 
@@ -54,7 +54,7 @@ SVI (Algorithm 1). A cell (i, j) ~ p(i, j) gives the noisy bound (9), whose maxi
 the formula above with the sum over j replaced by the single term divided by c = p(j|i)
 (v_jd: c = p(i|j); z: c = p(i, j)). Then E_{j|i}[target] = batch target exactly (the targets are
 linear in the per-cell statistics), which is what the seed's choice of c guarantees; it is
-checked by enumeration in `validation.sibm`. Per cell, as Algorithm 1: save, nudge z by (10),
+checked by enumeration in `validation.models.sibm`. Per cell, as Algorithm 1: save, nudge z by (10),
 then v_j1..v_jD, then u_i1..u_iD (xi recomputed before each), keep the targets, restore; after
 S cells, average the targets per row / column (12) and step (11) with Robbins-Monro
 rho = (tau + n_updates)^(-kappa) per row, column and z. The cells of a minibatch start from the

@@ -345,7 +345,7 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
     max_cells : stop once this many cells have been sampled in all (the x-axis of seed 002 figs. 2-3,
         "number of entries observed"); None: only ``n_iter`` limits the run
     callback : ``callback(t, st, n_cells)`` after minibatch t (0-based) with the SVIState and the
-        cells sampled so far (e.g. held-out recall for `validation.implicit_eval.sibm_recall_curves`);
+        cells sampled so far (e.g. held-out recall for `validation.evaluation.implicit_eval.sibm_recall_curves`);
         its return value is ignored. Called at block boundaries (see ``scan_block``): t is the last
         minibatch of the block
     scan_block : minibatches per jitted `lax.scan` call (default `DEFAULT_SCAN_BLOCK` = 256; 1 when a

@@ -223,7 +223,7 @@ def fit(key, data, K: int, hyper, *, max_iter: int = 200, tol: float = 1e-7, pro
     K : int >= 1 latent factors (the seed's D); hyper : SIBMHyper-like; max_iter, tol : sweeps and stopping rule
     progress : tqdm bar; init_state : start here instead of `init`; init kwargs: see `init`
     callback : ``callback(t, state)`` after sweep t (0-based; each sweep touches all I J cells), e.g.
-        held-out recall for `validation.implicit_eval.sibm_recall_curves`; return value ignored
+        held-out recall for `validation.evaluation.implicit_eval.sibm_recall_curves`; return value ignored
     n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
     checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``; a resumed run is
         bit for bit the uninterrupted one)

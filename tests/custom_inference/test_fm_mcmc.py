@@ -85,7 +85,7 @@ def _update_block_reference(key, st, design, hyper, b):
 
 
 # slow (about 50 s of compilation): the default run checks the same update through
-# validation.fm_mcmc's block_check (block update == sequential one-feature updates) and cache_check
+# validation.models.fm_mcmc's block_check (block update == sequential one-feature updates) and cache_check
 @pytest.mark.slow
 def test_update_block_equals_column_reference_and_keeps_caches_and_dtypes():
     """The factor-major scan of `update_block` / `step` is the same chain as the column-by-column

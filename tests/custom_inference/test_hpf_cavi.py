@@ -9,7 +9,7 @@ from custom_inference import arviz_io
 from custom_inference import hpf
 from custom_inference.data import Observations
 from ppl_models.hpf import HPFHyper, simulate
-from validation import updates
+from validation.checks import updates
 
 HYPER = HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.7, c_prime=1.5, d_prime=2.0)
 

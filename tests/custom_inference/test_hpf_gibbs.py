@@ -7,7 +7,7 @@ import pytest
 from custom_inference import hpf_gibbs as gibbs
 from custom_inference.data import CountUnits, Observations
 from ppl_models.hpf import HPFHyper, simulate
-from validation.hpf_gibbs import allocation_check
+from validation.models.hpf_gibbs import allocation_check
 
 HYPER = HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.5, c_prime=2.0, d_prime=1.0)
 

@@ -267,7 +267,7 @@ def test_exposures_skip_rows_with_zero_weight_exactly():
 def test_scale_rounds_zero_is_the_sweep_alone():
     """step(scale_rounds=0) returns exactly the sweep of the sampler without the move (same keys,
     bit for bit; NPFM, side features; one jit holds both). The move's ratio, rates and invariance
-    are checked in `validation.pfm_scale_checks` (tests/validation/test_pfm_validation.py)."""
+    are checked in `validation.models.pfm_scale_checks` (tests/validation/test_pfm_validation.py)."""
     with jax.enable_x64(True):
         _, _, _, data = _data("all", side=True)
         d = jax.tree_util.tree_map(jnp.asarray, data)

@@ -20,7 +20,7 @@ K = 3
 
 def _obs(seed=0, I=15, J=12, density=0.3):
     if (seed, I, J, density) == (0, 15, 12, 0.3):
-        from validation.rg import small_problem
+        from validation.models.rg import small_problem
 
         return small_problem(0)[0]
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ import scipy.sparse as sp  # noqa: E402
 from custom_inference import sibm  # noqa: E402
 from custom_inference.data import Observations  # noqa: E402
 from ppl_models.sibm import logits  # noqa: E402
-from validation.sibm import CHECK_HYPER, dense_pmf, small_problem  # noqa: E402
+from validation.models.sibm import CHECK_HYPER, dense_pmf, small_problem  # noqa: E402
 
 HYPER = CHECK_HYPER
 D = 2

@@ -7,7 +7,7 @@ import pytest
 
 from custom_inference import arviz_io, vbfm
 from ppl_models.fm import FMFlatHyper, predict_mean
-from validation.vbfm import SMALL_DESIGN, simulated_design
+from validation.models.vbfm import SMALL_DESIGN, simulated_design
 
 HYPER = FMFlatHyper()
 

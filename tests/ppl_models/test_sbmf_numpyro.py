@@ -1,6 +1,6 @@
 """The NumPyro twin of the SBMF program (`ppl_models.sbmf.numpyro_model`) equals the PyMC program.
 
-The bridge (`validation.bridge`) runs SBMF's Gibbs blocks beside NUTS on the NumPyro twin, so the
+The bridge (`validation.checks.bridge`) runs SBMF's Gibbs blocks beside NUTS on the NumPyro twin, so the
 twin must define the same density: equal log densities (constants included, no Jacobians) at random
 points of the parameter space, not only at prior draws, under two hyperparameter sets.
 """

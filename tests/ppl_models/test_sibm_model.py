@@ -46,7 +46,7 @@ def test_bias_layout_is_columns_of_ones():
 
 
 def test_simulate_shapes_reproducibility_and_errors():
-    # the shapes of validation.sibm.small_problem (8 x 6, D = 2): eager ops compiled once per session
+    # the shapes of validation.models.sibm.small_problem (8 x 6, D = 2): eager ops compiled once per session
     p1, X1 = simulate(jax.random.PRNGKey(3), 8, 6, 2, HYPER, z=-1.0)
     p2, X2 = simulate(jax.random.PRNGKey(3), 8, 6, 2, HYPER, z=-1.0)
     assert p1["U"].shape == (8, 2) and p1["V"].shape == (6, 2) and p1["a"].shape == (8,) and p1["b"].shape == (6,)

@@ -1,4 +1,4 @@
-"""The front door (`validation.api`): every registered model fits a DataFrame with string ids,
+"""The front door (`validation.frontdoor.api`): every registered model fits a DataFrame with string ids,
 recommends and predicts in those ids with a posterior sd, survives save/load unchanged, and (where
 resumable) resumes from a checkpoint to the same result as an uninterrupted fit."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from validation import api
+from validation.frontdoor import api
 
 # small, fast settings per model (the defaults are for real data)
 FAST = {
@@ -36,7 +36,7 @@ def _fit(name, ratings, **kw):
                    progress=False, **{**FAST.get(name, {}), **kw})
 
 
-# PPFM is NPFM's adapter with variant="ppfm" (`validation.api_models._pfm_runner`, `_pfm_mean`): the same
+# PPFM is NPFM's adapter with variant="ppfm" (`validation.frontdoor.api_models._pfm_runner`, `_pfm_mean`): the same
 # front-door code, another compiled sampler (about 9 CPU s here), so its run is under -m slow; the front door
 # is covered by default by [npfm], the PPFM sampler by tests/custom_inference/test_pfm.py
 # (test_sample_compiles_once_runs_float32_and_accumulates_predictions runs variant="ppfm").

@@ -1,4 +1,4 @@
-"""ArviZ output of the front door (`validation.api_arviz`, issue 24 finding 5): coordinates in the user's
+"""ArviZ output of the front door (`validation.frontdoor.api_arviz`, issue 24 finding 5): coordinates in the user's
 ids, pointwise log_likelihood and observed_data that az.loo / az.compare use, and posterior predictive
 intervals for a new observation (`FittedModel.predict(kind="observation")`)."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import scipy.stats as st
 
-from validation import api, api_arviz, api_models
+from validation.frontdoor import api, api_arviz, api_models
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from custom_inference import base, vi_driver
-from validation import api
+from validation.frontdoor import api
 
 COLS = dict(user_col="reader", item_col="book", value_col="stars")
 

@@ -1,6 +1,6 @@
 """Every bad-input class against every registered model, through the front door and the CLI.
 
-Issue 10, "Input checks at every entry, whatever the container": `validation.api.fit` (and the
+Issue 10, "Input checks at every entry, whatever the container": `validation.frontdoor.api.fit` (and the
 public solvers behind it) must refuse bad input with a ValueError or TypeError that names the
 field, before any solver work. The data and K checks are tested with each model's solver
 replaced by a stub that fails the test if it is reached (so the refusal provably comes first);
@@ -27,7 +27,7 @@ import pytest
 import scipy.sparse as sp
 
 from custom_inference.data import Observations
-from validation import api
+from validation.frontdoor import api
 
 MODELS = api.models()
 KIND = {m: api.ADAPTERS[m].values for m in MODELS}
@@ -373,7 +373,7 @@ def test_public_solvers_refuse_a_bad_container_built_directly(solver, bad, no_co
 
 
 def test_cli_bad_input_exits_with_status_2(tmp_path, capsys, stub_solvers):
-    from validation import cli
+    from validation.frontdoor import cli
 
     good = tmp_path / "good.csv"
     good.write_text("reader,book,stars\nr1,b1,3\nr1,b2,4\nr2,b1,5\n")

@@ -4,9 +4,9 @@ errata, SBC adapters (fast); NUTS cross-check and 200-simulation SBC under -m sl
 import numpy as np
 import pytest
 
-from validation import bpmf as vb
-from validation import sbc
-from validation.errata import Erratum
+from validation.models import bpmf as vb
+from validation.checks import sbc
+from validation.checks.errata import Erratum
 
 HYPER = vb.CROSSCHECK_HYPER
 
@@ -50,7 +50,7 @@ def test_chunked_sums_equal_the_dense_brute_force():
 
 def test_errata_rows_printed_fail_corrected_pass():
     assert isinstance(vb.ERRATA, tuple)
-    for e in vb.ERRATA:  # empty for BPMF: eqs. 2.9-2.15 are printed correctly (see validation.bpmf)
+    for e in vb.ERRATA:  # empty for BPMF: eqs. 2.9-2.15 are printed correctly (see validation.models.bpmf)
         assert isinstance(e, Erratum)
         assert not e.check("printed")[0] and e.check("corrected")[0]
 
@@ -77,7 +77,7 @@ def test_gibbs_agrees_with_gated_nuts():
 def test_sbc_200_simulations_uniform_ranks():
     simulate, fit, functionals = vb.sbc_adapters()
     # master seed 0, as every SBC run of the project; the paper's plain sampler (gauge_rounds=0)
-    # fails this run on the scale functionals (see validation.bpmf), the gauge moves fix it
+    # fails this run on the scale functionals (see validation.models.bpmf), the gauge moves fix it
     res = sbc.run_sbc(simulate, fit, functionals, n_sims=200, master_seed=0, n_draws=99, progress=False)
     # Bonferroni family over all 10 scalars at alpha = 0.05 (ECDF band test, Säilynoja et al. 2022)
     assert res.passed(0.05), res.uniformity(0.05)

@@ -3,7 +3,7 @@
 Each hybrid run (one block drawn by the sampler's own conditional, NUTS on the rest of the
 program) is compared with the model's stored, gated NUTS reference on identified quantities:
 every posterior mean within the Bonferroni threshold of |mean diff| / sqrt(mcse_a^2 + mcse_b^2)
-(`validation.crosscheck.compare_exact`, 1% false alarm per group), the reference gated by the ArviZ
+(`validation.checks.crosscheck.compare_exact`, 1% false alarm per group), the reference gated by the ArviZ
 gates, the hybrid on R-hat and ESS as an exact sampler is in the cross-checks (its NUTS block's
 divergences are reported). Default run: each sampler's default block (`BridgeSpec.default`) at the
 short length below (HPF's in test_hpf_gibbs_validation), and BPMF's wrong conditional (its wrong block is
@@ -16,8 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from validation import bridge, registry
-from validation.nuts_sbc import compile_counter
+from validation.checks import bridge, registry
+from validation.checks.nuts_sbc import compile_counter
 
 # The default runs: 4 chains x (500 warm-up + 1000 draws), the length at which each model's default
 # block was measured to pass its gates (hybrid R-hat <= 1.01 and bulk / tail ESS >= 400 on every
@@ -30,7 +30,7 @@ from validation.nuts_sbc import compile_counter
 SHORT = {"num_warmup": 500, "num_samples": 1000, "seed": 1}
 RUN = {"seed": 1}
 # HPF's default block runs in test_hpf_gibbs_validation (agreement and wrong conditional); SBMF's under -m slow:
-# at SHORT every SBMF block tried is inconclusive on tau (hybrid R-hat 1.012, bulk ESS 218-390; validation/sbmf.py).
+# at SHORT every SBMF block tried is inconclusive on tau (hybrid R-hat 1.012, bulk ESS 218-390; validation/models/sbmf.py).
 # PPFM's too: its best block at SHORT (beta) passed with a tail ESS of 401 against the gate's 400, a margin
 # that another CPU's floating-point rounding could flip; NPFM's default block runs the same pfm_bridge code
 SLOW_ONLY = ("hpf", "sbmf", "ppfm")

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from custom_inference import arviz_io, hpf
-from validation import cli
+from validation.frontdoor import cli
 
 
 def test_all_errata_collects_every_family():
-    from validation import fm_mcmc, hpf, hpf_gibbs, registry, sbmf, vbfm
+    from validation.models import fm_mcmc, hpf, hpf_gibbs, sbmf, vbfm
+    from validation.checks import registry
 
     entries = registry.all_errata()
     for family in (hpf.ERRATA, hpf_gibbs.ERRATA, sbmf.ERRATA, vbfm.ERRATA, fm_mcmc.ERRATA):
@@ -22,8 +23,9 @@ def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypat
     # real checks compile a CAVI sweep / a conditional each, and are run there), one of them made to fail
     import dataclasses
 
-    import validation.errata as errata_mod
-    from validation import hpf, registry, sbmf
+    import validation.checks.errata as errata_mod
+    from validation.models import hpf, sbmf
+    from validation.checks import registry
 
     def constant(form):  # the outcome of a correct row: the printed form fails, the corrected one passes
         return (form == "corrected", 0.0 if form == "corrected" else 1.0)
@@ -165,7 +167,7 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, solver, tmp
     replaced by independent normal draws for both sides: exact agreement, so the verdict is "pass" and exit 0."""
     import dataclasses
 
-    from validation import crosscheck as xc, gates, registry
+    from validation.checks import crosscheck as xc, gates, registry
 
     rng = np.random.default_rng(0)
     nuts_q = {"pred": rng.normal(size=(4, 1000, 5))}
@@ -191,12 +193,13 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, solver, tmp
 
 
 def test_parser_constants_match_their_modules():
-    from validation import implicit_eval, loaders, ratings_eval
+    from validation.evaluation import implicit_eval, ratings_eval
+    from validation.data import loaders
 
     assert cli._FORMATS == loaders.FORMATS and cli._TRANSFORMS == loaders.TRANSFORMS
     assert cli._RATINGS_SOLVERS == ratings_eval.SOLVERS and cli._CURVE_DATA == implicit_eval.CURVE_DATA
     assert cli._CURVE_PASSES == implicit_eval.CURVE_DEFAULTS["passes"]
-    from validation import holdout
+    from validation.evaluation import holdout
 
     assert cli._IMPLICIT_PROTOCOLS == implicit_eval.RATING_PROTOCOLS + implicit_eval.BASKET_PROTOCOLS
     assert cli._HOWS == holdout.HOWS and cli._BASKET_FORMATS == implicit_eval._BASKET_FORMATS
@@ -204,7 +207,7 @@ def test_parser_constants_match_their_modules():
 
 def test_evidence_command_prints_one_row_per_solver(capsys):
     """``factorbayes evidence``: one table from the registry, per model and solver, of which evidence exists."""
-    from validation import registry
+    from validation.checks import registry
 
     assert cli.main(["evidence"]) == 0
     out = capsys.readouterr().out

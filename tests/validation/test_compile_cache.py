@@ -1,8 +1,8 @@
-"""validation.compile_cache: where the CLI keeps compiled programs, and that it can be switched off."""
+"""validation.frontdoor.compile_cache: where the CLI keeps compiled programs, and that it can be switched off."""
 
 from pathlib import Path
 
-from validation import compile_cache
+from validation.frontdoor import compile_cache
 
 
 def test_cache_dir_follows_the_environment(tmp_path):

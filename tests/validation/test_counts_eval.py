@@ -1,4 +1,4 @@
-"""Top-N from counts on P3 (`validation.counts_eval`): EASE^R against a brute-force solve and a
+"""Top-N from counts on P3 (`validation.evaluation.counts_eval`): EASE^R against a brute-force solve and a
 planted structure, tuning that never sees the test split, the FM entity scores against the FM
 itself, the whole evaluation on a small count table, and the CLI dispatch."""
 
@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from custom_inference.data import Observations
-from validation import cli, counts_eval
+from validation.frontdoor import cli
+from validation.evaluation import counts_eval
 
 
 def _obs(X) -> Observations:
@@ -150,7 +151,7 @@ def test_fm_entity_scores_equal_the_fm_prediction_averaged_over_draws():
 
 def test_evaluate_counts_runs_end_to_end_on_a_small_count_table(tmp_path):
     df = _block_table(seed=1, n_users=30, n_items=150)
-    # every system but PPFM (the NPFM runner with variant="ppfm"; `validation.pfm.evaluate_p3` is tested there)
+    # every system but PPFM (the NPFM runner with variant="ppfm"; `validation.models.pfm.evaluate_p3` is tested there)
     systems = [s for s in counts_eval.SYSTEMS if s != "ppfm"]
     res = counts_eval.evaluate_counts(
         df, systems=systems, K=3, seed=0, out_dir=tmp_path, progress=False, pfm_warmup=2, pfm_samples=2, pfm_thin=1,

@@ -1,5 +1,5 @@
 """Tests of the MovieLens loaders, re-indexing, the P1/P3 splits and data location, through
-``validation.datasets`` (which re-exports `validation.loaders` and `validation.splits`).
+``validation.data.datasets`` (which re-exports `validation.data.loaders` and `validation.data.splits`).
 The new loaders (baskets, delimited files, `load`, transforms, fuzzing) are tested in
 test_loaders.py."""
 
@@ -14,8 +14,8 @@ import pytest
 import scipy.sparse as sp
 
 from custom_inference.data import Observations
-from validation import datasets as ds
-from validation.datasets import (
+from validation.data import datasets as ds
+from validation.data.datasets import (
     HoldoutSplit,
     ImplicitSplit,
     dense_submatrix,

@@ -10,7 +10,7 @@ import pytest
 
 from custom_inference.data import Observations
 from custom_inference.fm_design import FMDesign
-from validation.datasets import (
+from validation.data.datasets import (
     AGE_BUCKETS,
     FM_GROUPS,
     ML100K_GENRES,
@@ -148,7 +148,7 @@ def test_fm_ids_design(p2):
 
 
 def _raw_side_info(ml100k_dir):
-    """Side information parsed independently of validation.datasets (csv module, plain text)."""
+    """Side information parsed independently of validation.data.datasets (csv module, plain text)."""
     users = {}
     with open(ml100k_dir / "u.user", encoding="latin-1") as fh:
         for line in fh:

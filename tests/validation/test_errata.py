@@ -1,12 +1,12 @@
 """The executable errata table: each printed equation fails its check, each correction passes.
 
-HPF's rows (seed 001: CAVI in `validation.hpf`, complete conditionals in `validation.hpf_gibbs`) are
+HPF's rows (seed 001: CAVI in `validation.models.hpf`, complete conditionals in `validation.models.hpf_gibbs`) are
 run here; the other models' rows by their own test files; `test_registry.py` checks that the
 registry collects every model's rows.
 """
 
-from validation import hpf, hpf_gibbs
-from validation.errata import run_errata
+from validation.models import hpf, hpf_gibbs
+from validation.checks.errata import run_errata
 
 
 def test_every_printed_form_fails_and_every_correction_passes():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from validation import fm_mcmc as v
-from validation.sbc import run_sbc
+from validation.models import fm_mcmc as v
+from validation.checks.sbc import run_sbc
 
 
 def test_every_conditional_matches_numpyro_and_wrong_one_fails():

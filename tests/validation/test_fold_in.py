@@ -1,4 +1,4 @@
-"""Fold-in through the front door (`validation.api.FittedModel.fold_in`, `validation.api_fold_in`).
+"""Fold-in through the front door (`validation.frontdoor.api.FittedModel.fold_in`, `validation.frontdoor.api_fold_in`).
 
 The twin idea: a new user whose rows are exactly those of a fitted user u7 ("twin") shares u7's
 frozen item side, so fold-in must reproduce u7's posterior:
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from validation import api
+from validation.frontdoor import api
 
 COLS = dict(user_col="reader", item_col="book", value_col="stars")
 FAST_GIBBS = {"num_chains": 2, "num_warmup": 10, "num_samples": 20}
@@ -203,7 +203,7 @@ def _sgd_fm_grad(m2, ratings, user):
 
     from custom_inference import fm_sgd
     from custom_inference.data import Observations
-    from validation.api_models import ids_design
+    from validation.frontdoor.api_models import ids_design
 
     rows = ratings[ratings.reader == "u7"]
     post = {k: np.asarray(v.values)[0, 0] for k, v in m2.idata.posterior.data_vars.items()}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from validation import crosscheck, gates
+from validation.checks import crosscheck, gates
 
 
 def _iid(seed, shift=0.0, scale=1.0, chains=4, draws=1000, q=5):

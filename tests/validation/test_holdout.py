@@ -1,4 +1,4 @@
-"""Evaluation on the user's own data (validation/holdout.py): the split's properties, the metrics of an
+"""Evaluation on the user's own data (validation/evaluation/holdout.py): the split's properties, the metrics of an
 oracle and of popularity on a toy case computed by hand, and a real fit on a file with its own column
 names and half stars."""
 
@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from validation import api, holdout, loaders, splits
+from validation.frontdoor import api
+from validation.evaluation import holdout
+from validation.data import loaders, splits
 
 
 @pytest.fixture(scope="module")

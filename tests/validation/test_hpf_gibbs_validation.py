@@ -2,12 +2,12 @@
 
 import pytest
 
-from validation import bridge
-from validation import hpf_gibbs as vg
-from validation import hpf as vhpf
-from validation.report import crosscheck_report
-from validation.hpf import CROSSCHECK_DEFAULT
-from validation.nuts_sbc import compile_counter
+from validation.checks import bridge
+from validation.models import hpf_gibbs as vg
+from validation.models import hpf as vhpf
+from validation.checks.report import crosscheck_report
+from validation.models.hpf import CROSSCHECK_DEFAULT
+from validation.checks.nuts_sbc import compile_counter
 
 HYPER = CROSSCHECK_DEFAULT.hyper  # a' = 2, b' = 1: prior rate a'/b' = 2 differs from the printed b' = 1
 SHORT = {"num_warmup": 500, "num_samples": 1000, "seed": 1}  # the bridge's default length (test_bridge.py)
@@ -26,10 +26,10 @@ def test_printed_xi_and_eta_conditionals_are_rejected():
 
 @pytest.fixture(scope="module")
 def xi_run():
-    """HPF's default bridge block (xi, `validation.hpf_gibbs.BRIDGE`) as CustomGibbs beside NUTS on the
+    """HPF's default bridge block (xi, `validation.models.hpf_gibbs.BRIDGE`) as CustomGibbs beside NUTS on the
     bridge problem (12 x 10, K = 2, data key 3), 4 chains x (500 warm-up + 1000 draws), seed 1, against
-    the stored, gated NUTS reference "hpf-bridge" (`validation.bridge.run`; NUTS is not re-run), and the
-    compile times of the run (`validation.nuts_sbc.compile_counter`)."""
+    the stored, gated NUTS reference "hpf-bridge" (`validation.checks.bridge.run`; NUTS is not re-run), and the
+    compile times of the run (`validation.checks.nuts_sbc.compile_counter`)."""
     with compile_counter() as compiles:
         result = bridge.run("hpf", "xi", **SHORT)
     return result, list(compiles)
@@ -48,7 +48,7 @@ def test_each_block_as_customgibbs_beside_nuts_agrees_with_all_nuts(xi_run, site
 
 def test_a_wrong_block_fails_beside_nuts(xi_run):
     """The xi block given the printed conditional's hyperparameters fails on xi; it is the same compiled
-    program as the correct block's run (the hyperparameters are a traced input, `validation.bridge.HyperGibbs`),
+    program as the correct block's run (the hyperparameters are a traced input, `validation.checks.bridge.HyperGibbs`),
     so it compiles (almost) nothing: measured 1 compilation against 30 for the first run."""
     with compile_counter() as compiles:
         wrong = bridge.run("hpf", "xi", block_hyper=vg.printed_conditionals_hyper(HYPER), **SHORT)

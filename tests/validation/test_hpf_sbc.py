@@ -22,8 +22,8 @@ property of these data sets, not of the sampler.
 
 import pytest
 
-from validation import hpf_gibbs as vg
-from validation import sbc
+from validation.models import hpf_gibbs as vg
+from validation.checks import sbc
 
 SMALL = vg.SBCConfig(gibbs_warmup=200, gibbs_samples=200, gibbs_thin=4, cavi_max_iter=1000)
 

@@ -7,8 +7,8 @@ import pytest
 from custom_inference import hpf
 from custom_inference.data import Observations
 from ppl_models import hpf as ppl
-from validation import hpf as vhpf
-from validation.report import crosscheck_report
+from validation.models import hpf as vhpf
+from validation.checks.report import crosscheck_report
 
 HYPER = ppl.HPFHyper(a=0.5, a_prime=2.0, b_prime=1.0, c=0.7, c_prime=1.5, d_prime=2.0)
 
@@ -47,7 +47,7 @@ def test_elbo_equals_monte_carlo_estimate_from_the_numpyro_model(y):
 
 def test_crosscheck_passes_on_simulated_data(tmp_path):
     """CAVI against the stored, gated NUTS reference "hpf-small" (20 x 15, K = 2; the embedded default
-    is 60 x 40, K = 3): NUTS is not re-run (`validation.references`; regenerated and re-compared by
+    is 60 x 40, K = 3): NUTS is not re-run (`validation.checks.references`; regenerated and re-compared by
     the slow tests of test_registry.py). The gates are re-checked on the stored diagnostics."""
     result = vhpf.run_crosscheck(vhpf.CROSSCHECK_SMALL, progress=False, reference="stored")
     assert result.reference.stored and result.nuts_idata is None

@@ -9,7 +9,7 @@ the HR@10 spread, the coarser of the two, as P@100 and R@100 average over as man
 
 import pytest
 
-from validation import experiments
+from validation.evaluation import experiments
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests of validation.implicit_eval: the SIBM split, recall@N, evaluate_implicit, baselines."""
+"""Tests of validation.evaluation.implicit_eval: the SIBM split, recall@N, evaluate_implicit, baselines."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from custom_inference.data import Observations
-from validation import implicit_eval as ie
-from validation import metrics
-from validation.datasets import ImplicitSplit, index_ratings, split_leave_one_out
+from validation.evaluation import implicit_eval as ie
+from validation.evaluation import metrics
+from validation.data.datasets import ImplicitSplit, index_ratings, split_leave_one_out
 
 
 def _synthetic_ratings(seed=0, I=60, J=40):
@@ -322,7 +322,7 @@ def test_sibm_recall_curves_structure_and_planted_signal():
 def test_recall_curves_write_csv_png_and_the_cli_runs_them(tmp_path, monkeypatch, capsys):
     import functools
 
-    from validation import cli
+    from validation.frontdoor import cli
 
     df = _synthetic_ratings(I=80, J=40)
     small = dict(D=2, strategies=("biased",), auto=False, n_points=2)  # the compiled code of the test above

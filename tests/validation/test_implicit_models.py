@@ -5,7 +5,9 @@ import pandas as pd
 import pytest
 
 from ppl_models import rg as ppl_rg
-from validation import cli, datasets, implicit_eval as ie
+from validation.frontdoor import cli
+from validation.data import datasets
+from validation.evaluation import implicit_eval as ie
 
 
 def _planted_ratings(seed=0, I=40, J=30):
@@ -39,7 +41,7 @@ def test_sibm_system_ranks_a_planted_structure_above_chance():
 
 
 def test_rg_systems_score_like_and_popularity_times_like():
-    # (RG's VB shrinks every factor to zero on data this small -- see validation.rg -- so only the glue is
+    # (RG's VB shrinks every factor to zero on data this small -- see validation.models.rg -- so only the glue is
     # checked here; RG against popularity on MovieLens is the slow test of test_rg_validation.py)
     from custom_inference import rg
 

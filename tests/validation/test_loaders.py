@@ -1,4 +1,4 @@
-"""Tests of validation.loaders: basket files, delimited files with any header, `load`'s
+"""Tests of validation.data.loaders: basket files, delimited files with any header, `load`'s
 format detection, value transforms, and property-based fuzzing of malformed files."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from validation import loaders as L
-from validation import metrics
-from validation.splits import ImplicitSplit, split_leave_one_item_out_baskets
+from validation.data import loaders as L
+from validation.evaluation import metrics
+from validation.data.splits import ImplicitSplit, split_leave_one_item_out_baskets
 
 BASKETS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "baskets"
 FIMI = BASKETS / "T10I4D100K.dat"
@@ -115,7 +115,7 @@ def test_leave_one_item_out_on_real_baskets(which, request):
 
 
 def test_basket_split_runs_through_the_implicit_evaluation(groceries):
-    from validation.implicit_eval import evaluate_implicit
+    from validation.evaluation.implicit_eval import evaluate_implicit
 
     split = split_leave_one_item_out_baskets(groceries, seed=0)
     ev = evaluate_implicit(

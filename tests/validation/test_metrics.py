@@ -1,4 +1,4 @@
-"""Tests of validation.metrics: hand-counted examples, ties, batching, reference numbers."""
+"""Tests of validation.evaluation.metrics: hand-counted examples, ties, batching, reference numbers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from custom_inference.data import Observations
-from validation.datasets import (
+from validation.data.datasets import (
     HoldoutSplit,
     ImplicitSplit,
     index_ratings,
@@ -15,7 +15,7 @@ from validation.datasets import (
     split_leave_one_out,
     split_random_holdout,
 )
-from validation.metrics import (
+from validation.evaluation.metrics import (
     by_degree,
     hit_rate_at,
     holdout_metrics,

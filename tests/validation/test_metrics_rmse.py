@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from custom_inference.data import Observations
-from validation.datasets import split_p2
-from validation.metrics import by_degree, rmse, rmse_by_degree
+from validation.data.datasets import split_p2
+from validation.evaluation.metrics import by_degree, rmse, rmse_by_degree
 
 
 def test_rmse_matches_brute_force_and_shift():

@@ -1,4 +1,4 @@
-"""NUTS as the fit of an SBC (`validation.nuts_sbc`): compiled once per data shape, gated per simulation.
+"""NUTS as the fit of an SBC (`validation.checks.nuts_sbc`): compiled once per data shape, gated per simulation.
 
 The tiny problem: mu ~ N(0, 1), y_1..y_5 | mu ~ N(mu, 1), so mu | y ~ N(sum y / 6, 1 / 6). One
 chain of 200 draws after 100 warm-up steps per simulation (about 0.02 s once compiled).
@@ -23,7 +23,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
-from validation import nuts_sbc, registry, sbc
+from validation.checks import nuts_sbc, registry, sbc
 
 N_OBS = 5
 SETTINGS = nuts_sbc.NutsSBCSettings(num_chains=1, num_warmup=100, num_samples=200, min_ess=50.0)
@@ -133,14 +133,14 @@ def test_cli_sbc_keeps_gate_records_and_reports_them(tmp_path, monkeypatch, caps
     gate counts into the report (the toy problem registered under a real model's name)."""
     import dataclasses
 
-    from validation import cli
+    from validation.frontdoor import cli
 
     def toy_adapters(log_path=None):
         return simulate, make_fit(log_path=log_path), FUNCTIONALS
 
     spec = dataclasses.replace(registry.get("bpmf"), sbc={"nuts": toy_adapters})
     monkeypatch.setattr(registry, "get", lambda name: spec)
-    monkeypatch.setattr("validation.report.evidence_lines", lambda model: [])
+    monkeypatch.setattr("validation.checks.report.evidence_lines", lambda model: [])
     out = tmp_path / "sbc"
     code = cli.main(["sbc", "bpmf", "--solver", "nuts", "--sims", "5", "--no-progress", "--out", str(out)])
     assert code in (0, 1)  # 5 simulations judge nothing; the plumbing is what is tested

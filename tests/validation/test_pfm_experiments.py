@@ -1,10 +1,10 @@
-"""Tests of `validation.pfm_experiments.sbc_mixing` (the NPFM SBC mixing diagnosis, issue 13)."""
+"""Tests of `validation.evaluation.pfm_experiments.sbc_mixing` (the NPFM SBC mixing diagnosis, issue 13)."""
 
 import numpy as np
 import pytest
 
-from validation import pfm as vp
-from validation import pfm_experiments as ex
+from validation.models import pfm as vp
+from validation.evaluation import pfm_experiments as ex
 
 
 def test_sbc_mixing_bad_arguments():
@@ -23,7 +23,7 @@ def test_sbc_mixing_picks_the_heaviest_simulation_and_reports_each_run():
     cfg = vp.SBCConfig(warmup=20, samples=30, thin=1, chains=2)
     df = ex.sbc_mixing(n_sims=3, n_worst=1, scale=2, config=cfg, functionals=("log_c", "log_total_rate"))
     simulate = vp.sbc_adapters("npfm", cfg)[0]
-    from validation import sbc
+    from validation.checks import sbc
     T = [float(simulate(int(s))[1].sum()) for s in sbc.sbc_seeds(0, 3)]
     assert len(df) == 1 and df["T"].iloc[0] == max(T) and df["sim"].iloc[0] == int(np.argmax(T))
     for run in ("base", "x2"):

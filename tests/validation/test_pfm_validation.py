@@ -1,11 +1,11 @@
-"""Validation of the NPFM / PPFM Gibbs samplers (`validation.pfm`): conditionals vs the program,
+"""Validation of the NPFM / PPFM Gibbs samplers (`validation.models.pfm`): conditionals vs the program,
 CRT-collapsed shape draws vs the exact collapsed conditional, cached sums vs dense twins,
 allocation, sweep order, errata; NUTS cross-checks and SBC under ``-m slow``."""
 
 import numpy as np
 import pytest
 
-from validation import pfm as v
+from validation.models import pfm as v
 
 
 def test_conditionals_match_program_npfm():
@@ -127,8 +127,8 @@ def test_crosscheck_rejects_an_unknown_model():
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["npfm", "ppfm"])
 def test_sbc_passes_200(model):
-    """200 simulations, ECDF test at false-alarm 0.05 per family (validation.sbc)."""
-    from validation.sbc import run_sbc
+    """200 simulations, ECDF test at false-alarm 0.05 per family (validation.checks.sbc)."""
+    from validation.checks.sbc import run_sbc
 
     res = run_sbc(*v.sbc_adapters(model), n_sims=200, master_seed=0, n_draws=99, progress=False, method=model)
     assert res.passed(), res.uniformity()
@@ -137,7 +137,7 @@ def test_sbc_passes_200(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["npfm-printed", "ppfm-printed"])
 def test_sbc_rejects_printed_sweep_order(model):
-    from validation.sbc import run_sbc
+    from validation.checks.sbc import run_sbc
 
     res = run_sbc(*v.sbc_adapters(model), n_sims=40, master_seed=0, n_draws=99, progress=False, method=model)
     assert not res.passed(), res.uniformity()
@@ -147,7 +147,7 @@ def test_scale_move_ratio_matches_program_and_keeps_the_likelihood():
     """NPFM's per-factor scale move (side features): its log ratio equals the NumPyro program's
     log pi(T x) - log pi(x) + log|J| (float64, relative 1e-9; rounding ~1e-14) at 3 prior states
     x 3 factors, and every cell's rate is unchanged (relative 1e-12)."""
-    from validation import pfm_scale_checks as sc
+    from validation.models import pfm_scale_checks as sc
 
     tab = sc.scale_ratio_check("npfm", side=True, n_states=3)
     assert len(tab) == 9 and tab.ratio_ok.all() and tab.rates_unchanged.all(), tab
@@ -158,7 +158,7 @@ def test_scale_move_ppfm_ratio_and_the_non_bipartite_control():
     """PPFM ids only: ratio against the program and unchanged rates as for NPFM; with side
     features (pairs inside the user side) the same transformation changes the rates (> 1e-3:
     measured min 3.8e-3), which is why `sample` refuses the move there."""
-    from validation import pfm_scale_checks as sc
+    from validation.models import pfm_scale_checks as sc
 
     tab = sc.scale_ratio_check("ppfm")
     assert tab.ratio_ok.all() and tab.rates_unchanged.all(), tab
@@ -172,7 +172,7 @@ def test_scale_move_alone_keeps_the_prior(variant):
     functional (log r_k, log delta_k, log r_k v_uk v_ik, log v_uk, log v_ik), family false-alarm
     rate 1e-3 (Bonferroni); a move aimed at the wrong law (NPFM: g doubled; PPFM: zeta doubled)
     must fail the same test (measured min p 2e-208 / 4e-5; correct move 0.069 / 0.148)."""
-    from validation import pfm_scale_checks as sc
+    from validation.models import pfm_scale_checks as sc
 
     tab = sc.scale_invariance_check(variant)
     assert tab.passed.all(), tab

@@ -4,7 +4,7 @@ twin (and a printed formula that the check catches), stationarity of every block
 approximation, the errata rows, the evaluation system, the registry entry; the cross-check against the
 stored NUTS reference (a NUTS re-run under -m slow).
 
-One problem serves every test (`validation.psm.small_problem(0)`, the cross-check's stream, K = 2), so
+One problem serves every test (`validation.models.psm.small_problem(0)`, the cross-check's stream, K = 2), so
 the simulator and the sweep are compiled once per module."""
 
 import dataclasses
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from custom_inference.data import Observations
-from validation import psm as vp
-from validation.errata import run_errata
+from validation.models import psm as vp
+from validation.checks.errata import run_errata
 
 jax.config.update("jax_enable_x64", True)
 
@@ -133,7 +133,7 @@ def _ratings(seed=0, I=40, J=25):
 
 
 def test_validation_split_is_carved_from_the_training_matrix():
-    from validation import datasets
+    from validation.data import datasets
 
     split = datasets.split_leave_one_out(_ratings(), seed=0)
     val = vp.validation_split(split, seed=1)
@@ -150,7 +150,7 @@ def test_validation_split_is_carved_from_the_training_matrix():
 
 
 def test_psm_sweep_runs_every_setting_once_per_protocol():
-    from validation.datasets import ImplicitSplit
+    from validation.data.datasets import ImplicitSplit
 
     obs, _ = vp._errata_problem()[:2]  # the shapes of the other tests (compiled once per module)
     train = Observations.from_coo(obs.rows, obs.cols, np.ones(obs.nnz), obs.shape, kind="binary")
@@ -169,7 +169,7 @@ def test_psm_sweep_runs_every_setting_once_per_protocol():
 
 
 def test_registry_entry():
-    from validation import registry
+    from validation.checks import registry
 
     spec = registry.get("psm")
     solver = spec.solver()
@@ -213,7 +213,7 @@ def test_crosscheck_rejects_a_bad_reference_mode():
 
 @pytest.mark.slow
 def test_crosscheck_against_nuts():
-    """VB against a fresh gated NUTS run (`validation.crosscheck.VIThresholds` on the predictive
+    """VB against a fresh gated NUTS run (`validation.checks.crosscheck.VIThresholds` on the predictive
     p(j | i) and E[pi]; the acceptance / psi split is where the structural gap shows: q(psi) counts the
     D' t_j expected censored events as data, and b_j trades against psi_j, so it is reported, not gated)."""
     result = vp.run_crosscheck(vp.CrosscheckConfig(), progress=False, reference="rerun")

@@ -1,11 +1,11 @@
-"""Rating prediction on P2 (validation.ratings_eval) and `factorbayes evaluate ratings`."""
+"""Rating prediction on P2 (validation.evaluation.ratings_eval) and `factorbayes evaluate ratings`."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from validation import cli
-from validation import ratings_eval as re_
+from validation.frontdoor import cli
+from validation.evaluation import ratings_eval as re_
 
 
 def _planted_ratings(seed=0, I=60, J=40, n=1200):
@@ -40,7 +40,7 @@ def test_vi_and_sgd_beat_the_global_mean_on_planted_biases():
                             sgd_learning_rate=0.02)
     ev = re_.evaluate_ratings(df, cfg, progress=False)
     assert list(ev.table.solver) == ["vbfm", "sgd-fm"] and (ev.table.K == 2).all()
-    from validation.datasets import split_p2
+    from validation.data.datasets import split_p2
 
     split = split_p2(df, seed=0)
     baseline = float(np.sqrt(np.mean((np.asarray(split.test.values) - np.mean(split.train.values)) ** 2)))
@@ -69,7 +69,7 @@ def test_cli_evaluate_ratings_writes_table_curves_and_report(tmp_path, capsys):
 @pytest.mark.slow
 def test_every_solver_on_movielens(ml100k_dir):
     """All six solvers at K = 10, short runs: each beats the global mean (RMSE about 1.13 on P2) clearly."""
-    from validation.datasets import load_movielens
+    from validation.data.datasets import load_movielens
 
     df = load_movielens(ml100k_dir)
     cfg = re_.RatingsConfig(ranks=(10,), gibbs_warmup=20, gibbs_samples=40, vi_max_iter=30, ovbfm_epochs=10,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from custom_inference import base
-from validation import crosscheck as xc
-from validation import errata, references, registry
+from validation.checks import crosscheck as xc
+from validation.checks import errata, references, registry
 
 MODELS = registry.names()
 SOLVERS = [(m, s.name) for m in MODELS for s in registry.get(m).solvers]
@@ -32,7 +32,7 @@ def test_spec_is_well_formed(model):
         assert callable(registry.resolve(solver.crosscheck))
         assert solver.reference in names
         config = solver.default_config()
-        # the one vocabulary of the cross-check configs (validation.crosscheck)
+        # the one vocabulary of the cross-check configs (validation.checks.crosscheck)
         for field in ("num_chains", "num_warmup", "num_samples", "seed"):
             assert isinstance(getattr(config, field), int), field
         settings = xc.NutsSettings.of(config)
@@ -99,7 +99,7 @@ def test_reference_directory_is_small_and_complete():
 
 
 def test_a_changed_problem_is_not_served_from_the_store():
-    from validation import hpf
+    from validation.models import hpf
 
     changed = hpf.CROSSCHECK_SMALL.__class__(**{**hpf.CROSSCHECK_SMALL.__dict__, "seed": 4})
     with pytest.raises(ValueError, match="no stored reference"):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ppl_models.rg import RGHyper
-from validation import rg as vr
-from validation.errata import run_errata
+from validation.models import rg as vr
+from validation.checks.errata import run_errata
 
 jax.config.update("jax_enable_x64", True)
 
@@ -64,7 +64,7 @@ def test_errata_printed_fails_corrected_passes():
 @pytest.mark.slow
 def test_crosscheck_against_nuts():
     """Paper's setting (user biases clamped, sec. 6.1) on a planted 20 x 30 graph; NUTS non-centred.
-    The verdict thresholds are the project's (`validation.crosscheck.VIThresholds`)."""
+    The verdict thresholds are the project's (`validation.checks.crosscheck.VIThresholds`)."""
     result = vr.run_crosscheck(vr.CrosscheckConfig(), progress=False, reference="stored")  # stored, gated NUTS
     assert result.verdict.gates.passed, result.verdict.gates.failures
     assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)

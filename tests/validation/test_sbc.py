@@ -1,4 +1,4 @@
-"""Tests of the generic SBC runner (`validation.sbc`) on a conjugate model with a known posterior.
+"""Tests of the generic SBC runner (`validation.checks.sbc`) on a conjugate model with a known posterior.
 
 Model: mu_d ~ N(0, 1) independently for d = 1..3, y_1..y_n | mu ~ N(mu, I) (n = 5), so the
 posterior is mu_d | y ~ N(sum_i y_id / (n + 1), 1 / (n + 1)) and an exact sampler is one call
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from validation import sbc
+from validation.checks import sbc
 
 N_OBS = 5
 DIM = 3

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from validation import sbmf as vs
+from validation.models import sbmf as vs
 
 
 def test_conditionals_equal_the_log_joints():
@@ -82,8 +82,8 @@ def test_sbc_1000_simulations():
     p 0.0018; paired posterior means equal within 0.012 sd): an excursion of those data sets, which the
     family test allows 5% of the time. 1000 simulations (the first 200 included) have the same 5% family
     false-alarm rate and more power against a real bias (measured: log tau mean rank 49.99, p 0.98)."""
-    from validation.sbc import run_sbc
+    from validation.checks.sbc import run_sbc
 
     simulate, fit, functionals = vs.sbc_adapters()
     res = run_sbc(simulate, fit, functionals, n_sims=1000, master_seed=0, n_draws=99, progress=False, method="sbmf-gibbs")
-    assert res.passed(), res.uniformity()  # alpha = 0.05 per family, as validation.sbc states
+    assert res.passed(), res.uniformity()  # alpha = 0.05 per family, as validation.checks.sbc states

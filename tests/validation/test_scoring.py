@@ -1,4 +1,4 @@
-"""The scoring engine (`validation.scoring`): the same recommendations and predictions as the
+"""The scoring engine (`validation.frontdoor.scoring`): the same recommendations and predictions as the
 definition (per-draw E[y_ui] from each adapter's mean over all pairs, then mean / sd / quantiles over
 the draws, as `FittedModel.recommend` / `predict` computed them before issue 24), whichever chunking
 the memory bound forces; the chunk planner never plans more than ``max_bytes``; `api_models._dot`
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from validation import api, api_models, scoring
+from validation.frontdoor import api, api_models, scoring
 
 jax.config.update("jax_enable_x64", True)
 

@@ -9,8 +9,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from custom_inference import sibm  # noqa: E402
-from validation import sibm as vs  # noqa: E402
-from validation.errata import run_errata  # noqa: E402
+from validation.models import sibm as vs  # noqa: E402
+from validation.checks.errata import run_errata  # noqa: E402
 
 D = 2
 
@@ -136,7 +136,7 @@ def test_crosscheck_against_nuts():
     """Batch VB vs gated NUTS on a 20 x 15 matrix, D = 2 with biases: predicted probabilities per cell.
 
     A pass needs the NUTS gates (else inconclusive, reported, not failed) and the VI thresholds of
-    `validation.crosscheck.VIThresholds` (median standardized error <= 0.5, corr of log means >= 0.99)."""
+    `validation.checks.crosscheck.VIThresholds` (median standardized error <= 0.5, corr of log means >= 0.99)."""
     res = vs.run_crosscheck(progress=False, reference="stored")  # the stored NUTS reference passed its gates
     assert res.verdict.gates.passed, res.verdict.gates.failures
     assert res.verdict.status == "pass", (res.verdict.reasons, res.verdict.table, res.extra["mackay_vs_nuts"])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from validation import updates
+from validation.checks import updates
 
 
 def _quadratic(p):

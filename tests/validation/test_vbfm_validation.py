@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from custom_inference import vbfm
-from validation import vbfm as vv
-from validation.errata import run_errata
+from validation.models import vbfm as vv
+from validation.checks.errata import run_errata
 
 ALPHA_PRIOR = (2.0, 0.5)
 
@@ -55,7 +55,7 @@ def test_ovbfm_with_one_full_batch_and_unit_step_is_cavi(design, alpha_prior):
 
 def test_ovbfm_with_minibatches_reaches_the_vbfm_fixed_point(design):
     out = vv.svi_cavi_close(design, 2, n_batches=4, epochs=(50, 200))
-    assert out["passed"], out  # criteria and their justification: validation.vbfm.svi_cavi_close
+    assert out["passed"], out  # criteria and their justification: validation.models.vbfm.svi_cavi_close
 
 
 def test_errata_printed_fails_corrected_passes():
@@ -81,5 +81,5 @@ def test_crosscheck_against_nuts():
     assert result.extra["update_table"].passed.all()
     assert (result.extra["dense_table"].max_rel_diff < 1e-10).all()
     # the alpha gap (VI mean about 2 NUTS sds low) is reported in result.extra["alpha_table"], not gated
-    assert result.extra["alpha_table"].shape == (1, 9)  # validation.crosscheck.vi_gap + its own NUTS gate
+    assert result.extra["alpha_table"].shape == (1, 9)  # validation.checks.crosscheck.vi_gap + its own NUTS gate
     assert result.extra["alpha_table"].nuts_gates_passed.all()

@@ -1,4 +1,4 @@
-"""The VI evidence (`validation.vi_evidence`): PSIS k-hat of q against the program, and VSBC.
+"""The VI evidence (`validation.checks.vi_evidence`): PSIS k-hat of q against the program, and VSBC.
 
 Default tier: the generic pieces on conjugate problems whose posterior is known exactly (a q equal to
 the posterior gives constant log weights; a too-narrow q gives a large k-hat; VSBC keeps its stated
@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 import pytest
 from scipy import special, stats
 
-from validation import vi_evidence as ve
+from validation.checks import vi_evidence as ve
 
 
 def normal_model(y, prior_sd=1.0):
@@ -142,12 +142,12 @@ def test_hpf_cavi_vsbc_on_a_few_simulations():
     Verdict: no asymmetric scalar at the family false-alarm rate 0.05 (Bonferroni over the 10 scalars,
     each reflection p-value exact), so a CAVI whose marginals are unbiased fails this test with probability
     at most 0.05; with 12 simulations the test has little power (a bias has to be gross to show): the
-    200-simulation run is under slow, with the numbers in `validation.vi_evidence.MEASURED`."""
+    200-simulation run is under slow, with the numbers in `validation.checks.vi_evidence.MEASURED`."""
     import dataclasses
 
     import jax
 
-    from validation import hpf, hpf_gibbs
+    from validation.models import hpf, hpf_gibbs
 
     jax.config.update("jax_enable_x64", True)
     config = dataclasses.replace(hpf_gibbs.SBCConfig(), n_q_draws=300)
@@ -177,7 +177,7 @@ def test_hpf_cavi_vsbc_on_a_few_simulations():
 def test_report_section_states_khat_and_vsbc_with_their_readings():
     from types import SimpleNamespace
 
-    from validation.report import vi_evidence_lines
+    from validation.checks.report import vi_evidence_lines
 
     rng = np.random.default_rng(0)
     y = rng.standard_normal((8, 2))
@@ -197,7 +197,7 @@ VSBC_MEASURED = [pair for pair, m in ve.MEASURED.items() if "vsbc_sims" in m]
 @pytest.mark.parametrize("pair", VSBC_MEASURED, ids=lambda p: "-".join(p))
 def test_vsbc_verdict_of_every_vi_solver_reproduces(pair):
     """Each VI solver's VSBC, at the number of simulations and master seed recorded in
-    `validation.vi_evidence.MEASURED` (200 each; SIBM's and PSM's fits recompile for each new number of
+    `validation.checks.vi_evidence.MEASURED` (200 each; SIBM's and PSM's fits recompile for each new number of
     observed entries, so theirs take about 10 minutes on 2 cores), reproduces the recorded verdict (family false-alarm rate 0.05, Bonferroni
     over the scalars). A VI solver is not expected to pass: the recorded failures are findings (VBFM's
     q(alpha) and RG's q(tau) are biased, see the README), and a change of verdict is a change of the solver."""

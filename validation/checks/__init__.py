@@ -1,0 +1,1 @@
+"""The checks that a solver computes the posterior its generative program defines: update-level checks, NUTS references keyed by their problem, ArviZ gates, cross-checks, SBC and NUTS SBC, the CustomGibbs bridge, VI evidence (k-hat, VSBC), the errata runner and reports, and the model registry they iterate over."""

@@ -1,0 +1,88 @@
+"""The executable errata table's runner: printed equations of the seeds that are wrong.
+
+Each `Erratum` pairs an equation as printed in a seed with the corrected one and
+names the check that tells them apart. `run_errata` runs every check on both
+forms: a row passes when the printed form fails its check and the corrected form
+passes it. ``factorbayes errata`` prints the table.
+
+The rows live with their model: each model's validation module declares ``ERRATA``
+(HPF's CAVI rows in `validation.models.hpf`, its complete conditionals in `validation.models.hpf_gibbs`,
+then `validation.models.sbmf`, `validation.models.vbfm`, ...) and its ``SPEC`` lists them;
+`validation.checks.registry.all_errata` collects every model's rows. This module imports no model
+module, so there is no import cycle.
+
+Checks used by the rows (see `validation.checks.updates`):
+- "stationarity": the update, applied inside a CAVI sweep on a small simulated
+  data set, must leave zero gradient of the ELBO in its block (``jax.grad``);
+- "conditional": the closed-form complete conditional must equal the brute-force
+  normalized conditional on a grid (total-variation distance).
+Hyperparameters are chosen distinct (a != a' != c ...) so that a swapped symbol
+shows; a check that cannot tell two forms apart would not be a check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import pandas as pd
+
+__all__ = ["Erratum", "all_errata", "run_errata"]
+
+
+@dataclass(frozen=True)
+class Erratum:
+    """One row of the errata table.
+
+    ``check(form)`` runs the check on ``form`` in {"printed", "corrected"} and
+    returns (passed, measured value). Source: project addition (the rows cite their seed).
+    """
+
+    seed_file: str
+    location: str
+    printed: str
+    corrected: str
+    why: str
+    check_name: str
+    check: Callable[[str], tuple[bool, float]]
+
+
+def all_errata() -> tuple[Erratum, ...]:
+    """Every erratum of the project, model by model: `validation.checks.registry.all_errata`.
+    Source: project addition.
+    Raises nothing of its own (an error importing a model module propagates)."""
+    from validation.checks import registry
+
+    return registry.all_errata()
+
+
+def run_errata(entries: Iterable[Erratum] | None = None) -> pd.DataFrame:
+    """Run every erratum's check on the printed and the corrected form.
+
+    ``entries`` defaults to `all_errata` (every model's rows). Returns a DataFrame with one row
+    per entry: seed_file, location, printed, corrected, check, printed_value, corrected_value,
+    printed_passes, corrected_passes, ok (= printed fails and corrected passes).
+    Raises whatever a row's check raises. Source: project addition.
+    """
+    entries = all_errata() if entries is None else tuple(entries)
+    rows = []
+    for e in entries:
+        p_ok, p_val = e.check("printed")
+        c_ok, c_val = e.check("corrected")
+        rows.append(
+            {
+                "seed_file": e.seed_file,
+                "location": e.location,
+                "printed": e.printed,
+                "corrected": e.corrected,
+                "check": e.check_name,
+                "printed_value": p_val,
+                "corrected_value": c_val,
+                "printed_passes": p_ok,
+                "corrected_passes": c_ok,
+                "ok": (not p_ok) and c_ok,
+            }
+        )
+    return pd.DataFrame(rows, columns=["seed_file", "location", "printed", "corrected", "check", "printed_value",
+                                       "corrected_value", "printed_passes", "corrected_passes", "ok"])
+

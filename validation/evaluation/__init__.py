@@ -1,0 +1,1 @@
+"""Held-out evaluation: splits of the user's data and the seeds' protocols (P1, P3, baskets), the field's metrics (recall@N, NDCG@N, rank score, RMSE) and the evaluation runners. Uses `validation.data` and the solvers."""

@@ -1,0 +1,535 @@
+"""Held-out evaluation of any front-door model on the user's own data: `split`, then `evaluate`.
+
+    from validation.frontdoor import api
+    from validation.evaluation import holdout
+    train, test = holdout.split(df, how="loo", seed=0, user_col="reader", item_col="book", value_col="stars")
+    m = api.fit("hpf", train, K=10, seed=0, user_col="reader", item_col="book", value_col="stars")
+    print(holdout.evaluate(m, test, N=(10, 20)))     # the model next to popularity on the same train data
+
+`split` chooses the held-out entries (``how``):
+
+- ``"loo"``: one entry per user, drawn uniformly (the P1 algorithm of
+  `validation.data.splits.split_leave_one_out`, which it calls: 000_619a0297b9d686b2.txt sec. 6);
+- ``"fraction"``: a random ``test_fraction`` of each user's entries (at least one, and at least one
+  left in train; `_per_user_fraction`, a project addition: seed 004's P3 holds out 20 % of all
+  entries, not of each user's);
+- ``"time"``: each user's ``n_test`` latest entries by the timestamp column (project addition);
+- ``"basket"``: one item of every basket of >= 2 distinct items
+  (`validation.data.splits.split_leave_one_item_out_baskets`, which it calls).
+
+Every user keeps at least one training entry; users with too few entries keep them all in train
+and are not evaluated; a held-out entry whose item has no training entry left would be an item no
+model (popularity included) can score, so it goes back to train. Both are counted in the split's
+``summary`` (`describe` prints it). The result unpacks as ``train, test`` (DataFrames with the
+input's own columns) and carries ``summary``; ``test.attrs`` holds the summary and the column names,
+so `evaluate` needs no column arguments.
+
+`evaluate` scores the fitted model's posterior-mean E[y_ui] and popularity (the number of training
+entries of the item, `validation.evaluation.metrics.popularity_score_fn`) on the model's own training matrix
+(``FittedModel.seen``) and computes, with `validation.evaluation.metrics`: recall@N and NDCG@N
+(`metrics.holdout_metrics`: 004_90693a0965f06816.txt eqs. 5.22, 5.26-5.27, with the
+``1/log2(k+1)`` discount), the rank score (`metrics.leave_one_out_metrics`: 000 eq. 12 / 003 eq.
+20, per held-out entry against the user's candidates that are not held out, averaged per user then
+over users) and, for rating models, RMSE
+(`metrics.rmse`, 004 ch. 3-4; next to an item-mean baseline).
+
+The front door delegates here: ``api.split = holdout.split``; ``FittedModel.evaluate(test, **kw)``
+is ``holdout.evaluate(self, test, **kw)``.
+
+Source: project addition (issue 24, "Evaluate on your own data"); the metrics' sources are above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["HOWS", "HeldOut", "split", "evaluate", "describe"]
+
+#: the held-out protocols of `split`
+HOWS = ("loo", "fraction", "time", "basket")
+
+_SUMMARY_KEY = "holdout"
+_COLUMNS_KEY = "holdout_columns"
+
+
+class HeldOut(tuple):
+    """What `split` returns: a 2-tuple ``(train, test)`` of DataFrames (so ``train, test = split(...)``
+    works) with the split's counts in ``summary`` (a dict, see `split`). Source: project addition."""
+
+    def __new__(cls, train: pd.DataFrame, test: pd.DataFrame, summary: dict):
+        obj = super().__new__(cls, (train, test))
+        obj.summary = summary
+        return obj
+
+    @property
+    def train(self) -> pd.DataFrame:
+        return self[0]
+
+    @property
+    def test(self) -> pd.DataFrame:
+        return self[1]
+
+
+# ------------------------------------------------------------------------------------------
+# split
+
+
+def _columns(df: pd.DataFrame, user_col, item_col, value_col, time_col) -> dict:
+    """The roles of a DataFrame's columns: given names, else the front door's defaults
+    (user, item, rating|value|count; timestamp when present). value None: one-class rows."""
+    cols = list(df.columns)
+    user = user_col if user_col is not None else ("user" if "user" in cols else None)
+    item = item_col if item_col is not None else ("item" if "item" in cols else None)
+    if user is None or item is None:
+        raise ValueError(f"cannot tell the user and item columns of the DataFrame (columns {cols}); "
+                         "pass user_col=..., item_col=... (and value_col=...)")
+    value = value_col if value_col is not None else next((c for c in ("rating", "value", "count") if c in cols), None)
+    time = time_col if time_col is not None else ("timestamp" if "timestamp" in cols else None)
+    for role, name in (("user_col", user), ("item_col", item), ("value_col", value), ("time_col", time)):
+        if name is not None and name not in cols:
+            raise ValueError(f"{role}={name!r} is not a column of the DataFrame (columns {cols})")
+    return {"user_col": user, "item_col": item, "value_col": value, "time_col": time}
+
+
+def _canonical(data, user_col, item_col, value_col, time_col):
+    """(rows, table, columns): the input as a DataFrame in its own columns (N rows), the canonical
+    table of the same N rows in the same order (user, item, rating, timestamp) and the column roles."""
+    import scipy.sparse as sp
+
+    from custom_inference.data import Observations
+
+    from validation.data import loaders
+
+    if isinstance(data, Observations):
+        data = data.to_scipy()
+    if sp.issparse(data):
+        table = loaders.ratings_from_scipy(data)
+        return table[["user", "item", "rating"]], table, {"user_col": "user", "item_col": "item",
+                                                          "value_col": "rating", "time_col": None}
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame, a scipy.sparse matrix or an Observations, "
+                        f"got {type(data).__name__}")
+    cols = _columns(data, user_col, item_col, value_col, time_col)
+    raw = pd.DataFrame({"user": data[cols["user_col"]].to_numpy(), "item": data[cols["item_col"]].to_numpy(),
+                        "rating": (data[cols["value_col"]].to_numpy() if cols["value_col"] is not None
+                                   else np.ones(len(data)))})
+    if cols["time_col"] is not None:
+        t = data[cols["time_col"]]
+        raw["timestamp"] = t.astype("int64").to_numpy() if t.dtype.kind == "M" else t.to_numpy()
+    table = loaders.ratings_from_dataframe(raw, timestamp="timestamp")
+    return data.reset_index(drop=True), table, cols
+
+
+def _codes(table: pd.DataFrame):
+    """Contiguous user / item indices in increasing id order (`validation.data.splits.index_ratings`'s rule)."""
+    user_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
+    item_ids, i = np.unique(table["item"].to_numpy(), return_inverse=True)
+    return user_ids, np.asarray(u).reshape(-1), item_ids, np.asarray(i).reshape(-1)
+
+
+def _refuse_duplicates(table: pd.DataFrame, u: np.ndarray, i: np.ndarray) -> None:
+    key = u.astype(np.int64) * (int(i.max()) + 1) + i
+    _, first, counts = np.unique(key, return_index=True, return_counts=True)
+    if np.any(counts > 1):
+        k = first[np.argmax(counts > 1)]
+        raise ValueError(f"data: {int(np.sum(counts - 1))} repeated (user, item) pairs, e.g. user "
+                         f"{table['user'].iat[k]!r} item {table['item'].iat[k]!r}: a held-out copy would also be in "
+                         "train; deduplicate (or sum) them first")
+
+
+def _positions(table: pd.DataFrame, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Row positions in ``table`` of the (user id, item id) pairs (each present exactly once)."""
+    index = pd.MultiIndex.from_arrays([table["user"].to_numpy(), table["item"].to_numpy()])
+    pos = index.get_indexer(pd.MultiIndex.from_arrays([users, items]))
+    assert np.all(pos >= 0)
+    return pos
+
+
+def _per_user_fraction(u: np.ndarray, eligible: np.ndarray, order: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Held-out mask (N,) bool: of each user's ``n`` eligible rows (n >= 2), ``min(n - 1,
+    max(1, round(fraction n)))`` chosen uniformly without replacement.
+
+    ``u`` (N,) user indices; ``eligible`` (N,) bool; ``order`` (N,) a permutation listing the rows
+    by (user, item) index, so the draw depends on the set of entries, not on the file's row order.
+    One ``numpy.random.default_rng(seed).random`` key per eligible row in that order; a user's rows
+    with the smallest keys are held out."""
+    rows = order[eligible[order]]
+    keys = np.random.default_rng(seed).random(rows.size)
+    uu = u[rows]
+    by = np.lexsort((keys, uu))  # by user, then key
+    rows, uu = rows[by], uu[by]
+    n = np.bincount(uu, minlength=int(u.max()) + 1)
+    take = np.minimum(n - 1, np.maximum(1, np.round(fraction * n).astype(np.int64)))
+    start = np.concatenate([[0], np.cumsum(n)[:-1]])
+    rank = np.arange(rows.size) - start[uu]
+    mask = np.zeros(u.size, dtype=bool)
+    mask[rows[(rank < take[uu]) & (n[uu] >= 2)]] = True
+    return mask
+
+
+def _latest(u: np.ndarray, t: np.ndarray, eligible: np.ndarray, n_test: int) -> np.ndarray:
+    """Held-out mask (N,) bool: each user's ``min(n_test, n - 1)`` eligible rows with the largest
+    timestamps ``t`` (ties: the later row of the input is the later one)."""
+    rows = np.flatnonzero(eligible)
+    by = np.lexsort((rows, t[rows], u[rows]))  # by user, then time, then row
+    rows = rows[by]
+    uu = u[rows]
+    n = np.bincount(uu, minlength=int(u.max()) + 1)
+    end = np.cumsum(n)
+    from_end = end[uu] - 1 - np.arange(rows.size)  # 0 for the user's latest row
+    mask = np.zeros(u.size, dtype=bool)
+    mask[rows[from_end < np.minimum(n_test, n - 1)[uu]]] = True
+    return mask
+
+
+def split(data, how: str = "loo", *, seed: int = 0, test_fraction: float = 0.2, n_test: int = 1,
+          min_value: float | None = None, user_col=None, item_col=None, value_col=None, time_col=None) -> HeldOut:
+    """Hold out entries of the user's data for `evaluate`.
+
+    Parameters
+    ----------
+    data : pandas DataFrame (N rows; columns named by ``user_col`` / ``item_col`` / ``value_col`` /
+        ``time_col``, else ``user``, ``item``, ``rating``|``value``|``count``, ``timestamp``; no value
+        column: every row a 1), a users x items scipy.sparse matrix or an `Observations` (N stored
+        entries). Each (user, item) pair once.
+    how : ``"loo"`` (one entry per user with >= 2 eligible entries, uniformly: exactly
+        `validation.data.splits.split_leave_one_out` at threshold ``min_value``), ``"fraction"`` (of each
+        user's n >= 2 eligible entries, ``min(n - 1, max(1, round(test_fraction n)))`` uniformly),
+        ``"time"`` (each user's ``min(n_test, n - 1)`` latest eligible entries by ``time_col``; ties:
+        the later input row counts as later), ``"basket"`` (rows are baskets: one item of every basket
+        of >= 2 distinct items with value > 0, exactly `validation.data.splits.split_leave_one_item_out_baskets`).
+    seed : int, the same seed gives the same split (``numpy.random.default_rng(seed)``; "time" draws nothing).
+    test_fraction : float in (0, 1), for "fraction". n_test : int >= 1, for "time".
+    min_value : only entries with value >= ``min_value`` may be held out (None: all): a one-class model
+        fitted with ``transform="binarize"`` at threshold t should be evaluated with ``min_value=t`` (the
+        P1 protocol: positives held out). The other entries stay in train.
+
+    Returns
+    -------
+    HeldOut : ``train, test`` DataFrames with the input's columns (scipy / Observations input: columns
+        user, item, rating with the row and column indices as ids), rows in input order, disjoint, union
+        = ``data``; ``.summary`` (also ``test.attrs["holdout"]``): how, seed, rows, users, items,
+        train_rows, test_rows, test_users (users with a held-out entry), users_not_held_out (users without
+        one: all their entries in train, not evaluated), users_too_few (of those, the users with fewer than
+        two eligible entries; the others lost theirs to returned_to_train), not_eligible_rows (value < min_value),
+        returned_to_train (held-out entries whose item has no other eligible entry: an item no model
+        fitted on train can score, put back in train), returned_items (those items), plus test_fraction / n_test / time_col for
+        their protocols. ``test.attrs["holdout_columns"]`` names the columns for `evaluate`.
+
+    Raises
+    ------
+    ValueError : unknown ``how``; ``test_fraction`` outside (0, 1) or ``n_test`` < 1; ``"time"`` without a
+        time column or with every timestamp equal; a repeated (user, item) pair; a column that does not
+        exist; bad values (NaN, non-numeric ids: `validation.data.loaders.ratings_from_dataframe`); nothing to
+        hold out (no user with two eligible entries). TypeError : ``data`` of another type.
+
+    Source: project addition ("loo" and "basket" are the held-out-item protocol of
+    000_619a0297b9d686b2.txt sec. 6 via `validation.data.splits`).
+    """
+    from validation.data import splits
+
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {', '.join(HOWS)}; got {how!r}")
+    if how == "fraction" and not 0.0 < float(test_fraction) < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    if how == "time" and (isinstance(n_test, bool) or int(n_test) != n_test or n_test < 1):
+        raise ValueError(f"n_test must be an integer >= 1, got {n_test!r}")
+    rows, table, cols = _canonical(data, user_col, item_col, value_col, time_col)
+    user_ids, u, item_ids, i = _codes(table)
+    _refuse_duplicates(table, u, i)
+    values = table["rating"].to_numpy()
+    eligible = np.ones(len(table), dtype=bool) if min_value is None else values >= float(min_value)
+    if how == "basket":
+        eligible = values > 0
+    summary = {"how": how, "seed": int(seed)}
+    if how == "loo":
+        threshold = -np.inf if min_value is None else float(min_value)
+        s = splits.split_leave_one_out(table, seed=seed, threshold=threshold)
+        held = np.zeros(len(table), dtype=bool)
+        held[_positions(table, s.indexed.user_ids[s.test_users], s.indexed.item_ids[s.test_items])] = True
+    elif how == "basket":
+        s = splits.split_leave_one_item_out_baskets(table, seed=seed)
+        held = np.zeros(len(table), dtype=bool)
+        held[_positions(table, s.indexed.user_ids[s.test_users], s.indexed.item_ids[s.test_items])] = True
+    elif how == "fraction":
+        held = _per_user_fraction(u, eligible, np.lexsort((i, u)), float(test_fraction), seed)
+        summary["test_fraction"] = float(test_fraction)
+    else:
+        t = table["timestamp"].to_numpy()
+        if cols["time_col"] is None or np.all(t == t[0]):
+            raise ValueError("how='time' needs a timestamp column (time_col=...; CLI --time-col)"
+                             if cols["time_col"] is None else
+                             f"how='time': every timestamp in column {cols['time_col']!r} is {t[0]}, so nothing is "
+                             "later than anything else (a file without a time column? time_col=...; CLI --time-col)")
+        held = _latest(u, t, eligible, int(n_test))
+        summary.update(n_test=int(n_test), time_col=cols["time_col"])
+    # an item with no eligible training entry left (a binarizing fit drops the others) cannot be scored by
+    # any model fitted on train: its held-out entries go back to train
+    in_train = np.bincount(i[~held & eligible], minlength=item_ids.size) > 0
+    cold = held & ~in_train[i]
+    held &= ~cold
+    if not held.any():
+        raise ValueError(f"how={how!r}: nothing to hold out (no user has two eligible entries whose items "
+                         "also occur elsewhere)")
+    test_users = np.unique(u[held]).size
+    too_few = int(np.sum(np.bincount(u[eligible], minlength=user_ids.size) < 2))
+    summary.update(rows=int(len(table)), users=int(user_ids.size), items=int(item_ids.size),
+                   train_rows=int((~held).sum()), test_rows=int(held.sum()), test_users=int(test_users),
+                   users_not_held_out=int(user_ids.size - test_users), users_too_few=too_few,
+                   not_eligible_rows=int((~eligible).sum()), returned_to_train=int(cold.sum()),
+                   returned_items=int(np.unique(i[cold]).size))
+    train, test = rows[~held], rows[held]
+    test.attrs[_SUMMARY_KEY] = dict(summary)
+    test.attrs[_COLUMNS_KEY] = {k: v for k, v in cols.items() if k != "time_col"}
+    return HeldOut(train, test, summary)
+
+
+def describe(summary: dict) -> list[str]:
+    """Lines of text for a split's ``summary`` (`split`) or an evaluation's counts (`evaluate`'s
+    ``attrs["evaluation"]``). Raises KeyError for a dict of neither kind. Source: project addition."""
+    if "train_rows" in summary:
+        extra = {"fraction": f", {summary.get('test_fraction', 0):g} of each user's entries",
+                 "time": f", each user's latest {summary.get('n_test', 1)} by {summary.get('time_col')!r}",
+                 "loo": ", one entry per user", "basket": ", one item per basket"}[summary["how"]]
+        who = "baskets" if summary["how"] == "basket" else "users"
+        lines = [f"split: {summary['how']}{extra} (seed {summary['seed']}): {summary['rows']} rows, "
+                 f"{summary['users']} {who} x {summary['items']} items; train {summary['train_rows']} rows, "
+                 f"held out {summary['test_rows']} rows of {summary['test_users']} {who}",
+                 f"not held out (all in train, not evaluated): {summary['users_not_held_out']} {who}, of which "
+                 f"{summary['users_too_few']} with fewer than two eligible entries"]
+        if summary["not_eligible_rows"]:
+            lines.append(f"not eligible: {summary['not_eligible_rows']} rows below min_value (kept in train)")
+        if summary["returned_to_train"]:
+            lines.append(f"returned to train: {summary['returned_to_train']} held-out rows of "
+                         f"{summary['returned_items']} items with no other eligible entry (no model could score them)")
+        return lines
+    return [f"evaluated: {summary['users']} users, {summary['held_out']} held-out entries; "
+            f"skipped: {summary['not_relevant']} entries the model's transform drops (not positives), "
+            f"{summary['unknown_user']} entries of users and {summary['unknown_item']} of items the model does not know"]
+
+
+# ------------------------------------------------------------------------------------------
+# evaluate
+
+
+def _test_table(test, fitted, user_col, item_col, value_col) -> pd.DataFrame:
+    from validation.data import loaders
+
+    if not isinstance(test, pd.DataFrame):
+        raise TypeError(f"test must be a pandas DataFrame (split's second value), got {type(test).__name__}")
+    known = {"user_col": None, "item_col": None, "value_col": None, **test.attrs.get(_COLUMNS_KEY, {})}
+    given = {k: v for k, v in (("user_col", user_col), ("item_col", item_col), ("value_col", value_col)) if v is not None}
+    cols = _columns(test, **{**known, **given, "time_col": None})
+    raw = pd.DataFrame({"user": test[cols["user_col"]].to_numpy(), "item": test[cols["item_col"]].to_numpy(),
+                        "rating": (test[cols["value_col"]].to_numpy() if cols["value_col"] is not None
+                                   else np.ones(len(test)))})
+    return loaders.ratings_from_dataframe(raw, timestamp=None)
+
+
+def _index_of(universe: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Positions of ``ids`` in ``universe`` (-1 where absent); int64 and str ids never match each other."""
+    return pd.Index(np.asarray(universe, dtype=object)).get_indexer(np.asarray(ids, dtype=object))
+
+
+def _model_score_fn(fitted, batch_cells: int):
+    """``users (B,) int64 -> (B, J)`` posterior-mean E[y_ui] of every item (the mean that
+    `FittedModel.recommend` ranks by), computed in blocks of at most ``batch_cells`` draw x cell values."""
+    J = len(fitted.item_ids)
+
+    def score_fn(users):
+        users = np.asarray(users, dtype=np.int64)
+        out = np.empty((users.size, J))
+        S = None
+        per = 1
+        start = 0
+        while start < users.size:
+            block = users[start:start + per]
+            draws = fitted._draw_means(np.repeat(block, J), np.tile(np.arange(J), block.size))
+            out[start:start + block.size] = draws.reshape(draws.shape[0], block.size, J).mean(axis=0)
+            if S is None:
+                S = draws.shape[0]
+                per = max(1, int(batch_cells // max(S * J, 1)))
+            start += block.size
+        return out
+
+    return score_fn
+
+
+def _item_mean_score_fn(seen):
+    """Every user gets each item's mean training value (items without one: the global mean)."""
+    coo = seen.tocoo()
+    J = seen.shape[1]
+    n = np.bincount(coo.col, minlength=J)
+    total = np.bincount(coo.col, weights=coo.data, minlength=J)
+    mean = np.where(n > 0, total / np.maximum(n, 1), coo.data.mean() if coo.nnz else 0.0)
+    return lambda users: np.broadcast_to(mean, (np.asarray(users).size, J)).copy()
+
+
+def _ranking(score_fn, train, users, items, N, batch_users):
+    """Per evaluated user: recall@N and NDCG@N (`metrics.holdout_metrics`) and the mean rank score of
+    the user's held-out entries (`metrics.leave_one_out_metrics`, one call per "round": the r-th held-out
+    entry of every user, with the user's other held-out entries excluded from the candidates, so that a
+    rank score compares each relevant item with the non-relevant ones only). ``train`` a CSR (I, J);
+    one ``score_fn`` call per block of ``batch_users`` users."""
+    from custom_inference.data import Observations
+
+    from validation.evaluation import metrics
+    from validation.data.splits import HoldoutSplit, ImplicitSplit
+
+    I, J = train.shape
+    order = np.lexsort((items, users))
+    users, items = users[order], items[order]
+    todo = np.unique(users)
+    parts = []
+    for start in range(0, todo.size, batch_users):
+        block = todo[start:start + batch_users]
+        lo, hi = np.searchsorted(users, block[0], "left"), np.searchsorted(users, block[-1], "right")
+        bu, bi = users[lo:hi], items[lo:hi]
+        scores = np.asarray(score_fn(block), dtype=np.float64)
+        where = np.full(I, -1, dtype=np.int64)
+        where[block] = np.arange(block.size)
+        fn = lambda us, s=scores, w=where: s[w[np.asarray(us)]]  # noqa: E731
+        sub = train[block].tocoo()  # only the block's rows are read by the metrics
+        tr_u, tr_i = block[sub.row], sub.col
+        mk = lambda r, c: Observations.from_coo(r, c, np.ones(r.size), (I, J), kind="binary")  # noqa: E731
+        tr, test = mk(tr_u, tr_i), mk(bu, bi)
+        part = None
+        for n in N:
+            pu = metrics.holdout_metrics(fn, HoldoutSplit(tr, test, None), p=n, batch_size=block.size,
+                                         discount="log2(k+1)")
+            cols = pu[["user", "recall", "ndcg"]].rename(columns={"recall": f"recall@{n}", "ndcg": f"ndcg@{n}"})
+            part = cols if part is None else part.merge(cols, on="user")
+        first = np.searchsorted(bu, bu, "left")
+        rnd = np.arange(bu.size) - first  # 0 for the user's first held-out entry, 1 for the second, ...
+        rs = []
+        for r in range(int(rnd.max()) + 1):
+            now = rnd == r
+            others = mk(np.concatenate([tr_u, bu[~now]]), np.concatenate([tr_i, bi[~now]]))
+            rs.append(metrics.leave_one_out_metrics(fn, ImplicitSplit(others, bu[now], bi[now], None), n=1,
+                                                    batch_size=int(now.sum()))[["user", "rank_score"]])
+        rs = pd.concat(rs).groupby("user", sort=True)["rank_score"].mean()
+        parts.append(part.merge(pd.DataFrame({"user": rs.index.to_numpy(), "rank_score": rs.to_numpy()}), on="user"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_col=None,
+             batch_cells: int = 500_000, batch_users: int | None = None) -> pd.DataFrame:
+    """The field's held-out metrics of a fitted model next to popularity on the same training data.
+
+    Parameters
+    ----------
+    fitted : `validation.frontdoor.api.FittedModel` (fitted on ``split``'s train, or on any data disjoint from
+        ``test``): I users x J items, its training entries ``fitted.seen`` (I, J).
+    test : DataFrame of held-out (user, item[, value]) rows in the user's ids (``split``'s second value;
+        its ``attrs`` name the columns, else ``user_col`` / ``item_col`` / ``value_col`` or the defaults
+        user, item, rating|value|count). The fitted model's value transform (``settings``: transform,
+        threshold) is applied first: for one-class and count models the rows it maps to 0 are not
+        relevant (not positives) and are skipped; rows of users or items the model does not know are
+        skipped (all counted in ``attrs["evaluation"]``).
+    N : int or sequence of ints >= 1, the cut-offs of recall@N and NDCG@N.
+    batch_cells : bound on the draw x cell values of one block of model scores (memory:
+        ~ 8 batch_cells K bytes for dot-product models). batch_users : users per block of scores
+        (default ``max(1, 4_000_000 // J)``; memory O(batch_users J)).
+
+    Returns
+    -------
+    pandas.DataFrame, one row per system: ``system`` (the model's name, ``"popularity"``, and for
+    rating models ``"item mean"``: each item's mean training value), ``recall@N``, ``ndcg@N`` per N
+    (float64, means over the evaluated users: relevant = the user's held-out entries, candidates = the
+    items not in the user's training entries, ties broken by the smaller item index), ``rank_score``
+    (for each held-out entry, the fraction of the user's other candidates that are not held out scored
+    strictly below it; averaged over the user's held-out entries, then over users; 0.5 is random, 1 every
+    held-out item above every other candidate), ``rmse`` (rating models: of the posterior-mean
+    prediction of each held-out value; NaN otherwise and for popularity), ``users`` and ``held_out``
+    (int: users and entries evaluated). ``attrs``: ``"evaluation"`` (counts: users, held_out,
+    not_relevant, unknown_user, unknown_item, test_rows), ``"split"`` (the test's split summary, if any),
+    ``"N"``.
+
+    Raises
+    ------
+    ValueError : N not positive integers; a test entry that is one of the model's training entries (a
+    leak: evaluate on data the model was not fitted on); no test entry left to evaluate; bad test values
+    (`validation.data.loaders.ratings_from_dataframe`, or what the model's transform refuses). TypeError :
+    test not a DataFrame.
+
+    Source: project addition (the harness), computing recall@N and NDCG@N of 004_90693a0965f06816.txt
+    sec. 5.4.4 eqs. (5.22), (5.26)-(5.27) (discount 1/log2(k+1)), the rank score of
+    000_619a0297b9d686b2.txt eq. (12) / 003_203f63200c0d7157.txt eq. (20) and RMSE (004 chs. 3-4),
+    all through `validation.evaluation.metrics`; popularity is 000 sec. 6's baseline.
+    """
+    from custom_inference.data import Observations
+
+    from validation.frontdoor import api
+    from validation.evaluation import metrics
+
+    N = (N,) if isinstance(N, (int, np.integer)) and not isinstance(N, bool) else tuple(N)
+    if not N or any(isinstance(n, bool) or int(n) != n or n < 1 for n in N):
+        raise ValueError(f"N must be positive integers, got {N!r}")
+    N = tuple(sorted({int(n) for n in N}))
+    kind = fitted.adapter.values
+    table = _test_table(test, fitted, user_col, item_col, value_col)
+    n_rows = len(table)
+    settings = fitted.settings
+    table = api._values(table, kind, settings.get("transform", "none"), float(settings.get("threshold", 4.0)))
+    not_relevant = n_rows - len(table)
+    u = _index_of(fitted.user_ids, table["user"].to_numpy())
+    i = _index_of(fitted.item_ids, table["item"].to_numpy())
+    known = (u >= 0) & (i >= 0)
+    counts = {"test_rows": int(n_rows), "not_relevant": int(not_relevant), "unknown_user": int((u < 0).sum()),
+              "unknown_item": int(((u >= 0) & (i < 0)).sum())}
+    u, i, truth = u[known], i[known], table["rating"].to_numpy()[known]
+    if u.size == 0:
+        raise ValueError(f"test: no entry left to evaluate ({describe({**counts, 'users': 0, 'held_out': 0})[0]})")
+    seen = fitted.seen.tocsr()
+    hits = _in_seen(seen, u, i)
+    if hits.any():
+        k = int(np.flatnonzero(hits)[0])
+        raise ValueError(f"test: {int(hits.sum())} held-out entries are training entries of the model, e.g. user "
+                         f"{fitted.user_ids[u[k]]!r} item {fitted.item_ids[i[k]]!r}: evaluate on entries the model "
+                         "was not fitted on (holdout.split's test)")
+    coo = seen.tocoo()
+    train = Observations.from_coo(coo.row, coo.col, np.ones(coo.nnz), seen.shape, kind="binary")  # popularity's
+    J = seen.shape[1]
+    batch_users = batch_users or max(1, 4_000_000 // max(J, 1))
+    systems = {fitted.model: _model_score_fn(fitted, batch_cells), "popularity": metrics.popularity_score_fn(train)}
+    if kind == "real":
+        systems["item mean"] = _item_mean_score_fn(seen)
+    rows = []
+    for name, fn in systems.items():
+        pu = _ranking(fn, seen, u, i, N, batch_users)
+        row = {"system": name}
+        for n in N:
+            row[f"recall@{n}"] = float(pu[f"recall@{n}"].mean())
+            row[f"ndcg@{n}"] = float(pu[f"ndcg@{n}"].mean())
+        row["rank_score"] = float(pu["rank_score"].mean())
+        row["rmse"] = np.nan
+        if kind == "real" and name != "popularity":  # popularity counts entries: no rating to compare
+            pred = _predict_means(fitted, u, i) if name == fitted.model else fn(np.zeros(1, dtype=np.int64))[0][i]
+            row["rmse"] = metrics.rmse(pred, truth)
+        row["users"] = int(len(pu))
+        row["held_out"] = int(u.size)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    counts.update(users=int(np.unique(u).size), held_out=int(u.size))
+    out.attrs.update(evaluation=counts, N=N)
+    if _SUMMARY_KEY in test.attrs:
+        out.attrs["split"] = dict(test.attrs[_SUMMARY_KEY])
+    return out
+
+
+def _in_seen(seen, u: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """(M,) bool: whether each (u, i) is a stored entry of ``seen`` (I, J) (explicit zeros included)."""
+    coo = seen.tocoo()
+    J = seen.shape[1]
+    return np.isin(u.astype(np.int64) * J + i, coo.row.astype(np.int64) * J + coo.col)
+
+
+def _predict_means(fitted, u: np.ndarray, i: np.ndarray, chunk: int = 2000) -> np.ndarray:
+    """Posterior means of E[y] at the (u, i) index pairs, through `FittedModel.predict` in chunks."""
+    out = np.empty(u.size)
+    for start in range(0, u.size, chunk):
+        pairs = pd.DataFrame({"user": fitted.user_ids[u[start:start + chunk]],
+                              "item": fitted.item_ids[i[start:start + chunk]]})
+        out[start:start + len(pairs)] = fitted.predict(pairs)["mean"].to_numpy()
+    return out

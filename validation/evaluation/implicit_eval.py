@@ -1,0 +1,708 @@
+"""One-class ("implicit") comparison: splits, recall@N and the evaluation table.
+
+The comparison of the one-class systems of the seeds (SIBM of 002_5408d341cb9fc544.txt, the
+random-graph model RG of 003_203f63200c0d7157.txt, the paired-symbol model PSM of
+000_619a0297b9d686b2.txt, BPR-uniform, BPR-popularity and popularity) on binarized ratings, under
+two protocols that share the `ImplicitSplit` type of `validation.data.datasets`:
+
+- ``"P1"``: `validation.data.datasets.split_leave_one_out` (seeds 000 section 5, 003 section 6.1.2):
+  all users with >= 2 positives (ratings >= 4), one positive held out per user;
+- ``"SIBM"``: `split_sibm`, the protocol of 002_5408d341cb9fc544.txt section 4: ratings >= 4
+  are ones, keep the 1000 columns with the most ones, discard rows with fewer than 10 ones,
+  hold out one one per row;
+
+and on market baskets (`load_implicit_data`: FIMI or named-item CSV files; baskets are the users)
+under ``"baskets"``: `validation.data.splits.split_leave_one_item_out_baskets`, one item left out of
+every basket with at least 2 distinct items (``evaluate_implicit(..., baskets=True)``).
+
+Metrics (all with one held-out positive per row, candidates = the row's non-training items):
+
+- recall@N of seed 002 section 4 (`recall_at`), which with one held-out item is the hit rate
+  HR@N of `validation.evaluation.metrics.hit_rate_at` (and equals precision@N times N);
+- rank score, 000_619a0297b9d686b2.txt eq. (12) / 003_203f63200c0d7157.txt eq. (20),
+  averaged over users (000 fig. 2, 003 fig. 6 left) and over held-out items (003 fig. 6
+  right: the mean rank score of each item's test rows, then the mean over items);
+- NDCG@N (`validation.evaluation.metrics.ndcg_at`, pessimistic ties).
+
+`evaluate_implicit` fits every system of a dict on every protocol's training matrix and returns
+the table, per-user and by-degree tables, and (with ``out_dir``) PNG plots of the rank score by
+user and by item degree on log axes and a Markdown report. For systems whose scores are like
+probabilities (RG "like", at r = 1/2 and at the second r of `RG_DEFAULTS`) it adds the
+classification error of the held-out edges by user degree (003 fig. 4).
+
+Module layout: `split_sibm` and `recall_at` live in `validation.evaluation.implicit_protocols`, the recall
+curves (`recall_curves`, `sibm_recall_curves`, `binary_split`, `sec4_synthetic`, `RecallCurves`,
+`CURVE_DEFAULTS`, `CURVE_DATA`) in `validation.evaluation.recall_curves`; all are re-exported here.
+
+`recall_curves` / `sibm_recall_curves` give seed 002 fig. 2 (top; recall@10 against the number of
+entries sampled, for S-Uniform, S-Balanced and S-Biased) and fig. 3 (SIBM-auto against batch VB,
+which touches I J entries per sweep) on the SIBM protocol and on the sec. 4 synthetic matrix
+(`sec4_synthetic`, `binary_split`), as CSV, PNG and Markdown. `baseline_systems` gives the
+"popularity", "BPR-uniform" and "BPR-popularity" entries; SIBM and RG systems are added to the
+same dict by their modules.
+
+Measured on MovieLens 100K (``u.data``), seed 0, `baseline_systems` defaults (K = 64, 100
+epochs, float32; fit keys 0 / 1 / 2 for the spread of BPR):
+
+=========  ==============  =========  ========  ========  =======
+protocol   system          recall@10  R users   R items   NDCG@10
+=========  ==============  =========  ========  ========  =======
+P1         popularity      0.118      0.869     0.801     0.064
+P1         BPR-uniform     0.282      0.941     0.909     0.158
+P1         BPR-popularity  0.207      0.897     0.884     0.113
+SIBM       popularity      0.112      0.791     0.694     0.063
+SIBM       BPR-uniform     0.264      0.909     0.870     0.148
+SIBM       BPR-popularity  0.188      0.886     0.873     0.101
+=========  ==============  =========  ========  ========  =======
+
+P1 has 942 test users (I = 943, J = 1682); SIBM 893 rows (J = 1000). With fit keys 1 and 2,
+P1 BPR-uniform gives R = 0.942 / 0.942, HR@10 = 0.300 / 0.285 and BPR-popularity R = 0.897 /
+0.898, HR@10 = 0.212 / 0.211 (the binomial standard error of one HR@10 is ~0.015). For
+reference, `implicit`'s BPR (64 factors, 100 epochs, its defaults) gives R = 0.890, HR@10 =
+0.234 on P1 seed 0. Popularity reproduces the independent reference R = 0.869, HR@10 = 0.118.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence, Union
+
+import numpy as np
+import pandas as pd
+
+from custom_inference import bpr
+from custom_inference.data import Observations
+
+from validation.data import datasets
+from validation.evaluation import metrics
+from validation.data.datasets import ImplicitSplit
+
+__all__ = [
+    "SystemFactory",
+    "split_sibm",
+    "recall_at",
+    "ImplicitEvaluation",
+    "evaluate_implicit",
+    "load_implicit_data",
+    "subsample_baskets",
+    "RATING_PROTOCOLS",
+    "BASKET_PROTOCOLS",
+    "baseline_systems",
+    "BPR_DEFAULTS",
+    "model_systems",
+    "SIBM_DEFAULTS",
+    "RG_DEFAULTS",
+    "binary_split",
+    "sec4_synthetic",
+    "sibm_recall_curves",
+    "recall_curves",
+    "RecallCurves",
+    "CURVE_DEFAULTS",
+    "CURVE_DATA",
+]
+
+#: A system: ``factory(train, seed) -> score_fn``; fitting happens inside the call.
+SystemFactory = Callable[[Observations, int], metrics.ScoreFn]
+
+
+# ---------------------------------------------------------------------------
+# evaluation
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ImplicitEvaluation:
+    """What `evaluate_implicit` returns.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame, one row per (protocol, system)
+        ``protocol``, ``system``, ``recall@N`` (= HR@N), ``rank_score_users`` (mean over test
+        rows), ``rank_score_items`` (mean over held-out items of their mean), ``ndcg@N``,
+        ``fit_seconds`` (wall time of the system's fit, compilation included), ``n_users``
+        (test rows), ``n_items`` (distinct held-out items), ``I``, ``J``, ``like_error`` (seed 003
+        fig. 4: share of held-out edges with p(g = 1 | h = 1) < 1/2; NaN unless the system's
+        scores are like probabilities).
+    by_user_degree : pandas.DataFrame
+        `validation.evaluation.metrics.by_degree` of the rank score by the user's training degree, with
+        columns ``protocol``, ``system`` in front.
+    by_item_degree : pandas.DataFrame
+        The same by the held-out item's training degree (item means of the rank score).
+    per_user : dict[(protocol, system)] -> DataFrame of `validation.evaluation.metrics.leave_one_out_metrics`
+        (with ``like`` and ``like_error`` columns for like-probability systems)
+    like_error_by_degree : pandas.DataFrame
+        Seed 003 fig. 4: for the systems whose scores are like probabilities p(g = 1 | h = 1)
+        (factories with ``scores_like_probability = True``: "RG like", "RG like (r=...)"), the
+        classification error on the held-out edges (ground truth g = 1: an error when
+        p(g = 1 | h = 1) < 1/2), by the user's training degree in log2 buckets
+        (`validation.evaluation.metrics.by_degree`): ``protocol``, ``system``, ``bucket_low``,
+        ``bucket_high``, ``n_users``, ``mean`` (the error rate), ``sem``, ``mean_like`` (mean
+        p(g = 1 | h = 1) in the bucket). Empty when no such system ran.
+    plots : dict[str, Path] of written PNG files (empty without ``out_dir``)
+    report : Path of the Markdown report, or None without ``out_dir``
+    """
+
+    table: pd.DataFrame
+    by_user_degree: pd.DataFrame
+    by_item_degree: pd.DataFrame
+    per_user: dict = field(repr=False)
+    like_error_by_degree: pd.DataFrame = field(default_factory=pd.DataFrame)
+    plots: dict = field(default_factory=dict)
+    report: Path | None = None
+
+
+_SPLITTERS = {
+    "P1": lambda df, seed: datasets.split_leave_one_out(df, seed=seed),
+    "SIBM": lambda df, seed: split_sibm(df, seed=seed),
+    "baskets": lambda df, seed: datasets.split_leave_one_item_out_baskets(df, seed=seed),
+}
+
+#: the protocols of ratings tables (the default of `evaluate_implicit`) and of basket tables
+#: (``baskets=True``): P1 and SIBM binarize ratings >= 4, which basket tables (rating 1.0) do not have
+RATING_PROTOCOLS = ("P1", "SIBM")
+BASKET_PROTOCOLS = ("baskets",)
+
+
+def _item_means(pu: pd.DataFrame, train: Observations) -> pd.DataFrame:
+    item_degree = np.bincount(np.asarray(train.cols), minlength=train.n_cols)
+    g = pu.groupby("item", sort=True)["rank_score"].mean()
+    return pd.DataFrame(
+        {"item": g.index.to_numpy(), "rank_score": g.to_numpy(), "degree": item_degree[g.index.to_numpy()]}
+    )
+
+
+def evaluate_implicit(
+    df,
+    systems: Mapping[str, SystemFactory],
+    protocols: Union[Sequence[str], Mapping[str, ImplicitSplit], None] = None,
+    seed: int = 0,
+    *,
+    baskets: bool = False,
+    n: int = 10,
+    n_buckets: int | None = None,
+    batch_size: int = 256,
+    out_dir=None,
+    progress: bool = False,
+) -> ImplicitEvaluation:
+    """Fit every system on every protocol's training matrix and evaluate the held-out items.
+
+    Parameters
+    ----------
+    df : ratings table (`validation.data.datasets.load_movielens`) or None when ``protocols`` is a
+        mapping of ready splits.
+    systems : dict name -> ``factory(train: Observations, seed: int) -> score_fn``
+        ``factory`` fits on ``train`` (binary, I x J) and returns a score function
+        ``(B,) int users -> (B, J)`` scores; its wall time is ``fit_seconds``.
+    protocols : names among ``"P1"`` (`validation.data.datasets.split_leave_one_out`), ``"SIBM"``
+        (`split_sibm`) and ``"baskets"`` (`validation.data.splits.split_leave_one_item_out_baskets`: one
+        item left out of every basket with >= 2 distinct items), split with ``seed``; or a dict
+        name -> `ImplicitSplit`. Default (None): `RATING_PROTOCOLS` ("P1", "SIBM"), or
+        `BASKET_PROTOCOLS` ("baskets",) with ``baskets=True``.
+    seed : int, seeds the splits and is passed to every factory.
+    baskets : the table holds market baskets (`load_implicit_data`'s third value): baskets are the
+        users, their items the positives; only the "baskets" protocol applies (P1 and SIBM
+        binarize ratings >= 4).
+    n : cut-off N of recall@N and NDCG@N.
+    n_buckets : as `validation.evaluation.metrics.by_degree` (default one bucket per octave).
+    batch_size : users per score-function call.
+    out_dir : optional directory: writes ``rank_by_user_degree.png``,
+        ``rank_by_item_degree.png`` and ``report.md`` there.
+    progress : print one line per fit.
+
+    Returns
+    -------
+    ImplicitEvaluation
+
+    Raises
+    ------
+    ValueError
+        No system; a system that is not callable; an unknown protocol name; "P1" or "SIBM" with
+        ``baskets=True``; a system marked ``scores_like_probability`` whose held-out scores leave
+        [0, 1]; and what the splits and metrics raise.
+    Errors of a system's fit or score function propagate; OSError when ``out_dir`` cannot be written.
+
+    Source: project addition (the comparison harness) computing recall@N of
+    ``002_5408d341cb9fc544.txt`` sec. 4, the rank score of ``000_619a0297b9d686b2.txt`` eq. (12) /
+    ``003_203f63200c0d7157.txt`` eq. (20) (by user: 000 fig. 2, 003 fig. 6 left; by item: 003 fig. 6
+    right) and the like classification error of 003 fig. 4; NDCG@N is a project addition.
+    """
+    if protocols is None:
+        protocols = BASKET_PROTOCOLS if baskets else RATING_PROTOCOLS
+    if not systems:
+        raise ValueError("systems: no system to evaluate")
+    for name, f in systems.items():
+        if not callable(f):
+            raise ValueError(f"systems[{name!r}] must be callable (train, seed) -> score_fn")
+    if isinstance(protocols, Mapping):
+        splits = dict(protocols)
+        for name, s in splits.items():
+            if not isinstance(s, ImplicitSplit):
+                raise ValueError(f"protocols[{name!r}] must be an ImplicitSplit, got {type(s).__name__}")
+    else:
+        unknown = [p for p in protocols if p not in _SPLITTERS]
+        if unknown:
+            raise ValueError(f"protocols: unknown {unknown}; known: {sorted(_SPLITTERS)} (or pass a dict of splits)")
+        rating_only = [p for p in protocols if p in RATING_PROTOCOLS]
+        if baskets and rating_only:
+            raise ValueError(f"protocols {rating_only} need ratings (they binarize ratings >= 4); basket data "
+                             f"uses {list(BASKET_PROTOCOLS)} (leave one item out of every basket of >= 2 items)")
+        splits = {p: _SPLITTERS[p](df, seed) for p in protocols}
+    if not splits:
+        raise ValueError("protocols: none given")
+    rows, per_user, by_user, by_item, like_err = [], {}, [], [], []
+    for pname, split in splits.items():
+        for sname, factory in systems.items():
+            t0 = time.perf_counter()
+            score_fn = factory(split.train, seed)
+            secs = time.perf_counter() - t0
+            pu = metrics.leave_one_out_metrics(score_fn, split, n=n, batch_size=batch_size)
+            like_error = np.nan
+            if getattr(factory, "scores_like_probability", False):
+                pu = _with_like_error(pu, score_fn, batch_size)
+                like_error = float(pu["like_error"].mean())
+                b = metrics.by_degree(pu, "like_error", n_buckets=n_buckets)
+                b["mean_like"] = metrics.by_degree(pu, "like", n_buckets=n_buckets)["mean"].to_numpy()
+                b.insert(0, "system", sname)
+                b.insert(0, "protocol", pname)
+                like_err.append(b)
+            per_user[(pname, sname)] = pu
+            items = _item_means(pu, split.train)
+            rows.append(
+                {
+                    "protocol": pname,
+                    "system": sname,
+                    f"recall@{n}": float(pu["hit"].mean()),
+                    "rank_score_users": float(pu["rank_score"].mean()),
+                    "rank_score_items": float(items["rank_score"].mean()),
+                    f"ndcg@{n}": float(pu["ndcg"].mean()),
+                    "fit_seconds": secs,
+                    "n_users": int(len(pu)),
+                    "n_items": int(len(items)),
+                    "I": split.n_users,
+                    "J": split.n_items,
+                    "like_error": like_error,
+                }
+            )
+            for acc, table in ((by_user, pu), (by_item, items)):
+                b = metrics.by_degree(table, "rank_score", n_buckets=n_buckets)
+                b.insert(0, "system", sname)
+                b.insert(0, "protocol", pname)
+                acc.append(b)
+            if progress:
+                r = rows[-1]
+                print(
+                    f"[implicit_eval] {pname} {sname}: recall@{n}={r[f'recall@{n}']:.4f} "
+                    f"R={r['rank_score_users']:.4f} fit {secs:.1f}s",
+                    flush=True,
+                )
+    result = ImplicitEvaluation(
+        table=pd.DataFrame(rows),
+        by_user_degree=pd.concat(by_user, ignore_index=True),
+        by_item_degree=pd.concat(by_item, ignore_index=True),
+        per_user=per_user,
+        like_error_by_degree=pd.concat(like_err, ignore_index=True) if like_err else pd.DataFrame(
+            columns=["protocol", "system", "bucket_low", "bucket_high", "n_users", "mean", "sem", "mean_like"]),
+    )
+    if out_dir is not None:
+        _write(result, Path(out_dir), n)
+    return result
+
+
+def _with_like_error(pu: pd.DataFrame, score_fn: metrics.ScoreFn, batch_size: int) -> pd.DataFrame:
+    """Add ``like`` (the score of the held-out item: p(g = 1 | h = 1)) and ``like_error``
+    (1.0 if like < 1/2: the held-out edge, truly liked, is classified g = 0) to a per-user table.
+    Seed 003 sec. 6.1.1 and fig. 4."""
+    users = pu["user"].to_numpy()
+    items = pu["item"].to_numpy()
+    like = np.empty(users.size)
+    for start in range(0, users.size, batch_size):
+        bu, bi = users[start:start + batch_size], items[start:start + batch_size]
+        like[start:start + bu.size] = np.asarray(score_fn(bu), np.float64)[np.arange(bu.size), bi]
+    if np.any((like < 0) | (like > 1)):
+        raise ValueError("score_fn: a system marked scores_like_probability returned scores outside [0, 1]")
+    out = pu.copy()
+    out["like"] = like
+    out["like_error"] = (like < 0.5).astype(np.float64)
+    out.attrs.update(pu.attrs)
+    return out
+
+
+def _plot_like_error(buckets: pd.DataFrame, path: Path) -> Path:
+    return _plot_by_degree(buckets, "user's training degree (log2 buckets)", path,
+                           ylabel="classification error on held-out edges",
+                           title="{p}: p(g = 1 | h = 1) < 1/2 (003 fig. 4)", ylim_zero=True)
+
+
+def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path, *,
+                    ylabel: str = "mean rank score (000 eq. 12 / 003 eq. 20)", title: str = "{p}",
+                    ylim_zero: bool = False) -> Path:
+    """One panel per protocol: the bucket means (with their s.e.m.) of every system against the
+    geometric bucket centre ([0, 1) at 0.7), log x axis. ``title`` is formatted with ``p``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    protocols = list(dict.fromkeys(buckets["protocol"]))
+    fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 3.8), squeeze=False)
+    for ax, p in zip(axes[0], protocols):
+        sub = buckets[buckets["protocol"] == p]
+        for s in dict.fromkeys(sub["system"]):
+            b = sub[sub["system"] == s]
+            low = b["bucket_low"].to_numpy(dtype=float)
+            high = b["bucket_high"].to_numpy(dtype=float)
+            x = np.sqrt(np.maximum(low, 0.5) * high)
+            ax.errorbar(x, b["mean"], yerr=b["sem"].fillna(0.0), marker="o", ms=3, capsize=2, label=s)
+        ax.set_xscale("log")
+        if ylim_zero:
+            ax.set_ylim(0, None)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title.format(p=p) + " (bars: 1 s.e.m. of the bucket mean)", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _write(result: ImplicitEvaluation, out: Path, n: int) -> None:
+    from validation.checks.report import markdown_table
+
+    out.mkdir(parents=True, exist_ok=True)
+    result.plots["user_degree"] = _plot_by_degree(
+        result.by_user_degree, "user's training degree (log2 buckets)", out / "rank_by_user_degree.png"
+    )
+    result.plots["item_degree"] = _plot_by_degree(
+        result.by_item_degree, "held-out item's training degree (log2 buckets)", out / "rank_by_item_degree.png"
+    )
+    lines = [
+        "# One-class comparison",
+        "",
+        f"recall@{n} (seed 002 sec. 4, = HR@{n}), rank score (000 eq. 12 / 003 eq. 20) averaged over "
+        f"test users and over held-out items, NDCG@{n}; fit time in seconds (compilation included).",
+        "",
+        markdown_table(result.table),
+        "",
+        "## Rank score by user degree",
+        "",
+        "![rank by user degree](rank_by_user_degree.png)",
+        "",
+        markdown_table(result.by_user_degree),
+        "",
+        "## Rank score by held-out item degree",
+        "",
+        "![rank by item degree](rank_by_item_degree.png)",
+        "",
+        markdown_table(result.by_item_degree),
+        "",
+    ]
+    if len(result.like_error_by_degree):
+        result.plots["like_error"] = _plot_like_error(result.like_error_by_degree, out / "like_error_by_user_degree.png")
+        lines += [
+            "## Like classification error by user degree (003 fig. 4)",
+            "",
+            "Held-out edges are liked (g = 1); an error is p(g = 1 | h = 1) < 1/2 (eq. 19). `mean` is the error "
+            "rate, `mean_like` the mean predicted like probability.",
+            "",
+            "![like error by user degree](like_error_by_user_degree.png)",
+            "",
+            markdown_table(result.like_error_by_degree),
+            "",
+        ]
+    result.report = out / "report.md"
+    result.report.write_text("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------
+# data: ratings or baskets
+# ---------------------------------------------------------------------------
+
+_BASKET_FORMATS = ("fimi", "basket-csv")
+
+
+def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | None = None,
+                       seed: int = 0, **column_options) -> tuple[pd.DataFrame, str, bool]:
+    """The table `evaluate_implicit` takes, from the CLI's ``--data`` / ``--format``.
+
+    Parameters
+    ----------
+    data : ``"ml-100k"`` (`validation.data.datasets.find_movielens_100k`: ``FACTORBAYES_DATA_DIR``, the
+        shared data beside the checkout, the user cache, then a download) or a path: a MovieLens file
+        or directory, a FIMI basket file (``*.dat``, one basket of space-separated integer item ids a
+        line), a named-item basket CSV, or any format of `validation.data.loaders.load`.
+    format : one of `validation.data.loaders.FORMATS` ("auto", "movielens", "csv", "fimi", "basket-csv");
+        "auto" detects it (`validation.data.loaders.load`; an ambiguous file raises, naming the flag).
+        ``"ml-100k"`` takes "auto" or "movielens" only.
+    max_baskets : optional int >= 1: keep a uniformly random subset of this many baskets (seeded by
+        ``seed``; numpy ``default_rng(seed).choice`` without replacement, kept in id order) when the
+        file has more (for bounded run times on T10I4D100K); ignored for ratings.
+    seed : int, seeds that subsample.
+    column_options : for delimited files (``format="csv"``, or "auto" with any of them given: then the
+        file is read as csv): ``user_col``, ``item_col``, ``value_col``, ``timestamp_col``, ``sep``,
+        ``header`` of `validation.data.loaders.load_delimited` (CLI ``--user-col`` ...).
+
+    Returns
+    -------
+    (table, label, is_baskets): the canonical ratings table (`validation.data.loaders`: columns user,
+    item, rating, timestamp; baskets: one row per distinct (basket, item) pair, rating 1.0), a label
+    for reports (the path, with the subsample if any), and whether the table holds baskets (then pass
+    ``baskets=True`` to `evaluate_implicit`).
+
+    Raises
+    ------
+    FileNotFoundError for a missing path; ValueError for an unknown or inapplicable format, a bad
+    ``max_baskets``, column options with ``ml-100k`` or a format other than csv, and whatever the loader
+    raises for a malformed file.
+
+    Source: project addition (issue 12: ``--data PATH [--format fimi|basket-csv]``).
+    """
+    from validation.data import loaders
+
+    if format not in loaders.FORMATS:
+        raise ValueError(f"format must be one of {list(loaders.FORMATS)}, got {format!r}")
+    if max_baskets is not None and (isinstance(max_baskets, bool) or int(max_baskets) != max_baskets
+                                    or max_baskets < 1):
+        raise ValueError(f"max_baskets must be a positive integer or None, got {max_baskets!r}")
+    column_options = {k: v for k, v in column_options.items() if v is not None}
+    if data == "ml-100k":
+        if column_options:
+            raise ValueError(f"--data ml-100k is MovieLens ratings; column options {sorted(column_options)} do not apply")
+        if format not in ("auto", "movielens"):
+            raise ValueError(f"--data ml-100k is MovieLens ratings; format {format!r} does not apply")
+        path = datasets.find_movielens_100k()
+        return datasets.load_movielens(path), str(path), False
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"--data {data}: no such file or directory (use 'ml-100k', a MovieLens path or a "
+                                f"basket file)")
+    kind = format
+    if format == "auto":  # the detection `loaders.load` itself runs (raises when ambiguous)
+        kind = "csv" if column_options else loaders._detect_format(path)
+    table = loaders.load(path, format=kind, **column_options)
+    is_baskets = kind in _BASKET_FORMATS
+    label = str(path)
+    if is_baskets and max_baskets is not None:
+        table, label = subsample_baskets(table, max_baskets, seed, label)
+    return table, label, is_baskets
+
+
+def subsample_baskets(table: pd.DataFrame, max_baskets: int, seed: int = 0, label: str = "") -> tuple[pd.DataFrame, str]:
+    """A uniformly random subset of ``max_baskets`` baskets of a basket table (all rows of each kept basket).
+
+    table : canonical basket table (N rows; ``user`` = basket id). max_baskets : int >= 1. seed : int:
+    ``numpy.random.default_rng(seed).choice`` of basket positions (in increasing id order) without
+    replacement, kept in id order. label : text to which the subsample's description is appended.
+    Returns (table, label): the table unchanged when it has at most ``max_baskets`` baskets.
+    Raises ValueError for a ``max_baskets`` that is not a positive integer. Source: project addition.
+    """
+    if isinstance(max_baskets, bool) or int(max_baskets) != max_baskets or max_baskets < 1:
+        raise ValueError(f"max_baskets must be a positive integer or None, got {max_baskets!r}")
+    ids = np.unique(table["user"].to_numpy())
+    if ids.size <= max_baskets:
+        return table, label
+    keep = np.sort(np.random.default_rng(seed).choice(ids.size, size=int(max_baskets), replace=False))
+    table = table[table["user"].isin(ids[keep])].reset_index(drop=True)
+    return table, f"{label} (random {int(max_baskets)} of {ids.size} baskets, seed {seed})"
+
+
+# ---------------------------------------------------------------------------
+# baselines
+# ---------------------------------------------------------------------------
+
+#: BPR settings of `baseline_systems`, per negative-sampling scheme. K = 64 and 100 epochs of
+#: minibatches of 256 triples (about 0.07 s per epoch on MovieLens 100K, 2 CPU cores); the
+#: learning rate and L2 constant were chosen on a validation split carved from the P1 training
+#: data of MovieLens 100K (one more positive held out per user, seed 1), never on test items,
+#: from lr in {0.02, 0.05, 0.1} x reg in {0.001, 0.01, 0.03, 0.05, 0.1} x {50, 100} epochs
+#: (not a full grid). Validation rank score / HR@10: BPR-uniform 0.932 / 0.265 at
+#: (0.02, 0.01); BPR-popularity 0.887 / 0.18 at (0.02, 0.03) (0.01 gave 0.859 / 0.149).
+BPR_DEFAULTS = {
+    "uniform": dict(n_factors=64, n_epochs=100, learning_rate=0.02, reg=0.01, batch_size=256, max_tries=16),
+    "popularity": dict(n_factors=64, n_epochs=100, learning_rate=0.02, reg=0.03, batch_size=256, max_tries=16),
+}
+
+
+def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
+    """The "popularity", "BPR-uniform" and "BPR-popularity" systems of the comparison.
+
+    - ``"popularity"``: `validation.evaluation.metrics.popularity_score_fn` (the item's number of training
+      positives; 000 section 5, 003 section 6.1.2).
+    - ``"BPR-uniform"`` / ``"BPR-popularity"``: `custom_inference.bpr.fit` with
+      ``sampling="uniform"`` / ``"popularity"``, key ``jax.random.key(seed)``, float32, and the
+      settings of `BPR_DEFAULTS` (K = 64, 100 epochs, learning rate 0.02, L2 on factors and
+      item biases 0.01 for uniform and 0.03 for popularity sampling, minibatches of 256
+      triples, at most 16 negative draws), any of which ``bpr_kwargs`` overrides for both.
+
+    Returns
+    -------
+    dict name -> ``factory(train, seed) -> score_fn`` (insertion order as above).
+
+    Raises
+    ------
+    ValueError for an unknown keyword (not a `custom_inference.bpr.fit` argument). A BPR factory
+    raises, when called, what `custom_inference.bpr.fit` raises (e.g. ValueError for a bad setting).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 5 and ``003_203f63200c0d7157.txt`` sec. 6.1 (the
+    popularity, BPR-uniform and BPR-pop baselines); the settings of `BPR_DEFAULTS` are project choices.
+    """
+    allowed = {"n_factors", "n_epochs", "learning_rate", "reg", "bias_reg", "batch_size", "max_tries", "init_scale", "dtype"}
+    unknown = sorted(set(bpr_kwargs) - allowed)
+    if unknown:
+        raise ValueError(f"bpr_kwargs: unknown {unknown}; allowed {sorted(allowed)}")
+
+    def make(sampling: str) -> SystemFactory:
+        kw = {**BPR_DEFAULTS[sampling], **bpr_kwargs}
+
+        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
+            import jax
+
+            params = bpr.fit(jax.random.key(int(seed)), train, kw["n_factors"], bpr.BPRHyper(kw["reg"], kw.get("bias_reg")),
+                             sampling=sampling, **{k: v for k, v in kw.items() if k not in ("n_factors", "reg", "bias_reg")}).state
+            return lambda users: np.asarray(bpr.score_users(params, users))
+
+        return factory
+
+    return {
+        "popularity": lambda train, seed: metrics.popularity_score_fn(train),
+        "BPR-uniform": make("uniform"),
+        "BPR-popularity": make("popularity"),
+    }
+
+
+# settings of the model systems on MovieLens-sized data (I ~ 10^3, J ~ 10^3); each fit takes
+# well under a minute on 2 cores (measured numbers in the issue notes of the one-class family)
+#: MAP: ``map_iter`` minibatches of ``map_S`` cells (2e7 cells, ~12 passes over P1's 1.6e6), chosen by the
+#: training log joint only (no held-out data), the seed's unit priors: on P1 seed 0 (float32) the
+#: preconditioned SGA of `custom_inference.sibm.map_step` reaches -1.405e5 with 2000 x 10000 cells and
+#: -2.236e5 with 4000 x 1000 (L-BFGS on the full objective: -1.116e5; the former per-coordinate scheme,
+#: 4000 x 1000: -6.650e5). A MAP fit takes ~2.5 min on 2 shared cores.
+SIBM_DEFAULTS = {"D": 10, "batch_max_iter": 100, "batch_tol": 1e-6, "svi_iter": 2000, "svi_S_max": 20000,
+                 "map_iter": 2000, "map_S": 10000}
+#: RG: ``r`` is the paper's r = 1/2 (eq. 8); ``second_r`` adds the same systems at another r (named
+#: "RG like (r=1)" ...): r = 1 gives gamma = 1, pi_n = d_n, the "effectively uniform" histogram of
+#: seed 003 sec. 4.1 (None: no second r). ``warm_start``: `custom_inference.rg.fit`'s fixed-graph
+#: sweeps before the Robbins-Monro averaging (its default; 0 is the paper's cold start).
+RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
+
+
+def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm: Mapping | None = None,
+                  dtype=np.float32) -> dict[str, SystemFactory]:
+    """The SIBM, RG and PSM entries of the comparison (seed 002 sec. 4; seed 003 sec. 6; seed 000 sec. 5).
+
+    - ``"SIBM batch VB"``: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
+      optimal xi (8)), ``batch_max_iter`` sweeps at most, relative tolerance ``batch_tol``;
+    - ``"SIBM S-Uniform"``, ``"SIBM S-Balanced"``, ``"SIBM S-Biased"``: `custom_inference.sibm.fit_svi`
+      (Algorithm 1) with that sub-sampling strategy and the automatic minibatch size (13) capped
+      at ``svi_S_max`` cells, ``svi_iter`` minibatches;
+    - ``"SIBM MAP"``: `custom_inference.sibm.fit_map`, S-Biased minibatches of ``map_S`` cells, ``map_iter`` steps;
+    - ``"RG like"`` and ``"RG popularity x like"``: `custom_inference.rg.fit` with the paper's
+      hyperparameters (r = 1/2, user biases clamped at zero, sec. 6.1), ``warm_start`` fixed-graph
+      sweeps then a fresh hidden graph per sweep with Robbins-Monro averaging (sec. 5.1), scored by
+      the like probability (19) or by pi_n times it; the two share one fit per (training matrix,
+      seed, r). ``"RG like (r=1)"`` and ``"RG popularity x like (r=1)"``: the same at ``second_r``
+      (sec. 6.1.2 evaluates two settings of r). The like systems carry
+      ``scores_like_probability = True``, so `evaluate_implicit` also reports their
+      classification error by user degree (seed 003 fig. 4).
+
+    - ``"PSM"``: `custom_inference.psm.fit` (Algorithm 1 of seed 000) on the training pairs as one event
+      each, `validation.models.psm.PSM_DEFAULTS` (K = 20, D' = r D with r = 1, unit hyperparameters: the
+      paper's fig. 2 setting; at most ``max_iter`` sweeps, relative tolerance ``tol``), scored by the
+      paper's predictive (eq. 5): E_q[psi_j] sigma(x_ij), popularity times personalised acceptance with
+      MacKay's probit approximation, normalised over items (`validation.models.psm.implicit_system`).
+
+    Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg`` /
+    ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.models.psm.PSM_DEFAULTS`. Returns dict
+    name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
+
+    Raises ValueError for an unknown override. A factory raises, when called, what its solver's fit
+    raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 and Algorithm 1 (SIBM batch VB, S-Uniform, S-Balanced,
+    S-Biased, MAP); ``003_203f63200c0d7157.txt`` secs. 5.1 and 6.1, eq. (19) (RG); ``000_619a0297b9d686b2.txt``
+    Algorithm 1 and eq. (5) (PSM); the defaults are project choices.
+    """
+    from custom_inference import rg as rg_solver
+    from custom_inference import sibm as sibm_solver
+    from ppl_models.rg import RGHyper
+    from ppl_models.sibm import SIBMHyper
+
+    from validation.models import psm as psm_validation
+
+    s = {**SIBM_DEFAULTS, **(sibm or {})}
+    r = {**RG_DEFAULTS, **(rg or {})}
+    p = {**psm_validation.PSM_DEFAULTS, **(psm or {})}
+    for name, given, allowed in (("sibm", sibm, SIBM_DEFAULTS), ("rg", rg, RG_DEFAULTS),
+                                 ("psm", psm, psm_validation.PSM_DEFAULTS)):
+        unknown = sorted(set(given or {}) - set(allowed))
+        if unknown:
+            raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(allowed)}")
+
+    def sibm_system(kind: str, strategy: str | None = None) -> SystemFactory:
+        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
+            import jax
+
+            key = jax.random.PRNGKey(int(seed))
+            data = train.astype(dtype)
+            if kind == "batch":
+                res = sibm_solver.fit(key, data, s["D"], SIBMHyper(), max_iter=s["batch_max_iter"], tol=s["batch_tol"],
+                                      progress=False)
+            elif kind == "svi":
+                res = sibm_solver.fit_svi(key, data, s["D"], SIBMHyper(), n_iter=s["svi_iter"], strategy=strategy,
+                                          S_max=s["svi_S_max"], progress=False)
+            else:
+                res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=s["map_iter"], S=s["map_S"],
+                                          progress=False)
+            return lambda users: sibm_solver.score_users(res.state, users)
+
+        return factory
+
+    fits: dict = {}  # (id(train), seed, r) -> (train, FitResult): one RG fit per r serves both scores
+
+    def rg_fit(train: Observations, seed: int, r_value: float):
+        key = (id(train), int(seed), float(r_value))
+        if key not in fits or fits[key][0] is not train:
+            res = rg_solver.fit(int(seed), train, r["K"], RGHyper(r=float(r_value)), max_iter=r["max_iter"],
+                                dtype=dtype, n_draws=0, progress=False, warm_start=r["warm_start"])
+            fits[key] = (train, res)
+        return fits[key][1]
+
+    def rg_system(kind: str, r_value: float) -> SystemFactory:
+        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
+            res = rg_fit(train, seed, r_value)
+            return lambda users: rg_solver.score_users(res.state, users, kind=kind, pi=rg_solver.histogram_of(res)[0])
+
+        factory.scores_like_probability = kind == "like"
+        return factory
+
+    rg_entries = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
+    if r["second_r"] is not None:
+        tag = f"r={float(r['second_r']):g}"
+        rg_entries[f"RG like ({tag})"] = rg_system("like", r["second_r"])
+        rg_entries[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
+    return {
+        "SIBM batch VB": sibm_system("batch"),
+        "SIBM S-Uniform": sibm_system("svi", "uniform"),
+        "SIBM S-Balanced": sibm_system("svi", "balanced"),
+        "SIBM S-Biased": sibm_system("svi", "biased"),
+        "SIBM MAP": sibm_system("map"),
+        **rg_entries,
+        "PSM": psm_validation.implicit_system(p["K"], p["r"], dtype=dtype, max_iter=p["max_iter"], tol=p["tol"]),
+    }
+
+
+# the SIBM protocol and recall@N (`validation.evaluation.implicit_protocols`) and the recall curves
+# (`validation.evaluation.recall_curves`) live in modules of their own; their names stay importable from here
+from validation.evaluation.implicit_protocols import recall_at, split_sibm  # noqa: E402,F401
+from validation.evaluation.recall_curves import (  # noqa: E402,F401
+    CURVE_DATA,
+    CURVE_DEFAULTS,
+    RecallCurves,
+    binary_split,
+    recall_curves,
+    sec4_synthetic,
+    sibm_recall_curves,
+)

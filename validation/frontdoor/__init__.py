@@ -1,0 +1,1 @@
+"""The front door: fit any model by name on the user's data (`api`), the run record and its fingerprint (`api_run`), per-model adapters (`api_models`), fold-in, chunked scoring, ArviZ output, the CLI's compilation cache and the CLI itself. Uses every other subpackage; nothing in `validation` imports it."""

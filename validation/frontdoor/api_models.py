@@ -1,0 +1,616 @@
+"""The front door's adapters: one declaration per model (see `validation.frontdoor.api.Adapter`).
+
+Each adapter says what values its model takes, how its solver is called on an `Observations`
+(I users x J items), and E[y_ui | parameters] as a function of posterior draws, vectorised over
+the S draws (chains stacked) and M (row, col) pairs. Nothing here computes a posterior: the
+solvers in `custom_inference` do. Source of each mean: the seed equation named beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from validation.frontdoor import api_fold_in as fold
+from validation.frontdoor.api import Adapter, _register
+from validation.frontdoor.scoring import LinearScore
+
+__all__: list[str] = []
+
+
+#: Bytes of the gathered factor blocks `_dot` holds at once (its (S, M) result not counted).
+DOT_BLOCK_BYTES = 32 * 2**20
+
+
+def _dot(A, B, rows, cols, weight=None, *, block_bytes: int = DOT_BLOCK_BYTES):
+    """sum_k A[s, rows_m, k] B[s, cols_m, k] (times weight[s, k] when given) for every draw s and pair m.
+
+    A : (S, I, K) and B : (S, J, K) arrays (any real dtype; views such as ``V[:, I:]`` are fine);
+    rows, cols : (M,) integer indices into axis 1 of A and B; weight : optional (S, K).
+    Returns an (S, M) float64 array. The gathered factors are taken in blocks of draws and pairs
+    whose three (s, m, K) float64 temporaries stay under ``block_bytes`` (at least one draw and one
+    pair per block), so memory beyond the (S, M) result is bounded whatever M is: no (S, M, K)
+    array is built (the old one-line einsum built two, 3.1 GB for one user of a 9,724-item HPF fit).
+    Raises IndexError for an index out of range (numpy's). Source: project addition (issue 24).
+    """
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    S, K, M = A.shape[0], A.shape[-1], rows.shape[0]
+    out = np.empty((S, M), dtype=np.float64)
+    per_pair = 3 * 8 * max(K, 1)
+    mb = int(min(max(M, 1), max(1, block_bytes // per_pair)))
+    sb = int(min(S, max(1, block_bytes // (per_pair * mb))))
+    for m0 in range(0, M, mb):
+        r, c = rows[m0:m0 + mb], cols[m0:m0 + mb]
+        for s0 in range(0, S, sb):
+            a = A[s0:s0 + sb, r].astype(np.float64)  # (sb, mb, K), a fresh copy
+            if weight is not None:
+                a *= np.asarray(weight[s0:s0 + sb], dtype=np.float64)[:, None, :]
+            out[s0:s0 + sb, m0:m0 + mb] = np.einsum("smk,smk->sm", a, B[s0:s0 + sb, c])
+    return out
+
+
+def _sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def _idata(result):
+    """InferenceData of a solver's return value (FitResult or InferenceData)."""
+    return getattr(result, "idata", result)
+
+
+def _stamp(idata, **attrs):
+    idata.posterior.attrs.update(attrs)
+    return idata
+
+
+# -- counts: HPF (seed 001) ---------------------------------------------------------------
+
+
+def _hpf_mean(post, rows, cols, attrs):
+    """E[y_ui] = theta_u . beta_i (001_30a2018ec18c20b9.txt, the Poisson rate of the model)."""
+    return _dot(post["theta"], post["beta"], rows, cols)
+
+
+def _run_hpf(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import hpf
+    from ppl_models.hpf import HPFHyper
+
+    return _idata(hpf.fit(key, obs, K, hyper or HPFHyper(), progress=progress, **opts))
+
+
+def _run_hpf_gibbs(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import hpf_gibbs
+    from ppl_models.hpf import HPFHyper
+
+    return hpf_gibbs.sample(key, obs, K, hyper or HPFHyper(), progress=progress, **opts)
+
+
+_register(Adapter("hpf", "count", _run_hpf, _hpf_mean, "draws from q (CAVI)", "001 (Poisson rate theta_u . beta_i)",
+                  fold_in=fold.hpf, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws"))
+_register(Adapter("hpf-gibbs", "count", _run_hpf_gibbs, _hpf_mean, "posterior draws (Gibbs)",
+                  "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=fold.hpf_gibbs,
+                  defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples"))
+
+
+# -- real ratings: SBMF, BPMF (seed 004 ch. 2-3) -------------------------------------------
+
+
+def _sbmf_mean(post, rows, cols, attrs):
+    """E[r_ij] = mu + alpha_i + beta_j + u_i . v_j (004_90693a0965f06816.txt eq. 3.1)."""
+    return (post["mu"][:, None] + post["alpha"][:, rows] + post["beta"][:, cols]
+            + _dot(post["U"], post["V"], rows, cols))
+
+
+def _run_sbmf(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import sbmf
+    from ppl_models.sbmf import SBMFHyper
+
+    keep = ("mu", "alpha", "beta", "U", "V", "tau", "mu_alpha", "sigma_alpha", "mu_u", "sigma_u")  # the last 4: fold-in
+    return sbmf.sample(key, obs, K, hyper or SBMFHyper(), progress=progress, keep=keep, **opts)
+
+
+def _bpmf_mean(post, rows, cols, attrs):
+    """E[r_ij] = offset + u_i . v_j (004 ch. 2, BPMF on ratings centred at their training mean)."""
+    return float(attrs.get("front_door_offset", 0.0)) + _dot(post["U"], post["V"], rows, cols)
+
+
+def _run_bpmf(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import bpmf
+    from custom_inference.data import Observations
+    from ppl_models.bpmf import BPMFHyper
+
+    offset = float(np.mean(np.asarray(obs.values, np.float64)))
+    centered = Observations.from_coo(np.asarray(obs.rows), np.asarray(obs.cols), np.asarray(obs.values) - offset,
+                                     obs.shape, kind="real", drop_zeros=False)
+    hyper = hyper or BPMFHyper()
+    idata = bpmf.sample(key, centered, K, hyper, progress=progress, keep=("U", "V", "mu_U", "Lambda_U"), **opts)
+    return _stamp(idata, front_door_offset=offset, front_door_alpha=float(hyper.alpha))  # alpha: the likelihood's
+
+
+_GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
+_register(Adapter("sbmf", "real", _run_sbmf, _sbmf_mean, "posterior draws (Gibbs)", "004 eq. 3.1",
+                  resumable=True, fold_in=fold.sbmf, defaults=_GIBBS, iterations="num_samples"))
+_register(Adapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs)", "004 ch. 2 (BPMF)",
+                  resumable=True, fold_in=fold.bpmf, defaults=_GIBBS, iterations="num_samples"))
+
+
+# -- factorization machines on the ids design (seed 004 ch. 2, 4) ---------------------------
+
+
+def ids_design(obs):
+    """The FM design of plain MF with biases: one-hot user | one-hot item (004 eq. 2.17, fig. 2.1).
+
+    obs : Observations (I, J), N entries (rows, cols int (N,), values (N,) float). Returns FMDesign
+    with N rows, D = I + J features in the groups ("user", "item"): X values float64 ones, y =
+    obs.values as float64 (N,).
+    Raises ValueError from `FMDesign.from_scipy` when ``obs`` has no entries (N = 0) or a
+    non-finite value. Source: 004_90693a0965f06816.txt eq. 2.17.
+    """
+    from custom_inference.fm_design import FMDesign
+
+    I, J = obs.shape
+    rows, cols = np.asarray(obs.rows), np.asarray(obs.cols)
+    N = rows.size
+    X = sp.coo_matrix((np.ones(2 * N), (np.repeat(np.arange(N), 2), np.column_stack([rows, I + cols]).ravel())),
+                      shape=(N, I + J))
+    group = np.concatenate([np.zeros(I, np.int64), np.ones(J, np.int64)])
+    return FMDesign.from_scipy(X, np.asarray(obs.values, np.float64), group, group_names=("user", "item"))
+
+
+def _fm_mean(post, rows, cols, attrs):
+    """E[y] = w0 + w_u + w_(I+i) + v_u . v_(I+i) on the ids design (004 eq. 2.17)."""
+    I = int(attrs["front_door_n_users"])
+    return (post["w0"][:, None] + post["w"][:, rows] + post["w"][:, I + cols]
+            + _dot(post["V"], post["V"], rows, I + cols))
+
+
+def _fm_runner(solver: str):
+    def run(key, obs, K, *, progress=True, hyper=None, **opts):
+        from custom_inference import fm_mcmc, fm_sgd, vbfm
+        from ppl_models.fm import FMFlatHyper, FMHierHyper
+
+        design = ids_design(obs)
+        if solver == "mcmc-fm":
+            out = fm_mcmc.sample(key, design, K, hyper or FMHierHyper(), progress=progress, keep=fold.MCMC_FM_KEEP, **opts)
+        elif solver == "vbfm":
+            out = vbfm.fit(key, design, K, hyper or FMFlatHyper(), progress=progress, **opts)
+        elif solver == "ovbfm":
+            out = vbfm.fit_svi(key, design, K, hyper or FMFlatHyper(), progress=progress, **opts)
+        else:
+            reg = hyper or fm_sgd.SGDReg()
+            out = fm_sgd.fit(key, design, K, reg, progress=progress, **opts)
+            return _stamp(_idata(out), front_door_n_users=obs.shape[0], **fold.sgd_reg_attrs(reg, design.n_groups, K))
+        return _stamp(_idata(out), front_door_n_users=obs.shape[0])
+
+    return run
+
+
+_register(Adapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior draws (Gibbs)", "004 eq. 2.17",
+                  resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples"))
+_register(Adapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
+                  resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws"))
+_register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
+                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws"))
+#: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.evaluation.ratings_eval.RatingsConfig`
+#: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
+SGD_FM_LEARNING_RATE = 0.01
+_register(Adapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17",
+                  fold_in=fold.sgd_fm, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs"))
+
+
+
+# -- one-class logistic MF: SIBM (seed 002) --------------------------------------------------
+
+
+def _sibm_mean(post, rows, cols, attrs):
+    """p(x_ij = 1 | U, V, z) = sigma(u_i . v_j + z) (002_5408d341cb9fc544.txt eqs. 1-2; the bias
+    columns are in U and V). Its mean over draws from q is the integral that eq. (5) approximates
+    (MacKay); for MAP it is sigma at the point estimate."""
+    return _sigmoid(_dot(post["U"], post["V"], rows, cols) + post["z"][:, None])
+
+
+def _sibm_runner(kind: str):
+    def run(key, obs, K, *, progress=True, hyper=None, **opts):
+        from custom_inference import sibm
+        from ppl_models.sibm import SIBMHyper
+
+        fn = {"vb": sibm.fit, "svi": sibm.fit_svi, "map": sibm.fit_map}[kind]
+        hyper = hyper or SIBMHyper()
+        return _stamp(_idata(fn(key, obs, K, hyper, progress=progress, **opts)), **fold.sibm_hyper_attrs(hyper))
+
+    return run
+
+
+_register(Adapter("sibm", "binary", _sibm_runner("vb"), _sibm_mean, "draws from q (batch VB)", "002 eqs. 1-2, 5",
+                  resumable=True, fold_in=fold.sibm, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws"))
+_register(Adapter("sibm-svi", "binary", _sibm_runner("svi"), _sibm_mean, "draws from q (SVI)", "002 eqs. 1-2, 5",
+                  fold_in=fold.sibm, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws"))
+_register(Adapter("sibm-map", "binary", _sibm_runner("map"), _sibm_mean, "none (point estimate, MAP)",
+                  "002 eqs. 1-2", fold_in=fold.sibm_map, defaults={"n_iter": 200}, resumable=True, iterations="n_iter"))
+
+
+# -- one-class: RG (seed 003), BPR (Rendle et al. 2009) ----------------------------------------
+
+
+def _rg_mean(post, rows, cols, attrs):
+    """p(g = 1 | h = 1, u, v, b) = sigma(u_m . v_n + b_m + b_n) (003_203f63200c0d7157.txt, the like
+    probability of an edge; its mean over draws from q is the integral eq. 19 approximates)."""
+    return _sigmoid(_dot(post["u"], post["v"], rows, cols) + post["b_user"][:, rows] + post["b_item"][:, cols])
+
+
+def _run_rg(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import rg
+    from ppl_models.rg import RGHyper
+
+    return _idata(rg.fit(key, obs, K, hyper or RGHyper(), progress=progress, **opts))
+
+
+_register(Adapter("rg", "binary", _run_rg, _rg_mean, "draws from q (VB over random hidden graphs)", "003 eq. 19",
+                  resumable=True, defaults={"max_iter": 200},
+                  fold_in=("not available: a new user changes the hidden-graph sampler q(H) of every user (its "
+                           "popularity histogram, sec. 4.1), so the items' posterior is not held fixed by the math"), iterations="max_iter", draws="n_draws"))
+
+
+def _bpr_mean(post, rows, cols, attrs):
+    """x_ui = w_u . h_i + b_i (Rendle et al. 2009, BPR-MF score; a ranking score, not a probability)."""
+    return _dot(post["user_factors"], post["item_factors"], rows, cols) + post["item_bias"][:, cols]
+
+
+def _run_bpr(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import bpr
+
+    return _idata(bpr.fit(key, obs, K, hyper, progress=progress, **opts))
+
+
+_register(Adapter("bpr", "binary", _run_bpr, _bpr_mean, "none (point estimate, SGD)", "Rendle et al. 2009 (BPR-MF x_ui)",
+                  defaults={"n_epochs": 50}, resumable=True,
+                  fold_in=fold.bpr, iterations="n_epochs"))
+
+
+# -- counts: NPFM / PPFM (seed 004 ch. 5), PSM (seed 000) --------------------------------------
+
+
+def _pfm_mean(post, rows, cols, attrs):
+    """Poisson rate w0 + w_u + w_(I+i) + sum_k r_k v_uk v_(I+i)k on the one-hot ids design
+    (004_90693a0965f06816.txt eqs. 5.6 (NPFM) / 5.20 (PPFM: r_k = 1))."""
+    I = int(attrs["front_door_n_users"])
+    V = post["V"]
+    pair = _dot(V, V, rows, I + np.asarray(cols), post["r"] if "r" in post else None)
+    return post["w0"][:, None] + post["w"][:, rows] + post["w"][:, I + cols] + pair
+
+
+def _pfm_runner(variant: str):
+    def run(key, obs, K, *, progress=True, hyper=None, checkpoint_every=None, **opts):
+        from custom_inference import pfm
+        from ppl_models.pfm import PFMHyper
+
+        data = pfm.PFMData.from_matrix(obs, zeros="all")
+        keep = ("w0", "w", "V", "delta") + (("r",) if variant == "npfm" else ())  # delta: for fold_in
+        if checkpoint_every is not None:
+            opts["checkpoint_every"] = int(checkpoint_every)
+        idata = pfm.sample(key, data, K, hyper or PFMHyper(), variant=variant, keep=keep, progress=progress, **opts)
+        return _stamp(idata, front_door_n_users=obs.shape[0])
+
+    return run
+
+
+for _variant in ("npfm", "ppfm"):
+    _register(Adapter(_variant, "count", _pfm_runner(_variant), _pfm_mean, "posterior draws (Gibbs)",
+                      "004 eq. 5.6" if _variant == "npfm" else "004 eq. 5.20", resumable=True, fold_in=fold.pfm,
+                      defaults=_GIBBS, iterations="num_samples"))
+
+
+def _psm_mean(post, rows, cols, attrs, *, block_cells: int = 4_000_000):
+    """p(z_j = 1 | o = T, y_i = 1, parameters) = psi_j sigma(x_ij) / sum_j' psi_j' sigma(x_ij'),
+    x_ij = u_i . v_j + b_i + b_j (000_619a0297b9d686b2.txt eq. 5: which item a user picks, given an
+    event of that user); the normaliser runs over all J items per draw and user, in blocks of users
+    (never an I x J array). Its mean over draws from q is what `custom_inference.psm.predictive_probability`
+    approximates with MacKay's probit."""
+    u, v, bu, bv, psi = post["u"], post["v"], post["b_user"], post["b_item"], post["psi"]
+    S, J = v.shape[0], v.shape[1]
+    users, inv = np.unique(rows, return_inverse=True)
+    norm = np.empty((S, users.size))
+    per = max(1, block_cells // max(S * J, 1))
+    for start in range(0, users.size, per):
+        b = users[start:start + per]
+        x = np.matmul(u[:, b], np.swapaxes(v, 1, 2)) + bu[:, b][:, :, None] + bv[:, None, :]
+        norm[:, start:start + per] = np.sum(psi[:, None, :] * _sigmoid(x), axis=2)
+    x = _dot(u, v, rows, cols) + bu[:, rows] + bv[:, cols]
+    return psi[:, cols] * _sigmoid(x) / norm[:, inv.reshape(-1)]
+
+
+def _run_psm(key, obs, K, *, progress=True, hyper=None, **opts):
+    from custom_inference import psm
+    from ppl_models.psm import PSMHyper
+
+    return _idata(psm.fit(key, obs, K, hyper or PSMHyper(), progress=progress, **opts))
+
+
+_register(Adapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
+                  defaults={"max_iter": 100},
+                  fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
+                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws"))
+
+
+# -- scoring forms: each model's mean as a `validation.frontdoor.scoring.LinearScore` ------------------------
+#
+# The same E[y_ui | draw] as each ``_*_mean`` above, declared as
+# link(offset + c_s + a_s[u] + b_s[i] + sum_k w_sk P_s[u, k] Q_s[i, k]) so that `validation.frontdoor.scoring`
+# can score every item of many users with matrix products (one GEMM for the identity link)
+# instead of per-pair gathers. tests/validation/test_scoring.py checks each form against its mean.
+
+
+def _hpf_form(post, attrs):
+    return LinearScore(P=post["theta"], Q=post["beta"])
+
+
+def _sbmf_form(post, attrs):
+    return LinearScore(P=post["U"], Q=post["V"], const=post["mu"], user_bias=post["alpha"], item_bias=post["beta"])
+
+
+def _bpmf_form(post, attrs):
+    return LinearScore(P=post["U"], Q=post["V"], offset=float(attrs.get("front_door_offset", 0.0)))
+
+
+def _fm_form(post, attrs):
+    I = int(attrs["front_door_n_users"])
+    V, w = post["V"], post["w"]
+    return LinearScore(P=V[:, :I], Q=V[:, I:], const=post["w0"], user_bias=w[:, :I], item_bias=w[:, I:])
+
+
+def _sibm_form(post, attrs):
+    return LinearScore(P=post["U"], Q=post["V"], const=post["z"], link="sigmoid")
+
+
+def _rg_form(post, attrs):
+    return LinearScore(P=post["u"], Q=post["v"], user_bias=post["b_user"], item_bias=post["b_item"], link="sigmoid")
+
+
+def _bpr_form(post, attrs):
+    return LinearScore(P=post["user_factors"], Q=post["item_factors"], item_bias=post["item_bias"])
+
+
+def _pfm_form(post, attrs):
+    I = int(attrs["front_door_n_users"])
+    V, w = post["V"], post["w"]
+    return LinearScore(P=V[:, :I], Q=V[:, I:], const=post["w0"], user_bias=w[:, :I], item_bias=w[:, I:],
+                       weight=post.get("r"))
+
+
+def _psm_form(post, attrs):
+    return LinearScore(P=post["u"], Q=post["v"], user_bias=post["b_user"], item_bias=post["b_item"], link="psm",
+                       psi=post["psi"])
+
+
+#: adapter mean function -> form maker ``(posterior, attrs) -> LinearScore``; an adapter whose mean is
+#: not here (a user's own model) is scored by `validation.frontdoor.scoring` through its mean, in chunks.
+SCORE_FORMS = {_hpf_mean: _hpf_form, _sbmf_mean: _sbmf_form, _bpmf_mean: _bpmf_form, _fm_mean: _fm_form,
+               _sibm_mean: _sibm_form, _rg_mean: _rg_form, _bpr_mean: _bpr_form, _pfm_mean: _pfm_form,
+               _psm_mean: _psm_form}
+
+
+def _hpf_q_form(idata, attrs):
+    """E_q[theta_u . beta_i] = E_q[theta_u] . E_q[beta_i] = sum_k (gamma_shp / gamma_rte)_uk (lambda_shp / lambda_rte)_ik:
+    exact under HPF's mean-field q (theta and beta independent Gammas; 001_30a2018ec18c20b9.txt, the
+    CAVI's q(theta_uk) = Gamma(gamma_uk), q(beta_ik) = Gamma(lambda_ik)), as one draw; the mean over
+    the stored draws from q is a Monte Carlo estimate of it."""
+    from custom_inference import arviz_io
+
+    vp = arviz_io.group_arrays(idata, "variational_parameters")
+    theta = np.asarray(vp["gamma_shape"], np.float64) / np.asarray(vp["gamma_rate"], np.float64)
+    beta = np.asarray(vp["lambda_shape"], np.float64) / np.asarray(vp["lambda_rate"], np.float64)
+    return LinearScore(P=theta[None], Q=beta[None])
+
+
+#: adapter name -> ``(idata, attrs) -> LinearScore`` of the posterior mean in closed form under the fit's
+#: q (`validation.frontdoor.scoring`'s ``means="q"``); only where q makes it exact.
+Q_MEAN_FORMS = {"hpf": _hpf_q_form}
+
+
+# -- observation models: the likelihood of one observed entry and draws of a new one (issue 24) ------
+#
+# Each model's likelihood of an observed entry y_ui given one posterior draw, from its generative
+# program in `ppl_models`, as used by `validation.frontdoor.api_arviz` (pointwise ``log_likelihood``, ``observed_data``,
+# ``posterior_predictive``) and by `validation.frontdoor.scoring.predict(kind="observation")`. The observations are
+# the N entries the front door fitted (count and one-class models drop zeros, so: the non-zero counts,
+# the positives); where a program's likelihood also has terms for the unobserved cells (Poisson and
+# Bernoulli over the full I x J matrix, PSM's censored events), those terms are left out: they hold no
+# observed value, and `az.compare` needs every model scored on the same N observations.
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """The observation model of one entry y_ui given one posterior draw.
+
+    family : ``"poisson"`` (rate = the adapter's mean), ``"normal"`` (mean = the adapter's mean,
+    precision ``precision(post, attrs)`` (S,)), ``"bernoulli"`` (logit = the identity-link score of the
+    adapter's `LinearScore`; the observed entries are the positives, y = 1) or ``"psm-events"`` (PSM:
+    D_ui observed events, each with log pi_u + log psi_i + log sigma(x_ui)).
+    precision : for "normal", ``(post, attrs) -> (S,) float64`` noise precision per draw, or the string
+    ``"plug-in"`` (a point estimate without a noise model: 1 / the mean squared training residual).
+    terms : which terms of the program's likelihood are included (stored in the group's attrs).
+    source : seed file and equation of the likelihood.
+    predictive : whether new observations can be drawn (else ``no_predictive`` says why).
+    Raises nothing (a record). Source: project addition (issue 24); each entry of `LIKELIHOODS` names
+    its seed equation.
+    """
+
+    family: str
+    terms: str
+    source: str
+    precision: Any = None
+    predictive: bool = True
+    no_predictive: str = ""
+
+
+def _sbmf_precision(post, attrs):
+    return np.asarray(post["tau"], np.float64).reshape(-1)
+
+
+def _fm_precision(post, attrs):
+    return np.asarray(post["alpha"], np.float64).reshape(-1)
+
+
+def _bpmf_precision(post, attrs):
+    from ppl_models.bpmf import BPMFHyper
+
+    S = next(iter(post.values())).shape[0]
+    return np.full(S, float(attrs.get("front_door_alpha", BPMFHyper().alpha)))
+
+
+_POISSON_TERMS = ("log Poisson(y_ui | rate_ui) of the N observed (non-zero) counts; the program's terms of the "
+                  "unobserved zero cells, -rate_ui, are left out")
+_BERNOULLI_TERMS = ("log Bernoulli(y_ui = 1 | sigma(logit_ui)) = log sigma(logit_ui) of the N observed positives; "
+                    "the program's terms log(1 - sigma) of the unobserved cells are left out")
+_NORMAL_TERMS = "log Normal(y_ui | mean_ui, 1 / precision) of the N observed ratings (all of the program's terms)"
+
+#: adapter name -> its `Likelihood`; a model without an entry (BPR, a user's own adapter) has no
+#: pointwise likelihood (`likelihood_of` says why).
+LIKELIHOODS: dict[str, Likelihood] = {
+    "hpf": Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)"),
+    "hpf-gibbs": Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)"),
+    "npfm": Likelihood("poisson", _POISSON_TERMS, "004_90693a0965f06816.txt eq. 5.6: y ~ Poisson(lambda(x))"),
+    "ppfm": Likelihood("poisson", _POISSON_TERMS, "004_90693a0965f06816.txt eq. 5.20: y ~ Poisson(lambda(x))"),
+    "sbmf": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eqs. 3.1-3.2: r ~ N(mu + alpha_i + beta_j + u_i . v_j, 1/tau)",
+                       precision=_sbmf_precision),
+    "bpmf": Likelihood("normal", _NORMAL_TERMS + " (precision alpha fixed by the hyperparameters)",
+                       "004_90693a0965f06816.txt eq. 2.9: r ~ N(u_i . v_j, 1/alpha) (ratings centred at their training mean)",
+                       precision=_bpmf_precision),
+    "mcmc-fm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 2.22: y ~ N(yhat(x), 1/alpha)",
+                          precision=_fm_precision),
+    "vbfm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
+                       precision=_fm_precision),
+    "ovbfm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
+                        precision=_fm_precision),
+    "sgd-fm": Likelihood("normal", _NORMAL_TERMS + "; SGD fits no noise model: the precision is the plug-in "
+                         "1 / (mean squared training residual) at the point estimate",
+                         "004_90693a0965f06816.txt eq. 2.22 (Gaussian FM likelihood; plug-in precision)",
+                         precision="plug-in"),
+    **{name: Likelihood("bernoulli", _BERNOULLI_TERMS,
+                        "002_5408d341cb9fc544.txt eqs. 1-2: x_ij ~ Bernoulli(sigma(u_i . v_j + z))")
+       for name in ("sibm", "sibm-svi", "sibm-map")},
+    "rg": Likelihood("bernoulli", _BERNOULLI_TERMS.replace("unobserved cells", "unobserved cells (and the hidden "
+                     "graph's unliked edges)"), "003_203f63200c0d7157.txt: g_mn ~ Bernoulli(sigma(u_m . v_n + b_m + b_n)) "
+                     "on the edges of the hidden graph"),
+    "psm": Likelihood("psm-events", "D_ui (log pi_u + log psi_i + log sigma(x_ui)) for the D_ui observed events of each "
+                      "entry (who, which item, observed); the censored-events factor D' log p(o = F) couples every "
+                      "cell and is left out", "000_619a0297b9d686b2.txt eqs. 1-5 (ppl_models.psm: y ~ Cat(pi), "
+                      "z ~ Cat(psi), o ~ Bernoulli(sigma(x)))", predictive=False,
+                      no_predictive="PSM models who and which item each event is, given the number of events, not a "
+                      "count per entry: there is no draw of a new y_ui"),
+}
+
+#: why a registered model has no `Likelihood`.
+NO_LIKELIHOOD = {"bpr": "BPR's criterion (Rendle et al. 2009) is a likelihood of pairwise orders "
+                        "p(i >_u j) = sigma(x_ui - x_uj), not of single entries: it has no pointwise log-likelihood "
+                        "and no observation model to draw a new y_ui from"}
+
+
+def likelihood_of(name: str) -> Likelihood:
+    """The `Likelihood` of the registered model ``name``.
+
+    Returns the entry of `LIKELIHOODS`. Raises ValueError naming the reason for a model without one
+    (BPR: `NO_LIKELIHOOD`; a user's own adapter). Source: project addition (issue 24); each entry's
+    ``source`` names its seed equation.
+    """
+    if name in LIKELIHOODS:
+        return LIKELIHOODS[name]
+    raise ValueError(f"{name}: no pointwise likelihood: "
+                     f"{NO_LIKELIHOOD.get(name, 'its adapter declares no observation model (LIKELIHOODS)')}")
+
+
+def _linear_predictor(fitted, post, attrs, rows, cols, *, identity: bool):
+    """(S, M) float64: the adapter's mean (``identity=False``) or its score before the link (logit)."""
+    import dataclasses
+
+    form = SCORE_FORMS[fitted.adapter.mean](post, attrs)
+    if identity:
+        form = dataclasses.replace(form, link="identity", psi=None)
+    return form.pair_draws(rows, cols)
+
+
+def _log_sigmoid(x):
+    return -np.logaddexp(0.0, -x)
+
+
+def plug_in_precision(fitted, post, attrs, *, chunk: int = 65536) -> float:
+    """1 / (mean squared training residual) at the point estimate (SGD-FM's plug-in noise precision).
+
+    fitted : `validation.frontdoor.api.FittedModel` (its ``seen`` entries, N); post / attrs as in `_form`.
+    Returns a float (> 0; 1e12 when the residuals are all zero). Work: chunks of ``chunk`` entries.
+    Raises nothing of its own. Source: project addition (the Gaussian MLE of the noise variance).
+    """
+    seen = fitted.seen.tocoo()
+    sq, n = 0.0, seen.nnz
+    for a in range(0, n, chunk):
+        r, c = seen.row[a:a + chunk].astype(np.int64), seen.col[a:a + chunk].astype(np.int64)
+        mu = _linear_predictor(fitted, post, attrs, r, c, identity=False)
+        sq += float(np.sum((seen.data[a:a + chunk][None, :] - mu) ** 2)) / mu.shape[0]
+    mse = sq / max(n, 1)
+    return 1.0 / mse if mse > 0 else 1e12
+
+
+def log_likelihood(fitted, post, attrs, rows, cols, y, *, precision=None):
+    """Pointwise log-likelihood of observed entries, per posterior draw.
+
+    fitted : `validation.frontdoor.api.FittedModel`; post : dict name -> (S, ...) draws; attrs : posterior attrs;
+    rows, cols : (M,) int64 positions; y : (M,) float64 observed values (counts, ratings, 1 for
+    one-class positives, event counts D_ui for PSM); precision : (S,) noise precision for "normal"
+    models (default: the `Likelihood`'s own; `plug_in_precision` for SGD-FM).
+    Returns an (S, M) float64 array of log p(y_m | draw s) (`Likelihood.terms` says which terms).
+    Raises ValueError for a model without a likelihood (`likelihood_of`).
+    Source: each model's `LIKELIHOODS` entry (Poisson: y log rate - rate - log y!; Normal:
+    -0.5 log(2 pi / prec) - 0.5 prec (y - mean)^2; Bernoulli: log sigma(logit)).
+    """
+    from scipy.special import gammaln
+
+    lik = likelihood_of(fitted.model)
+    y = np.asarray(y, np.float64)[None, :]
+    if lik.family == "poisson":
+        rate = _linear_predictor(fitted, post, attrs, rows, cols, identity=False)
+        return y * np.log(rate) - rate - gammaln(y + 1.0)
+    if lik.family == "normal":
+        mu = _linear_predictor(fitted, post, attrs, rows, cols, identity=False)
+        prec = _precision(fitted, lik, post, attrs, mu.shape[0]) if precision is None else precision
+        prec = np.asarray(prec, np.float64)[:, None]
+        return 0.5 * (np.log(prec) - np.log(2.0 * np.pi)) - 0.5 * prec * (y - mu) ** 2
+    if lik.family == "bernoulli":
+        x = _linear_predictor(fitted, post, attrs, rows, cols, identity=True)
+        return y * _log_sigmoid(x) + (1.0 - y) * _log_sigmoid(-x)
+    # psm-events: D (log pi_u + log psi_i + log sigma(x_ui))
+    x = _linear_predictor(fitted, post, attrs, rows, cols, identity=True)
+    return y * (np.log(post["pi"][:, rows]) + np.log(post["psi"][:, cols]) + _log_sigmoid(x))
+
+
+def _precision(fitted, lik, post, attrs, S):
+    if lik.precision == "plug-in":
+        return np.full(S, plug_in_precision(fitted, post, attrs))
+    return lik.precision(post, attrs)
+
+
+def observation_draws(fitted, post, attrs, rows, cols, rng, *, reps: int = 1, precision=None):
+    """Draws of a new observation y_ui from the model's observation model, ``reps`` per posterior draw.
+
+    fitted, post, attrs, rows, cols as in `log_likelihood`; rng : numpy Generator; reps : int >= 1.
+    Returns an (S * reps, M) float64 array (draw-major: the reps of draw 0 first): Poisson counts,
+    Normal ratings (in the fitted units) or Bernoulli 0/1 values.
+    Raises ValueError for a model without a likelihood or without a predictive (PSM: `Likelihood.no_predictive`).
+    Source: each model's `LIKELIHOODS` entry.
+    """
+    lik = likelihood_of(fitted.model)
+    if not lik.predictive:
+        raise ValueError(f"{fitted.model}: no draws of a new observation: {lik.no_predictive}")
+    mu = _linear_predictor(fitted, post, attrs, rows, cols, identity=False)
+    S, M = mu.shape
+    if lik.family == "normal":
+        prec = np.asarray(_precision(fitted, lik, post, attrs, S) if precision is None else precision, np.float64)
+        sd = np.repeat(1.0 / np.sqrt(prec), reps)[:, None]
+    mu = np.repeat(mu, reps, axis=0)
+    if lik.family == "poisson":
+        return rng.poisson(mu).astype(np.float64)
+    if lik.family == "normal":
+        return mu + sd * rng.standard_normal(mu.shape)
+    return (rng.random(mu.shape) < mu).astype(np.float64)  # bernoulli: mu is the probability

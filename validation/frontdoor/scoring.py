@@ -1,0 +1,694 @@
+"""The scoring engine behind `FittedModel.recommend` and `FittedModel.predict`: fast, and bounded in
+memory by a stated number of bytes.
+
+What is computed is unchanged: a score is the mean over the S stored posterior draws (chains
+stacked; draws from q for VI, kept sweeps for samplers, one point for MAP / SGD) of
+E[y_ui | draw s], the adapter's ``mean`` of `validation.frontdoor.api_models`, and its sd is the sd over those
+draws (ddof 1). How it is computed:
+
+* Every registered model's E[y_ui | draw s] is ``link(x_s(u, i))`` with a score linear in each
+  factor (a `LinearScore`, declared beside each adapter's mean in `validation.frontdoor.api_models`)::
+
+      x_s(u, i) = offset + c_s + a_s[u] + b_s[i] + sum_k w_sk P_s[u, k] Q_s[i, k]
+
+  link identity (HPF, HPF Gibbs, SBMF, BPMF, the FMs, BPR, NPFM / PPFM), sigmoid (SIBM, RG) or the
+  PSM choice probability psi_s[i] sigmoid(x) / sum_j psi_s[j] sigmoid(x_s(u, j)).
+* With the identity link the mean over the S draws of every item for a chunk of U users is one
+  matrix product, (U, S K) @ (S K, J) / S, plus the means of the biases: no per-draw scores at all.
+  The result equals the mean of the stored per-draw values up to float rounding (summation order).
+  (For HPF CAVI, E_q[theta] E_q[beta] would be the exact mean under q with no draws at all; it is
+  not used, so that the score stays "the mean over the stored draws", the same number as before.)
+* Other links need per-draw scores: they are made for a chunk of users x a chunk of draws at a
+  time (batched matrix products), passed through the link in place and summed.
+* `recommend` needs the sd only of the N items it returns: it is computed from per-draw values of
+  those U x N pairs only. `predict` computes the per-draw values of its M pairs in chunks of pairs
+  and reduces each chunk to mean, sd and the interval before the next.
+* A model without a `LinearScore` (a user's own adapter) is scored through its adapter's ``mean``
+  on chunks of (user, item) pairs.
+
+Memory bound: every temporary array the engine makes (gathered factors, copies, per-draw scores,
+accumulators, quantile work space) is planned by `plan_items` / `plan_pairs` so that the planned
+bytes of the arrays alive at once stay at or under ``max_bytes`` (default `MAX_BYTES`, 256 MiB). Not
+counted: the posterior itself (already in memory), the returned DataFrame and its (M,) / (U N,)
+columns, the (U,) / (J,) index arrays, and the constant overhead of numpy / BLAS / pandas; for an
+adapter without a `LinearScore` the engine also cannot see inside its ``mean`` and plans with an
+estimate of (2 K + 6) float64 per pair and draw. `plan_items` raises when even one user and one
+draw do not fit (the message gives the bytes needed).
+
+Source: project addition (issue 24: scoring at the speed of the peers, in bounded memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["LinearScore", "MAX_BYTES", "ItemsPlan", "plan_items", "plan_pairs", "items_bytes", "pairs_bytes",
+           "recommend", "predict", "iter_item_scores", "KINDS", "OBSERVATION_DRAWS"]
+
+#: Default bound, in bytes, on the engine's temporary arrays alive at once (see the module docstring).
+MAX_BYTES = 256 * 2**20
+
+LINKS = ("identity", "sigmoid", "psm", "adapter")
+_F8 = 8  # bytes of a float64
+
+
+@dataclass(frozen=True)
+class LinearScore:
+    """E[y_ui | draw s] = link(x_s(u, i)) with
+    ``x_s(u, i) = offset + const[s] + user_bias[s, u] + item_bias[s, i] + sum_k weight[s, k] P[s, u, k] Q[s, i, k]``.
+
+    P : (S, I, K) user factors; Q : (S, J, K) item factors (any real dtype; views are fine);
+    const : (S,) or None; user_bias : (S, I) or None; item_bias : (S, J) or None; weight : (S, K)
+    or None (1); offset : float added to every score (e.g. BPMF's training mean).
+    link : ``"identity"``, ``"sigmoid"`` (0.5 (1 + tanh(x / 2))) or ``"psm"``:
+    psi[s, i] sigmoid(x) / sum_j psi[s, j] sigmoid(x_s(u, j)), the sum over all J items.
+    psi : (S, J), needed for ``"psm"`` only.
+
+    Declared per model in `validation.frontdoor.api_models` (``SCORE_FORMS``), next to the adapter's mean it
+    must equal (tested in tests/validation/test_scoring.py). Source: project addition (issue 24).
+    """
+
+    P: np.ndarray
+    Q: np.ndarray
+    const: np.ndarray | None = None
+    user_bias: np.ndarray | None = None
+    item_bias: np.ndarray | None = None
+    weight: np.ndarray | None = None
+    offset: float = 0.0
+    link: str = "identity"
+    psi: np.ndarray | None = None
+
+    @property
+    def n_draws(self) -> int:
+        return int(self.P.shape[0])
+
+    @property
+    def K(self) -> int:
+        return int(self.P.shape[-1])
+
+    def pair_draws(self, rows: np.ndarray, cols: np.ndarray, norm: np.ndarray | None = None, *,
+                   block_bytes: int | None = None) -> np.ndarray:
+        """E[y | draw s] for M (row, col) pairs: an (S, M) float64 array.
+
+        rows, cols : (M,) int indices of users and items. norm : (S, M) float64, the PSM normaliser
+        sum_j psi_sj sigmoid(x_s(row_m, j)) of each pair's user (link ``"psm"`` only; required there).
+        Memory: the result, three (S, M) temporaries and `api_models._dot`'s blocks (``block_bytes``).
+        Raises ValueError when the link is ``"psm"`` and ``norm`` is missing. Source: project addition.
+        """
+        from validation.frontdoor.api_models import DOT_BLOCK_BYTES, _dot
+
+        x = _dot(self.P, self.Q, rows, cols, self.weight, block_bytes=block_bytes or DOT_BLOCK_BYTES)
+        if self.const is not None:
+            x += np.asarray(self.const, dtype=np.float64)[:, None]
+        if self.user_bias is not None:
+            x += self.user_bias[:, rows]
+        if self.item_bias is not None:
+            x += self.item_bias[:, cols]
+        if self.offset:
+            x += float(self.offset)
+        if self.link == "identity":
+            return x
+        _sigmoid_(x)
+        if self.link == "sigmoid":
+            return x
+        if norm is None:
+            raise ValueError("pair_draws: link 'psm' needs norm (S, M), the normaliser of each pair's user")
+        x *= self.psi[:, cols]
+        x /= norm
+        return x
+
+
+def _sigmoid_(x: np.ndarray) -> np.ndarray:
+    """0.5 (1 + tanh(x / 2)) in place (the formula of `api_models._sigmoid`, no temporaries)."""
+    x *= 0.5
+    np.tanh(x, out=x)
+    x += 1.0
+    x *= 0.5
+    return x
+
+
+# ------------------------------------------------------------------------------------------
+# the chunk planner (pure functions of the sizes)
+
+
+class ItemsPlan(NamedTuple):
+    """users : users per chunk (>= 1); draws : draws per chunk (>= 1); bytes : planned peak bytes of
+    one chunk's temporaries (`items_bytes` at these sizes), <= the ``max_bytes`` it was planned for."""
+
+    users: int
+    draws: int
+    bytes: int
+
+
+def items_bytes(link: str, users: int, draws: int, *, n_items: int, n_draws: int, K: int, N: int = 10) -> int:
+    """Planned bytes of the temporaries alive at once while scoring every item for a chunk of
+    ``users`` users, ``draws`` draws at a time (`recommend`'s first pass), all float64:
+
+    identity : J d K (item factors of d draws, laid out (J, d K)) + 2 U d K (user factors: the
+        gather and its (U, d K) layout) + 2 U J (the running sum and one product) + S U (a user-bias
+        gather) + 4 J (top-N work space of one user) + U N (the chosen scores).
+    sigmoid, psm : d U J (per-draw scores, link applied in place) + d J K (the item factors in
+        float64 when stored in another dtype) + 2 d U K (gathered user factors) + 2 U J (running sum
+        and the sum over the chunk's draws) + 2 S U (user-bias gather; PSM's normalisers of the
+        chunk's users, kept for the sd) + 4 J + U N.
+    adapter : 2 U J (the means and one user's pair indices) + 4 J + U N + (2 K + 12) S (at least
+        one pair of the adapter's own mean; the pairs get what is left, `plan_pairs`); d is S.
+
+    Arguments are the sizes (ints >= 1; ``n_items`` = J, ``n_draws`` = S). Returns int bytes.
+    Raises ValueError for an unknown link. Source: project addition (issue 24).
+    """
+    U, d, J, S = int(users), int(draws), int(n_items), int(n_draws)
+    tail = 4 * J + U * max(int(N), 0)
+    if link == "identity":
+        cells = J * d * K + 2 * U * d * K + 2 * U * J + S * U + tail
+    elif link in ("sigmoid", "psm"):
+        cells = d * U * J + d * J * K + 2 * d * U * K + 2 * U * J + 2 * S * U + tail
+    elif link == "adapter":
+        cells = 2 * U * J + tail + (2 * K + 12) * S
+    else:
+        raise ValueError(f"link must be one of {LINKS}, got {link!r}")
+    return _F8 * cells
+
+
+def pairs_bytes(pairs: int, *, n_draws: int, K: int, block_bytes: int) -> int:
+    """Planned bytes while turning ``pairs`` (user, item) pairs of a `LinearScore` into per-draw
+    values and their statistics: 6 (S, m) float64 arrays (the values, a bias gather, and the mean,
+    std and quantile work space) plus ``block_bytes`` for `api_models._dot`'s gathered blocks
+    (an adapter's own mean is planned at (2 K + 12) S float64 per pair instead: `plan_pairs`).
+    Returns int bytes. Raises TypeError / ValueError for arguments that are not integers.
+    Source: project addition (issue 24).
+    """
+    return _F8 * 6 * int(n_draws) * int(pairs) + int(block_bytes)
+
+
+def plan_pairs(n_pairs: int, *, n_draws: int, K: int, max_bytes: int, adapter: bool = False) -> tuple[int, int]:
+    """Pairs per chunk and `_dot`'s block bytes for per-draw values of ``n_pairs`` pairs under ``max_bytes``.
+
+    Returns (pairs per chunk >= 1, block_bytes) with ``pairs_bytes(pairs, ...) <= max_bytes`` (for
+    ``adapter=True``, an adapter's own mean: (2 K + 12) S float64 per pair instead, its internals
+    estimated). The chunk is never larger than ``n_pairs`` (at least 1).
+    Raises ValueError when one pair does not fit (the message names the bytes needed).
+    Source: project addition (issue 24).
+    """
+    S, K, n = int(n_draws), int(K), max(int(n_pairs), 1)
+    if adapter:
+        per = _F8 * (2 * K + 12) * S
+        m = min(n, int(max_bytes) // per)
+        if m < 1:
+            raise ValueError(f"max_bytes={max_bytes} is too small: one pair of this model needs {per} bytes")
+        return m, 0
+    least = 3 * _F8 * max(K, 1)  # one draw and one pair per `_dot` block
+    block = int(min(32 * 2**20, max(int(max_bytes) // 4, least)))  # a quarter for `_dot`, at most 32 MiB
+    m = min(n, (int(max_bytes) - block) // (_F8 * 6 * S))
+    if m < 1:  # too tight for a quarter: the smallest blocks
+        block = least
+        m = min(n, (int(max_bytes) - block) // (_F8 * 6 * S))
+    if m < 1:
+        raise ValueError(f"max_bytes={max_bytes} is too small: one pair needs "
+                         f"{pairs_bytes(1, n_draws=S, K=K, block_bytes=least)} bytes")
+    return int(m), block
+
+
+def plan_items(link: str, *, n_users: int, n_items: int, n_draws: int, K: int, max_bytes: int,
+               N: int = 10) -> ItemsPlan:
+    """Chunk sizes for scoring every item of ``n_users`` users under ``max_bytes`` (`items_bytes`).
+
+    identity : as many draws per chunk as keep the item factors' (J, d K) layout within half of
+    ``max_bytes`` (a long inner dimension is what makes the product fast), then as many users as
+    fit; fewer draws if not even one user fits. sigmoid / psm : all draws if at least
+    min(n_users, 64) users fit with them, else min(n_users, 64) users (fewer if needed) and as many
+    draws as fit. adapter : as many users as fit with all draws, one draw count (S) only.
+    Returns an `ItemsPlan` with 1 <= users <= max(n_users, 1), 1 <= draws <= n_draws and
+    ``bytes = items_bytes(...) <= max_bytes``.
+    Raises ValueError when one user and one draw do not fit (the message gives the bytes needed),
+    or for an unknown link. Source: project addition (issue 24).
+    """
+    I, J, S, K = max(int(n_users), 1), int(n_items), max(int(n_draws), 1), int(K)
+    cost = lambda u, d: items_bytes(link, u, d, n_items=J, n_draws=S, K=K, N=N)  # noqa: E731
+    if cost(1, 1) > max_bytes:
+        raise ValueError(f"max_bytes={max_bytes} is too small for this model: scoring one user needs "
+                         f"{cost(1, 1)} bytes (n_items={J}, n_draws={S}, K={K})")
+
+    def most_users(d):
+        lo, hi = 0, I  # largest u in [0, I] with cost(u, d) <= max_bytes (cost grows with u)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if cost(mid, d) <= max_bytes else (lo, mid - 1)
+        return lo
+
+    def most_draws(u):
+        lo, hi = 0, S
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if cost(u, mid) <= max_bytes else (lo, mid - 1)
+        return lo
+
+    if link == "identity":
+        d = max(1, min(S, (int(max_bytes) // 2) // max(_F8 * J * max(K, 1), 1)))
+        while d > 1 and most_users(d) < 1:
+            d = max(1, d // 2)
+        u = most_users(d)
+    elif link in ("sigmoid", "psm"):
+        want = min(I, 64)
+        u = most_users(S)
+        if u >= want:
+            d = S
+        else:
+            u = max(1, min(want, most_users(1)))
+            d = max(1, most_draws(u))
+    elif link == "adapter":
+        d, u = S, most_users(S)
+    else:  # pragma: no cover (cost() raised above)
+        raise ValueError(f"link must be one of {LINKS}, got {link!r}")
+    u = max(1, u)
+    return ItemsPlan(int(u), int(d), int(cost(u, d)))
+
+
+# ------------------------------------------------------------------------------------------
+# the fitted model's scoring form
+
+
+def _form(fitted) -> tuple[Any, dict, dict]:
+    """(LinearScore or None, posterior dict name -> (S, ...) array, posterior attrs) of a fitted model."""
+    from validation.frontdoor import api
+
+    api._ensure_adapters()
+    from validation.frontdoor.api_models import SCORE_FORMS
+
+    post = api._posterior(fitted.idata)
+    attrs = dict(fitted.idata.posterior.attrs)
+    maker = SCORE_FORMS.get(fitted.adapter.mean)
+    return (maker(post, attrs) if maker is not None else None), post, attrs
+
+
+MEANS = ("draws", "q")
+
+
+def _q_form(fitted, attrs) -> LinearScore:
+    """The closed-form posterior mean under q of a fitted model (``means="q"``), checked against its shape."""
+    from validation.frontdoor.api_models import Q_MEAN_FORMS
+
+    if fitted.model not in Q_MEAN_FORMS:
+        raise ValueError(f"means='q': model {fitted.model!r} has no closed-form mean under its q; models that "
+                         f"have one: {', '.join(Q_MEAN_FORMS)} (use means='draws')")
+    if "variational_parameters" not in fitted.idata.groups():
+        raise ValueError(f"means='q': this {fitted.model!r} fit carries no variational_parameters group "
+                         "(q's parameters); use means='draws'")
+    form = Q_MEAN_FORMS[fitted.model](fitted.idata, attrs)
+    if (form.P.shape[1], form.Q.shape[1]) != tuple(fitted.shape):
+        raise ValueError(f"means='q': q's parameters cover {form.P.shape[1]} users x {form.Q.shape[1]} items, "
+                         f"the model {fitted.shape[0]} x {fitted.shape[1]}; use means='draws'")
+    return form
+
+
+def _n_draws_K(post: dict) -> tuple[int, int]:
+    first = next(iter(post.values()))
+    K = max([v.shape[-1] for v in post.values() if v.ndim >= 3] or [1])
+    return int(first.shape[0]), int(K)
+
+
+def _item_means(form: LinearScore, rows: np.ndarray, plan: ItemsPlan, item_bias_mean: np.ndarray | None,
+                const_mean: float):
+    """(U, J) float64 mean over draws of E[y | draw] for every item of the users ``rows``; for PSM also
+    the (S, U) normalisers (else None)."""
+    S, J, U = form.n_draws, form.Q.shape[1], rows.size
+    d = plan.draws
+    norm = np.empty((S, U)) if form.link == "psm" else None
+    acc = None
+    for s0 in range(0, S, d):
+        s1 = min(S, s0 + d)
+        if form.link == "identity":
+            Pg = form.P[s0:s1][:, rows].astype(np.float64)  # (d, U, K)
+            if form.weight is not None:
+                Pg *= np.asarray(form.weight[s0:s1], dtype=np.float64)[:, None, :]
+        if form.link == "identity" and U <= form.K and form.Q.dtype == np.float64:
+            # few users: per-draw matrix-vector products read the item factors in place (no copy);
+            # the (d, J, U) result is at most the (J, d K) copy the planner counted
+            part = np.matmul(form.Q[s0:s1], np.swapaxes(Pg, 1, 2)).sum(axis=0).T
+            del Pg
+        elif form.link == "identity":
+            Qc = np.empty((J, s1 - s0, form.K))  # (J, d K): the item factors of these draws side by side
+            Qc[...] = np.swapaxes(form.Q[s0:s1], 0, 1)
+            Pc = np.ascontiguousarray(np.swapaxes(Pg, 0, 1)).reshape(U, -1)
+            del Pg
+            part = Pc @ Qc.reshape(J, -1).T
+            del Pc, Qc
+        else:
+            x = _sigmoid_scores(form, rows, s0, s1)  # (d, U, J)
+            if form.link == "psm":
+                norm[s0:s1] = x.sum(axis=2)
+                x /= norm[s0:s1][:, :, None]
+            part = x.sum(axis=0)
+            del x
+        if acc is None:
+            acc = part
+        else:
+            acc += part
+        del part
+    if form.link == "identity":
+        acc /= S
+        if form.user_bias is not None:
+            acc += form.user_bias[:, rows].mean(axis=0)[:, None]
+        if item_bias_mean is not None:
+            acc += item_bias_mean[None, :]
+        acc += const_mean + float(form.offset)
+    else:
+        acc /= S
+    return acc, norm
+
+
+def _top(score: np.ndarray, N: int, seen: np.ndarray | None) -> np.ndarray:
+    """Indices of the top min(N, #finite) items of one user's (J,) scores, ordered by score
+    descending, ties by the lower item index: the first entries of np.argsort(-score, kind="stable")
+    among the finite scores (seen items get -inf), found with a partition instead of a full sort."""
+    neg = -score  # a copy
+    if seen is not None and seen.size:
+        neg[seen] = np.inf
+    neg[~np.isfinite(neg)] = np.inf  # -inf and NaN scores are never recommended
+    n = min(int(N), int(np.count_nonzero(np.isfinite(neg))))
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if n < neg.size:
+        kth = np.partition(neg, n - 1)[n - 1]
+        cand = np.flatnonzero(neg <= kth)  # ascending item index, holds the whole top n and its ties
+    else:
+        cand = np.arange(neg.size)
+    return cand[np.argsort(neg[cand], kind="stable")[:n]]
+
+
+def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_bytes: int = MAX_BYTES,
+              means: str = "draws") -> pd.DataFrame:
+    """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
+
+    fitted : `validation.frontdoor.api.FittedModel`; users : one id or a list of original user ids (U users);
+    N : int >= 1 items per user; exclude_seen : leave out each user's training items (default True);
+    max_bytes : bound on the engine's temporary arrays alive at once (default `MAX_BYTES`, 256 MiB;
+    what is and is not counted: module docstring).
+    means : ``"draws"`` (default: the score is the mean over the stored draws, as before issue 24) or
+    ``"q"``: the exact posterior mean under the fit's q where q gives it in closed form (HPF CAVI:
+    E_q[theta_u] . E_q[beta_i], no draws; `api_models.Q_MEAN_FORMS`); the draws' mean is a Monte Carlo
+    estimate of that number (sd / sqrt(S) apart). The sd is always over the draws.
+    Returns a DataFrame, one row per (user, rank), users in the order given: user, rank (int, 1..n),
+    item (original id), score (float, posterior mean of E[y_ui] as ``means`` says, in the units
+    of the fitted values), sd (float, its posterior sd over the draws, ddof 1; 0 with one draw);
+    n = min(N, number of items with a finite score, seen items excluded when asked). Items are
+    ordered by score descending, ties by their position in ``fitted.item_ids``.
+    Work: per user, S J K multiply-adds (one matrix product for linear scores), then S N K for the sd
+    of the N chosen items; never an I x J array, and per chunk of users at most ``max_bytes``.
+    Raises ValueError for N < 1, a ``max_bytes`` too small for one user (`plan_items`) or ``means="q"``
+    for a model without a closed form; KeyError for an unknown user id. Source: project addition
+    (issue 24); the scores are the adapters' means (`validation.frontdoor.api_models`).
+    """
+    if isinstance(users, (str, int, np.integer)):
+        users = [users]
+    users = list(users)
+    if isinstance(N, bool) or int(N) != N or N < 1:
+        raise ValueError(f"N must be an integer >= 1, got {N!r}")
+    N = int(N)
+    if means not in MEANS:
+        raise ValueError(f"means must be one of {MEANS}, got {means!r}")
+    rows = fitted._index(users, "user")
+    form, post, attrs = _form(fitted)
+    S, K = (form.n_draws, form.K) if form is not None else _n_draws_K(post)
+    J = len(fitted.item_ids)
+    link = form.link if form is not None else "adapter"
+    score_form = _q_form(fitted, attrs) if means == "q" else form
+    plan = plan_items(score_form.link if score_form is not None else "adapter", n_users=rows.size, n_items=J,
+                      n_draws=score_form.n_draws if score_form is not None else S, K=K, max_bytes=max_bytes, N=N)
+    # the sd pass runs after a chunk's (U, J) means are freed; alive meanwhile: the chosen items and
+    # their scores, the pairs' three index arrays (4 U N), and PSM's (S, U) normalisers
+    per_user = _F8 * (4 * N + (S if link == "psm" else 0))
+    one_pair = (_F8 * (2 * K + 12) * S if form is None
+                else pairs_bytes(1, n_draws=S, K=K, block_bytes=3 * _F8 * max(K, 1)))
+    fit_users = (int(max_bytes) - one_pair) // per_user
+    if fit_users < 1:
+        raise ValueError(f"max_bytes={max_bytes} is too small for this model: the sd of one user's N={N} "
+                         f"items needs {one_pair + per_user} bytes")
+    if fit_users < plan.users:  # fewer users per chunk, so that one pair fits next to what is kept
+        u = int(fit_users)
+        plan = ItemsPlan(u, plan.draws, items_bytes(link, u, plan.draws, n_items=J, n_draws=S, K=K, N=N))
+    kept = per_user * plan.users
+    pair_m, block = plan_pairs(rows.size * N, n_draws=S, K=K, max_bytes=max_bytes - kept, adapter=form is None)
+    item_bias_mean = const_mean = None
+    if score_form is not None and score_form.link == "identity":
+        item_bias_mean = None if score_form.item_bias is None else score_form.item_bias.mean(axis=0)
+        const_mean = 0.0 if score_form.const is None else float(np.mean(score_form.const))
+    seen = fitted.seen
+    out = []
+    for start in range(0, rows.size, plan.users):
+        block_rows = rows[start:start + plan.users]
+        if score_form is not None:
+            mean, norm = _item_means(score_form, block_rows, plan, item_bias_mean, const_mean)
+        else:
+            spare = max_bytes - _F8 * (2 * block_rows.size * J + 4 * J + block_rows.size * N)
+            mean, norm = _adapter_item_means(fitted.adapter.mean, post, attrs, block_rows, J, K, spare), None
+        chosen, scores = [], []
+        for b, u in enumerate(block_rows):
+            s_seen = seen.indices[seen.indptr[u]:seen.indptr[u + 1]] if exclude_seen else None
+            top = _top(mean[b], N, s_seen)
+            chosen.append(top)
+            scores.append(mean[b, top])
+        del mean
+        counts = np.array([t.size for t in chosen], dtype=np.int64)
+        pr = np.repeat(block_rows, counts)
+        pc = np.concatenate(chosen) if chosen else np.empty(0, np.int64)
+        pb = np.repeat(np.arange(block_rows.size), counts)
+        sd = _pair_stats(form, fitted, post, attrs, pr, pc, pair_m, block, want="sd",
+                         norm=None if norm is None else (norm, pb))["sd"]
+        k = 0
+        for b in range(block_rows.size):
+            for rank, (i, sc) in enumerate(zip(chosen[b], scores[b]), start=1):
+                out.append((users[start + b], rank, fitted.item_ids[i], float(sc), float(sd[k])))
+                k += 1
+    return _table(out)
+
+
+def iter_item_scores(fitted, rows, *, means: str = "draws", max_bytes: int = MAX_BYTES):
+    """Posterior mean scores of every item for the users at positions ``rows``, chunk by chunk.
+
+    fitted : `validation.frontdoor.api.FittedModel`; rows : (U,) int positions of users (0..I-1, not ids);
+    means, max_bytes : as in `recommend` (the chunk's (U_c, J) scores are within the planned bytes).
+    Yields (rows_chunk (U_c,) int64, scores (U_c, J) float64) in the order of ``rows``: the same
+    numbers `recommend` ranks by (seen items not excluded). For evaluation code that needs every
+    item's score (e.g. `validation.evaluation.holdout`), never an I x J array at once.
+    Raises ValueError as `recommend` does (bad ``means``, ``max_bytes`` too small).
+    Source: project addition (issue 24).
+    """
+    if means not in MEANS:
+        raise ValueError(f"means must be one of {MEANS}, got {means!r}")
+    rows = np.asarray(rows, dtype=np.int64)
+    form, post, attrs = _form(fitted)
+    S, K = (form.n_draws, form.K) if form is not None else _n_draws_K(post)
+    J = len(fitted.item_ids)
+    sf = _q_form(fitted, attrs) if means == "q" else form
+    plan = plan_items(sf.link if sf is not None else "adapter", n_users=rows.size, n_items=J,
+                      n_draws=sf.n_draws if sf is not None else S, K=K, max_bytes=max_bytes, N=0)
+    ib = c = None
+    if sf is not None and sf.link == "identity":
+        ib = None if sf.item_bias is None else sf.item_bias.mean(axis=0)
+        c = 0.0 if sf.const is None else float(np.mean(sf.const))
+    for start in range(0, rows.size, plan.users):
+        block = rows[start:start + plan.users]
+        if sf is not None:
+            yield block, _item_means(sf, block, plan, ib, c)[0]
+        else:
+            spare = max_bytes - _F8 * (2 * block.size * J + 4 * J)
+            yield block, _adapter_item_means(fitted.adapter.mean, post, attrs, block, J, K, spare)
+
+
+def _table(out: list) -> pd.DataFrame:
+    """The (user, rank, item, score, sd) rows as a DataFrame, with the dtypes pandas infers from the
+    tuples (built column-wise, which is faster than from tuples for the same result)."""
+    cols = ["user", "rank", "item", "score", "sd"]
+    if not out:
+        return pd.DataFrame(out, columns=cols)
+    return pd.DataFrame({name: list(col) for name, col in zip(cols, zip(*out))})
+
+
+def _adapter_item_means(mean_fn, post, attrs, rows, J, K, max_bytes):
+    """(U, J) mean over draws of an adapter's own mean for every item of the users ``rows``, in chunks
+    of pairs (for adapters without a `LinearScore`)."""
+    S = next(iter(post.values())).shape[0]
+    m, _ = plan_pairs(J, n_draws=S, K=K, max_bytes=max_bytes, adapter=True)
+    out = np.empty((rows.size, J))
+    for b, u in enumerate(rows):  # one user's items at a time, m of them per call
+        for j0 in range(0, J, m):
+            c = np.arange(j0, min(J, j0 + m))
+            out[b, c] = np.asarray(mean_fn(post, np.full(c.size, u), c, attrs), dtype=np.float64).mean(axis=0)
+    return out
+
+
+def _pair_stats(form, fitted, post, attrs, rows, cols, m, block, *, want: str, interval: float = 0.9,
+                norm=None) -> dict[str, np.ndarray]:
+    """mean, sd (ddof 1; 0 with one draw) and the central ``interval`` quantiles over draws of the
+    per-draw values of M pairs, ``m`` pairs at a time. want : "sd" (sd only) or "all".
+    norm : None or (norms (S, U), position (M,) of each pair's user in it) for PSM."""
+    M = rows.size
+    res = {"sd": np.zeros(M)}
+    if want == "all":
+        res.update(mean=np.empty(M), lower=np.empty(M), upper=np.empty(M))
+    for p0 in range(0, M, m):
+        r, c = rows[p0:p0 + m], cols[p0:p0 + m]
+        if form is None:
+            draws = np.asarray(fitted.adapter.mean(post, r, c, attrs), dtype=np.float64)
+        else:
+            nrm = None if norm is None else norm[0][:, norm[1][p0:p0 + m]]
+            draws = form.pair_draws(r, c, nrm, block_bytes=block)
+            del nrm
+        sl = slice(p0, p0 + r.size)
+        if draws.shape[0] > 1:
+            res["sd"][sl] = draws.std(axis=0, ddof=1)
+        if want == "all":
+            res["mean"][sl] = draws.mean(axis=0)
+            lo, hi = np.quantile(draws, [(1 - interval) / 2, (1 + interval) / 2], axis=0)
+            res["lower"][sl], res["upper"][sl] = lo, hi
+        del draws
+    return res
+
+
+def _psm_norms(form: LinearScore, users: np.ndarray, plan: ItemsPlan) -> np.ndarray:
+    """(S, U) PSM normalisers sum_j psi_sj sigmoid(x_s(u, j)) of the users ``users`` (in ``plan``'s draw chunks)."""
+    S, d = form.n_draws, plan.draws
+    out = np.empty((S, users.size))
+    for s0 in range(0, S, d):
+        s1 = min(S, s0 + d)
+        out[s0:s1] = _sigmoid_scores(form, users, s0, s1).sum(axis=2)
+    return out
+
+
+def _sigmoid_scores(form: LinearScore, users: np.ndarray, s0: int, s1: int) -> np.ndarray:
+    """(s1 - s0, U, J) float64 per-draw scores of a sigmoid or PSM `LinearScore` for the users ``users``
+    and every item, draws s0:s1: sigmoid(P_s[u] . Q_s[i] + const_s + user bias + item bias + offset),
+    times psi_s[i] for PSM (before PSM's per-user normalisation)."""
+    Pg = form.P[s0:s1][:, users].astype(np.float64)
+    if form.weight is not None:
+        Pg *= np.asarray(form.weight[s0:s1], dtype=np.float64)[:, None, :]
+    x = np.matmul(Pg, np.swapaxes(form.Q[s0:s1], 1, 2).astype(np.float64, copy=False))
+    del Pg
+    if form.const is not None:
+        x += np.asarray(form.const[s0:s1], dtype=np.float64)[:, None, None]
+    if form.user_bias is not None:
+        x += form.user_bias[s0:s1][:, users][:, :, None]
+    if form.item_bias is not None:
+        x += form.item_bias[s0:s1][:, None, :]
+    if form.offset:
+        x += float(form.offset)
+    _sigmoid_(x)
+    if form.link == "psm":
+        x *= form.psi[s0:s1][:, None, :]
+    return x
+
+
+#: ``predict(kind=...)``: "mean" (E[y_ui], the posterior of the mean) or "observation" (a new y_ui).
+KINDS = ("mean", "observation")
+#: Fewest draws of a new observation per pair behind ``kind="observation"``'s sd and interval: each
+#: stored draw gives ceil(OBSERVATION_DRAWS / S) of them (a point estimate: OBSERVATION_DRAWS).
+OBSERVATION_DRAWS = 1000
+
+
+def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES, means: str = "draws",
+            kind: str = "mean", seed: int = 0) -> pd.DataFrame:
+    """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair (``kind="mean"``),
+    or of a new observation y_ui (``kind="observation"``).
+
+    fitted : `validation.frontdoor.api.FittedModel`; pairs : DataFrame with columns ``user`` and ``item``
+    (original ids), or a sequence of (user, item) tuples; M pairs. interval : float in (0, 1).
+    max_bytes : bound on the engine's temporary arrays alive at once (default `MAX_BYTES`; module docstring).
+    means : ``"draws"`` (default, the mean over the stored draws) or ``"q"`` (closed form under q, as in
+    `recommend`); sd and interval are always over the draws.
+    Returns a DataFrame (M rows, the pairs' order): user, item, mean, sd (ddof 1), lower, upper
+    (float64, in the units of the fitted values; numpy's default linear quantiles over the S draws),
+    method (how the draws were obtained, `FittedModel.uncertainty`). For point estimates (MAP, SGD)
+    sd = 0 and the interval is the point.
+    kind : ``"mean"`` (default): the posterior of E[y_ui | parameters], as above. ``"observation"``: the
+    posterior predictive of a new y_ui: for each stored draw, R = ceil(`OBSERVATION_DRAWS` / S) draws of
+    y from the model's observation model (`validation.frontdoor.api_models.observation_draws`: Poisson counts,
+    Normal ratings with the draw's noise precision, Bernoulli 0/1; numpy Generator seeded with ``seed``);
+    sd (ddof 1) and the interval are over those S R values, ``mean`` stays the mean of E[y_ui] over the
+    draws (the predictive mean, without the simulation's noise). Work: plus S R per pair.
+    Work: S K per pair (PSM: plus S J K per distinct user, for its normaliser), in chunks of pairs.
+    Raises ValueError for a bad interval, a bad ``means`` (or ``"q"`` for a model without a closed
+    form), a bad ``kind`` (or ``"observation"`` for a model without an observation model: BPR, PSM)
+    or a ``max_bytes`` too small for one pair, KeyError for an unknown id. Source: project addition
+    (issue 24); the values are the adapters' means, the observation models `validation.frontdoor.api_models.LIKELIHOODS`.
+    """
+    if not 0 < interval < 1:
+        raise ValueError(f"interval must be in (0, 1), got {interval!r}")
+    if means not in MEANS:
+        raise ValueError(f"means must be one of {MEANS}, got {means!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "observation":
+        from validation.frontdoor.api_models import likelihood_of
+
+        lik = likelihood_of(fitted.model)
+        if not lik.predictive:
+            raise ValueError(f"kind='observation': {fitted.model}: {lik.no_predictive}")
+    if isinstance(pairs, pd.DataFrame):
+        users, items = pairs["user"].tolist(), pairs["item"].tolist()
+    else:
+        pairs = list(pairs)
+        users, items = [p[0] for p in pairs], [p[1] for p in pairs]
+    rows, cols = fitted._index(users, "user"), fitted._index(items, "item")
+    form, post, attrs = _form(fitted)
+    qf = _q_form(fitted, attrs) if means == "q" else None
+    S, K = (form.n_draws, form.K) if form is not None else _n_draws_K(post)
+    if form is not None and form.link == "psm":
+        res = _predict_psm(form, fitted, post, attrs, rows, cols, interval, max_bytes)
+    else:
+        m, block = plan_pairs(rows.size, n_draws=S, K=K, max_bytes=max_bytes, adapter=form is None)
+        res = _pair_stats(form, fitted, post, attrs, rows, cols, m, block, want="all", interval=interval)
+    if qf is not None:
+        res["mean"] = qf.pair_draws(rows, cols, block_bytes=min(32 * 2**20, max(max_bytes // 4, 24 * qf.K)))[0]
+    if kind == "observation":
+        res.update(_observation_stats(fitted, post, attrs, rows, cols, S, K, interval, max_bytes, seed))
+    return pd.DataFrame({"user": users, "item": items, "mean": res["mean"], "sd": res["sd"],
+                         "lower": res["lower"], "upper": res["upper"], "method": fitted.uncertainty})
+
+
+def _observation_stats(fitted, post, attrs, rows, cols, S, K, interval, max_bytes, seed) -> dict[str, np.ndarray]:
+    """sd (ddof 1), lower and upper over S R draws of a new observation per pair (``kind="observation"``),
+    in chunks of pairs whose (S R, m) draws and the model's (S, m) temporaries fit ``max_bytes``."""
+    from validation.frontdoor.api_models import _precision, likelihood_of, observation_draws
+
+    lik = likelihood_of(fitted.model)
+    reps = -(-OBSERVATION_DRAWS // S)
+    prec = _precision(fitted, lik, post, attrs, S) if lik.family == "normal" else None
+    rng = np.random.default_rng(seed)
+    M = rows.size
+    out = {k: np.empty(M) for k in ("sd", "lower", "upper")}
+    per_pair = _F8 * (3 * S * reps + 6 * S + 3 * S * max(K, 1))
+    m = int(max(1, max_bytes // per_pair))
+    for p0 in range(0, M, m):
+        sl = slice(p0, min(M, p0 + m))
+        y = observation_draws(fitted, post, attrs, rows[sl], cols[sl], rng, reps=reps, precision=prec)
+        out["sd"][sl] = y.std(axis=0, ddof=1) if y.shape[0] > 1 else 0.0
+        out["lower"][sl], out["upper"][sl] = np.quantile(y, [(1 - interval) / 2, (1 + interval) / 2], axis=0)
+        del y
+    return out
+
+
+def _predict_psm(form, fitted, post, attrs, rows, cols, interval, max_bytes):
+    """`predict` for PSM: pairs grouped by chunks of distinct users, whose (S, U) normalisers are
+    computed first; memory: the normaliser pass's plan, then the pairs' plan within what is left."""
+    S, K, J, M = form.n_draws, form.K, form.Q.shape[1], rows.size
+    res = {k: np.empty(M) for k in ("mean", "sd", "lower", "upper")}
+    uniq, inv = np.unique(rows, return_inverse=True)
+    inv = inv.reshape(-1)
+    plan = plan_items("psm", n_users=uniq.size, n_items=J, n_draws=S, K=K, max_bytes=max_bytes // 2, N=0)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(0, uniq.size + plan.users, plan.users))
+    for c, u0 in enumerate(range(0, uniq.size, plan.users)):
+        users = uniq[u0:u0 + plan.users]
+        norms = _psm_norms(form, users, plan)
+        idx = order[bounds[c]:bounds[c + 1]]
+        m, block = plan_pairs(idx.size, n_draws=S, K=K, max_bytes=max_bytes - _F8 * S * users.size)
+        part = _pair_stats(form, fitted, post, attrs, rows[idx], cols[idx], m, block, want="all",
+                           interval=interval, norm=(norms, inv[idx] - u0))
+        for k in res:
+            res[k][idx] = part[k]
+    return res
