@@ -258,3 +258,27 @@ def test_two_processes_equal_one(tmp_path):
     _assert_close(got, same_blocks, "one process, 4 devices", hpf_rtol=1e-13, sbmf_tol=1e-12)
     # no mesh: every sum reordered (module docstring)
     _assert_close(got, no_mesh, "one process, no mesh", hpf_rtol=1e-11, sbmf_tol=1e-10)
+
+
+_SWITCHED_OFF = """
+import jax
+jax.config.update("jax_cpu_collectives_implementation", None)  # no CPU collectives: no cross-process psum
+from custom_inference import sharding
+sharding.initialize_distributed()
+print(jax.config.jax_cpu_collectives_implementation)
+jax.distributed.shutdown()
+"""
+
+
+def test_initialize_distributed_turns_cpu_collectives_back_on():
+    """With ``jax_cpu_collectives_implementation`` None, the first cross-process computation on CPU
+    fails ("Multiprocess computations aren't implemented on the CPU backend", measured with two
+    processes); `initialize_distributed` sets it back to Gloo before the backend starts (one
+    process here: the setting, not the collectives, is what is checked)."""
+    env = dict(os.environ, FACTORBAYES_COORDINATOR=f"127.0.0.1:{_free_port()}", FACTORBAYES_NUM_PROCESSES="1",
+               FACTORBAYES_PROCESS_ID="0", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.run([sys.executable, "-c", _SWITCHED_OFF], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "gloo", proc.stdout
