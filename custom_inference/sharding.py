@@ -48,7 +48,11 @@ Multi-host. `initialize_distributed` calls `jax.distributed.initialize` (from ar
 ``FACTORBAYES_COORDINATOR``, ``FACTORBAYES_NUM_PROCESSES``, ``FACTORBAYES_PROCESS_ID`` variables);
 afterwards ``jax.devices()`` lists every process's devices and `nnz_mesh` spans them all. Every
 process runs the same program on the same (full) `Observations`; `shard_observations` places on
-each process only the blocks of its own devices.
+each process only the blocks of its own devices. On CPU the cross-process psum goes through Gloo
+over TCP (JAX's ``jax_cpu_collectives_implementation``; its default since JAX 0.5.1, and
+`initialize_distributed` sets it if it was switched off). Two processes on one machine are tested
+against the single-process run (``tests/custom_inference/test_distributed.py``, launch lines in
+``docs/multi_process.md``).
 
 Source: project convention (issue 14); the collectives are JAX's (``jax.shard_map``,
 ``jax.lax.psum``, ``jax.sharding``).
@@ -408,7 +412,15 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
     `jax.distributed.initialize` (e.g. ``local_device_ids``). Call it first, before any other JAX
     computation; afterwards `nnz_mesh` spans the devices of all processes and every process runs
     the same program (each on the full `Observations`: `shard_observations` places only its own
-    blocks). The launch lines are in README.md ("Sharded over devices").
+    blocks). The launch lines are in ``docs/multi_process.md``.
+
+    On CPU, JAX runs cross-process collectives only with a CPU collectives implementation chosen
+    before the CPU backend starts (without one, the first sharded computation fails with
+    "Multiprocess computations aren't implemented on the CPU backend"). Gloo over TCP is JAX's
+    default (``jax_cpu_collectives_implementation="gloo"`` since JAX 0.5.1); when it has been set
+    to None, this function sets it back to ``"gloo"``, so the caller does nothing extra. A choice
+    of ``"mpi"`` is kept. Gloo connects the processes directly, on ports the system picks (not
+    only the coordinator's), at the address each host's name resolves to.
 
     Returns None.
 
@@ -435,5 +447,7 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
                          f"FACTORBAYES_PROCESS_ID): {exc!r}") from None
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in 0 .. num_processes - 1, got {process_id} of {num_processes}")
+    if jax.config.jax_cpu_collectives_implementation is None:  # CPU psum across processes: Gloo
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
                                process_id=process_id, **kwargs)
