@@ -363,6 +363,10 @@ class DerivationReport:
         """Names of the counted checks that failed. Raises nothing."""
         return [o.check for o in self.outcomes if o.gating and o.status == "fail"]
 
+    def __repr__(self) -> str:
+        return (f"DerivationReport({self.name!r}, {self.method!r}, status={self.status!r}, "
+                f"failed={self.failed()}, checks={len(self.outcomes)})")
+
     def _repr_markdown_(self) -> str:
         from validation.checks.report import markdown_table
 
@@ -829,8 +833,10 @@ def _verdict_reason(v: xc.Verdict, what: str) -> str:
     t = v.table
     if v.status == "pass":
         if "max_z" in t:
-            return (f"{what}: every group within Monte Carlo error (max z {t.max_z.max():.2f} <= Bonferroni "
-                    f"threshold {t.threshold.min():.2f})")
+            worst = t.loc[(t.max_z / t.threshold).idxmax()]
+            return (f"{what}: every group within Monte Carlo error (closest to its threshold: {worst.quantity}, "
+                    f"max z {worst.max_z:.2f} <= Bonferroni threshold {worst.threshold:.2f} for "
+                    f"{int(worst.Q)} quantities)")
         corr = (f", corr(log means) {t.corr_log_mean.min():.4f} >= 0.99" if "corr_log_mean" in t and
                 t.corr_log_mean.notna().any() else "")
         return (f"{what}: median standardized error {t.median_std_error.max():.3f} <= 0.5{corr} in every group "
@@ -838,13 +844,16 @@ def _verdict_reason(v: xc.Verdict, what: str) -> str:
     return f"{what}: " + "; ".join(v.reasons)
 
 
-def _bridge_outcomes(d: Derivation, latent, ref: Reference, s: CheckSettings, seed: int, results: dict):
+def _bridge_outcomes(d: Derivation, latent, ref: Reference, s: CheckSettings, seed: int, results: dict, blocks=None):
     from validation.checks import bridge
 
     out = []
     args, kwargs = d.args, dict(d.kwargs)
     for sites, label, fn in d.sampler_blocks():
         name = f"bridge[{label}]"
+        if blocks is not None and label not in blocks:
+            out.append(CheckOutcome(name, "bridge", "not selected", False, "left out by check(..., blocks=...)"))
+            continue
         if set(sites) >= set(latent):
             out.append(CheckOutcome(name, "bridge", "not applicable", False,
                                     "the block owns every latent site (no site left to NUTS): the crosscheck covers it"))
@@ -943,6 +952,14 @@ def _functionals(d: Derivation) -> dict:
     return {g: make(g) for g in groups}
 
 
+def _band_sims(result, alpha: float) -> int:
+    """Band simulations enough for >= 10 simulated exceedances at the Bonferroni level alpha / Q."""
+    from validation.checks import sbc
+
+    q = sum(r.shape[1] for r in result.ranks.values())
+    return max(sbc.N_BAND_SIMS, int(np.ceil(10 * q / alpha)))
+
+
 def _sbc_outcome(d: Derivation, fit, simulate, s: CheckSettings, n_sims: int, seed: int, results: dict):
     from validation.checks import sbc
 
@@ -958,7 +975,7 @@ def _sbc_outcome(d: Derivation, fit, simulate, s: CheckSettings, n_sims: int, se
     r = sbc.run_sbc(sim, fit_flat, _functionals(d), n_sims=n_sims, master_seed=seed, n_draws=s.sbc_draws,
                     progress=False, method=d.name)
     results["sbc"] = r
-    table = r.uniformity(s.alpha)
+    table = r.uniformity(s.alpha, n_band_sims=_band_sims(r, s.alpha))
     fam = table[table.kind == "family"]
     overall = table.iloc[-1]
     ok = bool(overall.ecdf_pass)
@@ -1010,7 +1027,7 @@ def _absent(name, level, why) -> CheckOutcome:
 
 def check(derivation: Derivation, *, sbc_sims: int = 0, nuts: Reference | CheckSettings | None = None,
           settings: CheckSettings = CheckSettings(), seed: int = 0, out_dir: str | Path | None = None,
-          checks=None, progress: bool = False) -> DerivationReport:
+          checks=None, blocks=None, progress: bool = False) -> DerivationReport:
     """Run every check that applies to ``derivation`` and write one report.
 
     Parameters
@@ -1024,6 +1041,8 @@ def check(derivation: Derivation, *, sbc_sims: int = 0, nuts: Reference | CheckS
     seed : int, seeds every check (NUTS ``seed``, the bridge ``seed + 1``, SBC's master seed ``seed``).
     out_dir : folder for ``report.md`` (and the SBC sub-report and plots), or None (no files).
     checks : names of `CHECKS` to run (default all); the others are listed as "not selected".
+    blocks : labels of the sampler's blocks (`Derivation.sampler_blocks`) whose bridge runs (default
+        all; each bridge is a NumPyro program of its own to compile); the others are "not selected".
     progress : NUTS progress bars.
 
     Returns
@@ -1035,7 +1054,8 @@ def check(derivation: Derivation, *, sbc_sims: int = 0, nuts: Reference | CheckS
     DeclarationError (a ValueError naming the ``Derivation`` field) when the program cannot be called
     on the problem, a declared site is not in the program, a block returns other sites or shapes,
     ``identified`` does not return (chain, draw, Q) groups (positive ones for VI), ``q`` is not on the
-    program's latent sites. ValueError for an unknown name in ``checks`` or a negative ``sbc_sims``.
+    program's latent sites. ValueError for an unknown name in ``checks`` or ``blocks``, or a negative
+    ``sbc_sims``.
     Source: project addition (validation levels 1-3); Talts et al. (2018); Yao et al. (2018); Vehtari
     et al. (2021).
     """
@@ -1047,6 +1067,9 @@ def check(derivation: Derivation, *, sbc_sims: int = 0, nuts: Reference | CheckS
         raise ValueError(f"unknown checks {sorted(selected - set(CHECKS))}; known: {CHECKS}")
     if isinstance(sbc_sims, bool) or int(sbc_sims) != sbc_sims or sbc_sims < 0:
         raise ValueError(f"sbc_sims must be an integer >= 0, got {sbc_sims!r}")
+    labels = [label for _, label, _ in d.sampler_blocks()]
+    if blocks is not None and set(blocks) - set(labels):
+        raise ValueError(f"unknown blocks {sorted(set(blocks) - set(labels))}; the sampler's blocks: {labels}")
     if isinstance(nuts, CheckSettings):
         settings, nuts = nuts, None
     t0 = time.perf_counter()
@@ -1105,7 +1128,7 @@ def check(derivation: Derivation, *, sbc_sims: int = 0, nuts: Reference | CheckS
         out.append(_absent("bridge", "bridge", "no Derivation.conditionals or gibbs_blocks (the sampler is an opaque fit)"))
     else:
         results["bridge"] = {}
-        out += _bridge_outcomes(d, latent, ref, s, seed, results["bridge"])
+        out += _bridge_outcomes(d, latent, ref, s, seed, results["bridge"], None if blocks is None else set(blocks))
 
     # posterior level
     fit = solver_fit(d, s)
@@ -1211,7 +1234,8 @@ def write_report(report: DerivationReport, d: Derivation, latent, observed, out_
             from validation.checks import sbc
 
             alpha = report.results.get("settings", CheckSettings()).alpha
-            sub = sbc.sbc_report(report.results["sbc"], out / "sbc", f"SBC of {d.name}", alpha=alpha)
+            res = report.results["sbc"]
+            sub = sbc.sbc_report(res, out / "sbc", f"SBC of {d.name}", alpha=alpha, n_band_sims=_band_sims(res, alpha))
             lines += [f"Full SBC report with rank plots: [sbc/report.md]({sub.relative_to(out)})", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
