@@ -254,10 +254,21 @@ def psm_causes(train, seed, bpr_fit, sweeps=200):
         yield fit_psm(train, seed, K=K, name=f"PSM K={K}")
     yield fit_psm(train, seed, max_iter=3 * sweeps, tol=0.0, name=f"PSM {3 * sweeps} sweeps tol 0")
     yield fit_psm(train, seed, max_iter=sweeps, appendix_c=True, name="PSM appendix C (E a = 0 in s, t)")
+    yield fit_psm(train, seed, r=8.0, max_iter=sweeps, appendix_c=True, name="PSM appendix C, r=8")
     K = int(np.asarray(bpr_fit.extra["params"].user_factors).shape[1])
     yield fit_psm(train, seed, K=K, name=f"PSM K={K} (control)")
     yield fit_psm(train, seed, K=K, init_state=psm_from_bpr(train, bpr_fit.extra["params"]),
                   name=f"PSM K={K} from BPR's factors")
+    yield from psm_from_bpr_unstable(train, seed)
+
+
+def psm_from_bpr_unstable(train, seed, K=20, r=4.0):
+    """BPR-uniform refitted at K = 20 and PSM (K 20, r 4: a setting where u = v = 0 is linearly unstable,
+    sigma_1 > 1) started from its factors, beside the same PSM from the default start."""
+    bpr20 = fit_bpr(train, seed, K=K, name=f"BPR-uniform K={K}")
+    yield bpr20
+    yield fit_psm(train, seed, K=K, r=r, init_state=psm_from_bpr(train, bpr20.extra["params"], r=r),
+                  name=f"PSM K={K} r={r:g} from BPR K={K}'s factors")
 
 
 # ---------------------------------------------------------------------------------------------
