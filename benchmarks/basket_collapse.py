@@ -461,7 +461,7 @@ def main(argv=None):
     p.add_argument("--data", default="t10", help="t10, groceries or a basket file path")
     p.add_argument("--max-baskets", type=int, default=None, help="subsample (0: all baskets)")
     p.add_argument("--quick", action="store_true", help="5,000 baskets, the base systems and PSM's causes")
-    p.add_argument("--causes", default=None, help="comma list: base, psm, rg (the controlled runs); default "
+    p.add_argument("--causes", default=None, help="comma list: base, psm, rg, stability (the controlled runs); default "
                    "base,psm with --quick, else base")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
@@ -492,6 +492,15 @@ def main(argv=None):
     if "rg" in causes:
         for f in rg_causes(train, a.seed, bpr_fit):
             run(f)
+    if "stability" in causes:  # sigma_1 at the u = v = 0 fixed point (~2 min a setting on 5,000 baskets)
+        from ppl_models.psm import PSMHyper
+
+        for K, r, tau in [(20, 1.0, 1.0), (5, 1.0, 1.0), (50, 1.0, 1.0), (20, 0.25, 1.0), (20, 4.0, 1.0),
+                          (20, 32.0, 1.0), (20, 1.0, 10.0)]:
+            h = PSMHyper(tau_u=tau, tau_v=tau)
+            st = psm_zero_fixed_point(train, K=K, r=r, hyper=h, sweeps=100, seed=a.seed)
+            sv = psm_zero_spectrum(st, train, hyper=h, n_top=3, iters=60)
+            print(f"  PSM K={K} r={r:g} tau={tau:g}: sigma_1..3 at u = v = 0 = {np.round(sv, 4)}", flush=True)
     print()
     print(table(rows))
     if a.out:
