@@ -123,3 +123,54 @@ def test_bad_input_is_refused_before_computing(data, kwargs, match):
         psm.init(0, data, K, hyper, **args)
     with pytest.raises(ValueError, match=match):
         psm.fit(0, data, K, hyper, max_iter=2, progress=False, **args)
+
+
+def _zero_point_operator(state, obs):
+    """Dense numpy twin of one Algorithm 1 sweep linearised at E[u] = E[v] = 0 (benchmarks/basket_collapse.py,
+    `psm_zero_spectrum`): dE[u] = P^-1 Y dE[v], then dE[v] = Q^-1 Y^T dE[u], with
+    Y_ij = c_ij (1/2 - 2 lam_ij e_ij) - D' s_i t_j (1/2 + 2 lam_ij e_ij) (lam_ij = lam* off G, e_ij = E[b_i + b_j]),
+    P_i = tau_u + sum_j W_ij Var v_j, Q_j = tau_v + sum_i W_ij Var u_i, W_ij = 2 (c_ij lam_ij + D' s_i t_j lam_ij)."""
+    from custom_inference.logistic import jj_lambda
+
+    rows, cols, c = np.asarray(obs.rows), np.asarray(obs.cols), np.asarray(obs.values, float)
+    lam = np.full(obs.shape, float(jj_lambda(state.xi_star)))
+    lam[rows, cols] = np.asarray(jj_lambda(psm.pair_xi(state, obs)))
+    C = np.zeros(obs.shape)
+    C[rows, cols] = c
+    e = np.asarray(state.bu_mu)[:, None] + np.asarray(state.bv_mu)[None, :]
+    st = float(state.d_prime) * np.exp(np.asarray(state.log_s))[:, None] * np.exp(np.asarray(state.log_t))[None, :]
+    Y = C * (0.5 - 2 * lam * e) - st * (0.5 + 2 * lam * e)
+    W = 2 * lam * (C + st)
+    P = HYPER.tau_u + W @ (1 / np.asarray(state.v_prec))  # (I, K): one column per factor
+    Q = HYPER.tau_v + W.T @ (1 / np.asarray(state.u_prec))
+    return Y, P, Q
+
+
+def test_zero_factors_are_a_fixed_point_and_the_sweep_linearises_as_derived(obs):
+    """u = v = 0 (factor means) is an exact fixed point of Algorithm 1 (m_i, m_j are linear in E[v], E[u]),
+    so a symmetric zero start never leaves it; a small perturbation dv of E[v] moves, in one sweep, as the
+    derived linear map (the basis of the basket-collapse analysis, issue 27): E[u] = P^-1 Y dv at the state
+    the user block starts from, then E[v] = Q^-1 Y^T E[u] at the state the item block starts from, up to
+    O(|dv|) relative (|dv| ~ 1e-6; tolerance 1e-4): the other blocks move at second order only."""
+    import jax.numpy as jnp
+
+    st = psm.init(0, obs, 3, HYPER, r=1.0)
+    st = st._replace(u_mu=jnp.zeros_like(st.u_mu), v_mu=jnp.zeros_like(st.v_mu))
+    for _ in range(30):
+        st, _ = psm.step(None, st, obs, HYPER)
+    assert float(jnp.max(jnp.abs(st.u_mu))) == 0.0 and float(jnp.max(jnp.abs(st.v_mu))) == 0.0
+    d = psm._as_jax(obs, np.float64)
+    h = psm._hyper_arrays(HYPER, np.float64)
+    before, cur = {}, st
+    for name, update, _ in psm.BLOCKS:  # the unperturbed sweep, block by block: each block's start state
+        before[name] = cur
+        cur = update(cur, d, h, psm.pair_xi(cur, d))
+    dv = 1e-6 * np.random.default_rng(1).standard_normal(st.v_mu.shape)
+    new, _ = psm.step(None, st._replace(v_mu=jnp.asarray(dv)), obs, HYPER)
+    Y, P, _ = _zero_point_operator(before["users"], obs)
+    u_lin = (Y @ dv) / P
+    Y, _, Q = _zero_point_operator(before["items"], obs)  # its u_prec: the user block's
+    v_lin = (Y.T @ u_lin) / Q
+    assert np.abs(u_lin).max() > 1e-8 and np.abs(v_lin).max() > 1e-9  # the map is not trivially 0
+    assert np.allclose(np.asarray(new.u_mu), u_lin, rtol=1e-4, atol=1e-4 * np.abs(u_lin).max())
+    assert np.allclose(np.asarray(new.v_mu), v_lin, rtol=1e-4, atol=1e-4 * np.abs(v_lin).max())
