@@ -141,7 +141,7 @@ v_sbmf.cache_check(n_sweeps=5)
 # The printed hyperparameter lines of Algorithm 2 differ from the derived normal-gamma
 # conditionals. Each row of the table runs one check on the printed and on the corrected
 # form: the printed one fails, the correction passes. (The rows of VBFM and MCMC-FM, and of every
-# other model, are in the full table: `factorbayes errata`, or `errata.run_errata()`.)
+# other model, are in the full table: `factorbayes errata`, or `errata.run_errata(catalog.all_errata())`.)
 
 # %%
 errata = run_errata(v_sbmf.ERRATA)
@@ -172,7 +172,7 @@ fm_checks.groupby(["site", "expected"]).agg(max_error=("max_error", "max"), pass
 # `validation/checks/reference_posteriors/vbfm.*`; `run_crosscheck` uses it when the simulated data
 # and the NUTS settings hash to the stored key, and re-runs NUTS otherwise (change `cfg` to see
 # that). `factorbayes crosscheck vbfm --reference rerun` runs NUTS afresh;
-# `validation.checks.references.regenerate("vbfm")` rewrites the stored files.
+# `validation.models.catalog.regenerate_reference("vbfm")` rewrites the stored files.
 
 # %%
 cfg = v_vbfm.CrosscheckConfig()  # the default problem: its NUTS reference is stored

@@ -74,12 +74,13 @@ _PROBE = """
 import sys, numpy as np, jax
 jax.config.update("jax_enable_x64", True)
 from validation.checks import crosscheck, references, registry
+from validation.models import catalog
 seen = {}
 def capture(data, model_args, settings):
     seen["key"] = references.problem_key(data, model_args, settings)
     return seen["key"]
 crosscheck.problem_key = capture  # what the model modules call (as xc.problem_key)
-spec = registry.by_reference("vbfm")
+spec = catalog.by_reference("vbfm")
 try:
     registry.resolve(spec.nuts_reference)(spec.default_config(), reference="stored")
 except ValueError:

@@ -7,7 +7,7 @@ processes, each with two CPU host devices, one mesh of four devices, 2001 nonzer
 the last one padded). The lines run as written with three substitutions: the interpreter
 (``.venv/bin/python`` -> this one), a free port in place of 12355, and the folder (a temporary one
 holding the script, where process 0 writes ``fit_sharded.npz``). `test_launch_lines_are_the_readmes`
-checks that the README's two-host lines are the page's, and that the one-machine lines are those
+checks that the two-host lines of docs/scaling.md are the page's, and that the one-machine lines are those
 with the loopback address and the CPU-demo variables.
 
 What is checked. Process 0 placed blocks 0 and 1, process 1 blocks 2 and 3 (each process only
@@ -54,7 +54,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "multi_process.md"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "scaling.md"  # the sharding guide (moved from the README)
 TIMEOUT_S = 300  # both processes together; a fault that hangs a collective is killed here
 LINE = re.compile(r"process (\d) of (\d): (\d) of (\d) devices, blocks \[([\d, ]*)\] of (\d) placed here; "
                   r"HPF ELBO (\S+), gamma_shape \(([\d, ]+)\) ([0-9a-f]{12}); SBMF U \(([\d, ]+)\) ([0-9a-f]{12})")
@@ -108,13 +108,14 @@ def _cannot_run() -> str | None:
 
 
 def test_launch_lines_are_the_readmes():
-    """The README's launch lines are the page's two-host lines, verbatim; the one-machine lines
+    """The sharding guide's launch lines are this page's two-host lines, verbatim; the one-machine lines
     (the ones the test runs) are those with the coordinator at 127.0.0.1 and the two CPU-demo
     variables, the first one sent to the background."""
     hosts, local = _launch_lines("launch: two hosts"), _launch_lines("launch: one machine")
     readme = [ln.strip() for ln in README.read_text().splitlines() if ln.strip().startswith("FACTORBAYES_COORDINATOR=")]
+    assert len(readme) == 2, f"docs/scaling.md has {len(readme)} launch lines, expected the two hosts'"
     for ln in readme:
-        assert ln in hosts, f"README.md launch line not in {DOC.name}'s two-host lines: {ln}"
+        assert ln in hosts, f"docs/scaling.md launch line not in {DOC.name}'s two-host lines: {ln}"
     assert len(hosts) == len(local) == 2
     assert local[0].endswith(" &") and not local[1].endswith("&")
     for i, (h, ln) in enumerate(zip(hosts, local)):

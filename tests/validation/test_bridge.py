@@ -16,8 +16,9 @@ import jax
 import numpy as np
 import pytest
 
-from validation.checks import bridge, registry
+from validation.checks import bridge
 from validation.checks.nuts_sbc import compile_counter
+from validation.models import catalog
 
 # The default runs: 4 chains x (500 warm-up + 1000 draws), the length at which each model's default
 # block was measured to pass its gates (hybrid R-hat <= 1.01 and bulk / tail ESS >= 400 on every
@@ -34,14 +35,14 @@ RUN = {"seed": 1}
 # PPFM's too: its best block at SHORT (beta) passed with a tail ESS of 401 against the gate's 400, a margin
 # that another CPU's floating-point rounding could flip; NPFM's default block runs the same pfm_bridge code
 SLOW_ONLY = ("hpf", "sbmf", "ppfm")
-DEFAULT_MODELS = [m if m not in SLOW_ONLY else pytest.param(m, marks=pytest.mark.slow) for m in registry.bridge_models()]
+DEFAULT_MODELS = [m if m not in SLOW_ONLY else pytest.param(m, marks=pytest.mark.slow) for m in catalog.bridge_models()]
 # the models whose wrong conditional runs by default (HPF's in test_hpf_gibbs_validation): their wrong block is
 # their default block, so the wrong run reuses the agreement run's compiled program (7 CPU s against 31).
 # NPFM's wrong alpha_w block at SHORT is inconclusive (hybrid rate bulk ESS 357 < 400) and MCMC-FM's costs
 # 29 CPU s of sampling: with the other models' at the specs' lengths, under -m slow
 WRONG_BY_DEFAULT = ("bpmf",)
 WRONG_MODELS = [m if m in WRONG_BY_DEFAULT else pytest.param(m, marks=pytest.mark.slow)
-                for m in registry.bridge_models() if m != "hpf"]
+                for m in catalog.bridge_models() if m != "hpf"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def default_runs():
     def get(model):
         if model not in done:
             with compile_counter() as compiles:
-                result = bridge.run(model, **(RUN if model in SLOW_ONLY else SHORT))
+                result = bridge.run(catalog.bridge(model), **(RUN if model in SLOW_ONLY else SHORT))
             done[model] = (result, list(compiles))
         return done[model]
 
@@ -72,10 +73,10 @@ def _latent_sites(problem):
 # simulating each problem and tracing its program costs 3-15 s of CPU per model (42 s for all six):
 # BPMF's by default, the others under -m slow
 @pytest.mark.parametrize("model", [m if m == "bpmf" else pytest.param(m, marks=pytest.mark.slow)
-                                   for m in registry.bridge_models()])
+                                   for m in catalog.bridge_models()])
 def test_blocks_partition_the_programs_latent_sites(model):
     """Every latent site of the program belongs to exactly one block: every Gibbs block has its bridge."""
-    spec = registry.bridge(model)
+    spec = catalog.bridge(model)
     sites = _latent_sites(spec.problem())
     owned = [s for b in spec.blocks.values() for s in b.sites]
     assert sorted(owned) == sorted(sites), (sorted(owned), sorted(sites))
@@ -83,11 +84,11 @@ def test_blocks_partition_the_programs_latent_sites(model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", registry.bridge_models())
+@pytest.mark.parametrize("model", catalog.bridge_models())
 def test_every_blocks_conditional_draws_its_sites(model):
     """Each block's gibbs_fn, called at a prior draw, returns finite values of its sites' shapes
     (10-40 s per model, eager: under -m slow)."""
-    spec = registry.bridge(model)
+    spec = catalog.bridge(model)
     problem = spec.problem()
     sites = _latent_sites(problem)
     with jax.enable_x64(True):
@@ -103,16 +104,16 @@ def test_every_blocks_conditional_draws_its_sites(model):
 
 def test_unknown_block_and_model_are_named():
     with pytest.raises(ValueError, match="unknown block or site"):
-        registry.bridge("bpmf").block("W")
-    assert registry.bridge("bpmf").block("Lambda_U")[0] == "hyper_U"  # a site finds its block
+        catalog.bridge("bpmf").block("W")
+    assert catalog.bridge("bpmf").block("Lambda_U")[0] == "hyper_U"  # a site finds its block
     with pytest.raises(KeyError, match="no bridge"):
-        registry.bridge("vbfm")
+        catalog.bridge("vbfm")
 
 
 @pytest.mark.parametrize("model", DEFAULT_MODELS)
 def test_one_block_of_each_sampler_agrees_with_stored_nuts(model, default_runs):
     result, _ = default_runs(model)
-    assert result.block == registry.bridge(model).default
+    assert result.block == catalog.bridge(model).default
     v = result.verdict
     assert v.gates.passed, v.gates.failures  # reference gated (R-hat, ESS, divergences, E-BFMI), hybrid (R-hat, ESS)
     assert v.status == "pass", (v.reasons, v.table)  # Bonferroni, 1% false alarm per group
@@ -125,12 +126,12 @@ def test_a_wrong_conditional_is_caught(model, default_runs):
     distribution moves and the comparison fails. When the wrong block is the default block, the run
     reuses the agreement run's compiled program: at most 2 XLA compilations (measured: 1, against
     30-170 for a model's first run)."""
-    spec = registry.bridge(model)
+    spec = catalog.bridge(model)
     shared = model in WRONG_BY_DEFAULT and spec.wrong_block == spec.default
     if shared:
         default_runs(model)  # the agreement run compiles the program first
     with compile_counter() as compiles:
-        result = bridge.run(model, spec.wrong_block, block_hyper=spec.wrong_hyper(spec.problem().hyper),
+        result = bridge.run(catalog.bridge(model), spec.wrong_block, block_hyper=spec.wrong_hyper(spec.problem().hyper),
                             **(SHORT if model in WRONG_BY_DEFAULT else RUN))
     assert result.verdict.status == "fail", (result.verdict.reasons, result.verdict.table)
     if model == "bpmf":
@@ -141,15 +142,15 @@ def test_a_wrong_conditional_is_caught(model, default_runs):
 
 def _all_blocks():
     out = []
-    for model in registry.bridge_models():
-        spec = registry.bridge(model)
+    for model in catalog.bridge_models():
+        spec = catalog.bridge(model)
         out += [pytest.param(model, b, marks=pytest.mark.slow, id=f"{model}-{b}") for b in spec.blocks]
     return out
 
 
 @pytest.mark.parametrize("model,block", _all_blocks())
 def test_every_block_agrees_with_stored_nuts(model, block):
-    result = bridge.run(model, block, **RUN)
+    result = bridge.run(catalog.bridge(model), block, **RUN)
     v = result.verdict
     assert v.gates.passed, v.gates.failures
     assert v.status == "pass", (v.reasons, v.table)

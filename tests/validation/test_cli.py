@@ -5,13 +5,13 @@ import pytest
 
 from custom_inference import arviz_io, hpf
 from validation.frontdoor import cli
+from validation.models import catalog
 
 
 def test_all_errata_collects_every_family():
     from validation.models import fm_mcmc, hpf, hpf_gibbs, sbmf, vbfm
-    from validation.checks import registry
 
-    entries = registry.all_errata()
+    entries = catalog.all_errata()
     for family in (hpf.ERRATA, hpf_gibbs.ERRATA, sbmf.ERRATA, vbfm.ERRATA, fm_mcmc.ERRATA):
         assert family and all(e in entries for e in family)
     assert len(set(map(id, entries))) == len(entries)  # no row twice
@@ -25,13 +25,12 @@ def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypat
 
     import validation.checks.errata as errata_mod
     from validation.models import hpf, sbmf
-    from validation.checks import registry
 
     def constant(form):  # the outcome of a correct row: the printed form fails, the corrected one passes
         return (form == "corrected", 0.0 if form == "corrected" else 1.0)
 
     good = tuple(dataclasses.replace(e, check=constant) for e in (hpf.ERRATA[0], sbmf.ERRATA[0]))
-    monkeypatch.setattr(registry, "all_errata", lambda: good)
+    monkeypatch.setattr(catalog, "all_errata", lambda: good)
     assert cli.main(["errata", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 of 2 rows OK" in out
@@ -40,7 +39,7 @@ def test_errata_command_prints_and_reports_the_table(tmp_path, capsys, monkeypat
     swapped = errata_mod.Erratum(*[getattr(good[0], f) for f in ("seed_file", "location", "printed", "corrected", "why",
                                                                  "check_name")],
                                  check=lambda form: good[0].check("corrected" if form == "printed" else "printed"))
-    monkeypatch.setattr(registry, "all_errata", lambda: (swapped,))
+    monkeypatch.setattr(catalog, "all_errata", lambda: (swapped,))
     assert cli.main(["errata", "--out", str(tmp_path / "bad")]) == 1
     assert "0 of 1 rows OK" in capsys.readouterr().out
 
@@ -167,7 +166,7 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, solver, tmp
     replaced by independent normal draws for both sides: exact agreement, so the verdict is "pass" and exit 0."""
     import dataclasses
 
-    from validation.checks import crosscheck as xc, gates, registry
+    from validation.checks import crosscheck as xc, gates
 
     rng = np.random.default_rng(0)
     nuts_q = {"pred": rng.normal(size=(4, 1000, 5))}
@@ -178,11 +177,11 @@ def test_model_crosscheck_command_reports_the_modules_verdict(model, solver, tmp
                                solver_quantities=solver_q, nuts_quantities=nuts_q, solver_seconds=1.0,
                                nuts_seconds=2.0, config="cfg", settings={"data": "fake draws"})
     calls = []
-    spec = registry.get(model)
+    spec = catalog.get(model)
     chosen = spec.solver(solver)
     fake_solver = dataclasses.replace(chosen, crosscheck=lambda config, **kw: calls.append((config, kw)) or fake)
     fake_spec = dataclasses.replace(spec, solvers=tuple(fake_solver if s is chosen else s for s in spec.solvers))
-    monkeypatch.setattr(registry, "get", lambda name: fake_spec if name == model else spec)
+    monkeypatch.setattr(catalog, "get", lambda name: fake_spec if name == model else spec)
     argv = ["crosscheck", model, "--out", str(tmp_path), "--no-progress", "--reference", "stored"]
     assert cli.main(argv + (["--solver", solver] if solver else [])) == 0
     assert "Verdict: PASS" in capsys.readouterr().out
@@ -207,7 +206,6 @@ def test_parser_constants_match_their_modules():
 
 def test_evidence_command_prints_one_row_per_solver(capsys):
     """``factorbayes evidence``: one table from the registry, per model and solver, of which evidence exists."""
-    from validation.checks import registry
 
     assert cli.main(["evidence"]) == 0
     out = capsys.readouterr().out
@@ -215,7 +213,7 @@ def test_evidence_command_prints_one_row_per_solver(capsys):
     for column in ("update checks", "bridge (CustomGibbs)", "NUTS agreement", "SBC", "k-hat", "VSBC"):
         assert column in header
     rows = [line for line in out.splitlines()[2:] if line.startswith("|")]
-    assert len(rows) == sum(len(registry.get(m).solvers) for m in registry.names())
+    assert len(rows) == sum(len(catalog.get(m).solvers) for m in catalog.names())
     hpf_cavi = next(r for r in rows if r.split("|")[1].strip() == "hpf" and r.split("|")[2].strip() == "cavi")
     assert "stored `hpf`" in hpf_cavi and "n/a (VI)" in hpf_cavi
     hpf_gibbs = next(r for r in rows if r.split("|")[1].strip() == "hpf" and r.split("|")[2].strip() == "gibbs")

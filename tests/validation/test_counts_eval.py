@@ -151,7 +151,7 @@ def test_fm_entity_scores_equal_the_fm_prediction_averaged_over_draws():
 
 def test_evaluate_counts_runs_end_to_end_on_a_small_count_table(tmp_path):
     df = _block_table(seed=1, n_users=30, n_items=150)
-    # every system but PPFM (the NPFM runner with variant="ppfm"; `validation.models.pfm.evaluate_p3` is tested there)
+    # every system but PPFM (the NPFM runner with variant="ppfm"; `validation.evaluation.pfm_experiments.evaluate_p3` is tested there)
     systems = [s for s in counts_eval.SYSTEMS if s != "ppfm"]
     res = counts_eval.evaluate_counts(
         df, systems=systems, K=3, seed=0, out_dir=tmp_path, progress=False, pfm_warmup=2, pfm_samples=2, pfm_thin=1,

@@ -8,6 +8,7 @@ from validation.models import hpf as vhpf
 from validation.checks.report import crosscheck_report
 from validation.models.hpf import CROSSCHECK_DEFAULT
 from validation.checks.nuts_sbc import compile_counter
+from validation.models import catalog
 
 HYPER = CROSSCHECK_DEFAULT.hyper  # a' = 2, b' = 1: prior rate a'/b' = 2 differs from the printed b' = 1
 SHORT = {"num_warmup": 500, "num_samples": 1000, "seed": 1}  # the bridge's default length (test_bridge.py)
@@ -31,7 +32,7 @@ def xi_run():
     the stored, gated NUTS reference "hpf-bridge" (`validation.checks.bridge.run`; NUTS is not re-run), and the
     compile times of the run (`validation.checks.nuts_sbc.compile_counter`)."""
     with compile_counter() as compiles:
-        result = bridge.run("hpf", "xi", **SHORT)
+        result = bridge.run(catalog.bridge("hpf"), "xi", **SHORT)
     return result, list(compiles)
 
 
@@ -40,7 +41,7 @@ def xi_run():
 @pytest.mark.parametrize("site", ["xi", pytest.param("theta", marks=pytest.mark.slow),
                                   pytest.param("beta", marks=pytest.mark.slow), pytest.param("eta", marks=pytest.mark.slow)])
 def test_each_block_as_customgibbs_beside_nuts_agrees_with_all_nuts(xi_run, site):
-    result = xi_run[0] if site == "xi" else bridge.run("hpf", site, **SHORT)
+    result = xi_run[0] if site == "xi" else bridge.run(catalog.bridge("hpf"), site, **SHORT)
     verdict = result.verdict  # Bonferroni, false alarm 1% per group; reference and hybrid gated
     assert verdict.gates.passed, verdict.gates.failures
     assert verdict.status == "pass", (verdict.reasons, verdict.table)
@@ -51,7 +52,7 @@ def test_a_wrong_block_fails_beside_nuts(xi_run):
     program as the correct block's run (the hyperparameters are a traced input, `validation.checks.bridge.HyperGibbs`),
     so it compiles (almost) nothing: measured 1 compilation against 30 for the first run."""
     with compile_counter() as compiles:
-        wrong = bridge.run("hpf", "xi", block_hyper=vg.printed_conditionals_hyper(HYPER), **SHORT)
+        wrong = bridge.run(catalog.bridge("hpf"), "xi", block_hyper=vg.printed_conditionals_hyper(HYPER), **SHORT)
     verdict = wrong.verdict
     assert verdict.status == "fail"
     assert any(r.startswith("xi") for r in verdict.reasons)

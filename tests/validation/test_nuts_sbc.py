@@ -24,6 +24,7 @@ import numpyro.distributions as dist
 import pytest
 
 from validation.checks import nuts_sbc, registry, sbc
+from validation.models import catalog
 
 N_OBS = 5
 SETTINGS = nuts_sbc.NutsSBCSettings(num_chains=1, num_warmup=100, num_samples=200, min_ess=50.0)
@@ -89,12 +90,12 @@ def test_simulations_after_the_first_compile_nothing(tmp_path):
 
 def test_the_nuts_adapters_are_registered():
     for name in ("bpmf", "sbmf", "hpf"):
-        assert set(registry.get(name).sbc) >= {"gibbs", "nuts"}
+        assert set(catalog.get(name).sbc) >= {"gibbs", "nuts"}
     # HPF's takes the CLI's gate log (`factorbayes sbc hpf --solver nuts`) and fits with the compile-once
     # runner; building it compiles nothing (running it compiles ~12 CPU s, too much for the default suite)
     import inspect
 
-    adapters = registry.resolve(registry.get("hpf").sbc["nuts"])
+    adapters = registry.resolve(catalog.get("hpf").sbc["nuts"])
     assert "log_path" in inspect.signature(adapters).parameters
     _, fit, functionals = adapters(log_path=None)
     assert isinstance(fit, nuts_sbc.NutsSBCFit) and fit.n_mcmc == 0 and set(fit.functionals) == set(functionals)
@@ -138,9 +139,9 @@ def test_cli_sbc_keeps_gate_records_and_reports_them(tmp_path, monkeypatch, caps
     def toy_adapters(log_path=None):
         return simulate, make_fit(log_path=log_path), FUNCTIONALS
 
-    spec = dataclasses.replace(registry.get("bpmf"), sbc={"nuts": toy_adapters})
-    monkeypatch.setattr(registry, "get", lambda name: spec)
-    monkeypatch.setattr("validation.checks.report.evidence_lines", lambda model: [])
+    spec = dataclasses.replace(catalog.get("bpmf"), sbc={"nuts": toy_adapters})
+    monkeypatch.setattr(catalog, "get", lambda name: spec)
+    monkeypatch.setattr("validation.models.catalog.evidence_lines", lambda model: [])
     out = tmp_path / "sbc"
     code = cli.main(["sbc", "bpmf", "--solver", "nuts", "--sims", "5", "--no-progress", "--out", str(out)])
     assert code in (0, 1)  # 5 simulations judge nothing; the plumbing is what is tested

@@ -16,6 +16,8 @@ import pytest
 from custom_inference.data import Observations
 from validation.models import psm as vp
 from validation.checks.errata import run_errata
+from validation.models import catalog
+from validation.evaluation import model_studies
 
 jax.config.update("jax_enable_x64", True)
 
@@ -115,12 +117,12 @@ def test_probit_approximation_against_monte_carlo(problem):
 def test_implicit_system_factory():
     obs, _ = vp._errata_problem()[:2]  # the same shapes as the other tests (compiled once)
     train = Observations.from_coo(obs.rows, obs.cols, np.ones(obs.nnz), obs.shape, kind="binary")
-    factory = vp.implicit_system(K=K, r=1.0, max_iter=5, dtype=np.float64)
+    factory = model_studies.implicit_system(K=K, r=1.0, max_iter=5, dtype=np.float64)
     score = factory(train, 0)
     out = score(np.array([0, 4]))
     assert out.shape == (2, obs.shape[1]) and np.all(np.isfinite(out)) and np.allclose(out.sum(1), 1.0)
     assert not getattr(factory, "scores_like_probability", False)
-    assert vp.implicit_system(kind="acceptance").scores_like_probability
+    assert model_studies.implicit_system(kind="acceptance").scores_like_probability
 
 
 def _ratings(seed=0, I=40, J=25):
@@ -136,7 +138,7 @@ def test_validation_split_is_carved_from_the_training_matrix():
     from validation.data import datasets
 
     split = datasets.split_leave_one_out(_ratings(), seed=0)
-    val = vp.validation_split(split, seed=1)
+    val = model_studies.validation_split(split, seed=1)
     train = set(zip(np.asarray(split.train.rows).tolist(), np.asarray(split.train.cols).tolist()))
     kept = set(zip(np.asarray(val.train.rows).tolist(), np.asarray(val.train.cols).tolist()))
     held = set(zip(val.test_users.tolist(), val.test_items.tolist()))
@@ -144,9 +146,9 @@ def test_validation_split_is_carved_from_the_training_matrix():
     assert not held & set(zip(split.test_users.tolist(), split.test_items.tolist()))  # test pairs stay out
     deg = np.bincount(np.asarray(split.train.rows), minlength=split.n_users)
     assert val.test_users.tolist() == np.flatnonzero(deg >= 2).tolist()  # one per user with >= 2 positives
-    again = vp.validation_split(split, seed=1)
+    again = model_studies.validation_split(split, seed=1)
     assert np.array_equal(again.test_items, val.test_items)
-    assert not np.array_equal(vp.validation_split(split, seed=2).test_items, val.test_items)
+    assert not np.array_equal(model_studies.validation_split(split, seed=2).test_items, val.test_items)
 
 
 def test_psm_sweep_runs_every_setting_once_per_protocol():
@@ -158,20 +160,18 @@ def test_psm_sweep_runs_every_setting_once_per_protocol():
     seen[np.asarray(obs.rows), np.asarray(obs.cols)] = True
     users = np.flatnonzero(~seen.all(1))
     split = ImplicitSplit(train, users, np.argmin(seen[users], axis=1), None)  # an unseen item per user
-    t = vp.psm_sweep(None, rs=(1.0, 4.0), Ks=(K,), base_K=K, protocols={"P1": split}, max_iter=3, tol=0.0,
+    t = model_studies.psm_sweep(None, rs=(1.0, 4.0), Ks=(K,), base_K=K, protocols={"P1": split}, max_iter=3, tol=0.0,
                      dtype=np.float64)
     assert list(zip(t.K, t.r)) == [(K, 1.0), (K, 4.0)]  # (K, r = 1) is in both lists: fitted once
     assert (t.sweeps == 3).all() and not t.converged.any() and (t.n_users == users.size).all()
     assert t.d_prime.tolist() == [obs.nnz, 4.0 * obs.nnz]  # r reaches the fit: D' = r D, one event per pair
     assert t[["rank_score_users", "rank_score_items", "recall@10", "ndcg@10"]].apply(lambda c: c.between(0, 1)).all().all()
     with pytest.raises(ValueError, match="no setting"):
-        vp.psm_sweep(None, rs=(), Ks=(), protocols={"P1": split})
+        model_studies.psm_sweep(None, rs=(), Ks=(), protocols={"P1": split})
 
 
 def test_registry_entry():
-    from validation.checks import registry
-
-    spec = registry.get("psm")
+    spec = catalog.get("psm")
     solver = spec.solver()
     assert solver.name == "vb" and solver.method == "vi" and solver.reference == "psm"
     assert solver.get_algorithm().name == "psm-vb"

@@ -16,15 +16,16 @@ import pytest
 from custom_inference import base
 from validation.checks import crosscheck as xc
 from validation.checks import errata, references, registry
+from validation.models import catalog
 
-MODELS = registry.names()
-SOLVERS = [(m, s.name) for m in MODELS for s in registry.get(m).solvers]
-REFERENCES = [r.name for m in MODELS for r in registry.get(m).references]
+MODELS = catalog.names()
+SOLVERS = [(m, s.name) for m in MODELS for s in catalog.get(m).solvers]
+REFERENCES = [r.name for m in MODELS for r in catalog.get(m).references]
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_spec_is_well_formed(model):
-    spec = registry.get(model)
+    spec = catalog.get(model)
     assert spec.name == model and spec.solvers
     names = [r.name for r in spec.references]
     for solver in spec.solvers:
@@ -50,10 +51,9 @@ def test_spec_is_well_formed(model):
 
 
 def test_registry_drives_the_errata_table():
-    rows = registry.all_errata()
-    assert rows == errata.all_errata()
+    rows = catalog.all_errata()
     assert len(set(map(id, rows))) == len(rows)  # no row twice
-    for spec in registry.specs():
+    for spec in catalog.specs():
         assert all(e in rows for e in spec.errata_rows())
     seeds = {e.seed_file.split("_")[0] for e in rows}
     assert {"001", "004"} <= seeds  # HPF (seed 001) and the thesis models (004) at least
@@ -61,9 +61,9 @@ def test_registry_drives_the_errata_table():
 
 def test_unknown_names_are_clear_errors():
     with pytest.raises(KeyError, match="unknown model"):
-        registry.get("als")
+        catalog.get("als")
     with pytest.raises(KeyError, match="reference"):
-        registry.by_reference("als")
+        catalog.by_reference("als")
     with pytest.raises(ValueError, match="module:attribute"):
         registry.lazy("no_colon")
 
@@ -72,7 +72,7 @@ def test_unknown_names_are_clear_errors():
 def test_stored_reference_matches_its_problem_and_passed_its_gates(name):
     """Cheap (simulation only): the stored key equals today's problem key, so the default tests use the
     stored run; its provenance is complete; the gates pass again on the stored summaries."""
-    spec = registry.by_reference(name)
+    spec = catalog.by_reference(name)
     config = spec.default_config()
     ref = registry.resolve(spec.nuts_reference)(config, reference="stored")  # raises if the key differs
     assert ref.stored and ref.source.endswith(f"{name}.npz")
@@ -166,7 +166,7 @@ def test_regenerated_reference_agrees_with_the_stored_one(name, tmp_path):
     """NUTS re-run on the problem: same key, gates pass, and every compared posterior mean agrees with the
     stored one within Monte Carlo error (`references.agreement`: Bonferroni, 1% false alarm per group)."""
     stored = references.load_reference(name)
-    fresh = references.regenerate(name, directory=tmp_path)
+    fresh = catalog.regenerate_reference(name, directory=tmp_path)
     assert fresh.key == stored.key
     assert fresh.gates().passed, fresh.gates().failures
     table = references.agreement(fresh, stored)
@@ -177,7 +177,7 @@ def test_regenerated_reference_agrees_with_the_stored_one(name, tmp_path):
 @pytest.mark.parametrize("model, solver", SOLVERS)
 def test_solver_agrees_with_its_stored_reference(model, solver):
     """Every solver's cross-check on its default problem against the stored NUTS reference."""
-    result = registry.get(model).solver(solver).run(progress=False, reference="stored")
+    result = catalog.get(model).solver(solver).run(progress=False, reference="stored")
     assert result.reference.stored
     assert result.verdict.gates.passed, result.verdict.gates.failures
     assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)

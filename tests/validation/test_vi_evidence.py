@@ -13,6 +13,7 @@ import pytest
 from scipy import special, stats
 
 from validation.checks import vi_evidence as ve
+from validation.models import catalog
 
 
 def normal_model(y, prior_sd=1.0):
@@ -142,7 +143,7 @@ def test_hpf_cavi_vsbc_on_a_few_simulations():
     Verdict: no asymmetric scalar at the family false-alarm rate 0.05 (Bonferroni over the 10 scalars,
     each reflection p-value exact), so a CAVI whose marginals are unbiased fails this test with probability
     at most 0.05; with 12 simulations the test has little power (a bias has to be gross to show): the
-    200-simulation run is under slow, with the numbers in `validation.checks.vi_evidence.MEASURED`."""
+    200-simulation run is under slow, with the numbers in `validation.models.catalog.MEASURED`."""
     import dataclasses
 
     import jax
@@ -190,37 +191,37 @@ def test_report_section_states_khat_and_vsbc_with_their_readings():
     assert "not computed" in text and "crosscheck toy --vsbc N" in text
 
 
-VSBC_MEASURED = [pair for pair, m in ve.MEASURED.items() if "vsbc_sims" in m]
+VSBC_MEASURED = [pair for pair, m in catalog.MEASURED.items() if "vsbc_sims" in m]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", VSBC_MEASURED, ids=lambda p: "-".join(p))
 def test_vsbc_verdict_of_every_vi_solver_reproduces(pair):
     """Each VI solver's VSBC, at the number of simulations and master seed recorded in
-    `validation.checks.vi_evidence.MEASURED` (200 each; SIBM's and PSM's fits recompile for each new number of
+    `validation.models.catalog.MEASURED` (200 each; SIBM's and PSM's fits recompile for each new number of
     observed entries, so theirs take about 10 minutes on 2 cores), reproduces the recorded verdict (family false-alarm rate 0.05, Bonferroni
     over the scalars). A VI solver is not expected to pass: the recorded failures are findings (VBFM's
     q(alpha) and RG's q(tau) are biased, see the README), and a change of verdict is a change of the solver."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    m = ve.MEASURED[pair]
-    simulate, fit, functionals, _ = ve.evidence_adapter(*pair, "vsbc")(pair[1])
+    m = catalog.MEASURED[pair]
+    simulate, fit, functionals, _ = catalog.evidence_adapter(*pair, "vsbc")(pair[1])
     res = ve.run_vsbc(simulate, fit, functionals, n_sims=m["vsbc_sims"], master_seed=0)
     print(pair, res.verdict())
     assert res.passed == m["vsbc_passed"], res.table
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", list(ve.ADAPTERS), ids=lambda p: "-".join(p))
+@pytest.mark.parametrize("pair", list(catalog.VI_ADAPTERS), ids=lambda p: "-".join(p))
 def test_khat_of_every_vi_solver_on_its_crosscheck_problem(pair):
     """Each VI solver's cross-check (stored NUTS reference) reports a k-hat of q against the program."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    out = ve.measure(*pair)
+    out = catalog.measure_vi(*pair)
     k = out["khat"]
     assert k is not None and np.isfinite(k.khat) and k.n_draws >= 2000, pair
     print(pair, k.row())
-    if "khat" in ve.MEASURED.get(pair, {}):  # the recorded reading (README table) reproduces
-        assert k.reading == ve.khat_reading(ve.MEASURED[pair]["khat"]), (k.khat, ve.MEASURED[pair])
+    if "khat" in catalog.MEASURED.get(pair, {}):  # the recorded reading (README table) reproduces
+        assert k.reading == ve.khat_reading(catalog.MEASURED[pair]["khat"]), (k.khat, catalog.MEASURED[pair])

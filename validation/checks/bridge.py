@@ -98,7 +98,8 @@ class BridgeSpec:
     is caught (None: none declared); ``wrong_block``: the block it is given to; ``num_warmup``,
     ``num_samples``: the hybrid run's length per chain (a hybrid mixes more slowly than full NUTS:
     its NUTS block adapts to a conditional that moves with every Gibbs draw, and the Gibbs block
-    alternates with NUTS on strongly coupled sites).
+    alternates with NUTS on strongly coupled sites); ``model``: the model's name in results and reports
+    (`validation.models.catalog.bridge` fills it in).
     Source: project addition."""
 
     problem: Callable
@@ -108,6 +109,7 @@ class BridgeSpec:
     wrong_block: str | None = None
     num_warmup: int = 1000
     num_samples: int = 4000
+    model: str = ""
 
     def block(self, name: str) -> tuple[str, Block]:
         """(block name, `Block`) for a block name or a site owned by exactly one block.
@@ -298,27 +300,20 @@ def compare(quantities: dict, reference, *, divergences: int | None = 0, gate_di
     gates = xc.combined_gates(ref_gates, hybrid_gates, "hybrid")
     return xc.compare_exact(quantities, nq, gates, false_alarm=false_alarm)
 
-def _spec(model: str) -> BridgeSpec:
-    from validation.checks import registry
-
-    return registry.bridge(model)
-
-
-def run(model: str, site: str | None = None, *, block_hyper=None, seed: int = 1, num_chains: int = 4,
+def run(spec: BridgeSpec, site: str | None = None, *, block_hyper=None, seed: int = 1, num_chains: int = 4,
         num_warmup: int | None = None, num_samples: int | None = None, problem: Problem | None = None,
         progress: bool = False) -> BridgeResult:
-    """Run one block of ``model``'s sampler as ``CustomGibbs`` beside NUTS and compare with its stored NUTS reference.
+    """Run one block of a sampler as ``CustomGibbs`` beside NUTS and compare with its stored NUTS reference.
 
-    ``model``: a name of `validation.checks.registry.BRIDGES` ("hpf", "sbmf", "bpmf", "mcmc-fm", "npfm",
-    "ppfm"); ``site``: a block name or a site owned by one block (default the spec's ``default``);
+    ``spec``: the model's `BridgeSpec` (the project's: ``validation.models.catalog.bridge(name)`` for
+    "hpf", "sbmf", "bpmf", "mcmc-fm", "npfm", "ppfm"); ``site``: a block name or a site owned by one block (default the spec's ``default``);
     ``block_hyper``: the hyperparameters the block's conditional is given (default the problem's:
     pass another to simulate a wrong conditional); ``problem``: default the spec's; ``num_warmup``,
     ``num_samples``: per chain, default the spec's (1000 and 4000 unless it says otherwise). Returns a
-    `BridgeResult`. Raises KeyError for an unknown model, ValueError for an unknown block, and
+    `BridgeResult`. Raises ValueError for an unknown block, and
     ValueError when no stored reference matches the problem.
     Source: project addition (validation level 2).
     """
-    spec = _spec(model)
     name, block = spec.block(site or spec.default)
     p = problem or spec.problem()
     hyper = p.hyper if block_hyper is None else block_hyper
@@ -335,15 +330,14 @@ def run(model: str, site: str | None = None, *, block_hyper=None, seed: int = 1,
     settings = {"chains": num_chains, "warmup": num_warmup, "draws": num_samples, "seed": seed,
                 "block_hyper": "problem's" if block_hyper is None else repr(block_hyper),
                 "divergences": idata.attrs.get("divergences"), "problem": p.description}
-    return BridgeResult(model, name, tuple(block.sites), verdict, quantities, idata, ref, seconds, settings)
+    return BridgeResult(spec.model, name, tuple(block.sites), verdict, quantities, idata, ref, seconds, settings)
 
 
-def run_all(model: str, **kwargs) -> list[BridgeResult]:
-    """`run` for every block of ``model`` (kwargs go to `run`). Raises what `run` raises.
-    Source: project addition."""
-    spec = _spec(model)
+def run_all(spec: BridgeSpec, **kwargs) -> list[BridgeResult]:
+    """`run` for every block of the sampler declared by ``spec`` (kwargs go to `run`). Raises what `run`
+    raises. Source: project addition."""
     problem = kwargs.pop("problem", None) or spec.problem()
-    return [run(model, b, problem=problem, **kwargs) for b in spec.blocks]
+    return [run(spec, b, problem=problem, **kwargs) for b in spec.blocks]
 
 
 def agreement_table(results) -> pd.DataFrame:

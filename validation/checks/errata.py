@@ -8,7 +8,7 @@ passes it. ``factorbayes errata`` prints the table.
 The rows live with their model: each model's validation module declares ``ERRATA``
 (HPF's CAVI rows in `validation.models.hpf`, its complete conditionals in `validation.models.hpf_gibbs`,
 then `validation.models.sbmf`, `validation.models.vbfm`, ...) and its ``SPEC`` lists them;
-`validation.checks.registry.all_errata` collects every model's rows. This module imports no model
+`validation.models.catalog.all_errata` collects every model's rows. This module imports no model
 module, so there is no import cycle.
 
 Checks used by the rows (see `validation.checks.updates`):
@@ -27,7 +27,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-__all__ = ["Erratum", "all_errata", "run_errata"]
+__all__ = ["Erratum", "run_errata"]
 
 
 @dataclass(frozen=True)
@@ -47,24 +47,15 @@ class Erratum:
     check: Callable[[str], tuple[bool, float]]
 
 
-def all_errata() -> tuple[Erratum, ...]:
-    """Every erratum of the project, model by model: `validation.checks.registry.all_errata`.
-    Source: project addition.
-    Raises nothing of its own (an error importing a model module propagates)."""
-    from validation.checks import registry
-
-    return registry.all_errata()
-
-
-def run_errata(entries: Iterable[Erratum] | None = None) -> pd.DataFrame:
+def run_errata(entries: Iterable[Erratum]) -> pd.DataFrame:
     """Run every erratum's check on the printed and the corrected form.
 
-    ``entries`` defaults to `all_errata` (every model's rows). Returns a DataFrame with one row
+    ``entries``: the rows to run (every model's: `validation.models.catalog.all_errata()`). Returns a DataFrame with one row
     per entry: seed_file, location, printed, corrected, check, printed_value, corrected_value,
     printed_passes, corrected_passes, ok (= printed fails and corrected passes).
     Raises whatever a row's check raises. Source: project addition.
     """
-    entries = all_errata() if entries is None else tuple(entries)
+    entries = tuple(entries)
     rows = []
     for e in entries:
         p_ok, p_val = e.check("printed")

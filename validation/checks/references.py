@@ -35,7 +35,6 @@ Source: project addition (validation level 2; posteriordb).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -61,7 +60,6 @@ __all__ = [
     "stored_names",
     "load_reference",
     "save_reference",
-    "regenerate",
     "thin",
 ]
 
@@ -247,7 +245,7 @@ class ProblemKey:
         if record.get("version") != KEY_VERSION:
             raise ValueError(f"{source}: stored problem key of version {record.get('version', 1)}, this "
                              f"package reads version {KEY_VERSION}; regenerate the reference "
-                             f"(validation.checks.references.regenerate)")
+                             f"(validation.models.catalog.regenerate_reference)")
         data = []
         for i, d in enumerate(record["data"]):
             if d is None:
@@ -368,7 +366,7 @@ def load_reference(name: str, directory=None) -> Reference:
     npz, js = _paths(name, directory)
     if not (npz.exists() and js.exists()):
         raise FileNotFoundError(f"no stored reference {name!r} in {npz.parent} (regenerate it with "
-                                f"validation.checks.references.regenerate({name!r}))")
+                                f"validation.models.catalog.regenerate_reference({name!r}))")
     meta = json.loads(js.read_text())
     summary, draws = {}, {}
     with np.load(npz) as f:
@@ -413,7 +411,7 @@ def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, 
                    "the problem (data, model or NUTS settings) differs from each stored one: "
                    + "; ".join(f"{n}: {', '.join(d[:3])}{' ...' if len(d) > 3 else ''}" for n, d in why.items()))
             raise ValueError(f"reference='stored': no stored reference {name!r} for this problem: {why}; "
-                             f"regenerate with validation.checks.references.regenerate")
+                             f"regenerate with validation.models.catalog.regenerate_reference")
     return from_run(name, run(), quantities, settings, key)
 
 
@@ -424,22 +422,6 @@ def from_run(name: str, nuts, quantities: Callable, settings: NutsSettings, key:
     draws = quantities(nuts.idata)
     return Reference(name, {g: summarize(d) for g, d in draws.items()}, draws, nuts.divergences,
                      np.asarray(nuts.bfmi), nuts.seconds, settings, key, idata=nuts.idata)
-
-
-def regenerate(name: str, *, directory=None, progress: bool = False) -> Reference:
-    """Re-run NUTS on the default cross-check problem of reference ``name`` and rewrite its files.
-
-    The problem comes from `validation.checks.registry` (the `ReferenceSpec` named ``name``).
-    Returns the fresh `Reference`. Raises KeyError for an unknown name. Source: project addition.
-    """
-    from validation.checks import registry
-
-    spec = registry.by_reference(name)
-    config = spec.default_config()
-    ref = registry.resolve(spec.nuts_reference)(config, reference="rerun", progress=progress)
-    ref = dataclasses.replace(ref, name=name)
-    save_reference(ref, config=config, directory=directory)
-    return ref
 
 
 def agreement(fresh: Reference, stored: Reference, *, false_alarm: float = 0.01) -> pd.DataFrame:

@@ -1,13 +1,11 @@
-"""The validation registry: one `ModelSpec` per model, declared once in its validation module.
+"""The declaration types of the validation layer: one `ModelSpec` per model, declared once in its module.
 
-Each model's validation module ends with ``SPEC = registry.ModelSpec(...)``: its CLI name, its
-solvers (`SolverSpec`: CLI name, the solver's `custom_inference.base.Algorithm`, the
-cross-check entry and its default config, the stored NUTS reference it compares against), its
-update or conditional checks, SBC adapters, errata rows and bridge blocks (NumPyro
-``CustomGibbs`` blocks) where it has them. `MODULES` maps each model name to that module; the
-registry imports a module only when its spec is asked for. The CLI (`validation.frontdoor.cli`), the
-errata table (`all_errata`) and the parametrised tests (``tests/validation/test_registry.py``)
-iterate over it, so adding a model is its ``SPEC`` plus one line in `MODULES`.
+Each model's module in `validation.models` ends with ``SPEC = registry.ModelSpec(...)``: its CLI name,
+its solvers (`SolverSpec`: CLI name, the solver's `custom_inference.base.Algorithm`, the cross-check
+entry and its default config, the stored NUTS reference it compares against), its update or
+conditional checks, SBC adapters and errata rows. Which models exist, and the lookups over them
+(`names`, `get`, `all_errata`, `bridge`, ...), are in `validation.models.catalog`: this module names no
+model, so that the checks never import the declarations above them (``tests/test_layout.py``).
 
 Entries that live in another module (HPF's Gibbs solver in `validation.models.hpf_gibbs`, the solvers'
 ``ALGORITHM`` in `custom_inference`) are written as `lazy` references ``"module:attribute"``
@@ -22,35 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["MODULES", "BRIDGES", "lazy", "resolve", "SolverSpec", "ReferenceSpec", "ModelSpec", "names", "get", "specs",
-           "all_errata", "by_reference", "solver_names", "sbc_models", "bridge", "bridge_models"]
-
-# model (CLI) name -> validation module declaring its SPEC ("module" or "module:ATTRIBUTE" where one
-# module declares two models)
-MODULES: dict[str, str] = {
-    "hpf": "hpf",
-    "sbmf": "sbmf",
-    "bpmf": "bpmf",
-    "mcmc-fm": "fm_mcmc",
-    "vbfm": "vbfm",
-    "sibm": "sibm",
-    "rg": "rg",
-    "npfm": "pfm:SPEC_NPFM",
-    "ppfm": "pfm:SPEC_PPFM",
-    "psm": "psm",
-}
-
-# model name -> "module:ATTRIBUTE" of its `validation.checks.bridge.BridgeSpec` (every Gibbs block of the model's
-# sampler as a NumPyro CustomGibbs block beside NUTS); imported only when asked for (`bridge`)
-BRIDGES: dict[str, str] = {
-    "hpf": "validation.models.hpf_gibbs:BRIDGE",
-    "sbmf": "validation.models.sbmf:BRIDGE",
-    "bpmf": "validation.models.bpmf:BRIDGE",
-    "mcmc-fm": "validation.models.fm_mcmc:BRIDGE",
-    "npfm": "validation.models.pfm_bridge:BRIDGE_NPFM",
-    "ppfm": "validation.models.pfm_bridge:BRIDGE_PPFM",
-}
-
+__all__ = ["lazy", "resolve", "SolverSpec", "ReferenceSpec", "ModelSpec"]
 
 @dataclass(frozen=True)
 class lazy:  # noqa: N801 (used like a function in declarations)
@@ -188,98 +158,3 @@ class ModelSpec:
             if r.name == name:
                 return r
         raise KeyError(f"{self.name} has no reference {name!r}")
-
-
-def names() -> tuple[str, ...]:
-    """The registered model names (the keys of `MODULES`), in registry order; imports nothing.
-
-    Raises nothing. Source: project addition.
-    """
-    return tuple(MODULES)
-
-
-def get(name: str) -> ModelSpec:
-    """The spec of model ``name`` (imports its validation module). Raises KeyError for an unknown name,
-    AttributeError when the module declares no ``SPEC``, ValueError when the spec's ``name`` differs
-    from the registered one; an ImportError (or any error) of the module's import propagates.
-    Source: project addition.
-    """
-    if name not in MODULES:
-        raise KeyError(f"unknown model {name!r}; registered: {', '.join(MODULES)}")
-    module, _, attr = MODULES[name].partition(":")
-    spec = getattr(importlib.import_module(f"validation.models.{module}"), attr or "SPEC")
-    if spec.name != name:
-        raise ValueError(f"validation.models.{MODULES[name]} is named {spec.name!r}, registered as {name!r}")
-    return spec
-
-
-def specs() -> tuple[ModelSpec, ...]:
-    """Every model's spec, in registry order (imports every validation module in `MODULES`).
-
-    Raises nothing of its own; what `get` raises propagates (ImportError of a module, AttributeError
-    for a missing ``SPEC``, ValueError for a misnamed one). Source: project addition.
-    """
-    return tuple(get(n) for n in MODULES)
-
-
-def all_errata() -> tuple:
-    """Every model's errata rows (`validation.checks.errata.Erratum`), model by model (no row twice).
-
-    Raises nothing of its own; what `specs` raises propagates, and ImportError / AttributeError from
-    resolving a `lazy` errata entry. Source: project addition.
-    """
-    seen, out = set(), []
-    for spec in specs():
-        for e in spec.errata_rows():
-            if id(e) not in seen:
-                seen.add(id(e))
-                out.append(e)
-    return tuple(out)
-
-
-def by_reference(name: str) -> ReferenceSpec:
-    """The `ReferenceSpec` named ``name`` across all models. Raises KeyError when none is; what
-    `specs` raises propagates. Source: project addition.
-    """
-    for spec in specs():
-        for r in spec.references:
-            if r.name == name:
-                return r
-    raise KeyError(f"no model declares the reference {name!r}")
-
-
-def solver_names() -> tuple[str, ...]:
-    """Every solver name of every model (the CLI's ``--solver`` choices) and every SBC adapter label,
-    without repeats, in registry order.
-
-    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
-    """
-    out = []
-    for spec in specs():
-        out.extend(s.name for s in spec.solvers if s.name not in out)
-        out.extend(s for s in spec.sbc if s not in out)
-    return tuple(out)
-
-
-def sbc_models() -> tuple[str, ...]:
-    """The names of the models with SBC adapters (non-empty ``sbc``), in registry order.
-
-    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
-    """
-    return tuple(s.name for s in specs() if s.sbc)
-
-
-def bridge(name: str):
-    """The `validation.checks.bridge.BridgeSpec` of model ``name`` (its bridge problem and every Gibbs block
-    as a ``CustomGibbs`` factory), from `BRIDGES`. Raises KeyError for a model without a bridge;
-    ImportError / AttributeError of the declaring module propagate. Source: project addition.
-    """
-    if name not in BRIDGES:
-        raise KeyError(f"model {name!r} has no bridge; bridges: {', '.join(BRIDGES)}")
-    return resolve(lazy(BRIDGES[name]))
-
-
-def bridge_models() -> tuple[str, ...]:
-    """The names of the models with a bridge (the keys of `BRIDGES`), in order; imports nothing.
-    Raises nothing. Source: project addition."""
-    return tuple(BRIDGES)

@@ -18,8 +18,7 @@ import pandas as pd  # noqa: E402
 
 from custom_inference import arviz_io  # noqa: E402
 
-__all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report", "evidence_table",
-           "evidence_lines", "vi_evidence_lines"]
+__all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_report", "vi_evidence_lines"]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
@@ -141,10 +140,12 @@ _EXTRA_TABLES = {
 }
 
 
-def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> Path:
+def crosscheck_report(result, out_dir: str | Path, title: str | None = None, *, evidence: list[str] | None = None) -> Path:
     """Write the report of a `validation.checks.crosscheck.CrosscheckResult` (any model, VI or exact
     solver against NUTS): verdict, settings, gates, comparison table, plots, then the ELBO curve
     and every DataFrame of ``result.extra`` (update-level checks and model-specific tables).
+    ``evidence``: Markdown lines appended after the VI evidence (the CLI passes the model's row of
+    the evidence table, `validation.models.catalog.evidence_lines`); None: none.
     The quantity dicts hold draws (chain, draw, Q); ``extra["elbo"]``, when present, float (T,).
     Raises OSError when ``out_dir`` cannot be created or written; ImportError without
     ``tabulate``. Source: project addition (validation level 2 report)."""
@@ -174,7 +175,7 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None) -> 
     ]
     if result.method == "vi":
         lines += vi_evidence_lines(result)
-    lines += evidence_lines(result.model)
+    lines += list(evidence or [])
     if result.extra.get("elbo") is not None:
         lines += ["## VI convergence", "", f"![ELBO]({_elbo_curve(np.asarray(result.extra['elbo']), out)})", ""]
     for key, table in result.extra.items():
@@ -268,69 +269,3 @@ def vi_evidence_lines(result) -> list[str]:
     else:
         lines += [f"**VSBC: {v.verdict()}.**", "", markdown_table(v.table), ""]
     return lines
-
-
-def _bridge_text(name: str) -> str:
-    """"yes (N blocks)" when the registry declares the model's bridge (`validation.checks.registry.BRIDGES`),
-    else "no"."""
-    from validation.checks import registry
-
-    if name in registry.BRIDGES:
-        try:
-            return f"yes ({len(registry.bridge(name).blocks)} blocks)"
-        except (ImportError, AttributeError):
-            return "declared (not importable)"
-    return "no"
-
-
-def _registry_rows(models=None) -> list[dict]:
-    from validation.checks import references, registry, vi_evidence
-
-    stored = set(references.stored_names())
-    rows = []
-    for name in (models or registry.names()):
-        spec = registry.get(name)
-        for s in spec.solvers:
-            vi = s.method == "vi"
-            measured = vi_evidence.MEASURED.get((name, s.name), {})
-            has = {kind: vi_evidence.has_adapter(name, s.name, kind) for kind in ("khat", "vsbc")}
-            rows.append({
-                "model": name, "solver": s.name, "method": s.method,
-                "update checks": ", ".join(spec.checks) or "none",
-                "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name),
-                "NUTS agreement": (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
-                + (" (VI gap)" if vi else " (within MCSE)"),
-                "SBC": ("yes" if s.name in spec.sbc else "no")
-                + (" (+ NUTS SBC, same problem)" if s.name in spec.sbc and "nuts" in spec.sbc and s.name != "nuts" else ""),
-                "k-hat (recorded)": "n/a (exact)" if not vi else (
-                    (f"{measured['khat']:.2f} ({vi_evidence.khat_reading(measured['khat']).split(':')[0]})"
-                     if "khat" in measured else "yes") if has["khat"] else "no"),
-                "VSBC (recorded)": "n/a (exact)" if not vi else (
-                    measured.get("vsbc", "yes") if has["vsbc"] else "no"),
-            })
-    return rows
-
-
-def evidence_table(models=None) -> pd.DataFrame:
-    """Which evidence exists, per model and solver, read from `validation.checks.registry` (and, for the VI
-    evidence, `validation.checks.vi_evidence.ADAPTERS` / ``MEASURED``): update checks (the spec's ``checks``),
-    bridge (a non-empty ``bridge``: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; exact
-    solvers), NUTS agreement (a stored reference of the solver's problem), SBC (an SBC adapter under the
-    solver's name; "+ NUTS SBC" where the model also has a NUTS SBC of the same problem, the
-    reference that tells a sampler defect from a property of the test problem), k-hat and VSBC (VI solvers: "yes" where the adapter exists, and the numbers recorded in
-    `validation.checks.vi_evidence.MEASURED`: k-hat on the solver's *default* cross-check problem, VSBC verdict).
-
-    ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
-    Raises KeyError for an unknown model; what importing a model's validation module raises propagates.
-    Source: project addition.
-    """
-    return pd.DataFrame(_registry_rows(models))
-
-
-def evidence_lines(model: str) -> list[str]:
-    """The "Evidence for MODEL" section of a report (cross-check and SBC reports): `evidence_table` of the
-    model's solvers as Markdown lines. Raises KeyError for an unknown model; ImportError without
-    ``tabulate``. Source: project addition."""
-    return [f"## Evidence for {model} (all solvers)", "",
-            "From `validation.checks.registry` (`factorbayes evidence` prints it for every model).", "",
-            markdown_table(evidence_table([model])), ""]

@@ -7,7 +7,7 @@ popularity and EASE^R (Steck 2019, "Embarrassingly shallow autoencoders for spar
 added as reference points.
 
 Protocol P3 (`validation.data.datasets.split_random_holdout`, ``row_order="input"``, the split of
-`validation.evaluation.experiments.evaluate_hpf` and `validation.models.pfm.evaluate_p3`): 20 % of the ratings,
+`validation.evaluation.experiments.evaluate_hpf` and `validation.evaluation.pfm_experiments.evaluate_p3`): 20 % of the ratings,
 drawn by a seeded permutation of the file's rows, are held out; ratings are counts. For every
 user with a test rating the candidates are the items without a training rating, the retrieved
 list the top P = 100 candidates by score (ties: smaller item index), the relevant set the user's
@@ -28,7 +28,7 @@ Systems (`SYSTEMS`; ``NAME+side`` adds the MovieLens side features, `SIDE_SYSTEM
   (`validation_split`), then B is refitted on all training entries.
 - ``hpf``: HPF by CAVI (`custom_inference.hpf.fit`, scores E_q[theta_u] . E_q[beta_i]) as in
   `validation.evaluation.experiments.evaluate_hpf`.
-- ``npfm``, ``ppfm``: `validation.models.pfm.evaluate_p3` (every user-item cell a training row, y = 0 where
+- ``npfm``, ``ppfm``: `validation.evaluation.pfm_experiments.evaluate_p3` (every user-item cell a training row, y = 0 where
   unrated); two rows each, the posterior-mean rate over the kept draws and the thesis's plug-in
   rate at the posterior-mean parameters (sec. 5.3.4).
 - ``mcmc-fm``: MCMC-FM (`custom_inference.fm_mcmc.sample`, Gaussian likelihood) trained, as in the
@@ -46,7 +46,7 @@ split holds out ``validation_fraction`` (20 %) of the training entries with a pe
 (seed, 1); its "candidates" exclude only the inner training entries.
 
 Side features (``NAME+side``): user age bucket, gender, occupation and item genres from ``u.user`` and
-``items.tsv`` (`validation.models.pfm.ml100k_side_features`), as further FM feature groups (user side and
+``items.tsv`` (`validation.evaluation.pfm_experiments.ml100k_side_features`), as further FM feature groups (user side and
 item side) for NPFM, PPFM, MCMC-FM and SGD-FM.
 """
 
@@ -89,7 +89,7 @@ __all__ = [
 SYSTEMS = ("popularity", "ease", "hpf", "npfm", "ppfm", "mcmc-fm", "sgd-fm")
 #: Systems that take the MovieLens side features (``NAME+side``).
 SIDE_SYSTEMS = ("npfm", "ppfm", "mcmc-fm", "sgd-fm")
-P_AT = 100  # the thesis's list length P (sec. 5.4.4); `validation.models.pfm.evaluate_p3` fixes it too
+P_AT = 100  # the thesis's list length P (sec. 5.4.4); `validation.evaluation.pfm_experiments.evaluate_p3` fixes it too
 _SELECT = ("f_measure", "precision", "recall", "ndcg", "ndcg_log2k1")
 
 
@@ -348,7 +348,7 @@ def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fractio
 def entity_features(n_users: int, n_items: int, side=None):
     """User and item feature rows of the FM design x_(u,i) = a_u + b_i (thesis eq. 2.17, fig. 2.1).
 
-    ``side``: None (ids only) or the tuple of `validation.models.pfm.ml100k_side_features`
+    ``side``: None (ids only) or the tuple of `validation.evaluation.pfm_experiments.ml100k_side_features`
     (user_features (I, D_u) csr, user_groups (D_u,) int, item_features (J, D_v) csr,
     item_groups (D_v,) int, names). Columns: user one-hot (I), item one-hot (J), then the user side
     features and the item side features.
@@ -567,7 +567,7 @@ def _run_hpf(ctx, side):
 
 def _run_pfm(variant):
     def run(ctx, side):
-        from validation.models import pfm as pfm_val
+        from validation.evaluation import pfm_experiments as pfm_val
 
         cfg = ctx["cfg"]
         res = pfm_val.evaluate_p3(ctx["df"], variant=variant, K=cfg.K, seed=cfg.seed, num_chains=cfg.pfm_chains,
@@ -598,7 +598,7 @@ def _entities(ctx, side):
         split = ctx["split"]
         feats = None
         if side:
-            from validation.models.pfm import ml100k_side_features
+            from validation.evaluation.pfm_experiments import ml100k_side_features
 
             feats = ml100k_side_features(split, ctx["data_dir"])
         ctx["entities"][key] = entity_features(split.n_users, split.n_items, feats)

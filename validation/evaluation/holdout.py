@@ -460,7 +460,7 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     """
     from custom_inference.data import Observations
 
-    from validation.frontdoor import api
+    from validation.data import loaders
     from validation.evaluation import metrics
 
     N = (N,) if isinstance(N, (int, np.integer)) and not isinstance(N, bool) else tuple(N)
@@ -471,7 +471,7 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     table = _test_table(test, fitted, user_col, item_col, value_col)
     n_rows = len(table)
     settings = fitted.settings
-    table = api._values(table, kind, settings.get("transform", "none"), float(settings.get("threshold", 4.0)))
+    table = loaders.values_for(table, kind, settings.get("transform", "none"), float(settings.get("threshold", 4.0)))
     not_relevant = n_rows - len(table)
     u = _index_of(fitted.user_ids, table["user"].to_numpy())
     i = _index_of(fitted.item_ids, table["item"].to_numpy())

@@ -609,13 +609,13 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
       classification error by user degree (seed 003 fig. 4).
 
     - ``"PSM"``: `custom_inference.psm.fit` (Algorithm 1 of seed 000) on the training pairs as one event
-      each, `validation.models.psm.PSM_DEFAULTS` (K = 20, D' = r D with r = 1, unit hyperparameters: the
+      each, `validation.evaluation.model_studies.PSM_DEFAULTS` (K = 20, D' = r D with r = 1, unit hyperparameters: the
       paper's fig. 2 setting; at most ``max_iter`` sweeps, relative tolerance ``tol``), scored by the
       paper's predictive (eq. 5): E_q[psi_j] sigma(x_ij), popularity times personalised acceptance with
-      MacKay's probit approximation, normalised over items (`validation.models.psm.implicit_system`).
+      MacKay's probit approximation, normalised over items (`validation.evaluation.model_studies.implicit_system`).
 
     Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg`` /
-    ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.models.psm.PSM_DEFAULTS`. Returns dict
+    ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.evaluation.model_studies.PSM_DEFAULTS`. Returns dict
     name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
 
     Raises ValueError for an unknown override. A factory raises, when called, what its solver's fit
@@ -630,13 +630,13 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     from ppl_models.rg import RGHyper
     from ppl_models.sibm import SIBMHyper
 
-    from validation.models import psm as psm_validation
+    from validation.evaluation import model_studies
 
     s = {**SIBM_DEFAULTS, **(sibm or {})}
     r = {**RG_DEFAULTS, **(rg or {})}
-    p = {**psm_validation.PSM_DEFAULTS, **(psm or {})}
+    p = {**model_studies.PSM_DEFAULTS, **(psm or {})}
     for name, given, allowed in (("sibm", sibm, SIBM_DEFAULTS), ("rg", rg, RG_DEFAULTS),
-                                 ("psm", psm, psm_validation.PSM_DEFAULTS)):
+                                 ("psm", psm, model_studies.PSM_DEFAULTS)):
         unknown = sorted(set(given or {}) - set(allowed))
         if unknown:
             raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(allowed)}")
@@ -690,7 +690,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
         "SIBM S-Biased": sibm_system("svi", "biased"),
         "SIBM MAP": sibm_system("map"),
         **rg_entries,
-        "PSM": psm_validation.implicit_system(p["K"], p["r"], dtype=dtype, max_iter=p["max_iter"], tol=p["tol"]),
+        "PSM": model_studies.implicit_system(p["K"], p["r"], dtype=dtype, max_iter=p["max_iter"], tol=p["tol"]),
     }
 
 

@@ -1,6 +1,6 @@
 """NPFM / PPFM experiments of seed 004 ch. 5: the synthetic 60 x 90 two-block matrix (sec. 5.4.1-5.4.2)
 and MovieLens 100K protocol P3 with optional side features (sec. 5.4.4). Split from `validation.models.pfm`
-(the checks, cross-check, SBC and errata), which re-exports these names.
+(the checks, cross-check, SBC and errata).
 
 Source: ``004_90693a0965f06816.txt`` ch. 5.4.
 """

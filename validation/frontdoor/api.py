@@ -209,20 +209,10 @@ def _observations_table(obs, kind: str, transform: str) -> pd.DataFrame:
 
 
 def _values(table: pd.DataFrame, kind: str, transform: str, threshold: float) -> pd.DataFrame:
-    """The table's values made what the model needs (`validation.data.loaders.transform`, then the
-    model's own check): binary models binarize at ``threshold`` unless the values are already
-    0/1; count models refuse non-integers (the error names the transforms); zeros are dropped."""
-    from validation.data import datasets
+    """`validation.data.loaders.values_for` (the one data preparation, shared with the held-out evaluation)."""
+    from validation.data import loaders
 
-    if kind == "binary" and transform == "none":
-        v = table["rating"].to_numpy(dtype=np.float64)
-        transform = "none" if np.all(np.isin(v, (0.0, 1.0))) else "binarize"
-    elif kind == "count" and transform == "none":
-        transform = "error"
-    elif kind == "real" and transform != "none":
-        raise ValueError(f"transform={transform!r} applies to count and binary models only")
-    out = datasets.transform(table, transform, threshold)
-    return out[out["rating"] != 0] if kind in ("count", "binary") else out
+    return loaders.values_for(table, kind, transform, threshold)
 
 
 # ------------------------------------------------------------------------------------------

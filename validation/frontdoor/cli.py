@@ -25,8 +25,8 @@
                                                        P1, P3: MovieLens without the own-data flags above)
     factorbayes evaluate ratings --data ml-100k|PATH   validation.evaluation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
-    factorbayes errata                                 validation.checks.errata.run_errata(registry.all_errata())
-    factorbayes evidence [MODEL ...]                   validation.checks.report.evidence_table: per model and solver,
+    factorbayes errata                                 validation.checks.errata.run_errata(catalog.all_errata())
+    factorbayes evidence [MODEL ...]                   validation.models.catalog.evidence_table: per model and solver,
                                                        which evidence exists (update checks, bridge, NUTS
                                                        agreement, SBC, k-hat, VSBC), from the registry
     factorbayes evaluate implicit --data ml-100k|PATH  validation.evaluation.implicit_eval.evaluate_implicit
@@ -88,12 +88,12 @@ def _print_table(df) -> None:
     print()
 
 
-def _print_crosscheck(result, out: Path) -> int:
+def _print_crosscheck(result, out: Path, evidence: list[str] | None = None) -> int:
     """Write the report of a `validation.checks.crosscheck.CrosscheckResult`, print its verdict, gates and
     comparison; return the exit status."""
     from validation.checks.report import crosscheck_report
 
-    report = crosscheck_report(result, out)
+    report = crosscheck_report(result, out, evidence=evidence)
     v = result.verdict
     print(f"Verdict: {v.status.upper()}")
     for r in v.reasons:
@@ -113,7 +113,7 @@ def cmd_crosscheck(args) -> int:
     args : argparse.Namespace with model, solver, quick, data, reference, out, no_progress.
     Returns the exit status of the result (0 passed, 1 failed, 3 inconclusive).
 
-    Raises KeyError for an unknown model (`registry.get`; the parser's choices prevent it from the
+    Raises KeyError for an unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the
     command line), ValueError for an unknown ``--solver`` or ``--data`` with a model whose spec has
     no ``real_data``, FileNotFoundError for a missing ``--data`` path, RuntimeError when
     ``ml-100k`` is not found and cannot be downloaded; whatever the solver's run and the report
@@ -122,9 +122,9 @@ def cmd_crosscheck(args) -> int:
     """
     import dataclasses
 
-    from validation.checks import registry
+    from validation.models import catalog
 
-    spec = registry.get(args.model)
+    spec = catalog.get(args.model)
     solver = spec.solver(args.solver)
     config = solver.default_config()
     if args.quick:
@@ -144,26 +144,27 @@ def cmd_crosscheck(args) -> int:
     if getattr(args, "vsbc", 0):
         from validation.checks import vi_evidence
 
-        adapters = vi_evidence.evidence_adapter(args.model, solver.name, "vsbc")
+        adapters = catalog.evidence_adapter(args.model, solver.name, "vsbc")
         if adapters is None:
-            raise ValueError(f"--vsbc: no VSBC adapter for {args.model} {solver.name} (validation.checks.vi_evidence.ADAPTERS)")
+            raise ValueError(f"--vsbc: no VSBC adapter for {args.model} {solver.name} (validation.models.catalog.VI_ADAPTERS)")
     result = solver.run(config, progress=not args.no_progress, **kwargs)
     if adapters is not None:
         simulate, fit, functionals, _ = adapters(solver.name)
         result.extra["vsbc"] = vi_evidence.run_vsbc(simulate, fit, functionals, n_sims=args.vsbc,
                                                     method=f"{args.model}-{solver.name}", progress=not args.no_progress)
-    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}-{solver.name}"))
+    return _print_crosscheck(result, Path(args.out or f"factorbayes-output/crosscheck-{args.model}-{solver.name}"),
+                             catalog.evidence_lines(args.model))
 
 
 def cmd_evidence(args) -> int:
-    """``factorbayes evidence [MODEL ...]``: print the evidence table (`validation.checks.report.evidence_table`):
+    """``factorbayes evidence [MODEL ...]``: print the evidence table (`validation.models.catalog.evidence_table`):
     per model and solver, which evidence exists (update checks, bridge, NUTS agreement, SBC, k-hat, VSBC).
 
     args : argparse.Namespace with models (list of names, empty for all). Returns 0.
     Raises KeyError for an unknown model (the parser's choices prevent it from the command line); what
     importing a model's validation module raises propagates. Source: project addition (the command line).
     """
-    from validation.checks.report import evidence_table
+    from validation.models.catalog import evidence_table
 
     _print_table(evidence_table(args.models or None))
     print("bridge: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; NUTS agreement: the solver "
@@ -609,7 +610,7 @@ def cmd_recommend(args) -> int:
 
 def cmd_errata(args) -> int:
     """``factorbayes errata``: run the executable errata table (`validation.checks.errata.run_errata` of
-    `validation.checks.registry.all_errata`), print it and write its report to ``args.out``.
+    `validation.models.catalog.all_errata`), print it and write its report to ``args.out``.
 
     args : argparse.Namespace with out. Returns 0 when every row is OK, else 1.
 
@@ -620,7 +621,7 @@ def cmd_errata(args) -> int:
     import pandas as pd
 
     from validation.checks.errata import run_errata
-    from validation.checks.registry import all_errata
+    from validation.models.catalog import all_errata
     from validation.checks.report import errata_report
 
     table = run_errata(all_errata())
@@ -639,17 +640,18 @@ def cmd_sbc(args) -> int:
     args : argparse.Namespace with model, solver, sims, draws, seed, alpha, out, no_progress.
     Returns 0 when every scalar's ranks pass the uniformity test, else 1.
 
-    Raises KeyError for an unknown model (`registry.get`; the parser's choices prevent it from the
+    Raises KeyError for an unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the
     command line), ValueError for a model without SBC adapters or an unknown ``--solver``; what
     `run_sbc` raises (ValueError for bad counts) and the simulations / fits raise propagate, and
     OSError writing the cache or report.
     Source: project addition (the command line).
     """
     from validation.checks import registry, sbc
+    from validation.models import catalog
 
-    spec = registry.get(args.model)
+    spec = catalog.get(args.model)
     if not spec.sbc:
-        raise ValueError(f"sbc: {args.model} has no SBC adapters (models with some: {', '.join(registry.sbc_models())})")
+        raise ValueError(f"sbc: {args.model} has no SBC adapters (models with some: {', '.join(catalog.sbc_models())})")
     if args.solver not in spec.sbc:
         raise ValueError(f"--solver: the {args.model} SBC runs {sorted(spec.sbc)} (got {args.solver!r})")
     adapters = registry.resolve(spec.sbc[args.solver])  # a lazy with arguments resolves to the triple itself
@@ -671,10 +673,8 @@ def cmd_sbc(args) -> int:
         notes += gate_notes(fit, result)
     report = sbc.sbc_report(result, out, title=f"SBC of {args.model}, solver {args.solver}", alpha=args.alpha,
                             notes=notes)
-    from validation.checks.report import evidence_lines
-
-    with open(report, "a") as f:  # the model's evidence table (validation.checks.report.evidence_table) after the SBC
-        f.write("\n" + "\n".join(evidence_lines(args.model)) + "\n")
+    with open(report, "a") as f:  # the model's evidence table (validation.models.catalog.evidence_table) after the SBC
+        f.write("\n" + "\n".join(catalog.evidence_lines(args.model)) + "\n")
     _print_table(table)
     ok = result.passed(alpha=args.alpha)
     print(f"SBC {'PASSED' if ok else 'FAILED'} (all scalars, Bonferroni at alpha = {args.alpha}). Report: {report}")
@@ -745,9 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     from validation.frontdoor import api
-    from validation.checks import registry
+    from validation.models import catalog
 
-    models = registry.names()
+    models = catalog.names()
     p = sub.add_parser("crosscheck", help="hand-derived solver vs NUTS on small data, ArviZ-gated", formatter_class=fmt)
     p.add_argument("model", choices=models, help="model of the registry")
     p.add_argument("--data", default=None, help="omit for the embedded simulated default; 'ml-100k' or a MovieLens "

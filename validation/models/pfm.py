@@ -23,7 +23,7 @@ Level 1 (update level):
 Level 2: `run_crosscheck(model="npfm"|"ppfm")` vs gated NUTS, exact-vs-exact.
 Level 3: `sbc_adapters(model, config)` for `validation.checks.sbc.run_sbc`; ``model`` may be
 "npfm-printed" / "ppfm-printed" (the chapter's sweep order), which SBC must reject.
-Errata: `ERRATA`. Experiment: `synthetic_blocks` (the chapter's 60 x 90 two-block matrix).
+Errata: `ERRATA`. Experiments (the chapter's 60 x 90 two-block matrix, MovieLens P3): `validation.evaluation.pfm_experiments`.
 
 Source: ``004_90693a0965f06816.txt`` ch. 5.
 """
@@ -50,7 +50,6 @@ from ppl_models import pfm as ppl
 
 from validation.checks import crosscheck as xc
 from validation.checks.errata import Erratum
-from validation.evaluation.pfm_experiments import evaluate_p3, ml100k_side_features, synthetic_blocks  # noqa: F401 (re-exported)
 from validation.checks.updates import conditional_distance, max_relative_difference
 
 __all__ = [
@@ -65,7 +64,6 @@ __all__ = [
     "SBCConfig",
     "sbc_adapters",
     "pfm_functionals",
-    "synthetic_blocks",
     "ERRATA",
 ]
 

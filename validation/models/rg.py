@@ -48,7 +48,6 @@ __all__ = [
     "run_crosscheck",
     "khat_problem",
     "vsbc_adapters",
-    "evaluate_movielens",
     "ERRATA",
 ]
 
@@ -689,51 +688,6 @@ def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfi
                    "b_item_centered": lambda p: np.asarray(p["b_item"])[:2] - np.mean(p["b_item"]), "logit": logit}
     return simulate, fit, functionals, (f"RG VB on a fixed H = all {n_users} x {n_items} pairs, K = {K}, hyper "
                                         f"{tuple(h)}; tol 1e-10, best of 2 starts; {n_q_draws} draws from q")
-
-
-# ---------------------------------------------------------------------------------------------
-# (e) MovieLens 100K: the rank score of sec. 6.1.2 (eq. 20) for like, popularity, popularity x like
-
-
-def evaluate_movielens(path, K: int = 20, hyper=ppl.RGHyper(), *, max_iter: int = 50, seed: int = 0,
-                       dtype=np.float32, progress: bool = False) -> tuple[pd.DataFrame, rg.FitResult]:
-    """Fit RG on the P1 split of MovieLens 100K (ratings >= 4, one held-out positive per user,
-    `validation.data.datasets.split_leave_one_out`) and score the held-out items with the three scores
-    of sec. 6.1.2: like p(g = 1 | h = 1) (eq. 19), popularity pi_n, popularity x like.
-
-    Returns (DataFrame score, mean_rank, median_rank, n_users; attrs seconds, n_iter, gamma, ranks
-    (per-user rank arrays by score)) and the `rg.FitResult`. Measured 2026-11-23 (K = 20, RGHyper()
-    defaults, 40 stochastic sweeps, float32, 31 s on 2 shared CPU cores): mean rank like 0.878,
-    popularity 0.869, popularity x like 0.897 over 942 users (that run predates the default warm start of
-    `rg.fit`: it was a cold start). Rank score: `validation.evaluation.metrics.rank_score` (eq. 20).
-
-    Raises
-    ------
-    ValueError
-        A bad ratings file (`validation.data.datasets.load_movielens`), no rating >= 4 or no user with
-        two such ratings (`split_leave_one_out`).
-    FileNotFoundError
-        ``path`` does not exist.
-
-    Source: 003_203f63200c0d7157.txt, sec. 6.1.2, eqs. (19)-(20).
-    """
-    from validation.data.datasets import load_movielens, split_leave_one_out
-    from validation.evaluation.metrics import rank_score
-
-    split = split_leave_one_out(load_movielens(path), seed=seed)
-    start = time.perf_counter()
-    res = rg.fit(seed, split.train, K, hyper, max_iter=max_iter, tol=0.0, dtype=dtype, n_draws=0,
-                 progress=progress)
-    seconds = time.perf_counter() - start
-    rows, ranks = [], {}
-    for kind in ("like", "popularity", "popularity_like"):
-        fn = lambda users, kind=kind: rg.score_users(res.state, users, kind=kind, pi=rg.histogram_of(res)[0])  # noqa: E731
-        r = ranks[kind] = rank_score(fn, split)
-        rows.append({"score": kind, "mean_rank": float(np.nanmean(r)), "median_rank": float(np.nanmedian(r)),
-                     "n_users": int(np.sum(np.isfinite(r)))})
-    table = pd.DataFrame(rows)
-    table.attrs.update(seconds=seconds, n_iter=len(res.elbo) - 1, gamma=rg.histogram_of(res)[1], K=K, ranks=ranks)
-    return table, res
 
 
 # ---------------------------------------------------------------------------------------------
