@@ -295,7 +295,8 @@ def test_find_falls_back_to_user_cache(tmp_path, monkeypatch):
     cached = tmp_path / "cache" / "factorbayes" / "ml-100k"
     cached.mkdir(parents=True)
     (cached / "u.data").write_text("1\t2\t3\t4\n")
-    shared = Path(ds.__file__).resolve().parent.parent.parent / "shared" / "data" / "ml-100k"
+    repo_root = Path(__file__).resolve().parents[2]  # tests/validation/<this file>
+    shared = repo_root.parent / "shared" / "data" / "ml-100k"
     expected = shared if (shared / "u.data").is_file() else cached
     assert find_movielens_100k() == expected
     assert ds.user_cache_dir() == tmp_path / "cache" / "factorbayes"

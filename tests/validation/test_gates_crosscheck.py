@@ -45,6 +45,19 @@ def test_compare_vi_pass_fail_inconclusive():
     assert crosscheck.compare_vi(nuts, nuts, failed_gates).status == "inconclusive"
 
 
+def test_compare_vi_gates_a_group_of_one_scalar_on_its_standardized_error():
+    """corr(log means) is undefined for one quantity (it failed every one-scalar group before); such a
+    group passes or fails on its standardized error alone (threshold 0.5 NUTS sd)."""
+    nuts = {"alpha": _iid(0, q=1)}
+    g = gates.nuts_gates(nuts, divergences=0, bfmi=np.ones(4))
+    same = crosscheck.compare_vi(nuts, {"alpha": _iid(9, q=1, chains=1, draws=4000, scale=0.7)}, g)
+    assert same.status == "pass", same.reasons
+    assert np.isnan(same.table.corr_log_mean[0])
+    # a shift of 0.3 on the log scale is one NUTS sd (sd 0.3 on the log scale): median standardized error ~1 > 0.5
+    biased = crosscheck.compare_vi(nuts, {"alpha": _iid(9, q=1, chains=1, draws=4000, shift=0.3)}, g)
+    assert biased.status == "fail" and "standardized error" in biased.reasons[0]
+
+
 def test_compare_exact_detects_a_shift_of_a_few_mcse():
     a = {"q": _iid(0, q=40)}
     g = gates.nuts_gates(a, divergences=0, bfmi=np.ones(4))

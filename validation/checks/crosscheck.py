@@ -204,8 +204,8 @@ def compare_vi(
 
     Returns
     -------
-    Verdict; its table has one row per group with columns Q, corr_log_mean,
-    median_rel_error, median_std_error, p90_std_error, median_sd_ratio,
+    Verdict; its table has one row per group with columns Q, corr_log_mean (NaN and not gated for a
+    group of fewer than three quantities: a ranking of one or two is no evidence), median_rel_error, median_std_error, p90_std_error, median_sd_ratio,
     coverage90 (fraction of NUTS means inside the VI central 90% interval), each a summary
     of the group's `vi_gap` table. Raises ValueError on draws that are not 3-D.
     Source: project addition (validation level 2).
@@ -218,7 +218,8 @@ def compare_vi(
         row = {
             "quantity": name,
             "Q": len(gap),
-            "corr_log_mean": float(np.corrcoef(np.log(m_n), np.log(m_v))[0, 1]),
+            # a ranking needs three quantities: with one the correlation is undefined, with two it is +-1
+            "corr_log_mean": float(np.corrcoef(np.log(m_n), np.log(m_v))[0, 1]) if len(gap) >= 3 else np.nan,
             "median_rel_error": float(np.median(np.abs(m_v - m_n) / np.abs(m_n))),
             "median_std_error": float(gap.std_error.median()),
             "p90_std_error": float(gap.std_error.quantile(0.9)),
@@ -230,7 +231,7 @@ def compare_vi(
             reasons.append(
                 f"{name}: median standardized error {row['median_std_error']:.3f} > {thresholds.max_median_std_error}"
             )
-        if not row["corr_log_mean"] >= thresholds.min_log_mean_corr:
+        if len(gap) >= 3 and not row["corr_log_mean"] >= thresholds.min_log_mean_corr:
             reasons.append(f"{name}: corr(log means) {row['corr_log_mean']:.4f} < {thresholds.min_log_mean_corr}")
     table = pd.DataFrame(rows)
     if not gates.passed:
@@ -281,7 +282,7 @@ def compare_exact(
             reasons.append(f"{name}: max |difference of means| = {zs.max():.2f} MCSE > {threshold:.2f} (Bonferroni, {q} quantities)")
     table = pd.DataFrame(rows)
     if not gates.passed:
-        return Verdict("inconclusive", ["reference failed its gates: " + "; ".join(gates.failures)] + reasons, table, gates)
+        return Verdict("inconclusive", ["gates failed: " + "; ".join(gates.failures)] + reasons, table, gates)
     return Verdict("fail" if reasons else "pass", reasons, table, gates)
 
 
