@@ -485,14 +485,15 @@ def _omega_corrections(state, data, xi, chunk, own_is_user: bool):
     """sum over G(own) of w_other (Omega_ij - Omega*_ij), w_other = t_j (users) or s_i (items)."""
     s, t = _s_t(state)
 
-    def fn(acc, rows, cols, c, m, x):
+    def fn(acc, rows, cols, c, m, *x):
         mean, second = _pair_moments_chunk(state, rows, cols)
+        x = x[0] if x else optimal_xi(second)
         d = jj_expected_log_bound(mean, second, x, 0) - jj_expected_log_bound(mean, second, state.xi_star, 0)
         return acc.at[rows if own_is_user else cols].add((t[cols] if own_is_user else s[rows]) * d * m)
 
     red = _red(data)
-    zeros = _vary(red, jnp.zeros(data.n_rows if own_is_user else data.n_cols, xi.dtype))
-    return _psum(red, _scan_pairs(fn, zeros, data, chunk, xi))
+    zeros = _vary(red, jnp.zeros(data.n_rows if own_is_user else data.n_cols, s.dtype))
+    return _psum(red, _scan_pairs(fn, zeros, data, chunk, *_given(xi)))
 
 
 def _elog_dirichlet(conc):
@@ -547,6 +548,17 @@ def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk
     sec, st = _psum(red, _scan_pairs(fn, _vary(red, (zero, zero)), data, chunk))
     _, s2 = background_sums(user_background(state), item_background(state))
     return state._replace(xi_star=optimal_xi((s2 - sec) / (1.0 - st)))
+
+
+def _given(xi):
+    """``(xi,)`` for the chunked passes, or () when xi is None (then each chunk computes its own)."""
+    return () if xi is None else (xi,)
+
+
+def _chunk_xi(state, rows, cols, x):
+    """xi of a chunk's pairs: the given chunk of xi (``x = (xi_chunk,)``), or for ``x = ()`` the
+    optimum sqrt(E_q a_ij^2) of ``state`` (eq. 11), computed here, so no (N,) xi is stored."""
+    return x[0] if x else optimal_xi(_pair_moments_chunk(state, rows, cols)[1])
 
 
 def _chunk_coefficients(state, s, t, lam_star, rows, cols, c, m, x):
@@ -623,11 +635,11 @@ def _targets(state, data, xi, chunk, own_is_user: bool, tau):
     ctx = _vector_context(state, own_is_user)
     n_own, K = ctx.own_w.shape[0], ctx.other_mu.shape[1]
 
-    def fn(acc, rows, cols, c, m, x):
-        return _accumulate(acc, *_vector_pair_terms(state, ctx, own_is_user, rows, cols, c, m, x))
+    def fn(acc, rows, cols, c, m, *x):
+        return _accumulate(acc, *_vector_pair_terms(state, ctx, own_is_user, rows, cols, c, m, _chunk_xi(state, rows, cols, x)))
 
     red = _red(data)
-    acc = _psum(red, _scan_pairs(fn, _zeros_acc(red, n_own, K, xi.dtype), data, chunk, xi))
+    acc = _psum(red, _scan_pairs(fn, _zeros_acc(red, n_own, K, ctx.s.dtype), data, chunk, *_given(xi)))
     return _finish(ctx, acc, ctx.own_w, ctx.own_bmu, tau)
 
 
@@ -798,7 +810,7 @@ def _blocked_update(state, data, xi, chunk, own_is_user: bool, tau, order: PairO
     ptr = (order.user_ptr if own_is_user else order.item_ptr).reshape(-1)
     n = data.rows.shape[0]
     c = _chunk_size(n, chunk)
-    dtype = xi.dtype
+    dtype = ctx.s.dtype
     red, w_pad = _red(data), _weight(data)
 
     def block_body(b, out):
@@ -819,7 +831,8 @@ def _blocked_update(state, data, xi, chunk, own_is_user: bool, tau, order: PairO
             m = ((pos >= start) & (pos < hi)).astype(dtype)
             m = m if w_pad is None else m * take(w_pad)
             rows, cols = take(data.rows), take(data.cols)
-            own, ww, gg, X, V = _vector_pair_terms(state, ctx, own_is_user, rows, cols, take(data.values), m, take(xi))
+            own, ww, gg, X, V = _vector_pair_terms(state, ctx, own_is_user, rows, cols, take(data.values), m,
+                                                      _chunk_xi(state, rows, cols, () if xi is None else (take(xi),)))
             local = jnp.where(m > 0, own - first, B)  # masked pairs: out of range, dropped
             return start + c, _accumulate(acc, local, ww, gg, X, V)
 
@@ -874,8 +887,8 @@ def _bias_update(state, data, hyper, xi, chunk, own_is_user: bool):
     (mu, _), (mv, _), (mbu, _), (mbv, _) = moments(state)
     lam_star = jj_lambda(state.xi_star)
 
-    def fn(acc, rows, cols, c, m, x):
-        w, k, lam = _chunk_coefficients(state, s, t, lam_star, rows, cols, c, m, x)
+    def fn(acc, rows, cols, c, m, *x):
+        w, k, lam = _chunk_coefficients(state, s, t, lam_star, rows, cols, c, m, _chunk_xi(state, rows, cols, x))
         rest = jnp.sum(mu[rows] * mv[cols], axis=-1) + (mbv[cols] if own_is_user else mbu[rows])
         g = c * (0.5 - 2.0 * lam * rest) - 2.0 * k * rest
         own = rows if own_is_user else cols
@@ -883,8 +896,8 @@ def _bias_update(state, data, hyper, xi, chunk, own_is_user: bool):
 
     n_own = data.n_rows if own_is_user else data.n_cols
     red = _red(data)
-    zeros = _vary(red, (jnp.zeros(n_own, xi.dtype), jnp.zeros(n_own, xi.dtype)))
-    w_sum, g_sum = _psum(red, _scan_pairs(fn, zeros, data, chunk, xi))
+    zeros = _vary(red, (jnp.zeros(n_own, s.dtype), jnp.zeros(n_own, s.dtype)))
+    w_sum, g_sum = _psum(red, _scan_pairs(fn, zeros, data, chunk, *_given(xi)))
     own_w = state.d_prime * (s if own_is_user else t)
     bg = item_background(state) if own_is_user else user_background(state)
     own_mu = mu if own_is_user else mv
@@ -951,7 +964,9 @@ def _step(state, data, hyper, chunk, order):
 def _sweep(state, data, hyper, chunk, order):
     for name, update, _ in BLOCKS:
         extra = {"order": order} if name in _ORDERED else {}
-        state = update(state, data, hyper, pair_xi(state, data, chunk), chunk=chunk, **extra)
+        # xi None: each pass computes the optimal xi of the block's incoming state chunk by chunk
+        # (= pair_xi(state, data), never stored: no (N,) array besides the data and the item order)
+        state = update(state, data, hyper, None, chunk=chunk, **extra)
     return state, PSMInfo(elbo(state, data, hyper, chunk=chunk), state.xi_star)
 
 
