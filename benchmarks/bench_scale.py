@@ -160,10 +160,9 @@ def _solver_setup(solver, rows, cols, values, shape, K, dtype, key, psm_block_mb
         from ppl_models.psm import PSMHyper
 
         hyper = PSMHyper()
-        host = Observations(rows, cols, values.astype(dtype), I, J)
-        state = psm.init(key, host, K, hyper, dtype=dtype)
+        # the device copy first; init checks and uses it (no second host copy of the pairs)
         data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
-        del host
+        state = psm.init(key, data, K, hyper, dtype=dtype)
         # the blocks of the vector updates (users over the row-major pairs, items over an item-sorted
         # permutation), built once here: part of the set-up phase, not of the first sweep
         order = psm.pair_order(data, K, dtype=dtype, block_bytes=int(psm_block_mb * 2**20))

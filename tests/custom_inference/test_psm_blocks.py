@@ -165,3 +165,20 @@ def test_block_sizes_from_the_memory_bound():
         psm.block_sizes(10, 7, 2, np.float64, block_bytes=0)
     with pytest.raises(TypeError, match="Observations"):
         psm.pair_order("data", 2)
+
+
+@pytest.mark.parametrize("row_major", [False, True])
+def test_host_counting_order_equals_the_traced_argsort(monkeypatch, events, row_major):
+    """`pair_order` on an Observations sorts on the host by counting, in chunks (here of 7 pairs, so
+    keys repeat across chunks); the permutations and pointers equal the traced stable argsort's."""
+    monkeypatch.setattr(psm, "_CHECK_CHUNK", 7)
+    r, c = np.asarray(events.rows), np.asarray(events.cols)
+    if row_major:
+        key = np.lexsort((c, r))
+        r, c = r[key], c[key]
+    order = psm.pair_order(Observations(r, c, np.ones(r.size), I, J), K, block=(4, 3))
+    ref = psm._local_order(jnp.asarray(r, jnp.int32), jnp.asarray(c, jnp.int32), I, J, 4, 3, row_major)
+    assert (order.user_perm is None) == row_major
+    for got, want in zip((order.user_perm, order.item_perm, order.user_ptr, order.item_ptr), ref):
+        if want is not None:
+            assert got.dtype == want.dtype and np.array_equal(np.asarray(got), np.asarray(want))
