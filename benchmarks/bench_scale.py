@@ -34,7 +34,8 @@ What one sweep is, per solver (``--solvers``):
 - ``hpf-gibbs``: `custom_inference.hpf_gibbs.step` with its Info dropped, as
   `custom_inference.mcmc_driver` runs it (the data are CountUnits: one unit per unit of count);
 - ``sbmf``: `custom_inference.sbmf.step` (default ``gauge_rounds=5``), ratings 1-5;
-- ``psm``: `custom_inference.psm.step` (Algorithm 1 sweep, ELBO of the new state included);
+- ``psm``: `custom_inference.psm.step` (Algorithm 1 sweep, ELBO of the new state included), the user
+  and item vector updates in blocks (`psm.pair_order`, built in the set-up; ``--psm-block-mb``);
 - ``bpr``: `custom_inference.bpr.step`, one epoch of N triples in minibatches of 256.
 
 Runs unchanged on a GPU machine (``jax.devices()`` gives the GPU); float32 by default (``--dtype``).
@@ -118,7 +119,7 @@ def _tree_bytes(tree) -> int:
 # the child: one (solver, nnz) measurement
 
 
-def _solver_setup(solver, rows, cols, values, shape, K, dtype, key):
+def _solver_setup(solver, rows, cols, values, shape, K, dtype, key, psm_block_mb=256.0):
     """(data container on the device, initial state, sweep function state -> state, key-taking flag)."""
     import jax
     import jax.numpy as jnp
@@ -159,11 +160,14 @@ def _solver_setup(solver, rows, cols, values, shape, K, dtype, key):
         from ppl_models.psm import PSMHyper
 
         hyper = PSMHyper()
-        host = Observations(rows, cols, values.astype(dtype), I, J)
-        state = psm.init(key, host, K, hyper, dtype=dtype)
+        # the device copy first; init checks and uses it (no second host copy of the pairs)
         data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
-        del host
-        return data, state, lambda k, s: psm.step(k, s, data, hyper)[0]
+        state = psm.init(key, data, K, hyper, dtype=dtype)
+        # the blocks of the vector updates (users over the row-major pairs, items over an item-sorted
+        # permutation), built once here: part of the set-up phase, not of the first sweep
+        order = psm.pair_order(data, K, dtype=dtype, block_bytes=int(psm_block_mb * 2**20))
+        jax.block_until_ready(order)
+        return data, state, lambda k, s: psm.step(k, s, data, hyper, order=order)[0]
     if solver == "bpr":
         from custom_inference import bpr
 
@@ -190,6 +194,7 @@ def child(args) -> dict:
     import custom_inference.data  # noqa: F401  (imports counted in the baseline)
 
     rec = {"solver": args.solver, "nnz": int(args.nnz), "K": args.K, "dtype": args.dtype,
+           **({"psm_block_mb": args.psm_block_mb} if args.solver == "psm" else {}),
            "shape": [args.n_users, args.n_items], "kind": KIND[args.solver], "seed": args.seed}
     dev = jax.devices()[0]
     rec["device"] = f"{dev.platform}:{getattr(dev, 'device_kind', '')}"
@@ -211,7 +216,7 @@ def child(args) -> dict:
     key = jax.random.PRNGKey(args.seed)
     t0 = time.perf_counter()
     shape = (args.n_users, args.n_items)
-    data, state, sweep = _solver_setup(args.solver, rows, cols, values, shape, args.K, dtype, key)
+    data, state, sweep = _solver_setup(args.solver, rows, cols, values, shape, args.K, dtype, key, args.psm_block_mb)
     del rows, cols, values
     jax.block_until_ready(state)
     rec["setup_seconds"] = time.perf_counter() - t0
@@ -268,7 +273,8 @@ def _run_one(args, solver, nnz, max_rss, log_dir: Path) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--solver", solver, "--nnz-one", str(int(nnz)),
            "--K", str(args.K), "--steps", str(args.steps), "--dtype", args.dtype, "--seed", str(args.seed),
            "--n-users", str(args.n_users), "--n-items", str(args.n_items), "--result", str(res_path),
-           "--cache-dir", str(args.cache_dir)] + (["--no-cache"] if args.no_cache else [])
+           "--cache-dir", str(args.cache_dir), "--psm-block-mb", str(args.psm_block_mb)] + (
+               ["--no-cache"] if args.no_cache else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     load_before = os.getloadavg()
     start = time.perf_counter()
@@ -404,6 +410,9 @@ def main(argv=None) -> int:
                    help="keep the generated COO arrays here as .npy files, memory-mapped by later runs "
                         "(the pairs once, the values per kind; see synthetic_scale.netflix_like)")
     p.add_argument("--no-cache", action="store_true", help="draw the matrix in every run (no files)")
+    p.add_argument("--psm-block-mb", type=float, default=256.0,
+                   help="psm: memory bound (MiB) of one block's (B, K, K) precisions in the blocked vector "
+                        "updates (custom_inference.psm.block_sizes; default its DEFAULT_BLOCK_BYTES)")
     p.add_argument("--tag", default="", help="suffix of the output files (scale_bench<tag>.json/.md)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--solver", help=argparse.SUPPRESS)

@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 from . import sharding
 from .sharding import LOCAL, Reducer, ShardedObservations
 
-__all__ = ["PairBlock", "reducer", "weight", "psum", "vary", "run_on_blocks"]
+__all__ = ["PairBlock", "reducer", "weight", "psum", "vary", "run_on_blocks", "block_arrays"]
 
 
 class PairBlock:
@@ -90,12 +90,14 @@ def vary(red: Reducer, tree):
     return jax.tree_util.tree_map(lambda x: jax.lax.pcast(x, red.axis, to="varying"), tree)
 
 
-def run_on_blocks(fn: Callable, data: ShardedObservations, replicated: tuple):
-    """``fn(*replicated, block)`` on every device's `PairBlock` under `jax.shard_map`; the output replicated.
+def run_on_blocks(fn: Callable, data: ShardedObservations, replicated: tuple, per_block: tuple = ()):
+    """``fn(*replicated, *per_block, block)`` on every device's `PairBlock` under `jax.shard_map`; the output replicated.
 
-    ``fn`` must return values that are the same on every device (its sums over pairs psum-ed
-    through the block's reducer); shard_map's ``check_vma`` refuses a per-device value. Returns
-    ``fn``'s output (a pytree of replicated arrays).
+    ``per_block`` : pytrees of arrays split like the pairs (``PartitionSpec(axis)`` on their first
+    axis: each device gets its own part, e.g. psm's per-block `PairOrder`). ``fn`` must return values
+    that are the same on every device (its sums over pairs psum-ed through the block's reducer);
+    shard_map's ``check_vma`` refuses a per-device value. Returns ``fn``'s output (a pytree of
+    replicated arrays).
 
     Raises
     ------
@@ -108,7 +110,23 @@ def run_on_blocks(fn: Callable, data: ShardedObservations, replicated: tuple):
         raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")
 
     def on_block(*args, red):
-        *rep, block = args
-        return fn(*rep, PairBlock(block, red))
+        *rest, block = args
+        return fn(*rest, PairBlock(block, red))
 
-    return sharding.map_blocks(on_block, data, tuple(replicated), tuple(P() for _ in replicated), P())
+    specs = tuple(P() for _ in replicated) + tuple(data.spec for _ in per_block)
+    return sharding.map_blocks(on_block, data, tuple(replicated) + tuple(per_block), specs, P())
+
+
+def block_arrays(fn: Callable, data: ShardedObservations):
+    """``fn(rows, cols)`` on every device's block of pairs (its local (B,) int32 arrays) under
+    `jax.shard_map`; the outputs (a pytree of arrays whose first axis is per block) are concatenated
+    over the devices along that axis and stay split there (``PartitionSpec(axis)``), ready to be
+    passed as ``per_block`` to `run_on_blocks`.
+
+    Returns the pytree of global arrays. Raises TypeError for ``data`` not a
+    `sharding.ShardedObservations`. Source: project addition (issue 28: psm's per-block pair order).
+    """
+    if not isinstance(data, ShardedObservations):
+        raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")
+    return jax.jit(jax.shard_map(fn, mesh=data.mesh, in_specs=(data.spec, data.spec), out_specs=data.spec))(
+        data.rows, data.cols)

@@ -174,3 +174,21 @@ def test_zero_factors_are_a_fixed_point_and_the_sweep_linearises_as_derived(obs)
     assert np.abs(u_lin).max() > 1e-8 and np.abs(v_lin).max() > 1e-9  # the map is not trivially 0
     assert np.allclose(np.asarray(new.u_mu), u_lin, rtol=1e-4, atol=1e-4 * np.abs(u_lin).max())
     assert np.allclose(np.asarray(new.v_mu), v_lin, rtol=1e-4, atol=1e-4 * np.abs(v_lin).max())
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 1 << 22])
+def test_check_data_in_chunks(monkeypatch, chunk):
+    """`check_data` runs in chunks: a duplicate of row-major pairs straddling a chunk boundary, a
+    duplicate of unsorted pairs (found by the key sort), a bad count and index in a later chunk."""
+    monkeypatch.setattr(psm, "_CHECK_CHUNK", chunk)
+    ok = Observations(np.array([0, 0, 1, 2]), np.array([0, 2, 1, 0]), np.ones(4), 3, 3)
+    psm.check_data(ok)
+    psm.check_data(Observations(np.array([2, 0, 1, 0]), np.array([0, 2, 1, 0]), np.ones(4), 3, 3))
+    cases = [(([0, 0, 1, 1], [0, 2, 1, 1], [1, 1, 1, 1]), "duplicate"),
+             (([1, 0, 1, 2], [1, 2, 1, 0], [1, 1, 1, 1]), "duplicate"),
+             (([0, 0, 1, 2], [0, 2, 1, 0], [1, 1, 1, 2.5]), "integer"),
+             (([0, 0, 1, 3], [0, 2, 1, 0], [1, 1, 1, 1]), "rows index"),
+             (([0, 0, 1, 2], [0, 2, 1, 0], [0, 0, 0, 0]), "zero")]
+    for (r, c, v), match in cases:
+        with pytest.raises(ValueError, match=match):
+            psm.check_data(Observations(np.array(r), np.array(c), np.array(v, float), 3, 3))
