@@ -89,7 +89,7 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from . import base
-from .base import Algorithm, as_key, check_latent_dim, checkpoint_written
+from .base import Algorithm, as_key, check_latent_dim, checkpoint_written, hyper_attrs
 
 __all__ = ["SamplerSpec", "sample", "check_count", "check_cells", "hyper_attrs", "seed_attr", "TRACES"]
 
@@ -168,25 +168,6 @@ def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.nd
         if a.size and (a.min() < 0 or a.max() >= n):
             raise ValueError(f"predict_at {name} out of range [0, {n - 1}]")
     return rows.astype(np.int64), cols.astype(np.int64)
-
-
-def hyper_attrs(hyper) -> dict:
-    """``hyper_<field>`` attrs of a NamedTuple of hyperparameters: floats for scalars, "None",
-    or the nested list as a string for arrays. ``hyper``: NamedTuple whose fields are None,
-    scalars or arrays of any shape (any numeric dtype); anything without ``_fields`` gives {}.
-    Returns dict str -> float | str.
-    Raises nothing of its own; ``float`` raises TypeError / ValueError for a 0-d field that is
-    not numeric. Source: project addition."""
-    out = {}
-    for f in getattr(hyper, "_fields", ()):
-        v = getattr(hyper, f)
-        if v is None:
-            out[f"hyper_{f}"] = "None"
-        elif np.ndim(v) == 0:
-            out[f"hyper_{f}"] = float(v)
-        else:
-            out[f"hyper_{f}"] = str(np.asarray(v).tolist())
-    return out
 
 
 def seed_attr(key):
