@@ -330,10 +330,30 @@ def test_fit_writes_one_metadata_layout_and_refuses_clashing_attrs():
 
 
 def test_fit_options_share_the_driver_fields_and_refuse_unknown_names():
-    from custom_inference import base
+    from custom_inference import base, mcmc_driver
 
-    assert set(base.RunOptions.names()) <= set(vi_driver.FitOptions.names())
-    opts = vi_driver.FitOptions.of(base.RunOptions(progress=False, checkpoint="c.npz"), max_iter=3)
+    shared = set(base.RunOptions.names())
+    assert shared <= set(vi_driver.FitOptions.names()) and shared <= set(mcmc_driver.SampleOptions.names())
+    opts = vi_driver.FitOptions.of(mcmc_driver.SampleOptions(progress=False, checkpoint="c.npz"), max_iter=3)
     assert (opts.progress, opts.checkpoint, opts.max_iter) == (False, "c.npz", 3)
     with pytest.raises(TypeError, match="num_chains"):
         vi_driver.FitOptions.of(None, num_chains=2)
+
+
+def test_run_options_decorator_keeps_the_old_keywords():
+    import inspect
+
+    from custom_inference import mcmc_driver
+
+    @mcmc_driver.run_options(num_samples=7)
+    def sample(key, data, *, own=1, options):
+        return options, own
+
+    opts, own = sample(0, None, num_chains=2, own=3)
+    assert (opts.num_chains, opts.num_samples, own) == (2, 7, 3)
+    opts, _ = sample(0, None, options=mcmc_driver.SampleOptions(thin=4), thin=5)
+    assert opts.thin == 5 and opts.num_samples == 1000  # keywords override the given options object
+    params = inspect.signature(sample).parameters
+    assert params["num_samples"].default == 7 and "num_warmup" in params and "options" in params
+    with pytest.raises(TypeError):
+        sample(0, None, num_chain=2)
