@@ -17,6 +17,9 @@ One convention for every model (project addition; ../seeds have no API):
   samplers and MAP, the training objective for SGD baselines.
 - ``dims`` names the ArviZ dimensions of every State field (without ``chain`` and ``draw``),
   so drivers and the front door build `arviz.InferenceData` with the same coordinates.
+- Run options (progress, checkpoints, resume, dtype, callback) are one dataclass shared by both
+  drivers, `RunOptions`; each driver adds its own fields (`vi_driver.FitOptions`: max_iter, tol;
+  `mcmc_driver.SampleOptions`: chains, warm-up, draws, thinning, ...).
 - Public ``fit`` functions of VI, MAP and SGD solvers return `FitResult`; samplers return
   `arviz.InferenceData`; both carry a ``posterior`` group (draws from q for VI, the point
   estimate as one draw for MAP and SGD).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import numbers
 import signal
@@ -36,8 +40,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import numpy as np
 
-__all__ = ["Algorithm", "FitResult", "Interrupted", "KINDS", "RunInterrupted", "TARGETS", "as_key",
-           "check_fingerprint", "check_latent_dim", "checkpoint_damaged", "checkpoint_written", "collect_runs",
+__all__ = ["Algorithm", "FitResult", "Interrupted", "KINDS", "RunInterrupted", "RunOptions", "TARGETS", "as_key",
+           "check_fingerprint", "check_latent_dim", "hyper_attrs", "checkpoint_damaged", "checkpoint_written", "collect_runs",
            "current_fingerprint", "fingerprint_differences", "interruptible", "note", "on_checkpoint",
            "read_checkpoint_fingerprint", "report_run", "run_fingerprint", "FINGERPRINT_KEY", "usual_file_mode"]
 
@@ -102,6 +106,54 @@ class FitResult(NamedTuple):
         return self.trace
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The run options every driver takes (`vi_driver.fit` / `vi_driver.FitOptions`,
+    `mcmc_driver.sample` / `mcmc_driver.SampleOptions` add their own fields to these).
+
+    Fields
+    ------
+    progress : bool, show a tqdm bar.
+    checkpoint : str or path-like of a ``.npz`` checkpoint, or None (none written).
+    checkpoint_every : int >= 1, iterations (VI sweeps) or blocks (samplers) between checkpoints.
+    resume : bool, continue from ``checkpoint`` when the file exists.
+    dtype : float dtype of the state (numpy.float32 or numpy.float64), or None (the solver's default).
+    callback : optional callable called after each iteration or block (its arguments are the
+        driver's: see `vi_driver.run` and `mcmc_driver.sample`); an exception raised there stops the run.
+
+    Build one with keywords, or with `of` from an options object and keyword overrides.
+    Source: project addition (issue 25).
+    """
+
+    progress: bool = True
+    checkpoint: Any = None
+    checkpoint_every: int = 10
+    resume: bool = False
+    dtype: Any = None
+    callback: Callable | None = None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The field names, in order. Raises nothing. Source: project addition."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def of(cls, options: "RunOptions | None" = None, **overrides) -> "RunOptions":
+        """An options object of this class from ``options`` (None: the defaults; an instance of a
+        parent or sibling class: its shared fields) with ``overrides`` (field name -> value) applied.
+
+        Raises TypeError naming every keyword that is not a field (and the valid names).
+        Source: project addition (issue 25).
+        """
+        valid = cls.names()
+        unknown = sorted(set(overrides) - set(valid))
+        if unknown:
+            raise TypeError(f"{cls.__name__}: unexpected option(s) {unknown}; valid options are {list(valid)}")
+        base_values = {} if options is None else {f.name: getattr(options, f.name)
+                                                  for f in dataclasses.fields(options) if f.name in valid}
+        return cls(**{**base_values, **overrides})
+
+
 def as_key(key) -> jax.Array:
     """A JAX PRNG key from a key or an integer seed.
 
@@ -134,6 +186,25 @@ def check_latent_dim(K, name: str = "K") -> int:
     if not float(K).is_integer() or K < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {K!r}")
     return int(K)
+
+
+def hyper_attrs(hyper) -> dict:
+    """``hyper_<field>`` attrs of a NamedTuple of hyperparameters: floats for scalars, "None",
+    or the nested list as a string for arrays. ``hyper``: NamedTuple whose fields are None,
+    scalars or arrays of any shape (any numeric dtype); anything without ``_fields`` gives {}.
+    Returns dict str -> float | str.
+    Raises nothing of its own; ``float`` raises TypeError / ValueError for a 0-d field that is
+    not numeric. Source: project addition."""
+    out = {}
+    for f in getattr(hyper, "_fields", ()):
+        v = getattr(hyper, f)
+        if v is None:
+            out[f"hyper_{f}"] = "None"
+        elif np.ndim(v) == 0:
+            out[f"hyper_{f}"] = float(v)
+        else:
+            out[f"hyper_{f}"] = str(np.asarray(v).tolist())
+    return out
 
 
 # -- checkpoint hooks (project addition, issue 10) ---------------------------------------------

@@ -580,27 +580,17 @@ SPEC = mcmc_driver.SamplerSpec(
 )
 
 
+@mcmc_driver.run_options(num_warmup=200, num_samples=500)
 def sample(
     key,
     data: Observations,
     K: int,
     hyper,
     *,
-    num_chains: int = 4,
-    num_warmup: int = 200,
-    num_samples: int = 500,
-    thin: int = 1,
-    keep: tuple[str, ...] | None = None,
-    predict_at=None,
-    dtype=None,
-    progress: bool = True,
-    checkpoint=None,
-    checkpoint_every: int = 10,
-    resume: bool = False,
-    block: int | None = None,
     chunk_size: int | None = None,
     init_scale: float | None = None,
     gauge_rounds: int = 5,
+    options: mcmc_driver.SampleOptions,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` BPMF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
@@ -611,14 +601,12 @@ def sample(
         drop_zeros=False`` so that zero ratings stay data).
     K : int >= 1, number of components.
     hyper : BPMF hyperparameters (``ppl_models.bpmf.BPMFHyper``).
-    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
-        multiple of ``thin``); ``num_samples`` kept draws per chain, one every ``thin`` sweeps.
-    keep : state fields to store (default all; U and V cost I K and J K per draw), plus
-        ``"pred"`` with ``predict_at``.
-    predict_at : optional (rows, cols) int arrays (M,): running posterior mean and sd of
-        u_i . v_j at those cells (``predictions`` group; eq. 2.16).
-    dtype : float64 (default) or float32.
-    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
+    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
+        num_chains=4, num_warmup=200, num_samples=500, thin=1, keep, predict_at, dtype, progress,
+        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
+        names state fields (default all; U and V cost I K and J K per draw) and ``"pred"``;
+        ``predict_at`` (rows, cols) int arrays (M,) gives the running posterior mean and sd of
+        u_i . v_j at those cells (``predictions`` group; eq. 2.16); dtype float64 (default) or float32.
     chunk_size : entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
     init_scale : sd of the starting U, V (see `init`).
     gauge_rounds : int >= 0, rounds of linear-gauge Metropolis moves per sweep (`step`);
@@ -648,9 +636,7 @@ def sample(
     gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)
     chunk = default_chunk_size(k) if chunk_size is None else mcmc_driver.check_count("chunk_size", chunk_size, 1)
     return mcmc_driver.sample(
-        SPEC, key, data, k, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, resume=resume, block=block,
+        SPEC, key, data, k, hyper, options=options,
         init_options={"scale": init_scale}, step_options={"chunk_size": chunk, "gauge_rounds": gauge_rounds},
     )
 

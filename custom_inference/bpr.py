@@ -75,7 +75,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import arviz_io, base, vi_driver
+from . import base, vi_driver
 from .chunks import over_chunks
 from .data import Observations
 
@@ -651,7 +651,7 @@ def fit(
     init_scale : float > 0, sd of the initial (uniform) factors.
     dtype : float32 (default, fast) or float64.
     progress : tqdm bar over the epochs.
-    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``) every
+    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``) every
         ``checkpoint_every`` epochs and at the end: the parameters, the epochs done and the per-epoch
         diagnostics so far. The epoch keys are split from ``key`` up front, so a run resumed with
         ``resume=True`` (same arguments) equals the uninterrupted one bit for bit
@@ -671,7 +671,7 @@ def fit(
         ``train`` not Observations or with a stored value <= 0 or NaN; a field out of range
         (the message names it); an unknown ``sampling``; a float dtype other than float32/64;
         ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``, or a checkpoint whose state
-        does not match (`vi_driver.run`).
+        does not match (`vi_driver.fit`).
     OSError
         the checkpoint cannot be written.
     TypeError
@@ -706,38 +706,22 @@ def fit(
     pop = jnp.asarray(sampling == "popularity")
     tries = jnp.int32(max_tries)
     keys = jax.random.split(k_run, n_epochs)
-    infos = {f: [] for f in EpochInfo._fields}  # per epoch, as floats (kept in the checkpoints)
 
-    def sweep(p, t):  # one epoch; vi_driver.run times it (jax.block_until_ready) and writes the checkpoints
-        p, info = _epoch_jit(keys[t], p, data, lr_a, reg_a, breg_a, pop, tries, batch_size)
-        for f in EpochInfo._fields:
-            infos[f].append(float(getattr(info, f)))
-        return p, None
+    def sweep(p, t):  # one epoch; the driver times it (jax.block_until_ready) and records its EpochInfo
+        return _epoch_jit(keys[t], p, data, lr_a, reg_a, breg_a, pop, tries, batch_size)
 
-    def save_extra():
-        return {f"info_{f}": np.asarray(v, np.float64) for f, v in infos.items()}
-
-    def restore_extra(extra):
-        for f in EpochInfo._fields:
-            infos[f][:] = [float(v) for v in extra[f"info_{f}"]]
-
-    run = vi_driver.run(sweep, params, max_iter=n_epochs, tol=0.0, progress=progress, desc=f"BPR ({sampling}, K={K})",
-                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
-                        save_extra=save_extra, restore_extra=restore_extra)
-    params = run.state
-    stats = {f: np.asarray(v, np.float64) for f, v in infos.items()}
-    stats["seconds"] = np.asarray(run.sweep_seconds, np.float64)
-    idata = arviz_io.to_inference_data(
-        vi_driver.point_posterior(params._asdict()),
+    output = vi_driver.Output(
+        "bpr", f"sgd-{sampling}", lambda p: (vi_driver.point_posterior(p._asdict()), "point estimate"),
         dims={"user_factors": ["user", "component"], "item_factors": ["item", "component"], "item_bias": ["item"],
-              **{f: ["epoch"] for f in stats}},
+              **{f: ["epoch"] for f in (*EpochInfo._fields, "seconds")}},
         coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K)},
-        extra_groups={"sgd_trace": stats},
-        attrs={"model": "bpr", "method": f"sgd-{sampling}", "posterior_kind": "point estimate",
-               "source": "Rendle et al. 2009 (UAI), LearnBPR fig. 4", "K": K, "learning_rate": lr, "reg": reg,
-               "bias_reg": bias_reg, "batch_size": batch_size, "n_epochs": n_epochs, "dtype": np.dtype(dtype).name},
-    )
-    return base.FitResult(params, stats["log_sigmoid_after"], idata)
+        trace_group="sgd_trace", trace=lambda res: {**res.stats, "seconds": res.sweep_seconds},
+        result_trace=lambda res: res.stats["log_sigmoid_after"], source="Rendle et al. 2009 (UAI), LearnBPR fig. 4",
+        attrs={"learning_rate": lr, "reg": reg, "bias_reg": bias_reg, "batch_size": batch_size, "n_epochs": n_epochs})
+    options = vi_driver.FitOptions(max_iter=n_epochs, progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=checkpoint_every, resume=resume, dtype=dtype)
+    return vi_driver.fit(ALGORITHM, data, options=options, output=output, key=key, K=K, hyper=hyper, state=params,
+                         sweep=sweep, stats=EpochInfo._fields, desc=f"BPR ({sampling}, K={K})")
 
 
 def score_users(params: BPRParams, users) -> jax.Array:

@@ -629,26 +629,16 @@ SPEC = mcmc_driver.SamplerSpec(
 )
 
 
+@mcmc_driver.run_options()
 def sample(
     key,
     design: FMDesign,
     K: int,
     hyper,
     *,
-    num_chains: int = 4,
-    num_warmup: int = 500,
-    num_samples: int = 1000,
-    thin: int = 1,
-    keep: tuple[str, ...] | None = None,
-    predict_at=None,
-    dtype=None,
-    progress: bool = True,
-    checkpoint=None,
-    checkpoint_every: int = 10,
-    resume: bool = False,
-    block: int | None = None,
     init_std: float = 0.1,
     mesh=None,
+    options: mcmc_driver.SampleOptions,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` MCMC-FM chains through `custom_inference.mcmc_driver` and return the draws.
 
@@ -658,17 +648,15 @@ def sample(
     design : FMDesign (N x D, G groups, B blocks), training data.
     K : int >= 1, number of factors.
     hyper : ppl_models.fm.FMHierHyper
-    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
-        multiple of thin); ``num_samples`` kept draws per chain, one every ``thin`` sweeps.
-    keep : names in `PARAMS` to store per draw (V costs D K per draw: drop it on big data),
-        plus ``"pred"`` (yhat per draw at ``predict_at``).
-    predict_at : optional FMDesign or (rows, cols, values, n_rows) of new instances: the
-        running mean and sd of yhat over all kept draws of all chains are accumulated during
-        sampling (as myFM does), so no draw needs to be stored (``predictions`` group:
-        ``pred_mean`` (N_test,), the posterior predictive mean, cf. eq. 2.16 / 3.18, and
-        ``pred_sd``, the posterior sd of yhat; add E[1/alpha] to its square for a new y).
-    dtype : float64 (default) or float32.
-    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
+    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
+        num_chains=4, num_warmup=500, num_samples=1000, thin=1, keep, predict_at, dtype, progress,
+        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
+        names `PARAMS` (V costs D K per draw: drop it on big data) and ``"pred"`` (yhat per draw at
+        ``predict_at``); ``predict_at``, an FMDesign or (rows, cols, values, n_rows) of new instances,
+        accumulates the running mean and sd of yhat over all kept draws of all chains during sampling
+        (as myFM does), so no draw needs to be stored (``predictions`` group: ``pred_mean`` (N_test,),
+        the posterior predictive mean, cf. eq. 2.16 / 3.18, and ``pred_sd``, the posterior sd of yhat;
+        add E[1/alpha] to its square for a new y); dtype float64 (default) or float32.
     init_std : sd of the initial V.
     mesh : jax.sharding.Mesh, optional: split the instances (rows of X, with their nonzeros and
         the caches e, q) over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
@@ -698,9 +686,7 @@ def sample(
         check_mesh(mesh)
         design = shard_fm_design(design, mesh, axis=AXIS)
     return mcmc_driver.sample(
-        SPEC, key, design, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
-        thin=thin, keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, resume=resume, block=block, init_options={"init_std": init_std},
+        SPEC, key, design, K, hyper, options=options, init_options={"init_std": init_std},
         attrs={"n_blocks": int(design.n_blocks)},
     )
 

@@ -27,14 +27,13 @@ Algorithm 1). Instances are visited in a seeded shuffle per epoch under ``lax.sc
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import arviz_io, base, vi_driver
+from . import base, vi_driver
 from .fm_design import FMDesign
 
 __all__ = ["SGDReg", "FMParams", "SGDInfo", "padded_rows", "instance_gradients", "init", "step", "objective", "fit",
@@ -260,22 +259,22 @@ def fit(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, learning_rat
     dtype : float64 or float32.
     test : optional FMDesign with the same D: its RMSE is recorded after every epoch (for
         RMSE-versus-time curves, thesis fig. 4.2).
-    progress : tqdm bar over the epochs when checkpointing; unused otherwise (all epochs run in one
-        compiled scan).
-    checkpoint, checkpoint_every, resume : with ``checkpoint`` (a ``.npz`` path) the epochs run one
-        compiled epoch at a time through `vi_driver.run`, which writes the parameters, the epochs done
+    progress : tqdm bar over the epochs.
+    checkpoint, checkpoint_every, resume : the epochs run one compiled epoch at a time through
+        `vi_driver.fit`; with ``checkpoint`` (a ``.npz`` path) it writes the parameters, the epochs done
         and the per-epoch trace every ``checkpoint_every`` epochs and at the end (atomically);
         ``resume=True`` continues from an existing checkpoint. The epoch keys are split from ``key``
-        up front and one epoch is the same compiled scan body, so a checkpointed run, and a resumed
-        one, equals the single-scan run without ``checkpoint`` bit for bit
-        (tests/custom_inference/test_fm_sgd.py). Without ``checkpoint`` nothing changes.
+        up front and one epoch is the body of the former single compiled scan over all epochs, so every
+        run, checkpointed or resumed, equals that scan bit for bit (tests/custom_inference/test_fm_sgd.py).
 
     Returns
     -------
     `base.FitResult`: state FMParams after the last epoch; trace float64 (n_epochs,) the objective
     (`objective`) after each epoch; idata with the point estimate as ``posterior`` (w0, w (feature),
     V (feature, factor); one chain, one draw) and group ``sgd_trace`` (train_mse, objective, test_rmse
-    (NaN without ``test``), dim epoch; attr ``seconds``: wall time of the epochs, compilation excluded).
+    (NaN without ``test``), dim epoch); attrs: the layout of `vi_driver.fit` (``seconds``: wall time of
+    the epochs, compilation excluded: the epoch is compiled before the loop) and learning_rate,
+    batch_size, n_epochs.
 
     Raises
     ------
@@ -284,7 +283,7 @@ def fit(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, learning_rat
 
     Also raises ValueError when ``test`` has a different number of features D, for
     ``checkpoint_every`` not an integer >= 1 with a ``checkpoint`` or a checkpoint whose state does
-    not match (`vi_driver.run`); OSError when the checkpoint cannot be written.
+    not match (`vi_driver.fit`); OSError when the checkpoint cannot be written.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 1 (objective eq. 2.18, frequency-weighted; module
     docstring).
@@ -325,54 +324,26 @@ def fit(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, learning_rat
 
         run = jax.jit(lambda p, ks: jax.lax.scan(epoch, p, ks))
         keys = jax.random.split(k_shuf, n_epochs)
-        if checkpoint is None:
-            compiled = run.lower(params, keys).compile()
-            start = time.perf_counter()
-            params, (m, obj, trm) = compiled(params, keys)
-            jax.block_until_ready(params)
-            seconds = time.perf_counter() - start
-        else:
-            params, (m, obj, trm), seconds = _fit_epochwise(run, params, keys, checkpoint, checkpoint_every, resume,
-                                                            progress)
-    trace = {"train_mse": np.asarray(m, np.float64), "objective": np.asarray(obj, np.float64),
-             "test_rmse": np.asarray(trm, np.float64) * np.ones(n_epochs)}
-    idata = arviz_io.to_inference_data(
-        vi_driver.point_posterior(params._asdict()),
-        dims={"w": ["feature"], "V": ["feature", "factor"], **{f: ["epoch"] for f in trace}},
-        coords={"feature": np.arange(design.n_features), "factor": np.arange(K)},
-        extra_groups={"sgd_trace": trace},
-        attrs={"model": "fm_flat", "method": "sgd", "posterior_kind": "point estimate", "seconds": float(seconds),
-               "source": "004_90693a0965f06816.txt Algorithm 1", "K": K, "learning_rate": float(learning_rate),
-               "batch_size": B, "n_epochs": int(n_epochs), "dtype": dtype.name},
-    )
-    return base.FitResult(params, trace["objective"], idata)
+        one = run.lower(params, keys[:1]).compile()  # one epoch, compiled once before the timed loop
+
+        def sweep(p, t):  # epoch t: the scan body over a key block of length 1 (bit for bit the full scan)
+            p, outs = one(p, keys[t:t + 1])
+            return p, vi_driver.Report(stats={name: v[0] for name, v in zip(_TRACE, outs)})
+
+        output = vi_driver.Output(
+            "fm_flat", "sgd", lambda p: (vi_driver.point_posterior(p._asdict()), "point estimate"),
+            dims={"w": ["feature"], "V": ["feature", "factor"], **{f: ["epoch"] for f in _TRACE}},
+            coords={"feature": np.arange(design.n_features), "factor": np.arange(K)}, trace_group="sgd_trace",
+            result_trace=lambda res: res.stats["objective"], source="004_90693a0965f06816.txt Algorithm 1",
+            attrs={"learning_rate": float(learning_rate), "batch_size": B, "n_epochs": int(n_epochs)})
+        options = vi_driver.FitOptions(max_iter=n_epochs, progress=progress, checkpoint=checkpoint,
+                                       checkpoint_every=checkpoint_every, resume=resume, dtype=dtype)
+        return vi_driver.fit(ALGORITHM, dj, options=options, output=output, key=key, K=K, hyper=reg, state=params,
+                             sweep=sweep, desc="SGD-FM")
 
 
-def _fit_epochwise(run, params, keys, checkpoint, checkpoint_every, resume, progress):
-    """`fit`'s scan one epoch per call (the same compiled scan body over a key block of length 1)
-    through `vi_driver.run`, with checkpoints; returns (params, (train_mse, objective, test_rmse)
-    per epoch, seconds of the epochs without compilation)."""
-    one = run.lower(params, keys[:1]).compile()  # compiled once, outside the timed epochs
-    trace: dict[str, list[float]] = {"train_mse": [], "objective": [], "test_rmse": []}
-
-    def sweep(p, t):
-        p, outs = one(p, keys[t:t + 1])
-        for name, v in zip(trace, outs):
-            trace[name].append(float(v[0]))
-        return p, None
-
-    def save_extra():
-        return {name: np.asarray(v, np.float64) for name, v in trace.items()}
-
-    def restore_extra(extra):
-        for name in trace:
-            trace[name][:] = [float(v) for v in extra[name]]
-
-    done = vi_driver.run(sweep, params, max_iter=int(keys.shape[0]), tol=0.0, progress=progress, desc="SGD-FM",
-                         checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
-                         save_extra=save_extra, restore_extra=restore_extra)
-    outs = tuple(np.asarray(trace[name], np.float64) for name in ("train_mse", "objective", "test_rmse"))
-    return done.state, outs, float(np.sum(done.sweep_seconds))
+#: The per-epoch records of `fit` (its ``sgd_trace`` group), in the order the epoch returns them.
+_TRACE = ("train_mse", "objective", "test_rmse")
 
 
 def predict(params, design_or_coo) -> jax.Array:

@@ -623,17 +623,6 @@ HPF_DIMS = {
     "elbo": ["iteration"],
     "rel_change": ["iteration"],
 }
-def result_layout(n_users: int, n_items: int, n_components: int, hyper, **attrs) -> dict:
-    """``dims``, ``coords`` and ``attrs`` for `arviz_io.to_inference_data`, shared by the
-    CAVI and Gibbs drivers so that their results line up dimension by dimension."""
-    return {
-        "dims": HPF_DIMS,
-        "coords": {"user": np.arange(n_users), "item": np.arange(n_items), "component": np.arange(n_components)},
-        "attrs": {"model": "hpf", "n_components": n_components,
-                  **{f"hyper_{f}": float(getattr(hyper, f)) for f in HYPER_FIELDS}, **attrs},
-    }
-
-
 def save_state(state: HPFState, path: str | Path, **meta) -> Path:
     """Checkpoint: write the state (and scalar metadata) to a ``.npz`` file.
 
@@ -731,7 +720,7 @@ def fit(
     init_state : HPFState, optional
         Start from this state instead of `init`.
     checkpoint : path, optional
-        `vi_driver.run` checkpoint (``.npz``, atomic) every ``checkpoint_every`` sweeps and at the end;
+        `vi_driver.fit` checkpoint (``.npz``, atomic) every ``checkpoint_every`` sweeps and at the end;
         ``resume=True`` continues from it when it exists (bit for bit the uninterrupted run).
     mesh : jax.sharding.Mesh, optional
         Split the nonzeros over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
@@ -747,7 +736,8 @@ def fit(
         beta (chain, draw, item, component), xi (chain, draw, user), eta (chain, draw, item);
         ``variational_parameters``: the `HPFState` fields;
         ``vi_trace``: ``elbo`` and ``rel_change`` (dim ``iteration``);
-        attrs: method, n_components, hyperparameters, seed, dtype, converged, n_iter, seconds.
+        attrs: the layout of `vi_driver.fit` (model, method "cavi", converged, n_iter, seconds, ...,
+        ``hyper_<field>``) plus n_components (and n_devices with ``mesh``).
         `state_from_inference_data` recovers the state (for `score_users`, resuming).
 
     Raises
@@ -799,27 +789,16 @@ def fit(
             # as `step`'s Info, at no extra cost
             return _sweep_jit(state, data, hyper)
 
-        res = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"HPF CAVI (K={k})",
-                            final_elbo=lambda s: (elbo if mesh is None else _elbo_jit)(s, data, hyper), checkpoint=checkpoint,
-                            checkpoint_every=checkpoint_every, resume=resume)
-        state = res.state
-        posterior, kind = _posterior(host, state, n_draws)
-
-    idata = arviz_io.to_inference_data(
-        posterior,
-        extra_groups={
-            "variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
-            "vi_trace": {"elbo": res.elbo, "rel_change": res.rel_change},
-        },
-        **result_layout(
-            *data.shape, k, hyper,
-            method="cavi", posterior_kind=kind,
+        output = vi_driver.Output(
+            "hpf", "cavi", lambda s: _posterior(host, s, n_draws), dims=HPF_DIMS, params=lambda s: s._asdict(),
+            coords={"user": np.arange(data.shape[0]), "item": np.arange(data.shape[1]), "component": np.arange(k)},
             source="001_30a2018ec18c20b9.txt, batch algorithm figure (corrected)",
-            seed=int(host), dtype=str(dtype), converged=int(res.converged), n_iter=res.n_iter, seconds=float(res.seconds),
-            **({} if mesh is None else {"n_devices": data.n_shards}),
-        ),
-    )
-    return base.FitResult(state, res.elbo, idata)
+            attrs={"n_components": k, **({} if mesh is None else {"n_devices": data.n_shards})})
+        options = vi_driver.FitOptions(max_iter=max_iter, tol=tol, progress=progress, checkpoint=checkpoint,
+                                       checkpoint_every=checkpoint_every, resume=resume, dtype=dtype)
+        return vi_driver.fit(ALGORITHM, data, options=options, output=output, key=key_init, K=k, hyper=hyper,
+                             state=state, sweep=sweep, final_elbo=lambda s: (elbo if mesh is None else _elbo_jit)(
+                                 s, data, hyper), desc=f"HPF CAVI (K={k})", seed=host)
 
 
 def state_from_inference_data(idata) -> HPFState:

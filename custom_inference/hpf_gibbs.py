@@ -302,24 +302,14 @@ SPEC = mcmc_driver.SamplerSpec(
 )
 
 
+@mcmc_driver.run_options()
 def sample(
     key,
     data: Observations,
     K: int,
     hyper,
     *,
-    num_chains: int = 4,
-    num_warmup: int = 500,
-    num_samples: int = 1000,
-    thin: int = 1,
-    keep: tuple[str, ...] | None = None,
-    predict_at=None,
-    dtype=None,
-    progress: bool = True,
-    checkpoint=None,
-    checkpoint_every: int = 10,
-    resume: bool = False,
-    block: int | None = None,
+    options: mcmc_driver.SampleOptions,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` HPF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
@@ -329,14 +319,13 @@ def sample(
     data : Observations (I, J), non-negative integer counts.
     K : int >= 1, number of components.
     hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper``).
-    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
-        multiple of ``thin``); ``num_samples`` kept draws per chain, one every ``thin`` sweeps.
-    keep : names of the variables to store (default all of theta, xi, beta, eta; theta and beta
-        cost I K and J K per draw), plus ``"pred"`` with ``predict_at``.
-    predict_at : optional (rows, cols) int arrays (M,): running posterior mean and sd of the
-        rate theta_u . beta_i at those cells (``predictions`` group).
-    dtype : float64 (default) or float32.
-    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
+    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
+        num_chains=4, num_warmup=500, num_samples=1000, thin=1, keep, predict_at, dtype, progress,
+        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
+        names theta, xi, beta, eta (default all; theta and beta cost I K and J K per draw) and
+        ``"pred"``; ``predict_at`` (rows, cols) int arrays (M,) gives the running posterior mean and
+        sd of the rate theta_u . beta_i at those cells (``predictions`` group); dtype float64 (default)
+        or float32.
 
     Returns
     -------
@@ -356,7 +345,5 @@ def sample(
     _check_hyper(hyper)
     k = _check_components(K)
     return mcmc_driver.sample(
-        SPEC, key, data, k, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, resume=resume, block=block,
+        SPEC, key, data, k, hyper, options=options,
     )

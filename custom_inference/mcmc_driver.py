@@ -3,7 +3,9 @@ r"""The one multi-chain sampling driver shared by every Gibbs / MCMC sampler of 
 A sampler module declares its algorithm (`base.Algorithm`: init, step, log joint, dims) and a
 `SamplerSpec` (how to prepare its data, what it can keep, which Info fields are statistics,
 how it predicts at cells); its public ``sample`` validates the model-specific inputs and calls
-`sample` here. Everything around the steps is written once, in this module:
+`sample` here. The run options are one `SampleOptions` (chains, warm-up, draws, thinning, keep,
+predict_at, block and the options every driver shares, `base.RunOptions`); `run_options` lets a
+sampler's ``sample`` take them as keywords without retyping them. Everything around the steps is written once, in this module:
 
 - Chains: ``num_chains`` independent chains, vectorised with ``jax.vmap`` (every State of the
   package is a NamedTuple of fixed-shape arrays, so all chains run as one batched program).
@@ -76,6 +78,9 @@ NumPyro's ``MCMC``).
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
+import inspect
 import json
 import os
 import time
@@ -89,12 +94,73 @@ from tqdm.auto import tqdm
 
 from . import arviz_io
 from . import base
-from .base import Algorithm, as_key, check_latent_dim, checkpoint_written
+from .base import Algorithm, as_key, check_latent_dim, checkpoint_written, hyper_attrs
 
-__all__ = ["SamplerSpec", "sample", "check_count", "check_cells", "hyper_attrs", "seed_attr", "TRACES"]
+__all__ = ["SampleOptions", "SamplerSpec", "run_options", "sample", "check_count", "check_cells", "hyper_attrs",
+           "seed_attr", "TRACES"]
 
 #: Python-side trace counter of `_block`, by model name (the compile-once tests read it).
 TRACES: collections.Counter = collections.Counter()
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleOptions(base.RunOptions):
+    """The run options of `sample` (and of every sampler's public ``sample``, through `run_options`):
+    those of every driver (`base.RunOptions`: progress, checkpoint, checkpoint_every (blocks), resume,
+    dtype, callback ``(units done, states)``) and
+
+    num_chains : int >= 1; num_warmup : int >= 0, sweeps (rounded up to a multiple of ``thin``);
+    num_samples : int >= 1 kept draws per chain; thin : int >= 1 sweeps per kept draw;
+    keep : names to store per draw (None: all, `sample`); predict_at : cells to predict at, or None;
+    block : units per compiled block (None: `_default_block`).
+
+    Source: project addition (issue 25).
+    """
+
+    num_chains: int = 4
+    num_warmup: int = 500
+    num_samples: int = 1000
+    thin: int = 1
+    keep: Any = None
+    predict_at: Any = None
+    block: int | None = None
+
+
+def run_options(**defaults):
+    """Decorator of a sampler's public ``sample(key, data, K, hyper, *, <its own options>, options)``:
+    the `SampleOptions` fields become keyword arguments of the decorated function (with ``defaults``,
+    field name -> the sampler's default, over the class defaults), so ``sample(..., num_chains=2)``,
+    ``sample(..., options=SampleOptions(num_chains=2))`` and both together (keywords override) all
+    work; the function receives one ``options`` (a `SampleOptions`). The signature that `inspect`
+    reports lists every field with the sampler's default (the front door reads it for the valid
+    options). Raises TypeError (at decoration) for a default that is not a field; the wrapper raises
+    TypeError for an unknown keyword as any function does. Source: project addition (issue 25).
+    """
+    unknown = sorted(set(defaults) - set(SampleOptions.names()))
+    if unknown:
+        raise TypeError(f"run_options: {unknown} are not SampleOptions fields")
+    base_options = SampleOptions(**defaults)
+
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.name != "options"]
+        names = [n for n in SampleOptions.names() if n not in sig.parameters]
+
+        @functools.wraps(fn)
+        def wrapper(*args, options: SampleOptions | None = None, **kwargs):
+            run = {n: kwargs.pop(n) for n in names if n in kwargs}
+            return fn(*args, options=SampleOptions.of(base_options if options is None else options, **run), **kwargs)
+
+        kw = inspect.Parameter.KEYWORD_ONLY
+        fields = [inspect.Parameter(n, kw, default=getattr(base_options, n)) for n in names]
+        tail = [p for p in own if p.kind is p.VAR_KEYWORD]
+        head = [p for p in own if p.kind is not p.VAR_KEYWORD]
+        wrapper.__signature__ = sig.replace(parameters=[*head, *fields, inspect.Parameter("options", kw, default=None),
+                                                        *tail])
+        wrapper.defaults = base_options
+        return wrapper
+
+    return decorate
 
 
 class SamplerSpec(NamedTuple):
@@ -168,25 +234,6 @@ def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.nd
         if a.size and (a.min() < 0 or a.max() >= n):
             raise ValueError(f"predict_at {name} out of range [0, {n - 1}]")
     return rows.astype(np.int64), cols.astype(np.int64)
-
-
-def hyper_attrs(hyper) -> dict:
-    """``hyper_<field>`` attrs of a NamedTuple of hyperparameters: floats for scalars, "None",
-    or the nested list as a string for arrays. ``hyper``: NamedTuple whose fields are None,
-    scalars or arrays of any shape (any numeric dtype); anything without ``_fields`` gives {}.
-    Returns dict str -> float | str.
-    Raises nothing of its own; ``float`` raises TypeError / ValueError for a 0-d field that is
-    not numeric. Source: project addition."""
-    out = {}
-    for f in getattr(hyper, "_fields", ()):
-        v = getattr(hyper, f)
-        if v is None:
-            out[f"hyper_{f}"] = "None"
-        elif np.ndim(v) == 0:
-            out[f"hyper_{f}"] = float(v)
-        else:
-            out[f"hyper_{f}"] = str(np.asarray(v).tolist())
-    return out
 
 
 def seed_attr(key):
@@ -348,6 +395,7 @@ def _load_checkpoint(path: Path, fingerprint: str, state_type, key_like, run_fin
 # -- the driver ------------------------------------------------------------------------------
 
 
+@run_options()
 def sample(
     spec: SamplerSpec,
     key,
@@ -355,23 +403,11 @@ def sample(
     K,
     hyper,
     *,
-    num_chains: int = 4,
-    num_warmup: int = 500,
-    num_samples: int = 1000,
-    thin: int = 1,
-    keep=None,
-    predict_at=None,
-    dtype=None,
-    progress: bool = True,
-    checkpoint=None,
-    checkpoint_every: int = 10,
-    resume: bool = False,
-    block: int | None = None,
-    callback: Callable[[int, Any], None] | None = None,
     init_options: Mapping | None = None,
     step_options: Mapping | None = None,
     source: str | None = None,
     attrs: Mapping | None = None,
+    options: SampleOptions,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` chains of ``spec.algorithm`` and return the draws (module docstring).
 
@@ -382,6 +418,7 @@ def sample(
     data : the sampler's data (already validated by its ``sample``); ``spec.prepare`` converts it.
     K : int >= 1, the latent dimension.
     hyper : the sampler's hyperparameters (validated by its ``sample``).
+    options : `SampleOptions` (or its fields by keyword, `run_options`):
     num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
         multiple of ``thin``: attrs ``num_warmup_run``).
     keep : names to store per draw: State fields in ``spec.variables`` and ``"pred"`` (the
@@ -416,11 +453,14 @@ def sample(
     progress finishes, its checkpoint is written, and the message names it.
     """
     K = check_latent_dim(K)
-    num_chains = check_count("num_chains", num_chains, 1)
-    num_warmup = check_count("num_warmup", num_warmup, 0)
-    num_samples = check_count("num_samples", num_samples, 1)
-    thin = check_count("thin", thin, 1)
-    checkpoint_every = check_count("checkpoint_every", checkpoint_every, 1)
+    keep, predict_at, dtype, progress, checkpoint = (options.keep, options.predict_at, options.dtype, options.progress,
+                                                    options.checkpoint)
+    resume, block, callback = options.resume, options.block, options.callback
+    num_chains = check_count("num_chains", options.num_chains, 1)
+    num_warmup = check_count("num_warmup", options.num_warmup, 0)
+    num_samples = check_count("num_samples", options.num_samples, 1)
+    thin = check_count("thin", options.thin, 1)
+    checkpoint_every = check_count("checkpoint_every", options.checkpoint_every, 1)
     if block is not None:
         block = check_count("block", block, 1)
     if resume and checkpoint is None:

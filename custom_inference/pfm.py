@@ -861,11 +861,10 @@ def _spec(alg, variant):
         predict=_predict, predict_prepare=_predict_prepare, last_stats=("n_active",), prepare_hyper=_prepare_hyper)
 
 
-def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chains: int = 4, num_warmup: int = 500,
-           num_samples: int = 500, thin: int = 1, keep=None, predict_at=None, dtype=np.float64,
-           progress: bool = False, order: str = "valid", init_scale: float = 0.1, init_shape: float | None = None,
-           init_r: float | None = None, block: int | None = None, scale_rounds: int | None = None,
-           checkpoint=None, checkpoint_every: int = 10, resume: bool = False):
+@mcmc_driver.run_options(num_samples=500, dtype=np.float64, progress=False)
+def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: str = "valid", init_scale: float = 0.1,
+           init_shape: float | None = None, init_r: float | None = None, scale_rounds: int | None = None,
+           options: mcmc_driver.SampleOptions):
     """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
 
     Parameters
@@ -874,21 +873,21 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
     data : PFMData. K : int >= 1 (the truncation level for NPFM).
     hyper : `ppl_models.pfm.PFMHyper` (any NamedTuple with `HYPER_FIELDS`, all > 0).
     variant : "npfm" or "ppfm".
-    num_warmup : sweeps before the first kept draw (rounded up to a multiple of ``thin``).
-    num_samples, thin : kept draws per chain, one every ``thin`` sweeps.
-    keep : State field names to store per draw (default: all but V, which costs D K per draw),
-        plus "pred" (per-draw rates at ``predict_at``).
-    predict_at : (users, items) int arrays (data from ``from_matrix(..., zeros="all")``) or
-        (feat (P, F) int, val (P, F) float) feature tables: the running mean and sd over all kept
-        draws of all chains of each row's Poisson rate (group ``predictions``: ``pred_mean``,
-        ``pred_sd``, dim ``cell``); no draw is stored.
-    dtype : float64 or float32. order : "valid" or "printed" (the chapter's order: broken,
-        for the SBC demonstration). init_scale, init_shape, init_r : see `init`.
+    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
+        num_chains=4, num_warmup=500, num_samples=500, thin=1, keep, predict_at, dtype=float64,
+        progress=False, checkpoint, checkpoint_every (blocks), resume, block, callback; see
+        `mcmc_driver.sample`). Here ``keep`` names State fields (default: all but V, which costs D K
+        per draw) and "pred" (per-draw rates at ``predict_at``); ``predict_at``, (users, items) int
+        arrays (data from ``from_matrix(..., zeros="all")``) or (feat (P, F) int, val (P, F) float)
+        feature tables, gives the running mean and sd over all kept draws of all chains of each row's
+        Poisson rate (group ``predictions``: ``pred_mean``, ``pred_sd``, dim ``cell``); no draw is
+        stored. dtype : float64 or float32.
+    order : "valid" or "printed" (the chapter's order: broken, for the SBC demonstration).
+    init_scale, init_shape, init_r : see `init`.
     scale_rounds : Metropolis steps of the exact per-factor scale move after each sweep
         (`custom_inference.pfm_scale`; O(K) each). None (default): `DEFAULT_SCALE_ROUNDS` where the
         move is defined (NPFM; PPFM on ``data.bipartite``, ids only), else 0. 0 reproduces the
-        sampler without the move bit for bit. block, checkpoint, checkpoint_every, resume: driver
-        options (`mcmc_driver.sample`: a checkpoint every ``checkpoint_every`` blocks).
+        sampler without the move bit for bit.
 
     Returns
     -------
@@ -921,17 +920,15 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", num_chai
         raise ValueError("scale_rounds: PPFM's scale move needs data whose pair terms all join a user and an item "
                          "feature (PFMData.bipartite: ids only); pass scale_rounds=0")
     spec = SPECS[variant]
-    if keep is None:
+    if options.keep is None:
         keep = tuple(f for f in spec.variables if f != "V")
     else:
-        keep = tuple(keep)
+        keep = tuple(options.keep)
         unknown = sorted(set(keep) - set(spec.variables) - {"pred"})
         if unknown:
             raise ValueError(f"keep: unknown variables {unknown}; choose from {spec.variables}")
     return mcmc_driver.sample(
-        spec, key, data, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, block=block, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, resume=resume,
+        spec, key, data, K, hyper, options=mcmc_driver.SampleOptions.of(options, keep=keep),
         init_options={"init_scale": float(init_scale),
                       **({} if init_shape is None else {"init_shape": float(init_shape)}),
                       **({} if init_r is None or variant == "ppfm" else {"init_r": float(init_r)})},

@@ -67,7 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import arviz_io, base, vi_driver
+from . import base, vi_driver
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
@@ -794,7 +794,7 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
     dtype : float32 or float64 (float64 runs under jax.enable_x64).
     n_draws : int >= 0, draws from q stored in the ``posterior`` group (0: the means of q as one draw).
     progress : tqdm progress bar with the ELBO; init_state : resume from a state.
-    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints of the Robbins-Monro (or batch)
+    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints of the Robbins-Monro (or batch)
         sweeps, with the graph RNG and the warm-start trace (a resumed run skips the warm start and is
         bit for bit the uninterrupted one).
 
@@ -802,8 +802,9 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
     -------
     `base.FitResult` (state, trace: ELBO (n_warm + n_iter + 1,) on the evaluation graph, the warm-start
     sweeps first, idata with groups posterior, variational_parameters, vi_trace, histogram (pi (item),
-    attr gamma: `histogram_of`); attrs ``warm_start`` (sweeps run), ``n_iter`` (Robbins-Monro / batch
-    sweeps)).
+    attr gamma: `histogram_of`); attrs: the layout of `vi_driver.fit` (``n_iter``: Robbins-Monro / batch
+    sweeps; ``seconds``: their loop) plus gamma, tau0, kappa, ``warm_start`` (sweeps run) and
+    ``seconds_warm_start``).
 
     Raises
     ------
@@ -850,6 +851,7 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
                                  max_iter=warm_start, tol=0.0, progress=progress, desc=f"RG warm start (K={K})",
                                  init_elbo=trace[0])
             state, trace = warm.state, list(warm.elbo)
+        seconds_warm = time.perf_counter() - start
 
         def sweep(s, t):
             if not resample:  # batch VB on H_0: the step reports L_xi of the new state on H_0
@@ -866,40 +868,36 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
             rng.bit_generator.state = json.loads(str(extra["rng"]))
             trace, warm_start = [float(v) for v in extra["warm_trace"]], int(extra["warm_start"])
 
-        run = vi_driver.run(sweep, state, max_iter=max_iter, tol=tol, progress=progress, desc=f"RG VB (K={K})",
-                            init_elbo=trace[-1],
-                            evaluate=(lambda s: _elbo_jit(s, eval_graph, hyper)) if resample else None,
-                            checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
-                            save_extra=save_extra, restore_extra=restore_extra)
-        state, converged = run.state, run.converged
-        trace += list(run.elbo[1:])  # run.elbo[0] is the last value already in the trace
-        seconds = time.perf_counter() - start
-        if n_draws:
-            posterior, kind = draws_from_q(seed, state, n_draws), "draws from q"
-        else:
+        def posterior(state):
+            if n_draws:
+                return draws_from_q(seed, state, n_draws), "draws from q"
             (mu, _), (mv, _), (mbu, _), (mbv, _) = moments(state)
-            taus = {n: getattr(state, f"{n}_shape") / getattr(state, f"{n}_rate") for n in ("tau_u", "tau_v", "tau_bu", "tau_bv")}
-            posterior = vi_driver.point_posterior({"u": mu, "v": mv, "b_user": mbu, "b_item": mbv, **taus})
-            kind = "mean of q (n_draws=0)"
-    I, J = obs.shape
-    dims = {"u": ["user", "factor"], "v": ["item", "factor"], "b_user": ["user"], "b_item": ["item"],
-            "u_prec": ["user", "factor"], "u_h": ["user", "factor"], "v_prec": ["item", "factor"],
-            "v_h": ["item", "factor"], "bu_prec": ["user"], "bu_h": ["user"], "bv_prec": ["item"], "bv_h": ["item"],
-            "elbo": ["iteration"], "pi": ["item"]}
-    idata = arviz_io.to_inference_data(
-        posterior,
-        dims=dims,
-        coords={"user": np.arange(I), "item": np.arange(J), "factor": np.arange(K)},
-        extra_groups={"variational_parameters": {f: np.asarray(v) for f, v in state._asdict().items()},
-                      "vi_trace": {"elbo": np.asarray(trace)}, "histogram": {"pi": pi}},
-        attrs={"model": "rg", "method": "vb-random-graphs" if resample else "vb-fixed-graph",
-               "source": "003_203f63200c0d7157.txt eqs. 7-19 (eq. 9 corrected)", "K": K, "seed": int(seed),
-               "gamma": float(gamma), **{f"hyper_{f}": getattr(hyper, f) for f in _HYPER_FIELDS},
-               "tau0": float(tau0), "kappa": float(kappa), "dtype": str(dtype), "converged": int(converged),
-               "posterior_kind": kind,
-               "n_iter": len(trace) - 1 - warm_start, "warm_start": warm_start, "seconds": float(seconds)},
-    )
-    return base.FitResult(state, np.asarray(trace), idata)
+            taus = {n: getattr(state, f"{n}_shape") / getattr(state, f"{n}_rate")
+                    for n in ("tau_u", "tau_v", "tau_bu", "tau_bv")}
+            return (vi_driver.point_posterior({"u": mu, "v": mv, "b_user": mbu, "b_item": mbv, **taus}),
+                    "mean of q (n_draws=0)")
+
+        def full_trace(res):  # the warm-start sweeps, then the run (res.elbo[0] is the last value already in trace)
+            return np.asarray(trace + list(res.elbo[1:]))
+
+        I, J = obs.shape
+        output = vi_driver.Output(
+            "rg", "vb-random-graphs" if resample else "vb-fixed-graph", posterior,
+            dims={"u": ["user", "factor"], "v": ["item", "factor"], "b_user": ["user"], "b_item": ["item"],
+                  "u_prec": ["user", "factor"], "u_h": ["user", "factor"], "v_prec": ["item", "factor"],
+                  "v_h": ["item", "factor"], "bu_prec": ["user"], "bu_h": ["user"], "bv_prec": ["item"],
+                  "bv_h": ["item"], "elbo": ["iteration"], "pi": ["item"]},
+            coords={"user": np.arange(I), "item": np.arange(J), "factor": np.arange(K)}, params=lambda s: s._asdict(),
+            groups={"histogram": {"pi": pi}}, trace=lambda res: {"elbo": full_trace(res)}, result_trace=full_trace,
+            source="003_203f63200c0d7157.txt eqs. 7-19 (eq. 9 corrected)",
+            attrs=lambda res: {"gamma": float(gamma), "tau0": float(tau0), "kappa": float(kappa),
+                               "warm_start": warm_start, "seconds_warm_start": float(seconds_warm)})
+        options = vi_driver.FitOptions(max_iter=max_iter, tol=tol, progress=progress, checkpoint=checkpoint,
+                                       checkpoint_every=checkpoint_every, resume=resume, dtype=dtype)
+        return vi_driver.fit(ALGORITHM, eval_graph, options=options, output=output, key=key, K=K, hyper=hyper,
+                             state=state, sweep=sweep, init_elbo=trace[-1],
+                             evaluate=resample and (lambda s: _elbo_jit(s, eval_graph, hyper)), save_extra=save_extra,
+                             restore_extra=restore_extra, desc=f"RG VB (K={K})", seed=seed)
 
 
 #: ArviZ dims of every RGState field (the protocol's ``dims``).

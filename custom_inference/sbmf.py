@@ -661,26 +661,16 @@ SPEC = mcmc_driver.SamplerSpec(
 )
 
 
+@mcmc_driver.run_options()
 def sample(
     key,
     obs: Observations,
     K: int,
     hyper,
     *,
-    num_chains: int = 4,
-    num_warmup: int = 500,
-    num_samples: int = 1000,
-    thin: int = 1,
-    keep: tuple[str, ...] | None = None,
-    predict_at: tuple | None = None,
-    dtype=None,
-    progress: bool = True,
-    checkpoint=None,
-    checkpoint_every: int = 10,
-    resume: bool = False,
-    block: int | None = None,
     gauge_rounds: int = 5,
     mesh=None,
+    options: mcmc_driver.SampleOptions,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` SBMF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
 
@@ -691,17 +681,15 @@ def sample(
         drop_zeros=False`` so that ratings equal to 0 are kept).
     K : int >= 1.
     hyper : ``ppl_models.sbmf.SBMFHyper`` (any object with its fields).
-    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
-        multiple of ``thin``: attrs ``num_warmup_run``); ``num_samples`` kept draws per chain,
-        one every ``thin`` sweeps.
-    keep : names to store per draw: State fields (U and V cost I K and J K per draw),
-        ``mean_level`` and, with ``predict_at``, ``pred``; default all of them.
-    predict_at : optional (rows, cols) int arrays (M,): the predicted mean
-        mu + alpha_i + beta_j + u_i . v_j at those cells: per draw as ``pred`` (chain, draw, M)
-        when kept, and its running mean and sd over all kept draws in ``predictions``
-        (``pred_mean``, ``pred_sd``; eq. 3.18).
-    dtype : state dtype (default: that of ``obs.values``; float32 works).
-    progress, checkpoint, checkpoint_every, resume, block : see `mcmc_driver.sample`.
+    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
+        num_chains=4, num_warmup=500, num_samples=1000, thin=1, keep, predict_at, dtype, progress,
+        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
+        names State fields (U and V cost I K and J K per draw), ``mean_level`` and, with
+        ``predict_at``, ``pred`` (default all of them); ``predict_at`` (rows, cols) int arrays (M,)
+        gives the predicted mean mu + alpha_i + beta_j + u_i . v_j at those cells: per draw as
+        ``pred`` (chain, draw, M) when kept, and its running mean and sd over all kept draws in
+        ``predictions`` (``pred_mean``, ``pred_sd``; eq. 3.18); dtype: the state's (default that of
+        ``obs.values``; float32 works).
     gauge_rounds : int >= 0, rounds of column-scaling gauge moves per sweep (`step`); 0 is
         the thesis's plain Algorithm 2.
     mesh : jax.sharding.Mesh, optional: split the ratings (and the residual cache) over the devices
@@ -729,16 +717,15 @@ def sample(
     K = _check_K(K)
     _check_hyper(hyper)
     gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)
-    dtype = np.asarray(obs.values).dtype if dtype is None else dtype
+    if options.dtype is None:
+        options = mcmc_driver.SampleOptions.of(options, dtype=np.asarray(obs.values).dtype)
     data, attrs = obs, None
     if mesh is not None:  # the ratings split over the devices (`step` dispatches on the container)
         sharding.check_mesh(mesh)
         data = sharding.shard_observations(obs, mesh)
         attrs = {"n_devices": data.n_shards}
     return mcmc_driver.sample(
-        SPEC, key, data, K, hyper, num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-        keep=keep, predict_at=predict_at, dtype=dtype, progress=progress, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, resume=resume, block=block, step_options={"gauge_rounds": gauge_rounds},
+        SPEC, key, data, K, hyper, options=options, step_options={"gauge_rounds": gauge_rounds},
         attrs=attrs,
     )
 

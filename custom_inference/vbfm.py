@@ -69,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma
 
-from . import arviz_io, base, vi_driver
+from . import base, vi_driver
 from .fm_design import FMDesign
 from .gamma import expected_gamma_logpdf, gamma_entropy
 from .gaussian import normal_natural_to_moments
@@ -809,22 +809,20 @@ _DIMS = {"w": ["feature"], "V": ["feature", "factor"], "w_prec": ["feature"], "w
          "sigma_v": ["group", "factor"], "elbo": ["iteration"], "rel_change": ["iteration"]}
 
 
-def _idata(state, design, K, elbos, rels, n_draws, seed, **attrs):
-    if n_draws:
-        posterior, kind = draws_from_q(seed, state, n_draws), "draws from q"
-    else:
+def _output(design, K, n_draws, seed, method, source, attrs=None) -> vi_driver.Output:
+    """The result layout of `fit` and `fit_svi` (`vi_driver.Output`)."""
+    def posterior(state):
+        if n_draws:
+            return draws_from_q(seed, state, n_draws), "draws from q"
         (m0, _), (m, _), (mu, _) = moments(state)
-        posterior = vi_driver.point_posterior({"w0": m0, "w": m, "V": mu, "alpha": state.alpha_shape / state.alpha_rate})
-        kind = "mean of q (n_draws=0)"
-    vp = {f: np.asarray(v) for f, v in state._asdict().items() if f != "last_elbo"}
-    return arviz_io.to_inference_data(
-        posterior,
-        dims=_DIMS,
+        return (vi_driver.point_posterior({"w0": m0, "w": m, "V": mu, "alpha": state.alpha_shape / state.alpha_rate}),
+                "mean of q (n_draws=0)")
+
+    return vi_driver.Output(
+        "fm_flat", method, posterior, dims=_DIMS,
         coords={"feature": np.arange(design.n_features), "factor": np.arange(K), "group": list(design.group_names)},
-        extra_groups={"variational_parameters": vp,
-                      "vi_trace": {"elbo": np.asarray(elbos), "rel_change": np.asarray(rels)}},
-        attrs={"model": "fm_flat", "n_components": K, "seed": int(seed), "posterior_kind": kind, **attrs},
-    )
+        params=lambda s: {f: v for f, v in s._asdict().items() if f != "last_elbo"}, source=source,
+        attrs=lambda res: {"n_components": K, **(attrs(res) if callable(attrs) else attrs or {})})
 
 
 def fit(key, design: FMDesign, K: int, hyper, *, max_iter: int = 100, tol: float = 1e-6, progress: bool = True,
@@ -840,14 +838,15 @@ def fit(key, design: FMDesign, K: int, hyper, *, max_iter: int = 100, tol: float
     progress : tqdm bar with the ELBO
     alpha_prior, init kwargs : see `init`; update_hyper : see `step`
     n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
-    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``; resume is
+    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``; resume is
         bit for bit the uninterrupted run)
 
     Returns
     -------
     `base.FitResult` (state VBFMState, trace float64 (n_iter,) ELBO after each sweep, idata with groups
-    posterior (w0, w (feature), V (feature, factor), alpha), variational_parameters, vi_trace; attrs
-    method, converged, n_iter, seconds, seconds_per_iter).
+    posterior (w0, w (feature), V (feature, factor), alpha), variational_parameters, vi_trace; attrs:
+    the layout of `vi_driver.fit` (method, converged, n_iter, seconds, seconds_per_iter, ...) and
+    n_components).
 
     Raises
     ------
@@ -859,14 +858,11 @@ def fit(key, design: FMDesign, K: int, hyper, *, max_iter: int = 100, tol: float
     seed = vi_driver.host_seed(key)
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
     design = jax.tree_util.tree_map(jnp.asarray, design)
-    res = vi_driver.run(lambda s, t: step(None, s, design, update_hyper=update_hyper), state, max_iter=max_iter,
-                        tol=tol, progress=progress, desc=f"VBFM (K={K})", checkpoint=checkpoint,
-                        checkpoint_every=checkpoint_every, resume=resume)
-    # the first sweep compiles: it counts as iteration 1 but not in the timings
-    idata = _idata(res.state, design, K, res.elbo, res.rel_change, n_draws, seed, method="vbfm_cavi",
-                   source="004_90693a0965f06816.txt Algorithm 3 (corrected)", converged=int(res.converged),
-                   n_iter=res.n_iter, seconds=res.seconds_after_compile, seconds_per_iter=res.seconds_per_iter)
-    return base.FitResult(res.state, res.elbo, idata)
+    options = vi_driver.FitOptions(max_iter=max_iter, tol=tol, progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=checkpoint_every, resume=resume)
+    output = _output(design, K, n_draws, seed, "vbfm_cavi", "004_90693a0965f06816.txt Algorithm 3 (corrected)")
+    return vi_driver.fit(ALGORITHMS["vbfm"], design, options=options, output=output, key=key, K=K, hyper=hyper,
+                         state=state, step_options={"update_hyper": update_hyper}, desc=f"VBFM (K={K})", seed=seed)
 
 
 def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_epochs: int = 20, progress: bool = True,
@@ -906,15 +902,14 @@ def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_ep
         n_updates[0] = int(extra["n_updates"])
 
     elbo_fn = jax.jit(elbo)
-    res = vi_driver.run(epoch, state, max_iter=max_epochs, tol=tol, progress=progress,
-                        desc=f"OVBFM (K={K}, B={n_batches})", evaluate=lambda s: elbo_fn(s, design),
-                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
-                        save_extra=save_extra, restore_extra=restore_extra)
-    state = res.state._replace(last_elbo=jnp.asarray(res.elbo[-1], res.state.w0_prec.dtype))
-    idata = _idata(state, design, K, res.elbo, res.rel_change, n_draws, seed, method="ovbfm_svi", n_batches=n_batches,
-                   lam=lam, source="004_90693a0965f06816.txt Algorithm 4 (as stochastic VI)",
-                   converged=int(res.converged), n_iter=res.n_iter, seconds_per_epoch=res.seconds_per_iter)
-    return base.FitResult(state, res.elbo, idata)
+    options = vi_driver.FitOptions(max_iter=max_epochs, tol=tol, progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=checkpoint_every, resume=resume)
+    output = _output(design, K, n_draws, seed, "ovbfm_svi", "004_90693a0965f06816.txt Algorithm 4 (as stochastic VI)",
+                     lambda res: {"n_batches": n_batches, "lam": lam, "seconds_per_epoch": res.seconds_per_iter})
+    output = output._replace(final=lambda s, res: s._replace(last_elbo=jnp.asarray(res.elbo[-1], s.w0_prec.dtype)))
+    return vi_driver.fit(ALGORITHMS["ovbfm"], design, options=options, output=output, key=key, K=K, hyper=hyper,
+                         state=state, sweep=epoch, evaluate=lambda s: elbo_fn(s, design), save_extra=save_extra,
+                         restore_extra=restore_extra, desc=f"OVBFM (K={K}, B={n_batches})", seed=seed)
 
 
 #: ArviZ dims of every VBFMState field (the protocol's ``dims``).

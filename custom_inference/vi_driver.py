@@ -1,18 +1,26 @@
-"""The one loop that runs a variational solver's sweeps (the thin driver behind every solver's ``fit``).
+"""The VI driver: `fit` runs any VI, MAP or SGD solver declared as a `base.Algorithm`; `run` is its loop.
 
-Every coordinate-ascent or stochastic VI driver of the package does the same things around its
-sweeps: run up to ``max_iter`` of them, record the ELBO and its relative change, refuse a
-non-finite ELBO, show a tqdm bar, stop on a tolerance, and time the sweeps with the compiling
-first sweep told apart. `run` does this once; a solver's ``fit`` supplies the sweep (a closure
-over its data and hyperparameters) and builds its own result object from the returned `VIRun`.
+The counterpart of `mcmc_driver` for the solvers that climb a target instead of sampling. A solver's
+public ``fit`` validates its inputs, prepares its data and initial state, and calls `fit` with its
+``ALGORITHM`` (init, step, target), a `FitOptions` (max_iter, tol and the options every driver
+shares, `base.RunOptions`) and an `Output` (how its result is laid out: posterior, variational
+parameters, trace group). Everything around the steps is written once, here: the loop, the
+tolerance stop and the "not converged" report, the progress bar, checkpoints bound to their run,
+SIGINT / SIGTERM, the timing of each phase, and one metadata layout for every result
+(`DRIVER_ATTRS`, listed in `fit`'s docstring). Solvers whose iteration is not one ``step`` (HPF's
+fused sweep, OVBFM's epochs of minibatches, RG's fresh hidden graph per sweep, SIBM SVI's blocks of
+minibatches under one `lax.scan`) pass their ``sweep``; host-side state of a sweep (a numpy RNG, a
+counter) travels in the checkpoints through ``save_extra`` / ``restore_extra``.
 
-Conventions (the same for every solver that uses `run`):
+Conventions of `run` (and so of every solver):
 
 - Every sweep counts as an iteration, the first (which compiles under ``jax.jit``) included:
-  ``n_iter`` is the number of ``sweep`` calls made.
-- ``sweep(state, t) -> (state, report)``, t = 0, 1, ... the sweep's index. ``report`` is one of
-  ``None`` (nothing to record after this sweep), a scalar ELBO (float or 0-d array), or an
-  object with a field ``elbo`` and optionally ``rel_change`` (a solver's ``Info`` NamedTuple).
+  ``n_iter`` is the number of ``sweep`` calls made (of units, when a sweep reports several: a
+  `Report` with ``units``, e.g. a block of minibatches).
+- ``sweep(state, t) -> (state, report)``, t = 0, 1, ... the iterations done before it. ``report`` is
+  one of ``None`` (nothing to record after this sweep), a scalar ELBO (float or 0-d array), an
+  object with a field ``elbo`` and optionally ``rel_change`` (a solver's ``Info`` NamedTuple), or a
+  `Report` (target value, statistics such as an SGD epoch's losses, units, an early stop).
   When the report carries ``rel_change`` it is used as is; otherwise the relative change is
   |L - L_prev| / |L_prev| against the previously recorded value (inf for the first).
   ``evaluate(state)``, when given, replaces the report's ELBO and is computed outside the sweep's
@@ -50,20 +58,22 @@ Conventions (the same for every solver that uses `run`):
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import base
+from . import arviz_io, base
 
-__all__ = ["VIRun", "run", "check_fit_args", "host_seed", "point_posterior", "save_checkpoint", "load_checkpoint"]
+__all__ = ["FitOptions", "Output", "Report", "VIRun", "fit", "run", "check_fit_args", "host_seed", "point_posterior",
+           "save_checkpoint", "load_checkpoint", "default_trace", "DRIVER_ATTRS"]
 
 
 class VIRun(NamedTuple):
@@ -76,10 +86,16 @@ class VIRun(NamedTuple):
         previous value, unless the report carried its own).
     iteration : int64 (n_rec,) number of sweeps done when each value was recorded (0: ``init_elbo``;
         ``n_iter``: ``final_elbo``).
-    n_iter : int, sweeps run (1 <= n_iter <= max_iter).
+    n_iter : int, iterations (units) done, those of a resumed checkpoint included (<= max_iter).
     converged : bool, whether the tolerance stopped the run.
-    seconds : float, wall seconds of the whole run.
-    sweep_seconds : float64 (n_iter,) wall seconds of each sweep (the first one compiles).
+    seconds : float, wall seconds of the run in this process (a resumed run: since the resume).
+    sweep_seconds : float64 (n_sweeps,) wall seconds of each sweep call (the first one compiles; a
+        resumed run keeps the checkpoint's); n_sweeps = n_iter when every sweep is one unit.
+    stats : dict name -> float64 (n_reports,) the statistics recorded (`run`'s ``stats``, `Report`).
+    stopped : bool, whether a sweep's `Report` stopped the run (its own budget spent).
+    resumed_from : int, the iterations the resumed checkpoint held (0: a fresh run).
+    sweeps_before : int, the sweep calls the resumed checkpoint held (``sweep_seconds[sweeps_before:]``
+        are this process's).
     """
 
     state: Any
@@ -90,6 +106,10 @@ class VIRun(NamedTuple):
     converged: bool
     seconds: float
     sweep_seconds: np.ndarray
+    stats: dict = {}
+    stopped: bool = False
+    resumed_from: int = 0
+    sweeps_before: int = 0
 
     @property
     def seconds_after_compile(self) -> float:
@@ -99,8 +119,8 @@ class VIRun(NamedTuple):
     @property
     def seconds_per_iter(self) -> float:
         """Mean wall seconds of a sweep after the first (compiling) one: seconds_after_compile /
-        max(n_iter - 1, 1), so 0.0 when only one sweep ran (none was timed without compilation)."""
-        return self.seconds_after_compile / max(self.n_iter - 1, 1)
+        max(n_sweeps - 1, 1), so 0.0 when only one sweep ran (none was timed without compilation)."""
+        return self.seconds_after_compile / max(len(self.sweep_seconds) - 1, 1)
 
 
 def check_fit_args(max_iter, tol, n_draws=None, *, max_iter_name: str = "max_iter") -> None:
@@ -131,12 +151,44 @@ def _is_integral(x) -> bool:
         return False
 
 
-def _unpack(report):
-    """(elbo, rel_change or None) from a sweep's report (scalar, or object with .elbo[, .rel_change])."""
+class Report(NamedTuple):
+    """What a sweep may report to `run` when a scalar or an Info with ``elbo`` does not say enough.
+
+    elbo : the target (ELBO, log joint) of the new state, or None (nothing recorded this sweep).
+    rel_change : its relative change as the solver computed it, or None (the driver computes it).
+    stats : mapping name -> scalar, recorded each time a report carries them (`VIRun.stats`, the
+        trace group of `fit`): per-epoch diagnostics of SGD solvers, for example.
+    units : int >= 1, the iterations this sweep advanced (a block of minibatches counts as its
+        minibatches; ``max_iter``, ``checkpoint_every`` and `VIRun.n_iter` count units).
+    stop : True when the sweep's own budget is spent (e.g. SIBM SVI's ``max_cells``): the run
+        ends after this sweep (`VIRun.stopped`) and a resumed run does not go on.
+
+    Source: project addition (issue 25).
+    """
+
+    elbo: Any = None
+    rel_change: Any = None
+    stats: Any = None
+    units: int = 1
+    stop: bool = False
+
+
+def _unpack(report, stat_names):
+    """(elbo or None, rel_change or None, stats dict, units, stop) from a sweep's report."""
+    if report is None:
+        return None, None, {}, 1, False
+    if isinstance(report, Report):
+        value = None if report.elbo is None else float(report.elbo)
+        rel = None if report.rel_change is None else float(report.rel_change)
+        stats = {k: float(v) for k, v in dict(report.stats or {}).items()}
+        return value, rel, stats, int(report.units), bool(report.stop)
+    stats = {n: float(getattr(report, n)) for n in stat_names}
     if hasattr(report, "elbo"):
         rel = getattr(report, "rel_change", None)
-        return float(report.elbo), (None if rel is None else float(rel))
-    return float(report), None
+        return float(report.elbo), (None if rel is None else float(rel)), stats, 1, False
+    if stat_names:
+        return None, None, stats, 1, False
+    return float(report), None, {}, 1, False
 
 
 def run(
@@ -157,16 +209,19 @@ def run(
     save_extra: Callable[[], dict] | None = None,
     restore_extra: Callable[[dict], None] | None = None,
     fingerprint: dict | None = None,
+    stats: tuple[str, ...] = (),
 ) -> VIRun:
     """Run ``sweep`` up to ``max_iter`` times with ELBO tracking, a progress bar and a tolerance stop.
 
     Parameters
     ----------
-    sweep : callable (state, t) -> (state, report); t the 0-based sweep index (module docstring
-        for what ``report`` may be). Closes over data, hyperparameters, keys and step sizes.
+    sweep : callable (state, t) -> (state, report); t the iterations (units) done before this sweep
+        (0-based; the sweep's index when every sweep is one unit). ``report``: None, a scalar ELBO, an
+        Info with ``elbo`` (and ``rel_change``), or a `Report` (module docstring). Closes over data,
+        hyperparameters, keys and step sizes.
     state : the initial state (any pytree of arrays).
-    max_iter : int >= 1, the most sweeps; tol : float >= 0, stop when the relative change of a
-        recorded ELBO is < tol.
+    max_iter : int >= 1, the most iterations (units); tol : float >= 0, stop when the relative change
+        of a recorded ELBO is < tol.
     progress : show a tqdm bar (ELBO and relative change as postfix); desc : its label.
     init_elbo : ELBO of the initial state, recorded first (iteration 0, rel_change inf); use it when
         the sweep reports the ELBO *after* itself and the trace should start at the initial state.
@@ -176,9 +231,10 @@ def run(
     callback : (t, state, report) -> None after each sweep (after recording and the finiteness
         check, before the tolerance test): held-out metrics.
     checkpoint : path of a ``.npz`` checkpoint (None: none). Written atomically (`save_checkpoint`)
-        after every ``checkpoint_every``-th sweep and once after the loop (before ``final_elbo``):
-        the state, the recorded trace, the sweeps done, whether the run converged, and
-        ``save_extra()`` (host-side state of the sweep, e.g. a numpy RNG as JSON text).
+        each time the iterations done reach a multiple of ``checkpoint_every`` and once after the loop
+        (before ``final_elbo``): the state, the recorded trace and statistics, the iterations done,
+        whether the run converged or stopped, and ``save_extra()`` (host-side state of the sweep, e.g.
+        a numpy RNG as JSON text).
     resume : with ``checkpoint`` and an existing file there, start from it instead of ``state``
         (``init_elbo`` is not recorded again; ``restore_extra(extra)`` hands back what
         ``save_extra`` stored): the sweeps continue at the saved index, so a deterministic sweep
@@ -188,10 +244,13 @@ def run(
     fingerprint : mapping str -> JSON value describing the run (data hash, K, options, ...), stored
         in every checkpoint and compared on resume; default the one installed by
         `base.run_fingerprint` (None outside one: nothing stored or checked).
+    stats : names of report fields (of an Info without ``elbo``, or beside it) recorded as floats each
+        time a sweep reports (`VIRun.stats`); a `Report` brings its own ``stats``.
 
     Returns
     -------
-    VIRun (state, elbo, rel_change, iteration, n_iter, converged, seconds, sweep_seconds).
+    VIRun (state, elbo, rel_change, iteration, n_iter, converged, seconds, sweep_seconds, stats,
+    stopped).
 
     Raises
     ------
@@ -217,7 +276,8 @@ def run(
     rels: list[float] = []
     iters: list[int] = []
     sweep_seconds: list[float] = []
-    converged = False
+    recorded: dict[str, list[float]] = {}
+    converged = stopped = False
     first = 0
     t_start = time.perf_counter()
     if resume and checkpoint is not None and Path(checkpoint).exists():
@@ -226,15 +286,20 @@ def run(
         state = jax.tree_util.tree_map(lambda like, x: jax.numpy.asarray(x, dtype=x.dtype), state, saved)
         elbos, rels = [float(v) for v in tr["elbo"]], [float(v) for v in tr["rel_change"]]
         iters, sweep_seconds = [int(v) for v in tr["iteration"]], [float(v) for v in tr["sweep_seconds"]]
+        recorded = {k[len(_STAT):]: [float(v) for v in a] for k, a in tr.items() if k.startswith(_STAT)}
         converged = bool(extra.pop("converged__"))
+        stopped = bool(extra.pop("stopped__", False))
         if restore_extra is not None:
             restore_extra(extra)
         init_elbo = None
+    calls_before = len(sweep_seconds)
 
-    def save(n_done: int, conv: bool) -> None:
+    def save(n_done: int) -> None:
         trace = {"elbo": np.asarray(elbos, np.float64), "rel_change": np.asarray(rels, np.float64),
-                 "iteration": np.asarray(iters, np.int64), "sweep_seconds": np.asarray(sweep_seconds, np.float64)}
-        extra = {"converged__": np.asarray(conv), **(save_extra() if save_extra is not None else {})}
+                 "iteration": np.asarray(iters, np.int64), "sweep_seconds": np.asarray(sweep_seconds, np.float64),
+                 **{f"{_STAT}{k}": np.asarray(v, np.float64) for k, v in recorded.items()}}
+        extra = {"converged__": np.asarray(converged), "stopped__": np.asarray(stopped),
+                 **(save_extra() if save_extra is not None else {})}
         save_checkpoint(checkpoint, state, n_iter=n_done, trace=trace, extra=extra, fingerprint=fp)
         guard.written(checkpoint, n_done)
         base.checkpoint_written(checkpoint, n_done)
@@ -253,45 +318,261 @@ def run(
     bar = tqdm(total=max_iter, desc=desc, disable=not progress, leave=False)
     bar.update(first)
     last_rel = rels[-1] if rels else float("nan")
+    t = first
     with base.interruptible(desc, max_iter, enabled=checkpoint is not None) as guard:
         try:
-            for t in range(first, max_iter if not converged else first):
+            while t < max_iter and not (converged or stopped):
                 t0 = time.perf_counter()
                 state, report = sweep(state, t)
                 jax.block_until_ready(state)
                 sweep_seconds.append(time.perf_counter() - t0)
-                bar.update(1)
+                value, given, values, units, stop = _unpack(report, stats)
+                done = t + units
+                bar.update(units)
                 rel = None
-                if evaluate is not None or report is not None:
-                    value, given = (float(evaluate(state)), None) if evaluate is not None else _unpack(report)
-                    rel = record(value, given, t + 1, f"at sweep {t + 1}")
+                if evaluate is not None or value is not None:
+                    value, given = (float(evaluate(state)), None) if evaluate is not None else (value, given)
+                    rel = record(value, given, done, f"at sweep {done}")
                     last_rel = rel
                     bar.set_postfix(elbo=f"{value:.6g}", rel_change=f"{rel:.2e}")
+                for k, v in values.items():
+                    recorded.setdefault(k, []).append(v)
                 if callback is not None:
                     callback(t, state, report)
-                if rel is not None and rel < tol:
-                    converged = True
+                before, t = t, done
+                converged, stopped = rel is not None and rel < tol, stop
+                if converged or stopped:
                     break
-                if checkpoint is not None and ((t + 1) % checkpoint_every == 0 or guard.signum is not None):
-                    save(t + 1, False)  # a signal: the sweep just finished is checkpointed, then we stop
-                if t + 1 < max_iter:  # (a signal during the last sweep: the run ends normally)
+                if checkpoint is not None and (t // checkpoint_every > before // checkpoint_every
+                                               or guard.signum is not None):
+                    save(t)  # a signal: the sweep just finished is checkpointed, then we stop
+                if t < max_iter:  # (a signal during the last sweep: the run ends normally)
                     guard.check()
         finally:
             bar.close()
-    n_iter = len(sweep_seconds)
     if checkpoint is not None:
-        save(n_iter, converged)
+        save(t)
     if final_elbo is not None:
-        record(float(final_elbo(state)), None, n_iter, f"after sweep {n_iter}")
+        record(float(final_elbo(state)), None, t, f"after sweep {t}")
     seconds = time.perf_counter() - start
-    base.report_run(driver="vi", desc=desc, n_iter=n_iter, max_iter=int(max_iter), converged=bool(converged),
+    base.report_run(driver="vi", desc=desc, n_iter=t, max_iter=int(max_iter), converged=bool(converged),
                     tol=float(tol), last_rel_change=float(last_rel), resumed_from=int(first),
                     checkpoint=None if checkpoint is None else str(checkpoint), seconds=float(seconds),
-                    first_iteration_seconds=float(sweep_seconds[first]) if len(sweep_seconds) > first else 0.0,
+                    first_iteration_seconds=float(sweep_seconds[calls_before])
+                    if len(sweep_seconds) > calls_before else 0.0,
                     t_start=t_start, t_end=time.perf_counter())
     return VIRun(state, np.asarray(elbos, dtype=np.float64), np.asarray(rels, dtype=np.float64),
-                 np.asarray(iters, dtype=np.int64), n_iter, converged, seconds,
-                 np.asarray(sweep_seconds, dtype=np.float64))
+                 np.asarray(iters, dtype=np.int64), t, converged, seconds,
+                 np.asarray(sweep_seconds, dtype=np.float64),
+                 {k: np.asarray(v, np.float64) for k, v in recorded.items()}, stopped, first, calls_before)
+
+
+_STAT = "stat__"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOptions(base.RunOptions):
+    """The run options of `fit`: those of every driver (`base.RunOptions`: progress, checkpoint,
+    checkpoint_every, resume, dtype, callback ``(t, state, report)``) and
+
+    max_iter : int >= 1, the most iterations (sweeps, epochs or minibatches: the solver says which).
+    tol : float >= 0, stop when the relative change of a recorded target value is < tol (0: never).
+
+    Source: project addition (issue 25).
+    """
+
+    max_iter: int = 100
+    tol: float = 0.0
+
+
+class Output(NamedTuple):
+    """How a solver's result is laid out: what a VI / MAP / SGD solver declares for `fit` besides
+    its `base.Algorithm` (the counterpart of `mcmc_driver.SamplerSpec`).
+
+    model : str, attrs ``model`` (e.g. "hpf"); method : str, attrs ``method`` (e.g. "cavi").
+    posterior : final state -> (dict name -> array (1, n_draws, ...), posterior_kind str): draws from
+        q for VI ("draws from q" or "mean of q (n_draws=0)"), the point estimate as one draw for MAP
+        and SGD ("point estimate").
+    dims : mapping variable -> list of ArviZ dims (posterior, parameters and trace variables).
+    coords : mapping dim -> coordinate values.
+    params : optional final state -> dict name -> array, the ``variational_parameters`` group.
+    groups : further groups (name -> dict of arrays), e.g. RG's ``histogram``.
+    trace_group : name of the trace group ("vi_trace"; "sgd_trace" for SGD solvers).
+    trace : optional VIRun -> dict name -> 1-D array, the trace group's content (default
+        `default_trace`: the target under the algorithm's ``target_name``, ``rel_change`` and the
+        recorded statistics).
+    result_trace : optional VIRun -> float64 array, `base.FitResult.trace` (default the recorded target).
+    final : optional (state, VIRun) -> state, the result's state from the loop's (e.g. the State out
+        of a (state, key) carry); applied before ``posterior`` and ``params``.
+    source : attrs ``source`` (None: the algorithm's).
+    attrs : the solver's own attrs (mapping, or VIRun -> mapping); must not repeat `DRIVER_ATTRS`.
+
+    Source: project addition (issue 25).
+    """
+
+    model: str
+    method: str
+    posterior: Callable
+    dims: Mapping = {}
+    coords: Mapping = {}
+    params: Callable | None = None
+    groups: Mapping | None = None
+    trace_group: str = "vi_trace"
+    trace: Callable | None = None
+    result_trace: Callable | None = None
+    final: Callable | None = None
+    source: str | None = None
+    attrs: Any = None
+
+
+#: The attrs `fit` writes on every group of every VI / MAP / SGD result (one layout; `fit`'s docstring
+#: says what each holds), besides ``hyper_<field>`` for every hyperparameter and the solver's own.
+DRIVER_ATTRS = ("model", "method", "algorithm", "kind", "target", "source", "posterior_kind", "K", "seed", "dtype",
+                "converged", "stopped", "n_iter", "max_iter", "tol", "last_rel_change", "resumed_from", "seconds",
+                "seconds_init", "seconds_first_iter", "seconds_per_iter", "seconds_output")
+
+
+def default_trace(res: VIRun, target_name: str = "elbo") -> dict[str, np.ndarray]:
+    """The trace group of a run: the recorded target values under ``target_name`` with their
+    ``rel_change`` (when any was recorded) and every recorded statistic; float64 1-D arrays.
+    ``res``: VIRun. Raises nothing. Source: project addition (issue 25)."""
+    out = {target_name: res.elbo, "rel_change": res.rel_change} if res.elbo.size or not res.stats else {}
+    return {**out, **res.stats}
+
+
+def _as_callable(x, default):
+    return default if x is True else (x if callable(x) else None)
+
+
+def _state_dtype(state) -> str:
+    for leaf in jax.tree_util.tree_leaves(state):
+        if np.issubdtype(np.asarray(leaf).dtype, np.floating):
+            return str(np.asarray(leaf).dtype)
+    return "None"
+
+
+def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output, key, K: int, hyper,
+        state=None, sweep: Callable | None = None, init_options: Mapping | None = None,
+        step_options: Mapping | None = None, init_elbo=False, evaluate=False, final_elbo=False,
+        save_extra: Callable | None = None, restore_extra: Callable | None = None, stats: tuple = (),
+        desc: str | None = None, seed: int | None = None) -> base.FitResult:
+    """Run a VI, MAP or SGD solver declared as ``algorithm`` and return its `base.FitResult`.
+
+    The algorithm supplies the steps, the driver everything around them: the loop, the tolerance stop
+    and the "not converged" signal (attrs ``converged``), the progress bar, checkpoints bound to their
+    run (`base.run_fingerprint`; a resumed run equals the uninterrupted one bit for bit), SIGINT /
+    SIGTERM (`base.RunInterrupted` naming the last checkpoint), the timing of each phase and one
+    metadata layout (all through `run`).
+
+    Parameters
+    ----------
+    algorithm : base.Algorithm (kind "vi", "map" or "sgd").
+    data : the data that ``algorithm.step`` and ``algorithm.target`` take (already validated and
+        converted by the solver's ``fit``).
+    options : FitOptions (max_iter, tol, progress, checkpoint, checkpoint_every, resume, callback;
+        ``dtype`` is the solver's business).
+    output : Output, the result's layout.
+    key : jax PRNG key or int seed: ``algorithm.init``'s key (`base.as_key`); `host_seed` (key) is
+        attrs ``seed`` unless ``seed`` is given.
+    K : int >= 1; hyper : the hyperparameters (passed to init, step, target; ``hyper_<field>`` attrs).
+    state : the initial state (default ``algorithm.init(as_key(key), data, K, hyper, **init_options)``).
+    sweep : (state, t) -> (state, report) (`run`); default one ``algorithm.step(None, state, data,
+        hyper, **step_options)`` whose Info is the report.
+    init_elbo : True: record ``algorithm.target`` of the initial state first; a float: record that.
+    evaluate : True: ``algorithm.target`` after each sweep replaces the report's value; or a callable
+        state -> value. final_elbo : the same, recorded once after the loop.
+    save_extra, restore_extra, stats : host-side state and recorded statistics (`run`).
+    desc : the progress bar's label (default the algorithm's name and K).
+    seed : attrs ``seed`` (default `host_seed` (key)).
+
+    Returns
+    -------
+    `base.FitResult` (state: ``output.final`` of the loop's state; trace: ``output.result_trace`` or
+    the recorded target values; idata). idata groups: ``posterior`` (``output.posterior``),
+    ``variational_parameters`` (``output.params``), the trace group (``output.trace_group``, dim
+    ``iteration`` or as ``output.dims`` says) and ``output.groups``. Attrs on every group, the same
+    keys for every solver (`DRIVER_ATTRS`): model, method, algorithm (the Algorithm's name), kind,
+    target (its target_name), source, posterior_kind, K, seed (an int; its decimal string when >= 2^63,
+    which netCDF cannot store as an integer), dtype (of the state), converged (0/1:
+    the tolerance stopped the run; 0 is the "not converged" report, also said on stderr with
+    ``progress`` when tol > 0), stopped (0/1: the solver's own budget ended it), n_iter (iterations
+    done, a resumed checkpoint's included), max_iter, tol, last_rel_change (of the last recorded
+    target value; NaN when none was recorded),
+    resumed_from (iterations the resumed checkpoint held; 0 for a fresh run), seconds (wall seconds
+    of the loop in this process, the compiling first sweep included), seconds_init (the initial state
+    and its target), seconds_first_iter (the first sweep of this process: compilation), seconds_per_iter
+    (mean of the later sweeps; 0.0 when only one ran), seconds_output (draws from q and the result);
+    then ``hyper_<field>`` of every hyperparameter (`base.hyper_attrs`) and ``output.attrs``.
+
+    Raises
+    ------
+    ValueError for bad options (`check_fit_args`, ``checkpoint_every``), for a checkpoint of another
+    run or a damaged one (`run`), for ``output.attrs`` that repeat a driver attr. TypeError for a bad
+    key. FloatingPointError for a non-finite recorded target. base.RunInterrupted on SIGINT / SIGTERM
+    during a checkpointed run. OSError when the checkpoint cannot be written. Whatever the algorithm's
+    functions, ``sweep`` or the callbacks raise.
+
+    Source: project addition (issue 25; after `mcmc_driver.sample`).
+    """
+    algorithm.check()
+    check_fit_args(options.max_iter, options.tol)
+    K = base.check_latent_dim(K)
+    seed = host_seed(key) if seed is None else int(seed)
+    target = lambda s: algorithm.target(s, data, hyper)  # noqa: E731
+    t0 = time.perf_counter()
+    if state is None:
+        state = algorithm.init(base.as_key(key), data, K, hyper, **dict(init_options or {}))
+    if sweep is None:
+        opts = dict(step_options or {})
+
+        def sweep(s, t):
+            return algorithm.step(None, s, data, hyper, **opts)
+    if init_elbo is True:
+        first = float(target(state))
+    else:
+        first = None if init_elbo is False or init_elbo is None else float(init_elbo)
+    seconds_init = time.perf_counter() - t0
+    res = run(sweep, state, max_iter=options.max_iter, tol=options.tol, progress=options.progress,
+              desc=desc or f"{algorithm.name} (K={K})", init_elbo=first, evaluate=_as_callable(evaluate, target),
+              final_elbo=_as_callable(final_elbo, target), callback=options.callback, checkpoint=options.checkpoint,
+              checkpoint_every=options.checkpoint_every, resume=options.resume, save_extra=save_extra,
+              restore_extra=restore_extra, stats=stats)
+    t1 = time.perf_counter()
+    last_rel = float(res.rel_change[-1]) if res.rel_change.size else float("nan")
+    if options.tol > 0 and not (res.converged or res.stopped):  # the "not converged" report (also attrs converged)
+        base.note(f"{desc or algorithm.name}: not converged after {res.n_iter} iterations (last relative change "
+                  f"{last_rel:.2e} >= tol {options.tol:g}); raise max_iter or resume from a checkpoint",
+                  options.progress)
+    final = res.state if output.final is None else output.final(res.state, res)
+    posterior, kind = output.posterior(final)
+    groups = {}
+    if output.params is not None:
+        groups["variational_parameters"] = {k: np.asarray(v) for k, v in output.params(final).items()}
+    trace = default_trace(res, algorithm.target_name) if output.trace is None else output.trace(res)
+    groups[output.trace_group] = {k: np.asarray(v) for k, v in trace.items()}
+    groups.update(output.groups or {})
+    own = dict((output.attrs(res) if callable(output.attrs) else output.attrs) or {})
+    clash = sorted(set(own) & set(DRIVER_ATTRS))
+    if clash:
+        raise ValueError(f"{algorithm.name}: output.attrs repeat the driver's attrs {clash}")
+    mine = res.sweep_seconds[res.sweeps_before:]  # the sweeps of this process
+    attrs = {
+        "model": output.model, "method": output.method, "algorithm": algorithm.name, "kind": algorithm.kind,
+        "target": algorithm.target_name, "source": output.source or algorithm.source, "posterior_kind": kind,
+        "K": K, "seed": seed if seed < 2**63 else str(seed), "dtype": _state_dtype(final),
+        "converged": int(res.converged), "stopped": int(res.stopped), "n_iter": int(res.n_iter),
+        "max_iter": int(options.max_iter), "tol": float(options.tol), "last_rel_change": last_rel,
+        "resumed_from": int(res.resumed_from), "seconds": float(res.seconds),
+        "seconds_init": float(seconds_init), "seconds_first_iter": float(mine[0]) if mine.size else 0.0,
+        "seconds_per_iter": float(mine[1:].mean()) if mine.size > 1 else 0.0,
+    }
+    idata = arviz_io.to_inference_data(posterior, dims={k: list(v) for k, v in output.dims.items()},
+                                       coords=dict(output.coords), extra_groups=groups,
+                                       attrs={**attrs, **base.hyper_attrs(hyper), **own})
+    for group in idata.groups():
+        idata[group].attrs["seconds_output"] = float(time.perf_counter() - t1)
+    result_trace = res.elbo if output.result_trace is None else output.result_trace(res)
+    return base.FitResult(final, np.asarray(result_trace, np.float64), idata)
 
 
 def host_seed(key) -> int:

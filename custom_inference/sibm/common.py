@@ -12,12 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from .. import arviz_io, base
+from .. import base, vi_driver
 from ..data import Observations
 from ..logistic import jj_expected_log_bound, optimal_xi
 
 __all__ = ["SIBMState", "SIBMInfo", "DEFAULT_CHUNK_CELLS", "as_binary", "prior_arrays", "init", "moments",
-           "cell_moments", "elbo", "draws_from_q", "fit_idata", "STATE_DIMS"]
+           "cell_moments", "elbo", "draws_from_q", "fit_output", "q_posterior", "STATE_DIMS"]
 
 DEFAULT_CHUNK_CELLS = 1 << 18  # cells per row chunk in batch sweeps and the ELBO
 
@@ -405,24 +405,31 @@ def draws_from_q(seed: int, state: SIBMState, n_draws: int) -> dict[str, np.ndar
     return {k: v.astype(dtype)[None] for k, v in out.items()}
 
 
-def fit_idata(posterior: dict, params: dict, trace: dict, **attrs):
-    """The InferenceData of a SIBM driver: ``posterior`` (chain, draw, ...) arrays U, V, z; the
-    variational parameters (or point-estimate fields) ``params``; the trace arrays (dim iteration).
+def fit_output(shape: tuple[int, int], n_components: int, method: str, posterior, *, params=None,
+               trace_names=("elbo", "rel_change"), **fields):
+    """The result layout (`vi_driver.Output`) of the SIBM drivers: ``posterior`` U (user, component),
+    V (item, component), z; the variational parameters (or point-estimate fields) ``params``; the
+    trace arrays ``trace_names`` (dim iteration); attrs model "sibm", source seed 002.
 
-    ``posterior``: U (chain, draw, I, K), V (chain, draw, J, K), z (chain, draw), float;
-    ``params``, ``trace``: dicts name -> array (trace arrays 1-D over iterations). Returns
-    `arviz.InferenceData`.
-
-    Raises KeyError when ``posterior`` lacks ``U`` or ``V``; ValueError (from
-    `arviz_io.to_inference_data`) when an array's axes do not match its dims.
+    shape : (I, J); n_components : int, the state's columns K' (K plus the bias columns); method :
+    attrs ``method``; posterior : state -> (dict, posterior_kind);
+    params : state -> dict, default the SIBMState fields but ``last_elbo``; trace_names : the trace
+    variables; fields : further `vi_driver.Output` fields (trace, result_trace, final, attrs).
+    Returns a `vi_driver.Output`. Raises nothing of its own.
 
     Source: project addition.
     """
-    dims = dict(_DIMS, **{k: ["iteration"] for k in trace})
-    I, K = np.shape(posterior["U"])[2:]
-    J = np.shape(posterior["V"])[2]
-    return arviz_io.to_inference_data(
-        posterior, dims=dims,
-        coords={"user": np.arange(I), "item": np.arange(J), "component": np.arange(K)},
-        extra_groups={"variational_parameters": params, "vi_trace": trace},
-        attrs={"model": "sibm", "source": "002_5408d341cb9fc544.txt", **attrs})
+    I, J = shape
+    dims = dict(_DIMS, **{k: ["iteration"] for k in trace_names})
+    if params is None:
+        params = lambda s: {f: v for f, v in s._asdict().items() if f != "last_elbo"}  # noqa: E731
+    return vi_driver.Output(
+        "sibm", method, posterior, dims=dims,
+        coords={"user": np.arange(I), "item": np.arange(J), "component": np.arange(n_components)}, params=params,
+        source="002_5408d341cb9fc544.txt", **fields)
+
+
+def q_posterior(seed: int, n_draws: int):
+    """state -> (`draws_from_q` (seed, state, n_draws), posterior_kind): the ``posterior`` of a SIBM
+    VI fit (`vi_driver.Output`). Raises nothing of its own. Source: project addition."""
+    return lambda state: (draws_from_q(seed, state, n_draws), "draws from q" if n_draws else "mean of q (n_draws=0)")

@@ -15,7 +15,7 @@ from ..data import Observations
 from ..schedules import check_robbins_monro
 from .cells import Minibatch, Sampler, _pad_size, _rm, _segment_avg, make_sampler, sample_cells
 from .common import (DEFAULT_CHUNK_CELLS, _chunk_rows, _key_to_data, _map_row_chunks, _prior, _Prior, _static_hyper,
-                     as_binary, fit_idata, init, moments)
+                     as_binary, fit_output, init, moments)
 
 __all__ = ["MAPState", "MAPInfo", "map_init", "log_joint", "map_cell_gradients", "map_curvature_bound", "map_step",
            "fit_map", "fold_in_map", "ALGORITHM"]
@@ -218,7 +218,7 @@ def fit_map(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
     key : PRNG key or int seed (`base.as_key`); data : binary matrix (anything `as_binary` takes);
     K : int >= 1 (the seed's D); hyper : SIBMHyper-like; strategy, S, tau, kappa : see `map_step`;
     log_joint_every : record the log joint (O(I J K)) every this many minibatches (0: only at the end).
-    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``) every
+    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``) every
         ``checkpoint_every`` minibatches and at the end: the MAPState (its Robbins-Monro counters
         included), the key stream and the log-joint trace; ``resume=True`` continues from an existing
         checkpoint, bit for bit the uninterrupted run (tests/custom_inference/test_sibm.py).
@@ -237,30 +237,23 @@ def fit_map(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
     sampler = make_sampler(data, strategy, dtype=np.asarray(st.U).dtype)
     data = jax.tree_util.tree_map(jnp.asarray, data)
     lj = functools.partial(log_joint, hyper=hyper)
-    trace = []
     k_data, as_key = _key_to_data(k_run)  # the key stream travels in the checkpoint as raw key data
 
     def sweep(carry, t):
         st, k_data = carry
         k_run, k = jax.random.split(as_key(k_data))
         st, _ = map_step(k, st, data, hyper, sampler=sampler, S=S, tau=tau, kappa=kappa)
-        if (log_joint_every and (t + 1) % log_joint_every == 0) or t == n_iter - 1:
-            trace.append(float(lj(st, data)))
-        return (st, _key_to_data(k_run)[0]), None
+        record = (log_joint_every and (t + 1) % log_joint_every == 0) or t == n_iter - 1
+        return (st, _key_to_data(k_run)[0]), (vi_driver.Report(elbo=lj(st, data)) if record else None)
 
-    def restore_extra(extra):
-        trace[:] = [float(v) for v in extra["log_joint"]]
-
-    run = vi_driver.run(sweep, (st, k_data), max_iter=n_iter, tol=0.0, progress=progress,
-                        desc=f"SIBM MAP ({strategy}, K={K})", checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                        resume=resume, save_extra=lambda: {"log_joint": np.asarray(trace, np.float64)},
-                        restore_extra=restore_extra)
-    st = run.state[0]
-    posterior = vi_driver.point_posterior({"U": st.U, "V": st.V, "z": st.z})
-    params = {f: np.asarray(v) for f, v in st._asdict().items()}
-    idata = fit_idata(posterior, params, {"log_joint": np.asarray(trace)}, method="sibm_map_sga", strategy=strategy,
-                      K=K, posterior_kind="point estimate")
-    return base.FitResult(st, np.asarray(trace), idata)
+    output = fit_output(data.shape, st.U.shape[1], "sibm_map_sga",
+                        lambda st: (vi_driver.point_posterior({"U": st.U, "V": st.V, "z": st.z}), "point estimate"),
+                        params=lambda st: st._asdict(), trace_names=("log_joint", "rel_change"),
+                        final=lambda carry, res: carry[0], attrs={"strategy": strategy})
+    options = vi_driver.FitOptions(max_iter=n_iter, progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=checkpoint_every, resume=resume)
+    return vi_driver.fit(ALGORITHM, data, options=options, output=output, key=key, K=K, hyper=hyper,
+                         state=(st, k_data), sweep=sweep, desc=f"SIBM MAP ({strategy}, K={K})")
 
 
 #: Newton step lengths tried per iteration of `fold_in_map` (the best one is taken per row).

@@ -5,22 +5,19 @@ minibatch averaging (11)-(12), Robbins-Monro steps, the automatic minibatch size
 from __future__ import annotations
 
 import functools
-import time
-from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from .. import base, vi_driver
 from ..data import Observations
 from ..logistic import jj_lambda, optimal_xi
 from ..schedules import check_robbins_monro
 from .cells import Minibatch, Sampler, _pad_size, _rm, _segment_avg, make_sampler, sample_cells
-from .common import (STATE_DIMS, SIBMState, _key_to_data, _Prior, _mom, _prior, as_binary, draws_from_q, elbo,
-                     fit_idata, init)
+from .common import (STATE_DIMS, SIBMState, _key_to_data, _Prior, _mom, _prior, as_binary, elbo, fit_output, init,
+                     q_posterior)
 
 __all__ = ["SVIState", "SVIInfo", "svi_state", "svi_init", "cell_targets", "auto_minibatch_size", "svi_step",
            "svi_scan", "svi_elbo", "fit_svi", "DEFAULT_SCAN_BLOCK", "ALGORITHM"]
@@ -415,82 +412,57 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
     consts = dict(prior=prior, tau=a(tau), kappa=a(kappa), ewma=a(ewma), S_min=a(S_min), S_max=a(S_max),
                   theta_delta=a(theta_delta))
     uniform = int(sampler.code) == 0
-    trace, iters, sizes, converged, n_cells, t = [], [], [], False, 0, 0
-    seconds_before, stopped = 0.0, False  # stopped: resumed from the checkpoint of a finished run
-    k_data, as_key = _key_to_data(k_run)
-    if resume and checkpoint is not None and Path(checkpoint).exists():
-        (st, k_data), t, saved, extra = vi_driver.load_checkpoint(checkpoint, (st, k_data))
-        st, k_run = jax.tree_util.tree_map(jnp.asarray, st), as_key(jnp.asarray(k_data))
-        trace, iters = [float(v) for v in saved["elbo"]], [int(v) for v in saved["elbo_iteration"]]
-        sizes = [int(v) for v in saved["sizes"]]
-        n_cells, converged = int(extra["n_cells"]), bool(extra["converged"])
-        seconds_before, stopped = float(extra["seconds"]), bool(extra["stopped"])
+    host = {"sizes": [], "n_cells": 0}  # the minibatch sizes so far and the cells they sampled
 
-    def save(final: bool) -> None:
-        vi_driver.save_checkpoint(checkpoint, (st, _key_to_data(k_run)[0]), n_iter=t,
-                                  trace={"elbo": np.asarray(trace, np.float64),
-                                         "elbo_iteration": np.asarray(iters, np.int64),
-                                         "sizes": np.asarray(sizes, np.int64)},
-                                  extra={"n_cells": np.asarray(n_cells, np.int64), "converged": np.asarray(converged),
-                                         "stopped": np.asarray(final),
-                                         "seconds": np.asarray(seconds_before + time.perf_counter() - start)})
-        base.checkpoint_written(checkpoint, t)
-
-    bar = tqdm(total=n_iter, desc=f"SIBM SVI ({strategy}, K={K})", disable=not progress, leave=False)
-    bar.update(t)
-    start = time.perf_counter()
-    while t < n_iter and not stopped:
+    def sweep(carry, t):  # one block of minibatches t, t + 1, ...: as many units as it ran
+        st, k_data = carry
         stop_at = min(n_iter, t + length)
         if elbo_every:
             stop_at = min(stop_at, (t // elbo_every + 1) * elbo_every)
-        if checkpoint is not None:
+        if checkpoint is not None:  # blocks end at the checkpoints (cutting a block changes nothing: Execution)
             stop_at = min(stop_at, (t // checkpoint_every + 1) * checkpoint_every)
         size = int(st.S)  # one host read per block: the block's padding
-        cells_left = (1 << 30) if max_cells is None else min(max_cells - n_cells, 1 << 30)
-        k_run, st, ys = _svi_block_jit(k_run, st, sampler, data.shape, _pad_size(size), length, nudge=bool(nudge),
-                                       uniform=uniform, auto=bool(auto), n_active=jnp.int32(stop_at - t),
-                                       cells_left=jnp.int32(cells_left), **consts)
+        cells_left = (1 << 30) if max_cells is None else min(max_cells - host["n_cells"], 1 << 30)
+        k_run, st, ys = _svi_block_jit(as_key(k_data), st, sampler, data.shape, _pad_size(size), length,
+                                       nudge=bool(nudge), uniform=uniform, auto=bool(auto),
+                                       n_active=jnp.int32(stop_at - t), cells_left=jnp.int32(cells_left), **consts)
         ys = np.asarray(ys)
         ran = ys[ys > 0].tolist()
         if not ran:  # cannot happen (the block's first minibatch always fits); guards an endless loop
             raise RuntimeError("fit_svi: a block ran no minibatch")
-        sizes += ran
-        n_cells += int(np.sum(ran, dtype=np.int64))
+        host["sizes"] += ran
+        host["n_cells"] += int(np.sum(ran, dtype=np.int64))
         t += len(ran)
-        bar.update(len(ran))
         if callback is not None:
-            callback(t - 1, st, n_cells)
-        done = max_cells is not None and n_cells >= max_cells
+            callback(t - 1, st, host["n_cells"])
+        done = max_cells is not None and host["n_cells"] >= max_cells
         record = (elbo_every and t % elbo_every == 0) or t == n_iter or done
-        if record:
-            value = float(elbo_fn(st.params, data))
-            if not np.isfinite(value):
-                bar.close()
-                raise FloatingPointError(f"ELBO became {value} after minibatch {t}")
-            rel = abs(value - trace[-1]) / abs(trace[-1]) if trace else np.inf
-            trace.append(value), iters.append(t)
-            bar.set_postfix(elbo=f"{value:.6g}", S=ran[-1])
-            if tol > 0 and rel < tol:
-                converged = True
-                break
-        if done:
-            break
-        if checkpoint is not None and t % checkpoint_every == 0 and t < n_iter:
-            save(False)
-    bar.close()
-    if checkpoint is not None and not stopped:
-        save(True)
-    seconds = seconds_before + time.perf_counter() - start
-    vp = {f: np.asarray(v) for f, v in st.params._asdict().items() if f != "last_elbo"}
-    idata = fit_idata(draws_from_q(seed, st.params, n_draws), vp,
-                      {"elbo": np.asarray(trace), "elbo_iteration": np.asarray(iters)}, method="sibm_svi",
-                      strategy=strategy, auto_S=int(auto), converged=int(converged), n_iter=len(sizes),
-                      n_cells=int(np.sum(sizes)), seconds=seconds, K=K, tau=tau, kappa=kappa, seed=seed,
-                      posterior_kind="draws from q" if n_draws else "mean of q (n_draws=0)")
-    idata_sizes = np.asarray(sizes)
-    idata.vi_trace.attrs["mean_S"] = float(idata_sizes.mean())
-    st = st._replace(params=st.params._replace(last_elbo=jnp.asarray(trace[-1], st.params.u_h.dtype)))
-    return base.FitResult(st, np.asarray(trace), idata)
+        value = elbo_fn(st.params, data) if record else None
+        return (st, _key_to_data(k_run)[0]), vi_driver.Report(elbo=value, units=len(ran), stop=done)
+
+    def save_extra():
+        return {"sizes": np.asarray(host["sizes"], np.int64), "n_cells": np.asarray(host["n_cells"], np.int64)}
+
+    def restore_extra(extra):
+        host["sizes"], host["n_cells"] = [int(v) for v in extra["sizes"]], int(extra["n_cells"])
+
+    def final(carry, res):
+        st = carry[0]
+        return st._replace(params=st.params._replace(last_elbo=jnp.asarray(res.elbo[-1], st.params.u_h.dtype)))
+
+    q = q_posterior(seed, n_draws)
+    output = fit_output(
+        data.shape, params.u_prec.shape[1], "sibm_svi", lambda st: q(st.params), trace_names=("elbo", "elbo_iteration"),
+        params=lambda st: {f: v for f, v in st.params._asdict().items() if f != "last_elbo"}, final=final,
+        trace=lambda res: {"elbo": res.elbo, "elbo_iteration": res.iteration},
+        attrs=lambda res: {"strategy": strategy, "auto_S": int(auto), "n_cells": int(np.sum(host["sizes"])),
+                           "tau": tau, "kappa": kappa, "mean_S": float(np.mean(host["sizes"]))})
+    options = vi_driver.FitOptions(max_iter=n_iter, tol=tol, progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=checkpoint_every, resume=resume)
+    k_data, as_key = _key_to_data(k_run)
+    return vi_driver.fit(ALGORITHM, data, options=options, output=output, key=key, K=K, hyper=hyper,
+                         state=(st, k_data), sweep=sweep, save_extra=save_extra, restore_extra=restore_extra,
+                         desc=f"SIBM SVI ({strategy}, K={K})", seed=seed)
 
 
 def svi_elbo(st: SVIState, data: Observations, hyper) -> jax.Array:

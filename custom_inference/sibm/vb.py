@@ -14,7 +14,8 @@ __all__ = ["update_z", "update_v", "update_u", "step", "fit", "fold_in", "ALGORI
 from ..data import Observations
 from ..logistic import jj_lambda, optimal_xi
 from .common import (DEFAULT_CHUNK_CELLS, SIBMInfo, SIBMState, _cells, _chunk_rows, _elbo_impl,
-                     _map_row_chunks, _mom, _prior, _static_hyper, as_binary, elbo, draws_from_q, fit_idata, init, moments)
+                     _map_row_chunks, _mom, _prior, _static_hyper, as_binary, elbo, fit_output, init, moments,
+                     q_posterior)
 from .common import STATE_DIMS
 
 
@@ -225,12 +226,13 @@ def fit(key, data, K: int, hyper, *, max_iter: int = 200, tol: float = 1e-7, pro
     callback : ``callback(t, state)`` after sweep t (0-based; each sweep touches all I J cells), e.g.
         held-out recall for `validation.evaluation.implicit_eval.sibm_recall_curves`; return value ignored
     n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
-    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz``; a resumed run is
+    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``; a resumed run is
         bit for bit the uninterrupted one)
 
     Returns `base.FitResult` (SIBMState, ELBO trace (n_iter + 1,) starting at the initial state,
     InferenceData with groups posterior (U (user, component), V (item, component), z),
-    variational_parameters and vi_trace; attrs method, converged, n_iter, seconds).
+    variational_parameters and vi_trace; attrs: the layout of `vi_driver.fit`: method, converged, n_iter,
+    seconds, ...).
     Raises ValueError (inputs), TypeError (key), FloatingPointError (non-finite ELBO).
     Source: seed 002 sec. 4 ("batch"), eqs. (6)-(8); driver: project addition.
     """
@@ -244,16 +246,13 @@ def fit(key, data, K: int, hyper, *, max_iter: int = 200, tol: float = 1e-7, pro
     data = jax.tree_util.tree_map(jnp.asarray, data)
     first = float(elbo(state, data, hyper, chunk_cells=chunk_cells))
     state = state._replace(last_elbo=jnp.asarray(first, state.u_h.dtype))
-    run = vi_driver.run(lambda s, t: step(None, s, data, hyper, chunk_cells=chunk_cells), state, max_iter=max_iter,
-                        tol=tol, progress=progress, desc=f"SIBM batch VB (K={K})", init_elbo=first,
-                        callback=None if callback is None else (lambda t, s, info: callback(t, s)),
-                        checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume)
-    state, trace, rels, converged, seconds = run.state, run.elbo, run.rel_change, run.converged, run.seconds
-    vp = {f: np.asarray(v) for f, v in state._asdict().items() if f != "last_elbo"}
-    idata = fit_idata(draws_from_q(seed, state, n_draws), vp, {"elbo": np.asarray(trace), "rel_change": np.asarray(rels)},
-                      method="sibm_batch_vb", converged=int(converged), n_iter=len(trace) - 1, seconds=seconds, K=K,
-                      seed=seed, posterior_kind="draws from q" if n_draws else "mean of q (n_draws=0)")
-    return base.FitResult(state, np.asarray(trace), idata)
+    options = vi_driver.FitOptions(max_iter=max_iter, tol=tol, progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=checkpoint_every, resume=resume,
+                                   callback=None if callback is None else (lambda t, s, info: callback(t, s)))
+    output = fit_output(data.shape, state.u_prec.shape[1], "sibm_batch_vb", q_posterior(seed, n_draws))
+    return vi_driver.fit(ALGORITHM, data, options=options, output=output, key=key,
+                         K=K, hyper=hyper, state=state, step_options={"chunk_cells": chunk_cells}, init_elbo=first,
+                         desc=f"SIBM batch VB (K={K})", seed=seed)
 
 
 def _fold_in_impl(state, data, hyper, max_iter, tol, chunk_cells):

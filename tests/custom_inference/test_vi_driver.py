@@ -214,3 +214,146 @@ def test_checkpoint_file_has_the_usual_mode(tmp_path):
     finally:
         os.umask(old)
     assert (os.stat(path).st_mode & 0o777) == 0o644
+
+
+# --------------------------------------------------------------------------------------------- fit(algorithm)
+# `vi_driver.fit` on a tiny fake Algorithm (issue 25): the driver, not the solver, must honour tol,
+# max_iter, checkpoint / resume and interruption, and write one metadata layout.
+
+
+class _State(NamedTuple):
+    x: jnp.ndarray  # (3,) float64
+    n: jnp.ndarray  # () int32, steps taken
+
+
+class _Info(NamedTuple):
+    elbo: jnp.ndarray
+
+
+def _fake_init(key, data, K, hyper):
+    import jax
+
+    return _State(jax.random.uniform(key, (K,), jnp.float64) + 5.0, jnp.asarray(0, jnp.int32))
+
+
+def _fake_target(state, data, hyper):
+    return -jnp.sum((state.x - data) ** 2) - 1.0  # maximum -1 at x = data
+
+
+def _fake_step(key, state, data, hyper, *, rate=0.5):
+    new = _State(state.x + rate * (data - state.x), state.n + 1)  # the gap shrinks by (1 - rate) per step
+    return new, _Info(_fake_target(new, data, hyper))
+
+
+def _fake_algorithm():
+    from custom_inference import base
+
+    return base.Algorithm("fake-vi", "vi", _fake_init, _fake_step, _fake_target, "elbo", {"x": ("component",), "n": ()},
+                          "project addition (test)").check()
+
+
+def _fake_output(**fields):
+    return vi_driver.Output("fake", "cavi", lambda s: (vi_driver.point_posterior({"x": s.x}), "mean of q (n_draws=0)"),
+                            dims={"x": ["component"]}, params=lambda s: s._asdict(), **fields)
+
+
+def _fake_fit(**options):
+    import jax
+
+    with jax.enable_x64(True):
+        data = jnp.asarray([1.0, 2.0, 3.0])
+        return vi_driver.fit(_fake_algorithm(), data, options=vi_driver.FitOptions(progress=False, **options),
+                             output=_fake_output(), key=0, K=3, hyper=None, init_elbo=True)
+
+
+def test_fit_honours_max_iter_and_tol():
+    ran = _fake_fit(max_iter=6, tol=0.0)
+    assert int(ran.state.n) == 6 and ran.trace.shape == (7,)  # init + 6 sweeps: tol 0 never stops
+    attrs = ran.idata.posterior.attrs
+    assert attrs["n_iter"] == 6 and attrs["converged"] == 0 and attrs["max_iter"] == 6
+    # the gap to the optimum halves per step, so |dL| / |L| falls below 1e-3 after a few steps, well before 60
+    stopped = _fake_fit(max_iter=60, tol=1e-3)
+    n = int(stopped.state.n)
+    assert 1 < n < 60 and stopped.idata.vi_trace.attrs["converged"] == 1 and stopped.idata.vi_trace.attrs["n_iter"] == n
+    rel = stopped.idata.vi_trace["rel_change"].values
+    assert rel[-1] < 1e-3 and np.all(rel[1:-1] >= 1e-3)  # stopped at the first small change, not later
+
+
+def test_fit_checkpoint_and_resume_equal_the_uninterrupted_fit(tmp_path):
+    ckpt = tmp_path / "fake.npz"
+    full = _fake_fit(max_iter=9)
+    part = _fake_fit(max_iter=4, checkpoint=ckpt, checkpoint_every=3)
+    assert int(part.state.n) == 4
+    resumed = _fake_fit(max_iter=9, checkpoint=ckpt, checkpoint_every=3, resume=True)
+    np.testing.assert_array_equal(resumed.trace, full.trace)
+    np.testing.assert_array_equal(np.asarray(resumed.state.x), np.asarray(full.state.x))
+    assert int(resumed.state.n) == 9  # the steps continued from the checkpoint (a restart would also give 9 with
+    assert resumed.idata.posterior.attrs["resumed_from"] == 4  # the same x, so the driver must say it resumed)
+    fresh = _fake_fit(max_iter=9, checkpoint=tmp_path / "other.npz", resume=True)  # no file yet: starts afresh
+    assert fresh.idata.posterior.attrs["resumed_from"] == 0
+
+
+def test_fit_interrupted_by_a_signal_stops_at_a_checkpoint_that_resumes(tmp_path):
+    import os
+    import signal
+
+    from custom_inference import base
+
+    ckpt = tmp_path / "fake.npz"
+
+    def interrupt(t, state, report):
+        if t == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(base.RunInterrupted, match="after iteration 3 of 8"):
+        _fake_fit(max_iter=8, checkpoint=ckpt, checkpoint_every=100, callback=interrupt)
+    assert base.read_checkpoint_fingerprint(ckpt)[1] == 3
+    resumed = _fake_fit(max_iter=8, checkpoint=ckpt, checkpoint_every=100, resume=True)
+    np.testing.assert_array_equal(resumed.trace, _fake_fit(max_iter=8).trace)
+
+
+def test_fit_writes_one_metadata_layout_and_refuses_clashing_attrs():
+    import jax
+
+    res = _fake_fit(max_iter=3)
+    for group in res.idata.groups():
+        attrs = res.idata[group].attrs
+        missing = [k for k in vi_driver.DRIVER_ATTRS if k not in attrs]
+        assert not missing, (group, missing)
+    attrs = res.idata.posterior.attrs
+    got = tuple(attrs[k] for k in ("algorithm", "kind", "target", "K", "seed"))
+    assert got == ("fake-vi", "vi", "elbo", 3, 0)
+    assert attrs["seconds"] >= attrs["seconds_first_iter"] >= 0 and attrs["dtype"] == "float64"
+    with jax.enable_x64(True), pytest.raises(ValueError, match="repeat the driver's attrs"):
+        vi_driver.fit(_fake_algorithm(), jnp.zeros(3), options=vi_driver.FitOptions(max_iter=1, progress=False),
+                      output=_fake_output(attrs={"n_iter": 5}), key=0, K=3, hyper=None)
+
+
+def test_fit_options_share_the_driver_fields_and_refuse_unknown_names():
+    from custom_inference import base, mcmc_driver
+
+    shared = set(base.RunOptions.names())
+    assert shared <= set(vi_driver.FitOptions.names()) and shared <= set(mcmc_driver.SampleOptions.names())
+    opts = vi_driver.FitOptions.of(mcmc_driver.SampleOptions(progress=False, checkpoint="c.npz"), max_iter=3)
+    assert (opts.progress, opts.checkpoint, opts.max_iter) == (False, "c.npz", 3)
+    with pytest.raises(TypeError, match="num_chains"):
+        vi_driver.FitOptions.of(None, num_chains=2)
+
+
+def test_run_options_decorator_keeps_the_old_keywords():
+    import inspect
+
+    from custom_inference import mcmc_driver
+
+    @mcmc_driver.run_options(num_samples=7)
+    def sample(key, data, *, own=1, options):
+        return options, own
+
+    opts, own = sample(0, None, num_chains=2, own=3)
+    assert (opts.num_chains, opts.num_samples, own) == (2, 7, 3)
+    opts, _ = sample(0, None, options=mcmc_driver.SampleOptions(thin=4), thin=5)
+    assert opts.thin == 5 and opts.num_samples == 1000  # keywords override the given options object
+    params = inspect.signature(sample).parameters
+    assert params["num_samples"].default == 7 and "num_warmup" in params and "options" in params
+    with pytest.raises(TypeError):
+        sample(0, None, num_chain=2)

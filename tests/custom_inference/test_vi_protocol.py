@@ -195,6 +195,21 @@ def test_every_fit_has_a_posterior_group_that_arviz_summarizes(fits, name):
     assert "posterior_kind" in post.attrs
 
 
+@pytest.mark.parametrize("name", _run_params())
+def test_every_fit_writes_the_one_metadata_layout_of_the_driver(fits, name):
+    """Every VI / MAP / SGD fit goes through `vi_driver.fit` (issue 25): the same attrs on every group."""
+    from custom_inference import vi_driver
+
+    idata = fits[name].idata
+    for group in idata.groups():
+        attrs = idata[group].attrs
+        missing = [k for k in vi_driver.DRIVER_ATTRS if k not in attrs]
+        assert not missing, f"{name}.{group} lacks {missing}"
+    attrs = idata.posterior.attrs
+    assert attrs["n_iter"] >= 1 and attrs["converged"] in (0, 1) and attrs["kind"] in ("vi", "map", "sgd")
+    assert attrs["seconds"] >= 0 and attrs["resumed_from"] == 0
+
+
 def _algorithms():
     return {"hpf": hpf.ALGORITHM, **{f"vbfm.{k}": a for k, a in vbfm.ALGORITHMS.items()},
             **{f"sibm.{k}": a for k, a in sibm.ALGORITHMS.items()}, "rg": rg.ALGORITHM, "bpr": bpr.ALGORITHM,
