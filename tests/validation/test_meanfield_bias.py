@@ -3,9 +3,9 @@
 
 Default tier: the quadratures against conjugate limits, the solvers' fixed points against the closed forms
 (a defect in an update would show as a mismatch; a perturbed state is shown to be caught), and the predicted
-sign of the bias against the measured one on the linear case and on two VBFM VSBC simulations. Slow tier:
-the measured mean VSBC p against the p the exact posterior predicts, simulation by simulation, for VBFM
-(exact Gibbs) and RG (NUTS).
+sign of the bias against the measured one on the linear case. Slow tier: the sign on two VBFM VSBC
+simulations against exact Gibbs (~25 CPU s, mostly compilation), and the measured mean VSBC p against the p the exact posterior predicts, simulation by simulation, for VBFM
+(exact Gibbs), and q's over-estimation of RG's precisions against NUTS.
 """
 
 import numpy as np
@@ -141,6 +141,7 @@ def test_linear_case_predicted_bias_matches_measured():
     assert abs(tab.rank_post.mean() - 0.5) < 3 * np.sqrt(1 / 12 / len(tab))
 
 
+@pytest.mark.slow
 def test_vbfm_alpha_bias_sign_on_vsbc_simulations():
     """Two of VBFM's VSBC simulations against the exact Gibbs posterior of the same data: E_q[alpha] is
     below E[alpha | y] (by a factor > 1.3: the Gibbs mean's Monte Carlo error is ~3% at ESS >= 200, the
@@ -166,39 +167,17 @@ def test_vbfm_vsbc_mean_p_is_predicted_by_the_exact_posterior():
 
 
 @pytest.mark.slow
-def test_rg_vsbc_mean_p_is_predicted_by_nuts():
-    """20 RG VSBC simulations against NUTS on the same data (gated: R-hat <= 1.01 where the comparison
-    is made): per precision, measured and NUTS-predicted mean p agree within 3 se, and q over-estimates
-    tau_u and tau_v in the mean (log ratio mean - 3 se > 0). ~8 CPU min."""
+def test_rg_q_overestimates_every_precision_against_nuts():
+    """20 RG VSBC simulations against NUTS on the same data (gated: R-hat <= 1.01 on the three
+    precisions in at least 80% of them, no divergences there): q over-estimates tau_u, tau_v and tau_bv in
+    the mean (mean log(E_q / E_post) - 3 se > 0; measured on 9: 0.84 +- 0.08, 0.84 +- 0.07, 0.38 +- 0.04),
+    and NUTS's ranks of the true values are uniform in the mean (within 3 se of 1/2, pooled over the
+    three). The mean measured p against the NUTS-predicted one is reported, not gated: when q sits far
+    to one side of the posterior, F_q(tau_true) is strongly skewed and 20 simulations do not give its mean a
+    normal error (docs/statistical_verdicts.md). ~8 CPU min."""
     tab = mb.rg_nuts_study(20)
-    ok = tab[tab.max_rhat <= 1.01]
-    assert len(ok) >= 0.8 * len(tab)
+    ok = tab[(tab.max_rhat <= 1.01) & (tab.divergences == 0)]
+    assert ok.sim.nunique() >= 16
     s = mb.study_summary(ok, "tau").set_index("group")
-    assert (s.z.abs() < 3).all(), s
-    assert (s.loc[["tau_u", "tau_v"], "mean_log_ratio"] - 3 * s.loc[["tau_u", "tau_v"], "se_log_ratio"] > 0).all(), s
-
-
-def test_logistic_intercept_posterior_matches_nested_quad():
-    """Model C's exact tau posterior (z-grid inside a log-tau grid) against scipy's adaptive quadrature
-    of the same double integral on two items: posterior means agree to 1e-4 relative (both quadratures
-    are accurate to ~1e-6 on this smooth integrand; 1e-4 leaves room for quad's error estimate). The
-    Jaakkola-Jordan fixed point satisfies its own equations to 1e-10."""
-    from scipy import integrate
-    from scipy.special import expit
-
-    counts, n, a0, b0 = np.array([1.0, 4.0]), 5, 2.0, 2.0
-
-    def marginal(tau):
-        out = 1.0
-        for y in counts:
-            f = lambda b: stats.norm.pdf(b, 0, 1 / np.sqrt(tau)) * expit(b) ** y * expit(-b) ** (n - y)  # noqa: E731
-            out *= integrate.quad(f, -40, 40, points=[0.0], limit=200)[0]
-        return stats.gamma.pdf(tau, a0, scale=1 / b0) * out
-
-    Z = integrate.quad(marginal, 0, np.inf, limit=200)[0]
-    mean = integrate.quad(lambda t: t * marginal(t), 0, np.inf, limit=200)[0] / Z
-    assert mb.logistic_intercept_posterior(counts, n, a0, b0).mean() == pytest.approx(mean, rel=1e-4)
-    fp = mb.logistic_intercept_meanfield(counts, n, a0, b0)
-    xi = np.sqrt(fp.mean**2 + fp.var)
-    P = fp.e + 2 * n * np.tanh(xi / 2) / (4 * xi)
-    assert np.allclose(fp.mean, (counts - n / 2) / P, rtol=1e-10) and np.allclose(fp.var, 1 / P, rtol=1e-10)
+    assert (s.mean_log_ratio - 3 * s.se_log_ratio > 0).all(), s
+    assert abs(ok.rank_post.mean() - 0.5) < 3 * np.sqrt(1 / 12 / ok.sim.nunique()), ok.groupby("tau").rank_post.mean()
