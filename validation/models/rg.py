@@ -48,6 +48,8 @@ __all__ = [
     "run_crosscheck",
     "khat_problem",
     "vsbc_adapters",
+    "vsbc_grid",
+    "vsbc_fit_state",
     "ERRATA",
 ]
 
@@ -665,7 +667,7 @@ def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfi
     if solver != "vb":
         raise ValueError(f"RG's VSBC runs batch VB on a fixed H ('vb'), got {solver!r}")
     h, K = config.hyper, config.K
-    users, items = (a.ravel().astype(np.int32) for a in np.meshgrid(np.arange(n_users), np.arange(n_items), indexing="ij"))
+    users, items = vsbc_grid(n_users, n_items)
     edges = (0, 13, 26)
 
     def simulate(seed: int):
@@ -674,11 +676,7 @@ def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfi
         return {k: np.asarray(v, np.float64) for k, v in params.items()}, np.asarray(g, np.float64)
 
     def fit(gv, seed: int):
-        graph = rg.RGGraph.from_edges(users, items, gv, n_users, n_items)
-        with jax.enable_x64(True):
-            g = _jnp(graph)
-            runs = [_vb_fit(rg.init(jax.random.PRNGKey(seed + r), g, K, h, dtype=jnp.float64), g, h) for r in range(2)]
-        state = max(runs, key=lambda x: x[1])[0]
+        state = vsbc_fit_state(gv, seed, config, n_users, n_items)
         return {k: v[0] for k, v in rg.draws_from_q(seed, state, n_q_draws).items()}
 
     def logit(p):
@@ -688,6 +686,28 @@ def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfi
                    "b_item_centered": lambda p: np.asarray(p["b_item"])[:2] - np.mean(p["b_item"]), "logit": logit}
     return simulate, fit, functionals, (f"RG VB on a fixed H = all {n_users} x {n_items} pairs, K = {K}, hyper "
                                         f"{tuple(h)}; tol 1e-10, best of 2 starts; {n_q_draws} draws from q")
+
+
+def vsbc_grid(n_users: int = 10, n_items: int = 12):
+    """The fixed H of `vsbc_adapters`: every pair of an ``n_users`` x ``n_items`` grid, as int32 (E,)
+    users and items (user-major). Raises nothing of its own. Source: project addition."""
+    return tuple(a.ravel().astype(np.int32) for a in np.meshgrid(np.arange(n_users), np.arange(n_items), indexing="ij"))
+
+
+def vsbc_fit_state(gv, seed: int, config: CrosscheckConfig = CrosscheckConfig(), n_users: int = 10,
+                   n_items: int = 12):
+    """The fit of `vsbc_adapters` on one simulation: batch VB on the grid H (`vsbc_grid`) with outcomes
+    ``gv`` (0/1 float (E,)), tol 1e-10, at most 5000 sweeps, the best of the starts ``PRNGKey(seed)`` and
+    ``PRNGKey(seed + 1)`` by ELBO, float64, hyperprior ``config.hyper``. Returns the
+    `custom_inference.rg.RGState` (also what `validation.models.meanfield_bias` reads). Raises ValueError
+    from `custom_inference.rg.RGGraph.from_edges` on bad outcomes. Source: project addition (the VSBC fit)."""
+    users, items = vsbc_grid(n_users, n_items)
+    graph = rg.RGGraph.from_edges(users, items, gv, n_users, n_items)
+    h = config.hyper
+    with jax.enable_x64(True):
+        g = _jnp(graph)
+        runs = [_vb_fit(rg.init(jax.random.PRNGKey(seed + r), g, config.K, h, dtype=jnp.float64), g, h) for r in range(2)]
+    return max(runs, key=lambda x: x[1])[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ __all__ = [
     "identifiable_quantities",
     "khat_problem",
     "vsbc_adapters",
+    "vsbc_fit_state",
     "VSBC_DESIGN",
     "SMALL_DESIGN",
     "movielens_design",
@@ -658,14 +659,8 @@ def vsbc_adapters(solver: str = "cavi", config: CrosscheckConfig = CrosscheckCon
         return truth, simulated_design(**VSBC_DESIGN, y=np.asarray(tr["y"]["value"], np.float64))
 
     def fit(design, seed: int):
-        kw = dict(progress=False, alpha_prior=config.alpha_prior, update_hyper=False, n_draws=0)
-        with jax.enable_x64(True):
-            if solver == "cavi":
-                r = vbfm.fit(jax.random.PRNGKey(seed), design, config.K, h, max_iter=3000, tol=1e-9, **kw)
-            else:
-                r = vbfm.fit_svi(jax.random.PRNGKey(seed), design, config.K, h, n_batches=config.svi_batches,
-                                 max_epochs=config.svi_epochs, lam=config.svi_lam, **kw)
-        return {k: v[0] for k, v in vbfm.draws_from_q(seed, r.state, n_q_draws).items()}
+        state = vsbc_fit_state(design, seed, solver, config)
+        return {k: v[0] for k, v in vbfm.draws_from_q(seed, state, n_q_draws).items()}
 
     def pred(p):
         xv = X3 @ p["V"]
@@ -676,6 +671,26 @@ def vsbc_adapters(solver: str = "cavi", config: CrosscheckConfig = CrosscheckCon
     text = (f"{'VBFM' if solver == 'cavi' else 'OVBFM'}: design {VSBC_DESIGN}, K = {config.K}, prior precisions "
             f"fixed ({tuple(h)}), alpha ~ Gamma{config.alpha_prior}; {n_q_draws} draws from q")
     return simulate, fit, functionals, text
+
+
+def vsbc_fit_state(design: FMDesign, seed: int, solver: str = "cavi", config: CrosscheckConfig = CrosscheckConfig()):
+    """The fit of `vsbc_adapters` on one simulated design: VBFM (tol 1e-9, at most 3000 sweeps) or OVBFM
+    (``config.svi_batches`` batches, ``svi_epochs`` epochs, ``svi_lam``), float64, hyperparameters fixed at
+    ``config.sim_hyper`` (w0's at ``config.fit_sigma_0``), alpha ~ Gamma(``config.alpha_prior``), key
+    ``PRNGKey(seed)``. Returns the final `custom_inference.vbfm.VBFMState` (also what
+    `validation.models.meanfield_bias` reads). Raises ValueError for a ``solver`` other than "cavi" /
+    "ovbfm". Source: project addition (the VSBC fit, Yao et al. 2018, sec. 4)."""
+    if solver not in ("cavi", "ovbfm"):
+        raise ValueError(f"solver must be 'cavi' or 'ovbfm', got {solver!r}")
+    h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
+    kw = dict(progress=False, alpha_prior=config.alpha_prior, update_hyper=False, n_draws=0)
+    with jax.enable_x64(True):
+        if solver == "cavi":
+            r = vbfm.fit(jax.random.PRNGKey(seed), design, config.K, h, max_iter=3000, tol=1e-9, **kw)
+        else:
+            r = vbfm.fit_svi(jax.random.PRNGKey(seed), design, config.K, h, n_batches=config.svi_batches,
+                             max_epochs=config.svi_epochs, lam=config.svi_lam, **kw)
+    return r.state
 
 
 # ---------------------------------------------------------------------------------------------
