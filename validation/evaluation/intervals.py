@@ -172,12 +172,13 @@ class Comparison:
     level: float
     seed: int
 
-    def note(self) -> str:
-        """One line that says how the intervals were made. Raises nothing. Source: project addition."""
+    def note(self, main_label: str | None = None) -> str:
+        """One line that says how the intervals were made (``main_label``: how the table names the main
+        metric; default its per-user column). Raises nothing. Source: project addition."""
         return (f"intervals: paired bootstrap over the {self.n_users} test users ({self.n_resamples} resamples, "
                 f"seed {self.seed}, {100 * self.level:g} % percentile interval) of system - {self.best_baseline} "
-                f"(the best baseline on {self.main}); 'better' / 'worse' only where the interval excludes 0; "
-                f"_se: standard error over test users")
+                f"(the better baseline on {main_label or self.main}); 'better' / 'worse' only where the interval "
+                f"excludes 0; _se: standard error over test users")
 
 
 def compare(per_user: Mapping[str, pd.DataFrame], metrics: Sequence[str], *, main: str,
@@ -297,12 +298,9 @@ def annotate(table: pd.DataFrame, comparison: Comparison, columns: Mapping[str, 
         if name not in out.columns:
             out[name] = np.nan
         out.loc[sel, name] = out.loc[sel, system_col].map(summ[f"{m}_se"]).to_numpy(dtype=np.float64)
-    for c in ("vs", "verdict"):
+    for c in ("vs", "diff", "ci_low", "ci_high", "verdict"):
         if c not in out.columns:
-            out[c] = ""
-    for c in ("diff", "ci_low", "ci_high"):
-        if c not in out.columns:
-            out[c] = np.nan
+            out[c] = "" if c in ("vs", "verdict") else np.nan
     if comparison.best_baseline is not None:
         out.loc[sel, "vs"] = comparison.best_baseline
     for c in ("diff", "ci_low", "ci_high", "verdict"):

@@ -30,9 +30,11 @@
                                                        which evidence exists (update checks, bridge, NUTS
                                                        agreement, SBC, k-hat, VSBC), from the registry
     factorbayes evaluate implicit --data ml-100k|PATH  validation.evaluation.implicit_eval.evaluate_implicit
-        [--protocols P1 SIBM | baskets]                (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
-        [--format F --user-col C ...] [--max-baskets]  on P1, SIBM; RG like error by degree); basket files
-                                                       (FIMI, basket CSV): the baskets protocol by default
+        [--protocols P1 SIBM | baskets]                (SIBM x 5, RG x 4 (r = 1/2, 1), PSM, BPR x 2, popularity,
+        [--format F --user-col C ...] [--max-baskets]  EASE^R on P1, SIBM; RG like error by degree; standard
+                                                       errors, paired bootstrap intervals against the better
+                                                       of popularity and EASE^R); basket files (FIMI, basket
+                                                       CSV): the baskets protocol by default
         [--curves | --curves-only]                     + validation.evaluation.implicit_eval.recall_curves
                                                        (seed 002 figs. 2-3: recall@10 vs entries)
     factorbayes evaluate counts --data ml-100k|PATH    validation.evaluation.counts_eval.evaluate_counts: top-100 on P3
@@ -85,6 +87,27 @@ def _print_table(df) -> None:
     from validation.checks.report import markdown_table
 
     print(markdown_table(df))
+    print()
+
+
+def _print_evaluation_extras(table, differences, tuning: dict, notes: list) -> None:
+    """Print what an evaluation table carries beside its metrics: the settings tuned systems chose (or why
+    a system was skipped), the differences against the best baseline with their intervals, the
+    validation curves and the notes. Raises nothing beyond what printing raises. Source: project addition
+    (issue 27)."""
+    keys = [c for c in ("protocol", "system", "method") if c in table.columns]
+    for _, row in table.iterrows():
+        if row.get("setting"):
+            print(f"{' '.join(str(row[k]) for k in keys)}: {row['setting']}")
+    print()
+    if len(differences):
+        print("Differences against the best baseline (paired bootstrap interval over test users):")
+        _print_table(differences)
+    for key, curve in tuning.items():
+        print(f"{' '.join(key) if isinstance(key, tuple) else key}: search on a validation split of the training data")
+        _print_table(curve)
+    for line in notes:
+        print(f"- {line}")
     print()
 
 
@@ -302,7 +325,8 @@ def cmd_evaluate_implicit(args) -> int:
           file=sys.stderr)
     result = implicit_eval.evaluate_implicit(df, systems, protocols=protocols, seed=args.seed,
                                              out_dir=out, progress=not args.no_progress, **basket_kw)
-    _print_table(result.table)
+    _print_table(result.table.drop(columns=["setting"]))
+    _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     if len(result.like_error_by_degree):
         print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
         _print_table(result.like_error_by_degree)
@@ -342,10 +366,8 @@ def cmd_evaluate_counts(args) -> int:
                                          side_features=args.side_features, data_dir=data_dir,
                                          out_dir=Path(args.out or "factorbayes-output/evaluate-counts"),
                                          progress=not args.no_progress, **settings)
-    _print_table(result.table.drop(columns=["system"]))
-    for name, table in result.tuning.items():
-        print(f"{name}: search on the validation split of the training data")
-        _print_table(table)
+    _print_table(result.table.drop(columns=["system", "setting"]))
+    _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     print(f"Report: {result.report}")
     return 0
 
@@ -834,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="protocols (default: P1 SIBM for ratings, baskets for basket files)")
     g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
                    help="a subset of the systems (quote names with spaces), default all")
-    g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
+    g.add_argument("--baselines-only", action="store_true", help="popularity, EASE^R and the two BPRs only")
     g.add_argument("--curves", action="store_true",
                    help="also write recall@10 vs entries observed (seed 002 figs. 2-3) as CSV and PNG")
     g.add_argument("--curves-only", action="store_true", help="only the curves, not the comparison table")
