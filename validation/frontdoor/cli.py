@@ -426,9 +426,10 @@ def cmd_evaluate_model(args) -> int:
     is read as ``fit`` reads it (`_read_table`), split (`validation.evaluation.holdout.split`, ``--split``: default
     ``basket`` for basket files, else ``loo``; one-class models on non-0/1 values hold out entries
     >= ``--threshold`` only), fitted on the training part (`validation.frontdoor.api.fit` with the fit flags) and
-    evaluated next to popularity (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``). Prints the split
-    summary, the metrics table and the evaluation counts; writes ``metrics.csv`` and ``report.md`` to
-    ``--out``.
+    evaluated next to popularity and EASE^R (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``: standard
+    errors and paired bootstrap intervals against the better baseline). Prints the split summary, the
+    metrics table, EASE^R's chosen lambda and validation curve, the differences and the evaluation counts;
+    writes ``metrics.csv`` and ``report.md`` to ``--out``.
 
     args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep, time_col,
     transform, threshold, k, seed, max_iter, draws, option, tol, dtype, split, test_fraction, n_test, N,
@@ -442,6 +443,7 @@ def cmd_evaluate_model(args) -> int:
     import json
 
     import numpy as np
+    import pandas as pd
 
     from validation.frontdoor import api
     from validation.evaluation import holdout
@@ -474,17 +476,27 @@ def cmd_evaluate_model(args) -> int:
                 f"transform), K = {args.k}, seed {args.seed}, transform {args.transform}"
                 f"{f' (threshold {args.threshold:g})' if args.transform == 'binarize' or min_value is not None else ''}"
                 f", options {json.dumps(options, default=str)}; uncertainty: {model.uncertainty}")
-    for line in lines + [fit_line]:
+    ease = table.attrs.get("ease", {})
+    ease_line = f"ease: {ease.get('setting') or ease.get('reason')}" if ease else "ease: not run"
+    for line in lines + [fit_line, ease_line]:
         print(line)
     print()
     _print_table(table)
+    differences = pd.DataFrame(table.attrs.get("differences", []))
+    curve = {"ease": pd.DataFrame(ease["curve"])} if ease.get("curve") else {}
+    _print_evaluation_extras(table, differences, curve, table.attrs.get("notes", []))
     out = Path(args.out or f"factorbayes-output/evaluate-{args.model}")
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "metrics.csv", index=False)
-    notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line])
+    notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line, ease_line]
+                      + table.attrs.get("notes", []))
+    extra = "".join(f"\n\n## {title}\n\n{markdown_table(t)}" for title, t in
+                    (("Differences against the best baseline (paired bootstrap over test users)", differences),
+                     ("EASE^R: lambda on a validation split of the training entries", curve.get("ease")))
+                    if t is not None and len(t))
     (out / "report.md").write_text(
-        f"# {args.model} on {Path(str(path)).name}: held-out evaluation next to popularity\n\n{notes}\n\n"
-        f"{markdown_table(table)}\n\nrecall@N and NDCG@N (discount 1/log2(k+1)): 004_90693a0965f06816.txt eqs. "
+        f"# {args.model} on {Path(str(path)).name}: held-out evaluation next to popularity and EASE^R\n\n{notes}\n\n"
+        f"{markdown_table(table)}{extra}\n\nrecall@N and NDCG@N (discount 1/log2(k+1)): 004_90693a0965f06816.txt eqs. "
         f"5.22, 5.26-5.27; rank score: 000_619a0297b9d686b2.txt eq. 12 (0.5 is random); RMSE: 004 chs. 3-4 "
         f"(rating models); candidates are the items outside the user's training entries (validation.evaluation.holdout).\n")
     print(f"Report: {out / 'report.md'} (table: {out / 'metrics.csv'})")
@@ -814,7 +826,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("evaluate", formatter_class=fmt,
-                       help="held-out evaluation: MODEL (any fit model) on your own file, next to popularity "
+                       help="held-out evaluation: MODEL (any fit model) on your own file, next to popularity and EASE^R "
                             "(validation.evaluation.holdout); hpf without own-data flags: the paper protocols P1, P3 on "
                             "MovieLens; ratings (every Gaussian solver on P2); implicit (one-class systems); "
                             "counts (top-100 on P3)")
