@@ -542,8 +542,7 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
         if kind == "real" and name in (fitted.model, "item mean"):  # popularity, EASE^R: no rating scale
             pred = _predict_means(fitted, u, i) if name == fitted.model else fn(np.zeros(1, dtype=np.int64))[0][i]
             row["rmse"] = metrics.rmse(pred, truth)
-            sq[name] = pd.DataFrame({"user": u, "rmse": (pred - truth) ** 2, "n_ratings": 1.0}).groupby(
-                "user", as_index=False).sum()
+            sq[name] = intervals.squared_errors(u, pred, truth)
         row["users"] = int(len(pu))
         row["held_out"] = int(u.size)
         rows.append(row)

@@ -268,7 +268,11 @@ def cmd_evaluate_ratings(args) -> int:
     result.curves.to_csv(out / "curves.csv", index=False)
     print()
     _print_table(result.table)
-    report = evaluation_report({"RMSE on P2 (test 10 %)": result.table}, None, out,
+    for line in result.notes:
+        print(f"- {line}")
+    report = evaluation_report({"RMSE on P2 (test 10 %)": result.table,
+                                "Differences against the item mean (paired bootstrap over test users)":
+                                    result.differences}, None, out,
                                title="Gaussian factorization models on MovieLens: rating prediction (P2)",
                                notes=[f"data: {path} ({len(df)} ratings)", *result.notes], extra_plots=plots)
     print(f"Report: {report}")
