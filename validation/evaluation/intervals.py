@@ -90,11 +90,11 @@ def bootstrap_stats(num, den=None, *, sqrt=False, n_resamples: int = N_RESAMPLES
     -------
     (estimate (M,), replicates (n_resamples, M)), float64: ``sum num / sum den`` on the data and on each
     resample of T users drawn with replacement (the same resamples for every column, so that
-    differences of columns are paired).
+    differences of columns are paired); NaN replicates for a single user.
 
     Raises
     ------
-    ValueError : shapes that disagree, T < 2, NaN in ``num`` / ``den``, a zero total denominator,
+    ValueError : shapes that disagree, no user (T = 0), NaN in ``num`` / ``den``, a zero total denominator,
         ``n_resamples`` < 1.
     Source: project addition (Efron's bootstrap over test users).
     """
@@ -107,8 +107,8 @@ def bootstrap_stats(num, den=None, *, sqrt=False, n_resamples: int = N_RESAMPLES
         den = np.repeat(den[:, None], M, axis=1)
     if den.shape != (T, M):
         raise ValueError(f"den must be (T,) or (T, M) = {(T, M)}, got {den.shape}")
-    if T < 2:
-        raise ValueError(f"need at least 2 users to resample, got {T}")
+    if T < 1:
+        raise ValueError("num: no user")
     if np.isnan(num).any() or np.isnan(den).any():
         raise ValueError("num / den: NaN entries (give NaN users num = den = 0)")
     if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 1:
@@ -124,6 +124,8 @@ def bootstrap_stats(num, den=None, *, sqrt=False, n_resamples: int = N_RESAMPLES
     if np.any(tot == 0):
         raise ValueError("den: a column with zero total")
     est = ratio(num.sum(0), tot)
+    if T == 1:  # one user: nothing to resample
+        return est, np.full((int(n_resamples), M), np.nan)
     rng = np.random.default_rng(seed)
     reps = np.empty((int(n_resamples), M))
     step = max(1, _CHUNK_CELLS // T)
