@@ -197,7 +197,8 @@ def cmd_evidence(args) -> int:
 
 
 def cmd_evaluate(args, *, df=None, path=None) -> int:
-    """Held-out evaluation of HPF CAVI (`validation.evaluation.experiments.evaluate_hpf`: P1, P3, popularity).
+    """Held-out evaluation of HPF CAVI (`validation.evaluation.experiments.evaluate_hpf`: P1, P3, popularity, EASE^R,
+    standard errors and paired bootstrap intervals).
 
     args : argparse.Namespace with data, dtype ("float32" | "float64"), out, k, max_iter, tol, seed,
     no_progress; df, path : a ratings table (pandas DataFrame, columns user, item, rating,
@@ -232,8 +233,14 @@ def cmd_evaluate(args, *, df=None, path=None) -> int:
     for name, table in result.tables.items():
         print(f"{name}:")
         _print_table(table)
-    report = evaluation_report(result.tables, result.fits["P3"].vi_trace.elbo.values, out,
-                               title=f"HPF on {Path(str(path)).name}: held-out evaluation", notes=notes,
+    for line in result.notes:
+        print(f"- {line}")
+    tables = {**result.tables, **{f"{p}: differences against the best baseline (paired bootstrap over test users)": d
+                                  for p, d in result.differences.items()},
+              **{f"{p}: EASE^R's lambda on a validation split of the training data": t
+                 for p, t in result.tuning.items()}}
+    report = evaluation_report(tables, result.fits["P3"].vi_trace.elbo.values, out,
+                               title=f"HPF on {Path(str(path)).name}: held-out evaluation", notes=notes + result.notes,
                                bucket_tables=result.by_degree)
     print(f"Report: {report}")
     return 0
