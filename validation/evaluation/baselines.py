@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from custom_inference.data import Observations
 
 __all__ = ["EASE_MAX_ITEMS", "EASE_LAMBDAS", "SkippedSystem", "ease_fit", "ease_scores", "ease_score_fn",
-           "ease_skip_reason", "tune_lambda", "ease_system"]
+           "ease_skip_reason", "tune_lambda", "grid_edge_note", "ease_system"]
 
 #: largest number of items for which EASE^R's dense J x J Gram matrix is built
 EASE_MAX_ITEMS = 20_000
@@ -161,8 +161,12 @@ def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable]
     return float(table["lam"].iloc[best]), table
 
 
-def _edge(chosen) -> str:
-    """", at the edge of the grid" when the chosen setting is the first or last of a grid of > 2."""
+def grid_edge_note(chosen) -> str:
+    """", at the edge of the grid" when the chosen setting is the first or last of a grid of > 2, else "".
+
+    chosen : bool array (n,) with one True (the ``chosen`` column of `tune_lambda`'s table).
+    Raises IndexError when nothing is chosen. Source: project addition (a search that ends at its grid's
+    edge may not have found the optimum)."""
     k = int(np.flatnonzero(chosen)[0])
     return ", at the edge of the grid" if len(chosen) > 2 and k in (0, len(chosen) - 1) else ""
 
@@ -209,7 +213,7 @@ def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_
         fn = ease_score_fn(train, lam, values=values, max_items=max_items)
         metric = {"hit": f"HR@{n}", "rank_score": "rank score", "ndcg": f"NDCG@{n}"}[select_by]
         fn.tuning = table
-        fn.setting = (f"lambda = {lam:g} (best validation {metric} of {len(table)}{_edge(table['chosen'].to_numpy())}; "
+        fn.setting = (f"lambda = {lam:g} (best validation {metric} of {len(table)}{grid_edge_note(table['chosen'].to_numpy())}; "
                       f"validation: one training positive per user held out)")
         return fn
 

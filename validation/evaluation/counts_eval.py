@@ -457,12 +457,6 @@ def _row(method, system, features, m, fit_seconds, per_iter=np.nan, iterations=n
             "iterations": iterations, "setting": setting}
 
 
-def _edge(chosen) -> str:
-    """", at the edge of the grid" when the chosen setting is the first or last of a grid of > 2."""
-    k = int(np.flatnonzero(chosen)[0])
-    return ", at the edge of the grid" if len(chosen) > 2 and k in (0, len(chosen) - 1) else ""
-
-
 def _edge_sgd(table, cfg) -> str:
     best = table[table["chosen"]].iloc[0]
     lrs, regs = sorted(cfg.sgd_learning_rates), sorted(cfg.sgd_regs)
@@ -488,6 +482,10 @@ def _run_popularity(ctx, side):
 
 def _run_ease(ctx, side):
     cfg, split = ctx["cfg"], ctx["split"]
+    reason = baselines.ease_skip_reason(split.n_items)
+    if reason:  # no dense J x J matrix: a row that says why
+        nan = {k: np.nan for k in ("precision", "recall", "f_measure", "ndcg", "ndcg_log2k1")}
+        return [_row("EASE^R", "ease", "ids", {**nan, "n_users": 0.0}, 0.0, setting=reason)]
     lam, table = tune_ease(split.train, cfg.ease_lambdas, fraction=cfg.validation_fraction, seed=cfg.seed,
                            select_by=cfg.select_by, values=cfg.ease_values)
     ctx["tuning"]["ease"] = table
@@ -496,7 +494,7 @@ def _run_ease(ctx, side):
     secs = time.perf_counter() - t0
     return [_row("EASE^R", "ease", "ids", _measure(ctx, "EASE^R", fn), secs,
                  setting=f"lambda = {lam:g} (best validation {cfg.select_by} of {len(table)}"
-                         f"{_edge(table['chosen'].to_numpy())}); X {cfg.ease_values}")]
+                         f"{baselines.grid_edge_note(table['chosen'].to_numpy())}); X {cfg.ease_values}")]
 
 
 def _run_hpf(ctx, side):

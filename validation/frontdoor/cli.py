@@ -336,7 +336,7 @@ def cmd_evaluate_implicit(args) -> int:
           file=sys.stderr)
     result = implicit_eval.evaluate_implicit(df, systems, protocols=protocols, seed=args.seed,
                                              out_dir=out, progress=not args.no_progress, **basket_kw)
-    _print_table(result.table.drop(columns=["setting"]))
+    _print_table(result.table.drop(columns=["setting"], errors="ignore"))
     _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     if len(result.like_error_by_degree):
         print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
@@ -377,7 +377,7 @@ def cmd_evaluate_counts(args) -> int:
                                          side_features=args.side_features, data_dir=data_dir,
                                          out_dir=Path(args.out or "factorbayes-output/evaluate-counts"),
                                          progress=not args.no_progress, **settings)
-    _print_table(result.table.drop(columns=["system", "setting"]))
+    _print_table(result.table.drop(columns=["system", "setting"], errors="ignore"))
     _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     print(f"Report: {result.report}")
     return 0
