@@ -185,8 +185,9 @@ def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_
 
     ``train`` is the protocol's training matrix only: the test pairs are not an argument.
 
-    Raises (when called) SkippedSystem when J > ``max_items``; ValueError for a bad grid or ``select_by``
-    (not one of hit, rank_score, ndcg), when no user has two training positives, or as `ease_fit`.
+    Raises SkippedSystem (when called) when J > ``max_items`` or no user has two training positives (no
+    validation split); ValueError for a ``select_by`` not one of hit, rank_score, ndcg (at once), for a bad
+    grid (when called), or as `ease_fit`.
     Source: Steck 2019 (EASE^R); the one-class validation split is the project's
     (`validation.evaluation.model_studies.validation_split`, the hold-out of ``000_619a0297b9d686b2.txt`` sec. 5).
     """
@@ -201,7 +202,10 @@ def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_
         reason = ease_skip_reason(train.n_cols, max_items)
         if reason:
             raise SkippedSystem(reason)
-        val = validation_split(train, seed=[int(seed), 1])
+        try:
+            val = validation_split(train, seed=[int(seed), 1])
+        except ValueError as e:
+            raise SkippedSystem(f"EASE^R skipped: no validation split to choose lambda on ({e})") from e
 
         def criterion(fn):
             pu = metrics.leave_one_out_metrics(fn, val, n=n)
