@@ -71,6 +71,18 @@ def test_ease_above_the_item_bound_is_skipped_with_its_reason():
     assert res.table.set_index("system").loc["popularity", "vs"] == "popularity"
 
 
+def test_lambda_search_extends_past_the_upper_edge_of_the_grid_only_while_the_edge_wins():
+    crit = lambda peak: (lambda fn: {"v": -abs(np.log(fn) / np.log(10) - peak)})  # noqa: E731
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(4.7), (10.0, 100.0, 1000.0), "v", extend_up=2)
+    assert list(t["lam"]) == [10.0, 100.0, 1000.0, 1e4, 1e5] and lam == 1e5  # still at the edge: stops at 2 more
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(3.2), (10.0, 100.0, 1000.0), "v", extend_up=2)
+    assert list(t["lam"]) == [10.0, 100.0, 1000.0, 1e4] and lam == 1e3 and t["chosen"].sum() == 1  # 1e4 lost
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(2.2), (10.0, 100.0, 1000.0), "v", extend_up=2)
+    assert len(t) == 3 and lam == 100.0
+    with pytest.raises(ValueError, match="select_by"):
+        baselines.tune_lambda(lambda lam: lam, crit(2.0), (1.0,), "w")
+
+
 def test_lambda_is_chosen_without_reading_the_test_split():
     """Two splits with the same training matrix and different (poisoned) test items: the same lambda and
     the same validation curve, while the test metrics do change."""

@@ -131,15 +131,18 @@ def ease_score_fn(train: Observations, lam: float, *, values: str = "binary", ma
 
 
 def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable], dict], lambdas: Sequence[float],
-                select_by: str) -> tuple[float, pd.DataFrame]:
+                select_by: str, *, extend_up: int = 0) -> tuple[float, pd.DataFrame]:
     """Grid search of a regularisation constant on a validation split.
 
     fit : lam -> score_fn fitted on the INNER training data of the validation split.
     criterion : score_fn -> dict of validation metrics (floats), larger is better for ``select_by``.
-    lambdas : the grid (non-empty, finite, > 0). select_by : the key of ``criterion``'s dict that decides
-    (ties: the first lambda).
+    lambdas : the grid (non-empty, finite, > 0; searched in the order given). select_by : the key of
+    ``criterion``'s dict that decides (ties: the first lambda tried).
+    extend_up : while the best lambda is the largest tried, try up to this many more, each the largest
+    times the grid's last ratio (a sequential search past the grid's upper edge; 0: the grid only).
 
-    Returns (best lambda, DataFrame: lam, the criterion's metrics, seconds, chosen (bool)).
+    Returns (best lambda, DataFrame: lam, the criterion's metrics, seconds, chosen (bool)), one row per
+    lambda tried.
 
     Raises ValueError for an empty or bad grid or a ``select_by`` the criterion does not return; what
     ``fit`` and ``criterion`` raise propagates.
@@ -149,12 +152,21 @@ def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable]
     if not lambdas or any(not (np.isfinite(x) and x > 0) for x in lambdas):
         raise ValueError(f"lambdas: need a non-empty grid of finite numbers > 0, got {lambdas!r}")
     rows = []
-    for lam in lambdas:
+    todo = list(lambdas)
+    ratio = lambdas[-1] / lambdas[-2] if len(lambdas) > 1 and lambdas[-1] > lambdas[-2] else 3.0
+    while todo:
+        lam = todo.pop(0)
         t0 = time.perf_counter()
         m = criterion(fit(lam))
         if select_by not in m:
             raise ValueError(f"select_by {select_by!r} is not a validation metric; have {sorted(m)}")
         rows.append({"lam": lam, **m, "seconds": time.perf_counter() - t0})
+        if not todo and extend_up > 0:
+            lams = [r["lam"] for r in rows]
+            best = max(range(len(rows)), key=lambda k: (rows[k][select_by], -k))
+            if lams[best] == max(lams):
+                todo.append(max(lams) * ratio)
+                extend_up -= 1
     table = pd.DataFrame(rows)
     best = int(np.argmax(table[select_by].to_numpy()))
     table["chosen"] = np.arange(len(table)) == best
@@ -172,14 +184,15 @@ def grid_edge_note(chosen) -> str:
 
 
 def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_by: str = "hit",
-                values: str = "binary", max_items: int = EASE_MAX_ITEMS):
+                values: str = "binary", max_items: int = EASE_MAX_ITEMS, extend_up: int = 2):
     """EASE^R as a one-class system ``factory(train, seed) -> score_fn`` with lambda chosen on training data.
 
     On call: one training positive of every user with >= 2 of them is held out
     (`validation.evaluation.model_studies.validation_split`, generator ``default_rng([seed, 1])``); for each
     lambda of ``lambdas`` EASE^R is fitted on the rest and scored on those pairs
     (`validation.evaluation.metrics.leave_one_out_metrics` at cut-off ``n``: ``hit`` = HR@n, ``rank_score``,
-    ``ndcg``); the lambda with the best ``select_by`` is refitted on all of ``train``. The returned
+    ``ndcg``), and while the best is the largest lambda tried, up to ``extend_up`` more lambdas past the
+    grid (`tune_lambda`); the lambda with the best ``select_by`` is refitted on all of ``train``. The returned
     ``score_fn(users (B,) int) -> (B, J) float64`` carries ``tuning`` (the validation curve: lam, hit,
     rank_score, ndcg, n_users, seconds, chosen) and ``setting`` (a line naming the chosen lambda).
 
@@ -213,7 +226,7 @@ def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_
                     "ndcg": float(pu["ndcg"].mean()), "n_users": int(len(pu))}
 
         lam, table = tune_lambda(lambda lam: ease_score_fn(val.train, lam, values=values, max_items=max_items),
-                                 criterion, grid, select_by)
+                                 criterion, grid, select_by, extend_up=extend_up)
         fn = ease_score_fn(train, lam, values=values, max_items=max_items)
         metric = {"hit": f"HR@{n}", "rank_score": "rank score", "ndcg": f"NDCG@{n}"}[select_by]
         fn.tuning = table
