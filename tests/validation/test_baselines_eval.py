@@ -71,14 +71,19 @@ def test_ease_above_the_item_bound_is_skipped_with_its_reason():
     assert res.table.set_index("system").loc["popularity", "vs"] == "popularity"
 
 
-def test_lambda_search_extends_past_the_upper_edge_of_the_grid_only_while_the_edge_wins():
+def test_lambda_search_extends_past_the_edges_of_the_grid_only_while_an_edge_wins():
     crit = lambda peak: (lambda fn: {"v": -abs(np.log(fn) / np.log(10) - peak)})  # noqa: E731
-    lam, t = baselines.tune_lambda(lambda lam: lam, crit(4.7), (10.0, 100.0, 1000.0), "v", extend_up=2)
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(4.7), (10.0, 100.0, 1000.0), "v", extend=2)
     assert list(t["lam"]) == [10.0, 100.0, 1000.0, 1e4, 1e5] and lam == 1e5  # still at the edge: stops at 2 more
-    lam, t = baselines.tune_lambda(lambda lam: lam, crit(3.2), (10.0, 100.0, 1000.0), "v", extend_up=2)
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(3.2), (10.0, 100.0, 1000.0), "v", extend=2)
     assert list(t["lam"]) == [10.0, 100.0, 1000.0, 1e4] and lam == 1e3 and t["chosen"].sum() == 1  # 1e4 lost
-    lam, t = baselines.tune_lambda(lambda lam: lam, crit(2.2), (10.0, 100.0, 1000.0), "v", extend_up=2)
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(2.2), (10.0, 100.0, 1000.0), "v", extend=2)
     assert len(t) == 3 and lam == 100.0
+    lam, t = baselines.tune_lambda(lambda lam: lam, crit(0.4), (10.0, 100.0, 1000.0), "v", extend=2)
+    assert list(t["lam"]) == [10.0, 100.0, 1000.0, 1.0, 0.1] and lam == 1.0  # the lower edge: 1 won, 0.1 lost
+    # ... and stops when the extension loses (crit 0.8: 10 wins the grid, 1 loses)
+    assert list(baselines.tune_lambda(lambda lam: lam, crit(0.8), (10.0, 100.0, 1000.0), "v", extend=2)[1]["lam"]) == [
+        10.0, 100.0, 1000.0, 1.0]
     with pytest.raises(ValueError, match="select_by"):
         baselines.tune_lambda(lambda lam: lam, crit(2.0), (1.0,), "w")
 

@@ -131,15 +131,16 @@ def ease_score_fn(train: Observations, lam: float, *, values: str = "binary", ma
 
 
 def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable], dict], lambdas: Sequence[float],
-                select_by: str, *, extend_up: int = 0) -> tuple[float, pd.DataFrame]:
+                select_by: str, *, extend: int = 0) -> tuple[float, pd.DataFrame]:
     """Grid search of a regularisation constant on a validation split.
 
     fit : lam -> score_fn fitted on the INNER training data of the validation split.
     criterion : score_fn -> dict of validation metrics (floats), larger is better for ``select_by``.
     lambdas : the grid (non-empty, finite, > 0; searched in the order given). select_by : the key of
     ``criterion``'s dict that decides (ties: the first lambda tried).
-    extend_up : while the best lambda is the largest tried, try up to this many more, each the largest
-    times the grid's last ratio (a sequential search past the grid's upper edge; 0: the grid only).
+    extend : while the best lambda is the largest (smallest) tried, try up to this many more, each the
+    largest times (the smallest divided by) the ratio of the grid's two largest values: a sequential
+    search past the grid's edges (0: the grid only; the count is shared by both edges).
 
     Returns (best lambda, DataFrame: lam, the criterion's metrics, seconds, chosen (bool)), one row per
     lambda tried.
@@ -161,12 +162,12 @@ def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable]
         if select_by not in m:
             raise ValueError(f"select_by {select_by!r} is not a validation metric; have {sorted(m)}")
         rows.append({"lam": lam, **m, "seconds": time.perf_counter() - t0})
-        if not todo and extend_up > 0:
+        if not todo and extend > 0:
             lams = [r["lam"] for r in rows]
             best = max(range(len(rows)), key=lambda k: (rows[k][select_by], -k))
-            if lams[best] == max(lams):
-                todo.append(max(lams) * ratio)
-                extend_up -= 1
+            if lams[best] == max(lams) or lams[best] == min(lams):
+                todo.append(lams[best] * ratio if lams[best] == max(lams) else lams[best] / ratio)
+                extend -= 1
     table = pd.DataFrame(rows)
     best = int(np.argmax(table[select_by].to_numpy()))
     table["chosen"] = np.arange(len(table)) == best
@@ -184,15 +185,16 @@ def grid_edge_note(chosen) -> str:
 
 
 def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_by: str = "hit",
-                values: str = "binary", max_items: int = EASE_MAX_ITEMS, extend_up: int = 2):
+                values: str = "binary", max_items: int = EASE_MAX_ITEMS, extend: int = 2):
     """EASE^R as a one-class system ``factory(train, seed) -> score_fn`` with lambda chosen on training data.
 
     On call: one training positive of every user with >= 2 of them is held out
     (`validation.evaluation.model_studies.validation_split`, generator ``default_rng([seed, 1])``); for each
     lambda of ``lambdas`` EASE^R is fitted on the rest and scored on those pairs
     (`validation.evaluation.metrics.leave_one_out_metrics` at cut-off ``n``: ``hit`` = HR@n, ``rank_score``,
-    ``ndcg``), and while the best is the largest lambda tried, up to ``extend_up`` more lambdas past the
-    grid (`tune_lambda`); the lambda with the best ``select_by`` is refitted on all of ``train``. The returned
+    ``ndcg``), and while the best is the largest or smallest lambda tried, up to ``extend`` more lambdas
+    past that edge of the grid (`tune_lambda`); the lambda with the best ``select_by`` is refitted on all of
+    ``train``. The returned
     ``score_fn(users (B,) int) -> (B, J) float64`` carries ``tuning`` (the validation curve: lam, hit,
     rank_score, ndcg, n_users, seconds, chosen) and ``setting`` (a line naming the chosen lambda).
 
@@ -226,7 +228,7 @@ def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_
                     "ndcg": float(pu["ndcg"].mean()), "n_users": int(len(pu))}
 
         lam, table = tune_lambda(lambda lam: ease_score_fn(val.train, lam, values=values, max_items=max_items),
-                                 criterion, grid, select_by, extend_up=extend_up)
+                                 criterion, grid, select_by, extend=extend)
         fn = ease_score_fn(train, lam, values=values, max_items=max_items)
         metric = {"hit": f"HR@{n}", "rank_score": "rank score", "ndcg": f"NDCG@{n}"}[select_by]
         fn.tuning = table
