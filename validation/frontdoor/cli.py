@@ -95,7 +95,7 @@ def _print_evaluation_extras(table, differences, tuning: dict, notes: list) -> N
     a system was skipped), the differences against the best baseline with their intervals, the
     validation curves and the notes. Raises nothing beyond what printing raises. Source: project addition
     (issue 27)."""
-    keys = [c for c in ("protocol", "system", "method") if c in table.columns]
+    keys = [c for c in ("protocol",) if c in table.columns] + ["method" if "method" in table.columns else "system"]
     for _, row in table.iterrows():
         if row.get("setting"):
             print(f"{' '.join(str(row[k]) for k in keys)}: {row['setting']}")
