@@ -38,8 +38,10 @@ curves (`recall_curves`, `sibm_recall_curves`, `binary_split`, `sec4_synthetic`,
 entries sampled, for S-Uniform, S-Balanced and S-Biased) and fig. 3 (SIBM-auto against batch VB,
 which touches I J entries per sweep) on the SIBM protocol and on the sec. 4 synthetic matrix
 (`sec4_synthetic`, `binary_split`), as CSV, PNG and Markdown. `baseline_systems` gives the
-"popularity", "BPR-uniform" and "BPR-popularity" entries; SIBM and RG systems are added to the
-same dict by their modules.
+"popularity", "ease" (EASE^R, `validation.evaluation.baselines`), "BPR-uniform" and "BPR-popularity"
+entries; SIBM and RG systems are added to the same dict by their modules. Every table carries
+standard errors over test users and paired bootstrap intervals against the better of popularity and
+EASE^R (`validation.evaluation.intervals`; measured tables with intervals: docs/tour.md).
 
 Measured on MovieLens 100K (``u.data``), seed 0, `baseline_systems` defaults (K = 64, 100
 epochs, float32; fit keys 0 / 1 / 2 for the spread of BPR):
