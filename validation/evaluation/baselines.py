@@ -4,7 +4,7 @@ EASE^R ("embarrassingly shallow autoencoder") learns an item x item weight matri
 diagonal from the binarized (or count) user x item training matrix X, minimising
 ||X - X B||_F^2 + lambda ||B||_F^2 subject to diag(B) = 0; the closed form is
 B = I - P diag(1 / diag P), P = (X^T X + lambda I)^-1, and a user's scores are X_u B. Only the J x J
-Gram matrix is dense: `EASE_MAX_ITEMS` (20,000 items: three J x J float64 arrays of 3.2 GB each)
+Gram matrix is dense: `EASE_MAX_ITEMS` (20,000 items: two J x J float64 arrays of 3.2 GB each)
 bounds it; above the bound a system raises `SkippedSystem` with the reason, which the evaluation
 tables print instead of allocating. Users are scored in blocks (the metrics' batches), never as an
 I x J array.
