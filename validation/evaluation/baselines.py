@@ -89,7 +89,11 @@ def ease_fit(train: Observations, lam: float, *, values: str = "binary",
     reason = ease_skip_reason(X.shape[1], max_items)
     if reason:
         raise SkippedSystem(reason)
-    G = (X.T @ X).toarray()
+    J = X.shape[1]
+    G = np.empty((J, J))
+    XT, Xc = X.T.tocsr(), X.tocsc()
+    for start in range(0, J, 2048):  # the Gram matrix block by block: no J x J sparse product at once
+        G[:, start:start + 2048] = (XT @ Xc[:, start:start + 2048]).toarray()
     G[np.diag_indices_from(G)] += float(lam)
     c = sla.cho_factor(G, lower=True, check_finite=False, overwrite_a=True)
     P = sla.cho_solve(c, np.eye(G.shape[0]), check_finite=False, overwrite_b=True)
