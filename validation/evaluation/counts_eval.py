@@ -16,6 +16,10 @@ test items. Columns of the table (`validation.evaluation.metrics.holdout_metrics
 - ``precision``, ``recall`` (eqs. 5.21-5.24), ``f_measure`` (eq. 5.25, of the means);
 - ``ndcg``: eq. 5.26-5.28, the thesis's discount (positions 1 and 2 weigh 1, then 1 / log2 k);
 - ``ndcg_log2k1``: the project's other discount, 1 / log2(k + 1) (the now common form);
+- ``precision_se``, ``recall_se``, ``ndcg_se``, ``ndcg_log2k1_se``: standard errors over test users; ``vs``,
+  ``diff``, ``ci_low``, ``ci_high``, ``verdict``: precision@100 against the better of popularity and
+  EASE^R, with a 95 % paired bootstrap interval over the same users (`validation.evaluation.intervals`;
+  the other metrics' intervals in ``differences``);
 - ``fit_seconds``: wall time of the final fit, compilation included (tuning excluded: see the
   tuning tables), ``seconds_per_iteration`` where the solver reports one.
 
@@ -23,7 +27,8 @@ Systems (`SYSTEMS`; ``NAME+side`` adds the MovieLens side features, `SIDE_SYSTEM
 
 - ``popularity``: number of training entries of the item (`validation.evaluation.metrics.popularity_score_fn`).
 - ``ease``: EASE^R on the binarized training matrix (``ease_values="count"``: the counts):
-  B = I - P diag(1 / diag P), P = (X^T X + lambda I)^-1, scores X_u B (`ease_fit`, `ease_scores`).
+  B = I - P diag(1 / diag P), P = (X^T X + lambda I)^-1, scores X_u B (`ease_fit`, `ease_scores`, from
+  `validation.evaluation.baselines`, re-exported here; skipped with its reason above 20,000 items).
   lambda is chosen by `tune_ease` on a validation split carved from the TRAINING entries
   (`validation_split`), then B is refitted on all training entries.
 - ``hpf``: HPF by CAVI (`custom_inference.hpf.fit`, scores E_q[theta_u] . E_q[beta_i]) as in
