@@ -292,7 +292,7 @@ def test_evaluate_a_fit_model_on_your_own_file(half_star_csv, tmp_path, capsys):
     import pandas as pd
 
     table = pd.read_csv(out_dir / "metrics.csv")
-    assert list(table["system"]) == ["hpf", "popularity"] and (table["users"] == 30).all()
+    assert list(table["system"]) == ["hpf", "popularity", "ease"] and (table["users"] == 30).all()
     assert "| hpf " in (out_dir / "report.md").read_text()
 
 

@@ -189,8 +189,12 @@ def test_hpf_on_a_half_star_file_with_its_own_columns(shop, tmp_path):
     train, test = holdout.split(table, "loo", seed=0)
     m = api.fit("hpf", train, K=2, seed=0, transform="double", max_iter=10, n_draws=5, progress=False)
     out = holdout.evaluate(m, test, N=(5, 10))
-    assert list(out["system"]) == ["hpf", "popularity"]
+    assert list(out["system"]) == ["hpf", "popularity", "ease"]
     assert list(out.columns) == ["system", "recall@5", "ndcg@5", "recall@10", "ndcg@10", "rank_score", "rmse",
-                                 "users", "held_out"]
+                                 "users", "held_out", "recall@5_se", "ndcg@5_se", "recall@10_se", "ndcg@10_se",
+                                 "rank_score_se", "vs", "diff", "ci_low", "ci_high", "verdict"]
+    assert out.attrs["ease"]["setting"].startswith("lambda = ") and len(out.attrs["ease"]["curve"]) == 6
+    best = max(("popularity", "ease"), key=lambda b: out.set_index("system").loc[b, "recall@5"])
+    assert (out["vs"] == best).all() and {d["baseline"] for d in out.attrs["differences"]} == {best}
     assert out["rank_score"].between(0, 1).all() and (out["recall@10"] >= out["recall@5"]).all()
     assert out.attrs["split"]["how"] == "loo" and out.attrs["evaluation"]["held_out"] == len(test) == 30

@@ -158,7 +158,7 @@ def test_recall_at_matches_brute_force():
 def test_evaluate_implicit_on_synthetic_data(tmp_path):
     df = _synthetic_ratings(I=80, J=40)
     systems = ie.baseline_systems(n_factors=4, n_epochs=2, batch_size=64)
-    assert list(systems) == ["popularity", "BPR-uniform", "BPR-popularity"]
+    assert list(systems) == ["popularity", "ease", "BPR-uniform", "BPR-popularity"]
     seen = []
 
     def oracle(train, seed):  # a user-written system: the signature is (train, seed)
@@ -170,10 +170,22 @@ def test_evaluate_implicit_on_synthetic_data(tmp_path):
     t = res.table
     assert list(t.columns) == [
         "protocol", "system", "recall@10", "rank_score_users", "rank_score_items", "ndcg@10",
-        "fit_seconds", "n_users", "n_items", "I", "J", "like_error",
+        "fit_seconds", "n_users", "n_items", "I", "J", "like_error", "setting", "recall@10_se",
+        "rank_score_users_se", "ndcg@10_se", "vs", "diff", "ci_low", "ci_high", "verdict",
     ]
     assert t["like_error"].isna().all() and len(res.like_error_by_degree) == 0  # no like-probability system
-    assert len(t) == 2 * 4
+    assert len(t) == 2 * 5
+    # EASE^R chose its lambda on each protocol's training matrix and says which
+    assert set(res.tuning) == {("P1", "ease"), ("SIBM", "ease")}
+    assert t[t["system"] == "ease"]["setting"].str.startswith("lambda = ").all()
+    # every non-baseline row is compared with the better baseline by recall@10
+    for p in ("P1", "SIBM"):
+        sub = t[t["protocol"] == p].set_index("system")
+        best = max(("popularity", "ease"), key=lambda b: sub.loc[b, "recall@10"])
+        assert (sub["vs"] == best).all() and np.isnan(sub.loc[best, "diff"])
+        other = sub.drop(index=best)
+        np.testing.assert_allclose(other["diff"], other["recall@10"] - sub.loc[best, "recall@10"], atol=1e-12)
+        assert (other["ci_low"] <= other["diff"]).all() and (other["diff"] <= other["ci_high"]).all()
     assert list(t["protocol"].unique()) == ["P1", "SIBM"]
     assert t[["recall@10", "rank_score_users", "rank_score_items", "ndcg@10"]].apply(
         lambda c: c.between(0, 1).all()

@@ -39,14 +39,19 @@ def test_vi_and_sgd_beat_the_global_mean_on_planted_biases():
     cfg = re_.RatingsConfig(ranks=(2,), solvers=("vbfm", "sgd-fm"), vi_max_iter=30, sgd_epochs=20,
                             sgd_learning_rate=0.02)
     ev = re_.evaluate_ratings(df, cfg, progress=False)
-    assert list(ev.table.solver) == ["vbfm", "sgd-fm"] and (ev.table.K == 2).all()
+    assert list(ev.table.solver) == ["item mean", "vbfm", "sgd-fm"] and (ev.table.K == 2).all()
     from validation.data.datasets import split_p2
 
     split = split_p2(df, seed=0)
     baseline = float(np.sqrt(np.mean((np.asarray(split.test.values) - np.mean(split.train.values)) ** 2)))
     # the planted biases have sd 0.8 each, noise 0.5: the mean predictor's RMSE is about 1.2, a biased model's
     # about 0.6-0.7 with 1,080 training ratings; "< 0.85 x baseline" leaves room for the small test set (120)
-    assert (ev.table.rmse < 0.85 * baseline).all(), (ev.table, baseline)
+    models = ev.table[ev.table.solver != "item mean"]
+    assert (models.rmse < 0.85 * baseline).all(), (ev.table, baseline)
+    # each model is compared with the item mean on the same test users; its interval holds the difference
+    assert (models.vs == "item mean").all() and (models.ci_low <= models["diff"]).all()
+    np.testing.assert_allclose(models["diff"], models.rmse - ev.table.rmse.iloc[0], atol=1e-12)
+    assert (ev.table.rmse_se > 0).all()
     for name, c in ev.curves.groupby("solver"):
         assert np.all(np.diff(c.seconds) > 0) and np.all(np.diff(c.iteration) == 1)
         assert c.rmse.iloc[-1] == pytest.approx(float(ev.table.set_index("solver").loc[name, "rmse"]))

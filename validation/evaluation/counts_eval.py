@@ -16,6 +16,10 @@ test items. Columns of the table (`validation.evaluation.metrics.holdout_metrics
 - ``precision``, ``recall`` (eqs. 5.21-5.24), ``f_measure`` (eq. 5.25, of the means);
 - ``ndcg``: eq. 5.26-5.28, the thesis's discount (positions 1 and 2 weigh 1, then 1 / log2 k);
 - ``ndcg_log2k1``: the project's other discount, 1 / log2(k + 1) (the now common form);
+- ``precision_se``, ``recall_se``, ``ndcg_se``, ``ndcg_log2k1_se``: standard errors over test users; ``vs``,
+  ``diff``, ``ci_low``, ``ci_high``, ``verdict``: precision@100 against the better of popularity and
+  EASE^R, with a 95 % paired bootstrap interval over the same users (`validation.evaluation.intervals`;
+  the other metrics' intervals in ``differences``);
 - ``fit_seconds``: wall time of the final fit, compilation included (tuning excluded: see the
   tuning tables), ``seconds_per_iteration`` where the solver reports one.
 
@@ -23,7 +27,8 @@ Systems (`SYSTEMS`; ``NAME+side`` adds the MovieLens side features, `SIDE_SYSTEM
 
 - ``popularity``: number of training entries of the item (`validation.evaluation.metrics.popularity_score_fn`).
 - ``ease``: EASE^R on the binarized training matrix (``ease_values="count"``: the counts):
-  B = I - P diag(1 / diag P), P = (X^T X + lambda I)^-1, scores X_u B (`ease_fit`, `ease_scores`).
+  B = I - P diag(1 / diag P), P = (X^T X + lambda I)^-1, scores X_u B (`ease_fit`, `ease_scores`, from
+  `validation.evaluation.baselines`, re-exported here; skipped with its reason above 20,000 items).
   lambda is chosen by `tune_ease` on a validation split carved from the TRAINING entries
   (`validation_split`), then B is refitted on all training entries.
 - ``hpf``: HPF by CAVI (`custom_inference.hpf.fit`, scores E_q[theta_u] . E_q[beta_i]) as in
@@ -59,13 +64,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import scipy.linalg as sla
 import scipy.sparse as sp
 
 from custom_inference.data import Observations
 
 from validation.data import datasets
-from validation.evaluation import metrics
+from validation.evaluation import baselines, intervals, metrics
+from validation.evaluation.baselines import ease_fit, ease_score_fn, ease_scores
 from validation.data.splits import HoldoutSplit
 
 __all__ = [
@@ -75,6 +80,7 @@ __all__ = [
     "CountsEvaluation",
     "validation_split",
     "ranking_metrics",
+    "summarize_p3",
     "ease_fit",
     "ease_scores",
     "ease_score_fn",
@@ -89,6 +95,10 @@ __all__ = [
 SYSTEMS = ("popularity", "ease", "hpf", "npfm", "ppfm", "mcmc-fm", "sgd-fm")
 #: Systems that take the MovieLens side features (``NAME+side``).
 SIDE_SYSTEMS = ("npfm", "ppfm", "mcmc-fm", "sgd-fm")
+#: the per-user metrics whose standard errors and paired intervals the table reports, and the main one
+#: (it picks the best baseline; its difference and interval are the table's diff / ci_low / ci_high)
+_INTERVAL_METRICS = ("precision", "recall", "ndcg", "ndcg_log2k1")
+MAIN_METRIC = "precision"
 P_AT = 100  # the thesis's list length P (sec. 5.4.4); `validation.evaluation.pfm_experiments.evaluate_p3` fixes it too
 _SELECT = ("f_measure", "precision", "recall", "ndcg", "ndcg_log2k1")
 
@@ -125,7 +135,7 @@ class CountsConfig:
     sgd_learning_rates: tuple = (0.003, 0.01, 0.03)
     sgd_regs: tuple = (0.01, 0.04, 0.1)
     sgd_batch_size: int = 1
-    ease_lambdas: tuple = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
+    ease_lambdas: tuple = baselines.EASE_LAMBDAS
     ease_values: str = "binary"
     validation_fraction: float = 0.2
     select_by: str = "f_measure"
@@ -174,6 +184,9 @@ class CountsEvaluation:
         validation metrics, seconds and ``chosen``).
     notes : lines describing data and settings. report : path of ``report.md`` (None without out_dir).
     extras : per system, e.g. NPFM's mean number of active factors (``n_active_mean``).
+    per_user : method -> per-user DataFrame (`validation.evaluation.metrics.p3_metrics`) on the test split.
+    differences : `validation.evaluation.intervals.compare`'s differences: every method against the best
+        baseline (popularity or EASE^R by precision@100), per metric, with the paired bootstrap interval.
     """
 
     table: pd.DataFrame
@@ -181,6 +194,8 @@ class CountsEvaluation:
     notes: list = field(default_factory=list)
     report: Path | None = None
     extras: dict = field(default_factory=dict)
+    per_user: dict = field(default_factory=dict, repr=False)
+    differences: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 # ------------------------------------------------------------------------------
@@ -232,81 +247,21 @@ def ranking_metrics(score_fn, split: HoldoutSplit, p: int = P_AT, batch_size: in
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.4, eqs. 5.21-5.28 (through `validation.evaluation.metrics`);
     the log2(k + 1) column is a project addition.
     """
-    pu = metrics.holdout_metrics(score_fn, split, p=p, batch_size=batch_size)
-    out = {k: float(v) for k, v in metrics.summarize(pu).items()}
-    pu2 = metrics.holdout_metrics(score_fn, split, p=p, batch_size=batch_size, discount="log2(k+1)")
-    out["ndcg_log2k1"] = float(pu2["ndcg"].mean())
+    return summarize_p3(metrics.p3_metrics(score_fn, split, p=p, batch_size=batch_size))
+
+
+def summarize_p3(per_user: pd.DataFrame) -> dict:
+    """The means of a `validation.evaluation.metrics.p3_metrics` table: dict of float precision, recall,
+    f_measure (eq. 5.25, of the means), ndcg, ndcg_log2k1, n_users.
+    Raises ValueError as `validation.evaluation.metrics.summarize`. Source: ``004_90693a0965f06816.txt`` eqs.
+    5.23-5.25, 5.28."""
+    out = {k: float(v) for k, v in metrics.summarize(per_user).items()}
+    out["ndcg_log2k1"] = float(per_user["ndcg_log2k1"].mean())
     return {k: out[k] for k in ("precision", "recall", "f_measure", "ndcg", "ndcg_log2k1", "n_users")}
 
 
 # ------------------------------------------------------------------------------
-# EASE^R
-
-
-def _matrix(train: Observations, values: str) -> sp.csr_matrix:
-    if not isinstance(train, Observations):
-        raise ValueError(f"train must be Observations, got {type(train).__name__}")
-    if values not in ("binary", "count"):
-        raise ValueError(f"values must be 'binary' or 'count', got {values!r}")
-    v = np.ones(train.nnz) if values == "binary" else np.asarray(train.values, np.float64)
-    return sp.csr_matrix((v, (np.asarray(train.rows), np.asarray(train.cols))), shape=train.shape)
-
-
-def ease_fit(train: Observations, lam: float, *, values: str = "binary") -> np.ndarray:
-    """EASE^R item-item weights in closed form: B = I - P diag(1 / diag P), P = (X^T X + lam I)^-1.
-
-    ``train``: Observations (I, J); X is its user x item matrix, binarized (``values="binary"``,
-    Steck's setting) or with the counts (``"count"``). Only the J x J Gram matrix is dense.
-    Returns B, float64 (J, J), zero diagonal: the minimiser of ||X - X B||_F^2 + lam ||B||_F^2
-    subject to diag(B) = 0.
-
-    Raises ValueError when ``lam <= 0`` or not finite, ``train`` is not Observations or ``values``
-    is unknown; numpy.linalg.LinAlgError if the regularised Gram matrix is not positive definite
-    (it is for lam > 0 up to rounding).
-    Source: Steck 2019, "Embarrassingly shallow autoencoders for sparse data", eq. 8 (closed form);
-    a project addition to the thesis's baselines.
-    """
-    if not (np.isfinite(lam) and lam > 0):
-        raise ValueError(f"lam must be a finite number > 0, got {lam!r}")
-    X = _matrix(train, values)
-    G = (X.T @ X).toarray()
-    G[np.diag_indices_from(G)] += float(lam)
-    c = sla.cho_factor(G, lower=True, check_finite=False)
-    P = sla.cho_solve(c, np.eye(G.shape[0]), check_finite=False)
-    B = -P / np.diag(P)[None, :]
-    B[np.diag_indices_from(B)] = 0.0
-    return B
-
-
-def ease_scores(train: Observations, B: np.ndarray, users, *, values: str = "binary") -> np.ndarray:
-    """EASE^R scores X_u B for a block of users: float64 (len(users), J).
-
-    ``train``: Observations (I, J) (the X of `ease_fit`, same ``values``); ``B``: (J, J) from
-    `ease_fit`; ``users``: int array (n,). Only the block's rows of X are formed (sparse).
-
-    Raises ValueError for a B whose shape is not (J, J), or as `ease_fit` for ``train`` / ``values``.
-    Source: Steck 2019, sec. 3 (score S = X B); project addition to the thesis's baselines.
-    """
-    X = _matrix(train, values)
-    B = np.asarray(B)
-    if B.shape != (X.shape[1], X.shape[1]):
-        raise ValueError(f"B: expected shape {(X.shape[1],) * 2}, got {B.shape}")
-    return np.asarray(X[np.asarray(users)] @ B)
-
-
-def ease_score_fn(train: Observations, lam: float, *, values: str = "binary"):
-    """Fit EASE^R on ``train`` (`ease_fit`) and return ``score_fn(users (B,) int) -> (B, J) float64``.
-
-    Raises ValueError as `ease_fit`. Source: Steck 2019 (closed form); project addition.
-    """
-    B = ease_fit(train, lam, values=values)
-    X = _matrix(train, values)
-
-    def score_fn(users):
-        return np.asarray(X[np.asarray(users)] @ B)
-
-    return score_fn
-
+# EASE^R (the closed form lives in `validation.evaluation.baselines`; re-exported here)
 
 def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fraction: float = 0.2, seed: int = 0,
               select_by: str = "f_measure", values: str = "binary", p: int = P_AT):
@@ -324,21 +279,13 @@ def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fractio
     Source: Steck 2019 (EASE^R); the validation-split search is a project addition (issue 13,
     "fair baselines").
     """
-    lambdas = tuple(float(x) for x in lambdas)
-    if not lambdas:
-        raise ValueError("lambdas: empty")
     if select_by not in _SELECT:
         raise ValueError(f"select_by: one of {_SELECT}, got {select_by!r}")
+    if not tuple(lambdas):
+        raise ValueError("lambdas: empty")
     vs = validation_split(train, fraction=fraction, seed=seed)
-    rows = []
-    for lam in lambdas:
-        t0 = time.perf_counter()
-        m = ranking_metrics(ease_score_fn(vs.train, lam, values=values), vs, p=p)
-        rows.append({"lam": lam, **m, "seconds": time.perf_counter() - t0})
-    table = pd.DataFrame(rows)
-    best = int(np.argmax(table[select_by].to_numpy()))
-    table["chosen"] = np.arange(len(table)) == best
-    return float(table["lam"].iloc[best]), table
+    return baselines.tune_lambda(lambda lam: ease_score_fn(vs.train, lam, values=values),
+                                 lambda fn: ranking_metrics(fn, vs, p=p), lambdas, select_by)
 
 
 # ------------------------------------------------------------------------------
@@ -515,12 +462,6 @@ def _row(method, system, features, m, fit_seconds, per_iter=np.nan, iterations=n
             "iterations": iterations, "setting": setting}
 
 
-def _edge(chosen) -> str:
-    """", at the edge of the grid" when the chosen setting is the first or last of a grid of > 2."""
-    k = int(np.flatnonzero(chosen)[0])
-    return ", at the edge of the grid" if len(chosen) > 2 and k in (0, len(chosen) - 1) else ""
-
-
 def _edge_sgd(table, cfg) -> str:
     best = table[table["chosen"]].iloc[0]
     lrs, regs = sorted(cfg.sgd_learning_rates), sorted(cfg.sgd_regs)
@@ -529,25 +470,36 @@ def _edge_sgd(table, cfg) -> str:
     return f", at the edge of the grid in {' and '.join(edge)}" if edge else ""
 
 
+def _measure(ctx, method, fn) -> dict:
+    """The P3 means of ``fn`` on the test split; its per-user table is kept in ctx["per_user"][method]."""
+    pu = metrics.p3_metrics(fn, ctx["split"], p=P_AT)
+    ctx["per_user"][method] = pu
+    return summarize_p3(pu)
+
+
 def _run_popularity(ctx, side):
     t0 = time.perf_counter()
     fn = metrics.popularity_score_fn(ctx["split"].train)
     secs = time.perf_counter() - t0
-    return [_row("popularity", "popularity", "ids", ranking_metrics(fn, ctx["split"]), secs,
+    return [_row("popularity", "popularity", "ids", _measure(ctx, "popularity", fn), secs,
                  setting="number of training entries of the item")]
 
 
 def _run_ease(ctx, side):
     cfg, split = ctx["cfg"], ctx["split"]
+    reason = baselines.ease_skip_reason(split.n_items)
+    if reason:  # no dense J x J matrix: a row that says why
+        nan = {k: np.nan for k in ("precision", "recall", "f_measure", "ndcg", "ndcg_log2k1")}
+        return [_row("EASE^R", "ease", "ids", {**nan, "n_users": 0.0}, 0.0, setting=reason)]
     lam, table = tune_ease(split.train, cfg.ease_lambdas, fraction=cfg.validation_fraction, seed=cfg.seed,
                            select_by=cfg.select_by, values=cfg.ease_values)
     ctx["tuning"]["ease"] = table
     t0 = time.perf_counter()
     fn = ease_score_fn(split.train, lam, values=cfg.ease_values)
     secs = time.perf_counter() - t0
-    return [_row("EASE^R", "ease", "ids", ranking_metrics(fn, split), secs,
+    return [_row("EASE^R", "ease", "ids", _measure(ctx, "EASE^R", fn), secs,
                  setting=f"lambda = {lam:g} (best validation {cfg.select_by} of {len(table)}"
-                         f"{_edge(table['chosen'].to_numpy())}); X {cfg.ease_values}")]
+                         f"{baselines.grid_edge_note(table['chosen'].to_numpy())}); X {cfg.ease_values}")]
 
 
 def _run_hpf(ctx, side):
@@ -561,7 +513,7 @@ def _run_hpf(ctx, side):
     fit = cavi.fit(cfg.seed, split.train, cfg.K, HPFHyper(), max_iter=cfg.hpf_max_iter, tol=0.0,
                    dtype=np.dtype(cfg.dtype), n_draws=0, progress=ctx["progress"]).idata
     secs = time.perf_counter() - t0
-    return [_row("HPF (CAVI)", "hpf", "ids", ranking_metrics(_hpf_score_fn(fit), split), secs,
+    return [_row("HPF (CAVI)", "hpf", "ids", _measure(ctx, "HPF (CAVI)", _hpf_score_fn(fit)), secs,
                  secs / cfg.hpf_max_iter, cfg.hpf_max_iter, "a = a' = c = c' = 0.3, b' = d' = 1; tol 0")]
 
 
@@ -585,6 +537,7 @@ def _run_pfm(variant):
             if r["method"] == "popularity":
                 continue
             m = {k: float(r[k]) for k in ("precision", "recall", "f_measure", "ndcg", "ndcg_log2k1", "n_users")}
+            ctx["per_user"][r["method"]] = res["per_user"][r["method"]]
             out.append(_row(r["method"], variant, "ids+side" if side else "ids", m, res["seconds"],
                             res["seconds_per_sweep"], iters, setting))
         return out
@@ -620,7 +573,7 @@ def _run_mcmc_fm(ctx, side):
     post = arviz_io.group_arrays(idata)
     fn = fm_score_fn(post["w0"], post["w"], post["V"], ent)
     tag = "MCMC-FM + side" if side else "MCMC-FM"
-    return [_row(tag, "mcmc-fm", "ids+side" if side else "ids", ranking_metrics(fn, split), secs,
+    return [_row(tag, "mcmc-fm", "ids+side" if side else "ids", _measure(ctx, tag, fn), secs,
                  idata.posterior.attrs.get("seconds_per_sweep"), cfg.fm_warmup + cfg.fm_samples,
                  f"1 chain x ({cfg.fm_warmup} burn-in + {cfg.fm_samples} kept); Gaussian, observed ratings only")]
 
@@ -635,7 +588,7 @@ def _run_sgd_fm(ctx, side):
     secs = time.perf_counter() - t0
     fn = fm_score_fn(w0, w, V, ent)
     tag = "SGD-FM + side" if side else "SGD-FM"
-    return [_row(tag, "sgd-fm", "ids+side" if side else "ids", ranking_metrics(fn, split), secs,
+    return [_row(tag, "sgd-fm", "ids+side" if side else "ids", _measure(ctx, tag, fn), secs,
                  epoch_secs / cfg.sgd_epochs, cfg.sgd_epochs,
                  f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
                  f"{_edge_sgd(table, cfg)}); observed ratings only")]
@@ -684,9 +637,12 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     Returns
     -------
     `CountsEvaluation`: ``table`` (method, system, features, precision, recall, f_measure, ndcg,
-    ndcg_log2k1, n_users, fit_seconds, seconds_per_iteration, iterations, setting; float64 metrics),
-    ``tuning`` ("ease", "sgd-fm", "sgd-fm+side": the validation-split searches), ``notes``,
-    ``report``, ``extras``.
+    ndcg_log2k1, n_users, fit_seconds, seconds_per_iteration, iterations, setting; float64 metrics;
+    then the standard errors over test users ``precision_se``, ``recall_se``, ``ndcg_se``,
+    ``ndcg_log2k1_se`` and, against the best baseline ``vs`` (popularity or EASE^R, by precision@100),
+    ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap interval of the precision@100 difference,
+    `validation.evaluation.intervals`) and ``verdict``), ``tuning`` ("ease", "sgd-fm", "sgd-fm+side":
+    the validation-split searches), ``notes``, ``report``, ``extras``, ``per_user``, ``differences``.
 
     Raises
     ------
@@ -707,7 +663,7 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     names = _resolve_systems(systems, side_features)
     split = datasets.split_random_holdout(df, seed=cfg.seed, row_order="input")
     ctx = {"cfg": cfg, "split": split, "df": df, "data_dir": data_dir, "progress": progress, "tuning": {},
-           "extras": {}, "entities": {}}
+           "extras": {}, "entities": {}, "per_user": {}}
     rows = []
     for name in names:
         base, side = name.split("+")[0], name.endswith("+side")
@@ -720,6 +676,9 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
                 print(f"  {r['method']:38s} P@100 {r['precision']:.4f}  R@100 {r['recall']:.4f}  "
                       f"NDCG {r['ndcg']:.4f}  {r['fit_seconds']:.1f} s", file=sys.stderr, flush=True)
     table = pd.DataFrame(rows)
+    comparison = intervals.compare(ctx["per_user"], _INTERVAL_METRICS, main=MAIN_METRIC,
+                                   baselines=("popularity", "EASE^R"))
+    table = intervals.annotate(table, comparison, system_col="method")
     tr, te = split.train, split.test
     notes = [f"P3, seed {cfg.seed}: {tr.nnz} training and {te.nnz} test ratings, I = {split.n_users}, "
              f"J = {split.n_items}; top P = {P_AT}; {int(table['n_users'].iloc[0])} test users",
@@ -729,12 +688,15 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
              f"EASE^R searched lambda in {list(cfg.ease_lambdas)} (X {cfg.ease_values})",
              f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
              f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}",
-             "fit_seconds: the final fit (compilation included), tuning excluded; NPFM/PPFM: sampling only"]
+             "fit_seconds: the final fit (compilation included), tuning excluded; NPFM/PPFM: sampling only",
+             comparison.note() + f"; diff / ci_low / ci_high / verdict: {MAIN_METRIC}@{P_AT}"]
     report = None
     if out_dir is not None:
         from validation.checks.report import evaluation_report
 
-        tables = {f"P3 top-{P_AT} (test split)": table.drop(columns=["system"])}
+        tables = {f"P3 top-{P_AT} (test split)": table.drop(columns=["system"]),
+                  f"Differences against {comparison.best_baseline} (paired bootstrap over test users)":
+                      comparison.differences}
         titles = {"ease": "EASE^R: lambda on the validation split of the training data",
                   "sgd-fm": "SGD-FM: (eta, lambda) on the validation split of the training data",
                   "sgd-fm+side": "SGD-FM + side: (eta, lambda) on the validation split of the training data"}
@@ -742,4 +704,5 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
             tables[titles[k]] = t
         report = evaluation_report(tables, None, out_dir, title="Top-N from counts on MovieLens: protocol P3",
                                    notes=notes)
-    return CountsEvaluation(table=table, tuning=ctx["tuning"], notes=notes, report=report, extras=ctx["extras"])
+    return CountsEvaluation(table=table, tuning=ctx["tuning"], notes=notes, report=report, extras=ctx["extras"],
+                            per_user=ctx["per_user"], differences=comparison.differences)

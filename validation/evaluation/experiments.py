@@ -1,12 +1,16 @@
 """Held-out evaluation of a fitted model on the seed papers' protocols.
 
 `evaluate_hpf` is what ``factorbayes evaluate hpf`` and ``factorbayes fit hpf`` run:
-HPF by CAVI next to the popularity baseline on
+HPF by CAVI next to the popularity and EASE^R baselines (`validation.evaluation.baselines`; lambda chosen
+on a validation split of the training data) on
 
 - P1 (leave one positive out per user, ratings >= 4 binarized): rank score
   (000 eq. 12 / 003 eq. 20), HR@10 and NDCG@10 with pessimistic ties;
 - P3 (random 20% of the ratings, permuted in file order, held out; ratings as counts): precision@100,
   recall@100 and NDCG@100 (004 ch. 5, eqs. 5.21-5.28).
+
+Every table carries standard errors over test users and the paired bootstrap interval of each method
+against the better baseline (`validation.evaluation.intervals`): by HR@10 on P1, precision@100 on P3.
 """
 
 from __future__ import annotations
@@ -20,19 +24,24 @@ from custom_inference import hpf as cavi
 from ppl_models.hpf import HPFHyper
 
 from validation.data import datasets
-from validation.evaluation import metrics
+from validation.evaluation import baselines, intervals, metrics
 
 __all__ = ["EvaluationResult", "evaluate_hpf"]
 
 
 @dataclass
 class EvaluationResult:
-    """Summary tables per protocol, per-user tables, by-degree tables and the fits."""
+    """Summary tables per protocol, per-user tables, by-degree tables and the fits; ``differences``
+    (protocol -> `validation.evaluation.intervals.Comparison.differences`), ``tuning`` (protocol -> EASE^R's
+    validation curve), ``notes`` (lines: the chosen lambdas, how the intervals were made)."""
 
     tables: dict[str, pd.DataFrame]
     per_user: dict[str, pd.DataFrame] = field(repr=False)
     by_degree: dict[str, pd.DataFrame] = field(repr=False)
     fits: dict[str, object] = field(repr=False)
+    differences: dict[str, pd.DataFrame] = field(default_factory=dict)
+    tuning: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: list = field(default_factory=list)
 
 
 def _hpf_score_fn(idata):
@@ -50,6 +59,7 @@ def evaluate_hpf(
     tol: float = 0.0,
     dtype=np.float32,
     progress: bool = True,
+    ease: bool = True,
 ) -> EvaluationResult:
     """Fit HPF by CAVI on the P1 and P3 training sets of ``df`` and evaluate both.
 
@@ -62,11 +72,18 @@ def evaluate_hpf(
     max_iter, tol : CAVI sweeps and relative-ELBO tolerance (tol = 0 runs all sweeps,
         as hpfrec's reference run of 100 iterations does)
     dtype : float32 (fast) or float64
+    ease : add EASE^R: on P1 `validation.evaluation.baselines.ease_system` (lambda by HR@10 on one training
+        positive per user held out of the training matrix), on P3
+        `validation.evaluation.counts_eval.tune_ease` (precision@100 on 20 % of the training entries held out);
+        skipped with its reason above `validation.evaluation.baselines.EASE_MAX_ITEMS` items
 
     Returns
     -------
     EvaluationResult with tables "P1" (rank_score, hit, ndcg) and "P3" (precision,
-    recall, f_measure, ndcg), one row per method (HPF CAVI, popularity).
+    recall, f_measure, ndcg), one row per method (HPF CAVI, popularity, EASE^R), each with the
+    standard errors ``<metric>_se`` over test users and, against the better of popularity and EASE^R
+    (``vs``; by hit on P1, precision on P3), ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap
+    interval over the same users) and ``verdict``.
     The fits' variational parameters have ``dtype``: user factors (I, K), item factors (J, K).
 
     Raises
@@ -84,6 +101,7 @@ def evaluate_hpf(
     # the reference numbers of the foundation issue (popularity, hpfrec) were measured.
     p3 = datasets.split_random_holdout(df, seed=seed, row_order="input")
     tables, per_user, buckets, fits = {}, {}, {}, {}
+    differences, tuning, notes = {}, {}, []
     for name, split, train in (("P1", p1, p1.train), ("P3", p3, p3.train)):
         fit = cavi.fit(
             seed, train, n_components, hyper, max_iter=max_iter, tol=tol,
@@ -91,10 +109,11 @@ def evaluate_hpf(
         ).idata
         fits[name] = fit
         rows, per_method = [], {}
-        for method, score_fn in (
-            ("HPF (CAVI)", _hpf_score_fn(fit)),
-            ("popularity", metrics.popularity_score_fn(train)),
-        ):
+        methods = [("HPF (CAVI)", _hpf_score_fn(fit)), ("popularity", metrics.popularity_score_fn(train))]
+        if ease:
+            fn = _ease(name, train, seed, tuning, notes)
+            methods += [("EASE^R", fn)] if fn is not None else []
+        for method, score_fn in methods:
             if name == "P1":
                 pu = metrics.leave_one_out_metrics(score_fn, split, n=10)
                 bucket_col = "rank_score"
@@ -107,11 +126,39 @@ def evaluate_hpf(
             b = metrics.by_degree(pu, bucket_col)
             b.insert(0, "method", method)
             buckets.setdefault(f"{name} {bucket_col}", []).append(b)
-        tables[name] = pd.DataFrame(rows)
+        cols = ["rank_score", "hit", "ndcg"] if name == "P1" else ["precision", "recall", "ndcg"]
+        main = "hit" if name == "P1" else "precision"
+        comp = intervals.compare(per_method, cols, main=main, baselines=("popularity", "EASE^R"))
+        tables[name] = intervals.annotate(pd.DataFrame(rows), comp, system_col="method")
+        differences[name] = comp.differences
+        notes.append(f"{name}: {comp.note()}; diff / ci_low / ci_high / verdict: {main}")
         per_user[name] = per_method
     return EvaluationResult(
         tables=tables,
         per_user=per_user,
         by_degree={k: pd.concat(v, ignore_index=True) for k, v in buckets.items()},
         fits=fits,
+        differences=differences,
+        tuning=tuning,
+        notes=notes,
     )
+
+
+def _ease(protocol: str, train, seed: int, tuning: dict, notes: list):
+    """EASE^R's score function on a protocol's training matrix, lambda chosen on a split of it (P1: one
+    positive per user; P3: 20 % of the entries, by precision@100); None (and a note) when skipped."""
+    from validation.evaluation import counts_eval
+
+    try:
+        if protocol == "P1":
+            fn = baselines.ease_system()(train, seed)
+            tuning[protocol], setting = fn.tuning, fn.setting
+        else:
+            lam, tuning[protocol] = counts_eval.tune_ease(train, seed=seed, select_by="precision")
+            fn = baselines.ease_score_fn(train, lam)
+            setting = f"lambda = {lam:g} (best validation precision@100; 20 % of the training entries held out)"
+    except baselines.SkippedSystem as e:
+        notes.append(f"{protocol}: {e}")
+        return None
+    notes.append(f"{protocol} EASE^R: {setting}")
+    return fn

@@ -413,9 +413,22 @@ def _ranking(score_fn, train, users, items, N, batch_users):
     return pd.concat(parts, ignore_index=True)
 
 
+def _ease_system(train, N, seed):
+    """EASE^R on the model's training pattern (binary Observations), lambda by validation HR@N[0] on one
+    training entry per user held out (`validation.evaluation.baselines.ease_system`): (score_fn, None), or
+    (None, reason) when it is skipped (J above the bound)."""
+    from validation.evaluation import baselines
+
+    try:
+        return baselines.ease_system(n=N[0])(train, seed), None
+    except baselines.SkippedSystem as e:
+        return None, str(e)
+
+
 def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_col=None,
-             batch_cells: int = 500_000, batch_users: int | None = None) -> pd.DataFrame:
-    """The field's held-out metrics of a fitted model next to popularity on the same training data.
+             batch_cells: int = 500_000, batch_users: int | None = None, ease: bool = True,
+             seed: int | None = None) -> pd.DataFrame:
+    """The field's held-out metrics of a fitted model next to popularity and EASE^R on the same training data.
 
     Parameters
     ----------
@@ -431,20 +444,32 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     batch_cells : bound on the draw x cell values of one block of model scores (memory:
         ~ 8 batch_cells K bytes for dot-product models). batch_users : users per block of scores
         (default ``max(1, 4_000_000 // J)``; memory O(batch_users J)).
+    ease : add the EASE^R row (`validation.evaluation.baselines.ease_system` on the binarized training
+        entries ``fitted.seen``: lambda chosen by HR@N[0] on one training entry per user held out of them,
+        never on ``test``; skipped, with the reason in ``attrs["notes"]``, above
+        `validation.evaluation.baselines.EASE_MAX_ITEMS` items).
+    seed : seed of EASE^R's validation split (default the fit's ``settings["seed"]``, else 0).
 
     Returns
     -------
-    pandas.DataFrame, one row per system: ``system`` (the model's name, ``"popularity"``, and for
-    rating models ``"item mean"``: each item's mean training value), ``recall@N``, ``ndcg@N`` per N
+    pandas.DataFrame, one row per system: ``system`` (the model's name, ``"popularity"``, ``"ease"``
+    (EASE^R) and for rating models ``"item mean"``: each item's mean training value), ``recall@N``, ``ndcg@N`` per N
     (float64, means over the evaluated users: relevant = the user's held-out entries, candidates = the
     items not in the user's training entries, ties broken by the smaller item index), ``rank_score``
     (for each held-out entry, the fraction of the user's other candidates that are not held out scored
     strictly below it; averaged over the user's held-out entries, then over users; 0.5 is random, 1 every
     held-out item above every other candidate), ``rmse`` (rating models: of the posterior-mean
-    prediction of each held-out value; NaN otherwise and for popularity), ``users`` and ``held_out``
-    (int: users and entries evaluated). ``attrs``: ``"evaluation"`` (counts: users, held_out,
-    not_relevant, unknown_user, unknown_item, test_rows), ``"split"`` (the test's split summary, if any),
-    ``"N"``.
+    prediction of each held-out value; NaN otherwise and for popularity and EASE^R), ``users`` and
+    ``held_out`` (int: users and entries evaluated); then the standard errors over the evaluated users
+    ``<metric>_se`` of every metric (RMSE's: bootstrap, it pools ratings) and, against the better of
+    popularity and EASE^R by recall@N (the smallest N), ``vs``, ``diff`` (recall@N, system - baseline),
+    ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over the same users,
+    `validation.evaluation.intervals`) and ``verdict`` ("better" / "worse" only when the interval
+    excludes 0). ``attrs``: ``"evaluation"`` (counts: users, held_out, not_relevant, unknown_user,
+    unknown_item, test_rows), ``"split"`` (the test's split summary, if any), ``"N"``, ``"differences"``
+    (list of dicts: system, baseline, metric, diff, ci_low, ci_high, verdict, for every metric; RMSE
+    against the item mean), ``"ease"`` (dict: setting (the chosen lambda) and curve (list of dicts: the
+    validation search), or reason when skipped), ``"notes"`` (list of str).
 
     Raises
     ------
@@ -461,7 +486,7 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     from custom_inference.data import Observations
 
     from validation.data import loaders
-    from validation.evaluation import metrics
+    from validation.evaluation import intervals, metrics
 
     N = (N,) if isinstance(N, (int, np.integer)) and not isinstance(N, bool) else tuple(N)
     if not N or any(isinstance(n, bool) or int(n) != n or n < 1 for n in N):
@@ -493,26 +518,49 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     J = seen.shape[1]
     batch_users = batch_users or max(1, 4_000_000 // max(J, 1))
     systems = {fitted.model: _model_score_fn(fitted, batch_cells), "popularity": metrics.popularity_score_fn(train)}
+    notes, ease_info = [], {}
+    if ease:
+        fn, reason = _ease_system(train, N, int(fitted.settings.get("seed", 0)) if seed is None else int(seed))
+        if fn is None:
+            notes.append(reason)
+            ease_info["reason"] = reason
+        else:
+            systems["ease"] = fn
+            ease_info.update(setting=fn.setting, curve=fn.tuning.to_dict("records"))
     if kind == "real":
         systems["item mean"] = _item_mean_score_fn(seen)
-    rows = []
+    rows, per_user, sq = [], {}, {}
     for name, fn in systems.items():
         pu = _ranking(fn, seen, u, i, N, batch_users)
+        per_user[name] = pu
         row = {"system": name}
         for n in N:
             row[f"recall@{n}"] = float(pu[f"recall@{n}"].mean())
             row[f"ndcg@{n}"] = float(pu[f"ndcg@{n}"].mean())
         row["rank_score"] = float(pu["rank_score"].mean())
         row["rmse"] = np.nan
-        if kind == "real" and name != "popularity":  # popularity counts entries: no rating to compare
+        if kind == "real" and name in (fitted.model, "item mean"):  # popularity, EASE^R: no rating scale
             pred = _predict_means(fitted, u, i) if name == fitted.model else fn(np.zeros(1, dtype=np.int64))[0][i]
             row["rmse"] = metrics.rmse(pred, truth)
+            sq[name] = intervals.squared_errors(u, pred, truth)
         row["users"] = int(len(pu))
         row["held_out"] = int(u.size)
         rows.append(row)
     out = pd.DataFrame(rows)
+    ranking = [m for n in N for m in (f"recall@{n}", f"ndcg@{n}")] + ["rank_score"]
+    comp = intervals.compare(per_user, ranking, main=f"recall@{N[0]}", baselines=("popularity", "ease"))
+    out = intervals.annotate(out, comp)
+    diffs = comp.differences
+    notes.insert(0, comp.note() + f"; diff / ci_low / ci_high / verdict: recall@{N[0]}")
+    if len(sq) == 2:
+        rc = intervals.compare(sq, ["rmse"], main="rmse", baselines=("item mean",), lower_is_better=("rmse",),
+                               rmse={"rmse": "n_ratings"})
+        out["rmse_se"] = out["system"].map(rc.summary.set_index("system")["rmse_se"])
+        diffs = pd.concat([diffs, rc.differences], ignore_index=True)
+        notes.append("RMSE: " + rc.note().split("; _se")[0] + " (RMSE pools the held-out ratings: its _se is the "
+                     "bootstrap one)")
     counts.update(users=int(np.unique(u).size), held_out=int(u.size))
-    out.attrs.update(evaluation=counts, N=N)
+    out.attrs.update(evaluation=counts, N=N, differences=diffs.to_dict("records"), ease=ease_info, notes=notes)
     if _SUMMARY_KEY in test.attrs:
         out.attrs["split"] = dict(test.attrs[_SUMMARY_KEY])
     return out

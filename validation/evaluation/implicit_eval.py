@@ -38,8 +38,10 @@ curves (`recall_curves`, `sibm_recall_curves`, `binary_split`, `sec4_synthetic`,
 entries sampled, for S-Uniform, S-Balanced and S-Biased) and fig. 3 (SIBM-auto against batch VB,
 which touches I J entries per sweep) on the SIBM protocol and on the sec. 4 synthetic matrix
 (`sec4_synthetic`, `binary_split`), as CSV, PNG and Markdown. `baseline_systems` gives the
-"popularity", "BPR-uniform" and "BPR-popularity" entries; SIBM and RG systems are added to the
-same dict by their modules.
+"popularity", "ease" (EASE^R, `validation.evaluation.baselines`), "BPR-uniform" and "BPR-popularity"
+entries; SIBM and RG systems are added to the same dict by their modules. Every table carries
+standard errors over test users and paired bootstrap intervals against the better of popularity and
+EASE^R (`validation.evaluation.intervals`; measured tables with intervals: docs/tour.md).
 
 Measured on MovieLens 100K (``u.data``), seed 0, `baseline_systems` defaults (K = 64, 100
 epochs, float32; fit keys 0 / 1 / 2 for the spread of BPR):
@@ -76,7 +78,7 @@ from custom_inference import bpr
 from custom_inference.data import Observations
 
 from validation.data import datasets
-from validation.evaluation import metrics
+from validation.evaluation import baselines, intervals, metrics
 from validation.data.datasets import ImplicitSplit
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "subsample_baskets",
     "RATING_PROTOCOLS",
     "BASKET_PROTOCOLS",
+    "IMPLICIT_BASELINES",
     "baseline_systems",
     "BPR_DEFAULTS",
     "model_systems",
@@ -124,7 +127,12 @@ class ImplicitEvaluation:
         ``fit_seconds`` (wall time of the system's fit, compilation included), ``n_users``
         (test rows), ``n_items`` (distinct held-out items), ``I``, ``J``, ``like_error`` (seed 003
         fig. 4: share of held-out edges with p(g = 1 | h = 1) < 1/2; NaN unless the system's
-        scores are like probabilities).
+        scores are like probabilities), ``setting`` (what a tuned system chose, e.g. EASE^R's lambda;
+        or why a system was skipped: its metrics are then NaN), then the standard errors over test users
+        ``recall@N_se``, ``rank_score_users_se``, ``ndcg@N_se`` and, against the protocol's best baseline
+        ``vs`` (popularity or EASE^R, the better by recall@N), ``diff`` (recall@N, system - baseline),
+        ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over the same test users) and ``verdict``
+        ("better" / "worse" only when the interval excludes 0, else "no difference").
     by_user_degree : pandas.DataFrame
         `validation.evaluation.metrics.by_degree` of the rank score by the user's training degree, with
         columns ``protocol``, ``system`` in front.
@@ -142,6 +150,14 @@ class ImplicitEvaluation:
         p(g = 1 | h = 1) in the bucket). Empty when no such system ran.
     plots : dict[str, Path] of written PNG files (empty without ``out_dir``)
     report : Path of the Markdown report, or None without ``out_dir``
+    differences : pandas.DataFrame
+        Per protocol, every system against the protocol's best baseline (popularity or EASE^R, by
+        recall@N): ``protocol``, ``system``, ``baseline``, ``metric`` (recall@N, rank_score_users, ndcg@N),
+        ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap over test users,
+        `validation.evaluation.intervals.compare`), ``verdict``.
+    tuning : dict[(protocol, system)] -> DataFrame: the validation curve of a system that chose a
+        setting on its training matrix (EASE^R's lambda: `validation.evaluation.baselines.ease_system`).
+    notes : list of str: how the intervals were made, and any system skipped (with the reason).
     """
 
     table: pd.DataFrame
@@ -151,6 +167,9 @@ class ImplicitEvaluation:
     like_error_by_degree: pd.DataFrame = field(default_factory=pd.DataFrame)
     plots: dict = field(default_factory=dict)
     report: Path | None = None
+    differences: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tuning: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
 
 
 _SPLITTERS = {
@@ -163,6 +182,9 @@ _SPLITTERS = {
 #: (``baskets=True``): P1 and SIBM binarize ratings >= 4, which basket tables (rating 1.0) do not have
 RATING_PROTOCOLS = ("P1", "SIBM")
 BASKET_PROTOCOLS = ("baskets",)
+#: the baselines of every one-class table; the better of them by recall@N is the one every system is
+#: compared with (`validation.evaluation.intervals.compare`)
+IMPLICIT_BASELINES = ("popularity", "ease")
 
 
 def _item_means(pu: pd.DataFrame, train: Observations) -> pd.DataFrame:
@@ -221,7 +243,8 @@ def evaluate_implicit(
         No system; a system that is not callable; an unknown protocol name; "P1" or "SIBM" with
         ``baskets=True``; a system marked ``scores_like_probability`` whose held-out scores leave
         [0, 1]; and what the splits and metrics raise.
-    Errors of a system's fit or score function propagate; OSError when ``out_dir`` cannot be written.
+    Errors of a system's fit or score function propagate, except `validation.evaluation.baselines.SkippedSystem`
+    (the row keeps the reason in ``setting``, NaN metrics); OSError when ``out_dir`` cannot be written.
 
     Source: project addition (the comparison harness) computing recall@N of
     ``002_5408d341cb9fc544.txt`` sec. 4, the rank score of ``000_619a0297b9d686b2.txt`` eq. (12) /
@@ -252,11 +275,23 @@ def evaluate_implicit(
     if not splits:
         raise ValueError("protocols: none given")
     rows, per_user, by_user, by_item, like_err = [], {}, [], [], []
+    tuning, notes, diffs = {}, [], []
+    table_cols = {"hit": f"recall@{n}", "rank_score": "rank_score_users", "ndcg": f"ndcg@{n}"}
     for pname, split in splits.items():
         for sname, factory in systems.items():
             t0 = time.perf_counter()
-            score_fn = factory(split.train, seed)
+            try:
+                score_fn = factory(split.train, seed)
+            except baselines.SkippedSystem as e:
+                notes.append(f"{pname} {sname}: {e}")
+                rows.append({"protocol": pname, "system": sname, "n_users": 0, "n_items": 0, "I": split.n_users,
+                             "J": split.n_items, "setting": str(e)})
+                if progress:
+                    print(f"[implicit_eval] {pname} {sname}: {e}", flush=True)
+                continue
             secs = time.perf_counter() - t0
+            if getattr(score_fn, "tuning", None) is not None:
+                tuning[(pname, sname)] = score_fn.tuning
             pu = metrics.leave_one_out_metrics(score_fn, split, n=n, batch_size=batch_size)
             like_error = np.nan
             if getattr(factory, "scores_like_probability", False):
@@ -283,6 +318,7 @@ def evaluate_implicit(
                     "I": split.n_users,
                     "J": split.n_items,
                     "like_error": like_error,
+                    "setting": getattr(score_fn, "setting", ""),
                 }
             )
             for acc, table in ((by_user, pu), (by_item, items)):
@@ -297,13 +333,29 @@ def evaluate_implicit(
                     f"R={r['rank_score_users']:.4f} fit {secs:.1f}s",
                     flush=True,
                 )
+    table = pd.DataFrame(rows)
+    table["setting"] = table["setting"].fillna("")
+    for pname in splits:
+        done = {s: per_user[(pname, s)] for s in systems if (pname, s) in per_user}
+        if not done:
+            continue
+        comp = intervals.compare(done, list(table_cols), main="hit", baselines=IMPLICIT_BASELINES)
+        table = intervals.annotate(table, comp, table_cols, where={"protocol": pname})
+        d = comp.differences.assign(metric=comp.differences["metric"].map(table_cols))
+        d.insert(0, "protocol", pname)
+        diffs.append(d)
+        notes.append(f"{pname}: {comp.note(f'recall@{n}')}; diff / ci_low / ci_high / verdict: recall@{n}")
+    differences = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame()
     result = ImplicitEvaluation(
-        table=pd.DataFrame(rows),
-        by_user_degree=pd.concat(by_user, ignore_index=True),
-        by_item_degree=pd.concat(by_item, ignore_index=True),
+        table=table,
+        by_user_degree=pd.concat(by_user, ignore_index=True) if by_user else pd.DataFrame(),
+        by_item_degree=pd.concat(by_item, ignore_index=True) if by_item else pd.DataFrame(),
         per_user=per_user,
         like_error_by_degree=pd.concat(like_err, ignore_index=True) if like_err else pd.DataFrame(
             columns=["protocol", "system", "bucket_low", "bucket_high", "n_users", "mean", "sem", "mean_like"]),
+        differences=differences,
+        tuning=tuning,
+        notes=notes,
     )
     if out_dir is not None:
         _write(result, Path(out_dir), n)
@@ -369,6 +421,16 @@ def _plot_by_degree(buckets: pd.DataFrame, xlabel: str, path: Path, *,
     return path
 
 
+def _tuning_lines(tuning: dict) -> list[str]:
+    """Markdown sections of the validation curves (EASE^R's lambda), one per (protocol, system)."""
+    from validation.checks.report import markdown_table
+
+    lines = []
+    for (p, s), t in tuning.items():
+        lines += [f"## {p} {s}: setting chosen on a validation split of the training matrix", "", markdown_table(t), ""]
+    return lines
+
+
 def _write(result: ImplicitEvaluation, out: Path, n: int) -> None:
     from validation.checks.report import markdown_table
 
@@ -387,6 +449,13 @@ def _write(result: ImplicitEvaluation, out: Path, n: int) -> None:
         "",
         markdown_table(result.table),
         "",
+        *[f"- {line}" for line in result.notes],
+        "",
+        "## Differences against the best baseline (paired bootstrap over test users)",
+        "",
+        markdown_table(result.differences) if len(result.differences) else "(no system evaluated)",
+        "",
+        *_tuning_lines(result.tuning),
         "## Rank score by user degree",
         "",
         "![rank by user degree](rank_by_user_degree.png)",
@@ -527,10 +596,14 @@ BPR_DEFAULTS = {
 
 
 def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
-    """The "popularity", "BPR-uniform" and "BPR-popularity" systems of the comparison.
+    """The "popularity", "ease", "BPR-uniform" and "BPR-popularity" systems of the comparison.
 
     - ``"popularity"``: `validation.evaluation.metrics.popularity_score_fn` (the item's number of training
       positives; 000 section 5, 003 section 6.1.2).
+    - ``"ease"``: EASE^R (Steck 2019), `validation.evaluation.baselines.ease_system`: lambda chosen by
+      validation HR@10 on one training positive per user held out of the training matrix, then refitted
+      on all of it; skipped (`validation.evaluation.baselines.SkippedSystem`) above
+      `validation.evaluation.baselines.EASE_MAX_ITEMS` items.
     - ``"BPR-uniform"`` / ``"BPR-popularity"``: `custom_inference.bpr.fit` with
       ``sampling="uniform"`` / ``"popularity"``, key ``jax.random.key(seed)``, float32, and the
       settings of `BPR_DEFAULTS` (K = 64, 100 epochs, learning rate 0.02, L2 on factors and
@@ -547,7 +620,8 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
     raises, when called, what `custom_inference.bpr.fit` raises (e.g. ValueError for a bad setting).
 
     Source: ``000_619a0297b9d686b2.txt`` sec. 5 and ``003_203f63200c0d7157.txt`` sec. 6.1 (the
-    popularity, BPR-uniform and BPR-pop baselines); the settings of `BPR_DEFAULTS` are project choices.
+    popularity, BPR-uniform and BPR-pop baselines); EASE^R: Steck 2019; the settings of `BPR_DEFAULTS`
+    are project choices.
     """
     allowed = {"n_factors", "n_epochs", "learning_rate", "reg", "bias_reg", "batch_size", "max_tries", "init_scale", "dtype"}
     unknown = sorted(set(bpr_kwargs) - allowed)
@@ -568,6 +642,7 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
 
     return {
         "popularity": lambda train, seed: metrics.popularity_score_fn(train),
+        "ease": baselines.ease_system(),
         "BPR-uniform": make("uniform"),
         "BPR-popularity": make("popularity"),
     }

@@ -67,6 +67,7 @@ __all__ = [
     "ndcg_at",
     "leave_one_out_metrics",
     "holdout_metrics",
+    "p3_metrics",
     "summarize",
     "by_degree",
     "popularity_scores",
@@ -409,6 +410,21 @@ def holdout_metrics(
     )
     out.attrs.update(protocol="P3", p=p, discount=discount)
     return out
+
+
+def p3_metrics(score_fn: ScoreFn, split: HoldoutSplit, p: int = 100, batch_size: int = 256) -> pd.DataFrame:
+    """`holdout_metrics` per user with both NDCG discounts: the thesis's and ``1 / log2(k + 1)``.
+
+    Returns the DataFrame of `holdout_metrics` (``discount="eq5.26"``) with one more column,
+    ``ndcg_log2k1`` (float64): the NDCG@p of the same list with the discount ``1 / log2(k + 1)``.
+    The score function is called twice per batch (once per discount). Raises as `holdout_metrics`.
+    Source: 004_90693a0965f06816.txt, sec. 5.4.4, eqs. (5.21)-(5.27); the second discount is a project
+    addition.
+    """
+    pu = holdout_metrics(score_fn, split, p=p, batch_size=batch_size)
+    pu2 = holdout_metrics(score_fn, split, p=p, batch_size=batch_size, discount="log2(k+1)")
+    pu["ndcg_log2k1"] = pu2["ndcg"].to_numpy()
+    return pu
 
 
 # ---------------------------------------------------------------------------

@@ -72,21 +72,29 @@ def validation_split(split, seed: int = 1):
     moves to the validation set (the P1 draw of `validation.data.splits.split_leave_one_out`, step 3, on the
     training matrix; generator ``numpy.random.default_rng(seed)``). The test items stay out of both parts.
 
-    split : `validation.data.datasets.ImplicitSplit`. Returns an ImplicitSplit (same I, J and ``indexed``)
-    whose ``train`` is the reduced training matrix and ``test_users`` / ``test_items`` the validation pairs.
+    split : `validation.data.datasets.ImplicitSplit`, or its training `Observations` alone (then the result's
+    ``indexed`` is None). seed : int or a sequence of ints (``numpy.random.default_rng``'s seed).
+    Returns an ImplicitSplit (same I, J and ``indexed``) whose ``train`` is the reduced training matrix and
+    ``test_users`` / ``test_items`` the validation pairs.
     Raises ValueError when no user has two training positives.
     Source: project convention (model selection on a split carved from the training data; the hold-out
     of ``000_619a0297b9d686b2.txt`` sec. 5).
     """
     from validation.data import splits as _splits
 
-    tr = split.train
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    tr = split if isinstance(split, Observations) else split.train
+    # _hold_out_one reads the index's n_users and shape only
+    indexed = (SimpleNamespace(n_users=tr.n_rows, shape=tr.shape) if isinstance(split, Observations)
+               else split.indexed)
     rows, cols = np.asarray(tr.rows, np.int64), np.asarray(tr.cols, np.int64)
     order = np.lexsort((cols, rows))
-    out = _splits._hold_out_one(split.indexed, rows[order], cols[order], 2, seed, np.asarray(tr.values).dtype)
+    out = _splits._hold_out_one(indexed, rows[order], cols[order], 2, seed, np.asarray(tr.values).dtype)
     if out is None:
         raise ValueError("split.train: no user has two training positives; nothing to validate on")
-    return out
+    return replace(out, indexed=None) if isinstance(split, Observations) else out
 
 
 def psm_sweep(df, *, rs=(0.25, 0.5, 1.0, 2.0, 4.0), Ks=(10, 20, 30, 50), base_K: int = 20, base_r: float = 1.0,

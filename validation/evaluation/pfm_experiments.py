@@ -139,7 +139,8 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
     the thesis's plug-in rate at the posterior-mean parameters (sec. 5.3.4).
 
     Returns dict: ``table`` (DataFrame: method, precision, recall, ndcg (eq. 5.26 discount),
-    f_measure, n_users, ndcg_log2k1 (the project's discount)), ``n_active_mean``, ``seconds``,
+    f_measure, n_users, ndcg_log2k1 (the project's discount)), ``per_user`` (method -> the per-user
+    DataFrame of `validation.evaluation.metrics.p3_metrics`), ``n_active_mean``, ``seconds``,
     ``seconds_per_sweep``, ``idata``.
     Raises ValueError (from the split, `ml100k_side_features` or `custom_inference.pfm.sample`) on
     bad data, sizes or settings.
@@ -195,16 +196,15 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
     def plugin_scores(users):
         return scores_from(w0.mean(), r.mean(0), *plug, users)
 
-    rows = []
+    rows, per_user = [], {}
     tag = f"{variant.upper()}{' + side' if side else ''}"
     for name, fn in ((f"{tag} (posterior-mean rate)", mean_scores), (f"{tag} (plug-in, sec. 5.3.4)", plugin_scores),
                      ("popularity", metrics.popularity_score_fn(tr))):
-        pu = metrics.holdout_metrics(fn, split, p=100)
-        summ = metrics.summarize(pu)
-        pu2 = metrics.holdout_metrics(fn, split, p=100, discount="log2(k+1)")
-        rows.append({"method": name, **summ.to_dict(), "ndcg_log2k1": float(pu2["ndcg"].mean())})
+        pu = metrics.p3_metrics(fn, split, p=100)
+        per_user[name] = pu
+        rows.append({"method": name, **metrics.summarize(pu).to_dict(), "ndcg_log2k1": float(pu["ndcg_log2k1"].mean())})
     act = np.asarray(idata.sample_stats["n_active"]).ravel()
-    return {"table": pd.DataFrame(rows), "n_active_mean": float(act.mean()), "seconds": seconds,
+    return {"table": pd.DataFrame(rows), "per_user": per_user, "n_active_mean": float(act.mean()), "seconds": seconds,
             "seconds_per_sweep": idata.posterior.attrs.get("seconds_per_sweep"), "idata": idata}
 
 

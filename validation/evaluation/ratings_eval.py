@@ -38,6 +38,7 @@ from ppl_models.fm import FMFlatHyper, FMHierHyper
 from ppl_models.sbmf import SBMFHyper
 
 from validation.data import datasets
+from validation.evaluation import intervals
 from validation.evaluation.metrics import rmse
 
 __all__ = ["SOLVERS", "RatingsConfig", "RatingsEvaluation", "evaluate_ratings", "plot_curves", "iterations_to_within"]
@@ -99,15 +100,24 @@ class RatingsConfig:
 class RatingsEvaluation:
     """Result of `evaluate_ratings`.
 
-    table : one row per (solver, K): rmse, seconds_per_iteration, iterations, iterations_to_1pct,
-        seconds (sweeps only).
+    table : one row per (solver, K), the baseline "item mean" (each item's mean training rating) first at
+        every K: rmse, seconds_per_iteration, iterations, iterations_to_1pct, seconds (sweeps only),
+        ``rmse_se`` (bootstrap standard error over test users), and against the item mean ``vs``,
+        ``diff`` (RMSE, solver - item mean), ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over
+        the same test users, `validation.evaluation.intervals`), ``verdict`` ("better" when the whole
+        interval is below 0).
     curves : long format, one row per (solver, K, iteration): seconds (cumulative), rmse.
     notes : lines describing the data and settings.
+    differences : the same intervals as a long table (system, baseline, metric, diff, ci_low, ci_high,
+        verdict, K).
+    per_user : (solver, K) -> per-user DataFrame: user, rmse (the user's sum of squared errors), n_ratings.
     """
 
     table: pd.DataFrame
     curves: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    differences: pd.DataFrame = field(default_factory=pd.DataFrame)
+    per_user: dict = field(default_factory=dict, repr=False)
 
 
 def iterations_to_within(curve, rel: float = 0.01) -> int:
@@ -131,9 +141,10 @@ def _running_rmse(per_draw_pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 
 def _gibbs_curve(per_draw_pred, truth, warmup, per_sweep):
+    """(iterations, seconds, running RMSE, seconds per sweep, final prediction (M,): the mean over draws)."""
     r = _running_rmse(per_draw_pred, truth)
     it = warmup + np.arange(1, r.size + 1)
-    return it, it * per_sweep, r
+    return it, it * per_sweep, r, per_sweep, np.asarray(per_draw_pred, np.float64).mean(0)
 
 
 def _run_sbmf(split, K, cfg, key, progress):
@@ -145,7 +156,7 @@ def _run_sbmf(split, K, cfg, key, progress):
     post = arviz_io.group_arrays(idata)
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
     return _gibbs_curve(post["pred"][0], np.asarray(test.values, float), int(idata.posterior.attrs["num_warmup_run"]),
-                        per_sweep) + (per_sweep,)
+                        per_sweep)
 
 
 def _run_bpmf(split, K, cfg, key, progress):
@@ -163,7 +174,7 @@ def _run_bpmf(split, K, cfg, key, progress):
     per_draw = np.stack([np.einsum("mk,mk->m", U[s][rows], V[s][cols]) for s in range(U.shape[0])]) + offset
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
     warm = int(idata.posterior.attrs.get("num_warmup_run", cfg.gibbs_warmup))
-    return _gibbs_curve(per_draw, np.asarray(split.test.values, float), warm, per_sweep) + (per_sweep,)
+    return _gibbs_curve(per_draw, np.asarray(split.test.values, float), warm, per_sweep)
 
 
 def _run_mcmc_fm(designs, K, cfg, key, progress):
@@ -177,27 +188,29 @@ def _run_mcmc_fm(designs, K, cfg, key, progress):
         pred = jax.jit(jax.vmap(lambda w0, w, V: fm_mcmc.fm_mean(w0, w, V, *args, test.n_rows)[0]))
         per_draw = np.asarray(pred(post["w0"][0], post["w"][0], post["V"][0]))
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    return _gibbs_curve(per_draw, np.asarray(test.y, float), cfg.gibbs_warmup, per_sweep) + (per_sweep,)
+    return _gibbs_curve(per_draw, np.asarray(test.y, float), cfg.gibbs_warmup, per_sweep)
 
 
 def _vi_loop(state, sweep, n_iter, test, tol, progress, desc):
     """Runs ``sweep(state, i) -> (state, info)`` (`custom_inference.vi_driver.run`: stops when a reported
     relative ELBO change < tol, raises on a non-finite ELBO) with the test RMSE after each sweep.
 
-    Returns (iterations (n,), cumulative seconds (n,), RMSE (n,), seconds per iteration): seconds
-    count the sweeps only, the first (compiling) one at the rate measured on the others.
+    Returns (iterations (n,), cumulative seconds (n,), RMSE (n,), seconds per iteration, the last
+    sweep's prediction (M,)): seconds count the sweeps only, the first (compiling) one at the rate
+    measured on the others.
     """
     truth = np.asarray(test.y, float)
-    rm = []
+    rm, last = [], {}
 
     def score(i, s, info):
         mean, _ = vbfm.predict(s, test, noise=False)
+        last["pred"] = np.asarray(mean, np.float64)
         rm.append(rmse(mean, truth))
 
     res = vi_driver.run(sweep, state, max_iter=n_iter, tol=tol, progress=progress, desc=desc, callback=score)
     per = res.seconds_per_iter
     secs = np.cumsum(res.sweep_seconds) - res.sweep_seconds[0] + per  # the compiling sweep at the measured rate
-    return np.arange(1, res.n_iter + 1), secs, np.asarray(rm), per
+    return np.arange(1, res.n_iter + 1), secs, np.asarray(rm), per, last["pred"]
 
 
 def _run_vbfm(designs, K, cfg, key, progress):
@@ -232,7 +245,9 @@ def _run_sgd(designs, K, cfg, key, progress):
                      dtype=np.dtype(cfg.dtype), test=test)
     per = res.idata.sgd_trace.attrs["seconds"] / cfg.sgd_epochs
     it = np.arange(1, cfg.sgd_epochs + 1)
-    return it, it * per, np.asarray(res.idata.sgd_trace["test_rmse"], float), per
+    with jax.enable_x64(cfg.dtype == "float64"):
+        pred = np.asarray(fm_sgd.predict(res.state, test), np.float64)
+    return it, it * per, np.asarray(res.idata.sgd_trace["test_rmse"], float), per, pred
 
 
 _RUNNERS = {"sbmf": (_run_sbmf, "split"), "bpmf": (_run_bpmf, "split"), "mcmc-fm": (_run_mcmc_fm, "fm"),
@@ -254,7 +269,9 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
 
     Returns
     -------
-    `RatingsEvaluation` (table, curves, notes).
+    `RatingsEvaluation` (table, curves, notes, differences, per_user): the table starts each K with the
+    "item mean" baseline and carries ``rmse_se`` and the paired bootstrap interval of each solver's RMSE
+    minus the item mean's (`validation.evaluation.intervals`, over the test users).
 
     Raises
     ------
@@ -265,29 +282,58 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
     split = datasets.split_p2(df, seed=config.seed, dtype=np.dtype(config.dtype))
     need_fm = any(_RUNNERS[s][1] == "fm" for s in config.solvers)
     designs = datasets.fm_features(split, config.features, data_dir, dtype=np.dtype(config.dtype)) if need_fm else None
-    rows, curves = [], []
+    rows, curves, per_user = [], [], {}
     key = jax.random.PRNGKey(config.seed)
+    users = np.asarray(split.test.rows, np.int64)
+    truth = np.asarray(split.test.values, np.float64)
+    if designs is not None and not np.allclose(np.asarray(designs[1].y, np.float64), truth):
+        raise AssertionError("the FM test design is not in the order of split.test")  # fm_features' contract
+    base = _item_mean_prediction(split)
     for K in config.ranks:
+        per_user[("item mean", int(K))] = intervals.squared_errors(users, base, truth)
+        rows.append({"solver": "item mean", "K": int(K), "rmse": rmse(base, truth), "seconds_per_iteration": np.nan,
+                     "iterations": 0, "iterations_to_1pct": 0, "seconds": 0.0})
         for name in config.solvers:
             runner, what = _RUNNERS[name]
             key, sub = jax.random.split(key)
-            its, secs, rm, per = runner(split if what == "split" else designs, int(K), config, sub, progress)
+            its, secs, rm, per, pred = runner(split if what == "split" else designs, int(K), config, sub, progress)
             final = float(rm[-1])
+            per_user[(name, int(K))] = intervals.squared_errors(users, pred, truth)
             rows.append({"solver": name, "K": int(K), "rmse": final, "seconds_per_iteration": per,
                          "iterations": int(its[-1]), "iterations_to_1pct": int(its[iterations_to_within(rm) - 1]),
                          "seconds": float(secs[-1])})
             curves.append(pd.DataFrame({"solver": name, "K": int(K), "iteration": its, "seconds": secs, "rmse": rm}))
             if progress:
                 print(f"  {name:8s} K={K:3d}  RMSE {final:.4f}  {per:.4g} s/iteration", flush=True)
+    table = pd.DataFrame(rows)
+    diffs = []
+    for K in config.ranks:
+        comp = intervals.compare({s: pu for (s, k), pu in per_user.items() if k == int(K)}, ["rmse"], main="rmse",
+                                 baselines=("item mean",), lower_is_better=("rmse",), rmse={"rmse": "n_ratings"})
+        table = intervals.annotate(table, comp, system_col="solver", where={"K": int(K)})
+        diffs.append(comp.differences.assign(K=int(K)))
     notes = [f"P2: {split.train.nnz} training and {split.test.nnz} test ratings (seed {config.seed}), "
              f"I = {split.n_users}, J = {split.n_items}",
              f"FM features: {config.features}; {config.dtype}; Gibbs: {config.gibbs_warmup} warmup + "
              f"{config.gibbs_samples} kept sweeps (one chain)",
              f"VBFM: at most {config.vi_max_iter} sweeps, tol {config.vi_tol:g}; OVBFM: {config.ovbfm_epochs} epochs x "
              f"{config.ovbfm_batches} minibatches, (1 + t)^-{config.ovbfm_lam}; SGD-FM: {config.sgd_epochs} epochs, "
-             f"eta {config.sgd_learning_rate:g}, {config.sgd_reg}"]
-    table = pd.DataFrame(rows)
-    return RatingsEvaluation(table, pd.concat(curves, ignore_index=True), notes)
+             f"eta {config.sgd_learning_rate:g}, {config.sgd_reg}",
+             "item mean: each item's mean training rating (the global mean for an item without one)",
+             "RMSE " + comp.note().split("; _se")[0] + "; rmse_se: the bootstrap standard error (RMSE pools the "
+             "test ratings; the users are resampled)"]
+    return RatingsEvaluation(table, pd.concat(curves, ignore_index=True), notes,
+                             pd.concat(diffs, ignore_index=True), per_user)
+
+
+def _item_mean_prediction(split) -> np.ndarray:
+    """(M,) float64: each test rating's item mean over the training ratings (the global mean for an item
+    without training ratings)."""
+    tr = split.train
+    cols, vals = np.asarray(tr.cols), np.asarray(tr.values, np.float64)
+    n = np.bincount(cols, minlength=tr.n_cols)
+    mean = np.where(n > 0, np.bincount(cols, weights=vals, minlength=tr.n_cols) / np.maximum(n, 1), vals.mean())
+    return mean[np.asarray(split.test.cols)]
 
 
 def plot_curves(curves: pd.DataFrame, out_dir) -> list[str]:

@@ -432,9 +432,10 @@ class FittedModel:
                                  max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
-        """Held-out metrics of this model next to popularity on its own training data:
+        """Held-out metrics of this model next to popularity and EASE^R on its own training data, with
+        standard errors and paired bootstrap intervals against the better baseline:
         `validation.evaluation.holdout.evaluate` (``test`` from `split`; keyword arguments, returns and raises
-        there). Source: project addition (issue 24)."""
+        there). Source: project addition (issues 24, 27)."""
         from validation.evaluation.holdout import evaluate
 
         return evaluate(self, test, **kwargs)

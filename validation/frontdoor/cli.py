@@ -30,9 +30,11 @@
                                                        which evidence exists (update checks, bridge, NUTS
                                                        agreement, SBC, k-hat, VSBC), from the registry
     factorbayes evaluate implicit --data ml-100k|PATH  validation.evaluation.implicit_eval.evaluate_implicit
-        [--protocols P1 SIBM | baskets]                (SIBM x 5, RG x 4 (r = 1/2, 1), BPR x 2, popularity
-        [--format F --user-col C ...] [--max-baskets]  on P1, SIBM; RG like error by degree); basket files
-                                                       (FIMI, basket CSV): the baskets protocol by default
+        [--protocols P1 SIBM | baskets]                (SIBM x 5, RG x 4 (r = 1/2, 1), PSM, BPR x 2, popularity,
+        [--format F --user-col C ...] [--max-baskets]  EASE^R on P1, SIBM; RG like error by degree; standard
+                                                       errors, paired bootstrap intervals against the better
+                                                       of popularity and EASE^R); basket files (FIMI, basket
+                                                       CSV): the baskets protocol by default
         [--curves | --curves-only]                     + validation.evaluation.implicit_eval.recall_curves
                                                        (seed 002 figs. 2-3: recall@10 vs entries)
     factorbayes evaluate counts --data ml-100k|PATH    validation.evaluation.counts_eval.evaluate_counts: top-100 on P3
@@ -85,6 +87,27 @@ def _print_table(df) -> None:
     from validation.checks.report import markdown_table
 
     print(markdown_table(df))
+    print()
+
+
+def _print_evaluation_extras(table, differences, tuning: dict, notes: list) -> None:
+    """Print what an evaluation table carries beside its metrics: the settings tuned systems chose (or why
+    a system was skipped), the differences against the best baseline with their intervals, the
+    validation curves and the notes. Raises nothing beyond what printing raises. Source: project addition
+    (issue 27)."""
+    keys = [c for c in ("protocol",) if c in table.columns] + ["method" if "method" in table.columns else "system"]
+    for _, row in table.iterrows():
+        if row.get("setting"):
+            print(f"{' '.join(str(row[k]) for k in keys)}: {row['setting']}")
+    print()
+    if len(differences):
+        print("Differences against the best baseline (paired bootstrap interval over test users):")
+        _print_table(differences)
+    for key, curve in tuning.items():
+        print(f"{' '.join(key) if isinstance(key, tuple) else key}: search on a validation split of the training data")
+        _print_table(curve)
+    for line in notes:
+        print(f"- {line}")
     print()
 
 
@@ -174,7 +197,8 @@ def cmd_evidence(args) -> int:
 
 
 def cmd_evaluate(args, *, df=None, path=None) -> int:
-    """Held-out evaluation of HPF CAVI (`validation.evaluation.experiments.evaluate_hpf`: P1, P3, popularity).
+    """Held-out evaluation of HPF CAVI (`validation.evaluation.experiments.evaluate_hpf`: P1, P3, popularity, EASE^R,
+    standard errors and paired bootstrap intervals).
 
     args : argparse.Namespace with data, dtype ("float32" | "float64"), out, k, max_iter, tol, seed,
     no_progress; df, path : a ratings table (pandas DataFrame, columns user, item, rating,
@@ -209,8 +233,14 @@ def cmd_evaluate(args, *, df=None, path=None) -> int:
     for name, table in result.tables.items():
         print(f"{name}:")
         _print_table(table)
-    report = evaluation_report(result.tables, result.fits["P3"].vi_trace.elbo.values, out,
-                               title=f"HPF on {Path(str(path)).name}: held-out evaluation", notes=notes,
+    for line in result.notes:
+        print(f"- {line}")
+    tables = {**result.tables, **{f"{p}: differences against the best baseline (paired bootstrap over test users)": d
+                                  for p, d in result.differences.items()},
+              **{f"{p}: EASE^R's lambda on a validation split of the training data": t
+                 for p, t in result.tuning.items()}}
+    report = evaluation_report(tables, result.fits["P3"].vi_trace.elbo.values, out,
+                               title=f"HPF on {Path(str(path)).name}: held-out evaluation", notes=notes + result.notes,
                                bucket_tables=result.by_degree)
     print(f"Report: {report}")
     return 0
@@ -245,7 +275,11 @@ def cmd_evaluate_ratings(args) -> int:
     result.curves.to_csv(out / "curves.csv", index=False)
     print()
     _print_table(result.table)
-    report = evaluation_report({"RMSE on P2 (test 10 %)": result.table}, None, out,
+    for line in result.notes:
+        print(f"- {line}")
+    report = evaluation_report({"RMSE on P2 (test 10 %)": result.table,
+                                "Differences against the item mean (paired bootstrap over test users)":
+                                    result.differences}, None, out,
                                title="Gaussian factorization models on MovieLens: rating prediction (P2)",
                                notes=[f"data: {path} ({len(df)} ratings)", *result.notes], extra_plots=plots)
     print(f"Report: {report}")
@@ -302,7 +336,8 @@ def cmd_evaluate_implicit(args) -> int:
           file=sys.stderr)
     result = implicit_eval.evaluate_implicit(df, systems, protocols=protocols, seed=args.seed,
                                              out_dir=out, progress=not args.no_progress, **basket_kw)
-    _print_table(result.table)
+    _print_table(result.table.drop(columns=["setting"], errors="ignore"))
+    _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     if len(result.like_error_by_degree):
         print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
         _print_table(result.like_error_by_degree)
@@ -342,10 +377,8 @@ def cmd_evaluate_counts(args) -> int:
                                          side_features=args.side_features, data_dir=data_dir,
                                          out_dir=Path(args.out or "factorbayes-output/evaluate-counts"),
                                          progress=not args.no_progress, **settings)
-    _print_table(result.table.drop(columns=["system"]))
-    for name, table in result.tuning.items():
-        print(f"{name}: search on the validation split of the training data")
-        _print_table(table)
+    _print_table(result.table.drop(columns=["system", "setting"], errors="ignore"))
+    _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     print(f"Report: {result.report}")
     return 0
 
@@ -404,9 +437,10 @@ def cmd_evaluate_model(args) -> int:
     is read as ``fit`` reads it (`_read_table`), split (`validation.evaluation.holdout.split`, ``--split``: default
     ``basket`` for basket files, else ``loo``; one-class models on non-0/1 values hold out entries
     >= ``--threshold`` only), fitted on the training part (`validation.frontdoor.api.fit` with the fit flags) and
-    evaluated next to popularity (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``). Prints the split
-    summary, the metrics table and the evaluation counts; writes ``metrics.csv`` and ``report.md`` to
-    ``--out``.
+    evaluated next to popularity and EASE^R (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``: standard
+    errors and paired bootstrap intervals against the better baseline). Prints the split summary, the
+    metrics table, EASE^R's chosen lambda and validation curve, the differences and the evaluation counts;
+    writes ``metrics.csv`` and ``report.md`` to ``--out``.
 
     args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep, time_col,
     transform, threshold, k, seed, max_iter, draws, option, tol, dtype, split, test_fraction, n_test, N,
@@ -420,6 +454,7 @@ def cmd_evaluate_model(args) -> int:
     import json
 
     import numpy as np
+    import pandas as pd
 
     from validation.frontdoor import api
     from validation.evaluation import holdout
@@ -452,17 +487,27 @@ def cmd_evaluate_model(args) -> int:
                 f"transform), K = {args.k}, seed {args.seed}, transform {args.transform}"
                 f"{f' (threshold {args.threshold:g})' if args.transform == 'binarize' or min_value is not None else ''}"
                 f", options {json.dumps(options, default=str)}; uncertainty: {model.uncertainty}")
-    for line in lines + [fit_line]:
+    ease = table.attrs.get("ease", {})
+    ease_line = f"ease: {ease.get('setting') or ease.get('reason')}" if ease else "ease: not run"
+    for line in lines + [fit_line, ease_line]:
         print(line)
     print()
     _print_table(table)
+    differences = pd.DataFrame(table.attrs.get("differences", []))
+    curve = {"ease": pd.DataFrame(ease["curve"])} if ease.get("curve") else {}
+    _print_evaluation_extras(table, differences, curve, table.attrs.get("notes", []))
     out = Path(args.out or f"factorbayes-output/evaluate-{args.model}")
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "metrics.csv", index=False)
-    notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line])
+    notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line, ease_line]
+                      + table.attrs.get("notes", []))
+    extra = "".join(f"\n\n## {title}\n\n{markdown_table(t)}" for title, t in
+                    (("Differences against the best baseline (paired bootstrap over test users)", differences),
+                     ("EASE^R: lambda on a validation split of the training entries", curve.get("ease")))
+                    if t is not None and len(t))
     (out / "report.md").write_text(
-        f"# {args.model} on {Path(str(path)).name}: held-out evaluation next to popularity\n\n{notes}\n\n"
-        f"{markdown_table(table)}\n\nrecall@N and NDCG@N (discount 1/log2(k+1)): 004_90693a0965f06816.txt eqs. "
+        f"# {args.model} on {Path(str(path)).name}: held-out evaluation next to popularity and EASE^R\n\n{notes}\n\n"
+        f"{markdown_table(table)}{extra}\n\nrecall@N and NDCG@N (discount 1/log2(k+1)): 004_90693a0965f06816.txt eqs. "
         f"5.22, 5.26-5.27; rank score: 000_619a0297b9d686b2.txt eq. 12 (0.5 is random); RMSE: 004 chs. 3-4 "
         f"(rating models); candidates are the items outside the user's training entries (validation.evaluation.holdout).\n")
     print(f"Report: {out / 'report.md'} (table: {out / 'metrics.csv'})")
@@ -792,7 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("evaluate", formatter_class=fmt,
-                       help="held-out evaluation: MODEL (any fit model) on your own file, next to popularity "
+                       help="held-out evaluation: MODEL (any fit model) on your own file, next to popularity and EASE^R "
                             "(validation.evaluation.holdout); hpf without own-data flags: the paper protocols P1, P3 on "
                             "MovieLens; ratings (every Gaussian solver on P2); implicit (one-class systems); "
                             "counts (top-100 on P3)")
@@ -834,7 +879,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="protocols (default: P1 SIBM for ratings, baskets for basket files)")
     g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
                    help="a subset of the systems (quote names with spaces), default all")
-    g.add_argument("--baselines-only", action="store_true", help="popularity and the two BPRs only")
+    g.add_argument("--baselines-only", action="store_true", help="popularity, EASE^R and the two BPRs only")
     g.add_argument("--curves", action="store_true",
                    help="also write recall@10 vs entries observed (seed 002 figs. 2-3) as CSV and PNG")
     g.add_argument("--curves-only", action="store_true", help="only the curves, not the comparison table")
