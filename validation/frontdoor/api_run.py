@@ -39,7 +39,9 @@ _SOLVER_OF = {
 _DENSE_PER_SWEEP = {"sibm": ("sibm-svi", 4.6e-8)}
 
 # what the front door sets itself (resume_from, checkpoint_every, the data), never an option
-_NOT_OPTIONS = frozenset({"key", "data", "obs", "design", "train", "K", "checkpoint", "resume", "self"})
+_NOT_OPTIONS = frozenset(
+    {"key", "data", "obs", "design", "train", "K", "checkpoint", "resume", "self", "options", "output"}
+)
 # options that change nothing in the result (left out of the fingerprint)
 _NOT_IN_FINGERPRINT = frozenset({"progress", "checkpoint", "checkpoint_every", "resume", "block", "callback"})
 
