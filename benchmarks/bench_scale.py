@@ -36,7 +36,20 @@ What one sweep is, per solver (``--solvers``):
 - ``sbmf``: `custom_inference.sbmf.step` (default ``gauge_rounds=5``), ratings 1-5;
 - ``psm``: `custom_inference.psm.step` (Algorithm 1 sweep, ELBO of the new state included), the user
   and item vector updates in blocks (`psm.pair_order`, built in the set-up; ``--psm-block-mb``);
-- ``bpr``: `custom_inference.bpr.step`, one epoch of N triples in minibatches of 256.
+- ``bpr``: `custom_inference.bpr.step`, one epoch of N triples in minibatches of 256;
+- ``bpmf``: `custom_inference.bpmf.step` (``gauge_rounds=5``), ratings 1-5;
+- ``mcmc-fm``, ``vbfm``, ``ovbfm``, ``sgd-fm``: the factorization machine on the ids design (one-hot
+  user | one-hot item, `validation.frontdoor.api_models.ids_design`, as the front door fits it), ratings
+  1-5: one Gibbs sweep (`fm_mcmc.step`), one CAVI sweep (`vbfm.step`), one OVBFM epoch of
+  `OVBFM_BATCHES` random minibatches (`vbfm.svi_step`), one SGD epoch of N instances (`fm_sgd.step`,
+  batch size 1, step size `SGD_FM_LEARNING_RATE`; the protocol step rebuilds the padded rows on the host
+  at every call, which `fm_sgd.fit` does once, so this row includes that host work);
+- ``sibm-svi``: ``ceil(nnz / S)`` SIBM minibatches of S = max(I, J) cells (`sibm.svi_step`, S-Biased
+  sampler built once in the set-up): as many cells as the matrix has ones;
+- ``rg``: one Robbins-Monro sweep: a hidden graph H_t ~ q(H) drawn on the host
+  (`rg.sample_hidden_graph`), then `rg.step` on it with rho = 0.5;
+- ``npfm``, ``ppfm``: `custom_inference.pfm.step` on `PFMData.from_matrix` of the counts (zeros "all":
+  the unobserved cells enter through cached sums, not as rows).
 
 Runs unchanged on a GPU machine (``jax.devices()`` gives the GPU); float32 by default (``--dtype``).
 
@@ -66,8 +79,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUT = Path(tempfile.gettempdir()) / "factorbayes-bench"
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "factorbayes-scale-cache"
-SOLVERS = ("hpf", "hpf-gibbs", "sbmf", "psm", "bpr")
-KIND = {"hpf": "counts", "hpf-gibbs": "counts", "sbmf": "ratings", "psm": "binary", "bpr": "binary"}
+SOLVERS = ("hpf", "hpf-gibbs", "sbmf", "psm", "bpr", "bpmf", "mcmc-fm", "vbfm", "ovbfm", "sgd-fm", "sibm-svi", "rg",
+           "npfm", "ppfm")
+#: the solvers of the first table (issue 12); ``--solvers all`` runs every one of `SOLVERS`
+DEFAULT_SOLVERS = ("hpf", "hpf-gibbs", "sbmf", "psm", "bpr")
+KIND = {"hpf": "counts", "hpf-gibbs": "counts", "sbmf": "ratings", "psm": "binary", "bpr": "binary",
+        "bpmf": "ratings", "mcmc-fm": "ratings", "vbfm": "ratings", "ovbfm": "ratings", "sgd-fm": "ratings",
+        "sibm-svi": "binary", "rg": "binary", "npfm": "counts", "ppfm": "counts"}
+#: SGD-FM's step size in the benchmark (the front door's default, `api_models.SGD_FM_LEARNING_RATE`)
+SGD_FM_LEARNING_RATE = 0.01
+#: OVBFM's minibatches per epoch in the benchmark (`vbfm.fit_svi`'s default ``n_batches``)
+OVBFM_BATCHES = 10
 GIB = 2.0**30
 
 
@@ -174,6 +196,93 @@ def _solver_setup(solver, rows, cols, values, shape, K, dtype, key, psm_block_mb
         data = bpr.bpr_data(Observations(rows, cols, values.astype(dtype), I, J))
         state = bpr.init(key, data, K, dtype=dtype)
         return data, state, lambda k, s: bpr.step(k, s, data)[0]
+    return _more_setup(solver, rows, cols, values, shape, K, dtype, key)
+
+
+def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
+    """`_solver_setup` for the solvers added for issue 28 (each through its module's protocol
+    ``init`` / ``step``, `custom_inference.base.Algorithm`). Raises ValueError for an unknown name."""
+    import jax
+    import jax.numpy as jnp
+
+    from custom_inference.data import Observations
+
+    I, J = shape
+    obs = Observations(rows, cols, values.astype(dtype), I, J)
+    if solver == "bpmf":
+        from custom_inference import bpmf
+        from ppl_models.bpmf import BPMFHyper
+
+        hyper = BPMFHyper()
+        data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
+        state = bpmf.init(key, data, K, hyper, dtype=dtype)
+        return data, state, lambda k, s: bpmf.step(k, s, data, hyper)[0]
+    if solver in ("mcmc-fm", "vbfm", "ovbfm", "sgd-fm"):
+        from custom_inference import fm_mcmc, fm_sgd, vbfm
+        from ppl_models.fm import FMFlatHyper, FMHierHyper
+        from validation.frontdoor.api_models import ids_design
+
+        design = ids_design(obs)
+        if solver == "mcmc-fm":
+            hyper = FMHierHyper()
+            state = fm_mcmc.init(key, design, K, hyper, dtype=dtype)
+            data = jax.tree_util.tree_map(jnp.asarray, design)
+            step = jax.jit(lambda k, s, d: fm_mcmc.step(k, s, d, hyper)[0])
+            return data, state, lambda k, s: step(k, s, data)
+        if solver == "sgd-fm":
+            reg = fm_sgd.SGDReg()
+            state = fm_sgd.init(key, design, K, reg, dtype=dtype)
+            return design, state, lambda k, s: fm_sgd.step(k, s, design, reg, learning_rate=SGD_FM_LEARNING_RATE)[0]
+        hyper = FMFlatHyper()
+        state = vbfm.init(key, design, K, hyper, dtype=dtype)
+        if solver == "vbfm":
+            return design, state, lambda k, s: vbfm.step(k, s, design, hyper)[0]
+
+        def epoch(k, s):
+            for b, kb in enumerate(jax.random.split(k, OVBFM_BATCHES)):
+                s = vbfm.svi_step(kb, s, design, hyper, t=b, n_batches=OVBFM_BATCHES)[0]
+            return s
+
+        return design, state, epoch
+    if solver == "sibm-svi":
+        from custom_inference import sibm
+        from ppl_models.sibm import SIBMHyper
+
+        hyper = SIBMHyper()
+        state = sibm.svi_init(key, obs, K, hyper, dtype=dtype)
+        sampler = sibm.make_sampler(obs, "biased", dtype=dtype)
+        n_mb = max(1, math.ceil(len(rows) / int(state.S)))
+
+        def minibatches(k, s):
+            for kb in jax.random.split(k, n_mb):
+                s = sibm.svi_step(kb, s, obs, hyper, sampler=sampler)[0]
+            return s
+
+        return obs, state, minibatches
+    if solver == "rg":
+        from custom_inference import rg
+        from ppl_models.rg import RGHyper
+
+        hyper = RGHyper()
+        rng = np.random.default_rng(0)
+        pi, _ = rg.popularity_weights(obs, hyper.r)
+        graph = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(rng, obs, pi, dtype=dtype))
+        state = rg.init(key, graph, K, hyper, dtype=dtype)
+        del graph
+
+        def rm_sweep(k, s):
+            g = jax.tree_util.tree_map(jnp.asarray, rg.sample_hidden_graph(rng, obs, pi, dtype=dtype))
+            return rg.step(None, s, g, hyper, 0.5)[0]
+
+        return obs, state, rm_sweep
+    if solver in ("npfm", "ppfm"):
+        from custom_inference import pfm
+        from ppl_models.pfm import PFMHyper
+
+        hyper = PFMHyper()
+        data = pfm.PFMData.from_matrix(obs, zeros="all", dtype=dtype)
+        state = pfm.init(key, data, K, hyper, variant=solver, dtype=dtype)
+        return data, state, lambda k, s: pfm.step(k, s, data, hyper)[0]
     raise ValueError(f"unknown solver {solver!r}")
 
 
@@ -391,7 +500,8 @@ def main(argv=None) -> int:
     Raises nothing of its own; argparse exits on bad arguments. Source: project convention (issue 14).
     """
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
+    p.add_argument("--solvers", nargs="+", default=list(DEFAULT_SOLVERS), choices=SOLVERS + ("all",),
+                   help="solvers to run (default: the first table's five; 'all': every solver)")
     p.add_argument("--nnz", nargs="+", type=float, default=[1e5, 1e6, 1e7])
     p.add_argument("--K", type=int, default=50)
     p.add_argument("--steps", type=int, default=3,
@@ -419,6 +529,8 @@ def main(argv=None) -> int:
     p.add_argument("--nnz-one", type=float, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if "all" in args.solvers:
+        args.solvers = list(SOLVERS)
 
     if args.child:
         args.nnz = args.nnz_one
