@@ -96,6 +96,8 @@ class VIRun(NamedTuple):
     resumed_from : int, the iterations the resumed checkpoint held (0: a fresh run).
     sweeps_before : int, the sweep calls the resumed checkpoint held (``sweep_seconds[sweeps_before:]``
         are this process's).
+    last_rel_change : float, the relative change of the last sweep's recorded value: the number the
+        tolerance was tested on (``rel_change[-1]`` is the ``final_elbo`` record's when there is one).
     """
 
     state: Any
@@ -110,6 +112,7 @@ class VIRun(NamedTuple):
     stopped: bool = False
     resumed_from: int = 0
     sweeps_before: int = 0
+    last_rel_change: float = float("nan")
 
     @property
     def seconds_after_compile(self) -> float:
@@ -364,7 +367,8 @@ def run(
     return VIRun(state, np.asarray(elbos, dtype=np.float64), np.asarray(rels, dtype=np.float64),
                  np.asarray(iters, dtype=np.int64), t, converged, seconds,
                  np.asarray(sweep_seconds, dtype=np.float64),
-                 {k: np.asarray(v, np.float64) for k, v in recorded.items()}, stopped, first, calls_before)
+                 {k: np.asarray(v, np.float64) for k, v in recorded.items()}, stopped, first, calls_before,
+                 float(last_rel))
 
 
 _STAT = "stat__"
@@ -496,8 +500,8 @@ def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output,
     which netCDF cannot store as an integer), dtype (of the state), converged (0/1:
     the tolerance stopped the run; 0 is the "not converged" report, also said on stderr with
     ``progress`` when tol > 0), stopped (0/1: the solver's own budget ended it), n_iter (iterations
-    done, a resumed checkpoint's included), max_iter, tol, last_rel_change (of the last recorded
-    target value; NaN when none was recorded),
+    done, a resumed checkpoint's included), max_iter, tol, last_rel_change (of the last sweep's
+    recorded target value, the one the tolerance was tested on; NaN when none was recorded),
     resumed_from (iterations the resumed checkpoint held; 0 for a fresh run), seconds (wall seconds
     of the loop in this process, the compiling first sweep included), seconds_init (the initial state
     and its target), seconds_first_iter (the first sweep of this process: compilation), seconds_per_iter
@@ -538,7 +542,7 @@ def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output,
               checkpoint_every=options.checkpoint_every, resume=options.resume, save_extra=save_extra,
               restore_extra=restore_extra, stats=stats)
     t1 = time.perf_counter()
-    last_rel = float(res.rel_change[-1]) if res.rel_change.size else float("nan")
+    last_rel = res.last_rel_change  # the value the tolerance was tested on, as `run` reports it
     if options.tol > 0 and not (res.converged or res.stopped):  # the "not converged" report (also attrs converged)
         base.note(f"{desc or algorithm.name}: not converged after {res.n_iter} iterations (last relative change "
                   f"{last_rel:.2e} >= tol {options.tol:g}); raise max_iter or resume from a checkpoint",

@@ -60,6 +60,17 @@ def test_init_and_final_elbo_frame_the_trace():
     assert res.n_iter == 3 and res.sweep_seconds.shape == (3,)
 
 
+def test_last_rel_change_is_the_one_the_tolerance_saw():
+    """With a final_elbo record, the reported last relative change is the last sweep's (the value tested
+    against tol), not the final record's: the run report, the attrs and the "not converged" note agree."""
+    values = [-8.0, -4.0, -3.0]  # sweep rels: inf, 0.5, 0.25; the final record -2.9 adds 0.0333
+    res = vi_driver.run(_sequence_sweep(values), jnp.asarray(0), max_iter=3, tol=1e-3, progress=False,
+                        final_elbo=lambda s: -2.9)
+    assert not res.converged
+    assert res.last_rel_change == pytest.approx(0.25, rel=1e-12)
+    assert res.rel_change[-1] == pytest.approx(0.1 / 3.0, rel=1e-12)
+
+
 def test_none_reports_record_nothing_and_evaluate_overrides():
     res = vi_driver.run(lambda s, t: (s + 1, None if t % 2 == 0 else -float(10 - t)), jnp.asarray(0), max_iter=5,
                         progress=False)
