@@ -292,7 +292,9 @@ def child(args) -> dict:
         os.environ.setdefault("JAX_ENABLE_X64", "1")
     import jax
 
-    if args.dtype == "float64":
+    if args.dtype == "float64" or args.solver == "sibm-svi":
+        # SIBM SVI draws cells by a flat index i J + j: int64 keys once I J >= 2^31 (Netflix: 8.5e9 cells);
+        # the state keeps --dtype
         jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     from tqdm.auto import tqdm
