@@ -61,6 +61,9 @@ __all__ = [
     "psis_khat",
     "khat_reading",
     "khat",
+    "tail_khat",
+    "function_khat",
+    "function_khat_summary",
     "calibration_probabilities",
     "symmetry_test",
     "VSBCResult",
@@ -87,11 +90,15 @@ class KhatProblem:
     """What a VI solver supplies for its k-hat: ``draw(seed, n) -> QSample`` and
     ``log_joint(sites) -> float64 (S,)`` (log p(y, theta) of the program at each draw), plus
     ``space``: one sentence saying which latent variables q and p share and what the k-hat is of.
+    ``functionals`` (optional): ``sites -> {group: float64 (S, Q)}``, the identified quantities the
+    solver's cross-check compares, evaluated at each draw (the same groups and order as its
+    ``identifiable_quantities``); `khat` then adds their function-specific k-hats (`function_khat`).
     """
 
     draw: Callable[[int, int], QSample]
     log_joint: Callable[[dict], np.ndarray]
     space: str
+    functionals: Callable[[dict], Mapping[str, np.ndarray]] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,8 @@ class KhatResult:
     """A measured k-hat: ``khat`` (float), ``reading`` (`khat_reading`), ``n_draws`` S, ``n_latent``
     (scalars per draw), ``ess`` (the PSIS effective sample size 1 / sum w_s^2 of the smoothed,
     normalized weights, out of S), ``elbo_mc`` (mean log w: a Monte Carlo ELBO of q, for the record),
-    ``space`` (`KhatProblem.space`), ``log_w`` float64 (S,)."""
+    ``space`` (`KhatProblem.space`), ``log_w`` float64 (S,), ``functionals`` (None, or the
+    `function_khat` table of the problem's functionals on the same draws)."""
 
     khat: float
     reading: str
@@ -109,11 +117,17 @@ class KhatResult:
     elbo_mc: float
     space: str
     log_w: np.ndarray = field(repr=False)
+    functionals: pd.DataFrame | None = field(default=None, repr=False)
 
     def row(self) -> dict:
-        """The result as one table row (without the weights)."""
-        return {"khat": self.khat, "reading": self.reading, "n_draws": self.n_draws, "n_latent": self.n_latent,
-                "psis_ess": self.ess, "elbo_mc": self.elbo_mc, "space": self.space}
+        """The result as one table row (without the weights; with the `function_khat_summary` counts
+        ``fn_n``, ``fn_below_0.7``, ``fn_0.7_to_1``, ``fn_above_1``, ``fn_worst`` when functionals were measured)."""
+        out = {"khat": self.khat, "reading": self.reading, "n_draws": self.n_draws, "n_latent": self.n_latent,
+               "psis_ess": self.ess, "elbo_mc": self.elbo_mc, "space": self.space}
+        if self.functionals is not None:
+            summary = function_khat_summary(self.functionals)
+            out.update({f"fn_{k}": summary[k] for k in ("n", "below_0.7", "0.7_to_1", "above_1", "worst")})
+        return out
 
 
 def numpyro_log_joint(model, args: tuple = (), kwargs: Mapping | None = None, *, chunk: int = 500):
@@ -194,11 +208,129 @@ def khat_reading(k: float) -> str:
     return "very bad (> 1): q unreliable for importance sampling"
 
 
+def tail_khat(x: np.ndarray) -> np.ndarray:
+    """Pareto k-hat of the upper tail of each row of ``x`` (..., S), any sign: float64 (...).
+
+    The generalized Pareto fit of ArviZ ``psislw`` (tail length M = ceil(min(S / 5, 3 sqrt(S))), as for
+    independent draws, r_eff = 1) applied to the exceedances x_s - x_(S-M) of the M largest values over
+    the (M + 1)-th largest, the fit that posterior's ``pareto_khat`` and loo's ``E_loo`` make on raw (not
+    log) values. ``psislw`` takes log values and fits exp(l_s) - exp(l_cut), so it is given
+    l = log(max(x - median, 0) / max + 1e-300): the shift and scale leave the exceedances' shape (k) alone
+    and every value above the median keeps its exceedance (M <= S / 5, so the cutoff lies above the
+    median). A row with nothing above its median (constant upper half) has no tail: -inf. The lower tail
+    of x is ``tail_khat(-x)``. Raises ValueError for S < 2 or non-finite values.
+    Source: Vehtari, Simpson, Gelman, Yao, Gabry (2024), "Pareto smoothed importance sampling", JMLR
+    (the k-hat of any Monte Carlo estimator's draws; tail length from their appendix H); ArviZ's fit.
+    """
+    from custom_inference import arviz_io
+
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 0 or a.shape[-1] < 2 or not np.all(np.isfinite(a)):
+        raise ValueError(f"x must be (..., S) with S >= 2 finite values, got shape {a.shape} with "
+                         f"{int(np.sum(~np.isfinite(a)))} non-finite")
+    e = a - np.median(a, axis=-1, keepdims=True)
+    top = e.max(axis=-1, keepdims=True)
+    flat = ~(top > 0)
+    logs = np.log(np.maximum(e, 0.0) / np.where(flat, 1.0, top) + 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # flat rows (replaced below); ArviZ's
+        # empirical-Bayes weights overflow to inf for far-off grid points, which then get weight 0
+        _, k = arviz_io.az.psislw(logs)
+    return np.where(flat[..., 0], -np.inf, np.asarray(k, dtype=np.float64))
+
+
+def function_khat(log_w: np.ndarray, values: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Function-specific Pareto k-hats of self-normalized importance sampling from q, one per scalar.
+
+    For E_p[h(theta)] estimated from draws theta_s ~ q by sum_s r_s h_s / sum_s r_s (r_s = p(y, theta_s) /
+    q(theta_s), p known only up to p(y), hence self-normalized), the estimate converges at the rate its
+    heavier-tailed part allows: the numerator h r and the denominator r. Vehtari et al. (2024) diagnose
+    it by k-hat of both; as in loo's ``E_loo`` (function-specific k-hat: max of the right tail of r and
+    both tails of h r), ``khat`` = max(``khat_r``, ``khat_hr``) with ``khat_r`` the k-hat of r (the
+    joint's, `psis_khat`; -inf when the log ratios agree to 1e-9, i.e. q = p up to rounding) and
+    ``khat_hr`` the larger of the two tails of h r (`tail_khat`). A functional
+    with fewer than 3 distinct values (constant or binary, where the h r tail fit is meaningless) gets
+    ``khat_r`` (loo's rule). So ``khat`` >= ``khat_r`` always: when the joint's k-hat exceeds 0.7 no
+    functional can be corrected by importance sampling from q, whatever h; ``khat_hr`` then still shows
+    which functionals add a tail of their own.
+
+    ``log_w``: float (S,) log ratios log p(y, theta_s) - log q(theta_s); ``values``: group -> float array
+    (S,) or (S, Q), h at the same draws. Returns a DataFrame, one row per scalar: group, index, khat,
+    khat_r, khat_hr, reading (`khat_reading` of khat). Raises ValueError for non-finite log ratios or
+    values, or values whose first axis is not S. Reading: k-hat < 0.7, PSIS from q estimates E[h]
+    reliably with S draws (the error shrinks at the Monte Carlo rate for k < 0.5); 0.7-1, the estimate
+    converges too slowly to be usable; > 1, the mean of h r or r does not exist as far as the draws can
+    tell (no finite-S estimate is reliable). The k-hat speaks of correcting q by importance sampling, not
+    of q's own estimate of E[h] (the cross-check's gap measures that).
+    Source: Vehtari, Simpson, Gelman, Yao, Gabry (2024), "Pareto smoothed importance sampling", JMLR (the
+    function-specific diagnostic of self-normalized IS); loo ``E_loo`` (its implementation).
+    """
+    lw = np.asarray(log_w, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(lw)):
+        raise ValueError(f"log_w has {int(np.sum(~np.isfinite(lw)))} non-finite values")
+    S = lw.size
+    # ratios equal to 1e-9 relative (q = p up to float rounding of log p - log q) have no tail; ArviZ's fit
+    # of such ties returns inf
+    k_r = -np.inf if np.ptp(lw) <= 1e-9 else psis_khat(lw)[0]
+    r = np.exp(lw - lw.max())
+    rows = []
+    for group, v in values.items():
+        h = np.asarray(v, dtype=np.float64)
+        h = h.reshape(S, -1) if h.ndim != 2 and h.shape[:1] == (S,) else h
+        if h.ndim != 2 or h.shape[0] != S or not np.all(np.isfinite(h)):
+            raise ValueError(f"values[{group!r}] must be finite (S, Q) with S = {S}, got shape {np.shape(v)}")
+        hr = (h * r[:, None]).T  # (Q, S)
+        k_hr = np.maximum(tail_khat(hr), tail_khat(-hr))
+        distinct = np.array([np.unique(col).size for col in h.T])
+        k_hr = np.where(distinct >= 3, k_hr, np.nan)
+        k = np.where(np.isnan(k_hr), k_r, np.maximum(k_hr, k_r))
+        rows += [{"group": group, "index": q, "khat": float(k[q]), "khat_r": float(k_r), "khat_hr": float(k_hr[q]),
+                  "reading": khat_reading(float(k[q]))} for q in range(h.shape[1])]
+    return pd.DataFrame(rows, columns=["group", "index", "khat", "khat_r", "khat_hr", "reading"])
+
+
+def function_khat_summary(table: pd.DataFrame) -> dict:
+    """Counts and a sentence from a `function_khat` table: what a user may take from q with PSIS.
+
+    Returns dict: ``n`` (scalars), ``below_0.7`` / ``0.7_to_1`` / ``above_1`` (counts of khat < 0.7,
+    0.7 <= khat <= 1, > 1), ``worst`` (largest khat), ``worst_at`` ("group[index]"), ``khat_r`` (the
+    ratios' k-hat, shared by all), ``hr_below_0.7`` (scalars whose numerator h r alone has k-hat < 0.7),
+    ``groups`` (group -> (n, below_0.7, worst)) and ``words`` (which groups can be read from q with PSIS
+    and which from a sampler). Raises ValueError for an empty table. Source: project addition (the
+    thresholds of Vehtari et al. 2024, sec. 3).
+    """
+    if table is None or len(table) == 0:
+        raise ValueError("function_khat_summary needs a non-empty function_khat table")
+    k = table.khat.to_numpy()
+    worst = int(np.argmax(k))
+    groups = {g: (len(t), int((t.khat < 0.7).sum()), float(t.khat.max())) for g, t in table.groupby("group", sort=False)}
+    k_r = float(table.khat_r.iloc[0])
+    from_q = [g for g, (n, below, _) in groups.items() if below == n]
+    from_sampler = [g for g, (n, below, _) in groups.items() if below < n]
+    where = f"{table.group.iloc[worst]}[{table['index'].iloc[worst]}]"
+    if not from_sampler:
+        words = f"all {len(k)} compared quantities ({', '.join(from_q)}) can be read from q with PSIS (k-hat < 0.7)"
+    elif not from_q:
+        words = (f"none of the {len(k)} compared quantities ({', '.join(from_sampler)}) can be read from q, even "
+                 f"with PSIS: every function-specific k-hat >= 0.7 (worst {k[worst]:.2f}, {where})")
+        if k_r >= 0.7:
+            words += (f"; the importance ratios' own k-hat {k_r:.2f} (the self-normalizing denominator) already "
+                      f"exceeds 0.7, so every functional inherits it")
+        words += "; read them from a sampler"
+    else:
+        words = (f"from q with PSIS: {', '.join(from_q)}; from a sampler: {', '.join(from_sampler)} "
+                 f"(worst {k[worst]:.2f}, {where})")
+    return {"n": int(len(k)), "below_0.7": int((k < 0.7).sum()), "0.7_to_1": int(((k >= 0.7) & (k <= 1.0)).sum()),
+            "above_1": int((k > 1.0).sum()), "worst": float(k[worst]), "worst_at": where, "khat_r": k_r,
+            "hr_below_0.7": int((table.khat_hr < 0.7).sum()), "groups": groups, "words": words}
+
+
 def khat(problem: KhatProblem, *, n_draws: int = 4000, seed: int = 0) -> KhatResult:
     """The PSIS k-hat of q against the program's posterior on one problem.
 
     Draws S = ``n_draws`` from q (``problem.draw(seed, S)``), log w = log p(y, theta) - log q(theta)
-    with ``problem.log_joint``, then `psis_khat`. Returns a `KhatResult`. Raises ValueError for
+    with ``problem.log_joint``, then `psis_khat`; with ``problem.functionals``, also the function-specific
+    k-hats of those quantities on the same draws (`function_khat`, in ``KhatResult.functionals``).
+    Returns a `KhatResult`. Raises ValueError for
     ``n_draws`` < 100 (the Pareto fit needs a tail of at least a few dozen ratios), for non-finite
     log ratios, or from the log joint (draws on another space than the program's).
     Source: Yao et al. (2018), sec. 3 (PSIS diagnostic of VI); project addition (the generic form).
@@ -210,7 +342,9 @@ def khat(problem: KhatProblem, *, n_draws: int = 4000, seed: int = 0) -> KhatRes
     log_w = np.asarray(problem.log_joint(q.sites), dtype=np.float64) - log_q
     k, ess = psis_khat(log_w)
     n_latent = int(sum(np.prod(np.shape(v)[1:], dtype=int) for v in q.sites.values()))
-    return KhatResult(k, khat_reading(k), int(n_draws), n_latent, ess, float(np.mean(log_w)), problem.space, log_w)
+    fn = None if problem.functionals is None else function_khat(log_w, problem.functionals(q.sites))
+    return KhatResult(k, khat_reading(k), int(n_draws), n_latent, ess, float(np.mean(log_w)), problem.space, log_w,
+                      fn)
 
 
 def khat_table(result: KhatResult, model: str = "", solver: str = "") -> pd.DataFrame:

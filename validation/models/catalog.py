@@ -78,32 +78,61 @@ VI_ADAPTERS: dict[tuple[str, str], dict] = {
 #: adapters' problems (`run_vsbc` defaults: 4000 reflections, family false-alarm rate 0.05). Written by hand
 #: from ``python -m validation.checks.vi_evidence MODEL:SOLVER --vsbc N`` runs; ``factorbayes evidence`` shows them and
 #: the slow tests check that the readings and verdicts reproduce.
-#: (model, solver) -> khat, n_latent, vsbc (one line), vsbc_sims, vsbc_passed. A failed VSBC that is explained
+#: Function-specific k-hat (2026-11-28, ``python -m validation.models.catalog``, the same 4000 draws as the k-hat):
+#: ``fn_khat`` counts the quantities the cross-check compares by `validation.checks.vi_evidence.function_khat` band
+#: (< 0.7 / 0.7-1 / > 1 of n), the worst (where) and best k-hat, ``hr_min`` the smallest k-hat of the numerator
+#: h r alone, and ``read`` where a user reads them from. Every one inherits the ratios' k-hat (the self-normalizing
+#: denominator), so best = the joint's k-hat; the numerators alone are no lighter (hr_min > 1.2 everywhere).
+#: (model, solver) -> khat, n_latent, vsbc (one line), vsbc_sims, vsbc_passed, fn_khat. A failed VSBC that is explained
 #: (the exact posterior of the same simulations predicts the measured p; `validation.models.meanfield_bias`,
 #: 2026-11-28) reads "documented property" with its numbers; vsbc_passed stays the test's outcome.
 MEASURED: dict[tuple[str, str], dict] = {
     ("hpf", "cavi"): {"khat": 3.16, "n_latent": 400, "vsbc_sims": 200, "vsbc_passed": True,
-                      "vsbc": "pass (200 sims; smallest p 0.055, log eta_1)"},
+                      "vsbc": "pass (200 sims; smallest p 0.055, log eta_1)",
+                      "fn_khat": {"n": 2500, "below_0.7": 0, "0.7_to_1": 0, "above_1": 2500, "worst": 3.47,
+                          "worst_at": "rate[184]", "best": 3.16, "hr_min": 2.79,
+                          "read": "none from q even with PSIS: "
+                                  "read rates, xi and eta from HPF Gibbs (q's means only within the cross-check's gap)"}},
     ("vbfm", "cavi"): {"khat": 2.49, "n_latent": 164, "vsbc_sims": 200, "vsbc_passed": False,
                        "vsbc": "documented property (mean-field bias, docs/statistical_verdicts.md): log alpha fails "
                                "(p < 0.0003, mean p 0.99; 200 sims) as the exact posterior predicts (exact Gibbs on "
                                "VSBC's sims: predicted mean p 0.987, measured 0.984, 80 sims); E_q[alpha] / "
-                               "E[alpha | y] median 0.375 (0.13-0.69); read alpha from MCMC-FM or NUTS"},
+                               "E[alpha | y] median 0.375 (0.13-0.69); read alpha from MCMC-FM or NUTS",
+                       "fn_khat": {"n": 201, "below_0.7": 0, "0.7_to_1": 0, "above_1": 201, "worst": 2.57,
+                           "worst_at": "pred[21]", "best": 2.49, "hr_min": 2.38,
+                           "read": "none from q even with PSIS: "
+                                   "read yhat and alpha from MCMC-FM or NUTS (q's means only within the cross-check's gap)"}},
     ("vbfm", "ovbfm"): {"khat": 2.61, "n_latent": 164, "vsbc_sims": 200, "vsbc_passed": False,
                         "vsbc": "documented property (mean-field bias, docs/statistical_verdicts.md): log alpha fails "
                                 "(p < 0.0003, mean p 0.99; 200 sims) as the exact posterior predicts (exact Gibbs: "
                                 "predicted mean p 0.975, measured 0.957, 10 sims); E_q[alpha] / E[alpha | y] median "
-                                "0.43; read alpha from MCMC-FM or NUTS"},
+                                "0.43; read alpha from MCMC-FM or NUTS",
+                        "fn_khat": {"n": 201, "below_0.7": 0, "0.7_to_1": 0, "above_1": 201, "worst": 2.75,
+                            "worst_at": "pred[154]", "best": 2.61, "hr_min": 2.52,
+                            "read": "none from q even with PSIS: "
+                                    "read yhat and alpha from MCMC-FM or NUTS (q's means only within the cross-check's gap)"}},
     ("sibm", "vb"): {"khat": 1.52, "n_latent": 106, "vsbc_sims": 200, "vsbc_passed": True,
-                     "vsbc": "pass (200 sims; smallest p 0.041, logit of cell (1, 2))"},
+                     "vsbc": "pass (200 sims; smallest p 0.041, logit of cell (1, 2))",
+                     "fn_khat": {"n": 300, "below_0.7": 0, "0.7_to_1": 0, "above_1": 300, "worst": 1.86,
+                         "worst_at": "prob[166]", "best": 1.52, "hr_min": 1.25,
+                         "read": "none from q even with PSIS: "
+                                 "read the cell probabilities from NUTS (q's means only within the cross-check's gap)"}},
     ("rg", "vb"): {"khat": 1.84, "n_latent": 133, "vsbc_sims": 200, "vsbc_passed": False,
                    "vsbc": "documented property (mean-field collapse of the factors, docs/statistical_verdicts.md): "
                            "log tau_u, tau_v, tau_bv fail (p < 0.0003, mean p 0.11, 0.07, 0.27; 200 sims); u = v = 0 "
                            "in 78% of the fits, q(tau_u) then data-free (E_q 2.37; prior-predicted p 0.081, measured "
                            "0.112); NUTS on 30 sims predicts the measured p (0.09, 0.09, 0.28 vs 0.11, 0.14, 0.18), "
-                           "E_q / E_post 2.3, 2.3, 1.4; read the precisions from NUTS"},
+                           "E_q / E_post 2.3, 2.3, 1.4; read the precisions from NUTS",
+                   "fn_khat": {"n": 633, "below_0.7": 0, "0.7_to_1": 0, "above_1": 633, "worst": 4.57,
+                       "worst_at": "b_item_centered[6]", "best": 1.84, "hr_min": 1.46,
+                       "read": "none from q even with PSIS: "
+                               "read the edge probabilities, biases and tau from NUTS (q's means only within the cross-check's gap)"}},
     ("psm", "vb"): {"khat": 2.19, "n_latent": 56, "vsbc_sims": 200, "vsbc_passed": True,
-                    "vsbc": "pass (200 sims; smallest p 0.077, pi_0)"},
+                    "vsbc": "pass (200 sims; smallest p 0.077, pi_0)",
+                    "fn_khat": {"n": 110, "below_0.7": 0, "0.7_to_1": 0, "above_1": 110, "worst": 2.32,
+                        "worst_at": "acceptance[44]", "best": 2.19, "hr_min": 1.92,
+                        "read": "none from q even with PSIS: "
+                                "read acceptance, pi, psi and the predictive from NUTS (q's means only within the cross-check's gap)"}},
 }
 
 
@@ -280,6 +309,12 @@ def _bridge_text(name: str) -> str:
     return "no"
 
 
+def _fn_khat_text(m: dict) -> str:
+    """The evidence table's cell of a recorded function-specific k-hat (`MEASURED` ``fn_khat``)."""
+    return (f"{m['below_0.7']} / {m['0.7_to_1']} / {m['above_1']} of {m['n']} (< 0.7 / 0.7-1 / > 1); worst "
+            f"{m['worst']:.2f} ({m['worst_at']}), best {m['best']:.2f}; {m['read']}")
+
+
 def _registry_rows(models=None) -> list[dict]:
     from validation.checks import references, vi_evidence
 
@@ -304,6 +339,8 @@ def _registry_rows(models=None) -> list[dict]:
                      if "khat" in measured else "yes") if has["khat"] else "no"),
                 "VSBC (recorded)": "n/a (exact)" if not vi else (
                     measured.get("vsbc", "yes") if has["vsbc"] else "no"),
+                "function-specific k-hat (recorded)": "n/a (exact)" if not vi else (
+                    _fn_khat_text(measured["fn_khat"]) if "fn_khat" in measured else ("yes" if has["khat"] else "no")),
             })
     return rows
 
@@ -315,7 +352,10 @@ def evidence_table(models=None) -> pd.DataFrame:
     solvers), NUTS agreement (a stored reference of the solver's problem), SBC (an SBC adapter under the
     solver's name; "+ NUTS SBC" where the model also has a NUTS SBC of the same problem, the
     reference that tells a sampler defect from a property of the test problem), k-hat and VSBC (VI solvers: "yes" where the adapter exists, and the numbers recorded in
-    `MEASURED`: k-hat on the solver's *default* cross-check problem, VSBC verdict).
+    `MEASURED`: k-hat on the solver's *default* cross-check problem, VSBC verdict), and the function-specific
+    k-hat (`validation.checks.vi_evidence.function_khat` of every quantity the cross-check compares, on the same
+    draws: how many read < 0.7 (reliable from q with PSIS), 0.7-1, > 1, the worst and best, and where to read
+    them from).
 
     ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
     Raises KeyError for an unknown model; what importing a model's validation module raises propagates.
@@ -341,6 +381,9 @@ if __name__ == "__main__":  # python -m validation.models.catalog [MODEL:SOLVER 
     import argparse
 
     import jax
+    import numpy as np
+
+    from validation.checks import vi_evidence
 
     jax.config.update("jax_enable_x64", True)
     ap = argparse.ArgumentParser(description="measure k-hat (and VSBC) of the VI solvers")
@@ -354,6 +397,14 @@ if __name__ == "__main__":  # python -m validation.models.catalog [MODEL:SOLVER 
         k = r["khat"]
         print(f"{m}:{s} cross-check {r['verdict']}; k-hat {k.khat:.3f} ({k.reading}); PSIS ESS {k.ess:.1f} of "
               f"{k.n_draws}; {k.space}", flush=True)
+        if k.functionals is not None:
+            fs = vi_evidence.function_khat_summary(k.functionals)
+            print(f"{m}:{s} function-specific k-hat: {fs['below_0.7']} / {fs['0.7_to_1']} / {fs['above_1']} of {fs['n']} "
+                  f"(< 0.7 / 0.7-1 / > 1); worst {fs['worst']:.3f} ({fs['worst_at']}); k-hat of r {fs['khat_r']:.3f}; "
+                  f"numerator h r alone < 0.7: {fs['hr_below_0.7']}; per group (n, < 0.7, worst): {fs['groups']}; "
+                  f"h r k-hat quantiles (0, 0.5, 1): {np.round(np.quantile(k.functionals.khat_hr.dropna(), [0, 0.5, 1]), 3)}",
+                  flush=True)
+            print(f"{m}:{s} {fs['words']}", flush=True)
         if r["vsbc"] is not None:
             print(f"{m}:{s} VSBC: {r['vsbc'].verdict()} [{r['vsbc_setting']}]", flush=True)
             print(r["vsbc"].table.to_string(index=False), flush=True)

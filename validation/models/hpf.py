@@ -394,16 +394,23 @@ def khat_problem(state, y: np.ndarray, hyper) -> vi_evidence.KhatProblem:
     The program is Poisson in y with z marginalised; q's factor q(z) (the multinomial phi) is not a
     density on the program's space and drops out: the k-hat is that of the product of Gammas on all
     I K + J K + I + J positive latent scalars against p(theta, xi, beta, eta | y) (same coordinates,
-    no Jacobian). ``state``: `custom_inference.hpf.HPFState`; ``y`` taken as float64.
-    Returns a `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own.
+    no Jacobian). ``state``: `custom_inference.hpf.HPFState`; ``y`` taken as float64. Functionals (for the
+    function-specific k-hats): the cross-check's identified quantities, every rate theta_u . beta_i (I J), xi
+    (I) and eta (J). Returns a `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own.
     Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on the model of 001_30a2018ec18c20b9.txt.
     """
     s = _np_state(state)
     K = s.gamma_shape.shape[1]
     draw = functools.partial(_q_sample, s)
     log_joint = vi_evidence.numpyro_log_joint(ppl.model, (jnp.asarray(np.asarray(y, np.float64)), K, hyper))
+
+    def functionals(sites: dict) -> dict:  # `identifiable_quantities` on draws (S, ...): rate (S, I J), xi, eta
+        return {"rate": np.einsum("suk,sik->sui", sites["theta"], sites["beta"]).reshape(len(sites["xi"]), -1),
+                "xi": sites["xi"], "eta": sites["eta"]}
+
     return vi_evidence.KhatProblem(draw, log_joint, f"q(theta, xi, beta, eta) (all {s.gamma_shape.size + s.lambda_shape.size + s.kappa_shape.size + s.tau_shape.size} "
-                                                    "latent scalars of the program; q(z) marginalised with the program's z)")
+                                                    "latent scalars of the program; q(z) marginalised with the program's z)",
+                                   functionals)
 
 
 def vsbc_adapters(solver: str = "cavi", config=None):

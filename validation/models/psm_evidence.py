@@ -43,7 +43,9 @@ def khat_problem(state, obs, hyper) -> vi_evidence.KhatProblem:
     state's ``d_prime``. The program sums out the censored events' identities; q's factors over them
     (the tied s and t) and the Jaakkola-Jordan xi only shape the bound, so the k-hat is of q's marginal
     on the program's latent sites (all I K + J K + 2 I + 2 J scalars, pi and psi on their simplexes)
-    against the exact posterior p(u, v, b, pi, psi | D, D'). Returns a `validation.checks.vi_evidence.KhatProblem`.
+    against the exact posterior p(u, v, b, pi, psi | D, D'). Functionals (function-specific k-hats): the
+    cross-check's `validation.models.psm.identifiable_quantities` (acceptance and predictive of every pair, pi,
+    psi). Returns a `validation.checks.vi_evidence.KhatProblem`.
     Raises nothing of its own. Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on
     ``000_619a0297b9d686b2.txt`` eq. (2) (the joint) and eq. (4) (q).
     """
@@ -56,9 +58,14 @@ def khat_problem(state, obs, hyper) -> vi_evidence.KhatProblem:
 
     K = psm.moments(state)[0][0].shape[-1]
     args = (jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(counts), I, J, K, float(state.d_prime), hyper)
+    def functionals(sites: dict) -> dict:  # the cross-check's quantities (imported here: psm imports this module)
+        from validation.models.psm import identifiable_quantities
+
+        return {g: a[0] for g, a in identifiable_quantities({k: v[None] for k, v in sites.items()}).items()}
+
     return vi_evidence.KhatProblem(draw, vi_evidence.numpyro_log_joint(ppl.model, args),
                                    f"q(u, v, b, pi, psi) (all {(I + J) * K + 2 * (I + J)} latent scalars of the program; "
-                                   "censored identities summed out in both)")
+                                   "censored identities summed out in both)", functionals)
 
 
 def vsbc_adapters(solver: str = "vb", n_users: int = 8, n_items: int = 6, K: int = 2, n_events: int = 200,

@@ -621,7 +621,9 @@ def khat_problem(state, graph, K: int, hyper) -> vi_evidence.KhatProblem:
     not by the program: no k-hat is defined over it.) The Jaakkola-Jordan xi only define the bound.
 
     ``state``: `custom_inference.rg.RGState`; ``graph``: the padded hidden graph (its first ``n_edges``
-    entries are used). Returns a `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own.
+    entries are used). Functionals (function-specific k-hats): `identifiable_quantities` (prob on every edge,
+    the centred item biases, the shifted user biases unless clamped, tau). Returns a
+    `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own.
     Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on 003_203f63200c0d7157.txt eqs. (2)-(6).
     """
     E = graph.n_edges
@@ -633,9 +635,12 @@ def khat_problem(state, graph, K: int, hyper) -> vi_evidence.KhatProblem:
         return vi_evidence.QSample(*_q_sites(state, d, hyper.clamp_user_bias))
 
     n_latent = (graph.n_users + graph.n_items) * K + graph.n_items + 3 + (0 if hyper.clamp_user_bias else graph.n_users + 1)
+    clamp = hyper.clamp_user_bias
     return vi_evidence.KhatProblem(draw, vi_evidence.numpyro_log_joint(ppl.model, args),
                                    f"q(u, v, b, tau) given the fixed H of the problem ({E} edges; all {n_latent} latent "
-                                   "scalars of the program given H)")
+                                   "scalars of the program given H)",
+                                   lambda sites: {g: a[0] for g, a in identifiable_quantities(
+                                       {k: v[None] for k, v in sites.items()}, graph, clamp).items()})
 
 
 def _vb_fit(state, g, hyper, *, max_sweeps: int = 5000, tol: float = 1e-10):

@@ -753,9 +753,10 @@ def khat_problem(state, X, hyper, D: int) -> vi_evidence.KhatProblem:
     against `ppl_models.sibm.model` on the binary matrix ``X`` (I, J), on all I D + J D + I + J + 1
     latent scalars (with biases; the columns of ones are constants, not latent). The Jaakkola-Jordan
     parameters xi are not random: they only define the solver's bound, so the k-hat is of q itself
-    against the exact (logistic) posterior. Returns a `validation.checks.vi_evidence.KhatProblem`.
-    Raises nothing of its own. Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on
-    002_5408d341cb9fc544.txt eqs. (1)-(4)."""
+    against the exact (logistic) posterior. Functionals (function-specific k-hats): the cross-check's
+    sigma(u_i . v_j + a_i + b_j + z) of every cell (I J, `nuts_probability_draws` on q's draws). Returns a
+    `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own. Source: project addition (PSIS
+    k-hat, Yao et al. 2018, sec. 3) on 002_5408d341cb9fc544.txt eqs. (1)-(4)."""
     log_joint = vi_evidence.numpyro_log_joint(ppl.model, (jnp.asarray(np.asarray(X), jnp.float64), hyper, D))
 
     def draw(seed: int, n: int) -> vi_evidence.QSample:
@@ -764,7 +765,9 @@ def khat_problem(state, X, hyper, D: int) -> vi_evidence.KhatProblem:
     I, J = np.shape(X)
     n_latent = (I + J) * D + (I + J if hyper.biases else 0) + 1
     return vi_evidence.KhatProblem(draw, log_joint, f"q(U, V{', a, b' if hyper.biases else ''}, z) (all {n_latent} "
-                                                    "latent scalars of the program; xi only defines the bound)")
+                                                    "latent scalars of the program; xi only defines the bound)",
+                                   lambda sites: {"prob": nuts_probability_draws({k: v[None] for k, v in sites.items()},
+                                                                                 hyper)[0]})
 
 
 def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfig(), I: int = 10, J: int = 8,

@@ -600,7 +600,8 @@ def khat_problem(state, design: FMDesign) -> vi_evidence.KhatProblem:
     prior precisions, on all 1 + D + D K + 1 latent scalars (the program's sites; same coordinates).
 
     ``state``: `custom_inference.vbfm.VBFMState` with ``alpha_prior_shape`` > 0; ``design``: the fitted
-    `FMDesign`. Returns a `validation.checks.vi_evidence.KhatProblem`. Raises ValueError when q(alpha) is a point
+    `FMDesign`. Functionals (function-specific k-hats): `identifiable_quantities`, every row's yhat_n (N) and
+    alpha. Returns a `validation.checks.vi_evidence.KhatProblem`. Raises ValueError when q(alpha) is a point
     (alpha not a latent variable of the fitted model: use the program `ppl_models.fm.model_flat`).
     Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on 004_90693a0965f06816.txt eqs. 4.1-4.11.
     """
@@ -619,7 +620,8 @@ def khat_problem(state, design: FMDesign) -> vi_evidence.KhatProblem:
     D = state.w_prec.shape[0]
     return vi_evidence.KhatProblem(
         draw, vi_evidence.numpyro_log_joint(model_flat_gamma_alpha, args, {"n_groups": design.n_groups}),
-        f"q(w0, w, V, alpha) (all {2 + D + D * K} latent scalars of the program; prior precisions fixed)")
+        f"q(w0, w, V, alpha) (all {2 + D + D * K} latent scalars of the program; prior precisions fixed)",
+        lambda sites: {g: a[0] for g, a in identifiable_quantities({k: v[None] for k, v in sites.items()}, design).items()})
 
 
 #: the VSBC problem (`vsbc_adapters`): a small design (10 users, 8 items, 3 genres, 60 rows), K = 2
