@@ -65,6 +65,10 @@ user-side v_.k -> a v_.k, item-side / a), along which the Gibbs sweep moves in s
 1 / sqrt(counts) (issue 13); ``scale_rounds`` Metropolis steps of the exact group move of
 `custom_inference.pfm_scale` follow each sweep (default in `sample`: `DEFAULT_SCALE_ROUNDS`; 4
 steps cost about 0.3 ms at K = 50, D = 2,625 in float32, against about 0.13 s for the sweep).
+NPFM's global move (c -> c / a with every r_k -> a r_k, V -> V / sqrt(a), delta -> sqrt(a) delta;
+`custom_inference.pfm_scale.global_move`) follows with ``global_rounds`` steps (issue 26), and with
+side features the per-factor user-against-item trade whose within-entity pair terms the id
+weights absorb (`custom_inference.pfm_scale.trade_move`) with ``trade_rounds`` steps.
 
 Blocks. v_i. for the features of one `fm_design.greedy_blocks` colour never share a training
 row, so their conditionals are independent given the rest and drawn at once; the K factors of
@@ -111,12 +115,13 @@ import numpy as np
 from jax.scipy.special import gammaln, ndtri
 
 from . import base, mcmc_driver
-from .pfm_scale import scale_move
+from .pfm_scale import global_move, scale_move, trade_available, trade_move
 from .pfm_data import PFMData  # the data container (public spelling: pfm.PFMData)
 
 __all__ = [
     "HYPER_FIELDS",
     "DEFAULT_SCALE_ROUNDS",
+    "DEFAULT_GLOBAL_ROUNDS",
     "PFMData",
     "NPFMState",
     "PPFMState",
@@ -149,6 +154,9 @@ __all__ = [
 
 #: Scale-move steps per sweep in `sample` by default (see `custom_inference.pfm_scale`).
 DEFAULT_SCALE_ROUNDS = 4
+
+#: NPFM global-move steps per sweep in `sample` by default (`custom_inference.pfm_scale.global_move`).
+DEFAULT_GLOBAL_ROUNDS = 0
 
 #: Hyperparameter names (thesis names, ch. 5.3.1-5.3.2; a_i..f_i, g_k, h_k shared by all i, k).
 HYPER_FIELDS = ("a_0", "b_0", "c_0", "d_0", "a", "b", "c", "d", "e", "f", "g", "h", "e_0", "f_0", "g_0", "h_0")
@@ -749,17 +757,22 @@ def _sweep_printed(key, state, data: PFMData, hyper):
     return state, stats
 
 
-def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds: int = 0):
+def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds: int = 0, global_rounds: int = 0,
+         trade_rounds: int = 0):
     """One Gibbs sweep (module docstring), then ``scale_rounds`` Metropolis steps of the exact
     per-factor scale move (`custom_inference.pfm_scale.scale_move`; 0: none, the sweep alone, bit
-    for bit the sampler without the move). Returns (new state, `PFMInfo` of the new state).
+    for bit the sampler without the move), then ``global_rounds`` steps of NPFM's global scale move
+    (`custom_inference.pfm_scale.global_move`; its own key stream, 0: none), then ``trade_rounds``
+    steps per factor of the side-feature trade (`custom_inference.pfm_scale.trade_move`; 0: none).
+    Returns (new state, `PFMInfo` of the new state).
 
     ``order``: "valid" (default) or "printed" (the chapter's order; does NOT leave the
     posterior invariant, kept for the SBC demonstration). Jit-able (the block loop is static).
     Source: 004 ch. 5.3.2 (conditionals), sweep order and scale move ours.
 
-    Raises ValueError for an unknown ``order``, or ``scale_rounds`` > 0 for PPFM on data that is
-    not ``bipartite``.
+    Raises ValueError for an unknown ``order``, ``scale_rounds`` > 0 for PPFM on data that is
+    not ``bipartite``, ``global_rounds`` > 0 for PPFM, or ``trade_rounds`` > 0 on data without sides
+    and entity tables.
     """
     if order == "valid":
         state, stats = _sweep_valid(key, state, data, hyper)
@@ -769,6 +782,10 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds
         raise ValueError(f"order must be 'valid' or 'printed', got {order!r}")
     if scale_rounds:  # its own stream: the sweep's keys are those of the sampler without the move
         state = scale_move(jax.random.fold_in(key, 0x5CA1E), state, data, hyper, scale_rounds)[0]
+    if global_rounds:
+        state = global_move(jax.random.fold_in(key, 0x610BA1), state, data, hyper, global_rounds)[0]
+    if trade_rounds:
+        state = trade_move(jax.random.fold_in(key, 0x77ADE), state, data, hyper, trade_rounds)[0]
     return state, PFMInfo(log_joint(state, data, hyper), n_active(stats))
 
 
@@ -864,7 +881,7 @@ def _spec(alg, variant):
 @mcmc_driver.run_options(num_samples=500, dtype=np.float64, progress=False)
 def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: str = "valid", init_scale: float = 0.1,
            init_shape: float | None = None, init_r: float | None = None, scale_rounds: int | None = None,
-           options: mcmc_driver.SampleOptions):
+           global_rounds: int | None = None, trade_rounds: int = 0, options: mcmc_driver.SampleOptions):
     """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
 
     Parameters
@@ -888,6 +905,13 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
         (`custom_inference.pfm_scale`; O(K) each). None (default): `DEFAULT_SCALE_ROUNDS` where the
         move is defined (NPFM; PPFM on ``data.bipartite``, ids only), else 0. 0 reproduces the
         sampler without the move bit for bit.
+    global_rounds : Metropolis steps of NPFM's global scale move (all r_k, c, V, delta at once;
+        `custom_inference.pfm_scale.global_move`, O(K) each) after the per-factor ones. None
+        (default): `DEFAULT_GLOBAL_ROUNDS` for NPFM, 0 for PPFM (no global move exists there).
+    trade_rounds : Metropolis steps per factor of the side-feature trade (user-side columns of a
+        factor against item-side ones, the id weights absorbing the pair terms inside an entity's
+        row; `custom_inference.pfm_scale.trade_move`, O(K (I + J)) each); needs data from
+        ``from_matrix(..., zeros="all")``. Default 0 (not yet measured on the SBC; issue 26).
 
     Returns
     -------
@@ -899,7 +923,8 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
     Raises
     ------
     ValueError: K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order;
-    ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``.
+    ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``; ``global_rounds`` < 0, or
+    > 0 for PPFM; ``trade_rounds`` < 0, or > 0 on data without sides and entity tables.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5 (NPFM / PPFM Gibbs samplers, eqs. 5.7-5.19, sweep
     order corrected in the module docstring); the driver is a project addition.
@@ -919,6 +944,18 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
     if scale_rounds and variant == "ppfm" and not data.bipartite:
         raise ValueError("scale_rounds: PPFM's scale move needs data whose pair terms all join a user and an item "
                          "feature (PFMData.bipartite: ids only); pass scale_rounds=0")
+    if global_rounds is None:
+        global_rounds = DEFAULT_GLOBAL_ROUNDS if variant == "npfm" else 0
+    if int(global_rounds) != global_rounds or global_rounds < 0:
+        raise ValueError(f"global_rounds must be an int >= 0, got {global_rounds!r}")
+    if global_rounds and variant == "ppfm":
+        raise ValueError("global_rounds: the global scale move is defined for NPFM only (PPFM has no r, c); "
+                         "pass global_rounds=0")
+    if int(trade_rounds) != trade_rounds or trade_rounds < 0:
+        raise ValueError(f"trade_rounds must be an int >= 0, got {trade_rounds!r}")
+    if trade_rounds and not trade_available(data):
+        raise ValueError("trade_rounds: the side-feature trade needs data from PFMData.from_matrix(..., "
+                         "zeros='all') (sides and entity tables); pass trade_rounds=0")
     spec = SPECS[variant]
     if options.keep is None:
         keep = tuple(f for f in spec.variables if f != "V")
@@ -932,7 +969,9 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
         init_options={"init_scale": float(init_scale),
                       **({} if init_shape is None else {"init_shape": float(init_shape)}),
                       **({} if init_r is None or variant == "ppfm" else {"init_r": float(init_r)})},
-        step_options={"order": order, "scale_rounds": int(scale_rounds)},
+        step_options={"order": order, "scale_rounds": int(scale_rounds),
+                      **({"global_rounds": int(global_rounds)} if global_rounds else {}),
+                      **({"trade_rounds": int(trade_rounds)} if trade_rounds else {})},
         attrs={"variant": variant, "zeros": data.zeros})
 
 

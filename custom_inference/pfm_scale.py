@@ -51,6 +51,60 @@ alone keeps the prior invariant.
 Float32: the moved values are clamped below at the dtype's smallest normal number, the same
 convention as `pfm.gamma_draw` (a draw never becomes 0); float64 never reaches it in practice.
 
+Global move (NPFM; issue 26 item 4). The per-factor move leaves r_k's prior Ga(gamma0/K, c)
+pinned by c, whose conditional Ga(g_0 + gamma0, h_0 + sum_k r_k) in turn pins c sum_k r_k: c against
+all r_k together is the next slow direction (the largest-count SBC simulations). The global action,
+one t = log a for all factors at once,
+
+    r_k -> e^t r_k,  c -> e^{-t} c,  v_ik -> e^{-t/2} v_ik,  delta_k -> e^{t/2} delta_k   (all i, k)
+
+leaves invariant every r_k v_ik v_jk (so every rate: the likelihood cancels), every c r_k (so each
+r_k's Gamma(gamma0/K, c) density times its Jacobian e^t: the density changes by e^{-t}), every
+delta_k v_ik (each v's Ga(zeta_i, delta_k) density times its Jacobian) and c delta_k^2. Only c's and
+delta's priors and their Jacobians remain (derived; the printed action of issue 26 is right):
+
+    log|J| = t (K - 1 - D K / 2 + K / 2);
+    phi(t) = (K g / 2 - g_0) t - h_0 c (e^{-t} - 1) - h (sum_k delta_k) (e^{t/2} - 1),
+
+concave (phi'' = -h_0 c e^{-t} - h sum_k delta_k e^{t/2} / 4 < 0) and proper in t. Not a known
+family in any power of a (u = e^{t/2} gives u^{2A-1} exp(-B u^{-2} - C u)), so a Metropolis step
+as above: eps ~ N(0, sd^2), sd = m / sqrt(1 / trigamma(g_0) + K / (4 trigamma(g))) (the orbit
+curvature of c's and delta's prior log-Gamma laws; hyperparameters only, so symmetric) with m
+drawn from `SCALE_MULTIPLIERS`. O(K) for the coefficients, O(1) a step, O(D K) to move V once.
+It composes with the per-factor move (the two generate different subgroups; each leaves pi
+invariant, so their composition does). `global_log_ratio` is checked against the program in
+`validation.models.pfm_scale_checks` exactly as the per-factor ratio.
+
+PPFM has no global move (r_k = 1, no c).
+
+Side features (PPFM; issue 26 item 2). With side features a row holds three or more features,
+so a pure scaling v_ik -> e^{s_i t} v_ik cannot keep every pair term (s_i + s_j = 0 on every
+co-occurring pair forces s = 0 on an odd cycle). But on `PFMData.from_matrix` data every pair
+term of a cell (u, j) is one of: a cross pair (user-side feature x item-side feature), a pair
+inside user u's entity row, or a pair inside item j's. The inside terms depend on the entity only,
+c_ek = r_k sum_{f < f' in row e} x_f x_f' v_fk v_f'k, and enter every cell of e with the id weight
+w_e (x = 1). So the per-factor trade
+
+    v_ik -> e^{s_i t} v_ik  (s_i = +1 user side, -1 item side, 0 none),
+    w_e  -> w_e - (e^{2 s_e t} - 1) c_ek   (w_e the id weight of entity e: users s_e = +1, items -1)
+
+keeps every cell's rate (cross pairs invariant; the inside terms' change e^{2 s_e t} - 1 times
+c_ek is taken off the id weight). It is a group action on the states it keeps positive
+(composition adds t, as the inside terms scale by e^{2 s_e t}), a Metropolis proposal leaving
+w > 0 is rejected (density 0). Jacobian: diagonal on v, unit triangular on w (w_e' - w_e depends on
+v only): log|J| = t sum_i s_i. Log ratio (v priors and Jacobian as the ids-only PPFM move; w_e
+priors Ga(alpha_e, beta_e)):
+
+    phi_k(t) = t sum_i s_i zeta_i - delta_k (S_Uk (e^t - 1) + S_Ik (e^{-t} - 1))
+               + sum_e [(alpha_e - 1) log(1 - g_e(t) c_ek / w_e) + beta_e g_e(t) c_ek],  g_e = e^{2 s_e t} - 1.
+
+On ids-only data c = 0 and it is the PPFM move above. The factors share w, so they move one after
+the other (a loop over k): O(n_rounds K (I + J)) for the steps plus O((I + J) F K) for the c's.
+Proposal sd as the ids-only move (zeta and the sides only). Needs the entity tables of
+``zeros="all"`` data (`PFMData.grid`) and known sides (`trade_available`).
+`validation.models.pfm_scale_checks.flat_directions` counts the likelihood's flat directions
+numerically (this trade is one of them; the others mix factors or move weights only).
+
 Source: project addition (derived above; Liu & Sabatti 2000 for group moves; the model of
 ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20).
 """
@@ -61,7 +115,9 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import polygamma
 
-__all__ = ["SCALE_MULTIPLIERS", "scale_log_ratio", "scale_transform", "scale_move", "move_available"]
+__all__ = ["SCALE_MULTIPLIERS", "scale_log_ratio", "scale_transform", "scale_move", "move_available",
+           "global_log_ratio", "global_transform", "global_move", "trade_available", "trade_log_ratio",
+           "trade_transform", "trade_move"]
 
 #: Multipliers of the base proposal sd; each step picks one per factor uniformly (independently
 #: of the state, so the proposal stays symmetric).
@@ -174,22 +230,223 @@ def scale_move(key, state, data, hyper, n_rounds: int):
         raise ValueError("scale move: PPFM needs data whose pair terms all join a user-side and an item-side "
                          "feature (PFMData.bipartite; ids only); use scale_rounds=0")
     K = state.V.shape[1]
-    sd0 = _base_sd(state, data, hyper)
-    mult = jnp.asarray(SCALE_MULTIPLIERS, dtype)
-
     coef = _coefficients(state, data, hyper)  # once: the loop costs O(K) per step
+    t, n_acc = _metropolis(key, lambda t: _phi(t, coef), _base_sd(state, data, hyper), n_rounds)
+    return scale_transform(t, state, data), n_acc / (n_rounds * K)
 
-    def phi(t):  # log pi(T_t x0) + log|J_t| - log pi(x0); a step t -> t + eps has ratio phi(t + eps) - phi(t)
-        return _phi(t, coef)
+
+def _metropolis(key, phi, sd0, n_rounds: int):
+    """``n_rounds`` random-walk Metropolis steps on t (shape of ``sd0``; independent decisions per
+    element) from t = 0 for the orbit log density ``phi`` (phi(0) = 0): a step t -> t + eps has log
+    ratio phi(t + eps) - phi(t). Returns (t, number of accepted proposals)."""
+    dtype = sd0.dtype
+    mult = jnp.asarray(SCALE_MULTIPLIERS, dtype)
 
     def body(i, carry):
         t, cur, n_acc, key = carry
         key, k1, k2, k3 = jax.random.split(key, 4)
-        eps = mult[jax.random.randint(k1, (K,), 0, mult.shape[0])] * sd0 * jax.random.normal(k2, (K,), dtype)
+        eps = mult[jax.random.randint(k1, sd0.shape, 0, mult.shape[0])] * sd0 * jax.random.normal(k2, sd0.shape, dtype)
         new = phi(t + eps)
-        acc = jnp.log(jax.random.uniform(k3, (K,), dtype)) < new - cur
+        acc = jnp.log(jax.random.uniform(k3, sd0.shape, dtype)) < new - cur
         return jnp.where(acc, t + eps, t), jnp.where(acc, new, cur), n_acc + jnp.sum(acc).astype(dtype), key
 
-    t0 = jnp.zeros(K, dtype)
-    t, _, n_acc, _ = jax.lax.fori_loop(0, n_rounds, body, (t0, jnp.zeros(K, dtype), jnp.zeros((), dtype), key))
-    return scale_transform(t, state, data), n_acc / (n_rounds * K)
+    t0 = jnp.zeros(sd0.shape, dtype)
+    t, _, n_acc, _ = jax.lax.fori_loop(0, n_rounds, body, (t0, t0, jnp.zeros((), dtype), key))
+    return t, n_acc
+
+
+# ---------------------------------------------------------------------------------------
+# global move (NPFM): all r_k, c, V, delta at once (module docstring)
+
+
+def _global_coefficients(state, hyper):
+    """(A, B, C) with phi(t) = A t - B expm1(-t) - C expm1(t / 2), O(K)."""
+    K = state.V.shape[1]
+    return 0.5 * K * hyper.g - hyper.g_0, hyper.h_0 * state.c, hyper.h * jnp.sum(state.delta)
+
+
+def _global_phi(t, coef):
+    A, B, C = coef
+    return A * t - B * jnp.expm1(-t) - C * jnp.expm1(0.5 * t)
+
+
+def global_log_ratio(t, state, hyper):
+    """phi(t) = log pi(G_t x) + log|det dG_t/dx| - log pi(x) of the NPFM global move (module
+    docstring), O(K).
+
+    ``t``: float scalar or array (any shape: elementwise), log a; ``state``: NPFMState; ``hyper``:
+    PFMHyper. Returns float array of t's shape, state dtype.
+
+    Raises ValueError for a PPFMState (no global move: module docstring).
+
+    Source: project addition (derived in the module docstring).
+    """
+    if not _is_np(state):
+        raise ValueError("global scale move: defined for NPFM only (PPFM has no r, c)")
+    return _global_phi(jnp.asarray(t, state.V.dtype), _global_coefficients(state, hyper))
+
+
+def global_transform(t, state):
+    """G_t applied to an NPFMState: r e^t, c e^-t, V e^{-t/2}, delta e^{t/2} (module docstring).
+
+    ``t``: float scalar (log a). Returns an NPFMState of the same dtype (values clamped below at
+    the dtype's smallest normal number).
+
+    Raises ValueError for a PPFMState.
+
+    Source: project addition (module docstring).
+    """
+    if not _is_np(state):
+        raise ValueError("global scale move: defined for NPFM only (PPFM has no r, c)")
+    tiny = jnp.finfo(state.V.dtype).tiny
+    e = jnp.exp(jnp.asarray(t, state.V.dtype))
+    h = jnp.sqrt(e)
+    return state._replace(r=jnp.maximum(state.r * e, tiny), c=jnp.maximum(state.c / e, tiny),
+                          V=jnp.maximum(state.V / h, tiny), delta=jnp.maximum(state.delta * h, tiny))
+
+
+def _global_sd(state, hyper):
+    K = state.V.shape[1]
+    prec = 1.0 / polygamma(1, jnp.asarray(hyper.g_0, state.V.dtype)) \
+        + 0.25 * K / polygamma(1, jnp.asarray(hyper.g, state.V.dtype))
+    return jnp.reshape(1.0 / jnp.sqrt(prec), ())
+
+
+def global_move(key, state, data, hyper, n_rounds: int):
+    """``n_rounds`` Metropolis steps of the NPFM global scale move (module docstring). Work
+    O(K + n_rounds) plus O(D K) to move V once; independent of the number of nonzeros.
+
+    Parameters: ``key`` PRNG key; ``state`` NPFMState; ``data`` PFMData (unused: the move does
+    not see the data; kept for the solver's argument order); ``hyper`` PFMHyper; ``n_rounds``
+    static int >= 0.
+
+    Returns (state, accept_rate): the moved NPFMState (same dtype), accept_rate a scalar of the
+    state's dtype (0 when n_rounds = 0).
+
+    Raises ValueError for a PPFMState with n_rounds > 0 (no global move for PPFM).
+
+    Source: project addition (module docstring).
+    """
+    n_rounds = int(n_rounds)
+    dtype = state.V.dtype
+    if n_rounds <= 0:
+        return state, jnp.zeros((), dtype)
+    coef = _global_coefficients(state, hyper) if _is_np(state) else None
+    if coef is None:
+        raise ValueError("global scale move: defined for NPFM only (PPFM has no r, c); use global_rounds=0")
+    t, n_acc = _metropolis(key, lambda t: _global_phi(t, coef), _global_sd(state, hyper), n_rounds)
+    return global_transform(t, state), n_acc / n_rounds
+
+
+# ---------------------------------------------------------------------------------------
+# per-factor trade with side features (id weights absorb the inside-entity pair terms)
+
+
+def trade_available(data) -> bool:
+    """True when the side-feature trade is defined: data with known sides and entity tables
+    (`PFMData.from_matrix`, ``zeros="all"``). ``data``: PFMData. Returns a Python bool (static).
+
+    Raises nothing of its own.
+
+    Source: project addition (module docstring).
+    """
+    return getattr(data, "side", None) is not None and bool(getattr(data, "grid", False)) \
+        and int(data.n_users) + int(data.n_items) > 0
+
+
+def _inside(state, data, k):
+    """c_ek (E,): r_k times the sum of x_f x_f' v_fk v_f'k over pairs inside entity e's row."""
+    Vk = state.V[:, k]
+    xv = jnp.asarray(data.ent_val, Vk.dtype) * Vk[jnp.asarray(data.ent_feat)]  # (E, Fe); padding value 0
+    c = 0.5 * (jnp.sum(xv, axis=1) ** 2 - jnp.sum(xv * xv, axis=1))
+    return c * (state.r[k] if _is_np(state) else 1.0)
+
+
+def _trade_parts(state, data, k):
+    """Fixed quantities of factor k's orbit: s (D,), entity signs (E,), c (E,), id weights w_e (E,),
+    alpha_e, beta_e (E,)."""
+    s = _side(state, data)
+    I, J = int(data.n_users), int(data.n_items)
+    se = jnp.concatenate([jnp.ones(I, s.dtype), -jnp.ones(J, s.dtype)])
+    E = I + J
+    return s, se, _inside(state, data, k), state.w[:E], state.alpha[:E], state.beta[:E]
+
+
+def _trade_phi(t, k, parts, state):
+    s, se, c, w, a, b = parts
+    A = jnp.sum(s * state.zeta)
+    SU = jnp.sum(jnp.where(s > 0, state.V[:, k], 0.0))
+    SI = jnp.sum(jnp.where(s < 0, state.V[:, k], 0.0))
+    v_part = A * t - state.delta[k] * (SU * jnp.expm1(t) + SI * jnp.expm1(-t))
+    g = jnp.expm1(2.0 * se * t)
+    ratio = 1.0 - g * c / w  # w_e' / w_e
+    ok = jnp.all(ratio > 0)
+    w_part = jnp.sum((a - 1.0) * jnp.log(jnp.where(ratio > 0, ratio, 1.0)) + b * g * c)
+    return jnp.where(ok, v_part + w_part, -jnp.inf)
+
+
+def trade_log_ratio(k: int, t, state, data, hyper=None):
+    """phi_k(t) = log pi(T x) + log|det dT/dx| - log pi(x) of the side-feature trade of factor
+    ``k`` (module docstring); -inf where the move would make an id weight non-positive.
+
+    ``k``: int (or traced int) factor; ``t``: float scalar (log a); ``state``: NPFMState /
+    PPFMState; ``data``: PFMData with `trade_available`; ``hyper``: unused (the ratio needs no
+    hyperparameter; kept for the solvers' argument order). Returns a scalar of the state's dtype.
+
+    Raises nothing of its own (traced code; call `trade_available` first).
+
+    Source: project addition (derived in the module docstring).
+    """
+    t = jnp.asarray(t, state.V.dtype)
+    return _trade_phi(t, k, _trade_parts(state, data, k), state)
+
+
+def trade_transform(k: int, t, state, data):
+    """The side-feature trade of factor ``k`` by t (module docstring): V[:, k] e^{s t}, id weights
+    w_e - (e^{2 s_e t} - 1) c_ek. Returns a state of the same type and dtype (V clamped below at
+    the dtype's smallest normal number; w is not clamped: a non-positive w is the caller's
+    rejection).
+
+    Raises nothing of its own (traced code).
+
+    Source: project addition (module docstring).
+    """
+    t = jnp.asarray(t, state.V.dtype)
+    s, se, c, w, _, _ = _trade_parts(state, data, k)
+    tiny = jnp.finfo(state.V.dtype).tiny
+    V = state.V.at[:, k].set(jnp.maximum(state.V[:, k] * jnp.exp(s * t), tiny))
+    return state._replace(V=V, w=state.w.at[: w.shape[0]].set(w - jnp.expm1(2.0 * se * t) * c))
+
+
+def trade_move(key, state, data, hyper, n_rounds: int):
+    """``n_rounds`` Metropolis steps of the side-feature trade per factor, the K factors one after
+    the other (they share the id weights). Work O(n_rounds K (I + J) + (I + J) F K).
+
+    Parameters: ``key`` PRNG key; ``state`` NPFMState / PPFMState; ``data`` PFMData with
+    `trade_available`; ``hyper`` PFMHyper (unused by the ratio); ``n_rounds`` static int >= 0.
+
+    Returns (state, accept_rate): moved state (same type, dtype), accept_rate a scalar (fraction
+    of the n_rounds K proposals accepted; 0 when n_rounds = 0).
+
+    Raises ValueError when the data has no sides or entity tables (`trade_available`).
+
+    Source: project addition (module docstring).
+    """
+    n_rounds = int(n_rounds)
+    dtype = state.V.dtype
+    if n_rounds <= 0:
+        return state, jnp.zeros((), dtype)
+    if not trade_available(data):
+        raise ValueError("side-feature trade: needs PFMData.from_matrix data with zeros='all' (sides and "
+                         "entity tables)")
+    K = state.V.shape[1]
+    sd = jnp.ones(K, dtype) / jnp.sqrt(jnp.sum(jnp.abs(_side(state, data)) * state.zeta))  # as the ids-only move
+
+    def one(k, carry):
+        st, n_acc = carry
+        parts = _trade_parts(st, data, k)
+        t, acc = _metropolis(jax.random.fold_in(key, k), lambda t: _trade_phi(t, k, parts, st), sd[k], n_rounds)
+        return trade_transform(k, t, st, data), n_acc + acc
+
+    state, n_acc = jax.lax.fori_loop(0, K, one, (state, jnp.zeros((), dtype)))
+    return state, n_acc / (n_rounds * K)

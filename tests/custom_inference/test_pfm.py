@@ -289,3 +289,35 @@ def test_scale_move_needs_bipartite_data_for_ppfm():
         pfm.sample(0, side, 2, HYPER, variant="ppfm", scale_rounds=2)
     with pytest.raises(ValueError, match="scale_rounds"):
         pfm.sample(0, side, 2, HYPER, variant="npfm", scale_rounds=-1)
+
+
+def test_global_and_trade_moves_keep_every_rate():
+    """step with the global move (NPFM) and the side-feature trade (both variants) after the
+    sweep: the sweep's keys are those of the sampler without them, and both moves keep every
+    listed row's rate (relative 1e-10; float64 rounding ~1e-15) while moving V. Their log ratios
+    and invariance are checked in `validation.models.pfm_scale_checks`."""
+    with jax.enable_x64(True):
+        _, _, _, data = _data("all", side=True)
+        d = jax.tree_util.tree_map(jnp.asarray, data)
+        for variant, glob in (("npfm", 3), ("ppfm", 0)):
+            st = pfm.init(jax.random.PRNGKey(1), data, 2, HYPER, variant=variant)
+            run = jax.jit(lambda key, st, g=glob: (pfm.step(key, st, d, HYPER)[0],
+                                                   pfm.step(key, st, d, HYPER, global_rounds=g, trade_rounds=3)[0]))
+            ref, moved = run(jax.random.PRNGKey(2), st)
+            r0 = np.asarray(pfm.row_rates(ref, d.row_feat, d.row_val))
+            r1 = np.asarray(pfm.row_rates(moved, d.row_feat, d.row_val))
+            np.testing.assert_allclose(r1, r0, rtol=1e-10)
+            assert not np.allclose(np.asarray(moved.V), np.asarray(ref.V))
+
+
+def test_global_and_trade_options_are_validated():
+    """global_rounds: PPFM has no global move and negative rounds are refused; trade_rounds needs
+    sides and entity tables (zeros='all')."""
+    _, _, _, side = _data("all", side=True)
+    with pytest.raises(ValueError, match="global_rounds"):
+        pfm.sample(0, side, 2, HYPER, variant="ppfm", global_rounds=2)
+    with pytest.raises(ValueError, match="global_rounds"):
+        pfm.sample(0, side, 2, HYPER, variant="npfm", global_rounds=-1)
+    _, _, _, obs = _data("observed")
+    with pytest.raises(ValueError, match="trade_rounds"):
+        pfm.sample(0, obs, 2, HYPER, variant="ppfm", trade_rounds=2, scale_rounds=0)

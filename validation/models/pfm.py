@@ -785,7 +785,8 @@ class SBCConfig:
     """One SBC simulation: I x J = 4 x 3 cells, ids only, K = 2, hyperparameters that keep the
     counts moderate; 4 chains x 150 kept draws thinned by 4 after 300 warm-up sweeps (600 draws,
     thinned to L = 99 by run_sbc); ``scale_rounds``: the sampler's per-factor scale move (None:
-    `custom_inference.pfm.sample`'s default; 0: the sweep alone, as before issue 13's fix). Listed rows
+    `custom_inference.pfm.sample`'s default; 0: the sweep alone, as before issue 13's fix);
+    ``global_rounds``: NPFM's global scale move (None: the sampler's default). Listed rows
     are padded to I J and units to max(1024, next power of two) so one compiled program serves
     (nearly) all simulations."""
 
@@ -799,6 +800,7 @@ class SBCConfig:
     samples: int = 150
     thin: int = 4
     scale_rounds: int | None = None
+    global_rounds: int | None = None
 
 
 def pfm_functionals(variant: str, config: SBCConfig = SBCConfig()) -> dict:
@@ -884,7 +886,8 @@ def sbc_adapters(model: str = "npfm", config: SBCConfig = SBCConfig()):
         pad_units = max(1024, 1 << int(np.ceil(np.log2(max(T, 1)))))
         data = _padded_data(Y, c.n_users * c.n_items, pad_units)
         idata = pfm.sample(seed, data, c.K, c.hyper, variant=variant, num_chains=c.chains, num_warmup=c.warmup,
-                           num_samples=c.samples, thin=c.thin, keep=keep, order=order, scale_rounds=c.scale_rounds)
+                           num_samples=c.samples, thin=c.thin, keep=keep, order=order, scale_rounds=c.scale_rounds,
+                           global_rounds=c.global_rounds)
         post = arviz_io.group_arrays(idata)
         return {n: post[n].reshape((-1,) + post[n].shape[2:]) for n in keep}
 
