@@ -122,3 +122,19 @@ def test_bpr_stops_on_its_windowed_rule(monkeypatch, tol, converged):
     # tol 1: the first test (after 2 windows) stops it; tol 0: never, all n_epochs run
     assert fn.fit_info == {"converged": converged, "iterations": 2 * w if converged else 3 * w, "unit": "epochs"}
     assert np.asarray(fn(np.arange(3))).shape == (3, 12)
+
+
+def test_fit_info_reads_the_solver_run_attrs():
+    """The converged / iterations report of a real solver fit (SIBM SVI with its ELBO stopping rule)."""
+    import jax
+
+    from custom_inference import sibm
+    from ppl_models.sibm import SIBMHyper
+
+    train = _obs(40, 20, nnz=160).astype(np.float32)
+    res = sibm.fit_svi(jax.random.PRNGKey(0), train, 2, SIBMHyper(), n_iter=400, elbo_every=100, tol=1.0,
+                       progress=False, n_draws=0)
+    # tol 1: the second ELBO record (minibatch 200) already changes by less than 100 %
+    assert ie._fit_info(res, "minibatches") == {"converged": True, "iterations": 200, "unit": "minibatches"}
+    res = sibm.fit_svi(jax.random.PRNGKey(0), train, 2, SIBMHyper(), n_iter=300, progress=False, n_draws=0)
+    assert ie._fit_info(res, "minibatches") == {"converged": "n/a", "iterations": 300, "unit": "minibatches"}

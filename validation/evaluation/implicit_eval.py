@@ -317,8 +317,12 @@ def _run_text(run: Mapping) -> str:
 
 
 def _fit_info(res, unit: str) -> dict:
-    """``converged`` / ``iterations`` / ``unit`` of a `custom_inference.base.FitResult` (its idata attrs)."""
-    attrs = res.idata.attrs
+    """``converged`` / ``iterations`` / ``unit`` of a `custom_inference.base.FitResult` (the run attrs
+    `custom_inference.vi_driver.fit` writes on its groups: tol, converged, n_iter)."""
+    attrs = dict(res.idata.attrs)
+    for group in ("posterior", "vi_trace"):
+        if hasattr(res.idata, group):
+            attrs = {**attrs, **dict(getattr(res.idata, group).attrs)}
     tol = float(attrs.get("tol", 0.0) or 0.0)
     converged = bool(attrs.get("converged", False)) if tol > 0 else "n/a"
     return {"converged": converged, "iterations": int(attrs.get("n_iter", len(res.trace))), "unit": unit}
