@@ -43,6 +43,15 @@ entries; SIBM and RG systems are added to the same dict by their modules. Every 
 standard errors over test users and paired bootstrap intervals against the better of popularity and
 EASE^R (`validation.evaluation.intervals`; measured tables with intervals: docs/tour.md).
 
+Large training matrices (issue 27: the basket evaluation of every system in under 15 minutes on 2
+cores). Above `LARGE_CELLS` (5e6) training cells, `plan_systems` replaces batch SIBM VB (O(I J K) per
+sweep) by SIBM SVI with S-Biased sub-sampling (row "SIBM SVI (batch VB skipped: I x J = ... > ...)"),
+skips the other two SVI schemes (``evaluate_implicit(..., all_svi=True)`` runs them) and the solvers
+stop on their own convergence (`LARGE_SETTINGS`); the table says per system whether the rule stopped
+the fit (``converged``) and after how many ``iterations``, and with ``progress`` the run prints its plan
+with an estimate of each fit's CPU seconds, then a line before and after every fit. T10I4D100K (8.7e7
+cells) is large; MovieLens 100K and groceries (1.7e6) are not, and run as before.
+
 Measured on MovieLens 100K (``u.data``), seed 0, `baseline_systems` defaults (K = 64, 100
 epochs, float32; fit keys 0 / 1 / 2 for the spread of BPR):
 
