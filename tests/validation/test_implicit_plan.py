@@ -108,6 +108,7 @@ def test_evaluate_implicit_reports_skips_and_convergence():
     row = t.loc["SIBM SVI (batch VB skipped: I x J = 480 > 10)"]
     assert row["converged"] is False or row["converged"] == False  # noqa: E712
     assert row["iterations"] == 7
+    assert np.isfinite(row["recall@10_se"]) and row["vs"] == "popularity"  # the replacement row is compared too
     assert np.isnan(t.loc["SIBM S-Uniform", "recall@10"]) and "all_svi" in t.loc["SIBM S-Uniform", "setting"]
     assert t.loc["popularity", "converged"] == ""
     assert any("SIBM S-Uniform" in n for n in res.notes)
@@ -138,3 +139,10 @@ def test_fit_info_reads_the_solver_run_attrs():
     assert ie._fit_info(res, "minibatches") == {"converged": True, "iterations": 200, "unit": "minibatches"}
     res = sibm.fit_svi(jax.random.PRNGKey(0), train, 2, SIBMHyper(), n_iter=300, progress=False, n_draws=0)
     assert ie._fit_info(res, "minibatches") == {"converged": "n/a", "iterations": 300, "unit": "minibatches"}
+
+
+def test_map_count_and_estimates_follow_the_large_settings():
+    systems = ie.model_systems(large_cells=1000, sibm={"map_iter": 3000})
+    small, large = _obs(100, 10), _obs(101, 10)
+    m = systems["SIBM MAP"]
+    assert m.estimate(large) == pytest.approx(m.estimate(small) * ie.LARGE_SETTINGS["map_iter"] / 3000 * 111 / 110)

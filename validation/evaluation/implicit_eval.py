@@ -230,8 +230,14 @@ LARGE_CELLS = 5_000_000
 #: (at most `BPR_DEFAULTS` ``n_epochs``). The tolerances were set from the traces on T10I4D100K (seed
 #: 0: SVI's ELBO moves 7 %, 3 %, 1.7 % per 128 minibatches; RG's 0.7 %, 0.4 %, 0.3 % per sweep; PSM's
 #: 1e-4 per sweep after 3 sweeps; BPR's ln sigma 0.3 % per epoch after 5 epochs).
-LARGE_SETTINGS = {"svi_strategy": "biased", "svi_elbo_every": 200, "svi_tol": 5e-3, "rg_warm_start": 10,
-                  "rg_max_iter": 40, "rg_tol": 1e-3, "psm_tol": 1e-4, "bpr_tol": 2e-3, "bpr_window": 5}
+#: ``map_iter``: SIBM MAP's minibatches there (`custom_inference.sibm.fit_map` has no stopping rule: a fixed
+#: count, half the small-matrix one). Measured on T10I4D100K (seed 0; popularity 0.0622 / 0.7485):
+#: SVI svi_tol 5e-3 stopped at 1,600 minibatches (recall@10 0.0606, rank score 0.7450), 1e-2 at 1,000
+#: (0.0597 / 0.7433, 143 CPU s); MAP 2,000 minibatches 0.0511 / 0.7156 (~185 CPU s), 1,000 0.0486 /
+#: 0.7090 (93 CPU s): a drop beyond the interval, below popularity either way.
+LARGE_SETTINGS = {"svi_strategy": "biased", "svi_elbo_every": 200, "svi_tol": 1e-2, "rg_warm_start": 10,
+                  "rg_max_iter": 40, "rg_tol": 1e-3, "psm_tol": 1e-4, "bpr_tol": 2e-3, "bpr_window": 5,
+                  "map_iter": 1000}
 
 
 def _is_large(train: Observations, large_cells: int | None) -> bool:
@@ -517,7 +523,7 @@ def evaluate_implicit(
     for col in ("setting", "converged", "iterations"):
         table[col] = table[col].fillna("") if col in table else ""
     for pname in splits:
-        done = {s: per_user[(pname, s)] for s in systems if (pname, s) in per_user}
+        done = {s: pu for (p, s), pu in per_user.items() if p == pname}  # the planned rows (replacements too)
         if not done:
             continue
         comp = intervals.compare(done, list(table_cols), main="hit", baselines=IMPLICIT_BASELINES)
@@ -913,7 +919,8 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     On a training matrix with more than ``large_cells`` cells (`LARGE_CELLS`; None: never) the fits stop on
     their own convergence with `LARGE_SETTINGS` (SVI: ELBO every ``svi_elbo_every`` minibatches, relative
     change below ``svi_tol``, ``svi_iter`` at most; RG: ``rg_warm_start`` warm sweeps, then at most
-    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``), and `plan_systems` replaces batch VB (factory
+    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``; MAP: ``map_iter`` minibatches, a fixed count),
+    and `plan_systems` replaces batch VB (factory
     attributes ``sibm_batch``, ``large_replacement``, ``svi_strategy``, ``large_cells``). The model math is
     the same. Every score function carries ``fit_info`` (converged, iterations; MAP has no stopping rule in
     `custom_inference.sibm.fit_map`: "n/a"), every factory but batch VB an ``estimate(train)`` of its fit's
@@ -946,6 +953,9 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
         if unknown:
             raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(allowed)}")
 
+    def map_iter(train: Observations) -> int:
+        return LARGE_SETTINGS["map_iter"] if _is_large(train, large_cells) else s["map_iter"]
+
     def sibm_system(kind: str, strategy: str | None = None) -> SystemFactory:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             import jax
@@ -963,7 +973,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
                                           S_max=s["svi_S_max"], progress=False, n_draws=0, **stop)
                 unit = "minibatches"
             else:
-                res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=s["map_iter"], S=s["map_S"],
+                res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=map_iter(train), S=s["map_S"],
                                           progress=False)
                 unit = "minibatches"
             score_fn = lambda users: sibm_solver.score_users(res.state, users)  # noqa: E731
@@ -975,7 +985,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
             factory.sibm_batch = True
             factory.large_replacement = sibm_system("svi", LARGE_SETTINGS["svi_strategy"])
         else:
-            factory.estimate = _estimator(kind, lambda train: s[f"{kind}_iter"])
+            factory.estimate = _estimator(kind, lambda train: s["svi_iter"] if kind == "svi" else map_iter(train))
         if kind == "svi":
             factory.svi_strategy = strategy
         return factory
