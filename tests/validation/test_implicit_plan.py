@@ -146,3 +146,12 @@ def test_map_count_and_estimates_follow_the_large_settings():
     small, large = _obs(100, 10), _obs(101, 10)
     m = systems["SIBM MAP"]
     assert m.estimate(large) == pytest.approx(m.estimate(small) * ie.LARGE_SETTINGS["map_iter"] / 3000 * 111 / 110)
+
+
+def test_fit_info_of_psm_reports_its_tolerance_stop():
+    from validation.evaluation import model_studies
+
+    f = model_studies.implicit_system(2, 1.0, dtype=np.float64, max_iter=200, tol=1e-2)
+    f(_obs(30, 12, nnz=120).astype(np.float64), 0)
+    info = ie._fit_info(f.last_fit, "sweeps")
+    assert info["converged"] is True and 1 <= info["iterations"] < 200, info

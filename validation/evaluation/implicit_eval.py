@@ -340,7 +340,8 @@ def _fit_info(res, unit: str) -> dict:
         if hasattr(res.idata, group):
             attrs = {**attrs, **dict(getattr(res.idata, group).attrs)}
     tol = float(attrs.get("tol", 0.0) or 0.0)
-    converged = bool(attrs.get("converged", False)) if tol > 0 else "n/a"
+    has_rule = tol > 0 or ("tol" not in attrs and "converged" in attrs)  # PSM's attrs carry converged, not tol
+    converged = bool(attrs.get("converged", False)) if has_rule else "n/a"
     return {"converged": converged, "iterations": int(attrs.get("n_iter", len(res.trace))), "unit": unit}
 
 
