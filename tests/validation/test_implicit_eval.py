@@ -170,7 +170,8 @@ def test_evaluate_implicit_on_synthetic_data(tmp_path):
     t = res.table
     assert list(t.columns) == [
         "protocol", "system", "recall@10", "rank_score_users", "rank_score_items", "ndcg@10",
-        "fit_seconds", "n_users", "n_items", "I", "J", "like_error", "setting", "recall@10_se",
+        "fit_seconds", "fit_cpu_seconds", "n_users", "n_items", "I", "J", "like_error", "setting", "converged", "iterations",
+        "recall@10_se",
         "rank_score_users_se", "ndcg@10_se", "vs", "diff", "ci_low", "ci_high", "verdict",
     ]
     assert t["like_error"].isna().all() and len(res.like_error_by_degree) == 0  # no like-probability system
@@ -190,7 +191,7 @@ def test_evaluate_implicit_on_synthetic_data(tmp_path):
     assert t[["recall@10", "rank_score_users", "rank_score_items", "ndcg@10"]].apply(
         lambda c: c.between(0, 1).all()
     ).all()
-    assert (t["fit_seconds"] >= 0).all()
+    assert (t["fit_seconds"] >= 0).all() and (t["fit_cpu_seconds"] >= 0).all()
     assert [s for _, s in seen] == [2, 2]
     # a constant score never ranks the held-out item above anything (pessimistic ties)
     const = t[t["system"] == "constant"]

@@ -43,6 +43,15 @@ entries; SIBM and RG systems are added to the same dict by their modules. Every 
 standard errors over test users and paired bootstrap intervals against the better of popularity and
 EASE^R (`validation.evaluation.intervals`; measured tables with intervals: docs/tour.md).
 
+Large training matrices (issue 27: the basket evaluation of every system in under 15 minutes on 2
+cores). Above `LARGE_CELLS` (5e6) training cells, `plan_systems` replaces batch SIBM VB (O(I J K) per
+sweep) by SIBM SVI with S-Biased sub-sampling (row "SIBM SVI (batch VB skipped: I x J = ... > ...)"),
+skips the other two SVI schemes (``evaluate_implicit(..., all_svi=True)`` runs them) and the solvers
+stop on their own convergence (`LARGE_SETTINGS`); the table says per system whether the rule stopped
+the fit (``converged``) and after how many ``iterations``, and with ``progress`` the run prints its plan
+with an estimate of each fit's CPU seconds, then a line before and after every fit. T10I4D100K (8.7e7
+cells) is large; MovieLens 100K and groceries (1.7e6) are not, and run as before.
+
 Measured on MovieLens 100K (``u.data``), seed 0, `baseline_systems` defaults (K = 64, 100
 epochs, float32; fit keys 0 / 1 / 2 for the spread of BPR):
 
@@ -95,6 +104,10 @@ __all__ = [
     "baseline_systems",
     "BPR_DEFAULTS",
     "model_systems",
+    "plan_systems",
+    "PlannedSystem",
+    "LARGE_CELLS",
+    "LARGE_SETTINGS",
     "SIBM_DEFAULTS",
     "RG_DEFAULTS",
     "binary_split",
@@ -124,11 +137,15 @@ class ImplicitEvaluation:
     table : pandas.DataFrame, one row per (protocol, system)
         ``protocol``, ``system``, ``recall@N`` (= HR@N), ``rank_score_users`` (mean over test
         rows), ``rank_score_items`` (mean over held-out items of their mean), ``ndcg@N``,
-        ``fit_seconds`` (wall time of the system's fit, compilation included), ``n_users``
+        ``fit_seconds`` (wall time of the system's fit, compilation included), ``fit_cpu_seconds`` (CPU
+        time of the process during the fit, all threads: `time.process_time`), ``n_users``
         (test rows), ``n_items`` (distinct held-out items), ``I``, ``J``, ``like_error`` (seed 003
         fig. 4: share of held-out edges with p(g = 1 | h = 1) < 1/2; NaN unless the system's
         scores are like probabilities), ``setting`` (what a tuned system chose, e.g. EASE^R's lambda;
-        or why a system was skipped: its metrics are then NaN), then the standard errors over test users
+        or why a system was skipped: its metrics are then NaN), ``converged`` (True / False: whether the
+        solver's own stopping rule ended the fit before its iteration cap; "" for systems without an
+        iterative fit, "n/a" for a fixed count without a rule), ``iterations`` (sweeps, epochs or
+        minibatches run, "" when not iterative), then the standard errors over test users
         ``recall@N_se``, ``rank_score_users_se``, ``ndcg@N_se`` and, against the protocol's best baseline
         ``vs`` (popularity or EASE^R, the better by recall@N), ``diff`` (recall@N, system - baseline),
         ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over the same test users) and ``verdict``
@@ -195,6 +212,153 @@ def _item_means(pu: pd.DataFrame, train: Observations) -> pd.DataFrame:
     )
 
 
+#: Above this many training cells (I x J) a matrix is "large" (`plan_systems`, `LARGE_SETTINGS`). Batch SIBM VB
+#: touches all I J cells per sweep (O(I J K)); on T10I4D100K (100,000 x 870 = 8.7e7 cells) its fit took
+#: 3,100 s wall (~3.6e-5 s per cell, shared 2-core machine), so 5e6 cells bound it to ~180 s, an eighth of
+#: the 15-minute budget of issue 27 for every system; MovieLens 100K (P1 1.6e6, SIBM 0.9e6) and groceries
+#: (9,835 x 169 = 1.7e6) stay below and keep batch VB and the three SVI schemes.
+LARGE_CELLS = 5_000_000
+#: Settings on a large training matrix (issue 27: every system of the basket evaluation in under 15
+#: minutes on 2 cores). ``svi_strategy``: the one SIBM SVI scheme run there, S-Biased, the best of the three
+#: by recall@10 on groceries (seed 0, 2,000 minibatches: S-Biased 0.3786 / rank score 0.8299, S-Balanced
+#: 0.3785 / 0.8305, S-Uniform 0.3775 / 0.8305; all within one standard error, ~0.006, of each other);
+#: the rest are stopping rules on each solver's own target (relative change): SIBM SVI, the full ELBO
+#: every ``svi_elbo_every`` minibatches, below ``svi_tol``; RG, the ELBO on the evaluation graph per
+#: Robbins-Monro sweep below ``rg_tol`` after ``rg_warm_start`` fixed-graph sweeps (at most
+#: ``rg_max_iter``); PSM, the ELBO per sweep below ``psm_tol``; BPR, the mean ln sigma of the epoch's
+#: triples, mean of the last ``bpr_window`` epochs against the ``bpr_window`` before, below ``bpr_tol``
+#: (at most `BPR_DEFAULTS` ``n_epochs``). The tolerances were set from the traces on T10I4D100K (seed
+#: 0: SVI's ELBO moves 7 %, 3 %, 1.7 % per 128 minibatches; RG's 0.7 %, 0.4 %, 0.3 % per sweep; PSM's
+#: 1e-4 per sweep after 3 sweeps; BPR's ln sigma 0.3 % per epoch after 5 epochs).
+#: ``map_iter``: SIBM MAP's minibatches there (`custom_inference.sibm.fit_map` has no stopping rule: a fixed
+#: count, half the small-matrix one). Measured on T10I4D100K (seed 0; popularity 0.0622 / 0.7485):
+#: SVI svi_tol 5e-3 stopped at 1,600 minibatches (recall@10 0.0606, rank score 0.7450), 1e-2 at 1,000
+#: (0.0597 / 0.7433, 143 CPU s); MAP 2,000 minibatches 0.0511 / 0.7156 (~185 CPU s), 1,000 0.0486 /
+#: 0.7090 (93 CPU s): a drop beyond the interval, below popularity either way.
+LARGE_SETTINGS = {"svi_strategy": "biased", "svi_elbo_every": 200, "svi_tol": 1e-2, "rg_warm_start": 10,
+                  "rg_max_iter": 40, "rg_tol": 1e-3, "psm_tol": 1e-4, "bpr_tol": 2e-3, "bpr_window": 5,
+                  "map_iter": 1000}
+
+
+def _is_large(train: Observations, large_cells: int | None) -> bool:
+    return large_cells is not None and int(train.n_rows) * int(train.n_cols) > int(large_cells)
+
+
+@dataclass(frozen=True)
+class PlannedSystem:
+    """One row of a protocol's plan (`plan_systems`): ``name`` (the table's system name), ``factory``
+    (None: not run, ``reason`` says why), ``reason`` (str), ``estimate`` (float CPU seconds of the fit at
+    its iteration cap, or None where unknown). Source: project addition (issue 27)."""
+
+    name: str
+    factory: SystemFactory | None
+    reason: str = ""
+    estimate: float | None = None
+
+
+def plan_systems(systems: Mapping[str, SystemFactory], train: Observations, *, all_svi: bool = False) -> list[PlannedSystem]:
+    """Which systems `evaluate_implicit` fits on one training matrix, in the order of ``systems``.
+
+    The rules read attributes that `model_systems` puts on its factories (any other factory runs as is):
+
+    - ``sibm_batch`` (batch SIBM VB) with I x J > the factory's ``large_cells``: replaced by its
+      ``large_replacement`` (SIBM SVI with `LARGE_SETTINGS` ``"svi_strategy"``), in a row named
+      ``"SIBM SVI (batch VB skipped: I x J = ... > ...)"``;
+    - ``svi_strategy`` (SIBM S-Uniform / S-Balanced / S-Biased) with I x J > ``large_cells`` and not
+      ``all_svi``: the scheme of `LARGE_SETTINGS` is not run again when the batch row already runs it
+      (row kept, the reason names that row), the other schemes are skipped (reason: how to run them),
+      unless no other SIBM batch or SVI system is in ``systems`` (then it runs).
+
+    Parameters
+    ----------
+    systems : dict name -> factory (`SystemFactory`)
+    train : Observations (I, J), the protocol's training matrix (only its shape and nnz are read)
+    all_svi : run every SVI scheme on large matrices too
+
+    Returns
+    -------
+    list of `PlannedSystem` (one per system; ``estimate`` from the factory's ``estimate(train)`` if any).
+
+    Raises
+    ------
+    ValueError when a factory's ``estimate`` does (a malformed matrix).
+
+    Source: project addition (issue 27 target: the basket evaluation of every system in under 15 minutes).
+    """
+    I, J = int(train.n_rows), int(train.n_cols)
+    cells = I * J
+    sibm_names = [n for n, f in systems.items() if getattr(f, "sibm_batch", False) or getattr(f, "svi_strategy", None)]
+    plan = []
+    for name, f in systems.items():
+        lc = getattr(f, "large_cells", None)
+        large = lc is not None and cells > int(lc)
+        if large and getattr(f, "sibm_batch", False) and getattr(f, "large_replacement", None) is not None:
+            f, name = f.large_replacement, f"SIBM SVI (batch VB skipped: I x J = {cells:,} > {int(lc):,})"
+        elif large and getattr(f, "svi_strategy", None) and not all_svi and len(sibm_names) > 1:
+            chosen = LARGE_SETTINGS["svi_strategy"]
+            batch = [n for n in sibm_names if getattr(systems[n], "sibm_batch", False)]
+            if f.svi_strategy == chosen and not batch:
+                pass  # the only SVI row of the large matrix
+            elif f.svi_strategy == chosen:
+                plan.append(PlannedSystem(name, None, f"run as the 'SIBM SVI' row (I x J = {cells:,} > {int(lc):,})"))
+                continue
+            else:
+                plan.append(PlannedSystem(name, None, f"not run: I x J = {cells:,} > {int(lc):,}, where only "
+                                                      f"S-{chosen.capitalize()} runs (all_svi=True runs all three)"))
+                continue
+        est = getattr(f, "estimate", None)
+        plan.append(PlannedSystem(name, f, "", None if est is None else float(est(train))))
+    return plan
+
+
+def _print_plan(pname: str, train: Observations, plan: list) -> None:
+    known = [p.estimate for p in plan if p.factory is not None and p.estimate is not None]
+    unknown = [p.name for p in plan if p.factory is not None and p.estimate is None]
+    print(f"[implicit_eval] {pname}: I x J = {train.n_rows:,} x {train.n_cols:,}, {len(plan)} systems; fit "
+          f"estimate {sum(known):.0f} CPU s at most for {len(known)} of them (unknown: {', '.join(unknown) or 'none'}; "
+          f"CPU rates of T10I4D100K on 2 cores, `implicit_eval._RATES`)", flush=True)
+    for p in plan:
+        if p.factory is None:
+            print(f"[implicit_eval]   {p.name}: {p.reason}", flush=True)
+        elif p.estimate is not None:
+            print(f"[implicit_eval]   {p.name}: ~{p.estimate:.0f} CPU s at most", flush=True)
+
+
+def _run_text(run: Mapping) -> str:
+    if not run:
+        return ""
+    c = run.get("converged")
+    state = "converged" if c is True else ("NOT converged" if c is False else "fixed count")
+    return f" ({state}, {run.get('iterations')} {run.get('unit', 'iterations')})"
+
+
+def _fit_info(res, unit: str) -> dict:
+    """``converged`` / ``iterations`` / ``unit`` of a `custom_inference.base.FitResult` (the run attrs
+    `custom_inference.vi_driver.fit` writes on its groups: tol, converged, n_iter)."""
+    attrs = dict(res.idata.attrs)
+    for group in ("posterior", "vi_trace"):
+        if hasattr(res.idata, group):
+            attrs = {**attrs, **dict(getattr(res.idata, group).attrs)}
+    tol = float(attrs.get("tol", 0.0) or 0.0)
+    has_rule = tol > 0 or ("tol" not in attrs and "converged" in attrs)  # PSM's attrs carry converged, not tol
+    converged = bool(attrs.get("converged", False)) if has_rule else "n/a"
+    return {"converged": converged, "iterations": int(attrs.get("n_iter", len(res.trace))), "unit": unit}
+
+
+#: CPU seconds per unit of work of each solver, measured on T10I4D100K (100,000 x 870, 910,356 training
+#: positives; 2 shared cores, seed 0, compilation included): `estimate` = rate x work x iteration cap.
+#: Units: per training positive and epoch / sweep (BPR, PSM, RG), per (I + J) and minibatch (SVI, MAP).
+_RATES = {"bpr": 2.4e-6, "psm": 4.0e-6, "rg": 3.0e-6, "svi": 1.6e-6, "map": 1.1e-6}
+
+
+def _estimator(kind: str, iterations: Callable[[Observations], int]):
+    def estimate(train: Observations) -> float:
+        work = np.asarray(train.rows).size if kind in ("bpr", "psm", "rg") else train.n_rows + train.n_cols
+        return _RATES[kind] * work * iterations(train)
+
+    return estimate
+
+
 def evaluate_implicit(
     df,
     systems: Mapping[str, SystemFactory],
@@ -207,6 +371,7 @@ def evaluate_implicit(
     batch_size: int = 256,
     out_dir=None,
     progress: bool = False,
+    all_svi: bool = False,
 ) -> ImplicitEvaluation:
     """Fit every system on every protocol's training matrix and evaluate the held-out items.
 
@@ -231,7 +396,13 @@ def evaluate_implicit(
     batch_size : users per score-function call.
     out_dir : optional directory: writes ``rank_by_user_degree.png``,
         ``rank_by_item_degree.png`` and ``report.md`` there.
-    progress : print one line per fit.
+    progress : print the plan of every protocol (which systems run, with an estimate of their fit time
+        where `model_systems` / `baseline_systems` know one), a line before and one after every fit.
+    all_svi : on a training matrix above its factories' ``large_cells`` (`LARGE_CELLS`), run all three
+        SIBM SVI sub-sampling schemes, not only `LARGE_SETTINGS` ``"svi_strategy"`` (`plan_systems`).
+
+    Which systems run on a protocol is `plan_systems` (batch SIBM replaced by its SVI above
+    ``large_cells``, one SVI scheme there); the skipped ones keep a row with the reason in ``setting``.
 
     Returns
     -------
@@ -278,8 +449,20 @@ def evaluate_implicit(
     tuning, notes, diffs = {}, [], []
     table_cols = {"hit": f"recall@{n}", "rank_score": "rank_score_users", "ndcg": f"ndcg@{n}"}
     for pname, split in splits.items():
-        for sname, factory in systems.items():
-            t0 = time.perf_counter()
+        plan = plan_systems(systems, split.train, all_svi=all_svi)
+        if progress:
+            _print_plan(pname, split.train, plan)
+        for k, planned in enumerate(plan, 1):
+            sname, factory = planned.name, planned.factory
+            if factory is None:
+                notes.append(f"{pname} {sname}: {planned.reason}")
+                rows.append({"protocol": pname, "system": sname, "n_users": 0, "n_items": 0, "I": split.n_users,
+                             "J": split.n_items, "setting": planned.reason})
+                continue
+            if progress:
+                est = "" if planned.estimate is None else f", estimate {planned.estimate:.0f} CPU s at most"
+                print(f"[implicit_eval] {pname} {sname} ({k}/{len(plan)}): fitting{est} ...", flush=True)
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 score_fn = factory(split.train, seed)
             except baselines.SkippedSystem as e:
@@ -289,7 +472,8 @@ def evaluate_implicit(
                 if progress:
                     print(f"[implicit_eval] {pname} {sname}: {e}", flush=True)
                 continue
-            secs = time.perf_counter() - t0
+            secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+            run = getattr(score_fn, "fit_info", None) or {}
             if getattr(score_fn, "tuning", None) is not None:
                 tuning[(pname, sname)] = score_fn.tuning
             pu = metrics.leave_one_out_metrics(score_fn, split, n=n, batch_size=batch_size)
@@ -313,12 +497,15 @@ def evaluate_implicit(
                     "rank_score_items": float(items["rank_score"].mean()),
                     f"ndcg@{n}": float(pu["ndcg"].mean()),
                     "fit_seconds": secs,
+                    "fit_cpu_seconds": cpu,
                     "n_users": int(len(pu)),
                     "n_items": int(len(items)),
                     "I": split.n_users,
                     "J": split.n_items,
                     "like_error": like_error,
                     "setting": getattr(score_fn, "setting", ""),
+                    "converged": run.get("converged", ""),
+                    "iterations": run.get("iterations", ""),
                 }
             )
             for acc, table in ((by_user, pu), (by_item, items)):
@@ -330,13 +517,14 @@ def evaluate_implicit(
                 r = rows[-1]
                 print(
                     f"[implicit_eval] {pname} {sname}: recall@{n}={r[f'recall@{n}']:.4f} "
-                    f"R={r['rank_score_users']:.4f} fit {secs:.1f}s",
+                    f"R={r['rank_score_users']:.4f} fit {secs:.1f}s wall, {cpu:.1f} CPU s{_run_text(run)}",
                     flush=True,
                 )
     table = pd.DataFrame(rows)
-    table["setting"] = table["setting"].fillna("")
+    for col in ("setting", "converged", "iterations"):
+        table[col] = table[col].fillna("") if col in table else ""
     for pname in splits:
-        done = {s: per_user[(pname, s)] for s in systems if (pname, s) in per_user}
+        done = {s: pu for (p, s), pu in per_user.items() if p == pname}  # the planned rows (replacements too)
         if not done:
             continue
         comp = intervals.compare(done, list(table_cols), main="hit", baselines=IMPLICIT_BASELINES)
@@ -582,6 +770,31 @@ def subsample_baskets(table: pd.DataFrame, max_baskets: int, seed: int = 0, labe
 # baselines
 # ---------------------------------------------------------------------------
 
+def _bpr_until_converged(key, train: Observations, kw: Mapping, sampling: str):
+    """BPR epochs (`custom_inference.bpr.epoch`, the LearnBPR epoch of `custom_inference.bpr.fit`) until the windowed
+    relative change of ``log_sigmoid_after`` is below `LARGE_SETTINGS` ``bpr_tol`` or ``kw["n_epochs"]`` ran.
+    Returns (BPRParams, fit_info dict)."""
+    import jax
+
+    w, tol = int(LARGE_SETTINGS["bpr_window"]), float(LARGE_SETTINGS["bpr_tol"])
+    data = bpr.bpr_data(train)
+    k_init, k_run = jax.random.split(key)
+    params = bpr.init(k_init, data, kw["n_factors"], init_scale=kw.get("init_scale", 0.1),
+                      dtype=kw.get("dtype", np.float32))
+    trace, converged = [], False
+    for t in range(int(kw["n_epochs"])):
+        params, info = bpr.epoch(jax.random.fold_in(k_run, t), params, data, kw["learning_rate"], kw["reg"],
+                                 kw.get("bias_reg"), sampling=sampling, batch_size=kw["batch_size"],
+                                 max_tries=kw["max_tries"])
+        trace.append(float(info.log_sigmoid_after))
+        if len(trace) >= 2 * w:
+            last, before = np.mean(trace[-w:]), np.mean(trace[-2 * w:-w])
+            if abs(last - before) < tol * abs(before):
+                converged = True
+                break
+    return params, {"converged": converged, "iterations": len(trace), "unit": "epochs"}
+
+
 #: BPR settings of `baseline_systems`, per negative-sampling scheme. K = 64 and 100 epochs of
 #: minibatches of 256 triples (about 0.07 s per epoch on MovieLens 100K, 2 CPU cores); the
 #: learning rate and L2 constant were chosen on a validation split carved from the P1 training
@@ -595,7 +808,7 @@ BPR_DEFAULTS = {
 }
 
 
-def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
+def baseline_systems(*, large_cells: int | None = LARGE_CELLS, **bpr_kwargs) -> dict[str, SystemFactory]:
     """The "popularity", "ease", "BPR-uniform" and "BPR-popularity" systems of the comparison.
 
     - ``"popularity"``: `validation.evaluation.metrics.popularity_score_fn` (the item's number of training
@@ -608,7 +821,13 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
       ``sampling="uniform"`` / ``"popularity"``, key ``jax.random.key(seed)``, float32, and the
       settings of `BPR_DEFAULTS` (K = 64, 100 epochs, learning rate 0.02, L2 on factors and
       item biases 0.01 for uniform and 0.03 for popularity sampling, minibatches of 256
-      triples, at most 16 negative draws), any of which ``bpr_kwargs`` overrides for both.
+      triples, at most 16 negative draws), any of which ``bpr_kwargs`` overrides for both. On a training
+      matrix with more than ``large_cells`` cells (`LARGE_CELLS`; None: never) the epochs stop when the
+      mean ln sigma(x_ui - x_uj) of the epoch's triples (`custom_inference.bpr.EpochInfo`
+      ``log_sigmoid_after``), averaged over the last `LARGE_SETTINGS` ``bpr_window`` epochs, changes by
+      less than ``bpr_tol`` (relative) against the window before, ``n_epochs`` at most (the same epochs as
+      `custom_inference.bpr.fit` until then, keys split per epoch from the fit key); elsewhere exactly
+      ``n_epochs``. The score function carries ``fit_info`` (converged, iterations).
 
     Returns
     -------
@@ -634,10 +853,19 @@ def baseline_systems(**bpr_kwargs) -> dict[str, SystemFactory]:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             import jax
 
-            params = bpr.fit(jax.random.key(int(seed)), train, kw["n_factors"], bpr.BPRHyper(kw["reg"], kw.get("bias_reg")),
-                             sampling=sampling, **{k: v for k, v in kw.items() if k not in ("n_factors", "reg", "bias_reg")}).state
-            return lambda users: np.asarray(bpr.score_users(params, users))
+            key = jax.random.key(int(seed))
+            if _is_large(train, large_cells):
+                params, info = _bpr_until_converged(key, train, kw, sampling)
+            else:
+                params = bpr.fit(key, train, kw["n_factors"], bpr.BPRHyper(kw["reg"], kw.get("bias_reg")), sampling=sampling,
+                                 **{k: v for k, v in kw.items() if k not in ("n_factors", "reg", "bias_reg")}).state
+                info = {"converged": "n/a", "iterations": kw["n_epochs"], "unit": "epochs"}
+            score_fn = lambda users: np.asarray(bpr.score_users(params, users))  # noqa: E731
+            score_fn.fit_info = info
+            return score_fn
 
+        factory.large_cells = large_cells
+        factory.estimate = _estimator("bpr", lambda train: kw["n_epochs"])
         return factory
 
     return {
@@ -665,7 +893,7 @@ RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
 
 
 def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm: Mapping | None = None,
-                  dtype=np.float32) -> dict[str, SystemFactory]:
+                  dtype=np.float32, large_cells: int | None = LARGE_CELLS) -> dict[str, SystemFactory]:
     """The SIBM, RG and PSM entries of the comparison (seed 002 sec. 4; seed 003 sec. 6; seed 000 sec. 5).
 
     - ``"SIBM batch VB"``: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
@@ -688,6 +916,16 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
       paper's fig. 2 setting; at most ``max_iter`` sweeps, relative tolerance ``tol``), scored by the
       paper's predictive (eq. 5): E_q[psi_j] sigma(x_ij), popularity times personalised acceptance with
       MacKay's probit approximation, normalised over items (`validation.evaluation.model_studies.implicit_system`).
+
+    On a training matrix with more than ``large_cells`` cells (`LARGE_CELLS`; None: never) the fits stop on
+    their own convergence with `LARGE_SETTINGS` (SVI: ELBO every ``svi_elbo_every`` minibatches, relative
+    change below ``svi_tol``, ``svi_iter`` at most; RG: ``rg_warm_start`` warm sweeps, then at most
+    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``; MAP: ``map_iter`` minibatches, a fixed count),
+    and `plan_systems` replaces batch VB (factory
+    attributes ``sibm_batch``, ``large_replacement``, ``svi_strategy``, ``large_cells``). The model math is
+    the same. Every score function carries ``fit_info`` (converged, iterations; MAP has no stopping rule in
+    `custom_inference.sibm.fit_map`: "n/a"), every factory but batch VB an ``estimate(train)`` of its fit's
+    CPU seconds at the iteration cap. SIBM fits keep the means of q (``n_draws=0``).
 
     Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg`` /
     ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.evaluation.model_studies.PSM_DEFAULTS`. Returns dict
@@ -716,6 +954,9 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
         if unknown:
             raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(allowed)}")
 
+    def map_iter(train: Observations) -> int:
+        return LARGE_SETTINGS["map_iter"] if _is_large(train, large_cells) else s["map_iter"]
+
     def sibm_system(kind: str, strategy: str | None = None) -> SystemFactory:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             import jax
@@ -724,15 +965,30 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
             data = train.astype(dtype)
             if kind == "batch":
                 res = sibm_solver.fit(key, data, s["D"], SIBMHyper(), max_iter=s["batch_max_iter"], tol=s["batch_tol"],
-                                      progress=False)
+                                      progress=False, n_draws=0)
+                unit = "sweeps"
             elif kind == "svi":
+                stop = (dict(elbo_every=LARGE_SETTINGS["svi_elbo_every"], tol=LARGE_SETTINGS["svi_tol"])
+                        if _is_large(train, large_cells) else {})
                 res = sibm_solver.fit_svi(key, data, s["D"], SIBMHyper(), n_iter=s["svi_iter"], strategy=strategy,
-                                          S_max=s["svi_S_max"], progress=False)
+                                          S_max=s["svi_S_max"], progress=False, n_draws=0, **stop)
+                unit = "minibatches"
             else:
-                res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=s["map_iter"], S=s["map_S"],
+                res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=map_iter(train), S=s["map_S"],
                                           progress=False)
-            return lambda users: sibm_solver.score_users(res.state, users)
+                unit = "minibatches"
+            score_fn = lambda users: sibm_solver.score_users(res.state, users)  # noqa: E731
+            score_fn.fit_info = _fit_info(res, unit)
+            return score_fn
 
+        factory.large_cells = large_cells
+        if kind == "batch":
+            factory.sibm_batch = True
+            factory.large_replacement = sibm_system("svi", LARGE_SETTINGS["svi_strategy"])
+        else:
+            factory.estimate = _estimator(kind, lambda train: s["svi_iter"] if kind == "svi" else map_iter(train))
+        if kind == "svi":
+            factory.svi_strategy = strategy
         return factory
 
     fits: dict = {}  # (id(train), seed, r) -> (train, FitResult): one RG fit per r serves both scores
@@ -740,17 +996,46 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     def rg_fit(train: Observations, seed: int, r_value: float):
         key = (id(train), int(seed), float(r_value))
         if key not in fits or fits[key][0] is not train:
-            res = rg_solver.fit(int(seed), train, r["K"], RGHyper(r=float(r_value)), max_iter=r["max_iter"],
-                                dtype=dtype, n_draws=0, progress=False, warm_start=r["warm_start"])
+            stop = (dict(max_iter=LARGE_SETTINGS["rg_max_iter"], tol=LARGE_SETTINGS["rg_tol"],
+                         warm_start=LARGE_SETTINGS["rg_warm_start"]) if _is_large(train, large_cells)
+                    else dict(max_iter=r["max_iter"], warm_start=r["warm_start"]))
+            res = rg_solver.fit(int(seed), train, r["K"], RGHyper(r=float(r_value)), dtype=dtype, n_draws=0,
+                                progress=False, **stop)
             fits[key] = (train, res)
         return fits[key][1]
+
+    def rg_sweeps(train: Observations) -> int:
+        if _is_large(train, large_cells):
+            return LARGE_SETTINGS["rg_max_iter"] + LARGE_SETTINGS["rg_warm_start"]
+        return r["max_iter"] + r["warm_start"]
 
     def rg_system(kind: str, r_value: float) -> SystemFactory:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             res = rg_fit(train, seed, r_value)
-            return lambda users: rg_solver.score_users(res.state, users, kind=kind, pi=rg_solver.histogram_of(res)[0])
+            score_fn = lambda users: rg_solver.score_users(res.state, users, kind=kind,  # noqa: E731
+                                                           pi=rg_solver.histogram_of(res)[0])
+            score_fn.fit_info = _fit_info(res, "Robbins-Monro sweeps (after the warm start)")
+            return score_fn
 
         factory.scores_like_probability = kind == "like"
+        factory.large_cells = large_cells
+        # the popularity x like entry shares the like entry's fit (same training matrix, seed and r)
+        factory.estimate = _estimator("rg", rg_sweeps) if kind == "like" else (lambda train: 0.0)
+        return factory
+
+    def psm_system() -> SystemFactory:
+        kw = dict(dtype=dtype, max_iter=p["max_iter"])
+        small = model_studies.implicit_system(p["K"], p["r"], tol=p["tol"], **kw)
+        large = model_studies.implicit_system(p["K"], p["r"], tol=LARGE_SETTINGS["psm_tol"], **kw)
+
+        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
+            f = large if _is_large(train, large_cells) else small
+            score_fn = f(train, seed)
+            score_fn.fit_info = _fit_info(f.last_fit, "sweeps")
+            return score_fn
+
+        factory.large_cells = large_cells
+        factory.estimate = _estimator("psm", lambda train: p["max_iter"])
         return factory
 
     rg_entries = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
@@ -765,7 +1050,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
         "SIBM S-Biased": sibm_system("svi", "biased"),
         "SIBM MAP": sibm_system("map"),
         **rg_entries,
-        "PSM": model_studies.implicit_system(p["K"], p["r"], dtype=dtype, max_iter=p["max_iter"], tol=p["tol"]),
+        "PSM": psm_system(),
     }
 
 
