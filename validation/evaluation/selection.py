@@ -52,6 +52,10 @@ __all__ = ["Axis", "Grid", "GRIDS", "MIN_VALIDATION_USERS", "Selection", "grid_p
 MIN_VALIDATION_USERS = 10
 
 
+#: the messages of `holdout.split` (and the `validation.data.splits` it calls) when nothing can be held out
+_NOTHING_TO_HOLD_OUT = ("nothing to hold out", "the test set is empty", "so there are no positives")
+
+
 @dataclass(frozen=True)
 class Axis:
     """One searched hyperparameter: ``name`` (as reported; the key of ``grid=`` overrides), ``values``
@@ -304,7 +308,7 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
         val = holdout.split(train, how=how, seed=int(seed) + 1, test_fraction=test_fraction, n_test=n_test,
                             min_value=min_value, time_col=time_col, **cols)
     except ValueError as e:
-        if "nothing to hold out" not in str(e):
+        if not any(m in str(e) for m in _NOTHING_TO_HOLD_OUT):
             raise
         raise ValueError(f"select: the training part is too small to carve a validation split from it ({e}); "
                          f"evaluate without selection, or with more data") from None
