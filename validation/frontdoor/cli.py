@@ -459,7 +459,8 @@ def cmd_evaluate_model(args) -> int:
     Raises ValueError for an unknown model, malformed ``--option`` or ``--grid``, ``--draws`` with a model
     that keeps its own draws, a bad split setting or input (what `holdout.split`, `api.fit`, `api.select` and
     `holdout.evaluate` raise; `api.select`: a training part too small to carve a validation split from, an
-    ``--option`` the grid searches); FileNotFoundError for a missing ``--data``; OSError writing the report.
+    ``--option`` the grid searches), ``--grid`` / ``--select-metric`` without ``--select``; FileNotFoundError for
+    a missing ``--data``; OSError writing the report.
     Source: project addition (issue 24, "Evaluate on your own data").
     """
     import json
@@ -476,6 +477,10 @@ def cmd_evaluate_model(args) -> int:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(api.models())}")
     adapter = api.ADAPTERS[args.model]
     options = _fit_options(args, adapter)
+    given = [f for f, v in (("--grid", args.grid), ("--select-metric", args.select_metric)) if v is not None]
+    if given and not args.select:
+        raise ValueError(f"{', '.join(given)}: only with --select (model selection on a validation split of the train part)")
+    grid = _grid_flags(args.grid)
     if args.tol is not None:
         options["tol"] = args.tol
     if args.dtype is not None:
@@ -498,7 +503,7 @@ def cmd_evaluate_model(args) -> int:
     sel = None
     if args.select:
         sel = api.select(args.model, held.train, how=how, seed=args.seed, N=tuple(args.N), metric=args.select_metric,
-                         grid=_grid_flags(args.grid), options=options, min_value=min_value,
+                         grid=grid, options=options, min_value=min_value,
                          test_fraction=args.test_fraction, n_test=args.n_test, transform=args.transform,
                          threshold=args.threshold, progress=not args.no_progress)
         model, K = sel.fitted, sel.chosen["K"]
