@@ -47,6 +47,11 @@ def python_choice(planted):
     return fb.select("hpf", train, grid=GRID, options=OPTIONS, N=(5,), seed=0, progress=False, refit=False)
 
 
+@pytest.fixture(scope="module")
+def cli_choice(planted, tmp_path_factory):
+    return _cli(tmp_path_factory.mktemp("cli"), planted[0], "plain")
+
+
 def _cli(tmp_path, df, name):
     path = tmp_path / f"{name}.csv"
     df.to_csv(path, index=False)
@@ -67,16 +72,15 @@ def test_the_planted_k_is_chosen(python_choice):
     assert set(python_choice.seconds) == {"validation split", "search"} and python_choice.fitted is None
 
 
-def test_cli_and_python_make_the_same_choice(planted, python_choice, tmp_path):
-    df, _, _ = planted
-    table, report = _cli(tmp_path, df, "plain")
+def test_cli_and_python_make_the_same_choice(python_choice, cli_choice):
+    table, report = cli_choice
     assert list(table["K"]) == list(python_choice.table["K"])
     np.testing.assert_allclose(table["recall@5"], python_choice.table["recall@5"], rtol=1e-9)
     assert list(table["chosen"]) == list(python_choice.table["chosen"])
     assert "select: chosen K = 4, shape = 0.3, scale = 1" in report and "search " in report and "refit " in report
 
 
-def test_the_test_part_is_never_seen(planted, python_choice, tmp_path):
+def test_the_test_part_is_never_seen(planted, python_choice, cli_choice, tmp_path):
     df, train, test = planted
     # 1. the search: no fit and no validation score ever gets a test entry
     fitted_on, scored_on = [], []
@@ -106,9 +110,8 @@ def test_the_test_part_is_never_seen(planted, python_choice, tmp_path):
     held = pd.MultiIndex.from_frame(df[["user", "item"]]).isin(pd.MultiIndex.from_frame(test[["user", "item"]]))
     poisoned.loc[held, "count"] *= 100
     assert fb.split(poisoned, "loo", seed=0).test[["user", "item"]].equals(test[["user", "item"]])
-    clean, _ = _cli(tmp_path, df, "clean")
     dirty, report = _cli(tmp_path, poisoned, "dirty")
-    pd.testing.assert_frame_equal(clean.drop(columns="seconds"), dirty.drop(columns="seconds"))
+    pd.testing.assert_frame_equal(cli_choice[0].drop(columns="seconds"), dirty.drop(columns="seconds"))
     assert "K = 4 (chosen by --select)" in report
 
 

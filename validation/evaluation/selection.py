@@ -236,8 +236,8 @@ class Selection:
         edge = [a for a in self.grid.names if len(self._values(a)) > 2 and self.chosen[a] in (self._values(a)[0], self._values(a)[-1])]
         return ([f"select: {self.model} over {len(self.table)} grid points ({grid}); why: {self.grid.why}"]
                 + ["select " + line for line in holdout.describe(self.split)]
-                + [f"select: criterion {self.metric} on the validation entries (larger is better"
-                   f"{'; rmse: smaller' if self.metric == 'rmse' else ''}; ties: the first point in grid order)",
+                + [f"select: criterion {self.metric} on the validation entries ({'smaller' if self.metric == 'rmse' else 'larger'}"
+                   " is better; ties: the first point in grid order)",
                    f"select: chosen {chosen} (validation {self.metric} {row[self.metric]:.4f} +- {row[self.metric + '_se']:.4f})"
                    + (f"; at the edge of the grid in {', '.join(edge)}" if edge else ""),
                    "select: seconds " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())])
