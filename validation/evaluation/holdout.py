@@ -584,7 +584,7 @@ def _prepare(fitted, test, user_col, item_col, value_col):
 
 
 def model_metrics(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_col=None,
-                  batch_cells: int = 500_000, batch_users: int | None = None) -> dict:
+                  batch_cells: int = 500_000, batch_users: int | None = None, per_user: bool = False):
     """The fitted model's own row of `evaluate` (no baselines, no intervals): what model selection scores
     each grid point by (`validation.evaluation.selection`).
 
@@ -593,7 +593,8 @@ def model_metrics(fitted, test, *, N=(10, 20), user_col=None, item_col=None, val
     Returns a dict: ``recall@N``, ``ndcg@N`` per N and ``rank_score`` (float, means over the evaluated
     users, computed exactly as `evaluate` computes them), with ``<metric>_se`` (sd over users /
     sqrt(users)); ``rmse`` (rating models, else NaN; ``rmse_se``: NaN, RMSE pools ratings); ``users``,
-    ``held_out`` (int).
+    ``held_out`` (int). With ``per_user``: ``(dict, DataFrame)``, the DataFrame one row per evaluated user
+    (``user``: the model's user index, and the ranking metrics), for paired comparisons.
 
     Raises as `evaluate` (ValueError: bad N, a test entry the model was fitted on, nothing to evaluate;
     TypeError: test not a DataFrame).
@@ -613,7 +614,7 @@ def model_metrics(fitted, test, *, N=(10, 20), user_col=None, item_col=None, val
     out["rmse"] = metrics.rmse(_predict_means(fitted, u, i), truth) if fitted.adapter.values == "real" else float("nan")
     out["rmse_se"] = float("nan")
     out.update(users=int(len(pu)), held_out=int(u.size))
-    return out
+    return (out, pu) if per_user else out
 
 
 def _in_seen(seen, u: np.ndarray, i: np.ndarray) -> np.ndarray:

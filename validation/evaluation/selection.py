@@ -195,7 +195,9 @@ class Selection:
     ("K" first). options : the fit options of the choice (over the caller's). table : DataFrame, one row per
     grid point: the axes, the criterion ``metric`` and its ``<metric>_se``, every metric of
     `validation.evaluation.holdout.model_metrics`, ``seconds`` (fit + scoring), ``note`` (the first warning or
-    error of the fit, "" if none), ``chosen`` (bool). seconds : dict phase -> seconds ("validation split",
+    error of the fit, "" if none), ``chosen`` (bool), ``diff`` / ``diff_se`` (the point's criterion minus the
+    chosen point's, paired over the same validation users, and its standard error: how far the choice is
+    from a coin flip; NaN for the chosen point and for RMSE). seconds : dict phase -> seconds ("validation split",
     "search", "refit", "evaluate" once `evaluate` ran). split : the validation split's summary
     (`validation.evaluation.holdout.split`). grid : the `Grid` searched. fitted : the model refitted on the
     whole training part (None with ``refit=False``). Source: project addition.
@@ -239,11 +241,36 @@ class Selection:
                 + [f"select: criterion {self.metric} on the validation entries ({'smaller' if self.metric == 'rmse' else 'larger'}"
                    " is better; ties: the first point in grid order)",
                    f"select: chosen {chosen} (validation {self.metric} {row[self.metric]:.4f} +- {row[self.metric + '_se']:.4f})"
-                   + (f"; at the edge of the grid in {', '.join(edge)}" if edge else ""),
+                   + (f"; at the edge of the grid in {', '.join(edge)}" if edge else "") + self._runner_up(),
                    "select: seconds " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())])
+
+    def _runner_up(self) -> str:
+        t = self.table[np.isfinite(self.table["diff"].to_numpy(dtype=float))]
+        if t.empty:
+            return ""
+        r = t.loc[t["diff"].idxmax()]
+        point = ", ".join(f"{k} = {r[k]:g}" for k in self.grid.names)
+        return (f"; the runner-up ({point}) is {-r['diff']:.4f} behind (paired se {r['diff_se']:.4f}, "
+                f"{-r['diff'] / r['diff_se'] if r['diff_se'] > 0 else np.inf:.1f} se)")
 
     def _values(self, name):
         return self.grid.K if name == "K" else next(a.values for a in self.grid.axes if a.name == name)
+
+
+def _paired(per_user: Mapping[int, pd.Series], best: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(diff, diff_se), float (n,): each point's mean per-user criterion minus the chosen point's over the
+    validation users both scored, and the standard error of that paired difference (sd / sqrt(users)); NaN
+    for the chosen point, failed points and RMSE (it pools ratings: no per-user form)."""
+    diff, se = np.full(n, np.nan), np.full(n, np.nan)
+    if best not in per_user:
+        return diff, se
+    for k, s in per_user.items():
+        if k == best:
+            continue
+        d = (s - per_user[best]).dropna().to_numpy(dtype=float)
+        if d.size > 1:
+            diff[k], se[k] = d.mean(), d.std(ddof=1) / np.sqrt(d.size)
+    return diff, se
 
 
 def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0, N=(10, 20), metric: str | None = None,
@@ -317,7 +344,7 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
                          f"{val.summary['test_users']} users get a validation entry (how={how!r}), fewer than "
                          f"min_users = {min_users}; evaluate without selection, or with more data")
     seconds["validation split"] = time.perf_counter() - t0
-    rows = []
+    rows, per_user = [], {}
     bar = tqdm(points, desc=f"select {model}", unit="point", disable=not progress, leave=False)
     for point in bar:
         bar.set_postfix_str(", ".join(f"{k}={v:g}" for k, v in point.items()))
@@ -328,7 +355,10 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
             try:
                 m = fit(model, val.train, K=int(point["K"]), seed=int(seed), progress=False, transform=transform,
                         threshold=threshold, **cols, **_point_options(g, point, options))
-                row.update(holdout.model_metrics(m, val.test, N=N, **cols))
+                means, pu = holdout.model_metrics(m, val.test, N=N, per_user=True, **cols)
+                row.update(means)
+                if metric != "rmse":
+                    per_user[len(rows)] = pu.set_index("user")[metric]
                 row["note"] = str(caught[0].message).splitlines()[0] if caught else ""
             except (ValueError, FloatingPointError, np.linalg.LinAlgError) as e:
                 row.update({metric: np.nan, f"{metric}_se": np.nan, "note": f"{type(e).__name__}: {e}"})
@@ -341,6 +371,7 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
         raise ValueError(f"select: every grid point failed; the first: {table['note'].iloc[0]}")
     best = int(np.nanargmin(score) if metric == "rmse" else np.nanargmax(score))
     table["chosen"] = np.arange(len(table)) == best
+    table["diff"], table["diff_se"] = _paired(per_user, best, len(table))
     front = list(g.names) + [metric, f"{metric}_se"]
     table = table[front + [c for c in table.columns if c not in front]]
     chosen = {k: (int(v) if k == "K" else float(v)) for k, v in points[best].items()}
