@@ -8,10 +8,12 @@ readers of the code and this package is what applications import)::
     import factorbayes as fb
     model = fb.fit("hpf", df, K=20, user_col="reader", item_col="book", value_col="stars")
     model.recommend(["u1"], N=10)
-    train, test = fb.split(df, "leave-one-out", user_col="reader", item_col="book")
+    train, test = fb.split(df, "loo", user_col="reader", item_col="book")
     model.evaluate(test)
+    sel = fb.select("hpf", train, user_col="reader", item_col="book")   # K, prior shapes on a validation split of train
+    sel.evaluate(test)
 
-Names: `fit`, `load`, `split`, `FittedModel`, `models`, `valid_options`, `RunInterrupted`,
+Names: `fit`, `load`, `split`, `select`, `FittedModel`, `models`, `valid_options`, `RunInterrupted`,
 `__version__`. The command line (``factorbayes ...`` or ``python -m factorbayes ...``) runs
 `validation.frontdoor.cli`.
 
@@ -20,14 +22,14 @@ Source: project addition (issue 24, the collision-free import path; issue 25, th
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from validation.frontdoor.api import FittedModel, fit, load, models, split, valid_options
+from validation.frontdoor.api import FittedModel, fit, load, models, select, split, valid_options
 
 try:
     __version__ = _version("factorbayes")
 except PackageNotFoundError:  # a checkout on sys.path without an install
     __version__ = "0+unknown"
 
-__all__ = ["FittedModel", "RunInterrupted", "fit", "load", "models", "split", "valid_options", "__version__"]
+__all__ = ["FittedModel", "RunInterrupted", "fit", "load", "models", "select", "split", "valid_options", "__version__"]
 
 
 def __getattr__(name):

@@ -314,3 +314,18 @@ def test_evaluate_refuses_what_it_cannot_do_with_status_2(half_star_csv, tmp_pat
     assert "evaluate MODEL --data FILE" in capsys.readouterr().err
     assert cli.main(["evaluate", "bpmf", "--data", str(half_star_csv), *cols, "--split", "time", "--no-progress"]) == 2
     assert "--time-col" in capsys.readouterr().err
+
+
+def test_evaluate_select_refuses_bad_flags_with_status_2(half_star_csv, tmp_path, capsys):
+    # issue 27 item 2: --select's flags (the search itself: tests/validation/test_selection.py)
+    base = ["evaluate", "hpf", "--data", str(half_star_csv), "--user-col", "customer", "--item-col", "product",
+            "--value-col", "stars", "--transform", "double", "--out", str(tmp_path / "o"), "--no-progress"]
+    assert cli.main(base + ["--grid", "K=2,3"]) == 2
+    assert "--grid: only with --select" in capsys.readouterr().err
+    assert cli.main(base + ["--select", "--grid", "K=two"]) == 2
+    assert "expected NAME=NUMBER[,NUMBER...]" in capsys.readouterr().err
+    assert cli.main(base + ["--select", "--grid", "lr=0.1"]) == 2
+    assert "hpf searches K, shape, scale; not 'lr'" in capsys.readouterr().err
+    assert cli.main(base + ["--select", "--option", "r=2"]) == 2  # psm's r is searched; hpf has no r: the fit says so
+    assert cli.main(["evaluate", "psm", *base[2:], "--select", "--option", "r=2"]) == 2
+    assert "select searches them" in capsys.readouterr().err

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["HOWS", "HeldOut", "split", "evaluate", "describe"]
+__all__ = ["HOWS", "HeldOut", "split", "evaluate", "model_metrics", "describe"]
 
 #: the held-out protocols of `split`
 HOWS = ("loo", "fraction", "time", "basket")
@@ -483,38 +483,11 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     000_619a0297b9d686b2.txt eq. (12) / 003_203f63200c0d7157.txt eq. (20) and RMSE (004 chs. 3-4),
     all through `validation.evaluation.metrics`; popularity is 000 sec. 6's baseline.
     """
-    from custom_inference.data import Observations
-
-    from validation.data import loaders
     from validation.evaluation import intervals, metrics
 
-    N = (N,) if isinstance(N, (int, np.integer)) and not isinstance(N, bool) else tuple(N)
-    if not N or any(isinstance(n, bool) or int(n) != n or n < 1 for n in N):
-        raise ValueError(f"N must be positive integers, got {N!r}")
-    N = tuple(sorted({int(n) for n in N}))
+    N = _cutoffs(N)
     kind = fitted.adapter.values
-    table = _test_table(test, fitted, user_col, item_col, value_col)
-    n_rows = len(table)
-    settings = fitted.settings
-    table = loaders.values_for(table, kind, settings.get("transform", "none"), float(settings.get("threshold", 4.0)))
-    not_relevant = n_rows - len(table)
-    u = _index_of(fitted.user_ids, table["user"].to_numpy())
-    i = _index_of(fitted.item_ids, table["item"].to_numpy())
-    known = (u >= 0) & (i >= 0)
-    counts = {"test_rows": int(n_rows), "not_relevant": int(not_relevant), "unknown_user": int((u < 0).sum()),
-              "unknown_item": int(((u >= 0) & (i < 0)).sum())}
-    u, i, truth = u[known], i[known], table["rating"].to_numpy()[known]
-    if u.size == 0:
-        raise ValueError(f"test: no entry left to evaluate ({describe({**counts, 'users': 0, 'held_out': 0})[0]})")
-    seen = fitted.seen.tocsr()
-    hits = _in_seen(seen, u, i)
-    if hits.any():
-        k = int(np.flatnonzero(hits)[0])
-        raise ValueError(f"test: {int(hits.sum())} held-out entries are training entries of the model, e.g. user "
-                         f"{fitted.user_ids[u[k]]!r} item {fitted.item_ids[i[k]]!r}: evaluate on entries the model "
-                         "was not fitted on (holdout.split's test)")
-    coo = seen.tocoo()
-    train = Observations.from_coo(coo.row, coo.col, np.ones(coo.nnz), seen.shape, kind="binary")  # popularity's
+    u, i, truth, seen, train, counts = _prepare(fitted, test, user_col, item_col, value_col)
     J = seen.shape[1]
     batch_users = batch_users or max(1, 4_000_000 // max(J, 1))
     systems = {fitted.model: _model_score_fn(fitted, batch_cells), "popularity": metrics.popularity_score_fn(train)}
@@ -564,6 +537,84 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
     if _SUMMARY_KEY in test.attrs:
         out.attrs["split"] = dict(test.attrs[_SUMMARY_KEY])
     return out
+
+
+def _cutoffs(N) -> tuple:
+    """The cut-offs as a sorted tuple of distinct ints >= 1 (ValueError otherwise)."""
+    N = (N,) if isinstance(N, (int, np.integer)) and not isinstance(N, bool) else tuple(N)
+    if not N or any(isinstance(n, bool) or int(n) != n or n < 1 for n in N):
+        raise ValueError(f"N must be positive integers, got {N!r}")
+    return tuple(sorted({int(n) for n in N}))
+
+
+def _prepare(fitted, test, user_col, item_col, value_col):
+    """(u, i, truth, seen, train, counts) of a test DataFrame against a fitted model: the M evaluated
+    held-out entries as model indices u, i (int (M,)) with their values ``truth`` (float (M,), after the
+    model's transform), the model's training entries ``seen`` (CSR (I, J)), the same as binary
+    Observations ``train`` (popularity's and EASE^R's input) and the skip counts (`evaluate`'s
+    ``attrs["evaluation"]`` less users / held_out). Raises as `evaluate`."""
+    from custom_inference.data import Observations
+
+    from validation.data import loaders
+
+    table = _test_table(test, fitted, user_col, item_col, value_col)
+    n_rows = len(table)
+    settings = fitted.settings
+    table = loaders.values_for(table, fitted.adapter.values, settings.get("transform", "none"),
+                               float(settings.get("threshold", 4.0)))
+    not_relevant = n_rows - len(table)
+    u = _index_of(fitted.user_ids, table["user"].to_numpy())
+    i = _index_of(fitted.item_ids, table["item"].to_numpy())
+    known = (u >= 0) & (i >= 0)
+    counts = {"test_rows": int(n_rows), "not_relevant": int(not_relevant), "unknown_user": int((u < 0).sum()),
+              "unknown_item": int(((u >= 0) & (i < 0)).sum())}
+    u, i, truth = u[known], i[known], table["rating"].to_numpy()[known]
+    if u.size == 0:
+        raise ValueError(f"test: no entry left to evaluate ({describe({**counts, 'users': 0, 'held_out': 0})[0]})")
+    seen = fitted.seen.tocsr()
+    hits = _in_seen(seen, u, i)
+    if hits.any():
+        k = int(np.flatnonzero(hits)[0])
+        raise ValueError(f"test: {int(hits.sum())} held-out entries are training entries of the model, e.g. user "
+                         f"{fitted.user_ids[u[k]]!r} item {fitted.item_ids[i[k]]!r}: evaluate on entries the model "
+                         "was not fitted on (holdout.split's test)")
+    coo = seen.tocoo()
+    train = Observations.from_coo(coo.row, coo.col, np.ones(coo.nnz), seen.shape, kind="binary")
+    return u, i, truth, seen, train, counts
+
+
+def model_metrics(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_col=None,
+                  batch_cells: int = 500_000, batch_users: int | None = None, per_user: bool = False):
+    """The fitted model's own row of `evaluate` (no baselines, no intervals): what model selection scores
+    each grid point by (`validation.evaluation.selection`).
+
+    fitted, test, N, user_col, item_col, value_col, batch_cells, batch_users : as `evaluate`.
+
+    Returns a dict: ``recall@N``, ``ndcg@N`` per N and ``rank_score`` (float, means over the evaluated
+    users, computed exactly as `evaluate` computes them), with ``<metric>_se`` (sd over users /
+    sqrt(users)); ``rmse`` (rating models, else NaN; ``rmse_se``: NaN, RMSE pools ratings); ``users``,
+    ``held_out`` (int). With ``per_user``: ``(dict, DataFrame)``, the DataFrame one row per evaluated user
+    (``user``: the model's user index, and the ranking metrics), for paired comparisons.
+
+    Raises as `evaluate` (ValueError: bad N, a test entry the model was fitted on, nothing to evaluate;
+    TypeError: test not a DataFrame).
+    Source: project addition (issue 27 item 2), the metrics of `evaluate` (004 eqs. 5.22, 5.26-5.27; 000 eq. 12).
+    """
+    from validation.evaluation import metrics
+
+    N = _cutoffs(N)
+    u, i, truth, seen, _, _ = _prepare(fitted, test, user_col, item_col, value_col)
+    batch_users = batch_users or max(1, 4_000_000 // max(seen.shape[1], 1))
+    pu = _ranking(_model_score_fn(fitted, batch_cells), seen, u, i, N, batch_users)
+    out = {}
+    for col in [m for n in N for m in (f"recall@{n}", f"ndcg@{n}")] + ["rank_score"]:
+        x = pu[col].to_numpy(dtype=float)
+        out[col] = float(x.mean())
+        out[f"{col}_se"] = float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+    out["rmse"] = metrics.rmse(_predict_means(fitted, u, i), truth) if fitted.adapter.values == "real" else float("nan")
+    out["rmse_se"] = float("nan")
+    out.update(users=int(len(pu)), held_out=int(u.size))
+    return (out, pu) if per_user else out
 
 
 def _in_seen(seen, u: np.ndarray, i: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ from validation.frontdoor.api_run import (_check_options, _dropped, _no_drops, _
                       _solver_parameters, _warn_dropped, _warn_if_slow, _warn_summary)
 
 __all__ = ["Adapter", "ADAPTERS", "FittedModel", "Interrupted", "RunInterrupted", "fit", "load", "models",
-           "run_fingerprint", "valid_options", "checkpoint_path", "split"]
+           "run_fingerprint", "valid_options", "checkpoint_path", "split", "select"]
 
 VALUE_KINDS = ("count", "real", "binary")
 
@@ -846,3 +846,14 @@ def _run_until(adapter: Adapter, stop_after, seed, obs, K, progress, run_options
 
 
 from validation.evaluation.holdout import split  # noqa: E402  (the held-out split of `validation.evaluation.holdout`, as api.split)
+
+
+def select(model: str, train, **kwargs):
+    """Choose K and ``model``'s main hyperparameters on a validation split carved from ``train`` (the training
+    part of `split`, never the test part), then refit on all of ``train`` with the choice:
+    `validation.evaluation.selection.select` with this module's `fit` (keyword arguments, grids, returns and
+    raises there). ``select(...).evaluate(test)`` evaluates the refitted model as `FittedModel.evaluate` does.
+    Source: project addition (issue 27 item 2)."""
+    from validation.evaluation.selection import select as _select
+
+    return _select(fit, model, train, **kwargs)

@@ -21,6 +21,9 @@
         [--max-baskets B] --out DIR                    validation.evaluation.holdout.evaluate next to popularity
                                                        (recall@N, NDCG@N, rank score, RMSE); metrics.csv,
                                                        report.md
+        [--select [--grid K=5,10 r=1,8]                K and the main hyperparameters chosen on a validation
+         [--select-metric M]]                          split of the train part (validation.evaluation.selection:
+                                                       grid, validation scores, seconds; selection.csv)
     factorbayes evaluate hpf --data ml-100k|PATH       validation.evaluation.experiments.evaluate_hpf (the paper protocols
                                                        P1, P3: MovieLens without the own-data flags above)
     factorbayes evaluate ratings --data ml-100k|PATH   validation.evaluation.ratings_eval.evaluate_ratings
@@ -383,7 +386,8 @@ def cmd_evaluate_counts(args) -> int:
     return 0
 
 
-_OWN_DATA_FLAGS = ("user_col", "item_col", "value_col", "sep", "time_col", "split", "draws", "option", "max_baskets")
+_OWN_DATA_FLAGS = ("user_col", "item_col", "value_col", "sep", "time_col", "split", "draws", "option", "max_baskets",
+                   "grid", "select_metric")
 
 
 def _own_data_flags(args) -> list[str]:
@@ -393,6 +397,8 @@ def _own_data_flags(args) -> list[str]:
         given.append("--format")
     if args.transform != "none":
         given.append("--transform")
+    if getattr(args, "select", False):
+        given.append("--select")
     return given
 
 
@@ -438,20 +444,27 @@ def cmd_evaluate_model(args) -> int:
     ``basket`` for basket files, else ``loo``; one-class models on non-0/1 values hold out entries
     >= ``--threshold`` only), fitted on the training part (`validation.frontdoor.api.fit` with the fit flags) and
     evaluated next to popularity and EASE^R (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``: standard
-    errors and paired bootstrap intervals against the better baseline). Prints the split summary, the
-    metrics table, EASE^R's chosen lambda and validation curve, the differences and the evaluation counts;
-    writes ``metrics.csv`` and ``report.md`` to ``--out``.
+    errors and paired bootstrap intervals against the better baseline). With ``--select``, K and the model's
+    main hyperparameters are first chosen on a validation split carved from the training part only
+    (`validation.frontdoor.api.select`: the grid of `validation.evaluation.selection.GRIDS`, ``--grid`` overrides,
+    criterion ``--select-metric``, default recall@ the smallest N) and the choice refitted on the training part.
+    Prints the split summary, the metrics table, EASE^R's chosen lambda and validation curve, the
+    differences, the evaluation counts, the selection (grid, every point's validation score, the choice)
+    and the seconds per phase; writes ``metrics.csv``, ``report.md`` (and ``selection.csv``) to ``--out``.
 
     args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep, time_col,
     transform, threshold, k, seed, max_iter, draws, option, tol, dtype, split, test_fraction, n_test, N,
-    max_baskets, out, no_progress. Returns 0.
+    max_baskets, select, grid, select_metric, out, no_progress. Returns 0.
 
-    Raises ValueError for an unknown model, malformed ``--option``, ``--draws`` with a model that keeps
-    its own draws, a bad split setting or input (what `holdout.split`, `api.fit` and `holdout.evaluate`
-    raise); FileNotFoundError for a missing ``--data``; OSError writing the report.
+    Raises ValueError for an unknown model, malformed ``--option`` or ``--grid``, ``--draws`` with a model
+    that keeps its own draws, a bad split setting or input (what `holdout.split`, `api.fit`, `api.select` and
+    `holdout.evaluate` raise; `api.select`: a training part too small to carve a validation split from, an
+    ``--option`` the grid searches), ``--grid`` / ``--select-metric`` without ``--select``; FileNotFoundError for
+    a missing ``--data``; OSError writing the report.
     Source: project addition (issue 24, "Evaluate on your own data").
     """
     import json
+    import time
 
     import numpy as np
     import pandas as pd
@@ -464,10 +477,15 @@ def cmd_evaluate_model(args) -> int:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(api.models())}")
     adapter = api.ADAPTERS[args.model]
     options = _fit_options(args, adapter)
+    given = [f for f, v in (("--grid", args.grid), ("--select-metric", args.select_metric)) if v is not None]
+    if given and not args.select:
+        raise ValueError(f"{', '.join(given)}: only with --select (model selection on a validation split of the train part)")
+    grid = _grid_flags(args.grid)
     if args.tol is not None:
         options["tol"] = args.tol
     if args.dtype is not None:
         options["dtype"] = args.dtype
+    t_load = time.perf_counter()
     df, path, fmt = _read_table(args)
     how = args.split or ("basket" if fmt in _BASKET_FORMATS else "loo")
     min_value = None
@@ -475,18 +493,40 @@ def cmd_evaluate_model(args) -> int:
         v = df["rating"].to_numpy()
         if args.transform == "binarize" or not np.all(np.isin(v, (0.0, 1.0))):
             min_value = args.threshold  # hold out positives only (the fit binarizes at the same threshold)
+    t_split = time.perf_counter()
     held = holdout.split(df, how=how, seed=args.seed, test_fraction=args.test_fraction, n_test=args.n_test,
                          min_value=min_value)
-    print(f"{args.model}: evaluating on {path} ({len(df)} rows; format {fmt}), K = {args.k}, seed {args.seed}, "
+    seconds = {"load": t_split - t_load, "split": time.perf_counter() - t_split}
+    print(f"{args.model}: evaluating on {path} ({len(df)} rows; format {fmt}), "
+          f"{'K and hyperparameters by --select' if args.select else f'K = {args.k}'}, seed {args.seed}, "
           f"transform {args.transform}", file=sys.stderr)
-    model = api.fit(args.model, held.train, K=args.k, seed=args.seed, transform=args.transform,
-                    threshold=args.threshold, progress=not args.no_progress, **options)
-    table = holdout.evaluate(model, held.test, N=tuple(args.N))
+    sel = None
+    if args.select:
+        sel = api.select(args.model, held.train, how=how, seed=args.seed, N=tuple(args.N), metric=args.select_metric,
+                         grid=grid, options=options, min_value=min_value,
+                         test_fraction=args.test_fraction, n_test=args.n_test, transform=args.transform,
+                         threshold=args.threshold, progress=not args.no_progress)
+        model, K = sel.fitted, sel.chosen["K"]
+        table = sel.evaluate(held.test, N=tuple(args.N))
+        seconds.update(sel.seconds)
+    else:
+        t_fit = time.perf_counter()
+        model, K = api.fit(args.model, held.train, K=args.k, seed=args.seed, transform=args.transform,
+                           threshold=args.threshold, progress=not args.no_progress, **options), args.k
+        t_eval = time.perf_counter()
+        table = holdout.evaluate(model, held.test, N=tuple(args.N))
+        seconds.update(fit=t_eval - t_fit, evaluate=time.perf_counter() - t_eval)
     lines = holdout.describe(held.summary) + holdout.describe(table.attrs["evaluation"])
+    fit_options = sel.options if sel is not None else options
     fit_line = (f"fit: {args.model} on the train part ({model.shape[0]} users x {model.shape[1]} items after the "
-                f"transform), K = {args.k}, seed {args.seed}, transform {args.transform}"
+                f"transform), K = {K}{' (chosen by --select)' if sel is not None else ''}, seed {args.seed}, "
+                f"transform {args.transform}"
                 f"{f' (threshold {args.threshold:g})' if args.transform == 'binarize' or min_value is not None else ''}"
-                f", options {json.dumps(options, default=str)}; uncertainty: {model.uncertainty}")
+                f", options {json.dumps({k: repr(v) if k == 'hyper' else v for k, v in fit_options.items()}, default=str)}"
+                f"; uncertainty: {model.uncertainty}")
+    if sel is not None:
+        lines += sel.lines()[:-1]  # the seconds line is the last of `lines` below, with every phase
+    lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
     ease = table.attrs.get("ease", {})
     ease_line = f"ease: {ease.get('setting') or ease.get('reason')}" if ease else "ease: not run"
     for line in lines + [fit_line, ease_line]:
@@ -499,11 +539,17 @@ def cmd_evaluate_model(args) -> int:
     out = Path(args.out or f"factorbayes-output/evaluate-{args.model}")
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "metrics.csv", index=False)
+    if sel is not None:
+        print(f"Model selection: validation {sel.metric} of every grid point (validation split of the train part):")
+        _print_table(sel.table)
+        sel.table.to_csv(out / "selection.csv", index=False)
     notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line, ease_line]
                       + table.attrs.get("notes", []))
     extra = "".join(f"\n\n## {title}\n\n{markdown_table(t)}" for title, t in
                     (("Differences against the best baseline (paired bootstrap over test users)", differences),
-                     ("EASE^R: lambda on a validation split of the training entries", curve.get("ease")))
+                     ("EASE^R: lambda on a validation split of the training entries", curve.get("ease")),
+                     (f"Model selection: validation {sel.metric if sel else ''} of every grid point (selection.csv)",
+                      sel.table if sel is not None else None))
                     if t is not None and len(t))
     (out / "report.md").write_text(
         f"# {args.model} on {Path(str(path)).name}: held-out evaluation next to popularity and EASE^R\n\n{notes}\n\n"
@@ -512,6 +558,24 @@ def cmd_evaluate_model(args) -> int:
         f"(rating models); candidates are the items outside the user's training entries (validation.evaluation.holdout).\n")
     print(f"Report: {out / 'report.md'} (table: {out / 'metrics.csv'})")
     return 0
+
+
+def _grid_flags(items) -> dict | None:
+    """``--grid NAME=V1,V2 ...`` as `validation.evaluation.selection.select`'s ``grid`` (name -> tuple of numbers);
+    None without the flag. Raises ValueError for an item that is not NAME=NUMBERS."""
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, sep, values = item.rpartition("=")
+        try:
+            out[name.strip()] = tuple(_option_value(v) for v in values.split(",") if v.strip())
+            if not sep or not name.strip() or not out[name.strip()] or not all(
+                    isinstance(v, (int, float)) for v in out[name.strip()]):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--grid {item!r}: expected NAME=NUMBER[,NUMBER...], e.g. --grid K=5,10 r=1,8") from None
+    return out
 
 
 def _option_value(text: str):
@@ -866,6 +930,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--n-test", type=int, default=1, help="--split time: latest entries held out per user")
     g.add_argument("--time-col", default=None, help="delimited files: the timestamp column (for --split time)")
     g.add_argument("-N", "--n", dest="N", type=int, nargs="+", default=[10, 20], help="cut-offs of recall@N, NDCG@N")
+    g.add_argument("--select", action="store_true",
+                   help="choose K and the model's main hyperparameters on a validation split carved from the train "
+                        "part (never the test part), refit on the train part (validation.evaluation.selection; --k "
+                        "is then ignored)")
+    g.add_argument("--grid", nargs="+", default=None, metavar="NAME=V1,V2",
+                   help="--select: replace grid values, e.g. K=5,10 r=1,8 (validation.evaluation.selection.GRIDS)")
+    g.add_argument("--select-metric", default=None,
+                   help="--select: the criterion (recall@N, ndcg@N with N of -N, rank_score, rmse; default recall@ the "
+                        "smallest N)")
     g = p.add_argument_group("evaluate ratings (P2)")
     g.add_argument("--ranks", type=int, nargs="+", default=[10, 32], help="K values")
     g.add_argument("--solvers", nargs="+", choices=_RATINGS_SOLVERS, default=list(_RATINGS_SOLVERS),

@@ -1,0 +1,186 @@
+"""Model selection on a validation split of the training part (`validation.evaluation.selection`, issue 27 item 2).
+
+The planted problem: 160 users and 48 items in 4 communities (a user meets an item of its own community with
+probability 0.4, another with 0.02; counts 1 + Poisson(2)), so HPF needs K = 4 components to tell the
+communities apart. Measured on it (seed 0, 100 CAVI sweeps, 153 validation users): validation recall@5 K = 1
+0.098 (se 0.024), K = 2 0.196 (0.032), K = 4 0.444 (0.040): K = 4 is ahead of the next by 6 standard errors,
+so the choice is not a coin flip. K = 4 sits in the middle of the grid's order (2, 4, 1), so a search that
+returned the first or the last point would fail.
+
+Source: project addition (issue 27 item 2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import factorbayes as fb
+from validation.evaluation import holdout, selection
+from validation.frontdoor import api, cli
+
+GRID = {"K": (2, 4, 1), "shape": 0.3, "scale": 1.0}
+OPTIONS = {"max_iter": 100, "n_draws": 10}
+CLI_GRID = ["--grid", "K=2,4,1", "shape=0.3", "scale=1", "--max-iter", "100", "--draws", "10", "-N", "5"]
+
+
+def _planted(seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    I, J, B = 160, 48, 4
+    p = np.where((np.arange(I) % B)[:, None] == (np.arange(J) % B)[None, :], 0.4, 0.02)
+    u, i = np.nonzero(rng.random((I, J)) < p)
+    return pd.DataFrame({"user": [f"u{k}" for k in u], "item": [f"i{k}" for k in i],
+                         "count": rng.poisson(2.0, u.size) + 1})
+
+
+@pytest.fixture(scope="module")
+def planted():
+    df = _planted()
+    train, test = fb.split(df, "loo", seed=0)
+    return df, train, test
+
+
+@pytest.fixture(scope="module")
+def python_choice(planted):
+    _, train, _ = planted
+    return fb.select("hpf", train, grid=GRID, options=OPTIONS, N=(5,), seed=0, progress=False, refit=False)
+
+
+@pytest.fixture(scope="module")
+def cli_choice(planted, tmp_path_factory):
+    return _cli(tmp_path_factory.mktemp("cli"), planted[0], "plain")
+
+
+def _cli(tmp_path, df, name):
+    path = tmp_path / f"{name}.csv"
+    df.to_csv(path, index=False)
+    out = tmp_path / name
+    assert cli.main(["evaluate", "hpf", "--data", str(path), "--user-col", "user", "--item-col", "item", "--value-col",
+                     "count", "--select", *CLI_GRID, "--out", str(out), "--no-progress"]) == 0
+    return pd.read_csv(out / "selection.csv"), (out / "report.md").read_text()
+
+
+def test_the_planted_k_is_chosen(python_choice):
+    t = python_choice.table
+    assert python_choice.chosen == {"K": 4, "shape": 0.3, "scale": 1.0}
+    assert list(t["K"]) == [2, 4, 1] and t["chosen"].sum() == 1 and bool(t.loc[t["K"] == 4, "chosen"].iloc[0])
+    assert python_choice.metric == "recall@5" and (t["users"] >= selection.MIN_VALIDATION_USERS).all()
+    # a real margin, not a tie broken by order: every other point behind K = 4 by more than 3 standard errors of
+    # the paired difference over the same validation users (diff = point - chosen)
+    rest = t[~t["chosen"]]
+    assert (-rest["diff"] > 3 * rest["diff_se"]).all() and np.isnan(t.loc[t["chosen"], "diff"]).all()
+    assert "the runner-up (K = 2, shape = 0.3, scale = 1) is" in "\n".join(python_choice.lines())
+    assert set(python_choice.seconds) == {"validation split", "search"} and python_choice.fitted is None
+
+
+def test_cli_and_python_make_the_same_choice(python_choice, cli_choice):
+    table, report = cli_choice
+    assert list(table["K"]) == list(python_choice.table["K"])
+    np.testing.assert_allclose(table["recall@5"], python_choice.table["recall@5"], rtol=1e-9)
+    assert list(table["chosen"]) == list(python_choice.table["chosen"])
+    assert "select: chosen K = 4, shape = 0.3, scale = 1" in report and "search " in report and "refit " in report
+
+
+def test_the_test_part_is_never_seen(planted, python_choice, cli_choice, tmp_path):
+    df, train, test = planted
+    # 1. the search: no fit and no validation score ever gets a test entry
+    fitted_on, scored_on = [], []
+    real_metrics = holdout.model_metrics
+
+    def spy_fit(model, data, **kw):
+        fitted_on.append(data)
+        return api.fit(model, data, **kw)
+
+    def spy_metrics(fitted, test_part, **kw):
+        scored_on.append(test_part)
+        return real_metrics(fitted, test_part, **kw)
+
+    holdout.model_metrics = spy_metrics
+    try:
+        sel = selection.select(spy_fit, "hpf", train, grid=GRID, options=OPTIONS, N=(5,), progress=False)
+    finally:
+        holdout.model_metrics = real_metrics
+    pairs = set(zip(test["user"], test["item"]))
+    assert len(fitted_on) == 4 and len(scored_on) == 3  # three grid points, one refit
+    for part in fitted_on + scored_on:
+        assert not pairs & set(zip(part["user"], part["item"]))
+    assert len(fitted_on[-1]) == len(train) and sel.chosen == python_choice.chosen
+    # 2. poisoned test rows (counts x 100): the same rows are held out, the choice and every validation score
+    # stay; a pipeline that let the test rows into any fit of the search would see other counts
+    poisoned = df.copy()
+    held = pd.MultiIndex.from_frame(df[["user", "item"]]).isin(pd.MultiIndex.from_frame(test[["user", "item"]]))
+    poisoned.loc[held, "count"] *= 100
+    assert fb.split(poisoned, "loo", seed=0).test[["user", "item"]].equals(test[["user", "item"]])
+    dirty, report = _cli(tmp_path, poisoned, "dirty")
+    pd.testing.assert_frame_equal(cli_choice[0].drop(columns="seconds"), dirty.drop(columns="seconds"))
+    assert "K = 4 (chosen by --select)" in report
+
+
+def test_a_training_part_too_small_is_refused_before_any_fit(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    small = pd.DataFrame([(f"u{u}", f"i{i}", 1) for u in range(8) for i in rng.choice(6, 3, replace=False)],
+                         columns=["user", "item", "count"])
+    train, _ = fb.split(small, "loo", seed=0)
+
+    def no_fit(*a, **k):
+        raise AssertionError("fitted although the validation split was refused")
+
+    with pytest.raises(ValueError, match="too small to carve a validation split.*min_users = 10"):
+        selection.select(no_fit, "hpf", train, progress=False)
+    one_each = pd.DataFrame({"user": [f"u{k}" for k in range(20)], "item": [f"i{k % 5}" for k in range(20)]})
+    with pytest.raises(ValueError, match="too small to carve a validation split"):
+        selection.select(no_fit, "bpr", one_each, progress=False)
+    path = tmp_path / "small.csv"
+    small.to_csv(path, index=False)
+    assert cli.main(["evaluate", "hpf", "--data", str(path), "--user-col", "user", "--item-col", "item",
+                     "--value-col", "count", "--select", "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    assert "too small to carve a validation split" in capsys.readouterr().err
+
+
+def test_every_model_has_one_grid_with_its_reasons():
+    assert set(api.models()) <= set(selection.GRIDS)
+    for model, g in selection.GRIDS.items():
+        assert g.why and len(g.K) >= 2, model
+        points = selection.grid_points(model)
+        assert len(points) == len(g.K) * int(np.prod([len(a.values) for a in g.axes])) <= 18, model
+        for a in g.axes:  # every axis reaches the fit: a solver option or a field of the model's hyper class
+            if a.option:
+                assert a.option in api.valid_options(model), (model, a.option)
+            else:
+                assert set(a.fields) <= set(selection._resolve(g.hyper)._fields), (model, a.fields)
+    assert {a.name for a in selection.GRIDS["psm"].axes} == {"r"} and {a.name for a in selection.GRIDS["rg"].axes} == {"r"}
+    assert {a.name for a in selection.GRIDS["bpr"].axes} == {"learning_rate", "reg"}
+    assert {a.name for a in selection.GRIDS["sgd-fm"].axes} == {"learning_rate", "reg"}
+    assert {a.name for a in selection.GRIDS["hpf"].axes} == {"shape", "scale"}
+
+
+def test_grid_points_become_fit_options():
+    g = selection._grid("hpf", None)
+    opts = selection._point_options(g, {"K": 5, "shape": 1.0, "scale": 0.1}, {"max_iter": 3})
+    h = opts["hyper"]
+    assert (h.a, h.c, h.b_prime, h.d_prime, h.a_prime, opts["max_iter"]) == (1.0, 1.0, 0.1, 0.1, 0.3, 3)
+    g = selection._grid("sgd-fm", None)
+    h = selection._point_options(g, {"K": 10, "learning_rate": 0.03, "reg": 0.04}, {})
+    assert h["learning_rate"] == 0.03 and (h["hyper"].lambda_w, h["hyper"].lambda_v, h["hyper"].lambda_0) == (0.04, 0.04, 0.0)
+    assert selection._point_options(selection._grid("psm", None), {"K": 10, "r": 8.0}, {}) == {"r": 8.0}
+    rg = selection._point_options(selection._grid("rg", None), {"K": 10, "r": 1.0}, {})["hyper"]
+    assert rg.r == 1.0 and rg.alpha == 0.01
+    assert [p["K"] for p in selection.grid_points("psm", {"K": 7, "r": (1, 2)})] == [7, 7]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"grid": {"lr": (0.1,)}}, "hpf searches K, shape, scale; not 'lr'"),
+    ({"grid": {"K": (0, 2)}}, "K must be integers >= 1"),
+    ({"grid": {"K": ()}}, "K needs at least one value"),
+    ({"options": {"K": 3}}, "select searches them"),
+    ({"metric": "recall@7"}, "metric must be one of"),
+])
+def test_bad_selection_settings_are_refused(planted, kwargs, message):
+    _, train, _ = planted
+    with pytest.raises(ValueError, match=message):
+        selection.select(lambda *a, **k: None, "hpf", train, N=(5,), progress=False, **kwargs)
+    with pytest.raises(ValueError, match="searches them"):
+        selection.select(lambda *a, **k: None, "psm", train, options={"r": 2.0}, progress=False)
+    with pytest.raises(ValueError, match="no selection grid"):
+        selection.grid_points("nope")

@@ -1,0 +1,385 @@
+"""Model selection without the test set: K and a model's main hyperparameters chosen on a validation
+split carved from the TRAINING part only, then a refit on the whole training part.
+
+    from validation.frontdoor import api
+    train, test = api.split(df, how="loo", seed=0)
+    sel = api.select("psm", train, N=(10,), seed=0)    # = selection.select(api.fit, "psm", train, ...)
+    print(sel.table)                                   # every grid point with its validation score
+    print(sel.chosen, sel.seconds)                     # {"K": 10, "r": 8.0}; seconds per phase
+    print(sel.evaluate(test))                          # the refitted model on the test part, as `holdout.evaluate`
+
+How (`select`):
+
+1. **Validation split.** The training part is split again with `validation.evaluation.holdout.split`, the
+   same function and protocol (``how``: "loo", "fraction", "time", "basket") as the outer split, with
+   seed ``seed + 1`` (the outer split uses ``seed``). For "loo" this is the P1 draw
+   (`validation.data.splits.split_leave_one_out`), the same draw EASE^R's lambda search uses on its
+   training matrix (`validation.evaluation.baselines.ease_system` via
+   `validation.evaluation.model_studies.validation_split`); no second splitting code. The test part is
+   not an argument: nothing of it can reach the search. A training part on which fewer than
+   ``min_users`` users (`MIN_VALIDATION_USERS`) get a validation entry is refused (ValueError) before any fit.
+2. **Search.** Every point of the model's grid (`GRIDS`, one table keyed by model name; ``grid=`` overrides
+   an axis's values) is fitted on the inner training part and scored on the validation entries by
+   `validation.evaluation.holdout.model_metrics`, the metrics `holdout.evaluate` reports; the criterion is
+   ``metric`` (default ``recall@N`` at the smallest cut-off N, the metric the evaluation's intervals are
+   computed on; ``rmse`` is minimised, the others maximised; ties: the first point in grid order).
+   A tqdm bar runs over the grid points.
+3. **Refit** on the whole training part with the chosen values (``refit=True``).
+
+Every step's seconds are in `Selection.seconds` ("validation split", "search", "refit"; `Selection.evaluate`
+adds "evaluate"), each grid point's in the table's ``seconds`` column.
+
+Source: project addition (issue 27 item 2: model selection never on test); the grid values cite their
+sources in `GRIDS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Axis", "Grid", "GRIDS", "MIN_VALIDATION_USERS", "Selection", "grid_points", "select"]
+
+#: fewest users with a validation entry that `select` accepts: below it one user moves recall@10 of the
+#: validation set by 0.1 or more, more than the differences between grid points it is meant to resolve
+MIN_VALIDATION_USERS = 10
+
+
+#: the messages of `holdout.split` (and the `validation.data.splits` it calls) when nothing can be held out
+_NOTHING_TO_HOLD_OUT = ("nothing to hold out", "the test set is empty", "so there are no positives")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One searched hyperparameter: ``name`` (as reported; the key of ``grid=`` overrides), ``values``
+    (tuple, in search order) and where a value goes: ``option`` (a keyword of `validation.frontdoor.api.fit`,
+    e.g. ``"r"``, ``"learning_rate"``) or ``fields`` (fields of the model's ``hyper`` NamedTuple set to the
+    value, e.g. ``("a", "c")``). Source: project addition."""
+
+    name: str
+    values: tuple
+    option: str | None = None
+    fields: tuple = ()
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A model's search: ``K`` (tuple of ints), ``axes`` (tuple of `Axis`), ``hyper`` (``"module:Class"``
+    of the ``hyper`` NamedTuple the axes' ``fields`` belong to, None if none do), ``fixed`` (hyper fields
+    held at a value other than the class default, e.g. SGD-FM's lambda_0) and ``why`` (the reason for the
+    values). Source: project addition."""
+
+    K: tuple
+    axes: tuple = ()
+    hyper: str | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+    @property
+    def names(self) -> tuple:
+        return ("K",) + tuple(a.name for a in self.axes)
+
+
+_K_SAMPLERS = ("K only: the samplers draw their prior precisions from hyperpriors (no scale to choose); "
+               "K in {10, 32}: `validation.evaluation.ratings_eval.RatingsConfig` ranks (004 ch. 3's MovieLens runs)")
+_K_SIBM = ("K only: the priors are seed 002's unit variances (sec. 5, 'priors with zero means and unit variances'); "
+           "K in {5, 10, 20} around the seed's MovieLens runs")
+_K_PFM = ("K only: NPFM / PPFM draw their precisions and r_k from hyperpriors (004 ch. 5); K in {10, 20, 50}: "
+          "004 ch. 5's P3 runs use K = 50, the smaller values for smaller files")
+
+#: The searched grid of every model of the front door (one place). K is always searched; the other axes
+#: are the model's main hyperparameters. Each entry says why its values.
+GRIDS: dict[str, Grid] = {
+    "hpf": Grid((5, 10, 20), (Axis("shape", (0.1, 0.3, 1.0), fields=("a", "c")),
+                              Axis("scale", (0.1, 1.0), fields=("b_prime", "d_prime"))), "ppl_models.hpf:HPFHyper",
+                why="shape = a = c of theta, beta: 0.3 is Gopalan et al. 2015's and hpfrec's setting (HPFHyper default), "
+                    "0.1 sparser, 1.0 an exponential prior; scale = b' = d', the prior means of user activity and item "
+                    "popularity (their Gammas' scales are b'/a', d'/c'): 1 (default) and 0.1; K around 001's MovieLens runs"),
+    "hpf-gibbs": Grid((5, 10, 20), (Axis("shape", (0.3, 1.0), fields=("a", "c")),), "ppl_models.hpf:HPFHyper",
+                      why="as hpf, with fewer points (a sampler fit costs more)"),
+    "psm": Grid((10, 20), (Axis("r", (1.0, 4.0, 8.0), option="r"),),
+                why="K = 20, r = 1 is 000's fig. 2 setting; K = 10, r = 8 was chosen on a validation split of ML-100K "
+                    "P1 (validation.evaluation.model_studies.PSM_DEFAULTS: rank score 0.909 -> 0.921 on test); r = 4 between"),
+    "rg": Grid((10, 20), (Axis("r", (0.5, 1.0), fields=("r",)),), "ppl_models.rg:RGHyper",
+               why="r = 1/2 is 003 sec. 6.1's setting (RGHyper default); r = 1 the other value implicit_eval runs; "
+                   "K = 20 sec. 6.1's, 10 smaller"),
+    "bpr": Grid((16, 64), (Axis("learning_rate", (0.02, 0.05), option="learning_rate"),
+                           Axis("reg", (0.01, 0.03), fields=("reg",))), "custom_inference.bpr:BPRHyper",
+                why="K = 64, learning rate 0.02, reg 0.01 (uniform) / 0.03 (popularity sampling) are implicit_eval's "
+                    "BPR settings; 0.05 is custom_inference.bpr.fit's default rate; K = 16 for small files"),
+    "sgd-fm": Grid((10, 32), (Axis("learning_rate", (0.003, 0.01, 0.03), option="learning_rate"),
+                              Axis("reg", (0.01, 0.04), fields=("lambda_w", "lambda_v"))), "custom_inference.fm_sgd:SGDReg",
+                   fixed={"lambda_0": 0.0},
+                   why="learning rates and lambda_w = lambda_v of counts_eval.CountsConfig's SGD-FM search (0.003-0.03, "
+                       "0.01-0.04; 0.01 is libFM's and ratings_eval's rate); K: ratings_eval's ranks"),
+    **{m: Grid((10, 32), why=_K_SAMPLERS) for m in ("sbmf", "bpmf", "mcmc-fm")},
+    **{m: Grid((10, 32), why="K only: the prior precisions are updated by the solver (update_hyper, 004 ch. 4); "
+                             "K: ratings_eval's ranks") for m in ("vbfm", "ovbfm")},
+    **{m: Grid((5, 10, 20), why=_K_SIBM) for m in ("sibm", "sibm-svi", "sibm-map")},
+    **{m: Grid((10, 20, 50), why=_K_PFM) for m in ("npfm", "ppfm")},
+}
+
+
+def _resolve(spec: str):
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _grid(model: str, overrides: Mapping[str, Any] | None) -> Grid:
+    """The model's `GRIDS` entry with ``overrides`` (axis name -> value or values) applied."""
+    if model not in GRIDS:
+        raise ValueError(f"no selection grid for model {model!r}; models with one: {', '.join(GRIDS)}")
+    g = GRIDS[model]
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(g.names))
+    if unknown:
+        raise ValueError(f"grid: {model} searches {', '.join(g.names)}; not {', '.join(map(repr, unknown))}")
+
+    def values(name, default):
+        v = overrides.get(name, default)
+        v = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else (v,)
+        if not v:
+            raise ValueError(f"grid: {name} needs at least one value")
+        return tuple(dict.fromkeys(v))
+
+    K = values("K", g.K)
+    if any(isinstance(k, bool) or int(k) != k or k < 1 for k in K):
+        raise ValueError(f"grid: K must be integers >= 1, got {K!r}")
+    axes = tuple(Axis(a.name, tuple(float(x) for x in values(a.name, a.values)), a.option, a.fields) for a in g.axes)
+    for a in axes:
+        if any(not np.isfinite(x) or x < 0 for x in a.values):
+            raise ValueError(f"grid: {a.name} must be finite numbers >= 0, got {a.values!r}")
+    return Grid(tuple(int(k) for k in K), axes, g.hyper, g.fixed, g.why)
+
+
+def grid_points(model: str, grid: Mapping[str, Any] | None = None) -> list[dict]:
+    """The points ``select`` searches for ``model``, in order: a list of dicts (axis name -> value; "K" first).
+
+    model : a name of `GRIDS`. grid : overrides of axis values (name -> value or sequence of values).
+    Raises ValueError for a model without a grid, an axis the model does not search, an empty axis or
+    bad values (K not integers >= 1, others not finite >= 0). Source: project addition.
+    """
+    g = _grid(model, grid)
+    return [dict(zip(g.names, p)) for p in itertools.product(g.K, *(a.values for a in g.axes))]
+
+
+def _point_options(g: Grid, point: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
+    """The fit options of one grid point over the user's ``options`` (whose ``hyper``, if any, is the base
+    of the point's hyper fields)."""
+    out = dict(options)
+    fields = {}
+    for a in g.axes:
+        if a.option is not None:
+            out[a.option] = point[a.name]
+        for f in a.fields:
+            fields[f] = point[a.name]
+    if g.hyper is not None and fields:
+        base = out.get("hyper")
+        base = _resolve(g.hyper)() if base is None else base
+        out["hyper"] = base._replace(**{**{k: v for k, v in g.fixed.items() if "hyper" not in options}, **fields})
+    return out
+
+
+@dataclass
+class Selection:
+    """What `select` returns.
+
+    model : str. metric : the criterion (a column of ``table``). chosen : dict axis name -> chosen value
+    ("K" first). options : the fit options of the choice (over the caller's). table : DataFrame, one row per
+    grid point: the axes, the criterion ``metric`` and its ``<metric>_se``, every metric of
+    `validation.evaluation.holdout.model_metrics`, ``seconds`` (fit + scoring), ``note`` (the first warning or
+    error of the fit, "" if none), ``chosen`` (bool), ``diff`` / ``diff_se`` (the point's criterion minus the
+    chosen point's, paired over the same validation users, and its standard error: how far the choice is
+    from a coin flip; NaN for the chosen point and for RMSE). seconds : dict phase -> seconds ("validation split",
+    "search", "refit", "evaluate" once `evaluate` ran). split : the validation split's summary
+    (`validation.evaluation.holdout.split`). grid : the `Grid` searched. fitted : the model refitted on the
+    whole training part (None with ``refit=False``). Source: project addition.
+    """
+
+    model: str
+    metric: str
+    chosen: dict
+    options: dict
+    table: pd.DataFrame
+    seconds: dict
+    split: dict
+    grid: Grid
+    fitted: Any = None
+
+    def evaluate(self, test, **kwargs) -> pd.DataFrame:
+        """`validation.evaluation.holdout.evaluate` of the refitted model on ``test`` (keyword arguments, returns
+        and raises there), timed into ``seconds["evaluate"]``; the table's ``attrs["selection"]`` holds
+        `lines`. Raises ValueError when there is no refitted model (``refit=False``). Source: project addition."""
+        from validation.evaluation import holdout
+
+        if self.fitted is None:
+            raise ValueError("no refitted model: select(..., refit=True) first")
+        t0 = time.perf_counter()
+        out = holdout.evaluate(self.fitted, test, **kwargs)
+        self.seconds["evaluate"] = time.perf_counter() - t0
+        out.attrs["selection"] = self.lines()
+        return out
+
+    def lines(self) -> list[str]:
+        """The selection as lines of text: the grid, the validation split, the criterion, the choice and the
+        seconds per phase. Raises nothing. Source: project addition."""
+        from validation.evaluation import holdout
+
+        grid = "; ".join([f"K in {list(self.grid.K)}"] + [f"{a.name} in {list(a.values)}" for a in self.grid.axes])
+        row = self.table[self.table["chosen"]].iloc[0]
+        chosen = ", ".join(f"{k} = {v:g}" for k, v in self.chosen.items())
+        edge = [a for a in self.grid.names if len(self._values(a)) > 2 and self.chosen[a] in (self._values(a)[0], self._values(a)[-1])]
+        return ([f"select: {self.model} over {len(self.table)} grid points ({grid}); why: {self.grid.why}"]
+                + ["select " + line for line in holdout.describe(self.split)]
+                + [f"select: criterion {self.metric} on the validation entries ({'smaller' if self.metric == 'rmse' else 'larger'}"
+                   " is better; ties: the first point in grid order)",
+                   f"select: chosen {chosen} (validation {self.metric} {row[self.metric]:.4f} +- {row[self.metric + '_se']:.4f})"
+                   + (f"; at the edge of the grid in {', '.join(edge)}" if edge else "") + self._runner_up(),
+                   "select: seconds " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())])
+
+    def _runner_up(self) -> str:
+        t = self.table[np.isfinite(self.table["diff"].to_numpy(dtype=float))]
+        if t.empty:
+            return ""
+        r = t.loc[t["diff"].idxmax()]
+        point = ", ".join(f"{k} = {r[k]:g}" for k in self.grid.names)
+        return (f"; the runner-up ({point}) is {-r['diff']:.4f} behind (paired se {r['diff_se']:.4f}, "
+                f"{-r['diff'] / r['diff_se'] if r['diff_se'] > 0 else np.inf:.1f} se)")
+
+    def _values(self, name):
+        return self.grid.K if name == "K" else next(a.values for a in self.grid.axes if a.name == name)
+
+
+def _paired(per_user: Mapping[int, pd.Series], best: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(diff, diff_se), float (n,): each point's mean per-user criterion minus the chosen point's over the
+    validation users both scored, and the standard error of that paired difference (sd / sqrt(users)); NaN
+    for the chosen point, failed points and RMSE (it pools ratings: no per-user form)."""
+    diff, se = np.full(n, np.nan), np.full(n, np.nan)
+    if best not in per_user:
+        return diff, se
+    for k, s in per_user.items():
+        if k == best:
+            continue
+        d = (s - per_user[best]).dropna().to_numpy(dtype=float)
+        if d.size > 1:
+            diff[k], se[k] = d.mean(), d.std(ddof=1) / np.sqrt(d.size)
+    return diff, se
+
+
+def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0, N=(10, 20), metric: str | None = None,
+           grid: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None, min_value: float | None = None,
+           test_fraction: float = 0.2, n_test: int = 1, min_users: int = MIN_VALIDATION_USERS, refit: bool = True,
+           progress: bool = True, user_col=None, item_col=None, value_col=None, time_col=None,
+           transform: str = "none", threshold: float = 4.0) -> Selection:
+    """Choose K and ``model``'s main hyperparameters on a validation split carved from ``train``; refit.
+
+    Parameters
+    ----------
+    fit : ``fit(model, data, K=, seed=, progress=, user_col=, item_col=, value_col=, transform=, threshold=,
+        **options) -> FittedModel`` (`validation.frontdoor.api.fit`; the front door's ``api.select`` passes it).
+    model : a name of `GRIDS` (every front-door model).
+    train : the TRAINING part only (a DataFrame: `validation.evaluation.holdout.split`'s first value; N rows in
+        the columns named by ``user_col`` ... ``time_col``, else the defaults of `holdout.split`).
+    how, seed, test_fraction, n_test, min_value : the validation split: `holdout.split` of ``train`` with these
+        settings and seed ``seed + 1`` (use the outer split's ``how`` and ``min_value``); ``seed`` also seeds
+        every fit.
+    N : cut-offs of recall@N / NDCG@N (ints >= 1). metric : the criterion: one of ``recall@n``, ``ndcg@n``
+        (n in N), ``rank_score``, ``rmse`` (rating models); default ``recall@min(N)``.
+    grid : overrides of `GRIDS`'s values, axis name -> value(s), e.g. ``{"K": (5, 10), "r": (1, 8)}``.
+    options : fit options held fixed (e.g. ``max_iter``; a ``hyper`` is the base the searched fields replace).
+    min_users : fewest validation users accepted (`MIN_VALIDATION_USERS`).
+    refit : fit the choice on the whole ``train`` (``Selection.fitted``). progress : a tqdm bar over the points.
+    user_col, item_col, value_col, time_col, transform, threshold : as `validation.frontdoor.api.fit` /
+        `holdout.split`.
+
+    Returns
+    -------
+    `Selection` (table of every grid point's validation scores, chosen values, seconds per phase, refitted model).
+
+    Raises
+    ------
+    ValueError : unknown model or grid axis, bad grid values or metric, an option the grid searches (it would be
+    overwritten), a training part too small to carve a validation split (`holdout.split` finds nothing to hold
+    out, or fewer than ``min_users`` users get a validation entry), every grid point failing (the first error
+    named). What `holdout.split` and ``fit`` raise for bad input propagates (the fits of single points that fail
+    are recorded in the table's ``note`` and skipped).
+    Source: project addition (issue 27 item 2).
+    """
+    from tqdm.auto import tqdm
+
+    from validation.evaluation import holdout
+
+    g = _grid(model, grid)
+    points = grid_points(model, grid)
+    N = holdout._cutoffs(N)
+    metric = metric or f"recall@{N[0]}"
+    allowed = [m for n in N for m in (f"recall@{n}", f"ndcg@{n}")] + ["rank_score", "rmse"]
+    if metric not in allowed:
+        raise ValueError(f"metric must be one of {', '.join(allowed)}; got {metric!r}")
+    options = dict(options or {})
+    taken = sorted({a.option for a in g.axes if a.option} & set(options) | {"K"} & set(options))
+    if taken:
+        raise ValueError(f"options {taken}: select searches them ({', '.join(g.names)}); drop them, or fix a "
+                         f"value with grid={{'{taken[0]}': value}}")
+    cols = dict(user_col=user_col, item_col=item_col, value_col=value_col)
+    seconds = {}
+    t0 = time.perf_counter()
+    try:
+        val = holdout.split(train, how=how, seed=int(seed) + 1, test_fraction=test_fraction, n_test=n_test,
+                            min_value=min_value, time_col=time_col, **cols)
+    except ValueError as e:
+        if not any(m in str(e) for m in _NOTHING_TO_HOLD_OUT):
+            raise
+        raise ValueError(f"select: the training part is too small to carve a validation split from it ({e}); "
+                         f"evaluate without selection, or with more data") from None
+    if val.summary["test_users"] < min_users:
+        raise ValueError(f"select: the training part is too small to carve a validation split from it: "
+                         f"{val.summary['test_users']} users get a validation entry (how={how!r}), fewer than "
+                         f"min_users = {min_users}; evaluate without selection, or with more data")
+    seconds["validation split"] = time.perf_counter() - t0
+    rows, per_user = [], {}
+    bar = tqdm(points, desc=f"select {model}", unit="point", disable=not progress, leave=False)
+    for point in bar:
+        bar.set_postfix_str(", ".join(f"{k}={v:g}" for k, v in point.items()))
+        t1 = time.perf_counter()
+        row = dict(point)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                m = fit(model, val.train, K=int(point["K"]), seed=int(seed), progress=False, transform=transform,
+                        threshold=threshold, **cols, **_point_options(g, point, options))
+                means, pu = holdout.model_metrics(m, val.test, N=N, per_user=True, **cols)
+                row.update(means)
+                if metric != "rmse":
+                    per_user[len(rows)] = pu.set_index("user")[metric]
+                row["note"] = str(caught[0].message).splitlines()[0] if caught else ""
+            except (ValueError, FloatingPointError, np.linalg.LinAlgError) as e:
+                row.update({metric: np.nan, f"{metric}_se": np.nan, "note": f"{type(e).__name__}: {e}"})
+        row["seconds"] = time.perf_counter() - t1
+        rows.append(row)
+    seconds["search"] = time.perf_counter() - t0 - seconds["validation split"]
+    table = pd.DataFrame(rows)
+    score = table[metric].to_numpy(dtype=float)
+    if np.all(np.isnan(score)):
+        raise ValueError(f"select: every grid point failed; the first: {table['note'].iloc[0]}")
+    best = int(np.nanargmin(score) if metric == "rmse" else np.nanargmax(score))
+    table["chosen"] = np.arange(len(table)) == best
+    table["diff"], table["diff_se"] = _paired(per_user, best, len(table))
+    front = list(g.names) + [metric, f"{metric}_se"]
+    table = table[front + [c for c in table.columns if c not in front]]
+    chosen = {k: (int(v) if k == "K" else float(v)) for k, v in points[best].items()}
+    fit_options = _point_options(g, chosen, options)
+    out = Selection(model, metric, chosen, fit_options, table, seconds, dict(val.summary), g)
+    if refit:
+        t2 = time.perf_counter()
+        out.fitted = fit(model, train, K=chosen["K"], seed=int(seed), progress=progress, transform=transform,
+                         threshold=threshold, **cols, **fit_options)
+        seconds["refit"] = time.perf_counter() - t2
+    return out
