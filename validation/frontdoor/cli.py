@@ -338,7 +338,8 @@ def cmd_evaluate_implicit(args) -> int:
     print(f"One-class comparison on {path}: protocols {', '.join(protocols)}; systems {', '.join(systems)}",
           file=sys.stderr)
     result = implicit_eval.evaluate_implicit(df, systems, protocols=protocols, seed=args.seed,
-                                             out_dir=out, progress=not args.no_progress, **basket_kw)
+                                             out_dir=out, progress=not args.no_progress, all_svi=args.all_svi,
+                                             **basket_kw)
     _print_table(result.table.drop(columns=["setting"], errors="ignore"))
     _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
     if len(result.like_error_by_degree):
@@ -953,6 +954,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--systems", nargs="+", default=None, metavar="NAME",
                    help="a subset of the systems (quote names with spaces), default all")
     g.add_argument("--baselines-only", action="store_true", help="popularity, EASE^R and the two BPRs only")
+    g.add_argument("--all-svi", action="store_true",
+                   help="above implicit_eval.LARGE_CELLS training cells: run all three SIBM SVI schemes "
+                        "(default S-Biased only, batch VB skipped)")
     g.add_argument("--curves", action="store_true",
                    help="also write recall@10 vs entries observed (seed 002 figs. 2-3) as CSV and PNG")
     g.add_argument("--curves-only", action="store_true", help="only the curves, not the comparison table")
