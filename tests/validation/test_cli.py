@@ -329,3 +329,21 @@ def test_evaluate_select_refuses_bad_flags_with_status_2(half_star_csv, tmp_path
     assert cli.main(base + ["--select", "--option", "r=2"]) == 2  # psm's r is searched; hpf has no r: the fit says so
     assert cli.main(["evaluate", "psm", *base[2:], "--select", "--option", "r=2"]) == 2
     assert "select searches them" in capsys.readouterr().err
+
+
+def test_warnings_are_printed_in_the_users_terms(capsys, monkeypatch):
+    """A warning during a command reads 'factorbayes: warning: ...', without Python's file:line and
+    source line (the not-converged warning of a fit printed `cli.py:606: UserWarning` and a code line)."""
+    import warnings
+
+    from validation.frontdoor import cli
+
+    def warns(args):
+        warnings.warn("hpf: not converged: stopped at the cap of 3 iterations")
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_recommend", warns)
+    assert cli.main(["recommend", "model.nc", "--users", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "factorbayes: warning: hpf: not converged: stopped at the cap of 3 iterations" in err
+    assert "UserWarning" not in err and "warnings.warn" not in err

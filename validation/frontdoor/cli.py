@@ -1034,8 +1034,15 @@ def main(argv=None) -> int:
         import jax
 
         jax.config.update("jax_enable_x64", True)
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):  # the user's terms, no source line
+        print(f"factorbayes: warning: {message}", file=file or sys.stderr)
+
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = show  # restored on leaving the block
+            return args.func(args)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as exc:
         print(f"factorbayes: error: {exc}", file=sys.stderr)
         return 2
