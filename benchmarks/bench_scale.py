@@ -37,7 +37,8 @@ What one sweep is, per solver (``--solvers``):
 - ``psm``: `custom_inference.psm.step` (Algorithm 1 sweep, ELBO of the new state included), the user
   and item vector updates in blocks (`psm.pair_order`, built in the set-up; ``--psm-block-mb``);
 - ``bpr``: `custom_inference.bpr.step`, one epoch of N triples in minibatches of 256;
-- ``bpmf``: `custom_inference.bpmf.step` (``gauge_rounds=5``), ratings 1-5;
+- ``bpmf``: `custom_inference.bpmf.step` (``gauge_rounds=5``), ratings 1-5, the rows drawn in blocks
+  (`bpmf.pair_order`, built in the set-up; default memory bound of `custom_inference.row_blocks`);
 - ``mcmc-fm``, ``vbfm``, ``ovbfm``, ``sgd-fm``: the factorization machine on the ids design (one-hot
   user | one-hot item, `validation.frontdoor.api_models.ids_design`, as the front door fits it), ratings
   1-5: one Gibbs sweep (`fm_mcmc.step`), one CAVI sweep (`vbfm.step`), one OVBFM epoch of
@@ -47,7 +48,8 @@ What one sweep is, per solver (``--solvers``):
 - ``sibm-svi``: ``ceil(nnz / S)`` SIBM minibatches of S = max(I, J) cells (`sibm.svi_step`, S-Biased
   sampler built once in the set-up): as many cells as the matrix has ones;
 - ``rg``: one Robbins-Monro sweep: a hidden graph H_t ~ q(H) drawn on the host
-  (`rg.sample_hidden_graph`), then `rg.step` on it with rho = 0.5;
+  (`rg.sample_hidden_graph`), then `rg.step` on it with rho = 0.5 (the vector updates in blocks: the
+  step sorts each new graph's edges on the host, `rg.edge_order`, inside the timed sweep);
 - ``npfm``, ``ppfm``: `custom_inference.pfm.step` on `PFMData.from_matrix` of the counts (zeros "all":
   the unobserved cells enter through cached sums, not as rows).
 
@@ -216,7 +218,9 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         hyper = BPMFHyper()
         data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
         state = bpmf.init(key, data, K, hyper, dtype=dtype)
-        return data, state, lambda k, s: bpmf.step(k, s, data, hyper)[0]
+        order = bpmf.pair_order(data, K, dtype=dtype)  # once per data set (host counting sort)
+        jax.block_until_ready(order)
+        return data, state, lambda k, s: bpmf.step(k, s, data, hyper, order=order)[0]
     if solver in ("mcmc-fm", "vbfm", "ovbfm", "sgd-fm"):
         from custom_inference import fm_mcmc, fm_sgd, vbfm
         from ppl_models.fm import FMFlatHyper, FMHierHyper
