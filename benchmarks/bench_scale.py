@@ -12,8 +12,9 @@ For every (solver, nnz) pair the parent starts ONE child process (this script wi
    container on the device, runs ``init`` (peak recorded, counter reset again) and ``--steps + 1``
    sweeps (the first compiles; the table reports the median of the others), each followed by
    ``jax.block_until_ready``,
-4. writes a JSON record: seconds per sweep, first-call seconds, peak RSS (``VmHWM``) of the
-   generator, of the set-up (container + init) and of the sweeps, ``ru_maxrss``, raw data bytes
+4. writes a JSON record: seconds per sweep (wall; and the process's CPU seconds, all threads,
+   ``cpu_sec_per_sweep``: on a shared machine the wall time is inflated, the CPU time much less),
+   first-call seconds, peak RSS (``VmHWM``) of the generator, of the set-up (container + init) and of the sweeps, ``ru_maxrss``, raw data bytes
    (rows + cols + values as int32, int32, float32), parameter bytes (the state's arrays),
    data-container bytes, the ratio peak / (raw + parameters), the JAX device, and (on a GPU) the
    device's peak bytes in use.
@@ -340,10 +341,10 @@ def child(args) -> dict:
     rec["setup_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # container + init
     _reset_hwm()
 
-    samples = []
+    samples, cpu_samples = [], []
     bar = tqdm(range(args.steps + 1), desc=f"{args.solver} nnz={int(args.nnz):.0e} K={args.K}", unit="sweep")
     for t in bar:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         state = sweep(jax.random.fold_in(key, t), state)
         jax.block_until_ready(state)
         dt = time.perf_counter() - start
@@ -351,10 +352,13 @@ def child(args) -> dict:
             rec["first_sweep_seconds"] = dt
         else:
             samples.append(dt)
+            cpu_samples.append(time.process_time() - cpu_start)  # all threads of this process
             bar.set_postfix(s_per_sweep=f"{float(np.median(samples)):.3g}")
     bar.close()
     rec["samples"] = samples
     rec["sec_per_sweep"] = float(np.median(samples)) if samples else None
+    rec["cpu_samples"] = cpu_samples
+    rec["cpu_sec_per_sweep"] = float(np.median(cpu_samples)) if cpu_samples else None
     rec["finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(state)
                              if jnp.issubdtype(x.dtype, jnp.floating)))
     rec["sweep_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # the sweeps alone
@@ -465,14 +469,15 @@ def markdown(records, machine) -> str:
     Raises nothing of its own. Source: project convention (issue 14, the scaling table).
     """
     lines = [f"Machine: {machine['cpus']} CPUs, {machine['mem_total_gib']:.1f} GiB; jax {machine.get('jax', '?')}.", "",
-             "| solver | nnz | K | device | s/sweep (median) | first sweep s | gen s | peak RSS GiB "
+             "| solver | nnz | K | device | s/sweep (median; CPU s) | first sweep s | gen s | peak RSS GiB "
              "(gen / set-up / sweeps) | raw GiB | params GiB | peak / (raw + params) | load | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         load = f"{r['load_before'][0]:.1f}-{r['load_after'][0]:.1f}" if "load_before" in r else ""
         if r.get("status") == "ok":
+            cpu = "" if r.get("cpu_sec_per_sweep") is None else f" (CPU {_fmt_s(r['cpu_sec_per_sweep'])})"
             lines.append(
-                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {_fmt_s(r['sec_per_sweep'])} | "
+                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {_fmt_s(r['sec_per_sweep'])}{cpu} | "
                 f"{r['first_sweep_seconds']:.3g} | {r['gen_seconds']:.3g} | {_fmt_gib(r['peak_rss_bytes'])} "
                 f"({_fmt_gib(r['gen_peak_rss_bytes'])} / {_phase_peaks(r)}) | "
                 f"{_fmt_gib(r['raw_bytes'])} | {_fmt_gib(r['param_bytes'])} | "
