@@ -55,7 +55,9 @@ block for the B users asked for). The vector updates run in blocks of rows (issu
 `custom_inference.row_blocks`, the edges in user- / item-sorted order: `edge_order`): per block the
 edge sums are accumulated in chunks into that block's (B, K, K) precisions only, so neither the
 (E, K, K) per-edge outer products (26 GB at Netflix's shape, 1e6 nonzeros, K = 50) nor the (I, K, K)
-precisions of all users exist; memory O(E + (I + J) K + B K^2).
+precisions of all users exist; the other passes over the edges (xi, the ELBO's bound, the bias
+sums) gather the factors in chunks of `EDGE_CHUNK` edges, so no (E, K) array exists either: memory
+O(E + (I + J) K + B K^2 + chunk K).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import base, row_blocks, vi_driver
+from .chunks import over_chunks
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
@@ -442,13 +445,31 @@ def edge_moments(state: RGState, users, items):
     return mean, mean**2 + var
 
 
+#: edges per chunk of the O(E K) edge passes (the logits' moments, the bias sums): (chunk, K) temporaries
+EDGE_CHUNK = 1 << 16
+
+
+def _edge_map(fn, users, items):
+    """``fn(users_chunk, items_chunk) -> tuple of (c,) arrays`` over chunks of `EDGE_CHUNK` edges, written
+    into (E,) arrays (`chunks.over_chunks`), so no (E, K) gather of the factors exists."""
+    n = users.shape[0]
+    c = max(1, min(EDGE_CHUNK, n))
+    out = tuple(jnp.zeros((n,), o.dtype) for o in jax.eval_shape(fn, users[:c], items[:c]))
+
+    def body(start, size, out):
+        vals = fn(*(jax.lax.dynamic_slice_in_dim(x, start, size) for x in (users, items)))
+        return tuple(jax.lax.dynamic_update_slice_in_dim(o, v, start, 0) for o, v in zip(out, vals))
+
+    return over_chunks(n, c, body, out)
+
+
 def edge_xi(state: RGState, graph: RGGraph):
     """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H, (E_cap,) (eq. 16), in the state's
     float dtype (padding edges included: they are (0, 0) with weight 0).
 
     Raises nothing of its own. Source: 003_203f63200c0d7157.txt eq. (16).
     """
-    _, second = edge_moments(state, graph.users, graph.items)
+    (second,) = _edge_map(lambda u, i: edge_moments(state, u, i)[1:], graph.users, graph.items)
     return optimal_xi(second)
 
 
@@ -483,7 +504,7 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
     ``beta`` raises AttributeError; non-finite values give nan, not an exception).
     Source: 003_203f63200c0d7157.txt eqs. (10)-(12), with the Gamma hyperpriors of eq. (17).
     """
-    mean, second = edge_moments(state, graph.users, graph.items)
+    mean, second = _edge_map(lambda u, i: edge_moments(state, u, i), graph.users, graph.items)
     if xi is None:
         xi = optimal_xi(second)
     lik = jnp.sum(graph.weight * jj_expected_log_bound(mean, second, xi, graph.g))
@@ -601,7 +622,7 @@ def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
     """
     (mu, _), (mv, _), _, (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
-    rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbv[graph.items]
+    (rest,) = _edge_map(lambda u, i: (jnp.sum(mu[u] * mv[i], axis=-1) + mbv[i],), graph.users, graph.items)
     prec, h = _bias_update(graph.users, graph.n_users, _taus(state)[2][0], rest, lam2, gh, state.bu_prec,
                            state.bu_h, rho)
     return state._replace(bu_prec=prec, bu_h=h)
@@ -615,7 +636,7 @@ def update_item_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
     """
     (mu, _), (mv, _), (mbu, _), _ = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
-    rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbu[graph.users]
+    (rest,) = _edge_map(lambda u, i: (jnp.sum(mu[u] * mv[i], axis=-1) + mbu[u],), graph.users, graph.items)
     prec, h = _bias_update(graph.items, graph.n_items, _taus(state)[3][0], rest, lam2, gh, state.bv_prec,
                            state.bv_h, rho)
     return state._replace(bv_prec=prec, bv_h=h)

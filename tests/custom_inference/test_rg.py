@@ -366,3 +366,24 @@ def test_no_per_edge_outer_products_and_the_step_sorts_each_graph_once(padded_gr
     b, _ = rg.step(None, state, graph, HYPER, 0.5, order=rg.edge_order(graph, K, np.float64, block=(2, 3)))
     for x, y in zip(a, b):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-14)
+
+
+def test_edge_passes_gather_the_factors_in_chunks(monkeypatch, padded_graph_state):
+    """xi, the ELBO and the bias updates read the factors of chunks of `rg.EDGE_CHUNK` edges (here 8):
+    no (E, K) array in their jaxprs, and the same values as with one chunk of all edges (the same
+    per-edge arithmetic: equal to rounding, rtol 1e-13; the ELBO's sum over edges is one sum in both)."""
+    graph, state = padded_graph_state
+    E = np.asarray(graph.users).size
+    xi = rg.edge_xi(state, graph)
+    runs = {}
+    for chunk in (E, 8):
+        monkeypatch.setattr(rg, "EDGE_CHUNK", chunk)
+        fns = {"xi": lambda s: rg.edge_xi(s, graph), "elbo": lambda s: rg.elbo(s, graph, HYPER),
+               "bu": lambda s: rg.update_user_bias(s, graph, HYPER, xi).bu_h,
+               "bv": lambda s: rg.update_item_bias(s, graph, HYPER, xi).bv_h}
+        runs[chunk] = {name: np.asarray(f(state)) for name, f in fns.items()}
+        if chunk == 8:
+            for name, f in fns.items():
+                assert f"f64[{E},{K}]" not in str(jax.make_jaxpr(f)(state)), name
+    for name in runs[8]:
+        np.testing.assert_allclose(runs[8][name], runs[E][name], rtol=1e-13, atol=0, err_msg=name)
