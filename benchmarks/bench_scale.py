@@ -12,8 +12,9 @@ For every (solver, nnz) pair the parent starts ONE child process (this script wi
    container on the device, runs ``init`` (peak recorded, counter reset again) and ``--steps + 1``
    sweeps (the first compiles; the table reports the median of the others), each followed by
    ``jax.block_until_ready``,
-4. writes a JSON record: seconds per sweep, first-call seconds, peak RSS (``VmHWM``) of the
-   generator, of the set-up (container + init) and of the sweeps, ``ru_maxrss``, raw data bytes
+4. writes a JSON record: seconds per sweep (wall; and the process's CPU seconds, all threads,
+   ``cpu_sec_per_sweep``: on a shared machine the wall time is inflated, the CPU time much less),
+   first-call seconds, peak RSS (``VmHWM``) of the generator, of the set-up (container + init) and of the sweeps, ``ru_maxrss``, raw data bytes
    (rows + cols + values as int32, int32, float32), parameter bytes (the state's arrays),
    data-container bytes, the ratio peak / (raw + parameters), the JAX device, and (on a GPU) the
    device's peak bytes in use.
@@ -37,7 +38,8 @@ What one sweep is, per solver (``--solvers``):
 - ``psm``: `custom_inference.psm.step` (Algorithm 1 sweep, ELBO of the new state included), the user
   and item vector updates in blocks (`psm.pair_order`, built in the set-up; ``--psm-block-mb``);
 - ``bpr``: `custom_inference.bpr.step`, one epoch of N triples in minibatches of 256;
-- ``bpmf``: `custom_inference.bpmf.step` (``gauge_rounds=5``), ratings 1-5;
+- ``bpmf``: `custom_inference.bpmf.step` (``gauge_rounds=5``), ratings 1-5, the rows drawn in blocks
+  (`bpmf.pair_order`, built in the set-up; default memory bound of `custom_inference.row_blocks`);
 - ``mcmc-fm``, ``vbfm``, ``ovbfm``, ``sgd-fm``: the factorization machine on the ids design (one-hot
   user | one-hot item, `validation.frontdoor.api_models.ids_design`, as the front door fits it), ratings
   1-5: one Gibbs sweep (`fm_mcmc.step`), one CAVI sweep (`vbfm.step`), one OVBFM epoch of
@@ -47,7 +49,8 @@ What one sweep is, per solver (``--solvers``):
 - ``sibm-svi``: ``ceil(nnz / S)`` SIBM minibatches of S = max(I, J) cells (`sibm.svi_step`, S-Biased
   sampler built once in the set-up): as many cells as the matrix has ones;
 - ``rg``: one Robbins-Monro sweep: a hidden graph H_t ~ q(H) drawn on the host
-  (`rg.sample_hidden_graph`), then `rg.step` on it with rho = 0.5;
+  (`rg.sample_hidden_graph`), then `rg.step` on it with rho = 0.5 (the vector updates in blocks: the
+  step sorts each new graph's edges on the host, `rg.edge_order`, inside the timed sweep);
 - ``npfm``, ``ppfm``: `custom_inference.pfm.step` on `PFMData.from_matrix` of the counts (zeros "all":
   the unobserved cells enter through cached sums, not as rows).
 
@@ -216,7 +219,9 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         hyper = BPMFHyper()
         data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(values, dtype), I, J)
         state = bpmf.init(key, data, K, hyper, dtype=dtype)
-        return data, state, lambda k, s: bpmf.step(k, s, data, hyper)[0]
+        order = bpmf.pair_order(data, K, dtype=dtype)  # once per data set (host counting sort)
+        jax.block_until_ready(order)
+        return data, state, lambda k, s: bpmf.step(k, s, data, hyper, order=order)[0]
     if solver in ("mcmc-fm", "vbfm", "ovbfm", "sgd-fm"):
         from custom_inference import fm_mcmc, fm_sgd, vbfm
         from ppl_models.fm import FMFlatHyper, FMHierHyper
@@ -336,10 +341,10 @@ def child(args) -> dict:
     rec["setup_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # container + init
     _reset_hwm()
 
-    samples = []
+    samples, cpu_samples = [], []
     bar = tqdm(range(args.steps + 1), desc=f"{args.solver} nnz={int(args.nnz):.0e} K={args.K}", unit="sweep")
     for t in bar:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         state = sweep(jax.random.fold_in(key, t), state)
         jax.block_until_ready(state)
         dt = time.perf_counter() - start
@@ -347,10 +352,13 @@ def child(args) -> dict:
             rec["first_sweep_seconds"] = dt
         else:
             samples.append(dt)
+            cpu_samples.append(time.process_time() - cpu_start)  # all threads of this process
             bar.set_postfix(s_per_sweep=f"{float(np.median(samples)):.3g}")
     bar.close()
     rec["samples"] = samples
     rec["sec_per_sweep"] = float(np.median(samples)) if samples else None
+    rec["cpu_samples"] = cpu_samples
+    rec["cpu_sec_per_sweep"] = float(np.median(cpu_samples)) if cpu_samples else None
     rec["finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(state)
                              if jnp.issubdtype(x.dtype, jnp.floating)))
     rec["sweep_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # the sweeps alone
@@ -461,14 +469,15 @@ def markdown(records, machine) -> str:
     Raises nothing of its own. Source: project convention (issue 14, the scaling table).
     """
     lines = [f"Machine: {machine['cpus']} CPUs, {machine['mem_total_gib']:.1f} GiB; jax {machine.get('jax', '?')}.", "",
-             "| solver | nnz | K | device | s/sweep (median) | first sweep s | gen s | peak RSS GiB "
+             "| solver | nnz | K | device | s/sweep (median; CPU s) | first sweep s | gen s | peak RSS GiB "
              "(gen / set-up / sweeps) | raw GiB | params GiB | peak / (raw + params) | load | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         load = f"{r['load_before'][0]:.1f}-{r['load_after'][0]:.1f}" if "load_before" in r else ""
         if r.get("status") == "ok":
+            cpu = "" if r.get("cpu_sec_per_sweep") is None else f" (CPU {_fmt_s(r['cpu_sec_per_sweep'])})"
             lines.append(
-                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {_fmt_s(r['sec_per_sweep'])} | "
+                f"| {r['solver']} | {r['nnz']:.0e} | {r['K']} | {r['device']} | {_fmt_s(r['sec_per_sweep'])}{cpu} | "
                 f"{r['first_sweep_seconds']:.3g} | {r['gen_seconds']:.3g} | {_fmt_gib(r['peak_rss_bytes'])} "
                 f"({_fmt_gib(r['gen_peak_rss_bytes'])} / {_phase_peaks(r)}) | "
                 f"{_fmt_gib(r['raw_bytes'])} | {_fmt_gib(r['param_bytes'])} | "

@@ -27,11 +27,17 @@ Factor vectors. Given V and the hyperparameters, the u_i are independent Gaussia
 drawn as u_i = L_i^-T (L_i^-1 h_i + z), P_i = L_i L_i^T, z ~ N(0, I), batched over all i;
 then the v_j in the same way given the new U.
 
-Cost per sweep: O(N K^2) for the sums of outer products (the entries are processed in
-chunks of ``chunk_size`` under ``lax.scan``, so no (N, K, K) array exists at once), plus
-O((I + J) K^3) for the Cholesky factorizations; memory O((I + J) K^2 + chunk_size K^2).
-Nothing of size I x J is formed. This is the O(|Omega| K^2 + (I+J) K^3) of the thesis's
-Table 3.1.
+Cost per sweep: O(N K^2) for the sums of outer products, plus O((I + J) K^3) for the Cholesky
+factorizations (the O(|Omega| K^2 + (I+J) K^3) of the thesis's Table 3.1). The rows are drawn in
+blocks (issue 28, `custom_inference.row_blocks`): the entries of a block of users (items) are
+visited in the user- (item-) sorted order (`pair_order`), in chunks of ``chunk_size``, and summed
+into that block's (B, K, K) precisions only, which are factored and drawn from; B comes from a
+memory bound (``row_block``, default `row_blocks.DEFAULT_BLOCK_BYTES`: 8,947 rows at K = 50 in
+float32). Memory O((I + J) K + B K^2 + chunk_size K^2): neither the (I, K, K) nor the (J, K, K)
+precisions exist whole (10.3 GiB at Netflix's shape and K = 50 before), and nothing of size I x J.
+The normals z of all rows are drawn at once ((I, K), as the unblocked sampler draws them), so the
+draws equal the unblocked ones (`entry_stats`, `factor_conditional`, `sample_factor_rows`) for the
+same key, up to rounding.
 
 Style: `init` / `step` over a `BPMFState` of current draws, public conditionals,
 ``ALGORITHM`` / ``SPEC`` (declarations for `custom_inference.mcmc_driver`) and `sample`, a
@@ -50,7 +56,7 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import multigammaln
 
-from . import arviz_io, base, mcmc_driver
+from . import arviz_io, base, mcmc_driver, row_blocks
 from .data import Observations
 from .gauge import gauge_walk
 
@@ -67,6 +73,7 @@ __all__ = [
     "entry_stats",
     "factor_conditional",
     "sample_factor_rows",
+    "pair_order",
     "GaugeHyper",
     "gauge_log_density",
     "gauge_act",
@@ -321,10 +328,55 @@ def sample_factor_rows(key, precision, h):
     Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the Gaussian factor conditionals, module
     docstring).
     """
+    return _draw_rows(precision, h, jax.random.normal(key, h.shape, dtype=h.dtype))
+
+
+def _draw_rows(precision, h, z):
+    """x = L^-T (L^-1 h + z) for the given standard normals z (n, K) (`sample_factor_rows`)."""
     chol = jnp.linalg.cholesky(precision)
-    z = jax.random.normal(key, h.shape, dtype=h.dtype)
     y = solve_triangular(chol, h[..., None], lower=True)[..., 0]
     return solve_triangular(chol, (y + z)[..., None], lower=True, trans="T")[..., 0]
+
+
+def pair_order(data: Observations, K: int, *, dtype=None, block_bytes: int = row_blocks.DEFAULT_BLOCK_BYTES,
+               row_block=None) -> row_blocks.PairOrder:
+    """The order of the entries for the blocked row draws of `step` (``order=``): computed once per
+    data set on the host (`row_blocks.host_order`: a stable counting sort, O(N), N int32 for the
+    items and for the users unless the entries are row-major), instead of two argsorts inside
+    every sweep.
+
+    data : Observations (I, J) (numpy or jax leaves); K : int; dtype : the state's float dtype
+    (default that of ``data.values``); block_bytes : int >= 1, memory bound of one block's
+    (B, K, K) arrays; row_block : None, int or (users, items), overrides the bound
+    (`row_blocks.block_sizes`).
+    Returns `row_blocks.PairOrder`. Raises ValueError from `row_blocks.block_sizes`.
+    Source: project addition (issue 28).
+    """
+    dtype = np.dtype(dtype or np.asarray(data.values[:1]).dtype)
+    return row_blocks.host_order(data.rows, data.cols, data.n_rows, data.n_cols, K, dtype=dtype,
+                                 block_bytes=block_bytes, block=row_block)
+
+
+def _sample_rows_blocked(key, data: Observations, own_is_user: bool, other, mu, Lambda, alpha, chunk: int,
+                         order: row_blocks.PairOrder):
+    """All rows of one side (U for ``own_is_user``, else V) drawn from their conditionals block by
+    block (`row_blocks.over_row_blocks`): the block's gram and rhs sums (`entry_stats`' terms in the
+    same order), `factor_conditional`, then the draw with the block's rows of z ~ N(0, I) (n, K)."""
+    n_own = data.n_rows if own_is_user else data.n_cols
+    k, dtype = other.shape[1], other.dtype
+    z = jax.random.normal(key, (n_own, k), dtype=dtype)  # all rows at once: the unblocked draw's normals
+    own_ids, other_ids = (data.rows, data.cols) if own_is_user else (data.cols, data.rows)
+
+    def pair_terms(take, m):
+        return take(own_ids), m, take(data.values).astype(dtype) * m, other[take(other_ids)], None
+
+    def finish(acc, ids):
+        gram, _, rhs = acc
+        return (_draw_rows(*factor_conditional(gram, rhs, mu, Lambda, alpha), z[ids]),)
+
+    (X,) = row_blocks.over_row_blocks(order, own_is_user, data.rows.shape[0], chunk, pair_terms, finish,
+                                      (jnp.zeros((n_own, k), dtype),), K=k, dtype=dtype)
+    return X
 
 
 # ------------------------------------------------------------------------------
@@ -500,9 +552,10 @@ def apply_gauge(state: BPMFState, A) -> BPMFState:
                      0.5 * (lv + lv.T))
 
 
-@functools.partial(jax.jit, static_argnames=("chunk_size", "gauge_rounds"))
+@functools.partial(jax.jit, static_argnames=("chunk_size", "gauge_rounds", "row_block"))
 def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | None = None,
-         gauge_rounds: int = 5) -> tuple[BPMFState, BPMFInfo]:
+         gauge_rounds: int = 5, *, row_block=None, order: row_blocks.PairOrder | None = None
+         ) -> tuple[BPMFState, BPMFInfo]:
     """One systematic-scan sweep (S&M 2008, section 3.3): (mu_U, Lambda_U) | U, (mu_V, Lambda_V) | V,
     then all u_i | V, mu_U, Lambda_U in parallel, then all v_j | U (new), mu_V, Lambda_V; then
     ``gauge_rounds`` rounds of linear-gauge Metropolis moves (`custom_inference.gauge`: column
@@ -514,7 +567,11 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     ----------
     key : PRNG key; state : BPMFState; data : Observations (kind "real"; values any float);
     hyper : BPMF hyperparameters (see module docstring); chunk_size : entries per chunk of the
-    O(N K^2) sums (static; default `default_chunk_size`); gauge_rounds : int >= 0 (static).
+    O(N K^2) sums (static; default `default_chunk_size`); gauge_rounds : int >= 0 (static);
+    row_block : None, int or (users, items) pair, rows per block of the factor draws (static;
+    None: the memory bound `row_blocks.DEFAULT_BLOCK_BYTES`); order : `pair_order` of ``data``
+    (None: built inside the trace, two O(N log N) argsorts per sweep; its block sizes then
+    override ``row_block``).
 
     Returns (new state, BPMFInfo of the new state). Each block is drawn exactly from its
     complete conditional and each gauge move is a Metropolis-Hastings step, so the sweep
@@ -523,7 +580,7 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     Raises nothing of its own (jitted; no value checks).
 
     Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (Gibbs sampling of eqs. (2.9), (2.12)-(2.15);
-    Salakhutdinov & Mnih 2008 sec. 3.3); the gauge moves are a project addition.
+    Salakhutdinov & Mnih 2008 sec. 3.3); the gauge moves and the blocks of rows are project additions.
     """
     k = state.U.shape[1]
     dtype = state.U.dtype
@@ -532,10 +589,10 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     k_hu, k_hv, k_u, k_v, k_g = jax.random.split(key, 5)
     mu_U, Lambda_U = sample_normal_wishart(k_hu, normal_wishart_posterior(state.U, hyper))
     mu_V, Lambda_V = sample_normal_wishart(k_hv, normal_wishart_posterior(state.V, hyper))
-    gram, rhs = entry_stats(data.rows, data.cols, data.values, state.V, data.n_rows, chunk)
-    U = sample_factor_rows(k_u, *factor_conditional(gram, rhs, mu_U, Lambda_U, alpha))
-    gram, rhs = entry_stats(data.cols, data.rows, data.values, U, data.n_cols, chunk)
-    V = sample_factor_rows(k_v, *factor_conditional(gram, rhs, mu_V, Lambda_V, alpha))
+    if order is None:
+        order = row_blocks.traced_order(data.rows, data.cols, data.n_rows, data.n_cols, k, dtype, block=row_block)
+    U = _sample_rows_blocked(k_u, data, True, state.V, mu_U, Lambda_U, alpha, chunk, order)
+    V = _sample_rows_blocked(k_v, data, False, U, mu_V, Lambda_V, alpha, chunk, order)
     new = BPMFState(U, V, mu_U, Lambda_U, mu_V, Lambda_V)
     if gauge_rounds == 0:
         return new, BPMFInfo(log_joint(new, data, hyper, chunk), jnp.zeros((), dtype))
@@ -590,6 +647,7 @@ def sample(
     chunk_size: int | None = None,
     init_scale: float | None = None,
     gauge_rounds: int = 5,
+    row_block=None,
     options: mcmc_driver.SampleOptions,
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` BPMF Gibbs chains through `custom_inference.mcmc_driver` and return the draws.
@@ -612,6 +670,9 @@ def sample(
     gauge_rounds : int >= 0, rounds of linear-gauge Metropolis moves per sweep (`step`);
         0 is the paper's plain Gibbs sampler, which SBC shows mixing slowly in the factor
         scales (`validation.models.bpmf`).
+    row_block : None (default: blocks from the memory bound `row_blocks.DEFAULT_BLOCK_BYTES`), an int
+        or a pair (users, items) of ints >= 1: rows per block of the factor draws (`step`); the
+        draws do not depend on it beyond rounding.
 
     Returns
     -------
@@ -622,8 +683,8 @@ def sample(
 
     Raises
     ------
-    ValueError: bad hyperparameters (`check_hyper`); bad chain/draw counts, chunk_size or
-    gauge_rounds; unknown names in ``keep``; ``data`` not an `Observations`, or with an index
+    ValueError: bad hyperparameters (`check_hyper`); bad chain/draw counts, chunk_size,
+    gauge_rounds or row_block; unknown names in ``keep``; ``data`` not an `Observations`, or with an index
     out of range, a NaN or infinite value, duplicates or no entries (`Observations.validate`,
     before any compilation); ``predict_at`` out of range.
     Source: S&M 2008 sec. 3.3 (sweep); the driver is a project addition.
@@ -635,10 +696,15 @@ def sample(
     check_hyper(hyper, k)
     gauge_rounds = mcmc_driver.check_count("gauge_rounds", gauge_rounds, 0)
     chunk = default_chunk_size(k) if chunk_size is None else mcmc_driver.check_count("chunk_size", chunk_size, 1)
-    return mcmc_driver.sample(
-        SPEC, key, data, k, hyper, options=options,
-        init_options={"scale": init_scale}, step_options={"chunk_size": chunk, "gauge_rounds": gauge_rounds},
-    )
+    step_options = {"chunk_size": chunk, "gauge_rounds": gauge_rounds}
+    if row_block is not None:  # (absent otherwise: the attrs and checkpoint fingerprints of runs without it)
+        try:
+            row_blocks.block_sizes(data.n_rows, data.n_cols, k, np.float64, block=row_block)
+        except ValueError as err:
+            raise ValueError(f"row_block: {err}") from None
+        step_options["row_block"] = row_block if np.ndim(row_block) == 0 else tuple(int(b) for b in row_block)
+    return mcmc_driver.sample(SPEC, key, data, k, hyper, options=options, init_options={"scale": init_scale},
+                              step_options=step_options)
 
 
 def predict(idata, rows, cols, *, include_noise: bool = False, alpha: float | None = None, batch: int = 64):

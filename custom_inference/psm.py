@@ -66,13 +66,11 @@ Every block is an exact coordinate maximiser of L at fixed xi, and L at the opti
 Cost per sweep O(|G| K^2 + (I + J) K^3): pair sums run in chunks of ``chunk`` pairs (a fori_loop
 over slices of the pair arrays, nothing padded or copied), each accumulated into per-user / per-item
 sums or scalars, so the only (N,) arrays a sweep holds are the data, xi and the item order;
-nothing of size I x J is built (`score_users` returns the (B, J) block of the B users asked for). The vector updates
-solve the users (items) in blocks of B (issue 28): the pairs of a block of users are contiguous in
-row-major order (items: over an item-sorted permutation, N int32, `pair_order`, built once per data
-set), so each block accumulates its (B, K, K) precisions, factors them and keeps the means and
-diagonals; memory O(chunk K^2 + B K^2 + (I + J) K) with B from a memory bound (`block_sizes`,
-`DEFAULT_BLOCK_BYTES`), never the (I, K, K) of all users at once (4.5 GiB at Netflix's 480,189
-users and K = 50). `user_update_targets` / `item_update_targets` still give the unblocked form.
+nothing of size I x J is built (`score_users` returns the (B, J) block of the B users asked for). The
+vector updates solve the users (items) in blocks of B (issue 28, `row_blocks`; the pair order,
+`pair_order`, built once per data set): one block's (B, K, K) precisions at a time, B from a memory
+bound (`block_sizes`), never the (I, K, K) of all users (4.5 GiB at Netflix's 480,189 users and
+K = 50). `user_update_targets` / `item_update_targets` still give the unblocked form.
 
 Sharded over devices (issue 14): on a `sharding.ShardedObservations` (``fit(mesh=)``) the sweep runs
 under `jax.shard_map` on every device's block of pairs, the state and the background caches
@@ -83,18 +81,20 @@ the code is the same and its result unchanged bit for bit.
 from __future__ import annotations
 
 import functools
-import weakref
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import arviz_io, base, sharding, vi_driver
+from . import arviz_io, base, row_blocks, sharding, vi_driver
 from .chunks import over_chunks
 from .psm_sharded import block_arrays, psum as _psum, reducer as _red, run_on_blocks, vary as _vary, weight as _weight
 from .data import Observations
-from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
+from .logistic import jj_expected_log_bound, jj_lambda, optimal_xi
+from .row_blocks import DEFAULT_BLOCK_BYTES, PairOrder, block_sizes
+from .psm_predict import (  # noqa: F401 (predictions and draws from q: part of this module's public API)
+    _pair_mean_var, _pair_moments_chunk, acceptance_probability, draws_from_q, predictive_probability, score_users)
 from .psm_caches import (  # noqa: F401 (the caches are part of this module's public API)
     Background,
     moments,
@@ -362,14 +362,6 @@ def _map_pairs(fn, data, chunk, *extra):
     return over_chunks(n, c, body, out)
 
 
-def _pair_moments_chunk(state, rows, cols):
-    (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = moments(state)
-    Mu, Vu, Mv, Vv = mu[rows], vu[rows], mv[cols], vv[cols]
-    mean = jnp.sum(Mu * Mv, axis=-1) + mbu[rows] + mbv[cols]
-    var = jnp.sum(Mu**2 * Vv + Vu * Mv**2 + Vu * Vv, axis=-1) + vbu[rows] + vbv[cols]
-    return mean, mean**2 + var
-
-
 def pair_moments(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
     """E_q[a_ij] and E_q[a_ij^2] (each (N,), the state's float dtype) on the N observed pairs of
     ``data`` (Observations: int ``rows``, ``cols`` (N,)); ``chunk`` pairs per chunk.
@@ -603,15 +595,6 @@ def _vector_pair_terms(state, ctx: _VectorContext, own_is_user, rows, cols, c, m
     return own, w * m, g * m, ctx.other_mu[other], ctx.other_var[other]
 
 
-def _accumulate(acc, own, ww, gg, X, V):
-    """Add the pairs' terms to (P (n, K, K), diagonal (n, K), m (n, K)) at ``own`` (out of range: dropped)."""
-    P, dg, h = acc
-    P = P.at[own].add(ww[:, None, None] * X[:, :, None] * X[:, None, :], mode="drop")
-    dg = dg.at[own].add(ww[:, None] * V, mode="drop")
-    h = h.at[own].add(gg[:, None] * X, mode="drop")
-    return P, dg, h
-
-
 def _finish(ctx: _VectorContext, acc, own_w, own_bmu, tau):
     """The natural parameters (P (n, K, K) with tau I, m (n, K)) from the pair sums ``acc`` and the
     background terms of the n own-side symbols whose D' s (or D' t) and bias means are given."""
@@ -625,7 +608,7 @@ def _finish(ctx: _VectorContext, acc, own_w, own_bmu, tau):
 
 
 def _zeros_acc(red, n, K, dtype):
-    return _vary(red, (jnp.zeros((n, K, K), dtype), jnp.zeros((n, K), dtype), jnp.zeros((n, K), dtype)))
+    return _vary(red, row_blocks.zeros(n, K, dtype))
 
 
 def _targets(state, data, xi, chunk, own_is_user: bool, tau):
@@ -636,7 +619,7 @@ def _targets(state, data, xi, chunk, own_is_user: bool, tau):
     n_own, K = ctx.own_w.shape[0], ctx.other_mu.shape[1]
 
     def fn(acc, rows, cols, c, m, *x):
-        return _accumulate(acc, *_vector_pair_terms(state, ctx, own_is_user, rows, cols, c, m, _chunk_xi(state, rows, cols, x)))
+        return row_blocks.accumulate(acc, *_vector_pair_terms(state, ctx, own_is_user, rows, cols, c, m, _chunk_xi(state, rows, cols, x)))
 
     red = _red(data)
     acc = _psum(red, _scan_pairs(fn, _zeros_acc(red, n_own, K, ctx.s.dtype), data, chunk, *_given(xi)))
@@ -667,94 +650,18 @@ def item_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk
     return _targets(state, data, xi, chunk, False, hyper.tau_v)
 
 
-def _solve(P, h):
-    chol = jnp.linalg.cholesky(P)
-    mean = jax.scipy.linalg.cho_solve((chol, True), h[..., None])[..., 0]
-    return mean, jnp.diagonal(P, axis1=1, axis2=2)
+_solve = row_blocks.solve_rows
 
 
 # ---------------------------------------------------------------------------------------------
-# the vector updates in blocks of users / items (issue 28): no (I, K, K) array
+# the vector updates in blocks of users / items (issue 28, `row_blocks`): no (I, K, K) array
+
+_local_order = row_blocks.local_order
 
 
-#: default memory bound (bytes) of the (block, K, K) precision matrices of one block (`block_sizes`)
-DEFAULT_BLOCK_BYTES = 256 * 2**20
-#: (block, K, K) arrays counted against the bound: the accumulated P, P with the background terms,
-#: its Cholesky factor
-_BLOCK_COPIES = 3
-
-
-def block_sizes(n_rows: int, n_cols: int, K: int, dtype, block_bytes: int = DEFAULT_BLOCK_BYTES, block=None):
-    """(users per block, items per block) of the blocked vector updates.
-
-    Default: the largest B with ``_BLOCK_COPIES`` (3) x B x K x K x itemsize <= ``block_bytes`` (the
-    accumulated precisions, the same with the background terms, their Cholesky factors), at least 1
-    and at most I (J). At K = 50, float32 and the default 256 MiB: 8,947 users per block (55 blocks
-    at Netflix's 480,189 users; 2 item blocks for 17,770 items).
-
-    n_rows, n_cols : I, J; K : latent dimension; dtype : the state's float dtype; block_bytes : int
-    >= 1; block : None, an int (both sides) or a pair (users, items) of ints >= 1 that overrides the
-    bound (each capped at I, J).
-    Returns a pair of Python ints.
-    Raises ValueError for block_bytes < 1 or a block that is not a positive integer (or pair of them).
-    Source: project addition (issue 28).
-    """
-    if block is None:
-        if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)) or block_bytes < 1:
-            raise ValueError(f"block_bytes must be a positive integer, got {block_bytes!r}")
-        b = max(1, int(block_bytes) // (_BLOCK_COPIES * int(K) ** 2 * np.dtype(dtype).itemsize))
-        pair = (b, b)
-    else:
-        pair = (block, block) if np.ndim(block) == 0 else tuple(block)
-        if len(pair) != 2 or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in pair):
-            raise ValueError(f"block must be a positive integer or a pair (users, items) of them, got {block!r}")
-    return min(int(pair[0]), int(n_rows)), min(int(pair[1]), int(n_cols))
-
-
-@jax.tree_util.register_pytree_node_class
-class PairOrder:
-    """Where each block of users / items finds its pairs (`pair_order`): a JAX pytree.
-
-    user_perm : (N,) int32 positions of the pairs sorted by user (stable), or None when the pairs
-        are already row-major (users contiguous: positions are the pairs' own);
-    item_perm : (N,) int32 positions sorted by item (stable);
-    user_ptr : (S, n_user_blocks + 1) int32, ``user_ptr[0, b]`` the first sorted position of user
-        block b (users b B_u .. (b + 1) B_u - 1), the last entry N; S = 1 on one device, the number
-        of blocks of pairs on a mesh (each device's own positions in its own block);
-    item_ptr : (S, n_item_blocks + 1) int32, the same over items;
-    user_block, item_block : int B_u, B_i (static).
-    Source: project addition (issue 28).
-    """
-
-    def __init__(self, user_perm, item_perm, user_ptr, item_ptr, user_block: int, item_block: int):
-        self.user_perm, self.item_perm, self.user_ptr, self.item_ptr = user_perm, item_perm, user_ptr, item_ptr
-        self.user_block, self.item_block = int(user_block), int(item_block)
-
-    def tree_flatten(self):
-        return (self.user_perm, self.item_perm, self.user_ptr, self.item_ptr), (self.user_block, self.item_block)
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        return cls(*children, *aux)
-
-    def __repr__(self) -> str:
-        return (f"PairOrder(user_block={self.user_block}, item_block={self.item_block}, "
-                f"user_sorted={self.user_perm is None})")
-
-
-def _local_order(rows, cols, n_rows, n_cols, user_block, item_block, users_sorted):
-    """The `PairOrder` arrays of one block of pairs (positions local to it); ptr arrays (1, nb + 1)."""
-    def perm(keys):
-        return jnp.argsort(keys, stable=True).astype(jnp.int32)
-
-    def ptr(keys, n_own, block):
-        nb = -(-n_own // block)
-        counts = jnp.zeros(n_own, jnp.int32).at[keys].add(1)
-        cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
-        return cum[jnp.minimum(jnp.arange(nb + 1) * block, n_own)][None]
-
-    return (None if users_sorted else perm(rows), perm(cols), ptr(rows, n_rows, user_block),
-            ptr(cols, n_cols, item_block))
+def _traced_order(state, data):
+    """`row_blocks.traced_order` of ``data`` (default block sizes), for an update called without an order."""
+    return row_blocks.traced_order(data.rows, data.cols, data.n_rows, data.n_cols, state.u_mu.shape[1], state.u_mu.dtype)
 
 
 @jax.jit
@@ -765,12 +672,10 @@ def _rows_sorted(rows):
 def pair_order(data, K: int, *, dtype=None, block_bytes: int = DEFAULT_BLOCK_BYTES, block=None) -> PairOrder:
     """The pair order of the blocked vector updates: compute once per data set, pass to `step`.
 
-    Users are contiguous in row-major pairs (then no user permutation is stored); items are visited
-    through an item-sorted permutation (stable, N int32). On an `Observations` it is a counting sort
-    on the host in chunks of 4M pairs (O(N); memory the N int32 result and chunk temporaries; the
-    index arrays are read with ``np.asarray``, a copy from an accelerator); on a
-    `sharding.ShardedObservations` a stable argsort of each device's block (XLA; ~50 bytes a pair
-    while it runs).
+    On an `Observations` it is `row_blocks.host_order` (users contiguous in row-major pairs store
+    no permutation; items through a stable counting sort on the host, N int32, in chunks of 4M
+    pairs); on a `sharding.ShardedObservations` a stable argsort of each device's block (XLA; ~50
+    bytes a pair while it runs).
 
     data : `Observations` (jax or numpy leaves) or `sharding.ShardedObservations` (then per device
     block, positions local to it: the blocks of a sharded `step`); K : latent dimension; dtype : the
@@ -782,98 +687,36 @@ def pair_order(data, K: int, *, dtype=None, block_bytes: int = DEFAULT_BLOCK_BYT
     if not isinstance(data, (Observations, sharding.ShardedObservations)):
         raise TypeError(f"data must be an Observations or a ShardedObservations, got {type(data).__name__}")
     dtype = np.dtype(dtype or data.values.dtype)
-    ub, ib = block_sizes(data.n_rows, data.n_cols, K, dtype, block_bytes, block)
     if isinstance(data, sharding.ShardedObservations):
+        ub, ib = block_sizes(data.n_rows, data.n_cols, K, dtype, block_bytes, block)
         users_sorted = bool(_rows_sorted(data.rows))
         arrays = block_arrays(lambda r, c: _local_order(r, c, data.n_rows, data.n_cols, ub, ib, users_sorted), data)
         return PairOrder(*arrays, ub, ib)
-    rows, cols = np.asarray(data.rows), np.asarray(data.cols)  # host views (a copy from an accelerator)
-    users_sorted = all(bool(np.all(np.diff(rows[a:a + _CHECK_CHUNK + 1]) >= 0)) for a in range(0, rows.size, _CHECK_CHUNK))
-    user_perm, user_ptr = _counting_order(rows, data.n_rows, ub, not users_sorted)
-    item_perm, item_ptr = _counting_order(cols, data.n_cols, ib, True)
-    return PairOrder(user_perm, item_perm, user_ptr, item_ptr, ub, ib)
-
-
-def _counting_order(keys, n_own: int, block: int, need_perm: bool):
-    """Host counting sort of ``keys`` (N,) in [0, n_own), in chunks of `_CHECK_CHUNK`: the stable
-    permutation (jax (N,) int32; None unless ``need_perm``) and the block pointers (jax (1, nb + 1)
-    int32). Memory: the N int32 output and chunk-sized temporaries (an XLA argsort of 1e8 keys took
-    ~5 GiB here)."""
-    n = keys.size
-    counts = np.zeros(n_own, np.int64)
-    for a in range(0, n, _CHECK_CHUNK):
-        counts += np.bincount(keys[a:a + _CHECK_CHUNK], minlength=n_own)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    ptr = starts[np.minimum(np.arange(-(-n_own // block) + 1) * block, n_own)].astype(np.int32)[None]
-    if not need_perm:
-        return None, jnp.asarray(ptr)
-    nxt = starts[:-1].copy()  # next free sorted position of each key
-    perm = np.empty(n, np.int32)
-    for a in range(0, n, _CHECK_CHUNK):
-        k = keys[a:a + _CHECK_CHUNK]
-        o = np.argsort(k, kind="stable")
-        ks = k[o]
-        rank = np.arange(ks.size) - np.searchsorted(ks, ks, side="left")  # place among equal keys
-        perm[nxt[ks] + rank] = a + o
-        nxt += np.bincount(k, minlength=n_own)
-    return jnp.asarray(perm), jnp.asarray(ptr)
-
-
-def _traced_order(state, data):
-    """A `PairOrder` built inside the trace (both permutations: sortedness is not known there), for a
-    block update called without one; the default `block_sizes`."""
-    ub, ib = block_sizes(data.n_rows, data.n_cols, state.u_mu.shape[1], state.u_mu.dtype)
-    return PairOrder(*_local_order(data.rows, data.cols, data.n_rows, data.n_cols, ub, ib, False), ub, ib)
+    return row_blocks.host_order(data.rows, data.cols, data.n_rows, data.n_cols, K, dtype=dtype,
+                                 block_bytes=block_bytes, block=block, host_chunk=_CHECK_CHUNK)
 
 
 def _blocked_update(state, data, xi, chunk, own_is_user: bool, tau, order: PairOrder):
-    """(mean, precision) (n_own, K) of every own-side vector, solved block by block: for block b the
-    pairs at sorted positions ptr[b] .. ptr[b + 1] - 1 are summed in chunks of ``chunk`` (a
-    while_loop; the start of the last chunk is clamped to N - chunk and the pairs before the chunk's
-    own start masked, so nothing is padded), the (B, K, K) sums psum-ed on a mesh, finished with the
+    """(mean, precision) (n_own, K) of every own-side vector, solved block by block
+    (`row_blocks.over_row_blocks`): each block's pair sums psum-ed on a mesh, finished with the
     background terms and solved; at most one block's precisions exist at a time."""
     ctx = _vector_context(state, own_is_user)
     n_own, K = ctx.own_w.shape[0], ctx.other_mu.shape[1]
-    B = order.user_block if own_is_user else order.item_block
-    perm = order.user_perm if own_is_user else order.item_perm
-    ptr = (order.user_ptr if own_is_user else order.item_ptr).reshape(-1)
-    n = data.rows.shape[0]
-    c = _chunk_size(n, chunk)
     dtype = ctx.s.dtype
-    red, w_pad = _red(data), _weight(data)
+    red = _red(data)
 
-    def block_body(b, out):
-        first, hi = b * B, ptr[b + 1]
+    def pair_terms(take, m):
+        rows, cols = take(data.rows), take(data.cols)
+        return _vector_pair_terms(state, ctx, own_is_user, rows, cols, take(data.values), m,
+                                  _chunk_xi(state, rows, cols, () if xi is None else (take(xi),)))
 
-        def chunk_body(carry):
-            start, acc = carry
-            s0 = jnp.minimum(start, n - c)
-            pos = s0 + jnp.arange(c)
-            if perm is None:
-                def take(x):
-                    return jax.lax.dynamic_slice_in_dim(x, s0, c)
-            else:
-                idx = jax.lax.dynamic_slice_in_dim(perm, s0, c)
-
-                def take(x):
-                    return x[idx]
-            m = ((pos >= start) & (pos < hi)).astype(dtype)
-            m = m if w_pad is None else m * take(w_pad)
-            rows, cols = take(data.rows), take(data.cols)
-            own, ww, gg, X, V = _vector_pair_terms(state, ctx, own_is_user, rows, cols, take(data.values), m,
-                                                      _chunk_xi(state, rows, cols, () if xi is None else (take(xi),)))
-            local = jnp.where(m > 0, own - first, B)  # masked pairs: out of range, dropped
-            return start + c, _accumulate(acc, local, ww, gg, X, V)
-
-        _, acc = jax.lax.while_loop(lambda cr: cr[0] < hi, chunk_body, (ptr[b], _zeros_acc(red, B, K, dtype)))
-        ids = first + jnp.arange(B)
-        ids_in = jnp.minimum(ids, n_own - 1)  # the last block may reach past n_own: those rows are dropped
-        mean, prec = _solve(*_finish(ctx, _psum(red, acc), ctx.own_w[ids_in], ctx.own_bmu[ids_in], tau))
-        target = jnp.where(ids < n_own, ids, n_own)
-        return out[0].at[target].set(mean, mode="drop"), out[1].at[target].set(prec, mode="drop")
+    def finish(acc, ids):
+        return _solve(*_finish(ctx, acc, ctx.own_w[ids], ctx.own_bmu[ids], tau))
 
     out = (jnp.zeros((n_own, K), dtype), jnp.zeros((n_own, K), dtype))
-    return jax.lax.fori_loop(0, ptr.shape[0] - 1, block_body, out)
+    return row_blocks.over_row_blocks(order, own_is_user, data.rows.shape[0], _chunk_size(data.rows.shape[0], chunk),
+                                      pair_terms, finish, out, K=K, dtype=dtype, weight=_weight(data),
+                                      vary=lambda t: _vary(red, t), psum=lambda t: _psum(red, t))
 
 
 def update_users(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK,
@@ -1008,17 +851,7 @@ _ORDERS: dict = {}
 
 def _order_for(data, K: int, dtype) -> PairOrder:
     """`pair_order` of ``data`` with the default block sizes, cached while ``data`` is alive."""
-    key, spec = id(data), (int(K), np.dtype(dtype))
-    hit = _ORDERS.get(key)
-    if hit is not None and hit[0]() is data and hit[1] == spec:
-        return hit[2]
-    order = pair_order(data, K, dtype=dtype)
-    try:
-        ref = weakref.ref(data, lambda _, key=key: _ORDERS.pop(key, None))
-    except TypeError:  # not weak-referenceable: no cache
-        return order
-    _ORDERS[key] = (ref, spec, order)
-    return order
+    return row_blocks.cached_order(_ORDERS, data, (int(K), np.dtype(dtype)), lambda: pair_order(data, K, dtype=dtype))
 
 
 def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAULT_CHUNK,
@@ -1057,109 +890,7 @@ def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAUL
 
 
 # ---------------------------------------------------------------------------------------------
-# predictions (eq. 5)
-
-
-def _pair_mean_var(state, users, items):
-    mean, second = _pair_moments_chunk(state, users, items)
-    return mean, jnp.maximum(second - mean**2, 0.0)
-
-
-def acceptance_probability(state: PSMState, users, items):
-    """p(o = T | y_i = z_j = 1, D) for index pairs (E,): MacKay's sigma(mu / sqrt(1 + pi s^2 / 8)) with
-    mu, s^2 the mean and variance of a_ij under q (sec. 3, "Making and trading predictions").
-
-    users, items : int arrays (E,). Returns (E,) jax array of the state's float dtype.
-    Raises nothing of its own (no index checks: JAX clamps out-of-range gathers; users and items
-    that do not broadcast make JAX raise a shape error).
-    Source: ``000_619a0297b9d686b2.txt`` sec. 3, "Making and trading predictions" (sigma(x_ij) before eq. (5)).
-    """
-    mean, var = _pair_mean_var(state, jnp.asarray(users), jnp.asarray(items))
-    return mackay_probit(mean, var)
-
-
-def _user_item_block(state, users):
-    mu, vu = state.u_mu[users], 1.0 / state.u_prec[users]
-    mv, vv = state.v_mu, 1.0 / state.v_prec
-    mean = mu @ mv.T + state.bu_mu[users][:, None] + state.bv_mu[None, :]
-    var = (mu**2) @ vv.T + vu @ (mv**2).T + vu @ vv.T + (1.0 / state.bu_prec[users])[:, None] + (1.0 / state.bv_prec)[None, :]
-    return mean, var
-
-
-def _check_users(users, I):
-    users = np.asarray(users)
-    if users.ndim != 1 or (users.size and not np.issubdtype(users.dtype, np.integer)):
-        raise ValueError("users must be a 1-D integer array")
-    if users.size and (users.min() < 0 or users.max() >= I):
-        raise ValueError(f"users index out of range [0, {I - 1}]")
-    return users
-
-
-def score_users(state: PSMState, users, *, kind: str = "predictive") -> np.ndarray:
-    """Scores of every item for some users, (len(users), J) float numpy array.
-
-    kind : "predictive" (default): p(z_j = 1 | o = T, y_i = 1, D) ~ E[psi_j] sigma(x_ij) normalised
-        over j (eq. 5, popularity times personalised acceptance, MacKay's approximation);
-        "acceptance": sigma(x_ij) alone; "popularity": E[psi_j] alone.
-    users : int array (B,). Returns a (B, J) numpy array of the state's float dtype.
-    Raises ValueError for an unknown kind, ``users`` not a 1-D integer array, or user indices out of range.
-    Source: ``000_619a0297b9d686b2.txt`` eq. (5) and the normalisation after it; "popularity" is the
-    popularity baseline of sec. 5.
-    """
-    if kind not in ("predictive", "acceptance", "popularity"):
-        raise ValueError(f"kind must be 'predictive', 'acceptance' or 'popularity', got {kind!r}")
-    users = _check_users(users, state.u_mu.shape[0])
-    e_psi = state.beta / jnp.sum(state.beta)
-    if kind == "popularity":
-        return np.broadcast_to(np.asarray(e_psi), (users.size, e_psi.shape[0])).copy()
-    mean, var = _user_item_block(state, jnp.asarray(users))
-    p = mackay_probit(mean, var)
-    if kind == "acceptance":
-        return np.asarray(p)
-    f = p * e_psi[None, :]
-    return np.asarray(f / jnp.sum(f, axis=1, keepdims=True))
-
-
-def predictive_probability(state: PSMState, users, items, *, batch: int = 256) -> np.ndarray:
-    """p(z_j = 1 | o = T, y_i = 1, D) (eq. 5, normalised over all J items) for index pairs (E,) numpy.
-    Work O(E J K) in batches of ``batch`` pairs. users, items : int arrays (E,); returns (E,) float64.
-    Raises ValueError for ``users`` not a 1-D integer array, ``items`` not of the shape of ``users``, or
-    indices out of range.
-    Source: ``000_619a0297b9d686b2.txt`` eq. (5), normalised over j as after it.
-    """
-    users = _check_users(users, state.u_mu.shape[0])
-    items = np.asarray(items)
-    J = state.v_mu.shape[0]
-    if items.shape != users.shape or (items.size and (items.min() < 0 or items.max() >= J)):
-        raise ValueError(f"items must have the shape of users and lie in [0, {J - 1}]")
-    out = np.empty(users.size)
-    for start in range(0, users.size, batch):
-        u = users[start:start + batch]
-        sc = score_users(state, u)
-        out[start:start + u.size] = sc[np.arange(u.size), items[start:start + batch]]
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# driver
-
-
-def draws_from_q(key, state: PSMState, n_draws: int) -> dict[str, np.ndarray]:
-    """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
-    pi (I,), psi (J,). numpy float64.
-
-    Raises TypeError (from `base.as_key`) for a key that is neither a PRNG key nor an integer seed;
-    numpy's ValueError for a negative ``n_draws``.
-    Source: project addition (sampling the factors of q, ``000_619a0297b9d686b2.txt`` eq. (4)).
-    """
-    rng = np.random.default_rng(int(jax.random.randint(base.as_key(key), (), 0, 2**31 - 1)))
-    (mu, vu), (mv, vv), (mbu, vbu), (mbv, vbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
-    out = {}
-    for name, m, v in (("u", mu, vu), ("v", mv, vv), ("b_user", mbu, vbu), ("b_item", mbv, vbv)):
-        out[name] = (m + np.sqrt(v) * rng.standard_normal((n_draws, *m.shape)))[None]
-    out["pi"] = rng.dirichlet(np.asarray(state.alpha, np.float64), size=n_draws)[None]
-    out["psi"] = rng.dirichlet(np.asarray(state.beta, np.float64), size=n_draws)[None]
-    return out
+# driver (the predictions of eq. (5) and the draws from q: `psm_predict`)
 
 
 def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float = 1e-6, progress: bool = True, *,

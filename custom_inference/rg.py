@@ -51,7 +51,13 @@ before the averaging (`DEFAULT_WARM_START`; 0 restores the paper's cold start). 
 starts at eps_0 = 1 from the warm state, an exact sweep on H_1 from there.
 
 Work per sweep O(|H| K^2 + (I + J) K^3); nothing of size I x J (`score_users` returns a (B, J)
-block for the B users asked for).
+block for the B users asked for). The vector updates run in blocks of rows (issue 28,
+`custom_inference.row_blocks`, the edges in user- / item-sorted order: `edge_order`): per block the
+edge sums are accumulated in chunks into that block's (B, K, K) precisions only, so neither the
+(E, K, K) per-edge outer products (26 GB at Netflix's shape, 1e6 nonzeros, K = 50) nor the (I, K, K)
+precisions of all users exist; the other passes over the edges (xi, the ELBO's bound, the bias
+sums) gather the factors in chunks of `EDGE_CHUNK` edges, so no (E, K) array exists either: memory
+O(E + (I + J) K + B K^2 + chunk K).
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import base, vi_driver
+from . import base, row_blocks, vi_driver
+from .chunks import over_chunks
 from .data import Observations
 from .gamma import expected_gamma_logpdf, gamma_entropy, gamma_log_mean, gamma_mean
 from .logistic import jj_expected_log_bound, jj_lambda, mackay_probit, optimal_xi
@@ -93,6 +100,7 @@ __all__ = [
     "update_user_bias",
     "update_item_bias",
     "update_hyper",
+    "edge_order",
     "BLOCKS",
     "step",
     "robbins_monro",
@@ -437,13 +445,31 @@ def edge_moments(state: RGState, users, items):
     return mean, mean**2 + var
 
 
+#: edges per chunk of the O(E K) edge passes (the logits' moments, the bias sums): (chunk, K) temporaries
+EDGE_CHUNK = 1 << 16
+
+
+def _edge_map(fn, users, items):
+    """``fn(users_chunk, items_chunk) -> tuple of (c,) arrays`` over chunks of `EDGE_CHUNK` edges, written
+    into (E,) arrays (`chunks.over_chunks`), so no (E, K) gather of the factors exists."""
+    n = users.shape[0]
+    c = max(1, min(EDGE_CHUNK, n))
+    out = tuple(jnp.zeros((n,), o.dtype) for o in jax.eval_shape(fn, users[:c], items[:c]))
+
+    def body(start, size, out):
+        vals = fn(*(jax.lax.dynamic_slice_in_dim(x, start, size) for x in (users, items)))
+        return tuple(jax.lax.dynamic_update_slice_in_dim(o, v, start, 0) for o, v in zip(out, vals))
+
+    return over_chunks(n, c, body, out)
+
+
 def edge_xi(state: RGState, graph: RGGraph):
     """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H, (E_cap,) (eq. 16), in the state's
     float dtype (padding edges included: they are (0, 0) with weight 0).
 
     Raises nothing of its own. Source: 003_203f63200c0d7157.txt eq. (16).
     """
-    _, second = edge_moments(state, graph.users, graph.items)
+    (second,) = _edge_map(lambda u, i: edge_moments(state, u, i)[1:], graph.users, graph.items)
     return optimal_xi(second)
 
 
@@ -478,7 +504,7 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
     ``beta`` raises AttributeError; non-finite values give nan, not an exception).
     Source: 003_203f63200c0d7157.txt eqs. (10)-(12), with the Gamma hyperpriors of eq. (17).
     """
-    mean, second = edge_moments(state, graph.users, graph.items)
+    mean, second = _edge_map(lambda u, i: edge_moments(state, u, i), graph.users, graph.items)
     if xi is None:
         xi = optimal_xi(second)
     lik = jnp.sum(graph.weight * jj_expected_log_bound(mean, second, xi, graph.g))
@@ -505,25 +531,33 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
 # coordinate updates (each one block; rho = 1 is the exact block maximizer on the graph)
 
 
-def _vector_update(own, other, n_own, m_other, s_other, e_tau, bias_mean, lam2, gh, old_prec, old_h, rho):
-    """Shared user/item vector update (module docstring). lam2 = 2 lam_e w_e, gh = (g_e - 1/2) w_e.
+def _vector_update(graph: RGGraph, own_is_user: bool, m_other, s_other, e_tau, bias_mean, lam2, gh, old_prec, old_h,
+                   rho, order, chunk):
+    """Shared user/item vector update (module docstring), in blocks of rows (`row_blocks`): per
+    block the sums of (13), (15) over its edges, the rho blend and the solve; no (E, K, K) or
+    (n_own, K, K) array. lam2 = 2 lam_e w_e, gh = (g_e - 1/2) w_e, bias_mean = E[b_m + b_n], all
+    (E_cap,); m_other, s_other : means and variances of the other side's factors; old_prec, old_h :
+    (n_own, K). Returns (prec, h), each (n_own, K)."""
+    own_ids, other_ids = (graph.users, graph.items) if own_is_user else (graph.items, graph.users)
+    K, dtype = old_h.shape[1], old_h.dtype
+    if order is None:
+        order = row_blocks.traced_order(graph.users, graph.items, graph.n_users, graph.n_items, K, dtype)
 
-    own, other : (E,) indices of the updated side and of the other side; m_other, s_other : means and
-    variances of the other side's factors; bias_mean : (E,) E[b_m + b_n]; old_prec, old_h : (n_own, K).
-    Returns (prec, h), each (n_own, K). Memory O(E K^2) for the outer products.
-    """
-    Mo = m_other[other]
-    outer = lam2[:, None, None] * (Mo[:, :, None] * Mo[:, None, :])
-    P = jax.ops.segment_sum(outer, own, num_segments=n_own)
-    diag = jax.ops.segment_sum(lam2[:, None] * s_other[other], own, num_segments=n_own) + e_tau
-    P = P + jax.vmap(jnp.diag)(diag)
-    c = jax.ops.segment_sum((gh - lam2 * bias_mean)[:, None] * Mo, own, num_segments=n_own)
-    P = rho * P + (1.0 - rho) * jax.vmap(jnp.diag)(old_prec)
-    c = rho * c + (1.0 - rho) * old_h
-    chol = jnp.linalg.cholesky(P)
-    eta = jax.scipy.linalg.cho_solve((chol, True), c[..., None])[..., 0]
-    prec = jnp.diagonal(P, axis1=1, axis2=2)
-    return prec, prec * eta
+    def pair_terms(take, m):
+        other, w = take(other_ids), take(lam2) * m
+        return take(own_ids), w, (take(gh) - take(lam2) * take(bias_mean)) * m, m_other[other], s_other[other]
+
+    def finish(acc, ids):
+        P, dg, c = acc
+        P = P + jax.vmap(jnp.diag)(dg + e_tau)
+        P = rho * P + (1.0 - rho) * jax.vmap(jnp.diag)(old_prec[ids])
+        eta, prec = row_blocks.solve_rows(P, rho * c + (1.0 - rho) * old_h[ids])
+        return prec, prec * eta
+
+    chunk = row_blocks.default_chunk(K, dtype) if chunk is None else chunk
+    return row_blocks.over_row_blocks(order, own_is_user, own_ids.shape[0], chunk,
+                                      pair_terms, finish, (jnp.zeros_like(old_prec), jnp.zeros_like(old_h)), K=K,
+                                      dtype=dtype, weight=graph.weight)
 
 
 def _edge_terms(state, graph, xi):
@@ -532,12 +566,16 @@ def _edge_terms(state, graph, xi):
     return lam2, gh
 
 
-def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
+def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0, *, order=None, chunk: int | None = None) -> RGState:
     """Block update of every q(u_m) through the full-covariance q~(u_m) (eqs. 13, 15; module docstring).
 
     state : RGState (u_prec, u_h (I, K), float); graph : RGGraph (E_cap edges); hyper : unused (the
     common block signature); xi : (E_cap,) float, the bound parameters held fixed; rho : float in
-    (0, 1] (scalar, Python or 0-d array): the Robbins-Monro weight (1: exact).
+    (0, 1] (scalar, Python or 0-d array): the Robbins-Monro weight (1: exact); order :
+    `row_blocks.PairOrder` of the graph's edges (`edge_order`; None: built inside the trace, an
+    O(E log E) sort per call). The users are solved in blocks of ``order.user_block``: one block's
+    (B, K, K) precisions at a time (issue 28); chunk : edges per chunk of the sums (a Python int;
+    None: `row_blocks.default_chunk`, 32 MiB of (chunk, K, K) outer products).
     Returns the new state (u_prec, u_h replaced, (I, K), the state's dtype).
 
     Raises nothing of its own; the Cholesky factor of a non positive-definite P gives nan, not an
@@ -547,23 +585,23 @@ def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
     eb = mbu[graph.users] + mbv[graph.items]
-    prec, h = _vector_update(graph.users, graph.items, graph.n_users, mv, sv, _taus(state)[0][0], eb, lam2, gh,
-                             state.u_prec, state.u_h, rho)
+    prec, h = _vector_update(graph, True, mv, sv, _taus(state)[0][0], eb, lam2, gh, state.u_prec, state.u_h, rho,
+                             order, chunk)
     return state._replace(u_prec=prec, u_h=h)
 
 
-def update_items(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
+def update_items(state: RGState, graph: RGGraph, hyper, xi, rho=1.0, *, order=None, chunk: int | None = None) -> RGState:
     """Block update of every q(v_n), the item twin of `update_users`.
 
-    Arguments as `update_users`; returns the new state (v_prec, v_h replaced, (J, K), the state's
-    dtype). Raises nothing of its own (as `update_users`).
+    Arguments as `update_users` (blocks of ``order.item_block`` items over the item-sorted edges);
+    returns the new state (v_prec, v_h replaced, (J, K), the state's dtype). Raises nothing of its own (as `update_users`).
     Source: 003_203f63200c0d7157.txt eqs. (13)-(15) and sec. 5.1 (item side).
     """
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
     eb = mbu[graph.users] + mbv[graph.items]
-    prec, h = _vector_update(graph.items, graph.users, graph.n_items, mu, su, _taus(state)[1][0], eb, lam2, gh,
-                             state.v_prec, state.v_h, rho)
+    prec, h = _vector_update(graph, False, mu, su, _taus(state)[1][0], eb, lam2, gh, state.v_prec, state.v_h, rho,
+                             order, chunk)
     return state._replace(v_prec=prec, v_h=h)
 
 
@@ -584,7 +622,7 @@ def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
     """
     (mu, _), (mv, _), _, (mbv, _) = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
-    rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbv[graph.items]
+    (rest,) = _edge_map(lambda u, i: (jnp.sum(mu[u] * mv[i], axis=-1) + mbv[i],), graph.users, graph.items)
     prec, h = _bias_update(graph.users, graph.n_users, _taus(state)[2][0], rest, lam2, gh, state.bu_prec,
                            state.bu_h, rho)
     return state._replace(bu_prec=prec, bu_h=h)
@@ -598,7 +636,7 @@ def update_item_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
     """
     (mu, _), (mv, _), (mbu, _), _ = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
-    rest = jnp.sum(mu[graph.users] * mv[graph.items], axis=-1) + mbu[graph.users]
+    (rest,) = _edge_map(lambda u, i: (jnp.sum(mu[u] * mv[i], axis=-1) + mbu[u],), graph.users, graph.items)
     prec, h = _bias_update(graph.items, graph.n_items, _taus(state)[3][0], rest, lam2, gh, state.bv_prec,
                            state.bv_h, rho)
     return state._replace(bv_prec=prec, bv_h=h)
@@ -639,11 +677,15 @@ BLOCKS = (
 )
 
 
-def _step(state, graph, hyper, rho, update_hyper_flag):
+_ORDERED = ("users", "items")  # the blocks that take the edge order
+
+
+def _step(state, graph, hyper, rho, update_hyper_flag, order=None):
     for name, update, _ in BLOCKS:
         if name == "user_bias" and hyper.clamp_user_bias:
             continue
-        state = update(state, graph, hyper, edge_xi(state, graph), rho)
+        extra = {"order": order} if name in _ORDERED else {}
+        state = update(state, graph, hyper, edge_xi(state, graph), rho, **extra)
     if update_hyper_flag:
         state = update_hyper(state, hyper, rho)
     return state, RGInfo(elbo(state, graph, hyper))
@@ -653,7 +695,25 @@ _step_jit = jax.jit(_step, static_argnames=("hyper", "update_hyper_flag"))
 _elbo_jit = jax.jit(elbo, static_argnums=2)
 
 
-def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: bool = True):
+#: id(graph) -> (weak reference, (K, dtype), PairOrder): `step` sorts a graph's edges once
+_ORDERS: dict = {}
+
+
+def edge_order(graph: RGGraph, K: int, dtype, *, block_bytes: int = row_blocks.DEFAULT_BLOCK_BYTES, block=None):
+    """The order of the graph's edges for the blocked vector updates (`update_users` /
+    `update_items` ``order=``): `row_blocks.host_order`, a stable counting sort on the host, O(E),
+    E_cap int32 per side (padding edges sort with user 0 / item 0 and weigh 0).
+
+    graph : RGGraph (numpy or jax leaves); K : int; dtype : the state's float dtype; block_bytes,
+    block : `row_blocks.block_sizes`. Returns `row_blocks.PairOrder`.
+    Raises ValueError from `row_blocks.block_sizes`.
+    Source: project addition (issue 28).
+    """
+    return row_blocks.host_order(graph.users, graph.items, graph.n_users, graph.n_items, K, dtype=dtype,
+                                 block_bytes=block_bytes, block=block)
+
+
+def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: bool = True, order=None):
     """One mean-field sweep on the hidden graph ``graph``: users, user biases (skipped when clamped),
     items, item biases, each after recomputing the optimal xi (16) from the current q, then the
     Gamma factors (17); every block blended with weight ``rho``.
@@ -667,7 +727,9 @@ def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: b
     key : unused (the graph is drawn outside, by numpy: `sample_hidden_graph`); kept for the common
         solver signature.
     state : RGState; graph : RGGraph; hyper : RGHyper (static: hashable NamedTuple);
-    rho : float in (0, 1]; update_hyper : bool (False holds q(tau) fixed).
+    rho : float in (0, 1]; update_hyper : bool (False holds q(tau) fixed); order : `edge_order` of
+    ``graph`` (None: built on the first call for this graph object with the default memory bound
+    and kept while it lives; inside a trace, built there).
 
     Returns (RGState, RGInfo with a 0-d ``elbo`` of the state's dtype).
 
@@ -677,7 +739,10 @@ def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: b
     sec. 5.1.
     """
     del key
-    return _step_jit(state, graph, hyper, jnp.asarray(rho, state.u_h.dtype), update_hyper)
+    K, dtype = state.u_h.shape[1], np.dtype(state.u_h.dtype)
+    if order is None and not isinstance(graph.users, jax.core.Tracer):
+        order = row_blocks.cached_order(_ORDERS, graph, (K, dtype), lambda: edge_order(graph, K, dtype))
+    return _step_jit(state, graph, hyper, jnp.asarray(rho, state.u_h.dtype), update_hyper, order)
 
 
 def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
