@@ -75,3 +75,44 @@ def test_ovbfm_alpha_erratum():
     assert vbfm_printed.ovbfm_alpha_target("printed") > 1e-3   # a visible bias, not rounding
     with pytest.raises(ValueError, match="form"):
         vbfm_printed.ovbfm_alpha_target("other")
+
+
+@pytest.mark.slow  # ~35 CPU s: the PSM solver's compiled sweep and cached sums (shared with the psm errata)
+def test_psm_caches_against_monte_carlo_and_printed_forms_rejected():
+    from validation.models import psm_printed
+
+    table = psm_printed.monte_carlo_checks(n_draws=8000, seed=0)
+    solver, printed = table[table.form == "solver"], table[table.form != "solver"]
+    # every cache of B.1, the cached sums of sec. 4 / B.4.1, xi*^2 (16), P_i (6), m_i (7-8), rho_i, nu_i:
+    # max |z| <= 5 (false alarm <= 1.2e-4 per quantity)
+    assert solver.passes.all(), solver[~solver.passes]
+    assert len(solver) == 29
+    # the seven printed forms of validation.models.psm.ERRATA, each rejected without the dense twin
+    assert len(printed) == len(psm_printed.PRINTED) == 7
+    assert (printed.z > 4 * Z_MAX).all(), printed
+
+
+def test_printed_jj_bounds_hold_and_are_tight_by_brute_force():
+    from validation.models import jj_printed
+
+    table = jj_printed.bound_grid()
+    assert table.passed.all(), table
+    assert len(table) == len(jj_printed.BOUNDS) == 7
+    # power: with lambda's sign flipped every bound that has a lambda term exceeds the likelihood
+    flipped = jj_printed.bound_grid(flip=-1.0)
+    assert (~flipped.passed).sum() == 6 and flipped.max_excess.max() > 1.0
+
+
+def test_sibm_cells_and_expected_bound_against_monte_carlo():
+    from validation.models import jj_printed
+
+    table = jj_printed.sibm_cells_mc(n_draws=20000, seed=0)   # |z| <= 5 per quantity; the xi grid within 1 step
+    assert table.passed.all(), table
+
+
+def test_rg_update_targets_against_monte_carlo():
+    from validation.models import jj_printed
+
+    table = jj_printed.rg_targets_mc(n_draws=20000, seed=0)   # |z| <= 5 per quantity (false alarm <= 1.2e-4)
+    assert table.passed.all(), table
+    assert len(table) == 8

@@ -32,7 +32,7 @@ def mc_z(samples, value) -> float:
 
     ``samples``: float array (n, ...) of n i.i.d. draws of an unbiased estimator; ``value``: array
     broadcastable to ``samples.shape[1:]`` (the cached quantity). Entries whose draws are constant
-    (se = 0) count as z = 0 when they agree to 1e-12 relative and as inf otherwise. Returns a float.
+    (se <= 1e-12 relative) count as z = 0 when they agree to 1e-10 relative and as inf otherwise. Returns a float.
 
     Raises ValueError when ``samples`` has fewer than 2 draws. Source: project addition.
     """
@@ -43,8 +43,9 @@ def mc_z(samples, value) -> float:
     mean = samples.mean(0)
     se = samples.std(0, ddof=1) / np.sqrt(samples.shape[0])
     diff = np.abs(value - mean)
-    exact = se <= 1e-15 * np.maximum(np.abs(mean), 1.0)
-    z = np.where(exact, np.where(diff <= 1e-12 * np.maximum(np.abs(mean), 1.0), 0.0, np.inf),
+    scale = np.maximum(np.abs(mean), 1.0)
+    exact = se <= 1e-12 * scale   # constant draws (up to the rounding of their mean)
+    z = np.where(exact, np.where(diff <= 1e-10 * scale, 0.0, np.inf),
                  diff / np.where(exact, 1.0, se))
     return float(np.max(z)) if z.size else 0.0
 
