@@ -116,3 +116,18 @@ def test_rg_update_targets_against_monte_carlo():
     table = jj_printed.rg_targets_mc(n_draws=20000, seed=0)   # |z| <= 5 per quantity (false alarm <= 1.2e-4)
     assert table.passed.all(), table
     assert len(table) == 8
+
+
+def test_hpf_aux_counts_by_enumeration_and_elbo_against_monte_carlo():
+    from scipy.special import gammaln
+
+    from validation.models import hpf_printed
+
+    table = hpf_printed.checks()   # TV < 1e-12 (float64) for the enumerations; |z| <= 5 for Monte Carlo
+    assert table.passed.all(), table
+    # power: the same Monte Carlo rejects an ELBO that drops the -log y! term
+    e = hpf_printed.elbo_enumeration_mc()
+    dropped = e["solver"] + float(gammaln(hpf_printed.small_counts().values + 1.0).sum())
+    assert abs(dropped - e["mc"]) / e["se"] > Z_MAX
+    with pytest.raises(ValueError, match="y >= 0"):
+        hpf_printed.allocations(-1, 2)
