@@ -69,9 +69,13 @@ def test_ovbfm_rescaled_targets_are_unbiased_by_enumeration():
     assert table.passed.all(), table
 
 
-def test_ovbfm_alpha_erratum():
-    table = run_errata(vbfm_printed.ERRATA_PRINTED)
+def test_vbfm_printed_errata_and_the_variational_identities():
+    table = run_errata(vbfm_printed.ERRATA_PRINTED)   # eq. 2.38 and Algorithm 4 line 30
     assert table.ok.all(), table
+    ident = vbfm_printed.variational_identities()
+    assert ident["evidence_gap"] < 1e-12                 # eqs. 2.34-2.36 (exact enumeration: rounding only)
+    assert ident["optimum_241"] <= 1e-12                 # eq. 2.41's q_j* beats 2000 random q_j
+    assert ident["printed_238"] > 1e-3
     assert vbfm_printed.ovbfm_alpha_target("printed") > 1e-3   # a visible bias, not rounding
     with pytest.raises(ValueError, match="form"):
         vbfm_printed.ovbfm_alpha_target("other")

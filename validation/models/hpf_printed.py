@@ -29,7 +29,7 @@ from custom_inference import hpf as cavi
 from custom_inference.gamma import gamma_log_mean
 from custom_inference.data import Observations
 from validation.models import hpf as hpf_checks
-from validation.models.printed_forms import Z_MAX, mc_z
+from validation.models.printed_forms import Z_MAX, mc_z, x64
 
 __all__ = ["allocations", "aux_conditional_tv", "phi_update_tv", "elog_mc", "elbo_enumeration_mc", "small_counts"]
 
@@ -72,11 +72,13 @@ def aux_conditional_tv(seed: int = 0, K: int = 3, y_max: int = 6) -> float:
     return worst
 
 
+@x64
 def _state(data, K=2, sweeps=3):
     with jax.enable_x64(True):
         return hpf_checks._warm_state(jax.tree_util.tree_map(jnp.asarray, data), hpf_checks.ERRATA_HYPER, K, 0, sweeps)
 
 
+@x64
 def phi_update_tv(data: Observations | None = None, K: int = 2) -> float:
     """Max TV over the nonzeros between Mult(y_ui, phi_ui) of step 1 (`custom_inference.hpf.optimal_phi`)
     and the brute-force maximiser of E_q[log p(z | theta, beta)] - log q(z) over distributions on the
@@ -97,6 +99,7 @@ def phi_update_tv(data: Observations | None = None, K: int = 2) -> float:
     return worst
 
 
+@x64
 def elog_mc(data: Observations | None = None, K: int = 2, n_draws: int = 20000, seed: int = 0) -> float:
     """max |z| of E_q[log theta_uk], E_q[log beta_ik] (`custom_inference.gamma.gamma_log_mean`) against Monte
     Carlo from the state's Gamma factors. Raises ValueError for n_draws < 2. Source:
@@ -112,6 +115,7 @@ def elog_mc(data: Observations | None = None, K: int = 2, n_draws: int = 20000, 
     return worst
 
 
+@x64
 def elbo_enumeration_mc(data: Observations | None = None, K: int = 2, n_draws: int = 4000, seed: int = 0) -> dict:
     """The solver's ELBO (`custom_inference.hpf.elbo` with a perturbed phi) against Monte Carlo over q of
     (theta, xi, beta, eta) with the exact enumeration over z ~ Mult(y, phi) on every draw.

@@ -28,7 +28,7 @@ from custom_inference import rg, sibm
 from ppl_models import rg as rg_ppl
 from validation.models import rg as rg_checks
 from validation.models import sibm as sibm_checks
-from validation.models.printed_forms import Z_MAX, mc_z
+from validation.models.printed_forms import Z_MAX, mc_z, x64
 
 __all__ = ["BOUNDS", "bound_grid", "sibm_cells_mc", "rg_targets_mc"]
 
@@ -91,6 +91,7 @@ def bound_grid(*, flip: float = 1.0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@x64
 def sibm_cells_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     """SIBM on `validation.models.sibm.small_problem` (8 x 6, D = 2) at its `warm_state`: the solver's
     cell moments and the printed eq. (7) / (8) against Monte Carlo from q over all I x J cells.
@@ -137,6 +138,7 @@ def sibm_cells_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+@x64
 def rg_targets_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     """RG on `validation.models.rg.small_problem` (15 x 12, K = 2, user biases on) at its `warm_state`,
     xi off its optimum: the solver's user block, user-bias block, Gamma rates and edge second moments

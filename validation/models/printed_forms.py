@@ -19,9 +19,12 @@ project's derivation).
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 
-__all__ = ["Z_MAX", "mc_z"]
+__all__ = ["Z_MAX", "mc_z", "x64"]
 
 #: max |z| accepted (module docstring: false-alarm rate <= 1.2e-4 for <= 200 compared entries).
 Z_MAX = 5.0
@@ -49,3 +52,16 @@ def mc_z(samples, value) -> float:
                  diff / np.where(exact, 1.0, se))
     return float(np.max(z)) if z.size else 0.0
 
+
+
+def x64(fn):
+    """Decorator: run ``fn`` under ``jax.enable_x64(True)`` (every check is float64, also when the caller,
+    e.g. the errata CLI, has not switched JAX to 64 bits). Raises whatever ``fn`` raises.
+    Source: project addition (DESIGN.md: validation runs in float64)."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.enable_x64(True):
+            return fn(*args, **kwargs)
+
+    return wrapped

@@ -22,7 +22,7 @@ import pandas as pd
 
 from custom_inference import psm
 from validation.models import psm as psm_checks
-from validation.models.printed_forms import Z_MAX, mc_z
+from validation.models.printed_forms import Z_MAX, mc_z, x64
 
 __all__ = ["monte_carlo_draws", "monte_carlo_checks", "PRINTED"]
 
@@ -104,6 +104,7 @@ PRINTED = {
 
 
 @functools.lru_cache(maxsize=2)
+@x64
 def monte_carlo_checks(n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     """Every solver quantity of `validation.models.psm.dense_targets` (caches B.1, eqs. 6-8, 11, 16, 17,
     bias updates, B.4.1) and every printed form of its errata rows against Monte Carlo from q, at the

@@ -16,9 +16,12 @@ variance and covariance term matters. The printed forms are evaluated beside the
 - OVBFM, eqs. 4.30-4.33: the |Omega_i|-rescaled targets averaged over the batch rows of column i are
   unbiased for the CAVI targets (exact enumeration of all batches, conditional on n_i > 0): agree;
 - OVBFM, Algorithm 4 line 30: blending alpha towards |s| / sum_{n in s} (R_n^2 + T_n) is biased
-  (Jensen: E[1/X] > 1/E[X]), so the Robbins-Monro fixed point is not the CAVI alpha: `ERRATA_PRINTED`.
+  (Jensen: E[1/X] > 1/E[X]), so the Robbins-Monro fixed point is not the CAVI alpha: `ERRATA_PRINTED`;
+- ch. 2's variational identities (eqs. 2.34-2.41) by enumeration of a small discrete model: 2.34-2.36,
+  2.40-2.41 agree, eq. 2.38 as printed (KL(p~ || q_j) in place of -KL(q_j || p~)) is in `ERRATA_PRINTED`.
 
-Source: ``004_90693a0965f06816.txt`` ch. 4, eqs. 4.13-4.33, Algorithms 3 and 4; checks: project addition
+Source: ``004_90693a0965f06816.txt`` ch. 2 eqs. 2.34-2.41, ch. 4 eqs. 4.13-4.33, Algorithms 3 and 4; checks:
+project addition
 (issue 26 item 1).
 """
 
@@ -36,10 +39,10 @@ from custom_inference import vbfm
 from ppl_models import fm as ppl
 from validation.checks.errata import Erratum
 from validation.models import vbfm as vbfm_checks
-from validation.models.printed_forms import Z_MAX, mc_z
+from validation.models.printed_forms import Z_MAX, mc_z, x64
 
 __all__ = ["large_variance_state", "yhat_draws", "monte_carlo_checks", "ovbfm_rescaling_check",
-           "ovbfm_alpha_target", "ERRATA_PRINTED", "ENUM_DESIGN"]
+           "ovbfm_alpha_target", "variational_identities", "ERRATA_PRINTED", "ENUM_DESIGN"]
 
 _SEED004 = "004_90693a0965f06816.txt"
 
@@ -118,6 +121,7 @@ def _mc_statistics(draws, design, X):
     return yhat, w0_stat, w_stat, np.stack(vp, 2), np.stack(vh, 2)
 
 
+@x64
 def monte_carlo_checks(design=None, K: int = 2, *, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     """Every expectation the VBFM updates and ELBO use, solver and printed form against Monte Carlo from q.
 
@@ -185,6 +189,7 @@ def monte_carlo_checks(design=None, K: int = 2, *, n_draws: int = 20000, seed: i
 # OVBFM: exact enumeration of all minibatches
 
 
+@x64
 def _per_row_statistics(state, design):
     """Per nonzero (n, i) of the CAVI statistics: w (x^2, x (R + x m)), v per k (precision, mean parts),
     and per row w0 (1, R + m0) and E[(y - yhat)^2] = R^2 + T; from the solver's caches (float64)."""
@@ -202,6 +207,7 @@ def _per_row_statistics(state, design):
                 v_p=xk**2 * (A**2 + S2m), v_h=xk * (A * (R[rows][:, None] + xk * mu[cols] * A) - (A * S2m - S3m)))
 
 
+@x64
 def ovbfm_rescaling_check(design=None, K: int = 2, batch_size: int = 3, *, seed: int = 0) -> pd.DataFrame:
     """Eqs. 4.30-4.33: the printed per-row targets, rescaled by N (w0) or |Omega_i| (w_i, v_ik) and averaged
     over the n_i rows of column i in the batch, averaged over ALL batches of ``batch_size`` rows (exact
@@ -247,6 +253,7 @@ def ovbfm_rescaling_check(design=None, K: int = 2, batch_size: int = 3, *, seed:
 
 
 @functools.lru_cache(maxsize=4)
+@x64
 def ovbfm_alpha_target(form: str, batch_size: int = 3) -> float:
     """Relative bias of OVBFM's alpha target averaged over ALL batches (exact enumeration) against the
     CAVI value N / sum_n (R_n^2 + T_n) (Algorithm 3 line 33) on `ENUM_DESIGN` at `large_variance_state`.
@@ -272,12 +279,63 @@ def ovbfm_alpha_target(form: str, batch_size: int = 3) -> float:
     return float(abs(fixed / cavi - 1.0))
 
 
+def variational_identities(seed: int = 0, n_random_q: int = 2000) -> dict:
+    """Thesis sec. 2.3.2 (eqs. 2.34-2.41) by exact enumeration on a small discrete model: Z = (Z1, Z2) with
+    3 x 4 states, a random joint log p(X, Z), a random factorised q = q1 q2, and ln p~(Z1) = E_q2[ln p(X, Z)]
+    (the constant of eq. 2.39 set to 0, p~ unnormalised).
+
+    Returns float64 values: ``evidence_gap`` |ln p(X) - L - KL(q || p(Z | X))| (eq. 2.34-2.36);
+    ``printed_238`` |L - [KL(p~ || q1) - sum_Z2 q2 ln q2]| (eq. 2.38 as printed); ``corrected_238``
+    |L - [-KL(q1 || p~) - sum_Z2 q2 ln q2]|; ``optimum_241`` max over ``n_random_q`` random q1 of
+    L(q1) - L(q1*) with q1* from eq. 2.41 (must be <= 0). Raises nothing of its own.
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.34-2.41; check: project addition.
+    """
+    rng = np.random.default_rng(seed)
+    logp = rng.normal(0.0, 1.5, (3, 4))                               # ln p(X, Z1, Z2), X fixed
+    q1, q2 = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(4))
+
+    def elbo(a, b):
+        return float(np.sum(a[:, None] * b[None] * (logp - np.log(a)[:, None] - np.log(b)[None])))
+
+    L = elbo(q1, q2)
+    log_evidence = float(np.log(np.exp(logp).sum()))
+    post = np.exp(logp - log_evidence)
+    qq = q1[:, None] * q2[None]
+    kl = float(np.sum(qq * (np.log(qq) - np.log(post))))
+    log_pt = logp @ q2                                                # ln p~(Z1), eq. 2.39
+    ent2 = float(q2 @ np.log(q2))
+    printed = float(np.sum(np.exp(log_pt) * (log_pt - np.log(q1)))) - ent2
+    corrected = -float(np.sum(q1 * (np.log(q1) - log_pt))) - ent2
+    q_star = np.exp(log_pt - log_pt.max())
+    q_star /= q_star.sum()                                            # eq. 2.41
+    best = elbo(q_star, q2)
+    others = max(elbo(a, q2) for a in rng.dirichlet(np.ones(3), n_random_q))
+    return dict(evidence_gap=abs(log_evidence - L - kl), printed_238=abs(L - printed),
+                corrected_238=abs(L - corrected), optimum_241=others - best)
+
+
+def _identity_238_check(form: str):
+    v = variational_identities()["printed_238" if form == "printed" else "corrected_238"]
+    return v < 1e-12, v   # exact enumeration: float64 rounding only
+
+
 def _alpha_check(form: str):
     v = ovbfm_alpha_target(form)
     return v < 1e-12, v   # exact enumeration: float64 rounding only
 
 
 ERRATA_PRINTED: tuple[Erratum, ...] = (
+    Erratum(
+        _SEED004, "ch. 2, eq. 2.38 (the bound as a function of one factor q_j)",
+        "L(q, theta) = KL(p~ || q_j) - sum_{i != j} int q_i ln q_i dZ_i",
+        "L(q, theta) = -KL(q_j || p~) - sum_{i != j} int q_i ln q_i dZ_i, with ln p~ = E_{i != j}[ln p(X, Z)] "
+        "(the constant of eq. 2.39 zero, p~ unnormalised)",
+        "L = int q_j E_{i != j}[ln p] dZ_j - int q_j ln q_j dZ_j + sum_{i != j} H[q_i] = -KL(q_j || p~) + ...: the "
+        "printed form has the divergence's sign and argument order reversed (as printed, maximising L would "
+        "maximise a KL, contradicting the next sentence and eq. 2.40) (check: exact enumeration of L on a 3 x 4 "
+        "discrete model with a random joint and a random factorised q, |L - form| < 1e-12)",
+        "enumeration of a discrete model", _identity_238_check,
+    ),
     Erratum(
         _SEED004, "Algorithm 4 line 30 (OVBFM noise precision alpha)",
         "alpha <- (1 - eta) alpha + eta |s| / sum_{n in s} (R_n^2 + T_n)",
