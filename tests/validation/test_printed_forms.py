@@ -135,3 +135,10 @@ def test_hpf_aux_counts_by_enumeration_and_elbo_against_monte_carlo():
     assert abs(dropped - e["mc"]) / e["se"] > Z_MAX
     with pytest.raises(ValueError, match="y >= 0"):
         hpf_printed.allocations(-1, 2)
+
+
+def test_psm_b3_derivative_and_intermediate_bound():
+    from validation.models import jj_printed
+
+    assert jj_printed.psm_xi_star_derivative() < 1e-6    # central differences, h = 1e-5: error O(h^2)
+    assert jj_printed.psm_intermediate_bound() <= 0.0     # Hadamard: log |P| <= sum log P_kk

@@ -10,7 +10,9 @@ update targets of SIBM and RG against Monte Carlo from q.
   above it: the sign of the gap), and eq. (8)'s xi as the maximiser of alpha_ij on a grid.
 - `rg_targets_mc`: RG's E_q[(u_m.v_n + b_m + b_n)^2] (eq. 16), the user block of eqs. (13)/(15) (diagonal
   precision and the mean through P_m eta_m = c_m), the user-bias block and the Gamma rates of eq. (17)
-  against Monte Carlo from q.
+  against Monte Carlo from q;
+- `psm_xi_star_derivative`, `psm_intermediate_bound`: PSM's B.3 derivative of L(xi*) by finite
+  differences and eq. (15)'s Hadamard inequality on random positive-definite matrices.
 
 Comparison rule: `validation.models.printed_forms` (max |z| <= 5).
 Source: ``000_619a0297b9d686b2.txt`` sec. 3; ``002_5408d341cb9fc544.txt`` eqs. (4)-(8);
@@ -30,7 +32,7 @@ from validation.models import rg as rg_checks
 from validation.models import sibm as sibm_checks
 from validation.models.printed_forms import Z_MAX, mc_z, x64
 
-__all__ = ["BOUNDS", "bound_grid", "sibm_cells_mc", "rg_targets_mc"]
+__all__ = ["BOUNDS", "bound_grid", "sibm_cells_mc", "rg_targets_mc", "psm_xi_star_derivative", "psm_intermediate_bound"]
 
 
 def _log_sigmoid(x):
@@ -190,3 +192,36 @@ def rg_targets_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     for row in out:
         row["passed"] = row["z"] <= Z_MAX
     return pd.DataFrame(out)
+
+
+def psm_xi_star_derivative(seed: int = 0) -> float:
+    """000 appendix B.3: the printed derivative dL(xi*)/dxi* = -lambda'(xi*) sum_{(i,j) not in G} D' s_i t_j
+    (E_q[a_ij^2] - xi*^2) against a central finite difference of the printed L(xi*) (read with xi* for the
+    stray xi_ij), on random weights and second moments, at 50 values of xi* in [0.05, 8]. Returns the max
+    relative difference (float64; central differences with h = 1e-5: <= 1e-6 expected).
+    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` appendix B.3; check: project addition."""
+    rng = np.random.default_rng(seed)
+    w = rng.dirichlet(np.ones(20)) * 37.0           # D' s_i t_j over the pairs outside G
+    second = rng.gamma(2.0, 1.5, 20)                # E_q[a_ij^2]
+    S, A = w.sum(), w @ second
+
+    def L(x):
+        return _log_sigmoid(x) * S - _lam(x) * A + (_lam(x) * x**2 - x / 2) * S
+
+    x = np.linspace(0.05, 8.0, 50)
+    h = 1e-5
+    fd = (L(x + h) - L(x - h)) / (2 * h)
+    dlam = (_lam(x + h) - _lam(x - h)) / (2 * h)
+    printed = -dlam * (A - x**2 * S)
+    return float(np.max(np.abs(fd - printed) / np.maximum(np.abs(fd), 1e-3)))
+
+
+def psm_intermediate_bound(seed: int = 0, n: int = 2000, K: int = 4) -> float:
+    """000 eq. (15) / B.2.2: the intermediate bound rests on |P| <= prod_k P_kk for positive-definite P
+    (Hadamard); returns max over ``n`` random PD matrices (K x K, Wishart-like) of
+    log |P| - sum_k log P_kk (must be <= 0). Raises nothing of its own.
+    Source: ``000_619a0297b9d686b2.txt`` eq. (15), appendix B.2.2; check: project addition."""
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((n, K, K + 2))
+    P = A @ np.swapaxes(A, 1, 2) + 1e-3 * np.eye(K)
+    return float(np.max(np.linalg.slogdet(P)[1] - np.log(np.diagonal(P, axis1=1, axis2=2)).sum(1)))
