@@ -142,3 +142,4 @@ def test_psm_b3_derivative_and_intermediate_bound():
 
     assert jj_printed.psm_xi_star_derivative() < 1e-6    # central differences, h = 1e-5: error O(h^2)
     assert jj_printed.psm_intermediate_bound() <= 0.0     # Hadamard: log |P| <= sum log P_kk
+    assert jj_printed.rg_marginal_over_h() < 1e-14         # RG eq. (4) = eq. (3) summed over h (rounding)

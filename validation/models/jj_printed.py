@@ -12,7 +12,8 @@ update targets of SIBM and RG against Monte Carlo from q.
   precision and the mean through P_m eta_m = c_m), the user-bias block and the Gamma rates of eq. (17)
   against Monte Carlo from q;
 - `psm_xi_star_derivative`, `psm_intermediate_bound`: PSM's B.3 derivative of L(xi*) by finite
-  differences and eq. (15)'s Hadamard inequality on random positive-definite matrices.
+  differences and eq. (15)'s Hadamard inequality on random positive-definite matrices;
+- `rg_marginal_over_h`: RG's eq. (4) from eq. (3) by summing over the "considered" bit h.
 
 Comparison rule: `validation.models.printed_forms` (max |z| <= 5).
 Source: ``000_619a0297b9d686b2.txt`` sec. 3; ``002_5408d341cb9fc544.txt`` eqs. (4)-(8);
@@ -32,7 +33,8 @@ from validation.models import rg as rg_checks
 from validation.models import sibm as sibm_checks
 from validation.models.printed_forms import Z_MAX, mc_z, x64
 
-__all__ = ["BOUNDS", "bound_grid", "sibm_cells_mc", "rg_targets_mc", "psm_xi_star_derivative", "psm_intermediate_bound"]
+__all__ = ["BOUNDS", "bound_grid", "sibm_cells_mc", "rg_targets_mc", "psm_xi_star_derivative", "psm_intermediate_bound",
+           "rg_marginal_over_h"]
 
 
 def _log_sigmoid(x):
@@ -225,3 +227,19 @@ def psm_intermediate_bound(seed: int = 0, n: int = 2000, K: int = 4) -> float:
     A = rng.standard_normal((n, K, K + 2))
     P = A @ np.swapaxes(A, 1, 2) + 1e-3 * np.eye(K)
     return float(np.max(np.linalg.slogdet(P)[1] - np.log(np.diagonal(P, axis1=1, axis2=2)).sum(1)))
+
+
+def rg_marginal_over_h() -> float:
+    """003 eq. (4) from eq. (3) by summing over h in {0, 1}: max |sum_h p(h) p(g | a, h) - printed (4)| over a
+    grid of logits a in [-10, 10], p(h = 1) in [0.01, 0.99] and g in {0, 1} (float64 rounding expected).
+    Raises nothing of its own. Source: ``003_203f63200c0d7157.txt`` eqs. (3)-(4); check: project addition."""
+    a = np.linspace(-10, 10, 201)[:, None]
+    ph = np.linspace(0.01, 0.99, 99)[None, :]
+    sig = 1.0 / (1.0 + np.exp(-a))
+    worst = 0.0
+    for g in (0, 1):
+        lik = lambda h: (sig**g * (1 - sig) ** (1 - g)) ** h * (1 - g) ** (1 - h)  # noqa: E731  eq. (3)
+        brute = ph * lik(1) + (1 - ph) * lik(0)
+        printed = ph * sig if g == 1 else ph * (1 - sig) + (1 - ph)                # eq. (4)
+        worst = max(worst, float(np.max(np.abs(brute - printed))))
+    return worst
