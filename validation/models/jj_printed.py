@@ -6,8 +6,9 @@ update targets of SIBM and RG against Monte Carlo from q.
   never exceed it and must touch it at a = +-xi. A bound with lambda's sign flipped (the usual slip
   between the two conventions) is the power check.
 - `sibm_cells_mc`: SIBM's cell moments mu_ij, s2_ij (text before eq. 5), E_q[a_ij^2] = xi_ij^2 (eq. 8),
-  the expected bound alpha_ij (eq. 7) against Monte Carlo from q (and E_q of the exact log-likelihood
-  above it: the sign of the gap), and eq. (8)'s xi as the maximiser of alpha_ij on a grid.
+  the expected bound alpha_ij (eq. 7) and the batch update targets of q(v_jd) against Monte Carlo from q
+  (and E_q of the exact log-likelihood above alpha_ij: the sign of the gap), and eq. (8)'s xi as the
+  maximiser of alpha_ij on a grid.
 - `rg_targets_mc`: RG's E_q[(u_m.v_n + b_m + b_n)^2] (eq. 16), the user block of eqs. (13)/(15) (diagonal
   precision and the mean through P_m eta_m = c_m), the user-bias block and the Gamma rates of eq. (17)
   against Monte Carlo from q;
@@ -125,6 +126,23 @@ def sibm_cells_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
         dict(quantity="xi_ij^2 = E_q[a_ij^2]", equation="eq. (8)", z=mc_z(a**2, xi**2)),
         dict(quantity="alpha_ij = E_q[log tau(a_ij, xi_ij)]", equation="eq. (7)",
              z=mc_z(_sibm_bound(a, xi, X), alpha)),
+    ]
+    # the batch update of q(v_jd) for one free column d at optimal xi (the maximiser of (7) in v_jd)
+    with jax.enable_x64(True):
+        d_col = int(np.flatnonzero(np.asarray(state.v_fixed) == 0)[0])
+        new = sibm.update_v(state, data, sibm_checks.CHECK_HYPER, columns=[d_col])
+    hyp = sibm_checks.CHECK_HYPER
+    lam = -(0.5 - np.exp(_log_sigmoid(xi))) / (2 * xi)        # lambda = -lambda' (positive convention)
+    u_d, v_d = d["U"][:, :, d_col], d["V"][:, :, d_col]
+    p_draw = 1.0 / hyp.v_tilde0 + 2.0 * np.einsum("ij,ni->nj", lam, u_d**2)
+    rest = a - u_d[:, :, None] * v_d[:, None, :]               # the logit without u_id v_jd
+    h_draw = (hyp.v_bar0 / hyp.v_tilde0 + np.einsum("ij,ni->nj", X - 0.5, u_d)
+              - 2.0 * np.einsum("ij,ni,nij->nj", lam, u_d, rest))
+    out += [
+        dict(quantity="q(v_jd) precision target 1/v~0 + 2 sum_i lambda_ij E[u_id^2]", equation="eqs. (7)-(8), batch VB",
+             z=mc_z(p_draw, np.asarray(new.v_prec)[:, d_col])),
+        dict(quantity="q(v_jd) mean x precision target", equation="eqs. (7)-(8), batch VB",
+             z=mc_z(h_draw, np.asarray(new.v_h)[:, d_col])),
     ]
     for row in out:
         row["passed"] = row["z"] <= Z_MAX
