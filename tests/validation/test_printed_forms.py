@@ -81,6 +81,16 @@ def test_vbfm_printed_errata_and_the_variational_identities():
         vbfm_printed.ovbfm_alpha_target("other")
 
 
+def test_psm_background_caches_against_monte_carlo_fast():
+    from validation.models import psm_printed
+
+    table = psm_printed.cache_checks(n_draws=8000, seed=0)   # no compiled sweep: the default-suite subset
+    solver, printed = table[table.form == "solver"], table[table.form != "solver"]
+    assert solver.passes.all(), solver[~solver.passes]        # max |z| <= 5 per quantity
+    assert len(solver) == 18
+    assert len(printed) == 5 and (printed.z > Z_MAX).all(), printed   # five printed forms rejected
+
+
 @pytest.mark.slow  # ~35 CPU s: the PSM solver's compiled sweep and cached sums (shared with the psm errata)
 def test_psm_caches_against_monte_carlo_and_printed_forms_rejected():
     from validation.models import psm_printed

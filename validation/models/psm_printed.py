@@ -17,14 +17,16 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
 from custom_inference import psm
+from custom_inference.data import Observations
 from validation.models import psm as psm_checks
 from validation.models.printed_forms import Z_MAX, mc_z, x64
 
-__all__ = ["monte_carlo_draws", "monte_carlo_checks", "PRINTED"]
+__all__ = ["monte_carlo_draws", "monte_carlo_checks", "cache_checks", "PRINTED"]
 
 
 def _sigmoid(x):
@@ -129,3 +131,46 @@ def monte_carlo_checks(n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
         z = mc_z(mc[key], printed)
         rows.append(dict(quantity=key, form=loc, z=z, passes=z <= Z_MAX))
     return pd.DataFrame(rows)
+
+
+#: the printed forms `cache_checks` can judge without the compiled sweep (they replace cached sums only)
+_CACHE_ONLY = ("B.4.1, sum_j t_j Omega*_ij quadratic cross term", "B.4.1, sum_j t_j Omega*_ij linear term",
+               "B.4.1, sum_j t_j Omega*_ij constant term", "sec. 4, (xi*)^2 all-pairs sum",
+               "B.3, sum_ij s_i t_j E[a_ij^2]")
+
+
+@x64
+def cache_checks(n_draws: int = 8000, seed: int = 0) -> pd.DataFrame:
+    """The fast subset of `monte_carlo_checks`: no sweep is compiled. A random state (`validation.models.psm.
+    warm_state` with 0 sweeps: factor variances in [0.25, 1], random s, t; bias means N(+-0.5, 1) so that
+    the bias-weighted caches differ from the plain ones) on random counts (8 x 6, Poisson(0.6)); the ten background caches (B.1), sum_j t_j E a_ij and E a_ij^2, their item twins, S1,
+    S2 and sum_j t_j Omega*_ij (eager calls of `custom_inference.psm`), and the five printed forms of
+    `_CACHE_ONLY`, against Monte Carlo from q.
+
+    Returns a DataFrame as `monte_carlo_checks` (quantity, form, z, passes). Raises ValueError for
+    n_draws < 2. Source: ``000_619a0297b9d686b2.txt`` sec. 4, appendix B.1, B.3, B.4.1; check: project
+    addition.
+    """
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(0.6, (8, 6)).astype(float)
+    counts[0, 0] = max(counts[0, 0], 1.0)
+    obs = Observations.from_dense(counts)
+    state = psm_checks.warm_state(obs, 2, psm_checks.HYPER, seed=seed, sweeps=0)
+    state = state._replace(bu_mu=jnp.asarray(rng.normal(0.5, 1.0, 8)), bv_mu=jnp.asarray(rng.normal(-0.5, 1.0, 6)))
+    xi = jnp.asarray(rng.uniform(0.5, 2.5, obs.nnz))
+    ib, ub = psm.item_background(state), psm.user_background(state)
+    got = {f"{side}_{f}": getattr(bg, f) for side, bg in (("item", ib), ("user", ub)) for f in psm.Background._fields}
+    got["user_first"], got["user_second"] = psm.user_background_terms(state, ib)
+    got["item_first"], got["item_second"] = psm.item_background_terms(state, ub)
+    got["S1"], got["S2"] = psm.background_sums(ub, ib)
+    got["user_omega_star"] = psm.omega_star_user_sums(state, ib)
+    got["item_omega_star"] = psm.omega_star_item_sums(state, ub)
+    got = {k: np.asarray(v, np.float64) for k, v in got.items()}
+    mc = monte_carlo_draws(state, obs, psm_checks.HYPER, xi, n_draws, seed)
+    rows = [dict(quantity=k, form="solver", z=mc_z(mc[k], v)) for k, v in got.items()]
+    for loc in _CACHE_ONLY:
+        key, fn = PRINTED[loc]
+        rows.append(dict(quantity=key, form=loc, z=mc_z(mc[key], np.asarray(fn(state, obs, psm_checks.HYPER, xi, got)[key]))))
+    out = pd.DataFrame(rows)
+    out["passes"] = out.z <= Z_MAX
+    return out
