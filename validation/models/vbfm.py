@@ -801,5 +801,5 @@ SPEC = registry.ModelSpec(
              registry.SolverSpec("ovbfm", "vi", run_crosscheck, CrosscheckConfig(solver="ovbfm"), "vbfm")),
     references=(registry.ReferenceSpec("vbfm", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(simulated_design(**SMALL_DESIGN), 2)},
-    errata=(ERRATA,),
+    errata=(ERRATA, registry.lazy("validation.models.vbfm_printed:ERRATA_PRINTED")),
 )

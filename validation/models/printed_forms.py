@@ -1,0 +1,67 @@
+"""Independent checks of printed formulas: the shared Monte Carlo test and the verdict record.
+
+The checks in `vbfm_printed`, `psm_printed`, `jj_printed` and `hpf_printed` judge a cached quantity of a
+solver (and the seed's printed form of it) against an estimate that does not use the project's own
+derivation: Monte Carlo from q (draws of the latent variables, the quantity computed by its definition
+on every draw), exact enumeration of a small discrete case, or a brute-force grid. This module holds the
+one statistical rule they share; the equation-by-equation verdicts are listed in
+``docs/equation_verdicts.md``.
+
+Rule. For a cached value c and n i.i.d. draws f_1..f_n of an unbiased estimator of the same
+expectation, z = (c - mean f) / (sd f / sqrt n). The check passes when max |z| over all compared
+entries is <= `Z_MAX` = 5: a two-sided normal tail of 5.7e-7 per entry, so a check comparing up to
+200 entries raises a false alarm with probability <= 1.2e-4. A printed form "is rejected" when its
+max |z| exceeds `Z_MAX` on the same draws.
+
+Source: project addition (issue 26 item 1; DESIGN.md, "errata": the check must be independent of the
+project's derivation).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+__all__ = ["Z_MAX", "mc_z", "x64"]
+
+#: max |z| accepted (module docstring: false-alarm rate <= 1.2e-4 for <= 200 compared entries).
+Z_MAX = 5.0
+
+
+def mc_z(samples, value) -> float:
+    """max |z| of ``value`` against the Monte Carlo mean of ``samples`` (the module docstring's rule).
+
+    ``samples``: float array (n, ...) of n i.i.d. draws of an unbiased estimator; ``value``: array
+    broadcastable to ``samples.shape[1:]`` (the cached quantity). Entries whose draws are constant
+    (se <= 1e-12 relative) count as z = 0 when they agree to 1e-10 relative and as inf otherwise. Returns a float.
+
+    Raises ValueError when ``samples`` has fewer than 2 draws. Source: project addition.
+    """
+    samples = np.asarray(samples, np.float64)
+    if samples.shape[0] < 2:
+        raise ValueError(f"samples: need at least 2 draws, got {samples.shape[0]}")
+    value = np.broadcast_to(np.asarray(value, np.float64), samples.shape[1:])
+    mean = samples.mean(0)
+    se = samples.std(0, ddof=1) / np.sqrt(samples.shape[0])
+    diff = np.abs(value - mean)
+    scale = np.maximum(np.abs(mean), 1.0)
+    exact = se <= 1e-12 * scale   # constant draws (up to the rounding of their mean)
+    z = np.where(exact, np.where(diff <= 1e-10 * scale, 0.0, np.inf),
+                 diff / np.where(exact, 1.0, se))
+    return float(np.max(z)) if z.size else 0.0
+
+
+
+def x64(fn):
+    """Decorator: run ``fn`` under ``jax.enable_x64(True)`` (every check is float64, also when the caller,
+    e.g. the errata CLI, has not switched JAX to 64 bits). Raises whatever ``fn`` raises.
+    Source: project addition (DESIGN.md: validation runs in float64)."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.enable_x64(True):
+            return fn(*args, **kwargs)
+
+    return wrapped
