@@ -366,3 +366,39 @@ def test_stopped_and_resumed_fit_equals_the_uninterrupted_one(which, tmp_path):
     np.testing.assert_array_equal(full.trace, resumed.trace)
     for name, da in full.idata.posterior.data_vars.items():
         np.testing.assert_array_equal(da.values, resumed.idata.posterior[name].values, err_msg=name)
+
+
+def test_map_full_batch_blocks_are_autodiff_mm_steps_and_never_lower_the_log_joint(problem):
+    """With every cell in the minibatch (c = p(j|i) = 1/J, p(i|j) = 1/I, p(i, j) = 1/(IJ): the exact
+    gradient) and rho = 1, `map_step`'s blocks are exactly z + g_z / h_z, V + A_V^-1 g_V, U + A_U^-1 g_U
+    with g = jax.grad of `log_joint` at the point each block starts from and A the Boehning bounds:
+    block MM steps, so none may lower log p(X, U, V, z). Checked block by block for 6 steps (1e-9
+    relative: float64 rounding; the increase >= -1e-9 |log p|). This pins the update itself; the
+    decrease seen on T10I4D100K is the noise of one-cell row gradients (`custom_inference.sibm` docstring)."""
+    from custom_inference.sibm import map as smap
+
+    X, data = problem
+    data = jax.tree_util.tree_map(jnp.asarray, data)
+    I, J = X.shape
+    ii, jj = (jnp.asarray(a.ravel()) for a in np.meshgrid(np.arange(I), np.arange(J), indexing="ij"))
+    n = I * J
+    batch = sibm.Minibatch(ii, jj, jnp.asarray(X.ravel(), jnp.float64), jnp.full(n, 1.0 / n), jnp.full(n, 1.0 / J),
+                           jnp.full(n, 1.0 / I), jnp.ones(n))
+    prior = sibm.prior_arrays(HYPER, jnp.float64)
+    lj = lambda s: float(sibm.log_joint(s, data, HYPER))  # noqa: E731
+    grad = jax.grad(lambda s: sibm.log_joint(s, data, HYPER))
+    st = sibm.map_init(jax.random.PRNGKey(4), data, D, HYPER, init_mean_sd=0.7)
+    free_u, free_v = st.u_fixed == 0, st.v_fixed == 0
+    for _ in range(6):
+        new = smap._map_update(st, batch, prior, 1.0, 0.7)
+        s1 = st._replace(z=st.z + grad(st).z / (0.25 * I * J + 1.0 / HYPER.z_tilde0))
+        s2 = s1._replace(V=s1.V + jnp.linalg.solve(sibm.map_curvature_bound(s1.U, free_v, HYPER.v_tilde0),
+                                                   jnp.where(free_v, grad(s1).V, 0.0).T).T)
+        s3 = s2._replace(U=s2.U + jnp.linalg.solve(sibm.map_curvature_bound(s2.V, free_u, HYPER.u_tilde0),
+                                                   jnp.where(free_u, grad(s2).U, 0.0).T).T)
+        for field in ("z", "V", "U"):
+            np.testing.assert_allclose(np.asarray(getattr(new, field)), np.asarray(getattr(s3, field)), rtol=1e-9,
+                                       atol=1e-12)
+        values = [lj(s) for s in (st, s1, s2, s3)]
+        assert all(b - a >= -1e-9 * abs(a) for a, b in zip(values, values[1:])), values
+        st = new._replace(u_count=st.u_count, v_count=st.v_count, z_count=st.z_count)  # keep rho = 1

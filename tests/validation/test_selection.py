@@ -184,3 +184,24 @@ def test_bad_selection_settings_are_refused(planted, kwargs, message):
         selection.select(lambda *a, **k: None, "psm", train, options={"r": 2.0}, progress=False)
     with pytest.raises(ValueError, match="no selection grid"):
         selection.grid_points("nope")
+
+
+def test_hpf_validation_fits_score_the_exact_q_mean(planted):
+    """The search's HPF fits keep the means of q (n_draws = 0: E_q[theta] . E_q[beta], exact under the
+    mean-field q) whatever the user's n_draws; the refit keeps the user's options (issue 27 item 4). The
+    validation score of the point is that of the same fit on the same validation split, to 1e-12."""
+    _, train, _ = planted
+    calls = []
+
+    def spy_fit(model, data, **kw):
+        calls.append((data, kw))
+        return api.fit(model, data, **kw)
+
+    sel = selection.select(spy_fit, "hpf", train, grid={"K": (4,), "shape": 0.3, "scale": 1.0}, options=OPTIONS,
+                           N=(5,), progress=False)
+    assert [kw["n_draws"] for _, kw in calls] == [0, OPTIONS["n_draws"]]  # the search's one fit, then the refit
+    data, kw = calls[0]
+    val = holdout.split(train, how="loo", seed=1)
+    assert val.train.equals(data)
+    ref = holdout.model_metrics(api.fit("hpf", data, **kw), val.test, N=(5,))
+    np.testing.assert_allclose(sel.table["recall@5"].iloc[0], ref["recall@5"], rtol=1e-12)

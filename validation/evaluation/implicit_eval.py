@@ -229,15 +229,26 @@ LARGE_CELLS = 5_000_000
 #: triples, mean of the last ``bpr_window`` epochs against the ``bpr_window`` before, below ``bpr_tol``
 #: (at most `BPR_DEFAULTS` ``n_epochs``). The tolerances were set from the traces on T10I4D100K (seed
 #: 0: SVI's ELBO moves 7 %, 3 %, 1.7 % per 128 minibatches; RG's 0.7 %, 0.4 %, 0.3 % per sweep; PSM's
-#: 1e-4 per sweep after 3 sweeps; BPR's ln sigma 0.3 % per epoch after 5 epochs).
+#: 1e-4 per sweep after 3 sweeps; BPR's ln sigma 0.3 % per epoch after 5 epochs). BPR does not stop in
+#: 100 epochs there (issue 27): its 0.3 % is a plateau at the item-bias solution (epochs 1-5, ln sigma
+#: -0.49); then the factors take off (6 % per epoch at epoch 15) and at epoch 35 ln sigma (-0.152) still
+#: rises 2.3 % per epoch against a sampling noise of 0.08 % (sd of fresh minus fixed negatives, same
+#: parameters): the rule is not blocked by noise, the training objective is far from flat, and a rule on
+#: it either stops in the early plateau (a tolerance above 0.3 %) or runs to the cap. A validation rule
+#: (held-out positives, as `validation.evaluation.selection`) is what fits an SGD baseline: not built.
 #: ``map_iter``: SIBM MAP's minibatches there (`custom_inference.sibm.fit_map` has no stopping rule: a fixed
 #: count, half the small-matrix one). Measured on T10I4D100K (seed 0; popularity 0.0622 / 0.7485):
 #: SVI svi_tol 5e-3 stopped at 1,600 minibatches (recall@10 0.0606, rank score 0.7450), 1e-2 at 1,000
 #: (0.0597 / 0.7433, 143 CPU s); MAP 2,000 minibatches 0.0511 / 0.7156 (~185 CPU s), 1,000 0.0486 /
-#: 0.7090 (93 CPU s): a drop beyond the interval, below popularity either way.
+#: 0.7090 (93 CPU s): a drop beyond the interval, below popularity either way. ``map_tau``: MAP's
+#: Robbins-Monro delay there (issue 27): a row is drawn ~0.1 times per minibatch, so its first steps are
+#: one-cell gradients with rho ~ 1, and with tau = 1 the log joint fell (first 30,000 baskets: -1.65e6 to
+#: -4.25e6 in 225 minibatches, all in the U block); tau = 100 (first rho 0.04) raises it monotonically
+#: (-1.62e6 to -1.47e6 in 300). Full file, 1,000 minibatches, tau 100: 0.0486 / 0.7090 (111 CPU s), the
+#: same as tau 1: the ranking stays below popularity's either way.
 LARGE_SETTINGS = {"svi_strategy": "biased", "svi_elbo_every": 200, "svi_tol": 1e-2, "rg_warm_start": 10,
                   "rg_max_iter": 40, "rg_tol": 1e-3, "psm_tol": 1e-4, "bpr_tol": 2e-3, "bpr_window": 5,
-                  "map_iter": 1000}
+                  "map_iter": 1000, "map_tau": 100.0}
 
 
 def _is_large(train: Observations, large_cells: int | None) -> bool:
@@ -884,7 +895,7 @@ def baseline_systems(*, large_cells: int | None = LARGE_CELLS, **bpr_kwargs) -> 
 #: -2.236e5 with 4000 x 1000 (L-BFGS on the full objective: -1.116e5; the former per-coordinate scheme,
 #: 4000 x 1000: -6.650e5). A MAP fit takes ~2.5 min on 2 shared cores.
 SIBM_DEFAULTS = {"D": 10, "batch_max_iter": 100, "batch_tol": 1e-6, "svi_iter": 2000, "svi_S_max": 20000,
-                 "map_iter": 2000, "map_S": 10000}
+                 "map_iter": 2000, "map_S": 10000, "map_tau": 1.0}
 #: RG: ``r`` is the paper's r = 1/2 (eq. 8); ``second_r`` adds the same systems at another r (named
 #: "RG like (r=1)" ...): r = 1 gives gamma = 1, pi_n = d_n, the "effectively uniform" histogram of
 #: seed 003 sec. 4.1 (None: no second r). ``warm_start``: `custom_inference.rg.fit`'s fixed-graph
@@ -901,7 +912,8 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     - ``"SIBM S-Uniform"``, ``"SIBM S-Balanced"``, ``"SIBM S-Biased"``: `custom_inference.sibm.fit_svi`
       (Algorithm 1) with that sub-sampling strategy and the automatic minibatch size (13) capped
       at ``svi_S_max`` cells, ``svi_iter`` minibatches;
-    - ``"SIBM MAP"``: `custom_inference.sibm.fit_map`, S-Biased minibatches of ``map_S`` cells, ``map_iter`` steps;
+    - ``"SIBM MAP"``: `custom_inference.sibm.fit_map`, S-Biased minibatches of ``map_S`` cells, ``map_iter`` steps,
+      Robbins-Monro delay ``tau = map_tau``;
     - ``"RG like"`` and ``"RG popularity x like"``: `custom_inference.rg.fit` with the paper's
       hyperparameters (r = 1/2, user biases clamped at zero, sec. 6.1), ``warm_start`` fixed-graph
       sweeps then a fresh hidden graph per sweep with Robbins-Monro averaging (sec. 5.1), scored by
@@ -920,7 +932,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     On a training matrix with more than ``large_cells`` cells (`LARGE_CELLS`; None: never) the fits stop on
     their own convergence with `LARGE_SETTINGS` (SVI: ELBO every ``svi_elbo_every`` minibatches, relative
     change below ``svi_tol``, ``svi_iter`` at most; RG: ``rg_warm_start`` warm sweeps, then at most
-    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``; MAP: ``map_iter`` minibatches, a fixed count),
+    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``; MAP: ``map_iter`` minibatches, a fixed count, Robbins-Monro delay ``map_tau``),
     and `plan_systems` replaces batch VB (factory
     attributes ``sibm_batch``, ``large_replacement``, ``svi_strategy``, ``large_cells``). The model math is
     the same. Every score function carries ``fit_info`` (converged, iterations; MAP has no stopping rule in
@@ -957,6 +969,9 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     def map_iter(train: Observations) -> int:
         return LARGE_SETTINGS["map_iter"] if _is_large(train, large_cells) else s["map_iter"]
 
+    def map_tau(train: Observations) -> float:
+        return LARGE_SETTINGS["map_tau"] if _is_large(train, large_cells) else s["map_tau"]
+
     def sibm_system(kind: str, strategy: str | None = None) -> SystemFactory:
         def factory(train: Observations, seed: int) -> metrics.ScoreFn:
             import jax
@@ -975,7 +990,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
                 unit = "minibatches"
             else:
                 res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=map_iter(train), S=s["map_S"],
-                                          progress=False)
+                                          tau=map_tau(train), progress=False)
                 unit = "minibatches"
             score_fn = lambda users: sibm_solver.score_users(res.state, users)  # noqa: E731
             score_fn.fit_info = _fit_info(res, unit)

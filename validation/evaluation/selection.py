@@ -23,7 +23,8 @@ How (`select`):
    `validation.evaluation.holdout.model_metrics`, the metrics `holdout.evaluate` reports; the criterion is
    ``metric`` (default ``recall@N`` at the smallest cut-off N, the metric the evaluation's intervals are
    computed on; ``rmse`` is minimised, the others maximised; ties: the first point in grid order).
-   A tqdm bar runs over the grid points.
+   A tqdm bar runs over the grid points. Models in `Q_MEAN_FITS` (HPF) are scored from the means of q,
+   exact under their mean-field q, instead of draws.
 3. **Refit** on the whole training part with the chosen values (``refit=True``).
 
 Every step's seconds are in `Selection.seconds` ("validation split", "search", "refit"; `Selection.evaluate`
@@ -168,6 +169,14 @@ def grid_points(model: str, grid: Mapping[str, Any] | None = None) -> list[dict]
     """
     g = _grid(model, grid)
     return [dict(zip(g.names, p)) for p in itertools.product(g.K, *(a.values for a in g.axes))]
+
+
+#: Fit options of the validation fits of models whose score is exact from the means of q (issue 27 item 4):
+#: HPF's q is mean-field, theta_u and beta_i independent Gammas, so E_q[theta_u . beta_i] =
+#: E_q[theta_u] . E_q[beta_i]; with ``n_draws=0`` the fit keeps those means (one "draw") and the score is
+#: the exact q mean (what the front door's ``means="q"`` computes), not a Monte Carlo average of 200 draws.
+#: They override the user's ``n_draws`` for the search only; the refit keeps the user's options.
+Q_MEAN_FITS = {"hpf": {"n_draws": 0}}
 
 
 def _point_options(g: Grid, point: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
@@ -354,7 +363,7 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
             warnings.simplefilter("always")
             try:
                 m = fit(model, val.train, K=int(point["K"]), seed=int(seed), progress=False, transform=transform,
-                        threshold=threshold, **cols, **_point_options(g, point, options))
+                        threshold=threshold, **cols, **{**_point_options(g, point, options), **Q_MEAN_FITS.get(model, {})})
                 means, pu = holdout.model_metrics(m, val.test, N=N, per_user=True, **cols)
                 row.update(means)
                 if metric != "rmse":
