@@ -172,7 +172,7 @@ def cmd_crosscheck(args) -> int:
 
         adapters = catalog.evidence_adapter(args.model, solver.name, "vsbc")
         if adapters is None:
-            raise ValueError(f"--vsbc: no VSBC adapter for {args.model} {solver.name} (validation.models.catalog.VI_ADAPTERS)")
+            raise ValueError(f"--vsbc: no VSBC adapter for {args.model} {solver.name} (its declaration has no vsbc)")
     result = solver.run(config, progress=not args.no_progress, **kwargs)
     if adapters is not None:
         simulate, fit, functionals, _ = adapters(solver.name)
