@@ -38,8 +38,7 @@ def test_spec_is_well_formed(model):
             assert isinstance(getattr(config, field), int), field
         settings = xc.NutsSettings.of(config)
         assert settings.chains >= 4  # the gates need 4 chains
-        algorithm = solver.get_algorithm()
-        assert algorithm is None or isinstance(algorithm, base.Algorithm)
+        assert isinstance(solver.get_algorithm(), base.Algorithm)  # every solver declares one (conformance)
     for check in spec.checks.values():
         assert callable(check)
     for adapters in spec.sbc.values():
@@ -48,6 +47,59 @@ def test_spec_is_well_formed(model):
         assert isinstance(row, errata.Erratum)
     with pytest.raises(ValueError, match="--solver"):
         spec.solver("no-such-solver")
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_every_declaration_conforms():
+    """Each solver: an Algorithm, a front-door adapter, a stored reference, an SBC or VSBC adapter; each
+    model: a bridge and a notebook; each present (and resolving) or declared absent with its reason.
+    The upper layers' half: the declared front-door name is a registered adapter, the notebook exists."""
+    from validation.frontdoor import api
+
+    assert catalog.conformance() == []
+    stored = set(references.stored_names())
+    for spec in catalog.specs():
+        assert spec.notebook is None or (ROOT / spec.notebook).is_file(), spec.notebook
+        for s in spec.solvers:
+            assert s.frontdoor is None or s.frontdoor in api.models(), (spec.name, s.name, s.frontdoor)
+            assert s.reference in stored, (spec.name, s.reference)
+            if s.method == "vi":
+                assert callable(s.adapter("vsbc")) and callable(s.adapter("khat")), (spec.name, s.name)
+
+
+def test_a_broken_declaration_fails_loudly():
+    """A declaration that lacks a part, names one that does not exist, or declares a part absent without a
+    reason is reported by `problems`, and asking for the missing part raises."""
+    import dataclasses
+
+    spec = catalog.get("hpf")  # any declared model will do; hpf has both a VI solver and a sampler
+    cavi = spec.solver("cavi")
+    broken = dataclasses.replace(cavi, algorithm=None, frontdoor=None, vsbc=None)
+    model = dataclasses.replace(spec, solvers=(broken,), sbc={}, notebook=None)
+    problems = model.problems()
+    for part in ("algorithm", "frontdoor", "sbc", "notebook"):
+        assert any(f"no {part}, and no reason" in p for p in problems), (part, problems)
+    with pytest.raises(registry.MissingDeclaration, match="no algorithm declared"):
+        broken.get_algorithm()
+    why = dataclasses.replace(broken, absent={"algorithm": "written by hand, not yet on the protocol"})
+    with pytest.raises(registry.MissingDeclaration, match="not yet on the protocol"):
+        why.get_algorithm()
+    assert not any("algorithm" in p for p in why.problems(model))
+    assert any("both present and declared absent" in p
+               for p in dataclasses.replace(cavi, absent={"algorithm": "x"}).problems(spec))
+    assert any("not one of" in p for p in dataclasses.replace(cavi, absent={"colour": "x"}).problems(spec))
+    wrong = dataclasses.replace(cavi, algorithm=registry.lazy("custom_inference.hpf:NO_SUCH_ALGORITHM"))
+    assert any("does not resolve" in p for p in wrong.problems(spec))
+    with pytest.raises(AttributeError):
+        wrong.get_algorithm()
+    with pytest.raises(KeyError):
+        registry.lazy("custom_inference.vbfm:ALGORITHMS[no-such]")()
+    with pytest.raises(registry.MissingDeclaration, match="VI only"):
+        catalog.get("rg").get_bridge()
+    with pytest.raises(KeyError, match="VI only"):
+        catalog.bridge("rg")
 
 
 def test_registry_drives_the_errata_table():

@@ -224,7 +224,7 @@ def test_hpf_cavi_vsbc_on_a_few_simulations():
     Verdict: no asymmetric scalar at the family false-alarm rate 0.05 (Bonferroni over the 10 scalars,
     each reflection p-value exact), so a CAVI whose marginals are unbiased fails this test with probability
     at most 0.05; with 12 simulations the test has little power (a bias has to be gross to show): the
-    200-simulation run is under slow, with the numbers in `validation.models.catalog.MEASURED`."""
+    200-simulation run is under slow, with the numbers in each VI solver declaration's ``measured``."""
     import dataclasses
 
     import jax
@@ -272,21 +272,21 @@ def test_report_section_states_khat_and_vsbc_with_their_readings():
     assert "not computed" in text and "crosscheck toy --vsbc N" in text
 
 
-VSBC_MEASURED = [pair for pair, m in catalog.MEASURED.items() if "vsbc_sims" in m]
+VSBC_MEASURED = [pair for pair in catalog.vi_pairs() if "vsbc_sims" in catalog.measured(*pair)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", VSBC_MEASURED, ids=lambda p: "-".join(p))
 def test_vsbc_verdict_of_every_vi_solver_reproduces(pair):
     """Each VI solver's VSBC, at the number of simulations and master seed recorded in
-    `validation.models.catalog.MEASURED` (200 each; SIBM's and PSM's fits recompile for each new number of
+    each solver declaration's ``measured`` (200 each; SIBM's and PSM's fits recompile for each new number of
     observed entries, so theirs take about 10 minutes on 2 cores), reproduces the recorded verdict (family false-alarm rate 0.05, Bonferroni
     over the scalars). A VI solver is not expected to pass: the recorded failures are findings (VBFM's
     q(alpha) and RG's q(tau) are biased, see the README), and a change of verdict is a change of the solver."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    m = catalog.MEASURED[pair]
+    m = catalog.measured(*pair)
     simulate, fit, functionals, _ = catalog.evidence_adapter(*pair, "vsbc")(pair[1])
     res = ve.run_vsbc(simulate, fit, functionals, n_sims=m["vsbc_sims"], master_seed=0)
     print(pair, res.verdict())
@@ -294,11 +294,11 @@ def test_vsbc_verdict_of_every_vi_solver_reproduces(pair):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", list(catalog.VI_ADAPTERS), ids=lambda p: "-".join(p))
+@pytest.mark.parametrize("pair", catalog.vi_pairs(), ids=lambda p: "-".join(p))
 def test_khat_of_every_vi_solver_on_its_crosscheck_problem(pair):
     """Each VI solver's cross-check (stored NUTS reference) reports a k-hat of q against the program, and
     the function-specific k-hat of every quantity the cross-check compares. The recorded band counts
-    (`validation.models.catalog.MEASURED` ``fn_khat``) reproduce: the draws are seeded, and the recorded
+    (the declaration's ``measured`` ``fn_khat``) reproduce: the draws are seeded, and the recorded
     smallest k-hat is far above the band edges (> 1.2 for every solver), so only a change of q, of the
     program or of the functionals moves a count."""
     import jax
@@ -308,11 +308,12 @@ def test_khat_of_every_vi_solver_on_its_crosscheck_problem(pair):
     k = out["khat"]
     assert k is not None and np.isfinite(k.khat) and k.n_draws >= 2000, pair
     print(pair, k.row())
-    if "khat" in catalog.MEASURED.get(pair, {}):  # the recorded reading (README table) reproduces
-        assert k.reading == ve.khat_reading(catalog.MEASURED[pair]["khat"]), (k.khat, catalog.MEASURED[pair])
+    recorded_all = catalog.measured(*pair)
+    if "khat" in recorded_all:  # the recorded reading (README table) reproduces
+        assert k.reading == ve.khat_reading(recorded_all["khat"]), (k.khat, recorded_all)
     assert k.functionals is not None and (k.functionals.khat >= k.khat - 1e-12).all()  # r's tail is inherited
-    if "fn_khat" in catalog.MEASURED.get(pair, {}):
-        summary, recorded = ve.function_khat_summary(k.functionals), catalog.MEASURED[pair]["fn_khat"]
+    if "fn_khat" in recorded_all:
+        summary, recorded = ve.function_khat_summary(k.functionals), recorded_all["fn_khat"]
         print(pair, {key: summary[key] for key in ("n", "below_0.7", "0.7_to_1", "above_1", "worst", "worst_at")})
         for key in ("n", "below_0.7", "0.7_to_1", "above_1"):
             assert summary[key] == recorded[key], (key, summary, recorded)

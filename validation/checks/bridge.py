@@ -23,7 +23,7 @@ if it mixes. Its NUTS block's divergent transitions are counted and reported (``
 settings["divergences"]``, `agreement_table`), not gated: that block adapts to a conditional that
 moves with every Gibbs draw, and 1-5 divergences in 4 x 4000 transitions were measured on SBMF's
 and HPF's theta blocks, whose means agree with NUTS (max |z| 1.5-2.2). Each model declares a `BridgeSpec` (its problem and its blocks) in its validation
-module; `validation.checks.registry.BRIDGES` lists them, and `run(model, block)` is the Python entry.
+module; the declaration's ``bridge`` (`validation.checks.registry.ModelSpec`) names it, and `run(model, block)` is the Python entry.
 
 One compiled program per block: `run` gives the block's hyperparameters to its conditional as a traced
 input of the chain program (`HyperGibbs`: the conditional is rebuilt from ``Block.make`` inside the

@@ -20,7 +20,22 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["lazy", "resolve", "SolverSpec", "ReferenceSpec", "ModelSpec"]
+__all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "SolverSpec", "ReferenceSpec",
+           "ModelSpec"]
+
+#: The parts every solver declaration carries, each present or declared absent with its reason
+#: (``SolverSpec.absent``): its ``Algorithm``; its front-door adapter (the name ``factorbayes.fit(model=...)``
+#: takes); a stored NUTS reference; an SBC adapter (samplers) or a VSBC adapter (VI).
+SOLVER_PARTS = ("algorithm", "frontdoor", "reference", "sbc")
+#: The parts every model declaration carries, present or declared absent (``ModelSpec.absent``): the
+#: CustomGibbs bridge of its sampler's blocks, and its teaching notebook.
+MODEL_PARTS = ("bridge", "notebook")
+
+
+class MissingDeclaration(LookupError):
+    """A part of a declaration was asked for that the declaration neither carries nor declares absent
+    (or declares absent: the message then gives the declared reason). Source: project addition."""
+
 
 @dataclass(frozen=True)
 class lazy:  # noqa: N801 (used like a function in declarations)
@@ -28,7 +43,9 @@ class lazy:  # noqa: N801 (used like a function in declarations)
 
     With ``args``/``kwargs`` the attribute is called with them on resolution
     (``lazy("validation.models.hpf_gibbs:sbc_adapters", "gibbs")``); without, it is returned as is.
-    Raises (on resolution) ImportError / AttributeError for a missing module or attribute.
+    ``"module:TABLE[key]"`` stands for one entry of a dict (``lazy("custom_inference.vbfm:ALGORITHMS[ovbfm]")``).
+    Raises ValueError for a target without ``:``; (on resolution) ImportError / AttributeError for a missing
+    module or attribute, KeyError for a missing table entry.
     Source: project addition.
     """
 
@@ -45,7 +62,10 @@ class lazy:  # noqa: N801 (used like a function in declarations)
 
     def __call__(self):
         module, attr = self.target.split(":")
+        attr, _, item = attr.partition("[")  # "module:TABLE[key]": one entry of a table
         value = getattr(importlib.import_module(module), attr)
+        if item:
+            value = value[item.rstrip("]")]
         return value(*self.args, **self.kwargs) if (self.args or self.kwargs) else value
 
 
@@ -59,6 +79,15 @@ def resolve(x):
     return x() if isinstance(x, lazy) else x
 
 
+def vi_evidence(module: str, measured: Mapping | None = None) -> dict:
+    """The k-hat / VSBC part of a VI solver's declaration, for ``SolverSpec(..., **vi_evidence(...))``:
+    ``khat`` = ``lazy("MODULE:khat_problem")``, ``vsbc`` = ``lazy("MODULE:vsbc_adapters")`` and ``measured``.
+    Returns a dict of those three keywords. Raises nothing (the references resolve on use).
+    Source: project addition."""
+    return {"khat": lazy(f"{module}:khat_problem"), "vsbc": lazy(f"{module}:vsbc_adapters"),
+            "measured": dict(measured or {})}
+
+
 @dataclass(frozen=True)
 class SolverSpec:
     """One solver of a model, as the CLI and the tests see it.
@@ -68,8 +97,16 @@ class SolverSpec:
     ``method``: "vi" or "exact" (the cross-check skeleton used); ``crosscheck``:
     ``run_crosscheck(config, *, progress, reference)`` -> `validation.checks.crosscheck.CrosscheckResult`;
     ``config``: the default cross-check config (or a zero-argument callable making it);
-    ``reference``: the name of the stored NUTS reference it compares against.
-    Source: project addition.
+    ``reference``: the name of the stored NUTS reference it compares against;
+    ``frontdoor``: the name of the front-door adapter that fits this solver on a user's data
+    (``factorbayes.fit(model=frontdoor)``), or None; ``khat``: the model's ``khat_problem(fitted state, data,
+    ...)`` (VI: what its cross-check passes to `validation.checks.crosscheck.vi_crosscheck`), ``vsbc``:
+    ``vsbc_adapters(solver) -> (simulate, fit, functionals, description)`` for
+    `validation.checks.vi_evidence.run_vsbc` (both usually `lazy`, None: none); ``measured``: the VI evidence
+    recorded by hand for the README (khat, n_latent, vsbc, vsbc_sims, vsbc_passed, fn_khat; see
+    `validation.models.catalog.evidence_table`); ``absent``: part (one of `SOLVER_PARTS`) -> the reason the
+    solver has none (a part both absent and present is an error of the declaration, `problems`).
+    Raises nothing on construction. Source: project addition.
     """
 
     name: str
@@ -78,6 +115,11 @@ class SolverSpec:
     config: object
     reference: str
     algorithm: object = None
+    frontdoor: str | None = None
+    khat: object = None
+    vsbc: object = None
+    measured: Mapping = field(default_factory=dict)
+    absent: Mapping[str, str] = field(default_factory=dict)
 
     def run(self, config=None, **kwargs):
         """Run the cross-check (default config unless ``config``); kwargs go to the entry."""
@@ -88,11 +130,61 @@ class SolverSpec:
         return c() if isinstance(c, type) else c
 
     def get_algorithm(self):
-        """The solver's `Algorithm`, or None when not declared (or not importable yet)."""
-        try:
-            return resolve(self.algorithm)
-        except (ImportError, AttributeError):
-            return None
+        """The solver's `custom_inference.base.Algorithm`.
+
+        Raises MissingDeclaration when the declaration has none (naming the declared reason when it is
+        declared absent); ImportError / AttributeError / KeyError when the `lazy` reference names a module,
+        attribute or table entry that does not exist. Source: project addition.
+        """
+        return _required(self, "algorithm", self.algorithm)
+
+    def adapter(self, kind: str):
+        """The solver's k-hat (``kind="khat"``) or VSBC (``kind="vsbc"``) adapter, resolved.
+
+        Raises ValueError for another ``kind``; MissingDeclaration when the solver declares none;
+        ImportError / AttributeError for a reference that does not resolve. Source: project addition.
+        """
+        if kind not in ("khat", "vsbc"):
+            raise ValueError(f"kind must be 'khat' or 'vsbc', got {kind!r}")
+        return _required(self, kind, getattr(self, kind))
+
+    def problems(self, spec: "ModelSpec") -> list[str]:
+        """What is wrong with this solver's declaration inside model ``spec``: each of `SOLVER_PARTS`
+        missing without a declared reason, declared absent with an empty reason or while present, or
+        present but not resolving (the error's text). Returns a list of str (empty: conforms).
+        Raises nothing (errors of resolution are reported). Source: project addition."""
+        present = {"algorithm": self.algorithm is not None, "frontdoor": bool(self.frontdoor),
+                   "reference": any(r.name == self.reference for r in spec.references),
+                   "sbc": self.name in spec.sbc or self.vsbc is not None}
+        out = _part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
+        for part, ref in (("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)):
+            if ref is not None:
+                try:
+                    resolve(ref)
+                except Exception as e:  # noqa: BLE001 (reported, not raised)
+                    out.append(f"{spec.name} {self.name}: {part} {getattr(ref, 'target', ref)!r} does not resolve: "
+                               f"{type(e).__name__}: {e}")
+        return out
+
+
+def _required(owner, part: str, value):
+    """``value`` resolved; MissingDeclaration naming ``owner``'s declared reason when it is None."""
+    if value is None:
+        reason = owner.absent.get(part)
+        raise MissingDeclaration(f"{owner.name}: no {part} declared"
+                                 + (f" (declared absent: {reason})" if reason else
+                                    f"; declare it, or declare it absent with its reason (absent={{{part!r}: ...}})"))
+    return resolve(value)
+
+
+def _part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, str], parts) -> list[str]:
+    out = [f"{who}: absent part {p!r} is not one of {parts}" for p in absent if p not in parts]
+    for p in parts:
+        if present[p] and p in absent:
+            out.append(f"{who}: {p} is both present and declared absent")
+        elif not present[p] and not str(absent.get(p, "")).strip():
+            out.append(f"{who}: no {p}, and no reason declared for its absence")
+    return out
 
 
 @dataclass(frozen=True)
@@ -120,10 +212,13 @@ class ModelSpec:
     defaults); ``sbc``: solver label -> zero-argument callable returning ``(simulate, fit,
     functionals)`` for `validation.checks.sbc.run_sbc`; ``sbc_config``: what one SBC simulation is (for
     reports); ``errata``: tuple of `validation.checks.errata.Erratum` or `lazy` references to such tuples;
-    (a sampler's bridge, its `validation.checks.bridge.BridgeSpec`, is registered in `BRIDGES` and read by `bridge`);
     ``real_data``: optional ``(ratings DataFrame, source text, config) -> (kwargs, config, text)``
-    for ``crosscheck --data`` (None: the model cross-checks on its simulated problem only).
-    Source: project addition.
+    for ``crosscheck --data`` (None: the model cross-checks on its simulated problem only);
+    ``bridge``: the sampler's `validation.checks.bridge.BridgeSpec` (every Gibbs block as a NumPyro
+    CustomGibbs block beside NUTS; usually `lazy`), or None; ``notebook``: the teaching notebook's path
+    from the repository root (``"notebooks/hpf.py"``), or None; ``absent``: part (one of `MODEL_PARTS`) ->
+    the reason the model has none. `problems` lists what does not conform.
+    Raises nothing on construction. Source: project addition.
     """
 
     name: str
@@ -134,6 +229,31 @@ class ModelSpec:
     sbc_config: object = None
     errata: tuple = ()
     real_data: Callable | None = None
+    bridge: object = None
+    notebook: str | None = None
+    absent: Mapping[str, str] = field(default_factory=dict)
+
+    def get_bridge(self):
+        """The model's `validation.checks.bridge.BridgeSpec`, resolved. Raises MissingDeclaration when the
+        model declares none (with its declared reason); what resolving the reference raises propagates.
+        Source: project addition."""
+        return _required(self, "bridge", self.bridge)
+
+    def problems(self) -> list[str]:
+        """Every way this declaration fails to conform: each of `MODEL_PARTS` and, for every solver, each of
+        `SOLVER_PARTS` present or declared absent with a reason (`SolverSpec.problems`); a bridge reference
+        that does not resolve. Returns a list of str (empty: conforms). Raises nothing.
+        Source: project addition."""
+        out = _part_problems(self.name, {"bridge": self.bridge is not None, "notebook": bool(self.notebook)},
+                             self.absent, MODEL_PARTS)
+        if self.bridge is not None:
+            try:
+                resolve(self.bridge)
+            except Exception as e:  # noqa: BLE001 (reported)
+                out.append(f"{self.name}: bridge does not resolve: {type(e).__name__}: {e}")
+        for s in self.solvers:
+            out.extend(s.problems(self))
+        return out
 
     def solver(self, name: str | None = None) -> SolverSpec:
         """The solver ``name`` (default the first). Raises ValueError for an unknown one."""
@@ -154,6 +274,7 @@ class ModelSpec:
         return tuple(rows)
 
     def reference(self, name: str) -> ReferenceSpec:
+        """The `ReferenceSpec` named ``name``. Raises KeyError when the model declares none of that name."""
         for r in self.references:
             if r.name == name:
                 return r

@@ -34,9 +34,9 @@ written here once, for every VI solver (DESIGN.md, validation level 2 and 3):
   (a skewed p); a q that is too narrow but centred gives a symmetric U-shaped p and passes, which is why
   the sd ratio of the cross-check and the SBC rank histograms stay beside it.
 
-Which solvers have which evidence: `ADAPTERS` (k-hat problems and VSBC adapters per model and solver;
-the registry's specs are another module's) and `MEASURED` (the numbers measured on each solver's
-cross-check problem, shown by ``factorbayes evidence``).
+Which solvers have which evidence: each solver's declaration (`validation.checks.registry.SolverSpec`:
+``khat`` and ``vsbc`` adapters, and ``measured``, the numbers measured on its cross-check problem, shown by
+``factorbayes evidence``).
 
 Source: project addition (validation levels 2-3); Yao, Vehtari, Simpson, Gelman (2018), "Yes, but did it
 work?: Evaluating variational inference", ICML, secs. 3-4; Vehtari, Simpson, Gelman, Yao, Gabry (2024),

@@ -79,10 +79,10 @@ class Adapter:
         sweeps; point estimates have one): what ``factorbayes fit --draws`` sets.
     source : seed file and equation of ``mean``.
     solver : ``"module:function"`` of the solver ``run`` calls, whose keyword parameters are the
-        options `fit` accepts (listed when an unknown option is given); None: `validation.frontdoor.api_run._SOLVER_OF`.
+        options `fit` accepts (listed when an unknown option is given); None: options are not checked.
     faster : for a solver whose every sweep is dense in users x items (batch SIBM), a pair
         (faster model name, seconds per user-item cell per factor per sweep measured here) used to warn
-        before a long fit; None: `validation.frontdoor.api_run._DENSE_PER_SWEEP`, else no estimate.
+        before a long fit; None: no estimate.
     """
 
     name: str

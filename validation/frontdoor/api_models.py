@@ -89,10 +89,10 @@ def _run_hpf_gibbs(key, obs, K, *, progress=True, hyper=None, **opts):
 
 
 _register(Adapter("hpf", "count", _run_hpf, _hpf_mean, "draws from q (CAVI)", "001 (Poisson rate theta_u . beta_i)",
-                  fold_in=fold.hpf, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws"))
+                  fold_in=fold.hpf, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws", solver="custom_inference.hpf:fit"))
 _register(Adapter("hpf-gibbs", "count", _run_hpf_gibbs, _hpf_mean, "posterior draws (Gibbs)",
                   "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=fold.hpf_gibbs,
-                  defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples"))
+                  defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples", solver="custom_inference.hpf_gibbs:sample"))
 
 
 # -- real ratings: SBMF, BPMF (seed 004 ch. 2-3) -------------------------------------------
@@ -132,9 +132,9 @@ def _run_bpmf(key, obs, K, *, progress=True, hyper=None, **opts):
 
 _GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
 _register(Adapter("sbmf", "real", _run_sbmf, _sbmf_mean, "posterior draws (Gibbs)", "004 eq. 3.1",
-                  resumable=True, fold_in=fold.sbmf, defaults=_GIBBS, iterations="num_samples"))
+                  resumable=True, fold_in=fold.sbmf, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.sbmf:sample"))
 _register(Adapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs)", "004 ch. 2 (BPMF)",
-                  resumable=True, fold_in=fold.bpmf, defaults=_GIBBS, iterations="num_samples"))
+                  resumable=True, fold_in=fold.bpmf, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.bpmf:sample"))
 
 
 # -- factorization machines on the ids design (seed 004 ch. 2, 4) ---------------------------
@@ -189,20 +189,26 @@ def _fm_runner(solver: str):
 
 
 _register(Adapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior draws (Gibbs)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples"))
+                  resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.fm_mcmc:sample"))
 _register(Adapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws"))
+                  resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws", solver="custom_inference.vbfm:fit"))
 _register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws"))
+                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws", solver="custom_inference.vbfm:fit_svi"))
 #: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.evaluation.ratings_eval.RatingsConfig`
 #: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
 SGD_FM_LEARNING_RATE = 0.01
 _register(Adapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17",
-                  fold_in=fold.sgd_fm, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs"))
+                  fold_in=fold.sgd_fm, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs", solver="custom_inference.fm_sgd:fit"))
 
 
 
 # -- one-class logistic MF: SIBM (seed 002) --------------------------------------------------
+
+#: Batch SIBM's every sweep is dense in users x items: seconds per cell per factor per sweep, measured on
+#: this project's 2-core CPU machine through `fit` (float64, K = 10, 1% density): 4.7e-8 s at 1,000 x 1,000
+#: and 4.6e-8 s at 2,000 x 2,000, compilation left out (issue 24 saw 56 s per sweep on 21,891 x 10,487
+#: cells, 2.4e-8 s at K = 10); `fit` warns before a long fit and names SIBM-SVI.
+DENSE_SIBM_PER_SWEEP = 4.6e-8
 
 
 def _sibm_mean(post, rows, cols, attrs):
@@ -225,11 +231,11 @@ def _sibm_runner(kind: str):
 
 
 _register(Adapter("sibm", "binary", _sibm_runner("vb"), _sibm_mean, "draws from q (batch VB)", "002 eqs. 1-2, 5",
-                  resumable=True, fold_in=fold.sibm, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws"))
+                  resumable=True, fold_in=fold.sibm, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws", solver="custom_inference.sibm:fit", faster=("sibm-svi", DENSE_SIBM_PER_SWEEP)))
 _register(Adapter("sibm-svi", "binary", _sibm_runner("svi"), _sibm_mean, "draws from q (SVI)", "002 eqs. 1-2, 5",
-                  fold_in=fold.sibm, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws"))
+                  fold_in=fold.sibm, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws", solver="custom_inference.sibm:fit_svi"))
 _register(Adapter("sibm-map", "binary", _sibm_runner("map"), _sibm_mean, "none (point estimate, MAP)",
-                  "002 eqs. 1-2", fold_in=fold.sibm_map, defaults={"n_iter": 200}, resumable=True, iterations="n_iter"))
+                  "002 eqs. 1-2", fold_in=fold.sibm_map, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", solver="custom_inference.sibm:fit_map"))
 
 
 # -- one-class: RG (seed 003), BPR (Rendle et al. 2009) ----------------------------------------
@@ -251,7 +257,7 @@ def _run_rg(key, obs, K, *, progress=True, hyper=None, **opts):
 _register(Adapter("rg", "binary", _run_rg, _rg_mean, "draws from q (VB over random hidden graphs)", "003 eq. 19",
                   resumable=True, defaults={"max_iter": 200},
                   fold_in=("not available: a new user changes the hidden-graph sampler q(H) of every user (its "
-                           "popularity histogram, sec. 4.1), so the items' posterior is not held fixed by the math"), iterations="max_iter", draws="n_draws"))
+                           "popularity histogram, sec. 4.1), so the items' posterior is not held fixed by the math"), iterations="max_iter", draws="n_draws", solver="custom_inference.rg:fit"))
 
 
 def _bpr_mean(post, rows, cols, attrs):
@@ -267,7 +273,7 @@ def _run_bpr(key, obs, K, *, progress=True, hyper=None, **opts):
 
 _register(Adapter("bpr", "binary", _run_bpr, _bpr_mean, "none (point estimate, SGD)", "Rendle et al. 2009 (BPR-MF x_ui)",
                   defaults={"n_epochs": 50}, resumable=True,
-                  fold_in=fold.bpr, iterations="n_epochs"))
+                  fold_in=fold.bpr, iterations="n_epochs", solver="custom_inference.bpr:fit"))
 
 
 # -- counts: NPFM / PPFM (seed 004 ch. 5), PSM (seed 000) --------------------------------------
@@ -300,7 +306,7 @@ def _pfm_runner(variant: str):
 for _variant in ("npfm", "ppfm"):
     _register(Adapter(_variant, "count", _pfm_runner(_variant), _pfm_mean, "posterior draws (Gibbs)",
                       "004 eq. 5.6" if _variant == "npfm" else "004 eq. 5.20", resumable=True, fold_in=fold.pfm,
-                      defaults=_GIBBS, iterations="num_samples"))
+                      defaults=_GIBBS, iterations="num_samples", solver="custom_inference.pfm:sample"))
 
 
 def _psm_mean(post, rows, cols, attrs, *, block_cells: int = 4_000_000):
@@ -332,7 +338,7 @@ def _run_psm(key, obs, K, *, progress=True, hyper=None, **opts):
 _register(Adapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
                   defaults={"max_iter": 100},
                   fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
-                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws"))
+                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit"))
 
 
 # -- scoring forms: each model's mean as a `validation.frontdoor.scoring.LinearScore` ------------------------

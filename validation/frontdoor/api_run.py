@@ -18,26 +18,6 @@ if TYPE_CHECKING:  # annotations only: this module never imports the front door 
 
 # -- options, the run fingerprint, the run summary (issue 24) --------------------------------------
 
-#: Solver behind each registered adapter, for the options it accepts (`valid_options`), where the
-#: adapter does not name it (``Adapter.solver``). Project addition (issue 24): belongs in the
-#: declarations of `validation.frontdoor.api_models`.
-_SOLVER_OF = {
-    "hpf": "custom_inference.hpf:fit", "hpf-gibbs": "custom_inference.hpf_gibbs:sample",
-    "sbmf": "custom_inference.sbmf:sample", "bpmf": "custom_inference.bpmf:sample",
-    "mcmc-fm": "custom_inference.fm_mcmc:sample", "vbfm": "custom_inference.vbfm:fit",
-    "ovbfm": "custom_inference.vbfm:fit_svi", "sgd-fm": "custom_inference.fm_sgd:fit",
-    "sibm": "custom_inference.sibm:fit", "sibm-svi": "custom_inference.sibm:fit_svi",
-    "sibm-map": "custom_inference.sibm:fit_map", "rg": "custom_inference.rg:fit", "bpr": "custom_inference.bpr:fit",
-    "psm": "custom_inference.psm:fit", "npfm": "custom_inference.pfm:sample", "ppfm": "custom_inference.pfm:sample",
-}
-
-#: Models whose every sweep is dense in users x items: (faster model, seconds per cell per factor per
-#: sweep), where the adapter does not say (``Adapter.faster``). Batch SIBM's rate measured on this
-#: project's 2-core CPU machine through `fit` (float64, K = 10, 1% density): 4.7e-8 s at 1,000 x 1,000
-#: and 4.6e-8 s at 2,000 x 2,000 per cell and factor and sweep, compilation left out (issue 24 saw
-#: 56 s per sweep on 21,891 x 10,487 cells, 2.4e-8 s at K = 10).
-_DENSE_PER_SWEEP = {"sibm": ("sibm-svi", 4.6e-8)}
-
 # what the front door sets itself (resume_from, checkpoint_every, the data), never an option
 _NOT_OPTIONS = frozenset(
     {"key", "data", "obs", "design", "train", "K", "checkpoint", "resume", "self", "options", "output"}
@@ -52,7 +32,7 @@ def _solver_parameters(adapter: Adapter) -> dict:
     import importlib
     import inspect
 
-    where = adapter.solver or _SOLVER_OF.get(adapter.name)
+    where = adapter.solver
     if where is None:
         return {}
     module, name = where.split(":")
@@ -198,11 +178,11 @@ def run_fingerprint(adapter: "Adapter", obs, K: int, seed: int, options: Mapping
 
 def _warn_if_slow(adapter: Adapter, obs, K: int, run_options: Mapping[str, Any]) -> None:
     """Before a fit whose every sweep is dense in users x items (batch SIBM) on a large matrix: a
-    warning with the estimated time and the faster model (``Adapter.faster`` / `_DENSE_PER_SWEEP`).
+    warning with the estimated time and the faster model (``Adapter.faster``).
     The estimate is I J K sweeps times the measured rate; it warns from an estimate of 10 minutes."""
     import warnings
 
-    faster = adapter.faster or _DENSE_PER_SWEEP.get(adapter.name)
+    faster = adapter.faster
     if faster is None:
         return
     other, rate = faster

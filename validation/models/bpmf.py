@@ -740,11 +740,13 @@ BRIDGE = _bridge_spec()
 SPEC = registry.ModelSpec(
     name="bpmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "bpmf",
-                                 registry.lazy("custom_inference.bpmf:ALGORITHM")),),
+                                 registry.lazy("custom_inference.bpmf:ALGORITHM"), frontdoor="bpmf"),),
     references=(registry.ReferenceSpec("bpmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("bpmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check},
     sbc={"gibbs": sbc_adapters, "nuts": nuts_sbc_adapters},
     sbc_config=SBCConfig,
     errata=(ERRATA,),
+    bridge=registry.lazy("validation.models.bpmf:BRIDGE"),
+    notebook="notebooks/gaussian_factorization.py",
 )

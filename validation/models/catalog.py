@@ -4,10 +4,11 @@ runs, the stored references' regeneration, the parametrised tests).
 
 Each model's module in `validation.models` ends with ``SPEC = registry.ModelSpec(...)`` (the
 declaration types live in `validation.checks.registry`); `MODULES` maps each model name to that module
-and is imported only when a spec is asked for. `BRIDGES` names each sampler's
-`validation.checks.bridge.BridgeSpec`, `VI_ADAPTERS` each VI solver's k-hat and VSBC adapters,
-`MEASURED` the VI evidence recorded for the README. This is the only table in `validation` that names
-the models: `validation.checks` never imports a model module (the layering test,
+and is imported only when a spec is asked for. Everything else about a model (its solvers' Algorithms,
+front-door adapter names, k-hat / VSBC adapters and measured VI evidence, its bridge, notebook, and the
+parts it declares absent with their reasons) is in its declaration, and the lookups here read it from
+there (`conformance` lists what a declaration lacks). `MODULES` is the only table in `validation` that
+names the models: `validation.checks` never imports a model module (the layering test,
 ``tests/test_layout.py``, fails on an arrow from checks to models).
 
 Source: project addition (issue 25: one place that names the models; BlackJAX's algorithm records and
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 # validation.checks.references / vi_evidence / report (NumPy, SciPy, JAX, matplotlib) are imported inside
 # the functions that use them: the CLI builds its parser from `names()` and should start fast.
 
-__all__ = ["MODULES", "BRIDGES", "VI_ADAPTERS", "MEASURED", "names", "get", "specs", "all_errata", "by_reference",
+__all__ = ["MODULES", "names", "vi_pairs", "measured", "conformance", "get", "specs", "all_errata", "by_reference",
            "solver_names", "sbc_models", "bridge", "bridge_models", "evidence_adapter", "has_adapter",
            "measure_vi", "regenerate_reference", "evidence_table", "evidence_lines"]
 
@@ -47,32 +48,8 @@ MODULES: dict[str, str] = {
     "psm": "psm",
 }
 
-# model name -> "module:ATTRIBUTE" of its `validation.checks.bridge.BridgeSpec` (every Gibbs block of the model's
-# sampler as a NumPyro CustomGibbs block beside NUTS); imported only when asked for (`bridge`)
-BRIDGES: dict[str, str] = {
-    "hpf": "validation.models.hpf_gibbs:BRIDGE",
-    "sbmf": "validation.models.sbmf:BRIDGE",
-    "bpmf": "validation.models.bpmf:BRIDGE",
-    "mcmc-fm": "validation.models.fm_mcmc:BRIDGE",
-    "npfm": "validation.models.pfm_bridge:BRIDGE_NPFM",
-    "ppfm": "validation.models.pfm_bridge:BRIDGE_PPFM",
-}
-
-
-
-#: (model, solver) -> ``"module:function"`` names of the k-hat and VSBC adapters: ``khat`` is the
-#: model's ``khat_problem(fitted state, data, ...)`` that its ``run_crosscheck`` passes to
-#: `validation.checks.crosscheck.vi_crosscheck` (so the cross-check of that solver reports k-hat), ``vsbc`` is
-#: ``vsbc_adapters(solver) -> (simulate, fit, functionals, description)`` for `run_vsbc`. None: none yet.
-VI_ADAPTERS: dict[tuple[str, str], dict] = {
-    ("hpf", "cavi"): {"khat": "validation.models.hpf:khat_problem", "vsbc": "validation.models.hpf:vsbc_adapters"},
-    ("vbfm", "cavi"): {"khat": "validation.models.vbfm:khat_problem", "vsbc": "validation.models.vbfm:vsbc_adapters"},
-    ("vbfm", "ovbfm"): {"khat": "validation.models.vbfm:khat_problem", "vsbc": "validation.models.vbfm:vsbc_adapters"},
-    ("sibm", "vb"): {"khat": "validation.models.sibm:khat_problem", "vsbc": "validation.models.sibm:vsbc_adapters"},
-    ("rg", "vb"): {"khat": "validation.models.rg:khat_problem", "vsbc": "validation.models.rg:vsbc_adapters"},
-    ("psm", "vb"): {"khat": "validation.models.psm_evidence:khat_problem", "vsbc": "validation.models.psm_evidence:vsbc_adapters"},
-}
-
+#: What a solver's ``measured`` evidence holds (`validation.checks.registry.SolverSpec`; each VI solver's
+#: declaration carries its own numbers):
 #: Measured 2026-11-26 (numpyro 0.22, arviz 0.23, float64): k-hat on each solver's cross-check problem (default
 #: config, stored NUTS reference; S = 4000 draws from q, seed = the config's), VSBC with master seed 0 on the
 #: adapters' problems (`run_vsbc` defaults: 4000 reflections, family false-alarm rate 0.05). Written by hand
@@ -83,74 +60,40 @@ VI_ADAPTERS: dict[tuple[str, str], dict] = {
 #: (< 0.7 / 0.7-1 / > 1 of n), the worst (where) and best k-hat, ``hr_min`` the smallest k-hat of the numerator
 #: h r alone, and ``read`` where a user reads them from. Every one inherits the ratios' k-hat (the self-normalizing
 #: denominator), so best = the joint's k-hat; the numerators alone are no lighter (hr_min > 1.2 everywhere).
-#: (model, solver) -> khat, n_latent, vsbc (one line), vsbc_sims, vsbc_passed, fn_khat. A failed VSBC that is explained
+#: khat, n_latent, vsbc (one line), vsbc_sims, vsbc_passed, fn_khat. A failed VSBC that is explained
 #: (the exact posterior of the same simulations predicts the measured p; `validation.models.meanfield_bias`,
 #: 2026-11-28) reads "documented property" with its numbers; vsbc_passed stays the test's outcome.
-MEASURED: dict[tuple[str, str], dict] = {
-    ("hpf", "cavi"): {"khat": 3.16, "n_latent": 400, "vsbc_sims": 200, "vsbc_passed": True,
-                      "vsbc": "pass (200 sims; smallest p 0.055, log eta_1)",
-                      "fn_khat": {"n": 2500, "below_0.7": 0, "0.7_to_1": 0, "above_1": 2500, "worst": 3.47,
-                          "worst_at": "rate[184]", "best": 3.16, "hr_min": 2.79,
-                          "read": "none from q even with PSIS: "
-                                  "read rates, xi and eta from HPF Gibbs (q's means only within the cross-check's gap)"}},
-    ("vbfm", "cavi"): {"khat": 2.49, "n_latent": 164, "vsbc_sims": 200, "vsbc_passed": False,
-                       "vsbc": "documented property (mean-field bias, docs/statistical_verdicts.md): log alpha fails "
-                               "(p < 0.0003, mean p 0.99; 200 sims) as the exact posterior predicts (exact Gibbs on "
-                               "VSBC's sims: predicted mean p 0.987, measured 0.984, 80 sims); E_q[alpha] / "
-                               "E[alpha | y] median 0.375 (0.13-0.69); read alpha from MCMC-FM or NUTS",
-                       "fn_khat": {"n": 201, "below_0.7": 0, "0.7_to_1": 0, "above_1": 201, "worst": 2.57,
-                           "worst_at": "pred[21]", "best": 2.49, "hr_min": 2.38,
-                           "read": "none from q even with PSIS: "
-                                   "read yhat and alpha from MCMC-FM or NUTS (q's means only within the cross-check's gap)"}},
-    ("vbfm", "ovbfm"): {"khat": 2.61, "n_latent": 164, "vsbc_sims": 200, "vsbc_passed": False,
-                        "vsbc": "documented property (mean-field bias, docs/statistical_verdicts.md): log alpha fails "
-                                "(p < 0.0003, mean p 0.99; 200 sims) as the exact posterior predicts (exact Gibbs: "
-                                "predicted mean p 0.975, measured 0.957, 10 sims); E_q[alpha] / E[alpha | y] median "
-                                "0.43; read alpha from MCMC-FM or NUTS",
-                        "fn_khat": {"n": 201, "below_0.7": 0, "0.7_to_1": 0, "above_1": 201, "worst": 2.75,
-                            "worst_at": "pred[154]", "best": 2.61, "hr_min": 2.52,
-                            "read": "none from q even with PSIS: "
-                                    "read yhat and alpha from MCMC-FM or NUTS (q's means only within the cross-check's gap)"}},
-    ("sibm", "vb"): {"khat": 1.52, "n_latent": 106, "vsbc_sims": 200, "vsbc_passed": True,
-                     "vsbc": "pass (200 sims; smallest p 0.041, logit of cell (1, 2))",
-                     "fn_khat": {"n": 300, "below_0.7": 0, "0.7_to_1": 0, "above_1": 300, "worst": 1.86,
-                         "worst_at": "prob[166]", "best": 1.52, "hr_min": 1.25,
-                         "read": "none from q even with PSIS: "
-                                 "read the cell probabilities from NUTS (q's means only within the cross-check's gap)"}},
-    ("rg", "vb"): {"khat": 1.84, "n_latent": 133, "vsbc_sims": 200, "vsbc_passed": False,
-                   "vsbc": "documented property (mean-field collapse of the factors, docs/statistical_verdicts.md): "
-                           "log tau_u, tau_v, tau_bv fail (p < 0.0003, mean p 0.11, 0.07, 0.27; 200 sims); u = v = 0 "
-                           "in 78% of the fits, q(tau_u) then data-free (E_q 2.37; prior-predicted p 0.081, measured "
-                           "0.112); NUTS on 30 sims predicts the measured p (0.09, 0.09, 0.28 vs 0.11, 0.14, 0.18), "
-                           "E_q / E_post 2.3, 2.3, 1.4; read the precisions from NUTS",
-                   "fn_khat": {"n": 633, "below_0.7": 0, "0.7_to_1": 0, "above_1": 633, "worst": 4.57,
-                       "worst_at": "b_item_centered[6]", "best": 1.84, "hr_min": 1.46,
-                       "read": "none from q even with PSIS: "
-                               "read the edge probabilities, biases and tau from NUTS (q's means only within the cross-check's gap)"}},
-    ("psm", "vb"): {"khat": 2.19, "n_latent": 56, "vsbc_sims": 200, "vsbc_passed": True,
-                    "vsbc": "pass (200 sims; smallest p 0.077, pi_0)",
-                    "fn_khat": {"n": 110, "below_0.7": 0, "0.7_to_1": 0, "above_1": 110, "worst": 2.32,
-                        "worst_at": "acceptance[44]", "best": 2.19, "hr_min": 1.92,
-                        "read": "none from q even with PSIS: "
-                                "read acceptance, pi, psi and the predictive from NUTS (q's means only within the cross-check's gap)"}},
-}
+
+
+def vi_pairs() -> tuple[tuple[str, str], ...]:
+    """(model, solver) of every solver that declares a k-hat or VSBC adapter, in registry order.
+
+    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
+    """
+    return tuple((spec.name, s.name) for spec in specs() for s in spec.solvers if s.khat is not None or s.vsbc is not None)
+
+
+def measured(model: str, solver: str) -> dict:
+    """The VI evidence recorded in the solver's declaration (``SolverSpec.measured``; empty: none).
+
+    Raises KeyError / ValueError for an unknown model or solver. Source: project addition.
+    """
+    return dict(get(model).solver(solver).measured)
+
 
 
 def evidence_adapter(model: str, solver: str, kind: str):
-    """The adapter function of ``kind`` ("khat" or "vsbc") for a model's solver, imported on use,
-    or None when `VI_ADAPTERS` has none. Raises ValueError for another ``kind``; ImportError /
-    AttributeError when a listed adapter is missing. Source: project addition."""
+    """The adapter function of ``kind`` ("khat" or "vsbc") for a model's solver (its declaration's
+    ``khat`` / ``vsbc``), imported on use, or None when the solver declares none. Raises ValueError for
+    another ``kind``; KeyError / ValueError for an unknown model or solver; ImportError / AttributeError
+    when a declared adapter is missing. Source: project addition."""
     if kind not in ("khat", "vsbc"):
         raise ValueError(f"kind must be 'khat' or 'vsbc', got {kind!r}")
-    target = VI_ADAPTERS.get((model, solver), {}).get(kind)
-    if target is None:
-        return None
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return resolve(getattr(get(model).solver(solver), kind))
 
 
 def has_adapter(model: str, solver: str, kind: str) -> bool:
-    """Whether `VI_ADAPTERS` lists an adapter of ``kind`` for the solver and it resolves (imports).
+    """Whether the solver declares an adapter of ``kind`` and it resolves (imports).
     Raises ValueError for another ``kind`` than "khat" / "vsbc". Source: project addition."""
     try:
         return evidence_adapter(model, solver, kind) is not None
@@ -216,6 +159,18 @@ def specs() -> tuple[ModelSpec, ...]:
     return tuple(get(n) for n in MODULES)
 
 
+def conformance(models=None) -> list[str]:
+    """Every way the declarations of ``models`` (default every registered one) fail to conform: each
+    solver's Algorithm, front-door adapter name, stored reference and SBC or VSBC adapter, each model's
+    bridge and notebook, present or declared absent with its reason (`ModelSpec.problems`). The checks
+    that need the upper layers (the front-door name is registered, the notebook file exists) are in
+    ``tests/validation/test_registry.py``. Returns a list of str (empty: all conform).
+    Raises KeyError for an unknown model; what importing a declaration raises propagates.
+    Source: project addition (issue 25).
+    """
+    return [p for name in (models or names()) for p in get(name).problems()]
+
+
 def all_errata() -> tuple:
     """Every model's errata rows (`validation.checks.errata.Erratum`), model by model (no row twice).
 
@@ -265,19 +220,23 @@ def sbc_models() -> tuple[str, ...]:
 
 def bridge(name: str):
     """The `validation.checks.bridge.BridgeSpec` of model ``name`` (its bridge problem and every Gibbs block
-    as a ``CustomGibbs`` factory), from `BRIDGES`. Raises KeyError for a model without a bridge;
-    ImportError / AttributeError of the declaring module propagate. Source: project addition.
+    as a ``CustomGibbs`` factory), from its declaration's ``bridge``. Raises KeyError for an unknown model or
+    a model without a bridge (naming its declared reason); ImportError / AttributeError of the declaring
+    module propagate. Source: project addition.
     """
-    if name not in BRIDGES:
-        raise KeyError(f"model {name!r} has no bridge; bridges: {', '.join(BRIDGES)}")
-    spec = resolve(lazy(BRIDGES[name]))
+    decl = get(name)
+    if decl.bridge is None:
+        raise KeyError(f"model {name!r} has no bridge ({decl.absent.get('bridge', 'none declared')}); "
+                       f"bridges: {', '.join(bridge_models())}")
+    spec = decl.get_bridge()
     return spec if spec.model else dataclasses.replace(spec, model=name)
 
 
 def bridge_models() -> tuple[str, ...]:
-    """The names of the models with a bridge (the keys of `BRIDGES`), in order; imports nothing.
-    Raises nothing. Source: project addition."""
-    return tuple(BRIDGES)
+    """The names of the models whose declaration carries a bridge, in registry order (imports the
+    declarations, not the bridges). Raises nothing of its own; what `specs` raises propagates.
+    Source: project addition."""
+    return tuple(s.name for s in specs() if s.bridge is not None)
 
 
 def regenerate_reference(name: str, *, directory=None, progress: bool = False):
@@ -299,9 +258,8 @@ def regenerate_reference(name: str, *, directory=None, progress: bool = False):
 
 
 def _bridge_text(name: str) -> str:
-    """"yes (N blocks)" when the registry declares the model's bridge (`BRIDGES`),
-    else "no"."""
-    if name in BRIDGES:
+    """"yes (N blocks)" when the model declares a bridge, else "no"."""
+    if get(name).bridge is not None:
         try:
             return f"yes ({len(bridge(name).blocks)} blocks)"
         except (ImportError, AttributeError):
@@ -324,7 +282,7 @@ def _registry_rows(models=None) -> list[dict]:
         spec = get(name)
         for s in spec.solvers:
             vi = s.method == "vi"
-            measured = MEASURED.get((name, s.name), {})
+            measured = s.measured
             has = {kind: has_adapter(name, s.name, kind) for kind in ("khat", "vsbc")}
             rows.append({
                 "model": name, "solver": s.name, "method": s.method,
@@ -347,12 +305,12 @@ def _registry_rows(models=None) -> list[dict]:
 
 def evidence_table(models=None) -> pd.DataFrame:
     """Which evidence exists, per model and solver, read from the declarations (and, for the VI
-    evidence, `VI_ADAPTERS` / `MEASURED`): update checks (the spec's ``checks``),
+    evidence, each solver's ``khat`` / ``vsbc`` / ``measured``): update checks (the spec's ``checks``),
     bridge (a non-empty ``bridge``: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; exact
     solvers), NUTS agreement (a stored reference of the solver's problem), SBC (an SBC adapter under the
     solver's name; "+ NUTS SBC" where the model also has a NUTS SBC of the same problem, the
     reference that tells a sampler defect from a property of the test problem), k-hat and VSBC (VI solvers: "yes" where the adapter exists, and the numbers recorded in
-    `MEASURED`: k-hat on the solver's *default* cross-check problem, VSBC verdict), and the function-specific
+    ``measured``: k-hat on the solver's *default* cross-check problem, VSBC verdict), and the function-specific
     k-hat (`validation.checks.vi_evidence.function_khat` of every quantity the cross-check compares, on the same
     draws: how many read < 0.7 (reliable from q with PSIS), 0.7-1, > 1, the worst and best, and where to read
     them from).
@@ -387,7 +345,7 @@ if __name__ == "__main__":  # python -m validation.models.catalog [MODEL:SOLVER 
 
     jax.config.update("jax_enable_x64", True)
     ap = argparse.ArgumentParser(description="measure k-hat (and VSBC) of the VI solvers")
-    ap.add_argument("pairs", nargs="*", default=[f"{m}:{s}" for m, s in VI_ADAPTERS])
+    ap.add_argument("pairs", nargs="*", default=[f"{m}:{s}" for m, s in vi_pairs()])
     ap.add_argument("--vsbc", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()

@@ -682,11 +682,13 @@ BRIDGE = _bridge_spec()
 SPEC = registry.ModelSpec(
     name="mcmc-fm",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "mcmc-fm",
-                                 registry.lazy("custom_inference.fm_mcmc:ALGORITHM")),),
+                                 registry.lazy("custom_inference.fm_mcmc:ALGORITHM"), frontdoor="mcmc-fm"),),
     references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("mcmc-fm-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks},
     sbc={"gibbs": sbc_adapters},
     sbc_config=SBCConfig,
     errata=(ERRATA,),
+    bridge=registry.lazy("validation.models.fm_mcmc:BRIDGE"),
+    notebook="notebooks/gaussian_factorization.py",
 )

@@ -936,7 +936,8 @@ def _model_spec(variant: str):
         name=variant,
         solvers=(registry.SolverSpec("gibbs", "exact", crosscheck_npfm if variant == "npfm" else crosscheck_ppfm,
                                      CrosscheckConfig, variant,
-                                     registry.lazy(f"custom_inference.pfm:{variant.upper()}_ALGORITHM")),),
+                                     registry.lazy(f"custom_inference.pfm:{variant.upper()}_ALGORITHM"),
+                                     frontdoor=variant),),
         references=(registry.ReferenceSpec(variant, functools.partial(nuts_reference, variant), CrosscheckConfig),),
         checks={"conditionals": functools.partial(conditional_checks, variant),
                 "collapsed_shapes": functools.partial(collapsed_checks, variant),
@@ -945,6 +946,8 @@ def _model_spec(variant: str):
              "gibbs-printed": functools.partial(sbc_adapters, f"{variant}-printed")},
         sbc_config=SBCConfig,
         errata=(ERRATA,) if variant == "npfm" else (),
+        bridge=registry.lazy(f"validation.models.pfm_bridge:BRIDGE_{variant.upper()}"),
+        notebook="notebooks/poisson_fm.py",
     )
 
 

@@ -749,12 +749,29 @@ ERRATA: tuple[Erratum, ...] = (
 # ---------------------------------------------------------------------------------------------
 # the registry's view of RG (`validation.checks.registry`)
 
+#: VI evidence measured on this solver (see `validation.models.catalog`: k-hat on its cross-check problem, VSBC
+#: with master seed 0, function-specific k-hat); `factorbayes evidence` shows it, the slow tests reproduce it.
+MEASURED_VB = {"khat": 1.84, "n_latent": 133, "vsbc_sims": 200, "vsbc_passed": False,
+               "vsbc": "documented property (mean-field collapse of the factors, docs/statistical_verdicts.md): "
+                       "log tau_u, tau_v, tau_bv fail (p < 0.0003, mean p 0.11, 0.07, 0.27; 200 sims); u = v = 0 "
+                       "in 78% of the fits, q(tau_u) then data-free (E_q 2.37; prior-predicted p 0.081, measured "
+                       "0.112); NUTS on 30 sims predicts the measured p (0.09, 0.09, 0.28 vs 0.11, 0.14, 0.18), "
+                       "E_q / E_post 2.3, 2.3, 1.4; read the precisions from NUTS",
+               "fn_khat": {"n": 633, "below_0.7": 0, "0.7_to_1": 0, "above_1": 633, "worst": 4.57,
+                   "worst_at": "b_item_centered[6]", "best": 1.84, "hr_min": 1.46,
+                   "read": "none from q even with PSIS: "
+                           "read the edge probabilities, biases and tau from NUTS (q's means only within the cross-check's gap)"}}
+
+
 SPEC = registry.ModelSpec(
     name="rg",
     solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "rg",
-                                 registry.lazy("custom_inference.rg:ALGORITHM")),),
+                                 registry.lazy("custom_inference.rg:ALGORITHM"), frontdoor="rg",
+                                 **registry.vi_evidence("validation.models.rg", MEASURED_VB)),),
     references=(registry.ReferenceSpec("rg", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(small_problem(0)[2], 3,
                                                   ppl.RGHyper(alpha=2.0, beta=1.5, r=0.5, clamp_user_bias=False))},
     errata=(ERRATA,),
+    notebook="notebooks/rg.py",
+    absent={"bridge": "VI only: no Gibbs blocks to run as NumPyro CustomGibbs blocks"},
 )

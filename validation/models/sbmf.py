@@ -801,11 +801,13 @@ BRIDGE = _bridge_spec()
 SPEC = registry.ModelSpec(
     name="sbmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "sbmf",
-                                 registry.lazy("custom_inference.sbmf:ALGORITHM")),),
+                                 registry.lazy("custom_inference.sbmf:ALGORITHM"), frontdoor="sbmf"),),
     references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("sbmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check, "cache": cache_check},
     sbc={"gibbs": sbc_adapters, "nuts": nuts_sbc_adapters},
     sbc_config=SBCConfig,
     errata=(ERRATA,),
+    bridge=registry.lazy("validation.models.sbmf:BRIDGE"),
+    notebook="notebooks/gaussian_factorization.py",
 )

@@ -1,0 +1,189 @@
+"""The ``factorbayes evaluate ratings | implicit | counts`` commands (the evaluations that span several
+models) and the printing and loading helpers the CLI's commands share; split from
+`validation.frontdoor.cli` (which parses the arguments and dispatches here). Heavy modules (JAX, pandas,
+the evaluations) are imported inside the functions, so that ``factorbayes --help`` starts fast.
+
+Source: project addition.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+def _load_data(spec: str):
+    from validation.data import datasets
+
+    if spec == "ml-100k":
+        path = datasets.find_movielens_100k()
+    else:
+        path = Path(spec)
+        if not path.exists():
+            raise FileNotFoundError(f"--data {spec}: no such file or directory (use 'ml-100k' or a MovieLens path)")
+    return datasets.load_movielens(path), str(path)
+
+
+def _print_table(df) -> None:
+    from validation.checks.report import markdown_table
+
+    print(markdown_table(df))
+    print()
+
+
+def _print_evaluation_extras(table, differences, tuning: dict, notes: list) -> None:
+    """Print what an evaluation table carries beside its metrics: the settings tuned systems chose (or why
+    a system was skipped), the differences against the best baseline with their intervals, the
+    validation curves and the notes. Raises nothing beyond what printing raises. Source: project addition
+    (issue 27)."""
+    keys = [c for c in ("protocol",) if c in table.columns] + ["method" if "method" in table.columns else "system"]
+    for _, row in table.iterrows():
+        if row.get("setting"):
+            print(f"{' '.join(str(row[k]) for k in keys)}: {row['setting']}")
+    print()
+    if len(differences):
+        print("Differences against the best baseline (paired bootstrap interval over test users):")
+        _print_table(differences)
+    for key, curve in tuning.items():
+        print(f"{' '.join(key) if isinstance(key, tuple) else key}: search on a validation split of the training data")
+        _print_table(curve)
+    for line in notes:
+        print(f"- {line}")
+    print()
+
+
+def cmd_evaluate_ratings(args) -> int:
+    """``factorbayes evaluate ratings``: every Gaussian solver on protocol P2
+    (`validation.evaluation.ratings_eval.evaluate_ratings`), curves (CSV, PNG) and a report written to ``--out``.
+
+    args : argparse.Namespace with data, ranks, solvers, warmup, samples, max_iter, epochs, features,
+    dtype, seed, out, no_progress. Returns 0.
+
+    Raises FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not
+    found and cannot be downloaded; what `RatingsConfig` / `evaluate_ratings` raise (ValueError for
+    bad settings) and OSError writing the outputs propagate.
+    Source: project addition (the command line).
+    """
+    from validation.evaluation import ratings_eval
+    from validation.checks.report import evaluation_report
+
+    df, path = _load_data(args.data)
+    config = ratings_eval.RatingsConfig(
+        ranks=tuple(args.ranks), solvers=tuple(args.solvers), gibbs_warmup=args.warmup, gibbs_samples=args.samples,
+        vi_max_iter=100 if args.max_iter is None else args.max_iter, ovbfm_epochs=args.epochs,
+        sgd_epochs=args.epochs, features=args.features, dtype=args.dtype or "float32", seed=args.seed)
+    data_dir = Path(path).parent if args.features == "rich" else None
+    print(f"Rating prediction (P2) on {path}: solvers {', '.join(config.solvers)}; K in {list(config.ranks)}",
+          file=sys.stderr)
+    result = ratings_eval.evaluate_ratings(df, config, data_dir=data_dir, progress=not args.no_progress)
+    out = Path(args.out or "factorbayes-output/evaluate-ratings")
+    plots = ratings_eval.plot_curves(result.curves, out)
+    result.curves.to_csv(out / "curves.csv", index=False)
+    print()
+    _print_table(result.table)
+    for line in result.notes:
+        print(f"- {line}")
+    report = evaluation_report({"RMSE on P2 (test 10 %)": result.table,
+                                "Differences against the item mean (paired bootstrap over test users)":
+                                    result.differences}, None, out,
+                               title="Gaussian factorization models on MovieLens: rating prediction (P2)",
+                               notes=[f"data: {path} ({len(df)} ratings)", *result.notes], extra_plots=plots)
+    print(f"Report: {report}")
+    return 0
+
+
+def cmd_evaluate_implicit(args) -> int:
+    """``factorbayes evaluate implicit``: the one-class comparison
+    (`validation.evaluation.implicit_eval.evaluate_implicit`) and, with ``--curves`` / ``--curves-only``,
+    recall@10 against entries observed (`validation.evaluation.implicit_eval.recall_curves`).
+
+    args : argparse.Namespace with data, format, seed, out, curves, curves_only, curve_data,
+    curve_passes, baselines_only, systems, protocols, no_progress. Returns 0.
+
+    Raises ValueError for unknown ``--systems`` names or an unknown / inapplicable ``--format``,
+    FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not found and
+    cannot be downloaded; whatever the loader (malformed file), the evaluation and the report
+    writer raise propagates.
+    Source: project addition (the command line).
+    """
+    from validation.evaluation import implicit_eval
+
+    if args.transform != "none":
+        raise ValueError(f"--transform {args.transform}: evaluate implicit binarizes ratings >= 4 itself (P1, SIBM) "
+                         "and reads baskets as they are; for another threshold use 'factorbayes evaluate MODEL "
+                         "--data FILE --transform binarize --threshold T' (e.g. MODEL sibm)")
+    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col, "sep": args.sep,
+               "timestamp_col": args.time_col}
+    df, path, is_baskets = implicit_eval.load_implicit_data(
+        args.data, format=args.format, max_baskets=args.max_baskets, seed=args.seed,
+        **{k: v for k, v in columns.items() if v is not None})
+    basket_kw = {"baskets": True} if is_baskets else {}
+    protocols = tuple(args.protocols) if args.protocols else (
+        implicit_eval.BASKET_PROTOCOLS if is_baskets else implicit_eval.RATING_PROTOCOLS)
+    out = Path(args.out or "factorbayes-output/evaluate-implicit")
+    if args.curves or args.curves_only:
+        print(f"Recall@10 vs entries observed (seed 002 figs. 2-3) on {', '.join(args.curve_data)}: "
+              f"{args.curve_passes:g} x I J entries per run", file=sys.stderr)
+        curves = implicit_eval.recall_curves(df, data=tuple(args.curve_data), seed=args.seed,
+                                             passes=args.curve_passes, out_dir=out, progress=not args.no_progress)
+        _print_table(curves.summary)
+        print(f"Curves: {curves.csv}; report: {curves.report}")
+        if args.curves_only:
+            return 0
+    systems = implicit_eval.baseline_systems()
+    if not args.baselines_only:
+        systems = {**implicit_eval.model_systems(), **systems}
+    if args.systems:
+        unknown = sorted(set(args.systems) - set(systems))
+        if unknown:
+            raise ValueError(f"--systems: unknown {unknown}; choose from {sorted(systems)}")
+        systems = {name: systems[name] for name in args.systems}
+    print(f"One-class comparison on {path}: protocols {', '.join(protocols)}; systems {', '.join(systems)}",
+          file=sys.stderr)
+    result = implicit_eval.evaluate_implicit(df, systems, protocols=protocols, seed=args.seed,
+                                             out_dir=out, progress=not args.no_progress, all_svi=args.all_svi,
+                                             **basket_kw)
+    _print_table(result.table.drop(columns=["setting"], errors="ignore"))
+    _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
+    if len(result.like_error_by_degree):
+        print("Like classification error on held-out edges by user degree (seed 003 fig. 4):")
+        _print_table(result.like_error_by_degree)
+    print(f"Report: {result.report}")
+    return 0
+
+
+def cmd_evaluate_counts(args) -> int:
+    """``factorbayes evaluate counts``: the thesis's top-N comparison on protocol P3
+    (`validation.evaluation.counts_eval.evaluate_counts`), its table printed and its report written to ``--out``.
+
+    args : argparse.Namespace with data, systems, k, seed, side_features, max_iter (HPF sweeps),
+    dtype, epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin, fm_warmup, fm_samples, ease_lambdas,
+    sgd_learning_rates, sgd_regs (None: `CountsConfig`'s default), out, no_progress. Returns 0.
+
+    Raises ValueError for unknown ``--systems`` or bad settings, FileNotFoundError for a missing
+    ``--data`` path, RuntimeError when ``ml-100k`` is not found and cannot be downloaded; what the
+    evaluation (solvers, missing side files) and the report writer raise propagates.
+    Source: project addition (the command line); the evaluation is ``004_90693a0965f06816.txt``
+    sec. 5.4's.
+    """
+    from validation.evaluation import counts_eval
+
+    df, path = _load_data(args.data)
+    settings = {"hpf_max_iter": 100 if args.max_iter is None else args.max_iter, "dtype": args.dtype or "float32",
+                "sgd_epochs": args.epochs}
+    for name in ("pfm_warmup", "pfm_samples", "pfm_thin", "fm_warmup", "fm_samples", "ease_lambdas",
+                 "sgd_learning_rates", "sgd_regs"):
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = tuple(value) if isinstance(value, list) else value
+    data_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+    print(f"Top-N from counts (P3, seed {args.seed}) on {path}: K = {args.k}; systems "
+          f"{', '.join(args.systems) if args.systems else 'all'}{' (+ side features)' if args.side_features else ''}",
+          file=sys.stderr)
+    result = counts_eval.evaluate_counts(df, systems=args.systems, K=args.k, seed=args.seed,
+                                         side_features=args.side_features, data_dir=data_dir,
+                                         out_dir=Path(args.out or "factorbayes-output/evaluate-counts"),
+                                         progress=not args.no_progress, **settings)
+    _print_table(result.table.drop(columns=["system", "setting"], errors="ignore"))
+    _print_evaluation_extras(result.table, result.differences, result.tuning, result.notes)
+    print(f"Report: {result.report}")
+    return 0
