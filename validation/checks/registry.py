@@ -20,13 +20,24 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "SolverSpec", "ReferenceSpec",
-           "ModelSpec"]
+__all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS",
+           "POINT_ESTIMATE", "SolverSpec", "ReferenceSpec", "ModelSpec"]
 
 #: The parts every solver declaration carries, each present or declared absent with its reason
 #: (``SolverSpec.absent``): its ``Algorithm``; its front-door adapter (the name ``factorbayes.fit(model=...)``
-#: takes); a stored NUTS reference; an SBC adapter (samplers) or a VSBC adapter (VI).
-SOLVER_PARTS = ("algorithm", "frontdoor", "reference", "sbc")
+#: takes); its cross-check against NUTS; a stored NUTS reference; an SBC adapter (samplers) or a VSBC adapter (VI).
+SOLVER_PARTS = ("algorithm", "frontdoor", "crosscheck", "reference", "sbc")
+#: What a solver computes: "exact" (a sampler: draws from the posterior), "vi" (an approximation q of it),
+#: "point" (one point: MAP or a regularized SGD fit, no posterior to compare with NUTS or to calibrate).
+METHODS = ("exact", "vi", "point")
+#: The reasons a point-estimate solver (``method="point"``) declares for the parts only a posterior has; for
+#: ``SolverSpec(..., absent=POINT_ESTIMATE)``.
+POINT_ESTIMATE = {
+    "crosscheck": "a point estimate (MAP / regularized SGD): no posterior to compare with NUTS's; its "
+                  "predictions are compared in the evaluations (validation.evaluation)",
+    "reference": "no cross-check, so no stored NUTS reference of its own",
+    "sbc": "a point estimate: SBC and VSBC calibrate posteriors, and there is none",
+}
 #: The parts every model declaration carries, present or declared absent (``ModelSpec.absent``): the
 #: CustomGibbs bridge of its sampler's blocks, and its teaching notebook.
 MODEL_PARTS = ("bridge", "notebook")
@@ -94,10 +105,11 @@ class SolverSpec:
 
     ``name``: CLI name (``--solver``); ``algorithm``: the solver's `custom_inference.base.Algorithm`
     (usually ``lazy("custom_inference.X:ALGORITHM")``; None where the module has none yet);
-    ``method``: "vi" or "exact" (the cross-check skeleton used); ``crosscheck``:
-    ``run_crosscheck(config, *, progress, reference)`` -> `validation.checks.crosscheck.CrosscheckResult`;
-    ``config``: the default cross-check config (or a zero-argument callable making it);
-    ``reference``: the name of the stored NUTS reference it compares against;
+    ``method``: one of `METHODS` ("exact", "vi": the cross-check skeleton used; "point": a point estimate);
+    ``crosscheck``: ``run_crosscheck(config, *, progress, reference)`` ->
+    `validation.checks.crosscheck.CrosscheckResult`, or None when declared absent;
+    ``config``: the default cross-check config (or a zero-argument callable making it; None without a cross-check);
+    ``reference``: the name of the stored NUTS reference it compares against (None: declared absent);
     ``frontdoor``: the name of the front-door adapter that fits this solver on a user's data
     (``factorbayes.fit(model=frontdoor)``), or None; ``khat``: the model's ``khat_problem(fitted state, data,
     ...)`` (VI: what its cross-check passes to `validation.checks.crosscheck.vi_crosscheck`), ``vsbc``:
@@ -106,14 +118,14 @@ class SolverSpec:
     recorded by hand for the README (khat, n_latent, vsbc, vsbc_sims, vsbc_passed, fn_khat; see
     `validation.models.catalog.evidence_table`); ``absent``: part (one of `SOLVER_PARTS`) -> the reason the
     solver has none (a part both absent and present is an error of the declaration, `problems`).
-    Raises nothing on construction. Source: project addition.
+    Raises ValueError on construction for a ``method`` not in `METHODS`. Source: project addition.
     """
 
     name: str
     method: str
-    crosscheck: object
-    config: object
-    reference: str
+    crosscheck: object = None
+    config: object = None
+    reference: str | None = None
     algorithm: object = None
     frontdoor: str | None = None
     khat: object = None
@@ -121,12 +133,22 @@ class SolverSpec:
     measured: Mapping = field(default_factory=dict)
     absent: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"{self.name}: method must be one of {METHODS}, got {self.method!r}")
+
     def run(self, config=None, **kwargs):
-        """Run the cross-check (default config unless ``config``); kwargs go to the entry."""
-        return resolve(self.crosscheck)(self.default_config() if config is None else config, **kwargs)
+        """Run the cross-check (default config unless ``config``); kwargs go to the entry.
+
+        Raises MissingDeclaration (with the declared reason) for a solver without a cross-check; what the
+        entry raises propagates. Source: project addition."""
+        entry = _required(self, "crosscheck", self.crosscheck)
+        return entry(self.default_config() if config is None else config, **kwargs)
 
     def default_config(self):
-        c = resolve(self.config)
+        """The default cross-check config. Raises MissingDeclaration for a solver without a cross-check.
+        Source: project addition."""
+        c = _required(self, "crosscheck", self.config)
         return c() if isinstance(c, type) else c
 
     def get_algorithm(self):
@@ -154,7 +176,8 @@ class SolverSpec:
         present but not resolving (the error's text). Returns a list of str (empty: conforms).
         Raises nothing (errors of resolution are reported). Source: project addition."""
         present = {"algorithm": self.algorithm is not None, "frontdoor": bool(self.frontdoor),
-                   "reference": any(r.name == self.reference for r in spec.references),
+                   "crosscheck": self.crosscheck is not None,
+                   "reference": self.reference is not None and any(r.name == self.reference for r in spec.references),
                    "sbc": self.name in spec.sbc or self.vsbc is not None}
         out = _part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
         for part, ref in (("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)):

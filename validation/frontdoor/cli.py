@@ -108,7 +108,8 @@ def cmd_crosscheck(args) -> int:
     Raises KeyError for an unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the
     command line), ValueError for an unknown ``--solver`` or ``--data`` with a model whose spec has
     no ``real_data``, FileNotFoundError for a missing ``--data`` path, RuntimeError when
-    ``ml-100k`` is not found and cannot be downloaded; whatever the solver's run and the report
+    ``ml-100k`` is not found and cannot be downloaded, and for a solver that declares no cross-check (a
+    point estimate, or one not built; the message gives the declared reason); whatever the solver's run and the report
     writer raise propagates (e.g. OSError writing the report).
     Source: project addition (the command line).
     """
@@ -118,6 +119,10 @@ def cmd_crosscheck(args) -> int:
 
     spec = catalog.get(args.model)
     solver = spec.solver(args.solver)
+    if solver.crosscheck is None:  # declared absent (a point estimate, or not built): say why, and what has one
+        with_one = [s.name for s in spec.solvers if s.crosscheck is not None]
+        raise ValueError(f"{args.model} --solver {solver.name}: no cross-check against NUTS "
+                         f"({solver.absent.get('crosscheck', 'none declared')}); solvers with one: {with_one}")
     config = solver.default_config()
     if args.quick:
         config = dataclasses.replace(config, num_warmup=300, num_samples=300)

@@ -281,15 +281,23 @@ def _registry_rows(models=None) -> list[dict]:
     for name in (models or names()):
         spec = get(name)
         for s in spec.solvers:
-            vi = s.method == "vi"
+            vi, point = s.method == "vi", s.method == "point"
             measured = s.measured
+            if point:  # a point estimate: no posterior, so none of the posterior's evidence applies
+                rows.append({"model": name, "solver": s.name, "method": s.method,
+                             "update checks": ", ".join(spec.checks) or "none", "bridge (CustomGibbs)": "n/a (point)",
+                             "NUTS agreement": "n/a (point estimate)", "SBC": "n/a (point)",
+                             "k-hat (recorded)": "n/a (point)", "VSBC (recorded)": "n/a (point)",
+                             "function-specific k-hat (recorded)": "n/a (point)"})
+                continue
             has = {kind: has_adapter(name, s.name, kind) for kind in ("khat", "vsbc")}
             rows.append({
                 "model": name, "solver": s.name, "method": s.method,
                 "update checks": ", ".join(spec.checks) or "none",
                 "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name),
-                "NUTS agreement": (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
-                + (" (VI gap)" if vi else " (within MCSE)"),
+                "NUTS agreement": "none (not built)" if s.crosscheck is None else (
+                    (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
+                    + (" (VI gap)" if vi else " (within MCSE)")),
                 "SBC": ("yes" if s.name in spec.sbc else "no")
                 + (" (+ NUTS SBC, same problem)" if s.name in spec.sbc and "nuts" in spec.sbc and s.name != "nuts" else ""),
                 "k-hat (recorded)": "n/a (exact)" if not vi else (
@@ -314,6 +322,9 @@ def evidence_table(models=None) -> pd.DataFrame:
     k-hat (`validation.checks.vi_evidence.function_khat` of every quantity the cross-check compares, on the same
     draws: how many read < 0.7 (reliable from q with PSIS), 0.7-1, > 1, the worst and best, and where to read
     them from).
+
+    A point-estimate solver (``method="point"``: SGD-FM, SIBM MAP) has a row of "n/a (point ...)": no posterior,
+    so no NUTS agreement, SBC or k-hat; a solver whose cross-check is declared absent reads "none (not built)".
 
     ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
     Raises KeyError for an unknown model; what importing a model's validation module raises propagates.
