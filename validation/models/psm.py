@@ -39,6 +39,10 @@ __all__ = [
     "dense_targets",
     "dense_twin_checks",
     "printed_user_targets",
+    "printed_bias_nu",
+    "printed_omega_star",
+    "printed_S2",
+    "errata_problem",
     "update_checks",
     "monotone_check",
     "monte_carlo_elbo_check",
@@ -709,9 +713,16 @@ def probit_vs_monte_carlo(state, users, items, *, n_draws: int = 4000, seed: int
 
 
 @functools.lru_cache(maxsize=1)
-def _errata_problem():
-    """The errata's data (the tests' small problem: one compilation serves both) and, computed once,
-    the solver's and the dense quantities at its warm state."""
+def errata_problem():
+    """The errata's problem, computed once: ``(obs, r, state, xi, got, want)``.
+
+    ``obs``: Observations of the tests' small problem (8 users, 6 items); ``r``: its responsibilities;
+    ``state``: PSMState warmed at K = 2 (float64); ``xi``: (N,) float64 bound parameters on the observed
+    pairs, 1.1 times their optimum + 0.05 (off the optimum on purpose); ``got`` / ``want``: dicts of the
+    solver's and the dense twin's quantities (names of `dense_targets`). One compilation serves the
+    tests, the errata and `validation.models.psm_printed`.
+    Raises nothing of its own. Source: project addition.
+    """
     obs, r, _ = small_problem(0)
     with jax.enable_x64(True):
         state = warm_state(obs, _ERRATA_K, HYPER, r=r)
@@ -720,6 +731,8 @@ def _errata_problem():
         want = dense_targets(state, obs, HYPER, xi)
     return obs, r, state, xi, got, want
 
+
+_errata_problem = errata_problem   # the older private name (tests/validation/test_psm_validation.py)
 
 _ERRATA_K = 2  # the cross-check's K: one compiled sweep serves tests, errata and cross-check
 
@@ -730,7 +743,7 @@ def _dense_check(key: str, printed_fn):
     difference)."""
 
     def check(form: str):
-        obs, r, state, xi, got, want = _errata_problem()
+        obs, r, state, xi, got, want = errata_problem()
         if form == "printed":
             with jax.enable_x64(True):
                 got = {**got, **printed_fn(state, obs, HYPER, xi, got)}
@@ -740,8 +753,14 @@ def _dense_check(key: str, printed_fn):
     return check
 
 
-def _printed_bias_nu(state, obs, hyper, xi, got):
-    # printed: nu_i = s_i D' (-1/2 - 2 lam* (nu- + E[u_i]^T m-dag)) + sparse sum
+def printed_bias_nu(state, obs, hyper, xi, got):
+    """Sec. 4's printed bias update nu_i (background term), as the solver's ``user_nu_i`` with the
+    printed background swapped in: nu_i = s_i D' (-1/2 - 2 lam* (nu- + E[u_i]^T m-dag)) + sparse sum.
+
+    ``state``: PSMState (I users, K); ``obs``, ``hyper``, ``xi``: unused (the common signature of the
+    printed forms); ``got``: dict with the solver's ``user_nu_i`` (I,). Returns ``{"user_nu_i": (I,)}``.
+    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 4, bias update (as printed).
+    """
     s = jax.nn.softmax(state.log_s)
     bg = psm.item_background(state)
     lam = jj_lambda(state.xi_star)
@@ -749,7 +768,15 @@ def _printed_bias_nu(state, obs, hyper, xi, got):
     return {"user_nu_i": got["user_nu_i"] + np.asarray(delta)}
 
 
-def _printed_omega_star(part: str):
+def printed_omega_star(part: str):
+    """B.4.1's printed sum_j t_j Omega*_ij with one term as printed: ``part`` is "quadratic"
+    (2 E[b_i u_i^T] m-dag for 2 E[b_i] E[u_i]^T m-ddag), "linear" (-1/2 E[u_i]^T m-dag for -1/2 E[u_i]^T
+    m-ddag) or anything else for the constant ((xi*)^2 lam*/2 for lam* (xi*)^2).
+
+    Returns fn(state, obs, hyper, xi, got) -> ``{"user_omega_star": (I,)}`` (``got`` holds the solver's
+    ``user_omega_star``). Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 4, B.4.1.
+    """
+
     def fn(state, obs, hyper, xi, got):
         bg = psm.item_background(state)
         lam = jj_lambda(state.xi_star)
@@ -766,7 +793,14 @@ def _printed_omega_star(part: str):
     return fn
 
 
-def _printed_S2(version: str):
+def printed_S2(version: str):
+    """The printed all-pairs sum S2 = sum_ij s_i t_j E[a_ij^2]: ``version`` "sec4" (sec. 4's (xi*)^2
+    cross terms 2 m-dag.m-dag + 2 m-dag.m-ddag) or anything else for B.3's (4 m-dag.m-dag).
+
+    Returns fn(state, obs, hyper, xi, got) -> ``{"S2": float}`` (``got`` holds the solver's ``S2``).
+    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 4 and B.3 (as printed).
+    """
+
     def fn(state, obs, hyper, xi, got):
         ub, ib = psm.user_background(state), psm.item_background(state)
         s2 = got["S2"]
@@ -778,7 +812,7 @@ def _printed_S2(version: str):
 
 
 def _elbo_expansion_check(form: str):
-    obs, r = _errata_problem()[:2]
+    obs, r = errata_problem()[:2]
     fn = (lambda st, o, h: printed_elbo(st, o, h)) if form == "printed" else None
     out = monte_carlo_elbo_check(obs, _ERRATA_K, HYPER, r=r, n_draws=1000, seed=0, elbo_fn=fn)
     return out["z"] < 4, out["z"]
@@ -799,21 +833,21 @@ ERRATA: tuple[Erratum, ...] = (
         "nu_i = s_i D' (-1/2 - 2 lam* (nu- + E[u_i]^T m-dag)) + ...",
         "nu_i = s_i D' (-1/2 - 2 lam* (nu- + E[u_i]^T m-ddag)) + ...",
         "sum_j t_j E[u_i . v_j] = E[u_i]^T sum_j t_j E[v_j] = E[u_i]^T m-ddag (check: dense I x J sum of nu_i)",
-        "dense twin", _dense_check("user_nu_i", _printed_bias_nu),
+        "dense twin", _dense_check("user_nu_i", printed_bias_nu),
     ),
     Erratum(
         _SEED000, "sec. 4 and B.4.1, sum_j t_j Omega*_ij (quadratic cross term)",
         "-lam* (... + 2 E[b_i u_i^T] m-dag + 2 E[u_i^T] m-dag + ...)",
         "-lam* (... + 2 E[b_i] E[u_i]^T m-ddag + 2 E[u_i]^T m-dag + ...)",
         "the cross term 2 E[b_i u_i . v_j] averaged over t_j is 2 E[b_i] E[u_i]^T m-ddag (check: dense sum_j t_j Omega*_ij)",
-        "dense twin", _dense_check("user_omega_star", _printed_omega_star("quadratic")),
+        "dense twin", _dense_check("user_omega_star", printed_omega_star("quadratic")),
     ),
     Erratum(
         _SEED000, "sec. 4 and B.4.1, sum_j t_j Omega*_ij (linear term)",
         "-1/2 (E[u_i^T] m-dag + E[b_i] + nu-)",
         "-1/2 (E[u_i^T] m-ddag + E[b_i] + nu-)",
         "sum_j t_j E[a_ij] = E[u_i]^T m-ddag + E[b_i] + nu- (check: dense sum_j t_j Omega*_ij)",
-        "dense twin", _dense_check("user_omega_star", _printed_omega_star("linear")),
+        "dense twin", _dense_check("user_omega_star", printed_omega_star("linear")),
     ),
     Erratum(
         _SEED000, "sec. 4 and B.4.1, sum_j t_j Omega*_ij (constant term)",
@@ -821,7 +855,7 @@ ERRATA: tuple[Erratum, ...] = (
         "+ log s(xi*) + lam* (xi*)^2 - xi*/2",
         "Omega* contains + lam* xi*^2 and sum_j t_j = 1; the halving is constant in i, so s (normalised) is unaffected, "
         "but the cached sum (and any ELBO built from it) is off (check: dense sum_j t_j Omega*_ij)",
-        "dense twin", _dense_check("user_omega_star", _printed_omega_star("constant")),
+        "dense twin", _dense_check("user_omega_star", printed_omega_star("constant")),
     ),
     Erratum(
         _SEED000, "sec. 4, shared parameter (xi*)^2 (cached all-pairs sum)",
@@ -829,7 +863,7 @@ ERRATA: tuple[Erratum, ...] = (
         "tr P+ P- + 2 m+ddag . m-dag + 2 m+dag . m-ddag + 2 nu+ nu- + kappa+ + kappa-",
         "sum_ij s_i t_j 2 E[u_i . v_j (b_i + b_j)] = 2 (sum_i s_i E b_i E u_i) . (sum_j t_j E v_j) + 2 (sum_i s_i E u_i) . "
         "(sum_j t_j E b_j E v_j) (check: dense sum_ij s_i t_j E a_ij^2)",
-        "dense twin", _dense_check("S2", _printed_S2("sec4")),
+        "dense twin", _dense_check("S2", printed_S2("sec4")),
     ),
     Erratum(
         _SEED000, "B.3, sum_ij s_i t_j E[a_ij^2] (the same sum printed again)",
@@ -837,7 +871,7 @@ ERRATA: tuple[Erratum, ...] = (
         "tr P+ P- + 2 m+ddag . m-dag + 2 m+dag . m-ddag + 2 nu+ nu- + kappa+ + kappa-",
         "as the sec. 4 row: one cross term pairs the user-side bias-weighted mean with the item-side plain mean and the "
         "other the reverse (check: dense sum_ij s_i t_j E a_ij^2)",
-        "dense twin", _dense_check("S2", _printed_S2("B3")),
+        "dense twin", _dense_check("S2", printed_S2("B3")),
     ),
     Erratum(
         _SEED000, "eq. (13), the expanded bound (last two lines)",

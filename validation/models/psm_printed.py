@@ -96,12 +96,12 @@ def monte_carlo_draws(state, obs, hyper, xi, n_draws: int = 20000, seed: int = 0
 #: printed forms of `validation.models.psm` (the errata rows' replacements), by the quantity they replace
 PRINTED = {
     "eq. (8), m_i background term": ("user_m_i", psm_checks.printed_user_targets),
-    "sec. 4, bias nu_i background term": ("user_nu_i", psm_checks._printed_bias_nu),
-    "B.4.1, sum_j t_j Omega*_ij quadratic cross term": ("user_omega_star", psm_checks._printed_omega_star("quadratic")),
-    "B.4.1, sum_j t_j Omega*_ij linear term": ("user_omega_star", psm_checks._printed_omega_star("linear")),
-    "B.4.1, sum_j t_j Omega*_ij constant term": ("user_omega_star", psm_checks._printed_omega_star("constant")),
-    "sec. 4, (xi*)^2 all-pairs sum": ("S2", psm_checks._printed_S2("sec4")),
-    "B.3, sum_ij s_i t_j E[a_ij^2]": ("S2", psm_checks._printed_S2("B3")),
+    "sec. 4, bias nu_i background term": ("user_nu_i", psm_checks.printed_bias_nu),
+    "B.4.1, sum_j t_j Omega*_ij quadratic cross term": ("user_omega_star", psm_checks.printed_omega_star("quadratic")),
+    "B.4.1, sum_j t_j Omega*_ij linear term": ("user_omega_star", psm_checks.printed_omega_star("linear")),
+    "B.4.1, sum_j t_j Omega*_ij constant term": ("user_omega_star", psm_checks.printed_omega_star("constant")),
+    "sec. 4, (xi*)^2 all-pairs sum": ("S2", psm_checks.printed_S2("sec4")),
+    "B.3, sum_ij s_i t_j E[a_ij^2]": ("S2", psm_checks.printed_S2("B3")),
 }
 
 
@@ -110,14 +110,14 @@ PRINTED = {
 def monte_carlo_checks(n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     """Every solver quantity of `validation.models.psm.dense_targets` (caches B.1, eqs. 6-8, 11, 16, 17,
     bias updates, B.4.1) and every printed form of its errata rows against Monte Carlo from q, at the
-    errata's warm state (``validation.models.psm._errata_problem``: 8 users, 6 items, K = 2, xi on G off
+    errata's warm state (``validation.models.psm.errata_problem``: 8 users, 6 items, K = 2, xi on G off
     its optimum).
 
     Returns a DataFrame: quantity, form ("solver" or the printed row's location), z (max |z| over the
     quantity's entries), passes (z <= Z_MAX = 5). Raises ValueError for n_draws < 2.
     Source: ``000_619a0297b9d686b2.txt`` sec. 4 and appendix B; check: project addition.
     """
-    obs, _, state, xi, got, _ = psm_checks._errata_problem()
+    obs, _, state, xi, got, _ = psm_checks.errata_problem()
     with jax.enable_x64(True):
         mc = monte_carlo_draws(state, obs, psm_checks.HYPER, xi, n_draws, seed)
     got = {**got, "xi_star_sq": got["xi_star"] ** 2}
