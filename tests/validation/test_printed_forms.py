@@ -153,3 +153,16 @@ def test_psm_b3_derivative_and_intermediate_bound():
     assert jj_printed.psm_xi_star_derivative() < 1e-6    # central differences, h = 1e-5: error O(h^2)
     assert jj_printed.psm_intermediate_bound() <= 0.0     # Hadamard: log |P| <= sum log P_kk
     assert jj_printed.rg_marginal_over_h() < 1e-14         # RG eq. (4) = eq. (3) summed over h (rounding)
+
+
+def test_bpmf_normal_wishart_posterior_by_bayes_rule():
+    from validation.models import bpmf_printed
+
+    # log prior + log lik - log posterior is constant in (mu, Lambda) only for the true posterior:
+    # correct forms spread < 1e-9 nats (float64 rounding, measured ~1e-12); each slip is rejected
+    table = bpmf_printed.checks(seed=0)
+    assert table.passed.all(), table
+    wrong = table[table.expected == "rejected"]
+    assert len(wrong) == 3 and (wrong.spread > 1e-2).all(), wrong
+    with pytest.raises(ValueError, match="form"):
+        bpmf_printed.posterior_params(np.zeros((2, 3)), "other")
