@@ -166,3 +166,20 @@ def test_bpmf_normal_wishart_posterior_by_bayes_rule():
     assert len(wrong) == 3 and (wrong.spread > 1e-2).all(), wrong
     with pytest.raises(ValueError, match="form"):
         bpmf_printed.posterior_params(np.zeros((2, 3)), "other")
+
+
+def test_sbmf_algorithm2_lines_against_the_normalized_log_joint():
+    from validation.models import sbmf_printed
+
+    # mean and variance by Simpson's rule on the program's log joint (eq. 3.13): correct forms within
+    # 1e-6 (quadrature error < 1e-9, measured <= 1.4e-9); every printed line agrees except the four
+    # hyperparameter lines already in the errata (2, 4, 7, 9), rejected by >= 0.05 in sd or variance
+    table = sbmf_printed.checks(seeds=(0, 1))
+    assert (table.edge < -30).all(), table[table.edge >= -30]      # the grid holds the mass
+    assert table[table.form == "corrected"].agrees.all()
+    printed = table[table.form == "printed"]
+    assert (printed.agrees == ~printed.erratum).all(), printed
+    assert sorted(set(printed[~printed.agrees].line), key=int) == ["2", "4", "7", "9"]
+    assert (printed[~printed.agrees][["mean_err", "var_err"]].max(axis=1) > 0.05).all()
+    with pytest.raises(ValueError, match="site"):
+        sbmf_printed.printed_moments("other", None, {"tau": 1.0}, np.zeros(1, int), np.zeros(1, int), np.zeros(1))

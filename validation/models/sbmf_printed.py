@@ -1,0 +1,174 @@
+"""SBMF (thesis ch. 3, Algorithm 2): every scalar conditional as printed, against the program's log joint
+normalized numerically on a grid.
+
+For each line of Algorithm 2 that draws a scalar, the printed parameters are transcribed here literally
+(in NumPy, from the state, with e_ij = r_ij - mu - alpha_i - beta_j - u_i^T v_j) and turned into the
+printed distribution's mean and variance: N(mu*, sigma*) has variance sigma* = (precision)^-1 as the
+algorithm writes it; Gamma(alpha*, beta*) is read shape / rate as eq. 3.8 (mean alpha*/beta*, variance
+alpha*/beta*^2). The reference is independent of every derivation: the log joint of the program
+(`ppl_models.sbmf.log_joint`, eq. 3.13, tested equal to the PyMC program's logp) with that one scalar
+moved along a grid, exponentiated and integrated by Simpson's rule to a mean and a variance. Each line is
+also evaluated in its corrected form (rates with their squares, shape alpha0), so every row shows the
+printed and the corrected form side by side.
+
+A form agrees when |mean - grid mean| / grid sd and |variance / grid variance - 1| are both below
+`MOMENT_TOL`: the grid spans >= 12 sd of every candidate (20 sd above a Gamma's mean) on 1,501 points, where Simpson's rule on these
+smooth densities errs by < 1e-9 (measured: correct forms within 1e-10); a wrong term moves either
+number by O(0.01-1).
+
+Source: ``004_90693a0965f06816.txt`` ch. 3, eq. 3.13 and Algorithm 2 lines 2-5, 7-10, 12, 14, 19, 25,
+31, 36; check: project addition (issue 26 item 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import integrate
+
+from ppl_models import sbmf as ppl
+from validation.models.sbmf import CHECK_HYPER
+
+__all__ = ["LINES", "MOMENT_TOL", "printed_moments", "grid_moments", "checks"]
+
+#: agreement of a form with the grid: standardized mean error and relative variance error (module docstring)
+MOMENT_TOL = 1e-6
+_N_GRID = 1501
+
+#: (line, site, index, kind, printed form is an erratum?) for every scalar draw of Algorithm 2; k = 1, i = 2, j = 3
+LINES = (
+    ("2", "sigma_alpha", None, "gamma", True),
+    ("3", "mu_alpha", None, "normal", False),
+    ("4", "sigma_beta", None, "gamma", True),
+    ("5", "mu_beta", None, "normal", False),
+    ("7", "sigma_u", (1,), "gamma", True),
+    ("8", "mu_u", (1,), "normal", False),
+    ("9", "sigma_v", (1,), "gamma", True),
+    ("10", "mu_v", (1,), "normal", False),
+    ("12", "tau", None, "gamma", False),
+    ("14", "mu", None, "normal", False),
+    ("19", "alpha", (2,), "normal", False),
+    ("25", "U", (2, 1), "normal", False),
+    ("31", "beta", (3,), "normal", False),
+    ("36", "V", (3, 1), "normal", False),
+)
+
+
+def _residuals(p, rows, cols, values):
+    return values - ppl.predicted_mean(p, rows, cols)
+
+
+def printed_moments(site: str, index, params, rows, cols, values, hyper=CHECK_HYPER, *,
+                    corrected: bool = False) -> tuple[float, float]:
+    """(mean, variance) of Algorithm 2's conditional of ``site`` at ``index`` as printed (or, with
+    ``corrected``, with the squares in the rates and alpha0 as the shape's base).
+
+    ``params``: dict of the program's variables (float64 numpy, names of `ppl_models.sbmf.simulate`);
+    ``rows``, ``cols`` int (N,), ``values`` float (N,); ``index``: None or a tuple into the site's array.
+    Returns two floats. Raises ValueError for a site that no line of Algorithm 2 draws.
+    Source: ``004_90693a0965f06816.txt`` Algorithm 2 (lines of `LINES`).
+    """
+    if site not in {line[1] for line in LINES}:
+        raise ValueError(f"site must be one of {[line[1] for line in LINES]}, got {site!r}")
+    h, p = hyper, params
+    e = _residuals(p, rows, cols, values)
+    sq = (lambda x: x**2) if corrected else (lambda x: x)
+
+    def gamma(shape, rate):
+        return shape / rate, shape / rate**2
+
+    def normal(var, mean):
+        return mean, var
+
+    if site in ("sigma_alpha", "sigma_beta", "sigma_u", "sigma_v"):
+        x, m = {"sigma_alpha": ("alpha", "mu_alpha"), "sigma_beta": ("beta", "mu_beta"),
+                "sigma_u": ("U", "mu_u"), "sigma_v": ("V", "mu_v")}[site]
+        k = None if index is None else index[0]
+        xs = p[x] if k is None else p[x][:, k]
+        mk = p[m] if k is None else p[m][k]
+        n = xs.shape[0]
+        base = h.alpha0 if (corrected or site in ("sigma_alpha", "sigma_u")) else h.beta0   # lines 4, 9: beta0
+        return gamma(base + 0.5 * (n + 1), h.beta0 + 0.5 * (h.nu0 * (mk - h.mu0) ** 2 + np.sum(sq(xs - mk))))
+    if site in ("mu_alpha", "mu_beta", "mu_u", "mu_v"):
+        x, s = {"mu_alpha": ("alpha", "sigma_alpha"), "mu_beta": ("beta", "sigma_beta"),
+                "mu_u": ("U", "sigma_u"), "mu_v": ("V", "sigma_v")}[site]
+        k = None if index is None else index[0]
+        xs = p[x] if k is None else p[x][:, k]
+        sk = p[s] if k is None else p[s][k]
+        var = 1.0 / (h.nu0 * sk + sk * xs.shape[0])
+        return normal(var, var * (h.nu0 * sk * h.mu0 + sk * np.sum(xs)))
+    tau = p["tau"]
+    if site == "tau":
+        return gamma(h.a0 + 0.5 * len(values), h.b0 + 0.5 * np.sum(e**2))
+    if site == "mu":
+        var = 1.0 / (h.sigma_g + tau * len(values))
+        return normal(var, var * (h.sigma_g * h.mu_g + tau * np.sum(e + p["mu"])))
+    if site in ("alpha", "beta"):
+        own = rows if site == "alpha" else cols
+        i = index[0]
+        sel = own == i
+        s, m = (p["sigma_alpha"], p["mu_alpha"]) if site == "alpha" else (p["sigma_beta"], p["mu_beta"])
+        var = 1.0 / (s + tau * sel.sum())
+        return normal(var, var * (s * m + tau * np.sum(e[sel] + p[site][i])))
+    if site in ("U", "V"):
+        i, k = index
+        own, other_ids = (rows, cols) if site == "U" else (cols, rows)
+        other = p["V"] if site == "U" else p["U"]
+        s, m = (p["sigma_u"][k], p["mu_u"][k]) if site == "U" else (p["sigma_v"][k], p["mu_v"][k])
+        sel = own == i
+        o = other[other_ids[sel], k]
+        var = 1.0 / (s + tau * np.sum(o**2))
+        return normal(var, var * (s * m + tau * np.sum(o * (e[sel] + p[site][i, k] * o))))
+    raise ValueError(f"site must be one of {[line[1] for line in LINES]}, got {site!r}")
+
+
+def grid_moments(site: str, index, params, rows, cols, values, lo: float, hi: float, hyper=CHECK_HYPER,
+                 n_grid: int = _N_GRID) -> tuple[float, float, float]:
+    """(mean, variance, edge) of the conditional of one scalar by normalizing the program's log joint on
+    ``n_grid`` points of [lo, hi] (Simpson's rule); ``edge`` is the largest log density at the two ends
+    minus the maximum (<= -30 means the grid holds the mass).
+
+    Arguments as `printed_moments`. Raises ValueError unless lo < hi. Source: eq. 3.13; project addition.
+    """
+    if not lo < hi:
+        raise ValueError(f"need lo < hi, got {lo!r}, {hi!r}")
+    grid = np.linspace(lo, hi, n_grid)
+    p = {k: np.array(v, np.float64, copy=True) for k, v in params.items()}
+    logp = np.empty(n_grid)
+    for n, x in enumerate(grid):
+        if index is None:
+            p[site] = np.float64(x)
+        else:
+            p[site][index] = x
+        logp[n] = ppl.log_joint(p, rows, cols, values, hyper)
+    w = np.exp(logp - logp.max())
+    z = integrate.simpson(w, x=grid)
+    mean = integrate.simpson(w * grid, x=grid) / z
+    var = integrate.simpson(w * (grid - mean) ** 2, x=grid) / z
+    return float(mean), float(var), float(max(logp[0], logp[-1]) - logp.max())
+
+
+def checks(*, seeds=(0, 1, 2), hyper=CHECK_HYPER) -> pd.DataFrame:
+    """Every line of `LINES` at random states (prior draws, I = 6, J = 5, K = 2, 20 cells; one per seed),
+    printed and corrected forms against `grid_moments`.
+
+    Returns a DataFrame: seed, line, site, form ("printed" / "corrected"), mean_err (|mean - grid mean| /
+    grid sd), var_err (|var / grid var - 1|), edge, agrees (both errors < `MOMENT_TOL`), erratum (the
+    printed form is listed as an erratum). Raises nothing of its own. Source: project addition.
+    """
+    out = []
+    for seed in seeds:
+        truth, rows, cols, values = ppl.simulate(seed, 6, 5, 2, hyper, n_obs=20)
+        for line, site, index, kind, erratum in LINES:
+            forms = {f: printed_moments(site, index, truth, rows, cols, values, hyper, corrected=f == "corrected")
+                     for f in ("printed", "corrected")}
+            lo = min(m - 12 * np.sqrt(v) for m, v in forms.values())
+            hi = max(m + (20 if kind == "gamma" else 12) * np.sqrt(v) for m, v in forms.values())
+            if kind == "gamma":   # right-skewed: a longer upper tail; the density is 0 at 0
+                lo = max(lo, 1e-12)
+            gm, gv, edge = grid_moments(site, index, truth, rows, cols, values, lo, hi, hyper)
+            for form, (m, v) in forms.items():
+                me, ve = abs(m - gm) / np.sqrt(gv), abs(v / gv - 1)
+                out.append(dict(seed=seed, line=line, site=site, form=form, mean_err=me, var_err=ve, edge=edge,
+                                agrees=bool(me < MOMENT_TOL and ve < MOMENT_TOL), erratum=erratum))
+    return pd.DataFrame(out)
