@@ -209,3 +209,17 @@ def test_pfm_allocation_eq_5_7_by_enumeration():
     assert pfm_printed.allocation_enumeration(form="all pairs") > 0.05    # power: pairs counted twice
     with pytest.raises(ValueError, match="form"):
         pfm_printed.allocation_enumeration(form="other")
+
+
+def test_normalized_moments_on_known_densities():
+    from scipy import stats
+
+    from validation.models.printed_forms import normalized_moments
+
+    # N(1.5, 0.7^2) on +-12 sd and Gamma(0.4, scale 2) in log x: Simpson's error is far below 1e-8 here
+    m, v, edge = normalized_moments(lambda x: stats.norm.logpdf(x, 1.5, 0.7), 1.5 - 8.4, 1.5 + 8.4, 1001)
+    assert abs(m - 1.5) < 1e-8 and abs(v / 0.49 - 1) < 1e-8 and edge < -30
+    m, v, edge = normalized_moments(lambda x: stats.gamma.logpdf(x, 0.4, scale=2.0), -120.0, 5.0, 2001, log_x=True)
+    assert abs(m - 0.8) < 1e-8 and abs(v / 1.6 - 1) < 1e-8 and edge < -30
+    with pytest.raises(ValueError, match="odd"):
+        normalized_moments(lambda x: -x**2, -1.0, 1.0, 100)

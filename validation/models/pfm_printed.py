@@ -28,8 +28,9 @@ import itertools
 
 import numpy as np
 import pandas as pd
-from scipy import integrate
 from scipy.special import gammaln, xlogy
+
+from validation.models.printed_forms import normalized_moments
 
 __all__ = ["MOMENT_TOL", "SITES", "small_problem", "log_joint", "printed_gamma", "gamma_checks",
            "allocation_enumeration"]
@@ -149,21 +150,20 @@ def printed_gamma(eq: str, p: dict, index=None, *, corrected: bool = False) -> t
 
 def _grid_moments(p, site, index, u_lo, u_hi):
     """Mean, variance and edge of the conditional of one positive scalar, normalized on a grid of
-    u = log x (density p(x) x in u: smooth for every shape, also below 1)."""
-    u = np.linspace(u_lo, u_hi, _N_GRID)
-    grid = np.exp(u)
+    u = log x (`validation.models.printed_forms.normalized_moments`)."""
     q = {k: (np.array(v, np.float64, copy=True) if isinstance(v, np.ndarray) else v) for k, v in p.items()}
-    logp = np.empty(_N_GRID)
-    for n, x in enumerate(grid):
-        if index is None:
-            q[site] = float(x)
-        else:
-            q[site][index] = x
-        logp[n] = log_joint(q) + u[n]                         # + log |dx/du|
-    w = np.exp(logp - logp.max())
-    z = integrate.simpson(w, x=u)
-    mean = integrate.simpson(w * grid, x=u) / z
-    return mean, integrate.simpson(w * (grid - mean) ** 2, x=u) / z, max(logp[0], logp[-1]) - logp.max()
+
+    def logf(grid):
+        out = np.empty(len(grid))
+        for n, x in enumerate(grid):
+            if index is None:
+                q[site] = float(x)
+            else:
+                q[site][index] = x
+            out[n] = log_joint(q)
+        return out
+
+    return normalized_moments(logf, u_lo, u_hi, _N_GRID, log_x=True)
 
 
 def gamma_checks(variant: str = "npfm", *, seeds=(0, 1)) -> pd.DataFrame:
