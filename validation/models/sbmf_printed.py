@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import integrate
 
 from ppl_models import sbmf as ppl
+from validation.models.printed_forms import normalized_moments
 from validation.models.sbmf import CHECK_HYPER
 
 __all__ = ["LINES", "MOMENT_TOL", "printed_moments", "grid_moments", "checks"]
@@ -125,27 +125,24 @@ def printed_moments(site: str, index, params, rows, cols, values, hyper=CHECK_HY
 def grid_moments(site: str, index, params, rows, cols, values, lo: float, hi: float, hyper=CHECK_HYPER,
                  n_grid: int = _N_GRID) -> tuple[float, float, float]:
     """(mean, variance, edge) of the conditional of one scalar by normalizing the program's log joint on
-    ``n_grid`` points of [lo, hi] (Simpson's rule); ``edge`` is the largest log density at the two ends
-    minus the maximum (<= -30 means the grid holds the mass).
+    ``n_grid`` points of [lo, hi] (`validation.models.printed_forms.normalized_moments`; ``edge`` <= -30
+    means the grid holds the mass).
 
     Arguments as `printed_moments`. Raises ValueError unless lo < hi. Source: eq. 3.13; project addition.
     """
-    if not lo < hi:
-        raise ValueError(f"need lo < hi, got {lo!r}, {hi!r}")
-    grid = np.linspace(lo, hi, n_grid)
     p = {k: np.array(v, np.float64, copy=True) for k, v in params.items()}
-    logp = np.empty(n_grid)
-    for n, x in enumerate(grid):
-        if index is None:
-            p[site] = np.float64(x)
-        else:
-            p[site][index] = x
-        logp[n] = ppl.log_joint(p, rows, cols, values, hyper)
-    w = np.exp(logp - logp.max())
-    z = integrate.simpson(w, x=grid)
-    mean = integrate.simpson(w * grid, x=grid) / z
-    var = integrate.simpson(w * (grid - mean) ** 2, x=grid) / z
-    return float(mean), float(var), float(max(logp[0], logp[-1]) - logp.max())
+
+    def logf(grid):
+        out = np.empty(len(grid))
+        for n, x in enumerate(grid):
+            if index is None:
+                p[site] = np.float64(x)
+            else:
+                p[site][index] = x
+            out[n] = ppl.log_joint(p, rows, cols, values, hyper)
+        return out
+
+    return normalized_moments(logf, lo, hi, n_grid)
 
 
 def checks(*, seeds=(0, 1, 2), hyper=CHECK_HYPER) -> pd.DataFrame:
