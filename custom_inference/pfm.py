@@ -138,6 +138,7 @@ __all__ = [
     "conditionals",
     "step",
     "step_printed",
+    "block_pointers",
     "log_joint",
     "row_rates",
     "n_active",
@@ -582,6 +583,44 @@ def _block_update(key, state, stats, data, hyper, tables, b: int):
     return state._replace(V=V_new)
 
 
+def block_pointers(data: PFMData) -> tuple[int, ...] | None:
+    """Host-side pointers of the update blocks when each block is one contiguous run of features.
+
+    ``data``: PFMData whose ``block`` (D,) int32 is a host array (not traced). Returns a tuple of
+    ``data.n_blocks + 1`` Python ints p with block b = features p[b] .. p[b + 1] - 1 when ``block`` is
+    non-decreasing (ids designs: users, then items; `fm_design.greedy_blocks` numbers the blocks of
+    group 0 first), else None (the sweep then uses the masked update over all D features). Pass it to
+    `step` (``block_ptr``): each block's zeta and V draws then cover only its own D_b features, static
+    slices, instead of D per block (NPFM at 1e6 Netflix shape: two (D, K) Gamma draws a sweep instead
+    of four).
+
+    Raises TypeError when ``data.block`` is traced (compute the pointers once, outside jit).
+
+    Source: project addition (issue 28).
+    """
+    if isinstance(data.block, jax.core.Tracer):
+        raise TypeError("block_pointers: data.block is traced; compute the pointers once on the host, outside jit")
+    block = np.asarray(data.block)
+    if block.size == 0 or np.any(np.diff(block) < 0):
+        return None
+    counts = np.bincount(block, minlength=data.n_blocks)
+    if counts.size != data.n_blocks or np.any(counts == 0):
+        return None
+    return tuple(int(x) for x in np.concatenate([[0], np.cumsum(counts)]))
+
+
+def _block_update_slice(key, state, stats, data, hyper, tables, lo: int, hi: int):
+    """`_block_update` for the block of features lo .. hi - 1 (static ints): the same conditionals,
+    drawn for the block's features only (its share of the key stream: one (hi - lo,) zeta draw and
+    one (hi - lo, K) V draw instead of (D,) and (D, K) masked)."""
+    expo = exposures(state, data)
+    k1, k2 = jax.random.split(key)
+    sh, rt = shape_conditionals(state, stats, expo, data, hyper, tables)["zeta"]
+    state = state._replace(zeta=state.zeta.at[lo:hi].set(_draw(k1, (sh[lo:hi], rt[lo:hi]))))
+    sh, rt = conditionals(state, stats, expo, data, hyper)["V"]
+    return state._replace(V=state.V.at[lo:hi].set(_draw(k2, (sh[lo:hi], rt[lo:hi]))))
+
+
 def n_active(stats: SuffStats) -> jax.Array:
     """Number of factors with at least one allocated unit (int32).
 
@@ -594,9 +633,10 @@ def n_active(stats: SuffStats) -> jax.Array:
     return jnp.sum(stats.L > 0).astype(jnp.int32)
 
 
-def _sweep_valid(key, state, data: PFMData, hyper):
+def _sweep_valid(key, state, data: PFMData, hyper, block_ptr=None):
     """z; (alpha0 -> w0), (alpha -> w), NPFM (gamma0 -> r): shapes then rates; beta0, beta,
-    delta, c; then (zeta_b -> v_b.) block by block. Independent draws share one Gamma call."""
+    delta, c; then (zeta_b -> v_b.) block by block. Independent draws share one Gamma call.
+    ``block_ptr`` (`block_pointers`): static slices per block (a Python loop, B traced copies)."""
     keys = jax.random.split(key, 6)
     np_ = _is_np(state)
     stats = allocate(keys[0], state, data)
@@ -612,6 +652,11 @@ def _sweep_valid(key, state, data: PFMData, hyper):
     names = ["beta0", "beta", "delta"] + (["c"] if np_ else [])
     state = state._replace(**dict(zip(names, _draw_many(keys[4], [cond[n] for n in names]))))
     bkeys = jax.random.split(keys[5], data.n_blocks)
+    if block_ptr is not None:
+        # contiguous blocks: each draws only its own features (static slices, one traced copy per block)
+        for b in range(data.n_blocks):
+            state = _block_update_slice(bkeys[b], state, stats, data, hyper, tables, block_ptr[b], block_ptr[b + 1])
+        return state, stats
     # one traced copy of the block update (a Python loop would compile B copies)
     state = jax.lax.fori_loop(0, data.n_blocks,
                               lambda b, st: _block_update(bkeys[b], st, stats, data, hyper, tables, b), state)
@@ -647,7 +692,7 @@ def _sweep_printed(key, state, data: PFMData, hyper):
 
 
 def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds: int = 0, global_rounds: int = 0,
-         trade_rounds: int = 0):
+         trade_rounds: int = 0, block_ptr: tuple[int, ...] | None = None):
     """One Gibbs sweep (module docstring), then ``scale_rounds`` Metropolis steps of the exact
     per-factor scale move (`custom_inference.pfm_scale.scale_move`; 0: none, the sweep alone, bit
     for bit the sampler without the move), then ``global_rounds`` steps of NPFM's global scale move
@@ -657,14 +702,22 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds
 
     ``order``: "valid" (default) or "printed" (the chapter's order; does NOT leave the
     posterior invariant, kept for the SBC demonstration). Jit-able (the block loop is static).
+    ``block_ptr``: None, or `block_pointers` (data) (static Python ints, computed once on the host):
+    with it the "valid" sweep draws each block's zeta and V for that block's features only (the
+    same conditionals; the random numbers of the block updates differ from the masked path's, which
+    draws all D features per block and keeps the block's). Ignored by "printed".
     Source: 004 ch. 5.3.2 (conditionals), sweep order and scale move ours.
 
-    Raises ValueError for an unknown ``order``, ``scale_rounds`` > 0 for PPFM on data that is
+    Raises ValueError for an unknown ``order``, a ``block_ptr`` that does not fit ``data``, ``scale_rounds`` > 0 for PPFM on data that is
     not ``bipartite``, ``global_rounds`` > 0 for PPFM, or ``trade_rounds`` > 0 on data without sides
     and entity tables.
     """
+    if block_ptr is not None and (len(block_ptr) != data.n_blocks + 1 or block_ptr[0] != 0
+                                  or block_ptr[-1] != data.n_features):
+        raise ValueError(f"block_ptr: expected block_pointers(data) ({data.n_blocks + 1} ints from 0 to "
+                         f"{data.n_features}), got {block_ptr!r}")
     if order == "valid":
-        state, stats = _sweep_valid(key, state, data, hyper)
+        state, stats = _sweep_valid(key, state, data, hyper, block_ptr)
     elif order == "printed":
         state, stats = _sweep_printed(key, state, data, hyper)
     else:
@@ -802,6 +855,11 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
         row; `custom_inference.pfm_scale.trade_move`, O(K (I + J)) each); needs data from
         ``from_matrix(..., zeros="all")``. Default 0 (not yet measured on the SBC; issue 26).
 
+    The "valid" sweep uses `block_pointers` (data) where the update blocks are contiguous runs of
+    features (ids designs): each block draws its own features only (issue 28; the block updates'
+    random numbers differ from the masked path used before and for other data, the conditionals are
+    the same).
+
     Returns
     -------
     arviz.InferenceData: ``posterior`` (chain, draw, ...) with the kept fields;
@@ -846,6 +904,8 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
         raise ValueError("trade_rounds: the side-feature trade needs data from PFMData.from_matrix(..., "
                          "zeros='all') (sides and entity tables); pass trade_rounds=0")
     spec = SPECS[variant]
+    # static per-block slices where the blocks are contiguous (ids designs): only the "valid" order uses them
+    block_ptr = block_pointers(data) if order == "valid" else None
     if options.keep is None:
         keep = tuple(f for f in spec.variables if f != "V")
     else:
@@ -859,6 +919,7 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
                       **({} if init_shape is None else {"init_shape": float(init_shape)}),
                       **({} if init_r is None or variant == "ppfm" else {"init_r": float(init_r)})},
         step_options={"order": order, "scale_rounds": int(scale_rounds),
+                      **({"block_ptr": block_ptr} if block_ptr is not None else {}),
                       **({"global_rounds": int(global_rounds)} if global_rounds else {}),
                       **({"trade_rounds": int(trade_rounds)} if trade_rounds else {})},
         attrs={"variant": variant, "zeros": data.zeros})

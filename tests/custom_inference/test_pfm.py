@@ -1,6 +1,7 @@
 """Tests of the NPFM / PPFM Gibbs samplers' pieces (`custom_inference.pfm`): exact CRT draws,
 small-shape Gamma draws, the data container and its cached sums, bad input, compile-once."""
 
+import dataclasses
 import math
 
 import jax
@@ -321,3 +322,39 @@ def test_global_and_trade_options_are_validated():
     _, _, _, obs = _data("observed")
     with pytest.raises(ValueError, match="trade_rounds"):
         pfm.sample(0, obs, 2, HYPER, variant="ppfm", trade_rounds=2, scale_rounds=0)
+
+
+def test_block_pointers_find_contiguous_blocks_only():
+    _, _, _, ids = _data(side=False)
+    blk = np.asarray(ids.block)
+    ptr = pfm.block_pointers(ids)
+    assert ptr is not None and len(ptr) == ids.n_blocks + 1 and ptr[0] == 0 and ptr[-1] == ids.n_features
+    for b in range(ids.n_blocks):
+        assert np.all(blk[ptr[b]:ptr[b + 1]] == b)
+    shuffled = dataclasses.replace(ids, block=blk[::-1].copy())  # decreasing: blocks not in feature order
+    assert pfm.block_pointers(shuffled) is None
+    with pytest.raises(ValueError, match="block_ptr"):
+        pfm.step(jax.random.PRNGKey(0), pfm.init(jax.random.PRNGKey(0), ids, 2, HYPER), ids, HYPER,
+                 block_ptr=(0, 1))
+
+
+@pytest.mark.parametrize("variant", ["npfm", "ppfm"])
+def test_sliced_block_update_draws_from_the_masked_updates_conditionals(monkeypatch, variant):
+    """With every Gamma draw replaced by its conditional mean (shape / rate, deterministic), the
+    sweep with static block slices (`block_pointers`) gives the masked sweep's state to float64
+    rounding: each block's zeta and V conditionals are the same, only the random numbers differ."""
+    monkeypatch.setattr(pfm, "_draw", lambda key, sr: sr[0] / sr[1])
+    with jax.enable_x64(True):
+        _, _, _, data = _data("all", side=False)
+        ptr = pfm.block_pointers(data)
+        assert ptr is not None and data.n_blocks == 2
+        d = jax.tree_util.tree_map(jnp.asarray, data)
+        st = pfm.init(jax.random.PRNGKey(1), data, 3, HYPER, variant=variant)
+        run = jax.jit(lambda key, st: (pfm._sweep_valid(key, st, d, HYPER)[0],
+                                       pfm._sweep_valid(key, st, d, HYPER, ptr)[0]))
+        masked, sliced = run(jax.random.PRNGKey(2), st)
+        for name in masked._fields:
+            a, b = np.asarray(getattr(masked, name)), np.asarray(getattr(sliced, name))
+            # the same float64 operations on the block's entries (a slice instead of a mask): rounding only
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=0, err_msg=name)
+        assert not np.allclose(np.asarray(sliced.V), np.asarray(st.V))  # the sweep moved V
