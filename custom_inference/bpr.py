@@ -95,6 +95,10 @@ __all__ = [
     "triple_gradients",
     "epoch",
     "fit",
+    "ValidationSet",
+    "hold_out_validation",
+    "validation_auc",
+    "AUCStoppingRule",
     "score_users",
     "ALGORITHM",
 ]
@@ -616,6 +620,228 @@ def bpr_opt(params: BPRParams, data: BPRData, hyper: BPRHyper | None = None) -> 
     return objective(params, data.rows, data.cols, neg, w, hyper.reg, bias_reg)
 
 
+# ---------------------------------------------------------------------------
+# stopping rule on held-out positives (issue 27)
+# ---------------------------------------------------------------------------
+
+
+class ValidationSet(NamedTuple):
+    """Held-out training positives with sampled negatives, for the AUC stopping rule.
+
+    Attributes
+    ----------
+    users : int64 array (V,)          -- the validation users, distinct, increasing
+    positives : int64 array (V,)      -- one held-out positive item per validation user
+    negatives : int64 array (V, M)    -- M items per user, each uniform over the user's
+        non-positives (of the full training data, the held-out one included), drawn with replacement
+    """
+
+    users: np.ndarray
+    positives: np.ndarray
+    negatives: np.ndarray
+
+
+def hold_out_validation(train: Observations, n_users: int = 2000, n_negatives: int = 100,
+                        seed: int = 0) -> tuple[Observations, ValidationSet]:
+    """Carve a validation set out of the training positives: one positive of each of ``n_users`` users.
+
+    The users are drawn uniformly without replacement among those with at least 2 positives and at
+    least one non-positive (so each keeps a training positive and has negatives); all of them when
+    fewer are eligible. Each gives one positive, uniform over its positives, removed from the
+    returned training data. Negatives are uniform over the user's non-positives, by rejection (a
+    redrawn candidate is exact: the first accepted draw is uniform on the non-positives), with an
+    exact fallback (a uniform choice from the explicit complement) for the few left after 64 rounds.
+    Work O(N log N + V M), never I x J.
+
+    Parameters
+    ----------
+    train : Observations (I, J), every stored entry a positive.
+    n_users : int >= 1, V at most (default 2000).
+    n_negatives : int >= 1, M (default 100).
+    seed : int, the `numpy.random.Generator` seed of all draws.
+
+    Returns
+    -------
+    (Observations (I, J) with N - V entries, the others unchanged (values, dtype, kind), ValidationSet).
+
+    Raises
+    ------
+    ValueError
+        ``train`` not Observations; ``n_users`` or ``n_negatives`` not an integer >= 1; no user with
+        at least 2 positives and a non-positive ("cannot hold out validation positives").
+
+    Source: project addition (the held-out-positive validation practitioners use to stop BPR; issue 27).
+    """
+    if not isinstance(train, Observations):
+        raise ValueError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
+    n_users = _check_int("validation_users", n_users, 1)
+    n_negatives = _check_int("validation_negatives", n_negatives, 1)
+    rows, cols = np.asarray(train.rows, np.int64), np.asarray(train.cols, np.int64)
+    I, J = int(train.n_rows), int(train.n_cols)
+    deg = np.bincount(rows, minlength=I)
+    eligible = np.flatnonzero((deg >= 2) & (deg < J))
+    if eligible.size == 0:
+        raise ValueError("cannot hold out validation positives: no user has at least 2 training positives "
+                         "and at least one item it has not interacted with")
+    rng = np.random.default_rng(seed)
+    V = min(n_users, eligible.size)
+    users = np.sort(rng.choice(eligible, size=V, replace=False))
+    order = np.lexsort((cols, rows))  # row-major positions of the entries
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    pick = indptr[users] + np.floor(rng.random(V) * deg[users]).astype(np.int64)
+    held = order[pick]  # entry index (in train's order) of each held-out positive
+    positives = cols[held]
+    keys = np.sort(rows * J + cols)  # every positive (u, i) as u J + i, for membership tests
+
+    def is_pos(u, j):
+        pos = np.searchsorted(keys, u * J + j)
+        return (pos < keys.size) & (keys[np.minimum(pos, keys.size - 1)] == u * J + j)
+
+    uu = np.repeat(users, n_negatives).reshape(V, n_negatives)
+    neg = rng.integers(0, J, size=(V, n_negatives))
+    bad = is_pos(uu, neg)
+    for _ in range(64):
+        if not bad.any():
+            break
+        neg[bad] = rng.integers(0, J, size=int(bad.sum()))
+        bad = is_pos(uu, neg)
+    for r, c in zip(*np.nonzero(bad)):  # dense users only: the exact complement
+        u = users[r]
+        neg[r, c] = rng.choice(np.setdiff1d(np.arange(J), cols[order[indptr[u]:indptr[u + 1]]]))
+    keep = np.ones(rows.size, bool)
+    keep[held] = False
+    vals = np.asarray(train.values)[keep]
+    reduced = Observations(np.asarray(train.rows)[keep], np.asarray(train.cols)[keep], vals, I, J)
+    return reduced, ValidationSet(users, positives.astype(np.int64), neg.astype(np.int64))
+
+
+def validation_auc(params: BPRParams, vset: ValidationSet) -> np.ndarray:
+    """Per-user AUC of the held-out positive against the sampled negatives.
+
+    AUC_u = (1/M) sum_m [1(x_u,pos > x_u,neg_m) + 1/2 1(x_u,pos = x_u,neg_m)], x as `score_users`.
+    Work O(V M K).
+
+    Parameters
+    ----------
+    params : BPRParams
+    vset : ValidationSet (`hold_out_validation`)
+
+    Returns
+    -------
+    float64 array (V,), each in [0, 1] (their mean is the validation AUC).
+
+    Raises nothing of its own (indices come from `hold_out_validation`).
+    Source: project addition (the sampled AUC of Rendle et al. 2009 sec. 6.2, on held-out training
+    positives; issue 27).
+    """
+    return np.asarray(_auc_jit(params, jnp.asarray(vset.users), jnp.asarray(vset.positives),
+                               jnp.asarray(vset.negatives)), np.float64)
+
+
+def _auc(params, users, pos, neg):
+    w = params.user_factors[users]  # (V, K)
+    xp = jnp.sum(w * params.item_factors[pos], -1) + params.item_bias[pos]  # (V,)
+    xn = jnp.einsum("vk,vmk->vm", w, params.item_factors[neg]) + params.item_bias[neg]  # (V, M)
+    return jnp.mean((xp[:, None] > xn) + 0.5 * (xp[:, None] == xn), axis=1)
+
+
+_auc_jit = jax.jit(_auc)
+
+
+class AUCStoppingRule:
+    """Early stopping on the validation AUC: stop after ``patience`` checks without a gain beyond noise.
+
+    At each check c the per-user AUCs a_c (V,) (`validation_auc`) are compared, user by user, with
+    those of the *reference* check r (the last check whose gain was beyond noise; the first check is
+    the first reference):
+
+        gain = mean_u (a_c,u - a_r,u),      se = sd_u (a_c,u - a_r,u) / sqrt(V)   (ddof 1)
+
+    The standard error: the V validation users are a random sample of users, and each user's
+    difference d_u = a_c,u - a_r,u depends only on that user's positive and negatives (drawn
+    independently per user), so the d_u are i.i.d. given the two parameter sets and the variance of
+    their mean is Var(d) / V, estimated by the sample variance. It is the paired standard error of the
+    gain: the two checks score the same users, positives and negatives, so the (larger) standard error
+    of one mean AUC, sd_u(a_c,u) / sqrt(V) (each a_c,u a mean of M Bernoulli comparisons plus the
+    spread between users), would count the between-user variance that cancels in the difference. The
+    latter is reported too (``se_mean``).
+
+    A check with gain > se resets the counter and becomes the reference; otherwise the counter grows,
+    and the rule is met when it reaches ``patience``. Comparing with the reference (not the previous
+    check) means a slow steady rise accumulates until it exceeds its standard error, so it does not
+    stop the fit. The *best* check is the one with the highest mean AUC (ties: the earlier), whose
+    parameters the fit returns.
+
+    Parameters
+    ----------
+    patience : int >= 1.
+
+    Raises
+    ------
+    ValueError
+        ``patience`` not an integer >= 1; `update` with an AUC vector of another length or empty.
+
+    Source: project addition (issue 27).
+    """
+
+    def __init__(self, patience: int = 3):
+        self.patience = _check_int("patience", patience, 1)
+        self.reference: np.ndarray | None = None
+        self.since = 0
+        self.best_auc = -np.inf
+        self.best_epoch = -1
+        self.best_params = None
+
+    def update(self, auc: np.ndarray, epoch: int, params=None) -> dict:
+        """Record a check after ``epoch`` epochs with per-user AUCs ``auc`` (V,) and its ``params``.
+
+        Returns a dict: auc (mean), se_mean (sd / sqrt(V)), gain and se (against the reference; NaN at
+        the first check), beyond_noise (bool), stop (bool: the rule is met), best (bool: this check is
+        the best so far). Raises ValueError for a vector of another length than the first check's.
+        """
+        auc = np.asarray(auc, np.float64)
+        if auc.ndim != 1 or auc.size == 0 or (self.reference is not None and auc.size != self.reference.size):
+            raise ValueError(f"auc must be a non-empty vector of the validation users' AUCs, got shape {auc.shape}")
+        V = auc.size
+        mean = float(auc.mean())
+        se_mean = float(auc.std(ddof=1) / np.sqrt(V)) if V > 1 else float("nan")
+        if self.reference is None:
+            gain, se, beyond = float("nan"), float("nan"), True
+        else:
+            d = auc - self.reference
+            gain = float(d.mean())
+            se = float(d.std(ddof=1) / np.sqrt(V)) if V > 1 else 0.0
+            beyond = gain > se
+        if beyond:
+            self.reference, self.since = auc, 0
+        else:
+            self.since += 1
+        best = mean > self.best_auc
+        if best:
+            self.best_auc, self.best_epoch, self.best_params = mean, int(epoch), params
+        return {"auc": mean, "se_mean": se_mean, "gain": gain, "se": se, "beyond_noise": bool(beyond),
+                "stop": self.since >= self.patience, "best": bool(best)}
+
+    def state(self) -> dict:
+        """The rule's host state as numpy arrays (for a checkpoint's ``extra``)."""
+        ref = np.zeros(0) if self.reference is None else self.reference
+        out = {"rule_reference": ref, "rule_since": np.asarray(self.since), "rule_best_auc": np.asarray(self.best_auc),
+               "rule_best_epoch": np.asarray(self.best_epoch)}
+        if self.best_params is not None:
+            out.update({f"rule_best_{k}": np.asarray(v) for k, v in self.best_params._asdict().items()})
+        return out
+
+    def restore(self, extra: dict) -> None:
+        """Set the state from `state`'s arrays (a resumed checkpoint)."""
+        ref = np.asarray(extra["rule_reference"], np.float64)
+        self.reference = ref if ref.size else None
+        self.since = int(extra["rule_since"])
+        self.best_auc = float(extra["rule_best_auc"])
+        self.best_epoch = int(extra["rule_best_epoch"])
+        if "rule_best_item_bias" in extra:
+            self.best_params = BPRParams(*(jnp.asarray(extra[f"rule_best_{k}"]) for k in BPRParams._fields))
+
+
 def fit(
     key,
     train: Observations,
@@ -633,8 +859,21 @@ def fit(
     checkpoint=None,
     checkpoint_every: int = 10,
     resume: bool = False,
+    validate_every: int | None = None,
+    patience: int = 3,
+    validation_users: int = 2000,
+    validation_negatives: int = 100,
 ) -> base.FitResult:
     """Fit BPR-MF by minibatched SGD (LearnBPR, Rendle et al. 2009 fig. 4).
+
+    Two stopping rules: ``validate_every=None`` (default) runs exactly ``n_epochs`` epochs; an integer
+    stops on held-out positives (issue 27): one positive of each of ``validation_users`` users is
+    removed from the training data for the whole run (`hold_out_validation`, seed `vi_driver.host_seed`
+    of ``key``), every ``validate_every`` epochs the validation AUC against ``validation_negatives``
+    sampled negatives per user is computed (`validation_auc`), the run stops when ``patience``
+    consecutive checks gain no more than one standard error of the paired per-user gain
+    (`AUCStoppingRule`), or after ``n_epochs``, and the parameters of the best check (highest AUC) are
+    returned.
 
     Parameters
     ----------
@@ -655,7 +894,13 @@ def fit(
         ``checkpoint_every`` epochs and at the end: the parameters, the epochs done and the per-epoch
         diagnostics so far. The epoch keys are split from ``key`` up front, so a run resumed with
         ``resume=True`` (same arguments) equals the uninterrupted one bit for bit
-        (tests/custom_inference/test_bpr.py); without ``checkpoint`` nothing is written.
+        (tests/custom_inference/test_bpr.py); without ``checkpoint`` nothing is written. With
+        ``validate_every`` the rule's state (reference AUCs, counter, best parameters) is checkpointed too.
+    validate_every : int >= 1 or None, epochs between validation checks (None: no validation, the
+        fixed ``n_epochs``).
+    patience : int >= 1, checks without a gain beyond one standard error before stopping.
+    validation_users : int >= 1, V (fewer when fewer users have >= 2 positives and a non-positive).
+    validation_negatives : int >= 1, M, sampled negatives per validation user.
 
     Returns
     -------
@@ -663,7 +908,13 @@ def fit(
     epoch (mean ln sigma(x_ui - x_uj) of the epoch's triples at the parameters after it); idata with
     the point estimate as ``posterior`` (user_factors (user, component), item_factors (item,
     component), item_bias (item); one chain, one draw) and group ``sgd_trace`` (mean_log_sigmoid,
-    rejected, log_sigmoid_after, seconds per epoch (the first includes compilation); dim epoch).
+    rejected, log_sigmoid_after, seconds per epoch (the first includes compilation); dim epoch). With
+    ``validate_every``: the state and posterior are the best check's parameters; the trace group also
+    holds validation_auc, validation_se_mean, validation_gain, validation_gain_se (NaN between checks);
+    attrs ``converged`` 1 when the rule stopped the run, 0 when ``n_epochs`` ran out, ``n_iter`` the
+    epochs run, ``best_epoch`` and ``best_validation_auc`` (and its ``best_validation_auc_se``),
+    ``validation_users`` (V used), ``validation_negatives``, ``validate_every``, ``patience``,
+    ``n_train_positives`` (N - V). Attrs ``stopping_rule`` (both modes) says which rule ran.
 
     Raises
     ------
@@ -671,7 +922,9 @@ def fit(
         ``train`` not Observations or with a stored value <= 0 or NaN; a field out of range
         (the message names it); an unknown ``sampling``; a float dtype other than float32/64;
         ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``, or a checkpoint whose state
-        does not match (`vi_driver.fit`).
+        does not match (`vi_driver.fit`); ``validate_every``, ``patience``, ``validation_users`` or
+        ``validation_negatives`` not an integer >= 1, or no user to hold a positive out of
+        (`hold_out_validation`).
     OSError
         the checkpoint cannot be written.
     TypeError
@@ -697,6 +950,13 @@ def fit(
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
     if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
         raise ValueError("dtype=float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
+    rule = vset = None
+    n_positives = int(np.asarray(train.rows).size) if isinstance(train, Observations) else 0
+    if validate_every is not None:
+        validate_every = _check_int("validate_every", validate_every, 1)
+        rule = AUCStoppingRule(patience)
+        train, vset = hold_out_validation(train, validation_users, validation_negatives,
+                                          seed=vi_driver.host_seed(key))
     data = bpr_data(train)  # after the scalar checks: its device arrays compile conversions
     k_init, k_run = jax.random.split(base.as_key(key))
     params = _init_jit(k_init, data.n_rows, data.n_cols, K, init_scale, dtype)
@@ -710,18 +970,51 @@ def fit(
     def sweep(p, t):  # one epoch; the driver times it (jax.block_until_ready) and records its EpochInfo
         return _epoch_jit(keys[t], p, data, lr_a, reg_a, breg_a, pop, tries, batch_size)
 
+    checks = {"validation_auc": np.nan, "validation_se_mean": np.nan, "validation_gain": np.nan,
+              "validation_gain_se": np.nan}
+    if rule is not None:
+        plain = sweep
+
+        def sweep(p, t):  # an epoch, then (every validate_every epochs) a check of the AUC rule
+            p, info = plain(p, t)
+            stats, met = {**{f: info[k] for k, f in enumerate(EpochInfo._fields)}, **checks}, False
+            if (t + 1) % validate_every == 0:
+                c = rule.update(validation_auc(p, vset), t + 1, p)
+                stats.update(validation_auc=c["auc"], validation_se_mean=c["se_mean"], validation_gain=c["gain"],
+                             validation_gain_se=c["se"])
+                met = c["stop"]
+            return p, vi_driver.Report(stats=stats, converged=met)
+
+    def final(p, res):  # the best check's parameters (the last epoch's when no check ran)
+        return p if rule is None or rule.best_params is None else rule.best_params
+
+    def attrs(res):
+        own = {"learning_rate": lr, "reg": reg, "bias_reg": bias_reg, "batch_size": batch_size, "n_epochs": n_epochs}
+        if rule is None:
+            return {**own, "stopping_rule": f"none: a fixed {n_epochs} epochs"}
+        auc = res.stats.get("validation_auc", np.zeros(0))
+        at_best = np.flatnonzero(np.arange(1, auc.size + 1) == rule.best_epoch)
+        return {**own, "stopping_rule": (f"held-out AUC: every {validate_every} epochs, stop after {rule.patience} "
+                                         f"checks without a paired gain > 1 standard error; best check returned"),
+                "best_epoch": int(rule.best_epoch), "best_validation_auc": float(rule.best_auc),
+                "best_validation_auc_se": float(res.stats["validation_se_mean"][at_best[0]]) if at_best.size else np.nan,
+                "validate_every": validate_every, "patience": rule.patience, "validation_users": int(vset.users.size),
+                "validation_negatives": int(vset.negatives.shape[1]), "n_train_positives": n_positives - int(vset.users.size)}
+
     output = vi_driver.Output(
         "bpr", f"sgd-{sampling}", lambda p: (vi_driver.point_posterior(p._asdict()), "point estimate"),
         dims={"user_factors": ["user", "component"], "item_factors": ["item", "component"], "item_bias": ["item"],
-              **{f: ["epoch"] for f in (*EpochInfo._fields, "seconds")}},
+              **{f: ["epoch"] for f in (*EpochInfo._fields, "seconds", *checks)}},
         coords={"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K)},
         trace_group="sgd_trace", trace=lambda res: {**res.stats, "seconds": res.sweep_seconds},
         result_trace=lambda res: res.stats["log_sigmoid_after"], source="Rendle et al. 2009 (UAI), LearnBPR fig. 4",
-        attrs={"learning_rate": lr, "reg": reg, "bias_reg": bias_reg, "batch_size": batch_size, "n_epochs": n_epochs})
+        final=final, attrs=attrs)
     options = vi_driver.FitOptions(max_iter=n_epochs, progress=progress, checkpoint=checkpoint,
                                    checkpoint_every=checkpoint_every, resume=resume, dtype=dtype)
     return vi_driver.fit(ALGORITHM, data, options=options, output=output, key=key, K=K, hyper=hyper, state=params,
-                         sweep=sweep, stats=EpochInfo._fields, desc=f"BPR ({sampling}, K={K})")
+                         sweep=sweep, stats=EpochInfo._fields, desc=f"BPR ({sampling}, K={K})",
+                         save_extra=None if rule is None else rule.state,
+                         restore_extra=None if rule is None else rule.restore)
 
 
 def score_users(params: BPRParams, users) -> jax.Array:

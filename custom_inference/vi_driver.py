@@ -26,7 +26,8 @@ Conventions of `run` (and so of every solver):
   ``evaluate(state)``, when given, replaces the report's ELBO and is computed outside the sweep's
   timing (SVI epochs, whose sweep does not compute the full-data ELBO).
 - Stopping rule: after a recorded value, stop when its relative change < ``tol`` (tol = 0 never
-  stops early, since a relative change is >= 0); ``converged`` says whether that happened.
+  stops early, since a relative change is >= 0), or when a `Report` says ``converged`` (a solver's
+  own rule, e.g. BPR's held-out AUC); ``converged`` says whether either happened.
 - Every recorded value is checked: a non-finite one raises FloatingPointError naming the sweep.
 - Timing: ``sweep_seconds[t]`` is the wall time of sweep t alone (the call and
   ``jax.block_until_ready`` on the new state; not ``evaluate``, the callback or the bar);
@@ -87,7 +88,7 @@ class VIRun(NamedTuple):
     iteration : int64 (n_rec,) number of sweeps done when each value was recorded (0: ``init_elbo``;
         ``n_iter``: ``final_elbo``).
     n_iter : int, iterations (units) done, those of a resumed checkpoint included (<= max_iter).
-    converged : bool, whether the tolerance stopped the run.
+    converged : bool, whether the tolerance (or a `Report` with ``converged``) stopped the run.
     seconds : float, wall seconds of the run in this process (a resumed run: since the resume).
     sweep_seconds : float64 (n_sweeps,) wall seconds of each sweep call (the first one compiles; a
         resumed run keeps the checkpoint's); n_sweeps = n_iter when every sweep is one unit.
@@ -165,8 +166,11 @@ class Report(NamedTuple):
         minibatches; ``max_iter``, ``checkpoint_every`` and `VIRun.n_iter` count units).
     stop : True when the sweep's own budget is spent (e.g. SIBM SVI's ``max_cells``): the run
         ends after this sweep (`VIRun.stopped`) and a resumed run does not go on.
+    converged : True when the solver's own convergence rule is met after this sweep (e.g. BPR's
+        held-out AUC rule, `custom_inference.bpr.fit`): the run ends after it with `VIRun.converged`
+        True (attrs ``converged`` 1), as when the tolerance stops it; a resumed run does not go on.
 
-    Source: project addition (issue 25).
+    Source: project addition (issue 25; ``converged``: issue 27).
     """
 
     elbo: Any = None
@@ -174,24 +178,25 @@ class Report(NamedTuple):
     stats: Any = None
     units: int = 1
     stop: bool = False
+    converged: bool = False
 
 
 def _unpack(report, stat_names):
-    """(elbo or None, rel_change or None, stats dict, units, stop) from a sweep's report."""
+    """(elbo or None, rel_change or None, stats dict, units, stop, converged) from a sweep's report."""
     if report is None:
-        return None, None, {}, 1, False
+        return None, None, {}, 1, False, False
     if isinstance(report, Report):
         value = None if report.elbo is None else float(report.elbo)
         rel = None if report.rel_change is None else float(report.rel_change)
         stats = {k: float(v) for k, v in dict(report.stats or {}).items()}
-        return value, rel, stats, int(report.units), bool(report.stop)
+        return value, rel, stats, int(report.units), bool(report.stop), bool(report.converged)
     stats = {n: float(getattr(report, n)) for n in stat_names}
     if hasattr(report, "elbo"):
         rel = getattr(report, "rel_change", None)
-        return float(report.elbo), (None if rel is None else float(rel)), stats, 1, False
+        return float(report.elbo), (None if rel is None else float(rel)), stats, 1, False, False
     if stat_names:
-        return None, None, stats, 1, False
-    return float(report), None, {}, 1, False
+        return None, None, stats, 1, False, False
+    return float(report), None, {}, 1, False, False
 
 
 def run(
@@ -329,7 +334,7 @@ def run(
                 state, report = sweep(state, t)
                 jax.block_until_ready(state)
                 sweep_seconds.append(time.perf_counter() - t0)
-                value, given, values, units, stop = _unpack(report, stats)
+                value, given, values, units, stop, own_rule = _unpack(report, stats)
                 done = t + units
                 bar.update(units)
                 rel = None
@@ -343,7 +348,7 @@ def run(
                 if callback is not None:
                     callback(t, state, report)
                 before, t = t, done
-                converged, stopped = rel is not None and rel < tol, stop
+                converged, stopped = (rel is not None and rel < tol) or own_rule, stop
                 if converged or stopped:
                     break
                 if checkpoint is not None and (t // checkpoint_every > before // checkpoint_every

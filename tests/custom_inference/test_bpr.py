@@ -281,3 +281,176 @@ def test_stopped_and_resumed_fit_equals_the_uninterrupted_one(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     for f in ("mean_log_sigmoid", "rejected", "log_sigmoid_after"):
         np.testing.assert_array_equal(full.idata.sgd_trace[f].values, resumed.idata.sgd_trace[f].values)
+
+
+# ---------------------------------------------------------------------------
+# the stopping rule on held-out positives (issue 27)
+# ---------------------------------------------------------------------------
+
+
+def _pairs(rows, cols, J):
+    return set((np.asarray(rows, np.int64) * J + np.asarray(cols, np.int64)).tolist())
+
+
+def test_hold_out_validation_removes_one_positive_per_user_and_draws_true_negatives():
+    rng = np.random.default_rng(3)
+    obs, dense = _random_obs(rng, 60, 25, 0.15)
+    dense[0] = 1.0  # a user with every item: not eligible (no negative)
+    obs = Observations.from_dense(dense, kind="binary")
+    reduced, v = bpr.hold_out_validation(obs, n_users=40, n_negatives=30, seed=5)
+    J = obs.n_cols
+    full, kept, held = _pairs(obs.rows, obs.cols, J), _pairs(reduced.rows, reduced.cols, J), _pairs(v.users, v.positives, J)
+    assert v.users.size == 40 and np.all(np.diff(v.users) > 0) and 0 not in v.users
+    assert len(held) == 40 and kept.isdisjoint(held) and kept | held == full  # exactly the held-out ones removed
+    assert reduced.shape == obs.shape and reduced.nnz == obs.nnz - 40
+    deg = dense.sum(1)
+    assert np.all(deg[v.users] >= 2)  # each validation user keeps a training positive
+    assert v.negatives.shape == (40, 30) and not np.any(dense[v.users[:, None], v.negatives] == 1)
+    again = bpr.hold_out_validation(obs, n_users=40, n_negatives=30, seed=5)[1]
+    for a, b in zip(v, again):
+        np.testing.assert_array_equal(a, b)
+    few = bpr.hold_out_validation(obs, n_users=10_000, n_negatives=2, seed=0)[1]
+    assert few.users.size == int(np.sum((deg >= 2) & (deg < J)))  # all eligible users when fewer than asked
+    with pytest.raises(ValueError, match="cannot hold out"):
+        bpr.hold_out_validation(Observations.from_dense(np.eye(4), kind="binary"))
+    with pytest.raises(ValueError, match="validation_negatives"):
+        bpr.hold_out_validation(obs, n_negatives=0)
+
+
+def test_negatives_are_uniform_over_the_non_positives():
+    """One user with 3 positives among J = 8: its 5 non-positives must each get 1/5 of the draws.
+    Chi-square goodness of fit at a 1e-3 false-alarm rate (fixed seed)."""
+    dense = np.zeros((2, 8))
+    dense[0, [1, 4, 6]] = 1.0
+    dense[1, [0, 2]] = 1.0
+    _, v = bpr.hold_out_validation(Observations.from_dense(dense, kind="binary"), n_users=2, n_negatives=5000, seed=1)
+    row = v.negatives[v.users == 0][0]
+    counts = np.bincount(row, minlength=8)
+    assert counts[[1, 4, 6]].sum() == 0
+    assert st.chisquare(counts[[0, 2, 3, 5, 7]]).pvalue > 1e-3
+
+
+def test_validation_auc_counts_ties_as_half():
+    W = jnp.asarray([[1.0], [1.0]])
+    H = jnp.asarray([[2.0], [1.0], [0.0], [1.0]])
+    p = bpr.BPRParams(W, H, jnp.zeros(4))
+    v = bpr.ValidationSet(np.array([0, 1]), np.array([0, 1]), np.array([[1, 2], [3, 0]]))
+    np.testing.assert_array_equal(bpr.validation_auc(p, v), [1.0, 0.25])  # user 1: a tie (1/2) and a loss
+
+
+def test_rule_stops_on_a_plateau_after_patience_checks_and_keeps_the_best():
+    """A planted AUC path: 4 checks rising by 0.05 for every user, then flat (gain 0, se 0: no gain
+    beyond noise), so the rule is met exactly ``patience`` checks into the plateau; the best check is
+    the first of the plateau (ties keep the earlier)."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.3, 0.6, 500)
+    rule = bpr.AUCStoppingRule(patience=3)
+    path = [base + 0.05 * min(c, 3) for c in range(10)]
+    stops = [rule.update(a, epoch=5 * (c + 1), params=c)["stop"] for c, a in enumerate(path)]
+    assert stops.index(True) == 3 + 3  # checks 0..3 rise, 4, 5, 6 are flat: met at the 3rd flat one
+    assert rule.best_epoch == 20 and rule.best_params == 3
+    assert rule.best_auc == pytest.approx(float(path[3].mean()), rel=1e-12)
+
+
+def test_rule_does_not_stop_while_the_auc_rises_beyond_noise():
+    """Mean AUC rises 0.01 per check; each user's AUC has independent noise sd 0.03, so the paired gain
+    has standard error ~0.03 sqrt(2) / sqrt(400) = 0.0021, and a check fails to exceed it with
+    probability P(Z < (0.0021 - 0.01) / 0.0021) ~ 1e-4; 3 consecutive failures (the next gain, against
+    the same reference, is twice as large) over 30 checks: < 1e-9."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.4, 0.5, 400)
+    rule = bpr.AUCStoppingRule(patience=3)
+    out = [rule.update(base + 0.01 * c + rng.normal(0, 0.03, 400), epoch=c + 1) for c in range(30)]
+    assert not any(o["stop"] for o in out)
+    gains = np.array([o["gain"] for o in out[1:]])
+    ses = np.array([o["se"] for o in out[1:]])
+    assert np.all(gains > ses)
+    # a slow rise (gain below one se each check) accumulates against the fixed reference and resets it
+    rule = bpr.AUCStoppingRule(patience=3)
+    slow = [rule.update(base + 0.0015 * c + rng.normal(0, 0.03, 400), epoch=c + 1) for c in range(30)]
+    assert any(o["beyond_noise"] for o in slow[2:])
+
+
+def test_rule_rejects_bad_input():
+    with pytest.raises(ValueError, match="patience"):
+        bpr.AUCStoppingRule(0)
+    rule = bpr.AUCStoppingRule(2)
+    rule.update(np.full(5, 0.5), 1)
+    with pytest.raises(ValueError, match="auc"):
+        rule.update(np.full(4, 0.5), 2)
+
+
+_VAL = dict(validate_every=2, patience=3, validation_users=60, validation_negatives=20)
+
+
+def test_fit_with_validation_stops_returns_the_best_check_and_never_trains_on_held_out(monkeypatch):
+    from custom_inference import vi_driver
+
+    _, train, _ = _planted_split()
+    obs = Observations.from_dense(train, kind="binary")
+    seen = []
+    real = bpr._epoch_jit
+
+    def spy(key, params, data, *args, **kw):
+        seen.append(_pairs(data.rows, data.cols, data.n_cols))
+        return real(key, params, data, *args, **kw)
+
+    monkeypatch.setattr(bpr, "_epoch_jit", spy)
+    key = jax.random.key(4)
+    res = bpr.fit(key, obs, _K, _HYPER, n_epochs=200, sampling="uniform", **_VAL, **dict(_FIT, learning_rate=0.2))
+    a = res.idata.posterior.attrs
+    assert a["converged"] == 1 and a["n_iter"] < 200 and a["n_iter"] % 2 == 0  # the planted AUC plateaus
+    _, v = bpr.hold_out_validation(obs, 60, 20, seed=vi_driver.host_seed(key))  # the fit's own split
+    held = _pairs(v.users, v.positives, obs.n_cols)
+    assert len(seen) == a["n_iter"] and all(s.isdisjoint(held) for s in seen)  # never trained on
+    assert a["n_train_positives"] == obs.nnz - 60 == len(seen[0])
+    auc = res.idata.sgd_trace.validation_auc.values
+    checks = np.flatnonzero(~np.isnan(auc))
+    np.testing.assert_array_equal(checks + 1, np.arange(2, a["n_iter"] + 1, 2))
+    assert a["best_validation_auc"] == np.max(auc[checks]) and auc[a["best_epoch"] - 1] == np.max(auc[checks])
+    # the returned parameters are the best check's: their AUC is the best one, recomputed
+    assert float(bpr.validation_auc(res.state, v).mean()) == pytest.approx(a["best_validation_auc"], abs=1e-12)
+    assert a["stopping_rule"].startswith("held-out AUC")
+
+
+def test_fit_with_validation_runs_to_n_epochs_when_the_rule_is_not_met():
+    _, train, _ = _planted_split()
+    obs = Observations.from_dense(train, kind="binary")
+    res = bpr.fit(jax.random.key(4), obs, _K, _HYPER, n_epochs=4, **dict(_VAL, patience=50), **_FIT)
+    a = res.idata.posterior.attrs
+    assert a["converged"] == 0 and a["n_iter"] == 4 and a["patience"] == 50
+    plain = bpr.fit(jax.random.key(4), obs, _K, _HYPER, n_epochs=2, **_FIT)
+    assert plain.idata.posterior.attrs["stopping_rule"] == "none: a fixed 2 epochs"
+    assert "best_epoch" not in plain.idata.posterior.attrs
+
+
+def test_validated_fit_resumes_bit_for_bit(tmp_path):
+    from custom_inference import base
+
+    _, train, _ = _planted_split()
+    obs = Observations.from_dense(train, kind="binary")
+    kw = dict(n_epochs=6, **dict(_VAL, validate_every=1, patience=50), **_FIT)
+    full = bpr.fit(jax.random.key(2), obs, _K, _HYPER, **kw)
+    ckpt = tmp_path / "bpr.npz"
+    writes = []
+
+    def hook(path, n_done):
+        writes.append(n_done)
+        if len(writes) == 2:
+            raise base.Interrupted("stop")
+
+    with base.on_checkpoint(hook), pytest.raises(base.Interrupted):
+        bpr.fit(jax.random.key(2), obs, _K, _HYPER, checkpoint=ckpt, checkpoint_every=2, **kw)
+    resumed = bpr.fit(jax.random.key(2), obs, _K, _HYPER, checkpoint=ckpt, checkpoint_every=2, resume=True, **kw)
+    for x, y in zip(full.state, resumed.state):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(full.idata.sgd_trace.validation_auc.values, resumed.idata.sgd_trace.validation_auc.values)
+    assert full.idata.posterior.attrs["best_epoch"] == resumed.idata.posterior.attrs["best_epoch"]
+
+
+@pytest.mark.parametrize("field", ["validate_every", "patience", "validation_users", "validation_negatives"])
+def test_validation_settings_are_checked(field):
+    obs = Observations.from_dense(_TINY, kind="binary")
+    kw = {"validate_every": 1, field: 0}
+    with pytest.raises(ValueError, match=field):
+        bpr.fit(jax.random.key(0), obs, 2, n_epochs=1, **kw)

@@ -368,3 +368,20 @@ def test_run_options_decorator_keeps_the_old_keywords():
     assert params["num_samples"].default == 7 and "num_warmup" in params and "options" in params
     with pytest.raises(TypeError):
         sample(0, None, num_chain=2)
+
+
+def test_a_report_with_converged_ends_the_run_as_converged(tmp_path):
+    """`Report.converged` (a solver's own rule, issue 27) stops after that sweep with converged True, with
+    tol = 0; the checkpoint records it, so a resumed run does not go on."""
+    def sweep(s, t):
+        return s + 1, vi_driver.Report(stats={"x": float(t)}, converged=(t == 2))
+
+    res = vi_driver.run(sweep, jnp.asarray(0), max_iter=10, tol=0.0, progress=False, checkpoint=tmp_path / "c.npz")
+    assert res.converged and not res.stopped and res.n_iter == 3 and int(res.state) == 3
+    np.testing.assert_array_equal(res.stats["x"], [0.0, 1.0, 2.0])
+    again = vi_driver.run(sweep, jnp.asarray(0), max_iter=10, progress=False, checkpoint=tmp_path / "c.npz",
+                          resume=True)
+    assert again.converged and again.n_iter == 3 and int(again.state) == 3
+    plain = vi_driver.run(lambda s, t: (s + 1, vi_driver.Report(stats={"x": 1.0})), jnp.asarray(0), max_iter=4,
+                          progress=False)
+    assert not plain.converged and plain.n_iter == 4  # the default Report never stops the run

@@ -114,15 +114,23 @@ def test_evaluate_implicit_reports_skips_and_convergence():
     assert any("SIBM S-Uniform" in n for n in res.notes)
 
 
-@pytest.mark.parametrize("tol, converged", [(1.0, True), (0.0, False)])
-def test_bpr_stops_on_its_windowed_rule(monkeypatch, tol, converged):
-    monkeypatch.setitem(ie.LARGE_SETTINGS, "bpr_tol", tol)
-    w = ie.LARGE_SETTINGS["bpr_window"]
-    f = ie.baseline_systems(large_cells=0, n_factors=2, n_epochs=3 * w, batch_size=32)["BPR-uniform"]
+@pytest.mark.parametrize("patience, converged", [(1, True), (50, False)])
+def test_bpr_stops_on_its_held_out_auc_rule(patience, converged):
+    """The BPR factory fits with `custom_inference.bpr.fit`'s held-out AUC rule (`ie.BPR_STOPPING`, overridable)
+    and reports what it did: patience 1 stops at a check once the AUC gains no more than its standard error
+    (within 30 epochs on this random matrix, where there is nothing to learn beyond popularity); patience 50
+    cannot be met in 30 epochs, so all of them run."""
+    f = ie.baseline_systems(large_cells=0, n_factors=2, n_epochs=30, batch_size=32, validate_every=2,
+                            patience=patience)["BPR-uniform"]
     fn = f(_obs(30, 12, nnz=120), 0)
-    # tol 1: the first test (after 2 windows) stops it; tol 0: never, all n_epochs run
-    assert fn.fit_info == {"converged": converged, "iterations": 2 * w if converged else 3 * w, "unit": "epochs"}
+    info = fn.fit_info
+    assert info["converged"] is converged and info["unit"] == "epochs"
+    assert (info["iterations"] < 30) if converged else (info["iterations"] == 30)
+    assert info["iterations"] % 2 == 0 and 2 <= info["best_epoch"] <= info["iterations"]
     assert np.asarray(fn(np.arange(3))).shape == (3, 12)
+    fixed = ie.baseline_systems(large_cells=0, n_factors=2, n_epochs=3, batch_size=32, validate_every=None)["BPR-uniform"]
+    assert fixed(_obs(30, 12, nnz=120), 0).fit_info == {"converged": "n/a", "iterations": 3, "unit": "epochs"}
+    assert ie.BPR_STOPPING["large"] == {"validate_every": 5, "patience": 3}
 
 
 def test_fit_info_reads_the_solver_run_attrs():
