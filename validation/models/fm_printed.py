@@ -60,24 +60,28 @@ def _problem(seed: int, K: int):
 
 
 def _program_logf(design: FMDesign, group, K, sites: dict):
-    """name -> callable(grid, index): the program's log density along a grid of sites[name][index]
-    (one compilation per site name; the index is traced)."""
+    """(name, index) -> callable(grid): the program's log density along a grid of sites[name][index].
+
+    The sites are flattened into one vector, so one compiled program serves every site (the flat
+    position is traced)."""
     args = (design.rows, design.cols, design.values, design.n_rows, design.n_features, group, K, HYPER, design.y)
-    cache = {}
+    names = list(sites)
+    shapes = [np.shape(sites[n]) for n in names]
+    sizes = [int(np.prod(sh)) for sh in shapes]
+    starts = dict(zip(names, np.cumsum([0] + sizes[:-1]).tolist()))
+    flat = jnp.concatenate([jnp.ravel(sites[n]) for n in names])
 
-    def get(name):
-        if name not in cache:
-            def one(v, idx):
-                s = dict(sites)
-                s[name] = sites[name].at[idx].set(v) if idx else v
-                return log_density(ppl.model_hier, args, {"n_groups": design.n_groups}, s)[0]
+    def one(v, pos):
+        theta = flat.at[pos].set(v)
+        parts = jnp.split(theta, np.cumsum(sizes)[:-1].tolist())
+        s = {n: x.reshape(sh) for n, x, sh in zip(names, parts, shapes)}
+        return log_density(ppl.model_hier, args, {"n_groups": design.n_groups}, s)[0]
 
-            cache[name] = jax.jit(jax.vmap(one, in_axes=(0, None)))
-        return cache[name]
+    f = jax.jit(jax.vmap(one, in_axes=(0, None)))
 
     def logf(name, index):
-        idx = tuple(jnp.asarray(i) for i in index)
-        return lambda grid: np.asarray(get(name)(jnp.asarray(grid, jnp.float64), idx))
+        pos = starts[name] + (int(np.ravel_multi_index(index, shapes[names.index(name)])) if index else 0)
+        return lambda grid: np.asarray(f(jnp.asarray(grid, jnp.float64), jnp.asarray(pos)))
 
     return logf
 

@@ -1,10 +1,12 @@
 """Independent checks of printed formulas: the shared Monte Carlo test and the verdict record.
 
-The checks in `vbfm_printed`, `psm_printed`, `jj_printed` and `hpf_printed` judge a cached quantity of a
-solver (and the seed's printed form of it) against an estimate that does not use the project's own
-derivation: Monte Carlo from q (draws of the latent variables, the quantity computed by its definition
-on every draw), exact enumeration of a small discrete case, or a brute-force grid. This module holds the
-one statistical rule they share; the equation-by-equation verdicts are listed in
+The checks in `vbfm_printed`, `psm_printed`, `jj_printed`, `hpf_printed`, `bpmf_printed`,
+`sbmf_printed`, `fm_printed` and `pfm_printed` judge a cached quantity or a conditional of a solver (and
+the seed's printed form of it) against an estimate that does not use the project's own derivation: Monte
+Carlo from q (draws of the latent variables, the quantity computed by its definition on every draw),
+exact enumeration of a small discrete case, a brute-force grid, Bayes' rule evaluated numerically, or
+the program's log joint normalized on a grid (`normalized_moments`). This module holds the statistical
+rule and the quadrature they share; the equation-by-equation verdicts are listed in
 ``docs/equation_verdicts.md``.
 
 Rule. For a cached value c and n i.i.d. draws f_1..f_n of an unbiased estimator of the same

@@ -13,7 +13,7 @@ printed and the corrected form side by side.
 
 A form agrees when |mean - grid mean| / grid sd and |variance / grid variance - 1| are both below
 `MOMENT_TOL`: the grid spans >= 12 sd of every candidate (20 sd above a Gamma's mean) on 1,501 points, where Simpson's rule on these
-smooth densities errs by < 1e-9 (measured: correct forms within 1e-10); a wrong term moves either
+smooth densities errs by < 1e-8 (measured: correct forms within 1.4e-9); a wrong term moves either
 number by O(0.01-1).
 
 Source: ``004_90693a0965f06816.txt`` ch. 3, eq. 3.13 and Algorithm 2 lines 2-5, 7-10, 12, 14, 19, 25,
