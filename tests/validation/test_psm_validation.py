@@ -115,7 +115,7 @@ def test_probit_approximation_against_monte_carlo(problem):
 
 
 def test_implicit_system_factory():
-    obs, _ = vp._errata_problem()[:2]  # the same shapes as the other tests (compiled once)
+    obs, _ = vp.errata_problem()[:2]  # the same shapes as the other tests (compiled once)
     train = Observations.from_coo(obs.rows, obs.cols, np.ones(obs.nnz), obs.shape, kind="binary")
     factory = model_studies.implicit_system(K=K, r=1.0, max_iter=5, dtype=np.float64)
     score = factory(train, 0)
@@ -154,7 +154,7 @@ def test_validation_split_is_carved_from_the_training_matrix():
 def test_psm_sweep_runs_every_setting_once_per_protocol():
     from validation.data.datasets import ImplicitSplit
 
-    obs, _ = vp._errata_problem()[:2]  # the shapes of the other tests (compiled once per module)
+    obs, _ = vp.errata_problem()[:2]  # the shapes of the other tests (compiled once per module)
     train = Observations.from_coo(obs.rows, obs.cols, np.ones(obs.nnz), obs.shape, kind="binary")
     seen = np.zeros(obs.shape, bool)
     seen[np.asarray(obs.rows), np.asarray(obs.cols)] = True

@@ -732,7 +732,6 @@ def errata_problem():
     return obs, r, state, xi, got, want
 
 
-_errata_problem = errata_problem   # the older private name (tests/validation/test_psm_validation.py)
 
 _ERRATA_K = 2  # the cross-check's K: one compiled sweep serves tests, errata and cross-check
 
