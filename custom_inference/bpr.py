@@ -47,6 +47,15 @@ rejected (weight 0, no update) and counted in `EpochInfo.rejected`. There is nev
 unbounded redraw loop. Membership of (u, j) in the training set is a vectorized binary search
 in u's sorted row of the CSR pattern: O(log degree) work and O(N) memory, never I x J.
 
+Stopping rule
+-------------
+``fit(..., validate_every=k)`` stops on held-out positives, as practitioners stop BPR: one positive of
+each of ``validation_users`` users leaves the training data for the run (`hold_out_validation`), the
+sampled AUC of those positives against ``validation_negatives`` negatives per user is checked every k
+epochs (`validation_auc`), and the run stops after ``patience`` checks whose gain over the reference
+check is at most one paired per-user standard error (`AUCStoppingRule`, derivation there), returning
+the best check's parameters. Without ``validate_every`` exactly ``n_epochs`` run (the default).
+
 Why not a library
 -----------------
 Checked on PyPI for Python 3.11 with numpy 2.x: `implicit` (0.7) samples negatives uniformly
@@ -797,7 +806,8 @@ class AUCStoppingRule:
 
         Returns a dict: auc (mean), se_mean (sd / sqrt(V)), gain and se (against the reference; NaN at
         the first check), beyond_noise (bool), stop (bool: the rule is met), best (bool: this check is
-        the best so far). Raises ValueError for a vector of another length than the first check's.
+        the best so far). Raises ValueError for an empty vector or one of another length than the first
+        check's. Source: project addition (issue 27).
         """
         auc = np.asarray(auc, np.float64)
         if auc.ndim != 1 or auc.size == 0 or (self.reference is not None and auc.size != self.reference.size):
@@ -823,7 +833,10 @@ class AUCStoppingRule:
                 "stop": self.since >= self.patience, "best": bool(best)}
 
     def state(self) -> dict:
-        """The rule's host state as numpy arrays (for a checkpoint's ``extra``)."""
+        """The rule's host state as a dict of numpy arrays (for a checkpoint's ``extra``): the reference
+        per-user AUCs (V,) float64 (empty before the first check), the counter, the best mean AUC and
+        epoch, and the best parameters (``rule_best_<field>``, the shapes of `BPRParams`). Raises nothing.
+        Source: project addition (issue 27)."""
         ref = np.zeros(0) if self.reference is None else self.reference
         out = {"rule_reference": ref, "rule_since": np.asarray(self.since), "rule_best_auc": np.asarray(self.best_auc),
                "rule_best_epoch": np.asarray(self.best_epoch)}
@@ -832,7 +845,8 @@ class AUCStoppingRule:
         return out
 
     def restore(self, extra: dict) -> None:
-        """Set the state from `state`'s arrays (a resumed checkpoint)."""
+        """Set the state from `state`'s arrays (a resumed checkpoint). Raises KeyError when a key of
+        `state` is missing. Source: project addition (issue 27)."""
         ref = np.asarray(extra["rule_reference"], np.float64)
         self.reference = ref if ref.size else None
         self.since = int(extra["rule_since"])
