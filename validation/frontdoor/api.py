@@ -412,23 +412,24 @@ class FittedModel:
         return scoring.predict(self, pairs, interval=interval, means=means, kind=kind, seed=seed)
 
     def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, means: str = "draws",
-                  max_bytes: int | None = None) -> pd.DataFrame:
+                  max_bytes: int | None = None, sd: bool = True) -> pd.DataFrame:
         """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
         users : one id or a list of original user ids; N : int >= 1 items per user;
         exclude_seen : leave out the user's training items (default True); means : "draws" (mean
         over the stored draws) or "q" (closed form under q where it exists: HPF CAVI);
         max_bytes : bound on the scoring's temporary arrays (default `validation.frontdoor.scoring.MAX_BYTES`,
-        256 MiB).
+        256 MiB); sd : compute the sd column (default True; False skips the pass over the draws).
         Returns a DataFrame, one row per (user, rank): user, rank (1..N), item (original id),
         score (posterior mean of E[y_ui]), sd (its posterior sd). Work: per user one pass over the
         J items (`validation.frontdoor.scoring.recommend`, chunked over users); never an I x J array.
+        Memory kept between calls: `validation.frontdoor.scoring.cache_bytes` (no copy of the draws).
         Raises KeyError for an unknown user id, ValueError for N < 1, a bad ``means`` or a
         ``max_bytes`` too small for one user. Source: project addition.
         """
         from validation.frontdoor import scoring
 
-        return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means,
+        return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means, sd=sd,
                                  max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
