@@ -83,6 +83,9 @@ class Adapter:
     faster : for a solver whose every sweep is dense in users x items (batch SIBM), a pair
         (faster model name, seconds per user-item cell per factor per sweep measured here) used to warn
         before a long fit; None: no estimate.
+    precheck : ``precheck(obs, options)`` run by `fit` on the prepared `Observations` and the solver
+        options before anything is compiled, raising ValueError for data or options the solver cannot
+        fit (PSM's fully observed matrix, OVBFM's n_batches above the entries); None: no check.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Adapter:
     draws: str | None = None
     solver: str | None = None
     faster: tuple | None = None
+    precheck: Callable | None = None
 
 
 ADAPTERS: dict[str, Adapter] = {}
@@ -746,8 +750,7 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     except ValueError as exc:  # in the DataFrame's column names (a matrix's messages stay as they are)
         raise ValueError(_user_terms(str(exc), names if isinstance(data, pd.DataFrame) else {})) from None
     if table.empty:
-        raise ValueError(f"data: no entries left to fit ({model} drops zero {adapter.values} values; "
-                         f"transform={transform!r}, threshold={threshold!r})")
+        raise ValueError(_nothing_left(model, adapter.values, given, transform, threshold, names))
     dropped = _dropped(given, table) if user_ids is None else _no_drops(len(given) - len(table))
     if user_ids is None:
         user_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
@@ -776,6 +779,8 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
         raise ValueError("checkpoint_every needs resume_from (the folder the checkpoints go to)")
     if stop_after is not None and resume_from is None:
         raise ValueError("_stop_after needs resume_from")
+    if adapter.precheck is not None:
+        adapter.precheck(obs, run_options)
     _warn_if_slow(adapter, obs, K, run_options)
     t1 = time.perf_counter()
     with base.collect_runs() as runs, base.run_fingerprint(fingerprint):
@@ -793,6 +798,23 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     settings["summary"] = summary
     _warn_summary(fitted, summary)
     return fitted
+
+
+def _nothing_left(model: str, kind: str, given: pd.DataFrame, transform: str, threshold: float,
+                  names: Mapping[str, str]) -> str:
+    """The message of a fit whose value transform left no entry: for a binarization, the threshold,
+    how many entries were below it, the largest value and the options that change it."""
+    v = given["rating"].to_numpy(np.float64)
+    binarized = kind == "binary" and (transform == "binarize" or
+                                      (transform == "none" and not np.all(np.isin(v, (0.0, 1.0)))))
+    if binarized:
+        below = int(np.count_nonzero(v < threshold))
+        return (f"data: binarizing the {names['rating']} values at threshold={threshold:g} (values >= "
+                f"{threshold:g} become 1, the rest 0, which {model} drops) left no entries: {below} of "
+                f"{v.size} entries are below {threshold:g} (largest value {v.max():g}); pass a lower "
+                f"threshold (e.g. threshold={v.max():g}), or values that are already 0/1")
+    return (f"data: no entries left to fit ({model} drops zero {kind} values; {v.size} entries given, "
+            f"{int(np.count_nonzero(v == 0))} of them zero; transform={transform!r}, threshold={threshold!r})")
 
 
 def valid_options(model: str) -> tuple[str, ...]:
