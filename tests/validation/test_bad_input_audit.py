@@ -87,3 +87,41 @@ def test_psm_on_a_fully_observed_matrix_is_refused_before_compiling(users, items
     ok = pd.DataFrame({"u": [0, 0, 0, 1, 1], "i": [0, 1, 2, 2, 3], "r": 1.0})
     with pytest.raises(SolverReached):
         api.fit("psm", ok, K=2, user_col="u", item_col="i", value_col="r")
+
+
+LOW = [np.float16, "float16", "bfloat16", np.int32]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_the_shared_dtype_check_names_the_accepted_dtypes(dtype):
+    from custom_inference import base
+
+    with pytest.raises(ValueError, match=r"dtype must be one of \['float32', 'float64'\]"):
+        base.compute_dtype(dtype)
+    with pytest.raises(ValueError, match="float32"):
+        base.RunOptions(dtype=dtype)
+    assert base.compute_dtype(None, np.float32) == np.float32 and base.compute_dtype("float64") == np.float64
+    assert base.compute_dtype(None) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"], ids=str)
+def test_vbfm_and_sibm_refuse_float16_compute(dtype):
+    # both used to compute silently in the dtype asked for (issue 24 audit)
+    from custom_inference import sibm, vbfm
+    from custom_inference.data import Observations
+    from ppl_models.fm import FMFlatHyper
+    from ppl_models.sibm import SIBMHyper
+    from validation.frontdoor.api_models import ids_design
+
+    obs = Observations.from_coo([0, 1, 2, 0], [0, 1, 2, 2], [1.0, 1.0, 1.0, 1.0], (3, 3))
+    with pytest.raises(ValueError, match=r"dtype must be one of \['float32', 'float64'\]"):
+        sibm.fit(0, obs, 2, SIBMHyper(), max_iter=2, progress=False, dtype=dtype)
+    with pytest.raises(ValueError, match=r"dtype must be one of \['float32', 'float64'\]"):
+        vbfm.fit(0, ids_design(obs), 2, FMFlatHyper(), max_iter=2, progress=False, dtype=dtype)
+
+
+@pytest.mark.parametrize("model", ["sibm", "vbfm", "hpf"])
+def test_the_front_door_refuses_float16_compute_before_the_solver(model, stub):
+    df = pd.DataFrame({"u": [0, 1, 2], "i": [0, 1, 2], "r": [1.0, 1.0, 1.0]})
+    with pytest.raises(ValueError, match=r"dtype must be one of \['float32', 'float64'\].*got float16"):
+        api.fit(model, df, K=2, user_col="u", item_col="i", value_col="r", dtype="float16")

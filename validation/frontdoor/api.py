@@ -736,6 +736,8 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     if transform not in ("none", "round", "double", "binarize", "error"):
         raise ValueError(f"transform must be one of none, round, double, binarize, error; got {transform!r}")
     _check_options(adapter, options)
+    if options.get("dtype") is not None:  # float16 / bfloat16 refused before anything else (shared check)
+        base.compute_dtype(options["dtype"])
     if isinstance(data, Observations):
         table = _observations_table(data, adapter.values, transform)
         names = {"user": "row", "item": "column", "rating": "value"}
