@@ -639,11 +639,58 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
         pc = np.concatenate(chosen) if chosen else np.empty(0, np.int64)
         pr = block_rows[pb]
         sds = None
-        if sd:
+        if sd and form is not None and form.link in ("identity", "sigmoid") and \
+                _F8 * S * max(N, 1) * (K + 4) <= max_bytes - kept:
+            sds = _chosen_sd(form, block_rows, chosen, max_bytes - kept)
+        elif sd:
             sds = _pair_stats(form, fitted, post, attrs, pr, pc, pair_m, block, want="sd",
                               norm=None if norm is None else (norm, pb))["sd"]
         parts.append((start + pb, pc, scores, sds))
     return _table_arrays(users, fitted.item_ids, parts, sd)
+
+
+#: Users per step of `_chosen_sd` (the gathered (S, u, N, K) item factors stay in cache; 4-16 were the
+#: fastest on the 610 x 9,724 HPF benchmark, 3x faster than `_pair_stats` there).
+_SD_USERS = 8
+
+
+def _chosen_sd(form: LinearScore, rows: np.ndarray, chosen: list, max_bytes: int) -> np.ndarray:
+    """sd over the S draws (ddof 1; 0 with one draw) of E[y | draw] of each user's chosen items, for an
+    identity or sigmoid `LinearScore`: the values `LinearScore.pair_draws` gives, computed per step of
+    users with the user's factors gathered once, (S, u, K) against (S, u, n, K).
+    rows : (U,) user positions; chosen : U arrays of item indices (n_b each). Returns (sum n_b,) float64.
+    Memory: 8 S n (K + 4) bytes per user of a step, at most ``max_bytes`` (steps of 1 user at least)."""
+    S, K = form.n_draws, form.K
+    counts = np.array([c.size for c in chosen], dtype=np.int64)
+    out = np.zeros(int(counts.sum()))
+    if S < 2 or out.size == 0:
+        return out
+    per_user = _F8 * S * max(int(counts.max()), 1) * (K + 4)
+    step = int(max(1, min(_SD_USERS, max_bytes // per_user)))
+    ends = np.cumsum(counts)
+    b = 0
+    while b < rows.size:
+        e = min(rows.size, b + step)
+        if np.any(counts[b:e] != counts[b]):
+            e = b + 1  # ragged (fewer items for some user): one user at a time
+        us, C = rows[b:e], np.stack(chosen[b:e])  # (u,), (u, n)
+        Pg = form.P[:, us, :].astype(np.float64)
+        if form.weight is not None:
+            Pg *= np.asarray(form.weight, dtype=np.float64)[:, None, :]
+        x = np.einsum("suk,sunk->sun", Pg, form.Q[:, C, :])
+        if form.const is not None:
+            x += np.asarray(form.const, dtype=np.float64)[:, None, None]
+        if form.user_bias is not None:
+            x += form.user_bias[:, us][:, :, None]
+        if form.item_bias is not None:
+            x += form.item_bias[:, C]
+        if form.offset:
+            x += float(form.offset)
+        if form.link == "sigmoid":
+            _sigmoid_(x)
+        out[ends[b] - counts[b]:ends[e - 1]] = x.std(axis=0, ddof=1).ravel()
+        b = e
+    return out
 
 
 def _table_arrays(users: list, item_ids: np.ndarray, parts: list, sd: bool) -> pd.DataFrame:
