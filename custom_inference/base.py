@@ -132,6 +132,9 @@ class RunOptions:
     dtype: Any = None
     callback: Callable | None = None
 
+    def __post_init__(self):
+        compute_dtype(self.dtype)  # ValueError for float16, bfloat16, integers (`compute_dtype`)
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The field names, in order. Raises nothing. Source: project addition."""
@@ -152,6 +155,33 @@ class RunOptions:
         base_values = {} if options is None else {f.name: getattr(options, f.name)
                                                   for f in dataclasses.fields(options) if f.name in valid}
         return cls(**{**base_values, **overrides})
+
+
+#: The float dtypes a solver computes in (validation in float64, speed in float32).
+COMPUTE_DTYPES = ("float32", "float64")
+
+
+def compute_dtype(dtype, default=None):
+    """The numpy dtype a solver computes in, checked: ``dtype`` if given, else ``default``.
+
+    dtype : anything `numpy.dtype` takes (np.float32, "float64", jnp.float32, ...) or None;
+    default : the same, used when ``dtype`` is None (e.g. the data's storage dtype); None and None
+    give None. Returns numpy.dtype (float32 or float64) or None.
+    Raises ValueError naming the accepted dtypes for anything else (float16, bfloat16, integers,
+    float128, a string numpy does not know): the solvers never compute in lower precision, and
+    silently computing in float16 gives wrong posteriors. Source: project addition (issue 24 audit).
+    """
+    chosen = dtype if dtype is not None else default
+    if chosen is None:
+        return None
+    try:
+        dt = np.dtype(chosen)
+    except TypeError:
+        raise ValueError(f"dtype must be one of {list(COMPUTE_DTYPES)}, got {chosen!r}") from None
+    if dt.name not in COMPUTE_DTYPES:
+        raise ValueError(f"dtype must be one of {list(COMPUTE_DTYPES)} (the solvers compute only in these), "
+                         f"got {dt.name}")
+    return dt
 
 
 def as_key(key) -> jax.Array:

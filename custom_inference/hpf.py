@@ -151,7 +151,7 @@ def init(key, data: Observations, K: int, hyper, *, dtype=None) -> HPFState:
     _check_hyper(hyper)
     k = _check_components(K)
     key = base.as_key(key)
-    dtype = jnp.dtype(dtype or data.values.dtype)
+    dtype = jnp.dtype(base.compute_dtype(dtype, data.values.dtype))
     i, j = data.shape
     keys = jax.random.split(key, 4)
     # float32 uniforms for every dtype, so a seed gives the same start in float32 and float64
@@ -760,7 +760,7 @@ def fit(
     _check_hyper(hyper)
     k = _check_components(K)
     vi_driver.check_fit_args(max_iter, tol, n_draws)
-    dtype = np.dtype(dtype or np.float64)
+    dtype = base.compute_dtype(dtype, np.float64)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     host = vi_driver.host_seed(key)

@@ -292,7 +292,7 @@ def init(key, data: Observations, K: int, hyper, *, r: float = 1.0, dtype=None, 
     r = _check_r(r)
     if not (np.isfinite(init_scale) and init_scale > 0):
         raise ValueError(f"init_scale must be positive, got {init_scale!r}")
-    dtype = np.dtype(dtype or np.asarray(data.values).dtype)
+    dtype = base.compute_dtype(dtype, np.asarray(data.values).dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     D = float(np.sum(np.asarray(data.values), dtype=np.float64))

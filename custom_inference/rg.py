@@ -386,10 +386,10 @@ def init(key, graph: RGGraph, K: int, hyper, *, dtype=None) -> RGState:
     K = _check_K(K)
     key = base.as_key(key)
     if isinstance(graph, Observations):
-        dtype = jnp.dtype(dtype or np.asarray(graph.values).dtype)
+        dtype = jnp.dtype(base.compute_dtype(dtype, np.asarray(graph.values).dtype))
         return _init(key, float(hyper.alpha), float(hyper.beta), 0.0 if hyper.clamp_user_bias else 1.0,
                      graph.n_rows, graph.n_cols, K, dtype)
-    dtype = jnp.dtype(dtype or jnp.asarray(graph.g).dtype)
+    dtype = jnp.dtype(base.compute_dtype(dtype, jnp.asarray(graph.g).dtype))
     return _init(key, float(hyper.alpha), float(hyper.beta), 0.0 if hyper.clamp_user_bias else 1.0,
                  graph.n_users, graph.n_items, K, dtype)
 

@@ -205,7 +205,7 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
     Source: ``004_90693a0965f06816.txt`` sec. 3.3.2 (initialization).
     """
     K = _check_K(K)
-    dtype = jnp.asarray(obs.values).dtype if dtype is None else dtype
+    dtype = base.compute_dtype(dtype, jnp.asarray(obs.values).dtype)
     I, J = obs.n_rows, obs.n_cols
     ks = jax.random.split(key, 5)
     z = lambda k, shape: (scale * jax.random.normal(k, shape)).astype(dtype)  # noqa: E731

@@ -593,7 +593,7 @@ def init(key, design: FMDesign, K: int, hyper, *, alpha_prior=None, init_mean_sd
     if not (init_var > 0) or not (init_mean_sd >= 0):
         raise ValueError(f"init_var must be > 0 and init_mean_sd >= 0, got {init_var}, {init_mean_sd}")
     # default: the design's dtype as JAX holds it (float32 unless x64 is on), so no truncation warnings
-    dtype = jnp.dtype(dtype) if dtype is not None else jax.dtypes.canonicalize_dtype(design.values.dtype)
+    dtype = jnp.dtype(base.compute_dtype(dtype, jax.dtypes.canonicalize_dtype(design.values.dtype)))
     alpha, s0, sw, sv = _hyper_arrays(hyper, design.n_groups, K, dtype)
     if alpha_prior is None:
         a0 = b0 = 0.0

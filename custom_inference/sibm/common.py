@@ -193,7 +193,7 @@ def init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.1, i
     if not (init_var > 0) or not (init_mean_sd >= 0):
         raise ValueError(f"init_var must be > 0 and init_mean_sd >= 0, got {init_var}, {init_mean_sd}")
     # default: the data's dtype as JAX holds it (float32 unless x64 is on), so no truncation warnings
-    dtype = jnp.dtype(dtype) if dtype is not None else jax.dtypes.canonicalize_dtype(np.asarray(data.values).dtype)
+    dtype = jnp.dtype(base.compute_dtype(dtype, jax.dtypes.canonicalize_dtype(np.asarray(data.values).dtype)))
     I, J = data.shape
     K, uf, vf = _layout(D, biases)
     k1, k2 = jax.random.split(key)

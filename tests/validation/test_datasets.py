@@ -171,7 +171,8 @@ def test_ratings_from_dataframe_rejects_non_frame():
 
 
 def test_ratings_from_scipy():
-    # duplicates are summed, explicit zeros dropped, row -> user, col -> item
+    # a CSR made from a COO with duplicates (tocsr sums them; a COO with duplicates is refused:
+    # test_bad_input_audit.py), explicit zeros dropped, row -> user, col -> item
     m = sp.coo_matrix(([2.0, 3.0, 0.0, 1.0, 1.0], ([2, 0, 1, 2, 0], [1, 3, 0, 1, 0])), shape=(4, 5))
     f = ratings_from_scipy(m.tocsr())
     assert f["user"].tolist() == [0, 0, 2]

@@ -401,3 +401,41 @@ def test_iter_item_scores_are_the_draw_means_in_chunks(name, fitted):
     assert len(got) > 1 and np.concatenate([b for b, _ in got]).tolist() == rows.tolist()  # chunks, in order
     want = np.stack([_draws(m, np.full(J, u), np.arange(J)).mean(axis=0) for u in rows])
     np.testing.assert_allclose(np.concatenate([s for _, s in got]), want, rtol=1e-12, atol=1e-12)
+
+
+def test_chunk_top_n_equals_the_one_row_rule():
+    # the chunked top-N (one argpartition per chunk, exact fallback on boundary ties / too few finite)
+    # gives, row by row, what `_top` gives: ties, -inf, +inf, NaN and seen items included
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        U, J = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        score = rng.integers(0, 4, (U, J)).astype(float)
+        score[rng.random((U, J)) < 0.1] = -np.inf
+        score[rng.random((U, J)) < 0.05] = np.inf
+        score[rng.random((U, J)) < 0.1] = np.nan
+        seen = [np.flatnonzero(rng.random(J) < 0.3) for _ in range(U)]
+        N = int(rng.integers(1, 45))
+        cells = (np.repeat(np.arange(U), [s.size for s in seen]), np.concatenate(seen).astype(np.int64))
+        got = scoring._top_chunk(score.copy(), N, cells)
+        for b in range(U):
+            np.testing.assert_array_equal(got[b], scoring._top(score[b], N, seen[b]))
+
+
+@pytest.mark.parametrize("name", ["hpf", "bpr"])
+def test_second_call_reuses_the_cache_and_sd_false_drops_only_the_sd(name, fitted):
+    m = fitted(name)
+    users = list(m.user_ids[:5])
+    means = "q" if name == "hpf" else "draws"
+    first = m.recommend(users, 7, means=means)
+    prep = scoring._prepared(m, means)
+    again = m.recommend(users, 7, means=means)
+    assert scoring._prepared(m, means) is prep  # nothing rebuilt
+    pd.testing.assert_frame_equal(first, again)
+    no_sd = m.recommend(users, 7, means=means, sd=False)
+    assert list(no_sd.columns) == ["user", "rank", "item", "score"]
+    pd.testing.assert_frame_equal(no_sd, first.drop(columns="sd"))
+    # a single-draw score (q's means, BPR's point estimate) is scored by the GEMM path; the kept bytes
+    # are within the documented bound 8 ((I + J) (K + 1)) per means used
+    assert prep.point is not None
+    I, J = m.shape
+    assert 0 < scoring.cache_bytes(m) <= 8 * (I + J) * (prep.K + 1) * len(m.__dict__["_scoring_cache"])

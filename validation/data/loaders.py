@@ -788,17 +788,22 @@ def ratings_from_dataframe(
     return _canonical(pd.DataFrame({k: np.asarray(v) for k, v in raw.items()}), source="DataFrame")
 
 
-def ratings_from_scipy(matrix) -> pd.DataFrame:
+def ratings_from_scipy(matrix, *, duplicates: str = "error") -> pd.DataFrame:
     """Normalize a users-by-items `scipy.sparse` matrix to the ratings table.
 
     Row index becomes the user id, column index the item id, the stored value
-    the rating. Duplicate stored entries are summed and explicit zeros are
-    dropped (a zero in a sparse ratings matrix means "not rated"). No dense
-    copy is made.
+    the rating. Explicit zeros are dropped (a zero in a sparse ratings matrix
+    means "not rated"). A (row, column) pair stored more than once (possible in
+    COO, and in CSR / CSC built from raw arrays) is refused by default, since
+    scipy would sum it silently (a one-class matrix with a duplicated 1 becomes
+    a 2); ``duplicates="sum"`` sums them. No dense copy is made; the caller's
+    matrix is never modified.
 
     Parameters
     ----------
     matrix : scipy.sparse matrix or array, shape (I, J)
+    duplicates : {"error", "sum"}
+        What to do with a pair stored more than once (default "error").
 
     Returns
     -------
@@ -813,13 +818,18 @@ def ratings_from_scipy(matrix) -> pd.DataFrame:
     ------
     ValueError
         ``matrix`` is not scipy.sparse; NaN or infinite values; complex or object values; no
-        nonzero entry.
+        nonzero entry; with ``duplicates="error"``, a pair stored more than once (the message
+        names the first ones, as (row, column), and how to sum them); an unknown ``duplicates``.
 
-    Source: project addition.
+    Source: project addition (duplicates: issue 24).
     """
     if not sp.issparse(matrix):
         raise ValueError(f"matrix must be a scipy.sparse matrix or array, got {type(matrix).__name__}")
-    coo = sp.coo_matrix(matrix)
+    if duplicates not in ("error", "sum"):
+        raise ValueError(f"duplicates must be 'error' or 'sum', got {duplicates!r}")
+    coo = sp.coo_matrix(matrix, copy=True)
+    if duplicates == "error":
+        _refuse_stored_duplicates(coo)
     coo.sum_duplicates()
     if coo.data.dtype.kind in _NOT_REAL or coo.data.dtype.kind == "O":
         raise ValueError(f"matrix.data: stored values of dtype {coo.data.dtype}; expected real numbers")
@@ -831,6 +841,21 @@ def ratings_from_scipy(matrix) -> pd.DataFrame:
     order = np.lexsort((col, row))
     raw = pd.DataFrame({"user": row[order], "item": col[order], "rating": data[order]})
     return _canonical(raw, source="matrix")
+
+
+def _refuse_stored_duplicates(coo) -> None:
+    """ValueError naming up to 5 (row, column) pairs stored more than once in a COO matrix."""
+    key = coo.row.astype(np.int64) * int(coo.shape[1]) + coo.col.astype(np.int64)
+    uniq, counts = np.unique(key, return_counts=True)
+    if uniq.size == key.size:
+        return
+    dup = uniq[counts > 1]
+    times = counts[counts > 1]
+    show = ", ".join(f"(row {int(k // coo.shape[1])}, column {int(k % coo.shape[1])}) x{int(t)}"
+                     for k, t in zip(dup[:5], times[:5]))
+    raise ValueError(f"matrix: {dup.size} (row, column) pair(s) are stored more than once, e.g. {show}; "
+                     "scipy would sum them silently. If summing is meant, sum them first "
+                     "(matrix.sum_duplicates(), or matrix.tocsr()); otherwise keep one entry per pair")
 
 
 # ---------------------------------------------------------------------------

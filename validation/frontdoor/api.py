@@ -83,6 +83,9 @@ class Adapter:
     faster : for a solver whose every sweep is dense in users x items (batch SIBM), a pair
         (faster model name, seconds per user-item cell per factor per sweep measured here) used to warn
         before a long fit; None: no estimate.
+    precheck : ``precheck(obs, options)`` run by `fit` on the prepared `Observations` and the solver
+        options before anything is compiled, raising ValueError for data or options the solver cannot
+        fit (PSM's fully observed matrix, OVBFM's n_batches above the entries); None: no check.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Adapter:
     draws: str | None = None
     solver: str | None = None
     faster: tuple | None = None
+    precheck: Callable | None = None
 
 
 ADAPTERS: dict[str, Adapter] = {}
@@ -412,23 +416,24 @@ class FittedModel:
         return scoring.predict(self, pairs, interval=interval, means=means, kind=kind, seed=seed)
 
     def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, means: str = "draws",
-                  max_bytes: int | None = None) -> pd.DataFrame:
+                  max_bytes: int | None = None, sd: bool = True) -> pd.DataFrame:
         """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
         users : one id or a list of original user ids; N : int >= 1 items per user;
         exclude_seen : leave out the user's training items (default True); means : "draws" (mean
         over the stored draws) or "q" (closed form under q where it exists: HPF CAVI);
         max_bytes : bound on the scoring's temporary arrays (default `validation.frontdoor.scoring.MAX_BYTES`,
-        256 MiB).
+        256 MiB); sd : compute the sd column (default True; False skips the pass over the draws).
         Returns a DataFrame, one row per (user, rank): user, rank (1..N), item (original id),
         score (posterior mean of E[y_ui]), sd (its posterior sd). Work: per user one pass over the
         J items (`validation.frontdoor.scoring.recommend`, chunked over users); never an I x J array.
+        Memory kept between calls: `validation.frontdoor.scoring.cache_bytes` (no copy of the draws).
         Raises KeyError for an unknown user id, ValueError for N < 1, a bad ``means`` or a
         ``max_bytes`` too small for one user. Source: project addition.
         """
         from validation.frontdoor import scoring
 
-        return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means,
+        return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means, sd=sd,
                                  max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
@@ -731,6 +736,8 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     if transform not in ("none", "round", "double", "binarize", "error"):
         raise ValueError(f"transform must be one of none, round, double, binarize, error; got {transform!r}")
     _check_options(adapter, options)
+    if options.get("dtype") is not None:  # float16 / bfloat16 refused before anything else (shared check)
+        base.compute_dtype(options["dtype"])
     if isinstance(data, Observations):
         table = _observations_table(data, adapter.values, transform)
         names = {"user": "row", "item": "column", "rating": "value"}
@@ -745,8 +752,7 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     except ValueError as exc:  # in the DataFrame's column names (a matrix's messages stay as they are)
         raise ValueError(_user_terms(str(exc), names if isinstance(data, pd.DataFrame) else {})) from None
     if table.empty:
-        raise ValueError(f"data: no entries left to fit ({model} drops zero {adapter.values} values; "
-                         f"transform={transform!r}, threshold={threshold!r})")
+        raise ValueError(_nothing_left(model, adapter.values, given, transform, threshold, names))
     dropped = _dropped(given, table) if user_ids is None else _no_drops(len(given) - len(table))
     if user_ids is None:
         user_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
@@ -775,6 +781,8 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
         raise ValueError("checkpoint_every needs resume_from (the folder the checkpoints go to)")
     if stop_after is not None and resume_from is None:
         raise ValueError("_stop_after needs resume_from")
+    if adapter.precheck is not None:
+        adapter.precheck(obs, run_options)
     _warn_if_slow(adapter, obs, K, run_options)
     t1 = time.perf_counter()
     with base.collect_runs() as runs, base.run_fingerprint(fingerprint):
@@ -792,6 +800,23 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     settings["summary"] = summary
     _warn_summary(fitted, summary)
     return fitted
+
+
+def _nothing_left(model: str, kind: str, given: pd.DataFrame, transform: str, threshold: float,
+                  names: Mapping[str, str]) -> str:
+    """The message of a fit whose value transform left no entry: for a binarization, the threshold,
+    how many entries were below it, the largest value and the options that change it."""
+    v = given["rating"].to_numpy(np.float64)
+    binarized = kind == "binary" and (transform == "binarize" or
+                                      (transform == "none" and not np.all(np.isin(v, (0.0, 1.0)))))
+    if binarized:
+        below = int(np.count_nonzero(v < threshold))
+        return (f"data: binarizing the {names['rating']} values at threshold={threshold:g} (values >= "
+                f"{threshold:g} become 1, the rest 0, which {model} drops) left no entries: {below} of "
+                f"{v.size} entries are below {threshold:g} (largest value {v.max():g}); pass a lower "
+                f"threshold (e.g. threshold={v.max():g}), or values that are already 0/1")
+    return (f"data: no entries left to fit ({model} drops zero {kind} values; {v.size} entries given, "
+            f"{int(np.count_nonzero(v == 0))} of them zero; transform={transform!r}, threshold={threshold!r})")
 
 
 def valid_options(model: str) -> tuple[str, ...]:

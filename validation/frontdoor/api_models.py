@@ -192,8 +192,17 @@ _register(Adapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior
                   resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.fm_mcmc:sample"))
 _register(Adapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
                   resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws", solver="custom_inference.vbfm:fit"))
+def _check_n_batches(obs, options):
+    """OVBFM splits the N entries into ``n_batches`` minibatches: refuse more batches than entries."""
+    nb = options.get("n_batches", 10)  # vbfm.fit_svi's default
+    if isinstance(nb, (int, np.integer)) and not isinstance(nb, bool) and nb > obs.nnz:
+        raise ValueError(f"n_batches={int(nb)} is larger than the number of entries to fit ({obs.nnz}): every "
+                         f"minibatch needs at least one entry; pass n_batches between 1 and {obs.nnz}")
+
+
 _register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws", solver="custom_inference.vbfm:fit_svi"))
+                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws", solver="custom_inference.vbfm:fit_svi",
+                  precheck=_check_n_batches))
 #: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.evaluation.ratings_eval.RatingsConfig`
 #: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
 SGD_FM_LEARNING_RATE = 0.01
@@ -335,10 +344,22 @@ def _run_psm(key, obs, K, *, progress=True, hyper=None, **opts):
     return _idata(psm.fit(key, obs, K, hyper or PSMHyper(), progress=progress, **opts))
 
 
+def _check_psm_data(obs, options):
+    """PSM's VB run on a matrix with every (user, item) pair observed (always so with one user) gives a
+    NaN ELBO at the first sweep, in float64 too (seen with 1 user x 5 items, 2 x 5 and 3 x 2; 2 users
+    with one unobserved pair fit): refuse that before compiling, in the user's terms."""
+    I, J = obs.shape
+    if I < 2 or obs.nnz >= I * J:
+        raise ValueError(f"psm needs at least 2 users and at least one (user, item) pair without an entry; this "
+                         f"data has {I} user(s) x {J} item(s) with {obs.nnz} of the {I * J} pairs observed. Add "
+                         "users (or items they have not chosen), or use a model that fits one user (e.g. hpf)")
+
+
 _register(Adapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
                   defaults={"max_iter": 100},
                   fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
-                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit"))
+                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit",
+                  precheck=_check_psm_data))
 
 
 # -- scoring forms: each model's mean as a `validation.frontdoor.scoring.LinearScore` ------------------------
