@@ -522,7 +522,9 @@ def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk
     """xi*^2 = (S2 - sum_G s_i t_j E a_ij^2) / (1 - sum_G s_i t_j) (eq. 16 with the caches, corrected
     cross terms: see ERRATA). ``xi`` is unused (xi* does not depend on xi_G); kept for the block signature.
 
-    Returns the state with xi_star () replaced (the state's float dtype).
+    Returns the state with xi_star () replaced (the state's float dtype). When every (user, item) pair is
+    observed, the pairs outside G have q-weight 1 - sum_G s_i t_j = 0, xi* does not enter L, and the current
+    xi* is kept (the formula would be 0 / 0).
     Raises nothing of its own (no checks: traced code).
     Source: ``000_619a0297b9d686b2.txt`` appendix B.3 eq. (16) and its cached form in sec. 4 (corrected);
     Algorithm 1, "update xi*".
@@ -539,7 +541,12 @@ def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk
     zero = jnp.zeros((), s.dtype)
     sec, st = _psum(red, _scan_pairs(fn, _vary(red, (zero, zero)), data, chunk))
     _, s2 = background_sums(user_background(state), item_background(state))
-    return state._replace(xi_star=optimal_xi((s2 - sec) / (1.0 - st)))
+    # 1 - st is the q-weight of the pairs outside G; when every (user, item) pair is observed it is 0 (to
+    # rounding) and xi* weighs nothing in L: keep the current xi* instead of 0 / 0
+    outside = 1.0 - st
+    has_outside = outside > 64 * jnp.finfo(s.dtype).eps
+    xi_new = optimal_xi((s2 - sec) / jnp.where(has_outside, outside, 1.0))
+    return state._replace(xi_star=jnp.where(has_outside, xi_new, state.xi_star))
 
 
 def _given(xi):

@@ -192,3 +192,22 @@ def test_check_data_in_chunks(monkeypatch, chunk):
     for (r, c, v), match in cases:
         with pytest.raises(ValueError, match=match):
             psm.check_data(Observations(np.array(r), np.array(c), np.array(v, float), 3, 3))
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (3, 2)])
+def test_a_fully_observed_matrix_fits(shape):
+    """Every (user, item) pair observed (always so for one user who chose every item): the pairs outside G have
+    q-weight 1 - sum_G s_i t_j = 0, so xi* does not enter L and keeps its value; before, eq. (16) gave 0 / 0 and
+    the ELBO was NaN at sweep 1 in float64 too. The ELBO is finite and never falls (CAVI in float64: a fall
+    beyond 1e-9 relative would be a wrong update, not rounding)."""
+    I, J = shape
+    rows, cols = np.divmod(np.arange(I * J), J)
+    vals = np.random.default_rng(0).integers(1, 4, I * J).astype(float)
+    import jax.numpy as jnp
+
+    data = Observations(jnp.asarray(rows), jnp.asarray(cols), jnp.asarray(vals, jnp.float64), I, J)
+    r = psm.fit(jax.random.PRNGKey(0), data, 2, PSMHyper(), max_iter=15, progress=False)
+    elbo = np.asarray(r.elbo)
+    assert np.isfinite(elbo).all()
+    assert np.all(np.diff(elbo) >= -1e-9 * np.abs(elbo[1:])), elbo
+    assert float(r.state.xi_star) == 1.0  # the initial xi* (Algorithm 1), kept: it weighs nothing

@@ -79,16 +79,6 @@ def test_ovbfm_with_more_batches_than_entries_names_both_numbers(stub):
         api.fit("ovbfm", df, K=2, user_col="u", item_col="i", value_col="r", n_batches=2)
 
 
-@pytest.mark.parametrize("users, items", [([0] * 5, [0, 1, 2, 3, 4]), ([0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1])])
-def test_psm_on_a_fully_observed_matrix_is_refused_before_compiling(users, items, stub):
-    df = pd.DataFrame({"u": users, "i": items, "r": 1.0})
-    with pytest.raises(ValueError, match="psm needs at least 2 users and at least one .user, item. pair without"):
-        api.fit("psm", df, K=2, user_col="u", item_col="i", value_col="r")
-    ok = pd.DataFrame({"u": [0, 0, 0, 1, 1], "i": [0, 1, 2, 2, 3], "r": 1.0})
-    with pytest.raises(SolverReached):
-        api.fit("psm", ok, K=2, user_col="u", item_col="i", value_col="r")
-
-
 LOW = [np.float16, "float16", "bfloat16", np.int32]
 
 

@@ -344,22 +344,10 @@ def _run_psm(key, obs, K, *, progress=True, hyper=None, **opts):
     return _idata(psm.fit(key, obs, K, hyper or PSMHyper(), progress=progress, **opts))
 
 
-def _check_psm_data(obs, options):
-    """PSM's VB run on a matrix with every (user, item) pair observed (always so with one user) gives a
-    NaN ELBO at the first sweep, in float64 too (seen with 1 user x 5 items, 2 x 5 and 3 x 2; 2 users
-    with one unobserved pair fit): refuse that before compiling, in the user's terms."""
-    I, J = obs.shape
-    if I < 2 or obs.nnz >= I * J:
-        raise ValueError(f"psm needs at least 2 users and at least one (user, item) pair without an entry; this "
-                         f"data has {I} user(s) x {J} item(s) with {obs.nnz} of the {I * J} pairs observed. Add "
-                         "users (or items they have not chosen), or use a model that fits one user (e.g. hpf)")
-
-
 _register(Adapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
                   defaults={"max_iter": 100},
                   fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
-                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit",
-                  precheck=_check_psm_data))
+                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit"))
 
 
 # -- scoring forms: each model's mean as a `validation.frontdoor.scoring.LinearScore` ------------------------
