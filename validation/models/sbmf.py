@@ -45,6 +45,7 @@ from validation.checks.updates import conditional_distance
 
 __all__ = [
     "CHECK_HYPER",
+    "log_joint_along",
     "conditional_checks",
     "gauge_check",
     "hyper_checks",
@@ -135,7 +136,19 @@ def _claimed(site, state, obs, hyper, bug: bool):
 
 
 def _log_joint_along(params, obs, hyper, site, index, xs):
-    rows, cols, values = (np.asarray(a) for a in (obs.rows, obs.cols, obs.values))
+    return log_joint_along(params, obs.rows, obs.cols, obs.values, hyper, site, index, xs)
+
+
+def log_joint_along(params, rows, cols, values, hyper, site, index, xs):
+    """The program's log joint (`ppl_models.sbmf.log_joint`, eq. 3.13) with one scalar moved along ``xs``.
+
+    ``params``: dict of the program's sites (numpy arrays; copied, not modified); ``rows``, ``cols`` (N,) int,
+    ``values`` (N,) float; ``site``: the site's name, ``index``: None for a scalar site, else the element's index
+    tuple; ``xs`` (G,) float64. Returns (G,) float64 (nats, unnormalized). Raises KeyError for a site the
+    program does not have, IndexError for an index outside it.
+    Source: ``004_90693a0965f06816.txt`` eq. 3.13; project addition (the grid checks of the conditionals).
+    """
+    rows, cols, values = (np.asarray(a) for a in (rows, cols, values))
     out = np.empty(len(xs))
     p = {k: np.array(v, dtype=np.float64, copy=True) for k, v in params.items()}
     for n, x in enumerate(xs):

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ppl_models import sbmf as ppl
 from validation.models.printed_forms import normalized_moments
-from validation.models.sbmf import CHECK_HYPER
+from validation.models.sbmf import CHECK_HYPER, log_joint_along
 
 __all__ = ["LINES", "MOMENT_TOL", "printed_moments", "grid_moments", "checks"]
 
@@ -130,17 +130,8 @@ def grid_moments(site: str, index, params, rows, cols, values, lo: float, hi: fl
 
     Arguments as `printed_moments`. Raises ValueError unless lo < hi. Source: eq. 3.13; project addition.
     """
-    p = {k: np.array(v, np.float64, copy=True) for k, v in params.items()}
-
     def logf(grid):
-        out = np.empty(len(grid))
-        for n, x in enumerate(grid):
-            if index is None:
-                p[site] = np.float64(x)
-            else:
-                p[site][index] = x
-            out[n] = ppl.log_joint(p, rows, cols, values, hyper)
-        return out
+        return log_joint_along(params, rows, cols, values, hyper, site, index, grid)
 
     return normalized_moments(logf, lo, hi, n_grid)
 
