@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -255,15 +257,12 @@ def test_bad_input_raises_naming_the_field():
         bpr.sample_negatives(key, bpr.bpr_data(obs), jnp.zeros(3, jnp.int32), "zipf")
 
 
-def test_stopped_and_resumed_fit_equals_the_uninterrupted_one(tmp_path):
-    """Checkpoints every 2 epochs (`vi_driver.run`), stopped after the 2nd (epoch 4 of 5), resumed:
-    parameters and per-epoch diagnostics equal the run without checkpoints bit for bit."""
+@contextlib.contextmanager
+def _interrupted_at_second_checkpoint():
+    """Run the block with a checkpoint hook that interrupts the fit at its second checkpoint (as SIGINT would);
+    yields the list of the epochs checkpointed."""
     from custom_inference import base
 
-    _, train, _ = _planted_split()
-    obs = Observations.from_dense(train, kind="binary")
-    full = bpr.fit(jax.random.key(11), obs, _K, _HYPER, n_epochs=5, sampling="popularity", **_FIT)
-    ckpt = tmp_path / "bpr.npz"
     writes = []
 
     def hook(path, n_done):
@@ -272,6 +271,17 @@ def test_stopped_and_resumed_fit_equals_the_uninterrupted_one(tmp_path):
             raise base.Interrupted("stop")
 
     with base.on_checkpoint(hook), pytest.raises(base.Interrupted):
+        yield writes
+
+
+def test_stopped_and_resumed_fit_equals_the_uninterrupted_one(tmp_path):
+    """Checkpoints every 2 epochs (`vi_driver.run`), stopped after the 2nd (epoch 4 of 5), resumed:
+    parameters and per-epoch diagnostics equal the run without checkpoints bit for bit."""
+    _, train, _ = _planted_split()
+    obs = Observations.from_dense(train, kind="binary")
+    full = bpr.fit(jax.random.key(11), obs, _K, _HYPER, n_epochs=5, sampling="popularity", **_FIT)
+    ckpt = tmp_path / "bpr.npz"
+    with _interrupted_at_second_checkpoint() as writes:
         bpr.fit(jax.random.key(11), obs, _K, _HYPER, n_epochs=5, sampling="popularity", checkpoint=ckpt,
                 checkpoint_every=2, **_FIT)
     assert writes == [2, 4]
@@ -425,21 +435,12 @@ def test_fit_with_validation_runs_to_n_epochs_when_the_rule_is_not_met():
 
 
 def test_validated_fit_resumes_bit_for_bit(tmp_path):
-    from custom_inference import base
-
     _, train, _ = _planted_split()
     obs = Observations.from_dense(train, kind="binary")
     kw = dict(n_epochs=6, **dict(_VAL, validate_every=1, patience=50), **_FIT)
     full = bpr.fit(jax.random.key(2), obs, _K, _HYPER, **kw)
     ckpt = tmp_path / "bpr.npz"
-    writes = []
-
-    def hook(path, n_done):
-        writes.append(n_done)
-        if len(writes) == 2:
-            raise base.Interrupted("stop")
-
-    with base.on_checkpoint(hook), pytest.raises(base.Interrupted):
+    with _interrupted_at_second_checkpoint():
         bpr.fit(jax.random.key(2), obs, _K, _HYPER, checkpoint=ckpt, checkpoint_every=2, **kw)
     resumed = bpr.fit(jax.random.key(2), obs, _K, _HYPER, checkpoint=ckpt, checkpoint_every=2, resume=True, **kw)
     for x, y in zip(full.state, resumed.state):
