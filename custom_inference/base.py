@@ -456,9 +456,17 @@ def note(message: str, progress: bool = True) -> None:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """A checkpointed run stopped by SIGINT (Ctrl-C) or SIGTERM. The message names the last
-    consistent checkpoint (written atomically) and how to resume. A KeyboardInterrupt, so
-    ``except Exception`` does not swallow it. Source: project addition (issue 24)."""
+    """A checkpointed run stopped by SIGINT (Ctrl-C) or SIGTERM.
+
+    The message names the last consistent checkpoint (written atomically) and how to resume. A
+    KeyboardInterrupt, so ``except Exception`` does not swallow it.
+
+    Raises
+    ------
+    None (it is the exception).
+
+    Source: project addition (issue 24).
+    """
 
 
 class _Guard:

@@ -57,3 +57,99 @@ def test_the_check_can_fail():
 def test_public_functions_say_what_they_raise_and_their_source(module):
     gaps = {node.name: missing for node in public_functions(ROOT / module) if (missing := missing_sections(node))}
     assert not gaps, f"{module}: public functions whose docstring lacks a section: {gaps}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The public and stable API (issue 25 item 5): numpydoc sections, checked by numpydoc itself.
+#
+# Everything `import factorbayes` exports (the front door) and `validation.checks.derivation`'s
+# `__all__` (validate a derivation of your own), classes with their public methods and properties:
+# each documents every parameter by name (numpydoc's PR01 / PR02), has a Returns section where it
+# returns (RT01; not for classes and properties), a numpydoc "Raises" section and a "Source:" line.
+# The rest of the packages is held to the word check above (see the issue note for the counts).
+
+STABLE_MODULES = ("factorbayes", "validation.checks.derivation")
+NUMPYDOC_CODES = {"GL08": "no docstring", "PR01": "parameters not documented", "PR02": "unknown parameters",
+                  "RT01": "no Returns section"}
+SOURCE_LINE = re.compile(r"^\s*Source:", re.MULTILINE)
+
+
+def stable_objects() -> dict[str, object]:
+    """Dotted name (where it is defined) -> object, for every stable name and its public members."""
+    import importlib
+    import inspect
+
+    out = {}
+    for mod_name in STABLE_MODULES:
+        mod = importlib.import_module(mod_name)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue  # constants (CHECKS, __version__)
+            qual = f"{obj.__module__}.{obj.__qualname__}"
+            out[qual] = obj
+            if inspect.isclass(obj):
+                for member, value in vars(obj).items():
+                    if member.startswith("_"):
+                        continue
+                    if inspect.isfunction(value) or isinstance(value, property):
+                        out[f"{qual}.{member}"] = value
+    return out
+
+
+def numpydoc_gaps(dotted: str) -> list[str]:
+    """The gaps of one object's docstring: numpydoc's codes above, then "Raises" / "Source"."""
+    import warnings
+
+    from numpydoc.docscrape import NumpyDocString
+    from numpydoc.validate import validate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpydoc warns about sections it does not know
+        result = validate(dotted)
+        parsed = NumpyDocString(result["docstring"] or "")
+    gaps = [f"{code} {NUMPYDOC_CODES[code]}: {msg}" for code, msg in result["errors"] if code in NUMPYDOC_CODES]
+    if result["docstring"]:
+        if not parsed["Raises"]:
+            gaps.append("no numpydoc Raises section")
+        if not SOURCE_LINE.search(result["docstring"]):
+            gaps.append('no "Source:" line')
+    return gaps
+
+
+def _undocumented_example(x, y=1):
+    """Adds.
+
+    Parameters
+    ----------
+    x : int
+        A number.
+    z : int
+        Not a parameter.
+
+    Raises nothing (prose, not a section). Source: project addition.
+    """
+    return x + y
+
+
+def test_the_numpydoc_check_can_fail():
+    gaps = numpydoc_gaps(f"{__name__}._undocumented_example")
+    assert any(g.startswith("PR01") and "y" in g for g in gaps), gaps
+    assert any(g.startswith("PR02") and "z" in g for g in gaps), gaps
+    assert any(g.startswith("RT01") for g in gaps), gaps
+    assert "no numpydoc Raises section" in gaps, gaps
+    assert numpydoc_gaps("validation.checks.derivation.check") == []
+
+
+def test_the_stable_api_is_listed():
+    names = stable_objects()
+    # the front door's names and the derivation API's, with the methods users call
+    for expected in ("validation.frontdoor.api.fit", "validation.frontdoor.api.FittedModel.recommend",
+                     "validation.evaluation.holdout.split", "validation.checks.derivation.check",
+                     "validation.checks.derivation.Derivation", "custom_inference.base.RunInterrupted"):
+        assert expected in names, sorted(names)
+
+
+def test_the_stable_api_has_numpydoc_sections():
+    gaps = {name: g for name in stable_objects() if (g := numpydoc_gaps(name))}
+    assert not gaps, "stable-API docstrings with gaps:\n" + "\n".join(f"{k}: {v}" for k, v in gaps.items())

@@ -105,7 +105,16 @@ METHODS = ("exact", "vi")
 
 class DeclarationError(ValueError):
     """A `Derivation` field is wrong; the message starts with ``Derivation.<field>``.
-    Source: project addition."""
+
+    A subclass of ValueError, raised at construction of a `Derivation` and when `solver_fit` builds
+    or runs the declared blocks.
+
+    Raises
+    ------
+    None (it is the exception).
+
+    Source: project addition (issue 25 item 1).
+    """
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,39 +133,59 @@ def _block_label(key) -> str:
 class Derivation:
     """One model and its hand-derived solver, declared once (see the module docstring for conventions).
 
-    Fields
-    ------
-    name : str, a short label for reports and cache keys.
-    program : the NumPyro program, called as ``program(*args, **kwargs)`` with the observed data bound.
-    method : "exact" (a sampler: agreement with NUTS within Monte Carlo error, SBC) or "vi" (the VI
-        gap against NUTS, VSBC and k-hat as evidence).
-    identified : ``identified(draws) -> dict group -> float (chain, draw, Q)``; ``draws``: site ->
-        (chain, draw, *site shape). numpy or jax.numpy.
-    args, kwargs : the small problem: the program's arguments with the observed data (a few dozen
+    Parameters
+    ----------
+    name : str
+        A short label for reports and cache keys (non-empty).
+    program : callable
+        The NumPyro program, called as ``program(*args, **kwargs)`` with the observed data bound.
+    method : {"exact", "vi"}
+        "exact": a sampler (agreement with NUTS within Monte Carlo error, SBC); "vi": the VI gap
+        against NUTS, with VSBC and k-hat as evidence.
+    identified : callable
+        ``identified(draws) -> dict group -> float array (chain, draw, Q)``; ``draws``: site ->
+        (chain, draw, *site shape). numpy or jax.numpy. Identified quantities only (predictions,
+        rates, hyperparameters; never raw factor coordinates).
+    args : tuple, default ()
+        The small problem: the program's positional arguments with the observed data (a few dozen
         observations: NUTS runs on it several times).
-    observed : observed site -> the keyword (str) or position (int) of ``args`` holding its data.
-        With it, SBC / VSBC draw data sets from the program's prior predictive (`prior_simulator`).
-    simulate : ``simulate(seed) -> (truth, args, kwargs)`` with ``truth`` site -> array drawn from the
-        prior and the data drawn given it; overrides ``observed`` for SBC / VSBC.
-    fit : ``fit(seed, *args, **kwargs) -> dict site -> (chain, draw, *site shape)`` (exact: posterior
+    kwargs : mapping, default {}
+        The program's keyword arguments of the small problem.
+    observed : mapping, default {}
+        Observed site -> the keyword (str) or position (int) of ``args`` holding its data. With it,
+        SBC / VSBC draw data sets from the program's prior predictive (`prior_simulator`).
+    simulate : callable, optional
+        ``simulate(seed) -> (truth, args, kwargs)`` with ``truth`` site -> array drawn from the prior
+        and the data drawn given it; overrides ``observed`` for SBC / VSBC.
+    fit : callable, optional
+        ``fit(seed, *args, **kwargs) -> dict site -> (chain, draw, *site shape)`` (exact: posterior
         draws; VI: draws from q). Default: built from the declared blocks (`solver_fit`).
-    conditionals : site -> ``conditional(values, *args, **kwargs) -> numpyro Distribution`` (claimed
-        complete conditional of the site, samples of the site's shape).
-    gibbs_blocks : site or tuple of sites -> ``block(key, values, *args, **kwargs) -> {site: value}``.
-        Sweep order: ``gibbs_blocks`` in order, then the ``conditionals`` of sites no block owns.
-    vi_init : ``vi_init(seed, *args, **kwargs) -> params`` (dict or NamedTuple of float arrays).
-    cavi_blocks : field or tuple of fields -> ``update(params, *args, **kwargs) -> params``; a sweep
-        applies them in order.
-    elbo : ``elbo(params, *args, **kwargs) -> scalar`` (differentiable, JAX).
-    q : ``q(params) -> dict site -> numpyro Distribution`` on the program's latent sites.
-    description : one line for the report.
+    conditionals : mapping, default {}
+        Site -> ``conditional(values, *args, **kwargs) -> numpyro Distribution``: the claimed
+        complete conditional of the site, samples of the site's shape.
+    gibbs_blocks : mapping, default {}
+        Site or tuple of sites -> ``block(key, values, *args, **kwargs) -> {site: value}``. Sweep
+        order: ``gibbs_blocks`` in order, then the ``conditionals`` of sites no block owns.
+    vi_init : callable, optional
+        ``vi_init(seed, *args, **kwargs) -> params`` (dict or NamedTuple of float arrays).
+    cavi_blocks : mapping, default {}
+        Field or tuple of fields -> ``update(params, *args, **kwargs) -> params``; a sweep applies
+        them in order.
+    elbo : callable, optional
+        ``elbo(params, *args, **kwargs) -> scalar`` (differentiable, JAX).
+    q : callable, optional
+        ``q(params) -> dict site -> numpyro Distribution`` on the program's latent sites.
+    description : str, default ""
+        One line for the report.
 
     Raises
     ------
-    DeclarationError (a ValueError) at construction when a field has the wrong type or the fields do
-    not make a solver (exact without ``fit`` and without blocks; VI without ``fit`` and without
-    ``vi_init`` / ``cavi_blocks`` / ``q``); its message names the field.
-    Source: project addition.
+    DeclarationError
+        (A ValueError) at construction when a field has the wrong type or the fields do not make a
+        solver (exact without ``fit`` and without blocks; VI without ``fit`` and without ``vi_init`` /
+        ``cavi_blocks`` / ``q``); its message names the field.
+
+    Source: project addition (issue 25 item 1).
     """
 
     name: str
@@ -226,9 +255,22 @@ class Derivation:
             fail("vi_init", "cavi_blocks need vi_init (the starting parameters)")
 
     def sampler_blocks(self) -> list[tuple[tuple[str, ...], str, Callable]]:
-        """The sweep of the sampler: (sites, label, ``block(key, values, *args, **kwargs) -> {site: value}``)
-        for every declared Gibbs block, then one per conditional of a site no block owns (a draw from
-        the conditional). Raises nothing. Source: project addition."""
+        """The sweep of the sampler, one entry per block in sweep order.
+
+        Every declared Gibbs block, then one per conditional of a site no block owns (a draw from the
+        conditional).
+
+        Returns
+        -------
+        list of (tuple of str, str, callable)
+            (sites, label, ``block(key, values, *args, **kwargs) -> {site: value}``).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         out = [(_block_sites(k), _block_label(k), fn) for k, fn in self.gibbs_blocks.items()]
         owned = {s for sites, _, _ in out for s in sites}
         for site, cond in self.conditionals.items():
@@ -253,17 +295,49 @@ def _conditional_block(site: str, cond: Callable) -> Callable:
 class CheckSettings:
     """Run lengths and tolerances of `check` (defaults: a small problem, a few minutes on 2 cores).
 
-    NUTS (``nuts_chains`` x (``nuts_warmup`` + ``nuts_draws``), ``target_accept``): the reference,
-    gated by ArviZ (`validation.checks.gates.Thresholds`: R-hat <= 1.01 with >= 4 chains, bulk and tail
-    ESS >= 400, no divergences, E-BFMI >= 0.3). The default sampler (`solver_fit`): ``solver_chains`` x
-    (``solver_warmup`` + ``solver_draws`` x ``solver_thin`` sweeps). The bridge: ``bridge_chains`` x
-    (``bridge_warmup`` + ``bridge_draws``). CAVI: at most ``vi_max_sweeps`` sweeps, stopping when the
-    relative ELBO change is below ``vi_tol``; ``vi_draws`` draws from q. Update level: ``tv_tol`` (the
-    project's conditional tolerance: quadrature error of a 20001-point grid is ~1e-8, a wrong
-    conditional gives > 1e-2), ``n_coords`` coordinates per site, ``stationarity_rtol`` (float64 rounding
-    of an exact update is ~1e-10), ``warm_sweeps`` CAVI sweeps before the stationarity check,
-    ``monotone_sweeps``. Calibration: ``sbc_draws`` (L), ``alpha`` (family false-alarm rate), ``khat_draws``.
-    ``false_alarm``: per group, of the exact comparisons (Bonferroni, `compare_exact`).
+    Parameters
+    ----------
+    nuts_chains, nuts_warmup, nuts_draws : int, default 4, 500, 1000
+        The NUTS reference: chains x (warm-up + draws), gated by ArviZ
+        (`validation.checks.gates.Thresholds`: R-hat <= 1.01 with >= 4 chains, bulk and tail ESS >=
+        400, no divergences, E-BFMI >= 0.3).
+    target_accept : float, default 0.8
+        NUTS's target acceptance probability.
+    solver_chains, solver_warmup, solver_draws, solver_thin : int, default 4, 500, 1000, 1
+        The default sampler (`solver_fit`): chains x (warm-up + draws x thin sweeps).
+    bridge_chains, bridge_warmup, bridge_draws : int, default 4, 300, 1000
+        The CustomGibbs bridge: chains x (warm-up + draws).
+    vi_max_sweeps : int, default 1000
+        CAVI: at most this many sweeps.
+    vi_tol : float, default 1e-10
+        CAVI stops when the relative ELBO change is below it.
+    vi_draws : int, default 2000
+        Draws from q.
+    tv_tol : float, default 1e-4
+        The conditional check's total-variation tolerance (quadrature error of the 20001-point grid is
+        ~1e-8; a wrong conditional gives > 1e-2).
+    n_coords : int, default 3
+        Coordinates per site in the conditional check.
+    stationarity_rtol : float, default 1e-7
+        Relative gradient tolerance of the stationarity check (float64 rounding of an exact update is
+        ~1e-10).
+    warm_sweeps : int, default 1
+        CAVI sweeps before the stationarity check.
+    monotone_sweeps : int, default 20
+        CAVI sweeps of the monotonicity check.
+    sbc_draws : int, default 99
+        L, the draws per SBC simulation.
+    alpha : float, default 0.05
+        Family false-alarm rate of SBC / VSBC.
+    khat_draws : int, default 4000
+        Draws from q for k-hat.
+    false_alarm : float, default 0.01
+        Per group of the exact comparisons (Bonferroni, `validation.checks.crosscheck.compare_exact`).
+
+    Raises
+    ------
+    None of its own (the values are used as given).
+
     Source: project addition.
     """
 
@@ -292,17 +366,56 @@ class CheckSettings:
     false_alarm: float = 0.01
 
     def nuts(self, seed: int) -> NutsSettings:
-        """The `validation.checks.references.NutsSettings` of the NUTS reference. Raises nothing."""
+        """The `validation.checks.references.NutsSettings` of the NUTS reference.
+
+        Parameters
+        ----------
+        seed : int
+            NUTS's seed.
+
+        Returns
+        -------
+        validation.checks.references.NutsSettings
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return NutsSettings(self.nuts_chains, self.nuts_warmup, self.nuts_draws, int(seed), self.target_accept)
 
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """One row of the report: ``check`` (e.g. "conditional[b]"), ``level`` ("update", "bridge",
-    "posterior", "calibration", "evidence"), ``status`` ("pass", "fail", "inconclusive", "reported",
-    "not declared", "not applicable", "not selected"), ``gating`` (counts toward the verdict),
-    ``statistic`` (the headline number, NaN when none) with ``statistic_name``, ``reason`` (words), and
-    ``table`` (details, or None). Source: project addition."""
+    """One row of the report.
+
+    Parameters
+    ----------
+    check : str
+        E.g. "conditional[b]", "crosscheck".
+    level : str
+        "update", "bridge", "posterior", "calibration" or "evidence".
+    status : str
+        "pass", "fail", "inconclusive", "reported", "not declared", "not applicable" or
+        "not selected".
+    gating : bool
+        Whether the check counts toward the verdict.
+    reason : str
+        The verdict in words.
+    statistic : float, default NaN
+        The headline number (NaN when none).
+    statistic_name : str, default ""
+        What ``statistic`` is.
+    table : pandas.DataFrame, optional
+        Details.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition.
+    """
 
     check: str
     level: str
@@ -314,7 +427,19 @@ class CheckOutcome:
     table: pd.DataFrame | None = field(default=None, repr=False)
 
     def row(self) -> dict:
-        """The outcome as a table row (without ``table``). Raises nothing."""
+        """The outcome as a table row (without ``table``).
+
+        Returns
+        -------
+        dict
+            check, level, status, counts ("yes" / "no"), statistic (its name), value, reason.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return {"check": self.check, "level": self.level, "status": self.status,
                 "counts": "yes" if self.gating else "no", "statistic": self.statistic_name,
                 "value": self.statistic, "reason": self.reason}
@@ -322,14 +447,34 @@ class CheckOutcome:
 
 @dataclass(frozen=True)
 class DerivationReport:
-    """What `check` returns: ``name``, ``method``, ``outcomes`` (list of `CheckOutcome`, in `CHECKS`
-    order), ``path`` (the Markdown report, or None without ``out_dir``), ``results`` (the raw objects:
-    "reference" (`validation.checks.references.Reference`), "crosscheck"
-    (`validation.checks.crosscheck.CrosscheckResult`), "bridge" (block -> `validation.checks.bridge.BridgeResult`
-    or InferenceData), "sbc" (`validation.checks.sbc.SBCResult`), "vsbc", "khat", "elbo"), ``seconds``.
+    """What `check` returns.
 
     ``status``: "fail" when a counted check fails, else "inconclusive" when a counted check is
-    inconclusive (NUTS failed its gates) or none passed, else "pass". Source: project addition.
+    inconclusive (NUTS failed its gates) or none passed, else "pass".
+
+    Parameters
+    ----------
+    name : str
+        The derivation's name.
+    method : str
+        "exact" or "vi".
+    outcomes : list of CheckOutcome
+        In `CHECKS` order.
+    path : pathlib.Path, optional
+        The Markdown report (None without ``out_dir``).
+    results : dict
+        The raw objects: "reference" (`validation.checks.references.Reference`), "crosscheck"
+        (`validation.checks.crosscheck.CrosscheckResult`), "bridge" (block ->
+        `validation.checks.bridge.BridgeResult` or InferenceData), "sbc"
+        (`validation.checks.sbc.SBCResult`), "vsbc", "khat", "elbo".
+    seconds : float
+        Wall seconds of `check`.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition.
     """
 
     name: str
@@ -341,6 +486,20 @@ class DerivationReport:
 
     @property
     def status(self) -> str:
+        """The verdict over the counted checks: "pass", "fail" or "inconclusive".
+
+        Returns
+        -------
+        str
+            "fail" when a counted check fails, else "inconclusive" when a counted check is inconclusive
+            or none passed, else "pass".
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         counted = [o.status for o in self.outcomes if o.gating]
         if "fail" in counted:
             return "fail"
@@ -349,18 +508,57 @@ class DerivationReport:
         return "pass"
 
     def table(self) -> pd.DataFrame:
-        """One row per check (`CheckOutcome.row`). Raises nothing."""
+        """One row per check (`CheckOutcome.row`).
+
+        Returns
+        -------
+        pandas.DataFrame
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return pd.DataFrame([o.row() for o in self.outcomes])
 
     def outcome(self, check: str) -> CheckOutcome:
-        """The outcome named ``check`` ("crosscheck", "conditional[b]", ...). Raises KeyError for another name."""
+        """The outcome named ``check``.
+
+        Parameters
+        ----------
+        check : str
+            "crosscheck", "conditional[b]", ...
+
+        Returns
+        -------
+        CheckOutcome
+
+        Raises
+        ------
+        KeyError
+            For a name no outcome has (the message lists the names).
+
+        Source: project addition.
+        """
         for o in self.outcomes:
             if o.check == check:
                 return o
         raise KeyError(f"no check {check!r}; checks: {[o.check for o in self.outcomes]}")
 
     def failed(self) -> list[str]:
-        """Names of the counted checks that failed. Raises nothing."""
+        """Names of the counted checks that failed.
+
+        Returns
+        -------
+        list of str
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return [o.check for o in self.outcomes if o.gating and o.status == "fail"]
 
     def __repr__(self) -> str:
@@ -423,10 +621,31 @@ def prior_simulator(program, args: tuple, kwargs: Mapping, observed: Mapping) ->
 
     The program runs under ``numpyro.handlers.uncondition`` with the problem's arguments: latent sites
     from the prior, observed sites from their distributions given them; each observed site's draw
-    replaces its data in ``args`` / ``kwargs`` (``observed``: site -> keyword name or position), cast to
-    the data's dtype and shape. ``truth``: latent site -> numpy array.
-    Raises KeyError (when called) for an observed site the trace lacks. Source: project addition
-    (SBC's simulation step, Talts et al. 2018, with NumPyro's ``uncondition``).
+    replaces its data in ``args`` / ``kwargs``, cast to the data's dtype and shape.
+
+    Parameters
+    ----------
+    program : callable
+        The NumPyro program.
+    args : tuple
+        Its positional arguments (the small problem).
+    kwargs : mapping
+        Its keyword arguments.
+    observed : mapping
+        Observed site -> keyword name (str) or position in ``args`` (int) of its data.
+
+    Returns
+    -------
+    callable
+        ``simulate(seed: int) -> (truth, args, kwargs)``; ``truth``: latent site -> numpy array.
+
+    Raises
+    ------
+    KeyError
+        When called, for an observed site the trace lacks.
+
+    Source: project addition (SBC's simulation step, Talts et al. 2018, with NumPyro's
+    ``uncondition``).
     """
     args, kwargs = tuple(args), dict(kwargs)
 
@@ -534,16 +753,33 @@ def _gibbs_run(blocks, chains: int, warmup: int, draws: int, thin: int):
 def solver_fit(d: Derivation, settings: CheckSettings = CheckSettings()) -> Callable:
     """The solver of a derivation as ``fit(seed, *args, **kwargs) -> dict site -> (chain, draw, ...)``.
 
-    ``d.fit`` when declared. Otherwise, exact: a Gibbs sampler sweeping `Derivation.sampler_blocks`
-    in order (``settings.solver_chains`` chains from independent prior draws of the program, each
+    ``d.fit`` when declared. Otherwise, exact: a Gibbs sampler sweeping `Derivation.sampler_blocks` in
+    order (``settings.solver_chains`` chains from independent prior draws of the program, each
     ``solver_warmup`` + ``solver_draws`` kept units of ``solver_thin`` sweeps, one jitted and vmapped
     program reused for every data set of the same shapes); the blocks must cover every latent site.
     VI: CAVI sweeps of ``d.cavi_blocks`` from ``d.vi_init(seed, ...)`` until the relative ELBO change is
     below ``settings.vi_tol`` (or ``vi_max_sweeps``; without ``elbo``: ``vi_max_sweeps`` sweeps), then
     ``settings.vi_draws`` draws from ``d.q`` as one chain. float64.
 
-    Raises DeclarationError (when building) if the exact blocks miss a latent site of the program, and
-    (when called) if a block returns other sites or shapes, naming the field. Source: project addition.
+    Parameters
+    ----------
+    d : Derivation
+        The declaration.
+    settings : CheckSettings, default CheckSettings()
+        Run lengths.
+
+    Returns
+    -------
+    callable
+        ``fit(seed, *args, **kwargs) -> dict site -> numpy array (chain, draw, *site shape)``.
+
+    Raises
+    ------
+    DeclarationError
+        When building, if the exact blocks miss a latent site of the program; when called, if a
+        block returns other sites or shapes (the field named).
+
+    Source: project addition.
     """
     if d.fit is not None:
         return d.fit
@@ -664,12 +900,36 @@ def _identified(d: Derivation, draws: Mapping) -> dict:
 
 def nuts_reference(d: Derivation, settings: CheckSettings = CheckSettings(), *, seed: int = 0,
                    progress: bool = False) -> Reference:
-    """A fresh NUTS run of ``d.program`` on the declared problem, as a
-    `validation.checks.references.Reference` on ``d.identified`` (``settings.nuts_chains`` x
-    (``nuts_warmup`` + ``nuts_draws``), float64, `validation.checks.crosscheck.run_nuts`). Pass it to
-    `check` (``nuts=``) to reuse it across calls on the same program and problem (a derivation and its
-    planted-error variant). Raises DeclarationError when ``identified`` returns something else than
-    3-D groups; what NumPyro raises propagates. Source: project addition (validation level 2).
+    """A fresh NUTS run of ``d.program`` on the declared problem, as a reference on ``d.identified``.
+
+    ``settings.nuts_chains`` x (``nuts_warmup`` + ``nuts_draws``), float64,
+    `validation.checks.crosscheck.run_nuts`. Pass it to `check` (``nuts=``) to reuse it across calls
+    on the same program and problem (a derivation and its planted-error variant).
+
+    Parameters
+    ----------
+    d : Derivation
+        The declaration.
+    settings : CheckSettings, default CheckSettings()
+        Run lengths.
+    seed : int, default 0
+        NUTS's seed.
+    progress : bool, default False
+        NumPyro's progress bar.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The identified groups' draws, gates and settings.
+
+    Raises
+    ------
+    DeclarationError
+        When ``identified`` returns something else than 3-D groups.
+    RuntimeError
+        Not of its own: what NumPyro raises propagates.
+
+    Source: project addition (validation level 2).
     """
     run = xc.run_nuts(d.program, *d.args, seed=seed, num_chains=settings.nuts_chains,
                       num_warmup=settings.nuts_warmup, num_samples=settings.nuts_draws,

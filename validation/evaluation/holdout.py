@@ -200,10 +200,13 @@ def split(data, how: str = "loo", *, seed: int = 0, test_fraction: float = 0.2, 
         the later input row counts as later), ``"basket"`` (rows are baskets: one item of every basket
         of >= 2 distinct items with value > 0, exactly `validation.data.splits.split_leave_one_item_out_baskets`).
     seed : int, the same seed gives the same split (``numpy.random.default_rng(seed)``; "time" draws nothing).
-    test_fraction : float in (0, 1), for "fraction". n_test : int >= 1, for "time".
+    test_fraction : float in (0, 1), for "fraction".
+    n_test : int >= 1, for "time".
     min_value : only entries with value >= ``min_value`` may be held out (None: all): a one-class model
         fitted with ``transform="binarize"`` at threshold t should be evaluated with ``min_value=t`` (the
         P1 protocol: positives held out). The other entries stay in train.
+    user_col, item_col, value_col, time_col : str, optional
+        Column names of a DataFrame ``data`` (defaults above).
 
     Returns
     -------
@@ -441,9 +444,11 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
         relevant (not positives) and are skipped; rows of users or items the model does not know are
         skipped (all counted in ``attrs["evaluation"]``).
     N : int or sequence of ints >= 1, the cut-offs of recall@N and NDCG@N.
+    user_col, item_col, value_col : str, optional
+        Column names of ``test`` when its ``attrs`` do not name them.
     batch_cells : bound on the draw x cell values of one block of model scores (memory:
-        ~ 8 batch_cells K bytes for dot-product models). batch_users : users per block of scores
-        (default ``max(1, 4_000_000 // J)``; memory O(batch_users J)).
+        ~ 8 batch_cells K bytes for dot-product models).
+    batch_users : users per block of scores (default ``max(1, 4_000_000 // J)``; memory O(batch_users J)).
     ease : add the EASE^R row (`validation.evaluation.baselines.ease_system` on the binarized training
         entries ``fitted.seen``: lambda chosen by HR@N[0] on one training entry per user held out of them,
         never on ``test``; skipped, with the reason in ``attrs["notes"]``, above

@@ -116,12 +116,24 @@ def _register(adapter: Adapter) -> Adapter:
 
 
 def models() -> tuple[str, ...]:
-    """Names accepted by `fit` (and by ``factorbayes fit MODEL``): a tuple of str, in registration
-    order (imports `validation.frontdoor.api_models` on first use, which declares the adapters).
+    """Names accepted by `fit` (and by ``factorbayes fit MODEL``), in registration order.
 
-    Raises nothing of its own; an import error of `validation.frontdoor.api_models` propagates, and so does
-    `_register`'s ValueError for an adapter declared with an unknown ``values`` kind (a programming
-    error). Source: project addition (issue 10).
+    Imports `validation.frontdoor.api_models` on first use, which declares the adapters.
+
+    Returns
+    -------
+    tuple of str
+        The model names, e.g. ``("hpf", "hpf-gibbs", "sbmf", ...)``.
+
+    Raises
+    ------
+    ImportError
+        Not of its own: an import error of `validation.frontdoor.api_models` propagates.
+    ValueError
+        `_register`'s error for an adapter declared with an unknown ``values`` kind (a programming
+        error of a declaration, never of the caller).
+
+    Source: project addition (issue 10).
     """
     _ensure_adapters()
     return tuple(ADAPTERS)
@@ -246,12 +258,28 @@ def _ids_from_json(text: str) -> np.ndarray:
 class FittedModel:
     """A fitted model that keeps the users' own ids from loading to recommending.
 
-    model : registry name; idata : arviz.InferenceData (``posterior`` group with S draws in all);
-    user_ids : (I,) original user ids (int64 or str), ``user_ids[u]`` is row u; item_ids : (J,);
-    seen : scipy.sparse.csr_matrix (I, J) of the training entries (values as fitted);
-    settings : dict (K, seed, options, transform) stored with the artifact.
+    Build with `fit` or `load`; the fields are what `save` writes.
 
-    Build with `fit` or `load`. Source: project addition.
+    Parameters
+    ----------
+    model : str
+        The front-door name of the fitted model (one of `models`).
+    idata : arviz.InferenceData
+        The fit, with a ``posterior`` group of S draws in all (chains x draws).
+    user_ids : numpy.ndarray, shape (I,)
+        Original user ids (int64 or object for str); ``user_ids[u]`` is row u.
+    item_ids : numpy.ndarray, shape (J,)
+        Original item ids, as ``user_ids``.
+    seen : scipy.sparse.csr_matrix, shape (I, J)
+        The training entries, values as fitted (after the transform).
+    settings : dict
+        K, seed, options, transform, threshold and the run's ``summary``; stored with the artifact.
+
+    Raises
+    ------
+    None of its own (the fields are not checked on construction; `fit` and `load` build them).
+
+    Source: project addition.
     """
 
     model: str
@@ -269,19 +297,55 @@ class FittedModel:
 
     @property
     def adapter(self) -> Adapter:
+        """The front-door `Adapter` of ``model`` (how it is run, scored, folded in).
+
+        Returns
+        -------
+        Adapter
+
+        Raises
+        ------
+        ValueError
+            For a model name no adapter declares (an artifact of another package version).
+
+        Source: project addition.
+        """
         return _adapter(self.model)
 
     def inference_data(self, *, log_likelihood: bool = True, posterior_predictive: bool = False,
                        observed_data: bool = True, seed: int = 0):
-        """The fit as an `arviz.InferenceData` that `az.loo`, `az.waic`, `az.compare` and `az.plot_ppc`
-        use: the posterior (coordinates in the user's ids) plus ``observed_data``, a pointwise
-        ``log_likelihood`` and ``posterior_predictive`` (variable ``y``, dim ``entry`` with ``user`` /
-        ``item`` coordinates), built on demand in chunks of entries by
-        `validation.frontdoor.api_arviz.inference_data` (arguments, shapes and attrs there) and cached on this
-        object per argument set; never written into the artifact by `save`.
-        Memory: 8 S N bytes per (S, N) group (S draws, N fitted entries).
-        Raises ValueError for a model without a pointwise likelihood (BPR), and for PSM's
-        posterior_predictive. Source: project addition (issue 24); likelihoods per model in
+        """The fit as an `arviz.InferenceData` that `az.loo`, `az.waic`, `az.compare` and `az.plot_ppc` use.
+
+        Built on demand in chunks of entries by `validation.frontdoor.api_arviz.inference_data` (shapes
+        and attrs there) and cached on this object per argument set; never written into the artifact by
+        `save`. Memory: 8 S N bytes per (S, N) group (S draws, N fitted entries).
+
+        Parameters
+        ----------
+        log_likelihood : bool, default True
+            Add the pointwise ``log_likelihood`` group (variable ``y``, dims chain, draw, entry); for VI
+            fits it is evaluated under the draws from q (said in the group's attrs).
+        posterior_predictive : bool, default False
+            Add ``posterior_predictive`` draws of a new y per entry (the model's observation model given
+            each draw).
+        observed_data : bool, default True
+            Add the ``observed_data`` group (the fitted values, dim ``entry`` with ``user`` / ``item``
+            coordinates in the user's ids).
+        seed : int, default 0
+            numpy seed of the posterior-predictive draws.
+
+        Returns
+        -------
+        arviz.InferenceData
+            The posterior (coordinates in the user's ids) plus the groups asked for.
+
+        Raises
+        ------
+        ValueError
+            For a model without a pointwise likelihood (BPR) when ``log_likelihood``, and for PSM's
+            ``posterior_predictive``.
+
+        Source: project addition (issue 24); the likelihood of each model is named in
         `validation.frontdoor.api_models.LIKELIHOODS`.
         """
         from validation.frontdoor import api_arviz
@@ -297,47 +361,90 @@ class FittedModel:
 
     @property
     def uncertainty(self) -> str:
-        """How the posterior draws behind every sd and interval were obtained."""
+        """How the posterior draws behind every sd and interval were obtained.
+
+        Returns
+        -------
+        str
+            E.g. "posterior draws (Gibbs)", "draws from q (CAVI)", "none (point estimate)".
+
+        Raises
+        ------
+        ValueError
+            As `adapter`.
+
+        Source: project addition.
+        """
         return self.adapter.uncertainty
 
     @property
     def shape(self) -> tuple[int, int]:
-        """(I, J): users and items known to the model."""
+        """Users and items known to the model.
+
+        Returns
+        -------
+        tuple of int
+            (I, J).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return (len(self.user_ids), len(self.item_ids))
 
     def summary(self) -> dict:
-        """What the fit did, as written by `fit` (kept in ``settings["summary"]``, so it survives
-        `save` / `load`).
+        """What the fit did, as written by `fit` (kept in ``settings["summary"]``, so it survives `save` / `load`).
 
-        Returns a dict (a deep copy; JSON values):
+        Returns
+        -------
+        dict
+            A deep copy, JSON values:
 
-        - ``model``, ``K``, ``uncertainty``;
-        - ``data``: ``users``, ``items``, ``entries`` fitted; ``dropped_users`` / ``dropped_items``
-          (count) and ``dropped_user_ids`` / ``dropped_item_ids`` (up to 5, the user's ids) left
-          without entries by the value transform, ``dropped_entries``;
-        - ``iterations``: ``option`` (the solver option that counts them), ``driver`` ("vi",
-          "mcmc", or "solver" for a loop outside the drivers), ``run`` and ``max`` (VI sweeps or
-          epochs; sampler units of ``thin`` sweeps per chain, warm-up included), ``resumed_from``
-          (iterations read from a checkpoint; 0 for a fresh fit); VI: ``converged`` (the tolerance
-          stopped it) or not (stopped at the cap), ``tol``, ``last_rel_change``; samplers:
-          ``warmup``, ``chains``, ``thin``;
-        - ``diagnostics`` (samplers): rank-normalized split ``rhat_max`` and ``ess_bulk_min`` /
-          ``ess_tail_min`` (ArviZ) over the predicted E[y] at up to `DIAGNOSTIC_CELLS` training
-          cells (identified quantities, not the factors), ``cells_rhat_over_1_01``;
-        - ``seconds``: wall seconds per phase: ``prepare_data`` (table, transform, checks,
-          fingerprint), ``fit`` (the solver call, compilation included), within it ``before_loop``
-          (initialisation), ``loop`` (the driver's iterations), ``first_iteration_with_compilation``
-          and ``after_loop`` (draws from q, building the InferenceData), then ``summary`` (the
-          diagnostics) and ``total``.
+            - ``model``, ``K``, ``uncertainty``;
+            - ``data``: ``users``, ``items``, ``entries`` fitted; ``dropped_users`` / ``dropped_items``
+              (count) and ``dropped_user_ids`` / ``dropped_item_ids`` (up to 5, the user's ids) left
+              without entries by the value transform, ``dropped_entries``;
+            - ``iterations``: ``option`` (the solver option that counts them), ``driver`` ("vi",
+              "mcmc", or "solver" for a loop outside the drivers), ``run`` and ``max`` (VI sweeps or
+              epochs; sampler units of ``thin`` sweeps per chain, warm-up included), ``resumed_from``
+              (iterations read from a checkpoint; 0 for a fresh fit); VI: ``converged`` (the tolerance
+              stopped it) or not (stopped at the cap), ``tol``, ``last_rel_change``; samplers:
+              ``warmup``, ``chains``, ``thin``;
+            - ``diagnostics`` (samplers): rank-normalized split ``rhat_max`` and ``ess_bulk_min`` /
+              ``ess_tail_min`` (ArviZ) over the predicted E[y] at up to `DIAGNOSTIC_CELLS` training
+              cells (identified quantities, not the factors), ``cells_rhat_over_1_01``;
+            - ``seconds``: wall seconds per phase: ``prepare_data`` (table, transform, checks,
+              fingerprint), ``fit`` (the solver call, compilation included), within it ``before_loop``
+              (initialisation), ``loop`` (the driver's iterations), ``first_iteration_with_compilation``
+              and ``after_loop`` (draws from q, building the InferenceData), then ``summary`` (the
+              diagnostics) and ``total``.
 
-        An empty dict for a model loaded from an artifact written before the summary existed.
-        Raises nothing. Source: project addition (issue 24).
+            An empty dict for a model loaded from an artifact written before the summary existed.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 24).
         """
         return json.loads(json.dumps(self.settings.get("summary", {}), default=str))
 
     def summary_text(self) -> str:
-        """`summary` as a few lines of text for a terminal (the CLI prints it). Raises nothing.
-        Source: project addition (issue 24)."""
+        """`summary` as a few lines of text for a terminal (the CLI prints it).
+
+        Returns
+        -------
+        str
+            One line per part of the summary (data, iterations and convergence, diagnostics, seconds).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 24).
+        """
         s = self.summary()
         if not s:
             return f"{self.model}: no run summary (an artifact from before factorbayes wrote one)"
@@ -395,21 +502,42 @@ class FittedModel:
 
     def predict(self, pairs, *, interval: float = 0.9, means: str = "draws", kind: str = "mean",
                 seed: int = 0) -> pd.DataFrame:
-        """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair
-        (``kind="mean"``, the default), or of a new observation y_ui (``kind="observation"``: the
-        posterior predictive, draws of y from the model's observation model given each draw, numpy
-        seed ``seed``; wider, since it adds the observation noise; see `validation.frontdoor.scoring.predict`).
+        """Posterior mean, sd and a central credible interval of E[y_ui], or of a new y_ui, per pair.
 
-        pairs : DataFrame with columns ``user`` and ``item`` (original ids), or a sequence of
-            (user, item) tuples; M pairs. means : "draws" (mean over the stored draws) or "q" (the
-            closed-form mean under q where it exists: HPF CAVI).
-        Returns a DataFrame (M rows): user, item, mean, sd, lower, upper (float64, in the units
-        of the fitted values), method (how the draws were obtained). For point estimates
-        (MAP, SGD) sd = 0 and the interval is the point. Computed by `validation.frontdoor.scoring.predict`
-        in chunks of bounded memory.
-        Raises KeyError for an unknown id, ValueError for a bad interval, ``means`` or ``kind`` (and
-        for ``kind="observation"`` on a model without an observation model: BPR, PSM).
-        Source: project addition.
+        Computed by `validation.frontdoor.scoring.predict` in chunks of bounded memory.
+
+        Parameters
+        ----------
+        pairs : pandas.DataFrame or sequence of (user, item) tuples
+            M pairs in original ids (a DataFrame with columns ``user`` and ``item``).
+        interval : float in (0, 1), default 0.9
+            Mass of the central credible interval.
+        means : {"draws", "q"}, default "draws"
+            "draws": over the stored draws; "q": the closed-form mean under q where it exists (HPF
+            CAVI); sd and interval still come from the draws.
+        kind : {"mean", "observation"}, default "mean"
+            "mean": E[y_ui] given the parameters; "observation": a new observation y_ui (the posterior
+            predictive: draws of y from the model's observation model given each draw; wider, since it
+            adds the observation noise).
+        seed : int, default 0
+            numpy seed of the observation draws (``kind="observation"``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            M rows: user, item, mean, sd, lower, upper (float64, in the units of the fitted values),
+            method (how the draws were obtained). For point estimates (MAP, SGD) sd = 0 and the
+            interval is the point.
+
+        Raises
+        ------
+        KeyError
+            An unknown user or item id.
+        ValueError
+            A bad ``interval``, ``means`` or ``kind``; ``kind="observation"`` for a model without an
+            observation model (BPR, PSM).
+
+        Source: project addition (issue 24).
         """
         from validation.frontdoor import scoring
 
@@ -419,17 +547,40 @@ class FittedModel:
                   max_bytes: int | None = None, sd: bool = True) -> pd.DataFrame:
         """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
-        users : one id or a list of original user ids; N : int >= 1 items per user;
-        exclude_seen : leave out the user's training items (default True); means : "draws" (mean
-        over the stored draws) or "q" (closed form under q where it exists: HPF CAVI);
-        max_bytes : bound on the scoring's temporary arrays (default `validation.frontdoor.scoring.MAX_BYTES`,
-        256 MiB); sd : compute the sd column (default True; False skips the pass over the draws).
-        Returns a DataFrame, one row per (user, rank): user, rank (1..N), item (original id),
-        score (posterior mean of E[y_ui]), sd (its posterior sd). Work: per user one pass over the
-        J items (`validation.frontdoor.scoring.recommend`, chunked over users); never an I x J array.
-        Memory kept between calls: `validation.frontdoor.scoring.cache_bytes` (no copy of the draws).
-        Raises KeyError for an unknown user id, ValueError for N < 1, a bad ``means`` or a
-        ``max_bytes`` too small for one user. Source: project addition.
+        Work: per user one pass over the J items (`validation.frontdoor.scoring.recommend`, chunked over
+        users); never an I x J array. Memory kept between calls: `validation.frontdoor.scoring.cache_bytes`
+        (no copy of the draws).
+
+        Parameters
+        ----------
+        users : user id or list of user ids
+            Original ids.
+        N : int >= 1, default 10
+            Items per user.
+        exclude_seen : bool, default True
+            Leave out the user's training items.
+        means : {"draws", "q"}, default "draws"
+            "draws": mean over the stored draws; "q": the closed form under q where it exists (HPF CAVI).
+        max_bytes : int, optional
+            Bound on the scoring's temporary arrays, in bytes (default
+            `validation.frontdoor.scoring.MAX_BYTES`, 256 MiB).
+        sd : bool, default True
+            Compute the sd column (False skips the pass over the draws and leaves the column out).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per (user, rank): user, rank (1..N), item (original id), score (posterior mean of
+            E[y_ui]), sd (its posterior sd).
+
+        Raises
+        ------
+        KeyError
+            An unknown user id.
+        ValueError
+            N < 1, a bad ``means``, or a ``max_bytes`` too small for one user.
+
+        Source: project addition (issue 24).
         """
         from validation.frontdoor import scoring
 
@@ -437,10 +588,34 @@ class FittedModel:
                                  max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
-        """Held-out metrics of this model next to popularity and EASE^R on its own training data, with
-        standard errors and paired bootstrap intervals against the better baseline:
-        `validation.evaluation.holdout.evaluate` (``test`` from `split`; keyword arguments, returns and raises
-        there). Source: project addition (issues 24, 27)."""
+        """Held-out metrics of this model next to popularity and EASE^R on its own training data.
+
+        With standard errors and paired bootstrap intervals against the better baseline:
+        `validation.evaluation.holdout.evaluate`.
+
+        Parameters
+        ----------
+        test : pandas.DataFrame
+            The held-out part of `split` (original ids; users unknown to the model are reported).
+        **kwargs
+            Passed to `validation.evaluation.holdout.evaluate` (list length N, metrics, bootstrap
+            settings; listed there).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per system and metric, as `validation.evaluation.holdout.evaluate` returns.
+
+        Raises
+        ------
+        ValueError
+            As `validation.evaluation.holdout.evaluate`: a bad N, a test entry the model was fitted
+            on, nothing left to evaluate.
+        TypeError
+            ``test`` not a pandas DataFrame.
+
+        Source: project addition (issues 24, 27).
+        """
         from validation.evaluation.holdout import evaluate
 
         return evaluate(self, test, **kwargs)
@@ -449,33 +624,50 @@ class FittedModel:
                 value_col: str | None = None) -> "FittedModel":
         """Add new users to the fitted model without refitting the items.
 
-        new_user_rows : DataFrame of the new users' entries (a user, an item and optionally a value
-            column, named as in `fit`: ``user_col`` / ``item_col`` / ``value_col``), in original ids;
-            every user must be new, every item known to the model. Values go through the fit's
-            transform (``settings["transform"]``, ``settings["threshold"]``).
-        Returns a new FittedModel over the I + I_new users (the old users first, unchanged; for the
-        factorization machines the new users' one-hot features are inserted after the fitted users'
-        and ``front_door_n_users`` grows): the new users' user-side posterior comes from the
-        adapter's fold-in (`validation.frontdoor.api_fold_in`), the item side and the global parameters are
-        the fitted ones. Per kind of fit:
+        The new users' user-side posterior comes from the adapter's fold-in
+        (`validation.frontdoor.api_fold_in`); the item side and the global parameters are the fitted ones.
+        Per kind of fit:
 
-        - samplers (HPF Gibbs, BPMF, SBMF, MCMC-FM, NPFM, PPFM): per kept draw, the new users drawn
-          from the sampler's own complete conditionals given that draw's item side and
-          hyperparameters (`validation.frontdoor.api_fold_in._fold_in_per_draw`; BPMF one exact Gaussian draw,
-          the others `FOLD_IN_SWEEPS` Gibbs sweeps of the new users' block);
+        - samplers (HPF Gibbs, BPMF, SBMF, MCMC-FM, NPFM, PPFM): per kept draw, the new users drawn from
+          the sampler's own complete conditionals given that draw's item side and hyperparameters
+          (`validation.frontdoor.api_fold_in._fold_in_per_draw`; BPMF one exact Gaussian draw, the others
+          `FOLD_IN_SWEEPS` Gibbs sweeps of the new users' block);
         - variational fits (HPF CAVI, VBFM, OVBFM, SIBM batch VB and SVI): the new users' q by the
-          solver's own coordinate updates with the rest of q frozen, to convergence, then as many
-          draws from q as the fitted posterior holds;
-        - point estimates (SGD-FM, SIBM MAP, BPR): the unique optimum of the fit's objective in the
-          new users' parameters (ridge solve; Newton).
+          solver's own coordinate updates with the rest of q frozen, to convergence, then as many draws
+          from q as the fitted posterior holds;
+        - point estimates (SGD-FM, SIBM MAP, BPR): the unique optimum of the fit's objective in the new
+          users' parameters (ridge solve; Newton).
 
         RG and PSM cannot fold in (their adapters give the reason).
 
-        Raises NotImplementedError naming the reason for models whose adapter has no fold-in
-        (``Adapter.fold_in`` is a string), ValueError for a user id the model already knows or no
-        entries (and from the adapter, e.g. an artifact that lacks what its fold-in reads), KeyError
-        for an unknown item id. Source: project addition; the updates are the seeds' (each function
-        of `validation.frontdoor.api_fold_in` names its equations).
+        Parameters
+        ----------
+        new_user_rows : pandas.DataFrame
+            The new users' entries: a user, an item and optionally a value column, in original ids;
+            every user must be new, every item known to the model. Values go through the fit's transform
+            (``settings["transform"]``, ``settings["threshold"]``).
+        user_col, item_col, value_col : str, optional
+            Column names, as in `fit`.
+
+        Returns
+        -------
+        FittedModel
+            Over the I + I_new users (the old users first, unchanged; for the factorization machines the
+            new users' one-hot features are inserted after the fitted users' and
+            ``front_door_n_users`` grows).
+
+        Raises
+        ------
+        NotImplementedError
+            For models whose adapter has no fold-in (``Adapter.fold_in`` is a string: the reason).
+        ValueError
+            A user id the model already knows, no entries, or (from the adapter) an artifact that lacks
+            what its fold-in reads.
+        KeyError
+            An unknown item id.
+
+        Source: project addition; the updates are the seeds' (each function of
+        `validation.frontdoor.api_fold_in` names its equations).
         """
         from custom_inference.data import Observations
 
@@ -506,9 +698,28 @@ class FittedModel:
         return FittedModel(self.model, idata, user_ids, self.item_ids, seen, settings)
 
     def save(self, path) -> Path:
-        """Write one netCDF artifact: the InferenceData plus a ``front_door`` group (id maps, the
-        training entries, model name, settings, package version). Atomic (temp file + rename).
-        Returns the path. Raises OSError if it cannot be written."""
+        """Write one netCDF artifact: the InferenceData plus a ``front_door`` group.
+
+        The group holds the id maps, the training entries, the model name, the settings and the package
+        version. Atomic (temp file + rename); the file is readable as the user's umask allows.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The file to write (its folder must exist).
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+
+        Raises
+        ------
+        OSError
+            If it cannot be written.
+
+        Source: project addition (issues 10, 24).
+        """
         import importlib.metadata
         import os
         import tempfile
@@ -620,13 +831,27 @@ def _quiet():
 def load(path) -> FittedModel:
     """Read an artifact written by `FittedModel.save`.
 
-    path : str or Path of the netCDF file.
-    Returns the FittedModel (same recommendations and predictions as before saving): user_ids (I,)
-    and item_ids (J,) int64 when every saved id is an int, else object arrays; ``seen`` a
-    scipy.sparse.csr_matrix (I, J) of the saved training values.
-    Raises FileNotFoundError (no such file; a folder), ValueError naming the file when it is not a
-    factorbayes artifact (not netCDF / HDF5 at all, or a netCDF file without a front_door group)
-    or is damaged (unreadable, truncated, or a front_door group missing its parts).
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The netCDF file.
+
+    Returns
+    -------
+    FittedModel
+        Same recommendations and predictions as before saving: ``user_ids`` (I,) and ``item_ids``
+        (J,) int64 when every saved id is an int, else object arrays; ``seen`` a
+        scipy.sparse.csr_matrix (I, J) of the saved training values.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file, or a folder.
+    ValueError
+        Naming the file, when it is not a factorbayes artifact (not netCDF / HDF5 at all, or a netCDF
+        file without a ``front_door`` group) or is damaged (unreadable, truncated, or a
+        ``front_door`` group missing its parts).
+
     Source: project addition (issue 10; messages issue 24).
     """
     import scipy.sparse as sp
@@ -673,56 +898,80 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
 
     Parameters
     ----------
-    model : a name from `models()`: counts "hpf", "hpf-gibbs", "npfm", "ppfm", "psm"; real ratings
+    model : str
+        A name from `models`: counts "hpf", "hpf-gibbs", "npfm", "ppfm", "psm"; real ratings
         "sbmf", "bpmf", "mcmc-fm", "vbfm", "ovbfm", "sgd-fm"; one-class (binary) "sibm", "sibm-svi",
         "sibm-map", "rg", "bpr".
-    data : pandas DataFrame with a user, an item and (optionally) a value column (names from
-        ``user_col`` / ``item_col`` / ``value_col``, else "user", "item", "rating"|"value"|"count";
-        no value column means one-class data, every row a 1); a users x items scipy.sparse matrix;
-        or an `Observations` (ids 0..I-1, 0..J-1). Each (user, item) pair at most once.
-    K : int >= 1, the latent dimension. seed : int, fixes every random choice of the fit.
-    transform : what to do with values the model cannot take: "none" (values as given; count
-        models refuse non-integers, binary models binarize at ``threshold``), "round", "double"
-        (half stars -> integer counts), "binarize" (value >= ``threshold`` -> 1, else dropped),
-        "error" (refuse anything the model cannot take as is). Users or items left without entries
-        are dropped: a warning names how many and a few of their ids (also in `FittedModel.summary`).
-    resume_from : a folder for checkpoints (the file is ``resume_from/<model>.npz``, `checkpoint_path`):
-        the fit writes its state there every ``checkpoint_every`` iterations (atomically) and, when
-        a checkpoint exists, continues from it ("resuming from iteration N of M" on stderr with
+    data : pandas.DataFrame, scipy.sparse matrix or Observations
+        A table with a user, an item and (optionally) a value column (no value column means one-class
+        data, every row a 1); a users x items scipy.sparse matrix; or an `Observations` (ids 0..I-1,
+        0..J-1). Each (user, item) pair at most once.
+    K : int >= 1, default 10
+        The latent dimension.
+    seed : int, default 0
+        Fixes every random choice of the fit.
+    user_col, item_col, value_col : str, optional
+        Column names of ``data`` (default "user", "item" and the first of "rating", "value", "count"
+        present).
+    transform : {"none", "round", "double", "binarize", "error"}, default "none"
+        What to do with values the model cannot take: "none" (values as given; count models refuse
+        non-integers, binary models binarize at ``threshold``), "round", "double" (half stars ->
+        integer counts), "binarize" (value >= ``threshold`` -> 1, else dropped), "error" (refuse
+        anything the model cannot take as is). Users or items left without entries are dropped: a
+        warning names how many and a few of their ids (also in `FittedModel.summary`).
+    threshold : float, default 4.0
+        The binarization threshold, in the units of the values.
+    resume_from : str or pathlib.Path, optional
+        A folder for checkpoints (the file is ``resume_from/<model>.npz``, `checkpoint_path`): the
+        fit writes its state there every ``checkpoint_every`` iterations (atomically) and, when a
+        checkpoint exists, continues from it ("resuming from iteration N of M" on stderr with
         ``progress``); an interrupted and resumed fit equals the uninterrupted one bit for bit
-        (tests/validation/test_api.py, test_api_run.py). Every checkpoint holds the run's
-        fingerprint (`run_fingerprint`: data hash, model, solver, K, seed, options, transform,
-        threshold, dtype, package version); a checkpoint of any other run is refused before anything
-        is computed. SIGINT / SIGTERM during the fit finish the iteration in progress, checkpoint it
-        and raise `RunInterrupted` naming the file. Only for models whose adapter is resumable
-        (``ADAPTERS[name].resumable``; the others raise ValueError with the reason).
-        checkpoint_every : int >= 1, in the driver's unit: VI sweeps or epochs
-        (`custom_inference.vi_driver`), blocks of sampler units (`custom_inference.mcmc_driver`);
-        default the solver's (10).
-    progress : progress bars and notes on stderr.
-    options : passed to the model's solver (e.g. ``num_samples``, ``max_iter``, ``hyper``) over
-        the adapter's ``defaults``; `valid_options` lists them. ``_stop_after=n`` (testing aid,
-        with ``resume_from``) raises `Interrupted` right after the n-th checkpoint write, through
-        the drivers' hook (`custom_inference.base.on_checkpoint`), as a killed run would stop.
+        (tests/validation/test_api.py, test_api_run.py). Every checkpoint holds the run's fingerprint
+        (`run_fingerprint`); a checkpoint of any other run is refused before anything is computed.
+        SIGINT / SIGTERM during the fit finish the iteration in progress, checkpoint it and raise
+        `RunInterrupted` naming the file. Only for models whose adapter is resumable.
+    checkpoint_every : int >= 1, optional
+        In the driver's unit: VI sweeps or epochs (`custom_inference.vi_driver`), blocks of sampler
+        units (`custom_inference.mcmc_driver`); default the solver's (10). Needs ``resume_from``.
+    progress : bool, default True
+        Progress bars and notes on stderr.
+    **options
+        Passed to the model's solver (e.g. ``num_samples``, ``max_iter``, ``hyper``) over the
+        adapter's ``defaults``; `valid_options` lists them. ``_stop_after=n`` (testing aid, with
+        ``resume_from``) raises `Interrupted` right after the n-th checkpoint write, through the
+        drivers' hook (`custom_inference.base.on_checkpoint`), as a killed run would stop.
 
-    Returns FittedModel, whose `FittedModel.summary` describes the run (iterations, convergence,
-    R-hat / ESS for samplers, dropped users and items, seconds per phase). Warns (UserWarning)
-    when users or items were dropped, when a VI fit stopped at its iteration cap without reaching
-    its tolerance, when a sampler's R-hat on predictions exceeds 1.01, and before a fit whose
-    every sweep is dense in users x items on a large matrix (batch SIBM: an estimate, and the
-    faster model to use).
+    Returns
+    -------
+    FittedModel
+        Its `FittedModel.summary` describes the run (iterations, convergence, R-hat / ESS for
+        samplers, dropped users and items, seconds per phase).
+
+    Warns
+    -----
+    UserWarning
+        When users or items were dropped, when a VI fit stopped at its iteration cap without
+        reaching its tolerance, when a sampler's R-hat on predictions exceeds 1.01, and before a fit
+        whose every sweep is dense in users x items on a large matrix (batch SIBM: an estimate, and
+        the faster model to use).
 
     Raises
     ------
-    ValueError / TypeError for bad input, before any computation, in the user's terms: the user's
-    column names (NaN, non-numeric values), duplicate (user, item) pairs with their ids, unknown
-    options with the valid ones listed. ValueError for ``resume_from`` with a non-resumable model,
-    ``checkpoint_every`` / ``_stop_after`` without ``resume_from``, and a checkpoint written by
-    another run (every differing field named, with how to start fresh) or damaged (the file
-    named), before anything is compiled. `Interrupted` (``_stop_after``); `RunInterrupted` (a
-    KeyboardInterrupt: SIGINT / SIGTERM during a checkpointed fit).
+    ValueError
+        Bad input, before any computation, in the user's terms: the user's column names (NaN,
+        non-numeric values), duplicate (user, item) pairs with their ids, unknown options with the
+        valid ones listed; ``resume_from`` with a non-resumable model (the reason),
+        ``checkpoint_every`` / ``_stop_after`` without ``resume_from``, a checkpoint written by
+        another run (every differing field named, with how to start fresh) or damaged (the file
+        named), before anything is compiled.
+    TypeError
+        Data of a type the front door cannot read, values of a non-numeric type.
+    Interrupted
+        ``_stop_after`` reached (testing aid).
+    RunInterrupted
+        SIGINT / SIGTERM during a checkpointed fit (the checkpoint named).
 
-    Source: project addition.
+    Source: project addition (issues 10, 24).
     """
     import time
 
@@ -820,11 +1069,26 @@ def _nothing_left(model: str, kind: str, given: pd.DataFrame, transform: str, th
 
 
 def valid_options(model: str) -> tuple[str, ...]:
-    """The keyword options `fit` passes on to ``model``'s solver: the solver's keyword parameters
-    (and its ``init``'s, where the solver forwards ``**init_kwargs``), plus ``hyper``; sorted.
+    """The keyword options `fit` passes on to ``model``'s solver, sorted.
 
-    model : a name from `models()`. Returns a tuple of str (empty when the solver is unknown, in
-    which case `fit` checks nothing). Raises ValueError for an unknown model.
+    The solver's keyword parameters (and its ``init``'s, where the solver forwards
+    ``**init_kwargs``), plus ``hyper``.
+
+    Parameters
+    ----------
+    model : str
+        A name from `models`.
+
+    Returns
+    -------
+    tuple of str
+        Empty when the adapter names no solver, in which case `fit` checks nothing.
+
+    Raises
+    ------
+    ValueError
+        An unknown model.
+
     Source: project addition (issue 24).
     """
     return tuple(sorted(_solver_parameters(_adapter(model))))
@@ -832,8 +1096,38 @@ def valid_options(model: str) -> tuple[str, ...]:
 
 def run_fingerprint(adapter: Adapter | str, obs, K: int, seed: int, options: Mapping[str, Any], *,
                     transform: str = "none", threshold: float = 4.0) -> dict:
-    """`validation.frontdoor.api_run.run_fingerprint` for an adapter or a model name (arguments, returns and
-    raises there; ValueError for an unknown model name). Source: project addition (issue 24)."""
+    """The fingerprint a checkpoint of this run carries (`validation.frontdoor.api_run.run_fingerprint`).
+
+    Parameters
+    ----------
+    adapter : Adapter or str
+        The front-door adapter, or a model name.
+    obs : custom_inference.data.Observations
+        The prepared data (hashed).
+    K : int
+        Latent dimension.
+    seed : int
+        The fit's seed.
+    options : mapping
+        Solver options as `fit` passes them.
+    transform : str, default "none"
+        The value transform (`fit`).
+    threshold : float, default 4.0
+        The binarization threshold (`fit`).
+
+    Returns
+    -------
+    dict
+        Field -> JSON value (data hash, model, solver, K, seed, options, transform, threshold, dtype,
+        package version).
+
+    Raises
+    ------
+    ValueError
+        An unknown model name.
+
+    Source: project addition (issue 24).
+    """
     adapter = _adapter(adapter) if isinstance(adapter, str) else adapter
     return _run.run_fingerprint(adapter, obs, K, seed, options, transform=transform, threshold=threshold)
 
@@ -841,8 +1135,24 @@ def run_fingerprint(adapter: Adapter | str, obs, K: int, seed: int, options: Map
 def checkpoint_path(folder, model: str) -> Path:
     """The checkpoint file of ``model`` in the folder ``resume_from``: ``folder/<model>.npz``.
 
-    folder : str or Path (created when the first checkpoint is written). Raises ValueError when
-    ``folder`` is an existing file (pass a folder). Source: project addition."""
+    Parameters
+    ----------
+    folder : str or pathlib.Path
+        The folder (created when the first checkpoint is written).
+    model : str
+        A name from `models`.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    ValueError
+        When ``folder`` is an existing file (pass a folder).
+
+    Source: project addition (issue 24).
+    """
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"resume_from: {folder} is a file; pass a folder (the checkpoint goes to FOLDER/{model}.npz)")
@@ -874,11 +1184,35 @@ from validation.evaluation.holdout import split  # noqa: E402  (the held-out spl
 
 
 def select(model: str, train, **kwargs):
-    """Choose K and ``model``'s main hyperparameters on a validation split carved from ``train`` (the training
-    part of `split`, never the test part), then refit on all of ``train`` with the choice:
-    `validation.evaluation.selection.select` with this module's `fit` (keyword arguments, grids, returns and
-    raises there). ``select(...).evaluate(test)`` evaluates the refitted model as `FittedModel.evaluate` does.
-    Source: project addition (issue 27 item 2)."""
+    """Choose K and ``model``'s main hyperparameters on a validation split of ``train``, then refit.
+
+    The validation split is carved from ``train`` (the training part of `split`, never the test
+    part); the refit on all of ``train`` uses the choice: `validation.evaluation.selection.select`
+    with this module's `fit`. ``select(...).evaluate(test)`` evaluates the refitted model as
+    `FittedModel.evaluate` does.
+
+    Parameters
+    ----------
+    model : str
+        A name from `models`.
+    train : pandas.DataFrame
+        The training part of `split`.
+    **kwargs
+        Grids, split and fit settings of `validation.evaluation.selection.select` (listed there).
+
+    Returns
+    -------
+    validation.evaluation.selection.Selection
+        The refitted model, the chosen settings and the validation table.
+
+    Raises
+    ------
+    ValueError
+        As `validation.evaluation.selection.select` (an empty grid, a validation split with no
+        users) and `fit`.
+
+    Source: project addition (issue 27 item 2).
+    """
     from validation.evaluation.selection import select as _select
 
     return _select(fit, model, train, **kwargs)
