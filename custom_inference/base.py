@@ -52,16 +52,30 @@ TARGETS = ("elbo", "log_joint", "objective")
 class Algorithm(NamedTuple):
     """One solver, declared once in its module (``ALGORITHM = Algorithm(...)``).
 
-    Fields
+    Parameters
+    ----------
+    name : str
+        The registry name, e.g. ``"hpf-cavi"``, ``"sbmf-gibbs"``.
+    kind : str
+        One of `KINDS` ("vi", "mcmc", "map", "sgd").
+    init : callable
+        ``init(key, data, K, hyper, **options) -> State`` (State: NamedTuple of arrays).
+    step : callable
+        ``step(key, state, data, hyper, **options) -> (State, Info)``; Info of the new state.
+    target : callable
+        ``target(state, data, hyper) -> float scalar`` (ELBO, log joint or objective).
+    target_name : str
+        One of `TARGETS`, what ``target`` computes.
+    dims : mapping
+        State field -> tuple of ArviZ dimension names (``("user", "component")``).
+    source : str
+        Seed file and section (or "project addition").
+
+    Raises
     ------
-    name : str, the registry name, e.g. ``"hpf-cavi"``, ``"sbmf-gibbs"``.
-    kind : one of `KINDS` ("vi", "mcmc", "map", "sgd").
-    init : ``init(key, data, K, hyper, **options) -> State`` (State: NamedTuple of arrays).
-    step : ``step(key, state, data, hyper, **options) -> (State, Info)``; Info of the new state.
-    target : ``target(state, data, hyper) -> float scalar`` (ELBO, log joint or objective).
-    target_name : one of `TARGETS`, what ``target`` computes.
-    dims : mapping State field -> tuple of ArviZ dimension names (``("user", "component")``).
-    source : seed file and section (or "project addition").
+    None on construction; `check` validates the declaration.
+
+    Source: project addition (issue 25).
     """
 
     name: str
@@ -74,7 +88,20 @@ class Algorithm(NamedTuple):
     source: str
 
     def check(self) -> "Algorithm":
-        """Validate the declaration; returns self. Raises ValueError on an unknown kind/target."""
+        """Validate the declaration.
+
+        Returns
+        -------
+        Algorithm
+            ``self``.
+
+        Raises
+        ------
+        ValueError
+            An unknown ``kind`` or ``target_name``, or ``init`` / ``step`` / ``target`` not callable.
+
+        Source: project addition (issue 25).
+        """
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.target_name not in TARGETS:
@@ -88,12 +115,22 @@ class Algorithm(NamedTuple):
 class FitResult(NamedTuple):
     """What the ``fit`` function of every VI, MAP and SGD solver returns.
 
-    state : the solver's final State (NamedTuple of jax arrays).
-    trace : float64 numpy array (n_rec,), the recorded target values (ELBO for VI, log joint for
-        MAP, objective for SGD), in order.
-    idata : `arviz.InferenceData` with a ``posterior`` group (draws from q for VI, the point
-        estimate as one chain of one draw for MAP/SGD), plus the solver's own groups (e.g.
-        ``variational_parameters``, ``vi_trace``) and attrs (model, method, source, settings).
+    Parameters
+    ----------
+    state : NamedTuple of jax arrays
+        The solver's final State.
+    trace : numpy.ndarray, float64, shape (n_rec,)
+        The recorded target values (ELBO for VI, log joint for MAP, objective for SGD), in order.
+    idata : arviz.InferenceData
+        A ``posterior`` group (draws from q for VI, the point estimate as one chain of one draw for
+        MAP/SGD), plus the solver's own groups (e.g. ``variational_parameters``, ``vi_trace``) and
+        attrs (model, method, source, settings).
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 25).
     """
 
     state: Any
@@ -102,7 +139,19 @@ class FitResult(NamedTuple):
 
     @property
     def elbo(self) -> np.ndarray:
-        """Alias of `trace` (the ELBO trace for VI solvers)."""
+        """Alias of `trace` (the ELBO trace for VI solvers).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``trace``.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return self.trace
 
 

@@ -105,14 +105,44 @@ TRACES: collections.Counter = collections.Counter()
 
 @dataclasses.dataclass(frozen=True)
 class SampleOptions(base.RunOptions):
-    """The run options of `sample` (and of every sampler's public ``sample``, through `run_options`):
-    those of every driver (`base.RunOptions`: progress, checkpoint, checkpoint_every (blocks), resume,
-    dtype, callback ``(units done, states)``) and
+    """The run options of `sample` (and of every sampler's public ``sample``, through `run_options`).
 
-    num_chains : int >= 1; num_warmup : int >= 0, sweeps (rounded up to a multiple of ``thin``);
-    num_samples : int >= 1 kept draws per chain; thin : int >= 1 sweeps per kept draw;
-    keep : names to store per draw (None: all, `sample`); predict_at : cells to predict at, or None;
-    block : units per compiled block (None: `_default_block`).
+    Those of every driver (`base.RunOptions`; ``checkpoint_every`` counts blocks, ``callback`` gets
+    ``(units done, states)``) and the chains' lengths.
+
+    Parameters
+    ----------
+    progress : bool, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, optional
+        A ``.npz`` checkpoint (None: none written).
+    checkpoint_every : int >= 1, default 10
+        Iterations (VI sweeps) or blocks (samplers) between checkpoints.
+    resume : bool, default False
+        Continue from ``checkpoint`` when the file exists.
+    dtype : numpy.float32 or numpy.float64, optional
+        Float dtype of the state (None: the solver's default).
+    callback : callable, optional
+        Called after each iteration or block (its arguments are the driver's: see `vi_driver.run`
+        and `mcmc_driver.sample`); an exception raised there stops the run.
+    num_chains : int >= 1, default 4
+        Chains.
+    num_warmup : int >= 0, default 500
+        Sweeps (rounded up to a multiple of ``thin``).
+    num_samples : int >= 1, default 1000
+        Kept draws per chain.
+    thin : int >= 1, default 1
+        Sweeps per kept draw.
+    keep : sequence of str, optional
+        Names to store per draw (None: all, `sample`).
+    predict_at : optional
+        Cells to predict at, or None.
+    block : int >= 1, optional
+        Units per compiled block (None: `_default_block`).
+
+    Raises
+    ------
+    None of its own: `sample` checks the counts (ValueError naming the field).
 
     Source: project addition (issue 25).
     """
@@ -166,25 +196,45 @@ def run_options(**defaults):
 class SamplerSpec(NamedTuple):
     """What a sampler module declares for the driver, besides its `base.Algorithm`.
 
-    Fields
+    Parameters
+    ----------
+    algorithm : base.Algorithm
+        Kind "mcmc"; target = log joint.
+    model : str
+        Attrs "model" (e.g. "sbmf").
+    method : str
+        Attrs "method" (e.g. "gibbs").
+    variables : tuple of str
+        State field names that may be kept (caches left out).
+    prepare : callable
+        (data, dtype) -> the data pytree that init/step take (jax arrays of ``dtype``); called
+        inside the driver's x64 context.
+    sizes : callable
+        data -> (n_rows, n_cols, nnz) for the attrs.
+    coords : callable
+        (data, K) -> dict of ArviZ coordinates.
+    derived : callable, optional
+        (state, data, hyper) -> dict name -> array, per kept draw (e.g. SBMF's identifiable
+        ``mean_level``); their dims in ``extra_dims``.
+    predict : callable, optional
+        (state, data, at) -> (M,) predicted mean function at the cells ``at``.
+    predict_prepare : callable, optional
+        (predict_at, data, dtype) -> (at pytree, M); validates ``predict_at`` (ValueError naming the
+        field) and converts it.
+    mean_stats : tuple of str, default ()
+        Info fields averaged over a unit's sweeps (acceptance rates).
+    last_stats : tuple of str, default ()
+        Info fields of a unit's last sweep (describe the kept state).
+    extra_dims : mapping, default {}
+        Dims of the derived quantities (name -> tuple of dims).
+    prepare_hyper : callable, optional
+        (hyper, dtype) -> the hyperparameter pytree passed to init/step.
+
+    Raises
     ------
-    algorithm : base.Algorithm (kind "mcmc"; target = log joint).
-    model : str, attrs "model" (e.g. "sbmf").
-    method : str, attrs "method" (e.g. "gibbs").
-    variables : tuple of State field names that may be kept (caches left out).
-    prepare : (data, dtype) -> the data pytree that init/step take (jax arrays of ``dtype``);
-        called inside the driver's x64 context.
-    sizes : data -> (n_rows, n_cols, nnz) for the attrs.
-    coords : (data, K) -> dict of ArviZ coordinates.
-    derived : optional (state, data, hyper) -> dict name -> array, per kept draw (e.g.
-        SBMF's identifiable ``mean_level``); their dims in ``extra_dims``.
-    predict : optional (state, data, at) -> (M,) predicted mean function at the cells ``at``.
-    predict_prepare : optional (predict_at, data, dtype) -> (at pytree, M); validates
-        ``predict_at`` (ValueError naming the field) and converts it.
-    mean_stats : Info fields averaged over a unit's sweeps (acceptance rates).
-    last_stats : Info fields of a unit's last sweep (describe the kept state).
-    extra_dims : dims of the derived quantities (mapping name -> tuple of dims).
-    prepare_hyper : optional (hyper, dtype) -> the hyperparameter pytree passed to init/step.
+    None on construction (a NamedTuple); `sample` uses the fields as declared.
+
+    Source: project addition (issue 25).
     """
 
     algorithm: Algorithm
@@ -419,8 +469,10 @@ def sample(
     K : int >= 1, the latent dimension.
     hyper : the sampler's hyperparameters (validated by its ``sample``).
     options : `SampleOptions` (or its fields by keyword, `run_options`):
-    num_chains, num_samples, thin : int >= 1; num_warmup : int >= 0 (sweeps, rounded up to a
-        multiple of ``thin``: attrs ``num_warmup_run``).
+    num_chains, num_samples, thin : int >= 1, default 4, 1000, 1
+        Chains, kept draws per chain, sweeps per kept draw.
+    num_warmup : int >= 0, default 500
+        Sweeps, rounded up to a multiple of ``thin`` (attrs ``num_warmup_run``).
     keep : names to store per draw: State fields in ``spec.variables`` and ``"pred"`` (the
         predicted mean function per draw, with ``predict_at``); None = all of them. The derived
         quantities (``spec.extra_dims``, small) are always stored; naming them is allowed.
@@ -428,7 +480,8 @@ def sample(
         matrix models); running mean and sd land in the ``predictions`` group.
     dtype : float dtype of the state (default float64); float64 runs with x64 enabled.
     progress : tqdm bar over units.
-    checkpoint : optional path of the checkpoint file (.npz); checkpoint_every : int >= 1 blocks.
+    checkpoint : optional path of the checkpoint file (.npz).
+    checkpoint_every : int >= 1, default 10, blocks between checkpoints.
     resume : continue from ``checkpoint`` if it exists.
     block : units per compiled block (int >= 1); default about min(50, ceil(total units / 4)), a divisor of
         the total where one is near (`_default_block`: one compiled program per run).
@@ -437,7 +490,8 @@ def sample(
         exception raised there stops the run (the checkpoint stays).
     init_options, step_options : keyword options of ``init`` and ``step`` (step options must
         be hashable: they are static in the compiled block).
-    source : attrs "source" (default ``spec.algorithm.source``); attrs : extra attrs.
+    source : attrs "source" (default ``spec.algorithm.source``).
+    attrs : mapping, extra attrs.
 
     Returns
     -------
@@ -445,12 +499,18 @@ def sample(
 
     Raises
     ------
-    ValueError naming the field: bad counts, unknown ``keep`` names, ``"pred"`` kept without
-    ``predict_at``, ``predict_at`` out of range, a checkpoint written with other settings or by
-    another run (every differing field named) or damaged (the file named), ``resume`` without
-    ``checkpoint``. TypeError for a key that is neither a key nor an int. base.RunInterrupted (a
-    KeyboardInterrupt) when SIGINT or SIGTERM arrives during a checkpointed run: the block in
-    progress finishes, its checkpoint is written, and the message names it.
+    ValueError
+        Naming the field: bad counts, unknown ``keep`` names, ``"pred"`` kept without
+        ``predict_at``, ``predict_at`` out of range, a checkpoint written with other settings or by
+        another run (every differing field named) or damaged (the file named), ``resume`` without
+        ``checkpoint``.
+    TypeError
+        A key that is neither a key nor an int.
+    base.RunInterrupted
+        (A KeyboardInterrupt) when SIGINT or SIGTERM arrives during a checkpointed run: the block
+        in progress finishes, its checkpoint is written, and the message names it.
+
+    Source: project addition (issue 25).
     """
     K = check_latent_dim(K)
     keep, predict_at, dtype, progress, checkpoint = (options.keep, options.predict_at, options.dtype, options.progress,

@@ -80,25 +80,46 @@ __all__ = ["FitOptions", "Output", "Report", "VIRun", "fit", "run", "check_fit_a
 class VIRun(NamedTuple):
     """What `run` returns.
 
-    state : the solver state after the last sweep (any pytree).
-    elbo : float64 (n_rec,) the recorded ELBO values, in order: ``init_elbo`` (if given), one per
-        sweep that reported one, then ``final_elbo`` (if given).
-    rel_change : float64 (n_rec,) relative change of each recorded value (inf where there is no
-        previous value, unless the report carried its own).
-    iteration : int64 (n_rec,) number of sweeps done when each value was recorded (0: ``init_elbo``;
-        ``n_iter``: ``final_elbo``).
-    n_iter : int, iterations (units) done, those of a resumed checkpoint included (<= max_iter).
-    converged : bool, whether the tolerance (or a `Report` with ``converged``) stopped the run.
-    seconds : float, wall seconds of the run in this process (a resumed run: since the resume).
-    sweep_seconds : float64 (n_sweeps,) wall seconds of each sweep call (the first one compiles; a
-        resumed run keeps the checkpoint's); n_sweeps = n_iter when every sweep is one unit.
-    stats : dict name -> float64 (n_reports,) the statistics recorded (`run`'s ``stats``, `Report`).
-    stopped : bool, whether a sweep's `Report` stopped the run (its own budget spent).
-    resumed_from : int, the iterations the resumed checkpoint held (0: a fresh run).
-    sweeps_before : int, the sweep calls the resumed checkpoint held (``sweep_seconds[sweeps_before:]``
-        are this process's).
-    last_rel_change : float, the relative change of the last sweep's recorded value: the number the
-        tolerance was tested on (``rel_change[-1]`` is the ``final_elbo`` record's when there is one).
+    Parameters
+    ----------
+    state : pytree
+        The solver state after the last sweep.
+    elbo : numpy.ndarray, float64, shape (n_rec,)
+        The recorded ELBO values, in order: ``init_elbo`` (if given), one per sweep that reported
+        one, then ``final_elbo`` (if given).
+    rel_change : numpy.ndarray, float64, shape (n_rec,)
+        Relative change of each recorded value (inf where there is no previous value, unless the
+        report carried its own).
+    iteration : numpy.ndarray, int64, shape (n_rec,)
+        Number of sweeps done when each value was recorded (0: ``init_elbo``; ``n_iter``:
+        ``final_elbo``).
+    n_iter : int
+        Iterations (units) done, those of a resumed checkpoint included (<= max_iter).
+    converged : bool
+        Whether the tolerance (or a `Report` with ``converged``) stopped the run.
+    seconds : float
+        Wall seconds of the run in this process (a resumed run: since the resume).
+    sweep_seconds : numpy.ndarray, float64, shape (n_sweeps,)
+        Wall seconds of each sweep call (the first one compiles; a resumed run keeps the
+        checkpoint's); n_sweeps = n_iter when every sweep is one unit.
+    stats : dict, default {}
+        Name -> float64 (n_reports,), the statistics recorded (`run`'s ``stats``, `Report`).
+    stopped : bool, default False
+        Whether a sweep's `Report` stopped the run (its own budget spent).
+    resumed_from : int, default 0
+        The iterations the resumed checkpoint held (0: a fresh run).
+    sweeps_before : int, default 0
+        The sweep calls the resumed checkpoint held (``sweep_seconds[sweeps_before:]`` are this
+        process's).
+    last_rel_change : float, default NaN
+        The relative change of the last sweep's recorded value: the number the tolerance was tested
+        on (``rel_change[-1]`` is the ``final_elbo`` record's when there is one).
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 25).
     """
 
     state: Any
@@ -117,13 +138,37 @@ class VIRun(NamedTuple):
 
     @property
     def seconds_after_compile(self) -> float:
-        """Wall seconds of the sweeps after the first (compiling) one; 0.0 when only one ran."""
+        """Wall seconds of the sweeps after the first (compiling) one; 0.0 when only one ran.
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return float(np.sum(self.sweep_seconds[1:]))
 
     @property
     def seconds_per_iter(self) -> float:
-        """Mean wall seconds of a sweep after the first (compiling) one: seconds_after_compile /
-        max(n_sweeps - 1, 1), so 0.0 when only one sweep ran (none was timed without compilation)."""
+        """Mean wall seconds of a sweep after the first (compiling) one.
+
+        ``seconds_after_compile / max(n_sweeps - 1, 1)``, so 0.0 when only one sweep ran (none was timed
+        without compilation).
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return self.seconds_after_compile / max(len(self.sweep_seconds) - 1, 1)
 
 
@@ -158,17 +203,29 @@ def _is_integral(x) -> bool:
 class Report(NamedTuple):
     """What a sweep may report to `run` when a scalar or an Info with ``elbo`` does not say enough.
 
-    elbo : the target (ELBO, log joint) of the new state, or None (nothing recorded this sweep).
-    rel_change : its relative change as the solver computed it, or None (the driver computes it).
-    stats : mapping name -> scalar, recorded each time a report carries them (`VIRun.stats`, the
-        trace group of `fit`): per-epoch diagnostics of SGD solvers, for example.
-    units : int >= 1, the iterations this sweep advanced (a block of minibatches counts as its
-        minibatches; ``max_iter``, ``checkpoint_every`` and `VIRun.n_iter` count units).
-    stop : True when the sweep's own budget is spent (e.g. SIBM SVI's ``max_cells``): the run
-        ends after this sweep (`VIRun.stopped`) and a resumed run does not go on.
-    converged : True when the solver's own convergence rule is met after this sweep (e.g. BPR's
-        held-out AUC rule, `custom_inference.bpr.fit`): the run ends after it with `VIRun.converged`
-        True (attrs ``converged`` 1), as when the tolerance stops it; a resumed run does not go on.
+    Parameters
+    ----------
+    elbo : float, optional
+        The target (ELBO, log joint) of the new state, or None (nothing recorded this sweep).
+    rel_change : float, optional
+        Its relative change as the solver computed it, or None (the driver computes it).
+    stats : mapping, optional
+        Name -> scalar, recorded each time a report carries them (`VIRun.stats`, the trace group of
+        `fit`): per-epoch diagnostics of SGD solvers, for example.
+    units : int >= 1, default 1
+        The iterations this sweep advanced (a block of minibatches counts as its minibatches;
+        ``max_iter``, ``checkpoint_every`` and `VIRun.n_iter` count units).
+    stop : bool, default False
+        True when the sweep's own budget is spent (e.g. SIBM SVI's ``max_cells``): the run ends after
+        this sweep (`VIRun.stopped`) and a resumed run does not go on.
+    converged : bool, default False
+        True when the solver's own convergence rule is met after this sweep (e.g. BPR's held-out AUC
+        rule, `custom_inference.bpr.fit`): the run ends after it with `VIRun.converged` True (attrs
+        ``converged`` 1), as when the tolerance stops it; a resumed run does not go on.
+
+    Raises
+    ------
+    None.
 
     Source: project addition (issue 25; ``converged``: issue 27).
     """
@@ -228,9 +285,10 @@ def run(
         Info with ``elbo`` (and ``rel_change``), or a `Report` (module docstring). Closes over data,
         hyperparameters, keys and step sizes.
     state : the initial state (any pytree of arrays).
-    max_iter : int >= 1, the most iterations (units); tol : float >= 0, stop when the relative change
-        of a recorded ELBO is < tol.
-    progress : show a tqdm bar (ELBO and relative change as postfix); desc : its label.
+    max_iter : int >= 1, the most iterations (units).
+    tol : float >= 0, stop when the relative change of a recorded ELBO is < tol.
+    progress : show a tqdm bar (ELBO and relative change as postfix).
+    desc : the bar's label.
     init_elbo : ELBO of the initial state, recorded first (iteration 0, rel_change inf); use it when
         the sweep reports the ELBO *after* itself and the trace should start at the initial state.
     evaluate : state -> ELBO, called after each sweep outside its timing; overrides the report's ELBO.
@@ -249,6 +307,9 @@ def run(
         gives the uninterrupted run's states and trace bit for bit (tested). Saved float64 arrays
         stay float64 (run under ``jax.enable_x64`` to compute in them). A resume is announced on
         stderr ("resuming from iteration N of M", with ``progress``).
+    checkpoint_every : int >= 1, default 10, iterations between checkpoints.
+    save_extra : optional () -> dict of host-side state stored with each checkpoint (JSON-able).
+    restore_extra : optional (dict) -> None, handed back what ``save_extra`` stored when resuming.
     fingerprint : mapping str -> JSON value describing the run (data hash, K, options, ...), stored
         in every checkpoint and compared on resume; default the one installed by
         `base.run_fingerprint` (None outside one: nothing stored or checked).
@@ -262,16 +323,21 @@ def run(
 
     Raises
     ------
-    ValueError for bad max_iter or tol (`check_fit_args`), for ``checkpoint_every`` not an integer
-    >= 1 when ``checkpoint`` is given, and (from `load_checkpoint`, before any sweep) when a resumed
-    checkpoint's state does not match ``state`` (structure or shapes), when its fingerprint differs
-    from this run's (every differing field named), or when the file is damaged (the file named).
-    base.RunInterrupted (a KeyboardInterrupt) when SIGINT or SIGTERM arrives during a checkpointed
-    run: the sweep in progress finishes, its checkpoint is written, and the message names it.
-    FloatingPointError when a recorded ELBO is not finite ("ELBO became nan at sweep 3; try float64").
-    OSError when the checkpoint cannot be written (`save_checkpoint`).
-    Whatever ``sweep``, ``evaluate``, ``final_elbo``, ``callback``, ``save_extra`` or
-    ``restore_extra`` raise (the bar is closed first).
+    ValueError
+        Bad max_iter or tol (`check_fit_args`), ``checkpoint_every`` not an integer >= 1 when
+        ``checkpoint`` is given, and (from `load_checkpoint`, before any sweep) a resumed
+        checkpoint whose state does not match ``state`` (structure or shapes), whose fingerprint
+        differs from this run's (every differing field named), or a damaged file (the file named).
+    base.RunInterrupted
+        (A KeyboardInterrupt) when SIGINT or SIGTERM arrives during a checkpointed run: the sweep
+        in progress finishes, its checkpoint is written, and the message names it.
+    FloatingPointError
+        A recorded ELBO that is not finite ("ELBO became nan at sweep 3; try float64").
+    OSError
+        The checkpoint cannot be written (`save_checkpoint`).
+    Exception
+        Whatever ``sweep``, ``evaluate``, ``final_elbo``, ``callback``, ``save_extra`` or
+        ``restore_extra`` raise (the bar is closed first).
 
     Source: project addition.
     """
@@ -381,11 +447,31 @@ _STAT = "stat__"
 
 @dataclasses.dataclass(frozen=True)
 class FitOptions(base.RunOptions):
-    """The run options of `fit`: those of every driver (`base.RunOptions`: progress, checkpoint,
-    checkpoint_every, resume, dtype, callback ``(t, state, report)``) and
+    """The run options of `fit`: those of every driver (`base.RunOptions`) and the tolerance stop.
 
-    max_iter : int >= 1, the most iterations (sweeps, epochs or minibatches: the solver says which).
-    tol : float >= 0, stop when the relative change of a recorded target value is < tol (0: never).
+    Parameters
+    ----------
+    progress : bool, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, optional
+        A ``.npz`` checkpoint (None: none written).
+    checkpoint_every : int >= 1, default 10
+        Iterations (VI sweeps) or blocks (samplers) between checkpoints.
+    resume : bool, default False
+        Continue from ``checkpoint`` when the file exists.
+    dtype : numpy.float32 or numpy.float64, optional
+        Float dtype of the state (None: the solver's default).
+    callback : callable, optional
+        Called after each iteration or block (its arguments are the driver's: see `vi_driver.run`
+        and `mcmc_driver.sample`); an exception raised there stops the run.
+    max_iter : int >= 1, default 100
+        The most iterations (sweeps, epochs or minibatches: the solver says which).
+    tol : float >= 0, default 0.0
+        Stop when the relative change of a recorded target value is < tol (0: never).
+
+    Raises
+    ------
+    None of its own: `check_fit_args` checks ``max_iter`` and ``tol`` when `fit` runs.
 
     Source: project addition (issue 25).
     """
@@ -395,26 +481,45 @@ class FitOptions(base.RunOptions):
 
 
 class Output(NamedTuple):
-    """How a solver's result is laid out: what a VI / MAP / SGD solver declares for `fit` besides
-    its `base.Algorithm` (the counterpart of `mcmc_driver.SamplerSpec`).
+    """How a solver's result is laid out: what a VI / MAP / SGD solver declares for `fit` besides its
+    `base.Algorithm` (the counterpart of `mcmc_driver.SamplerSpec`).
 
-    model : str, attrs ``model`` (e.g. "hpf"); method : str, attrs ``method`` (e.g. "cavi").
-    posterior : final state -> (dict name -> array (1, n_draws, ...), posterior_kind str): draws from
-        q for VI ("draws from q" or "mean of q (n_draws=0)"), the point estimate as one draw for MAP
-        and SGD ("point estimate").
-    dims : mapping variable -> list of ArviZ dims (posterior, parameters and trace variables).
-    coords : mapping dim -> coordinate values.
-    params : optional final state -> dict name -> array, the ``variational_parameters`` group.
-    groups : further groups (name -> dict of arrays), e.g. RG's ``histogram``.
-    trace_group : name of the trace group ("vi_trace"; "sgd_trace" for SGD solvers).
-    trace : optional VIRun -> dict name -> 1-D array, the trace group's content (default
-        `default_trace`: the target under the algorithm's ``target_name``, ``rel_change`` and the
-        recorded statistics).
-    result_trace : optional VIRun -> float64 array, `base.FitResult.trace` (default the recorded target).
-    final : optional (state, VIRun) -> state, the result's state from the loop's (e.g. the State out
-        of a (state, key) carry); applied before ``posterior`` and ``params``.
-    source : attrs ``source`` (None: the algorithm's).
-    attrs : the solver's own attrs (mapping, or VIRun -> mapping); must not repeat `DRIVER_ATTRS`.
+    Parameters
+    ----------
+    model : str
+        Attrs ``model`` (e.g. "hpf").
+    method : str
+        Attrs ``method`` (e.g. "cavi").
+    posterior : callable
+        Final state -> (dict name -> array (1, n_draws, ...), posterior_kind str): draws from q for
+        VI ("draws from q" or "mean of q (n_draws=0)"), the point estimate as one draw for MAP and SGD
+        ("point estimate").
+    dims : mapping, default {}
+        Variable -> list of ArviZ dims (posterior, parameters and trace variables).
+    coords : mapping, default {}
+        Dim -> coordinate values.
+    params : callable, optional
+        Final state -> dict name -> array, the ``variational_parameters`` group.
+    groups : mapping, optional
+        Further groups (name -> dict of arrays), e.g. RG's ``histogram``.
+    trace_group : str, default "vi_trace"
+        Name of the trace group ("sgd_trace" for SGD solvers).
+    trace : callable, optional
+        VIRun -> dict name -> 1-D array, the trace group's content (default `default_trace`: the
+        target under the algorithm's ``target_name``, ``rel_change`` and the recorded statistics).
+    result_trace : callable, optional
+        VIRun -> float64 array, `base.FitResult.trace` (default the recorded target).
+    final : callable, optional
+        (state, VIRun) -> state, the result's state from the loop's (e.g. the State out of a (state,
+        key) carry); applied before ``posterior`` and ``params``.
+    source : str, optional
+        Attrs ``source`` (None: the algorithm's).
+    attrs : mapping or callable, optional
+        The solver's own attrs (mapping, or VIRun -> mapping); must not repeat `DRIVER_ATTRS`.
+
+    Raises
+    ------
+    None on construction; `fit` raises ValueError for ``attrs`` that repeat a driver attr.
 
     Source: project addition (issue 25).
     """
@@ -483,13 +588,18 @@ def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output,
     output : Output, the result's layout.
     key : jax PRNG key or int seed: ``algorithm.init``'s key (`base.as_key`); `host_seed` (key) is
         attrs ``seed`` unless ``seed`` is given.
-    K : int >= 1; hyper : the hyperparameters (passed to init, step, target; ``hyper_<field>`` attrs).
+    K : int >= 1
+        The latent dimension.
+    hyper : the hyperparameters (passed to init, step, target; ``hyper_<field>`` attrs).
     state : the initial state (default ``algorithm.init(as_key(key), data, K, hyper, **init_options)``).
     sweep : (state, t) -> (state, report) (`run`); default one ``algorithm.step(None, state, data,
         hyper, **step_options)`` whose Info is the report.
+    init_options : mapping, keyword options of ``algorithm.init`` (default none).
+    step_options : mapping, keyword options of ``algorithm.step`` in the default sweep (default none).
     init_elbo : True: record ``algorithm.target`` of the initial state first; a float: record that.
     evaluate : True: ``algorithm.target`` after each sweep replaces the report's value; or a callable
-        state -> value. final_elbo : the same, recorded once after the loop.
+        state -> value.
+    final_elbo : the same, recorded once after the loop.
     save_extra, restore_extra, stats : host-side state and recorded statistics (`run`).
     desc : the progress bar's label (default the algorithm's name and K).
     seed : attrs ``seed`` (default `host_seed` (key)).
@@ -515,11 +625,19 @@ def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output,
 
     Raises
     ------
-    ValueError for bad options (`check_fit_args`, ``checkpoint_every``), for a checkpoint of another
-    run or a damaged one (`run`), for ``output.attrs`` that repeat a driver attr. TypeError for a bad
-    key. FloatingPointError for a non-finite recorded target. base.RunInterrupted on SIGINT / SIGTERM
-    during a checkpointed run. OSError when the checkpoint cannot be written. Whatever the algorithm's
-    functions, ``sweep`` or the callbacks raise.
+    ValueError
+        Bad options (`check_fit_args`, ``checkpoint_every``), a checkpoint of another run or a
+        damaged one (`run`), ``output.attrs`` that repeat a driver attr.
+    TypeError
+        A bad key.
+    FloatingPointError
+        A non-finite recorded target.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run.
+    OSError
+        The checkpoint cannot be written.
+    Exception
+        Whatever the algorithm's functions, ``sweep`` or the callbacks raise.
 
     Source: project addition (issue 25; after `mcmc_driver.sample`).
     """

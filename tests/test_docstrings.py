@@ -62,13 +62,20 @@ def test_public_functions_say_what_they_raise_and_their_source(module):
 # ---------------------------------------------------------------------------------------------
 # The public and stable API (issue 25 item 5): numpydoc sections, checked by numpydoc itself.
 #
-# Everything `import factorbayes` exports (the front door) and `validation.checks.derivation`'s
-# `__all__` (validate a derivation of your own), classes with their public methods and properties:
+# Everything `import factorbayes` exports (the front door), `validation.checks.derivation`'s `__all__`
+# (validate a derivation of your own) and the solver protocol (`STABLE_NAMES`), classes with their
+# public methods and properties:
 # each documents every parameter by name (numpydoc's PR01 / PR02), has a Returns section where it
 # returns (RT01; not for classes and properties), a numpydoc "Raises" section and a "Source:" line.
 # The rest of the packages is held to the word check above (see the issue note for the counts).
 
 STABLE_MODULES = ("factorbayes", "validation.checks.derivation")
+# the solver protocol a researcher writes a solver against (an Algorithm run by one of the two drivers)
+STABLE_NAMES = ("custom_inference.base.Algorithm", "custom_inference.base.FitResult",
+                "custom_inference.vi_driver.fit", "custom_inference.vi_driver.run", "custom_inference.vi_driver.FitOptions",
+                "custom_inference.vi_driver.Output", "custom_inference.vi_driver.Report", "custom_inference.vi_driver.VIRun",
+                "custom_inference.mcmc_driver.sample", "custom_inference.mcmc_driver.SamplerSpec",
+                "custom_inference.mcmc_driver.SampleOptions")
 NUMPYDOC_CODES = {"GL08": "no docstring", "PR01": "parameters not documented", "PR02": "unknown parameters",
                   "RT01": "no Returns section"}
 SOURCE_LINE = re.compile(r"^\s*Source:", re.MULTILINE)
@@ -80,20 +87,19 @@ def stable_objects() -> dict[str, object]:
     import inspect
 
     out = {}
-    for mod_name in STABLE_MODULES:
-        mod = importlib.import_module(mod_name)
-        for name in mod.__all__:
-            obj = getattr(mod, name)
-            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
-                continue  # constants (CHECKS, __version__)
-            qual = f"{obj.__module__}.{obj.__qualname__}"
-            out[qual] = obj
-            if inspect.isclass(obj):
-                for member, value in vars(obj).items():
-                    if member.startswith("_"):
-                        continue
-                    if inspect.isfunction(value) or isinstance(value, property):
-                        out[f"{qual}.{member}"] = value
+    listed = [getattr(mod, name) for mod_name in STABLE_MODULES
+              for mod in [importlib.import_module(mod_name)] for name in mod.__all__]
+    listed += [getattr(importlib.import_module(dotted.rsplit(".", 1)[0]), dotted.rsplit(".", 1)[1])
+               for dotted in STABLE_NAMES]
+    for obj in listed:
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue  # constants (CHECKS, __version__)
+        qual = f"{obj.__module__}.{obj.__qualname__}"
+        out[qual] = obj
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, property)):
+                    out[f"{qual}.{member}"] = value
     return out
 
 
@@ -146,7 +152,8 @@ def test_the_stable_api_is_listed():
     # the front door's names and the derivation API's, with the methods users call
     for expected in ("validation.frontdoor.api.fit", "validation.frontdoor.api.FittedModel.recommend",
                      "validation.evaluation.holdout.split", "validation.checks.derivation.check",
-                     "validation.checks.derivation.Derivation", "custom_inference.base.RunInterrupted"):
+                     "validation.checks.derivation.Derivation", "custom_inference.base.RunInterrupted",
+                     "custom_inference.base.Algorithm.check", "custom_inference.mcmc_driver.sample"):
         assert expected in names, sorted(names)
 
 
