@@ -85,6 +85,71 @@ def test_every_declaration_conforms():
     assert set(api.models()) - baselines == set(owner), set(api.models()) ^ set(owner)
 
 
+def _evaluation_runners():
+    """evaluation -> the front-door names the evaluation has runners for (the upper layer's half of the part)."""
+    from validation.evaluation import counts_eval, implicit_eval, ratings_eval
+
+    return {"counts": set(counts_eval.RUNNERS), "counts+side": set(counts_eval.RUNNERS),
+            "ratings": set(ratings_eval.RUNNERS), "implicit": set(implicit_eval.RUNNERS)}
+
+
+def test_every_declared_evaluation_has_its_runner():
+    """Part "evaluation": every solver that declares an evaluation has a runner there under its front-door name,
+    every runner belongs to a declared solver (no stale entry naming a model no declaration lists), and the
+    evaluations' system lists are the declarations' (the baselines stay the evaluations' own)."""
+    from validation.evaluation import counts_eval, ratings_eval
+
+    runners = _evaluation_runners()
+    assert set(runners) == set(registry.EVALUATIONS)
+    for evaluation, have in runners.items():
+        declared = catalog.evaluation_systems(evaluation)
+        missing = [(m, s.name, s.frontdoor) for m in MODELS for s in catalog.get(m).solvers
+                   if evaluation in s.evaluations and s.frontdoor not in have]
+        assert missing == [], f"declared for {evaluation!r} without a runner: {missing}"
+        if evaluation != "counts+side":
+            assert have == set(declared), f"{evaluation}: runners {sorted(have)} vs declared {sorted(declared)}"
+    assert counts_eval.SYSTEMS == counts_eval.BASELINES + catalog.evaluation_systems("counts")
+    assert set(counts_eval.SIDE_SYSTEMS) <= set(counts_eval.SYSTEMS)
+    assert ratings_eval.SOLVERS == ratings_eval.RatingsConfig().solvers == catalog.evaluation_systems("ratings")
+
+
+def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
+    """A solver with no evaluation and no reason is a conformance problem; an unknown evaluation name is refused
+    on construction; a declared evaluation whose runner is missing raises MissingDeclaration naming the system
+    and the evaluation, in each evaluation."""
+    import dataclasses
+
+    from validation.evaluation import counts_eval, implicit_eval, ratings_eval
+
+    spec = catalog.get("hpf")
+    cavi = spec.solver("cavi")
+    assert cavi.evaluations == ("counts",) and "evaluation" in spec.solver("gibbs").absent
+    silent = dataclasses.replace(cavi, evaluations=())
+    assert any("no evaluation, and no reason" in p for p in silent.problems(spec))
+    assert not any("evaluation" in p for p in dataclasses.replace(silent, absent={"evaluation": "why"}).problems(spec))
+    with pytest.raises(ValueError, match="not among"):
+        dataclasses.replace(cavi, evaluations=("movies",))
+    with pytest.raises(ValueError, match="tuple of names"):
+        dataclasses.replace(cavi, evaluations="counts")
+    with pytest.raises(ValueError, match="must be one of"):
+        catalog.evaluation_systems("movies")
+    monkeypatch.delitem(counts_eval.RUNNERS, "npfm")
+    with pytest.raises(registry.MissingDeclaration, match="npfm: declares the 'counts' evaluation"):
+        counts_eval._runner("npfm")
+    assert counts_eval._runner("ease") is counts_eval._run_ease  # a baseline is the evaluation's own
+    monkeypatch.delitem(implicit_eval.RUNNERS, "psm")
+    with pytest.raises(registry.MissingDeclaration, match="psm: declares the 'implicit' evaluation"):
+        implicit_eval.model_systems()
+    monkeypatch.delitem(ratings_eval.RUNNERS, "bpmf")
+    with pytest.raises(registry.MissingDeclaration, match="bpmf: declares the 'ratings' evaluation"):
+        ratings_eval.evaluate_ratings(None, ratings_eval.RatingsConfig(solvers=("bpmf",)), progress=False)
+    # a declared solver without a front-door name cannot be run under one
+    nameless = dataclasses.replace(spec, solvers=(dataclasses.replace(cavi, frontdoor=None),))
+    monkeypatch.setattr(catalog, "specs", lambda: (nameless,))
+    with pytest.raises(registry.MissingDeclaration, match="no front-door name"):
+        catalog.evaluation_systems("counts")
+
+
 def test_a_solver_without_a_crosscheck_says_why():
     """A point estimate (SIBM MAP) declares no cross-check: the CLI refuses with the declared reason and names
     the solvers that have one, before any computation."""

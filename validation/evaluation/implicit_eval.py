@@ -112,6 +112,7 @@ __all__ = [
     "LARGE_SETTINGS",
     "SIBM_DEFAULTS",
     "RG_DEFAULTS",
+    "RUNNERS",
     "binary_split",
     "sec4_synthetic",
     "sibm_recall_curves",
@@ -928,7 +929,10 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.evaluation.model_studies.PSM_DEFAULTS`. Returns dict
     name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
 
-    Raises ValueError for an unknown override. A factory raises, when called, what its solver's fit
+    Which solvers contribute systems: every solver whose declaration lists the "implicit" evaluation
+    (`validation.models.catalog.evaluation_systems`), each through its entry of `RUNNERS`.
+
+    Raises ValueError for an unknown override; MissingDeclaration for a declared solver without a runner. A factory raises, when called, what its solver's fit
     raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 4 and Algorithm 1 (SIBM batch VB, S-Uniform, S-Balanced,
@@ -1038,20 +1042,36 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
         factory.estimate = _estimator("psm", lambda train: p["max_iter"])
         return factory
 
-    rg_entries = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
-    if r["second_r"] is not None:
-        tag = f"r={float(r['second_r']):g}"
-        rg_entries[f"RG like ({tag})"] = rg_system("like", r["second_r"])
-        rg_entries[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
-    return {
-        "SIBM batch VB": sibm_system("batch"),
-        "SIBM S-Uniform": sibm_system("svi", "uniform"),
-        "SIBM S-Balanced": sibm_system("svi", "balanced"),
-        "SIBM S-Biased": sibm_system("svi", "biased"),
-        "SIBM MAP": sibm_system("map"),
-        **rg_entries,
-        "PSM": psm_system(),
-    }
+    def rg_entries() -> dict[str, SystemFactory]:
+        out = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
+        if r["second_r"] is not None:
+            tag = f"r={float(r['second_r']):g}"
+            out[f"RG like ({tag})"] = rg_system("like", r["second_r"])
+            out[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
+        return out
+
+    from types import SimpleNamespace
+
+    from validation.models import catalog
+
+    make = SimpleNamespace(sibm=sibm_system, rg=rg_entries, psm=psm_system)
+    systems: dict[str, SystemFactory] = {}
+    for name in catalog.evaluation_systems("implicit"):  # the solvers declaring "implicit", in registry order
+        systems.update(catalog.evaluation_runner("implicit", name, RUNNERS)(make))
+    return systems
+
+
+#: front-door name -> ``runner(make) -> {system name: factory}`` of each solver declaring the "implicit"
+#: evaluation; ``make`` holds `model_systems`' factory makers (``sibm(kind, strategy)``, ``rg()``, ``psm()``) with
+#: their settings. Which solvers run comes from the declarations; a declared solver without a runner raises
+#: MissingDeclaration.
+RUNNERS = {
+    "sibm": lambda make: {"SIBM batch VB": make.sibm("batch")},
+    "sibm-svi": lambda make: {f"SIBM S-{s.capitalize()}": make.sibm("svi", s) for s in ("uniform", "balanced", "biased")},
+    "sibm-map": lambda make: {"SIBM MAP": make.sibm("map")},
+    "rg": lambda make: make.rg(),
+    "psm": lambda make: {"PSM": make.psm()},
+}
 
 
 # the SIBM protocol and recall@N (`validation.evaluation.implicit_protocols`) and the recall curves
