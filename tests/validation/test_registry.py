@@ -150,6 +150,74 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
         catalog.evaluation_systems("counts")
 
 
+def test_every_front_door_adapter_declares_its_parts():
+    """Each registered front-door adapter is a `ModelAdapter` whose fold-in, score form, likelihood and closed-form
+    mean under q are each present or declared absent with a reason; the front door's views (SCORE_FORMS,
+    Q_MEAN_FORMS, LIKELIHOODS, NO_LIKELIHOOD) are read from those declarations and cover every adapter."""
+    from validation.frontdoor import api, api_models
+
+    assert api_models.adapter_problems() == []
+    for name in api.models():
+        a = api.ADAPTERS[name]
+        assert isinstance(a, api_models.ModelAdapter), name
+        assert api_models.SCORE_FORMS[a.mean] is a.score_form, name
+        assert (name in api_models.LIKELIHOODS) != (name in api_models.NO_LIKELIHOOD), name
+        assert (name in api_models.Q_MEAN_FORMS) != ("q_mean_form" in a.absent), name
+        assert callable(a.fold_in) or str(a.fold_in).startswith("not available"), name
+
+
+def test_every_fold_in_is_named_by_its_adapter():
+    """Part "fold_in": each fold-in function of `validation.frontdoor.api_fold_in` (signature (fitted, obs)) is the
+    ``fold_in`` of at least one adapter (none is reachable by any other table), and every adapter without one
+    declares why, which `FittedModel.fold_in` raises."""
+    import inspect
+
+    from validation.frontdoor import api, api_fold_in
+
+    functions = {name for name in api_fold_in.__all__ if callable(getattr(api_fold_in, name))
+                 and list(inspect.signature(getattr(api_fold_in, name)).parameters) == ["fitted", "obs"]}
+    named = {a.fold_in.__name__ for a in (api.ADAPTERS[n] for n in api.models()) if callable(a.fold_in)}
+    assert functions == named, functions ^ named
+    for name in api.models():
+        a = api.ADAPTERS[name]
+        if not callable(a.fold_in):  # tests/validation/test_api.py: FittedModel.fold_in raises this reason
+            assert isinstance(a.fold_in, str) and a.fold_in.strip(), name
+
+
+def test_a_broken_front_door_adapter_fails_loudly(monkeypatch):
+    """An adapter that lacks a part without a reason, declares one both present and absent, declares fold-in's
+    absence in the wrong place, or is a plain `Adapter` is reported by `adapter_problems`; asking a declared-absent
+    part raises MissingDeclaration with the reason; a model without a likelihood says why."""
+    import dataclasses
+
+    from validation.frontdoor import api, api_models
+
+    hpf = api.ADAPTERS["hpf"]
+    bare = dataclasses.replace(hpf, fold_in=None, score_form=None, q_mean_form=None, likelihood=None)
+    problems = bare.problems()
+    for part in api_models.ADAPTER_PARTS:
+        assert any(f"no {part}, and no reason" in p for p in problems), (part, problems)
+    assert any("both present and declared absent" in p
+               for p in dataclasses.replace(hpf, absent={"likelihood": "x"}).problems())
+    assert any("fold_in='<reason>'" in p for p in dataclasses.replace(hpf, absent={"fold_in": "x"}).problems())
+    assert dataclasses.replace(bare, fold_in="not available: a reason", absent={
+        "score_form": "a", "q_mean_form": "b", "likelihood": "c"}).problems() == []
+    with pytest.raises(registry.MissingDeclaration, match="'bpr': no likelihood declared.*pairwise orders"):
+        api.ADAPTERS["bpr"].part("likelihood")
+    with pytest.raises(registry.MissingDeclaration, match="'rg': no fold_in declared.*hidden-graph"):
+        api.ADAPTERS["rg"].part("fold_in")
+    assert api.ADAPTERS["hpf"].part("q_mean_form") is hpf.q_mean_form
+    with pytest.raises(ValueError, match="part must be one of"):
+        hpf.part("colour")
+    with pytest.raises(ValueError, match="bpr: no pointwise likelihood: BPR's criterion"):
+        api_models.likelihood_of("bpr")
+    plain = api.Adapter("mine", "count", hpf.run, hpf.mean, "draws", "project addition")
+    monkeypatch.setitem(api.ADAPTERS, "mine", plain)
+    assert any("'mine' is a plain Adapter" in p for p in api_models.adapter_problems())
+    with pytest.raises(ValueError, match="mine: no pointwise likelihood: its adapter declares no observation model"):
+        api_models.likelihood_of("mine")
+
+
 def test_a_solver_without_a_crosscheck_says_why():
     """A point estimate (SIBM MAP) declares no cross-check: the CLI refuses with the declared reason and names
     the solvers that have one, before any computation."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 __all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS", "EVALUATIONS",
-           "POINT_ESTIMATE", "SolverSpec", "ReferenceSpec", "ModelSpec"]
+           "POINT_ESTIMATE", "part_problems", "SolverSpec", "ReferenceSpec", "ModelSpec"]
 
 #: The parts every solver declaration carries, each present or declared absent with its reason
 #: (``SolverSpec.absent``): its ``Algorithm``; its front-door adapter (the name ``factorbayes.fit(model=...)``
@@ -199,7 +199,7 @@ class SolverSpec:
                    "reference": self.reference is not None and any(r.name == self.reference for r in spec.references),
                    "sbc": self.name in spec.sbc or self.vsbc is not None,
                    "evaluation": bool(self.evaluations)}
-        out = _part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
+        out = part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
         for part, ref in (("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)):
             if ref is not None:
                 try:
@@ -220,7 +220,11 @@ def _required(owner, part: str, value):
     return resolve(value)
 
 
-def _part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, str], parts) -> list[str]:
+def part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, str], parts) -> list[str]:
+    """The conformance rule of every declaration (solvers, models, front-door adapters): each of ``parts``
+    present (``present[part]`` true) or declared absent with a non-empty reason (``absent[part]``), never both,
+    and no absent entry outside ``parts``. ``who`` prefixes each message. Returns a list of str (empty:
+    conforms). Raises KeyError when ``present`` lacks one of ``parts``. Source: project addition (issue 25)."""
     out = [f"{who}: absent part {p!r} is not one of {parts}" for p in absent if p not in parts]
     for p in parts:
         if present[p] and p in absent:
@@ -287,7 +291,7 @@ class ModelSpec:
         `SOLVER_PARTS` present or declared absent with a reason (`SolverSpec.problems`); a bridge reference
         that does not resolve. Returns a list of str (empty: conforms). Raises nothing.
         Source: project addition."""
-        out = _part_problems(self.name, {"bridge": self.bridge is not None, "notebook": bool(self.notebook)},
+        out = part_problems(self.name, {"bridge": self.bridge is not None, "notebook": bool(self.notebook)},
                              self.absent, MODEL_PARTS)
         if self.bridge is not None:
             try:
