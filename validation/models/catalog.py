@@ -8,8 +8,11 @@ and is imported only when a spec is asked for. Everything else about a model (it
 front-door adapter names, k-hat / VSBC adapters and measured VI evidence, its bridge, notebook, and the
 parts it declares absent with their reasons) is in its declaration, and the lookups here read it from
 there (`conformance` lists what a declaration lacks). `MODULES` is the only table in `validation` that
-names the models: `validation.checks` never imports a model module (the layering test,
-``tests/test_layout.py``, fails on an arrow from checks to models).
+says which models exist: `validation.checks` never imports a model module (the layering test,
+``tests/test_layout.py``, fails on an arrow from checks to models). Which solvers a held-out evaluation runs
+is each solver's ``evaluations`` (`evaluation_systems`); the code that runs one stays in its evaluation,
+keyed by the front-door name (``RUNNERS`` of counts_eval, ratings_eval, implicit_eval; `evaluation_runner`
+raises MissingDeclaration for a missing one, and ``tests/validation/test_registry.py`` checks both directions).
 
 Source: project addition (issue 25: one place that names the models; BlackJAX's algorithm records and
 posteriordb's model/data/reference split for the registry).
