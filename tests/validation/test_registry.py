@@ -85,6 +85,139 @@ def test_every_declaration_conforms():
     assert set(api.models()) - baselines == set(owner), set(api.models()) ^ set(owner)
 
 
+def _evaluation_runners():
+    """evaluation -> the front-door names the evaluation has runners for (the upper layer's half of the part)."""
+    from validation.evaluation import counts_eval, implicit_eval, ratings_eval
+
+    return {"counts": set(counts_eval.RUNNERS), "counts+side": set(counts_eval.RUNNERS),
+            "ratings": set(ratings_eval.RUNNERS), "implicit": set(implicit_eval.RUNNERS)}
+
+
+def test_every_declared_evaluation_has_its_runner():
+    """Part "evaluation": every solver that declares an evaluation has a runner there under its front-door name,
+    every runner belongs to a declared solver (no stale entry naming a model no declaration lists), and the
+    evaluations' system lists are the declarations' (the baselines stay the evaluations' own)."""
+    from validation.evaluation import counts_eval, ratings_eval
+
+    runners = _evaluation_runners()
+    assert set(runners) == set(registry.EVALUATIONS)
+    for evaluation, have in runners.items():
+        declared = catalog.evaluation_systems(evaluation)
+        missing = [(m, s.name, s.frontdoor) for m in MODELS for s in catalog.get(m).solvers
+                   if evaluation in s.evaluations and s.frontdoor not in have]
+        assert missing == [], f"declared for {evaluation!r} without a runner: {missing}"
+        if evaluation != "counts+side":
+            assert have == set(declared), f"{evaluation}: runners {sorted(have)} vs declared {sorted(declared)}"
+    assert counts_eval.SYSTEMS == counts_eval.BASELINES + catalog.evaluation_systems("counts")
+    assert set(counts_eval.SIDE_SYSTEMS) <= set(counts_eval.SYSTEMS)
+    assert ratings_eval.SOLVERS == ratings_eval.RatingsConfig().solvers == catalog.evaluation_systems("ratings")
+
+
+def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
+    """A solver with no evaluation and no reason is a conformance problem; an unknown evaluation name is refused
+    on construction; a declared evaluation whose runner is missing raises MissingDeclaration naming the system
+    and the evaluation, in each evaluation."""
+    import dataclasses
+
+    from validation.evaluation import counts_eval, implicit_eval, ratings_eval
+
+    spec = catalog.get("hpf")
+    cavi = spec.solver("cavi")
+    assert cavi.evaluations == ("counts",) and "evaluation" in spec.solver("gibbs").absent
+    silent = dataclasses.replace(cavi, evaluations=())
+    assert any("no evaluation, and no reason" in p for p in silent.problems(spec))
+    assert not any("evaluation" in p for p in dataclasses.replace(silent, absent={"evaluation": "why"}).problems(spec))
+    with pytest.raises(ValueError, match="not among"):
+        dataclasses.replace(cavi, evaluations=("movies",))
+    with pytest.raises(ValueError, match="tuple of names"):
+        dataclasses.replace(cavi, evaluations="counts")
+    with pytest.raises(ValueError, match="must be one of"):
+        catalog.evaluation_systems("movies")
+    monkeypatch.delitem(counts_eval.RUNNERS, "npfm")
+    with pytest.raises(registry.MissingDeclaration, match="npfm: declares the 'counts' evaluation"):
+        counts_eval._runner("npfm")
+    assert counts_eval._runner("ease") is counts_eval._run_ease  # a baseline is the evaluation's own
+    monkeypatch.delitem(implicit_eval.RUNNERS, "psm")
+    with pytest.raises(registry.MissingDeclaration, match="psm: declares the 'implicit' evaluation"):
+        implicit_eval.model_systems()
+    monkeypatch.delitem(ratings_eval.RUNNERS, "bpmf")
+    with pytest.raises(registry.MissingDeclaration, match="bpmf: declares the 'ratings' evaluation"):
+        ratings_eval.evaluate_ratings(None, ratings_eval.RatingsConfig(solvers=("bpmf",)), progress=False)
+    # a declared solver without a front-door name cannot be run under one
+    nameless = dataclasses.replace(spec, solvers=(dataclasses.replace(cavi, frontdoor=None),))
+    monkeypatch.setattr(catalog, "specs", lambda: (nameless,))
+    with pytest.raises(registry.MissingDeclaration, match="no front-door name"):
+        catalog.evaluation_systems("counts")
+
+
+def test_every_front_door_adapter_declares_its_parts():
+    """Each registered front-door adapter is a `ModelAdapter` whose fold-in, score form, likelihood and closed-form
+    mean under q are each present or declared absent with a reason; the front door's views (SCORE_FORMS,
+    Q_MEAN_FORMS, LIKELIHOODS, NO_LIKELIHOOD) are read from those declarations and cover every adapter."""
+    from validation.frontdoor import api, api_models
+
+    assert api_models.adapter_problems() == []
+    for name in api.models():
+        a = api.ADAPTERS[name]
+        assert isinstance(a, api_models.ModelAdapter), name
+        assert api_models.SCORE_FORMS[a.mean] is a.score_form, name
+        assert (name in api_models.LIKELIHOODS) != (name in api_models.NO_LIKELIHOOD), name
+        assert (name in api_models.Q_MEAN_FORMS) != ("q_mean_form" in a.absent), name
+        assert callable(a.fold_in) or str(a.fold_in).startswith("not available"), name
+
+
+def test_every_fold_in_is_named_by_its_adapter():
+    """Part "fold_in": each fold-in function of `validation.frontdoor.api_fold_in` (signature (fitted, obs)) is the
+    ``fold_in`` of at least one adapter (none is reachable by any other table), and every adapter without one
+    declares why, which `FittedModel.fold_in` raises."""
+    import inspect
+
+    from validation.frontdoor import api, api_fold_in
+
+    functions = {name for name in api_fold_in.__all__ if callable(getattr(api_fold_in, name))
+                 and list(inspect.signature(getattr(api_fold_in, name)).parameters) == ["fitted", "obs"]}
+    named = {a.fold_in.__name__ for a in (api.ADAPTERS[n] for n in api.models()) if callable(a.fold_in)}
+    assert functions == named, functions ^ named
+    for name in api.models():
+        a = api.ADAPTERS[name]
+        if not callable(a.fold_in):  # tests/validation/test_api.py: FittedModel.fold_in raises this reason
+            assert isinstance(a.fold_in, str) and a.fold_in.strip(), name
+
+
+def test_a_broken_front_door_adapter_fails_loudly(monkeypatch):
+    """An adapter that lacks a part without a reason, declares one both present and absent, declares fold-in's
+    absence in the wrong place, or is a plain `Adapter` is reported by `adapter_problems`; asking a declared-absent
+    part raises MissingDeclaration with the reason; a model without a likelihood says why."""
+    import dataclasses
+
+    from validation.frontdoor import api, api_models
+
+    hpf = api.ADAPTERS["hpf"]
+    bare = dataclasses.replace(hpf, fold_in=None, score_form=None, q_mean_form=None, likelihood=None)
+    problems = bare.problems()
+    for part in api_models.ADAPTER_PARTS:
+        assert any(f"no {part}, and no reason" in p for p in problems), (part, problems)
+    assert any("both present and declared absent" in p
+               for p in dataclasses.replace(hpf, absent={"likelihood": "x"}).problems())
+    assert any("fold_in='<reason>'" in p for p in dataclasses.replace(hpf, absent={"fold_in": "x"}).problems())
+    assert dataclasses.replace(bare, fold_in="not available: a reason", absent={
+        "score_form": "a", "q_mean_form": "b", "likelihood": "c"}).problems() == []
+    with pytest.raises(registry.MissingDeclaration, match="'bpr': no likelihood declared.*pairwise orders"):
+        api.ADAPTERS["bpr"].part("likelihood")
+    with pytest.raises(registry.MissingDeclaration, match="'rg': no fold_in declared.*hidden-graph"):
+        api.ADAPTERS["rg"].part("fold_in")
+    assert api.ADAPTERS["hpf"].part("q_mean_form") is hpf.q_mean_form
+    with pytest.raises(ValueError, match="part must be one of"):
+        hpf.part("colour")
+    with pytest.raises(ValueError, match="bpr: no pointwise likelihood: BPR's criterion"):
+        api_models.likelihood_of("bpr")
+    plain = api.Adapter("mine", "count", hpf.run, hpf.mean, "draws", "project addition")
+    monkeypatch.setitem(api.ADAPTERS, "mine", plain)
+    assert any("'mine' is a plain Adapter" in p for p in api_models.adapter_problems())
+    with pytest.raises(ValueError, match="mine: no pointwise likelihood: its adapter declares no observation model"):
+        api_models.likelihood_of("mine")
+
+
 def test_a_solver_without_a_crosscheck_says_why():
     """A point estimate (SIBM MAP) declares no cross-check: the CLI refuses with the declared reason and names
     the solvers that have one, before any computation."""

@@ -20,13 +20,24 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS",
-           "POINT_ESTIMATE", "SolverSpec", "ReferenceSpec", "ModelSpec"]
+__all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS", "EVALUATIONS",
+           "POINT_ESTIMATE", "part_problems", "SolverSpec", "ReferenceSpec", "ModelSpec"]
 
 #: The parts every solver declaration carries, each present or declared absent with its reason
 #: (``SolverSpec.absent``): its ``Algorithm``; its front-door adapter (the name ``factorbayes.fit(model=...)``
-#: takes); its cross-check against NUTS; a stored NUTS reference; an SBC adapter (samplers) or a VSBC adapter (VI).
-SOLVER_PARTS = ("algorithm", "frontdoor", "crosscheck", "reference", "sbc")
+#: takes); its cross-check against NUTS; a stored NUTS reference; an SBC adapter (samplers) or a VSBC adapter (VI);
+#: the held-out evaluations it takes part in (``SolverSpec.evaluations``, names of `EVALUATIONS`).
+SOLVER_PARTS = ("algorithm", "frontdoor", "crosscheck", "reference", "sbc", "evaluation")
+#: The held-out evaluations of `validation.evaluation` a solver can declare (``SolverSpec.evaluations``): name ->
+#: what it is. Each evaluation runs, besides its own baselines, every solver that declares it, under the
+#: solver's front-door name, with its runner for that name (a declared solver without one is an error: the
+#: evaluation raises `MissingDeclaration`, and ``tests/validation/test_registry.py`` fails naming it).
+EVALUATIONS = {
+    "counts": "top-100 from counts on protocol P3 (validation.evaluation.counts_eval)",
+    "counts+side": "the same with the MovieLens side features as further FM feature groups",
+    "ratings": "RMSE of real ratings on protocol P2 (validation.evaluation.ratings_eval)",
+    "implicit": "one-class top-N on P1 / SIBM / baskets (validation.evaluation.implicit_eval, model_systems)",
+}
 #: What a solver computes: "exact" (a sampler: draws from the posterior), "vi" (an approximation q of it),
 #: "point" (one point: MAP or a regularized SGD fit, no posterior to compare with NUTS or to calibrate).
 METHODS = ("exact", "vi", "point")
@@ -116,9 +127,11 @@ class SolverSpec:
     ``vsbc_adapters(solver) -> (simulate, fit, functionals, description)`` for
     `validation.checks.vi_evidence.run_vsbc` (both usually `lazy`, None: none); ``measured``: the VI evidence
     recorded by hand for the README (khat, n_latent, vsbc, vsbc_sims, vsbc_passed, fn_khat; see
-    `validation.models.catalog.evidence_table`); ``absent``: part (one of `SOLVER_PARTS`) -> the reason the
+    `validation.models.catalog.evidence_table`); ``evaluations``: tuple of `EVALUATIONS` names, the held-out
+    evaluations that run this solver (part "evaluation"; empty: declare it absent with the reason); ``absent``: part (one of `SOLVER_PARTS`) -> the reason the
     solver has none (a part both absent and present is an error of the declaration, `problems`).
-    Raises ValueError on construction for a ``method`` not in `METHODS`. Source: project addition.
+    Raises ValueError on construction for a ``method`` not in `METHODS` or an evaluation not in `EVALUATIONS`.
+    Source: project addition.
     """
 
     name: str
@@ -131,11 +144,17 @@ class SolverSpec:
     khat: object = None
     vsbc: object = None
     measured: Mapping = field(default_factory=dict)
+    evaluations: tuple = ()
     absent: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"{self.name}: method must be one of {METHODS}, got {self.method!r}")
+        if isinstance(self.evaluations, str):
+            raise ValueError(f"{self.name}: evaluations must be a tuple of names, got the string {self.evaluations!r}")
+        unknown = [e for e in self.evaluations if e not in EVALUATIONS]
+        if unknown:
+            raise ValueError(f"{self.name}: evaluations {unknown} are not among {tuple(EVALUATIONS)}")
 
     def run(self, config=None, **kwargs):
         """Run the cross-check (default config unless ``config``); kwargs go to the entry.
@@ -178,8 +197,9 @@ class SolverSpec:
         present = {"algorithm": self.algorithm is not None, "frontdoor": bool(self.frontdoor),
                    "crosscheck": self.crosscheck is not None,
                    "reference": self.reference is not None and any(r.name == self.reference for r in spec.references),
-                   "sbc": self.name in spec.sbc or self.vsbc is not None}
-        out = _part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
+                   "sbc": self.name in spec.sbc or self.vsbc is not None,
+                   "evaluation": bool(self.evaluations)}
+        out = part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
         for part, ref in (("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)):
             if ref is not None:
                 try:
@@ -200,7 +220,11 @@ def _required(owner, part: str, value):
     return resolve(value)
 
 
-def _part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, str], parts) -> list[str]:
+def part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, str], parts) -> list[str]:
+    """The conformance rule of every declaration (solvers, models, front-door adapters): each of ``parts``
+    present (``present[part]`` true) or declared absent with a non-empty reason (``absent[part]``), never both,
+    and no absent entry outside ``parts``. ``who`` prefixes each message. Returns a list of str (empty:
+    conforms). Raises KeyError when ``present`` lacks one of ``parts``. Source: project addition (issue 25)."""
     out = [f"{who}: absent part {p!r} is not one of {parts}" for p in absent if p not in parts]
     for p in parts:
         if present[p] and p in absent:
@@ -267,7 +291,7 @@ class ModelSpec:
         `SOLVER_PARTS` present or declared absent with a reason (`SolverSpec.problems`); a bridge reference
         that does not resolve. Returns a list of str (empty: conforms). Raises nothing.
         Source: project addition."""
-        out = _part_problems(self.name, {"bridge": self.bridge is not None, "notebook": bool(self.notebook)},
+        out = part_problems(self.name, {"bridge": self.bridge is not None, "notebook": bool(self.notebook)},
                              self.absent, MODEL_PARTS)
         if self.bridge is not None:
             try:

@@ -23,7 +23,8 @@ test items. Columns of the table (`validation.evaluation.metrics.holdout_metrics
 - ``fit_seconds``: wall time of the final fit, compilation included (tuning excluded: see the
   tuning tables), ``seconds_per_iteration`` where the solver reports one.
 
-Systems (`SYSTEMS`; ``NAME+side`` adds the MovieLens side features, `SIDE_SYSTEMS`):
+Systems (`systems`: the baselines and every solver whose declaration lists the "counts" evaluation;
+``NAME+side`` adds the MovieLens side features, `side_systems`: those declaring "counts+side"):
 
 - ``popularity``: number of training entries of the item (`validation.evaluation.metrics.popularity_score_fn`).
 - ``ease``: EASE^R on the binarized training matrix (``ease_values="count"``: the counts):
@@ -74,8 +75,9 @@ from validation.evaluation.baselines import ease_fit, ease_score_fn, ease_scores
 from validation.data.splits import HoldoutSplit
 
 __all__ = [
-    "SYSTEMS",
-    "SIDE_SYSTEMS",
+    "BASELINES",
+    "systems",
+    "side_systems",
     "CountsConfig",
     "CountsEvaluation",
     "validation_split",
@@ -92,9 +94,39 @@ __all__ = [
     "evaluate_counts",
 ]
 
-SYSTEMS = ("popularity", "ease", "hpf", "npfm", "ppfm", "mcmc-fm", "sgd-fm")
-#: Systems that take the MovieLens side features (``NAME+side``).
-SIDE_SYSTEMS = ("npfm", "ppfm", "mcmc-fm", "sgd-fm")
+#: The evaluation's own baselines; the model systems are the solvers that declare the "counts" evaluation
+#: (`systems`), the ``NAME+side`` ones those that declare "counts+side" (`side_systems`).
+BASELINES = ("popularity", "ease")
+
+
+def systems() -> tuple[str, ...]:
+    """Every system of the evaluation: `BASELINES`, then the front-door names of the solvers whose declaration
+    lists the "counts" evaluation (`validation.models.catalog.evaluation_systems`), in registry order
+    (today hpf, mcmc-fm, sgd-fm, npfm, ppfm). Returns a tuple of str. Raises what
+    `validation.models.catalog.evaluation_systems` raises (MissingDeclaration for a declaration without a
+    front-door name). Source: project addition (issue 25)."""
+    from validation.models import catalog
+
+    return BASELINES + catalog.evaluation_systems("counts")
+
+
+def side_systems() -> tuple[str, ...]:
+    """The systems that take the MovieLens side features (``NAME+side``): the solvers declaring "counts+side".
+    Returns a tuple of str. Raises as `systems`. Source: project addition (issue 25)."""
+    from validation.models import catalog
+
+    return catalog.evaluation_systems("counts+side")
+
+
+def __getattr__(name):
+    # SYSTEMS / SIDE_SYSTEMS: read from the declarations on use (no table here names a model)
+    if name == "SYSTEMS":
+        return systems()
+    if name == "SIDE_SYSTEMS":
+        return side_systems()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: the per-user metrics whose standard errors and paired intervals the table reports, and the main one
 #: (it picks the best baseline; its difference and interval are the table's diff / ci_low / ci_high)
 _INTERVAL_METRICS = ("precision", "recall", "ndcg", "ndcg_log2k1")
@@ -594,13 +626,25 @@ def _run_sgd_fm(ctx, side):
                  f"{_edge_sgd(table, cfg)}); observed ratings only")]
 
 
-_RUNNERS = {"popularity": _run_popularity, "ease": _run_ease, "hpf": _run_hpf, "npfm": _run_pfm("npfm"),
-            "ppfm": _run_pfm("ppfm"), "mcmc-fm": _run_mcmc_fm, "sgd-fm": _run_sgd_fm}
+_BASELINE_RUNNERS = {"popularity": _run_popularity, "ease": _run_ease}
+#: front-door name -> runner ``(ctx, side) -> rows`` of each solver declaring the "counts" evaluation (which
+#: solvers run comes from the declarations; a declared solver without a runner raises MissingDeclaration)
+RUNNERS = {"hpf": _run_hpf, "npfm": _run_pfm("npfm"), "ppfm": _run_pfm("ppfm"), "mcmc-fm": _run_mcmc_fm,
+           "sgd-fm": _run_sgd_fm}
 
 
-def _resolve_systems(systems, side_features: bool) -> list[str]:
-    names = list(SYSTEMS) if systems is None else [str(s) for s in systems]
-    valid = list(SYSTEMS) + [f"{s}+side" for s in SIDE_SYSTEMS]
+def _runner(name: str):
+    from validation.models import catalog
+
+    if name in _BASELINE_RUNNERS:
+        return _BASELINE_RUNNERS[name]
+    return catalog.evaluation_runner("counts", name, RUNNERS)
+
+
+def _resolve_systems(names, side_features: bool) -> list[str]:
+    every, side = systems(), side_systems()
+    names = list(every) if names is None else [str(s) for s in names]
+    valid = list(every) + [f"{s}+side" for s in side]
     unknown = sorted(set(names) - set(valid))
     if unknown:
         raise ValueError(f"systems: unknown {unknown}; choose from {valid}")
@@ -610,7 +654,7 @@ def _resolve_systems(systems, side_features: bool) -> list[str]:
     for s in names:
         if s not in out:
             out.append(s)
-        if side_features and s in SIDE_SYSTEMS and f"{s}+side" not in out:
+        if side_features and s in side and f"{s}+side" not in out:
             out.append(f"{s}+side")
     return out
 
@@ -624,9 +668,9 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     ----------
     df : ratings table (columns user, item, rating[, timestamp]; integer ratings used as counts), as
         `validation.data.datasets.load_movielens` returns; the P3 split permutes its rows in the order given.
-    systems : names of `SYSTEMS` and ``NAME+side`` for NAME in `SIDE_SYSTEMS` (None: all of `SYSTEMS`).
+    systems : names of `systems` and ``NAME+side`` for NAME in `side_systems` (None: all of `systems`).
     K, seed : latent dimension and seed (they override ``config``'s).
-    side_features : also run the ``+side`` variant of every selected system of `SIDE_SYSTEMS`.
+    side_features : also run the ``+side`` variant of every selected system of `side_systems`.
     config : `CountsConfig` (default its defaults); ``settings``: `CountsConfig` fields to override,
         e.g. ``pfm_warmup=100``.
     data_dir : folder with ``u.user`` and ``items.tsv`` / ``u.item`` for the side features (default:
@@ -649,7 +693,8 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     ValueError: unknown systems or settings, bad settings (`CountsConfig`), a bad ratings table or
     non-integer ratings (`validation.data.datasets.split_random_holdout`), missing side files for a
     ``+side`` system; what the solvers raise propagates (ValueError for bad input,
-    FloatingPointError for a non-finite HPF ELBO), and OSError writing the report.
+    FloatingPointError for a non-finite HPF ELBO), and OSError writing the report; MissingDeclaration for a
+    solver that declares the "counts" evaluation without a runner here (`RUNNERS`).
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4 (the comparison of fig. 5.3; protocol and metrics
     sec. 5.4.4, eqs. 5.21-5.28); HPF ``001_30a2018ec18c20b9.txt``; EASE^R Steck 2019; the tuning on a
@@ -669,7 +714,7 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
         base, side = name.split("+")[0], name.endswith("+side")
         if progress:
             print(f"  {name}: fitting ...", file=sys.stderr, flush=True)
-        out = _RUNNERS[base](ctx, side)
+        out = _runner(base)(ctx, side)
         rows += out
         if progress:
             for r in out:

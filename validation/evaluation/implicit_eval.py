@@ -112,6 +112,7 @@ __all__ = [
     "LARGE_SETTINGS",
     "SIBM_DEFAULTS",
     "RG_DEFAULTS",
+    "RUNNERS",
     "binary_split",
     "sec4_synthetic",
     "sibm_recall_curves",
@@ -324,7 +325,7 @@ def _print_plan(pname: str, train: Observations, plan: list) -> None:
     unknown = [p.name for p in plan if p.factory is not None and p.estimate is None]
     print(f"[implicit_eval] {pname}: I x J = {train.n_rows:,} x {train.n_cols:,}, {len(plan)} systems; fit "
           f"estimate {sum(known):.0f} CPU s at most for {len(known)} of them (unknown: {', '.join(unknown) or 'none'}; "
-          f"CPU rates of T10I4D100K on 2 cores, `implicit_eval._RATES`)", flush=True)
+          f"CPU rates of T10I4D100K on 2 cores, stated by each system, `implicit_eval._estimator`)", flush=True)
     for p in plan:
         if p.factory is None:
             print(f"[implicit_eval]   {p.name}: {p.reason}", flush=True)
@@ -353,16 +354,14 @@ def _fit_info(res, unit: str) -> dict:
     return {"converged": converged, "iterations": int(attrs.get("n_iter", len(res.trace))), "unit": unit}
 
 
-#: CPU seconds per unit of work of each solver, measured on T10I4D100K (100,000 x 870, 910,356 training
-#: positives; 2 shared cores, seed 0, compilation included): `estimate` = rate x work x iteration cap.
-#: Units: per training positive and epoch / sweep (BPR, PSM, RG), per (I + J) and minibatch (SVI, MAP).
-_RATES = {"bpr": 2.4e-6, "psm": 4.0e-6, "rg": 3.0e-6, "svi": 1.6e-6, "map": 1.1e-6}
-
-
-def _estimator(kind: str, iterations: Callable[[Observations], int]):
+def _estimator(rate: float, per: str, iterations: Callable[[Observations], int]):
+    """``estimate(train)`` = rate x work x iteration cap, in CPU seconds. Each system states its ``rate``: CPU seconds
+    per unit of work, measured on T10I4D100K (100,000 x 870, 910,356 training positives; 2 shared cores, seed 0,
+    compilation included); ``per``: "positive" (per training positive and epoch / sweep: BPR, PSM, RG) or
+    "row+col" (per (I + J) and minibatch: SIBM SVI and MAP)."""
     def estimate(train: Observations) -> float:
-        work = np.asarray(train.rows).size if kind in ("bpr", "psm", "rg") else train.n_rows + train.n_cols
-        return _RATES[kind] * work * iterations(train)
+        work = np.asarray(train.rows).size if per == "positive" else train.n_rows + train.n_cols
+        return rate * work * iterations(train)
 
     return estimate
 
@@ -861,7 +860,7 @@ def baseline_systems(*, large_cells: int | None = LARGE_CELLS, **bpr_kwargs) -> 
             return score_fn
 
         factory.large_cells = large_cells
-        factory.estimate = _estimator("bpr", lambda train: bpr_kwargs.get("n_epochs", BPR_DEFAULTS[sampling]["n_epochs"]))
+        factory.estimate = _estimator(2.4e-6, "positive", lambda train: bpr_kwargs.get("n_epochs", BPR_DEFAULTS[sampling]["n_epochs"]))
         return factory
 
     return {
@@ -928,7 +927,10 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.evaluation.model_studies.PSM_DEFAULTS`. Returns dict
     name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
 
-    Raises ValueError for an unknown override. A factory raises, when called, what its solver's fit
+    Which solvers contribute systems: every solver whose declaration lists the "implicit" evaluation
+    (`validation.models.catalog.evaluation_systems`), each through its entry of `RUNNERS`.
+
+    Raises ValueError for an unknown override; MissingDeclaration for a declared solver without a runner. A factory raises, when called, what its solver's fit
     raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 4 and Algorithm 1 (SIBM batch VB, S-Uniform, S-Balanced,
@@ -986,7 +988,8 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
             factory.sibm_batch = True
             factory.large_replacement = sibm_system("svi", LARGE_SETTINGS["svi_strategy"])
         else:
-            factory.estimate = _estimator(kind, lambda train: s["svi_iter"] if kind == "svi" else map_iter(train))
+            factory.estimate = _estimator(1.6e-6 if kind == "svi" else 1.1e-6, "row+col",  # `_estimator`'s rates
+                                          lambda train: s["svi_iter"] if kind == "svi" else map_iter(train))
         if kind == "svi":
             factory.svi_strategy = strategy
         return factory
@@ -1020,7 +1023,7 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
         factory.scores_like_probability = kind == "like"
         factory.large_cells = large_cells
         # the popularity x like entry shares the like entry's fit (same training matrix, seed and r)
-        factory.estimate = _estimator("rg", rg_sweeps) if kind == "like" else (lambda train: 0.0)
+        factory.estimate = _estimator(3.0e-6, "positive", rg_sweeps) if kind == "like" else (lambda train: 0.0)
         return factory
 
     def psm_system() -> SystemFactory:
@@ -1035,23 +1038,39 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
             return score_fn
 
         factory.large_cells = large_cells
-        factory.estimate = _estimator("psm", lambda train: p["max_iter"])
+        factory.estimate = _estimator(4.0e-6, "positive", lambda train: p["max_iter"])
         return factory
 
-    rg_entries = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
-    if r["second_r"] is not None:
-        tag = f"r={float(r['second_r']):g}"
-        rg_entries[f"RG like ({tag})"] = rg_system("like", r["second_r"])
-        rg_entries[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
-    return {
-        "SIBM batch VB": sibm_system("batch"),
-        "SIBM S-Uniform": sibm_system("svi", "uniform"),
-        "SIBM S-Balanced": sibm_system("svi", "balanced"),
-        "SIBM S-Biased": sibm_system("svi", "biased"),
-        "SIBM MAP": sibm_system("map"),
-        **rg_entries,
-        "PSM": psm_system(),
-    }
+    def rg_entries() -> dict[str, SystemFactory]:
+        out = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
+        if r["second_r"] is not None:
+            tag = f"r={float(r['second_r']):g}"
+            out[f"RG like ({tag})"] = rg_system("like", r["second_r"])
+            out[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
+        return out
+
+    from types import SimpleNamespace
+
+    from validation.models import catalog
+
+    make = SimpleNamespace(sibm=sibm_system, rg=rg_entries, psm=psm_system)
+    systems: dict[str, SystemFactory] = {}
+    for name in catalog.evaluation_systems("implicit"):  # the solvers declaring "implicit", in registry order
+        systems.update(catalog.evaluation_runner("implicit", name, RUNNERS)(make))
+    return systems
+
+
+#: front-door name -> ``runner(make) -> {system name: factory}`` of each solver declaring the "implicit"
+#: evaluation; ``make`` holds `model_systems`' factory makers (``sibm(kind, strategy)``, ``rg()``, ``psm()``) with
+#: their settings. Which solvers run comes from the declarations; a declared solver without a runner raises
+#: MissingDeclaration.
+RUNNERS = {
+    "sibm": lambda make: {"SIBM batch VB": make.sibm("batch")},
+    "sibm-svi": lambda make: {f"SIBM S-{s.capitalize()}": make.sibm("svi", s) for s in ("uniform", "balanced", "biased")},
+    "sibm-map": lambda make: {"SIBM MAP": make.sibm("map")},
+    "rg": lambda make: make.rg(),
+    "psm": lambda make: {"PSM": make.psm()},
+}
 
 
 # the SIBM protocol and recall@N (`validation.evaluation.implicit_protocols`) and the recall curves

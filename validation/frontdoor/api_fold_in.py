@@ -1,6 +1,8 @@
 """Fold-in for the front door: new users added to a fitted model with the item side (and the
-global parameters) held fixed, without refitting. One function per model, named in its adapter
-(`validation.frontdoor.api_models`), called by `validation.frontdoor.api.FittedModel.fold_in` as
+global parameters) held fixed, without refitting. One function per model, named in its adapter's
+declaration (``ModelAdapter.fold_in`` in `validation.frontdoor.api_models`: the only place that says which model
+folds in how; an adapter without one declares the reason there instead; no table here names a model, and
+``tests/validation/test_registry.py`` checks that every function below is some adapter's), called by `validation.frontdoor.api.FittedModel.fold_in` as
 ``fold_in(fitted, obs) -> {group: {variable: new-user part}}`` (`validation.frontdoor.api._extend_users`
 appends the parts: on the ``user`` axis, or on the ``feature`` axis after the fitted users for the
 factorization machines' one-hot ids design).

@@ -8,17 +8,19 @@ solvers in `custom_inference` do. Source of each mean: the seed equation named b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import scipy.sparse as sp
 
+from validation.checks.registry import MissingDeclaration, part_problems
 from validation.frontdoor import api_fold_in as fold
-from validation.frontdoor.api import Adapter, _register
+from validation.frontdoor.api import ADAPTERS, Adapter, _register
 from validation.frontdoor.scoring import LinearScore
 
-__all__: list[str] = []
+__all__ = ["ADAPTER_PARTS", "ModelAdapter", "Likelihood", "likelihood_of", "adapter_problems", "log_likelihood",
+           "observation_draws", "plug_in_precision", "ids_design"]
 
 
 #: Bytes of the gathered factor blocks `_dot` holds at once (its (S, M) result not counted).
@@ -88,11 +90,6 @@ def _run_hpf_gibbs(key, obs, K, *, progress=True, hyper=None, **opts):
     return hpf_gibbs.sample(key, obs, K, hyper or HPFHyper(), progress=progress, **opts)
 
 
-_register(Adapter("hpf", "count", _run_hpf, _hpf_mean, "draws from q (CAVI)", "001 (Poisson rate theta_u . beta_i)",
-                  fold_in=fold.hpf, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter", draws="n_draws", solver="custom_inference.hpf:fit"))
-_register(Adapter("hpf-gibbs", "count", _run_hpf_gibbs, _hpf_mean, "posterior draws (Gibbs)",
-                  "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=fold.hpf_gibbs,
-                  defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples", solver="custom_inference.hpf_gibbs:sample"))
 
 
 # -- real ratings: SBMF, BPMF (seed 004 ch. 2-3) -------------------------------------------
@@ -131,10 +128,6 @@ def _run_bpmf(key, obs, K, *, progress=True, hyper=None, **opts):
 
 
 _GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
-_register(Adapter("sbmf", "real", _run_sbmf, _sbmf_mean, "posterior draws (Gibbs)", "004 eq. 3.1",
-                  resumable=True, fold_in=fold.sbmf, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.sbmf:sample"))
-_register(Adapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs)", "004 ch. 2 (BPMF)",
-                  resumable=True, fold_in=fold.bpmf, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.bpmf:sample"))
 
 
 # -- factorization machines on the ids design (seed 004 ch. 2, 4) ---------------------------
@@ -188,10 +181,6 @@ def _fm_runner(solver: str):
     return run
 
 
-_register(Adapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior draws (Gibbs)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples", solver="custom_inference.fm_mcmc:sample"))
-_register(Adapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws", solver="custom_inference.vbfm:fit"))
 def _check_n_batches(obs, options):
     """OVBFM splits the N entries into ``n_batches`` minibatches: refuse more batches than entries."""
     nb = options.get("n_batches", 10)  # vbfm.fit_svi's default
@@ -200,14 +189,9 @@ def _check_n_batches(obs, options):
                          f"minibatch needs at least one entry; pass n_batches between 1 and {obs.nnz}")
 
 
-_register(Adapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
-                  resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws", solver="custom_inference.vbfm:fit_svi",
-                  precheck=_check_n_batches))
 #: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.evaluation.ratings_eval.RatingsConfig`
 #: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
 SGD_FM_LEARNING_RATE = 0.01
-_register(Adapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17",
-                  fold_in=fold.sgd_fm, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20}, iterations="n_epochs", solver="custom_inference.fm_sgd:fit"))
 
 
 
@@ -239,12 +223,6 @@ def _sibm_runner(kind: str):
     return run
 
 
-_register(Adapter("sibm", "binary", _sibm_runner("vb"), _sibm_mean, "draws from q (batch VB)", "002 eqs. 1-2, 5",
-                  resumable=True, fold_in=fold.sibm, defaults={"max_iter": 200}, iterations="max_iter", draws="n_draws", solver="custom_inference.sibm:fit", faster=("sibm-svi", DENSE_SIBM_PER_SWEEP)))
-_register(Adapter("sibm-svi", "binary", _sibm_runner("svi"), _sibm_mean, "draws from q (SVI)", "002 eqs. 1-2, 5",
-                  fold_in=fold.sibm, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws", solver="custom_inference.sibm:fit_svi"))
-_register(Adapter("sibm-map", "binary", _sibm_runner("map"), _sibm_mean, "none (point estimate, MAP)",
-                  "002 eqs. 1-2", fold_in=fold.sibm_map, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", solver="custom_inference.sibm:fit_map"))
 
 
 # -- one-class: RG (seed 003), BPR (Rendle et al. 2009) ----------------------------------------
@@ -263,10 +241,6 @@ def _run_rg(key, obs, K, *, progress=True, hyper=None, **opts):
     return _idata(rg.fit(key, obs, K, hyper or RGHyper(), progress=progress, **opts))
 
 
-_register(Adapter("rg", "binary", _run_rg, _rg_mean, "draws from q (VB over random hidden graphs)", "003 eq. 19",
-                  resumable=True, defaults={"max_iter": 200},
-                  fold_in=("not available: a new user changes the hidden-graph sampler q(H) of every user (its "
-                           "popularity histogram, sec. 4.1), so the items' posterior is not held fixed by the math"), iterations="max_iter", draws="n_draws", solver="custom_inference.rg:fit"))
 
 
 def _bpr_mean(post, rows, cols, attrs):
@@ -280,9 +254,6 @@ def _run_bpr(key, obs, K, *, progress=True, hyper=None, **opts):
     return _idata(bpr.fit(key, obs, K, hyper, progress=progress, **opts))
 
 
-_register(Adapter("bpr", "binary", _run_bpr, _bpr_mean, "none (point estimate, SGD)", "Rendle et al. 2009 (BPR-MF x_ui)",
-                  defaults={"n_epochs": 50}, resumable=True,
-                  fold_in=fold.bpr, iterations="n_epochs", solver="custom_inference.bpr:fit"))
 
 
 # -- counts: NPFM / PPFM (seed 004 ch. 5), PSM (seed 000) --------------------------------------
@@ -312,10 +283,6 @@ def _pfm_runner(variant: str):
     return run
 
 
-for _variant in ("npfm", "ppfm"):
-    _register(Adapter(_variant, "count", _pfm_runner(_variant), _pfm_mean, "posterior draws (Gibbs)",
-                      "004 eq. 5.6" if _variant == "npfm" else "004 eq. 5.20", resumable=True, fold_in=fold.pfm,
-                      defaults=_GIBBS, iterations="num_samples", solver="custom_inference.pfm:sample"))
 
 
 def _psm_mean(post, rows, cols, attrs, *, block_cells: int = 4_000_000):
@@ -344,10 +311,6 @@ def _run_psm(key, obs, K, *, progress=True, hyper=None, **opts):
     return _idata(psm.fit(key, obs, K, hyper or PSMHyper(), progress=progress, **opts))
 
 
-_register(Adapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
-                  defaults={"max_iter": 100},
-                  fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
-                           "censored events D' = r D, so a new user changes every user's q; refit"), iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit"))
 
 
 # -- scoring forms: each model's mean as a `validation.frontdoor.scoring.LinearScore` ------------------------
@@ -400,11 +363,6 @@ def _psm_form(post, attrs):
                        psi=post["psi"])
 
 
-#: adapter mean function -> form maker ``(posterior, attrs) -> LinearScore``; an adapter whose mean is
-#: not here (a user's own model) is scored by `validation.frontdoor.scoring` through its mean, in chunks.
-SCORE_FORMS = {_hpf_mean: _hpf_form, _sbmf_mean: _sbmf_form, _bpmf_mean: _bpmf_form, _fm_mean: _fm_form,
-               _sibm_mean: _sibm_form, _rg_mean: _rg_form, _bpr_mean: _bpr_form, _pfm_mean: _pfm_form,
-               _psm_mean: _psm_form}
 
 
 def _hpf_q_form(idata, attrs):
@@ -420,9 +378,6 @@ def _hpf_q_form(idata, attrs):
     return LinearScore(P=theta[None], Q=beta[None])
 
 
-#: adapter name -> ``(idata, attrs) -> LinearScore`` of the posterior mean in closed form under the fit's
-#: q (`validation.frontdoor.scoring`'s ``means="q"``); only where q makes it exact.
-Q_MEAN_FORMS = {"hpf": _hpf_q_form}
 
 
 # -- observation models: the likelihood of one observed entry and draws of a new one (issue 24) ------
@@ -449,7 +404,7 @@ class Likelihood:
     terms : which terms of the program's likelihood are included (stored in the group's attrs).
     source : seed file and equation of the likelihood.
     predictive : whether new observations can be drawn (else ``no_predictive`` says why).
-    Raises nothing (a record). Source: project addition (issue 24); each entry of `LIKELIHOODS` names
+    Raises nothing (a record). Source: project addition (issue 24); each adapter's ``likelihood`` names
     its seed equation.
     """
 
@@ -459,6 +414,75 @@ class Likelihood:
     precision: Any = None
     predictive: bool = True
     no_predictive: str = ""
+
+
+#: The parts every front-door adapter of this module declares, each present or declared absent with its reason
+#: (`ModelAdapter.absent`; ``fold_in`` is absent when it is the string saying why): the fold-in of new users,
+#: the mean as a `validation.frontdoor.scoring.LinearScore`, the observation model of one entry, and the
+#: closed-form mean under q (``means="q"``).
+ADAPTER_PARTS = ("fold_in", "score_form", "likelihood", "q_mean_form")
+
+
+@dataclass(frozen=True)
+class ModelAdapter(Adapter):
+    """A front-door `validation.frontdoor.api.Adapter` with every per-model fact the front door uses, declared
+    in one place (one `_register` call per front-door name, at the end of this module).
+
+    Beyond `Adapter`'s fields: ``score_form``: ``(posterior dict, attrs) -> LinearScore``, the adapter's mean
+    as link(offset + c_s + a_s[u] + b_s[i] + sum_k w_sk P_s[u, k] Q_s[i, k]) (`validation.frontdoor.scoring`
+    scores every item of many users with matrix products; tests/validation/test_scoring.py checks it against
+    ``mean``); ``q_mean_form``: ``(idata, attrs) -> LinearScore`` of the mean in closed form under the fit's q
+    (``means="q"``; only where q makes it exact); ``likelihood``: the `Likelihood` of one observed entry;
+    ``absent``: part (one of `ADAPTER_PARTS`) -> the reason it has none. ``fold_in`` is `Adapter`'s: a callable
+    of `validation.frontdoor.api_fold_in`, or the string saying why there is none (its declared absence).
+    `adapter_problems` lists what does not conform. Raises nothing on construction. Source: project addition
+    (issue 25).
+    """
+
+    score_form: Callable | None = None
+    q_mean_form: Callable | None = None
+    likelihood: Likelihood | None = None
+    absent: Mapping[str, str] = field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        """Every part of `ADAPTER_PARTS` neither present nor declared absent with a reason, or both; a ``fold_in``
+        that is neither callable nor a reason. Returns a list of str (empty: conforms). Raises nothing.
+        Source: project addition (issue 25)."""
+        fold_reason = self.fold_in.strip() if isinstance(self.fold_in, str) else ""
+        absent = {**self.absent, **({"fold_in": fold_reason} if fold_reason else {})}
+        present = {"fold_in": callable(self.fold_in), "score_form": callable(self.score_form),
+                   "q_mean_form": callable(self.q_mean_form), "likelihood": isinstance(self.likelihood, Likelihood)}
+        out = part_problems(f"front-door adapter {self.name!r}", present, absent, ADAPTER_PARTS)
+        if "fold_in" in self.absent:
+            out.append(f"front-door adapter {self.name!r}: declare fold-in's absence as fold_in='<reason>' "
+                       "(what FittedModel.fold_in raises), not in absent")
+        return out
+
+    def part(self, name: str):
+        """The declared part ``name`` (one of `ADAPTER_PARTS`). Raises ValueError for another name;
+        MissingDeclaration naming the adapter, the part and its declared reason when it is absent.
+        Source: project addition (issue 25)."""
+        if name not in ADAPTER_PARTS:
+            raise ValueError(f"part must be one of {ADAPTER_PARTS}, got {name!r}")
+        value = getattr(self, name)
+        if value is None or isinstance(value, str):
+            why = value if isinstance(value, str) and value.strip() else self.absent.get(name)
+            raise MissingDeclaration(f"front-door adapter {self.name!r}: no {name} declared"
+                                     + (f" (declared absent: {why})" if why else ""))
+        return value
+
+
+def adapter_problems(names=None) -> list[str]:
+    """Every way the registered front-door adapters ``names`` (default all) fail to conform: an adapter that is
+    not a `ModelAdapter` (it cannot declare the parts), and each `ModelAdapter.problems`. Returns a list of str
+    (empty: all conform). Raises KeyError for an unknown name. Source: project addition (issue 25)."""
+    out = []
+    for name in (names or tuple(ADAPTERS)):
+        a = ADAPTERS[name]
+        out.extend(a.problems() if isinstance(a, ModelAdapter) else
+                   [f"front-door adapter {name!r} is a plain Adapter: declare it as a ModelAdapter with its parts "
+                    f"{ADAPTER_PARTS}, each present or absent with its reason"])
+    return out
 
 
 def _sbmf_precision(post, attrs):
@@ -482,66 +506,32 @@ _BERNOULLI_TERMS = ("log Bernoulli(y_ui = 1 | sigma(logit_ui)) = log sigma(logit
                     "the program's terms log(1 - sigma) of the unobserved cells are left out")
 _NORMAL_TERMS = "log Normal(y_ui | mean_ui, 1 / precision) of the N observed ratings (all of the program's terms)"
 
-#: adapter name -> its `Likelihood`; a model without an entry (BPR, a user's own adapter) has no
-#: pointwise likelihood (`likelihood_of` says why).
-LIKELIHOODS: dict[str, Likelihood] = {
-    "hpf": Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)"),
-    "hpf-gibbs": Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)"),
-    "npfm": Likelihood("poisson", _POISSON_TERMS, "004_90693a0965f06816.txt eq. 5.6: y ~ Poisson(lambda(x))"),
-    "ppfm": Likelihood("poisson", _POISSON_TERMS, "004_90693a0965f06816.txt eq. 5.20: y ~ Poisson(lambda(x))"),
-    "sbmf": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eqs. 3.1-3.2: r ~ N(mu + alpha_i + beta_j + u_i . v_j, 1/tau)",
-                       precision=_sbmf_precision),
-    "bpmf": Likelihood("normal", _NORMAL_TERMS + " (precision alpha fixed by the hyperparameters)",
-                       "004_90693a0965f06816.txt eq. 2.9: r ~ N(u_i . v_j, 1/alpha) (ratings centred at their training mean)",
-                       precision=_bpmf_precision),
-    "mcmc-fm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 2.22: y ~ N(yhat(x), 1/alpha)",
-                          precision=_fm_precision),
-    "vbfm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
-                       precision=_fm_precision),
-    "ovbfm": Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
-                        precision=_fm_precision),
-    "sgd-fm": Likelihood("normal", _NORMAL_TERMS + "; SGD fits no noise model: the precision is the plug-in "
-                         "1 / (mean squared training residual) at the point estimate",
-                         "004_90693a0965f06816.txt eq. 2.22 (Gaussian FM likelihood; plug-in precision)",
-                         precision="plug-in"),
-    **{name: Likelihood("bernoulli", _BERNOULLI_TERMS,
-                        "002_5408d341cb9fc544.txt eqs. 1-2: x_ij ~ Bernoulli(sigma(u_i . v_j + z))")
-       for name in ("sibm", "sibm-svi", "sibm-map")},
-    "rg": Likelihood("bernoulli", _BERNOULLI_TERMS.replace("unobserved cells", "unobserved cells (and the hidden "
-                     "graph's unliked edges)"), "003_203f63200c0d7157.txt: g_mn ~ Bernoulli(sigma(u_m . v_n + b_m + b_n)) "
-                     "on the edges of the hidden graph"),
-    "psm": Likelihood("psm-events", "D_ui (log pi_u + log psi_i + log sigma(x_ui)) for the D_ui observed events of each "
-                      "entry (who, which item, observed); the censored-events factor D' log p(o = F) couples every "
-                      "cell and is left out", "000_619a0297b9d686b2.txt eqs. 1-5 (ppl_models.psm: y ~ Cat(pi), "
-                      "z ~ Cat(psi), o ~ Bernoulli(sigma(x)))", predictive=False,
-                      no_predictive="PSM models who and which item each event is, given the number of events, not a "
-                      "count per entry: there is no draw of a new y_ui"),
-}
 
-#: why a registered model has no `Likelihood`.
-NO_LIKELIHOOD = {"bpr": "BPR's criterion (Rendle et al. 2009) is a likelihood of pairwise orders "
-                        "p(i >_u j) = sigma(x_ui - x_uj), not of single entries: it has no pointwise log-likelihood "
-                        "and no observation model to draw a new y_ui from"}
 
 
 def likelihood_of(name: str) -> Likelihood:
     """The `Likelihood` of the registered model ``name``.
 
-    Returns the entry of `LIKELIHOODS`. Raises ValueError naming the reason for a model without one
-    (BPR: `NO_LIKELIHOOD`; a user's own adapter). Source: project addition (issue 24); each entry's
-    ``source`` names its seed equation.
+    Returns the adapter's ``likelihood`` (`ModelAdapter`). Raises ValueError naming the reason for a model
+    without one (BPR: its declared ``absent["likelihood"]``; a user's own adapter; an unknown name).
+    Source: project addition (issue 24); each adapter's ``likelihood.source`` names its seed equation.
     """
-    if name in LIKELIHOODS:
-        return LIKELIHOODS[name]
-    raise ValueError(f"{name}: no pointwise likelihood: "
-                     f"{NO_LIKELIHOOD.get(name, 'its adapter declares no observation model (LIKELIHOODS)')}")
+    adapter = ADAPTERS.get(name)
+    lik = getattr(adapter, "likelihood", None)
+    if lik is not None:
+        return lik
+    why = getattr(adapter, "absent", {}).get("likelihood") or "its adapter declares no observation model (ModelAdapter.likelihood)"
+    raise ValueError(f"{name}: no pointwise likelihood: {why}")
 
 
 def _linear_predictor(fitted, post, attrs, rows, cols, *, identity: bool):
     """(S, M) float64: the adapter's mean (``identity=False``) or its score before the link (logit)."""
     import dataclasses
 
-    form = SCORE_FORMS[fitted.adapter.mean](post, attrs)
+    make = getattr(fitted.adapter, "score_form", None)
+    if make is None:
+        raise ValueError(f"{fitted.model}: its adapter declares no score_form (ModelAdapter.score_form)")
+    form = make(post, attrs)
     if identity:
         form = dataclasses.replace(form, link="identity", psi=None)
     return form.pair_draws(rows, cols)
@@ -577,7 +567,7 @@ def log_likelihood(fitted, post, attrs, rows, cols, y, *, precision=None):
     models (default: the `Likelihood`'s own; `plug_in_precision` for SGD-FM).
     Returns an (S, M) float64 array of log p(y_m | draw s) (`Likelihood.terms` says which terms).
     Raises ValueError for a model without a likelihood (`likelihood_of`).
-    Source: each model's `LIKELIHOODS` entry (Poisson: y log rate - rate - log y!; Normal:
+    Source: each model's adapter's ``likelihood`` (Poisson: y log rate - rate - log y!; Normal:
     -0.5 log(2 pi / prec) - 0.5 prec (y - mean)^2; Bernoulli: log sigma(logit)).
     """
     from scipy.special import gammaln
@@ -613,7 +603,7 @@ def observation_draws(fitted, post, attrs, rows, cols, rng, *, reps: int = 1, pr
     Returns an (S * reps, M) float64 array (draw-major: the reps of draw 0 first): Poisson counts,
     Normal ratings (in the fitted units) or Bernoulli 0/1 values.
     Raises ValueError for a model without a likelihood or without a predictive (PSM: `Likelihood.no_predictive`).
-    Source: each model's `LIKELIHOODS` entry.
+    Source: each model's adapter's ``likelihood``.
     """
     lik = likelihood_of(fitted.model)
     if not lik.predictive:
@@ -629,3 +619,134 @@ def observation_draws(fitted, post, attrs, rows, cols, rng, *, reps: int = 1, pr
     if lik.family == "normal":
         return mu + sd * rng.standard_normal(mu.shape)
     return (rng.random(mu.shape) < mu).astype(np.float64)  # bernoulli: mu is the probability
+
+
+# -- the declarations: one `ModelAdapter` per front-door name, every per-model fact of the front door in it ------
+#
+# Each names the same model as its declaration in `validation.models` (``SolverSpec.frontdoor``); BPR is a baseline
+# with no generative program to declare there. tests/validation/test_registry.py checks that every adapter
+# conforms (`adapter_problems`) and that each declared solver's front-door name is registered here.
+
+#: why an adapter has no closed-form mean under q (``q_mean_form``), by the kind of fit
+_NO_Q_SAMPLER = "a sampler: there is no q; means='draws' averages the posterior draws"
+_NO_Q_POINT = "a point estimate: there is no q; its one draw is the estimate"
+_NO_Q_VI = ("not written: the mean under q is not declared in closed form; means='draws' is the Monte Carlo "
+            "mean over the stored draws from q")
+
+_HPF_LIKELIHOOD = Likelihood("poisson", _POISSON_TERMS, "001_30a2018ec18c20b9.txt: y_ui ~ Poisson(theta_u . beta_i)")
+_register(ModelAdapter("hpf", "count", _run_hpf, _hpf_mean, "draws from q (CAVI)", "001 (Poisson rate theta_u . beta_i)",
+                       fold_in=fold.hpf, resumable=True, defaults={"max_iter": 100, "n_draws": 200}, iterations="max_iter",
+                       draws="n_draws", solver="custom_inference.hpf:fit",
+                       score_form=_hpf_form, q_mean_form=_hpf_q_form, likelihood=_HPF_LIKELIHOOD))
+_register(ModelAdapter("hpf-gibbs", "count", _run_hpf_gibbs, _hpf_mean, "posterior draws (Gibbs)",
+                       "001 (Poisson rate theta_u . beta_i)", resumable=True, fold_in=fold.hpf_gibbs,
+                       defaults={"num_chains": 2, "num_warmup": 200, "num_samples": 200}, iterations="num_samples",
+                       solver="custom_inference.hpf_gibbs:sample",
+                       score_form=_hpf_form, likelihood=_HPF_LIKELIHOOD, absent={"q_mean_form": _NO_Q_SAMPLER}))
+
+_register(ModelAdapter("sbmf", "real", _run_sbmf, _sbmf_mean, "posterior draws (Gibbs)", "004 eq. 3.1",
+                       resumable=True, fold_in=fold.sbmf, defaults=_GIBBS, iterations="num_samples",
+                       solver="custom_inference.sbmf:sample", score_form=_sbmf_form,
+                       likelihood=Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eqs. 3.1-3.2: "
+                                             "r ~ N(mu + alpha_i + beta_j + u_i . v_j, 1/tau)", precision=_sbmf_precision),
+                       absent={"q_mean_form": _NO_Q_SAMPLER}))
+_register(ModelAdapter("bpmf", "real", _run_bpmf, _bpmf_mean, "posterior draws (Gibbs)", "004 ch. 2 (BPMF)",
+                       resumable=True, fold_in=fold.bpmf, defaults=_GIBBS, iterations="num_samples",
+                       solver="custom_inference.bpmf:sample", score_form=_bpmf_form,
+                       likelihood=Likelihood("normal", _NORMAL_TERMS + " (precision alpha fixed by the hyperparameters)",
+                                             "004_90693a0965f06816.txt eq. 2.9: r ~ N(u_i . v_j, 1/alpha) (ratings "
+                                             "centred at their training mean)", precision=_bpmf_precision),
+                       absent={"q_mean_form": _NO_Q_SAMPLER}))
+
+_register(ModelAdapter("mcmc-fm", "real", _fm_runner("mcmc-fm"), _fm_mean, "posterior draws (Gibbs)", "004 eq. 2.17",
+                       resumable=True, fold_in=fold.mcmc_fm, defaults=_GIBBS, iterations="num_samples",
+                       solver="custom_inference.fm_mcmc:sample", score_form=_fm_form,
+                       likelihood=Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 2.22: "
+                                             "y ~ N(yhat(x), 1/alpha)", precision=_fm_precision),
+                       absent={"q_mean_form": _NO_Q_SAMPLER}))
+_VBFM_LIKELIHOOD = Likelihood("normal", _NORMAL_TERMS, "004_90693a0965f06816.txt eq. 4.1: y ~ N(yhat(x), 1/alpha)",
+                              precision=_fm_precision)
+_register(ModelAdapter("vbfm", "real", _fm_runner("vbfm"), _fm_mean, "draws from q (CAVI)", "004 eq. 2.17",
+                       resumable=True, fold_in=fold.vbfm, iterations="max_iter", draws="n_draws",
+                       solver="custom_inference.vbfm:fit", score_form=_fm_form, likelihood=_VBFM_LIKELIHOOD,
+                       absent={"q_mean_form": _NO_Q_VI}))
+_register(ModelAdapter("ovbfm", "real", _fm_runner("ovbfm"), _fm_mean, "draws from q (stochastic VI)", "004 eq. 2.17",
+                       resumable=True, fold_in=fold.vbfm, iterations="max_epochs", draws="n_draws",
+                       solver="custom_inference.vbfm:fit_svi", precheck=_check_n_batches, score_form=_fm_form,
+                       likelihood=_VBFM_LIKELIHOOD, absent={"q_mean_form": _NO_Q_VI}))
+_register(ModelAdapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (point estimate, SGD)", "004 eq. 2.17",
+                       fold_in=fold.sgd_fm, resumable=True, defaults={"learning_rate": SGD_FM_LEARNING_RATE, "n_epochs": 20},
+                       iterations="n_epochs", solver="custom_inference.fm_sgd:fit", score_form=_fm_form,
+                       likelihood=Likelihood("normal", _NORMAL_TERMS + "; SGD fits no noise model: the precision is the "
+                                             "plug-in 1 / (mean squared training residual) at the point estimate",
+                                             "004_90693a0965f06816.txt eq. 2.22 (Gaussian FM likelihood; plug-in "
+                                             "precision)", precision="plug-in"),
+                       absent={"q_mean_form": _NO_Q_POINT}))
+
+_SIBM_LIKELIHOOD = Likelihood("bernoulli", _BERNOULLI_TERMS,
+                              "002_5408d341cb9fc544.txt eqs. 1-2: x_ij ~ Bernoulli(sigma(u_i . v_j + z))")
+_register(ModelAdapter("sibm", "binary", _sibm_runner("vb"), _sibm_mean, "draws from q (batch VB)", "002 eqs. 1-2, 5",
+                       resumable=True, fold_in=fold.sibm, defaults={"max_iter": 200}, iterations="max_iter",
+                       draws="n_draws", solver="custom_inference.sibm:fit", faster=("sibm-svi", DENSE_SIBM_PER_SWEEP),
+                       score_form=_sibm_form, likelihood=_SIBM_LIKELIHOOD, absent={"q_mean_form": _NO_Q_VI}))
+_register(ModelAdapter("sibm-svi", "binary", _sibm_runner("svi"), _sibm_mean, "draws from q (SVI)", "002 eqs. 1-2, 5",
+                       fold_in=fold.sibm, defaults={"n_iter": 200}, resumable=True, iterations="n_iter", draws="n_draws",
+                       solver="custom_inference.sibm:fit_svi", score_form=_sibm_form, likelihood=_SIBM_LIKELIHOOD,
+                       absent={"q_mean_form": _NO_Q_VI}))
+_register(ModelAdapter("sibm-map", "binary", _sibm_runner("map"), _sibm_mean, "none (point estimate, MAP)",
+                       "002 eqs. 1-2", fold_in=fold.sibm_map, defaults={"n_iter": 200}, resumable=True,
+                       iterations="n_iter", solver="custom_inference.sibm:fit_map", score_form=_sibm_form,
+                       likelihood=_SIBM_LIKELIHOOD, absent={"q_mean_form": _NO_Q_POINT}))
+
+_register(ModelAdapter("rg", "binary", _run_rg, _rg_mean, "draws from q (VB over random hidden graphs)", "003 eq. 19",
+                       resumable=True, defaults={"max_iter": 200},
+                       fold_in=("not available: a new user changes the hidden-graph sampler q(H) of every user (its "
+                                "popularity histogram, sec. 4.1), so the items' posterior is not held fixed by the math"),
+                       iterations="max_iter", draws="n_draws", solver="custom_inference.rg:fit", score_form=_rg_form,
+                       likelihood=Likelihood("bernoulli", _BERNOULLI_TERMS.replace(
+                           "unobserved cells", "unobserved cells (and the hidden graph's unliked edges)"),
+                           "003_203f63200c0d7157.txt: g_mn ~ Bernoulli(sigma(u_m . v_n + b_m + b_n)) on the edges of "
+                           "the hidden graph"),
+                       absent={"q_mean_form": _NO_Q_VI}))
+_register(ModelAdapter("bpr", "binary", _run_bpr, _bpr_mean, "none (point estimate, SGD)", "Rendle et al. 2009 (BPR-MF x_ui)",
+                       defaults={"n_epochs": 50}, resumable=True, fold_in=fold.bpr, iterations="n_epochs",
+                       solver="custom_inference.bpr:fit", score_form=_bpr_form,
+                       absent={"q_mean_form": _NO_Q_POINT,
+                               "likelihood": "BPR's criterion (Rendle et al. 2009) is a likelihood of pairwise orders "
+                                             "p(i >_u j) = sigma(x_ui - x_uj), not of single entries: it has no pointwise "
+                                             "log-likelihood and no observation model to draw a new y_ui from"}))
+
+for _variant, _eq in (("npfm", "5.6"), ("ppfm", "5.20")):
+    _register(ModelAdapter(_variant, "count", _pfm_runner(_variant), _pfm_mean, "posterior draws (Gibbs)", f"004 eq. {_eq}",
+                           resumable=True, fold_in=fold.pfm, defaults=_GIBBS, iterations="num_samples",
+                           solver="custom_inference.pfm:sample", score_form=_pfm_form,
+                           likelihood=Likelihood("poisson", _POISSON_TERMS,
+                                                 f"004_90693a0965f06816.txt eq. {_eq}: y ~ Poisson(lambda(x))"),
+                           absent={"q_mean_form": _NO_Q_SAMPLER}))
+_register(ModelAdapter("psm", "count", _run_psm, _psm_mean, "draws from q (VB)", "000 eq. 5", resumable=True,
+                       defaults={"max_iter": 100},
+                       fold_in=("not available: users share the event-source distribution pi (Dir over users) and the "
+                                "censored events D' = r D, so a new user changes every user's q; refit"),
+                       iterations="max_iter", draws="n_draws", solver="custom_inference.psm:fit", score_form=_psm_form,
+                       likelihood=Likelihood("psm-events", "D_ui (log pi_u + log psi_i + log sigma(x_ui)) for the D_ui "
+                                             "observed events of each entry (who, which item, observed); the "
+                                             "censored-events factor D' log p(o = F) couples every cell and is left out",
+                                             "000_619a0297b9d686b2.txt eqs. 1-5 (ppl_models.psm: y ~ Cat(pi), "
+                                             "z ~ Cat(psi), o ~ Bernoulli(sigma(x)))", predictive=False,
+                                             no_predictive="PSM models who and which item each event is, given the "
+                                             "number of events, not a count per entry: there is no draw of a new y_ui"),
+                       absent={"q_mean_form": _NO_Q_VI}))
+
+
+# -- views of the declarations (read-only, derived: no table here names a model) -----------------------------
+
+_DECLARED = tuple(a for a in ADAPTERS.values() if isinstance(a, ModelAdapter))
+#: adapter mean function -> its ``score_form`` (an adapter whose mean is not here, a user's own, is scored by
+#: `validation.frontdoor.scoring` through its mean, in chunks); derived from the declarations above.
+SCORE_FORMS = {a.mean: a.score_form for a in _DECLARED if a.score_form is not None}
+#: adapter name -> its ``q_mean_form`` (``means="q"``), where declared.
+Q_MEAN_FORMS = {a.name: a.q_mean_form for a in _DECLARED if a.q_mean_form is not None}
+#: adapter name -> its `Likelihood`, where declared; `likelihood_of` reads the adapter itself.
+LIKELIHOODS = {a.name: a.likelihood for a in _DECLARED if a.likelihood is not None}
+#: adapter name -> why it declares no `Likelihood`.
+NO_LIKELIHOOD = {a.name: a.absent["likelihood"] for a in _DECLARED if "likelihood" in a.absent}

@@ -740,7 +740,7 @@ BRIDGE = _bridge_spec()
 SPEC = registry.ModelSpec(
     name="bpmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "bpmf",
-                                 registry.lazy("custom_inference.bpmf:ALGORITHM"), frontdoor="bpmf"),),
+                                 registry.lazy("custom_inference.bpmf:ALGORITHM"), frontdoor="bpmf", evaluations=("ratings",)),),
     references=(registry.ReferenceSpec("bpmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("bpmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check},

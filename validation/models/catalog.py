@@ -8,8 +8,11 @@ and is imported only when a spec is asked for. Everything else about a model (it
 front-door adapter names, k-hat / VSBC adapters and measured VI evidence, its bridge, notebook, and the
 parts it declares absent with their reasons) is in its declaration, and the lookups here read it from
 there (`conformance` lists what a declaration lacks). `MODULES` is the only table in `validation` that
-names the models: `validation.checks` never imports a model module (the layering test,
-``tests/test_layout.py``, fails on an arrow from checks to models).
+says which models exist: `validation.checks` never imports a model module (the layering test,
+``tests/test_layout.py``, fails on an arrow from checks to models). Which solvers a held-out evaluation runs
+is each solver's ``evaluations`` (`evaluation_systems`); the code that runs one stays in its evaluation,
+keyed by the front-door name (``RUNNERS`` of counts_eval, ratings_eval, implicit_eval; `evaluation_runner`
+raises MissingDeclaration for a missing one, and ``tests/validation/test_registry.py`` checks both directions).
 
 Source: project addition (issue 25: one place that names the models; BlackJAX's algorithm records and
 posteriordb's model/data/reference split for the registry).
@@ -31,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MODULES", "names", "vi_pairs", "measured", "conformance", "get", "specs", "all_errata", "by_reference",
            "solver_names", "sbc_models", "bridge", "bridge_models", "evidence_adapter", "has_adapter",
-           "measure_vi", "regenerate_reference", "evidence_table", "evidence_lines"]
+           "measure_vi", "regenerate_reference", "evidence_table", "evidence_lines", "evaluation_systems",
+           "evaluation_runner"]
 
 # model (CLI) name -> validation module declaring its SPEC ("module" or "module:ATTRIBUTE" where one
 # module declares two models)
@@ -125,6 +129,47 @@ def measure_vi(model: str, solver: str, *, vsbc_sims: int = 0, master_seed: int 
         out["vsbc_setting"] = text
     return out
 
+
+
+def evaluation_systems(evaluation: str) -> tuple[str, ...]:
+    """The front-door names of the solvers that declare ``evaluation`` (``SolverSpec.evaluations``), in registry
+    order: the systems a held-out evaluation runs besides its own baselines (imports every declaration).
+
+    ``evaluation``: one of `validation.checks.registry.EVALUATIONS` ("counts", "counts+side", "ratings",
+    "implicit"). Returns a tuple of str. Raises ValueError for another name; MissingDeclaration for a solver
+    that declares the evaluation but no front-door name (the evaluations know a system by that name); what
+    `specs` raises propagates. Source: project addition (issue 25).
+    """
+    from validation.checks.registry import EVALUATIONS, MissingDeclaration
+
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"evaluation must be one of {tuple(EVALUATIONS)}, got {evaluation!r}")
+    out = []
+    for spec in specs():
+        for s in spec.solvers:
+            if evaluation in s.evaluations:
+                if not s.frontdoor:
+                    raise MissingDeclaration(f"{spec.name} {s.name}: declares the {evaluation!r} evaluation but no "
+                                             "front-door name, the name the evaluation runs it under")
+                out.append(s.frontdoor)
+    return tuple(out)
+
+
+def evaluation_runner(evaluation: str, system: str, runners):
+    """``runners[system]``: the runner an evaluation keeps for a declared solver (its front-door name).
+
+    ``runners``: the evaluation's mapping front-door name -> runner. Returns the runner. Raises
+    MissingDeclaration naming the evaluation and the system when a solver declares ``evaluation`` and the
+    evaluation has no runner for it (a 14th model that declared the evaluation before writing its runner).
+    Source: project addition (issue 25).
+    """
+    from validation.checks.registry import MissingDeclaration
+
+    if system not in runners:
+        raise MissingDeclaration(f"{system}: declares the {evaluation!r} evaluation, which has no runner for it; "
+                                 f"write one (runners: {', '.join(runners)}) or drop {evaluation!r} from the "
+                                 "solver's evaluations and declare the part absent with its reason")
+    return runners[system]
 
 
 def names() -> tuple[str, ...]:

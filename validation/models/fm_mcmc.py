@@ -682,7 +682,8 @@ BRIDGE = _bridge_spec()
 SPEC = registry.ModelSpec(
     name="mcmc-fm",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "mcmc-fm",
-                                 registry.lazy("custom_inference.fm_mcmc:ALGORITHM"), frontdoor="mcmc-fm"),),
+                                 registry.lazy("custom_inference.fm_mcmc:ALGORITHM"), frontdoor="mcmc-fm",
+                                 evaluations=("counts", "counts+side", "ratings")),),
     references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("mcmc-fm-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks},

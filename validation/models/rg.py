@@ -766,7 +766,7 @@ MEASURED_VB = {"khat": 1.84, "n_latent": 133, "vsbc_sims": 200, "vsbc_passed": F
 SPEC = registry.ModelSpec(
     name="rg",
     solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "rg",
-                                 registry.lazy("custom_inference.rg:ALGORITHM"), frontdoor="rg",
+                                 registry.lazy("custom_inference.rg:ALGORITHM"), frontdoor="rg", evaluations=("implicit",),
                                  **registry.vi_evidence("validation.models.rg", MEASURED_VB)),),
     references=(registry.ReferenceSpec("rg", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(small_problem(0)[2], 3,

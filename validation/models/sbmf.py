@@ -814,7 +814,7 @@ BRIDGE = _bridge_spec()
 SPEC = registry.ModelSpec(
     name="sbmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "sbmf",
-                                 registry.lazy("custom_inference.sbmf:ALGORITHM"), frontdoor="sbmf"),),
+                                 registry.lazy("custom_inference.sbmf:ALGORITHM"), frontdoor="sbmf", evaluations=("ratings",)),),
     references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("sbmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check, "cache": cache_check},
