@@ -271,15 +271,17 @@ def row_moments(state: VBFMState, rows, cols, x, y, n_rows: int, *, variance: bo
     Source: ``004_90693a0965f06816.txt`` eq. 4.22 (E[yhat]); T derived in the module docstring
     (corrects eqs. 4.13-4.15); the loop over factors is a project addition.
     """
-    (m0, s0), (m, s), (mu, sv) = moments(state)
-    muT, svT = mu.T, sv.T
-    zeros = jnp.zeros(n_rows, jnp.result_type(mu.dtype, x.dtype))  # as the sums promote
+    m0, s0 = normal_natural_to_moments(state.w0_prec, state.w0_h)
+    m, s = normal_natural_to_moments(state.w_prec, state.w_h)
+    precT, hT = state.v_prec.T, state.v_h.T  # factor-major: factor k is one contiguous row
+    zeros = jnp.zeros(n_rows, jnp.result_type(hT.dtype, x.dtype))  # as the sums promote
 
     def over_k(k, acc):
-        mean_k, var_k = _factor_moments(muT[k], svT[k], rows, cols, x, n_rows, variance)
+        mu_k, s_k = normal_natural_to_moments(precT[k], hT[k])
+        mean_k, var_k = _factor_moments(mu_k, s_k, rows, cols, x, n_rows, variance)
         return (acc[0] + mean_k, acc[1] + var_k if variance else None)
 
-    pair_mean, pair_var = jax.lax.fori_loop(0, mu.shape[1], over_k, (zeros, zeros if variance else None))
+    pair_mean, pair_var = jax.lax.fori_loop(0, hT.shape[0], over_k, (zeros, zeros if variance else None))
     R = y - (m0 + _segsum(x * m[cols], rows, n_rows) + pair_mean)
     if not variance:
         return R, None
@@ -502,14 +504,14 @@ def _sweep(state, y, row_w, nz_all, nz_blocks, block_masks, group, n_rows, n_gro
         state, caches = update_w_block(state, caches, nz, mask, group, scale, rho)
 
     e_alpha, _ = _alpha_expectations(state)  # alpha is not touched by the v updates
-    prior_T = state.sigma_v[group].T  # (K, D)
+    sigma_vT = state.sigma_v.T  # (K, G)
 
     def over_k(k, carry):
         prec, h, R, kept = carry
         Pk, hk = prec[k], h[k]
         fc = FactorCaches(R, *_factor_sums(hk / Pk, 1.0 / Pk, rows, cols, x, n_rows))
         for nz, mask in zip(nz_blocks, block_masks):
-            Pk, hk, fc = update_v_factor(Pk, hk, fc, prior_T[k], e_alpha, nz, mask, scale, rho)
+            Pk, hk, fc = update_v_factor(Pk, hk, fc, sigma_vT[k][group], e_alpha, nz, mask, scale, rho)
         if keep_caches:
             kept = tuple(a.at[k].set(v) for a, v in zip(kept, (fc.S1, fc.S2, fc.S3)))
         return prec.at[k].set(Pk), h.at[k].set(hk), fc.R, kept
