@@ -239,23 +239,59 @@ def _segsum(x, idx, n):
     return jax.ops.segment_sum(x, idx, num_segments=n)
 
 
+#: Nonzeros per chunk of the per-factor sums (`_factor_sums`, `_factor_moments`): their per-nonzero
+#: terms exist for one chunk at a time (XLA materializes each segment sum's operand), so the
+#: temporaries are O(chunk) instead of several (M,) arrays. Read when a function is traced.
+NZ_CHUNK = 1 << 20
+
+
+def _chunked_sum(fn, init, arrays):
+    """sum over chunks of ``NZ_CHUNK`` entries of ``fn(*chunk_of_arrays)`` (a pytree like ``init``):
+    a loop over the full chunks (dynamic slices) and one static slice for the remainder."""
+    M = arrays[0].shape[0]
+    chunk = min(int(NZ_CHUNK), M)
+    n_full = M // chunk
+    add = lambda acc, part: jax.tree_util.tree_map(jnp.add, acc, part)
+
+    def body(i, acc):
+        return add(acc, fn(*(jax.lax.dynamic_slice_in_dim(a, i * chunk, chunk) for a in arrays)))
+
+    acc = jax.lax.fori_loop(0, n_full, body, init) if n_full > 1 else (add(init, fn(*(a[:chunk] for a in arrays)))
+                                                                         if n_full == 1 else init)
+    if M % chunk:
+        acc = add(acc, fn(*(a[n_full * chunk:] for a in arrays)))
+    return acc
+
+
 def _factor_sums(mu_k, s_k, rows, cols, x, n_rows: int):
     """S1, S2, S3 (n_rows,) of one factor k from its means ``mu_k`` and variances ``s_k`` (D,), O(M)."""
-    ml, sl = mu_k[cols], s_k[cols]
-    return _segsum(x * ml, rows, n_rows), _segsum(x**2 * sl, rows, n_rows), _segsum(x**3 * sl * ml, rows, n_rows)
+    def part(r, c, xx):
+        ml, sl = mu_k[c], s_k[c]
+        return _segsum(xx * ml, r, n_rows), _segsum(xx**2 * sl, r, n_rows), _segsum(xx**3 * sl * ml, r, n_rows)
+
+    zeros = jnp.zeros(n_rows, jnp.result_type(mu_k.dtype, x.dtype))
+    return _chunked_sum(part, (zeros, zeros, zeros), (rows, cols, x))
 
 
 def _factor_moments(mu_k, s_k, rows, cols, x, n_rows: int, variance: bool):
     """Factor k's part of E[yhat_n] and (``variance``) of Var[yhat_n] (module docstring), each (n_rows,)."""
-    ml, sl = mu_k[cols], s_k[cols]
-    S1 = _segsum(x * ml, rows, n_rows)
-    mean = 0.5 * (S1**2 - _segsum(x**2 * ml**2, rows, n_rows))
+    def first(r, c, xx):
+        ml, sl = mu_k[c], s_k[c]
+        return _segsum(xx * ml, r, n_rows), _segsum(xx**2 * ml**2, r, n_rows), _segsum(xx**2 * sl, r, n_rows)
+
+    zeros = jnp.zeros(n_rows, jnp.result_type(mu_k.dtype, x.dtype))
+    S1, Q, S2 = _chunked_sum(first, (zeros, zeros, zeros), (rows, cols, x))
+    mean = 0.5 * (S1**2 - Q)
     if not variance:
         return mean, None
-    S2 = _segsum(x**2 * sl, rows, n_rows)
-    A = S1[rows] - x * ml
-    var = _segsum(x**2 * sl * A**2, rows, n_rows) + 0.5 * (S2**2 - _segsum(x**4 * sl**2, rows, n_rows))
-    return mean, var
+
+    def second(r, c, xx):
+        ml, sl = mu_k[c], s_k[c]
+        A = S1[r] - xx * ml
+        return _segsum(xx**2 * sl * A**2, r, n_rows), _segsum(xx**4 * sl**2, r, n_rows)
+
+    pair, quartic = _chunked_sum(second, (zeros, zeros), (rows, cols, x))
+    return mean, pair + 0.5 * (S2**2 - quartic)
 
 
 def row_moments(state: VBFMState, rows, cols, x, y, n_rows: int, *, variance: bool = True):

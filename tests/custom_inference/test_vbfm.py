@@ -165,3 +165,22 @@ def test_lazy_batches_partition_the_rows_and_gather_their_nonzeros(design):
     np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(design.n_rows))
     with pytest.raises(ValueError, match="n_batches"):
         vbfm.iter_batches(0, design, design.n_rows + 1)
+
+
+@pytest.mark.parametrize("chunk", [7, 40])  # many full chunks and a remainder; two full chunks (one for a block)
+def test_chunked_sums_over_nonzeros_equal_the_whole_sums(design, monkeypatch, chunk):
+    """The per-factor sums over nonzeros in chunks of `NZ_CHUNK` (un-jitted calls trace anew) against one
+    chunk holding every nonzero, float64: the same terms summed in another order."""
+    with jax.enable_x64(True):
+        d = jax.tree_util.tree_map(jnp.asarray, design)
+        state = vbfm.init(jax.random.PRNGKey(4), design, 3, HYPER, init_mean_sd=0.5)
+        assert design.nnz > chunk * 2
+        whole = (vbfm.row_moments(state, d.rows, d.cols, d.values, d.y, d.n_rows),
+                 vbfm.sweep_with_caches(state, d))
+        monkeypatch.setattr(vbfm, "NZ_CHUNK", chunk)
+        parts = (vbfm.row_moments(state, d.rows, d.cols, d.values, d.y, d.n_rows),
+                 vbfm.sweep_with_caches(state, d))
+    flat_w, flat_p = jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(parts)
+    assert len(flat_w) == len(flat_p)
+    for a, b in zip(flat_w, flat_p):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)  # float64 rounding of sums of < 100 terms
