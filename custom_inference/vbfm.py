@@ -245,22 +245,28 @@ def _segsum(x, idx, n):
 NZ_CHUNK = 1 << 20
 
 
-def _chunked_sum(fn, init, arrays):
-    """sum over chunks of ``NZ_CHUNK`` entries of ``fn(*chunk_of_arrays)`` (a pytree like ``init``):
-    a loop over the full chunks (dynamic slices) and one static slice for the remainder."""
+def _chunked_loop(fn, carry, arrays):
+    """``carry = fn(carry, *chunk)`` over consecutive chunks of ``NZ_CHUNK`` entries of ``arrays`` (each
+    (M,)): a loop over the full chunks (dynamic slices) and one static slice for the remainder."""
     M = arrays[0].shape[0]
-    chunk = min(int(NZ_CHUNK), M)
+    chunk = max(1, min(int(NZ_CHUNK), M))
     n_full = M // chunk
-    add = lambda acc, part: jax.tree_util.tree_map(jnp.add, acc, part)
 
-    def body(i, acc):
-        return add(acc, fn(*(jax.lax.dynamic_slice_in_dim(a, i * chunk, chunk) for a in arrays)))
+    def body(i, c):
+        return fn(c, *(jax.lax.dynamic_slice_in_dim(a, i * chunk, chunk) for a in arrays))
 
-    acc = jax.lax.fori_loop(0, n_full, body, init) if n_full > 1 else (add(init, fn(*(a[:chunk] for a in arrays)))
-                                                                         if n_full == 1 else init)
+    if n_full > 1:
+        carry = jax.lax.fori_loop(0, n_full, body, carry)
+    elif n_full == 1:
+        carry = fn(carry, *(a[:chunk] for a in arrays))
     if M % chunk:
-        acc = add(acc, fn(*(a[n_full * chunk:] for a in arrays)))
-    return acc
+        carry = fn(carry, *(a[n_full * chunk:] for a in arrays))
+    return carry
+
+
+def _chunked_sum(fn, init, arrays):
+    """The sum over chunks (`_chunked_loop`) of ``fn(*chunk)``, a pytree like ``init``."""
+    return _chunked_loop(lambda acc, *part: jax.tree_util.tree_map(jnp.add, acc, fn(*part)), init, arrays)
 
 
 def _factor_sums(mu_k, s_k, rows, cols, x, n_rows: int):
@@ -446,25 +452,34 @@ def update_v_factor(prec_k, h_k, fc: FactorCaches, prior_prec, e_alpha, nz, in_b
     Source: ``004_90693a0965f06816.txt`` eqs. 4.20-4.24 and Algorithm 3 line 26 (corrected: module
     docstring).
     """
-    rows, cols, x = nz
     D = prec_k.shape[0]
     mu_old, s_old = h_k / prec_k, 1.0 / prec_k
-    ml, sl = mu_old[cols], s_old[cols]
-    A = fc.S1[rows] - x * ml
-    S2m = fc.S2[rows] - x**2 * sl
-    S3m = fc.S3[rows] - x**3 * sl * ml
-    stat_p = _segsum(x**2 * (A**2 + S2m), cols, D)
-    cov = A * S2m - S3m
-    stat_h = _segsum(x * (A * (fc.R[rows] + x * ml * A) - cov), cols, D)
+
+    def stats(rows, cols, x):  # the block's likelihood statistics, summed over chunks of nonzeros
+        ml, sl = mu_old[cols], s_old[cols]
+        A = fc.S1[rows] - x * ml
+        S2m = fc.S2[rows] - x**2 * sl
+        S3m = fc.S3[rows] - x**3 * sl * ml
+        cov = A * S2m - S3m
+        return _segsum(x**2 * (A**2 + S2m), cols, D), _segsum(x * (A * (fc.R[rows] + x * ml * A) - cov), cols, D)
+
+    zeros = jnp.zeros(D, jnp.result_type(prec_k.dtype, nz[2].dtype))
+    stat_p, stat_h = _chunked_sum(stats, (zeros, zeros), nz)
     P, h = _block_target(prior_prec, stat_p, stat_h, e_alpha, scale)
     P = _blend(prec_k, P, rho, in_block)
     h = _blend(h_k, h, rho, in_block)
     mu_new, s_new = h / P, 1.0 / P
-    dmu = (mu_new - mu_old)[cols]
-    ds = (s_new - s_old)[cols]
-    dsm = (s_new * mu_new - s_old * mu_old)[cols]
-    return P, h, FactorCaches(fc.R.at[rows].add(-x * dmu * A), fc.S1.at[rows].add(x * dmu),
-                              fc.S2.at[rows].add(x**2 * ds), fc.S3.at[rows].add(x**3 * dsm))
+    d_mu, d_s, d_sm = mu_new - mu_old, s_new - s_old, s_new * mu_new - s_old * mu_old
+
+    def caches(c, rows, cols, x):
+        # A reads S1 before this nonzero's own change: a row has at most one nonzero of the block (x = 0
+        # on the others), so the chunks before did not touch it
+        A = c.S1[rows] - x * mu_old[cols]
+        dmu = d_mu[cols]
+        return FactorCaches(c.R.at[rows].add(-x * dmu * A), c.S1.at[rows].add(x * dmu),
+                            c.S2.at[rows].add(x**2 * d_s[cols]), c.S3.at[rows].add(x**3 * d_sm[cols]))
+
+    return P, h, _chunked_loop(caches, fc, nz)
 
 
 def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
