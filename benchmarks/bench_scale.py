@@ -208,22 +208,20 @@ def ovbfm_epoch(vbfm, design, hyper, *, seed=0, n_batches=OVBFM_BATCHES):
     """One OVBFM epoch as `custom_inference.vbfm.fit_svi` runs it: a random partition of the rows into
     ``n_batches`` padded minibatches (`vbfm.make_batches`, one host Generator seeded once) and
     `vbfm.svi_step` on each with the global update counter t (0, 1, ..., continuing across epochs, so
-    rho_t = (1 + t)^-lam keeps falling). ``vbfm``: the module; ``design``: the FMDesign (moved to the
-    device once, as `fit_svi` does). Returns ``epoch(key, state) -> state`` (the key is unused: the
-    batches come from the host Generator). Raises ValueError for a bad ``n_batches`` (`make_batches`).
+    rho_t = (1 + t)^-lam keeps falling). ``vbfm``: the module; ``design``: the FMDesign on the host;
+    each batch is gathered from it when the epoch reaches it (`vbfm.iter_batches`, as `fit_svi`
+    does). `fit_svi` also holds a device copy of the design for its per-epoch ELBO, which the epoch
+    does not use (the ELBO is not part of this row). Returns ``epoch(key, state) -> state`` (the key
+    is unused: the batches come from the host Generator). Raises ValueError for a bad ``n_batches``.
 
     Source: project addition (mirrors `vbfm.fit_svi`, ``004_90693a0965f06816.txt`` Algorithm 4).
     """
-    import jax
-    import jax.numpy as jnp
-
-    design = jax.tree_util.tree_map(jnp.asarray, design)
     rng = np.random.default_rng(seed)
     t = [0]
 
     def epoch(key, state):
         del key
-        for batch in vbfm.make_batches(rng, design, n_batches):
+        for batch in vbfm.iter_batches(rng, design, n_batches):
             state = vbfm.svi_step(None, state, design, hyper, batch, t[0])[0]
             t[0] += 1
         return state

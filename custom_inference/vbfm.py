@@ -44,11 +44,14 @@ h = E[alpha] sum_n (R_n + m0). alpha: point N / sum(R^2 + T) (Algorithm 3) or
 Gamma(a0 + N/2, b0 + sum(R^2 + T)/2). Hyperparameters: sigma_0 = 1/(m0^2 + s0),
 sigma_w[g] = n_g / sum_{l in g} (m_l^2 + s_l), sigma_v[g, k] = n_g / sum_{l in g} (mu_lk^2 + s_lk).
 
-Caches (4.22-4.24): R (N,), S1, S2, S3 (N, K) are computed once per sweep in O(M K) (M nonzeros
-of X) and updated incrementally after each block: after new (mu', s') of v_lk,
-R_n -= x dmu A, S1 += x dmu, S2 += x^2 ds, S3 += x^3 d(s mu); after w_l, R_n -= x dm.
-All features of one `FMDesign` block never share a row, so a block is updated at once
-exactly (segment sums over the block's nonzeros). One sweep: w0, every w block, then for
+Caches (4.22-4.24): R (N,) is computed once per sweep in O(M K) (M nonzeros of X) and S1, S2,
+S3 of factor k, (N,) each, when the loop over factors reaches k (v_.k has not changed since the
+sweep began, and only factor k's own updates change them); both are updated incrementally after
+each block: after new (mu', s') of v_lk, R_n -= x dmu A, S1 += x dmu, S2 += x^2 ds,
+S3 += x^3 d(s mu); after w_l, R_n -= x dm. So the sweep holds O(N + M) row and nonzero arrays
+besides the state, never an (N, K) or (M, K) one (`FactorCaches`; the (N, K) `Caches` are for
+the checks). All features of one `FMDesign` block never share a row, so a block is updated at
+once exactly (segment sums over the block's nonzeros). One sweep: w0, every w block, then for
 k = 1..K every v block (so R always reflects the latest means), then alpha, then the
 hyperparameters. Work O(M K + D K B) per sweep, never N x D.
 
@@ -90,12 +93,14 @@ __all__ = [
     "update_w0",
     "update_w_block",
     "update_v_block",
-    "update_v_row",
-    "FactorRows",
+    "update_v_factor",
+    "FactorCaches",
+    "row_moments",
     "update_alpha",
     "update_hyper",
     "minibatch",
     "make_batches",
+    "iter_batches",
     "svi_step",
     "fit",
     "fit_svi",
@@ -234,11 +239,104 @@ def _segsum(x, idx, n):
     return jax.ops.segment_sum(x, idx, num_segments=n)
 
 
+#: Nonzeros per chunk of the per-factor sums (`_factor_sums`, `_factor_moments`): their per-nonzero
+#: terms exist for one chunk at a time (XLA materializes each segment sum's operand), so the
+#: temporaries are O(chunk) instead of several (M,) arrays. Read when a function is traced.
+NZ_CHUNK = 1 << 20
+
+
+def _chunked_loop(fn, carry, arrays):
+    """``carry = fn(carry, *chunk)`` over consecutive chunks of ``NZ_CHUNK`` entries of ``arrays`` (each
+    (M,)): a loop over the full chunks (dynamic slices) and one static slice for the remainder."""
+    M = arrays[0].shape[0]
+    chunk = max(1, min(int(NZ_CHUNK), M))
+    n_full = M // chunk
+
+    def body(i, c):
+        return fn(c, *(jax.lax.dynamic_slice_in_dim(a, i * chunk, chunk) for a in arrays))
+
+    if n_full > 1:
+        carry = jax.lax.fori_loop(0, n_full, body, carry)
+    elif n_full == 1:
+        carry = fn(carry, *(a[:chunk] for a in arrays))
+    if M % chunk:
+        carry = fn(carry, *(a[n_full * chunk:] for a in arrays))
+    return carry
+
+
+def _chunked_sum(fn, init, arrays):
+    """The sum over chunks (`_chunked_loop`) of ``fn(*chunk)``, a pytree like ``init``."""
+    return _chunked_loop(lambda acc, *part: jax.tree_util.tree_map(jnp.add, acc, fn(*part)), init, arrays)
+
+
+def _factor_sums(mu_k, s_k, rows, cols, x, n_rows: int):
+    """S1, S2, S3 (n_rows,) of one factor k from its means ``mu_k`` and variances ``s_k`` (D,), O(M)."""
+    def part(r, c, xx):
+        ml, sl = mu_k[c], s_k[c]
+        return _segsum(xx * ml, r, n_rows), _segsum(xx**2 * sl, r, n_rows), _segsum(xx**3 * sl * ml, r, n_rows)
+
+    zeros = jnp.zeros(n_rows, jnp.result_type(mu_k.dtype, x.dtype))
+    return _chunked_sum(part, (zeros, zeros, zeros), (rows, cols, x))
+
+
+def _factor_moments(mu_k, s_k, rows, cols, x, n_rows: int, variance: bool):
+    """Factor k's part of E[yhat_n] and (``variance``) of Var[yhat_n] (module docstring), each (n_rows,)."""
+    def first(r, c, xx):
+        ml, sl = mu_k[c], s_k[c]
+        return _segsum(xx * ml, r, n_rows), _segsum(xx**2 * ml**2, r, n_rows), _segsum(xx**2 * sl, r, n_rows)
+
+    zeros = jnp.zeros(n_rows, jnp.result_type(mu_k.dtype, x.dtype))
+    S1, Q, S2 = _chunked_sum(first, (zeros, zeros, zeros), (rows, cols, x))
+    mean = 0.5 * (S1**2 - Q)
+    if not variance:
+        return mean, None
+
+    def second(r, c, xx):
+        ml, sl = mu_k[c], s_k[c]
+        A = S1[r] - xx * ml
+        return _segsum(xx**2 * sl * A**2, r, n_rows), _segsum(xx**4 * sl**2, r, n_rows)
+
+    pair, quartic = _chunked_sum(second, (zeros, zeros), (rows, cols, x))
+    return mean, pair + 0.5 * (S2**2 - quartic)
+
+
+def row_moments(state: VBFMState, rows, cols, x, y, n_rows: int, *, variance: bool = True):
+    """R_n = y_n - E_q[yhat_n] and T_n = Var_q[yhat_n] (module docstring), from scratch, one factor at a time.
+
+    rows, cols : int (M,); x : float (M,) (0 for padding); y : float (n_rows,). Work O(M K); memory
+    O(M + n_rows) beside the state (a loop over the K factors: no (M, K) or (n_rows, K) array).
+
+    Returns (R, T), float (n_rows,), dtype of the state; T is None when ``variance`` is False.
+
+    Raises nothing of its own (no checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 4.22 (E[yhat]); T derived in the module docstring
+    (corrects eqs. 4.13-4.15); the loop over factors is a project addition.
+    """
+    m0, s0 = normal_natural_to_moments(state.w0_prec, state.w0_h)
+    m, s = normal_natural_to_moments(state.w_prec, state.w_h)
+    precT, hT = state.v_prec.T, state.v_h.T  # factor-major: factor k is one contiguous row
+    zeros = jnp.zeros(n_rows, jnp.result_type(hT.dtype, x.dtype))  # as the sums promote
+
+    def over_k(k, acc):
+        mu_k, s_k = normal_natural_to_moments(precT[k], hT[k])
+        mean_k, var_k = _factor_moments(mu_k, s_k, rows, cols, x, n_rows, variance)
+        return (acc[0] + mean_k, acc[1] + var_k if variance else None)
+
+    pair_mean, pair_var = jax.lax.fori_loop(0, hT.shape[0], over_k, (zeros, zeros if variance else None))
+    R = y - (m0 + _segsum(x * m[cols], rows, n_rows) + pair_mean)
+    if not variance:
+        return R, None
+    return R, s0 + _segsum(x**2 * s[cols], rows, n_rows) + pair_var
+
+
 def compute_caches(state: VBFMState, rows, cols, x, y, n_rows: int):
     """R, S1, S2, S3 (`Caches`) and T (n_rows,) from scratch, O(M K).
 
     rows, cols : int (M,); x : float (M,) (0 for padding); y : (n_rows,). T_n = Var_q[yhat_n]
     (module docstring), so E[(y_n - yhat_n)^2] = R_n^2 + T_n (eqs. 4.13-4.15, corrected).
+    For the checks of the caches (`validation.models.vbfm`): the sweep itself never forms the
+    (n_rows, K) caches (it holds one factor's at a time) and R, T come from `row_moments`.
 
     ``n_rows``: int N; returns `Caches` (R (N,), S1, S2, S3 (N, K)) and T (N,), dtype of the state.
 
@@ -247,20 +345,10 @@ def compute_caches(state: VBFMState, rows, cols, x, y, n_rows: int):
     Source: ``004_90693a0965f06816.txt`` eqs. 4.22-4.24 (caches); T derived in the module docstring
     (corrects eqs. 4.13-4.15).
     """
-    (m0, s0), (m, s), (mu, sv) = moments(state)
-    xk = x[:, None]
-    mu_n, sv_n = mu[cols], sv[cols]
-    S1 = _segsum(xk * mu_n, rows, n_rows)
-    S2 = _segsum(xk**2 * sv_n, rows, n_rows)
-    S3 = _segsum(xk**3 * sv_n * mu_n, rows, n_rows)
-    Q = _segsum(xk**2 * mu_n**2, rows, n_rows)
-    lin = _segsum(x * m[cols], rows, n_rows)
-    mean = m0 + lin + 0.5 * jnp.sum(S1**2 - Q, axis=1)
-    A = S1[rows] - xk * mu_n
-    var_lin = s0 + _segsum(x**2 * s[cols], rows, n_rows)
-    var_pair = _segsum(xk**2 * sv_n * A**2, rows, n_rows) + 0.5 * (S2**2 - _segsum(xk**4 * sv_n**2, rows, n_rows))
-    T = var_lin + jnp.sum(var_pair, axis=1)
-    return Caches(y - mean, S1, S2, S3), T
+    R, T = row_moments(state, rows, cols, x, y, n_rows)
+    _, _, (mu, sv) = moments(state)
+    S1, S2, S3 = jax.vmap(lambda a, b: _factor_sums(a, b, rows, cols, x, n_rows), in_axes=1, out_axes=1)(mu, sv)
+    return Caches(R, S1, S2, S3), T
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,70 +421,73 @@ def update_w_block(state, caches, nz, in_block, group, scale, rho):
     return state._replace(w_prec=P, w_h=h), caches._replace(R=R)
 
 
-class FactorRows(NamedTuple):
-    """The q(v) natural parameters and the factor caches, factor-major, as the sweep over k holds them.
+class FactorCaches(NamedTuple):
+    """The row caches of one factor k, as the sweep over k holds them: ``R`` float (n,) (shared by
+    all factors) and ``S1``, ``S2``, ``S3`` float (n,) (column k of `Caches`' (n, K) fields).
 
-    ``prec``, ``h``: float (K, D) (the transposes of `VBFMState.v_prec`, ``v_h``); ``R``: float (n,);
-    ``S1``, ``S2``, ``S3``: float (K, n) (the transposes of `Caches`' (n, K) fields). Factor k's
-    update reads and writes one contiguous row of each: on the (D, K) layout every column access
-    strides over the whole array (issue 28: 3.8 s per OVBFM minibatch at D = 5e5, K = 50).
-    Source: project addition (layout only).
+    The sweep computes factor k's S caches from scratch when it reaches k (they change only in
+    factor k's own updates), updates them through factor k's blocks and drops them: O(n) memory
+    where the (n, K) caches took O(n K). Source: project addition (layout only).
     """
 
-    prec: jax.Array
-    h: jax.Array
     R: jax.Array
     S1: jax.Array
     S2: jax.Array
     S3: jax.Array
 
 
-def update_v_row(fr: FactorRows, sigma_v, e_alpha, nz, in_block, group, k, scale, rho) -> FactorRows:
+def update_v_factor(prec_k, h_k, fc: FactorCaches, prior_prec, e_alpha, nz, in_block, scale, rho):
     """Update q(v_lk) for every feature l of one block and one factor k (eqs. 4.20-4.24, corrected).
 
     See the module docstring for the derivation (the covariance term is the correction).
-    Updates R and row k of prec, h, S1, S2, S3. Returns the new `FactorRows`.
+    Returns (new prec_k, new h_k, new `FactorCaches`): R and factor k's S1, S2, S3 updated.
 
-    Shapes: ``fr`` `FactorRows` (prec, h (K, D); R (n,); S1, S2, S3 (K, n)); ``sigma_v`` float (G, K)
-    prior precisions; ``e_alpha`` float scalar E_q[alpha]; ``nz`` rows, cols int (M_b,) and x float
-    (M_b,) (x = 0 outside the block); ``in_block`` bool (D,); ``group`` int (D,); ``k`` int in
-    0..K-1; ``scale``, ``rho`` float scalars. Float outputs, dtype of the inputs.
+    Shapes: ``prec_k``, ``h_k`` float (D,) (column k of `VBFMState.v_prec`, ``v_h``); ``fc``
+    `FactorCaches` (each (n,)); ``prior_prec`` float (D,) sigma_v[c_l, k]; ``e_alpha`` float scalar
+    E_q[alpha]; ``nz`` rows, cols int (M_b,) and x float (M_b,) (x = 0 outside the block);
+    ``in_block`` bool (D,); ``scale``, ``rho`` float scalars. Float outputs, dtype of the inputs.
 
     Raises nothing of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.20-4.24 and Algorithm 3 line 26 (corrected: module
     docstring).
     """
-    rows, cols, x = nz
-    D = fr.prec.shape[1]
-    Pk, hk = fr.prec[k], fr.h[k]
-    S1k, S2k, S3k = fr.S1[k], fr.S2[k], fr.S3[k]
-    mu_old, s_old = hk / Pk, 1.0 / Pk
-    ml, sl = mu_old[cols], s_old[cols]
-    A = S1k[rows] - x * ml
-    S2m = S2k[rows] - x**2 * sl
-    S3m = S3k[rows] - x**3 * sl * ml
-    stat_p = _segsum(x**2 * (A**2 + S2m), cols, D)
-    cov = A * S2m - S3m
-    stat_h = _segsum(x * (A * (fr.R[rows] + x * ml * A) - cov), cols, D)
-    P, h = _block_target(sigma_v[group, k], stat_p, stat_h, e_alpha, scale)
-    P = _blend(Pk, P, rho, in_block)
-    h = _blend(hk, h, rho, in_block)
+    D = prec_k.shape[0]
+    mu_old, s_old = h_k / prec_k, 1.0 / prec_k
+
+    def stats(rows, cols, x):  # the block's likelihood statistics, summed over chunks of nonzeros
+        ml, sl = mu_old[cols], s_old[cols]
+        A = fc.S1[rows] - x * ml
+        S2m = fc.S2[rows] - x**2 * sl
+        S3m = fc.S3[rows] - x**3 * sl * ml
+        cov = A * S2m - S3m
+        return _segsum(x**2 * (A**2 + S2m), cols, D), _segsum(x * (A * (fc.R[rows] + x * ml * A) - cov), cols, D)
+
+    zeros = jnp.zeros(D, jnp.result_type(prec_k.dtype, nz[2].dtype))
+    stat_p, stat_h = _chunked_sum(stats, (zeros, zeros), nz)
+    P, h = _block_target(prior_prec, stat_p, stat_h, e_alpha, scale)
+    P = _blend(prec_k, P, rho, in_block)
+    h = _blend(h_k, h, rho, in_block)
     mu_new, s_new = h / P, 1.0 / P
-    dmu = (mu_new - mu_old)[cols]
-    ds = (s_new - s_old)[cols]
-    dsm = (s_new * mu_new - s_old * mu_old)[cols]
-    return FactorRows(fr.prec.at[k].set(P), fr.h.at[k].set(h), fr.R.at[rows].add(-x * dmu * A),
-                      fr.S1.at[k].set(S1k.at[rows].add(x * dmu)), fr.S2.at[k].set(S2k.at[rows].add(x**2 * ds)),
-                      fr.S3.at[k].set(S3k.at[rows].add(x**3 * dsm)))
+    d_mu, d_s, d_sm = mu_new - mu_old, s_new - s_old, s_new * mu_new - s_old * mu_old
+
+    def caches(c, rows, cols, x):
+        # A reads S1 before this nonzero's own change: a row has at most one nonzero of the block (x = 0
+        # on the others), so the chunks before did not touch it
+        A = c.S1[rows] - x * mu_old[cols]
+        dmu = d_mu[cols]
+        return FactorCaches(c.R.at[rows].add(-x * dmu * A), c.S1.at[rows].add(x * dmu),
+                            c.S2.at[rows].add(x**2 * d_s[cols]), c.S3.at[rows].add(x**3 * d_sm[cols]))
+
+    return P, h, _chunked_loop(caches, fc, nz)
 
 
 def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
-    """`update_v_row` on the state's own layout: one block, one factor k. Returns (state, caches).
+    """`update_v_factor` on the state's own layout: one block, one factor k. Returns (state, caches).
 
     Shapes: ``state`` VBFMState (v_prec, v_h (D, K)); ``caches`` `Caches` (R (n,), S1, S2, S3 (n, K));
-    the rest as `update_v_row`. Transposes in and out (O(D K + n K)); the sweep keeps the
-    factor-major `FactorRows` across its loop over k instead. The update-level checks call this.
+    ``group`` int (D,); ``k`` int in 0..K-1; the rest as `update_v_factor`. The update-level checks
+    call this; the sweep holds one factor's caches at a time instead (`FactorCaches`).
 
     Raises nothing of its own (no checks: traced code).
 
@@ -404,9 +495,11 @@ def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
     docstring).
     """
     e_alpha, _ = _alpha_expectations(state)
-    fr = FactorRows(state.v_prec.T, state.v_h.T, caches.R, caches.S1.T, caches.S2.T, caches.S3.T)
-    fr = update_v_row(fr, state.sigma_v, e_alpha, nz, in_block, group, k, scale, rho)
-    return state._replace(v_prec=fr.prec.T, v_h=fr.h.T), Caches(fr.R, fr.S1.T, fr.S2.T, fr.S3.T)
+    fc = FactorCaches(caches.R, caches.S1[:, k], caches.S2[:, k], caches.S3[:, k])
+    P, h, fc = update_v_factor(state.v_prec[:, k], state.v_h[:, k], fc, state.sigma_v[group, k], e_alpha, nz,
+                               in_block, scale, rho)
+    return (state._replace(v_prec=state.v_prec.at[:, k].set(P), v_h=state.v_h.at[:, k].set(h)),
+            Caches(fc.R, caches.S1.at[:, k].set(fc.S1), caches.S2.at[:, k].set(fc.S2), caches.S3.at[:, k].set(fc.S3)))
 
 
 def update_alpha(state, R, T, row_w, scale, rho):
@@ -444,37 +537,54 @@ def update_hyper(state, group, n_groups: int):
     return state._replace(sigma_0=1.0 / (m0**2 + s0), sigma_w=sigma_w, sigma_v=sigma_v)
 
 
-def _sweep(state, y, row_w, nz_all, nz_blocks, block_masks, group, n_rows, n_groups, scale, rho, hyper_update):
-    """One sweep over all blocks, shared by CAVI and SVI. Returns (state, caches after the v updates)."""
+def _sweep(state, y, row_w, nz_all, nz_blocks, block_masks, group, n_rows, n_groups, scale, rho, hyper_update,
+           keep_caches=False):
+    """One sweep over all blocks, shared by CAVI and SVI.
+
+    Returns (state, caches after the v updates, (R, T) of the new state or None). The caches are
+    `Caches` with S1, S2, S3 (n, K) when ``keep_caches`` (the dense-twin check), else with S1, S2,
+    S3 None: the loop over k holds one factor's `FactorCaches` at a time. (R, T) are computed for
+    alpha (None when ``hyper_update`` is "none"); they do not depend on alpha or the prior
+    precisions, so they are also those of the returned state (its ELBO reuses them).
+    """
     rows, cols, x = nz_all
-    caches, _ = compute_caches(state, rows, cols, x, y, n_rows)
+    R, _ = row_moments(state, rows, cols, x, y, n_rows, variance=False)
+    caches = Caches(R, None, None, None)
     state, caches = update_w0(state, caches, row_w, scale, rho)
     for nz, mask in zip(nz_blocks, block_masks):
         state, caches = update_w_block(state, caches, nz, mask, group, scale, rho)
 
     e_alpha, _ = _alpha_expectations(state)  # alpha is not touched by the v updates
+    sigma_vT = state.sigma_v.T  # (K, G)
 
-    def over_k(k, fr):
+    def over_k(k, carry):
+        prec, h, R, kept = carry
+        Pk, hk = prec[k], h[k]
+        fc = FactorCaches(R, *_factor_sums(hk / Pk, 1.0 / Pk, rows, cols, x, n_rows))
         for nz, mask in zip(nz_blocks, block_masks):
-            fr = update_v_row(fr, state.sigma_v, e_alpha, nz, mask, group, k, scale, rho)
-        return fr
+            Pk, hk, fc = update_v_factor(Pk, hk, fc, sigma_vT[k][group], e_alpha, nz, mask, scale, rho)
+        if keep_caches:
+            kept = tuple(a.at[k].set(v) for a, v in zip(kept, (fc.S1, fc.S2, fc.S3)))
+        return prec.at[k].set(Pk), h.at[k].set(hk), fc.R, kept
 
-    fr = FactorRows(state.v_prec.T, state.v_h.T, caches.R, caches.S1.T, caches.S2.T, caches.S3.T)
-    fr = jax.lax.fori_loop(0, state.v_prec.shape[1], over_k, fr)
-    state = state._replace(v_prec=fr.prec.T, v_h=fr.h.T)
-    caches = v_caches = Caches(fr.R, fr.S1.T, fr.S2.T, fr.S3.T)
+    K = state.v_prec.shape[1]
+    kept = tuple(jnp.zeros((K, n_rows), R.dtype) for _ in range(3)) if keep_caches else None
+    prec, h, R, kept = jax.lax.fori_loop(0, K, over_k, (state.v_prec.T, state.v_h.T, caches.R, kept))
+    state = state._replace(v_prec=prec.T, v_h=h.T)
+    v_caches = Caches(R, *(a.T for a in kept)) if keep_caches else Caches(R, None, None, None)
+    fresh = None
     if hyper_update != "none":
-        fresh, T = compute_caches(state, rows, cols, x, y, n_rows)
+        fresh = row_moments(state, rows, cols, x, y, n_rows)
         if hyper_update == "all":
-            state = update_alpha(state, fresh.R, T, row_w, scale, rho)
+            state = update_alpha(state, *fresh, row_w, scale, rho)
         else:  # "alpha_gamma": only a Gamma q(alpha) is updated
-            new = update_alpha(state, fresh.R, T, row_w, scale, rho)
+            new = update_alpha(state, *fresh, row_w, scale, rho)
             g = _gamma_mode(state)
             state = state._replace(alpha_shape=jnp.where(g, new.alpha_shape, state.alpha_shape),
                                    alpha_rate=jnp.where(g, new.alpha_rate, state.alpha_rate))
         if hyper_update == "all":
             state = update_hyper(state, group, n_groups)
-    return state, v_caches
+    return state, v_caches, fresh
 
 
 def _design_blocks(design: FMDesign):
@@ -502,9 +612,13 @@ def sweep_with_caches(state: VBFMState, design: FMDesign, *, update_hyper: bool 
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 (corrected, module docstring).
     """
+    return _cavi_sweep(state, design, update_hyper, keep_caches=True)[:2]
+
+
+def _cavi_sweep(state, design, update_hyper, keep_caches):
     nz_blocks, masks = _design_blocks(design)
     return _sweep(state, design.y, None, (design.rows, design.cols, design.values), nz_blocks, masks,
-                  design.group, design.n_rows, design.n_groups, 1.0, 1.0, _mode(update_hyper))
+                  design.group, design.n_rows, design.n_groups, 1.0, 1.0, _mode(update_hyper), keep_caches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,17 +648,21 @@ def elbo(params: VBFMState, design: FMDesign, hyper=None) -> jax.Array:
     (module docstring).
     """
     del hyper
-    caches, T = compute_caches(params, design.rows, design.cols, design.values, design.y, design.n_rows)
+    R, T = row_moments(params, design.rows, design.cols, design.values, design.y, design.n_rows)
+    return _elbo_from_rows(params, R, T, design.group, design.n_rows)
+
+
+def _elbo_from_rows(params, R, T, group, n):
+    """`elbo` given R, T (n,) of ``params`` (`row_moments`)."""
     e_alpha, elog_alpha = _alpha_expectations(params)
-    n = design.n_rows
-    lik = 0.5 * n * (elog_alpha - _LOG_2PI) - 0.5 * e_alpha * jnp.sum(caches.R**2 + T)
+    lik = 0.5 * n * (elog_alpha - _LOG_2PI) - 0.5 * e_alpha * jnp.sum(R**2 + T)
     (m0, s0), (m, s), (mu, sv) = moments(params)
 
     def gauss(prec, mean, var):
         return jnp.sum(0.5 + 0.5 * jnp.log(prec * var) - 0.5 * prec * (mean**2 + var))
 
     total = lik + gauss(params.sigma_0, m0, s0)
-    total = total + gauss(params.sigma_w[design.group], m, s) + gauss(params.sigma_v[design.group], mu, sv)
+    total = total + gauss(params.sigma_w[group], m, s) + gauss(params.sigma_v[group], mu, sv)
     g = _gamma_mode(params)
     a0 = jnp.where(g, params.alpha_prior_shape, 1.0)
     b0 = jnp.where(g, params.alpha_prior_rate, 1.0)
@@ -622,18 +740,14 @@ def _info(state, new_elbo):
     return VBFMInfo(new_elbo, jnp.where(jnp.isnan(rel), jnp.inf, rel))
 
 
-@jax.jit
-def _step_all(state, design):
-    new, _ = sweep_with_caches(state, design, update_hyper=True)
-    value = elbo(new, design)
+def _cavi_step(state, design, update_hyper):
+    new, _, (R, T) = _cavi_sweep(state, design, update_hyper, keep_caches=False)
+    value = _elbo_from_rows(new, R, T, design.group, design.n_rows)  # R, T of `new` (`_sweep`)
     return new._replace(last_elbo=value), _info(state, value)
 
 
-@jax.jit
-def _step_fixed(state, design):
-    new, _ = sweep_with_caches(state, design, update_hyper=False)
-    value = elbo(new, design)
-    return new._replace(last_elbo=value), _info(state, value)
+_step_all = jax.jit(lambda state, design: _cavi_step(state, design, True))
+_step_fixed = jax.jit(lambda state, design: _cavi_step(state, design, False))
 
 
 def step(key, state: VBFMState, design: FMDesign, hyper=None, *, update_hyper: bool = True):
@@ -672,8 +786,23 @@ def minibatch(design: FMDesign, row_ids, *, n_pad: int | None = None, nz_pad: in
         raise ValueError("batch: expected a non-empty 1-D array of row indices")
     if row_ids.min() < 0 or row_ids.max() >= N:
         raise ValueError(f"batch: row indices must be in 0..{N - 1}")
-    rows_all = np.asarray(design.rows)
-    ptr = np.searchsorted(rows_all, np.arange(N + 1))
+    return _gather_batch(_HostRows(design), row_ids, n_pad, nz_pad)
+
+
+class _HostRows:
+    """The design's arrays on the host (numpy views where they are numpy already) and its row
+    pointer: row n owns nonzeros ptr[n]:ptr[n + 1] (the rows are sorted, `FMDesign.from_scipy`)."""
+
+    def __init__(self, design: FMDesign):
+        self.n_rows = design.n_rows
+        self.cols = np.asarray(design.cols)
+        self.values = np.asarray(design.values)
+        self.y = np.asarray(design.y)
+        self.ptr = np.searchsorted(np.asarray(design.rows), np.arange(design.n_rows + 1))
+
+
+def _gather_batch(host: _HostRows, row_ids, n_pad, nz_pad) -> Minibatch:
+    ptr = host.ptr
     lengths = ptr[row_ids + 1] - ptr[row_ids]
     total = int(lengths.sum())
     starts = np.repeat(ptr[row_ids], lengths)
@@ -684,27 +813,55 @@ def minibatch(design: FMDesign, row_ids, *, n_pad: int | None = None, nz_pad: in
     nz_pad = total if nz_pad is None else int(nz_pad)
     if n_pad < nb or nz_pad < total:
         raise ValueError(f"batch: n_pad {n_pad} < {nb} rows or nz_pad {nz_pad} < {total} nonzeros")
-    dtype = jax.dtypes.canonicalize_dtype(np.asarray(design.values).dtype)
+    dtype = jax.dtypes.canonicalize_dtype(host.values.dtype)
     local = np.zeros(nz_pad, np.int32)
     local[:total] = np.repeat(np.arange(nb), lengths)
     cols = np.zeros(nz_pad, np.int32)
-    cols[:total] = np.asarray(design.cols)[idx]
+    cols[:total] = host.cols[idx]
     x = np.zeros(nz_pad, dtype)
-    x[:total] = np.asarray(design.values)[idx]
+    x[:total] = host.values[idx]
     rid = np.zeros(n_pad, np.int32)
     rid[:nb] = row_ids
     w = np.zeros(n_pad, dtype)
     w[:nb] = 1.0
     y = np.zeros(n_pad, dtype)
-    y[:nb] = np.asarray(design.y)[row_ids]
+    y[:nb] = host.y[row_ids]
     return Minibatch(jnp.asarray(rid), jnp.asarray(w), jnp.asarray(y), jnp.asarray(local), jnp.asarray(cols),
-                     jnp.asarray(x), jnp.asarray(N / nb, dtype))
+                     jnp.asarray(x), jnp.asarray(host.n_rows / nb, dtype))
+
+
+def iter_batches(seed_or_rng, design: FMDesign, n_batches: int):
+    """`make_batches` one batch at a time: the partition is drawn now, each padded `Minibatch` is
+    gathered when the iteration reaches it (so an epoch holds one batch, not ``n_batches``).
+
+    ``seed_or_rng``: int seed or numpy Generator (one permutation drawn from it at the call, as
+    `make_batches` draws it); ``design``: FMDesign (numpy arrays are used in place; device arrays
+    are copied to the host once); ``n_batches``: int B. Returns an iterator of B `Minibatch`, equal
+    to ``make_batches``'s list.
+
+    Raises ValueError when ``n_batches`` is not an integer in 1..N.
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 4 (random partition of the rows into batches);
+    padding and the lazy gather: project addition.
+    """
+    if int(n_batches) != n_batches or n_batches < 1 or n_batches > design.n_rows:
+        raise ValueError(f"n_batches must be an integer in 1..{design.n_rows}, got {n_batches!r}")
+    rng = np.random.default_rng(seed_or_rng)
+    perm = rng.permutation(design.n_rows)
+    parts = np.array_split(perm, int(n_batches))
+    host = _HostRows(design)
+    counts = np.diff(host.ptr)
+    nz_max = max(int(counts[p].sum()) for p in parts)
+    nz_pad = nz_max if n_batches == 1 else int(-(-nz_max // 256) * 256)
+    n_pad = max(p.size for p in parts)
+    return (_gather_batch(host, np.sort(p), n_pad, nz_pad) for p in parts)
 
 
 def make_batches(seed_or_rng, design: FMDesign, n_batches: int) -> list[Minibatch]:
     """Partition the rows at random into ``n_batches`` batches of (almost) equal size (Algorithm 4).
 
     Pads rows to ceil(N / B) and nonzeros to the largest batch rounded up to a multiple of 256.
+    (`fit_svi` iterates `iter_batches`, the same batches built one at a time.)
 
     ``seed_or_rng``: int seed or numpy Generator; ``n_batches``: int B. Returns B `Minibatch`
     (padded arrays as in `minibatch`).
@@ -714,16 +871,7 @@ def make_batches(seed_or_rng, design: FMDesign, n_batches: int) -> list[Minibatc
     Source: ``004_90693a0965f06816.txt`` Algorithm 4 (random partition of the rows into batches);
     padding: project addition.
     """
-    if int(n_batches) != n_batches or n_batches < 1 or n_batches > design.n_rows:
-        raise ValueError(f"n_batches must be an integer in 1..{design.n_rows}, got {n_batches!r}")
-    rng = np.random.default_rng(seed_or_rng)
-    perm = rng.permutation(design.n_rows)
-    parts = np.array_split(perm, int(n_batches))
-    counts = np.bincount(np.asarray(design.rows), minlength=design.n_rows)
-    nz_max = max(int(counts[p].sum()) for p in parts)
-    nz_pad = nz_max if n_batches == 1 else int(-(-nz_max // 256) * 256)
-    n_pad = max(p.size for p in parts)
-    return [minibatch(design, np.sort(p), n_pad=n_pad, nz_pad=nz_pad) for p in parts]
+    return list(iter_batches(seed_or_rng, design, n_batches))
 
 
 def _svi_update(state, batch: Minibatch, block, group, n_blocks: int, n_groups: int, rho, hyper_update: str):
@@ -733,7 +881,7 @@ def _svi_update(state, batch: Minibatch, block, group, n_blocks: int, n_groups: 
     for b in range(n_blocks):
         nz_blocks.append((batch.nz_rows, batch.nz_cols, jnp.where(nz_block == b, x_all, 0.0)))
         masks.append(block == b)
-    new, _ = _sweep(state, batch.y, batch.row_w, (batch.nz_rows, batch.nz_cols, x_all), nz_blocks, masks,
+    new, _, _ = _sweep(state, batch.y, batch.row_w, (batch.nz_rows, batch.nz_cols, x_all), nz_blocks, masks,
                     group, batch.y.shape[0], n_groups, batch.scale, rho, hyper_update)
     return new
 
@@ -786,8 +934,8 @@ def svi_step(key, state: VBFMState, design: FMDesign, hyper=None, batch=None, t=
 
 @jax.jit
 def _predict(state, rows, cols, x, n_rows_dummy_y):
-    caches, T = compute_caches(state, rows, cols, x, n_rows_dummy_y, n_rows_dummy_y.shape[0])
-    mean = n_rows_dummy_y - caches.R
+    R, T = row_moments(state, rows, cols, x, n_rows_dummy_y, n_rows_dummy_y.shape[0])
+    mean = n_rows_dummy_y - R
     return mean, T
 
 
@@ -920,12 +1068,13 @@ def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_ep
     vi_driver.check_fit_args(max_epochs, tol, n_draws, max_iter_name="max_epochs")
     seed = vi_driver.host_seed(key)
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
-    design = jax.tree_util.tree_map(jnp.asarray, design)
+    host = jax.tree_util.tree_map(np.asarray, design)  # the batches are gathered from it (no copy of numpy)
+    design = jax.tree_util.tree_map(jnp.asarray, design)  # for the ELBO of each epoch
     rng = np.random.default_rng(seed)
     n_updates = [0]  # the global update counter t of rho_t
 
     def epoch(state, _):
-        for b in make_batches(rng, design, n_batches):
+        for b in iter_batches(rng, host, n_batches):
             state, _ = svi_step(None, state, design, None, b, n_updates[0], lam=lam, update_hyper=update_hyper)
             n_updates[0] += 1
         return state, None

@@ -35,6 +35,7 @@ def test_ovbfm_epoch_is_fit_svis_epoch():
 
     class Spy:
         make_batches = staticmethod(vbfm.make_batches)
+        iter_batches = staticmethod(vbfm.iter_batches)
 
         @staticmethod
         def svi_step(key, state, design_, hyper_, batch, t):

@@ -98,3 +98,89 @@ def test_predict_gives_mean_and_predictive_sd(design):
     other = simulated_design(**{**SMALL_DESIGN, "multi_hot": False})
     with pytest.raises(ValueError, match="features"):
         vbfm.predict(res.state, other)
+
+
+def _reference_sweep(state, d, update_hyper):
+    """The sweep with the (N, K) caches computed once and updated incrementally (the layout before the
+    per-factor caches), from the public block updates."""
+    nz_blocks, masks = vbfm._design_blocks(d)
+    caches, _ = vbfm.compute_caches(state, d.rows, d.cols, d.values, d.y, d.n_rows)
+    state, caches = vbfm.update_w0(state, caches, None, 1.0, 1.0)
+    for nz, mask in zip(nz_blocks, masks):
+        state, caches = vbfm.update_w_block(state, caches, nz, mask, d.group, 1.0, 1.0)
+    for k in range(state.v_prec.shape[1]):
+        for nz, mask in zip(nz_blocks, masks):
+            state, caches = vbfm.update_v_block(state, caches, nz, mask, d.group, k, 1.0, 1.0)
+    fresh, T = vbfm.compute_caches(state, d.rows, d.cols, d.values, d.y, d.n_rows)
+    new = vbfm.update_alpha(state, fresh.R, T, None, 1.0, 1.0)
+    if update_hyper:
+        new = vbfm.update_hyper(new, d.group, d.n_groups)
+    elif float(state.alpha_prior_shape) == 0:  # a point alpha stays fixed without update_hyper
+        new = state
+    return new, caches
+
+
+@pytest.mark.parametrize("update_hyper", [True, False])
+@pytest.mark.parametrize("alpha_prior", [None, (2.0, 0.5)])
+def test_sweep_with_per_factor_caches_equals_the_n_by_k_cache_sweep(design, update_hyper, alpha_prior):
+    """`step` (one factor's caches at a time, ELBO from the sweep's own R, T) against the sweep with the
+    (N, K) caches held throughout, three sweeps from the initial state, float64."""
+    with jax.enable_x64(True):
+        d = jax.tree_util.tree_map(jnp.asarray, design)
+        state = ref = vbfm.init(jax.random.PRNGKey(3), design, 3, HYPER, alpha_prior=alpha_prior)
+        for _ in range(3):
+            state, info = vbfm.step(None, state, d, update_hyper=update_hyper)
+            ref, ref_caches = _reference_sweep(ref, d, update_hyper)
+            for f in vbfm.VBFMState._fields[:-1]:
+                # same operations but the order of the sums over k: float64 rounding, far below 1e-10
+                np.testing.assert_allclose(getattr(state, f), getattr(ref, f), rtol=1e-10, atol=0, err_msg=f)
+            np.testing.assert_allclose(info.elbo, vbfm.elbo(ref, d), rtol=1e-12)
+        _, caches = vbfm.sweep_with_caches(ref, d, update_hyper=update_hyper)
+        _, ref_caches = _reference_sweep(ref, d, update_hyper)
+        for f in vbfm.Caches._fields:  # the incrementally kept caches the dense-twin check reads
+            np.testing.assert_allclose(getattr(caches, f), getattr(ref_caches, f), rtol=1e-10, atol=1e-12, err_msg=f)
+
+
+def test_lazy_batches_partition_the_rows_and_gather_their_nonzeros(design):
+    """`iter_batches` (one batch gathered at a time, from host or device arrays) is `make_batches`'s list: a
+    random partition of the rows, each batch holding exactly its rows of X and y, padded to common sizes."""
+    d = jax.tree_util.tree_map(jnp.asarray, design)
+    lazy = vbfm.iter_batches(5, d, 3)
+    assert not isinstance(lazy, list)
+    lazy, eager = list(lazy), vbfm.make_batches(5, design, 3)
+    X, seen = design.to_dense(), []
+    for a, b in zip(lazy, eager, strict=True):
+        for f in vbfm.Minibatch._fields:
+            np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), err_msg=f)
+        real = np.asarray(a.row_w) > 0
+        ids = np.asarray(a.row_ids)[real]
+        sub = np.zeros((a.row_w.shape[0], design.n_features))
+        np.add.at(sub, (np.asarray(a.nz_rows), np.asarray(a.nz_cols)), np.asarray(a.nz_x))
+        np.testing.assert_array_equal(sub[real], X[ids])  # the batch's rows of X, nothing else
+        assert not sub[~real].any()
+        np.testing.assert_array_equal(np.asarray(a.y)[real], np.asarray(design.y)[ids])
+        assert float(a.scale) == design.n_rows / ids.size
+        assert a.nz_x.shape[0] % 256 == 0 and a.row_w.shape[0] == -(-design.n_rows // 3)
+        seen.append(ids)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(design.n_rows))
+    with pytest.raises(ValueError, match="n_batches"):
+        vbfm.iter_batches(0, design, design.n_rows + 1)
+
+
+@pytest.mark.parametrize("chunk", [7, 40])  # many full chunks and a remainder; two full chunks (one for a block)
+def test_chunked_sums_over_nonzeros_equal_the_whole_sums(design, monkeypatch, chunk):
+    """The per-factor sums over nonzeros in chunks of `NZ_CHUNK` (un-jitted calls trace anew) against one
+    chunk holding every nonzero, float64: the same terms summed in another order."""
+    with jax.enable_x64(True):
+        d = jax.tree_util.tree_map(jnp.asarray, design)
+        state = vbfm.init(jax.random.PRNGKey(4), design, 3, HYPER, init_mean_sd=0.5)
+        assert design.nnz > chunk * 2
+        whole = (vbfm.row_moments(state, d.rows, d.cols, d.values, d.y, d.n_rows),
+                 vbfm.sweep_with_caches(state, d))
+        monkeypatch.setattr(vbfm, "NZ_CHUNK", chunk)
+        parts = (vbfm.row_moments(state, d.rows, d.cols, d.values, d.y, d.n_rows),
+                 vbfm.sweep_with_caches(state, d))
+    flat_w, flat_p = jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(parts)
+    assert len(flat_w) == len(flat_p)
+    for a, b in zip(flat_w, flat_p):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)  # float64 rounding of sums of < 100 terms
