@@ -79,17 +79,24 @@ def padded_rows(design: FMDesign):
     ``design``: FMDesign of N instances with M nonzeros; P is the largest number of nonzeros of a
     row. ``values`` keep the design's float dtype.
 
+    Host memory: the nonzeros are re-sorted by row only when they are not (a design from
+    `FMDesign.from_scipy` is), and the positions are int32 below 2^31 nonzeros (`step` calls this
+    at every epoch: issue 28).
+
     Raises nothing of its own (`FMDesign` has validated the arrays).
 
     Source: project addition.
     """
     rows, cols, vals = np.asarray(design.rows), np.asarray(design.cols), np.asarray(design.values)
-    order = np.argsort(rows, kind="stable")
-    rows, cols, vals = rows[order], cols[order], vals[order]
+    if rows.size > 1 and not np.all(rows[1:] >= rows[:-1]):  # `FMDesign.from_scipy` sorts them already
+        order = np.argsort(rows, kind="stable")
+        rows, cols, vals = rows[order], cols[order], vals[order]
     counts = np.bincount(rows, minlength=design.n_rows)
     P = int(counts.max())
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pos = np.arange(rows.size) - start[rows]
+    it = np.int32 if rows.size < 2 ** 31 else np.int64
+    start = (np.cumsum(counts) - counts).astype(it)
+    pos = np.arange(rows.size, dtype=it)
+    pos -= start[rows]
     C = np.zeros((design.n_rows, P), np.int32)
     Xv = np.zeros((design.n_rows, P), vals.dtype)
     C[rows, pos] = cols

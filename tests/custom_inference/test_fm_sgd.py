@@ -168,3 +168,23 @@ def test_epoch_is_algorithm1_over_the_shuffle_and_its_info_is_the_dense_objectiv
            + np.sum(lv * n_l[:, None] * V ** 2))
     np.testing.assert_allclose(float(info.train_mse), np.mean((d.y - yhat) ** 2), rtol=1e-12)
     np.testing.assert_allclose(float(info.objective), obj, rtol=1e-12)
+
+
+def test_padded_rows_equal_the_dense_rows_sorted_or_not():
+    """`padded_rows` skips the sort for row-sorted nonzeros (issue 28): on a design whose nonzeros are
+    shuffled it must give the same arrays as on the sorted one, and each row must hold that row's
+    nonzeros of the dense X in column order, zero-padded (exact: integers and copied values)."""
+    d, Xd = _tagged_design()
+    C, Xv = fm_sgd.padded_rows(d)
+    perm = np.random.default_rng(0).permutation(d.nnz)
+    shuffled = FMDesign(d.rows[perm], d.cols[perm], d.values[perm], d.y, d.group, d.block, d.order, d.n_rows,
+                        d.n_features, d.n_groups, d.block_ptr, d.group_names)
+    C2, Xv2 = fm_sgd.padded_rows(shuffled)
+    assert C.shape == (d.n_rows, 5) and C.dtype == np.int32 and Xv.dtype == d.values.dtype
+    for n in range(d.n_rows):
+        nz = np.flatnonzero(Xd[n])
+        np.testing.assert_array_equal(C[n, :nz.size], nz)
+        np.testing.assert_array_equal(Xv[n, :nz.size], Xd[n, nz])
+        assert not Xv[n, nz.size:].any()
+        # the stable sort of the shuffled entries keeps their shuffled order within a row
+        assert sorted(zip(C2[n, :nz.size], Xv2[n, :nz.size])) == list(zip(C[n, :nz.size], Xv[n, :nz.size]))
