@@ -42,7 +42,7 @@ What one sweep is, per solver (``--solvers``):
   (`bpmf.pair_order`, built in the set-up; default memory bound of `custom_inference.row_blocks`);
 - ``mcmc-fm``, ``vbfm``, ``ovbfm``, ``sgd-fm``: the factorization machine on the ids design (one-hot
   user | one-hot item, `validation.frontdoor.api_models.ids_design`, as the front door fits it), ratings
-  1-5: one Gibbs sweep (`fm_mcmc.step`), one CAVI sweep (`vbfm.step`), one OVBFM epoch as `vbfm.fit_svi` runs it
+  1-5: one Gibbs sweep (`fm_mcmc.step` on a state without the (N, K) q, as `fm_mcmc.sample` runs it), one CAVI sweep (`vbfm.step`), one OVBFM epoch as `vbfm.fit_svi` runs it
   (`ovbfm_epoch`: a random partition into `OVBFM_BATCHES` padded minibatches, `vbfm.make_batches`, and
   `vbfm.svi_step` with the global update counter t), one SGD epoch of N instances (`fm_sgd.step`,
   batch size 1, step size `SGD_FM_LEARNING_RATE`; the protocol step rebuilds the padded rows on the host
@@ -257,7 +257,8 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         design = ids_design(obs)
         if solver == "mcmc-fm":
             hyper = FMHierHyper()
-            state = fm_mcmc.init(key, design, K, hyper, dtype=dtype)
+            # as `fm_mcmc.sample` runs the chains: no (N, K) cache q in the state
+            state = fm_mcmc.init(key, design, K, hyper, dtype=dtype, keep_q=False)
             data = jax.tree_util.tree_map(jnp.asarray, design)
             step = jax.jit(lambda k, s, d: fm_mcmc.step(k, s, d, hyper)[0])
             return data, state, lambda k, s: step(k, s, data)

@@ -28,7 +28,19 @@ block are disjoint, and the conditionals of all features of a block are independ
 the rest: the whole block is drawn at once, exactly as if one feature after the other
 (checked in `validation.models.fm_mcmc`). Blocks are visited in a static Python loop (inside
 jit) over ``design.block_ptr``: w of the block, then v_{.k} for k = 1..K (a lax.scan over the
-rows of the factor-major q.T and V.T; see `_update_block_t`).
+rows of the factor-major V.T; see `_update_block_t`).
+
+No stored q (issue 28). For a feature l of block b, q_nk - x_nl v_lk is the sum of the *other*
+blocks' terms in row n (no other feature of block b is nonzero in row n):
+
+    q_nk - x_nl v_lk = sum_{b' != b} sum_{m in b'} x_nm v_mk =: q^(-b)_nk,
+
+so the draw of v_{.k} of block b needs only column k of V: q^(-b)_{.k} is recomputed from V[:, k]
+when the draw starts (O(nnz - nnz_b)), then dropped. The sweep keeps e (N,) and one (N,) column at a
+time instead of the (N, K) q of libFM's cache (20 GB at N = 1e8, K = 50, float32). Same
+conditionals, same random numbers in the same order as the cached form (draws equal to rounding,
+tests/custom_inference/test_fm_mcmc.py). Cost: sum_b (nnz - nnz_b) K = (B - 1) nnz K per sweep for
+the columns (B blocks; the ids design has B = 2: nnz K, as much as the cached form's q updates).
 
 Hyperparameters (normal-gamma, eqs. 2.27-2.30 per group g and factor k), with n_g the
 number of features of group g:
@@ -42,10 +54,14 @@ sample_ng_precision / sample_ng_mean applied per group (written here with segmen
 because groups differ in size). alpha | e ~ Gamma(alpha_0 + N/2, beta_0 + sum e^2 / 2);
 w0 as above with prior N(mu_0, 1/sigma_0).
 
-Caches. `step` recomputes e and q from the parameters at the start of each sweep (one
-O(nnz K) pass), so rounding in the incremental updates never accumulates (float32). The pass
-runs factor by factor on q.T and block by block: a full block (one nonzero in every row, e.g. a
-one-hot user or item group) needs no scatter (its nonzeros sorted by row are rows 0..N-1).
+Caches. `step` recomputes e from the parameters at the start of each sweep (one O(nnz K) pass,
+factor by factor: only an (N,) column is live), so rounding in the incremental updates never
+accumulates (float32). The state's ``q`` is either the (N, K) cache q = X V (``init(keep_q=True)``,
+the default, or `caches` of such a state: `step` and `update_block` then return it current, at the
+cost of one more O(nnz K) pass and N K numbers) or an (N, 0) placeholder (``keep_q=False``, what
+`sample` runs: nothing of size N K exists during the sweep). The sweep never reads q. A full block
+(one nonzero in every row, e.g. a one-hot user or item group) needs no scatter (its nonzeros sorted
+by row are rows 0..N-1).
 
 Sharded (issue 14). With a `fm_design.ShardedFMDesign` (``sample(mesh=...)``), `step` runs the
 same sweep under `jax.shard_map`: each device holds a contiguous range of instances (rows of X)
@@ -53,7 +69,7 @@ with their nonzeros and the matching parts of e and q; w, V, the hyperparameters
 replicated. Every sum over rows or nonzeros (alpha's sum e^2, w0's sum e, the per-feature sums of
 the w and v conditionals, the log joint's e term) is the per-device sum followed by `jax.lax.psum`
 (`sharding.Reducer`); e-sums are masked by the row weight (padding rows: y = 0, weight 0; padding
-nonzeros have value 0 and add 0 to every per-feature sum). The draws are the same as on one device
+nonzeros have value 0 and add 0 to every per-feature sum, and to the columns q^(-b)). The draws are the same as on one device
 (replicated keys, replicated sums), up to the order of the floating-point additions.
 """
 
@@ -101,7 +117,8 @@ class FMMCMCState(NamedTuple):
     """Current draws and caches (float32 or float64).
 
     w0 (), w (D,), V (D, K), alpha (), mu_w (G,), sigma_w (G,), mu_v (G, K), sigma_v (G, K);
-    caches e (N,) = y - yhat and q (N, K) = X V.
+    caches e (N,) = y - yhat and q = X V (N, K), or q (N, 0) when q is not kept (``init(keep_q=False)``,
+    as `sample` runs: module docstring, "Caches").
     """
 
     w0: jax.Array
@@ -169,8 +186,14 @@ def _block_rows_add(acc, u, design: FMDesign, b: int):
     return acc.at[..., r].add(u)
 
 
-def _caches_t(state: FMMCMCState, design: FMDesign):
-    """(e (N,), qT = q.T (K, N)) recomputed from the parameters, factor-major (see `caches`)."""
+def _keeps_q(state: FMMCMCState) -> bool:
+    """Static: the state carries the (N, K) cache q (not the (N, 0) placeholder)."""
+    return state.q.shape[-1] != 0
+
+
+def _caches_t(state: FMMCMCState, design: FMDesign, keep_q: bool = True):
+    """(e (N,), qT = q.T (K, N)) recomputed from the parameters, factor-major (see `caches`);
+    qT is None without ``keep_q`` (then only one (N,) column is live at a time)."""
     N = design.n_rows
     ents = [_block_entries(design, b) for b in range(design.n_blocks)]
     lin = jnp.zeros((N,), state.w.dtype)
@@ -185,7 +208,7 @@ def _caches_t(state: FMMCMCState, design: FMDesign):
             xv = x * vk[c]
             qk = _block_rows_add(qk, xv, design, b)
             s2k = _block_rows_add(s2k, xv * xv, design, b)
-        return pair + (qk * qk - s2k), qk
+        return pair + (qk * qk - s2k), (qk if keep_q else None)
 
     # (zeros shaped like y: under shard_map they vary over the devices, as the carry does)
     pair, qT = jax.lax.scan(factor, jax.lax.full_like(design.y, 0, state.V.dtype), state.V.T)
@@ -195,7 +218,8 @@ def _caches_t(state: FMMCMCState, design: FMDesign):
 def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
     """State with e = y - yhat and q = X V recomputed from the parameters (O(nnz K)).
 
-    Shapes as in `FMMCMCState`: e (N,), q (N, K), dtype of the state.
+    Shapes as in `FMMCMCState`: e (N,), q (N, K), dtype of the state; a state whose q is the (N, 0)
+    placeholder (``init(keep_q=False)``) keeps it (only e is recomputed).
 
     Computed factor-major (q.T, (K, N), one factor at a time in a `lax.scan`) and block by block:
     a full block (one nonzero in every row, e.g. a one-hot group) adds its terms to every row
@@ -213,16 +237,20 @@ def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
     """
     if isinstance(design, ShardedFMDesign):
         return _sharded_call(lambda st, d, red: caches(st, d), design, (state,), _state_specs(design))
-    e, qT = _caches_t(state, design)
-    return state._replace(e=e, q=qT.T)
+    keep = _keeps_q(state)
+    e, qT = _caches_t(state, design, keep)
+    return state._replace(e=e, q=qT.T if keep else state.q)
 
 
-def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=jnp.float64) -> FMMCMCState:
+def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=jnp.float64,
+         keep_q: bool = True) -> FMMCMCState:
     """Initial state: w0 = 0, w = 0, V ~ N(0, init_std^2), alpha = 1, mu = 0, sigma = 1 (libFM's
     defaults), caches computed. ``design`` arrays may be numpy or jax.
 
     Shapes: ``key`` PRNG key; ``design`` FMDesign of N instances, D features, G groups; ``K`` int.
-    Returns FMMCMCState (shapes in its docstring) of ``dtype``; ``hyper`` is not read.
+    Returns FMMCMCState (shapes in its docstring) of ``dtype``; ``hyper`` is not read. ``keep_q``:
+    carry the (N, K) cache q = X V (True), or an (N, 0) placeholder (False: the sweep needs no q,
+    module docstring "No stored q"; `sample` runs this way). The draws do not depend on it.
 
     Raises nothing of its own (no value checks on K).
 
@@ -232,7 +260,8 @@ def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=j
     V = init_std * jax.random.normal(key, (D, K), dtype=dtype)
     z = lambda *s: jnp.zeros(s, dtype=dtype)  # noqa: E731
     o = lambda *s: jnp.ones(s, dtype=dtype)  # noqa: E731
-    state = FMMCMCState(z(), z(D), V, o(), z(G), o(G), z(G, K), o(G, K), z(design.n_rows), z(design.n_rows, K))
+    state = FMMCMCState(z(), z(D), V, o(), z(G), o(G), z(G, K), o(G, K), z(design.n_rows),
+                        z(design.n_rows, K if keep_q else 0))
     return caches(state, _as_jax(design, dtype))
 
 
@@ -316,18 +345,24 @@ def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, red
     return P, h
 
 
-def _v_column_conditional(alpha, s, m, e, qk, vk, r, c, x, D: int):
-    """(P, h, hn) of v_.k | rest from column k alone: qk = q[:, k] (N,), vk = V[:, k] (D,),
-    s, m = sigma_v[group, k], mu_v[group, k] (D,); hn (N_b,) is h_n = x_nl (q_nk - x_nl v_lk)."""
-    hn = x * (qk[r] - x * vk[c])
-    P = s + alpha * jax.ops.segment_sum(hn * hn, c, num_segments=D)
-    h = s * m + alpha * jax.ops.segment_sum(hn * (e[r] + hn * vk[c]), c, num_segments=D)
-    return P, h, hn
+def _q_other(vk, design: FMDesign, b: int):
+    """q^(-b)_{.k} at block ``b``'s nonzeros (M_b,), or at every row (N,) for a full block: the sum of
+    the other blocks' terms x_nm v_mk in each row (module docstring, "No stored q"), from column
+    ``vk`` = V[:, k] (D,) alone. Full blocks add elementwise, others scatter-add into their rows."""
+    # (zeros shaped like y: under shard_map they vary over the devices)
+    acc = jax.lax.full_like(design.y, 0, vk.dtype)
+    for b2 in range(design.n_blocks):
+        if b2 != b:
+            _, c2, x2 = _block_entries(design, b2)
+            acc = _block_rows_add(acc, x2 * vk[c2], design, b2)
+    if _full_block(design, b):
+        return acc
+    return acc[_block_entries(design, b)[0]]
 
 
 def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
     """(P, h), each (D,), of v_lk | rest for the features of block ``b``; ``k`` may be traced.
-    h_n = x_nl (q_nk - x_nl v_lk).
+    h_n = x_nl (q_nk - x_nl v_lk) = x_nl q^(-b)_nk, computed from V[:, k] (``state.q`` is not read).
 
     Dtype: that of the state.
 
@@ -337,8 +372,12 @@ def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
     """
     r, c, x = _block_entries(design, b)
     g = design.group
-    P, h, _ = _v_column_conditional(state.alpha, state.sigma_v[g, k], state.mu_v[g, k], state.e,
-                                    state.q[:, k], state.V[:, k], r, c, x, design.n_features)
+    D = design.n_features
+    vk = state.V[:, k]
+    s, m = state.sigma_v[g, k], state.mu_v[g, k]
+    hn = x * _q_other(vk, design, b)  # at the block's nonzeros (a full block's are rows 0..N-1)
+    P = s + state.alpha * jax.ops.segment_sum(hn * hn, c, num_segments=D)
+    h = s * m + state.alpha * jax.ops.segment_sum(hn * (state.e[r] + hn * vk[c]), c, num_segments=D)
     return P, h
 
 
@@ -403,21 +442,22 @@ def _full_block(design: FMDesign, b: int) -> bool:
     return design.block_ptr[b + 1] - design.block_ptr[b] == design.n_rows
 
 
-def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b: int, red=LOCAL):
-    """`update_block` on the factor-major caches qT = q.T (K, N) and VT = V.T (K, D): returns
-    (state with w, e updated; qT; VT). ``state.q`` and ``state.V`` are neither read nor written.
+def _update_block_t(key, state: FMMCMCState, VT, design: FMDesign, hyper, b: int, red=LOCAL):
+    """`update_block` on the factor-major VT = V.T (K, D): returns (state with w, e updated; VT).
+    ``state.q`` and ``state.V`` are neither read nor written.
 
-    Layout: the draw of v_.k reads and writes only column k of q and V, so the factor loop is a
-    `lax.scan` over the rows qT[k], VT[k] (contiguous, in as xs, out as ys) with only e
-    carried: O(N + D) per k. The former `fori_loop` carrying the row-major (N, K) q and
-    (D, K) V, with gathers and scatters on column k, made XLA CPU copy both whole buffers
-    on every k, i.e. O(N K^2) per sweep.
+    Layout: the draw of v_.k reads and writes only column k of V, so the factor loop is a
+    `lax.scan` over the rows VT[k] (contiguous, in as xs, out as ys) with only e carried. The
+    column q^(-b)_{.k} (module docstring, "No stored q") is recomputed inside the scan body from
+    VT[k]: O(nnz - nnz_b + N) per k, and nothing of size N K exists. (The former form carried the
+    (K, N) q.T through the scan as xs -> ys: with q of the state, the sweep held up to three N K
+    buffers, 6 GiB at 1e7 instances, K 50, float32.)
 
     Full blocks (a one-hot group: one nonzero of the block in every row, `_full_block`): the
-    block's nonzeros are sorted by row, so r = 0..N-1 and the gathers e[r], q[r, k] and the
-    scatter-adds into e and q[:, k] are plain elementwise operations (the same floating-point
-    operations on the same operands; XLA may contract a multiply-add into one fused
-    multiply-add there, so float results can differ from the scatter form by rounding).
+    block's nonzeros are sorted by row, so r = 0..N-1 and the gathers e[r] and the scatter-adds
+    into e are plain elementwise operations (the same floating-point operations on the same
+    operands; XLA may contract a multiply-add into one fused multiply-add there, so float results
+    can differ from the scatter form by rounding).
     """
     K = VT.shape[0]
     D = design.n_features
@@ -438,54 +478,62 @@ def _update_block_t(key, state: FMMCMCState, qT, VT, design: FMDesign, hyper, b:
     keys_v = jax.random.split(k_v, K)
     s_all, m_all = state.sigma_v.T[:, g], state.mu_v.T[:, g]  # (K, D) priors of v_lk
     alpha = state.alpha
-    dt = jnp.result_type(s_all, m_all, alpha, x, qT, VT, state.e)  # the dtype of the draw's mean
+    dt = jnp.result_type(s_all, m_all, alpha, x, VT, state.e)  # the dtype of the draw's mean
     # the standard normals of all K draws at once: the same numbers as
     # sample_normal_natural(keys_v[k], P, h) draws inside the loop (vmap of jax.random.normal over
     # keys), without K separate generator loops
     z_all = jax.vmap(lambda kk: jax.random.normal(kk, (D,), dtype=dt))(keys_v)
 
     def body(e, row):
-        # factor k reads and writes only its own rows qT[k], VT[k]: they go through the scan as
-        # xs -> ys, and only e is carried
-        z, qk, vk, s, m = row
+        # factor k reads and writes only its own row VT[k]: it goes through the scan as xs -> ys,
+        # and only e is carried
+        z, vk, s, m = row
         vc = vk[c]
-        hn = x * (rows_of(qk) - x * vc)
+        hn = x * _q_other(vk, design, b)  # x_nl (q_nk - x_nl v_lk), at the block's nonzeros
         P = s + alpha * red.seg(hn * hn, c, D, False)
         h = s * m + alpha * red.seg(hn * (rows_of(e) + hn * vc), c, D, False)
         mean, var = normal_natural_to_moments(P, h)  # sample_normal_natural with the drawn z
         vk_new = jnp.where(in_block, mean + jnp.sqrt(var) * z, vk)
         d = (vk_new - vk)[c]
         # (stored in V's dtype, as .at[].set did; d keeps the draw's precision)
-        return (add_rows(e, (-hn * d).astype(e.dtype)),
-                (add_rows(qk, (x * d).astype(qk.dtype)), vk_new.astype(vk.dtype)))
+        return add_rows(e, (-hn * d).astype(e.dtype)), vk_new.astype(vk.dtype)
 
-    e, (qT, VT) = jax.lax.scan(body, e, (z_all, qT, VT, s_all, m_all))
-    return state._replace(w=w_new, e=e), qT, VT
+    e, VT = jax.lax.scan(body, e, (z_all, VT, s_all, m_all))
+    return state._replace(w=w_new, e=e), VT
 
 
 def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FMMCMCState:
-    """Draw w_l, then v_l1, ..., v_lK for all features l of block ``b`` (static), updating e, q.
+    """Draw w_l, then v_l1, ..., v_lK for all features l of block ``b`` (static), updating e (and q,
+    when the state keeps it).
 
     Keys: ``k_w, k_v = split(key)``; factor k uses ``split(k_v, K)[k]``; each draw is
     `sample_normal_natural` over all D features, kept where ``block == b``.
-    (Computed by `_update_block_t` on q.T and V.T; `step` keeps that layout across blocks.)
+    (Computed by `_update_block_t` on V.T; `step` keeps that layout across blocks. q is not read:
+    a kept (N, K) q gets the block's change x_nl (v_new - v_old)_l. added to its rows.)
 
-    Returns the FMMCMCState with new w (D,), V (D, K), e (N,), q (N, K), dtype of the state.
+    Returns the FMMCMCState with new w (D,), V (D, K), e (N,), q (N, K) or the (N, 0) placeholder,
+    dtype of the state.
 
     Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
 
     Source: derived conditionals (module docstring, "Blocks") for ``004_90693a0965f06816.txt``
     eqs. 2.22-2.25.
     """
-    state, qT, VT = _update_block_t(key, state, state.q.T, state.V.T, design, hyper, b)
-    return state._replace(q=qT.T, V=VT.T)
+    state, VT = _update_block_t(key, state, state.V.T, design, hyper, b)
+    V = VT.T
+    q = state.q
+    if _keeps_q(state):
+        _, c, x = _block_entries(design, b)
+        q = _block_rows_add(q.T, (x * (V - state.V)[c].T).astype(q.dtype), design, b).T
+    return state._replace(q=q, V=V)
 
 
 def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState, FMMCMCInfo]:
     """One systematic-scan sweep: caches refreshed; (alpha, sigma_w, sigma_v) jointly (they are
     conditionally independent); mu_w; mu_v; w0; then every block (w, then v_.1..v_.K). Jit-able (the block loop is static).
 
-    Returns the new state (caches updated incrementally) and the info of the new state.
+    Returns the new state (e updated incrementally; a kept q recomputed from the new V, an (N, 0)
+    q left as it is) and the info of the new state.
     Source: derived conditionals (module docstring).
 
     A `ShardedFMDesign` (`fm_design.shard_fm_design`) runs the same sweep under `jax.shard_map`:
@@ -499,8 +547,25 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
 
 
 def _step(key, state: FMMCMCState, design: FMDesign, hyper, red):
-    e, qT = _caches_t(state, design)  # q stays factor-major until the blocks are done
-    state = state._replace(e=e)
+    e, _ = _caches_t(state, design, keep_q=False)  # e alone (q is never read by the sweep)
+    state, block_keys = _draw_globals(key, state._replace(e=e), design, hyper, red)
+    VT = state.V.T  # factor-major while the blocks run (see _update_block_t)
+    for b in range(design.n_blocks):
+        state, VT = _update_block_t(block_keys[b], state, VT, design, hyper, b, red)
+    state = state._replace(V=VT.T)
+    if _keeps_q(state):  # the kept cache, recomputed from the new V (one more O(nnz K) pass)
+        state = state._replace(q=_caches_t(state, design)[1].T.astype(state.q.dtype))
+    if red is LOCAL:
+        rmse = jnp.sqrt(jnp.mean(state.e ** 2))
+    else:
+        rmse = jnp.sqrt(red.sum(red.mask(state.e ** 2)) / red.count(design.n_rows))
+    return state, FMMCMCInfo(log_joint(state, design, hyper, red), rmse)
+
+
+def _draw_globals(key, state: FMMCMCState, design: FMDesign, hyper, red=LOCAL):
+    """The sweep's draws before the blocks, from a current e: (alpha, sigma_w, sigma_v), mu_w, mu_v,
+    w0 (e updated). Returns (state, the B block keys): ``keys = split(key, 6 + B)``, block b's key
+    ``keys[6 + b]``."""
     G, g, h = design.n_groups, design.group, hyper
     keys = jax.random.split(key, 6 + design.n_blocks)
     # alpha, sigma_w, sigma_v are independent given (e, w, mu_w, V, mu_v): one block, one
@@ -518,16 +583,7 @@ def _step(key, state: FMMCMCState, design: FMDesign, hyper, red):
     state = state._replace(alpha=alpha, sigma_w=sw, mu_w=mw, sigma_v=sv, mu_v=mv)
     P, hh = w0_conditional(state, design, hyper, red)
     w0 = sample_normal_natural(keys[5], P, hh)
-    state = state._replace(w0=w0, e=state.e - (w0 - state.w0))
-    VT = state.V.T  # factor-major while the blocks run (see _update_block_t)
-    for b in range(design.n_blocks):
-        state, qT, VT = _update_block_t(keys[6 + b], state, qT, VT, design, hyper, b, red)
-    state = state._replace(q=qT.T, V=VT.T)
-    if red is LOCAL:
-        rmse = jnp.sqrt(jnp.mean(state.e ** 2))
-    else:
-        rmse = jnp.sqrt(red.sum(red.mask(state.e ** 2)) / red.count(design.n_rows))
-    return state, FMMCMCInfo(log_joint(state, design, hyper, red), rmse)
+    return state._replace(w0=w0, e=state.e - (w0 - state.w0)), keys[6:]
 
 
 def _sharded_call(fn, design: ShardedFMDesign, args: tuple, out_specs):
@@ -621,8 +677,13 @@ ALGORITHM = base.Algorithm(
     source=_SOURCE,
 ).check()
 
+def _init_without_q(key, design, K, hyper, **options):
+    """`init` with ``keep_q=False``: the chains of `sample` carry no (N, K) q (module docstring)."""
+    return init(key, design, K, hyper, keep_q=False, **options)
+
+
 SPEC = mcmc_driver.SamplerSpec(
-    algorithm=ALGORITHM, model="fm", method="mcmc-fm", variables=PARAMS, prepare=lambda d, dtype: _as_jax(d, dtype),
+    algorithm=ALGORITHM._replace(init=_init_without_q), model="fm", method="mcmc-fm", variables=PARAMS, prepare=lambda d, dtype: _as_jax(d, dtype),
     sizes=lambda d: (d.n_rows, d.n_features, d.nnz),
     coords=lambda d, K: {"feature": np.arange(d.n_features), "factor": np.arange(K), "group": list(d.group_names)},
     predict=_predict, predict_prepare=_predict_prepare, last_stats=("rmse",), prepare_hyper=_prepare_hyper,
@@ -659,7 +720,7 @@ def sample(
         add E[1/alpha] to its square for a new y); dtype float64 (default) or float32.
     init_std : sd of the initial V.
     mesh : jax.sharding.Mesh, optional: split the instances (rows of X, with their nonzeros and
-        the caches e, q) over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
+        the cache e) over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
         `fm_design.shard_fm_design`); w, V and the hyperparameters stay replicated, the sums over
         rows are psum-ed. Same draws as without a mesh up to the order of float additions.
 
@@ -675,6 +736,9 @@ def sample(
     ValueError: K < 1; bad counts; unknown names in ``keep``; a hyper without the FMHierHyper
     fields or with non-positive precisions/shapes/rates; ``predict_at`` out of range; ``mesh``
     without an axis ``"nnz"``. TypeError: ``mesh`` not a jax.sharding.Mesh.
+    The chains carry no (N, K) cache q (``init(keep_q=False)``; module docstring, "No stored q"):
+    the memory of a sweep is O(nnz + N + D K).
+
     Source: derived conditionals (module docstring); the driver is a project addition.
     """
     K = _check_K(K)

@@ -23,6 +23,13 @@ lambda_v[g, k]) as the ``lambda_i``, ``lambda_ik`` of Algorithm 1 are in practic
 
 Minibatches: a batch of B instances takes the mean of the B instance steps (B = 1 is
 Algorithm 1). Instances are visited in a seeded shuffle per epoch under ``lax.scan``.
+
+Memory (issue 28). An epoch holds the parameters, the padded rows (N, P) and the shuffled order
+(N,) int32: the scan gathers one batch's rows per step (XLA's temporaries for the epoch: 20 bytes
+per instance at N = 1e5, K = 50, float32). The per-epoch diagnostics (`mse`, `objective`) evaluate
+yhat one factor at a time (`fm_design.fm_yhat`); in the all-factors form they held 1.4 kB per
+instance ((M, K) products and the (N, K) q), which was the 1.6 kB per instance measured for the
+epoch of `step`.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import base, vi_driver
-from .fm_design import FMDesign
+from .fm_design import FMDesign, fm_yhat
 
 __all__ = ["SGDReg", "FMParams", "SGDInfo", "padded_rows", "instance_gradients", "init", "step", "objective", "fit",
            "predict", "mse", "ALGORITHM"]
@@ -72,17 +79,24 @@ def padded_rows(design: FMDesign):
     ``design``: FMDesign of N instances with M nonzeros; P is the largest number of nonzeros of a
     row. ``values`` keep the design's float dtype.
 
+    Host memory: the nonzeros are re-sorted by row only when they are not (a design from
+    `FMDesign.from_scipy` is), and the positions are int32 below 2^31 nonzeros (`step` calls this
+    at every epoch: issue 28).
+
     Raises nothing of its own (`FMDesign` has validated the arrays).
 
     Source: project addition.
     """
     rows, cols, vals = np.asarray(design.rows), np.asarray(design.cols), np.asarray(design.values)
-    order = np.argsort(rows, kind="stable")
-    rows, cols, vals = rows[order], cols[order], vals[order]
+    if rows.size > 1 and not np.all(rows[1:] >= rows[:-1]):  # `FMDesign.from_scipy` sorts them already
+        order = np.argsort(rows, kind="stable")
+        rows, cols, vals = rows[order], cols[order], vals[order]
     counts = np.bincount(rows, minlength=design.n_rows)
     P = int(counts.max())
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pos = np.arange(rows.size) - start[rows]
+    it = np.int32 if rows.size < 2 ** 31 else np.int64
+    start = (np.cumsum(counts) - counts).astype(it)
+    pos = np.arange(rows.size, dtype=it)
+    pos -= start[rows]
     C = np.zeros((design.n_rows, P), np.int32)
     Xv = np.zeros((design.n_rows, P), vals.dtype)
     C[rows, pos] = cols
@@ -369,6 +383,9 @@ def predict(params, design_or_coo) -> jax.Array:
     Raises nothing of its own; a dict without ``w0``, ``w`` or ``V`` raises KeyError, a tuple that
     does not unpack into four values raises ValueError.
 
+    Memory O(M + N + D K): the factors are summed one at a time (`fm_design.fm_yhat`), so `mse` and
+    `objective`, which every epoch of `step` / `fit` evaluates, hold no (M, K) or (N, K) array.
+
     Source: ``004_90693a0965f06816.txt`` eq. 2.17 (computed as eq. 4.22).
     """
     if isinstance(params, dict):
@@ -379,11 +396,7 @@ def predict(params, design_or_coo) -> jax.Array:
         rows, cols, values, n = design_or_coo
     w0, w, V = params
     values = jnp.asarray(values, jnp.result_type(w))
-    lin = jax.ops.segment_sum(values * w[cols], rows, num_segments=int(n))
-    xv = values[:, None] * V[cols]
-    q = jax.ops.segment_sum(xv, rows, num_segments=int(n))
-    s2 = jax.ops.segment_sum(xv * xv, rows, num_segments=int(n))
-    return w0 + lin + 0.5 * jnp.sum(q * q - s2, axis=-1)
+    return fm_yhat(w0, w, V, jnp.asarray(rows), jnp.asarray(cols), values, int(n))
 
 
 #: The protocol declaration (`custom_inference.base`).

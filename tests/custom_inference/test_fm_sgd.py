@@ -113,3 +113,78 @@ def test_checkpointed_and_resumed_fit_equals_the_single_scan_fit(tmp_path):
     for f in ("train_mse", "objective"):
         np.testing.assert_array_equal(full.idata.sgd_trace[f].values, resumed.idata.sgd_trace[f].values)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sgd.npz"]  # atomic writes leave no temp file
+
+
+def _tagged_design(N=40, I=6, J=5, T=4, seed=2):
+    """One-hot user | one-hot item | 0-3 real-valued tags per row (rows of 2 to 5 nonzeros, so the
+    padded rows have padding), y arbitrary."""
+    rng = np.random.default_rng(seed)
+    tags = [rng.choice(T, rng.integers(0, 4), replace=False) for _ in range(N)]
+    tr = np.repeat(np.arange(N), [len(t) for t in tags])
+    rows = np.r_[np.arange(N), np.arange(N), tr]
+    cols = np.r_[rng.integers(0, I, N), I + rng.integers(0, J, N), I + J + np.concatenate(tags).astype(int)]
+    vals = np.r_[np.ones(2 * N), rng.uniform(0.5, 1.5, tr.size)]
+    X = sp.coo_matrix((vals, (rows, cols)), shape=(N, I + J + T))
+    return FMDesign.from_scipy(X, rng.normal(3.0, 1.0, N), np.r_[[0] * I, [1] * J, [2] * T]), X.toarray()
+
+
+def test_epoch_is_algorithm1_over_the_shuffle_and_its_info_is_the_dense_objective():
+    """issue 28: the epoch's memory was its diagnostics (yhat with (M, K) temporaries); they now sum the
+    factors one at a time (`fm_design.fm_yhat`). Checks, float64, batch size 1:
+
+    - `step`'s parameters equal a plain Python loop of Algorithm 1 (`instance_gradients`, one instance at a time, in
+      the order of ``jax.random.permutation(key, N)``; not bit for bit: XLA fuses the compiled epoch
+      differently, seen 8e-17 against the same kernel compiled without the diagnostics): 40 steps, each |theta| ~ 1 changed by rounding
+      of a few ulps (u = 1.1e-16); 40 x a few ulps, and a step size of 0.05 that does not amplify,
+      stays below 1e-13; rtol = atol = 1e-11 is 100 x that, and one instance out of order or a wrong
+      gradient moves parameters by ~eta |g| ~ 1e-2;
+    - `SGDInfo` (train MSE and the frequency-weighted objective) equals its dense brute force:
+      sums of N = 40 terms of size ~10, relative rounding <= N u ~ 5e-15; rtol 1e-12."""
+    d, Xd = _tagged_design()
+    K, eta = 3, 0.05
+    reg = fm_sgd.SGDReg(0.01, 0.02, 0.03)
+    p0 = fm_sgd.init(jax.random.PRNGKey(0), d, K, dtype=np.float64)
+    key = jax.random.PRNGKey(7)
+    new, info = fm_sgd.step(key, p0, d, reg, learning_rate=eta)
+
+    C, Xv = fm_sgd.padded_rows(d)
+    lam = fm_sgd._reg_arrays(reg, d.n_groups, K, np.float64)
+    y, group = jnp.asarray(d.y), jnp.asarray(d.group)
+    p = p0
+    for n in np.asarray(jax.random.permutation(key, d.n_rows)):
+        g0, gw, gV = fm_sgd.instance_gradients(p, C[n:n + 1], Xv[n:n + 1], y[n:n + 1], group, lam)
+        p = fm_sgd.FMParams(p.w0 - eta * g0, p.w - eta * gw, p.V - eta * gV)
+    for a, b in zip(new, p):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-11, atol=1e-11)
+
+    w0, w, V = (np.asarray(a) for a in new)
+    xv = Xd[:, :, None] * V[None]
+    yhat = w0 + Xd @ w + 0.5 * np.sum(xv.sum(1) ** 2 - (xv ** 2).sum(1), axis=-1)
+    np.testing.assert_allclose(fm_sgd.predict(new, d), yhat, rtol=1e-12, atol=1e-12)
+    n_l = (Xd != 0).sum(0)
+    gl = np.asarray(d.group)
+    lw, lv = np.asarray(lam[1])[gl], np.asarray(lam[2])[gl]
+    obj = (np.sum((d.y - yhat) ** 2) + reg.lambda_0 * d.n_rows * w0 ** 2 + np.sum(lw * n_l * w ** 2)
+           + np.sum(lv * n_l[:, None] * V ** 2))
+    np.testing.assert_allclose(float(info.train_mse), np.mean((d.y - yhat) ** 2), rtol=1e-12)
+    np.testing.assert_allclose(float(info.objective), obj, rtol=1e-12)
+
+
+def test_padded_rows_equal_the_dense_rows_sorted_or_not():
+    """`padded_rows` skips the sort for row-sorted nonzeros (issue 28): on a design whose nonzeros are
+    shuffled it must give the same arrays as on the sorted one, and each row must hold that row's
+    nonzeros of the dense X in column order, zero-padded (exact: integers and copied values)."""
+    d, Xd = _tagged_design()
+    C, Xv = fm_sgd.padded_rows(d)
+    perm = np.random.default_rng(0).permutation(d.nnz)
+    shuffled = FMDesign(d.rows[perm], d.cols[perm], d.values[perm], d.y, d.group, d.block, d.order, d.n_rows,
+                        d.n_features, d.n_groups, d.block_ptr, d.group_names)
+    C2, Xv2 = fm_sgd.padded_rows(shuffled)
+    assert C.shape == (d.n_rows, 5) and C.dtype == np.int32 and Xv.dtype == d.values.dtype
+    for n in range(d.n_rows):
+        nz = np.flatnonzero(Xd[n])
+        np.testing.assert_array_equal(C[n, :nz.size], nz)
+        np.testing.assert_array_equal(Xv[n, :nz.size], Xd[n, nz])
+        assert not Xv[n, nz.size:].any()
+        # the stable sort of the shuffled entries keeps their shuffled order within a row
+        assert sorted(zip(C2[n, :nz.size], Xv2[n, :nz.size])) == list(zip(C[n, :nz.size], Xv[n, :nz.size]))
