@@ -44,7 +44,8 @@ DATA = {"t10": ROOT.parent / "shared" / "data" / "baskets" / "T10I4D100K.dat",
 
 def load_split(data: str, max_baskets: int | None, seed: int = 0):
     """(split, label) for a basket file (``data``: a key of DATA or a path); max_baskets None: all."""
-    from validation import implicit_eval, splits
+    from validation.data import splits
+    from validation.evaluation import implicit_eval
 
     path = DATA.get(data, Path(data))
     table, label, is_baskets = implicit_eval.load_implicit_data(str(path), max_baskets=max_baskets, seed=seed)
@@ -203,7 +204,7 @@ def fit_bpr(train, seed=0, K=64, n_epochs=100, name="BPR-uniform"):
     import jax
 
     from custom_inference import bpr
-    from validation.implicit_eval import BPR_DEFAULTS
+    from validation.evaluation.implicit_eval import BPR_DEFAULTS
 
     kw = dict(BPR_DEFAULTS["uniform"])
     kw["n_epochs"] = n_epochs
