@@ -230,7 +230,8 @@ def test_a_solver_without_a_crosscheck_says_why():
     assert cli.main(["crosscheck", "sibm", "--solver", "map"]) == 2
     rows = catalog.evidence_table(["sibm"]).set_index("solver")
     assert rows.loc["map", "NUTS agreement"] == "n/a (point estimate)"
-    assert rows.loc["svi", "NUTS agreement"] == "none (not built)"
+    assert rows.loc["svi", "NUTS agreement"] == "none: " + spec.solver("svi").absent["crosscheck"]
+    assert "batch VB's fixed point" in rows.loc["svi", "NUTS agreement"]
 
 
 def test_a_broken_declaration_fails_loudly():

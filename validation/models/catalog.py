@@ -340,7 +340,7 @@ def _registry_rows(models=None) -> list[dict]:
                 "model": name, "solver": s.name, "method": s.method,
                 "update checks": ", ".join(spec.checks) or "none",
                 "bridge (CustomGibbs)": "n/a (VI)" if vi else _bridge_text(name),
-                "NUTS agreement": "none (not built)" if s.crosscheck is None else (
+                "NUTS agreement": f"none: {s.absent.get('crosscheck', 'not declared')}" if s.crosscheck is None else (
                     (f"stored `{s.reference}`" if s.reference in stored else "re-run only")
                     + (" (VI gap)" if vi else " (within MCSE)")),
                 "SBC": ("yes" if s.name in spec.sbc else "no")
@@ -369,7 +369,7 @@ def evidence_table(models=None) -> pd.DataFrame:
     them from).
 
     A point-estimate solver (``method="point"``: SGD-FM, SIBM MAP) has a row of "n/a (point ...)": no posterior,
-    so no NUTS agreement, SBC or k-hat; a solver whose cross-check is declared absent reads "none (not built)".
+    so no NUTS agreement, SBC or k-hat; a solver whose cross-check is declared absent reads "none: " and the declared reason.
 
     ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
     Raises KeyError for an unknown model; what importing a model's validation module raises propagates.

@@ -828,7 +828,8 @@ MEASURED_VB = {"khat": 1.52, "n_latent": 106, "vsbc_sims": 200, "vsbc_passed": T
 #: natural-gradient steps on sampled cells, so its target is batch VB's q, which is the one cross-checked.
 SVI_ABSENT = {
     "crosscheck": "not built: SVI ascends batch VB's ELBO (002 sec. 3) by sampled-cell natural-gradient steps; "
-                  "batch VB's q (solver 'vb') is the one cross-checked against NUTS",
+                  "batch VB's q (solver 'vb') is the one cross-checked against NUTS, and SVI reaches batch VB's "
+                  "fixed point (tests/validation/test_sibm_validation.py, test_svi_reaches_the_batch_fixed_point_*)",
     "reference": "no cross-check of its own, so no stored NUTS reference",
     "sbc": "not built: VSBC runs batch VB ('vb'), the q SVI targets",
 }
