@@ -439,3 +439,22 @@ def test_second_call_reuses_the_cache_and_sd_false_drops_only_the_sd(name, fitte
     assert prep.point is not None
     I, J = m.shape
     assert 0 < scoring.cache_bytes(m) <= 8 * (I + J) * (prep.K + 1) * len(m.__dict__["_scoring_cache"])
+
+
+def test_recommend_columns_hold_the_models_ids_whatever_form_they_were_asked_in():
+    """`recommend`'s user and item columns are the model's ids (gathered from arrays kept on the model,
+    `scoring._id_arrays`): integer ids stay int64 when a user is asked for as the string "5", string ids
+    keep pandas' string dtype, and a second call (cached arrays) gives the same frame."""
+    rng = np.random.default_rng(1)
+    u, i = np.nonzero(rng.random((12, 9)) < 0.5)
+    df = pd.DataFrame({"user": u + 100, "item": i * 10, "value": rng.integers(1, 4, u.size)})
+    m = api.fit("hpf", df, K=2, seed=0, max_iter=5, n_draws=5, progress=False)
+    rec = m.recommend(["105", 103], N=3, means="q", sd=False)
+    assert rec["user"].dtype == np.int64 and rec["item"].dtype == np.int64, rec.dtypes
+    assert rec["user"].tolist()[:3] == [105] * 3 and set(rec["user"]) == {105, 103}
+    assert set(rec["item"]) <= set(df["item"])
+    pd.testing.assert_frame_equal(rec, m.recommend(["105", 103], N=3, means="q", sd=False))
+    strs = df.assign(user="u" + df["user"].astype(str))
+    ms = api.fit("hpf", strs, K=2, seed=0, max_iter=5, n_draws=5, progress=False)
+    rs = ms.recommend("u105", N=2)
+    assert isinstance(rs["user"].dtype, pd.StringDtype) and rs["user"].tolist() == ["u105"] * len(rs)

@@ -570,8 +570,8 @@ class FittedModel:
         Returns
         -------
         pandas.DataFrame
-            One row per (user, rank): user, rank (1..N), item (original id), score (posterior mean of
-            E[y_ui]), sd (its posterior sd).
+            One row per (user, rank): user (the model's id, in its dtype), rank (1..N), item (original
+            id), score (posterior mean of E[y_ui]), sd (its posterior sd).
 
         Raises
         ------

@@ -376,7 +376,9 @@ def cache_bytes(fitted) -> int:
     kept); a single-draw score (``means="q"``, MAP / SGD fits) keeps its factors as (I, K) and (J, K)
     float64 plus (I,) / (J,) biases: at most 8 ((I + J) (K + 1)) bytes per ``means``; identity-link
     draws keep the (J,) item-bias mean. Not counted: the id lookups (Python dicts of I + J ids, built
-    by `FittedModel._lookup`) and the training CSR the model already holds.
+    by `FittedModel._lookup`), the ids as pandas arrays for the output's columns (`_id_arrays`: an
+    array of I + J references to the same id objects, or a view of integer ids) and the training
+    CSR the model already holds.
     Raises nothing. Source: project addition (issue 24).
     """
     return int(sum(p.owned_bytes for p in fitted.__dict__.get("_scoring_cache", {}).values()))
@@ -568,8 +570,9 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
     estimate of that number (sd / sqrt(S) apart). The sd is always over the draws.
     sd : compute the ``sd`` column (default True); False skips the pass over the draws for the chosen
     items and returns no ``sd`` column.
-    Returns a DataFrame, one row per (user, rank), users in the order given: user, rank (int, 1..n),
-    item (original id), score (float, posterior mean of E[y_ui] as ``means`` says, in the units
+    Returns a DataFrame, one row per (user, rank), users in the order given: user (the model's id of the
+    user asked for, in the model's id dtype: "5" asked of a model with integer ids gives 5), rank (int,
+    1..n), item (original id), score (float, posterior mean of E[y_ui] as ``means`` says, in the units
     of the fitted values), sd (float, its posterior sd over the draws, ddof 1; 0 with one draw);
     n = min(N, number of items with a finite score, seen items excluded when asked). Items are
     ordered by score descending, ties by their position in ``fitted.item_ids``.
@@ -646,7 +649,7 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
             sds = _pair_stats(form, fitted, post, attrs, pr, pc, pair_m, block, want="sd",
                               norm=None if norm is None else (norm, pb))["sd"]
         parts.append((start + pb, pc, scores, sds))
-    return _table_arrays(users, fitted.item_ids, parts, sd)
+    return _table_arrays(fitted, rows, parts, sd)
 
 
 #: Users per step of `_chosen_sd` (the gathered (S, u, N, K) item factors stay in cache; 4-16 were the
@@ -693,9 +696,21 @@ def _chosen_sd(form: LinearScore, rows: np.ndarray, chosen: list, max_bytes: int
     return out
 
 
-def _table_arrays(users: list, item_ids: np.ndarray, parts: list, sd: bool) -> pd.DataFrame:
-    """The (user, rank, item, score[, sd]) DataFrame of `recommend` from its chunks' arrays, with the
-    column dtypes pandas infers from the ids (as `_table` gives from tuples)."""
+def _id_arrays(fitted) -> tuple:
+    """(user ids, item ids) of ``fitted`` as the pandas arrays a DataFrame column of them holds (dtype
+    inferred once, as pandas infers it from the ids: a string dtype for str ids, int64 for integers),
+    kept on ``fitted`` so that each `recommend` call only gathers (``take``) instead of re-inferring."""
+    hit = fitted.__dict__.get("_id_arrays")
+    if hit is None or hit[0] is not fitted.user_ids or hit[1] is not fitted.item_ids:
+        hit = (fitted.user_ids, fitted.item_ids, pd.Series(np.asarray(fitted.user_ids)).array,
+               pd.Series(np.asarray(fitted.item_ids)).array)
+        fitted.__dict__["_id_arrays"] = hit
+    return hit[2], hit[3]
+
+
+def _table_arrays(fitted, rows: np.ndarray, parts: list, sd: bool) -> pd.DataFrame:
+    """The (user, rank, item, score[, sd]) DataFrame of `recommend` from its chunks' arrays: user and
+    item are the model's ids (`_id_arrays`) of the positions ``rows`` (U,) and of the chosen items."""
     cols = ["user", "rank", "item", "score"] + (["sd"] if sd else [])
     pos = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
     if pos.size == 0:
@@ -704,12 +719,12 @@ def _table_arrays(users: list, item_ids: np.ndarray, parts: list, sd: bool) -> p
     first = np.r_[True, pos[1:] != pos[:-1]]  # users come in order, each user's items contiguous
     starts = np.flatnonzero(first)
     rank = np.arange(1, pos.size + 1) - np.repeat(starts, np.diff(np.r_[starts, pos.size]))
-    uid = pd.Series(users).to_numpy()  # pandas' inference of the ids' dtype, as from a list
-    data = {"user": uid[pos], "rank": rank.astype(np.int64), "item": np.asarray(item_ids)[pc],
+    user_ids, item_ids = _id_arrays(fitted)
+    data = {"user": user_ids.take(rows[pos]), "rank": rank.astype(np.int64), "item": item_ids.take(pc),
             "score": np.concatenate([p[2] for p in parts])}
     if sd:
         data["sd"] = np.concatenate([p[3] for p in parts])
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)
 
 
 def iter_item_scores(fitted, rows, *, means: str = "draws", max_bytes: int = MAX_BYTES):
