@@ -381,10 +381,12 @@ def test_save_and_load_round_trip(tmp_path):
 @pytest.mark.parametrize("name", REFERENCES)
 def test_regenerated_reference_agrees_with_the_stored_one(name, tmp_path):
     """NUTS re-run on the problem: same key, gates pass, and every compared posterior mean agrees with the
-    stored one within Monte Carlo error (`references.agreement`: Bonferroni, 1% false alarm per group)."""
+    stored one within Monte Carlo error (`references.agreement`: Bonferroni, 1% false alarm per group).
+    The same key: `ProblemKey.differences` (float data within its tolerance: never bits, which differ
+    across CPUs; a dataclass ``==`` of keys holding arrays cannot even be evaluated)."""
     stored = references.load_reference(name)
     fresh = catalog.regenerate_reference(name, directory=tmp_path)
-    assert fresh.key == stored.key
+    assert fresh.key.differences(stored.key) == []
     assert fresh.gates().passed, fresh.gates().failures
     table = references.agreement(fresh, stored)
     assert table.passed.all(), table
