@@ -64,9 +64,9 @@ def counts(n_users: int, n_items: int, nnz: int, seed: int = 0):
 
 def old_recommend(m, users, N=10, batch_cells=20_000_000):
     """`FittedModel.recommend` before issue 24, with the einsum `_dot` of that time (for timing only)."""
-    from validation.frontdoor import api
+    from validation.frontdoor import tables
 
-    post = api._posterior(m.idata)
+    post = tables._posterior(m.idata)
     attrs = dict(m.idata.posterior.attrs)
 
     def draw_means(r, c):  # _hpf_mean with the old _dot: two (S, M, K) gathers

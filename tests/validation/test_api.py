@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from validation.frontdoor import api
+from validation.frontdoor import api, tables
 
 # small, fast settings per model (the defaults are for real data)
 FAST = {
@@ -90,7 +90,7 @@ def test_resume_equals_uninterrupted(name, ratings, tmp_path):
         _fit(name, ratings, resume_from=ckpt, checkpoint_every=1, _stop_after=2)
     assert (ckpt / f"{name}.npz").exists()
     resumed = _fit(name, ratings, resume_from=ckpt, checkpoint_every=1)
-    a, b = api._posterior(full.idata), api._posterior(resumed.idata)
+    a, b = tables._posterior(full.idata), tables._posterior(resumed.idata)
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import scipy.stats as st
 
-from validation.frontdoor import api, api_arviz, api_models
+from validation.frontdoor import api, api_arviz, api_models, tables
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
@@ -199,7 +199,7 @@ def test_point_estimate_is_one_draw_said_so_and_its_observation_interval_is_the_
     assert d.log_likelihood["y"].shape == (1, 1, len(df)) and "point estimate" in d.log_likelihood.attrs["draws"]
     assert "plug-in" in d.log_likelihood.attrs["terms"]
     p = m.predict([("r0", "m0"), ("r1", "m3")], kind="observation")
-    prec = api_models.plug_in_precision(m, api._posterior(m.idata), dict(m.idata.posterior.attrs))
+    prec = api_models.plug_in_precision(m, tables._posterior(m.idata), dict(m.idata.posterior.attrs))
     # 1000 draws of N(mean, 1/prec): the 90% interval is 2 * 1.645 / sqrt(prec) within a few % (MC sd of a
     # 5% / 95% quantile of 1000 normal draws ~ 0.07 sd each)
     np.testing.assert_allclose(p["upper"] - p["lower"], 2 * 1.6449 / np.sqrt(prec), rtol=0.12)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from custom_inference import base, vi_driver
-from validation.frontdoor import api
+from validation.frontdoor import api, tables
 
 COLS = dict(user_col="reader", item_col="book", value_col="stars")
 
@@ -205,7 +205,7 @@ def test_an_interrupted_fit_resumes_bit_for_bit_and_says_so(name, opts, ratings,
     total = 6 if name == "hpf" else 4 + 8
     assert f"resuming from {'iteration' if name == 'hpf' else 'unit'} {done} of {total}" in err
     assert resumed.summary()["iterations"]["resumed_from"] == done
-    a, b = api._posterior(full.idata), api._posterior(resumed.idata)
+    a, b = tables._posterior(full.idata), tables._posterior(resumed.idata)
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -266,7 +266,7 @@ def test_a_signal_stops_a_sampler_at_a_consistent_checkpoint(ratings, tmp_path):
         warnings.simplefilter("ignore", UserWarning)
         resumed = api.fit("hpf-gibbs", ratings, resume_from=tmp_path, checkpoint_every=3, **kw)
         full = api.fit("hpf-gibbs", ratings, **kw)
-    np.testing.assert_array_equal(api._posterior(resumed.idata)["theta"], api._posterior(full.idata)["theta"])
+    np.testing.assert_array_equal(tables._posterior(resumed.idata)["theta"], tables._posterior(full.idata)["theta"])
 
 
 def test_a_signal_between_checkpoints_checkpoints_the_block_just_run(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 from validation.data.loaders import ratings_from_scipy
-from validation.frontdoor import api
+from validation.frontdoor import adapters, api
 
 
 class SolverReached(AssertionError):
@@ -25,7 +25,7 @@ class SolverReached(AssertionError):
 
 @pytest.fixture
 def stub(monkeypatch):
-    api._ensure_adapters()
+    adapters._ensure_adapters()
 
     def run(key, obs, K, **options):
         raise SolverReached("the solver was called; the input should have been refused first")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from validation.frontdoor import api, api_models, scoring
+from validation.frontdoor import api, api_models, scoring, tables
 
 jax.config.update("jax_enable_x64", True)
 
@@ -60,7 +60,7 @@ def fitted(request):
 
 
 def _draws(m, rows, cols):
-    post = api._posterior(m.idata)
+    post = tables._posterior(m.idata)
     return np.asarray(m.adapter.mean(post, rows, cols, dict(m.idata.posterior.attrs)), dtype=np.float64)
 
 

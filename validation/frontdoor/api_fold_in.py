@@ -3,7 +3,7 @@ global parameters) held fixed, without refitting. One function per model, named 
 declaration (``ModelAdapter.fold_in`` in `validation.frontdoor.api_models`: the only place that says which model
 folds in how; an adapter without one declares the reason there instead; no table here names a model, and
 ``tests/validation/test_registry.py`` checks that every function below is some adapter's), called by `validation.frontdoor.api.FittedModel.fold_in` as
-``fold_in(fitted, obs) -> {group: {variable: new-user part}}`` (`validation.frontdoor.api._extend_users`
+``fold_in(fitted, obs) -> {group: {variable: new-user part}}`` (`validation.frontdoor.fitted._extend_users`
 appends the parts: on the ``user`` axis, or on the ``feature`` axis after the fitted users for the
 factorization machines' one-hot ids design).
 
@@ -37,7 +37,7 @@ def hpf(fitted, obs):
     (`custom_inference.hpf.fold_in`; seed 001's user updates), then as many draws from q as the
     fitted posterior holds (the means of q when it holds the means). Returns the new-user parts of
     the ``posterior`` (theta (chain, draw, I_new, K), xi (chain, draw, I_new)) and
-    ``variational_parameters`` groups (see `validation.frontdoor.api._extend_users`), float64.
+    ``variational_parameters`` groups (see `validation.frontdoor.fitted._extend_users`), float64.
     Raises KeyError when the posterior attrs lack the fit's ``hyper_*`` fields, and what
     `hpf.state_from_inference_data` / `hpf.fold_in` raise.
     Source: 001_30a2018ec18c20b9.txt (the CAVI user updates); the fold-in is a project addition."""
@@ -83,7 +83,7 @@ def _fold_in_per_draw(fitted, new_users, frozen_vars, *, salt: int = 2):
     approximation; for a copy of a fitted user it is exactly that user's posterior marginal). Keys:
     one stream per fold-in, from the fit's seed and the number of users before it. Runs in float64
     under `jax.lax.map` in batches of `FOLD_IN_DRAW_BATCH` draws. Returns {"posterior": {...}} for
-    `validation.frontdoor.api._extend_users`. Raises ValueError when the posterior lacks one of ``frozen_vars``
+    `validation.frontdoor.fitted._extend_users`. Raises ValueError when the posterior lacks one of ``frozen_vars``
     (an artifact saved before they were kept: refit)."""
     import jax
 
@@ -653,7 +653,7 @@ def pfm(fitted, obs):
     frozen = ("w0", "w", "V", "delta") + (("r",) if npfm else ())
     _require(fitted, "posterior", frozen)
     h = _hyper_from_attrs(PFMHyper, post.attrs)
-    I, I_new, J = _n_fit_users(fitted), obs.n_rows, obs.n_cols
+    I, I_new = _n_fit_users(fitted), obs.n_rows
     with jax.enable_x64(True):
         data = jax.tree_util.tree_map(jnp.asarray, P.PFMData.from_matrix(obs, zeros="all"))
     D, T = data.n_features, max(int(data.n_units), 1)

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from validation.checks.registry import MissingDeclaration, part_problems
 from validation.frontdoor import api_fold_in as fold
-from validation.frontdoor.api import ADAPTERS, Adapter, _register
+from validation.frontdoor.adapters import ADAPTERS, Adapter, _register
 from validation.frontdoor.scoring import LinearScore
 
 __all__ = ["ADAPTER_PARTS", "ModelAdapter", "Likelihood", "likelihood_of", "adapter_problems", "log_likelihood",

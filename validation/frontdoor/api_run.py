@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:  # annotations only: this module never imports the front door at run time
-    from validation.frontdoor.api import Adapter, FittedModel
+    from validation.frontdoor.adapters import Adapter
+    from validation.frontdoor.fitted import FittedModel
 
 
 # -- options, the run fingerprint, the run summary (issue 24) --------------------------------------

@@ -328,12 +328,13 @@ def _prepared(fitted, means: str) -> _Prepared:
     if hit is not None and hit.idata is fitted.idata:
         return hit
     if means == "draws":
-        from validation.frontdoor import api
+        from validation.frontdoor.adapters import _ensure_adapters
+        from validation.frontdoor.tables import _posterior
 
-        api._ensure_adapters()
+        _ensure_adapters()
         from validation.frontdoor.api_models import SCORE_FORMS
 
-        post = api._posterior(fitted.idata)
+        post = _posterior(fitted.idata)
         attrs = dict(fitted.idata.posterior.attrs)
         maker = SCORE_FORMS.get(fitted.adapter.mean)
         form = maker(post, attrs) if maker is not None else None
