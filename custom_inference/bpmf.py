@@ -169,8 +169,8 @@ class NWPosterior(NamedTuple):
     ------
     None of its own (a NamedTuple).
 
-    Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the conjugate posterior, module
-    docstring).
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the Normal-Wishart prior; its conjugate
+    posterior is derived in the module docstring).
     """
 
     mu: jax.Array

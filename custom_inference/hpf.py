@@ -814,14 +814,15 @@ def save_state(state: HPFState, path: str | Path, **meta) -> Path:
     state : HPFState
         Stored as it is (shapes and dtypes kept).
     path : str or pathlib.Path
-        The ``.npz`` file (numpy appends ``.npz`` when missing); its folder is created.
+        The file, a name ending in ``.npz``; its folder is created. (numpy appends ``.npz`` to a
+        name without it, and the returned path then names a file that does not exist.)
     **meta : scalar
         Metadata stored as ``meta_<name>``.
 
     Returns
     -------
     pathlib.Path
-        ``path``.
+        ``path`` as given.
 
     Raises
     ------
