@@ -98,7 +98,29 @@ BPMF_DIMS = {
 
 
 class BPMFState(NamedTuple):
-    """Current draws: U (I, K), V (J, K), mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K); float32/64."""
+    """Current draws of one chain (float32 or float64), a NamedTuple (a JAX pytree).
+
+    Parameters
+    ----------
+    U : jax.Array, shape (I, K), float
+        User factors.
+    V : jax.Array, shape (J, K), float
+        Item factors.
+    mu_U : jax.Array, shape (K,), float
+        Mean of the user factors' prior.
+    Lambda_U : jax.Array, shape (K, K), float
+        Precision of the user factors' prior (symmetric positive definite).
+    mu_V : jax.Array, shape (K,), float
+        Mean of the item factors' prior.
+    Lambda_V : jax.Array, shape (K, K), float
+        Precision of the item factors' prior.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.15) (the model's parameters).
+    """
 
     U: jax.Array
     V: jax.Array
@@ -109,15 +131,47 @@ class BPMFState(NamedTuple):
 
 
 class BPMFInfo(NamedTuple):
-    """``log_joint``: log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) of the state the sweep
-    *returns*; ``gauge_accept``: acceptance rate of the sweep's gauge moves (0 when off)."""
+    """Per-sweep diagnostics of `step`, of the state the sweep returns.
+
+    Parameters
+    ----------
+    log_joint : jax.Array, shape (), float
+        log p(r, U, V, mu_U, Lambda_U, mu_V, Lambda_V) (`log_joint`).
+    gauge_accept : jax.Array, shape (), float
+        Acceptance rate of the sweep's gauge moves (0 when off).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     log_joint: jax.Array
     gauge_accept: jax.Array
 
 
 class NWPosterior(NamedTuple):
-    """Normal-Wishart parameters: mu (K,), beta (), W_inv (K, K) (inverse scale), nu ()."""
+    """Normal-Wishart parameters N(mu | mu, (beta Lambda)^-1) W(Lambda | W_inv^-1, nu), a NamedTuple.
+
+    Parameters
+    ----------
+    mu : jax.Array, shape (K,), float
+        Mean of mu.
+    beta : jax.Array, shape (), float
+        Precision multiplier of mu.
+    W_inv : jax.Array, shape (K, K), float
+        Inverse Wishart scale (symmetric positive definite).
+    nu : jax.Array, shape (), float
+        Wishart degrees of freedom (> K - 1).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the Normal-Wishart prior; its conjugate
+    posterior is derived in the module docstring).
+    """
 
     mu: jax.Array
     beta: jax.Array
@@ -132,11 +186,28 @@ class NWPosterior(NamedTuple):
 def check_hyper(hyper, n_components: int) -> None:
     """Raise ValueError naming the field if ``hyper`` is unusable for K = ``n_components``.
 
-    alpha, beta0 > 0; nu0 None or > K - 1; W0 a positive scalar or a symmetric positive
-    definite (K, K) matrix; mu0 a scalar or a (K,) vector.
+    Parameters
+    ----------
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        Needs alpha, beta0 > 0 (scalars); nu0 None or > K - 1; W0 a positive scalar or a symmetric
+        positive definite (K, K) matrix; mu0 a scalar or a (K,) vector.
+    n_components : int >= 1
+        K.
 
-    A ``hyper`` that lacks one of the fields raises AttributeError; a non-numeric field raises
-    TypeError or ValueError (from ``float``).
+    Returns
+    -------
+    None
+        Returns only when ``hyper`` is usable.
+
+    Raises
+    ------
+    ValueError
+        Naming the field that breaks a constraint above, or K < 1.
+    AttributeError
+        Not of its own: ``hyper`` lacks one of the fields.
+    TypeError
+        Not of its own: a non-numeric field or K (from ``float`` / ``int``; ValueError for a
+        non-numeric string).
 
     Source: project addition (the constraints of the Gaussian-Wishart prior of
     ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15)).
@@ -172,9 +243,22 @@ def default_chunk_size(n_components: int, budget_bytes: int = 1 << 25) -> int:
     """Entries per chunk such that the chunk's (C, K, K) outer products take ~``budget_bytes``
     in float64 (32 MiB by default): C = max(64, budget / (8 K^2)).
 
-    ``n_components``: int K >= 1; ``budget_bytes``: int. Returns a Python int.
+    Parameters
+    ----------
+    n_components : int >= 1
+        K.
+    budget_bytes : int, default 2**25 (32 MiB)
+        Memory of one chunk's outer products, in bytes.
 
-    Raises nothing of its own (K = 0 raises ZeroDivisionError).
+    Returns
+    -------
+    int
+        Entries per chunk, a Python int >= 64.
+
+    Raises
+    ------
+    ZeroDivisionError
+        Not of its own: for K = 0.
 
     Source: project addition.
     """
@@ -188,12 +272,26 @@ def default_chunk_size(n_components: int, budget_bytes: int = 1 << 25) -> int:
 def normal_wishart_posterior(X, hyper) -> NWPosterior:
     """Normal-Wishart posterior of (mu, Lambda) given the factor rows X (n, K) (module docstring).
 
+    Parameters
+    ----------
+    X : jax.Array, shape (n, K), float
+        The factor rows (U or V).
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        BPMF hyperparameters: fields alpha, mu0 (scalar or (K,)), beta0, nu0 (None: K), W0 (scalar
+        or (K, K)) (module docstring).
+
+    Returns
+    -------
+    NWPosterior
+        mu (K,), beta (), W_inv (K, K), nu () of X's dtype.
+
+    Raises
+    ------
+    ValueError
+        Not of its own (no value checks; validate ``hyper`` with `check_hyper`): an ``X`` that is
+        not 2-D (unpacking its shape).
+
     Source: Salakhutdinov & Mnih (2008) eq. (14); seed 004 eq. (2.14)-(2.15) with (2.12)-(2.13).
-
-    ``X``: float (n, K); returns NWPosterior with mu (K,), beta (), W_inv (K, K), nu () of X's dtype.
-
-    Raises nothing of its own (no value checks; validate ``hyper`` with `check_hyper`); an ``X``
-    that is not 2-D raises ValueError (unpacking its shape).
     """
     n, k = X.shape
     _, mu0, beta0, nu0, _, w0_inv = _resolved(hyper, k, X.dtype)
@@ -213,10 +311,23 @@ def sample_wishart(key, W_inv, nu):
     A_kl ~ N(0, 1) below the diagonal, so A A^T ~ W(I, nu); with W_inv = C C^T (Cholesky),
     L = C^-T satisfies L L^T = W and Lambda = L A A^T L^T ~ W(W, nu).
 
-    ``key``: PRNG key; ``W_inv``: float (K, K) symmetric positive definite; ``nu``: float scalar.
-    Returns float (K, K), dtype of ``W_inv``.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    W_inv : jax.Array, shape (K, K), float
+        The inverse scale, symmetric positive definite.
+    nu : float or jax.Array, shape ()
+        Degrees of freedom, > K - 1.
 
-    Raises nothing of its own (no checks: traced code; a W_inv that is not positive definite gives
+    Returns
+    -------
+    jax.Array, shape (K, K), dtype of ``W_inv``
+        Lambda, symmetrized.
+
+    Raises
+    ------
+    None of its own (no checks: traced code; a W_inv that is not positive definite gives
     NaN, not an error).
 
     Source: project addition (Bartlett decomposition), for the Wishart draws of
@@ -237,10 +348,23 @@ def sample_wishart(key, W_inv, nu):
 def sample_normal_wishart(key, post: NWPosterior):
     """(mu, Lambda) ~ N(mu | post.mu, (post.beta Lambda)^-1) W(Lambda | post.W_inv^-1, post.nu).
 
-    ``post``: NWPosterior (mu (K,), beta (), W_inv (K, K), nu ()). Returns mu (K,) and Lambda
-    (K, K), dtype of ``post.mu``.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    post : NWPosterior
+        mu (K,), beta (), W_inv (K, K), nu ().
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    mu : jax.Array, shape (K,), dtype of ``post.mu``
+        The drawn mean.
+    Lambda : jax.Array, shape (K, K), same dtype
+        The drawn precision.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the conjugate posterior, module
     docstring; Salakhutdinov & Mnih 2008 eq. 14).
@@ -266,14 +390,34 @@ def entry_stats(targets, sources, values, other, n_targets: int, chunk_size: int
 
     For the u_i update: targets = rows, sources = cols, other = V (J, K). The N entries are
     processed ``chunk_size`` at a time under ``lax.scan`` (padding entries carry weight 0), so
-    at most a (chunk_size, K, K) array of outer products exists. Returns gram (n_targets, K, K)
-    and rhs (n_targets, K), dtype of ``other``. O(N K^2) work.
+    at most a (chunk_size, K, K) array of outer products exists. O(N K^2) work.
 
-    Shapes: ``targets``, ``sources`` int (N,); ``values`` float (N,); ``other`` float (n_other, K);
-    ``n_targets``, ``chunk_size`` ints.
+    Parameters
+    ----------
+    targets : jax.Array, shape (N,), int
+        The row summed into, in [0, n_targets).
+    sources : jax.Array, shape (N,), int
+        The row of ``other`` of each entry.
+    values : jax.Array, shape (N,), float
+        The rating r_e of each entry.
+    other : jax.Array, shape (n_other, K), float
+        The other side's factors.
+    n_targets : int
+        Rows of the output.
+    chunk_size : int >= 1
+        Entries per chunk (capped at N).
 
-    Raises nothing of its own (no index checks: traced code); N = 0 entries raises
-    ZeroDivisionError (zero chunk length).
+    Returns
+    -------
+    gram : jax.Array, shape (n_targets, K, K), dtype of ``other``
+        sum x_e x_e^T per target.
+    rhs : jax.Array, shape (n_targets, K), dtype of ``other``
+        sum r_e x_e per target.
+
+    Raises
+    ------
+    ZeroDivisionError
+        Not of its own (no index checks: traced code): N = 0 entries (zero chunk length).
 
     Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the sums of the factor conditionals, module
     docstring; chunking: project addition).
@@ -304,10 +448,29 @@ def factor_conditional(gram, rhs, mu, Lambda, alpha):
     """Natural parameters of the factor rows' conditional: precision P (n, K, K) = Lambda +
     alpha gram, and h (n, K) = Lambda mu + alpha rhs (module docstring; S&M 2008 eqs. 12-13).
 
-    Shapes: ``gram`` (n, K, K), ``rhs`` (n, K), ``mu`` (K,), ``Lambda`` (K, K), ``alpha`` scalar;
-    float, outputs of their dtype.
+    Parameters
+    ----------
+    gram : jax.Array, shape (n, K, K), float
+        sum_{j in Omega_i} v_j v_j^T per row (`entry_stats`).
+    rhs : jax.Array, shape (n, K), float
+        sum_{j in Omega_i} r_ij v_j per row.
+    mu : jax.Array, shape (K,), float
+        The prior mean (mu_U or mu_V).
+    Lambda : jax.Array, shape (K, K), float
+        The prior precision.
+    alpha : float or jax.Array, shape ()
+        The observation precision.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    precision : jax.Array, shape (n, K, K), the inputs' dtype
+        P = Lambda + alpha gram.
+    h : jax.Array, shape (n, K), the inputs' dtype
+        Lambda mu + alpha rhs.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.13) (conditional derived in the
     module docstring).
@@ -320,9 +483,23 @@ def sample_factor_rows(key, precision, h):
 
     x = L^-T (L^-1 h + z) with P = L L^T, z ~ N(0, I): mean P^-1 h, covariance L^-T L^-1 = P^-1.
 
-    Returns float (n, K), dtype of ``h``.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    precision : jax.Array, shape (n, K, K), float
+        P_n, symmetric positive definite.
+    h : jax.Array, shape (n, K), float
+        P_n times the mean.
 
-    Raises nothing of its own (no checks: traced code; a precision that is not positive definite
+    Returns
+    -------
+    jax.Array, shape (n, K), dtype of ``h``
+        One draw per row.
+
+    Raises
+    ------
+    None of its own (no checks: traced code; a precision that is not positive definite
     gives NaN).
 
     Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the Gaussian factor conditionals, module
@@ -345,11 +522,29 @@ def pair_order(data: Observations, K: int, *, dtype=None, block_bytes: int = row
     items and for the users unless the entries are row-major), instead of two argsorts inside
     every sweep.
 
-    data : Observations (I, J) (numpy or jax leaves); K : int; dtype : the state's float dtype
-    (default that of ``data.values``); block_bytes : int >= 1, memory bound of one block's
-    (B, K, K) arrays; row_block : None, int or (users, items), overrides the bound
-    (`row_blocks.block_sizes`).
-    Returns `row_blocks.PairOrder`. Raises ValueError from `row_blocks.block_sizes`.
+    Parameters
+    ----------
+    data : Observations, shape (I, J)
+        N entries (numpy or jax leaves).
+    K : int
+        The latent dimension.
+    dtype : numpy dtype, keyword-only, optional
+        The state's float dtype (default that of ``data.values``).
+    block_bytes : int >= 1, keyword-only, default `row_blocks.DEFAULT_BLOCK_BYTES`
+        Memory bound of one block's (B, K, K) arrays.
+    row_block : None, int or pair (users, items), keyword-only
+        Overrides the bound (`row_blocks.block_sizes`).
+
+    Returns
+    -------
+    row_blocks.PairOrder
+        The order to pass to `step` as ``order=``.
+
+    Raises
+    ------
+    ValueError
+        From `row_blocks.block_sizes` (a bad ``block_bytes`` or ``row_block``).
+
     Source: project addition (issue 28).
     """
     dtype = np.dtype(dtype or np.asarray(data.values[:1]).dtype)
@@ -388,12 +583,32 @@ def init(key, data: Observations, K: int, hyper, *, dtype=jnp.float64, scale: fl
     u_i . v_j starts at O(K^-1/2)); mu = mu0 and Lambda = nu0 W0 (the prior means; the
     first sweep redraws them from U and V). Different keys give different starts.
 
-    key : PRNG key; data : Observations (only n_rows, n_cols are read); K : int >= 1;
-    hyper : BPMF hyperparameters; dtype : state dtype; scale : sd of U, V (default K^-1/2).
-    Returns BPMFState: U (I, K), V (J, K), mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K).
-    Source: project addition (starting point).
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    data : Observations, shape (I, J)
+        Only ``n_rows`` and ``n_cols`` are read.
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        BPMF hyperparameters: fields alpha, mu0 (scalar or (K,)), beta0, nu0 (None: K), W0 (scalar
+        or (K, K)) (module docstring).
+    dtype : numpy dtype, keyword-only, default float64
+        The state's float dtype.
+    scale : float, keyword-only, optional
+        Standard deviation of U, V (default K^-1/2).
 
-    Raises nothing of its own (no value checks; validate ``hyper`` with `check_hyper`).
+    Returns
+    -------
+    BPMFState
+        U (I, K), V (J, K), mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K), of ``dtype``.
+
+    Raises
+    ------
+    None of its own (no value checks; validate ``hyper`` with `check_hyper`).
+
+    Source: project addition (starting point).
     """
     k = int(K)
     scale = k ** -0.5 if scale is None else scale
@@ -442,10 +657,26 @@ def log_joint(state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     (the density of `ppl_models.bpmf.model` with respect to Lebesgue measure on the
     symmetric matrices' lower triangles). O(N K + (I + J) K^2 + K^3).
 
-    Shapes: ``state`` BPMFState (U (I, K), V (J, K), mu (K,), Lambda (K, K)); ``data``
-    Observations of N ratings, shape (I, J). Returns a scalar of the state's dtype.
+    Parameters
+    ----------
+    state : BPMFState
+        U (I, K), V (J, K), mu (K,), Lambda (K, K).
+    data : Observations, shape (I, J)
+        The N ratings.
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        BPMF hyperparameters: fields alpha, mu0 (scalar or (K,)), beta0, nu0 (None: K), W0 (scalar
+        or (K, K)) (module docstring).
+    chunk_size : int, optional
+        Entries per chunk of the residual sum (default `default_chunk_size`).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (), the state's dtype
+        The log joint in nats.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.15).
     """
@@ -462,7 +693,25 @@ def log_joint(state: BPMFState, data: Observations, hyper, chunk_size: int | Non
 
 
 class GaugeHyper(NamedTuple):
-    """The hyperparameters a gauge move changes: mu_U (K,), Lambda_U (K, K), mu_V (K,), Lambda_V (K, K)."""
+    """The hyperparameters a gauge move changes, a NamedTuple (a JAX pytree).
+
+    Parameters
+    ----------
+    mu_U : jax.Array, shape (K,), float
+        Mean of the user factors' prior.
+    Lambda_U : jax.Array, shape (K, K), float
+        Precision of the user factors' prior.
+    mu_V : jax.Array, shape (K,), float
+        Mean of the item factors' prior.
+    Lambda_V : jax.Array, shape (K, K), float
+        Precision of the item factors' prior.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (see `gauge_log_density`).
+    """
 
     mu_U: jax.Array
     Lambda_U: jax.Array
@@ -488,12 +737,23 @@ def gauge_log_density(hyper):
                       - beta0/2 (mu_U' - mu0)^T Lambda_U' (mu_U' - mu0) - (same for V),
 
     O(K^2). Checked against `log_joint` plus a ``jax.jacfwd`` Jacobian in
-    `validation.models.bpmf.gauge_check`. Returns a function (GaugeHyper, A) -> scalar (traceable).
+    `validation.models.bpmf.gauge_check`.
 
-    ``hyper``: BPMF hyperparameters. The returned function takes GaugeHyper (mu (K,), Lambda (K, K))
-    and A (K, K), float.
+    Parameters
+    ----------
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        BPMF hyperparameters: fields alpha, mu0 (scalar or (K,)), beta0, nu0 (None: K), W0 (scalar
+        or (K, K)) (module docstring).
 
-    Raises nothing of its own.
+    Returns
+    -------
+    callable
+        ``log_density(h, A) -> jax.Array`` of shape () (traceable): ``h`` a `GaugeHyper` (mu (K,),
+        Lambda (K, K)), ``A`` (K, K) float (unused: the target depends on h only).
+
+    Raises
+    ------
+    None of its own.
 
     Source: project addition (the gauge move of `custom_inference.gauge`; derivation above).
     """
@@ -515,10 +775,25 @@ def gauge_act(h: GaugeHyper, k, l, z) -> GaugeHyper:
     k == l: G scales column k by c = e^z; k != l: G = I + z e_k e_l^T (column l += z column k).
     mu_U <- G^T mu_U, Lambda_U <- G^-1 Lambda_U G^-T, mu_V <- G^-1 mu_V, Lambda_V <- G^T Lambda_V G.
 
-    Shapes: ``h`` GaugeHyper (mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K)); ``k``, ``l`` int scalars;
-    ``z`` float scalar. Returns a GaugeHyper of the same shapes and dtype.
+    Parameters
+    ----------
+    h : GaugeHyper
+        mu_U, mu_V (K,), Lambda_U, Lambda_V (K, K), float.
+    k : jax.Array, shape (), int
+        First index of the generator.
+    l : jax.Array, shape (), int
+        Second index (``l == k``: a scaling).
+    z : jax.Array, shape (), float
+        The generator's size.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    GaugeHyper
+        The same shapes and dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (see `gauge_log_density`).
     """
@@ -539,9 +814,21 @@ def apply_gauge(state: BPMFState, A) -> BPMFState:
     """T_A of `gauge_log_density` applied to the whole state, A (K, K) invertible; O((I + J) K^2 + K^3).
     All predictions u_i . v_j are unchanged.
 
-    Returns a BPMFState of the same shapes and dtype.
+    Parameters
+    ----------
+    state : BPMFState
+        The current draws.
+    A : jax.Array, shape (K, K), float
+        An invertible group element (from `custom_inference.gauge.gauge_walk`).
 
-    Raises nothing of its own (a singular A gives inf/NaN, not an error).
+    Returns
+    -------
+    BPMFState
+        The same shapes and dtype.
+
+    Raises
+    ------
+    None of its own (a singular A gives inf/NaN, not an error).
 
     Source: project addition (see `gauge_log_density`).
     """
@@ -563,21 +850,41 @@ def step(key, state: BPMFState, data: Observations, hyper, chunk_size: int | Non
     O(rounds K^3 + (I + J) K^2) and fix the slow mixing of the factor scales that SBC finds,
     see `validation.models.bpmf`).
 
+    Each block is drawn exactly from its complete conditional and each gauge move is a
+    Metropolis-Hastings step, so the sweep leaves the posterior invariant.
+
     Parameters
     ----------
-    key : PRNG key; state : BPMFState; data : Observations (kind "real"; values any float);
-    hyper : BPMF hyperparameters (see module docstring); chunk_size : entries per chunk of the
-    O(N K^2) sums (static; default `default_chunk_size`); gauge_rounds : int >= 0 (static);
-    row_block : None, int or (users, items) pair, rows per block of the factor draws (static;
-    None: the memory bound `row_blocks.DEFAULT_BLOCK_BYTES`); order : `pair_order` of ``data``
-    (None: built inside the trace, two O(N log N) argsorts per sweep; its block sizes then
-    override ``row_block``).
+    key : jax.Array
+        A jax PRNG key.
+    state : BPMFState
+        The current draws.
+    data : Observations, shape (I, J)
+        Kind "real"; values any float.
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        BPMF hyperparameters: fields alpha, mu0 (scalar or (K,)), beta0, nu0 (None: K), W0 (scalar
+        or (K, K)) (module docstring).
+    chunk_size : int, optional
+        Entries per chunk of the O(N K^2) sums (static; default `default_chunk_size`).
+    gauge_rounds : int >= 0, default 5
+        Rounds of gauge moves (static).
+    row_block : None, int or pair (users, items), keyword-only
+        Rows per block of the factor draws (static; None: the memory bound
+        `row_blocks.DEFAULT_BLOCK_BYTES`).
+    order : row_blocks.PairOrder, keyword-only, optional
+        `pair_order` of ``data`` (None: built inside the trace, two O(N log N) argsorts per sweep;
+        its block sizes then override ``row_block``).
 
-    Returns (new state, BPMFInfo of the new state). Each block is drawn exactly from its
-    complete conditional and each gauge move is a Metropolis-Hastings step, so the sweep
-    leaves the posterior invariant.
+    Returns
+    -------
+    state : BPMFState
+        The new state.
+    info : BPMFInfo
+        Of the new state.
 
-    Raises nothing of its own (jitted; no value checks).
+    Raises
+    ------
+    None of its own (jitted; no value checks).
 
     Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (Gibbs sampling of eqs. (2.9), (2.12)-(2.15);
     Salakhutdinov & Mnih 2008 sec. 3.3); the gauge moves and the blocks of rows are project additions.
@@ -654,39 +961,81 @@ def sample(
 
     Parameters
     ----------
-    key : jax PRNG key or int seed; the same key gives the same draws.
-    data : Observations (I, J), real-valued entries (build with ``kind="real",
-        drop_zeros=False`` so that zero ratings stay data).
-    K : int >= 1, number of components.
-    hyper : BPMF hyperparameters (``ppl_models.bpmf.BPMFHyper``).
-    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
-        num_chains=4, num_warmup=200, num_samples=500, thin=1, keep, predict_at, dtype, progress,
-        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
-        names state fields (default all; U and V cost I K and J K per draw) and ``"pred"``;
-        ``predict_at`` (rows, cols) int arrays (M,) gives the running posterior mean and sd of
-        u_i . v_j at those cells (``predictions`` group; eq. 2.16); dtype float64 (default) or float32.
-    chunk_size : entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
-    init_scale : sd of the starting U, V (see `init`).
-    gauge_rounds : int >= 0, rounds of linear-gauge Metropolis moves per sweep (`step`);
-        0 is the paper's plain Gibbs sampler, which SBC shows mixing slowly in the factor
-        scales (`validation.models.bpmf`).
-    row_block : None (default: blocks from the memory bound `row_blocks.DEFAULT_BLOCK_BYTES`), an int
-        or a pair (users, items) of ints >= 1: rows per block of the factor draws (`step`); the
-        draws do not depend on it beyond rounding.
+    key : jax.Array or int
+        A jax PRNG key or an integer seed; the same key gives the same draws.
+    data : Observations, shape (I, J)
+        Real-valued entries (build with ``kind="real", drop_zeros=False`` so that zero ratings
+        stay data).
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.bpmf.BPMFHyper or object
+        BPMF hyperparameters: fields alpha, mu0 (scalar or (K,)), beta0, nu0 (None: K), W0 (scalar
+        or (K, K)) (module docstring).
+    chunk_size : int >= 1, keyword-only, optional
+        Entries per chunk (`entry_stats`); default `default_chunk_size(K)`.
+    init_scale : float, keyword-only, optional
+        Standard deviation of the starting U, V (see `init`).
+    gauge_rounds : int >= 0, keyword-only, default 5
+        Rounds of linear-gauge Metropolis moves per sweep (`step`); 0 is the paper's plain Gibbs
+        sampler, which SBC shows mixing slowly in the factor scales (`validation.models.bpmf`).
+    row_block : None, int or pair (users, items) of ints >= 1, keyword-only
+        Rows per block of the factor draws (`step`; None: blocks from the memory bound
+        `row_blocks.DEFAULT_BLOCK_BYTES`); the draws do not depend on it beyond rounding.
+    num_chains : int >= 1, keyword-only, default 4
+        Independent chains (each from its own key).
+    num_warmup : int >= 0, keyword-only, default 200
+        Warm-up sweeps per chain, discarded (rounded up to a multiple of ``thin``).
+    num_samples : int >= 1, keyword-only, default 500
+        Kept draws per chain.
+    thin : int >= 1, keyword-only, default 1
+        Sweeps per kept draw.
+    keep : sequence of str, keyword-only, optional
+        Names to store per draw: state fields (default all; U and V cost I K and J K per draw)
+        and ``"pred"`` (with ``predict_at``).
+    predict_at : tuple (rows, cols) of int arrays, shape (M,) each, keyword-only, optional
+        Cells at which the running posterior mean and sd of u_i . v_j are kept (``predictions``
+        group; eq. 2.16).
+    dtype : numpy.float32 or numpy.float64, keyword-only, optional
+        Float dtype of the state (None: float64).
+    progress : bool, keyword-only, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, keyword-only, optional
+        A ``.npz`` checkpoint written every ``checkpoint_every`` blocks and at the end (None: none).
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Blocks between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when the file exists (the same draws as the uninterrupted run).
+    block : int >= 1, keyword-only, optional
+        Sweeps per compiled block (None: about min(50, total sweeps / 4), `mcmc_driver.sample`);
+        the draws do not depend on it.
+    callback : callable, keyword-only, optional
+        Called after each block (after its checkpoint) with ``(sweeps done, states)``
+        (`mcmc_driver.sample`); an exception raised there stops the run.
+    options : mcmc_driver.SampleOptions, keyword-only, optional
+        The same run options as one object (`mcmc_driver.run_options`); keywords given beside it
+        override its fields.
 
     Returns
     -------
-    arviz.InferenceData: ``posterior`` with the kept variables, dims (chain, draw, user|item
-    [, component[, component_bis]]); ``sample_stats`` with ``lp`` (the log joint of each kept
-    state) and ``gauge_accept`` (mean acceptance over the draw's sweeps); attrs of
-    `mcmc_driver` plus chunk_size and gauge_rounds.
+    arviz.InferenceData
+        ``posterior`` with the kept variables, dims (chain, draw, user|item [, component[,
+        component_bis]]); ``sample_stats`` with ``lp`` (the log joint of each kept state) and
+        ``gauge_accept`` (mean acceptance over the draw's sweeps); attrs of `mcmc_driver` plus
+        chunk_size and gauge_rounds.
 
     Raises
     ------
-    ValueError: bad hyperparameters (`check_hyper`); bad chain/draw counts, chunk_size,
-    gauge_rounds or row_block; unknown names in ``keep``; ``data`` not an `Observations`, or with an index
-    out of range, a NaN or infinite value, duplicates or no entries (`Observations.validate`,
-    before any compilation); ``predict_at`` out of range.
+    ValueError
+        Bad hyperparameters (`check_hyper`); K < 1 or not integral; bad chain/draw counts,
+        chunk_size, gauge_rounds or row_block; unknown names in ``keep``; ``data`` not an
+        `Observations`, or with an index out of range, a NaN or infinite value, duplicates or no
+        entries (`Observations.validate`, before any compilation); ``predict_at`` out of range;
+        a checkpoint of other settings, of another run or damaged.
+    TypeError
+        A non-numeric K (`base.check_latent_dim`); a bad key; an unknown keyword.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
+
     Source: S&M 2008 sec. 3.3 (sweep); the driver is a project addition.
     """
     if not isinstance(data, Observations):
@@ -717,21 +1066,33 @@ def predict(idata, rows, cols, *, include_noise: bool = False, alpha: float | No
 
     Parameters
     ----------
-    idata : InferenceData from `sample` with ``U`` and ``V`` kept.
-    rows, cols : int arrays (M,) of cell indices.
-    batch : draws processed at a time (memory batch x M x K).
+    idata : arviz.InferenceData
+        From `sample`, with ``U`` and ``V`` kept (C = chains x draws).
+    rows : array-like, shape (M,), int
+        Users of the cells, in [0, I).
+    cols : array-like, shape (M,), int
+        Items of the cells, in [0, J).
+    include_noise : bool, keyword-only, default False
+        Add the observation noise 1/alpha to the variance (posterior predictive sd of a new rating).
+    alpha : float, keyword-only, optional
+        The observation precision for ``include_noise`` (default the run's ``hyper_alpha`` attr).
+    batch : int >= 1, keyword-only, default 64
+        Draws processed at a time (memory batch x M x K).
 
     Returns
     -------
-    mean, sd : float64 arrays (M,)
+    mean : numpy.ndarray, shape (M,), float64
+        (1/C) sum_c u_i^c . v_j^c.
+    sd : numpy.ndarray, shape (M,), float64
+        The sd of u_i . v_j over the draws (plus 1/alpha in the variance with ``include_noise``).
 
     Raises
     ------
     ValueError
-        U or V not kept; rows/cols of different lengths or out of range.
-
-    With ``include_noise`` and no ``alpha``, an ``idata`` without the ``hyper_alpha`` attribute
-    raises KeyError.
+        U or V not kept; rows/cols of different lengths or out of range; no ``posterior`` group.
+    KeyError
+        Not of its own: with ``include_noise`` and no ``alpha``, an ``idata`` without the
+        ``hyper_alpha`` attribute.
 
     Source: ``004_90693a0965f06816.txt`` eq. (2.16) (the mean); the sd is a project addition.
     """

@@ -117,21 +117,44 @@ SAMPLING = ("uniform", "popularity")
 
 
 class BPRHyper(NamedTuple):
-    """The Gaussian-prior (L2) constants of BPR-Opt: ``reg`` (lambda of the factors, per occurrence
-    in a triple, >= 0) and ``bias_reg`` (lambda of the item biases; None: ``reg``)."""
+    """The Gaussian-prior (L2) constants of BPR-Opt, a NamedTuple.
+
+    Parameters
+    ----------
+    reg : float >= 0, default 0.01
+        lambda of the factors, per occurrence in a triple.
+    bias_reg : float >= 0 or None, default None
+        lambda of the item biases (None: ``reg``).
+
+    Raises
+    ------
+    None of its own (`fit` checks the values).
+
+    Source: baseline (not a seed file): the regularization constants of BPR-Opt, Rendle et al.
+    2009 sec. 4.1.
+    """
 
     reg: float = 0.01
     bias_reg: float | None = None
 
 
 class BPRParams(NamedTuple):
-    """BPR-MF parameters.
+    """BPR-MF parameters, a NamedTuple (a JAX pytree).
 
-    Attributes
+    Parameters
     ----------
-    user_factors : array (I, K), float32 or float64   -- w_u
-    item_factors : array (J, K), same dtype           -- h_i
-    item_bias : array (J,), same dtype                -- b_i
+    user_factors : jax.Array, shape (I, K), float32 or float64
+        w_u.
+    item_factors : jax.Array, shape (J, K), same dtype
+        h_i.
+    item_bias : jax.Array, shape (J,), same dtype
+        b_i.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: baseline (not a seed file): BPR-MF, Rendle et al. 2009 sec. 4.3.1, plus an item bias.
     """
 
     user_factors: jax.Array
@@ -142,15 +165,31 @@ class BPRParams(NamedTuple):
 @jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class BPRData:
-    """Training positives in CSR form, as the sampler needs them.
+    """Training positives in CSR form, as the sampler needs them (a frozen dataclass, a JAX pytree).
 
-    Attributes
+    Build with `bpr_data`, which validates; the constructor checks nothing.
+
+    Parameters
     ----------
-    indptr : array (I + 1,), int32   -- row u's positives are ``cols[indptr[u]:indptr[u+1]]``
-    rows : array (N,), int32         -- user of each positive, row-major order
-    cols : array (N,), int32         -- item of each positive, increasing within a row
-    n_rows, n_cols : int (static)    -- I, J
-    search_iters : int (static)      -- binary-search steps, >= log2(max degree + 1) + 1
+    indptr : jax.Array, shape (I + 1,), int32
+        Row u's positives are ``cols[indptr[u]:indptr[u+1]]``.
+    rows : jax.Array, shape (N,), int32
+        User of each positive, row-major order.
+    cols : jax.Array, shape (N,), int32
+        Item of each positive, increasing within a row.
+    n_rows : int
+        I (static).
+    n_cols : int
+        J (static).
+    search_iters : int
+        Binary-search steps (static), >= log2(max degree + 1) + 1.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the CSR layout of the positive sets I_u^+ of Rendle et al. 2009
+    sec. 4.1).
     """
 
     indptr: jax.Array
@@ -161,6 +200,21 @@ class BPRData:
     search_iters: int
 
     def tree_flatten(self):
+        """The pytree protocol: the three arrays as children, the sizes as auxiliary data.
+
+        Returns
+        -------
+        children : tuple of jax.Array
+            ``(indptr, rows, cols)``.
+        aux : tuple of int
+            ``(n_rows, n_cols, search_iters)``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (jax.tree_util's pytree protocol).
+        """
         return (self.indptr, self.rows, self.cols), (self.n_rows, self.n_cols, self.search_iters)
 
     @classmethod
@@ -169,20 +223,42 @@ class BPRData:
 
     @property
     def nnz(self) -> int:
+        """N, the number of training positives.
+
+        Returns
+        -------
+        int
+            ``rows.shape[0]``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.rows.shape[0])
 
 
 class EpochInfo(NamedTuple):
-    """Per-epoch diagnostics.
+    """Per-epoch diagnostics, a NamedTuple (the protocol's Info).
 
-    Attributes
+    Parameters
     ----------
-    mean_log_sigmoid : array (), mean of ln sigma(x_ui - x_uj) over the accepted triples of the
-        epoch, each evaluated at the parameters its batch started from (nats; 0 is perfect).
-    rejected : array (), fraction of the epoch's triples rejected because all ``max_tries``
-        negative draws were positives of the user.
-    log_sigmoid_after : array (), mean of ln sigma(x_ui - x_uj) over the same triples at the
-        parameters the epoch returns (the protocol's Info of the new state).
+    mean_log_sigmoid : jax.Array, shape (), float
+        Mean of ln sigma(x_ui - x_uj) over the accepted triples of the epoch, each evaluated at the
+        parameters its batch started from (nats; 0 is perfect).
+    rejected : jax.Array, shape (), float
+        Fraction of the epoch's triples rejected because all ``max_tries`` negative draws were
+        positives of the user.
+    log_sigmoid_after : jax.Array, shape (), float
+        Mean of ln sigma(x_ui - x_uj) over the same triples at the parameters the epoch returns
+        (the protocol's Info of the new state).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (diagnostics of LearnBPR, Rendle et al. 2009 fig. 4).
     """
 
     mean_log_sigmoid: jax.Array
@@ -290,14 +366,23 @@ def is_positive(data: BPRData, users: jax.Array, items: jax.Array) -> jax.Array:
     Parameters
     ----------
     data : BPRData
-    users, items : int arrays of one (broadcastable) shape S, in range
+        The training positives in CSR form (`bpr_data`), N entries.
+    users : jax.Array, int, shape broadcasting with ``items`` (S)
+        Users, in [0, I).
+    items : jax.Array, int, shape broadcasting with ``users``
+        Items, in [0, J).
 
     Returns
     -------
-    bool array, shape S
+    jax.Array, shape S (the broadcast shape), bool
+        True where (user, item) is a training positive.
 
-    Raises nothing of its own: indices out of range are not checked (jax clamps them, so the
-    answer is then meaningless); shapes that do not broadcast raise jax's ValueError.
+    Raises
+    ------
+    ValueError
+        Not of its own: jax raises it for shapes that do not broadcast. Indices out of range are
+        not checked (jax clamps them, so the answer is then meaningless).
+
     Source: project addition (membership test for the rejection of positives in the baseline's
     LearnBPR sampling, Rendle et al. 2009 fig. 4).
     """
@@ -328,16 +413,23 @@ def sample_negatives(key, data: BPRData, users: jax.Array, sampling: str = "unif
 
     Parameters
     ----------
-    key : jax PRNG key
+    key : jax.Array
+        A jax PRNG key.
     data : BPRData
-    users : int array (B,)
-    sampling : {"uniform", "popularity"}
-    max_tries : int >= 1
+        The training positives in CSR form (`bpr_data`), N entries.
+    users : jax.Array or array-like, shape (B,), int
+        The users that need a negative.
+    sampling : {"uniform", "popularity"}, default "uniform"
+        The negative-sampling scheme.
+    max_tries : int >= 1, default 16
+        Draws per user before rejection.
 
     Returns
     -------
-    neg : int32 array (B,)      -- the negative item (meaningless where not accepted)
-    accepted : bool array (B,)  -- False where all ``max_tries`` draws were positives
+    neg : jax.Array, shape (B,), int32
+        The negative item (meaningless where not accepted).
+    accepted : jax.Array, shape (B,), bool
+        False where all ``max_tries`` draws were positives.
 
     Raises
     ------
@@ -400,17 +492,31 @@ def objective(params: BPRParams, users, pos, neg, weights, reg: float, bias_reg:
     Parameters
     ----------
     params : BPRParams
-    users, pos, neg : int arrays (B,)   -- triples (u, i, j)
-    weights : float array (B,)          -- 1 for a triple, 0 to drop it
-    reg, bias_reg : float >= 0          -- L2 constants of the factors and of the item biases
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    users : jax.Array, shape (B,), int
+        The user u of each triple.
+    pos : jax.Array, shape (B,), int
+        Its positive item i.
+    neg : jax.Array, shape (B,), int
+        Its negative item j.
+    weights : jax.Array, shape (B,), float
+        1 for a triple, 0 to drop it.
+    reg : float >= 0
+        L2 constant of the factors (per occurrence in a triple).
+    bias_reg : float >= 0
+        L2 constant of the item biases.
 
     Returns
     -------
-    scalar array: sum_b weights_b f(u_b, i_b, j_b), nats, in the dtype of ``params``
-    (float32 or float64).
+    jax.Array, shape (), the dtype of ``params``
+        sum_b weights_b f(u_b, i_b, j_b), nats.
 
-    Raises nothing of its own (pure jax; out-of-range indices are clamped, not reported;
-    mismatched lengths raise jax's TypeError).
+    Raises
+    ------
+    TypeError
+        Not of its own (pure jax): mismatched lengths. Out-of-range indices are clamped, not
+        reported.
+
     Source: baseline (not a seed file): BPR-Opt, Rendle et al. 2009 sec. 4.1, with the L2 prior
     counted per occurrence in a triple as LearnBPR (fig. 4) applies it.
     """
@@ -425,12 +531,35 @@ def objective(params: BPRParams, users, pos, neg, weights, reg: float, bias_reg:
 def triple_gradients(params: BPRParams, users, pos, neg, weights, reg: float, bias_reg: float) -> BPRParams:
     """Hand-derived gradient of `objective` with respect to ``params`` (module docstring).
 
-    Same arguments as `objective`. Returns a `BPRParams` of gradients of the shapes of
-    ``params``: per-triple gradients scatter-added, so rows touched by several triples sum
-    their contributions (user_factors (I, K), item_factors (J, K), item_bias (J,), the dtype of
-    ``params``).
+    Parameters
+    ----------
+    params : BPRParams
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    users : jax.Array, shape (B,), int
+        The user u of each triple.
+    pos : jax.Array, shape (B,), int
+        Its positive item i.
+    neg : jax.Array, shape (B,), int
+        Its negative item j.
+    weights : jax.Array, shape (B,), float
+        1 for a triple, 0 to drop it.
+    reg : float >= 0
+        L2 constant of the factors (per occurrence in a triple).
+    bias_reg : float >= 0
+        L2 constant of the item biases.
 
-    Raises nothing of its own (as `objective`).
+    Returns
+    -------
+    BPRParams
+        Gradients of the shapes and dtype of ``params``: per-triple gradients scatter-added, so
+        rows touched by several triples sum their contributions (user_factors (I, K),
+        item_factors (J, K), item_bias (J,)).
+
+    Raises
+    ------
+    TypeError
+        Not of its own (as `objective`): mismatched lengths.
+
     Source: baseline (not a seed file): the LearnBPR update of Rendle et al. 2009 fig. 4 / sec.
     4.3.1 (BPR-MF); derived in the module docstring and checked against ``jax.grad``.
     """
@@ -470,11 +599,33 @@ def init(key, data, K: int, hyper: BPRHyper | None = None, *, init_scale: float 
     Factors are Uniform(-a, a) with a = sqrt(3) init_scale (as `implicit` initializes BPR,
     uniform rather than normal; it also compiles much faster than a normal draw).
 
-    Parameters: key PRNG key or int seed (`base.as_key`); data `Observations` or `BPRData` (only
-    its shape I x J is used); K int >= 1; hyper unused (kept for the protocol); init_scale > 0;
-    dtype float32 or float64.
-    Returns BPRParams with user_factors (I, K), item_factors (J, K), item_bias (J,), all ``dtype``.
-    Raises ValueError for bad K or init_scale, TypeError for a bad key.
+    Parameters
+    ----------
+    key : jax.Array or int
+        A jax PRNG key or an integer seed (`base.as_key`).
+    data : Observations or BPRData
+        Only its shape I x J is used.
+    K : int >= 1
+        Number of factors.
+    hyper : BPRHyper, optional
+        Unused (kept for the protocol).
+    init_scale : float > 0, keyword-only, default 0.1
+        Standard deviation of the (uniform) factors.
+    dtype : numpy dtype, keyword-only, default float32
+        float32 or float64.
+
+    Returns
+    -------
+    BPRParams
+        user_factors (I, K), item_factors (J, K), item_bias (J,), all ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        Bad K or init_scale.
+    TypeError
+        A bad key (`base.as_key`).
+
     Source: Rendle et al. 2009 fig. 4 (random initialization); the uniform law: project addition.
     """
     del hyper
@@ -564,28 +715,43 @@ def epoch(
 
     Parameters
     ----------
-    key : jax PRNG key
+    key : jax.Array
+        A jax PRNG key.
     params : BPRParams
-    data : BPRData (`bpr_data`)
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    data : BPRData
+        The training positives in CSR form (`bpr_data`), N entries.
     learning_rate : float > 0
-    reg : float >= 0; bias_reg : float >= 0 (default: ``reg``)
-    sampling : {"uniform", "popularity"}
-    batch_size : int >= 1 (static)
-    max_tries : int >= 1, negative draws per triple
-    eval_chunk : int >= 1 (static), triples per chunk of the end-of-epoch sum behind
-        ``log_sigmoid_after`` (memory O(eval_chunk K) instead of O(N K); its value depends on
-        ``eval_chunk`` only through the order of the float additions)
+        The SGD step size alpha.
+    reg : float >= 0
+        L2 constant of the factors.
+    bias_reg : float >= 0, optional
+        L2 constant of the item biases (default: ``reg``).
+    sampling : {"uniform", "popularity"}, keyword-only, default "uniform"
+        The negative-sampling scheme.
+    batch_size : int >= 1, keyword-only, default 256
+        Triples per SGD step (static).
+    max_tries : int >= 1, keyword-only, default 16
+        Negative draws per triple.
+    eval_chunk : int >= 1, keyword-only, default `EVAL_CHUNK`
+        Triples per chunk of the end-of-epoch sum behind ``log_sigmoid_after`` (static; memory
+        O(eval_chunk K) instead of O(N K); its value depends on ``eval_chunk`` only through the
+        order of the float additions).
 
     Returns
     -------
-    (BPRParams, EpochInfo): the parameters keep the shapes and dtype of ``params``; the
-    EpochInfo fields are 0-d arrays of that dtype.
+    params : BPRParams
+        The shapes and dtype of ``params``.
+    info : EpochInfo
+        0-d arrays of that dtype.
 
     Raises
     ------
     ValueError
         an unknown ``sampling``. The other arguments are not validated here (`fit` validates
-        them); ``batch_size = 0`` raises ZeroDivisionError while tracing.
+        them).
+    ZeroDivisionError
+        Not of its own: ``batch_size = 0``, while tracing.
 
     Source: baseline (not a seed file): LearnBPR, Rendle et al. 2009 fig. 4, minibatched
     (module docstring: one shuffled pass over the positives instead of draws with replacement).
@@ -602,9 +768,38 @@ def step(key, params: BPRParams, data: BPRData, hyper: BPRHyper | None = None, *
          sampling: str = "uniform", batch_size: int = 256, max_tries: int = 16) -> tuple[BPRParams, EpochInfo]:
     """The protocol step: one epoch of minibatched LearnBPR (`epoch`) with the constants of ``hyper``.
 
-    key PRNG key; params BPRParams; data BPRData (`bpr_data`); hyper BPRHyper (None: defaults);
-    options as `epoch`. Returns (BPRParams, EpochInfo); ``log_sigmoid_after`` describes the new
-    parameters. Raises ValueError for an unknown sampling. Source: Rendle et al. 2009 fig. 4.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    params : BPRParams
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    data : BPRData
+        The training positives in CSR form (`bpr_data`), N entries.
+    hyper : BPRHyper, optional
+        reg and bias_reg (None: ``BPRHyper()``).
+    learning_rate : float > 0, keyword-only, default 0.05
+        The SGD step size.
+    sampling : {"uniform", "popularity"}, keyword-only, default "uniform"
+        The negative-sampling scheme.
+    batch_size : int >= 1, keyword-only, default 256
+        Triples per SGD step.
+    max_tries : int >= 1, keyword-only, default 16
+        Negative draws per triple.
+
+    Returns
+    -------
+    params : BPRParams
+        After the epoch.
+    info : EpochInfo
+        ``log_sigmoid_after`` describes the new parameters.
+
+    Raises
+    ------
+    ValueError
+        An unknown sampling.
+
+    Source: Rendle et al. 2009 fig. 4.
     """
     hyper = BPRHyper() if hyper is None else hyper
     return epoch(key, params, data, learning_rate, hyper.reg, hyper.bias_reg, sampling=sampling,
@@ -616,9 +811,27 @@ def bpr_opt(params: BPRParams, data: BPRData, hyper: BPRHyper | None = None) -> 
     `objective`) estimated on one triple per training positive, its negative drawn uniformly with
     the fixed key ``PRNGKey(0)`` (so the value is a deterministic function of the parameters).
 
-    params BPRParams; data BPRData; hyper BPRHyper (None: defaults). Returns a scalar (nats; the sum
-    over the N triples), in the dtype of ``params``. Work O(N K).
-    Raises nothing of its own; a ``hyper`` without ``reg`` / ``bias_reg`` raises AttributeError.
+    Work O(N K).
+
+    Parameters
+    ----------
+    params : BPRParams
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    data : BPRData
+        The training positives in CSR form (`bpr_data`), N entries.
+    hyper : BPRHyper, optional
+        reg and bias_reg (None: ``BPRHyper()``).
+
+    Returns
+    -------
+    jax.Array, shape (), the dtype of ``params``
+        The estimate in nats (the sum over the N triples).
+
+    Raises
+    ------
+    AttributeError
+        Not of its own: a ``hyper`` without ``reg`` / ``bias_reg``.
+
     Source: baseline (not a seed file), Rendle et al. 2009 eq. BPR-Opt; the fixed-negative
     estimate: project addition.
     """
@@ -635,14 +848,23 @@ def bpr_opt(params: BPRParams, data: BPRData, hyper: BPRHyper | None = None) -> 
 
 
 class ValidationSet(NamedTuple):
-    """Held-out training positives with sampled negatives, for the AUC stopping rule.
+    """Held-out training positives with sampled negatives, for the AUC stopping rule (a NamedTuple).
 
-    Attributes
+    Parameters
     ----------
-    users : int64 array (V,)          -- the validation users, distinct, increasing
-    positives : int64 array (V,)      -- one held-out positive item per validation user
-    negatives : int64 array (V, M)    -- M items per user, each uniform over the user's
-        non-positives (of the full training data, the held-out one included), drawn with replacement
+    users : numpy.ndarray, shape (V,), int64
+        The validation users, distinct, increasing.
+    positives : numpy.ndarray, shape (V,), int64
+        One held-out positive item per validation user.
+    negatives : numpy.ndarray, shape (V, M), int64
+        M items per user, each uniform over the user's non-positives (of the full training data,
+        the held-out one included), drawn with replacement.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; build with `hold_out_validation`).
+
+    Source: project addition (issue 27).
     """
 
     users: np.ndarray
@@ -664,14 +886,21 @@ def hold_out_validation(train: Observations, n_users: int = 2000, n_negatives: i
 
     Parameters
     ----------
-    train : Observations (I, J), every stored entry a positive.
-    n_users : int >= 1, V at most (default 2000).
-    n_negatives : int >= 1, M (default 100).
-    seed : int, the `numpy.random.Generator` seed of all draws.
+    train : Observations, shape (I, J)
+        Every stored entry a positive, N entries.
+    n_users : int >= 1, default 2000
+        V at most.
+    n_negatives : int >= 1, default 100
+        M.
+    seed : int, default 0
+        The `numpy.random.Generator` seed of all draws.
 
     Returns
     -------
-    (Observations (I, J) with N - V entries, the others unchanged (values, dtype, kind), ValidationSet).
+    train : Observations, shape (I, J)
+        N - V entries, the others unchanged (values, dtype, kind).
+    validation : ValidationSet
+        users (V,), positives (V,), negatives (V, M).
 
     Raises
     ------
@@ -733,13 +962,19 @@ def validation_auc(params: BPRParams, vset: ValidationSet) -> np.ndarray:
     Parameters
     ----------
     params : BPRParams
-    vset : ValidationSet (`hold_out_validation`)
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    vset : ValidationSet
+        From `hold_out_validation`: V users, M negatives each.
 
     Returns
     -------
-    float64 array (V,), each in [0, 1] (their mean is the validation AUC).
+    numpy.ndarray, shape (V,), float64
+        Each in [0, 1] (their mean is the validation AUC).
 
-    Raises nothing of its own (indices come from `hold_out_validation`).
+    Raises
+    ------
+    None of its own (indices come from `hold_out_validation`).
+
     Source: project addition (the sampled AUC of Rendle et al. 2009 sec. 6.2, on held-out training
     positives; issue 27).
     """
@@ -802,12 +1037,30 @@ class AUCStoppingRule:
         self.best_params = None
 
     def update(self, auc: np.ndarray, epoch: int, params=None) -> dict:
-        """Record a check after ``epoch`` epochs with per-user AUCs ``auc`` (V,) and its ``params``.
+        """Record a check after ``epoch`` epochs with per-user AUCs ``auc`` and its ``params``.
 
-        Returns a dict: auc (mean), se_mean (sd / sqrt(V)), gain and se (against the reference; NaN at
-        the first check), beyond_noise (bool), stop (bool: the rule is met), best (bool: this check is
-        the best so far). Raises ValueError for an empty vector or one of another length than the first
-        check's. Source: project addition (issue 27).
+        Parameters
+        ----------
+        auc : array-like, shape (V,), float
+            Per-user AUCs of the check (`validation_auc`).
+        epoch : int
+            Epochs done at the check.
+        params : BPRParams, optional
+            The parameters checked (kept when this check is the best).
+
+        Returns
+        -------
+        dict
+            auc (mean), se_mean (sd / sqrt(V)), gain and se (against the reference; NaN at the
+            first check), beyond_noise (bool), stop (bool: the rule is met), best (bool: this check
+            is the best so far).
+
+        Raises
+        ------
+        ValueError
+            An empty vector or one of another length than the first check's.
+
+        Source: project addition (issue 27).
         """
         auc = np.asarray(auc, np.float64)
         if auc.ndim != 1 or auc.size == 0 or (self.reference is not None and auc.size != self.reference.size):
@@ -833,10 +1086,21 @@ class AUCStoppingRule:
                 "stop": self.since >= self.patience, "best": bool(best)}
 
     def state(self) -> dict:
-        """The rule's host state as a dict of numpy arrays (for a checkpoint's ``extra``): the reference
-        per-user AUCs (V,) float64 (empty before the first check), the counter, the best mean AUC and
-        epoch, and the best parameters (``rule_best_<field>``, the shapes of `BPRParams`). Raises nothing.
-        Source: project addition (issue 27)."""
+        """The rule's host state as a dict of numpy arrays (for a checkpoint's ``extra``).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            ``rule_reference``: the reference per-user AUCs (V,) float64 (empty before the first
+            check); ``rule_since``, ``rule_best_auc``, ``rule_best_epoch`` (0-d); and the best
+            parameters (``rule_best_<field>``, the shapes of `BPRParams`) once a check ran.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (issue 27).
+        """
         ref = np.zeros(0) if self.reference is None else self.reference
         out = {"rule_reference": ref, "rule_since": np.asarray(self.since), "rule_best_auc": np.asarray(self.best_auc),
                "rule_best_epoch": np.asarray(self.best_epoch)}
@@ -845,8 +1109,20 @@ class AUCStoppingRule:
         return out
 
     def restore(self, extra: dict) -> None:
-        """Set the state from `state`'s arrays (a resumed checkpoint). Raises KeyError when a key of
-        `state` is missing. Source: project addition (issue 27)."""
+        """Set the state from `state`'s arrays (a resumed checkpoint).
+
+        Parameters
+        ----------
+        extra : dict of str to numpy.ndarray
+            What `state` returned (read back from a checkpoint).
+
+        Raises
+        ------
+        KeyError
+            A key of `state` is missing.
+
+        Source: project addition (issue 27).
+        """
         ref = np.asarray(extra["rule_reference"], np.float64)
         self.reference = ref if ref.size else None
         self.since = int(extra["rule_since"])
@@ -891,44 +1167,67 @@ def fit(
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`); the same key (and arguments) gives the same parameters.
-    train : Observations (I, J); every stored entry is a positive.
-    K : int >= 1, number of factors.
-    hyper : BPRHyper (reg: lambda of the factors, per occurrence in a triple; bias_reg: lambda of
-        the item biases, default reg); None: ``BPRHyper()``.
-    n_epochs : int >= 1; one epoch samples one triple per training positive.
-    learning_rate : float > 0, alpha.
-    sampling : ``"uniform"`` (BPR-uniform) or ``"popularity"`` (BPR-popularity, P(j) ~ n_j).
-    batch_size : int >= 1, triples per SGD step (1 is LearnBPR exactly).
-    max_tries : int >= 1, negative draws before a triple is rejected.
-    init_scale : float > 0, sd of the initial (uniform) factors.
-    dtype : float32 (default, fast) or float64.
-    progress : tqdm bar over the epochs.
-    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``) every
-        ``checkpoint_every`` epochs and at the end: the parameters, the epochs done and the per-epoch
-        diagnostics so far. The epoch keys are split from ``key`` up front, so a run resumed with
-        ``resume=True`` (same arguments) equals the uninterrupted one bit for bit
-        (tests/custom_inference/test_bpr.py); without ``checkpoint`` nothing is written. With
-        ``validate_every`` the rule's state (reference AUCs, counter, best parameters) is checkpointed too.
-    validate_every : int >= 1 or None, epochs between validation checks (None: no validation, the
-        fixed ``n_epochs``).
-    patience : int >= 1, checks without a gain beyond one standard error before stopping.
-    validation_users : int >= 1, V (fewer when fewer users have >= 2 positives and a non-positive).
-    validation_negatives : int >= 1, M, sampled negatives per validation user.
+    key : jax.Array or int
+        A jax PRNG key or an integer seed (`base.as_key`); the same key (and arguments) gives the
+        same parameters.
+    train : Observations, shape (I, J)
+        Every stored entry is a positive (N entries).
+    K : int >= 1, default 64
+        Number of factors.
+    hyper : BPRHyper, optional
+        reg: lambda of the factors, per occurrence in a triple; bias_reg: lambda of the item
+        biases, default reg. None: ``BPRHyper()``.
+    n_epochs : int >= 1, keyword-only, default 50
+        One epoch samples one triple per training positive.
+    learning_rate : float > 0, keyword-only, default 0.05
+        The SGD step size alpha.
+    sampling : {"uniform", "popularity"}, keyword-only, default "uniform"
+        ``"uniform"`` (BPR-uniform) or ``"popularity"`` (BPR-popularity, P(j) ~ n_j).
+    batch_size : int >= 1, keyword-only, default 256
+        Triples per SGD step (1 is LearnBPR exactly).
+    max_tries : int >= 1, keyword-only, default 16
+        Negative draws before a triple is rejected.
+    init_scale : float > 0, keyword-only, default 0.1
+        Standard deviation of the initial (uniform) factors.
+    dtype : numpy dtype, keyword-only, default float32
+        float32 (fast) or float64 (needs jax_enable_x64).
+    progress : bool, keyword-only, default False
+        tqdm bar over the epochs.
+    checkpoint : str or path-like, keyword-only, optional
+        `vi_driver.fit` checkpoint (atomic ``.npz``) every ``checkpoint_every`` epochs and at the
+        end: the parameters, the epochs done and the per-epoch diagnostics so far (with
+        ``validate_every``, the rule's state too: reference AUCs, counter, best parameters).
+        Without it nothing is written.
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Epochs between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when it exists. The epoch keys are split from ``key`` up front,
+        so a resumed run (same arguments) equals the uninterrupted one bit for bit
+        (tests/custom_inference/test_bpr.py).
+    validate_every : int >= 1, keyword-only, optional
+        Epochs between validation checks (None: no validation, the fixed ``n_epochs``).
+    patience : int >= 1, keyword-only, default 3
+        Checks without a gain beyond one standard error before stopping.
+    validation_users : int >= 1, keyword-only, default 2000
+        V (fewer when fewer users have >= 2 positives and a non-positive).
+    validation_negatives : int >= 1, keyword-only, default 100
+        M, sampled negatives per validation user.
 
     Returns
     -------
-    `base.FitResult`: state BPRParams; trace float64 (n_epochs,) `EpochInfo.log_sigmoid_after` per
-    epoch (mean ln sigma(x_ui - x_uj) of the epoch's triples at the parameters after it); idata with
-    the point estimate as ``posterior`` (user_factors (user, component), item_factors (item,
-    component), item_bias (item); one chain, one draw) and group ``sgd_trace`` (mean_log_sigmoid,
-    rejected, log_sigmoid_after, seconds per epoch (the first includes compilation); dim epoch). With
-    ``validate_every``: the state and posterior are the best check's parameters; the trace group also
-    holds validation_auc, validation_se_mean, validation_gain, validation_gain_se (NaN between checks);
-    attrs ``converged`` 1 when the rule stopped the run, 0 when ``n_epochs`` ran out, ``n_iter`` the
-    epochs run, ``best_epoch`` and ``best_validation_auc`` (and its ``best_validation_auc_se``),
-    ``validation_users`` (V used), ``validation_negatives``, ``validate_every``, ``patience``,
-    ``n_train_positives`` (N - V). Attrs ``stopping_rule`` (both modes) says which rule ran.
+    base.FitResult
+        ``state`` BPRParams; ``trace`` float64 (n_epochs,) `EpochInfo.log_sigmoid_after` per
+        epoch (mean ln sigma(x_ui - x_uj) of the epoch's triples at the parameters after it);
+        ``idata`` with the point estimate as ``posterior`` (user_factors (user, component),
+        item_factors (item, component), item_bias (item); one chain, one draw) and group
+        ``sgd_trace`` (mean_log_sigmoid, rejected, log_sigmoid_after, seconds per epoch (the first
+        includes compilation); dim epoch). With ``validate_every``: the state and posterior are the
+        best check's parameters; the trace group also holds validation_auc, validation_se_mean,
+        validation_gain, validation_gain_se (NaN between checks); attrs ``converged`` 1 when the
+        rule stopped the run, 0 when ``n_epochs`` ran out, ``n_iter`` the epochs run,
+        ``best_epoch`` and ``best_validation_auc`` (and its ``best_validation_auc_se``),
+        ``validation_users`` (V used), ``validation_negatives``, ``validate_every``, ``patience``,
+        ``n_train_positives`` (N - V). Attrs ``stopping_rule`` (both modes) says which rule ran.
 
     Raises
     ------
@@ -938,11 +1237,13 @@ def fit(
         ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``, or a checkpoint whose state
         does not match (`vi_driver.fit`); ``validate_every``, ``patience``, ``validation_users`` or
         ``validation_negatives`` not an integer >= 1, or no user to hold a positive out of
-        (`hold_out_validation`).
+        (`hold_out_validation`); ``dtype=float64`` without jax_enable_x64.
     OSError
         the checkpoint cannot be written.
     TypeError
-        a bad key.
+        a bad key; a ``dtype`` numpy does not know.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`vi_driver.fit`).
 
     Source: baseline (not a seed file): Rendle et al. 2009 (LearnBPR fig. 4, BPR-MF sec. 4.3.1),
     the BPR-uniform / BPR-pop baseline of 000_619a0297b9d686b2.txt sec. 6 and
@@ -1037,11 +1338,14 @@ def score_users(params: BPRParams, users) -> jax.Array:
     Parameters
     ----------
     params : BPRParams
-    users : int array_like (B,), in 0 .. I-1
+        user_factors (I, K), item_factors (J, K), item_bias (J,), float32 or float64.
+    users : array-like, shape (B,), int
+        Users, in 0 .. I-1 (integral floats are accepted).
 
     Returns
     -------
-    array (B, J), the dtype of ``params``; higher means ranked earlier.
+    jax.Array, shape (B, J), the dtype of ``params``
+        Higher means ranked earlier.
 
     Raises
     ------

@@ -114,11 +114,34 @@ PARAMS = ("w0", "w", "V", "alpha", "mu_w", "sigma_w", "mu_v", "sigma_v")
 
 
 class FMMCMCState(NamedTuple):
-    """Current draws and caches (float32 or float64).
+    """Current draws and caches of one chain (float32 or float64), a NamedTuple (a JAX pytree).
 
-    w0 (), w (D,), V (D, K), alpha (), mu_w (G,), sigma_w (G,), mu_v (G, K), sigma_v (G, K);
-    caches e (N,) = y - yhat and q = X V (N, K), or q (N, 0) when q is not kept (``init(keep_q=False)``,
-    as `sample` runs: module docstring, "Caches").
+    Parameters
+    ----------
+    w0 : jax.Array, shape (), float
+        Global bias.
+    w : jax.Array, shape (D,), float
+        Feature weights.
+    V : jax.Array, shape (D, K), float
+        Feature factors.
+    alpha : jax.Array, shape (), float
+        Noise precision.
+    mu_w, sigma_w : jax.Array, shape (G,), float
+        Group means and precisions of w.
+    mu_v, sigma_v : jax.Array, shape (G, K), float
+        Group means and precisions of V.
+    e : jax.Array, shape (N,), float
+        The residual cache y - yhat.
+    q : jax.Array, shape (N, K) or (N, 0), float
+        The cache q = X V, or an (N, 0) placeholder when q is not kept (``init(keep_q=False)``, as
+        `sample` runs: module docstring, "Caches").
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (the parameters); caches: project
+    addition.
     """
 
     w0: jax.Array
@@ -134,9 +157,22 @@ class FMMCMCState(NamedTuple):
 
 
 class FMMCMCInfo(NamedTuple):
-    """Per-sweep diagnostics of the state the sweep *returns*: ``log_joint`` (exact
-    log p(y, all latents), as NumPyro's ``log_density`` of `ppl_models.fm.model_hier`, from the
-    incrementally updated caches) and ``rmse`` (training RMSE of yhat)."""
+    """Per-sweep diagnostics of the state the sweep *returns*.
+
+    Parameters
+    ----------
+    log_joint : jax.Array, shape (), float
+        Exact log p(y, all latents), as NumPyro's ``log_density`` of `ppl_models.fm.model_hier`,
+        from the incrementally updated caches.
+    rmse : jax.Array, shape (), float
+        Training RMSE of yhat.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     log_joint: jax.Array
     rmse: jax.Array
@@ -161,11 +197,33 @@ def _check_K(K):
 def fm_mean(w0, w, V, rows, cols, values, n_rows: int):
     """yhat (N,) of eq. 2.17 via eq. 4.22 over COO nonzeros; also returns q = X V (N, K).
 
-    Shapes: ``w0`` float (); ``w`` float (D,); ``V`` float (D, K); ``rows``, ``cols`` int (M,) and
-    ``values`` float (M,) the M nonzeros of X; ``n_rows`` int N. Float outputs, dtype of the
-    operands.
+    Parameters
+    ----------
+    w0 : jax.Array, shape (), float
+        Global bias.
+    w : jax.Array, shape (D,), float
+        Feature weights.
+    V : jax.Array, shape (D, K), float
+        Feature factors.
+    rows : jax.Array, shape (M,), int
+        Instance of each nonzero of X, in [0, N).
+    cols : jax.Array, shape (M,), int
+        Feature of each nonzero, in [0, D).
+    values : jax.Array, shape (M,), float
+        x_nl of each nonzero.
+    n_rows : int
+        N, the number of instances.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    yhat : jax.Array, shape (N,), the operands' float dtype
+        The FM prediction of each instance.
+    q : jax.Array, shape (N, K), same dtype
+        X V.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. 2.17, computed as eq. 4.22.
     """
@@ -218,9 +276,6 @@ def _caches_t(state: FMMCMCState, design: FMDesign, keep_q: bool = True):
 def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
     """State with e = y - yhat and q = X V recomputed from the parameters (O(nnz K)).
 
-    Shapes as in `FMMCMCState`: e (N,), q (N, K), dtype of the state; a state whose q is the (N, 0)
-    placeholder (``init(keep_q=False)``) keeps it (only e is recomputed).
-
     Computed factor-major (q.T, (K, N), one factor at a time in a `lax.scan`) and block by block:
     a full block (one nonzero in every row, e.g. a one-hot group) adds its terms to every row
     without a scatter; other blocks scatter-add (rows unique within a block). This is `fm_mean`'s
@@ -230,7 +285,22 @@ def caches(state: FMMCMCState, design: FMDesign) -> FMMCMCState:
     Why: this refresh was about a third of a sweep (profile of issue 14: scatters over rows, the
     (N, K) transposes and a small-axis reduction); factor by factor it needs none of them.
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign or ShardedFMDesign
+        N instances, D features, B blocks.
+
+    Returns
+    -------
+    FMMCMCState
+        With e (N,) and q (N, K) recomputed, dtype of the state; a state whose q is the (N, 0)
+        placeholder (``init(keep_q=False)``) keeps it (only e is recomputed).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (module docstring, "Caches"; yhat of ``004_90693a0965f06816.txt``
     eq. 2.17).
@@ -247,12 +317,32 @@ def init(key, design: FMDesign, K: int, hyper, *, init_std: float = 0.1, dtype=j
     """Initial state: w0 = 0, w = 0, V ~ N(0, init_std^2), alpha = 1, mu = 0, sigma = 1 (libFM's
     defaults), caches computed. ``design`` arrays may be numpy or jax.
 
-    Shapes: ``key`` PRNG key; ``design`` FMDesign of N instances, D features, G groups; ``K`` int.
-    Returns FMMCMCState (shapes in its docstring) of ``dtype``; ``hyper`` is not read. ``keep_q``:
-    carry the (N, K) cache q = X V (True), or an (N, 0) placeholder (False: the sweep needs no q,
-    module docstring "No stored q"; `sample` runs this way). The draws do not depend on it.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    design : FMDesign
+        N instances, D features, G groups (arrays numpy or jax).
+    K : int >= 1
+        Number of factors.
+    hyper : ppl_models.fm.FMHierHyper
+        Not read (the signature of the protocol).
+    init_std : float, keyword-only, default 0.1
+        Standard deviation of the initial V.
+    dtype : numpy dtype, keyword-only, default float64
+        The state's float dtype.
+    keep_q : bool, keyword-only, default True
+        Carry the (N, K) cache q = X V (True), or an (N, 0) placeholder (False: the sweep needs no
+        q, module docstring "No stored q"; `sample` runs this way). The draws do not depend on it.
 
-    Raises nothing of its own (no value checks on K).
+    Returns
+    -------
+    FMMCMCState
+        Shapes in its docstring, of ``dtype``, caches computed.
+
+    Raises
+    ------
+    None of its own (no value checks on K).
 
     Source: project addition (libFM's defaults).
     """
@@ -269,10 +359,27 @@ def log_joint(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL) -> jax.Arr
     """Exact log p(y, w0, w, V, alpha, mu_w, sigma_w, mu_v, sigma_v) of eqs. 2.22-2.30, using the
     cached residual e (so the caches must be current). O(N + D K).
 
-    Shapes: ``state`` FMMCMCState (in its docstring); ``design`` FMDesign (N, D). Returns a
-    scalar of the state's dtype.
+    Parameters
+    ----------
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign
+        N instances, D features, G groups, B blocks; M nonzeros of X (a `ShardedFMDesign` inside
+        a sharded sweep).
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+    red : sharding.Reducer, default `sharding.LOCAL`
+        How sums over rows are combined (one device: plain sums; a sharded block: psum-ed, padding
+        rows masked).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (), the state's dtype
+        The log joint in nats.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.22-2.30 (hyperparameters shared per feature group,
     see `ppl_models.fm`).
@@ -297,9 +404,29 @@ def log_joint(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL) -> jax.Arr
 def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL):
     """(shape, rate) of alpha | rest: Gamma(alpha_0 + N/2, beta_0 + sum_n e_n^2 / 2).
 
-    Returns two float scalars, dtype of the state.
+    Parameters
+    ----------
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign
+        N instances, D features, G groups, B blocks; M nonzeros of X (a `ShardedFMDesign` inside
+        a sharded sweep).
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+    red : sharding.Reducer, default `sharding.LOCAL`
+        How sums over rows are combined (one device: plain sums; a sharded block: psum-ed, padding
+        rows masked).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, shape (), the state's dtype
+        alpha_0 + N/2.
+    rate : jax.Array, shape (), the state's dtype
+        beta_0 + sum_n e_n^2 / 2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.26.
     """
@@ -309,9 +436,29 @@ def alpha_conditional(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL):
 def w0_conditional(state: FMMCMCState, design: FMDesign, hyper, red=LOCAL):
     """(precision P, precision x mean h) of w0 | rest (h_n = 1).
 
-    Returns two float scalars, dtype of the state.
+    Parameters
+    ----------
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign
+        N instances, D features, G groups, B blocks; M nonzeros of X (a `ShardedFMDesign` inside
+        a sharded sweep).
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+    red : sharding.Reducer, default `sharding.LOCAL`
+        How sums over rows are combined (one device: plain sums; a sharded block: psum-ed, padding
+        rows masked).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    precision : jax.Array, shape (), the state's dtype
+        P = sigma_0 + alpha N.
+    precision_times_mean : jax.Array, shape (), the state's dtype
+        h = sigma_0 mu_0 + alpha sum_n (e_n + w0).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22-2.23.
     """
@@ -330,9 +477,32 @@ def w_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, red
     """(P, h), each (D,), of w_l | rest for the features l of block ``b`` (static int); entries of
     features outside the block are meaningless. h_n = x_nl.
 
-    Dtype: that of the state.
+    Parameters
+    ----------
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign
+        N instances, D features, G groups, B blocks; M nonzeros of X (a `ShardedFMDesign` inside
+        a sharded sweep).
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+    b : int
+        The block, in 0..B-1 (static).
+    red : sharding.Reducer, default `sharding.LOCAL`
+        How sums over rows are combined (one device: plain sums; a sharded block: psum-ed, padding
+        rows masked).
 
-    Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
+    Returns
+    -------
+    precision : jax.Array, shape (D,), the state's dtype
+        P of each w_l.
+    precision_times_mean : jax.Array, shape (D,), the state's dtype
+        h of each w_l.
+
+    Raises
+    ------
+    IndexError
+        Not of its own: a block index ``b`` outside 0..n_blocks-1 (from ``design.block_ptr``).
 
     Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.24.
     """
@@ -364,9 +534,30 @@ def v_block_conditional(state: FMMCMCState, design: FMDesign, hyper, b: int, k):
     """(P, h), each (D,), of v_lk | rest for the features of block ``b``; ``k`` may be traced.
     h_n = x_nl (q_nk - x_nl v_lk) = x_nl q^(-b)_nk, computed from V[:, k] (``state.q`` is not read).
 
-    Dtype: that of the state.
+    Parameters
+    ----------
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign
+        N instances, D features, B blocks (one device).
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+    b : int
+        The block, in 0..B-1 (static).
+    k : int or jax.Array, shape (), int
+        The factor, in 0..K-1 (may be traced).
 
-    Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
+    Returns
+    -------
+    precision : jax.Array, shape (D,), the state's dtype
+        P of each v_lk (meaningful on the block's features).
+    precision_times_mean : jax.Array, shape (D,), the state's dtype
+        h of each v_lk.
+
+    Raises
+    ------
+    IndexError
+        Not of its own: a block index ``b`` outside 0..n_blocks-1 (from ``design.block_ptr``).
 
     Source: derived (module docstring) from ``004_90693a0965f06816.txt`` eqs. 2.22 and 2.25.
     """
@@ -386,10 +577,29 @@ def group_precision_conditional(x, group, n_groups: int, mean, mu0, nu0, alpha0,
     mean (G,) or (G, K); both outputs have mean's shape:
     Gamma(alpha0 + (n_g + 1)/2, beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2).
 
-    ``group`` int (D,) in 0..G-1 (G = ``n_groups``); scalars mu0, nu0, alpha0, beta0. Float outputs,
-    dtype of ``x``.
+    Parameters
+    ----------
+    x : jax.Array, shape (D,) or (D, K), float
+        The values (w, or V) whose group precisions are drawn.
+    group : jax.Array, shape (D,), int
+        The group of each feature, in 0..G-1.
+    n_groups : int
+        G.
+    mean : jax.Array, shape (G,) or (G, K), float
+        The current group means.
+    mu0, nu0, alpha0, beta0 : float
+        The normal-gamma prior.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, the shape of ``mean``, dtype of the rate
+        alpha0 + (n_g + 1)/2.
+    rate : jax.Array, the shape of ``mean``, float
+        beta0 + (nu0 (mean - mu0)^2 + sum_{l in g} (x_l - mean)^2)/2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.27-2.30 (normal-gamma conditional derived in
     `custom_inference.gaussian`; per group as in the published sampler).
@@ -406,9 +616,29 @@ def sample_group_precision(key, x, group, n_groups: int, mean, mu0, nu0, alpha0,
     """One draw from `group_precision_conditional`; for one group it is
     `gaussian.sample_ng_precision` (same key, same draw).
 
-    Shapes as in `group_precision_conditional`; returns float of ``mean``'s shape.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    x : jax.Array, shape (D,) or (D, K), float
+        The values.
+    group : jax.Array, shape (D,), int
+        The group of each feature, in 0..G-1.
+    n_groups : int
+        G.
+    mean : jax.Array, shape (G,) or (G, K), float
+        The current group means.
+    mu0, nu0, alpha0, beta0 : float
+        The normal-gamma prior.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, the shape of ``mean``, float
+        One precision per group (and factor).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.27-2.30 (see `group_precision_conditional`).
     """
@@ -419,10 +649,29 @@ def sample_group_precision(key, x, group, n_groups: int, mean, mu0, nu0, alpha0,
 def sample_group_mean(key, x, group, n_groups: int, precision, mu0, nu0):
     """Normal-gamma mean draw per group: N((nu0 mu0 + sum x) / (nu0 + n_g), 1 / ((nu0 + n_g) precision)).
 
-    Shapes: ``x`` float (D,) or (D, K); ``group`` int (D,); ``precision`` float (G,) or (G, K);
-    returns float of ``precision``'s shape.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    x : jax.Array, shape (D,) or (D, K), float
+        The values.
+    group : jax.Array, shape (D,), int
+        The group of each feature, in 0..G-1.
+    n_groups : int
+        G.
+    precision : jax.Array, shape (G,) or (G, K), float
+        The current group precisions.
+    mu0, nu0 : float
+        The normal-gamma prior's mean and precision multiplier.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, the shape of ``precision``, float
+        One mean per group (and factor).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.27 and 2.29 (normal-gamma conditional derived in
     `custom_inference.gaussian`).
@@ -511,10 +760,28 @@ def update_block(key, state: FMMCMCState, design: FMDesign, hyper, b: int) -> FM
     (Computed by `_update_block_t` on V.T; `step` keeps that layout across blocks. q is not read:
     a kept (N, K) q gets the block's change x_nl (v_new - v_old)_l. added to its rows.)
 
-    Returns the FMMCMCState with new w (D,), V (D, K), e (N,), q (N, K) or the (N, 0) placeholder,
-    dtype of the state.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign
+        N instances, D features, B blocks (one device).
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+    b : int
+        The block, in 0..B-1 (static).
 
-    Raises nothing of its own; a block index ``b`` outside 0..n_blocks-1 raises IndexError.
+    Returns
+    -------
+    FMMCMCState
+        With new w (D,), V (D, K), e (N,), q (N, K) or the (N, 0) placeholder, dtype of the state.
+
+    Raises
+    ------
+    IndexError
+        Not of its own: a block index ``b`` outside 0..n_blocks-1 (from ``design.block_ptr``).
 
     Source: derived conditionals (module docstring, "Blocks") for ``004_90693a0965f06816.txt``
     eqs. 2.22-2.25.
@@ -532,14 +799,33 @@ def step(key, state: FMMCMCState, design: FMDesign, hyper) -> tuple[FMMCMCState,
     """One systematic-scan sweep: caches refreshed; (alpha, sigma_w, sigma_v) jointly (they are
     conditionally independent); mu_w; mu_v; w0; then every block (w, then v_.1..v_.K). Jit-able (the block loop is static).
 
-    Returns the new state (e updated incrementally; a kept q recomputed from the new V, an (N, 0)
-    q left as it is) and the info of the new state.
-    Source: derived conditionals (module docstring).
-
     A `ShardedFMDesign` (`fm_design.shard_fm_design`) runs the same sweep under `jax.shard_map`:
     e and q split by rows over the devices, the sums over rows psum-ed (module docstring, "Sharded").
 
-    Raises nothing of its own (no value checks).
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    state : FMMCMCState
+        The current draws and caches (shapes in its docstring).
+    design : FMDesign or ShardedFMDesign
+        N instances, D features, G groups, B blocks.
+    hyper : ppl_models.fm.FMHierHyper
+        Fields mu_0, sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 (floats).
+
+    Returns
+    -------
+    state : FMMCMCState
+        The new state (e updated incrementally; a kept q recomputed from the new V, an (N, 0) q
+        left as it is).
+    info : FMMCMCInfo
+        Of the new state.
+
+    Raises
+    ------
+    None of its own (no value checks).
+
+    Source: derived conditionals (module docstring).
     """
     if isinstance(design, ShardedFMDesign):
         return _step_sharded(key, state, design, hyper)
@@ -703,41 +989,82 @@ def sample(
 ) -> "arviz_io.InferenceData":
     """Run ``num_chains`` MCMC-FM chains through `custom_inference.mcmc_driver` and return the draws.
 
+    The chains carry no (N, K) cache q (``init(keep_q=False)``; module docstring, "No stored q"):
+    the memory of a sweep is O(nnz + N + D K).
+
     Parameters
     ----------
-    key : jax PRNG key or int seed; the same key gives the same draws.
-    design : FMDesign (N x D, G groups, B blocks), training data.
-    K : int >= 1, number of factors.
+    key : jax.Array or int
+        A jax PRNG key or an integer seed; the same key gives the same draws.
+    design : FMDesign
+        Training data: N instances x D features, G groups, B blocks (`FMDesign.from_scipy`).
+    K : int >= 1
+        Number of factors.
     hyper : ppl_models.fm.FMHierHyper
-    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
-        num_chains=4, num_warmup=500, num_samples=1000, thin=1, keep, predict_at, dtype, progress,
-        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
-        names `PARAMS` (V costs D K per draw: drop it on big data) and ``"pred"`` (yhat per draw at
-        ``predict_at``); ``predict_at``, an FMDesign or (rows, cols, values, n_rows) of new instances,
-        accumulates the running mean and sd of yhat over all kept draws of all chains during sampling
-        (as myFM does), so no draw needs to be stored (``predictions`` group: ``pred_mean`` (N_test,),
-        the posterior predictive mean, cf. eq. 2.16 / 3.18, and ``pred_sd``, the posterior sd of yhat;
-        add E[1/alpha] to its square for a new y); dtype float64 (default) or float32.
-    init_std : sd of the initial V.
-    mesh : jax.sharding.Mesh, optional: split the instances (rows of X, with their nonzeros and
-        the cache e) over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
-        `fm_design.shard_fm_design`); w, V and the hyperparameters stay replicated, the sums over
-        rows are psum-ed. Same draws as without a mesh up to the order of float additions.
+        Hyperpriors (sigma_0, nu_0, alpha_0p, beta_0p, alpha_0, beta_0 > 0).
+    init_std : float, keyword-only, default 0.1
+        Standard deviation of the initial V.
+    mesh : jax.sharding.Mesh, keyword-only, optional
+        Split the instances (rows of X, with their nonzeros and the cache e) over the devices of
+        the mesh axis ``"nnz"`` (`sharding.nnz_mesh`, `fm_design.shard_fm_design`); w, V and the
+        hyperparameters stay replicated, the sums over rows are psum-ed. Same draws as without a
+        mesh up to the order of float additions.
+    num_chains : int >= 1, keyword-only, default 4
+        Independent chains (each from its own key).
+    num_warmup : int >= 0, keyword-only, default 500
+        Warm-up sweeps per chain, discarded (rounded up to a multiple of ``thin``).
+    num_samples : int >= 1, keyword-only, default 1000
+        Kept draws per chain.
+    thin : int >= 1, keyword-only, default 1
+        Sweeps per kept draw.
+    keep : sequence of str, keyword-only, optional
+        Names to store per draw: `PARAMS` (V costs D K per draw: drop it on big data) and
+        ``"pred"`` (yhat per draw at ``predict_at``).
+    predict_at : FMDesign or tuple (rows, cols, values, n_rows), keyword-only, optional
+        New instances, an FMDesign or (rows, cols, values, n_rows): the running mean and sd of yhat
+        over all kept draws of all chains are accumulated during sampling (as myFM does), so no
+        draw needs to be stored (``predictions`` group: ``pred_mean`` (N_test,), the posterior
+        predictive mean, cf. eq. 2.16 / 3.18, and ``pred_sd``, the posterior sd of yhat; add
+        E[1/alpha] to its square for a new y).
+    dtype : numpy.float32 or numpy.float64, keyword-only, optional
+        Float dtype of the state (None: float64).
+    progress : bool, keyword-only, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, keyword-only, optional
+        A ``.npz`` checkpoint written every ``checkpoint_every`` blocks and at the end (None: none).
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Blocks between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when the file exists (the same draws as the uninterrupted run).
+    block : int >= 1, keyword-only, optional
+        Sweeps per compiled block (None: about min(50, total sweeps / 4), `mcmc_driver.sample`);
+        the draws do not depend on it.
+    callback : callable, keyword-only, optional
+        Called after each block (after its checkpoint) with ``(sweeps done, states)``
+        (`mcmc_driver.sample`); an exception raised there stops the run.
+    options : mcmc_driver.SampleOptions, keyword-only, optional
+        The same run options as one object (`mcmc_driver.run_options`); keywords given beside it
+        override its fields.
 
     Returns
     -------
-    arviz.InferenceData: ``posterior`` with ``keep`` (dims chain, draw, feature|group|factor);
-    ``sample_stats`` with ``lp`` (log joint of each kept state) and ``rmse`` (training RMSE of
-    the kept state); ``predictions`` with ``predict_at``; attrs of `mcmc_driver` plus n_blocks
-    and init_std.
+    arviz.InferenceData
+        ``posterior`` with ``keep`` (dims chain, draw, feature|group|factor); ``sample_stats``
+        with ``lp`` (log joint of each kept state) and ``rmse`` (training RMSE of the kept state);
+        ``predictions`` with ``predict_at``; attrs of `mcmc_driver` plus n_blocks and init_std.
 
     Raises
     ------
-    ValueError: K < 1; bad counts; unknown names in ``keep``; a hyper without the FMHierHyper
-    fields or with non-positive precisions/shapes/rates; ``predict_at`` out of range; ``mesh``
-    without an axis ``"nnz"``. TypeError: ``mesh`` not a jax.sharding.Mesh.
-    The chains carry no (N, K) cache q (``init(keep_q=False)``; module docstring, "No stored q"):
-    the memory of a sweep is O(nnz + N + D K).
+    ValueError
+        K < 1 or not an integer; bad counts; unknown names in ``keep``; a hyper without the
+        FMHierHyper fields or with non-positive precisions/shapes/rates; ``predict_at`` out of
+        range or of unequal lengths; ``mesh`` without an axis ``"nnz"``; a checkpoint of other
+        settings, of another run or damaged.
+    TypeError
+        ``mesh`` not a jax.sharding.Mesh; a bad key; an unknown keyword; a K or hyperparameter
+        that ``int`` / ``float`` do not take.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
 
     Source: derived conditionals (module docstring); the driver is a project addition.
     """
@@ -760,19 +1087,26 @@ def predict(draws, test, *, dtype=np.float64):
 
     Parameters
     ----------
-    draws : arviz.InferenceData from `sample` (needs w0, w, V kept) or dict with arrays
-        w0 (S,), w (S, D), V (S, D, K) (any leading draw axes, flattened).
-    test : FMDesign or (rows, cols, values, n_rows).
+    draws : arviz.InferenceData or dict
+        From `sample` (needs w0, w, V kept), or a dict with arrays w0 (S,), w (S, D), V (S, D, K)
+        (any leading draw axes, flattened).
+    test : FMDesign or tuple
+        New instances: an FMDesign or (rows, cols, values, n_rows), M nonzeros of N_test rows.
+    dtype : numpy dtype, keyword-only, default float64
+        Precision of the computation.
 
     Returns
     -------
-    (mean, sd): float arrays (N_test,).
+    mean : numpy.ndarray, shape (N_test,), ``dtype``
+        yhat averaged over the S draws.
+    sd : numpy.ndarray, shape (N_test,), ``dtype``
+        Its standard deviation over the draws (ddof 0).
 
     Raises
     ------
-    ValueError if w0, w or V is missing.
-
-    A ``test`` tuple that does not unpack into four values raises ValueError.
+    ValueError
+        w0, w or V is missing; a ``test`` tuple that does not unpack into four values; an
+        InferenceData without a ``posterior`` group.
 
     Source: ``004_90693a0965f06816.txt`` eq. 2.17 averaged over the draws (as eq. 2.16 does for
     BPMF); the sd is a project addition.

@@ -47,15 +47,33 @@ PROPOSAL_SCALES = (0.02, 0.1, 0.5)
 
 
 def generator_pairs(key, n_components: int, shears: bool):
-    """The (k, l) generators of one round: the K column scalings (k, k), then, with ``shears``,
-    K off-diagonal pairs (k, l), k != l, drawn uniformly (independently of the state).
+    """The (k, l) generators of one round of `gauge_walk`.
 
-    Returns int32 arrays ks, ls of length K (or 2 K).
+    First the K column scalings (k, k), then, with ``shears`` (and K > 1), K off-diagonal pairs
+    (k, l), k != l, drawn uniformly (independently of the state).
 
-    Parameters: ``key`` a jax PRNG key; ``n_components`` int K; ``shears`` bool.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key (used only with ``shears`` and K > 1).
+    n_components : int
+        K, the number of factor columns.
+    shears : bool
+        Whether to append the K random off-diagonal pairs.
 
-    Raises nothing of its own (``int(n_components)`` raises TypeError or ValueError for a
-    non-numeric K).
+    Returns
+    -------
+    ks : jax.Array, shape (K,) or (2 K,), int32
+        The first index of each generator (the column that is scaled, or added from).
+    ls : jax.Array, shape (K,) or (2 K,), int32
+        The second index (``ls == ks`` for a scaling; the column that moves for a shear).
+
+    Raises
+    ------
+    TypeError
+        From ``int(n_components)``, for a K that is not a number.
+    ValueError
+        From ``int(n_components)``, for a K string that is not an integer.
 
     Source: module docstring (ours; Liu & Sabatti 2000 for group moves).
     """
@@ -80,26 +98,44 @@ def gauge_walk(key, hyper_state, log_density, act, n_components: int, n_rounds: 
 
     Parameters
     ----------
-    key : PRNG key.
-    hyper_state : pytree h, the model's hyperparameters that the gauge moves (e.g. means and
-        precisions of the factor priors).
-    log_density : callable (h, A) -> scalar: log pi(T_A x) + log |det J_A| up to a constant, as a
-        function of the moved hyperparameters h = T_A(h0) and of A (K, K) (traceable).
-    act : callable (h, k, l, z) -> h, the action of one generator on h (k, l traced ints).
-    n_components : int K (static).
-    n_rounds : int >= 0 (static); each round visits the generators of `generator_pairs`.
-    shears : bool (static); with False the walk stays on the diagonal (column scalings).
-    dtype : float dtype.
+    key : jax.Array
+        A jax PRNG key.
+    hyper_state : pytree of jax.Array
+        h, the model's hyperparameters that the gauge moves (e.g. means and precisions of the
+        factor priors; shapes as the model keeps them).
+    log_density : callable
+        ``(h, A) -> scalar``: log pi(T_A x) + log |det J_A| up to a constant, as a function of the
+        moved hyperparameters h = T_A(h0) and of A (K, K) (traceable).
+    act : callable
+        ``(h, k, l, z) -> h``, the action of one generator on h (k, l traced int32 scalars, z a
+        0-d float of ``dtype``).
+    n_components : int
+        K (static).
+    n_rounds : int
+        Number of rounds, >= 0 (static); each round visits the generators of `generator_pairs`.
+    shears : bool, keyword-only
+        Static; with False the walk stays on the diagonal (column scalings).
+    dtype : numpy dtype, keyword-only
+        Float dtype of A, z and the acceptance rate (default float64).
 
     Returns
     -------
-    A : array (K, K), dtype; the accumulated group element (identity when nothing was accepted).
-    hyper_state : the moved hyperparameters, T_A(h0).
-    accept_rate : scalar; the fraction of the proposals accepted (0 when none ran).
+    A : jax.Array, shape (K, K), ``dtype``
+        The accumulated group element (identity when nothing was accepted).
+    hyper_state : pytree
+        The moved hyperparameters, T_A(h0) (same structure as the input).
+    accept_rate : jax.Array, shape (), ``dtype``
+        The fraction of the proposals accepted (0 when none ran).
+
+    Raises
+    ------
+    TypeError
+        From ``int(n_components)`` / ``int(n_rounds)`` for non-numbers; otherwise none of its own:
+        whatever ``log_density`` or ``act`` raise propagates.
+    ValueError
+        From ``int(n_components)`` / ``int(n_rounds)`` for strings that are not integers.
 
     Source: module docstring (ours; Liu & Sabatti 2000 for group moves).
-
-    Raises nothing of its own; whatever ``log_density`` or ``act`` raise propagates.
     """
     k = int(n_components)
     eye = jnp.eye(k, dtype=dtype)

@@ -32,14 +32,27 @@ __all__ = [
 
 
 def normal_natural_to_moments(precision, precision_times_mean):
-    """Mean and variance of ``N`` given its natural parameters.
+    """Mean and variance of ``N`` given its natural parameters: ``(h / P, 1 / P)``.
 
-    ``precision`` (P > 0) and ``precision_times_mean`` (h) broadcast; returns
-    ``(h / P, 1 / P)`` with their broadcast shape and dtype.
+    Parameters
+    ----------
+    precision : jax.Array or numpy.ndarray, any shape, float
+        P > 0, the precision (inverse variance; not checked: traced code).
+    precision_times_mean : jax.Array or numpy.ndarray, broadcasting with ``precision``, float
+        h = P * mean.
 
-    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
-    jax raise TypeError
-    (numpy raises ValueError when all operands are numpy arrays).
+    Returns
+    -------
+    mean : array, the broadcast shape and dtype
+        ``h / P``.
+    variance : array, the shape and dtype of ``precision``
+        ``1 / P``.
+
+    Raises
+    ------
+    TypeError
+        Not of its own (no value checks: traced code): jax raises it for operands that do not
+        broadcast (numpy raises ValueError when both operands are numpy arrays).
 
     Source: project addition (precision parameterization of ``004_90693a0965f06816.txt``,
     ``N(x | mu, sigma^-1)``; module docstring).
@@ -52,17 +65,23 @@ def sample_normal_natural(key, precision, precision_times_mean):
 
     Parameters
     ----------
-    key : jax PRNG key
-    precision : array, any shape, float; P > 0 (not checked: traced code)
-    precision_times_mean : array broadcasting with ``precision``, same dtype
+    key : jax.Array
+        A jax PRNG key.
+    precision : jax.Array, any shape, float
+        P > 0, the conditional's precision (not checked: traced code).
+    precision_times_mean : jax.Array, broadcasting with ``precision``, same dtype
+        h = P * mean.
 
     Returns
     -------
-    array of the broadcast shape and dtype.
+    jax.Array, the broadcast shape, the dtype of ``h / P``
+        One independent draw per element.
 
-    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
-    jax raise TypeError
-    (numpy raises ValueError when all operands are numpy arrays).
+    Raises
+    ------
+    TypeError
+        Not of its own (no value checks: traced code): jax raises it for operands that do not
+        broadcast (numpy raises ValueError when both operands are numpy arrays).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 (the univariate normal complete conditionals
     it samples); module docstring.
@@ -77,19 +96,30 @@ def sample_ng_precision(key, x, mean, mu0, nu0, alpha0, beta0, axis=0):
 
     Parameters
     ----------
-    x : array, float; the values whose common precision is drawn, reduced over ``axis``
-        (e.g. shape (I, K) with axis=0: one precision per factor column k).
-    mean : array broadcasting with the reduced shape; the current mean mu.
-    mu0, nu0, alpha0, beta0 : scalars; the normal-gamma prior (alpha0/beta0 shape/rate).
+    key : jax.Array
+        A jax PRNG key.
+    x : jax.Array, float
+        The values whose common precision is drawn, reduced over ``axis`` (e.g. shape (I, K) with
+        axis=0: one precision per factor column k).
+    mean : jax.Array, broadcasting with the reduced shape (e.g. (K,)), float
+        The current mean mu.
+    mu0, nu0, alpha0, beta0 : float
+        The normal-gamma prior (alpha0 / beta0 shape / rate of lam; nu0 scales lam for mu).
+    axis : int, default 0
+        The axis of ``x`` over which the values share one precision.
 
     Returns
     -------
-    array of the reduced shape: one Gamma draw per reduced column.
+    jax.Array, the reduced shape (``x`` without ``axis``, broadcast with ``mean``), float
+        One Gamma draw of the precision lam per reduced column.
+
+    Raises
+    ------
+    IndexError
+        Not of its own (no value checks: traced code): ``x.shape[axis]`` raises it for an
+        ``axis`` outside ``x.ndim``.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 lines 2, 4, 7, 9 (corrected).
-
-    Raises nothing of its own (no value checks: traced code); an ``axis`` outside ``x.ndim``
-    raises IndexError (from ``x.shape[axis]``).
     """
     n = x.shape[axis]
     sq = jnp.sum((x - jnp.expand_dims(mean, axis)) ** 2, axis=axis)
@@ -104,18 +134,29 @@ def sample_ng_mean(key, x, precision, mu0, nu0, axis=0):
 
     Parameters
     ----------
-    x : array, float, reduced over ``axis`` as in `sample_ng_precision`.
-    precision : array of the reduced shape; the current precision lam.
-    mu0, nu0 : scalars.
+    key : jax.Array
+        A jax PRNG key.
+    x : jax.Array, float
+        The values, reduced over ``axis`` as in `sample_ng_precision` (e.g. (I, K), axis=0).
+    precision : jax.Array, the reduced shape (e.g. (K,)), float
+        The current precision lam.
+    mu0, nu0 : float
+        The normal-gamma prior's mean and its precision multiplier.
+    axis : int, default 0
+        The axis of ``x`` over which the values share one mean.
 
     Returns
     -------
-    array of the reduced shape.
+    jax.Array, the reduced shape, float
+        One normal draw of the mean mu per reduced column.
+
+    Raises
+    ------
+    IndexError
+        Not of its own (no value checks: traced code): ``x.shape[axis]`` raises it for an
+        ``axis`` outside ``x.ndim``.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 lines 3, 5, 8, 10.
-
-    Raises nothing of its own (no value checks: traced code); an ``axis`` outside ``x.ndim``
-    raises IndexError (from ``x.shape[axis]``).
     """
     n = x.shape[axis]
     post_precision = (nu0 + n) * precision

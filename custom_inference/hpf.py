@@ -78,15 +78,28 @@ HYPER_FIELDS = ("a", "a_prime", "b_prime", "c", "c_prime", "d_prime")
 
 
 class HPFState(NamedTuple):
-    """Variational parameters of HPF (all Gamma shape/rate). dtype float32 or float64.
-
-    gamma_shape, gamma_rate : (I, K)   q(theta_uk)
-    kappa_shape, kappa_rate : (I,)     q(xi_u)
-    lambda_shape, lambda_rate : (J, K) q(beta_ik)
-    tau_shape, tau_rate : (J,)         q(eta_i)
+    """Variational parameters of HPF (all Gamma shape/rate), a NamedTuple (a JAX pytree).
 
     phi (N, K) is not stored: it is recomputed from gamma and lambda at the start
     of every sweep, which is both cheaper in memory and exactly the CAVI order.
+
+    Parameters
+    ----------
+    gamma_shape, gamma_rate : jax.Array, shape (I, K), float32 or float64
+        q(theta_uk) = Ga(gamma_shape, gamma_rate), the user weights.
+    kappa_shape, kappa_rate : jax.Array, shape (I,), same dtype
+        q(xi_u), the user activities.
+    lambda_shape, lambda_rate : jax.Array, shape (J, K), same dtype
+        q(beta_ik), the item weights.
+    tau_shape, tau_rate : jax.Array, shape (J,), same dtype
+        q(eta_i), the item popularities.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational inference" (the mean-field family;
+    module docstring).
     """
 
     gamma_shape: jax.Array
@@ -100,8 +113,19 @@ class HPFState(NamedTuple):
 
 
 class HPFInfo(NamedTuple):
-    """Per-sweep diagnostics. ``elbo``: the ELBO (nats) of the state the sweep returns
-    (``base`` protocol: Info describes the new state)."""
+    """Per-sweep diagnostics of `step` (``base`` protocol: Info describes the new state).
+
+    Parameters
+    ----------
+    elbo : jax.Array, shape (), the state's float dtype
+        The ELBO (nats) of the state the sweep returns.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     elbo: jax.Array
 
@@ -132,18 +156,30 @@ def init(key, data: Observations, K: int, hyper, *, dtype=None) -> HPFState:
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`)
-    data : Observations, shape (I, J), counts
-    K : int >= 1, number of components
-    hyper : object with float fields a, a_prime, b_prime, c, c_prime, d_prime
-    dtype : float dtype, default the dtype of ``data.values``
+    key : jax.Array or int
+        A jax PRNG key or an integer seed (`base.as_key`).
+    data : Observations, shape (I, J)
+        The N nonzero counts (rows, cols int32 (N,), values float (N,)).
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    dtype : numpy dtype, keyword-only, optional
+        float32 or float64; default the dtype of ``data.values``.
 
-    Returns HPFState (shapes in its docstring), dtype ``dtype``.
+    Returns
+    -------
+    HPFState
+        Shapes in its docstring, dtype ``dtype``.
 
     Raises
     ------
     ValueError
-        K < 1 or not an integer; a hyperparameter not positive.
+        K < 1 or not an integer; ``hyper`` lacking a field or with a hyperparameter not positive
+        and finite; a ``dtype`` other than float32 / float64 (`base.compute_dtype`).
+    TypeError
+        ``key`` neither a PRNG key nor an integer (`base.as_key`); a hyperparameter that
+        ``float`` does not take.
 
     Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, initialization ("the prior with a
     small random offset"; activity and popularity shapes corrected, module docstring).
@@ -179,10 +215,21 @@ def optimal_phi(state: HPFState, data: Observations) -> jax.Array:
 
     phi_uik ∝ exp{E[log theta_uk] + E[log beta_ik]} (seed 001, batch figure step 1).
 
-    ``state``: HPFState (shapes in its docstring); ``data``: Observations of N nonzero counts,
-    shape (I, J). Returns float (N, K) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations, shape (I, J)
+        The N nonzero counts (rows, cols int32 (N,), values float (N,)).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (N, K), the state's dtype
+        phi of each nonzero (in ``data`` order); each row sums to 1.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 1.
     """
@@ -215,13 +262,27 @@ def _activity_update(weight_shape, weight_rate, weight_prior_shape, act_prior_sh
 def update_gamma(state: HPFState, data: Observations, hyper, phi) -> HPFState:
     """Coordinate update of q(theta): gamma_uk = (a + sum_i y_ui phi_uik, E[xi_u] + sum_i E[beta_ik]).
 
-    ``phi`` (N, K) are the multinomial parameters of the nonzeros (in ``data`` order).
     Corrects seed 001's text update (a fixed rate b in place of E[xi_u]).
 
-    ``state``: HPFState; ``data``: Observations (I, J) of N counts; ``phi``: float (N, K). Returns
-    the HPFState with new gamma_shape, gamma_rate (I, K) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations, shape (I, J)
+        The N nonzero counts (rows, cols int32 (N,), values float (N,)).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    phi : jax.Array, shape (N, K), float
+        The multinomial parameters of the nonzeros (in ``data`` order), e.g. `optimal_phi`.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    HPFState
+        ``state`` with new gamma_shape, gamma_rate (I, K) of the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 2 (corrected: rate
     E[xi_u] + sum_i E[beta_ik]).
@@ -243,10 +304,25 @@ def update_kappa(state: HPFState, data: Observations, hyper, phi=None) -> HPFSta
     Corrects seed 001's batch figure, which prints shape a + K a' and rate
     b' + sum_k (digamma(gamma_shape) - log gamma_rate).
 
-    ``state``: HPFState (``data`` and ``phi`` are unused). Returns the HPFState with new
-    kappa_shape, kappa_rate (I,) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations
+        Unused (the protocol's signature).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    phi : jax.Array or None, default None
+        Unused.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    HPFState
+        ``state`` with new kappa_shape, kappa_rate (I,) of the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 2 (corrected).
     """
@@ -257,10 +333,25 @@ def update_kappa(state: HPFState, data: Observations, hyper, phi=None) -> HPFSta
 def update_lambda(state: HPFState, data: Observations, hyper, phi) -> HPFState:
     """Coordinate update of q(beta): lambda_ik = (c + sum_u y_ui phi_uik, E[eta_i] + sum_u E[theta_uk]).
 
-    ``state``: HPFState; ``data``: Observations (I, J) of N counts; ``phi``: float (N, K). Returns
-    the HPFState with new lambda_shape, lambda_rate (J, K) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations, shape (I, J)
+        The N nonzero counts (rows, cols int32 (N,), values float (N,)).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    phi : jax.Array, shape (N, K), float
+        The multinomial parameters of the nonzeros (in ``data`` order).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    HPFState
+        ``state`` with new lambda_shape, lambda_rate (J, K) of the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 3 (rate E[eta_i] + sum_u
     E[theta_uk], as the figure prints it).
@@ -279,10 +370,25 @@ def _lambda_given_stats(state: HPFState, hyper, y_phi_sum) -> HPFState:
 def update_tau(state: HPFState, data: Observations, hyper, phi=None) -> HPFState:
     """Coordinate update of q(eta): tau_i = (c' + K c, c'/d' + sum_k E[beta_ik]).
 
-    ``state``: HPFState (``data`` and ``phi`` are unused). Returns the HPFState with new
-    tau_shape, tau_rate (J,) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations
+        Unused (the protocol's signature).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    phi : jax.Array or None, default None
+        Unused.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    HPFState
+        ``state`` with new tau_shape, tau_rate (J,) of the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure, step 3 (corrected as for kappa).
     """
@@ -374,13 +480,32 @@ _sweep_jit = jax.jit(_sweep_impl)
 
 
 def sweep(state: HPFState, data: Observations, hyper) -> tuple[HPFState, jax.Array]:
-    """The fused CAVI sweep `fit` runs (jitted): the same new state as `step`, and the ELBO of the
-    *incoming* state, which the sweep's phi sums give for free (O(N K + (I + J) K), no second pass).
+    """The fused CAVI sweep `fit` runs (jitted).
 
-    state HPFState; data Observations (I, J) counts (device arrays); hyper HPF hyperparameters.
-    Returns (HPFState, scalar ELBO of ``state``). Source: seed 001 batch algorithm figure (corrected).
+    The same new state as `step`, and the ELBO of the *incoming* state, which the sweep's phi sums
+    give for free (O(N K + (I + J) K), no second pass).
 
-    Raises nothing of its own (jitted; no value checks).
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations, shape (I, J)
+        The N nonzero counts (device arrays), or a `sharding.ShardedObservations`.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+
+    Returns
+    -------
+    state : HPFState
+        After one sweep (same shapes and dtype).
+    elbo : jax.Array, shape (), float
+        The ELBO (nats) of the incoming ``state``.
+
+    Raises
+    ------
+    None of its own (jitted; no value checks).
+
+    Source: ``001_30a2018ec18c20b9.txt``, batch algorithm figure (corrected; module docstring).
     """
     return _sweep_jit(state, data, hyper)
 
@@ -419,14 +544,32 @@ def step(key, state: HPFState, data: Observations, hyper) -> tuple[HPFState, HPF
     (see `_sweep_statistics`), which equal those of `optimal_phi` exactly in exact
     arithmetic. Work: O(N K + (I + J) K) for the sweep plus O(N K) for the new ELBO.
 
-    Parameters: key unused (CAVI is deterministic; kept for the protocol, may be None);
-    state HPFState; data Observations (I, J) counts (device arrays), or the same split over devices
-    (`sharding.ShardedObservations`, from `sharding.shard_observations`): then every device sums
-    its block of nonzeros and the sums are psum-ed (`sharding.block_sums`), the state stays
-    replicated, and the result equals the single-device sweep up to the order of the additions;
-    hyper HPF hyperparameters.
-    Returns the new state and `HPFInfo` with the ELBO of the *new* state (`base` protocol).
-    Raises nothing itself (inputs are checked by `init` / `fit`).
+    Parameters
+    ----------
+    key : jax.Array or None
+        Unused (CAVI is deterministic; kept for the protocol, may be None).
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    data : Observations, shape (I, J)
+        The N nonzero counts (device arrays), or the same split over devices
+        (`sharding.ShardedObservations`, from `sharding.shard_observations`): then every device
+        sums its block of nonzeros and the sums are psum-ed (`sharding.block_sums`), the state
+        stays replicated, and the result equals the single-device sweep up to the order of the
+        additions.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+
+    Returns
+    -------
+    state : HPFState
+        The new state.
+    info : HPFInfo
+        The ELBO of the *new* state (`base` protocol).
+
+    Raises
+    ------
+    None of its own (inputs are checked by `init` / `fit`).
+
     Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected; module docstring).
     """
     del key
@@ -476,18 +619,24 @@ def elbo(state: HPFState, data: Observations, hyper, phi=None) -> jax.Array:
     Parameters
     ----------
     state : HPFState
-    data : Observations (I, J) counts
-    hyper : HPF hyperparameters
-    phi : array (N, K) or None
+        The variational parameters (shapes in its docstring).
+    data : Observations, shape (I, J), or sharding.ShardedObservations
+        The N nonzero counts.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    phi : jax.Array, shape (N, K), float, or None, default None
         Multinomial parameters for the nonzeros (in ``data`` order). ``None``
         uses the optimal phi, giving ``y log sum_k exp(E log theta + E log beta)``
         (for a `sharding.ShardedObservations` ``data``: summed per block and psum-ed).
 
     Returns
     -------
-    scalar jax.Array, a lower bound on log p(y).
+    jax.Array, shape (), the state's float dtype
+        The ELBO in nats, a lower bound on log p(y).
 
-    Raises nothing of its own (no checks: traced code).
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (derived from the model and the mean-field family of
     ``001_30a2018ec18c20b9.txt`` eq. q; the seed prints no ELBO).
@@ -511,9 +660,23 @@ _elbo_jit = jax.jit(elbo)
 def expected_rate(state: HPFState, users, items) -> jax.Array:
     """E_q[theta_u . beta_i] = sum_k E[theta_uk] E[beta_ik] for index pairs, shape (M,).
 
-    ``users``, ``items``: int arrays (M,); returns float (M,) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    users : array-like, shape (M,), int
+        User index of each pair, in [0, I).
+    items : array-like, shape (M,), int
+        Item index of each pair, in [0, J).
 
-    Raises nothing of its own (no index checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (M,), the state's dtype
+        The expected Poisson rate of each pair.
+
+    Raises
+    ------
+    None of its own (no index checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, eq. score (posterior expected rate, under q).
     """
@@ -528,9 +691,21 @@ def score_users(state: HPFState, users) -> np.ndarray:
     The recommendation score of the HPF paper (posterior expected rate); used as
     the ``score_fn`` of `validation.evaluation.metrics`, batch by batch.
 
-    ``users``: int array (B,); returns a numpy float array (B, J) of the state's dtype.
+    Parameters
+    ----------
+    state : HPFState
+        The variational parameters (shapes in its docstring).
+    users : array-like, shape (B,), int
+        Users to score, in [0, I).
 
-    Raises nothing of its own (no index checks).
+    Returns
+    -------
+    numpy.ndarray, shape (B, J), the state's dtype
+        E_q[theta_u . beta_i] for every item i.
+
+    Raises
+    ------
+    None of its own (no index checks).
 
     Source: ``001_30a2018ec18c20b9.txt``, eq. score (under q).
     """
@@ -560,20 +735,28 @@ def fold_in(
 
     Parameters
     ----------
-    state : HPFState of a fitted model, J items
-    data : Observations (I_new, J): the new users' counts over the same J items
-    hyper : HPF hyperparameters used in the fit
+    state : HPFState
+        The state of a fitted model over J items (its item factors are kept).
+    data : Observations, shape (I_new, J)
+        The new users' counts over the same J items.
+    hyper : ppl_models.hpf.HPFHyper or object
+        The HPF hyperparameters used in the fit: positive float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    seed : int, keyword-only, default 0
+        Seeds the new users' initialisation (`init`).
+    max_iter : int, keyword-only, default 200
+        Maximum number of user-block sweeps.
+    tol : float, keyword-only, default 1e-6
+        Stop when the largest relative change of gamma (shape and rate) falls below ``tol``.
 
     Returns
     -------
-    HPFState over I_new users and the same J items (`score_users` works on it).
+    HPFState
+        Over I_new users and the same J items, in the fit's dtype (`score_users` works on it).
 
     Raises
     ------
     ValueError
-        ``data`` does not have the fitted number of items J.
-
-    Also raises ValueError (from `init`) for a bad ``hyper``.
+        ``data`` does not have the fitted number of items J; from `init`, a bad ``hyper``.
 
     Source: project addition (the user blocks of ``001_30a2018ec18c20b9.txt``, batch algorithm
     figure, step 1-2, corrected).
@@ -626,9 +809,25 @@ HPF_DIMS = {
 def save_state(state: HPFState, path: str | Path, **meta) -> Path:
     """Checkpoint: write the state (and scalar metadata) to a ``.npz`` file.
 
-    ``state``: HPFState (arrays stored as they are); ``meta``: scalars. Returns the path.
+    Parameters
+    ----------
+    state : HPFState
+        Stored as it is (shapes and dtypes kept).
+    path : str or pathlib.Path
+        The file, a name ending in ``.npz``; its folder is created. (numpy appends ``.npz`` to a
+        name without it, and the returned path then names a file that does not exist.)
+    **meta : scalar
+        Metadata stored as ``meta_<name>``.
 
-    Raises nothing of its own; OSError from creating the folder or writing the file propagates.
+    Returns
+    -------
+    pathlib.Path
+        ``path`` as given.
+
+    Raises
+    ------
+    OSError
+        Not of its own: from creating the folder or writing the file.
 
     Source: project addition.
     """
@@ -639,10 +838,26 @@ def save_state(state: HPFState, path: str | Path, **meta) -> Path:
 
 
 def load_state(path: str | Path) -> tuple[HPFState, dict]:
-    """Read a checkpoint written by `save_state`. Raises FileNotFoundError.
+    """Read a checkpoint written by `save_state`.
 
-    Returns (HPFState with the stored shapes and dtypes, dict of metadata scalars). A file that
-    lacks a state field raises KeyError.
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The ``.npz`` file.
+
+    Returns
+    -------
+    state : HPFState
+        With the stored shapes and dtypes.
+    meta : dict
+        The metadata scalars, by name.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    KeyError
+        Not of its own: numpy raises it for a file that lacks a state field.
 
     Source: project addition.
     """
@@ -701,12 +916,16 @@ def fit(
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`); seeds the initialisation, and through
+    key : jax.Array or int
+        A jax PRNG key or an integer seed (`base.as_key`); seeds the initialisation, and through
         `vi_driver.host_seed` the draws from q. Same key, same result.
-    data : Observations, shape (I, J), non-negative integer counts (nonzeros only)
-    K : int >= 1, number of components
-    hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper`` or any object with
-        float fields a, a_prime, b_prime, c, c_prime, d_prime)
+    data : Observations, shape (I, J)
+        Non-negative integer counts (nonzeros only), N entries.
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters (any object with positive float fields a, a_prime, b_prime, c,
+        c_prime, d_prime).
     max_iter : int >= 1
         Maximum number of sweeps.
     tol : float >= 0
@@ -719,9 +938,12 @@ def fit(
         Show a tqdm progress bar with the ELBO and its relative change.
     init_state : HPFState, optional
         Start from this state instead of `init`.
-    checkpoint : path, optional
-        `vi_driver.fit` checkpoint (``.npz``, atomic) every ``checkpoint_every`` sweeps and at the end;
-        ``resume=True`` continues from it when it exists (bit for bit the uninterrupted run).
+    checkpoint : str or pathlib.Path, optional
+        `vi_driver.fit` checkpoint (``.npz``, atomic) every ``checkpoint_every`` sweeps and at the end.
+    checkpoint_every : int, default 10
+        Sweeps between checkpoints.
+    resume : bool, default False
+        Continue from ``checkpoint`` when it exists (bit for bit the uninterrupted run).
     mesh : jax.sharding.Mesh, optional
         Split the nonzeros over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
         `sharding.shard_observations`); the variational parameters stay replicated and the
@@ -730,8 +952,9 @@ def fit(
 
     Returns
     -------
-    `base.FitResult` (state HPFState, trace float64 (n_iter + 1,) the ELBO of the initial state and
-    of the state after each sweep, idata). idata groups:
+    base.FitResult
+        ``state`` the final HPFState; ``trace`` float64 (n_iter + 1,), the ELBO of the initial
+        state and of the state after each sweep; ``idata`` an arviz.InferenceData with groups
         ``posterior``: draws from q of theta (chain, draw, user, component),
         beta (chain, draw, item, component), xi (chain, draw, user), eta (chain, draw, item);
         ``variational_parameters``: the `HPFState` fields;
@@ -743,15 +966,20 @@ def fit(
     Raises
     ------
     ValueError
-        Bad K, hyperparameters, max_iter, tol, n_draws or dtype; a state of the wrong shape;
-        ``data`` with an index out of range, a NaN, negative or non-integer count, duplicate
-        pairs or no entries (`Observations.validate`, before any compilation).
-        ``mesh`` without an axis named ``"nnz"``.
+        Bad K, hyperparameters, max_iter, tol, n_draws, checkpoint_every or dtype; an
+        ``init_state`` of the wrong shape; ``data`` with an index out of range, a NaN, negative or
+        non-integer count, duplicate pairs or no entries (`Observations.validate`, before any
+        compilation); ``mesh`` without an axis named ``"nnz"``; a checkpoint of another run or a
+        damaged one (`vi_driver.fit`).
     TypeError
         ``key`` neither a PRNG key nor an int; ``data`` not an Observations, or with
         non-integer indices or non-numeric values; ``mesh`` not a jax.sharding.Mesh.
     FloatingPointError
         A non-finite ELBO (try float64).
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`vi_driver.fit`).
+    OSError
+        The checkpoint cannot be written.
 
     Source: 001_30a2018ec18c20b9.txt batch algorithm figure (corrected); driver: project addition.
     """
@@ -804,10 +1032,20 @@ def fit(
 def state_from_inference_data(idata) -> HPFState:
     """The `HPFState` stored in a `fit` result (``variational_parameters`` group).
 
-    Returns an HPFState with the stored shapes and dtypes (see `HPFState`).
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A `fit` result (``FitResult.idata``).
 
-    Raises ValueError when ``idata`` has no ``variational_parameters`` group or it lacks an
-    HPFState field.
+    Returns
+    -------
+    HPFState
+        With the stored shapes and dtypes (see `HPFState`).
+
+    Raises
+    ------
+    ValueError
+        ``idata`` has no ``variational_parameters`` group or it lacks an HPFState field.
 
     Source: project addition.
     """

@@ -60,7 +60,25 @@ __all__ = [
 
 
 class HPFGibbsState(NamedTuple):
-    """Current draws: theta (I, K), xi (I,), beta (J, K), eta (J,); float32 or float64."""
+    """Current draws of the HPF Gibbs sampler, a NamedTuple (a JAX pytree).
+
+    Parameters
+    ----------
+    theta : jax.Array, shape (I, K), float32 or float64
+        User weights.
+    xi : jax.Array, shape (I,), same dtype
+        User activities (the rates of theta's prior).
+    beta : jax.Array, shape (J, K), same dtype
+        Item weights.
+    eta : jax.Array, shape (J,), same dtype
+        Item popularities.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``001_30a2018ec18c20b9.txt``, the HPF model (module docstring).
+    """
 
     theta: jax.Array
     xi: jax.Array
@@ -69,8 +87,20 @@ class HPFGibbsState(NamedTuple):
 
 
 class HPFGibbsInfo(NamedTuple):
-    """``log_joint``: log p(y, theta, xi, beta, eta) of the state the sweep *returns*, up to
-    the constant -sum log y_ui! (`log_joint`)."""
+    """Per-sweep diagnostics of `step`.
+
+    Parameters
+    ----------
+    log_joint : jax.Array, shape (), the state's float dtype
+        log p(y, theta, xi, beta, eta) of the state the sweep *returns*, up to the constant
+        -sum log y_ui! (`log_joint`).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     log_joint: jax.Array
 
@@ -86,12 +116,29 @@ def init(key, data: CountUnits, K: int, hyper, *, dtype=jnp.float64) -> HPFGibbs
     xi_u = b' and eta_i = d' (the prior means). Different keys give different starts,
     so R-hat across chains means something.
 
-    key : PRNG key; data : CountUnits (or Observations: only n_rows, n_cols are read);
-    K : int >= 1; hyper : HPFHyper; dtype : float dtype of the state.
-    Returns HPFGibbsState: theta (I, K), xi (I,), beta (J, K), eta (J,) of ``dtype``.
-    Source: project addition (starting point).
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    data : CountUnits or Observations
+        Only ``n_rows`` (I) and ``n_cols`` (J) are read.
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    dtype : numpy dtype, keyword-only, default float64
+        Float dtype of the state.
 
-    Raises nothing of its own (no value checks on K or hyper).
+    Returns
+    -------
+    HPFGibbsState
+        theta (I, K), xi (I,), beta (J, K), eta (J,) of ``dtype``.
+
+    Raises
+    ------
+    None of its own (no value checks on K or hyper; `sample` checks them).
+
+    Source: project addition (starting point).
     """
     n_components = K
     k1, k2 = jax.random.split(key)
@@ -126,14 +173,33 @@ def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None, *, chunk: 
     Each of the T units picks component k with probability theta_uk beta_ik / theta_u . beta_i,
     which is exactly z_ui ~ Mult(y_ui, .) (seed 001, eq. aux-cc).
 
-    ``data``: CountUnits of T units (rows, cols int (T,), weight (T,); padding units weigh 0);
-    ``rates``: optional float (T, K), theta_uk beta_ik per unit (computed chunk by chunk when None,
-    so that no (T, K) array is formed); ``chunk``: units per chunk (static). One uniform per unit is
-    drawn up front, (T,), so the draws do not depend on ``chunk``; the per-chunk counts are integers,
-    so their float sums are exact in any order. Returns two float arrays of the state's dtype
-    (of ``rates``' when given), (I, K) and (J, K).
+    One uniform per unit is drawn up front, (T,), so the draws do not depend on ``chunk``; the
+    per-chunk counts are integers, so their float sums are exact in any order.
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    state : HPFGibbsState
+        The current draws (shapes in its docstring).
+    data : CountUnits
+        T units: rows, cols int (T,), weight (T,) (padding units weigh 0).
+    rates : jax.Array, shape (T, K), float, optional
+        theta_uk beta_ik per unit (computed chunk by chunk when None, so that no (T, K) array is
+        formed).
+    chunk : int, keyword-only, default `UNIT_CHUNK`
+        Units per chunk (static).
+
+    Returns
+    -------
+    user_counts : jax.Array, shape (I, K), the state's dtype (``rates``' when given)
+        sum_i z_uik.
+    item_counts : jax.Array, shape (J, K), same dtype
+        sum_u z_uik.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, eq. aux-cc.
     """
@@ -160,9 +226,25 @@ def allocate(key, state: HPFGibbsState, data: CountUnits, rates=None, *, chunk: 
 def theta_conditional(state: HPFGibbsState, user_counts, hyper):
     """(shape, rate), each (I, K), of theta_uk | xi, beta, z: Ga(a + sum_i z_uik, xi_u + sum_i beta_ik).
 
-    ``user_counts``: float (I, K) (from `allocate`); outputs have the state's float dtype.
+    Parameters
+    ----------
+    state : HPFGibbsState
+        The current draws (shapes in its docstring).
+    user_counts : jax.Array, shape (I, K), float
+        sum_i z_uik (from `allocate`).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, shape (I, K), the state's float dtype
+        a + sum_i z_uik.
+    rate : jax.Array, shape (I, K), same dtype
+        xi_u + sum_i beta_ik.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", eq. user-weight-cc.
     """
@@ -172,9 +254,23 @@ def theta_conditional(state: HPFGibbsState, user_counts, hyper):
 def xi_conditional(state: HPFGibbsState, hyper):
     """(shape, rate), each (I,), of xi_u | theta: Ga(a' + K a, a'/b' + sum_k theta_uk).
 
-    Outputs have the state's float dtype.
+    Parameters
+    ----------
+    state : HPFGibbsState
+        The current draws (shapes in its docstring).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, shape (I,), the state's float dtype
+        a' + K a (the same for every user).
+    rate : jax.Array, shape (I,), same dtype
+        a'/b' + sum_k theta_uk.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", the xi_u conditional (corrected:
     rate a'/b' + sum_k theta_uk; module docstring).
@@ -187,9 +283,25 @@ def xi_conditional(state: HPFGibbsState, hyper):
 def beta_conditional(state: HPFGibbsState, item_counts, hyper):
     """(shape, rate), each (J, K), of beta_ik | eta, theta, z: Ga(c + sum_u z_uik, eta_i + sum_u theta_uk).
 
-    ``item_counts``: float (J, K) (from `allocate`); outputs have the state's float dtype.
+    Parameters
+    ----------
+    state : HPFGibbsState
+        The current draws (shapes in its docstring).
+    item_counts : jax.Array, shape (J, K), float
+        sum_u z_uik (from `allocate`).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, shape (J, K), the state's float dtype
+        c + sum_u z_uik.
+    rate : jax.Array, shape (J, K), same dtype
+        eta_i + sum_u theta_uk.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", eq. item-weight-cc (corrected:
     shape c; module docstring).
@@ -200,9 +312,23 @@ def beta_conditional(state: HPFGibbsState, item_counts, hyper):
 def eta_conditional(state: HPFGibbsState, hyper):
     """(shape, rate), each (J,), of eta_i | beta: Ga(c' + K c, c'/d' + sum_k beta_ik).
 
-    Outputs have the state's float dtype.
+    Parameters
+    ----------
+    state : HPFGibbsState
+        The current draws (shapes in its docstring).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, shape (J,), the state's float dtype
+        c' + K c (the same for every item).
+    rate : jax.Array, shape (J,), same dtype
+        c'/d' + sum_k beta_ik.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, "Complete conditionals", the eta_i conditional
     (rate c'/d' + sum_k beta_ik).
@@ -231,12 +357,26 @@ def _log_joint_given_y_log_rate(state: HPFGibbsState, y_log_rate, hyper):
 def log_joint(state: HPFGibbsState, data: CountUnits, hyper, *, chunk: int = UNIT_CHUNK) -> jax.Array:
     """log p(y, theta, xi, beta, eta) up to -sum log y_ui! (the Poisson form, z summed out).
 
-    ``state``: theta (I, K), xi (I,), beta (J, K), eta (J,), float; ``data``: CountUnits of T units;
-    ``chunk``: units per chunk of the O(T K) sum (static; no (T, K) array is formed; the chunked sum
-    rounds differently from one sum over all T, at float rounding, when T > chunk).
-    Returns a scalar of the state's dtype.
+    Parameters
+    ----------
+    state : HPFGibbsState
+        theta (I, K), xi (I,), beta (J, K), eta (J,), float.
+    data : CountUnits
+        T units (rows, cols int (T,), weight (T,)).
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
+    chunk : int, keyword-only, default `UNIT_CHUNK`
+        Units per chunk of the O(T K) sum (static; no (T, K) array is formed; the chunked sum
+        rounds differently from one sum over all T, at float rounding, when T > chunk).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (), the state's dtype
+        The log joint in nats.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational Inference" (the joint
     p(theta | xi) p(xi) p(beta | eta) p(eta) p(y | theta, beta)), priors as in `ppl_models.hpf`.
@@ -257,11 +397,30 @@ def step(key, state: HPFGibbsState, data: CountUnits, hyper) -> tuple[HPFGibbsSt
     Each block is drawn from its complete conditional given the current values of all
     others (z stays fixed within the sweep), so the sweep leaves the posterior invariant.
 
-    Returns (new state, HPFGibbsInfo of the new state). The Info's log joint costs one more
-    O(T K) pass; `mcmc_driver` does not read it, and XLA drops it there.
-    Source: seed 001, complete conditionals (corrected, see the module docstring).
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    state : HPFGibbsState
+        The current draws (shapes in its docstring).
+    data : CountUnits
+        T units of the counts.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters: float fields a, a_prime, b_prime, c, c_prime, d_prime.
 
-    Raises nothing of its own (jitted; no value checks).
+    Returns
+    -------
+    state : HPFGibbsState
+        The new state.
+    info : HPFGibbsInfo
+        The log joint of the new state; it costs one more O(T K) pass (`mcmc_driver` does not read
+        it, and XLA drops it there).
+
+    Raises
+    ------
+    None of its own (jitted; no value checks).
+
+    Source: seed 001, complete conditionals (corrected, see the module docstring).
     """
     k_z, k_theta, k_xi, k_beta, k_eta = jax.random.split(key, 5)
     user_counts, item_counts = allocate(k_z, state, data)
@@ -315,30 +474,69 @@ def sample(
 
     Parameters
     ----------
-    key : jax PRNG key or int seed; the same key gives the same draws.
-    data : Observations (I, J), non-negative integer counts.
-    K : int >= 1, number of components.
-    hyper : HPF hyperparameters (``ppl_models.hpf.HPFHyper``).
-    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
-        num_chains=4, num_warmup=500, num_samples=1000, thin=1, keep, predict_at, dtype, progress,
-        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
-        names theta, xi, beta, eta (default all; theta and beta cost I K and J K per draw) and
-        ``"pred"``; ``predict_at`` (rows, cols) int arrays (M,) gives the running posterior mean and
-        sd of the rate theta_u . beta_i at those cells (``predictions`` group); dtype float64 (default)
-        or float32.
+    key : jax.Array or int
+        A jax PRNG key or an integer seed; the same key gives the same draws.
+    data : Observations, shape (I, J)
+        Non-negative integer counts, N entries.
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.hpf.HPFHyper or object
+        HPF hyperparameters (positive float fields a, a_prime, b_prime, c, c_prime, d_prime).
+    num_chains : int >= 1, keyword-only, default 4
+        Independent chains (each from its own key).
+    num_warmup : int >= 0, keyword-only, default 500
+        Warm-up sweeps per chain, discarded (rounded up to a multiple of ``thin``).
+    num_samples : int >= 1, keyword-only, default 1000
+        Kept draws per chain.
+    thin : int >= 1, keyword-only, default 1
+        Sweeps per kept draw.
+    keep : sequence of str, keyword-only, optional
+        Names to store per draw: theta, xi, beta, eta (default all; theta and beta cost I K and
+        J K per draw) and ``"pred"`` (with ``predict_at``).
+    predict_at : tuple (rows, cols) of int arrays, shape (M,) each, keyword-only, optional
+        Cells at which the running posterior mean and sd of the rate theta_u . beta_i are kept
+        (``predictions`` group).
+    dtype : numpy.float32 or numpy.float64, keyword-only, optional
+        Float dtype of the state (None: float64).
+    progress : bool, keyword-only, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, keyword-only, optional
+        A ``.npz`` checkpoint written every ``checkpoint_every`` blocks and at the end (None: none).
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Blocks between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when the file exists (the same draws as the uninterrupted run).
+    block : int >= 1, keyword-only, optional
+        Sweeps per compiled block (None: about min(50, total sweeps / 4), `mcmc_driver.sample`);
+        the draws do not depend on it.
+    callback : callable, keyword-only, optional
+        Called after each block (after its checkpoint) with ``(sweeps done, states)``
+        (`mcmc_driver.sample`); an exception raised there stops the run.
+    options : mcmc_driver.SampleOptions, keyword-only, optional
+        The same run options as one object (`mcmc_driver.run_options`); keywords given beside it
+        override its fields.
 
     Returns
     -------
-    arviz.InferenceData: ``posterior`` with the kept variables, dims (chain, draw, user|item
-    [, component]); ``sample_stats.lp`` (log joint up to -sum log y_ui!); attrs of
-    `mcmc_driver` (settings, hyper_*, seconds_per_sweep with compilation excluded).
+    arviz.InferenceData
+        ``posterior`` with the kept variables, dims (chain, draw, user|item [, component]);
+        ``sample_stats.lp`` (log joint up to -sum log y_ui!); attrs of `mcmc_driver` (settings,
+        hyper_*, seconds_per_sweep with compilation excluded).
 
     Raises
     ------
-    ValueError: K < 1; bad chain or draw counts; unknown names in ``keep``; data that are not
-    counts (an index out of range, a NaN, negative or non-integer value, duplicates, no entries:
-    `Observations.validate`, before any compilation); bad hyperparameters; ``predict_at`` out of
-    range. TypeError: ``data`` not an Observations, non-integer indices or non-numeric values.
+    ValueError
+        K < 1; bad chain or draw counts; unknown names in ``keep``; data that are not counts (an
+        index out of range, a NaN, negative or non-integer value, duplicates, no entries:
+        `Observations.validate`, before any compilation); bad hyperparameters; ``predict_at`` out
+        of range; a checkpoint of other settings, of another run or damaged; ``resume`` without
+        ``checkpoint``.
+    TypeError
+        ``data`` not an Observations, non-integer indices or non-numeric values; a bad key; an
+        unknown keyword.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
+
     Source: seed 001 (conditionals); the driver is a project addition.
     """
     check_observations(data, "count", name="data")

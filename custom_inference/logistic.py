@@ -56,16 +56,20 @@ def jj_lambda(xi):
 
     Parameters
     ----------
-    xi : float array, any shape; the variational parameter (its sign does not matter).
+    xi : jax.Array or array-like, any shape, float
+        The variational parameter (its sign does not matter).
 
     Returns
     -------
-    float array of ``xi``'s shape and dtype, in (0, 1/8]; the limit 1/8 at ``xi = 0``
-    (series ``1/8 - xi^2/96`` for ``|xi| < 1e-3``, so ``jax.grad`` is finite there too).
+    jax.Array, the shape and dtype of ``xi``
+        Values in (0, 1/8]; the limit 1/8 at ``xi = 0`` (series ``1/8 - xi^2/96`` for
+        ``|xi| < 1e-3``, so ``jax.grad`` is finite there too).
+
+    Raises
+    ------
+    None of its own (no value checks: traced code).
 
     Source: ``003_203f63200c0d7157.txt`` after eq. (11); the negative of ``002`` after eq. (6).
-
-    Raises nothing of its own (no value checks: traced code).
     """
     xi = jnp.asarray(xi)
     small = jnp.abs(xi) < _SMALL_XI
@@ -78,20 +82,26 @@ def jj_log_bound(x, xi, g=1):
 
     Parameters
     ----------
-    x : float array; the logit.
-    xi : float array broadcasting with ``x``; the bound's variational parameter.
-    g : 0/1 array broadcasting with ``x`` (default 1: the bound of ``log sigma(x)``).
+    x : jax.Array or array-like, any shape, float
+        The logit.
+    xi : jax.Array, broadcasting with ``x``, float
+        The bound's variational parameter.
+    g : int or array of 0/1, broadcasting with ``x``, default 1
+        The binary observation (1: the bound of ``log sigma(x)``).
 
     Returns
     -------
-    float array of the broadcast shape:
-    ``log sigma(xi) + (g - 1/2) x - xi/2 - lambda(xi) (x^2 - xi^2)`` (<= the exact value,
-    equal where ``|x| = |xi|``).
+    jax.Array, the broadcast shape, float
+        ``log sigma(xi) + (g - 1/2) x - xi/2 - lambda(xi) (x^2 - xi^2)`` (<= the exact value,
+        equal where ``|x| = |xi|``).
+
+    Raises
+    ------
+    TypeError
+        Not of its own (no value checks: traced code): jax raises it for operands that do not
+        broadcast.
 
     Source: ``003`` eq. (11) (bound of one edge's likelihood); ``002`` eq. (6).
-
-    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
-    jax raise TypeError.
     """
     x = jnp.asarray(x)
     return jax.nn.log_sigmoid(xi) + (g - 0.5) * x - 0.5 * xi - jj_lambda(xi) * (x * x - xi * xi)
@@ -105,16 +115,27 @@ def jj_expected_log_bound(mean, second_moment, xi, g=1):
 
     Parameters
     ----------
-    mean, second_moment : float arrays (broadcasting); ``second_moment >= mean^2``.
-    xi : float array; g : 0/1 array (default 1).
+    mean : jax.Array, any shape, float
+        E_q[x] of the logit.
+    second_moment : jax.Array, broadcasting with ``mean``, float
+        E_q[x^2] (>= mean^2; not checked).
+    xi : jax.Array, broadcasting, float
+        The bound's variational parameter.
+    g : int or array of 0/1, broadcasting, default 1
+        The binary observation.
 
     Returns
     -------
-    float array of the broadcast shape. Source: ``002`` eq. (7); ``003`` eq. (12).
+    jax.Array, the broadcast shape, float
+        ``log sigma(xi) + (g - 1/2) mean - xi/2 - lambda(xi) (second_moment - xi^2)``.
 
-    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
-    jax raise TypeError
-    (numpy raises ValueError when all operands are numpy arrays).
+    Raises
+    ------
+    TypeError
+        Not of its own (no value checks: traced code): jax raises it for operands that do not
+        broadcast (numpy raises ValueError when all operands are numpy arrays).
+
+    Source: ``002`` eq. (7); ``003`` eq. (12).
     """
     return jax.nn.log_sigmoid(xi) + (g - 0.5) * mean - 0.5 * xi - jj_lambda(xi) * (second_moment - xi * xi)
 
@@ -124,13 +145,19 @@ def optimal_xi(second_moment):
 
     Parameters
     ----------
-    second_moment : float array, ``E_q[x^2] >= 0``, any shape.
+    second_moment : jax.Array or array-like, any shape, float
+        E_q[x^2] of the logit (>= 0; negative values are clipped to 0).
 
     Returns
     -------
-    float array of the same shape and dtype. Source: ``002`` eq. (8); ``003`` eq. (16).
+    jax.Array, the shape and dtype of ``second_moment``
+        ``sqrt(max(second_moment, 0))``.
 
-    Raises nothing of its own (no value checks: traced code; negative inputs are clipped to 0).
+    Raises
+    ------
+    None of its own (no value checks: traced code).
+
+    Source: ``002`` eq. (8); ``003`` eq. (16).
     """
     return jnp.sqrt(jnp.maximum(jnp.asarray(second_moment), 0.0))
 
@@ -144,14 +171,23 @@ def mackay_probit(mean, variance):
 
     Parameters
     ----------
-    mean, variance : float arrays (broadcasting), ``variance >= 0``.
+    mean : jax.Array or array-like, any shape, float
+        The Gaussian's mean.
+    variance : jax.Array or array-like, broadcasting with ``mean``, float
+        The Gaussian's variance (>= 0; not checked).
 
     Returns
     -------
-    float array in (0, 1). Source: ``003_203f63200c0d7157.txt`` eq. (19).
+    jax.Array, the broadcast shape, float
+        Values in (0, 1).
 
-    Raises nothing of its own (no value checks: traced code); operands that do not broadcast make
-    jax raise TypeError.
+    Raises
+    ------
+    TypeError
+        Not of its own (no value checks: traced code): jax raises it for operands that do not
+        broadcast.
+
+    Source: ``003_203f63200c0d7157.txt`` eq. (19).
     """
     mean = jnp.asarray(mean)
     return jax.nn.sigmoid(mean / jnp.sqrt(1.0 + jnp.pi * jnp.asarray(variance) / 8.0))

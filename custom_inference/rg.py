@@ -128,12 +128,31 @@ DEFAULT_WARM_START = 30
 class RGGraph:
     """The edges of one hidden graph H, padded to a fixed capacity (same compiled step for every sample).
 
-    Attributes
+    A JAX pytree (the four arrays are its leaves, ``n_users`` / ``n_items`` static). Build with
+    `sample_hidden_graph` or `RGGraph.from_edges` (which validate); the constructor checks nothing.
+
+    Parameters
     ----------
-    users, items : int32 (E_cap,); the edge (m, n) (padding: (0, 0)).
-    g : float (E_cap,); 1 for an edge of the observed G, 0 for a sampled negative (and padding).
-    weight : float (E_cap,); 1 for a real edge, 0 for padding.
-    n_users, n_items : int (static).
+    users : numpy.ndarray or jax.Array, shape (E_cap,), int32
+        The user m of each edge (padding: 0).
+    items : numpy.ndarray or jax.Array, shape (E_cap,), int32
+        The item n of each edge (padding: 0).
+    g : numpy.ndarray or jax.Array, shape (E_cap,), float
+        1 for an edge of the observed G, 0 for a sampled negative (and padding).
+    weight : numpy.ndarray or jax.Array, shape (E_cap,), float
+        1 for a real edge, 0 for padding.
+    n_users : int
+        I (static).
+    n_items : int
+        J (static).
+
+    Raises
+    ------
+    TypeError
+        Not of its own: ``int(n_users)`` / ``int(n_items)`` for non-numbers (ValueError for
+        strings that are not integers).
+
+    Source: ``003_203f63200c0d7157.txt`` sec. 4.1 (the hidden graph H); padding: project addition.
     """
 
     def __init__(self, users, items, g, weight, n_users: int, n_items: int):
@@ -141,6 +160,21 @@ class RGGraph:
         self.n_users, self.n_items = int(n_users), int(n_items)
 
     def tree_flatten(self):
+        """The pytree protocol: the four edge arrays as children, the shape as auxiliary data.
+
+        Returns
+        -------
+        children : tuple of array
+            ``(users, items, g, weight)``, each (E_cap,).
+        aux : tuple of int
+            ``(n_users, n_items)``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (jax.tree_util's pytree protocol).
+        """
         return (self.users, self.items, self.g, self.weight), (self.n_users, self.n_items)
 
     @classmethod
@@ -152,9 +186,35 @@ class RGGraph:
                    dtype=np.float64) -> "RGGraph":
         """Validate an explicit edge list of H and pad it to ``capacity``.
 
-        users, items : int (E,); g : 0/1 (E,); n_users, n_items : int >= 1.
-        Raises ValueError (field named) for bad sizes or indices, duplicates, g outside {0, 1},
-        capacity too small.
+        Parameters
+        ----------
+        users : array-like, shape (E,), int
+            User of each edge, in [0, n_users).
+        items : array-like, shape (E,), int
+            Item of each edge, in [0, n_items).
+        g : array-like, shape (E,), 0/1
+            1 for an edge of G, 0 for a negative.
+        n_users : int >= 1
+            I.
+        n_items : int >= 1
+            J.
+        capacity : int, keyword-only, optional
+            The padded edge count (default E, no padding).
+        dtype : numpy dtype, keyword-only, default float64
+            Dtype of ``g`` and ``weight``.
+
+        Returns
+        -------
+        RGGraph
+            With numpy leaves.
+
+        Raises
+        ------
+        ValueError
+            Naming the field: bad sizes or indices, no edges, duplicates, g outside {0, 1},
+            capacity too small.
+
+        Source: ``003_203f63200c0d7157.txt`` sec. 4.1 (H); project addition (the checks).
         """
         users, items = _check_edges(users, items, n_users, n_items, g)
         g = np.asarray(g, dtype=dtype)
@@ -170,11 +230,40 @@ class RGGraph:
 
     @property
     def n_edges(self) -> int:
-        """Number of real (weight 1) edges."""
+        """Number of real (weight 1) edges.
+
+        Returns
+        -------
+        int
+            The sum of ``weight`` (read to the host).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(np.sum(np.asarray(self.weight)))
 
     def astype(self, dtype) -> "RGGraph":
-        """The same edges with ``g`` and ``weight`` stored as ``dtype`` (float32 or float64)."""
+        """The same edges with ``g`` and ``weight`` stored as ``dtype``.
+
+        Parameters
+        ----------
+        dtype : numpy dtype
+            float32 or float64 (not checked).
+
+        Returns
+        -------
+        RGGraph
+            ``g`` and ``weight`` as jax arrays of ``dtype``; ``users``, ``items`` shared.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return RGGraph(self.users, self.items, jnp.asarray(self.g, dtype), jnp.asarray(self.weight, dtype),
                        self.n_users, self.n_items)
 
@@ -197,7 +286,24 @@ def histogram_exponent(d_max: float, r: float) -> float:
     `validation.models.rg.ERRATA`). For d_max = 1 every weight d_n^gamma is 0 or 1 whatever gamma, and
     1 is returned.
 
-    Raises ValueError if d_max < 1 or r <= 0. Source: ``003`` eqs. (7)-(9), corrected.
+    Parameters
+    ----------
+    d_max : float >= 1
+        The largest item degree (views of the most viewed item).
+    r : float > 0
+        The ratio pi_max / d_max the histogram should have.
+
+    Returns
+    -------
+    float
+        gamma.
+
+    Raises
+    ------
+    ValueError
+        d_max < 1, or r not positive and finite.
+
+    Source: ``003`` eqs. (7)-(9), corrected.
     """
     if not d_max >= 1:
         raise ValueError(f"d_max must be >= 1, got {d_max}")
@@ -213,16 +319,24 @@ def popularity_weights(obs: Observations, r: float) -> tuple[np.ndarray, float]:
 
     Parameters
     ----------
-    obs : Observations (I, J), one-class (values 1).
-    r : float > 0.
+    obs : Observations, shape (I, J)
+        One-class: every stored value 1.
+    r : float > 0
+        The hyperparameter r (`histogram_exponent`).
 
     Returns
     -------
-    pi : numpy float64 (J,), unnormalized (items without views get 0, so they are never negatives);
-    gamma : float.
+    pi : numpy.ndarray, shape (J,), float64
+        Unnormalized (items without views get 0, so they are never negatives).
+    gamma : float
+        The exponent.
 
-    Raises ValueError for non-binary data (or ``obs`` not an Observations), bad r, or no entries at
-    all (d_max = 0 < 1, from `histogram_exponent`).
+    Raises
+    ------
+    ValueError
+        Non-binary data (or ``obs`` not an Observations), bad r, or no entries at all (d_max = 0 < 1,
+        from `histogram_exponent`).
+
     Source: 003_203f63200c0d7157.txt sec. 4.1, eqs. (7)-(9) (eq. 9 corrected).
     """
     _check_binary(obs)
@@ -239,17 +353,28 @@ def sample_hidden_graph(rng: np.random.Generator, obs: Observations, pi, *, capa
 
     Parameters
     ----------
-    rng : numpy.random.Generator.
-    obs : Observations (I, J), one-class (values 1); d_m = number of entries of row m.
-    pi : array (J,), float >= 0 (`popularity_weights`).
-    capacity : int, default 2 N (N = obs.nnz), the padded edge count (>= the edges drawn).
-    dtype : float dtype of ``g`` and ``weight``.
+    rng : numpy.random.Generator
+        The only source of randomness.
+    obs : Observations, shape (I, J)
+        One-class (values 1); d_m = number of entries of row m.
+    pi : array-like, shape (J,), float >= 0
+        The histogram (`popularity_weights`).
+    capacity : int, keyword-only, default 2 N (N = obs.nnz)
+        The padded edge count (>= the edges drawn).
+    dtype : numpy dtype, keyword-only, default float64
+        Float dtype of ``g`` and ``weight``.
 
     Returns
     -------
-    RGGraph; user m gets min(d_m, number of unviewed items with pi > 0) negatives.
+    RGGraph
+        With numpy leaves; user m gets min(d_m, number of unviewed items with pi > 0) negatives.
 
-    Raises ValueError for non-binary data, pi of the wrong shape or negative.
+    Raises
+    ------
+    ValueError
+        Non-binary data (or ``obs`` not an Observations), ``pi`` of the wrong shape, negative or not
+        finite (`sampling.sample_without_replacement`), a ``capacity`` below the edges drawn.
+
     Source: ``003`` sec. 4.1; exact weighted sampling `custom_inference.sampling`.
     """
     _check_binary(obs)
@@ -283,14 +408,31 @@ def sample_hidden_graph(rng: np.random.Generator, obs: Observations, pi, *, capa
 class RGState(NamedTuple):
     """Variational parameters (natural: precision, precision x mean) of the factorized q (6).
 
-    u_prec, u_h : (I, K)   q(u_mk) = N(u_h / u_prec, 1 / u_prec)
-    v_prec, v_h : (J, K)   q(v_nk)
-    bu_prec, bu_h : (I,)   q(b_m)   (ignored when user_bias_on = 0)
-    bv_prec, bv_h : (J,)   q(b_n)
-    tau_{u,v,bu,bv}_{shape,rate} : ()   q(tau) = Gamma(shape, rate)
-    user_bias_on : ()      1.0 for the full model (5), 0.0 when b_m is clamped at 0 (sec. 6.1):
-                           carried with the state so that predictions need nothing else.
-    All float32 or float64.
+    A NamedTuple (a JAX pytree); all fields float32 or float64.
+
+    Parameters
+    ----------
+    u_prec, u_h : jax.Array, shape (I, K), float
+        q(u_mk) = N(u_h / u_prec, 1 / u_prec).
+    v_prec, v_h : jax.Array, shape (J, K), float
+        q(v_nk).
+    bu_prec, bu_h : jax.Array, shape (I,), float
+        q(b_m) (ignored when user_bias_on = 0).
+    bv_prec, bv_h : jax.Array, shape (J,), float
+        q(b_n).
+    tau_u_shape, tau_u_rate, tau_v_shape, tau_v_rate : jax.Array, shape (), float
+        q(tau) = Gamma(shape, rate) of the factor precisions.
+    tau_bu_shape, tau_bu_rate, tau_bv_shape, tau_bv_rate : jax.Array, shape (), float
+        q(tau) of the bias precisions.
+    user_bias_on : jax.Array, shape (), float
+        1.0 for the full model (5), 0.0 when b_m is clamped at 0 (sec. 6.1): carried with the state
+        so that predictions need nothing else.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``003_203f63200c0d7157.txt`` eq. (6) (the factorized q) and eq. (17) (q(tau)).
     """
 
     u_prec: jax.Array
@@ -313,15 +455,47 @@ class RGState(NamedTuple):
 
 
 class RGInfo(NamedTuple):
-    """Per-step diagnostics: ``elbo``: L_xi at optimal xi of the state after the step, on the step's graph."""
+    """Per-step diagnostics of `step`.
+
+    Parameters
+    ----------
+    elbo : jax.Array, shape (), float
+        L_xi at optimal xi of the state after the step, on the step's graph (nats).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info; L_xi of ``003`` eqs. (10)-(12)).
+    """
 
     elbo: jax.Array
 
 
 def histogram_of(fit: base.FitResult) -> tuple[np.ndarray, float]:
-    """The popularity histogram of a `fit` result: (pi float64 (J,), gamma float), read from its
-    idata (group ``histogram``, attr ``gamma``); the ``pi`` `score_users` needs for the popularity
-    kinds. Raises ValueError if ``fit`` is not an RG `fit` result. Source: project addition."""
+    """The popularity histogram of a `fit` result, the ``pi`` `score_users` needs for the popularity kinds.
+
+    Read from its idata (group ``histogram``, attr ``gamma``).
+
+    Parameters
+    ----------
+    fit : base.FitResult or arviz.InferenceData
+        An RG `fit` result (or its ``idata``).
+
+    Returns
+    -------
+    pi : numpy.ndarray, shape (J,), float64
+        The histogram of `popularity_weights`.
+    gamma : float
+        Its exponent.
+
+    Raises
+    ------
+    ValueError
+        ``fit`` is not an RG `fit` result (no ``histogram`` group).
+
+    Source: project addition.
+    """
     idata = fit.idata if hasattr(fit, "idata") else fit
     if "histogram" not in idata.groups():
         raise ValueError("not an RG fit result: its idata has no 'histogram' group")
@@ -375,11 +549,30 @@ def init(key, graph: RGGraph, K: int, hyper, *, dtype=None) -> RGState:
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`); graph : RGGraph, or the Observations (I, J) of G
-    (only the shapes and, for the default dtype, ``g`` / ``values`` are used); K : int >= 1;
-    hyper : `ppl_models.rg.RGHyper`; dtype : float dtype (default: that of ``graph.g``).
+    key : jax.Array or int
+        A jax PRNG key or an integer seed (`base.as_key`).
+    graph : RGGraph or Observations
+        A hidden graph, or the Observations (I, J) of G (only the shapes and, for the default
+        dtype, ``g`` / ``values`` are used).
+    K : int >= 1
+        Number of factors.
+    hyper : ppl_models.rg.RGHyper
+        RG hyperparameters (alpha, beta, r, clamp_user_bias).
+    dtype : numpy dtype, keyword-only, optional
+        float32 or float64 (default: that of ``graph.g`` / ``values``).
 
-    Returns RGState. Raises ValueError for bad K or hyperparameters, TypeError for a bad key.
+    Returns
+    -------
+    RGState
+        Shapes in its docstring, of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        Bad K or hyperparameters; a ``dtype`` other than float32 / float64 (`base.compute_dtype`).
+    TypeError
+        A bad key (`base.as_key`).
+
     Source: 003_203f63200c0d7157.txt sec. 5 (q of eq. 6); the start itself: project addition.
     """
     _check_hyper(hyper)
@@ -421,8 +614,26 @@ def moments(state: RGState):
     """Means and variances under q: (mu_u, s_u) (I, K), (mu_v, s_v) (J, K), (mu_bu, s_bu) (I,),
     (mu_bv, s_bv) (J,). Clamped user biases (user_bias_on = 0) have mean and variance 0.
 
-    ``state``: RGState; every returned array has the state's float dtype (float32 or float64).
-    Raises nothing of its own (jax arithmetic; a zero precision gives inf / nan, not an exception).
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+
+    Returns
+    -------
+    u : tuple of jax.Array
+        (mu_u, s_u), each (I, K), the state's float dtype.
+    v : tuple of jax.Array
+        (mu_v, s_v), each (J, K).
+    b_user : tuple of jax.Array
+        (mu_bu, s_bu), each (I,).
+    b_item : tuple of jax.Array
+        (mu_bv, s_bv), each (J,).
+
+    Raises
+    ------
+    None of its own (jax arithmetic; a zero precision gives inf / nan, not an exception).
+
     Source: 003_203f63200c0d7157.txt eq. (6) (the factorized Gaussian q).
     """
     on = state.user_bias_on
@@ -433,9 +644,28 @@ def moments(state: RGState):
 def edge_moments(state: RGState, users, items):
     """E_q[a] and E_q[a^2] (each (E,)) of a = u_m.v_n + b_m + b_n for index pairs (users, items) (E,).
 
-    users, items : integer arrays (E,) (numpy or jax); returns two arrays (E,) of the state's float
-    dtype. Raises nothing of its own: out-of-range indices are not reported (jax indexing clamps
-    them; negative ones count from the end); lengths that do not broadcast raise jax's TypeError.
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    users : numpy.ndarray or jax.Array, shape (E,), int
+        User of each pair.
+    items : numpy.ndarray or jax.Array, shape (E,), int
+        Item of each pair.
+
+    Returns
+    -------
+    mean : jax.Array, shape (E,), the state's float dtype
+        E_q[a].
+    second_moment : jax.Array, shape (E,), the state's float dtype
+        E_q[a^2].
+
+    Raises
+    ------
+    TypeError
+        Not of its own: jax raises it for lengths that do not broadcast. Out-of-range indices are
+        not reported (jax indexing clamps them; negative ones count from the end).
+
     Source: 003_203f63200c0d7157.txt eqs. (10)-(12) (the moments of the logit under q (6)).
     """
     (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = moments(state)
@@ -464,10 +694,25 @@ def _edge_map(fn, users, items):
 
 
 def edge_xi(state: RGState, graph: RGGraph):
-    """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H, (E_cap,) (eq. 16), in the state's
-    float dtype (padding edges included: they are (0, 0) with weight 0).
+    """The optimal xi_e = sqrt(E_q[a_e^2]) of every edge of H (eq. 16).
 
-    Raises nothing of its own. Source: 003_203f63200c0d7157.txt eq. (16).
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+
+    Returns
+    -------
+    jax.Array, shape (E_cap,), the state's float dtype
+        xi of every edge (padding edges included: they are (0, 0) with weight 0).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: 003_203f63200c0d7157.txt eq. (16).
     """
     (second,) = _edge_map(lambda u, i: edge_moments(state, u, i)[1:], graph.users, graph.items)
     return optimal_xi(second)
@@ -489,19 +734,30 @@ def elbo(state: RGState, graph: RGGraph, hyper, xi=None):
 
     Parameters
     ----------
-    state : RGState; graph : RGGraph; hyper : RGHyper (alpha, beta used).
-    xi : array (E_cap,) or None: the Jaakkola-Jordan parameters of the edges; None uses the
-        optimal xi (16), where L_xi equals its maximum over xi.
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+    hyper : ppl_models.rg.RGHyper
+        Only ``alpha`` and ``beta`` are used.
+    xi : jax.Array, shape (E_cap,), float, optional
+        The Jaakkola-Jordan parameters of the edges; None uses the optimal xi (16), where L_xi
+        equals its maximum over xi.
 
     Returns
     -------
-    scalar jax.Array: sum over edges of the expected bound (`jj_expected_log_bound`) plus the
-    expected log priors of U, V, b, tau and the entropy of q. Differentiable in every field of
-    ``state`` and in ``xi`` (what `validation.models.rg` uses). The user-bias terms and q(tau_bu) are
-    multiplied by ``state.user_bias_on`` (absent when clamped). Dtype: the state's float dtype.
+    jax.Array, shape (), the state's float dtype
+        Sum over edges of the expected bound (`jj_expected_log_bound`) plus the expected log
+        priors of U, V, b, tau and the entropy of q. Differentiable in every field of ``state`` and
+        in ``xi`` (what `validation.models.rg` uses). The user-bias terms and q(tau_bu) are
+        multiplied by ``state.user_bias_on`` (absent when clamped).
 
-    Raises nothing of its own (``hyper`` is not validated here: a ``hyper`` without ``alpha`` /
-    ``beta`` raises AttributeError; non-finite values give nan, not an exception).
+    Raises
+    ------
+    AttributeError
+        Not of its own (``hyper`` is not validated here): a ``hyper`` without ``alpha`` / ``beta``.
+        Non-finite values give nan, not an exception.
+
     Source: 003_203f63200c0d7157.txt eqs. (10)-(12), with the Gamma hyperpriors of eq. (17).
     """
     mean, second = _edge_map(lambda u, i: edge_moments(state, u, i), graph.users, graph.items)
@@ -569,17 +825,38 @@ def _edge_terms(state, graph, xi):
 def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0, *, order=None, chunk: int | None = None) -> RGState:
     """Block update of every q(u_m) through the full-covariance q~(u_m) (eqs. 13, 15; module docstring).
 
-    state : RGState (u_prec, u_h (I, K), float); graph : RGGraph (E_cap edges); hyper : unused (the
-    common block signature); xi : (E_cap,) float, the bound parameters held fixed; rho : float in
-    (0, 1] (scalar, Python or 0-d array): the Robbins-Monro weight (1: exact); order :
-    `row_blocks.PairOrder` of the graph's edges (`edge_order`; None: built inside the trace, an
-    O(E log E) sort per call). The users are solved in blocks of ``order.user_block``: one block's
-    (B, K, K) precisions at a time (issue 28); chunk : edges per chunk of the sums (a Python int;
-    None: `row_blocks.default_chunk`, 32 MiB of (chunk, K, K) outer products).
-    Returns the new state (u_prec, u_h replaced, (I, K), the state's dtype).
+    The users are solved in blocks of ``order.user_block``: one block's (B, K, K) precisions at a
+    time (issue 28).
 
-    Raises nothing of its own; the Cholesky factor of a non positive-definite P gives nan, not an
-    exception. Source: 003_203f63200c0d7157.txt eqs. (13), (15) and sec. 5.1 (the rho blend); the
+    Parameters
+    ----------
+    state : RGState
+        u_prec, u_h (I, K), float (all fields read for the moments).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+    hyper : object
+        Unused (the common block signature).
+    xi : jax.Array, shape (E_cap,), float
+        The bound parameters of the edges, held fixed (e.g. `edge_xi`).
+    rho : float or jax.Array, shape (), default 1.0
+        The Robbins-Monro weight in (0, 1] (1: the exact block update).
+    order : row_blocks.PairOrder, keyword-only, optional
+        Of the graph's edges (`edge_order`; None: built inside the trace, an O(E log E) sort per
+        call).
+    chunk : int, keyword-only, optional
+        Edges per chunk of the sums (a Python int; None: `row_blocks.default_chunk`, 32 MiB of
+        (chunk, K, K) outer products).
+
+    Returns
+    -------
+    RGState
+        ``state`` with u_prec, u_h replaced, (I, K), the state's dtype.
+
+    Raises
+    ------
+    None of its own; the Cholesky factor of a non positive-definite P gives nan, not an exception.
+
+    Source: 003_203f63200c0d7157.txt eqs. (13), (15) and sec. 5.1 (the rho blend); the
     diagonal projection of q~ is derived in the module docstring.
     """
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
@@ -593,8 +870,32 @@ def update_users(state: RGState, graph: RGGraph, hyper, xi, rho=1.0, *, order=No
 def update_items(state: RGState, graph: RGGraph, hyper, xi, rho=1.0, *, order=None, chunk: int | None = None) -> RGState:
     """Block update of every q(v_n), the item twin of `update_users`.
 
-    Arguments as `update_users` (blocks of ``order.item_block`` items over the item-sorted edges);
-    returns the new state (v_prec, v_h replaced, (J, K), the state's dtype). Raises nothing of its own (as `update_users`).
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+    hyper : object
+        Unused (the common block signature).
+    xi : jax.Array, shape (E_cap,), float
+        The bound parameters of the edges, held fixed (e.g. `edge_xi`).
+    rho : float or jax.Array, shape (), default 1.0
+        The Robbins-Monro weight in (0, 1] (1: the exact block update).
+    order : row_blocks.PairOrder, keyword-only, optional
+        As in `update_users` (blocks of ``order.item_block`` items over the item-sorted edges).
+    chunk : int, keyword-only, optional
+        As in `update_users`.
+
+    Returns
+    -------
+    RGState
+        ``state`` with v_prec, v_h replaced, (J, K), the state's dtype.
+
+    Raises
+    ------
+    None of its own (as `update_users`).
+
     Source: 003_203f63200c0d7157.txt eqs. (13)-(15) and sec. 5.1 (item side).
     """
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = moments(state)
@@ -615,8 +916,28 @@ def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
     """q(b_m): precision E[tau_bu] + sum_e 2 lam_e, h = sum_e (g_e - 1/2 - 2 lam_e (mu_u.mu_v + mu_bn)).
     (Computed also when clamped; the clamp multiplies b_m's moments by 0.)
 
-    Arguments as `update_users` (xi (E_cap,) float, rho in (0, 1]); returns the new state (bu_prec,
-    bu_h replaced, (I,), the state's dtype). Raises nothing of its own.
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+    hyper : object
+        Unused (the common block signature).
+    xi : jax.Array, shape (E_cap,), float
+        The bound parameters of the edges, held fixed (e.g. `edge_xi`).
+    rho : float or jax.Array, shape (), default 1.0
+        The Robbins-Monro weight in (0, 1] (1: the exact block update).
+
+    Returns
+    -------
+    RGState
+        ``state`` with bu_prec, bu_h replaced, (I,), the state's dtype.
+
+    Raises
+    ------
+    None of its own.
+
     Source: 003_203f63200c0d7157.txt eqs. (13)-(15) (the univariate bias factor of model (5)) and
     sec. 5.1 (rho blend).
     """
@@ -631,8 +952,29 @@ def update_user_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGSt
 def update_item_bias(state: RGState, graph: RGGraph, hyper, xi, rho=1.0) -> RGState:
     """q(b_n): the item twin of `update_user_bias` (E[b_m] is 0 when the user biases are clamped).
 
-    Returns the new state (bv_prec, bv_h replaced, (J,), the state's dtype). Raises nothing of its
-    own. Source: 003_203f63200c0d7157.txt eqs. (13)-(15) and sec. 5.1 (item side).
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+    hyper : object
+        Unused (the common block signature).
+    xi : jax.Array, shape (E_cap,), float
+        The bound parameters of the edges, held fixed (e.g. `edge_xi`).
+    rho : float or jax.Array, shape (), default 1.0
+        The Robbins-Monro weight in (0, 1] (1: the exact block update).
+
+    Returns
+    -------
+    RGState
+        ``state`` with bv_prec, bv_h replaced, (J,), the state's dtype.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: 003_203f63200c0d7157.txt eqs. (13)-(15) and sec. 5.1 (item side).
     """
     (mu, _), (mv, _), (mbu, _), _ = moments(state)
     lam2, gh = _edge_terms(state, graph, xi)
@@ -646,9 +988,25 @@ def update_hyper(state: RGState, hyper, rho=1.0) -> RGState:
     """The four Gamma factors (eq. 17): shape alpha + n/2, rate beta + 1/2 sum E[x^2] over the n
     coordinates each precision governs (I K, J K, I (0 when clamped), J); natural parameters blended by rho.
 
-    hyper : anything with ``alpha`` and ``beta`` (floats or 0-d arrays); rho : float in (0, 1].
-    Returns the new state (the eight 0-d ``tau_*_shape`` / ``tau_*_rate`` fields replaced).
-    Raises nothing of its own; a ``hyper`` without ``alpha`` / ``beta`` raises AttributeError.
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    hyper : object
+        Anything with ``alpha`` and ``beta`` (floats or 0-d arrays), e.g. `ppl_models.rg.RGHyper`.
+    rho : float or jax.Array, shape (), default 1.0
+        The Robbins-Monro weight in (0, 1].
+
+    Returns
+    -------
+    RGState
+        ``state`` with the eight 0-d ``tau_*_shape`` / ``tau_*_rate`` fields replaced.
+
+    Raises
+    ------
+    AttributeError
+        Not of its own: a ``hyper`` without ``alpha`` / ``beta``.
+
     Source: 003_203f63200c0d7157.txt eq. (17) and sec. 5.1 (rho blend).
     """
     (mu, su), (mv, sv), _, (mbv, sbv) = moments(state)
@@ -704,9 +1062,29 @@ def edge_order(graph: RGGraph, K: int, dtype, *, block_bytes: int = row_blocks.D
     `update_items` ``order=``): `row_blocks.host_order`, a stable counting sort on the host, O(E),
     E_cap int32 per side (padding edges sort with user 0 / item 0 and weigh 0).
 
-    graph : RGGraph (numpy or jax leaves); K : int; dtype : the state's float dtype; block_bytes,
-    block : `row_blocks.block_sizes`. Returns `row_blocks.PairOrder`.
-    Raises ValueError from `row_blocks.block_sizes`.
+    Parameters
+    ----------
+    graph : RGGraph
+        Numpy or jax leaves.
+    K : int
+        The latent dimension.
+    dtype : numpy dtype
+        The state's float dtype.
+    block_bytes : int >= 1, keyword-only, default `row_blocks.DEFAULT_BLOCK_BYTES`
+        As in `row_blocks.block_sizes`.
+    block : None, int or pair (users, items), keyword-only
+        As in `row_blocks.block_sizes`.
+
+    Returns
+    -------
+    row_blocks.PairOrder
+        The edge order for ``order=``.
+
+    Raises
+    ------
+    ValueError
+        From `row_blocks.block_sizes` (a bad ``block_bytes`` or ``block``).
+
     Source: project addition (issue 28).
     """
     return row_blocks.host_order(graph.users, graph.items, graph.n_users, graph.n_items, K, dtype=dtype,
@@ -724,19 +1102,39 @@ def step(key, state: RGState, graph: RGGraph, hyper, rho=1.0, *, update_hyper: b
 
     Parameters
     ----------
-    key : unused (the graph is drawn outside, by numpy: `sample_hidden_graph`); kept for the common
-        solver signature.
-    state : RGState; graph : RGGraph; hyper : RGHyper (static: hashable NamedTuple);
-    rho : float in (0, 1]; update_hyper : bool (False holds q(tau) fixed); order : `edge_order` of
-    ``graph`` (None: built on the first call for this graph object with the default memory bound
-    and kept while it lives; inside a trace, built there).
+    key : object
+        Unused (the graph is drawn outside, by numpy: `sample_hidden_graph`); kept for the common
+        solver signature (may be None).
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    graph : RGGraph
+        One hidden graph H of E_cap (padded) edges.
+    hyper : ppl_models.rg.RGHyper
+        Static: a hashable NamedTuple.
+    rho : float or jax.Array, shape (), default 1.0
+        The weight in (0, 1] of every block.
+    update_hyper : bool, keyword-only, default True
+        False holds q(tau) fixed.
+    order : row_blocks.PairOrder, keyword-only, optional
+        `edge_order` of ``graph`` (None: built on the first call for this graph object with the
+        default memory bound and kept while it lives; inside a trace, built there).
 
-    Returns (RGState, RGInfo with a 0-d ``elbo`` of the state's dtype).
+    Returns
+    -------
+    state : RGState
+        The new state.
+    info : RGInfo
+        With a 0-d ``elbo`` of the state's dtype.
 
-    Raises nothing of its own (no validation: `fit` validates); a ``hyper`` that does not hash
-    makes jax raise ValueError (it is a static argument), one without ``alpha`` / ``beta`` /
-    ``clamp_user_bias`` raises AttributeError. Source: 003_203f63200c0d7157.txt eqs. (13)-(17),
-    sec. 5.1.
+    Raises
+    ------
+    ValueError
+        Not of its own (no validation: `fit` validates): jax raises it for a ``hyper`` that does
+        not hash (it is a static argument).
+    AttributeError
+        Not of its own: a ``hyper`` without ``alpha`` / ``beta`` / ``clamp_user_bias``.
+
+    Source: 003_203f63200c0d7157.txt eqs. (13)-(17), sec. 5.1.
     """
     del key
     K, dtype = state.u_h.shape[1], np.dtype(state.u_h.dtype)
@@ -750,8 +1148,27 @@ def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
     (sec. 5.1, Robbins and Monro). tau0 = 1 makes the first step exact (eps_0 = 1).
 
     Kept for callers of ``rg.robbins_monro``: it is `custom_inference.schedules.robbins_monro`
-    (the one shared implementation; raises ValueError as that function does: non-real or
-    out-of-range t, tau0, kappa). Returns a Python float.
+    (the one shared implementation).
+
+    Parameters
+    ----------
+    t : int >= 0
+        The number of earlier updates.
+    tau0 : float > 0, default 1.0
+        The delay.
+    kappa : float >= 0, default 0.7
+        The forgetting rate.
+
+    Returns
+    -------
+    float
+        eps_t.
+
+    Raises
+    ------
+    ValueError
+        As `custom_inference.schedules.robbins_monro`: non-real or out-of-range t, tau0, kappa.
+
     Source: 003_203f63200c0d7157.txt sec. 5.1.
     """
     return _robbins_monro(t, tau0, kappa)
@@ -765,8 +1182,24 @@ def like_probability(state: RGState, users, items):
     """p(g = 1 | h = 1) for index pairs, (E,): MacKay's sigma(mu_a / sqrt(1 + pi s_a^2 / 8)) with the
     mean and variance of a = u.v + b under q (eq. 19).
 
-    users, items : integer arrays (E,); returns a jax array (E,) of the state's float dtype.
-    Raises nothing of its own: indices out of range are not reported (jax clamps them).
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    users : array-like, shape (E,), int
+        User of each pair.
+    items : array-like, shape (E,), int
+        Item of each pair.
+
+    Returns
+    -------
+    jax.Array, shape (E,), the state's float dtype
+        The like probabilities, in (0, 1).
+
+    Raises
+    ------
+    None of its own: indices out of range are not reported (jax clamps them).
+
     Source: 003_203f63200c0d7157.txt eq. (19) (MacKay's probit approximation).
     """
     mean, second = edge_moments(state, jnp.asarray(users), jnp.asarray(items))
@@ -776,13 +1209,28 @@ def like_probability(state: RGState, users, items):
 def score_users(state: RGState, users, *, kind: str = "like", pi=None) -> np.ndarray:
     """Ranking scores of every item for some users, (len(users), J), float (sec. 6.1.2).
 
-    kind : "like" (s = p(g = 1 | h = 1), eq. 19), "popularity" (s = pi_n) or "popularity_like"
-        (s = pi_n p(g = 1 | h = 1)); pi : (J,) histogram (`popularity_weights`), needed by the last two.
+    Parameters
+    ----------
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    users : array-like, shape (B,), int
+        Users to score, in [0, I).
+    kind : {"like", "popularity", "popularity_like"}, keyword-only, default "like"
+        "like": s = p(g = 1 | h = 1), eq. 19; "popularity": s = pi_n; "popularity_like":
+        s = pi_n p(g = 1 | h = 1).
+    pi : array-like, shape (J,), float, keyword-only, optional
+        The histogram (`popularity_weights`, `histogram_of`), needed by the last two kinds.
 
-    users : integer array (B,); returns numpy (B, J): float64 for "popularity" and
-    "popularity_like", the state's float dtype for "like".
+    Returns
+    -------
+    numpy.ndarray, shape (B, J)
+        float64 for "popularity" and "popularity_like", the state's float dtype for "like".
 
-    Raises ValueError for an unknown kind, missing or mis-shaped pi, or user indices out of range.
+    Raises
+    ------
+    ValueError
+        An unknown kind, missing or mis-shaped pi, or user indices out of range.
+
     Source: 003_203f63200c0d7157.txt eqs. (19)-(20) and sec. 6.1.2.
     """
     if kind not in ("like", "popularity", "popularity_like"):
@@ -810,12 +1258,29 @@ def score_users(state: RGState, users, *, kind: str = "like", pi=None) -> np.nda
 
 
 def draws_from_q(seed: int, state: RGState, n_draws: int) -> dict[str, np.ndarray]:
-    """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
-    tau_u, tau_v, tau_bu, tau_bv (); b_user is 0 (and tau_bu its prior) when clamped. All float64
-    numpy arrays; ``seed`` : int (or anything `numpy.random.default_rng` takes); n_draws : int >= 0.
+    """Independent draws from q (numpy), for the ``posterior`` group of `fit`.
 
-    Raises nothing of its own; numpy raises ValueError for a negative ``n_draws`` (or a Gamma shape
-    <= 0, which a valid state does not have).
+    Parameters
+    ----------
+    seed : int
+        Seed of a numpy Generator (or anything `numpy.random.default_rng` takes).
+    state : RGState
+        The variational parameters (shapes in its docstring).
+    n_draws : int >= 0
+        Number of draws.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray, float64
+        Each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,), tau_u, tau_v, tau_bu,
+        tau_bv (); b_user is 0 (and tau_bu its prior) when clamped.
+
+    Raises
+    ------
+    ValueError
+        Not of its own: numpy raises it for a negative ``n_draws`` (or a Gamma shape <= 0, which a
+        valid state does not have).
+
     Source: 003_203f63200c0d7157.txt eq. (6) (sampling q); the posterior group: project addition.
     """
     rng = np.random.default_rng(seed)
@@ -838,44 +1303,75 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
 
     Parameters
     ----------
-    key : jax PRNG key or int seed: the initial state (`base.as_key`); `vi_driver.host_seed` (key)
-        seeds every graph draw and the draws from q (an int seed s and ``PRNGKey(s)`` agree).
-    obs : Observations (I, J), one-class: every stored value 1 (the edges of G).
-    K : int >= 1, number of factors.
-    hyper : `ppl_models.rg.RGHyper` (alpha, beta, r, clamp_user_bias).
-    max_iter : int >= 1, number of sweeps (Robbins-Monro sweeps when resampling; the warm-start
-        sweeps come on top); tol : float >= 0, stop when the relative change of the ELBO on the
-        fixed evaluation graph is below tol (checked in the Robbins-Monro phase only).
-    resample : True: a fresh H_t per sweep with eps_t = (t + tau0)^-kappa; False: batch VB on one
-        fixed H (eps = 1, the ELBO never decreases).
-    warm_start : int >= 0, default `DEFAULT_WARM_START` (30). With ``resample=True`` and no
-        ``init_state``: that many exact batch sweeps (eps = 1) on the first sampled graph H_0 (the
-        evaluation graph) *before* the ``max_iter`` Robbins-Monro sweeps over fresh graphs. 0 gives
-        the paper's recipe from the small random start of `init`, which on small or sparse data
-        collapses to the u = v = 0 solution (factors shrunk to ~0, the like probability an item-bias
-        score; see the module docstring, "Warm start"). Ignored with ``resample=False`` or a given
-        ``init_state`` (a resumed run is already warm).
-    tau0 > 0, kappa in (0.5, 1]: the step sizes (`robbins_monro`).
-    dtype : float32 or float64 (float64 runs under jax.enable_x64).
-    n_draws : int >= 0, draws from q stored in the ``posterior`` group (0: the means of q as one draw).
-    progress : tqdm progress bar with the ELBO; init_state : resume from a state.
-    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints of the Robbins-Monro (or batch)
-        sweeps, with the graph RNG and the warm-start trace (a resumed run skips the warm start and is
-        bit for bit the uninterrupted one).
+    key : jax.Array or int
+        A jax PRNG key or an integer seed: the initial state (`base.as_key`); `vi_driver.host_seed`
+        (key) seeds every graph draw and the draws from q (an int seed s and ``PRNGKey(s)`` agree).
+    obs : Observations, shape (I, J)
+        One-class: every stored value 1 (the edges of G), N entries.
+    K : int >= 1
+        Number of factors.
+    hyper : ppl_models.rg.RGHyper
+        alpha, beta, r (positive finite floats) and clamp_user_bias (bool).
+    max_iter : int >= 1, keyword-only, default 200
+        Number of sweeps (Robbins-Monro sweeps when resampling; the warm-start sweeps come on top).
+    tol : float >= 0, keyword-only, default 1e-6
+        Stop when the relative change of the ELBO on the fixed evaluation graph is below tol
+        (checked in the Robbins-Monro phase only).
+    resample : bool, keyword-only, default True
+        True: a fresh H_t per sweep with eps_t = (t + tau0)^-kappa; False: batch VB on one fixed H
+        (eps = 1, the ELBO never decreases).
+    tau0 : float > 0, keyword-only, default 1.0
+        Delay of the step sizes (`robbins_monro`).
+    kappa : float in (0.5, 1], keyword-only, default 0.7
+        Forgetting rate of the step sizes.
+    dtype : numpy.float32 or numpy.float64, keyword-only, default float64
+        Precision (float64 runs under jax.enable_x64).
+    n_draws : int >= 0, keyword-only, default 100
+        Draws from q stored in the ``posterior`` group (0: the means of q as one draw).
+    progress : bool, keyword-only, default True
+        tqdm progress bar with the ELBO.
+    init_state : RGState, keyword-only, optional
+        Resume from a state.
+    update_hyper : bool, keyword-only, default True
+        False holds q(tau) at its start (`step`).
+    warm_start : int >= 0, keyword-only, default `DEFAULT_WARM_START` (30)
+        With ``resample=True`` and no ``init_state``: that many exact batch sweeps (eps = 1) on the
+        first sampled graph H_0 (the evaluation graph) *before* the ``max_iter`` Robbins-Monro
+        sweeps over fresh graphs. 0 gives the paper's recipe from the small random start of `init`,
+        which on small or sparse data collapses to the u = v = 0 solution (factors shrunk to ~0,
+        the like probability an item-bias score; see the module docstring, "Warm start"). Ignored
+        with ``resample=False`` or a given ``init_state`` (a resumed run is already warm).
+    checkpoint : str or path-like, keyword-only, optional
+        `vi_driver.fit` checkpoint of the Robbins-Monro (or batch) sweeps, with the graph RNG and
+        the warm-start trace.
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Sweeps between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when it exists (a resumed run skips the warm start and is bit
+        for bit the uninterrupted one).
 
     Returns
     -------
-    `base.FitResult` (state, trace: ELBO (n_warm + n_iter + 1,) on the evaluation graph, the warm-start
-    sweeps first, idata with groups posterior, variational_parameters, vi_trace, histogram (pi (item),
-    attr gamma: `histogram_of`); attrs: the layout of `vi_driver.fit` (``n_iter``: Robbins-Monro / batch
-    sweeps; ``seconds``: their loop) plus gamma, tau0, kappa, ``warm_start`` (sweeps run) and
-    ``seconds_warm_start``).
+    base.FitResult
+        ``state`` (RGState); ``trace``: ELBO (n_warm + n_iter + 1,) on the evaluation graph, the
+        warm-start sweeps first; ``idata`` with groups posterior, variational_parameters, vi_trace,
+        histogram (pi (item), attr gamma: `histogram_of`); attrs: the layout of `vi_driver.fit`
+        (``n_iter``: Robbins-Monro / batch sweeps; ``seconds``: their loop) plus gamma, tau0,
+        kappa, ``warm_start`` (sweeps run) and ``seconds_warm_start``.
 
     Raises
     ------
-    ValueError: non-binary obs (or an index out of range, NaN, duplicates, no entries:
-    `Observations.validate`), bad hyper, K, max_iter, tol, tau0, kappa, n_draws, dtype; init_state
-    of the wrong shape. TypeError: a bad key. FloatingPointError: a non-finite ELBO (try float64).
+    ValueError
+        Non-binary obs or not an Observations (or an index out of range, NaN, duplicates, no
+        entries: `Observations.validate`), bad hyper, K, max_iter, tol, tau0, kappa, warm_start,
+        n_draws, dtype; init_state of the wrong shape; a checkpoint of another run or damaged.
+    TypeError
+        A bad key.
+    FloatingPointError
+        A non-finite ELBO (try float64).
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`vi_driver.fit`).
+
     Source: 003_203f63200c0d7157.txt secs. 4.1 and 5.1; warm start: project addition.
     """
     seed = vi_driver.host_seed(key)

@@ -71,11 +71,36 @@ def block_sizes(n_rows: int, n_cols: int, K: int, dtype, block_bytes: int = DEFA
     (J). At K = 50, float32 and the default 256 MiB: 8,947 users per block (55 blocks at Netflix's
     480,189 users; 2 item blocks for 17,770 items).
 
-    n_rows, n_cols : I, J; K : latent dimension; dtype : the state's float dtype; block_bytes : int
-    >= 1; block : None, an int (both sides) or a pair (users, items) of ints >= 1 that overrides the
-    bound (each capped at I, J).
-    Returns a pair of Python ints.
-    Raises ValueError for block_bytes < 1 or a block that is not a positive integer (or pair of them).
+    Parameters
+    ----------
+    n_rows : int
+        I, the number of users (rows).
+    n_cols : int
+        J, the number of items (columns).
+    K : int
+        The latent dimension.
+    dtype : numpy dtype or str
+        The state's float dtype (its itemsize enters the bound).
+    block_bytes : int >= 1, default `DEFAULT_BLOCK_BYTES` (256 MiB)
+        Memory bound in bytes of the `BLOCK_COPIES` (B, K, K) arrays of one block.
+    block : None, int >= 1 or pair (users, items) of ints >= 1, default None
+        Overrides the bound (an int: both sides); each is capped at I, J. None: from ``block_bytes``.
+
+    Returns
+    -------
+    users_per_block : int
+        B_u, a Python int in [1, I] (0 only when I = 0).
+    items_per_block : int
+        B_i, a Python int in [1, J] (0 only when J = 0).
+
+    Raises
+    ------
+    ValueError
+        ``block_bytes`` < 1 or not an integer (with ``block`` None), or a ``block`` that is not a
+        positive integer or a pair of them.
+    TypeError
+        Not of its own: ``numpy.dtype`` raises it for a ``dtype`` that is not a dtype.
+
     Source: project addition (issue 28).
     """
     if block is None:
@@ -94,14 +119,30 @@ def block_sizes(n_rows: int, n_cols: int, K: int, dtype, block_bytes: int = DEFA
 class PairOrder:
     """Where each block of users / items finds its pairs: a JAX pytree.
 
-    user_perm : (N,) int32 positions of the pairs sorted by user (stable), or None when the pairs
-        are already row-major (users contiguous: positions are the pairs' own);
-    item_perm : (N,) int32 positions sorted by item (stable);
-    user_ptr : (S, n_user_blocks + 1) int32, ``user_ptr[0, b]`` the first sorted position of user
-        block b (users b B_u .. (b + 1) B_u - 1), the last entry N; S = 1 on one device, the number
-        of blocks of pairs on a mesh (each device's own positions in its own block: `custom_inference.psm`);
-    item_ptr : (S, n_item_blocks + 1) int32, the same over items;
-    user_block, item_block : int B_u, B_i (static).
+    Parameters
+    ----------
+    user_perm : jax.Array, shape (N,), int32, or None
+        Positions of the pairs sorted by user (stable), or None when the pairs are already
+        row-major (users contiguous: positions are the pairs' own).
+    item_perm : jax.Array, shape (N,), int32
+        Positions of the pairs sorted by item (stable).
+    user_ptr : jax.Array, shape (S, n_user_blocks + 1), int32
+        ``user_ptr[0, b]`` the first sorted position of user block b (users b B_u .. (b + 1) B_u - 1),
+        the last entry N; S = 1 on one device, the number of blocks of pairs on a mesh (each
+        device's own positions in its own block: `custom_inference.psm`).
+    item_ptr : jax.Array, shape (S, n_item_blocks + 1), int32
+        The same over items.
+    user_block : int
+        B_u, users per block (static, auxiliary data of the pytree).
+    item_block : int
+        B_i, items per block (static).
+
+    Raises
+    ------
+    TypeError
+        Not of its own: ``int(user_block)`` / ``int(item_block)`` raise it for non-numbers (and
+        ValueError for strings that are not integers); the arrays are not checked.
+
     Source: project addition (issue 28).
     """
 
@@ -110,6 +151,21 @@ class PairOrder:
         self.user_block, self.item_block = int(user_block), int(item_block)
 
     def tree_flatten(self):
+        """The pytree protocol: the four arrays as children, the two block sizes as auxiliary data.
+
+        Returns
+        -------
+        children : tuple
+            ``(user_perm, item_perm, user_ptr, item_ptr)`` (``user_perm`` may be None).
+        aux : tuple of int
+            ``(user_block, item_block)``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (jax.tree_util's pytree protocol).
+        """
         return (self.user_perm, self.item_perm, self.user_ptr, self.item_ptr), (self.user_block, self.item_block)
 
     @classmethod
@@ -122,13 +178,43 @@ class PairOrder:
 
 
 def local_order(rows, cols, n_rows: int, n_cols: int, user_block: int, item_block: int, users_sorted: bool):
-    """The `PairOrder` arrays of one set of pairs, traced (XLA stable argsort, ~50 bytes a pair while
-    it runs): (user_perm or None when ``users_sorted``, item_perm (N,) int32, user_ptr (1, nb_u + 1),
-    item_ptr (1, nb_i + 1) int32).
+    """The `PairOrder` arrays of one set of pairs, traced.
 
-    rows, cols : (N,) int32 (jax); n_rows, n_cols, user_block, item_block : Python ints;
-    users_sorted : bool (static: the caller knows the rows are non-decreasing).
-    Raises nothing of its own (traced code). Source: project addition (issue 28).
+    An XLA stable argsort (~50 bytes a pair while it runs).
+
+    Parameters
+    ----------
+    rows : jax.Array, shape (N,), int32
+        User of each pair, in [0, n_rows).
+    cols : jax.Array, shape (N,), int32
+        Item of each pair, in [0, n_cols).
+    n_rows : int
+        I (Python int).
+    n_cols : int
+        J (Python int).
+    user_block : int
+        B_u, users per block (Python int >= 1).
+    item_block : int
+        B_i, items per block (Python int >= 1).
+    users_sorted : bool
+        Static: the caller knows the rows are non-decreasing (no user permutation is built).
+
+    Returns
+    -------
+    user_perm : jax.Array, shape (N,), int32, or None
+        None when ``users_sorted``.
+    item_perm : jax.Array, shape (N,), int32
+        The stable item order.
+    user_ptr : jax.Array, shape (1, nb_u + 1), int32
+        Block pointers over users, nb_u = ceil(I / B_u).
+    item_ptr : jax.Array, shape (1, nb_i + 1), int32
+        Block pointers over items.
+
+    Raises
+    ------
+    None of its own (traced code).
+
+    Source: project addition (issue 28).
     """
     def perm(keys):
         return jnp.argsort(keys, stable=True).astype(jnp.int32)
@@ -144,12 +230,38 @@ def local_order(rows, cols, n_rows: int, n_cols: int, user_block: int, item_bloc
 
 
 def traced_order(rows, cols, n_rows: int, n_cols: int, K: int, dtype, block=None) -> PairOrder:
-    """A `PairOrder` built inside the trace (both permutations: sortedness is not known there), for
-    an update called without a host order: an O(N log N) sort per call.
+    """A `PairOrder` built inside the trace, for an update called without a host order.
 
-    rows, cols : (N,) int32; K : latent dimension; dtype : the state's float dtype; block : as in
-    `block_sizes` (None: the default memory bound).
-    Returns `PairOrder`. Raises ValueError from `block_sizes`. Source: project addition (issue 28).
+    Both permutations (sortedness is not known there): an O(N log N) sort per call.
+
+    Parameters
+    ----------
+    rows : jax.Array, shape (N,), int32
+        User of each pair.
+    cols : jax.Array, shape (N,), int32
+        Item of each pair.
+    n_rows : int
+        I.
+    n_cols : int
+        J.
+    K : int
+        The latent dimension.
+    dtype : numpy dtype
+        The state's float dtype.
+    block : None, int or pair of ints, default None
+        As in `block_sizes` (None: the default memory bound).
+
+    Returns
+    -------
+    PairOrder
+        With a user permutation (never None here).
+
+    Raises
+    ------
+    ValueError
+        From `block_sizes`, for a ``block`` that is not a positive integer (or pair of them).
+
+    Source: project addition (issue 28).
     """
     ub, ib = block_sizes(n_rows, n_cols, K, dtype, block=block)
     return PairOrder(*local_order(rows, cols, n_rows, n_cols, ub, ib, False), ub, ib)
@@ -162,11 +274,38 @@ def host_order(rows, cols, n_rows: int, n_cols: int, K: int, *, dtype, block_byt
     1e8 keys took ~5 GiB here). Users that are already contiguous (row-major pairs) store no
     permutation.
 
-    rows, cols : (N,) integer arrays (numpy or jax: read with ``np.asarray``, a copy from an
-    accelerator) in [0, n_rows), [0, n_cols); K : latent dimension; dtype : the state's float dtype;
-    block_bytes, block : `block_sizes`; host_chunk : int >= 1.
-    Returns `PairOrder` with jax arrays.
-    Raises ValueError from `block_sizes`.
+    Parameters
+    ----------
+    rows : numpy.ndarray or jax.Array, shape (N,), integer
+        User of each pair, in [0, n_rows) (read with ``np.asarray``: a copy from an accelerator).
+    cols : numpy.ndarray or jax.Array, shape (N,), integer
+        Item of each pair, in [0, n_cols).
+    n_rows : int
+        I.
+    n_cols : int
+        J.
+    K : int
+        The latent dimension.
+    dtype : numpy dtype, keyword-only
+        The state's float dtype.
+    block_bytes : int, keyword-only, default `DEFAULT_BLOCK_BYTES`
+        As in `block_sizes`.
+    block : None, int or pair of ints, keyword-only, default None
+        As in `block_sizes`.
+    host_chunk : int >= 1, keyword-only, default `HOST_CHUNK`
+        Pairs per chunk of the host passes.
+
+    Returns
+    -------
+    PairOrder
+        With jax arrays; ``user_perm`` None when the rows are already non-decreasing.
+
+    Raises
+    ------
+    ValueError
+        From `block_sizes` (a bad ``block_bytes`` or ``block``); from numpy's ``bincount`` for a
+        negative id, and from the count accumulation for an id >= ``n_rows`` / ``n_cols``.
+
     Source: project addition (issue 28).
     """
     ub, ib = block_sizes(n_rows, n_cols, K, dtype, block_bytes, block)
@@ -201,12 +340,32 @@ def _counting_order(keys, n_own: int, block: int, need_perm: bool, host_chunk: i
 
 
 def cached_order(cache: dict, data, spec, build: Callable):
-    """``build()`` (a `PairOrder`) of the object ``data``, kept in ``cache`` while ``data`` is alive
-    and asked for with the same ``spec`` (a hashable, e.g. (K, dtype)), so a loop of sweeps on one
-    data set sorts its pairs once; an object that cannot be weakly referenced is not cached.
+    """``build()`` (a `PairOrder`) of the object ``data``, cached while ``data`` is alive.
 
-    cache : dict id(data) -> (weak reference, spec, order), owned by the calling module.
-    Returns what ``build`` returns. Raises what ``build`` raises.
+    Kept in ``cache`` while ``data`` is alive and asked for with the same ``spec``, so a loop of
+    sweeps on one data set sorts its pairs once; an object that cannot be weakly referenced is
+    not cached.
+
+    Parameters
+    ----------
+    cache : dict
+        ``id(data) -> (weak reference, spec, order)``, owned by the calling module.
+    data : object
+        The data set the order belongs to (e.g. a model's data pytree).
+    spec : hashable
+        What else the order depends on, e.g. ``(K, dtype)``.
+    build : callable
+        ``build() -> PairOrder``, called on a miss.
+
+    Returns
+    -------
+    PairOrder
+        What ``build`` returns (the cached one on a hit).
+
+    Raises
+    ------
+    None of its own; what ``build`` raises propagates.
+
     Source: project addition (issue 28).
     """
     key = id(data)
@@ -223,31 +382,94 @@ def cached_order(cache: dict, data, spec, build: Callable):
 
 
 def default_chunk(K: int, dtype, budget_bytes: int = 1 << 25) -> int:
-    """Pairs per chunk such that a chunk's (c, K, K) outer products take about ``budget_bytes``
-    (32 MiB by default): max(64, budget / (K^2 itemsize)); 3,355 at K = 50 in float32.
+    """Pairs per chunk such that a chunk's (c, K, K) outer products take about ``budget_bytes``.
 
-    K : int >= 1; dtype : float dtype; budget_bytes : int. Returns a Python int.
-    Raises nothing of its own (K = 0 raises ZeroDivisionError). Source: project addition (issue 28).
+    max(64, budget / (K^2 itemsize)); 3,355 at K = 50 in float32 with the default 32 MiB.
+
+    Parameters
+    ----------
+    K : int >= 1
+        The latent dimension.
+    dtype : numpy dtype
+        The float dtype of the outer products.
+    budget_bytes : int, default 2**25 (32 MiB)
+        Memory of one chunk's (c, K, K) temporary, in bytes.
+
+    Returns
+    -------
+    int
+        Pairs per chunk, a Python int >= 64.
+
+    Raises
+    ------
+    ZeroDivisionError
+        Not of its own: for K = 0.
+
+    Source: project addition (issue 28).
     """
     return int(max(64, budget_bytes // (int(K) ** 2 * np.dtype(dtype).itemsize)))
 
 
 def zeros(n: int, K: int, dtype):
-    """An empty accumulator (P (n, K, K), diagonal (n, K), h (n, K)) of `accumulate`, zeros of ``dtype``.
+    """An empty accumulator of `accumulate`: zeros of ``dtype``.
 
-    Raises nothing of its own. Source: project addition (issue 28).
+    Parameters
+    ----------
+    n : int
+        Rows of the accumulator (e.g. B, the rows of one block).
+    K : int
+        The latent dimension.
+    dtype : numpy dtype
+        Float dtype.
+
+    Returns
+    -------
+    P : jax.Array, shape (n, K, K), ``dtype``
+        Zeros.
+    diagonal : jax.Array, shape (n, K), ``dtype``
+        Zeros.
+    h : jax.Array, shape (n, K), ``dtype``
+        Zeros.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (issue 28).
     """
     return jnp.zeros((n, K, K), dtype), jnp.zeros((n, K), dtype), jnp.zeros((n, K), dtype)
 
 
 def accumulate(acc, own, w, g, X, V=None):
-    """Add the pairs' terms to the accumulator ``acc`` = (P (n, K, K), diagonal (n, K), h (n, K)):
-    P[own] += w X X^T, diagonal[own] += w V (skipped for V None), h[own] += g X, in the pairs' order;
-    an ``own`` index out of range [0, n) is dropped (the masked pairs of a block).
+    """Add the pairs' terms to the accumulator ``acc``, in the pairs' order.
 
-    own : (c,) int; w, g : (c,) float; X : (c, K) float; V : (c, K) float or None.
-    Returns the updated accumulator (same shapes and dtype). Memory: one (c, K, K) temporary.
-    Raises nothing of its own (traced code).
+    P[own] += w X X^T, diagonal[own] += w V (skipped for V None), h[own] += g X; an ``own`` index
+    out of range [0, n) is dropped (the masked pairs of a block). Memory: one (c, K, K) temporary.
+
+    Parameters
+    ----------
+    acc : tuple of jax.Array
+        ``(P (n, K, K), diagonal (n, K), h (n, K))``, float.
+    own : jax.Array, shape (c,), int
+        The accumulator row of each pair.
+    w : jax.Array, shape (c,), float
+        Weight of each pair's outer product (and of V).
+    g : jax.Array, shape (c,), float
+        Weight of each pair's X in h.
+    X : jax.Array, shape (c, K), float
+        The other side's vector of each pair.
+    V : jax.Array, shape (c, K), float, or None
+        Added (times w) to the diagonal; None skips the diagonal.
+
+    Returns
+    -------
+    tuple of jax.Array
+        The updated accumulator (same shapes and dtype).
+
+    Raises
+    ------
+    None of its own (traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` B.2 (P_i, m_i), ``004_90693a0965f06816.txt`` eq. (2.13),
     ``003_203f63200c0d7157.txt`` eqs. (13), (15): the sums over a row's pairs (module docstring).
     """
@@ -260,10 +482,26 @@ def accumulate(acc, own, w, g, X, V=None):
 
 
 def solve_rows(P, h):
-    """Batched Cholesky solve: (mean P^-1 h (n, K), diag P (n, K)) for P (n, K, K) symmetric positive
-    definite and h (n, K), float of P's dtype.
+    """Batched Cholesky solve: the means P^-1 h and the diagonals of P.
 
-    Raises nothing of its own (a P that is not positive definite gives NaN, not an exception).
+    Parameters
+    ----------
+    P : jax.Array, shape (n, K, K), float
+        Symmetric positive definite precisions.
+    h : jax.Array, shape (n, K), float of P's dtype
+        Precision-times-mean vectors.
+
+    Returns
+    -------
+    mean : jax.Array, shape (n, K), P's dtype
+        P^-1 h.
+    diag : jax.Array, shape (n, K), P's dtype
+        The diagonal of each P.
+
+    Raises
+    ------
+    None of its own (a P that is not positive definite gives NaN, not an exception).
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (15) and ``003_203f63200c0d7157.txt`` sec. 4 (means of
     the full-covariance q~, diagonal precisions).
     """
@@ -286,21 +524,47 @@ def over_row_blocks(order: PairOrder, own_is_user: bool, n_pairs: int, chunk: in
     (`accumulate`), which ``psum`` reduces (over a mesh) and ``finish`` turns into the block's rows;
     at most one block's (B, K, K) arrays exist at a time.
 
-    order : `PairOrder`; own_is_user : True for the user side (rows), False for items; n_pairs : N
-    (Python int >= 1); chunk : pairs per chunk (Python int >= 1, capped at N).
-    pair_terms : ``(take, mask) -> (own, w, g, X, V)`` for one chunk: ``take(x)`` gives the chunk's
-        (c,) part of any (N,) array in the side's sorted order, ``mask`` (c,) float is 1 on the
-        block's pairs and 0 elsewhere (times ``weight``); w and g must be masked by the caller's
-        use of ``mask`` (a masked pair's ``own`` is dropped here in any case); V may be None.
-    finish : ``(acc, ids) -> tuple of (B, ...) arrays``, the block's rows from its summed
-        accumulator; ``ids`` (B,) int32 are the block's row ids clamped to n - 1 (rows past n, in
-        the last block, are computed and dropped).
-    out : tuple of (n, ...) arrays the rows are written into (n = I or J).
-    K, dtype : the accumulator's shape and dtype; weight : optional (N,) float in the pairs' own
-    order (0 drops a pair: padding); vary, psum : applied to the empty and to the summed
-    accumulator (a mesh's pcast / psum; identity on one device).
-    Returns ``out`` with every row written.
-    Raises nothing of its own (traced code).
+    Parameters
+    ----------
+    order : PairOrder
+        Where each block finds its pairs.
+    own_is_user : bool
+        True for the user side (rows), False for items.
+    n_pairs : int
+        N, Python int >= 1.
+    chunk : int
+        Pairs per chunk (Python int >= 1, capped at N).
+    pair_terms : callable
+        ``(take, mask) -> (own, w, g, X, V)`` for one chunk: ``take(x)`` gives the chunk's (c,)
+        part of any (N,) array in the side's sorted order, ``mask`` (c,) float is 1 on the block's
+        pairs and 0 elsewhere (times ``weight``); w and g must be masked by the caller's use of
+        ``mask`` (a masked pair's ``own`` is dropped here in any case); V may be None.
+    finish : callable
+        ``(acc, ids) -> tuple of (B, ...) arrays``, the block's rows from its summed accumulator;
+        ``ids`` (B,) int32 are the block's row ids clamped to n - 1 (rows past n, in the last
+        block, are computed and dropped).
+    out : tuple of jax.Array
+        The (n, ...) arrays the rows are written into (n = I or J).
+    K : int, keyword-only
+        The accumulator's latent dimension.
+    dtype : numpy dtype, keyword-only
+        The accumulator's float dtype.
+    weight : jax.Array, shape (N,), float, or None, keyword-only
+        In the pairs' own order (0 drops a pair: padding); None: all 1.
+    vary : callable, keyword-only
+        Applied to the empty accumulator (a mesh's pcast; identity on one device).
+    psum : callable, keyword-only
+        Applied to the summed accumulator (a mesh's psum; identity on one device).
+
+    Returns
+    -------
+    tuple of jax.Array
+        ``out`` with every row written (same shapes and dtypes).
+
+    Raises
+    ------
+    None of its own (traced code).
+
     Source: project addition (issue 28).
     """
     B = order.user_block if own_is_user else order.item_block

@@ -58,23 +58,36 @@ def sample_without_replacement(rng: np.random.Generator, weights, indptr, indice
 
     Parameters
     ----------
-    rng : numpy.random.Generator (the only source of randomness: same state, same result).
-    weights : array (J,), float, >= 0; items of weight 0 are never drawn.
-    indptr : array (I + 1,), int; CSR row pointer of the excluded items.
-    indices : array (nnz,), int in [0, J); excluded items of row m are
-        ``indices[indptr[m]:indptr[m+1]]`` (duplicates allowed).
-    n_draws : array (I,), int >= 0; requested number of items per row.
-    rounds : int >= 0; rounds of i.i.d. draws before the Gumbel-top-k fallback (0: fallback only).
-    oversample : float >= 1; candidates per remaining item in a round.
+    rng : numpy.random.Generator
+        The only source of randomness (same state, same result).
+    weights : array-like, shape (J,), float
+        Item weights, >= 0 and finite; items of weight 0 are never drawn.
+    indptr : array-like, shape (I + 1,), int
+        CSR row pointer of the excluded items.
+    indices : array-like, shape (nnz,), int in [0, J)
+        Excluded items: those of row m are ``indices[indptr[m]:indptr[m+1]]`` (duplicates allowed).
+    n_draws : array-like, shape (I,), int >= 0
+        Requested number of items per row.
+    rounds : int >= 0, keyword-only, default 4
+        Rounds of i.i.d. draws before the Gumbel-top-k fallback (0: fallback only).
+    oversample : float >= 1, keyword-only, default 2.0
+        Candidates per remaining item in a round.
 
     Returns
     -------
-    rows : array (S,), int64, non-decreasing; items : array (S,), int64. Row m holds
-    ``min(n_draws[m], #admissible items of m)`` distinct items, in the order they were drawn.
+    rows : numpy.ndarray, shape (S,), int64
+        Row of each drawn item, non-decreasing.
+    items : numpy.ndarray, shape (S,), int64
+        The drawn items. Row m holds ``min(n_draws[m], #admissible items of m)`` distinct items,
+        in the order they were drawn.
 
     Raises
     ------
-    ValueError: malformed weights, CSR arrays or n_draws.
+    ValueError
+        Malformed ``weights`` (not a non-empty 1-D array of finite values >= 0), CSR arrays
+        (``indptr`` not starting at 0, decreasing or not ending at ``len(indices)``; ``indices``
+        out of [0, J)), ``n_draws`` (wrong shape or negative), ``rounds`` < 0 or
+        ``oversample`` < 1.
 
     Source: ``003_203f63200c0d7157.txt`` sec. 4.1 (the sampler of q(H)); module docstring for
     the algorithm and its exactness.
@@ -142,19 +155,29 @@ def _isin_sorted(x, sorted_ref):
 
 
 def successive_inclusion_probabilities(weights, excluded, k: int) -> np.ndarray:
-    """Exact inclusion probability of every item under successive sampling of ``k`` items,
-    by enumeration of all ordered draws (tiny J only: reference for the property tests).
+    """Exact inclusion probability of every item under successive sampling of ``k`` items.
+
+    By enumeration of all ordered draws (tiny J only: reference for the property tests).
 
     Parameters
     ----------
-    weights : array (J,), float >= 0; excluded : iterable of int; k : int >= 0.
+    weights : array-like, shape (J,), float >= 0
+        Item weights (not checked).
+    excluded : iterable of int
+        Items never drawn (their weight is set to 0).
+    k : int >= 0
+        Number of items drawn.
 
     Returns
     -------
-    array (J,), float64: P(item n is among the k drawn); sums to min(k, #admissible).
+    numpy.ndarray, shape (J,), float64
+        P(item n is among the k drawn); sums to min(k, #admissible).
 
-    Raises nothing of its own (no value checks); an ``excluded`` index outside 0..J-1 makes numpy
-    raise IndexError.
+    Raises
+    ------
+    IndexError
+        Not of its own (no value checks): numpy raises it for an ``excluded`` index outside
+        0..J-1.
 
     Source: project addition (an exact reference for the sampler of
     ``003_203f63200c0d7157.txt`` sec. 4.1; module docstring).

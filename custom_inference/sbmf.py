@@ -75,12 +75,39 @@ _SOURCE = "004_90693a0965f06816.txt, ch. 3, eqs. 3.1-3.18, Algorithm 2 (correcte
 
 
 class State(NamedTuple):
-    """Current draws of one chain (float32 or float64).
+    """Current draws of one chain (float32 or float64), a NamedTuple (a JAX pytree).
 
-    mu, tau : () global bias, noise precision; alpha (I,), beta (J,) biases;
-    U (I, K), V (J, K) factors; mu_alpha, sigma_alpha, mu_beta, sigma_beta : () and
-    mu_u, sigma_u, mu_v, sigma_v : (K,) hyper means and precisions; e (N,) the residual
-    cache r_ij - (mu + alpha_i + beta_j + u_i . v_j) in the order of the observations.
+    Parameters
+    ----------
+    mu : jax.Array, shape (), float
+        Global bias.
+    alpha : jax.Array, shape (I,), float
+        User biases.
+    beta : jax.Array, shape (J,), float
+        Item biases.
+    U : jax.Array, shape (I, K), float
+        User factors.
+    V : jax.Array, shape (J, K), float
+        Item factors.
+    tau : jax.Array, shape (), float
+        Noise precision.
+    mu_alpha, sigma_alpha : jax.Array, shape (), float
+        Hyper mean and precision of the user biases.
+    mu_beta, sigma_beta : jax.Array, shape (), float
+        Hyper mean and precision of the item biases.
+    mu_u, sigma_u : jax.Array, shape (K,), float
+        Hyper means and precisions of the user factor columns.
+    mu_v, sigma_v : jax.Array, shape (K,), float
+        Hyper means and precisions of the item factor columns.
+    e : jax.Array, shape (N,), float
+        The residual cache r_ij - (mu + alpha_i + beta_j + u_i . v_j) in the order of the
+        observations (sharded: the padded length D B, 0 at padded entries).
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.13) (the parameters) and (3.17) (the cache).
     """
 
     mu: jax.Array
@@ -101,9 +128,24 @@ class State(NamedTuple):
 
 
 class Info(NamedTuple):
-    """Per-sweep diagnostics: ``log_joint`` (eq. 3.13, constants included) of the state the
-    sweep returns, computed from the cache; ``sse`` = sum of squared residuals;
-    ``gauge_accept`` = acceptance rate of the sweep's gauge moves (0 when off)."""
+    """Per-sweep diagnostics of `step`, of the state the sweep returns.
+
+    Parameters
+    ----------
+    log_joint : jax.Array, shape (), float
+        Eq. (3.13), constants included, computed from the cache.
+    sse : jax.Array, shape (), float
+        Sum of squared residuals.
+    gauge_accept : jax.Array, shape (), float
+        Acceptance rate of the sweep's gauge moves (0 when off).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info; log joint of
+    ``004_90693a0965f06816.txt`` eq. (3.13)).
+    """
 
     log_joint: jax.Array
     sse: jax.Array
@@ -148,14 +190,26 @@ ENTRY_CHUNK = 16384
 def residuals(state: State, obs: Observations, *, chunk: int = ENTRY_CHUNK) -> jax.Array:
     """e_ij = r_ij - (mu + alpha_i + beta_j + u_i . v_j) from scratch, shape (N,). O(N K).
 
-    ``state``: State (shapes in its docstring; its cache ``e`` is not read); ``obs``: Observations
-    of N ratings, shape (I, J) (or a `sharding.ShardedObservations`: shape (D B,), 0 at padded
-    entries, each device computing its own block). ``chunk``: entries per chunk (static int >= 1):
-    the entries are visited in chunks (`chunks.over_chunks`), so the gathers u_i, v_j are
+    The entries are visited in chunks (`chunks.over_chunks`), so the gathers u_i, v_j are
     (chunk, K), never (N, K); each entry's arithmetic does not depend on ``chunk``.
-    Float, dtype of the state.
 
-    Raises nothing of its own (no index checks: traced code).
+    Parameters
+    ----------
+    state : State
+        Shapes in its docstring; its cache ``e`` is not read.
+    obs : Observations, shape (I, J), or sharding.ShardedObservations
+        The N ratings (sharded: each device computes its own block).
+    chunk : int >= 1, keyword-only, default `ENTRY_CHUNK`
+        Entries per chunk (static).
+
+    Returns
+    -------
+    jax.Array, shape (N,) (sharded: (D B,), 0 at padded entries), the state's float dtype
+        The residuals, in the order of the observations.
+
+    Raises
+    ------
+    None of its own (no index checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.17) (the residual cache).
     """
@@ -192,15 +246,29 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
 
     Parameters
     ----------
-    key : jax PRNG key; obs : Observations (I x J, N entries); K : int >= 1; hyper : SBMFHyper;
-    dtype : float dtype of the state (default: that of ``obs.values``).
+    key : jax.Array
+        A jax PRNG key.
+    obs : Observations, shape (I, J)
+        The N ratings.
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.sbmf.SBMFHyper or object
+        Not read (the signature of the protocol).
+    scale : float, keyword-only, default 0.1
+        Standard deviation of the starting Theta.
+    dtype : numpy dtype, keyword-only, optional
+        float32 or float64 (default: that of ``obs.values``).
 
     Returns
     -------
-    State, with the cache e computed from scratch.
+    State
+        Shapes in its docstring, dtype ``dtype``, with the cache e computed from scratch.
 
-    Raises ValueError when K is not an integer >= 1 (a non-numeric K raises TypeError or
-    ValueError from ``int``); ``hyper`` is not read.
+    Raises
+    ------
+    ValueError
+        K is not an integer >= 1 (a non-numeric K raises TypeError or ValueError from ``int``); a
+        ``dtype`` other than float32 / float64 (`base.compute_dtype`).
 
     Source: ``004_90693a0965f06816.txt`` sec. 3.3.2 (initialization).
     """
@@ -225,10 +293,28 @@ def init(key, obs: Observations, K: int, hyper, *, scale: float = 0.1, dtype=Non
 def tau_conditional(state: State, obs: Observations, hyper, *, red: sharding.Reducer = sharding.LOCAL):
     """(shape, rate) of tau | - : Gamma(a0 + N/2, b0 + sum e^2 / 2). Algorithm 2 line 12.
 
-    Returns two float scalars of the state's dtype. ``red``: how sums over the entries are
-    combined (`sharding.Reducer`; default one device).
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J)
+        The N ratings (rows, cols int32 (N,), values float (N,)).
+    hyper : ppl_models.sbmf.SBMFHyper or object
+        SBMF hyperparameters Theta_0 (float fields mu_g, sigma_g, a0, b0, mu0, nu0, alpha0, beta0).
+    red : sharding.Reducer, keyword-only, default `sharding.LOCAL`
+        How sums over the entries are combined (one device: plain sums; a sharded block: psum-ed,
+        padded entries masked).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    shape : jax.Array, shape (), the state's dtype
+        a0 + N/2.
+    rate : jax.Array, shape (), the state's dtype
+        b0 + sum e^2 / 2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 12 (with eq. (3.13)).
     """
@@ -240,10 +326,28 @@ def mu_conditional(state: State, obs: Observations, hyper, *, red: sharding.Redu
     """(precision, precision x mean) of mu | -: P = sigma_g + tau N, h = sigma_g mu_g + tau sum (e + mu).
     Algorithm 2 line 14.
 
-    Returns two float scalars of the state's dtype. ``red``: how sums over the entries are
-    combined (`sharding.Reducer`; default one device; padded entries masked).
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J)
+        The N ratings (rows, cols int32 (N,), values float (N,)).
+    hyper : ppl_models.sbmf.SBMFHyper or object
+        SBMF hyperparameters Theta_0 (float fields mu_g, sigma_g, a0, b0, mu0, nu0, alpha0, beta0).
+    red : sharding.Reducer, keyword-only, default `sharding.LOCAL`
+        How sums over the entries are combined (one device: plain sums; a sharded block: psum-ed,
+        padded entries masked).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    precision : jax.Array, shape (), the state's dtype
+        P = sigma_g + tau N.
+    precision_times_mean : jax.Array, shape (), the state's dtype
+        h = sigma_g mu_g + tau sum (e + mu).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 14.
     """
@@ -259,9 +363,25 @@ def alpha_conditional(state: State, obs: Observations, hyper):
     """(precision, precision x mean), each (I,), of alpha_i | -: P = sigma_alpha + tau |Omega_i|,
     h = sigma_alpha mu_alpha + tau sum_{j in Omega_i} (e_ij + alpha_i). Algorithm 2 line 20.
 
-    ``obs``: Observations of N ratings; arrays float, dtype of the state.
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J)
+        The N ratings (rows int32 (N,) non-decreasing (user-sorted), cols int32 (N,), values float (N,)).
+    hyper : object
+        Unused (the signature of the conditionals).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    precision : jax.Array, shape (I,), the state's dtype
+        P_i.
+    precision_times_mean : jax.Array, shape (I,), the state's dtype
+        h_i.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 20.
     """
@@ -274,9 +394,25 @@ def beta_conditional(state: State, obs: Observations, hyper):
     """(precision, precision x mean), each (J,), of beta_j | -; as `alpha_conditional` over the
     users of item j. Algorithm 2 line 32.
 
-    ``obs``: Observations of N ratings; arrays float, dtype of the state.
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J)
+        The N ratings (rows, cols int32 (N,), values float (N,)).
+    hyper : object
+        Unused (the signature of the conditionals).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    precision : jax.Array, shape (J,), the state's dtype
+        P_j = sigma_beta + tau |Omega_j|.
+    precision_times_mean : jax.Array, shape (J,), the state's dtype
+        h_j = sigma_beta mu_beta + tau sum_{i in Omega_j} (e_ij + beta_j).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 32.
     """
@@ -297,9 +433,27 @@ def u_conditional(state: State, obs: Observations, hyper, k):
     """(precision, precision x mean), each (I,), of u_ik | - for one k (all users at once):
     eqs. (3.15) and (3.17): P = sigma_uk + tau sum_j v_jk^2, h = sigma_uk mu_uk + tau sum_j v_jk (e_ij + u_ik v_jk).
 
-    ``k``: int in 0..K-1 (may be traced); arrays float, dtype of the state.
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J)
+        The N ratings (rows int32 (N,) non-decreasing (user-sorted), cols int32 (N,), values float (N,)).
+    hyper : object
+        Unused (the signature of the conditionals).
+    k : int or jax.Array, shape (), int
+        The column, in 0..K-1 (may be traced).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    precision : jax.Array, shape (I,), the state's dtype
+        P of each u_ik.
+    precision_times_mean : jax.Array, shape (I,), the state's dtype
+        h of each u_ik.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. (3.14)-(3.17).
     """
@@ -311,9 +465,29 @@ def u_conditional(state: State, obs: Observations, hyper, k):
 def v_conditional(state: State, obs: Observations, hyper, k):
     """(precision, precision x mean), each (J,), of v_jk | - for one k (all items at once). Algorithm 2 line 37.
 
-    ``k``: int in 0..K-1 (may be traced); arrays float, dtype of the state.
+    P = sigma_vk + tau sum_i u_ik^2, h = sigma_vk mu_vk + tau sum_i u_ik (e_ij + u_ik v_jk).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J)
+        The N ratings (rows, cols int32 (N,), values float (N,)).
+    hyper : object
+        Unused (the signature of the conditionals).
+    k : int or jax.Array, shape (), int
+        The column, in 0..K-1 (may be traced).
+
+    Returns
+    -------
+    precision : jax.Array, shape (J,), the state's dtype
+        P of each v_jk.
+    precision_times_mean : jax.Array, shape (J,), the state's dtype
+        h of each v_jk.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 line 37 (the item-side twin of eqs.
     (3.15)-(3.17)).
@@ -424,13 +598,26 @@ def _gamma_lp(x, shape, rate):
 def log_joint(state: State, obs, hyper, *, from_cache: bool = True) -> jax.Array:
     """log p(R, Theta, Theta_H | Theta_0), eq. (3.13), all constants included.
 
-    ``from_cache=True`` uses the cached residuals (O(N + (I+J)K)); False recomputes them.
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J), or sharding.ShardedObservations
+        The N ratings, or the same split over devices (the cache is then sharded, 0 at padded
+        entries, and N the real count).
+    hyper : ppl_models.sbmf.SBMFHyper or object
+        SBMF hyperparameters Theta_0 (float fields mu_g, sigma_g, a0, b0, mu0, nu0, alpha0, beta0).
+    from_cache : bool, keyword-only, default True
+        True uses the cached residuals (O(N + (I+J)K)); False recomputes them (O(N K)).
 
-    ``state``: State (shapes in its docstring); ``obs``: Observations of N ratings, or the same
-    split over devices (`sharding.ShardedObservations`: the cache is then sharded, 0 at padded
-    entries, and N the real count). Returns a scalar of the state's dtype.
+    Returns
+    -------
+    jax.Array, shape (), the state's dtype
+        The log joint in nats.
 
-    Raises nothing of its own (no checks: traced code).
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.13).
     """
@@ -478,7 +665,21 @@ def _hyper_block(key, state: State, hyper) -> State:
 
 
 class GaugeHyper(NamedTuple):
-    """The hyperparameters a gauge move changes: mu_u, sigma_u, mu_v, sigma_v, each (K,)."""
+    """The hyperparameters a gauge move changes, a NamedTuple (a JAX pytree).
+
+    Parameters
+    ----------
+    mu_u, sigma_u : jax.Array, shape (K,), float
+        Hyper means and precisions of the user factor columns.
+    mu_v, sigma_v : jax.Array, shape (K,), float
+        Hyper means and precisions of the item factor columns.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (see `gauge_log_density`).
+    """
 
     mu_u: jax.Array
     sigma_u: jax.Array
@@ -502,9 +703,22 @@ def gauge_log_density(hyper):
                               -beta0 sigma_vk' - nu0/2 sigma_vk' (mu_vk' - mu0)^2 ]
 
     with the primed values after the move; O(K). Checked against the program's log joint plus
-    the Jacobian in `validation.models.sbmf.gauge_check`. Returns (GaugeHyper, A) -> scalar (traceable).
+    the Jacobian in `validation.models.sbmf.gauge_check`.
 
-    Raises nothing of its own.
+    Parameters
+    ----------
+    hyper : ppl_models.sbmf.SBMFHyper or object
+        SBMF hyperparameters Theta_0 (float fields mu_g, sigma_g, a0, b0, mu0, nu0, alpha0, beta0).
+
+    Returns
+    -------
+    callable
+        ``log_density(g, A) -> jax.Array`` of shape () (traceable): ``g`` a `GaugeHyper`, ``A``
+        (K, K) unused (the target is separable).
+
+    Raises
+    ------
+    None of its own.
 
     Source: project addition (the gauge move of `custom_inference.gauge`; derivation above).
     """
@@ -522,10 +736,25 @@ def gauge_log_density(hyper):
 def gauge_act(g: GaugeHyper, k, l, z) -> GaugeHyper:
     """Scale column k by c = e^z (``l`` is k: the walk runs without shears), O(1).
 
-    Shapes: ``g`` GaugeHyper, each field (K,) float; ``k``, ``l`` int scalars; ``z`` float scalar.
-    Returns a GaugeHyper of the same shapes and dtype.
+    Parameters
+    ----------
+    g : GaugeHyper
+        Each field (K,) float.
+    k : jax.Array, shape (), int
+        The column scaled.
+    l : jax.Array, shape (), int
+        Equal to ``k`` (not read).
+    z : jax.Array, shape (), float
+        Log of the scale c.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    GaugeHyper
+        The same shapes and dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (see `gauge_log_density`).
     """
@@ -535,12 +764,23 @@ def gauge_act(g: GaugeHyper, k, l, z) -> GaugeHyper:
 
 
 def apply_gauge(state: State, A) -> State:
-    """T_A of `gauge_log_density` for a diagonal A (K, K) (only its diagonal is read); the
-    predictions and the cache e are unchanged.
+    """T_A of `gauge_log_density` for a diagonal A; the predictions and the cache e are unchanged.
 
-    Returns a State of the same shapes and dtype.
+    Parameters
+    ----------
+    state : State
+        The current draws (shapes in its docstring).
+    A : jax.Array, shape (K, K), float
+        Only its diagonal c is read: U * c, V / c and the hyperparameters moved along.
 
-    Raises nothing of its own (a zero on A's diagonal gives inf/NaN, not an error).
+    Returns
+    -------
+    State
+        The same shapes and dtype.
+
+    Raises
+    ------
+    None of its own (a zero on A's diagonal gives inf/NaN, not an error).
 
     Source: project addition (see `gauge_log_density`).
     """
@@ -559,20 +799,38 @@ def step(key, state: State, obs: Observations, hyper, gauge_rounds: int = 5,
 
     Each block is drawn from its complete conditional given the current values of all others
     and the cache e is updated after each; each gauge move is a Metropolis-Hastings step; so the
-    sweep leaves the posterior invariant. O(N K + (I + J) K) per sweep. ``hyper`` is a pytree of
-    floats (SBMFHyper); ``gauge_rounds`` an int >= 0 (static). The entries are visited in chunks
-    of ``chunk`` (static int >= 1; `_side`): memory O(N + (I + J) K + chunk), the cache being
-    the only (N,) float array; the draws do not depend on ``chunk``.
+    sweep leaves the posterior invariant. O(N K + (I + J) K) per sweep; memory
+    O(N + (I + J) K + chunk), the cache being the only (N,) float array.
 
-    Shapes: ``state`` State (in its docstring); ``obs`` Observations of N ratings, shape (I, J),
-    or the same split over devices (`sharding.ShardedObservations`; the cache ``e`` then has the
-    padded length D B and the blocks' sharding, the rest of the state is replicated): the sweep
-    runs on every device's block under `jax.shard_map`, each sum over entries psum-ed, every draw
-    made on every device from the same key, so the chain equals the single-device one up to the
-    order of the additions.
-    Returns (State, Info) with float scalars of the state's dtype.
+    Parameters
+    ----------
+    key : jax.Array
+        A jax PRNG key.
+    state : State
+        The current draws (shapes in its docstring).
+    obs : Observations, shape (I, J), or sharding.ShardedObservations
+        The N ratings, or the same split over devices (the cache ``e`` then has the padded length
+        D B and the blocks' sharding, the rest of the state is replicated): the sweep runs on every
+        device's block under `jax.shard_map`, each sum over entries psum-ed, every draw made on
+        every device from the same key, so the chain equals the single-device one up to the order
+        of the additions.
+    hyper : ppl_models.sbmf.SBMFHyper
+        A pytree of floats.
+    gauge_rounds : int >= 0, default 5
+        Rounds of gauge moves (static).
+    chunk : int >= 1, default `ENTRY_CHUNK`
+        Entries per chunk (static; `_side`); the draws do not depend on it.
 
-    Raises nothing of its own (jitted; no value checks).
+    Returns
+    -------
+    state : State
+        The new state.
+    info : Info
+        Float scalars of the state's dtype.
+
+    Raises
+    ------
+    None of its own (jitted; no value checks).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 (corrected, see `validation.models.sbmf.ERRATA`); the
     gauge moves are a project addition.
@@ -676,40 +934,79 @@ def sample(
 
     Parameters
     ----------
-    key : jax PRNG key or int seed; the same key gives the same draws.
-    obs : Observations (I x J, N real-valued ratings; build with ``kind="real",
-        drop_zeros=False`` so that ratings equal to 0 are kept).
-    K : int >= 1.
-    hyper : ``ppl_models.sbmf.SBMFHyper`` (any object with its fields).
-    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
-        num_chains=4, num_warmup=500, num_samples=1000, thin=1, keep, predict_at, dtype, progress,
-        checkpoint, checkpoint_every, resume, block, callback; see `mcmc_driver.sample`). Here ``keep``
-        names State fields (U and V cost I K and J K per draw), ``mean_level`` and, with
-        ``predict_at``, ``pred`` (default all of them); ``predict_at`` (rows, cols) int arrays (M,)
-        gives the predicted mean mu + alpha_i + beta_j + u_i . v_j at those cells: per draw as
-        ``pred`` (chain, draw, M) when kept, and its running mean and sd over all kept draws in
-        ``predictions`` (``pred_mean``, ``pred_sd``; eq. 3.18); dtype: the state's (default that of
-        ``obs.values``; float32 works).
-    gauge_rounds : int >= 0, rounds of column-scaling gauge moves per sweep (`step`); 0 is
-        the thesis's plain Algorithm 2.
-    mesh : jax.sharding.Mesh, optional: split the ratings (and the residual cache) over the devices
-        of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`); the factors stay replicated, the sums
-        over ratings are psum-ed, and the draws equal the single-device ones up to the order of
-        the additions (attrs ``n_devices``). None: one device, unchanged.
+    key : jax.Array or int
+        A jax PRNG key or an integer seed; the same key gives the same draws.
+    obs : Observations, shape (I, J)
+        N real-valued ratings (build with ``kind="real", drop_zeros=False`` so that ratings equal
+        to 0 are kept).
+    K : int >= 1
+        Number of components.
+    hyper : ppl_models.sbmf.SBMFHyper or object
+        Any object with its fields (finite; sigma_g, a0, b0, nu0, alpha0, beta0 > 0).
+    gauge_rounds : int >= 0, keyword-only, default 5
+        Rounds of column-scaling gauge moves per sweep (`step`); 0 is the thesis's plain
+        Algorithm 2.
+    mesh : jax.sharding.Mesh, keyword-only, optional
+        Split the ratings (and the residual cache) over the devices of the mesh axis ``"nnz"``
+        (`sharding.nnz_mesh`); the factors stay replicated, the sums over ratings are psum-ed,
+        and the draws equal the single-device ones up to the order of the additions (attrs
+        ``n_devices``). None: one device, unchanged.
+    num_chains : int >= 1, keyword-only, default 4
+        Independent chains (each from its own key).
+    num_warmup : int >= 0, keyword-only, default 500
+        Warm-up sweeps per chain, discarded (rounded up to a multiple of ``thin``).
+    num_samples : int >= 1, keyword-only, default 1000
+        Kept draws per chain.
+    thin : int >= 1, keyword-only, default 1
+        Sweeps per kept draw.
+    keep : sequence of str, keyword-only, optional
+        Names to store per draw: State fields (U and V cost I K and J K per draw), ``mean_level``
+        and, with ``predict_at``, ``pred`` (default all of them).
+    predict_at : tuple (rows, cols) of int arrays, shape (M,) each, keyword-only, optional
+        Cells at which the predicted mean mu + alpha_i + beta_j + u_i . v_j is computed: per draw
+        as ``pred`` (chain, draw, M) when kept, and its running mean and sd over all kept draws in
+        ``predictions`` (``pred_mean``, ``pred_sd``; eq. 3.18).
+    dtype : numpy.float32 or numpy.float64, keyword-only, optional
+        The state's dtype (None: that of ``obs.values``; float32 works).
+    progress : bool, keyword-only, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, keyword-only, optional
+        A ``.npz`` checkpoint written every ``checkpoint_every`` blocks and at the end (None: none).
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Blocks between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when the file exists (the same draws as the uninterrupted run).
+    block : int >= 1, keyword-only, optional
+        Sweeps per compiled block (None: about min(50, total sweeps / 4), `mcmc_driver.sample`);
+        the draws do not depend on it.
+    callback : callable, keyword-only, optional
+        Called after each block (after its checkpoint) with ``(sweeps done, states)``
+        (`mcmc_driver.sample`); an exception raised there stops the run.
+    options : mcmc_driver.SampleOptions, keyword-only, optional
+        The same run options as one object (`mcmc_driver.run_options`); keywords given beside it
+        override its fields.
 
     Returns
     -------
-    arviz.InferenceData: ``posterior`` with the kept variables (dims user, item, component),
-    ``mean_level`` = mu + mean(alpha) + mean(beta) (identifiable), and ``pred`` (dim cell) if
-    asked; ``sample_stats``: ``lp`` (log joint, eq. 3.13) and ``gauge_accept``; attrs of
-    `mcmc_driver` plus gauge_rounds.
+    arviz.InferenceData
+        ``posterior`` with the kept variables (dims user, item, component), ``mean_level`` =
+        mu + mean(alpha) + mean(beta) (identifiable), and ``pred`` (dim cell) if asked;
+        ``sample_stats``: ``lp`` (log joint, eq. 3.13) and ``gauge_accept``; attrs of
+        `mcmc_driver` plus gauge_rounds.
 
     Raises
     ------
-    ValueError: obs not Observations; obs with an index out of range, a NaN or infinite value,
-    duplicates or no entries (`Observations.validate`, before any compilation); K < 1; bad counts; unknown ``keep`` names; bad
-    hyperparameters; ``predict_at`` indices out of range; ``mesh`` without an axis ``"nnz"``.
-    TypeError: ``mesh`` not a jax.sharding.Mesh.
+    ValueError
+        ``obs`` not Observations; ``obs`` with an index out of range, a NaN or infinite value,
+        duplicates or no entries (`Observations.validate`, before any compilation); K < 1; bad
+        counts (``gauge_rounds`` included); unknown ``keep`` names; bad hyperparameters;
+        ``predict_at`` indices out of range; ``mesh`` without an axis ``"nnz"``; a checkpoint of
+        other settings, of another run or damaged.
+    TypeError
+        ``mesh`` not a jax.sharding.Mesh; a bad key; an unknown keyword.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
+
     Source: seed 004, Algorithm 2 (sweep); the driver is a project addition.
     """
     _check_obs(obs)
@@ -735,19 +1032,27 @@ def predict(idata_or_draws, rows, cols, *, chunk: int = 256) -> tuple[np.ndarray
 
     Parameters
     ----------
-    idata_or_draws : InferenceData from `sample` (kept ``mu, alpha, beta, U, V``), or a dict of
-        arrays with those names and leading sample axes ((chain, draw, ...) or (S, ...)).
-    rows, cols : int arrays (M,): cells to predict (observed or not).
-    chunk : draws processed at once (memory O(chunk M K)).
+    idata_or_draws : arviz.InferenceData or dict
+        The InferenceData from `sample` (kept ``mu, alpha, beta, U, V``), or a dict of arrays with
+        those names and leading sample axes ((chain, draw, ...) or (S, ...)).
+    rows : array-like, shape (M,), int
+        Users of the cells to predict (observed or not), in [0, I).
+    cols : array-like, shape (M,), int
+        Items of the cells, in [0, J).
+    chunk : int >= 1, keyword-only, default 256
+        Draws processed at once (memory O(chunk M K)).
 
     Returns
     -------
-    (mean, sd): float64 arrays (M,): r_hat_ij = (1/C) sum_c (mu^c + alpha_i^c + beta_j^c + u_i^c . v_j^c)
-    and the posterior sd of that mean function over the C kept draws (noise 1/tau not included).
+    mean : numpy.ndarray, shape (M,), float64
+        r_hat_ij = (1/C) sum_c (mu^c + alpha_i^c + beta_j^c + u_i^c . v_j^c) over the C kept draws.
+    sd : numpy.ndarray, shape (M,), float64
+        The posterior sd of that mean function over the draws (noise 1/tau not included).
 
     Raises
     ------
-    ValueError: a variable missing, indices out of range or of different lengths.
+    ValueError
+        A variable missing, indices out of range or of different lengths; no ``posterior`` group.
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.18) (the mean); the sd is a project addition.
     """

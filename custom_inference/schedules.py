@@ -27,8 +27,28 @@ def check_robbins_monro(tau0: float, kappa: float) -> None:
 
     For drivers that promise convergence (``003`` sec. 5.1; ``002`` sec. 2.4); `robbins_monro`
     itself only needs tau0 > 0 and kappa >= 0 (OVBFM accepts the thesis' boundary lambda = 0.5
-    and lambda = 0, a constant step 1). Messages name the argument: "tau0 must be > 0, got ...",
-    "kappa must be in (0.5, 1] (Robbins-Monro), got ...".
+    and lambda = 0, a constant step 1).
+
+    Parameters
+    ----------
+    tau0 : float
+        The delay of the schedule; must be > 0.
+    kappa : float
+        The forgetting rate; must be in (0.5, 1].
+
+    Returns
+    -------
+    None
+        Returns only when both conditions hold.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument: "tau0 must be > 0, got ...", "kappa must be in (0.5, 1]
+        (Robbins-Monro), got ..." (NaN fails both).
+    TypeError
+        Not of its own: Python's comparison raises it for a non-numeric ``tau0`` or ``kappa``
+        (e.g. a string).
 
     Source: ``003_203f63200c0d7157.txt`` sec. 5.1 and ``002_5408d341cb9fc544.txt`` sec. 2.4 (the
     conditions); the check itself is a project addition.
@@ -44,20 +64,25 @@ def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
 
     Parameters
     ----------
-    t : int >= 0, the number of earlier updates (t = 0 is the first step).
-    tau0 : float > 0, the delay; tau0 = 1 gives eps_0 = 1.
-    kappa : float >= 0, the forgetting rate; kappa in (0.5, 1] for the Robbins-Monro conditions
-        (check with `check_robbins_monro`); kappa = 0 gives the constant step tau0^0 = 1.
+    t : int >= 0
+        The number of earlier updates (t = 0 is the first step).
+    tau0 : float > 0, default 1.0
+        The delay; tau0 = 1 gives eps_0 = 1.
+    kappa : float >= 0, default 0.7
+        The forgetting rate; kappa in (0.5, 1] for the Robbins-Monro conditions (check with
+        `check_robbins_monro`); kappa = 0 gives the constant step tau0^0 = 1.
 
     Returns
     -------
-    float, float((float(t) + float(tau0)) ** (-float(kappa))): the same value as
-    ``(t + tau0) ** (-kappa)`` and as ``(1.0 + float(t)) ** (-float(lam))`` (OVBFM, tau0 = 1).
+    float
+        ``float((float(t) + float(tau0)) ** (-float(kappa)))``: the same value as
+        ``(t + tau0) ** (-kappa)`` and as ``(1.0 + float(t)) ** (-float(lam))`` (OVBFM, tau0 = 1).
 
     Raises
     ------
-    ValueError if t < 0, tau0 <= 0, kappa < 0, or any of them is not a finite real number
-    (booleans and strings included).
+    ValueError
+        If t < 0, tau0 <= 0, kappa < 0, or any of them is not a finite real number (booleans
+        and strings included).
 
     Source: ``003`` sec. 5.1; ``002`` sec. 2.4 / Algorithm 1; ``004`` eqs. 4.27-4.28 (module docstring).
     """
@@ -82,14 +107,28 @@ def robbins_monro(t: int, tau0: float = 1.0, kappa: float = 0.7) -> float:
 def robbins_monro_array(count, tau0, kappa):
     """Elementwise (tau0 + count)^(-kappa) for arrays of update counts; traceable under ``jax.jit``.
 
-    count : int or float array (any shape), the number of earlier updates of each row / column /
-    scalar (``002`` Algorithm 1: one counter per u_i, v_j and z); tau0, kappa : scalars or arrays
-    broadcasting with count. Returns an array of count's broadcast shape, float dtype of the operands.
-    No value checks (they cannot run on traced values): validate tau0, kappa once outside the jit
-    with `check_robbins_monro`. Source: ``002`` sec. 2.4.
+    Parameters
+    ----------
+    count : jax.Array or numpy.ndarray, any shape, int or float
+        The number of earlier updates of each row / column / scalar (``002`` Algorithm 1: one
+        counter per u_i, v_j and z).
+    tau0 : float or array broadcasting with ``count``
+        The delay (> 0; not checked).
+    kappa : float or array broadcasting with ``count``
+        The forgetting rate (not checked).
 
-    Raises nothing of its own (no value checks; see above); operands that do not broadcast make
-    jax raise TypeError
-    (numpy raises ValueError when all operands are numpy arrays).
+    Returns
+    -------
+    array, the broadcast shape of the operands, their float dtype
+        The step sizes. No value checks (they cannot run on traced values): validate tau0, kappa
+        once outside the jit with `check_robbins_monro`.
+
+    Raises
+    ------
+    TypeError
+        Not of its own (no value checks; see above): jax raises it for operands that do not
+        broadcast (numpy raises ValueError when all operands are numpy arrays).
+
+    Source: ``002`` sec. 2.4.
     """
     return (tau0 + count) ** (-kappa)
