@@ -64,7 +64,8 @@ def to_inference_data(
         Posterior draws (for VI: draws from q, with one chain).
     dims : dict name -> list of dimension names for the trailing axes
         (``chain`` and ``draw`` are prepended for posterior and sample_stats).
-    coords : dict dimension -> coordinate values.
+    coords : dict dimension -> coordinate values
+        Coordinates of the named dimensions.
     sample_stats : dict name -> array (chain, draw)
         Per-draw sampler statistics (``diverging``, ``energy``, ``lp``, ...).
     extra_groups : dict group -> dict name -> array
@@ -75,7 +76,8 @@ def to_inference_data(
 
     Returns
     -------
-    `arviz.InferenceData` with one group per non-empty argument; arrays keep their dtypes.
+    arviz.InferenceData
+        One group per non-empty argument; arrays keep their dtypes.
 
     Raises
     ------
@@ -169,13 +171,14 @@ def diagnostics(draws: np.ndarray) -> dict[str, np.ndarray]:
 
     Parameters
     ----------
-    draws : array, shape (chain, draw, Q)
+    draws : array_like, shape (chain, draw, Q), float
         Q scalar quantities.
 
     Returns
     -------
-    dict with arrays of shape (Q,): ``r_hat`` (rank-normalized split R-hat,
-    Vehtari et al. 2021), ``ess_bulk``, ``ess_tail``, ``mcse_mean``, ``mean``, ``sd``.
+    dict of str to numpy.ndarray, shape (Q,), float64
+        ``r_hat`` (rank-normalized split R-hat, Vehtari et al. 2021), ``ess_bulk``, ``ess_tail``,
+        ``mcse_mean``, ``mean``, ``sd``.
 
     Raises
     ------

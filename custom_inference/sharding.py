@@ -349,13 +349,17 @@ def shard_observations(obs: Observations, mesh: Mesh, *, axis: str = AXIS) -> Sh
 
     Parameters
     ----------
-    obs : Observations (I, J), N entries (already validated by the caller's model checks).
-    mesh : jax.sharding.Mesh with an axis named ``axis`` (other axes, if any, replicate).
-    axis : str, default `AXIS`.
+    obs : Observations
+        Shape (I, J), N entries (already validated by the caller's model checks).
+    mesh : jax.sharding.Mesh
+        With an axis named ``axis`` (other axes, if any, replicate).
+    axis : str, default AXIS ("nnz")
+        The mesh axis the entries are split over.
 
     Returns
     -------
-    ShardedObservations with arrays of length D B.
+    ShardedObservations
+        Arrays of length D B.
 
     Raises
     ------

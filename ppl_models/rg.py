@@ -222,20 +222,27 @@ def simulate(key, users, items, n_users: int, n_items: int, K: int, hyper: RGHyp
 
     Parameters
     ----------
-    key : jax.random.PRNGKey
-    users, items : int arrays (E,): the edges of H (validated by `check_edges`).
-    n_users, n_items, K : int >= 1.
-    hyper : RGHyper.
+    key : jax.Array
+        A JAX PRNG key.
+    users, items : array_like, shape (E,), int
+        The edges of H (validated by `check_edges`).
+    n_users, n_items, K : int >= 1
+        I, J and the number of factors.
+    hyper : RGHyper, default RGHyper()
+        Hyperparameters (validated by `check_hyper`).
 
     Returns
     -------
-    params : dict of arrays: ``tau_u``, ``tau_v``, ``tau_bv`` (), ``u`` (I, K), ``v`` (J, K),
-        ``b_item`` (J,), ``b_user`` (I,) (zeros when clamped; ``tau_bu`` () otherwise).
-    g : jax.Array (E,), 0/1 float: the like/dislike outcome of each edge of H.
+    params : dict of str to jax.Array, float
+        ``tau_u``, ``tau_v``, ``tau_bv`` (), ``u`` (I, K), ``v`` (J, K), ``b_item`` (J,), ``b_user``
+        (I,) (zeros when clamped; ``tau_bu`` () otherwise).
+    g : jax.Array, shape (E,), float
+        0/1, the like/dislike outcome of each edge of H.
 
     Raises
     ------
-    ValueError: bad sizes, edges or hyperparameters (before any computation).
+    ValueError
+        Bad sizes, edges or hyperparameters (before any computation).
 
     Source: ``003_203f63200c0d7157.txt`` eqs. (2)-(5) (prior predictive of `model`).
     """

@@ -116,21 +116,29 @@ def model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper
 
     Parameters
     ----------
-    rows, cols : array (N,), int; observed cells (i, j) in Omega, 0-based.
-    values : array (N,), float; the ratings r_ij.
-    n_rows, n_cols : int; I and J.
-    K : int >= 1; latent dimension.
-    hyper : SBMFHyper.
+    rows, cols : array_like, shape (N,), int
+        Observed cells (i, j) in Omega, 0-based.
+    values : array_like, shape (N,), float
+        The ratings r_ij (finite).
+    n_rows, n_cols : int
+        I and J.
+    K : int >= 1
+        Latent dimension.
+    hyper : SBMFHyper, default SBMFHyper()
+        Hyperparameters Theta_0.
 
     Returns
     -------
-    pymc.Model with free variables ``mu`` (), ``sigma_alpha``, ``mu_alpha``, ``alpha`` (I,),
-    ``sigma_beta``, ``mu_beta``, ``beta`` (J,), ``sigma_u`` (K,), ``mu_u`` (K,), ``U`` (I, K),
-    ``sigma_v`` (K,), ``mu_v`` (K,), ``V`` (J, K), ``tau`` (), and the observed ``r`` (N,).
+    pymc.Model
+        Free variables ``mu`` (), ``sigma_alpha``, ``mu_alpha``, ``alpha`` (I,), ``sigma_beta``,
+        ``mu_beta``, ``beta`` (J,), ``sigma_u`` (K,), ``mu_u`` (K,), ``U`` (I, K), ``sigma_v`` (K,),
+        ``mu_v`` (K,), ``V`` (J, K), ``tau`` (), and the observed ``r`` (N,); float64.
 
     Raises
     ------
-    ValueError: K < 1, bad hyperparameters, indices out of range, non-finite values.
+    ValueError
+        K < 1 or not an integer, bad hyperparameters, indices out of range, non-finite values, arrays
+        not 1-D of one length.
 
     Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12).
     """
@@ -255,21 +263,29 @@ def simulate(seed_or_key, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper = S
 
     Parameters
     ----------
-    seed_or_key : int, numpy Generator, or a jax PRNG key (its raw bits seed numpy).
-    n_rows, n_cols, K : int; I, J, K >= 1.
-    hyper : SBMFHyper.
-    n_obs : int, default ``min(I J, 4 max(I, J))``. Every row and column is observed at
-        least once when n_obs >= max(I, J).
+    seed_or_key : int, numpy.random.Generator or jax.Array
+        An int seed, a numpy Generator, or a JAX PRNG key (its raw bits seed numpy).
+    n_rows, n_cols, K : int >= 1
+        I, J, K.
+    hyper : SBMFHyper, default SBMFHyper()
+        Hyperparameters Theta_0.
+    n_obs : int in [1, I J], optional
+        Number of cells, default ``min(I J, 4 max(I, J))``. Every row and column is observed at least
+        once when n_obs >= max(I, J).
 
     Returns
     -------
-    (truth, rows, cols, values): ``truth`` a dict of float64 numpy arrays with the names of
-    the program's variables (``mu``, ``alpha`` (I,), ``U`` (I, K), ``tau``, ...); ``rows``,
-    ``cols`` int64 (N,) sorted row-major; ``values`` float64 (N,).
+    truth : dict of str to numpy.ndarray, float64
+        The program's variables (``mu``, ``alpha`` (I,), ``U`` (I, K), ``tau``, ...).
+    rows, cols : numpy.ndarray, shape (N,), int64
+        The cells, sorted row-major.
+    values : numpy.ndarray, shape (N,), float64
+        The ratings.
 
     Raises
     ------
-    ValueError: sizes < 1, n_obs > I J, bad hyperparameters.
+    ValueError
+        Sizes < 1 or not integers, n_obs < 1 or > I J, bad hyperparameters.
 
     Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12) (prior predictive of `model`); the
     choice of cells is a project addition.

@@ -233,24 +233,31 @@ def model(X, hyper: SIBMHyper = SIBMHyper(), D: int = 2, *, shape: tuple[int, in
 def simulate(key, I: int, J: int, D: int, hyper: SIBMHyper = SIBMHyper(), *, z: float | None = None):
     """Draw parameters and a binary matrix from the prior predictive of `model`.
 
+    The sec. 4 synthetic setting of seed 002 is ``simulate(key, I, J, **SEC4_SYNTHETIC)`` (D = 10,
+    z = -7.5, no biases, about 98% zeros).
+
     Parameters
     ----------
-    key : jax.random.PRNGKey
-    I, J, D : int >= 1 (rows, columns, latent factors)
-    hyper : SIBMHyper
-    z : optional float; fixes the global bias instead of drawing it. The sec. 4 synthetic
-        setting of seed 002 is ``simulate(key, I, J, **SEC4_SYNTHETIC)`` (D = 10, z = -7.5,
-        no biases, about 98% zeros).
+    key : jax.Array
+        A JAX PRNG key.
+    I, J, D : int >= 1
+        Rows, columns, latent factors.
+    hyper : SIBMHyper, default SIBMHyper()
+        Hyperparameters.
+    z : float, optional
+        Fixes the global bias instead of drawing it.
 
     Returns
     -------
-    params : dict of float arrays ``U`` (I, D), ``V`` (J, D), ``z`` (), and ``a`` (I,), ``b`` (J,)
-        when ``hyper.biases``
-    X : jax.Array (I, J), int32 0/1
+    params : dict of str to jax.Array, float
+        ``U`` (I, D), ``V`` (J, D), ``z`` (), and ``a`` (I,), ``b`` (J,) when ``hyper.biases``.
+    X : jax.Array, shape (I, J), int32
+        The 0/1 matrix.
 
     Raises
     ------
-    ValueError: a size that is not a positive integer, a hyper field missing or invalid, z not finite.
+    ValueError
+        A size that is not a positive integer, a hyper field missing or invalid, z not finite.
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 2 (prior predictive of `model`) and sec. 4 (synthetic
     setting).

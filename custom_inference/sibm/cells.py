@@ -40,10 +40,14 @@ class Sampler(NamedTuple):
         Row CDF of the product proposal of the zeros (rejection).
     zero_col_cdf : jax.Array, shape (J,), float
         Column CDF of that proposal.
-    w_one_row, w_zero_row : jax.Array, shape (I,), float
-        Per-row weights of the ones and of the zeros.
-    w_one_col, w_zero_col : jax.Array, shape (J,), float
-        Per-column weights of the ones and of the zeros.
+    w_one_row : jax.Array, shape (I,), float
+        Per-row weights of the ones.
+    w_one_col : jax.Array, shape (J,), float
+        Per-column weights of the ones.
+    w_zero_row : jax.Array, shape (I,), float
+        Per-row weights of the zeros.
+    w_zero_col : jax.Array, shape (J,), float
+        Per-column weights of the zeros.
     norm_one, norm_zero : jax.Array, shape (), float
         The normalisers (inf for a class of mass 0).
     p_row : jax.Array, shape (I,), float
