@@ -618,8 +618,9 @@ class CountUnits:
         Raises
         ------
         ValueError
-            If a value is negative, not an integer or NaN (+inf is not caught here; the `Observations`
-            constructors refuse it); if the total count exceeds ``max_units``; if T_pad exceeds
+            If a value is negative, not an integer or NaN (+inf passes this check and numpy then raises
+            ValueError "repeats may not contain negative values"; the `Observations` constructors
+            refuse it); if the total count exceeds ``max_units``; if T_pad exceeds
             2**31 - 1 (the samplers index units with int32); or, with ``max_units`` None, if the unit
             arrays would need more bytes than available.
 
