@@ -64,7 +64,8 @@ def to_inference_data(
         Posterior draws (for VI: draws from q, with one chain).
     dims : dict name -> list of dimension names for the trailing axes
         (``chain`` and ``draw`` are prepended for posterior and sample_stats).
-    coords : dict dimension -> coordinate values.
+    coords : dict dimension -> coordinate values
+        Coordinates of the named dimensions.
     sample_stats : dict name -> array (chain, draw)
         Per-draw sampler statistics (``diverging``, ``energy``, ``lp``, ...).
     extra_groups : dict group -> dict name -> array
@@ -75,10 +76,14 @@ def to_inference_data(
 
     Returns
     -------
-    `arviz.InferenceData` with one group per non-empty argument; arrays keep their dtypes.
+    arviz.InferenceData
+        One group per non-empty argument; arrays keep their dtypes.
 
-    Raises ValueError when an array's number of trailing axes differs from the length of its
-    ``dims`` entry (via `_dataset`).
+    Raises
+    ------
+    ValueError
+        When an array's number of trailing axes differs from the length of its ``dims`` entry
+        (via `_dataset`).
 
     Source: project addition.
     """
@@ -102,11 +107,27 @@ def to_inference_data(
 def from_numpyro(mcmc, *, dims=None, coords=None, attrs=None) -> az.InferenceData:
     """Convert a finished `numpyro.infer.MCMC` run (all chains) to InferenceData.
 
-    ``mcmc``: a finished `numpyro.infer.MCMC`; ``dims``, ``coords``, ``attrs`` as in
-    `to_inference_data`. Returns InferenceData whose posterior arrays have shape (chain, draw, ...).
+    No log_likelihood group is built (it would re-run the model over every draw and cell).
 
-    Raises nothing of its own; errors of `arviz.from_numpyro` (e.g. an MCMC that has not run)
-    propagate.
+    Parameters
+    ----------
+    mcmc : numpyro.infer.MCMC
+        A finished run.
+    dims : mapping of str to list of str, optional
+        Variable -> dimension names of its trailing axes (as in `to_inference_data`).
+    coords : mapping, optional
+        Dimension -> coordinate values.
+    attrs : mapping, optional
+        Provenance stored on every group.
+
+    Returns
+    -------
+    arviz.InferenceData
+        Posterior arrays of shape (chain, draw, ...), with the sample statistics of the run.
+
+    Raises
+    ------
+    None of its own; errors of `arviz.from_numpyro` (e.g. an MCMC that has not run) propagate.
 
     Source: project addition.
     """
@@ -118,11 +139,24 @@ def from_numpyro(mcmc, *, dims=None, coords=None, attrs=None) -> az.InferenceDat
 
 
 def group_arrays(idata: az.InferenceData, group: str = "posterior") -> dict[str, np.ndarray]:
-    """All variables of one group as numpy arrays (posterior: (chain, draw, ...)).
+    """All variables of one group as numpy arrays.
 
-    Returns a dict name -> numpy array with the stored shape and dtype.
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        The result.
+    group : str, default "posterior"
+        The group's name.
 
-    Raises ValueError when ``idata`` has no group ``group``.
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Name -> array with the stored shape and dtype (posterior: (chain, draw, ...)).
+
+    Raises
+    ------
+    ValueError
+        When ``idata`` has no group ``group``.
 
     Source: project addition.
     """
@@ -137,15 +171,19 @@ def diagnostics(draws: np.ndarray) -> dict[str, np.ndarray]:
 
     Parameters
     ----------
-    draws : array, shape (chain, draw, Q)
+    draws : array_like, shape (chain, draw, Q), float
         Q scalar quantities.
 
     Returns
     -------
-    dict with arrays of shape (Q,): ``r_hat`` (rank-normalized split R-hat,
-    Vehtari et al. 2021), ``ess_bulk``, ``ess_tail``, ``mcse_mean``, ``mean``, ``sd``.
+    dict of str to numpy.ndarray, shape (Q,), float64
+        ``r_hat`` (rank-normalized split R-hat, Vehtari et al. 2021), ``ess_bulk``, ``ess_tail``,
+        ``mcse_mean``, ``mean``, ``sd``.
 
-    Raises ValueError when ``draws`` is not 3-D (or cannot be converted to float64).
+    Raises
+    ------
+    ValueError
+        When ``draws`` is not 3-D (or cannot be converted to float64).
 
     Source: project addition (diagnostics of Vehtari et al. 2021, computed by ArviZ).
     """
@@ -166,9 +204,19 @@ def diagnostics(draws: np.ndarray) -> dict[str, np.ndarray]:
 def bfmi(idata: az.InferenceData) -> np.ndarray:
     """E-BFMI per chain (Betancourt 2016), from the ``energy`` sample statistic.
 
-    Returns a float64 array of shape (chain,).
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A sampler result with a ``sample_stats`` group holding ``energy`` (chain, draw).
 
-    Raises nothing of its own; ArviZ raises ValueError when ``idata`` has no ``sample_stats`` group.
+    Returns
+    -------
+    numpy.ndarray, shape (chain,), float64
+        The E-BFMI of each chain.
+
+    Raises
+    ------
+    None of its own; ArviZ raises ValueError when ``idata`` has no ``sample_stats`` group.
 
     Source: project addition.
     """
@@ -176,9 +224,23 @@ def bfmi(idata: az.InferenceData) -> np.ndarray:
 
 
 def save(idata: az.InferenceData, path: str | Path) -> Path:
-    """Write to netCDF (``.nc``); returns the path.
+    """Write to netCDF (``.nc``), creating the folder when missing.
 
-    Raises nothing of its own; OSError from creating the folder or writing the file propagates.
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        The result.
+    path : str or pathlib.Path
+        The file to write.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    None of its own; OSError from creating the folder or writing the file propagates.
 
     Source: project addition.
     """
@@ -189,7 +251,22 @@ def save(idata: az.InferenceData, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> az.InferenceData:
-    """Read an InferenceData written by `save`. Raises FileNotFoundError.
+    """Read an InferenceData written by `save`.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A ``.nc`` file.
+
+    Returns
+    -------
+    arviz.InferenceData
+        The stored groups.
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no file at ``path`` (a file that is not netCDF makes xarray raise).
 
     Source: project addition.
     """
@@ -204,10 +281,23 @@ def load(path: str | Path) -> az.InferenceData:
 def plot_rank(draws: np.ndarray, names: list[str], ax=None):
     """Rank plots (one row per quantity) of draws with shape (chain, draw, Q).
 
-    ``draws``: array (chain, draw, Q), float; ``names``: Q strings (one per quantity); ``ax``:
-    optional matplotlib axes. Returns the axes of `arviz.plot_rank`.
+    Parameters
+    ----------
+    draws : array_like, shape (chain, draw, Q), float
+        The draws.
+    names : list of str
+        One name per plotted quantity (the first ``len(names)`` quantities are plotted).
+    ax : matplotlib axes, optional
+        Where to draw.
 
-    Raises nothing of its own; more ``names`` than Q quantities makes numpy raise IndexError.
+    Returns
+    -------
+    numpy.ndarray of matplotlib axes
+        The axes of `arviz.plot_rank`.
+
+    Raises
+    ------
+    None of its own; more ``names`` than Q quantities makes numpy raise IndexError.
 
     Source: project addition.
     """

@@ -160,17 +160,30 @@ class RunOptions:
     """The run options every driver takes (`vi_driver.fit` / `vi_driver.FitOptions`,
     `mcmc_driver.sample` / `mcmc_driver.SampleOptions` add their own fields to these).
 
-    Fields
-    ------
-    progress : bool, show a tqdm bar.
-    checkpoint : str or path-like of a ``.npz`` checkpoint, or None (none written).
-    checkpoint_every : int >= 1, iterations (VI sweeps) or blocks (samplers) between checkpoints.
-    resume : bool, continue from ``checkpoint`` when the file exists.
-    dtype : float dtype of the state (numpy.float32 or numpy.float64), or None (the solver's default).
-    callback : optional callable called after each iteration or block (its arguments are the
-        driver's: see `vi_driver.run` and `mcmc_driver.sample`); an exception raised there stops the run.
-
     Build one with keywords, or with `of` from an options object and keyword overrides.
+
+    Parameters
+    ----------
+    progress : bool, default True
+        Show a tqdm bar.
+    checkpoint : str or path-like, optional
+        A ``.npz`` checkpoint (None: none written).
+    checkpoint_every : int >= 1, default 10
+        Iterations (VI sweeps) or blocks (samplers) between checkpoints.
+    resume : bool, default False
+        Continue from ``checkpoint`` when the file exists.
+    dtype : numpy.float32 or numpy.float64, optional
+        Float dtype of the state (None: the solver's default); anything `numpy.dtype` takes.
+    callback : callable, optional
+        Called after each iteration or block (its arguments are the driver's: see `vi_driver.run` and
+        `mcmc_driver.sample`); an exception raised there stops the run.
+
+    Raises
+    ------
+    ValueError
+        On construction, for a ``dtype`` other than float32 / float64 (`compute_dtype`); the other
+        fields are checked by the drivers.
+
     Source: project addition (issue 25).
     """
 
@@ -186,15 +199,44 @@ class RunOptions:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        """The field names, in order. Raises nothing. Source: project addition."""
+        """The field names, in order.
+
+        Returns
+        -------
+        tuple of str
+            The dataclass field names.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
     def of(cls, options: "RunOptions | None" = None, **overrides) -> "RunOptions":
-        """An options object of this class from ``options`` (None: the defaults; an instance of a
-        parent or sibling class: its shared fields) with ``overrides`` (field name -> value) applied.
+        """An options object of this class from ``options`` with ``overrides`` applied.
 
-        Raises TypeError naming every keyword that is not a field (and the valid names).
+        Parameters
+        ----------
+        options : RunOptions, optional
+            None: the defaults; an instance of this, a parent or a sibling class: its shared fields.
+        **overrides
+            Field name -> value, applied on top.
+
+        Returns
+        -------
+        RunOptions
+            An instance of ``cls``.
+
+        Raises
+        ------
+        TypeError
+            Naming every keyword that is not a field (and the valid names).
+        ValueError
+            For a bad ``dtype`` (from the constructor, `compute_dtype`).
+
         Source: project addition (issue 25).
         """
         valid = cls.names()
@@ -213,12 +255,26 @@ COMPUTE_DTYPES = ("float32", "float64")
 def compute_dtype(dtype, default=None):
     """The numpy dtype a solver computes in, checked: ``dtype`` if given, else ``default``.
 
-    dtype : anything `numpy.dtype` takes (np.float32, "float64", jnp.float32, ...) or None;
-    default : the same, used when ``dtype`` is None (e.g. the data's storage dtype); None and None
-    give None. Returns numpy.dtype (float32 or float64) or None.
-    Raises ValueError naming the accepted dtypes for anything else (float16, bfloat16, integers,
-    float128, a string numpy does not know): the solvers never compute in lower precision, and
-    silently computing in float16 gives wrong posteriors. Source: project addition (issue 24 audit).
+    Parameters
+    ----------
+    dtype : numpy dtype-like, optional
+        Anything `numpy.dtype` takes (np.float32, "float64", jnp.float32, ...) or None.
+    default : numpy dtype-like, optional
+        The same, used when ``dtype`` is None (e.g. the data's storage dtype).
+
+    Returns
+    -------
+    numpy.dtype or None
+        float32 or float64; None when both are None.
+
+    Raises
+    ------
+    ValueError
+        Naming the accepted dtypes, for anything else (float16, bfloat16, integers, float128, a string
+        numpy does not know): the solvers never compute in lower precision, and silently computing in
+        float16 gives wrong posteriors.
+
+    Source: project addition (issue 24 audit).
     """
     chosen = dtype if dtype is not None else default
     if chosen is None:
@@ -236,9 +292,22 @@ def compute_dtype(dtype, default=None):
 def as_key(key) -> jax.Array:
     """A JAX PRNG key from a key or an integer seed.
 
-    key : a ``jax.random.PRNGKey`` (uint32 (2,)), a new-style typed key, or a Python / numpy
-        integer seed (``jax.random.PRNGKey(seed)``).
-    Returns the key. Raises TypeError for anything else (floats, strings, None, bools).
+    Parameters
+    ----------
+    key : jax.Array or int
+        A ``jax.random.PRNGKey`` (uint32, shape (2,)), a new-style typed key, or a Python / numpy
+        integer seed (gives ``jax.random.PRNGKey(seed)``).
+
+    Returns
+    -------
+    jax.Array
+        The key (uint32 (2,) or typed, as given).
+
+    Raises
+    ------
+    TypeError
+        For anything else (floats, strings, None, bools, arrays of another shape or dtype).
+
     Source: project addition.
     """
     if isinstance(key, (bool, np.bool_)):
@@ -256,8 +325,25 @@ def as_key(key) -> jax.Array:
 def check_latent_dim(K, name: str = "K") -> int:
     """The latent dimension as a Python int >= 1.
 
-    K : int-like (not bool, not a non-integral float). Returns int(K).
-    Raises TypeError for a non-number, ValueError for K < 1 or a non-integral value.
+    Parameters
+    ----------
+    K : int-like
+        The latent dimension (not bool, not a non-integral float).
+    name : str, default "K"
+        Its name in the messages.
+
+    Returns
+    -------
+    int
+        int(K).
+
+    Raises
+    ------
+    TypeError
+        For a non-number (bools included).
+    ValueError
+        For K < 1 or a non-integral value.
+
     Source: project addition.
     """
     if isinstance(K, (bool, np.bool_)) or not isinstance(K, (numbers.Real, np.integer, np.floating)):
@@ -268,12 +354,25 @@ def check_latent_dim(K, name: str = "K") -> int:
 
 
 def hyper_attrs(hyper) -> dict:
-    """``hyper_<field>`` attrs of a NamedTuple of hyperparameters: floats for scalars, "None",
-    or the nested list as a string for arrays. ``hyper``: NamedTuple whose fields are None,
-    scalars or arrays of any shape (any numeric dtype); anything without ``_fields`` gives {}.
-    Returns dict str -> float | str.
-    Raises nothing of its own; ``float`` raises TypeError / ValueError for a 0-d field that is
-    not numeric. Source: project addition."""
+    """``hyper_<field>`` attrs of a NamedTuple of hyperparameters.
+
+    Parameters
+    ----------
+    hyper : NamedTuple
+        Fields None, scalars or arrays of any shape (any numeric dtype); anything without ``_fields``
+        gives {}.
+
+    Returns
+    -------
+    dict of str to float or str
+        ``hyper_<field>`` -> a float for scalars, "None", or the nested list as a string for arrays.
+
+    Raises
+    ------
+    None of its own; ``float`` raises TypeError / ValueError for a 0-d field that is not numeric.
+
+    Source: project addition.
+    """
     out = {}
     for f in getattr(hyper, "_fields", ()):
         v = getattr(hyper, f)
@@ -290,10 +389,18 @@ def hyper_attrs(hyper) -> dict:
 
 
 class Interrupted(RuntimeError):
-    """A fit stopped on purpose right after writing a checkpoint (the checkpoint stays; fitting
-    again with ``resume=True`` continues from it). Raised by the hook of `on_checkpoint` that
-    ``validation.frontdoor.api.fit(..., _stop_after=n)`` installs to test resume == uninterrupted.
-    Source: project addition."""
+    """A fit stopped on purpose right after writing a checkpoint.
+
+    The checkpoint stays; fitting again with ``resume=True`` continues from it. Raised by the hook of
+    `on_checkpoint` that ``validation.frontdoor.api.fit(..., _stop_after=n)`` installs to test
+    resume == uninterrupted. A RuntimeError; constructed with the message, like any exception.
+
+    Raises
+    ------
+    None (it is the exception).
+
+    Source: project addition.
+    """
 
 
 _CHECKPOINT_HOOKS: contextvars.ContextVar[tuple] = contextvars.ContextVar("checkpoint_hooks", default=())
@@ -301,11 +408,28 @@ _CHECKPOINT_HOOKS: contextvars.ContextVar[tuple] = contextvars.ContextVar("check
 
 @contextlib.contextmanager
 def on_checkpoint(hook: Callable[[Any, int], None]):
-    """Within the block, call ``hook(path, n_done)`` each time a driver (`vi_driver.run`,
-    `mcmc_driver.sample`) has written a checkpoint: ``path`` the file, ``n_done`` the sweeps
-    (VI) or units (samplers) it holds. An exception raised by the hook stops the fit with the
-    checkpoint in place. Context-local (contextvars), so concurrent fits do not see each other's
-    hooks. Source: project addition."""
+    """Within the block, call ``hook(path, n_done)`` each time a driver has written a checkpoint.
+
+    The drivers are `vi_driver.run` and `mcmc_driver.sample`; ``path`` is the file, ``n_done`` the sweeps
+    (VI) or units (samplers) it holds. An exception raised by the hook stops the fit with the checkpoint
+    in place. Context-local (contextvars), so concurrent fits do not see each other's hooks.
+
+    Parameters
+    ----------
+    hook : callable
+        ``hook(path, n_done: int) -> None``.
+
+    Yields
+    ------
+    None
+        The block runs with the hook installed.
+
+    Raises
+    ------
+    None of its own (the hook's exceptions propagate out of the driver).
+
+    Source: project addition.
+    """
     token = _CHECKPOINT_HOOKS.set(_CHECKPOINT_HOOKS.get() + (hook,))
     try:
         yield
@@ -314,12 +438,24 @@ def on_checkpoint(hook: Callable[[Any, int], None]):
 
 
 def checkpoint_written(path, n_done: int) -> None:
-    """Tell the hooks of `on_checkpoint` that the checkpoint at ``path`` (holding ``n_done``
-    iterations) is on disk. Called by the drivers after every atomic checkpoint write.
+    """Tell the hooks of `on_checkpoint` that the checkpoint at ``path`` is on disk.
 
-    Parameters: ``path`` a str or path-like (passed to the hooks as given); ``n_done`` an int.
+    Called by the drivers after every atomic checkpoint write.
 
-    Raises nothing of its own: an exception raised by a hook propagates (later hooks then do not run).
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file (passed to the hooks as given).
+    n_done : int
+        The iterations (VI sweeps or sampler units) it holds.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    None of its own: an exception raised by a hook propagates (later hooks then do not run).
 
     Source: project addition.
     """
@@ -344,12 +480,24 @@ _RUN_FINGERPRINT: contextvars.ContextVar[Mapping | None] = contextvars.ContextVa
 @contextlib.contextmanager
 def run_fingerprint(fingerprint: Mapping[str, Any] | None):
     """Within the block, the drivers write ``fingerprint`` into every checkpoint and refuse to resume
-    from one with another fingerprint (`check_fingerprint`).
+    from one with another fingerprint (`check_fingerprint`). Context-local (contextvars).
 
-    fingerprint : mapping str -> JSON-serializable value (str, int, float, bool, None, lists), one
-        entry per field of the run (e.g. ``{"model": "hpf", "K": 5, "data_sha256": "..."}``), or None
-        (no fingerprint: nothing is written or checked). Context-local (contextvars).
-    Raises TypeError (from `json.dumps`) when a value is not JSON-serializable.
+    Parameters
+    ----------
+    fingerprint : mapping of str to JSON value, or None
+        One entry per field of the run (values str, int, float, bool, None, lists), e.g.
+        ``{"model": "hpf", "K": 5, "data_sha256": "..."}``; None: nothing is written or checked.
+
+    Yields
+    ------
+    None
+        The block runs with the fingerprint installed.
+
+    Raises
+    ------
+    TypeError
+        From `json.dumps`, when a value is not JSON-serializable.
+
     Source: project addition (issue 24).
     """
     fp = None if fingerprint is None else json.loads(json.dumps(dict(fingerprint), sort_keys=True))
@@ -361,8 +509,19 @@ def run_fingerprint(fingerprint: Mapping[str, Any] | None):
 
 
 def current_fingerprint() -> dict | None:
-    """The fingerprint installed by the innermost `run_fingerprint` block (a dict str -> JSON value),
-    or None outside one. Raises nothing. Source: project addition (issue 24)."""
+    """The fingerprint installed by the innermost `run_fingerprint` block.
+
+    Returns
+    -------
+    dict of str to JSON value, or None
+        A copy of the fingerprint; None outside a block.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 24).
+    """
     fp = _RUN_FINGERPRINT.get()
     return None if fp is None else dict(fp)
 
@@ -370,10 +529,26 @@ def current_fingerprint() -> dict | None:
 def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Every field on which two run fingerprints differ, as readable lines.
 
-    saved, current : mappings str -> JSON value (the checkpoint's and this run's). A field present in
-    only one of them counts as a difference ("(absent)" on the other side).
-    Returns a list of str, one per differing field in sorted order, e.g.
-    ``"K: checkpoint 5, this run 10"``; empty when they are equal. Raises nothing of its own.
+    A field present in only one of them counts as a difference ("(absent)" on the other side); values are
+    compared as JSON text (NaN equals NaN, 1 and 1.0 differ as written).
+
+    Parameters
+    ----------
+    saved : mapping of str to JSON value
+        The checkpoint's fingerprint.
+    current : mapping of str to JSON value
+        This run's fingerprint.
+
+    Returns
+    -------
+    list of str
+        One line per differing field in sorted order, e.g. ``"K: checkpoint 5, this run 10"``; empty
+        when they are equal.
+
+    Raises
+    ------
+    None of its own.
+
     Source: project addition (issue 24).
     """
     out = []
@@ -404,11 +579,27 @@ def _show(v) -> str:
 def check_fingerprint(path, saved: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> None:
     """Refuse to resume from the checkpoint at ``path`` when its fingerprint is not this run's.
 
-    path : the checkpoint file (named in the message); saved : the checkpoint's fingerprint (None: it
-    has none); current : this run's (None: nothing to check, returns).
-    Raises ValueError naming every differing field with both values (`fingerprint_differences`), or
-    saying the checkpoint has no fingerprint, and how to start fresh (delete the file or choose
-    another folder). Source: project addition (issue 24).
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file (named in the message).
+    saved : mapping of str to JSON value, or None
+        The checkpoint's fingerprint (None: it has none).
+    current : mapping of str to JSON value, or None
+        This run's fingerprint (None: nothing to check, returns).
+
+    Returns
+    -------
+    None
+        Returns only when the fingerprints agree (or ``current`` is None).
+
+    Raises
+    ------
+    ValueError
+        Naming every differing field with both values (`fingerprint_differences`), or saying the
+        checkpoint has no fingerprint, and how to start fresh (delete the file or choose another folder).
+
+    Source: project addition (issue 24).
     """
     if current is None:
         return
@@ -427,8 +618,23 @@ def checkpoint_damaged(path, exc: BaseException) -> ValueError:
     """The ValueError for a checkpoint file that cannot be read (damaged, truncated, or not a
     factorbayes checkpoint): names the file, what went wrong, and how to start fresh.
 
-    path : the file; exc : the reader's exception (BadZipFile, KeyError, OSError, ValueError, ...).
-    Returns the ValueError (the caller raises it ``from exc``). Source: project addition (issue 24).
+    Parameters
+    ----------
+    path : str or path-like
+        The file.
+    exc : BaseException
+        The reader's exception (BadZipFile, KeyError, OSError, ValueError, ...).
+
+    Returns
+    -------
+    ValueError
+        The exception, not raised (the caller raises it ``from exc``).
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 24).
     """
     what = f"{type(exc).__name__}: {exc}"
     return ValueError(f"checkpoint {path} is damaged or is not a factorbayes checkpoint ({what[:200]}); "
@@ -436,14 +642,28 @@ def checkpoint_damaged(path, exc: BaseException) -> ValueError:
 
 
 def read_checkpoint_fingerprint(path) -> tuple[dict | None, int | None]:
-    """The run fingerprint and the iterations done of a driver checkpoint (`vi_driver` or
-    `mcmc_driver` ``.npz``), read without loading the state (``allow_pickle=False``).
+    """The run fingerprint and the iterations done of a driver checkpoint, read without loading the state.
 
-    path : str or Path of an existing file.
-    Returns (fingerprint dict or None when the file has none, iterations done: VI sweeps or sampler
-    units, or None when the file records neither).
-    Raises ValueError naming the file (`checkpoint_damaged`) when it is not a readable checkpoint
-    (not a zip, truncated, pickled objects, no iteration counter, a fingerprint that is not JSON).
+    Reads a `vi_driver` or `mcmc_driver` ``.npz`` with ``allow_pickle=False``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        An existing checkpoint file.
+
+    Returns
+    -------
+    fingerprint : dict or None
+        The stored fingerprint; None when the file has none.
+    n_done : int
+        Iterations done (VI sweeps or sampler units).
+
+    Raises
+    ------
+    ValueError
+        Naming the file (`checkpoint_damaged`) when it is not a readable checkpoint (missing, not a zip,
+        truncated, pickled objects, no iteration counter, a fingerprint that is not a JSON mapping).
+
     Source: project addition (issue 24).
     """
     import numpy as np
@@ -469,12 +689,24 @@ _RUN_REPORTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("run_
 
 @contextlib.contextmanager
 def collect_runs():
-    """Within the block, every driver run (`vi_driver.run`, `mcmc_driver.sample`) appends a dict
-    describing itself to the yielded list (`report_run`): ``driver`` ("vi" or "mcmc"), iterations
-    run and the most, convergence (VI), whether and from where it resumed, wall seconds of the
-    loop and of its first (compiling) iteration, ``t_start`` / ``t_end`` (``time.perf_counter``).
-    Used by the front door's run summary. Context-local. Raises nothing.
-    Source: project addition (issue 24)."""
+    """Within the block, every driver run appends a dict describing itself to the yielded list.
+
+    The runs are those of `vi_driver.run` and `mcmc_driver.sample` (through `report_run`): ``driver``
+    ("vi" or "mcmc"), iterations run and the most, convergence (VI), whether and from where it resumed,
+    wall seconds of the loop and of its first (compiling) iteration, ``t_start`` / ``t_end``
+    (``time.perf_counter``). Used by the front door's run summary. Context-local.
+
+    Yields
+    ------
+    list of dict
+        The run descriptions, appended as the runs end.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 24).
+    """
     runs: list = []
     token = _RUN_REPORTS.set(runs)
     try:
@@ -484,17 +716,50 @@ def collect_runs():
 
 
 def report_run(**info) -> None:
-    """Hand a driver run's description (keyword -> value) to the enclosing `collect_runs` blocks;
-    nothing happens outside one. Raises nothing. Source: project addition (issue 24)."""
+    """Hand a driver run's description to the enclosing `collect_runs` blocks; nothing happens outside one.
+
+    Parameters
+    ----------
+    **info
+        Keyword -> value, the description (see `collect_runs`).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 24).
+    """
     runs = _RUN_REPORTS.get()
     if runs is not None:
         runs.append(dict(info))
 
 
 def note(message: str, progress: bool = True) -> None:
-    """Print a one-line progress note to stderr (through tqdm, so an open bar is not broken) when
-    ``progress`` is true, e.g. "resuming from iteration 20 of 50". Raises nothing of its own.
-    Source: project addition (issue 24)."""
+    """Print a one-line progress note to stderr when ``progress`` is true.
+
+    Printed through tqdm, so an open bar is not broken; e.g. "resuming from iteration 20 of 50".
+
+    Parameters
+    ----------
+    message : str
+        The note.
+    progress : bool, default True
+        False prints nothing.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (issue 24).
+    """
     if progress:
         from tqdm.auto import tqdm
 
@@ -550,15 +815,34 @@ class _Guard:
 
 @contextlib.contextmanager
 def interruptible(what: str, total: int | None = None, enabled: bool = True):
-    """Within the block, SIGINT and SIGTERM do not kill the run mid-write: the first one sets
-    ``guard.signum``; the driver then writes a checkpoint of the iteration in progress as soon as it
-    ends and calls ``guard.check()``, which raises `RunInterrupted` naming that checkpoint. A second
-    signal raises `RunInterrupted` at once (naming the last checkpoint written). The previous
-    handlers are restored when the block ends, however it ends.
+    """Within the block, SIGINT and SIGTERM do not kill the run mid-write.
 
-    what : the run's name in the message; total : the iterations it would run (for "N of M");
-    enabled : False (no checkpoint, or not the main thread) yields a guard that never fires and
-    installs nothing. Yields the guard. Raises RunInterrupted as above.
+    The first signal sets ``guard.signum``; the driver then writes a checkpoint of the iteration in
+    progress as soon as it ends and calls ``guard.check()``, which raises `RunInterrupted` naming that
+    checkpoint. A second signal raises `RunInterrupted` at once (naming the last checkpoint written).
+    The previous handlers are restored when the block ends, however it ends.
+
+    Parameters
+    ----------
+    what : str
+        The run's name in the message.
+    total : int, optional
+        The iterations it would run (for "N of M").
+    enabled : bool, default True
+        False (no checkpoint) yields a guard that never fires and installs nothing; so does a call
+        outside the main thread.
+
+    Yields
+    ------
+    guard
+        ``signum`` (None until a signal arrives), ``written(path, n_done)`` to record the last
+        checkpoint, ``check()`` to raise when a signal has arrived.
+
+    Raises
+    ------
+    RunInterrupted
+        As above (from the signal handler or ``guard.check()``).
+
     Source: project addition (issue 24).
     """
     guard = _Guard(what, total)
@@ -582,13 +866,27 @@ def interruptible(what: str, total: int | None = None, enabled: bool = True):
 
 
 def usual_file_mode(file) -> None:
-    """Give ``file`` (an open file descriptor, int, or a path) the mode a plain ``open()`` would:
-    0o666 less the process umask.
+    """Give ``file`` the mode a plain ``open()`` would: 0o666 less the process umask.
 
     Atomic writes go through ``tempfile.mkstemp``, whose file is 0o600 (readable by its owner
     only); after `os.replace` the checkpoint or artifact would keep that mode, unlike every other
-    file the user writes. Call it on the temporary file before replacing. Raises OSError from
-    ``os.fchmod`` / ``os.chmod``. Source: project addition (issue 24).
+    file the user writes. Call it on the temporary file before replacing.
+
+    Parameters
+    ----------
+    file : int or str or path-like
+        An open file descriptor, or a path.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    OSError
+        From ``os.fchmod`` / ``os.chmod``.
+
+    Source: project addition (issue 24).
     """
     import os
 

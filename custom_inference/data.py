@@ -32,18 +32,6 @@ __all__ = ["Observations", "CountUnits", "check_observations"]
 class Observations:
     """Observed entries of a users-by-items matrix, in COO form.
 
-    Attributes
-    ----------
-    rows : array, shape (N,), int32
-        Row (user) index of each entry, in ``0 .. n_rows - 1``.
-    cols : array, shape (N,), int32
-        Column (item) index of each entry, in ``0 .. n_cols - 1``.
-    values : array, shape (N,), float32 or float64
-        The observed value of each entry (a count for Poisson models).
-    n_rows, n_cols : int
-        The matrix shape I x J. Rows or columns without entries are allowed
-        (their posterior is their prior), but the matrix may not be empty.
-
     Build with `Observations.from_coo`, `Observations.from_scipy` or
     `Observations.from_dense`, which check everything. The plain constructor is
     also what JAX uses to rebuild the pytree (with tracers or device arrays as
@@ -53,6 +41,26 @@ class Observations:
     values, dtypes, what the model's kind allows) by `validate`, which the front
     door (`validation.frontdoor.api.fit`) and the public solvers call before any
     computation.
+
+    Parameters
+    ----------
+    rows : numpy.ndarray or jax.Array, shape (N,), int32
+        Row (user) index of each entry, in ``0 .. n_rows - 1``.
+    cols : numpy.ndarray or jax.Array, shape (N,), int32
+        Column (item) index of each entry, in ``0 .. n_cols - 1``.
+    values : numpy.ndarray or jax.Array, shape (N,), float32 or float64
+        The observed value of each entry (a count for Poisson models).
+    n_rows, n_cols : int >= 1
+        The matrix shape I x J. Rows or columns without entries are allowed
+        (their posterior is their prior), but the matrix may not be empty.
+
+    Raises
+    ------
+    ValueError
+        On construction: ``n_rows`` or ``n_cols`` not an integer >= 1; host (numpy, list, tuple)
+        ``rows``, ``cols``, ``values`` not 1-D or of different lengths.
+
+    Source: project addition.
     """
 
     rows: np.ndarray
@@ -79,6 +87,21 @@ class Observations:
 
     # -- pytree protocol -------------------------------------------------------
     def tree_flatten(self):
+        """The JAX pytree protocol: the arrays are the leaves, the shape is static.
+
+        Returns
+        -------
+        children : tuple
+            (rows, cols, values).
+        aux : tuple of int
+            (n_rows, n_cols).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return (self.rows, self.cols, self.values), (self.n_rows, self.n_cols)
 
     @classmethod
@@ -117,6 +140,12 @@ class Observations:
             Drop entries whose value is 0 (for count models they carry no
             information beyond the sum over all cells).
 
+        Returns
+        -------
+        Observations
+            rows, cols int32 (N',), values (N',) of ``dtype``, sorted row-major (N' <= N after
+            dropping zeros).
+
         Raises
         ------
         ValueError
@@ -130,6 +159,8 @@ class Observations:
             ``values`` not real numbers (object, str, complex, datetime);
             ``dtype`` other than float32 / float64 (float16 is refused: values
             of any real dtype are converted to float64, then stored as ``dtype``).
+
+        Source: project addition (issue 10, input checks at every entry).
         """
         if len(shape) != 2 or any(int(s) != s or s < 1 for s in shape):
             raise ValueError(f"shape must be two positive integers (I, J), got {shape!r}")
@@ -199,8 +230,30 @@ class Observations:
     def from_scipy(cls, matrix, *, kind: Kind = "count", dtype=np.float64) -> "Observations":
         """From any `scipy.sparse` matrix or array of shape (I, J); no dense copy.
 
-        Explicit zeros are dropped. Raises `ValueError` as `from_coo`, and for
-        input that is not a scipy.sparse object.
+        Explicit zeros are dropped; duplicate entries are summed.
+
+        Parameters
+        ----------
+        matrix : scipy.sparse matrix or array, shape (I, J)
+            The data.
+        kind : {"count", "binary", "real"}, default "count"
+            Which values are legal (as `from_coo`).
+        dtype : numpy.float32 or numpy.float64, default numpy.float64
+            Storage dtype of ``values``.
+
+        Returns
+        -------
+        Observations
+            The checked container, entries in row-major order.
+
+        Raises
+        ------
+        ValueError
+            For input that is not a scipy.sparse object, and as `from_coo`.
+        TypeError
+            As `from_coo`.
+
+        Source: project addition.
         """
         if not sp.issparse(matrix):
             raise ValueError(f"matrix must be a scipy.sparse matrix, got {type(matrix).__name__}")
@@ -210,7 +263,31 @@ class Observations:
 
     @classmethod
     def from_dense(cls, matrix, *, kind: Kind = "count", dtype=np.float64) -> "Observations":
-        """From a small dense (I, J) array (tests, simulations); zeros are dropped."""
+        """From a small dense (I, J) array (tests, simulations); zeros are dropped.
+
+        Parameters
+        ----------
+        matrix : array_like, shape (I, J)
+            The data (real numbers).
+        kind : {"count", "binary", "real"}, default "count"
+            Which values are legal (as `from_coo`).
+        dtype : numpy.float32 or numpy.float64, default numpy.float64
+            Storage dtype of ``values``.
+
+        Returns
+        -------
+        Observations
+            The checked container of the nonzero cells, in row-major order.
+
+        Raises
+        ------
+        ValueError
+            ``matrix`` not 2-D or holding NaN or infinite entries, and as `from_coo`.
+        TypeError
+            As `from_coo`.
+
+        Source: project addition.
+        """
         matrix = np.asarray(matrix)
         if matrix.ndim != 2:
             raise ValueError(f"matrix must be 2-D, got shape {matrix.shape}")
@@ -318,25 +395,81 @@ class Observations:
     # -- views -----------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, int]:
+        """(I, J), the matrix shape (``(n_rows, n_cols)``).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return (self.n_rows, self.n_cols)
 
     @property
     def nnz(self) -> int:
-        """N, the number of stored entries."""
+        """N, the number of stored entries (int).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return int(self.values.shape[0])
 
     def astype(self, dtype) -> "Observations":
-        """The same entries with ``values`` stored as ``dtype``."""
+        """The same entries with ``values`` stored as ``dtype``.
+
+        Parameters
+        ----------
+        dtype : numpy dtype-like
+            The new storage dtype of ``values`` (the solvers need float32 or float64).
+
+        Returns
+        -------
+        Observations
+            A new container with the same ``rows``, ``cols`` and shape.
+
+        Raises
+        ------
+        None of its own (`numpy.ndarray.astype` raises TypeError for a dtype numpy does not know).
+
+        Source: project addition.
+        """
         return Observations(self.rows, self.cols, np.asarray(self.values).astype(dtype), self.n_rows, self.n_cols)
 
     def to_scipy(self) -> sp.csr_matrix:
-        """A `scipy.sparse.csr_matrix` of shape (I, J)."""
+        """The entries as a sparse matrix.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix, shape (I, J)
+            Of the dtype of ``values``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return sp.csr_matrix(
             (np.asarray(self.values), (np.asarray(self.rows), np.asarray(self.cols))), shape=self.shape
         )
 
     def to_dense(self) -> np.ndarray:
-        """Dense (I, J) array. For tests and brute-force references only."""
+        """Dense (I, J) array. For tests and brute-force references only.
+
+        Returns
+        -------
+        numpy.ndarray, shape (I, J)
+            Zeros except at the entries; of the dtype of ``values``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         out = np.zeros(self.shape, dtype=np.asarray(self.values).dtype)
         out[np.asarray(self.rows), np.asarray(self.cols)] = np.asarray(self.values)
         return out
@@ -349,12 +482,32 @@ def check_observations(data, kind: Kind | None, *, name: str = "data", float_onl
     """The entry check of a public solver: ``data`` must be an `Observations` whose entries are what
     the model needs (`Observations.validate`), however the container was built.
 
-    data : Observations (I, J), N entries. kind : "count", "binary", "real" or None (structure only).
-    name : the argument's name in messages. float_only : also require float32/float64 values.
-    Returns ``data`` unchanged. O(N) numpy work, no JAX computation (run before any compilation).
+    O(N) numpy work, no JAX computation (run before any compilation).
 
-    Raises TypeError when ``data`` is not an Observations (the message names the checked
-    constructors), and everything `Observations.validate` raises.
+    Parameters
+    ----------
+    data : Observations
+        The matrix (I, J) with N entries.
+    kind : {"count", "binary", "real"} or None
+        What the model needs; None checks the structure only.
+    name : str, default "data"
+        The argument's name in messages.
+    float_only : bool, default False
+        Also require ``values`` stored as float32 / float64.
+
+    Returns
+    -------
+    Observations
+        ``data`` unchanged.
+
+    Raises
+    ------
+    TypeError
+        When ``data`` is not an Observations (the message names the checked constructors), and as
+        `Observations.validate`.
+    ValueError
+        As `Observations.validate`.
+
     Source: project addition (issue 10, input checks at every entry).
     """
     if not isinstance(data, Observations):
@@ -387,13 +540,23 @@ class CountUnits:
 
     The unit arrays are padded with units of weight 0, to a power of two (at least 4096)
     up to 65536 units and to a multiple of 65536 above, so that data sets of similar
-    size share one compiled sampler (SBC fits hundreds).
+    size share one compiled sampler (SBC fits hundreds). Build with `from_observations`.
 
-    Attributes
+    Parameters
     ----------
-    rows, cols : array (T_pad,), int32
-    weight : array (T_pad,), float, 1 for the T = sum(y) real units, 0 for padding
-    n_rows, n_cols : int (static)
+    rows, cols : numpy.ndarray or jax.Array, shape (T_pad,), int32
+        Row and column of each unit.
+    weight : numpy.ndarray or jax.Array, shape (T_pad,), float
+        1 for the T = sum(y) real units, 0 for padding.
+    n_rows, n_cols : int
+        I and J (static).
+
+    Raises
+    ------
+    None of its own (the constructor does not check; `from_observations` does).
+
+    Source: project addition (the unit expansion of the augmented Poisson model,
+    ``001_30a2018ec18c20b9.txt``, the auxiliary z).
     """
 
     rows: np.ndarray
@@ -403,6 +566,21 @@ class CountUnits:
     n_cols: int
 
     def tree_flatten(self):
+        """The JAX pytree protocol: the arrays are the leaves, the shape is static.
+
+        Returns
+        -------
+        children : tuple
+            (rows, cols, weight).
+        aux : tuple of int
+            (n_rows, n_cols).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return (self.rows, self.cols, self.weight), (self.n_rows, self.n_cols)
 
     @classmethod
@@ -414,19 +592,37 @@ class CountUnits:
                           chunk: int = 1 << 22) -> "CountUnits":
         """Expand ``obs`` (counts), padded to the next power of two and to at least ``min_units``.
 
-        ``obs``: Observations with N entries of non-negative integer counts (float or int values);
-        the result has T_pad units: rows, cols int32 (T_pad,), weight (T_pad,) of the values' dtype.
-        The expansion runs over the entries in chunks of ``chunk`` (int >= 1) and writes into the
-        preallocated unit arrays, so its memory is the output (8 + weight itemsize bytes per unit:
-        2.4 GB for 2e8 units with float32 weights) plus one chunk's temporaries; the total count
-        is summed in int64 (exact). ``max_units``: an explicit cap on T; None (default): T_pad
-        is limited by memory instead: the unit arrays must fit in the memory the system reports
-        available (``MemAvailable`` of /proc/meminfo; no check where it cannot be read). Note
+        The expansion runs over the entries in chunks of ``chunk`` and writes into the preallocated unit
+        arrays, so its memory is the output (8 + weight itemsize bytes per unit: 2.4 GB for 2e8 units with
+        float32 weights) plus one chunk's temporaries; the total count is summed in int64 (exact). Note
         that putting the units on a device (``jnp.asarray``) copies them once more.
 
-        Raises ValueError if a value is negative, not an integer or not finite; if the total count
-        exceeds ``max_units``; if T_pad exceeds 2**31 - 1 (the samplers index units with int32);
-        or, with ``max_units`` None, if the unit arrays would need more bytes than available.
+        Parameters
+        ----------
+        obs : Observations
+            N entries of non-negative integer counts (float or int values).
+        max_units : int, optional
+            An explicit cap on T; None (default): T_pad is limited by memory instead: the unit arrays must
+            fit in the memory the system reports available (``MemAvailable`` of /proc/meminfo; no check
+            where it cannot be read).
+        min_units : int, default 4096
+            The fewest units (padded) for a total count up to 65536.
+        chunk : int >= 1, default 2**22
+            Entries expanded at a time (values below 1 are taken as 1).
+
+        Returns
+        -------
+        CountUnits
+            T_pad units: rows, cols int32 (T_pad,), weight (T_pad,) of the values' dtype.
+
+        Raises
+        ------
+        ValueError
+            If a value is negative, not an integer or NaN (+inf passes this check and numpy then raises
+            ValueError "repeats may not contain negative values"; the `Observations` constructors
+            refuse it); if the total count exceeds ``max_units``; if T_pad exceeds
+            2**31 - 1 (the samplers index units with int32); or, with ``max_units`` None, if the unit
+            arrays would need more bytes than available.
 
         Source: project addition (the unit expansion of the augmented Poisson model, seed 001).
         """
@@ -468,5 +664,12 @@ class CountUnits:
 
     @property
     def n_units(self) -> int:
-        """T, the number of real (weight 1) units: the sum of the counts (counted, exact at any T)."""
+        """T, the number of real (weight 1) units: the sum of the counts (counted, exact at any T).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition.
+        """
         return int(np.count_nonzero(np.asarray(self.weight)))

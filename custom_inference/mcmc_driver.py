@@ -157,14 +157,32 @@ class SampleOptions(base.RunOptions):
 
 
 def run_options(**defaults):
-    """Decorator of a sampler's public ``sample(key, data, K, hyper, *, <its own options>, options)``:
-    the `SampleOptions` fields become keyword arguments of the decorated function (with ``defaults``,
-    field name -> the sampler's default, over the class defaults), so ``sample(..., num_chains=2)``,
-    ``sample(..., options=SampleOptions(num_chains=2))`` and both together (keywords override) all
-    work; the function receives one ``options`` (a `SampleOptions`). The signature that `inspect`
-    reports lists every field with the sampler's default (the front door reads it for the valid
-    options). Raises TypeError (at decoration) for a default that is not a field; the wrapper raises
-    TypeError for an unknown keyword as any function does. Source: project addition (issue 25).
+    """Decorator of a sampler's public ``sample(key, data, K, hyper, *, <its own options>, options)``.
+
+    The `SampleOptions` fields become keyword arguments of the decorated function (with ``defaults``
+    over the class defaults), so ``sample(..., num_chains=2)``, ``sample(...,
+    options=SampleOptions(num_chains=2))`` and both together (keywords override) all work; the function
+    receives one ``options`` (a `SampleOptions`). The signature that `inspect` reports lists every field
+    with the sampler's default (the front door reads it for the valid options).
+
+    Parameters
+    ----------
+    **defaults
+        `SampleOptions` field name -> the sampler's default.
+
+    Returns
+    -------
+    callable
+        The decorator: ``fn -> wrapper``; the wrapper carries ``wrapper.defaults`` (the `SampleOptions`
+        built from ``defaults``).
+
+    Raises
+    ------
+    TypeError
+        At decoration, for a default that is not a field; the wrapper raises TypeError for an unknown
+        keyword as any function does (and `SampleOptions.of` for a bad option value).
+
+    Source: project addition (issue 25).
     """
     unknown = sorted(set(defaults) - set(SampleOptions.names()))
     if unknown:
@@ -257,8 +275,29 @@ class SamplerSpec(NamedTuple):
 
 
 def check_count(name: str, value, minimum: int) -> int:
-    """``value`` as an int >= ``minimum`` (not bool, integral). Raises ValueError naming ``name``.
-    Source: project addition."""
+    """``value`` as an int >= ``minimum`` (not bool, integral).
+
+    Parameters
+    ----------
+    name : str
+        The argument's name in the message.
+    value : int-like
+        The count to check.
+    minimum : int
+        The smallest value allowed.
+
+    Returns
+    -------
+    int
+        int(value).
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``, for a bool, a non-integral or non-numeric value, or one below ``minimum``.
+
+    Source: project addition.
+    """
     try:
         ok = not isinstance(value, (bool, np.bool_)) and int(value) == value and value >= minimum
     except (TypeError, ValueError, OverflowError):
@@ -269,9 +308,30 @@ def check_count(name: str, value, minimum: int) -> int:
 
 
 def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validate ``predict_at = (rows, cols)``: two 1-D integer arrays (M,) of one length, rows in
-    [0, n_rows), cols in [0, n_cols). Returns them as int64 arrays.
-    Raises ValueError naming ``predict_at``. Source: project addition."""
+    """Validate ``predict_at = (rows, cols)``: two 1-D integer arrays of one length inside the matrix.
+
+    Parameters
+    ----------
+    predict_at : tuple of two array_like, shape (M,), int
+        (rows, cols) of the cells to predict.
+    n_rows : int
+        I: rows must lie in [0, I).
+    n_cols : int
+        J: cols must lie in [0, J).
+
+    Returns
+    -------
+    rows, cols : numpy.ndarray, shape (M,), int64
+        The cells.
+
+    Raises
+    ------
+    ValueError
+        Naming ``predict_at``: not a pair of arrays, shapes unequal or not 1-D, non-integer dtype,
+        indices out of range.
+
+    Source: project addition.
+    """
     try:
         rows, cols = (np.asarray(a) for a in predict_at)
     except (TypeError, ValueError):
@@ -289,10 +349,24 @@ def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.nd
 def seed_attr(key):
     """The ``seed`` attr: the int seed itself, or a key's data as a string.
 
-    ``key``: Python / NumPy int, a typed jax PRNG key (dtype key<...>, any shape) or a raw
-    uint32 key array (e.g. shape (2,)). Returns int, or str of the nested list of the key data.
-    Raises nothing of its own; an object that is neither an int nor an array propagates
-    AttributeError (no ``dtype``). Source: project addition."""
+    Parameters
+    ----------
+    key : int or jax.Array
+        A Python / NumPy int, a typed JAX PRNG key (dtype key<...>, any shape) or a raw uint32 key
+        array (e.g. shape (2,)).
+
+    Returns
+    -------
+    int or str
+        The int seed, or the nested list of the key data as a string.
+
+    Raises
+    ------
+    None of its own; an object that is neither an int nor an array propagates AttributeError (no
+    ``dtype``).
+
+    Source: project addition.
+    """
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         return int(key)
     data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key

@@ -129,12 +129,26 @@ def _is_np(state) -> bool:
 
 
 def move_available(state, data) -> bool:
-    """True when the scale move is defined: always for NPFM; for PPFM only on data whose pair
-    terms all join a user-side to an item-side feature (``data.bipartite``).
+    """True when the scale move is defined.
 
-    ``state``: NPFMState / PPFMState; ``data``: PFMData. Returns a Python bool (static).
+    Always for NPFM; for PPFM only on data whose pair terms all join a user-side to an item-side
+    feature (``data.bipartite``).
 
-    Raises nothing of its own.
+    Parameters
+    ----------
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state (its type decides).
+    data : pfm_data.PFMData
+        The design.
+
+    Returns
+    -------
+    bool
+        A Python bool (static).
+
+    Raises
+    ------
+    None of its own.
 
     Source: project addition (module docstring).
     """
@@ -165,13 +179,29 @@ def _phi(eps, coef):
 
 
 def scale_log_ratio(eps, state, data, hyper):
-    """phi_k(eps) = log pi(T_eps x) + log|det dT_eps/dx| - log pi(x) for each factor k (module
-    docstring), O(D K).
+    """phi_k(eps) = log pi(T_eps x) + log|det dT_eps/dx| - log pi(x) for each factor k (module docstring).
 
-    ``eps``: float array (K,) (log a per factor); ``state``: NPFMState / PPFMState; ``data``:
-    PFMData (PPFM: ``side`` (D,) used); ``hyper``: PFMHyper. Returns float array (K,), state dtype.
+    Work O(D K).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    eps : jax.Array, shape (K,), float
+        log a per factor.
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        The design (PPFM: ``side`` (D,) used).
+    hyper : ppl_models.pfm.PFMHyper
+        Hyperparameters.
+
+    Returns
+    -------
+    jax.Array, shape (K,), float
+        phi_k, of the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (derived in the module docstring).
     """
@@ -179,12 +209,25 @@ def scale_log_ratio(eps, state, data, hyper):
 
 
 def scale_transform(eps, state, data):
-    """T_eps applied to the state (module docstring): per factor k, eps (K,) float.
+    """T_eps applied to the state (module docstring), per factor k.
 
-    Returns a state of the same type and dtype (values clamped below at the dtype's smallest
-    normal number). ``data``: PFMData (PPFM: ``side``).
+    Parameters
+    ----------
+    eps : jax.Array, shape (K,), float
+        log a per factor.
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        The design (PPFM: ``side`` used).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    pfm.NPFMState or pfm.PPFMState
+        A state of the same type and dtype (values clamped below at the dtype's smallest normal number).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (module docstring).
     """
@@ -207,18 +250,36 @@ def _base_sd(state, data, hyper):
 
 
 def scale_move(key, state, data, hyper, n_rounds: int):
-    """``n_rounds`` Metropolis steps of the per-factor scale move (module docstring), all K factors
-    at once. Work O(n_rounds K + D K): the orbit density of the accumulated t_k needs only r_k,
-    delta_k (NPFM) or S_Uk, S_Ik (PPFM) of the start, and V is transformed once at the end.
+    """``n_rounds`` Metropolis steps of the per-factor scale move (module docstring), all K factors at once.
 
-    Parameters: ``key`` PRNG key; ``state`` NPFMState / PPFMState; ``data`` PFMData;
-    ``hyper`` PFMHyper; ``n_rounds`` static int >= 0.
+    Work O(n_rounds K + D K): the orbit density of the accumulated t_k needs only r_k, delta_k (NPFM) or
+    S_Uk, S_Ik (PPFM) of the start, and V is transformed once at the end.
 
-    Returns (state, accept_rate): the moved state (same type and dtype), accept_rate a scalar of
-    the state's dtype (fraction of the n_rounds K proposals accepted; 0 when n_rounds = 0).
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        The design.
+    hyper : ppl_models.pfm.PFMHyper
+        Hyperparameters.
+    n_rounds : int >= 0
+        Metropolis steps (static).
 
-    Raises ValueError when the move is not available (PPFM on non-bipartite data,
-    `move_available`).
+    Returns
+    -------
+    state : pfm.NPFMState or pfm.PPFMState
+        The moved state (same type and dtype).
+    accept_rate : jax.Array, shape (), float
+        Fraction of the n_rounds K proposals accepted, of the state's dtype (0 when n_rounds = 0).
+
+    Raises
+    ------
+    ValueError
+        When the move is not available (PPFM on non-bipartite data, `move_available`) and
+        n_rounds > 0.
 
     Source: project addition (module docstring).
     """
@@ -271,13 +332,28 @@ def _global_phi(t, coef):
 
 
 def global_log_ratio(t, state, hyper):
-    """phi(t) = log pi(G_t x) + log|det dG_t/dx| - log pi(x) of the NPFM global move (module
-    docstring), O(K).
+    """phi(t) = log pi(G_t x) + log|det dG_t/dx| - log pi(x) of the NPFM global move (module docstring).
 
-    ``t``: float scalar or array (any shape: elementwise), log a; ``state``: NPFMState; ``hyper``:
-    PFMHyper. Returns float array of t's shape, state dtype.
+    Work O(K).
 
-    Raises ValueError for a PPFMState (no global move: module docstring).
+    Parameters
+    ----------
+    t : float or jax.Array, float
+        log a (any shape: elementwise).
+    state : pfm.NPFMState
+        The sampler state.
+    hyper : ppl_models.pfm.PFMHyper
+        Hyperparameters.
+
+    Returns
+    -------
+    jax.Array, float
+        phi, of t's shape and the state's dtype.
+
+    Raises
+    ------
+    ValueError
+        For a PPFMState (no global move: module docstring).
 
     Source: project addition (derived in the module docstring).
     """
@@ -289,10 +365,22 @@ def global_log_ratio(t, state, hyper):
 def global_transform(t, state):
     """G_t applied to an NPFMState: r e^t, c e^-t, V e^{-t/2}, delta e^{t/2} (module docstring).
 
-    ``t``: float scalar (log a). Returns an NPFMState of the same dtype (values clamped below at
-    the dtype's smallest normal number).
+    Parameters
+    ----------
+    t : float or jax.Array, shape ()
+        log a.
+    state : pfm.NPFMState
+        The sampler state.
 
-    Raises ValueError for a PPFMState.
+    Returns
+    -------
+    pfm.NPFMState
+        Of the same dtype (values clamped below at the dtype's smallest normal number).
+
+    Raises
+    ------
+    ValueError
+        For a PPFMState.
 
     Source: project addition (module docstring).
     """
@@ -313,17 +401,34 @@ def _global_sd(state, hyper):
 
 
 def global_move(key, state, data, hyper, n_rounds: int):
-    """``n_rounds`` Metropolis steps of the NPFM global scale move (module docstring). Work
-    O(K + n_rounds) plus O(D K) to move V once; independent of the number of nonzeros.
+    """``n_rounds`` Metropolis steps of the NPFM global scale move (module docstring).
 
-    Parameters: ``key`` PRNG key; ``state`` NPFMState; ``data`` PFMData (unused: the move does
-    not see the data; kept for the solver's argument order); ``hyper`` PFMHyper; ``n_rounds``
-    static int >= 0.
+    Work O(K + n_rounds) plus O(D K) to move V once; independent of the number of nonzeros.
 
-    Returns (state, accept_rate): the moved NPFMState (same dtype), accept_rate a scalar of the
-    state's dtype (0 when n_rounds = 0).
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    state : pfm.NPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        Unused (the move does not see the data; kept for the solver's argument order).
+    hyper : ppl_models.pfm.PFMHyper
+        Hyperparameters.
+    n_rounds : int >= 0
+        Metropolis steps (static).
 
-    Raises ValueError for a PPFMState with n_rounds > 0 (no global move for PPFM).
+    Returns
+    -------
+    state : pfm.NPFMState
+        The moved state (same dtype).
+    accept_rate : jax.Array, shape (), float
+        Of the state's dtype (0 when n_rounds = 0).
+
+    Raises
+    ------
+    ValueError
+        For a PPFMState with n_rounds > 0 (no global move for PPFM).
 
     Source: project addition (module docstring).
     """
@@ -343,10 +448,23 @@ def global_move(key, state, data, hyper, n_rounds: int):
 
 
 def trade_available(data) -> bool:
-    """True when the side-feature trade is defined: data with known sides and entity tables
-    (`PFMData.from_matrix`, ``zeros="all"``). ``data``: PFMData. Returns a Python bool (static).
+    """True when the side-feature trade is defined.
 
-    Raises nothing of its own.
+    That is, data with known sides and entity tables (`PFMData.from_matrix`, ``zeros="all"``).
+
+    Parameters
+    ----------
+    data : pfm_data.PFMData
+        The design.
+
+    Returns
+    -------
+    bool
+        A Python bool (static).
+
+    Raises
+    ------
+    None of its own.
 
     Source: project addition (module docstring).
     """
@@ -386,14 +504,31 @@ def _trade_phi(t, k, parts, state):
 
 
 def trade_log_ratio(k: int, t, state, data, hyper=None):
-    """phi_k(t) = log pi(T x) + log|det dT/dx| - log pi(x) of the side-feature trade of factor
-    ``k`` (module docstring); -inf where the move would make an id weight non-positive.
+    """phi_k(t) = log pi(T x) + log|det dT/dx| - log pi(x) of the side-feature trade of factor ``k``.
 
-    ``k``: int (or traced int) factor; ``t``: float scalar (log a); ``state``: NPFMState /
-    PPFMState; ``data``: PFMData with `trade_available`; ``hyper``: unused (the ratio needs no
-    hyperparameter; kept for the solvers' argument order). Returns a scalar of the state's dtype.
+    See the module docstring; -inf where the move would make an id weight non-positive.
 
-    Raises nothing of its own (traced code; call `trade_available` first).
+    Parameters
+    ----------
+    k : int
+        The factor (or a traced int).
+    t : float or jax.Array, shape ()
+        log a.
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        With `trade_available`.
+    hyper : ppl_models.pfm.PFMHyper, optional
+        Unused (the ratio needs no hyperparameter; kept for the solvers' argument order).
+
+    Returns
+    -------
+    jax.Array, shape (), float
+        phi_k, of the state's dtype.
+
+    Raises
+    ------
+    None of its own (traced code; call `trade_available` first).
 
     Source: project addition (derived in the module docstring).
     """
@@ -402,12 +537,30 @@ def trade_log_ratio(k: int, t, state, data, hyper=None):
 
 
 def trade_transform(k: int, t, state, data):
-    """The side-feature trade of factor ``k`` by t (module docstring): V[:, k] e^{s t}, id weights
-    w_e - (e^{2 s_e t} - 1) c_ek. Returns a state of the same type and dtype (V clamped below at
-    the dtype's smallest normal number; w is not clamped: a non-positive w is the caller's
-    rejection).
+    """The side-feature trade of factor ``k`` by t (module docstring).
 
-    Raises nothing of its own (traced code).
+    V[:, k] e^{s t}, id weights w_e - (e^{2 s_e t} - 1) c_ek.
+
+    Parameters
+    ----------
+    k : int
+        The factor.
+    t : float or jax.Array, shape ()
+        log a.
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        With `trade_available`.
+
+    Returns
+    -------
+    pfm.NPFMState or pfm.PPFMState
+        A state of the same type and dtype (V clamped below at the dtype's smallest normal number; w is
+        not clamped: a non-positive w is the caller's rejection).
+
+    Raises
+    ------
+    None of its own (traced code).
 
     Source: project addition (module docstring).
     """
@@ -419,16 +572,34 @@ def trade_transform(k: int, t, state, data):
 
 
 def trade_move(key, state, data, hyper, n_rounds: int):
-    """``n_rounds`` Metropolis steps of the side-feature trade per factor, the K factors one after
-    the other (they share the id weights). Work O(n_rounds K (I + J) + (I + J) F K).
+    """``n_rounds`` Metropolis steps of the side-feature trade per factor, the K factors one after the other.
 
-    Parameters: ``key`` PRNG key; ``state`` NPFMState / PPFMState; ``data`` PFMData with
-    `trade_available`; ``hyper`` PFMHyper (unused by the ratio); ``n_rounds`` static int >= 0.
+    They share the id weights. Work O(n_rounds K (I + J) + (I + J) F K).
 
-    Returns (state, accept_rate): moved state (same type, dtype), accept_rate a scalar (fraction
-    of the n_rounds K proposals accepted; 0 when n_rounds = 0).
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    state : pfm.NPFMState or pfm.PPFMState
+        The sampler state.
+    data : pfm_data.PFMData
+        With `trade_available`.
+    hyper : ppl_models.pfm.PFMHyper
+        Unused by the ratio.
+    n_rounds : int >= 0
+        Metropolis steps per factor (static).
 
-    Raises ValueError when the data has no sides or entity tables (`trade_available`).
+    Returns
+    -------
+    state : pfm.NPFMState or pfm.PPFMState
+        The moved state (same type, dtype).
+    accept_rate : jax.Array, shape (), float
+        Fraction of the n_rounds K proposals accepted (0 when n_rounds = 0).
+
+    Raises
+    ------
+    ValueError
+        When the data has no sides or entity tables (`trade_available`) and n_rounds > 0.
 
     Source: project addition (module docstring).
     """

@@ -159,12 +159,34 @@ _HYPER_FIELDS = ("alpha0", "beta0", "tau_u", "tau_v", "tau_b")
 class PSMState(NamedTuple):
     """Variational parameters (all arrays of one float dtype).
 
-    u_mu, u_prec : (I, K) means and precisions of q(u_ik); v_mu, v_prec : (J, K) for q(v_jk).
-    bu_mu, bu_prec : (I,) q(b_i); bv_mu, bv_prec : (J,) q(b_j).
-    alpha : (I,) q(pi) = Dir(alpha); beta : (J,) q(psi) = Dir(beta).
-    log_s : (I,), log_t : (J,) the tied categoricals' log probabilities (s = softmax(log_s)).
-    xi_star : () the shared Jaakkola-Jordan parameter of the pairs outside G.
-    d_prime : () D', the number of censored events (fixed; r D).
+    Parameters
+    ----------
+    u_mu, u_prec : jax.Array, shape (I, K), float
+        Means and precisions of q(u_ik).
+    v_mu, v_prec : jax.Array, shape (J, K), float
+        Means and precisions of q(v_jk).
+    bu_mu, bu_prec : jax.Array, shape (I,), float
+        Mean and precision of q(b_i).
+    bv_mu, bv_prec : jax.Array, shape (J,), float
+        Mean and precision of q(b_j).
+    alpha : jax.Array, shape (I,), float
+        q(pi) = Dir(alpha).
+    beta : jax.Array, shape (J,), float
+        q(psi) = Dir(beta).
+    log_s : jax.Array, shape (I,), float
+        The tied user categorical's log probabilities (s = softmax(log_s)).
+    log_t : jax.Array, shape (J,), float
+        The tied item categorical's log probabilities.
+    xi_star : jax.Array, shape (), float
+        The shared Jaakkola-Jordan parameter of the pairs outside G.
+    d_prime : jax.Array, shape (), float
+        D', the number of censored events (fixed; r D).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `init` builds one).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 3 (the mean-field family, tied s and t, xi*).
     """
 
     u_mu: jax.Array
@@ -184,7 +206,21 @@ class PSMState(NamedTuple):
 
 
 class PSMInfo(NamedTuple):
-    """Diagnostics of the state a `step` returns: ``elbo`` (the bounded ELBO `elbo`), ``xi_star``."""
+    """Diagnostics of the state a `step` returns.
+
+    Parameters
+    ----------
+    elbo : jax.Array, shape (), float
+        The bounded ELBO (`elbo`), nats.
+    xi_star : jax.Array, shape (), float
+        xi* of the new state.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition.
+    """
 
     elbo: jax.Array
     xi_star: jax.Array
@@ -216,11 +252,25 @@ def _check_r(r) -> float:
 def check_data(data) -> None:
     """Validate the event counts before any computation.
 
-    data : `Observations` (I, J) whose ``values`` are the counts c_ij of the distinct observed pairs.
-    Raises ValueError naming the field: not an Observations; no pairs; a negative, non-integer or
-    non-finite count; all counts zero; a duplicate (row, col) pair; an index out of range.
     Runs in chunks of 4M pairs (no O(N) temporaries); duplicates of row-major pairs are found from
     neighbours, other orders sort an int64 copy of the keys.
+
+    Parameters
+    ----------
+    data : Observations
+        Shape (I, J); ``values`` (N,) are the counts c_ij of the distinct observed pairs.
+
+    Returns
+    -------
+    None
+        Returns only when the data are valid.
+
+    Raises
+    ------
+    ValueError
+        Naming the field: not an Observations; no pairs; a negative, non-integer or non-finite count;
+        all counts zero; a duplicate (row, col) pair; an index out of range.
+
     Source: project addition (the counts c_ij of ``000_619a0297b9d686b2.txt`` eq. (2)).
     """
     if not isinstance(data, Observations):
@@ -278,12 +328,35 @@ def init(key, data: Observations, K: int, hyper, *, r: float = 1.0, dtype=None, 
 
     Parameters
     ----------
-    key : jax PRNG key or int seed; data : Observations (I, J) of counts c_ij; K : int >= 1;
-    hyper : `ppl_models.psm.PSMHyper`; r : float > 0, D' = r D (sec. 2); dtype : float32 or float64
-    (default: that of ``data.values``); init_scale : float > 0.
+    key : jax.Array or int
+        A JAX PRNG key or an int seed.
+    data : Observations
+        Shape (I, J), the counts c_ij (N,).
+    K : int >= 1
+        Latent dimension.
+    hyper : ppl_models.psm.PSMHyper
+        Hyperparameters.
+    r : float > 0, default 1.0
+        D' = r D (sec. 2).
+    dtype : numpy.float32 or numpy.float64, optional
+        Float dtype of the state (default: that of ``data.values``).
+    init_scale : float > 0, default 0.1
+        Scale of the initial means and sd of every factor and bias.
 
-    Returns PSMState. Raises ValueError (bad counts, empty data, r <= 0, K < 1, hyperparameters,
-    dtype) before any computation. Source: Algorithm 1, "initialize".
+    Returns
+    -------
+    PSMState
+        The start, of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        Bad counts, empty data, r <= 0, K < 1 or not integral, hyperparameters, init_scale, dtype;
+        before any computation.
+    TypeError
+        A key that is neither a key nor an int; a non-numeric K.
+
+    Source: ``000_619a0297b9d686b2.txt`` Algorithm 1, "initialize".
     """
     key = base.as_key(key)
     check_data(data)
@@ -363,20 +436,55 @@ def _map_pairs(fn, data, chunk, *extra):
 
 
 def pair_moments(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
-    """E_q[a_ij] and E_q[a_ij^2] (each (N,), the state's float dtype) on the N observed pairs of
-    ``data`` (Observations: int ``rows``, ``cols`` (N,)); ``chunk`` pairs per chunk.
+    """E_q[a_ij] and E_q[a_ij^2] on the N observed pairs of ``data``.
 
-    Raises nothing of its own (no checks: traced code; out-of-range indices are clamped by JAX's
-    gather, not reported).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The pairs: int ``rows``, ``cols`` (N,).
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    mean : jax.Array, shape (N,), float
+        E_q[a_ij], the state's float dtype.
+    second : jax.Array, shape (N,), float
+        E_q[a_ij^2].
+
+    Raises
+    ------
+    None of its own (no checks: traced code; out-of-range indices are clamped by JAX's gather, not
+    reported).
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (11) (E_q[a_ij^2] is the optimal xi_ij^2).
     """
     return _map_pairs(lambda r, c, n, m: _pair_moments_chunk(state, r, c), data, chunk)
 
 
 def pair_xi(state: PSMState, data: Observations, chunk: int = DEFAULT_CHUNK):
-    """The optimal xi_ij = sqrt(E_q[a_ij^2]) on the observed pairs, (N,) of the state's float dtype.
+    """The optimal xi_ij = sqrt(E_q[a_ij^2]) on the observed pairs.
 
-    Raises nothing of its own (no checks: traced code; see `pair_moments`).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The pairs: int ``rows``, ``cols`` (N,).
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    jax.Array, shape (N,), float
+        xi, the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code; see `pair_moments`).
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (11), positive root.
     """
     (xi,) = _map_pairs(lambda r, c, n, m: (optimal_xi(_pair_moments_chunk(state, r, c)[1]),), data, chunk)
@@ -406,18 +514,35 @@ def _gauss_terms(mean, var, tau):
 def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DEFAULT_CHUNK):
     """The bounded ELBO L (module docstring), in nats, O(|G| K + (I + J) K^2).
 
+    Differentiable in every field of ``state`` and in ``xi``. No value checks (traced code; shapes and
+    values are trusted, checked by `init` / `fit`).
+
     Parameters
     ----------
-    state : PSMState; data : Observations (counts c_ij); hyper : PSMHyper.
-    xi : (N,) Jaakkola-Jordan parameters of the observed pairs, or None for their optimum (11),
-        where L equals its maximum over xi_G (what `step` reports). xi* is ``state.xi_star``.
+    state : PSMState
+        q.
+    data : Observations or sharding.ShardedObservations
+        The counts c_ij (N,); a `sharding.ShardedObservations` sums the pairs per device block, psum-ed
+        (``xi`` must then be None).
+    hyper : ppl_models.psm.PSMHyper
+        Hyperparameters.
+    xi : jax.Array, shape (N,), float, optional
+        Jaakkola-Jordan parameters of the observed pairs; None for their optimum (11), where L equals
+        its maximum over xi_G (what `step` reports). xi* is ``state.xi_star``.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
 
-    Returns a scalar () of the state's float dtype. Differentiable in every field of ``state`` and in ``xi``.
-    No value checks (traced code; shapes and values are trusted, checked by `init` / `fit`); a
-    ``hyper`` without the PSMHyper fields raises AttributeError.
-    ``data`` may be a `sharding.ShardedObservations` (the pair sums per device block, psum-ed;
-    ``xi`` must then be None).
-    Raises ValueError for ``xi`` given with sharded ``data``.
+    Returns
+    -------
+    jax.Array, shape (), float
+        L, of the state's float dtype.
+
+    Raises
+    ------
+    ValueError
+        For ``xi`` given with sharded ``data``; a ``hyper`` without the PSMHyper fields raises
+        AttributeError (not its own).
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (3) with the bound of sec. 3, derived (the printed (13)
     is corrected in ERRATA).
     """
@@ -461,9 +586,24 @@ def elbo(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DE
 def update_dirichlet(state: PSMState, data: Observations, hyper) -> PSMState:
     """q(pi) = Dir(alpha0 + c_i + D' s_i), q(psi) = Dir(beta0 + c_j + D' t_j) (sec. 4, "Dirichlet updates").
 
-    Returns the state with alpha (I,) and beta (J,) replaced (the state's float dtype).
-    Raises nothing of its own (no checks: traced code); a ``hyper`` without alpha0 / beta0 raises
-    AttributeError.
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij.
+    hyper : ppl_models.psm.PSMHyper
+        ``alpha0``, ``beta0``.
+
+    Returns
+    -------
+    PSMState
+        With alpha (I,) and beta (J,) replaced (the state's float dtype).
+
+    Raises
+    ------
+    None of its own (no checks: traced code); a ``hyper`` without alpha0 / beta0 raises AttributeError.
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Dirichlet updates"; Algorithm 1, "update q(pi); update q(psi)".
     """
     s, t = _s_t(state)
@@ -495,11 +635,31 @@ def _elog_dirichlet(conc):
 
 
 def update_s(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """s_i propto exp(E log pi_i + sum_j t_j Omega_ij) via the item cache and a sparse correction
-    (eq. 17, B.4.1). xi : (N,) the observed pairs' bound parameters (held fixed), the state's float
-    dtype. Returns the state with log_s (I,) replaced; ``hyper`` is unused (block signature).
+    """s_i propto exp(E log pi_i + sum_j t_j Omega_ij), via the item cache and a sparse correction (eq. 17, B.4.1).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        Unused (block signature).
+    xi : jax.Array, shape (N,), float, or None
+        The observed pairs' bound parameters (held fixed), the state's float dtype; None: their optimum
+        for ``state``, computed chunk by chunk.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    PSMState
+        With log_s (I,) replaced.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4 eq. (17) with the caches of B.4.1 (corrected);
     Algorithm 1, "update s".
     """
@@ -510,8 +670,28 @@ def update_s(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEF
 def update_t(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
     """t_j propto exp(E log psi_j + sum_i s_i Omega_ij): the item twin of `update_s`.
 
-    xi : (N,) as in `update_s`. Returns the state with log_t (J,) replaced.
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        Unused (block signature).
+    xi : jax.Array, shape (N,), float, or None
+        As in `update_s`.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    PSMState
+        With log_t (J,) replaced.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (17) and B.4.1 mirrored for t; Algorithm 1, "update t".
     """
     logits = _elog_dirichlet(state.beta) + omega_star_item_sums(state) + _omega_corrections(state, data, xi, chunk, False)
@@ -519,13 +699,34 @@ def update_t(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEF
 
 
 def update_xi_star(state: PSMState, data: Observations, hyper, xi=None, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
-    """xi*^2 = (S2 - sum_G s_i t_j E a_ij^2) / (1 - sum_G s_i t_j) (eq. 16 with the caches, corrected
-    cross terms: see ERRATA). ``xi`` is unused (xi* does not depend on xi_G); kept for the block signature.
+    """xi*^2 = (S2 - sum_G s_i t_j E a_ij^2) / (1 - sum_G s_i t_j) (eq. 16 with the caches).
 
-    Returns the state with xi_star () replaced (the state's float dtype). When every (user, item) pair is
-    observed, the pairs outside G have q-weight 1 - sum_G s_i t_j = 0, xi* does not enter L, and the current
-    xi* is kept (the formula would be 0 / 0).
-    Raises nothing of its own (no checks: traced code).
+    The cross terms are corrected (see ERRATA). When every (user, item) pair is observed, the pairs
+    outside G have q-weight 1 - sum_G s_i t_j = 0, xi* does not enter L, and the current xi* is kept
+    (the formula would be 0 / 0).
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        Unused (block signature).
+    xi : jax.Array, optional
+        Unused (xi* does not depend on xi_G); kept for the block signature.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    PSMState
+        With xi_star () replaced (the state's float dtype).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.3 eq. (16) and its cached form in sec. 4 (corrected);
     Algorithm 1, "update xi*".
     """
@@ -634,12 +835,35 @@ def _targets(state, data, xi, chunk, own_is_user: bool, tau):
 
 
 def user_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK):
-    """P_i (I, K, K) (with tau_u I) and m_i (I, K) of the intermediate q~(u_i) = N(P^-1 m, P^-1) (eqs. 6-8, corrected).
+    """P_i (with tau_u I) and m_i of the intermediate q~(u_i) = N(P^-1 m, P^-1) (eqs. 6-8, corrected).
 
     Every user's P_i at once (I K^2 floats): the reference form; `update_users` solves the same
     systems in blocks of users (`PairOrder`) and never holds them all.
-    xi : (N,) observed pairs' bound parameters; outputs in the state's float dtype.
-    Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_u raises AttributeError.
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        ``tau_u``.
+    xi : jax.Array, shape (N,), float, or None
+        The observed pairs' bound parameters (None: their optimum for ``state``).
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    P : jax.Array, shape (I, K, K), float
+        The precisions, in the state's float dtype.
+    m : jax.Array, shape (I, K), float
+        The precision-times-mean vectors.
+
+    Raises
+    ------
+    None of its own (no checks: traced code); a ``hyper`` without tau_u raises AttributeError.
+
     Source: ``000_619a0297b9d686b2.txt`` eqs. (6)-(8) and appendix B.2.1 (m_i corrected: ERRATA in
     `validation.models.psm`).
     """
@@ -647,11 +871,34 @@ def user_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk
 
 
 def item_update_targets(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK):
-    """P_j (J, K, K) (with tau_v I) and m_j (J, K) of the intermediate q~(v_j) (all items at once, as
-    `user_update_targets`; `update_items` works in blocks).
+    """P_j (with tau_v I) and m_j of the intermediate q~(v_j): all items at once, as `user_update_targets`.
 
-    xi : (N,) as in `user_update_targets`; outputs in the state's float dtype.
-    Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_v raises AttributeError.
+    `update_items` works in blocks instead.
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        ``tau_v``.
+    xi : jax.Array, shape (N,), float, or None
+        As in `user_update_targets`.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    P : jax.Array, shape (J, K, K), float
+        The precisions, in the state's float dtype.
+    m : jax.Array, shape (J, K), float
+        The precision-times-mean vectors.
+
+    Raises
+    ------
+    None of its own (no checks: traced code); a ``hyper`` without tau_v raises AttributeError.
+
     Source: ``000_619a0297b9d686b2.txt`` eqs. (6)-(8) mirrored for items, appendix B.2.1 (corrected).
     """
     return _targets(state, data, xi, chunk, False, hyper.tau_v)
@@ -684,11 +931,32 @@ def pair_order(data, K: int, *, dtype=None, block_bytes: int = DEFAULT_BLOCK_BYT
     pairs); on a `sharding.ShardedObservations` a stable argsort of each device's block (XLA; ~50
     bytes a pair while it runs).
 
-    data : `Observations` (jax or numpy leaves) or `sharding.ShardedObservations` (then per device
-    block, positions local to it: the blocks of a sharded `step`); K : latent dimension; dtype : the
-    state's float dtype (default that of ``data.values``); block_bytes, block : `block_sizes`.
-    Returns `PairOrder`.
-    Raises ValueError from `block_sizes`; TypeError for ``data`` of another type.
+    Parameters
+    ----------
+    data : Observations or sharding.ShardedObservations
+        The pairs (jax or numpy leaves); sharded: per device block, positions local to it (the blocks
+        of a sharded `step`).
+    K : int
+        Latent dimension.
+    dtype : numpy float dtype, optional
+        The state's float dtype (default that of ``data.values``).
+    block_bytes : int, default DEFAULT_BLOCK_BYTES
+        Memory bound of one block's precisions (`block_sizes`).
+    block : int or tuple of int, optional
+        Explicit block sizes (`block_sizes`).
+
+    Returns
+    -------
+    PairOrder
+        The permutation arrays and the user and item block sizes.
+
+    Raises
+    ------
+    ValueError
+        From `block_sizes`.
+    TypeError
+        For ``data`` of another type.
+
     Source: project addition (issue 28).
     """
     if not isinstance(data, (Observations, sharding.ShardedObservations)):
@@ -733,10 +1001,32 @@ def update_users(state: PSMState, data: Observations, hyper, xi, *, chunk: int =
     The users are solved in blocks of ``order.user_block`` (`pair_order`, `block_sizes`): only one
     block's (B, K, K) precisions exist at a time; the result equals the unblocked solve of
     `user_update_targets` up to the order of the additions.
-    xi : (N,) observed pairs' bound parameters; order : `PairOrder` of ``data`` (None: built here,
-    inside the trace, an O(N log N) sort per call). Returns the state with u_mu, u_prec (I, K) replaced.
-    Raises nothing of its own (no checks: traced code); a P_i that is not positive definite gives NaN
-    from the Cholesky factor, not an exception.
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        ``tau_u``.
+    xi : jax.Array, shape (N,), float, or None
+        The observed pairs' bound parameters (None: their optimum for ``state``).
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+    order : PairOrder, optional
+        `pair_order` of ``data`` (None: built here, inside the trace, an O(N log N) sort per call).
+
+    Returns
+    -------
+    PSMState
+        With u_mu, u_prec (I, K) replaced.
+
+    Raises
+    ------
+    None of its own (no checks: traced code); a P_i that is not positive definite gives NaN from the
+    Cholesky factor, not an exception.
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Gaussian updates for q(u_ik)"; appendix B.2.2
     (eq. (15): means of q~, precisions diag P_i); Algorithm 1, "update prod_k q(u_ik)"; blocks: project
     addition (issue 28).
@@ -748,11 +1038,34 @@ def update_users(state: PSMState, data: Observations, hyper, xi, *, chunk: int =
 
 def update_items(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK,
                  order: PairOrder | None = None) -> PSMState:
-    """prod_k q(v_jk) for every item: the twin of `update_users`, in blocks of ``order.item_block``
-    items over the item-sorted permutation of the pairs.
+    """prod_k q(v_jk) for every item: the twin of `update_users`.
 
-    xi : (N,); order : as in `update_users`. Returns the state with v_mu, v_prec (J, K) replaced.
-    Raises nothing of its own (as `update_users`: a non-positive-definite P_j gives NaN).
+    In blocks of ``order.item_block`` items over the item-sorted permutation of the pairs.
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        ``tau_v``.
+    xi : jax.Array, shape (N,), float, or None
+        As in `update_users`.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+    order : PairOrder, optional
+        As in `update_users`.
+
+    Returns
+    -------
+    PSMState
+        With v_mu, v_prec (J, K) replaced.
+
+    Raises
+    ------
+    None of its own (as `update_users`: a non-positive-definite P_j gives NaN).
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4 and appendix B.2 mirrored for items; Algorithm 1,
     "update prod_k q(v_jk)"; blocks: project addition (issue 28).
     """
@@ -788,8 +1101,28 @@ def _bias_update(state, data, hyper, xi, chunk, own_is_user: bool):
 def update_user_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
     """q(b_i) = N(nu_i / rho_i, 1 / rho_i) (sec. 4, "Gaussian updates for q(b_i)", corrected: see ERRATA).
 
-    xi : (N,) observed pairs' bound parameters. Returns the state with bu_mu, bu_prec (I,) replaced.
-    Raises nothing of its own (no checks: traced code); a ``hyper`` without tau_b raises AttributeError.
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        ``tau_b``.
+    xi : jax.Array, shape (N,), float, or None
+        The observed pairs' bound parameters (None: their optimum for ``state``).
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    PSMState
+        With bu_mu, bu_prec (I,) replaced.
+
+    Raises
+    ------
+    None of its own (no checks: traced code); a ``hyper`` without tau_b raises AttributeError.
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Gaussian updates for q(b_i)" (nu_i corrected);
     Algorithm 1, "update q(b_i)".
     """
@@ -800,8 +1133,28 @@ def update_user_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: i
 def update_item_bias(state: PSMState, data: Observations, hyper, xi, *, chunk: int = DEFAULT_CHUNK) -> PSMState:
     """q(b_j): the twin of `update_user_bias`.
 
-    xi : (N,). Returns the state with bv_mu, bv_prec (J,) replaced.
-    Raises nothing of its own (as `update_user_bias`).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    data : Observations
+        The counts c_ij (N,).
+    hyper : ppl_models.psm.PSMHyper
+        ``tau_b``.
+    xi : jax.Array, shape (N,), float, or None
+        As in `update_user_bias`.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+
+    Returns
+    -------
+    PSMState
+        With bv_mu, bv_prec (J,) replaced.
+
+    Raises
+    ------
+    None of its own (as `update_user_bias`).
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4, "Gaussian updates for q(b_i)" mirrored for items;
     Algorithm 1, "update q(b_j)".
     """
@@ -867,22 +1220,38 @@ def step(key, state: PSMState, data: Observations, hyper, *, chunk: int = DEFAUL
 
     Parameters
     ----------
-    key : unused (the sweep is deterministic); kept for the common solver signature.
-    state : PSMState; data : Observations with jax or numpy leaves, ``values`` of the state's dtype
-        (cast here otherwise), or a `sharding.ShardedObservations` (`sharding.shard_observations`,
-        the state replicated: `sharding.replicate`): the sweep then runs under `jax.shard_map` on
-        every device's block of pairs, each sum over pairs psum-ed (`psm_sharded`); hyper : PSMHyper
-        (traced: new values do not recompile).
-    chunk : pairs per chunk of the O(|G| K^2) sums (static).
-    order : `PairOrder` of ``data`` (`pair_order`: the blocks of the user and item vector updates and
-        their memory bound). None: built on the first call for this ``data`` object with the default
-        bound (`DEFAULT_BLOCK_BYTES`) and kept while the object lives, so a loop of steps on one
-        data set sorts its pairs once.
+    key : jax.Array or None
+        Unused (the sweep is deterministic); kept for the common solver signature.
+    state : PSMState
+        q.
+    data : Observations or sharding.ShardedObservations
+        Jax or numpy leaves, ``values`` of the state's dtype (cast here otherwise); or a
+        `sharding.ShardedObservations` (`sharding.shard_observations`, the state replicated:
+        `sharding.replicate`): the sweep then runs under `jax.shard_map` on every device's block of
+        pairs, each sum over pairs psum-ed (`psm_sharded`).
+    hyper : ppl_models.psm.PSMHyper
+        Hyperparameters (traced: new values do not recompile).
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk of the O(|G| K^2) sums (static).
+    order : PairOrder, optional
+        `pair_order` of ``data`` (the blocks of the user and item vector updates and their memory
+        bound). None: built on the first call for this ``data`` object with the default bound
+        (`DEFAULT_BLOCK_BYTES`) and kept while the object lives, so a loop of steps on one data set
+        sorts its pairs once.
 
-    Returns (PSMState, PSMInfo) with Info of the new state (its bounded ELBO and xi*, scalars ()).
-    Raises nothing of its own (no value checks: ``state`` and ``data`` are trusted, checked by `init` /
-    `fit`); a ``hyper`` without the PSMHyper fields raises AttributeError, and a non-numeric field
-    TypeError / ValueError from ``float``.
+    Returns
+    -------
+    state : PSMState
+        The new q.
+    info : PSMInfo
+        Its bounded ELBO and xi* (scalars ()).
+
+    Raises
+    ------
+    None of its own (no value checks: ``state`` and ``data`` are trusted, checked by `init` / `fit`); a
+    ``hyper`` without the PSMHyper fields raises AttributeError, and a non-numeric field TypeError /
+    ValueError from ``float``.
+
     Source: ``000_619a0297b9d686b2.txt`` Algorithm 1; updates of sec. 4 and appendix B (derived,
     corrected where ERRATA says); blocks: project addition (issue 28).
     """
@@ -908,33 +1277,63 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (initialisation and draws from q); data : Observations (I, J)
-    of event counts; K : int >= 1; hyper : `ppl_models.psm.PSMHyper`; max_iter : int >= 1; tol >= 0;
-    progress : tqdm bar; r : D' = r D; dtype : float32 or float64 (float64 runs under
-    jax.enable_x64); n_draws : int >= 1 draws from q in the ``posterior`` group; init_state : resume;
-    chunk : pairs per chunk; init_scale : see `init`; callback : ``callback(t, state, info)``.
-    checkpoint, checkpoint_every, resume : `vi_driver.run` checkpoints (atomic ``.npz`` every
-    ``checkpoint_every`` sweeps and at the end); ``resume=True`` continues from an existing one, bit for
-    bit the uninterrupted run (the sweeps are deterministic; the draws from q use a key of their own).
-    mesh : jax.sharding.Mesh, optional: split the observed pairs over the devices of the mesh axis
-    ``"nnz"`` (`sharding.nnz_mesh`, `sharding.shard_observations`); the variational parameters and
-    the background caches stay replicated and every sum over pairs is psum-ed (`psm_sharded`). The
-    result equals the single-device fit up to the order of the additions (attrs ``n_devices``).
-    None: one device, unchanged.
+    key : jax.Array or int
+        A JAX PRNG key or an int seed (initialisation and draws from q).
+    data : Observations
+        Shape (I, J), the event counts c_ij (N,).
+    K : int >= 1
+        Latent dimension.
+    hyper : ppl_models.psm.PSMHyper
+        Hyperparameters.
+    max_iter : int >= 1, default 100
+        Sweeps at most.
+    tol : float >= 0, default 1e-6
+        Stop when the relative change of the ELBO is below ``tol``.
+    progress : bool, default True
+        Show a tqdm bar.
+    r : float > 0, default 1.0
+        D' = r D.
+    dtype : numpy.float32 or numpy.float64, default numpy.float64
+        Float dtype (float64 runs under jax.enable_x64).
+    n_draws : int >= 1, default 100
+        Draws from q in the ``posterior`` group.
+    init_state : PSMState, optional
+        Start here (e.g. to resume); its shapes must match.
+    chunk : int, default DEFAULT_CHUNK
+        Pairs per chunk.
+    init_scale : float > 0, default 0.1
+        See `init`.
+    callback : callable, optional
+        ``callback(t, state, info)`` after sweep t.
+    checkpoint : str or path-like, optional
+        A `vi_driver.run` checkpoint (atomic ``.npz`` every ``checkpoint_every`` sweeps and at the end).
+    checkpoint_every : int >= 1, default 10
+        Sweeps between checkpoints.
+    resume : bool, default False
+        Continue from an existing checkpoint, bit for bit the uninterrupted run (the sweeps are
+        deterministic; the draws from q use a key of their own).
+    mesh : jax.sharding.Mesh, optional
+        Split the observed pairs over the devices of the mesh axis ``"nnz"`` (`sharding.nnz_mesh`,
+        `sharding.shard_observations`); the variational parameters and the background caches stay
+        replicated and every sum over pairs is psum-ed (`psm_sharded`). The result equals the
+        single-device fit up to the order of the additions (attrs ``n_devices``). None: one device,
+        unchanged.
 
     Returns
     -------
-    `base.FitResult` (state, ELBO trace (n_iter + 1,) from the initial state, InferenceData with groups
-    posterior (draws from q: u, v, b_user, b_item, pi, psi), variational_parameters, vi_trace (elbo,
-    rel_change, sweep_seconds); attrs model, method, source, K, r, d_prime, dtype, converged, n_iter, seconds).
+    base.FitResult
+        The state, the ELBO trace (n_iter + 1,) from the initial state, InferenceData with groups
+        posterior (draws from q: u, v, b_user, b_item, pi, psi), variational_parameters, vi_trace (elbo,
+        rel_change, sweep_seconds); attrs model, method, source, K, r, d_prime, dtype, converged,
+        n_iter, seconds.
 
     Raises
     ------
     ValueError
         Bad data, r, K, hyper, max_iter, tol, n_draws, dtype, init_state shapes (before computing);
-        ``mesh`` without an axis named ``"nnz"``.
+        ``mesh`` without an axis named ``"nnz"``; a checkpoint that does not match.
     TypeError
-        ``mesh`` not a jax.sharding.Mesh.
+        ``mesh`` not a jax.sharding.Mesh; a bad key.
     FloatingPointError
         A non-finite ELBO (try float64).
 

@@ -21,8 +21,27 @@ if TYPE_CHECKING:  # annotations only: custom_inference.psm imports this module
 
 
 class Background(NamedTuple):
-    """A background cache (B.1): P (K, K), m_dag (K,) = sum w E[b] E[x], m_ddag (K,) = sum w E[x],
-    nu () = sum w E[b], kappa () = sum w E[b^2], with weights w = t (item cache) or s (user cache)."""
+    """A background cache (B.1), with weights w = t (item cache) or s (user cache).
+
+    Parameters
+    ----------
+    P : jax.Array, shape (K, K), float
+        sum w E[x x^T].
+    m_dag : jax.Array, shape (K,), float
+        sum w E[b] E[x].
+    m_ddag : jax.Array, shape (K,), float
+        sum w E[x].
+    nu : jax.Array, shape (), float
+        sum w E[b].
+    kappa : jax.Array, shape (), float
+        sum w E[b^2].
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (the background caches).
+    """
 
     P: jax.Array
     m_dag: jax.Array
@@ -32,10 +51,28 @@ class Background(NamedTuple):
 
 
 def moments(state: PSMState):
-    """Means and variances under q: (mu_u, var_u) (I, K), (mu_v, var_v) (J, K), (mu_bu, var_bu) (I,),
-    (mu_bv, var_bv) (J,), all of the state's float dtype (variance = 1 / precision).
+    """Means and variances under q (variance = 1 / precision).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+
+    Returns
+    -------
+    (mu_u, var_u) : tuple of jax.Array, shape (I, K), float
+        User vectors.
+    (mu_v, var_v) : tuple of jax.Array, shape (J, K), float
+        Item vectors.
+    (mu_bu, var_bu) : tuple of jax.Array, shape (I,), float
+        User biases.
+    (mu_bv, var_bv) : tuple of jax.Array, shape (J,), float
+        Item biases; all of the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (4) (Gaussian factors q(u_ik) = N(mu_ik, omega_ik^-1)).
     """
     return ((state.u_mu, 1.0 / state.u_prec), (state.v_mu, 1.0 / state.v_prec),
@@ -55,8 +92,20 @@ def _background(w, mu, var, bmu, bvar):
 def item_background(state: PSMState) -> Background:
     """Item-background cache (the paper's minus-sign caches): t-weighted sums over items, O(J K^2).
 
-    Returns `Background`: P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+
+    Returns
+    -------
+    Background
+        P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (item-background P-, m-dag, m-ddag, nu-, kappa-);
     Algorithm 1, "cache item-background".
     """
@@ -68,8 +117,20 @@ def item_background(state: PSMState) -> Background:
 def user_background(state: PSMState) -> Background:
     """User-background cache (the paper's plus-sign caches): s-weighted sums over users, O(I K^2).
 
-    Returns `Background`: P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+
+    Returns
+    -------
+    Background
+        P (K, K), m_dag (K,), m_ddag (K,), nu (), kappa (), the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (user-background P+, m+dag, ...); Algorithm 1,
     "cache user-background".
     """
@@ -81,9 +142,24 @@ def user_background(state: PSMState) -> Background:
 def background_sums(user_bg: Background, item_bg: Background):
     """(S1, S2) = (sum_ij s_i t_j E a_ij, sum_ij s_i t_j E a_ij^2) from the two caches (module docstring).
 
-    user_bg, item_bg : `Background` of the same K. Returns two scalars () of their float dtype.
-    Raises nothing of its own (no checks: traced code; caches of different K make JAX raise a shape
-    error).
+    Parameters
+    ----------
+    user_bg : Background
+        The user cache.
+    item_bg : Background
+        The item cache, of the same K.
+
+    Returns
+    -------
+    S1 : jax.Array, shape (), float
+        sum_ij s_i t_j E a_ij, of the caches' float dtype.
+    S2 : jax.Array, shape (), float
+        sum_ij s_i t_j E a_ij^2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code; caches of different K make JAX raise a shape error).
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4 (xi* update) and appendix B.3 for S2, corrected cross
     terms (ERRATA in `validation.models.psm`); S1 derived the same way (project addition).
     """
@@ -102,10 +178,26 @@ def _own_terms(mu, var, bmu, bvar, bg: Background):
 
 
 def user_background_terms(state: PSMState, item_bg: Background | None = None):
-    """(sum_j t_j E a_ij, sum_j t_j E a_ij^2) for every user, (I,) each of the state's float dtype,
-    from the item cache ``item_bg`` (`Background`; computed from ``state`` when None).
+    """(sum_j t_j E a_ij, sum_j t_j E a_ij^2) for every user, from the item cache.
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    item_bg : Background, optional
+        The item cache (computed from ``state`` when None).
+
+    Returns
+    -------
+    first : jax.Array, shape (I,), float
+        sum_j t_j E a_ij, of the state's float dtype.
+    second : jax.Array, shape (I,), float
+        sum_j t_j E a_ij^2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (the bracket of sum_j t_j Omega*_ij), corrected
     (ERRATA in `validation.models.psm`).
     """
@@ -115,10 +207,26 @@ def user_background_terms(state: PSMState, item_bg: Background | None = None):
 
 
 def item_background_terms(state: PSMState, user_bg: Background | None = None):
-    """(sum_i s_i E a_ij, sum_i s_i E a_ij^2) for every item, (J,) each of the state's float dtype,
-    from the user cache ``user_bg`` (`Background`; computed from ``state`` when None).
+    """(sum_i s_i E a_ij, sum_i s_i E a_ij^2) for every item, from the user cache.
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    user_bg : Background, optional
+        The user cache (computed from ``state`` when None).
+
+    Returns
+    -------
+    first : jax.Array, shape (J,), float
+        sum_i s_i E a_ij, of the state's float dtype.
+    second : jax.Array, shape (J,), float
+        sum_i s_i E a_ij^2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1, mirrored for items (corrected as for users).
     """
     user_bg = user_background(state) if user_bg is None else user_bg
@@ -134,10 +242,24 @@ def _omega_star(xi_star, first, second):
 
 
 def omega_star_user_sums(state: PSMState, item_bg: Background | None = None):
-    """sum_j t_j Omega*_ij for every user, (I,) of the state's float dtype (B.4.1, corrected: see
-    ERRATA in validation.models.psm); ``item_bg`` as in `user_background_terms`.
+    """sum_j t_j Omega*_ij for every user (B.4.1, corrected: see ERRATA in validation.models.psm).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q (``xi_star`` is read).
+    item_bg : Background, optional
+        The item cache (computed from ``state`` when None), as in `user_background_terms`.
+
+    Returns
+    -------
+    jax.Array, shape (I,), float
+        The sums, of the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1 (sum_j t_j Omega*_ij), corrected.
     """
     first, second = user_background_terms(state, item_bg)
@@ -145,10 +267,24 @@ def omega_star_user_sums(state: PSMState, item_bg: Background | None = None):
 
 
 def omega_star_item_sums(state: PSMState, user_bg: Background | None = None):
-    """sum_i s_i Omega*_ij for every item, (J,) of the state's float dtype; ``user_bg`` as in
-    `item_background_terms`.
+    """sum_i s_i Omega*_ij for every item.
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : PSMState
+        q (``xi_star`` is read).
+    user_bg : Background, optional
+        The user cache (computed from ``state`` when None), as in `item_background_terms`.
+
+    Returns
+    -------
+    jax.Array, shape (J,), float
+        The sums, of the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.4.1, mirrored for t (corrected as for users).
     """
     first, second = item_background_terms(state, user_bg)

@@ -40,12 +40,27 @@ def _pair_mean_var(state, users, items):
 
 
 def acceptance_probability(state: PSMState, users, items):
-    """p(o = T | y_i = z_j = 1, D) for index pairs (E,): MacKay's sigma(mu / sqrt(1 + pi s^2 / 8)) with
-    mu, s^2 the mean and variance of a_ij under q (sec. 3, "Making and trading predictions").
+    """p(o = T | y_i = z_j = 1, D) for index pairs: MacKay's sigma(mu / sqrt(1 + pi s^2 / 8)).
 
-    users, items : int arrays (E,). Returns (E,) jax array of the state's float dtype.
-    Raises nothing of its own (no index checks: JAX clamps out-of-range gathers; users and items
-    that do not broadcast make JAX raise a shape error).
+    mu, s^2 are the mean and variance of a_ij under q (sec. 3, "Making and trading predictions").
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    users, items : array_like, shape (E,), int
+        The pairs.
+
+    Returns
+    -------
+    jax.Array, shape (E,), float
+        The probabilities, of the state's float dtype.
+
+    Raises
+    ------
+    None of its own (no index checks: JAX clamps out-of-range gathers; users and items that do not
+    broadcast make JAX raise a shape error).
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 3, "Making and trading predictions" (sigma(x_ij) before eq. (5)).
     """
     mean, var = _pair_mean_var(state, jnp.asarray(users), jnp.asarray(items))
@@ -70,13 +85,29 @@ def _check_users(users, I):
 
 
 def score_users(state: PSMState, users, *, kind: str = "predictive") -> np.ndarray:
-    """Scores of every item for some users, (len(users), J) float numpy array.
+    """Scores of every item for some users.
 
-    kind : "predictive" (default): p(z_j = 1 | o = T, y_i = 1, D) ~ E[psi_j] sigma(x_ij) normalised
-        over j (eq. 5, popularity times personalised acceptance, MacKay's approximation);
-        "acceptance": sigma(x_ij) alone; "popularity": E[psi_j] alone.
-    users : int array (B,). Returns a (B, J) numpy array of the state's float dtype.
-    Raises ValueError for an unknown kind, ``users`` not a 1-D integer array, or user indices out of range.
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    users : array_like, shape (B,), int
+        User indices.
+    kind : {"predictive", "acceptance", "popularity"}, default "predictive"
+        "predictive": p(z_j = 1 | o = T, y_i = 1, D) ~ E[psi_j] sigma(x_ij) normalised over j (eq. 5,
+        popularity times personalised acceptance, MacKay's approximation); "acceptance": sigma(x_ij)
+        alone; "popularity": E[psi_j] alone.
+
+    Returns
+    -------
+    numpy.ndarray, shape (B, J), float
+        The scores, of the state's float dtype.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, ``users`` not a 1-D integer array, or user indices out of range.
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (5) and the normalisation after it; "popularity" is the
     popularity baseline of sec. 5.
     """
@@ -95,10 +126,30 @@ def score_users(state: PSMState, users, *, kind: str = "predictive") -> np.ndarr
 
 
 def predictive_probability(state: PSMState, users, items, *, batch: int = 256) -> np.ndarray:
-    """p(z_j = 1 | o = T, y_i = 1, D) (eq. 5, normalised over all J items) for index pairs (E,) numpy.
-    Work O(E J K) in batches of ``batch`` pairs. users, items : int arrays (E,); returns (E,) float64.
-    Raises ValueError for ``users`` not a 1-D integer array, ``items`` not of the shape of ``users``, or
-    indices out of range.
+    """p(z_j = 1 | o = T, y_i = 1, D) (eq. 5, normalised over all J items) for index pairs.
+
+    Work O(E J K) in batches of ``batch`` pairs.
+
+    Parameters
+    ----------
+    state : PSMState
+        q.
+    users, items : array_like, shape (E,), int
+        The pairs.
+    batch : int >= 1, default 256
+        Pairs per batch (each batch scores B x J items).
+
+    Returns
+    -------
+    numpy.ndarray, shape (E,), float64
+        The probabilities.
+
+    Raises
+    ------
+    ValueError
+        For ``users`` not a 1-D integer array, ``items`` not of the shape of ``users``, or indices out
+        of range.
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (5), normalised over j as after it.
     """
     users = _check_users(users, state.u_mu.shape[0])
@@ -115,11 +166,29 @@ def predictive_probability(state: PSMState, users, items, *, batch: int = 256) -
 
 
 def draws_from_q(key, state: PSMState, n_draws: int) -> dict[str, np.ndarray]:
-    """Independent draws from q, each (1, n_draws, ...): u (I, K), v (J, K), b_user (I,), b_item (J,),
-    pi (I,), psi (J,). numpy float64.
+    """Independent draws from q.
 
-    Raises TypeError (from `base.as_key`) for a key that is neither a PRNG key nor an integer seed;
-    numpy's ValueError for a negative ``n_draws``.
+    Parameters
+    ----------
+    key : jax.Array or int
+        A JAX PRNG key or an int seed (seeds a numpy Generator).
+    state : PSMState
+        q.
+    n_draws : int >= 0
+        Draws.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray, float64
+        Each (1, n_draws, ...): ``u`` (I, K), ``v`` (J, K), ``b_user`` (I,), ``b_item`` (J,), ``pi``
+        (I,), ``psi`` (J,).
+
+    Raises
+    ------
+    TypeError
+        From `base.as_key`, for a key that is neither a PRNG key nor an integer seed; numpy raises
+        ValueError for a negative ``n_draws``.
+
     Source: project addition (sampling the factors of q, ``000_619a0297b9d686b2.txt`` eq. (4)).
     """
     rng = np.random.default_rng(int(jax.random.randint(base.as_key(key), (), 0, 2**31 - 1)))

@@ -35,11 +35,22 @@ __all__ = ["PairBlock", "reducer", "weight", "psum", "vary", "run_on_blocks", "b
 class PairBlock:
     """One device's block of observed pairs inside `jax.shard_map`, with its reducer and weight.
 
-    rows, cols : (B,) int32; values : (B,) float counts (0 at padding); n_rows, n_cols : int I, J;
-    weight : (B,) float, 1 on real pairs and 0 on padding; red : the block's `sharding.Reducer`.
-    Duck-types the `Observations` fields the psm pair passes read. Raises nothing.
+    Duck-types the `Observations` fields the psm pair passes read: ``rows``, ``cols`` (B,) int32,
+    ``values`` (B,) float counts (0 at padding), ``n_rows``, ``n_cols`` (I, J), plus ``weight`` (B,)
+    float, 1 on real pairs and 0 on padding (``red.weight``), and ``red``.
 
-    Source: project convention (issue 14).
+    Parameters
+    ----------
+    block : Observations-like
+        The device's local block: ``rows``, ``cols``, ``values`` (B,), ``n_rows``, ``n_cols``.
+    red : sharding.Reducer
+        The block's reducer (its ``weight`` becomes the block's padding weight).
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 14).
     """
 
     def __init__(self, block, red: Reducer):
@@ -49,21 +60,57 @@ class PairBlock:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """(I, J), the matrix shape.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return (self.n_rows, self.n_cols)
 
 
 def reducer(data) -> Reducer:
     """The reducer of ``data``: its own on a `PairBlock`, `sharding.LOCAL` otherwise (one device).
 
-    Raises nothing. Source: project convention (issue 14).
+    Parameters
+    ----------
+    data : PairBlock or Observations
+        The pairs a pass reads.
+
+    Returns
+    -------
+    sharding.Reducer
+        ``data.red`` or `sharding.LOCAL`.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 14).
     """
     return data.red if isinstance(data, PairBlock) else LOCAL
 
 
 def weight(data):
-    """The (B,) padding weight of a `PairBlock` (1 real, 0 padded), None on a plain `Observations`.
+    """The padding weight of a `PairBlock` (1 real, 0 padded), None on a plain `Observations`.
 
-    Raises nothing. Source: project convention (issue 14).
+    Parameters
+    ----------
+    data : PairBlock or Observations
+        The pairs a pass reads.
+
+    Returns
+    -------
+    jax.Array, shape (B,), float, or None
+        The weight.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 14).
     """
     return data.weight if isinstance(data, PairBlock) else None
 
@@ -71,8 +118,23 @@ def weight(data):
 def psum(red: Reducer, tree):
     """``tree`` summed over the blocks (psum over ``red.axis``); unchanged with `sharding.LOCAL`.
 
-    tree : pytree of per-block sums (any shapes). Returns the same structure. Raises nothing.
-    Source: project convention (issue 14).
+    Parameters
+    ----------
+    red : sharding.Reducer
+        The block's reducer.
+    tree : pytree of jax.Array
+        Per-block sums (any shapes).
+
+    Returns
+    -------
+    pytree of jax.Array
+        The same structure, summed over the devices.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 14).
     """
     if red.axis is None:
         return tree
@@ -80,10 +142,27 @@ def psum(red: Reducer, tree):
 
 
 def vary(red: Reducer, tree):
-    """``tree`` cast to device-varying (``jax.lax.pcast``) on a block, so that a ``lax.scan`` carry
-    started from it can take per-pair terms; unchanged with `sharding.LOCAL`. Raises nothing.
+    """``tree`` cast to device-varying (``jax.lax.pcast``) on a block; unchanged with `sharding.LOCAL`.
 
-    Source: project convention (issue 14).
+    So that a ``lax.scan`` carry started from it can take per-pair terms.
+
+    Parameters
+    ----------
+    red : sharding.Reducer
+        The block's reducer.
+    tree : pytree of jax.Array
+        Initial carries (any shapes).
+
+    Returns
+    -------
+    pytree of jax.Array
+        The same structure and values, device-varying.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 14).
     """
     if red.axis is None:
         return tree
@@ -91,20 +170,34 @@ def vary(red: Reducer, tree):
 
 
 def run_on_blocks(fn: Callable, data: ShardedObservations, replicated: tuple, per_block: tuple = ()):
-    """``fn(*replicated, *per_block, block)`` on every device's `PairBlock` under `jax.shard_map`; the output replicated.
+    """``fn(*replicated, *per_block, block)`` on every device's `PairBlock` under `jax.shard_map`.
 
-    ``per_block`` : pytrees of arrays split like the pairs (``PartitionSpec(axis)`` on their first
-    axis: each device gets its own part, e.g. psm's per-block `PairOrder`). ``fn`` must return values
-    that are the same on every device (its sums over pairs psum-ed through the block's reducer);
-    shard_map's ``check_vma`` refuses a per-device value. Returns ``fn``'s output (a pytree of
-    replicated arrays).
+    ``fn`` must return values that are the same on every device (its sums over pairs psum-ed through
+    the block's reducer); shard_map's ``check_vma`` refuses a per-device value.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(*replicated, *per_block, block: PairBlock) -> pytree``.
+    data : sharding.ShardedObservations
+        The pairs split over the mesh.
+    replicated : tuple
+        Pytrees passed whole to every device (``PartitionSpec()``), e.g. the state and hyperparameters.
+    per_block : tuple, default ()
+        Pytrees of arrays split like the pairs (``PartitionSpec(axis)`` on their first axis: each device
+        gets its own part, e.g. psm's per-block `PairOrder`).
+
+    Returns
+    -------
+    pytree of jax.Array
+        ``fn``'s output, replicated.
 
     Raises
     ------
     TypeError
         ``data`` not a `sharding.ShardedObservations`.
 
-    Source: project convention (issue 14).
+    Source: project addition (issue 14).
     """
     if not isinstance(data, ShardedObservations):
         raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")
@@ -118,13 +211,30 @@ def run_on_blocks(fn: Callable, data: ShardedObservations, replicated: tuple, pe
 
 
 def block_arrays(fn: Callable, data: ShardedObservations):
-    """``fn(rows, cols)`` on every device's block of pairs (its local (B,) int32 arrays) under
-    `jax.shard_map`; the outputs (a pytree of arrays whose first axis is per block) are concatenated
-    over the devices along that axis and stay split there (``PartitionSpec(axis)``), ready to be
-    passed as ``per_block`` to `run_on_blocks`.
+    """``fn(rows, cols)`` on every device's block of pairs under `jax.shard_map`, outputs kept split.
 
-    Returns the pytree of global arrays. Raises TypeError for ``data`` not a
-    `sharding.ShardedObservations`. Source: project addition (issue 28: psm's per-block pair order).
+    The outputs (a pytree of arrays whose first axis is per block) are concatenated over the devices
+    along that axis and stay split there (``PartitionSpec(axis)``), ready to be passed as ``per_block``
+    to `run_on_blocks`.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(rows, cols) -> pytree`` on the local (B,) int32 arrays of a block.
+    data : sharding.ShardedObservations
+        The pairs split over the mesh.
+
+    Returns
+    -------
+    pytree of jax.Array
+        The global arrays (first axis: n_devices times the per-block length).
+
+    Raises
+    ------
+    TypeError
+        For ``data`` not a `sharding.ShardedObservations`.
+
+    Source: project addition (issue 28: psm's per-block pair order).
     """
     if not isinstance(data, ShardedObservations):
         raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")

@@ -92,9 +92,20 @@ AXIS = "nnz"
 def nnz_mesh(n_devices: int | None = None, *, axis: str = AXIS, devices=None) -> Mesh:
     """A 1-D mesh over ``n_devices`` devices (default: all of ``jax.devices()``), axis ``axis``.
 
-    ``devices``: an explicit sequence of devices (default ``jax.devices()``, every process's
-    devices after `initialize_distributed`); the first ``n_devices`` of them are used.
-    Returns a `jax.sharding.Mesh` of shape (n_devices,) with axis name ``axis``.
+    Parameters
+    ----------
+    n_devices : int >= 1, optional
+        How many devices (default: all of ``devices``); the first ``n_devices`` are used.
+    axis : str, default AXIS ("nnz")
+        The mesh axis name.
+    devices : sequence of jax.Device, optional
+        Explicit devices (default ``jax.devices()``, every process's devices after
+        `initialize_distributed`).
+
+    Returns
+    -------
+    jax.sharding.Mesh
+        Shape (n_devices,), axis name ``axis``.
 
     Raises
     ------
@@ -102,7 +113,7 @@ def nnz_mesh(n_devices: int | None = None, *, axis: str = AXIS, devices=None) ->
         ``n_devices`` not an integer >= 1 or more than the devices available; ``axis`` not a
         non-empty string.
 
-    Source: project convention (issue 14).
+    Source: project addition (issue 14).
     """
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices) if n_devices is None else n_devices
@@ -121,19 +132,33 @@ def nnz_mesh(n_devices: int | None = None, *, axis: str = AXIS, devices=None) ->
 class ShardedObservations:
     """An `Observations` split into equal blocks of nonzeros, one block per device of a mesh axis.
 
-    Attributes
-    ----------
-    rows, cols : jax.Array (D B,), int32, sharded ``PartitionSpec(axis)``
-        Row and column of each entry; block d (entries d B .. (d + 1) B - 1) lives on device d.
-    values : jax.Array (D B,), float32 or float64, same sharding; 0 at padded entries.
-    weight : jax.Array (D B,), same dtype and sharding; 1 for the N real entries, 0 for padding.
-    n_rows, n_cols : int, the matrix shape I x J (static).
-    n_real : int, N, the number of real entries (static).
-    mesh : jax.sharding.Mesh (static); axis : str, the mesh axis the entries are split over.
-
     ``nnz`` is N (the real count), ``shape`` (I, J), ``n_shards`` the size of the axis D and
     ``block_size`` B. Build with `shard_observations`. Padded entries are neutral (module
     docstring), so a solver written for `Observations` runs on a block unchanged.
+
+    Parameters
+    ----------
+    rows, cols : jax.Array, shape (D B,), int32
+        Row and column of each entry, sharded ``PartitionSpec(axis)``; block d (entries
+        d B .. (d + 1) B - 1) lives on device d.
+    values : jax.Array, shape (D B,), float32 or float64
+        The entries, same sharding; 0 at padded entries.
+    weight : jax.Array, shape (D B,), float
+        Same dtype and sharding; 1 for the N real entries, 0 for padding.
+    n_rows, n_cols : int
+        The matrix shape I x J (static).
+    n_real : int
+        N, the number of real entries (static).
+    mesh : jax.sharding.Mesh
+        The mesh (static).
+    axis : str
+        The mesh axis the entries are split over.
+
+    Raises
+    ------
+    None of its own (the constructor does not check; `shard_observations` does).
+
+    Source: project addition (issue 14).
     """
 
     rows: Any
@@ -147,6 +172,21 @@ class ShardedObservations:
     axis: str
 
     def tree_flatten(self):
+        """The JAX pytree protocol: the entry arrays are the leaves; sizes, mesh and axis are static.
+
+        Returns
+        -------
+        children : tuple of jax.Array
+            (rows, cols, values, weight).
+        aux : tuple
+            (n_rows, n_cols, n_real, mesh, axis).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return (self.rows, self.cols, self.values, self.weight), (self.n_rows, self.n_cols, self.n_real, self.mesh,
                                                                   self.axis)
 
@@ -156,35 +196,107 @@ class ShardedObservations:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """(I, J), the matrix shape.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return (self.n_rows, self.n_cols)
 
     @property
     def nnz(self) -> int:
-        """N, the number of real (not padded) entries."""
+        """N, the number of real (not padded) entries (int).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return self.n_real
 
     @property
     def n_shards(self) -> int:
-        """D, the number of blocks (the size of the mesh axis)."""
+        """D, the number of blocks (the size of the mesh axis; int).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return int(self.mesh.shape[self.axis])
 
     @property
     def block_size(self) -> int:
-        """B, the entries per block (real and padded)."""
+        """B, the entries per block (real and padded; int).
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return int(self.values.shape[0]) // self.n_shards
 
     @property
     def spec(self) -> P:
-        """The PartitionSpec of the entry arrays: ``P(axis)``."""
+        """The PartitionSpec of the entry arrays: ``P(axis)``.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return P(self.axis)
 
     def astype(self, dtype) -> "ShardedObservations":
-        """The same blocks with ``values`` and ``weight`` stored as ``dtype`` (sharding kept)."""
+        """The same blocks with ``values`` and ``weight`` stored as ``dtype`` (sharding kept).
+
+        Parameters
+        ----------
+        dtype : numpy or jax float dtype
+            The new storage dtype.
+
+        Returns
+        -------
+        ShardedObservations
+            A new container with the same rows, cols, sizes and mesh.
+
+        Raises
+        ------
+        None of its own (JAX raises TypeError for a dtype it does not know).
+
+        Source: project addition (issue 14).
+        """
         return ShardedObservations(self.rows, self.cols, self.values.astype(dtype), self.weight.astype(dtype),
                                    self.n_rows, self.n_cols, self.n_real, self.mesh, self.axis)
 
     def block(self, rows, cols, values) -> Observations:
-        """One block as an `Observations` (inside `jax.shard_map`, from the local arrays)."""
+        """One block as an `Observations` (inside `jax.shard_map`, from the local arrays).
+
+        Parameters
+        ----------
+        rows, cols : jax.Array, shape (B,), int32
+            The block's local rows and columns.
+        values : jax.Array, shape (B,), float
+            The block's local values.
+
+        Returns
+        -------
+        Observations
+            Shape (I, J), B entries (padding included).
+
+        Raises
+        ------
+        None of its own (the `Observations` constructor checks only the shape for device arrays).
+
+        Source: project addition (issue 14).
+        """
         return Observations(rows, cols, values, self.n_rows, self.n_cols)
 
     def __repr__(self) -> str:
@@ -195,7 +307,17 @@ class ShardedObservations:
 def check_mesh(mesh, axis: str = AXIS) -> Mesh:
     """The entry check of a ``mesh=`` argument: a `jax.sharding.Mesh` with an axis named ``axis``.
 
-    Returns ``mesh`` unchanged.
+    Parameters
+    ----------
+    mesh : jax.sharding.Mesh
+        The mesh to check.
+    axis : str, default AXIS ("nnz")
+        The axis the nonzeros are split over.
+
+    Returns
+    -------
+    jax.sharding.Mesh
+        ``mesh`` unchanged.
 
     Raises
     ------
@@ -204,7 +326,7 @@ def check_mesh(mesh, axis: str = AXIS) -> Mesh:
     ValueError
         ``mesh`` has no axis named ``axis`` (the message lists its axes).
 
-    Source: project convention (issue 14).
+    Source: project addition (issue 14).
     """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a jax.sharding.Mesh (see custom_inference.sharding.nnz_mesh), "
@@ -227,13 +349,17 @@ def shard_observations(obs: Observations, mesh: Mesh, *, axis: str = AXIS) -> Sh
 
     Parameters
     ----------
-    obs : Observations (I, J), N entries (already validated by the caller's model checks).
-    mesh : jax.sharding.Mesh with an axis named ``axis`` (other axes, if any, replicate).
-    axis : str, default `AXIS`.
+    obs : Observations
+        Shape (I, J), N entries (already validated by the caller's model checks).
+    mesh : jax.sharding.Mesh
+        With an axis named ``axis`` (other axes, if any, replicate).
+    axis : str, default AXIS ("nnz")
+        The mesh axis the entries are split over.
 
     Returns
     -------
-    ShardedObservations with arrays of length D B.
+    ShardedObservations
+        Arrays of length D B.
 
     Raises
     ------
@@ -243,7 +369,7 @@ def shard_observations(obs: Observations, mesh: Mesh, *, axis: str = AXIS) -> Sh
     ValueError
         ``mesh`` has no axis named ``axis``.
 
-    Source: project convention (issue 14; module docstring).
+    Source: project addition (issue 14; module docstring).
     """
     if not isinstance(obs, Observations):
         raise TypeError(f"data must be a custom_inference.data.Observations to shard, got {type(obs).__name__}")
@@ -271,12 +397,26 @@ def shard_observations(obs: Observations, mesh: Mesh, *, axis: str = AXIS) -> Sh
 def replicate(tree, data: ShardedObservations):
     """Place every array of ``tree`` on all devices of ``data.mesh`` (``NamedSharding(mesh, P())``).
 
-    For a state that a sharded solver keeps replicated (factors, variational parameters). Returns
-    a pytree of the same structure; leaves keep their dtype.
+    For a state that a sharded solver keeps replicated (factors, variational parameters).
 
-    Raises TypeError when ``data`` is not a `ShardedObservations`.
+    Parameters
+    ----------
+    tree : pytree of array_like
+        The arrays to place.
+    data : ShardedObservations
+        Gives the mesh.
 
-    Source: project convention (issue 14).
+    Returns
+    -------
+    pytree of jax.Array
+        The same structure; leaves keep their dtype.
+
+    Raises
+    ------
+    TypeError
+        When ``data`` is not a `ShardedObservations`.
+
+    Source: project addition (issue 14).
     """
     if not isinstance(data, ShardedObservations):
         raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")
@@ -297,14 +437,28 @@ def block_sums(fn: Callable, replicated, data, *, weighted: bool = False):
       results are combined with `jax.lax.psum` over the axis; the output is replicated. Padded
       entries have value 0 (and weight 0): ``fn`` must give them no weight (module docstring).
 
-    Returns the pytree of ``fn``'s output, summed over all entries.
+    Parameters
+    ----------
+    fn : callable
+        ``fn(replicated, block: Observations[, weight (B,)]) -> pytree`` of sums over the block.
+    replicated : pytree
+        Inputs every block sees whole (e.g. the factors).
+    data : Observations or ShardedObservations
+        The entries.
+    weighted : bool, default False
+        Pass the block's padding weight (B,) as a third argument.
+
+    Returns
+    -------
+    pytree of jax.Array
+        ``fn``'s output, summed over all entries (replicated when sharded).
 
     Raises
     ------
     TypeError
         ``data`` neither an `Observations` nor a `ShardedObservations`.
 
-    Source: project convention (issue 14; module docstring).
+    Source: project addition (issue 14; module docstring).
     """
     if isinstance(data, Observations):
         if weighted:
@@ -337,21 +491,30 @@ def map_blocks(fn: Callable, data: ShardedObservations, args: tuple, arg_specs: 
 
     Parameters
     ----------
-    fn : callable (*args, block, red=Reducer) -> pytree.
-    data : ShardedObservations.
-    args : tuple of pytrees; arg_specs : their `PartitionSpec` prefixes (``P()`` replicated,
-        ``data.spec`` for per-entry arrays aligned with the blocks).
-    out_specs : PartitionSpec prefix of ``fn``'s output.
+    fn : callable
+        ``fn(*args, block, red=Reducer) -> pytree``.
+    data : ShardedObservations
+        The entries split over the mesh.
+    args : tuple of pytrees
+        The other arguments of ``fn``.
+    arg_specs : tuple of jax.sharding.PartitionSpec
+        Their `PartitionSpec` prefixes (``P()`` replicated, ``data.spec`` for per-entry arrays aligned
+        with the blocks).
+    out_specs : jax.sharding.PartitionSpec or pytree of them
+        PartitionSpec prefix of ``fn``'s output.
 
-    Returns ``fn``'s output assembled over the devices (replicated parts checked replicated by
-    shard_map's ``check_vma``).
+    Returns
+    -------
+    pytree of jax.Array
+        ``fn``'s output assembled over the devices (replicated parts checked replicated by shard_map's
+        ``check_vma``).
 
     Raises
     ------
     TypeError
         ``data`` not a `ShardedObservations`.
 
-    Source: project convention (issue 14).
+    Source: project addition (issue 14).
     """
     if not isinstance(data, ShardedObservations):
         raise TypeError(f"data must be a ShardedObservations, got {type(data).__name__}")
@@ -367,35 +530,120 @@ def map_blocks(fn: Callable, data: ShardedObservations, args: tuple, arg_specs: 
 class Reducer:
     """How code running on one block of entries turns per-block sums into sums over all entries.
 
-    ``n`` : the real number of entries N (an int). ``seg(x, ids, num, sorted_)``: the segment sum of
-    ``x`` (entries) over ``ids`` into ``num`` segments, over all blocks. ``sum(x)``: the sum of an
-    entry array over all blocks. ``mask(x)``: ``x`` with padded entries set to 0 (broadcast
-    against the entry axis). The single-device reducer `LOCAL` (``axis=None``) adds no psum and no
-    mask, so code written against a Reducer performs the unsharded operations exactly; the sharded
-    one (``axis`` the mesh axis, ``weight`` the block's weights) is for use inside `jax.shard_map`.
+    The single-device reducer `LOCAL` (``axis=None``) adds no psum and no mask, so code written against
+    a Reducer performs the unsharded operations exactly; the sharded one (``axis`` the mesh axis,
+    ``weight`` the block's weights) is for use inside `jax.shard_map`.
 
-    Raises nothing at construction; ``n`` None on `LOCAL` means "the length of the entry arrays",
-    which the caller passes as ``local_n``.
+    Parameters
+    ----------
+    axis : str, optional
+        The mesh axis to psum over (None: one device).
+    weight : jax.Array, shape (B,), float, optional
+        The block's padding weights (1 real, 0 padded); None: no mask.
+    n : int, optional
+        The real number of entries N; None on `LOCAL` means "the length of the entry arrays", which the
+        caller passes to `count` as ``local_n``.
 
-    Source: project convention (issue 14).
+    Raises
+    ------
+    None at construction.
+
+    Source: project addition (issue 14).
     """
 
     def __init__(self, axis: str | None = None, weight=None, n: int | None = None):
         self.axis, self.weight, self.n = axis, weight, n
 
     def seg(self, x, ids, num, sorted_):
+        """The segment sum of ``x`` over ``ids`` into ``num`` segments, over all blocks.
+
+        Parameters
+        ----------
+        x : jax.Array, shape (B, ...)
+            Per-entry values.
+        ids : jax.Array, shape (B,), int
+            Segment of each entry.
+        num : int
+            Number of segments.
+        sorted_ : bool
+            Whether ``ids`` is sorted (``indices_are_sorted``).
+
+        Returns
+        -------
+        jax.Array, shape (num, ...)
+            The sums (psum-ed over ``axis`` when sharded).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (issue 14).
+        """
         out = jax.ops.segment_sum(x, ids, num_segments=num, indices_are_sorted=sorted_)
         return out if self.axis is None else jax.lax.psum(out, self.axis)
 
     def sum(self, x):
+        """The sum of an entry array over all blocks.
+
+        Parameters
+        ----------
+        x : jax.Array
+            Per-entry values (any shape).
+
+        Returns
+        -------
+        jax.Array, shape ()
+            The total (psum-ed over ``axis`` when sharded).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (issue 14).
+        """
         out = jnp.sum(x)
         return out if self.axis is None else jax.lax.psum(out, self.axis)
 
     def mask(self, x):
+        """``x`` with padded entries set to 0 (``x * weight``, broadcast against the entry axis).
+
+        Parameters
+        ----------
+        x : jax.Array, shape (B, ...)
+            Per-entry values.
+
+        Returns
+        -------
+        jax.Array
+            ``x`` unchanged without a weight (`LOCAL`), else ``x * weight``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (issue 14).
+        """
         return x if self.weight is None else x * self.weight
 
     def count(self, local_n: int) -> int:
-        """N: the real number of entries (``local_n``, the entry arrays' length, on one device)."""
+        """N: the real number of entries.
+
+        Parameters
+        ----------
+        local_n : int
+            The entry arrays' length, used on one device (``n`` None).
+
+        Returns
+        -------
+        int
+            ``n``, or ``local_n`` when ``n`` is None.
+
+        Raises
+        ------
+        None.
+
+        Source: project addition (issue 14).
+        """
         return local_n if self.n is None else self.n
 
 
@@ -407,9 +655,7 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
                            process_id: int | None = None, **kwargs) -> None:
     """Join a multi-process JAX run (one process per host) with `jax.distributed.initialize`.
 
-    Arguments default to the environment: ``FACTORBAYES_COORDINATOR`` (``host:port`` of process 0),
-    ``FACTORBAYES_NUM_PROCESSES``, ``FACTORBAYES_PROCESS_ID``; ``kwargs`` go to
-    `jax.distributed.initialize` (e.g. ``local_device_ids``). Call it first, before any other JAX
+    Arguments default to the environment (see Parameters). Call it first, before any other JAX
     computation; afterwards `nnz_mesh` spans the devices of all processes and every process runs
     the same program (each on the full `Observations`: `shard_observations` places only its own
     blocks). The launch lines are in ``docs/multi_process.md``.
@@ -422,7 +668,20 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
     of ``"mpi"`` is kept. Gloo connects the processes directly, on ports the system picks (not
     only the coordinator's), at the address each host's name resolves to.
 
-    Returns None.
+    Parameters
+    ----------
+    coordinator_address : str, optional
+        ``host:port`` of process 0 (default ``FACTORBAYES_COORDINATOR``).
+    num_processes : int >= 1, optional
+        The number of processes (default ``FACTORBAYES_NUM_PROCESSES``).
+    process_id : int, optional
+        This process's id in 0 .. num_processes - 1 (default ``FACTORBAYES_PROCESS_ID``).
+    **kwargs
+        Passed to `jax.distributed.initialize` (e.g. ``local_device_ids``).
+
+    Returns
+    -------
+    None
 
     Raises
     ------
@@ -433,7 +692,7 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
         From `jax.distributed.initialize` (already initialized, a backend already in use,
         coordinator unreachable).
 
-    Source: project convention (issue 14); JAX's multi-process API.
+    Source: project addition (issue 14); JAX's multi-process API.
     """
     env = os.environ
     coordinator_address = coordinator_address or env.get("FACTORBAYES_COORDINATOR")

@@ -173,12 +173,32 @@ class VIRun(NamedTuple):
 
 
 def check_fit_args(max_iter, tol, n_draws=None, *, max_iter_name: str = "max_iter") -> None:
-    """Validate a driver's arguments before any computation (every solver's ``fit`` checks its
-    arguments first, so a bad one fails fast instead of after compilation).
+    """Validate a driver's arguments before any computation.
 
-    max_iter : int >= 1 (not bool); tol : float >= 0 (not NaN); n_draws : int >= 0 (not bool), or
-    None to skip. Returns None. Raises ValueError naming the field (``max_iter_name`` for the first,
-    e.g. "max_epochs"); a ``tol`` that cannot be compared with 0 is a ValueError too.
+    Every solver's ``fit`` checks its arguments first, so a bad one fails fast instead of after
+    compilation.
+
+    Parameters
+    ----------
+    max_iter : int >= 1
+        The most iterations (not bool).
+    tol : float >= 0
+        The relative-change tolerance (not NaN).
+    n_draws : int >= 0, optional
+        Draws from q (not bool); None skips the check.
+    max_iter_name : str, default "max_iter"
+        The name of ``max_iter`` in the message (e.g. "max_epochs").
+
+    Returns
+    -------
+    None
+        Returns only when every argument is valid.
+
+    Raises
+    ------
+    ValueError
+        Naming the field; a ``tol`` that cannot be compared with 0 is a ValueError too.
+
     Source: project addition.
     """
     if isinstance(max_iter, bool) or not _is_integral(max_iter) or max_iter < 1:
@@ -547,9 +567,29 @@ DRIVER_ATTRS = ("model", "method", "algorithm", "kind", "target", "source", "pos
 
 
 def default_trace(res: VIRun, target_name: str = "elbo") -> dict[str, np.ndarray]:
-    """The trace group of a run: the recorded target values under ``target_name`` with their
-    ``rel_change`` (when any was recorded) and every recorded statistic; float64 1-D arrays.
-    ``res``: VIRun. Raises nothing. Source: project addition (issue 25)."""
+    """The trace group of a run.
+
+    The recorded target values under ``target_name`` with their ``rel_change`` (when any was recorded,
+    or when no statistic was) and every recorded statistic.
+
+    Parameters
+    ----------
+    res : VIRun
+        The driver's result.
+    target_name : str, default "elbo"
+        The name of the target in the group (e.g. "log_joint", "objective").
+
+    Returns
+    -------
+    dict of str to numpy.ndarray, shape (T,), float64
+        Name -> 1-D array over the recorded iterations.
+
+    Raises
+    ------
+    None.
+
+    Source: project addition (issue 25).
+    """
     out = {target_name: res.elbo, "rel_change": res.rel_change} if res.elbo.size or not res.stats else {}
     return {**out, **res.stats}
 
@@ -703,13 +743,28 @@ def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output,
 
 
 def host_seed(key) -> int:
-    """An integer seed for host-side `numpy.random.Generator` streams (draws from q, minibatch
-    partitions, hidden graphs), from the same argument that gives the PRNG key.
+    """An integer seed for host-side `numpy.random.Generator` streams, from the argument that gives the PRNG key.
 
-    key : an integer seed (returned as is) or a JAX PRNG key (raw uint32 (2,) or typed): the big-endian
+    The host streams are draws from q, minibatch partitions and hidden graphs.
+
+    Parameters
+    ----------
+    key : int or jax.Array
+        An integer seed (returned as is) or a JAX PRNG key (raw uint32 (2,) or typed): the big-endian
         integer of its key data, so ``host_seed(jax.random.PRNGKey(s)) == s`` for 0 <= s < 2^32 and an
         integer seed and its key give the same host stream.
-    Returns a Python int >= 0. Raises TypeError as `base.as_key`. Source: project addition.
+
+    Returns
+    -------
+    int
+        A Python int >= 0.
+
+    Raises
+    ------
+    TypeError
+        As `base.as_key`, for anything that is neither an integer nor a key.
+
+    Source: project addition.
     """
     if isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_)):
         return int(key)
@@ -724,11 +779,25 @@ def host_seed(key) -> int:
 
 
 def point_posterior(arrays) -> dict[str, np.ndarray]:
-    """A point estimate as a posterior of one chain and one draw: each array gets leading axes
-    (1, 1). arrays : mapping name -> array (...). Returns dict name -> numpy array (1, 1, ...).
-    Dtypes are kept. Raises nothing of its own (``arrays.items()`` / `numpy.asarray` errors
-    propagate, e.g. AttributeError for a non-mapping).
-    Source: project addition (the protocol's MAP / SGD posterior group)."""
+    """A point estimate as a posterior of one chain and one draw: each array gets leading axes (1, 1).
+
+    Parameters
+    ----------
+    arrays : mapping of str to array_like
+        Name -> array of any shape (...) and dtype.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Name -> array of shape (1, 1, ...), dtypes kept.
+
+    Raises
+    ------
+    None of its own (``arrays.items()`` / `numpy.asarray` errors propagate, e.g. AttributeError for a
+    non-mapping).
+
+    Source: project addition (the protocol's MAP / SGD posterior group).
+    """
     return {k: np.asarray(v)[None, None] for k, v in arrays.items()}
 
 
@@ -738,16 +807,41 @@ _CKPT_TRACE = ("elbo", "rel_change", "iteration", "sweep_seconds")
 
 def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extra: dict | None = None,
                     fingerprint: dict | None = None) -> Path:
-    """Write a run's state (any pytree of arrays), its trace and extra arrays to ``path`` (``.npz``)
-    atomically: a temporary file in the same folder, then `os.replace`, so a reader sees the old or
-    the new checkpoint, never half of one. Arrays keep their dtype (float64 stays float64).
+    """Write a run's state, its trace and extra arrays to ``path`` (``.npz``) atomically.
 
-    path : str or Path; state : pytree of arrays; n_iter : sweeps done; trace : name -> 1-D array;
-    extra : name -> array or scalar (e.g. a host RNG state as JSON text); fingerprint : the run's
-    fingerprint (mapping str -> JSON value), stored as JSON under `base.FINGERPRINT_KEY`; default the
-    one installed by `base.run_fingerprint` (None outside one: none stored). Returns the Path.
-    Raises OSError when the folder cannot be written; TypeError for a fingerprint that is not
-    JSON-serializable. Source: project addition.
+    A temporary file in the same folder, then `os.replace`, so a reader sees the old or the new
+    checkpoint, never half of one. Arrays keep their dtype (float64 stays float64). The folder is
+    created when missing.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file.
+    state : pytree of arrays
+        The solver state (any shapes and dtypes).
+    n_iter : int
+        Sweeps done.
+    trace : dict of str to array_like, shape (T,), optional
+        Name -> 1-D trace array.
+    extra : dict of str to array_like, optional
+        Name -> array or scalar (e.g. a host RNG state as JSON text).
+    fingerprint : mapping of str to JSON value, optional
+        The run's fingerprint, stored as JSON under `base.FINGERPRINT_KEY`; default the one installed by
+        `base.run_fingerprint` (None outside one: none stored).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        When the folder cannot be created or written.
+    TypeError
+        For a fingerprint that is not JSON-serializable.
+
+    Source: project addition.
     """
     import json
 
@@ -778,16 +872,38 @@ def save_checkpoint(path, state, *, n_iter: int, trace: dict | None = None, extr
 def load_checkpoint(path, like, *, fingerprint: dict | None = None):
     """Read a checkpoint written by `save_checkpoint`, checking it belongs to this run first.
 
-    path : str or Path; like : a pytree with the structure and leaf shapes of the saved state (e.g.
-    the initial state); fingerprint : this run's fingerprint (mapping str -> JSON value), default the
-    one installed by `base.run_fingerprint`; None outside one: not checked.
-    Returns (state, n_iter, trace dict, extra dict). The state's leaves are numpy arrays of the saved
-    dtypes (float64 is kept even with jax_enable_x64 off: the caller decides when to move them to
-    the device).
-    Raises FileNotFoundError; ValueError (naming the file) when the file is damaged or not a
-    checkpoint (`base.checkpoint_damaged`; read with ``allow_pickle=False``), when its fingerprint
-    differs from ``fingerprint`` (every differing field named, `base.check_fingerprint`), or when its
-    state's structure or array shapes do not match ``like`` (another K or other data sizes).
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file.
+    like : pytree of arrays
+        The structure and leaf shapes of the saved state (e.g. the initial state).
+    fingerprint : mapping of str to JSON value, optional
+        This run's fingerprint; default the one installed by `base.run_fingerprint` (None outside
+        one: not checked).
+
+    Returns
+    -------
+    state : pytree of numpy.ndarray
+        The state, structured as ``like``; leaves of the saved dtypes (float64 is kept even with
+        jax_enable_x64 off: the caller decides when to move them to the device).
+    n_iter : int
+        Sweeps done.
+    trace : dict of str to numpy.ndarray
+        The saved trace arrays.
+    extra : dict of str to numpy.ndarray
+        The saved extra arrays.
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no file at ``path``.
+    ValueError
+        Naming the file: when it is damaged or not a checkpoint (`base.checkpoint_damaged`; read with
+        ``allow_pickle=False``), when its fingerprint differs from ``fingerprint`` (every differing
+        field named, `base.check_fingerprint`), or when its state's structure or array shapes do not
+        match ``like`` (another K or other data sizes).
+
     Source: project addition.
     """
     import json

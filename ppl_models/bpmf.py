@@ -37,6 +37,27 @@ class BPMFHyper(NamedTuple):
     beta0 = 2 and the observation precision alpha = 2 as in the authors' released Matlab
     code ``bayespmf.m``). The thesis prints no values ("standard parameter setting as
     provided in the paper", line ~710).
+
+    Parameters
+    ----------
+    alpha : float > 0, default 2.0
+        Observation precision (fixed, not sampled): r_ij ~ N(u_i . v_j, 1/alpha), in inverse rating units squared.
+    mu0 : float or numpy.ndarray, shape (K,), float, default 0.0
+        Hyperprior mean of mu_U and mu_V: a scalar (times the ones vector) or a (K,) vector.
+    beta0 : float > 0, default 2.0
+        Hyperprior precision scale of mu given Lambda: mu ~ N(mu0, (beta0 Lambda)^-1).
+    nu0 : float > K - 1, optional
+        Wishart degrees of freedom; None means K (the paper's nu0 = D).
+    W0 : float or numpy.ndarray, shape (K, K), float, default 1.0
+        Wishart scale matrix: a positive scalar s (meaning s * identity) or a (K, K) symmetric positive
+        definite matrix.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are checked by `resolve_hyper`).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.14)-(2.15) (the symbols); defaults: project addition
+    (from the ICML 2008 paper and its released code).
     """
 
     alpha: float = 2.0
@@ -54,13 +75,26 @@ class BPMFHyper(NamedTuple):
 def resolve_hyper(hyper: BPMFHyper, n_components: int, dtype=jnp.float64) -> BPMFHyper:
     """``hyper`` with ``mu0`` as a (K,) array, ``nu0`` a number and ``W0`` a (K, K) array.
 
+    Parameters
+    ----------
+    hyper : BPMFHyper
+        The hyperparameters as given by the user (scalars or arrays, ``nu0`` possibly None).
+    n_components : int >= 1
+        K, the number of latent components.
+    dtype : jax.numpy dtype, default jax.numpy.float64
+        Float dtype of the returned ``mu0`` and ``W0`` arrays.
+
+    Returns
+    -------
+    BPMFHyper
+        alpha, beta0, nu0 Python floats; mu0 a jax.Array, shape (K,), and W0 a jax.Array, shape (K, K), both of
+        ``dtype``.
+
     Raises
     ------
     ValueError
         alpha or beta0 not positive; nu0 <= K - 1; W0 a non-positive scalar, of the wrong
         shape or not symmetric positive definite; mu0 of the wrong shape.
-
-    Returns BPMFHyper with alpha, beta0, nu0 floats, mu0 (K,) and W0 (K, K) arrays of ``dtype``.
 
     Source: ``004_90693a0965f06816.txt`` eqs. (2.14)-(2.15) (the Gaussian-Wishart hyperprior);
     defaults and checks: project addition.
@@ -102,17 +136,27 @@ def model(rows, cols, values, n_rows: int, n_cols: int, n_components: int, hyper
 
     Parameters
     ----------
-    rows, cols : int array (N,)
+    rows, cols : jax.Array or numpy.ndarray, shape (N,), int
         Row (user) and column (item) index of each observed cell.
-    values : float array (N,), or None to draw the ratings from the prior predictive.
+    values : jax.Array, shape (N,), float, or None
+        The observed ratings; None draws them from the prior predictive.
     n_rows, n_cols, n_components : int
         I, J, K (static Python ints).
-    hyper : BPMFHyper (resolved by `resolve_hyper` inside).
+    hyper : BPMFHyper, default BPMFHyper()
+        Hyperparameters (resolved by `resolve_hyper` inside).
 
-    Sites: ``Lambda_U`` (K, K), ``mu_U`` (K,), ``U`` (I, K), ``Lambda_V``, ``mu_V``, ``V`` (J, K),
-    ``r`` (N,). Source: seed 004 eqs. (2.9), (2.12)-(2.15).
+    Returns
+    -------
+    None
+        A NumPyro program: its sites are ``Lambda_U`` (K, K), ``mu_U`` (K,), ``U`` (I, K), ``Lambda_V``
+        (K, K), ``mu_V`` (K,), ``V`` (J, K) and the observed ``r`` (N,), all float.
 
-    Raises ValueError (from `resolve_hyper`) for bad hyperparameters.
+    Raises
+    ------
+    ValueError
+        From `resolve_hyper`, for bad hyperparameters.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (2.9), (2.12)-(2.15).
     """
     h = resolve_hyper(hyper, n_components)
     U = _factor_prior("U", n_rows, n_components, h)
@@ -127,18 +171,24 @@ def simulate(key, n_rows: int, n_cols: int, n_components: int, hyper: BPMFHyper 
 
     Parameters
     ----------
-    key : jax PRNG key
-    n_rows, n_cols, n_components : int >= 1 (I, J, K)
-    hyper : BPMFHyper
-    n_obs : int in [1, I J]; default all I J cells. The cells are drawn uniformly
+    key : jax.Array
+        A JAX PRNG key.
+    n_rows, n_cols, n_components : int >= 1
+        I, J, K.
+    hyper : BPMFHyper, default BPMFHyper()
+        Hyperparameters.
+    n_obs : int in [1, I J], optional
+        Number of observed cells; default all I J cells. The cells are drawn uniformly
         without replacement (a permutation of I J cell ids: for small simulations only).
 
     Returns
     -------
-    truth : dict of float arrays: ``Lambda_U`` (K, K), ``mu_U`` (K,), ``U`` (I, K), and the same
-        for V.
-    rows, cols : int32 arrays (N,), sorted row-major.
-    values : float array (N,).
+    truth : dict of str to jax.Array, float
+        ``Lambda_U`` (K, K), ``mu_U`` (K,), ``U`` (I, K), and the same for V.
+    rows, cols : jax.Array, shape (N,), int32
+        The cells, sorted row-major.
+    values : jax.Array, shape (N,), float
+        The ratings drawn at the cells.
 
     Raises
     ------
@@ -164,11 +214,25 @@ def simulate(key, n_rows: int, n_cols: int, n_components: int, hyper: BPMFHyper 
 
 
 def predicted_means(U, V, rows, cols):
-    """u_i . v_j at the given cells: U (..., I, K), V (..., J, K) -> (..., len(rows)).
+    """u_i . v_j at the given cells.
 
-    Shapes: ``rows``, ``cols`` int (N,); ``U``, ``V`` float; output float of their dtype.
+    Parameters
+    ----------
+    U : jax.Array, shape (..., I, K), float
+        User factors (leading axes, e.g. chains and draws, broadcast).
+    V : jax.Array, shape (..., J, K), float
+        Item factors.
+    rows, cols : jax.Array, shape (N,), int
+        Row and column index of each cell.
 
-    Raises nothing of its own (no index checks).
+    Returns
+    -------
+    jax.Array, shape (..., N), float
+        The predicted mean rating of each cell, in the dtype of ``U`` and ``V``.
+
+    Raises
+    ------
+    None of its own (no index checks).
 
     Source: ``004_90693a0965f06816.txt`` eq. (2.9) (the mean of a rating; averaged over draws it is
     eq. (2.16)).

@@ -65,6 +65,29 @@ class FMHierHyper(NamedTuple):
 
     Defaults follow libFM / myFM (alpha_0 = beta_0 = 1, alpha_0' = beta_0' = 1, mu_0 = 0,
     nu_0 = 1) with a unit prior precision sigma_0 on the global bias w0.
+
+    Parameters
+    ----------
+    mu_0 : float, default 0.0
+        Prior mean of w0 and of every group mean mu_w, mu_v (2.23, 2.27, 2.29).
+    sigma_0 : float > 0, default 1.0
+        Prior precision of w0 (2.23).
+    nu_0 : float > 0, default 1.0
+        Prior precision scale of the group means (2.27, 2.29).
+    alpha_0p : float > 0, default 1.0
+        Shape alpha_0' of the group precisions (2.28, 2.30).
+    beta_0p : float > 0, default 1.0
+        Rate beta_0' of the group precisions (2.28, 2.30).
+    alpha_0 : float > 0, default 1.0
+        Shape of the noise precision alpha (2.26).
+    beta_0 : float > 0, default 1.0
+        Rate of the noise precision alpha (2.26).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; the values are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 2.23-2.30; defaults: project addition (libFM / myFM).
     """
 
     mu_0: float = 0.0
@@ -84,10 +107,24 @@ class FMHierHyper(NamedTuple):
 
 
 class FMFlatHyper(NamedTuple):
-    """Fixed parameters of the VBFM prior (eqs. 4.1-4.4).
+    """Fixed parameters of the VBFM prior (eqs. 4.1-4.4); all are precisions.
 
-    ``sigma_w`` is a scalar or an array (G,); ``sigma_v`` a scalar, (G,) or (G, K); all are
-    precisions. ``alpha`` is the noise precision (a parameter, no prior, as in ch. 4).
+    Parameters
+    ----------
+    alpha : float > 0, default 1.0
+        Noise precision of y (a parameter, no prior, as in ch. 4), eq. 4.1.
+    sigma_0 : float > 0, default 1.0
+        Prior precision of the global bias w0, eq. 4.2.
+    sigma_w : float or array_like, shape (G,), float, default 1.0
+        Prior precision of the linear weights of each feature group, eq. 4.3.
+    sigma_v : float or array_like, shape (G,) or (G, K), float, default 1.0
+        Prior precision of the factor entries of each feature group (and factor k), eq. 4.4.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; shapes are broadcast, and fail, inside `model_flat`).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.1-4.4.
     """
 
     alpha: float = 1.0
@@ -97,12 +134,22 @@ class FMFlatHyper(NamedTuple):
 
 
 def n_groups_of(group) -> int:
-    """G = max(group) + 1 for a concrete int array ``group`` (D,).
+    """G = max(group) + 1 for a concrete int array ``group``.
 
-    Returns a Python int (0 for an empty ``group``).
+    Parameters
+    ----------
+    group : array_like, shape (D,), int
+        Group id c_l of each feature (concrete, not traced).
 
-    Raises nothing of its own; a traced ``group`` makes jax raise TracerArrayConversionError (a
-    TypeError; pass ``n_groups`` to the programs then).
+    Returns
+    -------
+    int
+        G, a Python int (0 for an empty ``group``).
+
+    Raises
+    ------
+    None of its own: a traced ``group`` makes JAX raise TracerArrayConversionError (a TypeError; pass
+    ``n_groups`` to the programs then).
 
     Source: project addition.
     """
@@ -122,19 +169,28 @@ def _flat_precisions(hyper: FMFlatHyper, G: int, K: int):
 def predict_mean(params, rows, cols, values, n_rows: int):
     """FM mean yhat_n (eq. 2.17) over COO nonzeros, in O(nnz K) via eq. 4.22.
 
+    Pure jnp: jit- and vmap-able (vmap over stacked draws).
+
     Parameters
     ----------
-    params : mapping with ``w0`` (), ``w`` (D,), ``V`` (D, K), float
-    rows, cols : int arrays (M,); instance and feature index of each nonzero of X
-    values : float array (M,); x_nl
-    n_rows : int; N (static)
+    params : mapping
+        ``w0`` (), ``w`` (D,) and ``V`` (D, K), float jax arrays.
+    rows, cols : jax.Array, shape (M,), int
+        Instance and feature index of each nonzero of X.
+    values : jax.Array, shape (M,), float
+        x_nl at each nonzero.
+    n_rows : int
+        N, the number of instances (static).
 
     Returns
     -------
-    float array (N,). Pure jnp: jit- and vmap-able (vmap over stacked draws).
+    jax.Array, shape (N,), float
+        yhat_n, in the dtype of ``w``.
 
-    Raises nothing of its own (no index checks); ``params`` without ``w0``, ``w`` or ``V`` raises
-    KeyError.
+    Raises
+    ------
+    KeyError
+        ``params`` without ``w0``, ``w`` or ``V`` (no index checks).
 
     Source: ``004_90693a0965f06816.txt`` eq. 2.17, computed as eq. 4.22.
     """
@@ -151,13 +207,35 @@ def model_hier(rows, cols, values, n_rows: int, n_features: int, group, K: int,
                hyper: FMHierHyper = FMHierHyper(), y=None, *, n_groups: int | None = None):
     """MCMC-FM generative program (eqs. 2.22-2.30, grouped hyperparameters; module docstring).
 
-    Parameters as in `model`. ``n_groups`` (G) must be given when ``group`` is traced.
+    Parameters
+    ----------
+    rows, cols : jax.Array, shape (M,), int
+        Nonzeros of X (instance n, feature l).
+    values : jax.Array, shape (M,), float
+        x_nl at each nonzero.
+    n_rows, n_features : int
+        N and D.
+    group : array_like, shape (D,), int
+        Group c_l of each feature, ids 0..G-1.
+    K : int >= 1
+        Number of factors.
+    hyper : FMHierHyper, default FMHierHyper()
+        Hyperprior parameters.
+    y : jax.Array, shape (N,), float, optional
+        Observed responses; None draws them (prior predictive).
+    n_groups : int, optional
+        G; must be given when ``group`` is traced (default ``n_groups_of(group)``).
 
-    Sites and shapes: see the module docstring (``alpha`` (), ``w0`` (), ``mu_w``, ``sigma_w`` (G,),
-    ``w`` (D,), ``mu_v``, ``sigma_v`` (G, K), ``V`` (D, K), ``y`` (N,)); float.
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``alpha`` (), ``w0`` (), ``mu_w``, ``sigma_w`` (G,), ``w`` (D,),
+        ``mu_v``, ``sigma_v`` (G, K), ``V`` (D, K), ``y`` (N,); float.
 
-    Raises nothing of its own (no checks; `simulate` validates its inputs); a traced ``group``
-    without ``n_groups`` raises TracerArrayConversionError (a TypeError).
+    Raises
+    ------
+    None of its own (no checks; `simulate` validates its inputs); a traced ``group`` without
+    ``n_groups`` makes JAX raise TracerArrayConversionError (a TypeError).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (grouped as in Freudenthaler et al.
     2011).
@@ -185,11 +263,35 @@ def model_flat(rows, cols, values, n_rows: int, n_features: int, group, K: int,
                hyper: FMFlatHyper = FMFlatHyper(), y=None, *, n_groups: int | None = None):
     """VBFM generative program (eqs. 4.1-4.4; fixed precisions, module docstring).
 
-    Parameters as in `model`; sites ``w0`` (), ``w`` (D,), ``V`` (D, K), ``y`` (N,), float.
+    Parameters
+    ----------
+    rows, cols : jax.Array, shape (M,), int
+        Nonzeros of X (instance n, feature l).
+    values : jax.Array, shape (M,), float
+        x_nl at each nonzero.
+    n_rows, n_features : int
+        N and D.
+    group : array_like, shape (D,), int
+        Group c_l of each feature, ids 0..G-1.
+    K : int >= 1
+        Number of factors.
+    hyper : FMFlatHyper, default FMFlatHyper()
+        The fixed precisions.
+    y : jax.Array, shape (N,), float, optional
+        Observed responses; None draws them (prior predictive).
+    n_groups : int, optional
+        G; must be given when ``group`` is traced (default ``n_groups_of(group)``).
 
-    Raises nothing of its own; ``hyper.sigma_w`` / ``sigma_v`` that do not broadcast to (G,) /
-    (G, K) make jax raise ValueError; a traced ``group`` without ``n_groups`` raises
-    TracerArrayConversionError (a TypeError).
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``w0`` (), ``w`` (D,), ``V`` (D, K), ``y`` (N,), float.
+
+    Raises
+    ------
+    None of its own; ``hyper.sigma_w`` / ``sigma_v`` that do not broadcast to (G,) / (G, K) make JAX
+    raise ValueError; a traced ``group`` without ``n_groups`` raises TracerArrayConversionError (a
+    TypeError).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.1-4.4.
     """
@@ -229,17 +331,32 @@ def model(rows, cols, values, n_rows: int, n_features: int, group, K: int, hyper
 
     Parameters
     ----------
-    rows, cols : int arrays (M,); nonzeros of X (instance n, feature l)
-    values : float array (M,); x_nl
-    n_rows, n_features : int; N and D
-    group : int array (D,); group c_l of each feature, ids 0..G-1
-    K : int; number of factors
-    hyper : `FMHierHyper` -> `model_hier` (MCMC-FM); `FMFlatHyper` -> `model_flat` (VBFM)
-    y : float array (N,) or None (prior predictive)
+    rows, cols : jax.Array, shape (M,), int
+        Nonzeros of X (instance n, feature l).
+    values : jax.Array, shape (M,), float
+        x_nl at each nonzero.
+    n_rows, n_features : int
+        N and D.
+    group : array_like, shape (D,), int
+        Group c_l of each feature, ids 0..G-1.
+    K : int >= 1
+        Number of factors.
+    hyper : FMHierHyper or FMFlatHyper
+        `FMHierHyper` -> `model_hier` (MCMC-FM); `FMFlatHyper` -> `model_flat` (VBFM).
+    y : jax.Array, shape (N,), float, optional
+        Observed responses; None draws them (prior predictive).
+    n_groups : int, optional
+        G; must be given when ``group`` is traced.
+
+    Returns
+    -------
+    None
+        A NumPyro program (the sites of `model_hier` or `model_flat`).
 
     Raises
     ------
-    ValueError if ``hyper`` is neither type.
+    ValueError
+        If ``hyper`` is neither type.
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 (`model_hier`) and 4.1-4.4
     (`model_flat`).
@@ -256,21 +373,33 @@ def simulate(key, rows, cols, values, n_rows: int, group, K: int, hyper):
 
     Parameters
     ----------
-    key : jax PRNG key
-    rows, cols, values : COO nonzeros of X (M,)
-    n_rows : int; N
-    group : int array (D,)
-    K : int
+    key : jax.Array
+        A JAX PRNG key.
+    rows, cols : array_like, shape (M,), int
+        Nonzeros of X (instance n, feature l).
+    values : array_like, shape (M,), float
+        x_nl at each nonzero (finite).
+    n_rows : int
+        N.
+    group : array_like, shape (D,), int
+        Group c_l of each feature.
+    K : int >= 1
+        Number of factors.
     hyper : FMHierHyper or FMFlatHyper
+        Chooses the program (see `model`).
 
     Returns
     -------
-    truth : dict site -> array (all latent sites of the chosen program)
-    y : float array (N,)
+    truth : dict of str to jax.Array, float
+        Every latent site of the chosen program.
+    y : jax.Array, shape (N,), float
+        The drawn responses.
 
     Raises
     ------
-    ValueError for malformed indices, shapes or K, or a ``hyper`` of neither type.
+    ValueError
+        Malformed indices (out of range), unequal or non-1-D shapes, non-finite values, a ``group`` that is
+        not 1-D, K not a positive integer, or a ``hyper`` of neither type.
 
     Source: ``004_90693a0965f06816.txt`` eqs. 2.17, 2.22-2.30 / 4.1-4.4 (prior predictive of
     `model`).

@@ -39,6 +39,28 @@ class HPFHyper(NamedTuple):
     Defaults a = a' = c = c' = 0.3, b' = d' = 1: the settings used in the
     published HPF experiments (Gopalan et al. 2015) and hpfrec's defaults, so
     results compare with hpfrec directly. The seed itself prints no values.
+
+    Parameters
+    ----------
+    a : float > 0, default 0.3
+        Shape of the user weights theta_uk.
+    a_prime : float > 0, default 0.3
+        Shape a' of the user activity xi_u.
+    b_prime : float > 0, default 1.0
+        Prior mean b' of xi_u (the prior rate is a'/b').
+    c : float > 0, default 0.3
+        Shape of the item weights beta_ik.
+    c_prime : float > 0, default 0.3
+        Shape c' of the item popularity eta_i.
+    d_prime : float > 0, default 1.0
+        Prior mean d' of eta_i (the prior rate is c'/d').
+
+    Raises
+    ------
+    None of its own (a NamedTuple; the values are not checked).
+
+    Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational Inference" (the hyperparameters of the
+    generative process; module docstring); defaults: project addition (Gopalan et al. 2015, hpfrec).
     """
 
     a: float = 0.3
@@ -58,21 +80,27 @@ class HPFHyper(NamedTuple):
 def model(y, n_components: int, hyper: HPFHyper = HPFHyper()):
     """NumPyro program of HPF over a full (small, dense) count matrix.
 
-    Parameters
-    ----------
-    y : array, shape (I, J), float or int, non-negative counts, or None
-        The whole matrix, zeros included (the zeros are data). ``None`` samples
-        y from the prior predictive; then ``y`` must be given as a shape via
-        `simulate`.
-    n_components : int
-        K, the number of latent components.
-    hyper : HPFHyper
-
-    Sites: ``xi`` (I,), ``theta`` (I, K), ``eta`` (J,), ``beta`` (J, K), ``y`` (I, J).
     Intended for NUTS on small matrices: it builds the dense I x J rate matrix.
 
-    Raises nothing of its own; ``y=None`` raises AttributeError (its shape is read: draw from the
-    prior predictive with `simulate`).
+    Parameters
+    ----------
+    y : array_like, shape (I, J), float or int
+        Non-negative counts: the whole matrix, zeros included (the zeros are data). Its shape
+        gives I and J, so it cannot be None here: draw from the prior predictive with `simulate`.
+    n_components : int
+        K, the number of latent components.
+    hyper : HPFHyper, default HPFHyper()
+        Hyperparameters.
+
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``xi`` (I,), ``theta`` (I, K), ``eta`` (J,), ``beta`` (J, K),
+        ``y`` (I, J); float.
+
+    Raises
+    ------
+    None of its own; ``y=None`` raises AttributeError (its shape is read).
 
     Source: ``001_30a2018ec18c20b9.txt``, sec. "Variational Inference" (the generative process
     whose complete conditionals it lists), with the prior rates a'/b', c'/d' (module docstring).
@@ -100,14 +128,16 @@ def simulate(key, n_users: int, n_items: int, n_components: int, hyper: HPFHyper
 
     Parameters
     ----------
-    key : jax.random.PRNGKey
+    key : jax.Array
+        A JAX PRNG key.
     n_users, n_items, n_components : int
         I, J and K; each must be >= 1.
-    hyper : HPFHyper
+    hyper : HPFHyper, default HPFHyper()
+        Hyperparameters.
 
     Returns
     -------
-    params : dict
+    params : dict of str to jax.Array
         ``xi`` (I,), ``theta`` (I, K), ``eta`` (J,), ``beta`` (J, K), float.
     y : jax.Array, shape (I, J), float
         Counts.
@@ -115,7 +145,7 @@ def simulate(key, n_users: int, n_items: int, n_components: int, hyper: HPFHyper
     Raises
     ------
     ValueError
-        If a size is smaller than 1.
+        If a size is not an integer >= 1.
 
     Source: ``001_30a2018ec18c20b9.txt`` (prior predictive of `model`; module docstring).
     """
@@ -130,11 +160,23 @@ def simulate(key, n_users: int, n_items: int, n_components: int, hyper: HPFHyper
 
 
 def expected_rates(theta, beta):
-    """theta @ beta.T, shape (I, J) (or (..., I, J) for stacked draws): the Poisson rates.
+    """The Poisson rates theta @ beta.T.
 
-    Shapes: ``theta`` float (..., I, K), ``beta`` float (..., J, K); output float of their dtype.
+    Parameters
+    ----------
+    theta : jax.Array, shape (..., I, K), float
+        User weights (leading axes, e.g. chains and draws, broadcast).
+    beta : jax.Array, shape (..., J, K), float
+        Item weights.
 
-    Raises nothing of its own; factor matrices whose K differ make jax raise ValueError.
+    Returns
+    -------
+    jax.Array, shape (..., I, J), float
+        The rate of each cell, in the dtype of the inputs.
+
+    Raises
+    ------
+    None of its own; factor matrices whose K differ make JAX raise ValueError.
 
     Source: ``001_30a2018ec18c20b9.txt`` (y_ui ~ Poisson(theta_u . beta_i); module docstring).
     """

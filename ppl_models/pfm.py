@@ -44,8 +44,35 @@ VARIANTS = ("npfm", "ppfm")
 
 
 class PFMHyper(NamedTuple):
-    """Hyperparameters (thesis names, sec. 5.3.1-5.3.2; all Gamma shape/rate). Defaults 1: the
-    thesis initialises "all the hyperprior parameters" to 1 (sec. 5.4.6)."""
+    """Hyperparameters (thesis names, sec. 5.3.1-5.3.2; all Gamma shape/rate).
+
+    Defaults 1: the thesis initialises "all the hyperprior parameters" to 1 (sec. 5.4.6).
+
+    Parameters
+    ----------
+    a_0, b_0 : float > 0, default 1.0
+        Shape and rate of alpha0 (the shape of w0).
+    c_0, d_0 : float > 0, default 1.0
+        Shape and rate of beta0 (the rate of w0).
+    a, b : float > 0, default 1.0
+        Shape and rate of alpha_i (the shape of w_i).
+    c, d : float > 0, default 1.0
+        Shape and rate of beta_i (the rate of w_i).
+    e, f : float > 0, default 1.0
+        Shape and rate of zeta_i (the shape of v_ik).
+    g, h : float > 0, default 1.0
+        Shape and rate of delta_k (the rate of v_ik).
+    e_0, f_0 : float > 0, default 1.0
+        Shape and rate of gamma0 (the gamma-process mass; NPFM).
+    g_0, h_0 : float > 0, default 1.0
+        Shape and rate of c (the gamma-process rate; NPFM).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `simulate` checks the values are finite and > 0).
+
+    Source: ``004_90693a0965f06816.txt`` sec. 5.3.1-5.3.2 (the priors), sec. 5.4.6 (the defaults).
+    """
 
     a_0: float = 1.0
     """Shape of alpha0 (shape of w0)."""
@@ -82,8 +109,25 @@ class PFMHyper(NamedTuple):
 
 
 class PFMSizes(NamedTuple):
-    """Sizes for `simulate`: an I x J user-item count matrix with one-hot ids (D = I + J),
-    K factors (the truncation level for NPFM), and the variant."""
+    """Sizes for `simulate`: an I x J user-item count matrix with one-hot ids (D = I + J).
+
+    Parameters
+    ----------
+    n_users : int >= 1
+        I, the number of users.
+    n_items : int >= 1
+        J, the number of items.
+    K : int >= 1
+        Number of factors (the truncation level for NPFM).
+    variant : {"npfm", "ppfm"}, default "npfm"
+        Which model.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `simulate` checks the values).
+
+    Source: project addition.
+    """
 
     n_users: int
     n_items: int
@@ -100,16 +144,30 @@ def _check_hyper(hyper):
 
 
 def rates(params, rows, cols, values, n_rows: int, variant: str = "npfm"):
-    """Poisson rates (N,) of eq. 5.6 (NPFM) / 5.20 (PPFM) from COO nonzeros of X.
+    """Poisson rates of eq. 5.6 (NPFM) / 5.20 (PPFM) from COO nonzeros of X. Pure jnp.
 
-    params : mapping with ``w0`` (), ``w`` (D,), ``V`` (D, K) and, for NPFM, ``r`` (K,).
-    rows, cols : int (M,) sorted by row; values : float (M,) >= 0. Pure jnp.
+    Parameters
+    ----------
+    params : mapping
+        ``w0`` (), ``w`` (D,), ``V`` (D, K) and, for NPFM, ``r`` (K,); float jax arrays.
+    rows, cols : jax.Array, shape (M,), int
+        Instance and feature index of each nonzero of X, sorted by row.
+    values : jax.Array, shape (M,), float
+        x_ni >= 0 at each nonzero.
+    n_rows : int
+        N, the number of instances (static).
+    variant : str, default "npfm"
+        "npfm" or "ppfm" (anything else is treated as "ppfm": r_k = 1).
 
-    ``n_rows``: int N; ``variant``: "npfm" or "ppfm" (anything else is treated as "ppfm"). Returns
-    float (N,) of the parameters' dtype.
+    Returns
+    -------
+    jax.Array, shape (N,), float
+        The Poisson rate of each instance, in the parameters' dtype.
 
-    Raises nothing of its own (no index checks); NPFM ``params`` without ``r`` (or any without
-    ``w0``, ``w``, ``V``) raise KeyError.
+    Raises
+    ------
+    KeyError
+        NPFM ``params`` without ``r`` (or any without ``w0``, ``w``, ``V``); no index checks.
 
     Source: ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20.
     """
@@ -132,15 +190,35 @@ def model(rows, cols, values, n_rows: int, n_features: int, K: int, hyper: PFMHy
 
     Parameters
     ----------
-    rows, cols, values : COO nonzeros of X (M,), rows sorted ascending; values >= 0.
-    n_rows : N training rows; n_features : D; K : factors (truncation level for NPFM).
-    hyper : PFMHyper. y : counts (N,) or None (prior predictive).
-    variant : "npfm" or "ppfm". likelihood : False drops the y site (the prior alone, used by
-        the validation's augmented-likelihood checks).
+    rows, cols : jax.Array, shape (M,), int
+        Nonzeros of X (instance n, feature i), rows sorted ascending.
+    values : jax.Array, shape (M,), float
+        x_ni >= 0 at each nonzero.
+    n_rows : int
+        N, the number of training rows.
+    n_features : int
+        D.
+    K : int >= 1
+        Number of factors (the truncation level for NPFM).
+    hyper : PFMHyper, default PFMHyper()
+        Hyperparameters.
+    y : jax.Array, shape (N,), int or float, optional
+        Observed counts; None draws them (prior predictive).
+    variant : {"npfm", "ppfm"}, default "npfm"
+        Which model.
+    likelihood : bool, default True
+        False drops the y site (the prior alone, used by the validation's augmented-likelihood checks).
 
-    Sites and shapes: see the module docstring; float.
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``alpha0, beta0, w0`` (); ``alpha, beta, w, zeta`` (D,); ``delta``
+        (K,); ``V`` (D, K); NPFM also ``gamma0, c`` () and ``r`` (K,); ``y`` (N,); float.
 
-    Raises ValueError for an unknown ``variant``.
+    Raises
+    ------
+    ValueError
+        For an unknown ``variant``.
 
     Source: ``004_90693a0965f06816.txt`` eq. 5.6, sec. 5.3.1-5.3.2 (NPFM), eq. 5.20 (PPFM); Gammas
     as shape/rate.
@@ -175,13 +253,38 @@ def model(rows, cols, values, n_rows: int, n_features: int, K: int, hyper: PFMHy
 def cells_design(n_users: int, n_items: int, *, user_features=None, item_features=None, exclude=None):
     """COO design of the training cells of an I x J user-item matrix (small problems only).
 
-    Rows are all cells (u, j) in row-major order minus ``exclude`` ((users, items) arrays);
-    features: user id one-hot, item id one-hot, then the user side features (I, D_u) and the
-    item side features (J, D_v) (non-negative), the layout of
+    Rows are all cells (u, j) in row-major order minus ``exclude``; features: user id one-hot, item id
+    one-hot, then the user side features and the item side features, the layout of
     `custom_inference.pfm.PFMData.from_matrix`.
 
-    Returns (rows, cols, values, n_rows, n_features, cell_users, cell_items): int32/float64
-    numpy arrays, rows sorted. Raises ValueError on sizes < 1 or negative features.
+    Parameters
+    ----------
+    n_users, n_items : int >= 1
+        I and J.
+    user_features : array_like or scipy.sparse matrix, shape (I, D_u), float >= 0, optional
+        User side features (None: none).
+    item_features : array_like or scipy.sparse matrix, shape (J, D_v), float >= 0, optional
+        Item side features (None: none).
+    exclude : tuple of two array_like, shape (E,), int, optional
+        (users, items) of cells left out (e.g. held out).
+
+    Returns
+    -------
+    rows, cols : numpy.ndarray, shape (M,), int32
+        Row (cell) and feature index of each nonzero, sorted by row then column.
+    values : numpy.ndarray, shape (M,), float64
+        The feature values.
+    n_rows : int
+        N, the number of cells kept.
+    n_features : int
+        D = I + J + D_u + D_v.
+    cell_users, cell_items : numpy.ndarray, shape (N,), int
+        The user and item of each row.
+
+    Raises
+    ------
+    ValueError
+        On sizes < 1 or negative feature values.
 
     Source: project addition (the design of ``004_90693a0965f06816.txt`` ch. 2, eq. 2.17 / fig. 2.1,
     for a user-item matrix).
@@ -210,21 +313,29 @@ def cells_design(n_users: int, n_items: int, *, user_features=None, item_feature
 
 
 def simulate(key, sizes: PFMSizes, hyper: PFMHyper = PFMHyper()):
-    """Draw parameters and an I x J count matrix from the prior predictive (all cells are rows,
-    ids only).
+    """Draw parameters and an I x J count matrix from the prior predictive (all cells are rows, ids only).
 
     Parameters
     ----------
-    key : jax PRNG key. sizes : PFMSizes (n_users, n_items, K >= 1, variant). hyper : PFMHyper.
+    key : jax.Array
+        A JAX PRNG key.
+    sizes : PFMSizes
+        n_users, n_items, K >= 1 and the variant.
+    hyper : PFMHyper, default PFMHyper()
+        Hyperparameters (finite and > 0).
 
     Returns
     -------
-    truth : dict site -> numpy array (float64 under x64), the sites of `model`.
-    y : numpy float array (I, J) of counts.
+    truth : dict of str to numpy.ndarray, float
+        The latent sites of `model` (float64 under x64).
+    y : numpy.ndarray, shape (I, J), float64
+        Counts.
 
     Raises
     ------
-    ValueError for sizes < 1, an unknown variant or a bad hyper.
+    ValueError
+        For K < 1 or not an integer, n_users or n_items < 1, an unknown variant, or a ``hyper`` that is
+        not a PFMHyper or has a value that is not finite and > 0.
 
     Source: ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20 (prior predictive of `model`).
     """

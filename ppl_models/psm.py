@@ -48,7 +48,27 @@ __all__ = ["PSMHyper", "PSMSizes", "model", "simulate", "aggregate", "check_hype
 
 
 class PSMHyper(NamedTuple):
-    """PSM hyperparameters with the paper's names; defaults "set to one" (sec. 5)."""
+    """PSM hyperparameters with the paper's names; defaults "set to one" (sec. 5).
+
+    Parameters
+    ----------
+    alpha0 : float > 0, default 1.0
+        Concentration of the symmetric Dirichlet prior of the user popularities pi (sec. 2).
+    beta0 : float > 0, default 1.0
+        Concentration of the symmetric Dirichlet prior of the item popularities psi (Algorithm 1 input).
+    tau_u : float > 0, default 1.0
+        Prior precision of every user vector coordinate u_ik (sec. 2).
+    tau_v : float > 0, default 1.0
+        Prior precision of every item vector coordinate v_jk (sec. 2).
+    tau_b : float > 0, default 1.0
+        Prior precision of every bias b_i and b_j (sec. 2).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `check_hyper` checks the values).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 2 (priors), Algorithm 1 (inputs), sec. 5 (defaults).
+    """
 
     alpha0: float = 1.0
     """Concentration of the symmetric Dirichlet prior of the user popularities pi (sec. 2)."""
@@ -63,7 +83,25 @@ class PSMHyper(NamedTuple):
 
 
 class PSMSizes(NamedTuple):
-    """Sizes of a simulated stream: I users, J items, K factors, D observed events."""
+    """Sizes of a simulated stream.
+
+    Parameters
+    ----------
+    n_users : int >= 1
+        I, the number of users.
+    n_items : int >= 1
+        J, the number of items.
+    K : int >= 1
+        Number of factors.
+    n_events : int >= 1
+        D, the number of observed (kept) events.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `simulate` checks the values).
+
+    Source: project addition.
+    """
 
     n_users: int
     n_items: int
@@ -72,9 +110,27 @@ class PSMSizes(NamedTuple):
 
 
 def check_hyper(hyper) -> None:
-    """Raise ValueError naming the field unless every field of `PSMHyper` is a positive finite number.
+    """Check that every field of `PSMHyper` is a positive finite number.
 
-    Traced fields are skipped; a non-numeric field raises TypeError or ValueError (from ``float``).
+    Traced fields are skipped.
+
+    Parameters
+    ----------
+    hyper : PSMHyper
+        The hyperparameters (any object with the `PSMHyper` fields).
+
+    Returns
+    -------
+    None
+        Returns only when the check passes.
+
+    Raises
+    ------
+    ValueError
+        Naming the field: a missing field, or a value that is not finite and > 0 (and, from ``float``,
+        a string that is not a number).
+    TypeError
+        From ``float``, for a field that is not numeric.
 
     Source: project addition (the hyperparameters of ``000_619a0297b9d686b2.txt`` sec. 2 and
     Algorithm 1).
@@ -91,13 +147,26 @@ def check_hyper(hyper) -> None:
 
 
 def log_censoring_probability(log_pi, log_psi, a):
-    """log p(o = F | theta) = log sum_ij pi_i psi_j sigma(-a_ij), the censored event with its
-    identity summed out (sec. 2). log_pi (I,), log_psi (J,), a (I, J) logits. Returns a scalar.
+    """log p(o = F | theta) = log sum_ij pi_i psi_j sigma(-a_ij), the censored event with its identity
+    summed out (sec. 2).
 
-    Float inputs; the scalar has their dtype.
+    Parameters
+    ----------
+    log_pi : jax.Array, shape (I,), float
+        Log user popularities.
+    log_psi : jax.Array, shape (J,), float
+        Log item popularities.
+    a : jax.Array, shape (I, J), float
+        The acceptance logits u_i . v_j + b_i + b_j.
 
-    Raises nothing of its own (no checks: traced code); shapes that do not broadcast make jax raise
-    TypeError.
+    Returns
+    -------
+    jax.Array, shape (), float
+        The log probability, in the inputs' dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code); shapes that do not broadcast make JAX raise TypeError.
 
     Source: ``000_619a0297b9d686b2.txt`` sec. 2 (the mixture of I J components of a censored event).
     """
@@ -108,20 +177,31 @@ def log_censoring_probability(log_pi, log_psi, a):
 def model(rows, cols, counts, n_users: int, n_items: int, K: int, d_prime, hyper: PSMHyper = PSMHyper()):
     """NumPyro program of PSM, eq. (2) with the censored identities summed out (module docstring).
 
-    Parameters
-    ----------
-    rows, cols : int arrays (G,): the distinct observed pairs (i, j); counts : float array (G,) of
-        c_ij >= 1 (how many times each pair was observed; sum = D).
-    n_users, n_items, K : int; I, J and the number of factors.
-    d_prime : float >= 0, D' (= r D in the paper), the number of censored events.
-    hyper : PSMHyper.
-
-    Sites: ``pi`` (I,), ``psi`` (J,) (simplex), ``u`` (I, K), ``v`` (J, K), ``b_user`` (I,),
-    ``b_item`` (J,); observed ``y``, ``z`` (selection of each observed pair, scaled by c_ij),
-    ``o`` (its acceptance, scaled by c_ij); factor ``censored`` = D' log p(o = F | theta).
     Work O(I J K) for the censored term (small problems only).
 
-    Raises nothing of its own (no checks; `simulate` validates its inputs).
+    Parameters
+    ----------
+    rows, cols : jax.Array, shape (G,), int
+        The distinct observed pairs (i, j).
+    counts : jax.Array, shape (G,), float
+        c_ij >= 1, how many times each pair was observed (sum = D).
+    n_users, n_items, K : int
+        I, J and the number of factors.
+    d_prime : float >= 0
+        D' (= r D in the paper), the number of censored events.
+    hyper : PSMHyper, default PSMHyper()
+        Hyperparameters.
+
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``pi`` (I,), ``psi`` (J,) (simplex), ``u`` (I, K), ``v`` (J, K),
+        ``b_user`` (I,), ``b_item`` (J,); observed ``y``, ``z`` (selection of each observed pair, scaled
+        by c_ij), ``o`` (its acceptance, scaled by c_ij); factor ``censored`` = D' log p(o = F | theta).
+
+    Raises
+    ------
+    None of its own (no checks; `simulate` validates its inputs).
 
     Source: ``000_619a0297b9d686b2.txt`` sec. 2, eq. (2) (censored identities summed out, module
     docstring).
@@ -158,18 +238,29 @@ def simulate(key, sizes, hyper: PSMHyper = PSMHyper(), *, max_draws: int | None 
 
     Parameters
     ----------
-    key : jax PRNG key; sizes : `PSMSizes` or (I, J, K, D) with positive integers.
-    hyper : PSMHyper. max_draws : int, the most events drawn (default 1000 D + 10^4); raises
-        RuntimeError if the stream has not produced D kept pairs by then.
+    key : jax.Array
+        A JAX PRNG key.
+    sizes : PSMSizes or tuple of 4 int
+        (I, J, K, D), positive integers.
+    hyper : PSMHyper, default PSMHyper()
+        Hyperparameters.
+    max_draws : int, optional
+        The most events drawn (default 1000 D + 10^4).
 
     Returns
     -------
-    params : dict of jax arrays: ``pi`` (I,), ``psi`` (J,), ``u`` (I, K), ``v`` (J, K), ``b_user`` (I,),
-        ``b_item`` (J,).
-    events : dict: ``rows``, ``cols`` (D,) int32, the observed events in stream order; ``n_censored``
+    params : dict of str to jax.Array, float
+        ``pi`` (I,), ``psi`` (J,), ``u`` (I, K), ``v`` (J, K), ``b_user`` (I,), ``b_item`` (J,).
+    events : dict
+        ``rows``, ``cols``: jax.Array (D,) int32, the observed events in stream order; ``n_censored``
         (int, D'); ``n_draws`` (int, D + D').
 
-    Raises ValueError for bad sizes or hyperparameters (before any computation).
+    Raises
+    ------
+    ValueError
+        For bad sizes or hyperparameters (`check_hyper`), before any computation.
+    RuntimeError
+        If the stream has not produced D kept pairs after ``max_draws`` events.
 
     Source: ``000_619a0297b9d686b2.txt`` sec. 2, fig. 1 (the selection-then-censoring story).
     """
@@ -228,12 +319,27 @@ def _prior(I, J, K, hyper):
 
 
 def aggregate(rows, cols, n_users: int, n_items: int):
-    """Group an event stream into distinct pairs with counts: (rows (G,), cols (G,), counts (G,) float64),
-    sorted row-major. numpy in, numpy out.
+    """Group an event stream into distinct pairs with counts, sorted row-major (numpy in, numpy out).
 
-    ``rows``, ``cols``: int arrays (D,) of events; ``n_users`` and ``n_items`` ints I, J.
+    Parameters
+    ----------
+    rows, cols : array_like, shape (D,), int
+        User and item of each event.
+    n_users : int
+        I (unused by the computation; kept for a uniform signature).
+    n_items : int
+        J, the key stride (pairs are keyed ``i * J + j``).
 
-    Raises nothing of its own (no checks).
+    Returns
+    -------
+    rows, cols : numpy.ndarray, shape (G,), int32
+        The distinct pairs.
+    counts : numpy.ndarray, shape (G,), float64
+        c_ij, the number of events of each pair.
+
+    Raises
+    ------
+    None of its own (no checks).
 
     Source: project addition (the counts c_ij of ``000_619a0297b9d686b2.txt`` sec. 2).
     """

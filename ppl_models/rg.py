@@ -40,6 +40,23 @@ class RGHyper(NamedTuple):
 
     All four precisions tau_u, tau_v, tau_bu, tau_bv share the hyperprior Gamma(alpha, beta)
     (shape/rate; mean alpha/beta = 1, variance alpha/beta^2 = 100 at the defaults).
+
+    Parameters
+    ----------
+    alpha : float > 0, default 0.01
+        Shape of the Gamma hyperprior of every precision tau (sec. 3.2; sec. 6.1: 0.01).
+    beta : float > 0, default 0.01
+        Rate of the Gamma hyperprior (sec. 3.2; sec. 6.1: 0.01).
+    r : float > 0, default 0.5
+        Rate parameter of the negative-item histogram, pi_max = r d_max (eq. 8; sec. 6.1 uses 1/2).
+    clamp_user_bias : bool, default True
+        b_m = 0 for every user (sec. 6.1 experiments); False gives the full model (5).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `check_hyper` checks the values).
+
+    Source: ``003_203f63200c0d7157.txt`` sec. 3.2, eq. (8), sec. 6.1 (defaults).
     """
 
     alpha: float = 0.01
@@ -53,10 +70,27 @@ class RGHyper(NamedTuple):
 
 
 def check_hyper(hyper) -> None:
-    """Raise ValueError naming the field if ``hyper`` is not a valid `RGHyper`.
+    """Check that ``hyper`` is a valid `RGHyper`.
 
-    Traced ``alpha``, ``beta``, ``r`` are skipped; a non-numeric field raises TypeError or
-    ValueError (from ``float``).
+    Traced ``alpha``, ``beta``, ``r`` are skipped.
+
+    Parameters
+    ----------
+    hyper : RGHyper
+        The hyperparameters (any object with the `RGHyper` fields).
+
+    Returns
+    -------
+    None
+        Returns only when the check passes.
+
+    Raises
+    ------
+    ValueError
+        Naming the field: a missing field, ``alpha``, ``beta`` or ``r`` not finite and > 0 (or, from
+        ``float``, a string that is not a number), ``clamp_user_bias`` not a bool.
+    TypeError
+        From ``float``, for a non-numeric ``alpha``, ``beta`` or ``r``.
 
     Source: project addition (the hyperparameters of ``003_203f63200c0d7157.txt`` sec. 3.2, eq. 5,
     and sec. 6.1).
@@ -76,12 +110,29 @@ def check_hyper(hyper) -> None:
 
 
 def check_edges(users, items, n_users: int, n_items: int, K: int, g=None):
-    """Validate the edge list of a hidden graph H; returns (users, items) as int32 numpy arrays.
+    """Validate the edge list of a hidden graph H.
 
-    Raises ValueError naming the field: sizes not positive integers, edge arrays not 1-D or of
-    different lengths, indices out of range, duplicate edges, g not 0/1 or of the wrong length.
+    Parameters
+    ----------
+    users, items : array_like, shape (E,), int
+        The edges (m, n) of H, E >= 1, no duplicates.
+    n_users, n_items : int >= 1
+        I and J (the index bounds).
+    K : int >= 1
+        The number of factors (checked only).
+    g : array_like, shape (E,), 0/1, optional
+        The like/dislike outcome of each edge.
 
-    ``g``: optional 0/1 array (E,).
+    Returns
+    -------
+    users, items : numpy.ndarray, shape (E,), int32
+        The edges.
+
+    Raises
+    ------
+    ValueError
+        Naming the field: sizes not positive integers, edge arrays not 1-D, not integer or of different
+        lengths, empty, indices out of range, duplicate edges, ``g`` not 0/1 or of the wrong length.
 
     Source: project addition (the hidden graph H of ``003_203f63200c0d7157.txt`` sec. 3-4).
     """
@@ -116,19 +167,29 @@ def check_edges(users, items, n_users: int, n_items: int, K: int, g=None):
 def model(users, items, g, n_users: int, n_items: int, K: int, hyper: RGHyper = RGHyper()):
     """NumPyro program of RG given a fixed hidden graph H (eqs. 2-5).
 
-    Parameters
-    ----------
-    users, items : int arrays (E,): the edges (m, n) of H (h_mn = 1); no duplicates.
-    g : float or int array (E,) of 0/1 (1: observed in G, 0: a sampled negative edge), or None
-        to sample g from the prior predictive.
-    n_users, n_items, K : int; I, J and the number of factors.
-    hyper : RGHyper (``alpha``, ``beta``; ``r`` is not used here, it only shapes q(H)).
-
-    Sites: ``tau_u``, ``tau_v``, ``tau_bv`` (), ``tau_bu`` () unless clamped; ``u`` (I, K),
-    ``v`` (J, K), ``b_item`` (J,), ``b_user`` (I,) unless clamped; ``g`` (E,) observed.
     Work O(E K): no I x J array.
 
-    Raises nothing of its own (no checks; `simulate` validates its inputs with `check_edges`).
+    Parameters
+    ----------
+    users, items : jax.Array, shape (E,), int
+        The edges (m, n) of H (h_mn = 1); no duplicates.
+    g : jax.Array, shape (E,), float or int, or None
+        0/1 (1: observed in G, 0: a sampled negative edge); None samples g from the prior predictive.
+    n_users, n_items, K : int
+        I, J and the number of factors.
+    hyper : RGHyper, default RGHyper()
+        ``alpha``, ``beta`` and ``clamp_user_bias``; ``r`` is not used here (it only shapes q(H)).
+
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``tau_u``, ``tau_v``, ``tau_bv`` (), ``tau_bu`` () unless clamped;
+        ``u`` (I, K), ``v`` (J, K), ``b_item`` (J,), ``b_user`` (I,) unless clamped; ``g`` (E,)
+        observed; float.
+
+    Raises
+    ------
+    None of its own (no checks; `simulate` validates its inputs with `check_edges`).
 
     Source: ``003_203f63200c0d7157.txt`` eqs. (2)-(5), sec. 3.2.
     """
@@ -161,20 +222,27 @@ def simulate(key, users, items, n_users: int, n_items: int, K: int, hyper: RGHyp
 
     Parameters
     ----------
-    key : jax.random.PRNGKey
-    users, items : int arrays (E,): the edges of H (validated by `check_edges`).
-    n_users, n_items, K : int >= 1.
-    hyper : RGHyper.
+    key : jax.Array
+        A JAX PRNG key.
+    users, items : array_like, shape (E,), int
+        The edges of H (validated by `check_edges`).
+    n_users, n_items, K : int >= 1
+        I, J and the number of factors.
+    hyper : RGHyper, default RGHyper()
+        Hyperparameters (validated by `check_hyper`).
 
     Returns
     -------
-    params : dict of arrays: ``tau_u``, ``tau_v``, ``tau_bv`` (), ``u`` (I, K), ``v`` (J, K),
-        ``b_item`` (J,), ``b_user`` (I,) (zeros when clamped; ``tau_bu`` () otherwise).
-    g : jax.Array (E,), 0/1 float: the like/dislike outcome of each edge of H.
+    params : dict of str to jax.Array, float
+        ``tau_u``, ``tau_v``, ``tau_bv`` (), ``u`` (I, K), ``v`` (J, K), ``b_item`` (J,), ``b_user``
+        (I,) (zeros when clamped; ``tau_bu`` () otherwise).
+    g : jax.Array, shape (E,), float
+        0/1, the like/dislike outcome of each edge of H.
 
     Raises
     ------
-    ValueError: bad sizes, edges or hyperparameters (before any computation).
+    ValueError
+        Bad sizes, edges or hyperparameters (before any computation).
 
     Source: ``003_203f63200c0d7157.txt`` eqs. (2)-(5) (prior predictive of `model`).
     """

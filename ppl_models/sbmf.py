@@ -42,6 +42,31 @@ class SBMFHyper(NamedTuple):
     0.01". sigma_g is a precision in eq. (3.3), so the global bias has prior sd 10: weakly
     informative for ratings on a 1-5 scale. Gamma(1, 1) on tau and on every precision is
     an exponential prior with mean 1.
+
+    Parameters
+    ----------
+    mu_g : float, default 0.0
+        Prior mean of the global bias mu (eq. 3.3).
+    sigma_g : float > 0, default 0.01
+        Prior precision of mu (eq. 3.3).
+    a0 : float > 0, default 1.0
+        Shape of the Gamma prior on the noise precision tau (eq. 3.8).
+    b0 : float > 0, default 1.0
+        Rate of the Gamma prior on tau (eq. 3.8).
+    mu0 : float, default 0.0
+        Normal-gamma location of every hyper mean mu_alpha, mu_beta, mu_uk, mu_vk (eqs. 3.9-3.12).
+    nu0 : float > 0, default 1.0
+        Normal-gamma pseudo-count: the hyper mean has precision nu0 times its precision.
+    alpha0 : float > 0, default 1.0
+        Normal-gamma shape of every hyper precision sigma_alpha, sigma_beta, sigma_uk, sigma_vk.
+    beta0 : float > 0, default 1.0
+        Normal-gamma rate of every hyper precision.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `check_hyper` checks the values).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. (3.3), (3.8)-(3.13), sec. 3.3.2 (defaults).
     """
 
     mu_g: float = 0.0
@@ -91,21 +116,29 @@ def model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper
 
     Parameters
     ----------
-    rows, cols : array (N,), int; observed cells (i, j) in Omega, 0-based.
-    values : array (N,), float; the ratings r_ij.
-    n_rows, n_cols : int; I and J.
-    K : int >= 1; latent dimension.
-    hyper : SBMFHyper.
+    rows, cols : array_like, shape (N,), int
+        Observed cells (i, j) in Omega, 0-based.
+    values : array_like, shape (N,), float
+        The ratings r_ij (finite).
+    n_rows, n_cols : int
+        I and J.
+    K : int >= 1
+        Latent dimension.
+    hyper : SBMFHyper, default SBMFHyper()
+        Hyperparameters Theta_0.
 
     Returns
     -------
-    pymc.Model with free variables ``mu`` (), ``sigma_alpha``, ``mu_alpha``, ``alpha`` (I,),
-    ``sigma_beta``, ``mu_beta``, ``beta`` (J,), ``sigma_u`` (K,), ``mu_u`` (K,), ``U`` (I, K),
-    ``sigma_v`` (K,), ``mu_v`` (K,), ``V`` (J, K), ``tau`` (), and the observed ``r`` (N,).
+    pymc.Model
+        Free variables ``mu`` (), ``sigma_alpha``, ``mu_alpha``, ``alpha`` (I,), ``sigma_beta``,
+        ``mu_beta``, ``beta`` (J,), ``sigma_u`` (K,), ``mu_u`` (K,), ``U`` (I, K), ``sigma_v`` (K,),
+        ``mu_v`` (K,), ``V`` (J, K), ``tau`` (), and the observed ``r`` (N,); float64.
 
     Raises
     ------
-    ValueError: K < 1, bad hyperparameters, indices out of range, non-finite values.
+    ValueError
+        K < 1 or not an integer, bad hyperparameters, indices out of range, non-finite values, arrays
+        not 1-D of one length.
 
     Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12).
     """
@@ -149,15 +182,28 @@ def numpyro_model(rows, cols, values, n_rows: int, n_cols: int, K: int, hyper: S
 
     Parameters
     ----------
-    rows, cols : int array (N,); observed cells (i, j), 0-based (not checked: traced code).
-    values : float array (N,) of ratings, or None to draw them from the prior predictive.
-    n_rows, n_cols : int; I and J. K : int >= 1. hyper : SBMFHyper.
+    rows, cols : jax.Array, shape (N,), int
+        Observed cells (i, j), 0-based (not checked: traced code).
+    values : jax.Array, shape (N,), float, or None
+        The ratings; None draws them from the prior predictive.
+    n_rows, n_cols : int
+        I and J.
+    K : int >= 1
+        Latent dimension.
+    hyper : SBMFHyper, default SBMFHyper()
+        Hyperparameters.
 
-    Sites (the PyMC model's free variables, same names and shapes): ``mu`` (), ``sigma_alpha``,
-    ``mu_alpha`` (), ``alpha`` (I,), ``sigma_beta``, ``mu_beta`` (), ``beta`` (J,), ``sigma_u``,
-    ``mu_u`` (K,), ``U`` (I, K), ``sigma_v``, ``mu_v`` (K,), ``V`` (J, K), ``tau`` (), and ``r`` (N,).
+    Returns
+    -------
+    None
+        A NumPyro program whose sites are the PyMC model's free variables, same names and shapes:
+        ``mu`` (), ``sigma_alpha``, ``mu_alpha`` (), ``alpha`` (I,), ``sigma_beta``, ``mu_beta`` (),
+        ``beta`` (J,), ``sigma_u``, ``mu_u`` (K,), ``U`` (I, K), ``sigma_v``, ``mu_v`` (K,), ``V`` (J, K),
+        ``tau`` (), and ``r`` (N,); float.
 
-    Raises nothing of its own (bad hyperparameters give NaN densities; validate with `check_hyper`).
+    Raises
+    ------
+    None of its own (bad hyperparameters give NaN densities; validate with `check_hyper`).
 
     Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12); the NumPyro form is a project addition.
     """
@@ -217,21 +263,29 @@ def simulate(seed_or_key, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper = S
 
     Parameters
     ----------
-    seed_or_key : int, numpy Generator, or a jax PRNG key (its raw bits seed numpy).
-    n_rows, n_cols, K : int; I, J, K >= 1.
-    hyper : SBMFHyper.
-    n_obs : int, default ``min(I J, 4 max(I, J))``. Every row and column is observed at
-        least once when n_obs >= max(I, J).
+    seed_or_key : int, numpy.random.Generator or jax.Array
+        An int seed, a numpy Generator, or a JAX PRNG key (its raw bits seed numpy).
+    n_rows, n_cols, K : int >= 1
+        I, J, K.
+    hyper : SBMFHyper, default SBMFHyper()
+        Hyperparameters Theta_0.
+    n_obs : int in [1, I J], optional
+        Number of cells, default ``min(I J, 4 max(I, J))``. Every row and column is observed at least
+        once when n_obs >= max(I, J).
 
     Returns
     -------
-    (truth, rows, cols, values): ``truth`` a dict of float64 numpy arrays with the names of
-    the program's variables (``mu``, ``alpha`` (I,), ``U`` (I, K), ``tau``, ...); ``rows``,
-    ``cols`` int64 (N,) sorted row-major; ``values`` float64 (N,).
+    truth : dict of str to numpy.ndarray, float64
+        The program's variables (``mu``, ``alpha`` (I,), ``U`` (I, K), ``tau``, ...).
+    rows, cols : numpy.ndarray, shape (N,), int64
+        The cells, sorted row-major.
+    values : numpy.ndarray, shape (N,), float64
+        The ratings.
 
     Raises
     ------
-    ValueError: sizes < 1, n_obs > I J, bad hyperparameters.
+    ValueError
+        Sizes < 1 or not integers, n_obs < 1 or > I J, bad hyperparameters.
 
     Source: ``004_90693a0965f06816.txt`` eqs. (3.1)-(3.12) (prior predictive of `model`); the
     choice of cells is a project addition.
@@ -281,13 +335,24 @@ def simulate(seed_or_key, n_rows: int, n_cols: int, K: int, hyper: SBMFHyper = S
 
 
 def predicted_mean(params, rows, cols) -> np.ndarray:
-    """mu + alpha_i + beta_j + u_i . v_j at the cells (rows, cols); numpy, shape (N,).
+    """mu + alpha_i + beta_j + u_i . v_j at the cells (rows, cols), in NumPy.
 
-    ``params`` may carry leading sample axes: ``mu`` (...), ``alpha`` (..., I), ``U`` (..., I, K).
+    Parameters
+    ----------
+    params : mapping of str to array_like, float
+        ``mu`` (...), ``alpha`` (..., I), ``beta`` (..., J), ``U`` (..., I, K), ``V`` (..., J, K);
+        leading sample axes allowed.
+    rows, cols : array_like, shape (N,), int
+        The cells.
 
-    ``rows``, ``cols``: int (N,); float64 or the parameters' dtype.
+    Returns
+    -------
+    numpy.ndarray, shape (..., N), float
+        The mean rating of each cell (float64 or the parameters' dtype).
 
-    Raises nothing of its own; a missing name raises KeyError, an index out of range IndexError.
+    Raises
+    ------
+    None of its own; a missing name raises KeyError, an index out of range IndexError.
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.2) (the mean of a rating).
     """
@@ -311,12 +376,28 @@ def _gamma_logpdf(x, shape, rate):
 def log_joint(params, rows, cols, values, hyper: SBMFHyper = SBMFHyper()) -> float:
     """log p(R, Theta, Theta_H | Theta_0), eq. (3.13), in NumPy (float64), all constants included.
 
-    ``params``: dict with the names of `simulate`'s truth (no sample axes). Brute-force
-    reference for the conditional checks; O(N K + (I + J) K).
+    Brute-force reference for the conditional checks; O(N K + (I + J) K).
 
-    ``rows``, ``cols`` int (N,); ``values`` float (N,). Returns a Python float.
+    Parameters
+    ----------
+    params : mapping of str to array_like, float
+        The names of `simulate`'s truth (no sample axes): ``mu``, ``tau`` (), ``alpha`` (I,),
+        ``beta`` (J,), ``U`` (I, K), ``V`` (J, K) and their hyper means and precisions.
+    rows, cols : array_like, shape (N,), int
+        Observed cells.
+    values : array_like, shape (N,), float
+        The ratings.
+    hyper : SBMFHyper, default SBMFHyper()
+        Hyperparameters Theta_0.
 
-    Raises nothing of its own; a missing name raises KeyError, an index out of range IndexError.
+    Returns
+    -------
+    float
+        The log joint density.
+
+    Raises
+    ------
+    None of its own; a missing name raises KeyError, an index out of range IndexError.
 
     Source: ``004_90693a0965f06816.txt`` eq. (3.13).
     """

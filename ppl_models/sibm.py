@@ -40,6 +40,29 @@ class SIBMHyper(NamedTuple):
     zero-mean and unit variance" (seed 002, text after eq. (1)); biases on, as in the paper's
     experiments (same paragraph). The seed allows per-entry prior parameters; one value per
     matrix is what its experiments use and what is implemented.
+
+    Parameters
+    ----------
+    u_bar0 : float, default 0.0
+        Prior mean of every free entry u_id of U (seed: u-bar^0_{i,d}).
+    u_tilde0 : float > 0, default 1.0
+        Prior variance of every free entry u_id (seed: u-tilde^0_{i,d}).
+    v_bar0 : float, default 0.0
+        Prior mean of every free entry v_jd of V.
+    v_tilde0 : float > 0, default 1.0
+        Prior variance of every free entry v_jd.
+    z_bar0 : float, default 0.0
+        Prior mean of the global bias z (seed: z-bar^0).
+    z_tilde0 : float > 0, default 1.0
+        Prior variance of z (seed: z-tilde^0).
+    biases : bool, default True
+        Row and column biases via one column of ones in each of U and V (text after eq. (1)).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `simulate` and the solvers check the values).
+
+    Source: ``002_5408d341cb9fc544.txt`` eqs. (1)-(2) and the text after eq. (1) (priors and defaults).
     """
 
     u_bar0: float = 0.0
@@ -81,13 +104,29 @@ def _check_hyper(hyper) -> None:
 
 
 def augmented_factors(U, V, a=None, b=None):
-    """``U_aug = [U, a, 1]`` (I, D + 2) and ``V_aug = [V, 1, b]`` (J, D + 2); without ``a, b``: ``(U, V)``.
+    """``U_aug = [U, a, 1]`` and ``V_aug = [V, 1, b]``; without ``a, b``: ``(U, V)`` unchanged.
 
-    U (..., I, D), V (..., J, D), a (..., I), b (..., J): float. Leading batch axes (draws) allowed.
+    Parameters
+    ----------
+    U : jax.Array, shape (..., I, D), float
+        Row factors (leading batch axes, e.g. draws, allowed).
+    V : jax.Array, shape (..., J, D), float
+        Column factors.
+    a : jax.Array, shape (..., I), float, optional
+        Row biases (give both ``a`` and ``b`` or neither).
+    b : jax.Array, shape (..., J), float, optional
+        Column biases.
 
-    Outputs float, dtype of the inputs.
+    Returns
+    -------
+    U_aug : jax.Array, shape (..., I, D + 2) (or (..., I, D) without biases), float
+        The augmented row factors, in the inputs' dtype.
+    V_aug : jax.Array, shape (..., J, D + 2) (or (..., J, D) without biases), float
+        The augmented column factors.
 
-    Raises nothing of its own; giving only one of ``a``, ``b`` makes jax raise TypeError.
+    Raises
+    ------
+    None of its own; giving only one of ``a``, ``b`` makes JAX raise TypeError.
 
     Source: ``002_5408d341cb9fc544.txt``, text after eq. (1) (one column of U and V fixed to ones).
     """
@@ -100,11 +139,29 @@ def augmented_factors(U, V, a=None, b=None):
 
 
 def logits(U, V, z, a=None, b=None):
-    """u_i . v_j + z for every cell: (..., I, J). Inputs as `augmented_factors`, z (...,).
+    """u_i . v_j + z for every cell (with the bias columns when ``a``, ``b`` are given).
 
-    Output float, dtype of the inputs.
+    Parameters
+    ----------
+    U : jax.Array, shape (..., I, D), float
+        Row factors (leading batch axes allowed).
+    V : jax.Array, shape (..., J, D), float
+        Column factors.
+    z : float or jax.Array, shape (...), float
+        Global bias.
+    a : jax.Array, shape (..., I), float, optional
+        Row biases (give both ``a`` and ``b`` or neither).
+    b : jax.Array, shape (..., J), float, optional
+        Column biases.
 
-    Raises nothing of its own; giving only one of ``a``, ``b`` makes jax raise TypeError.
+    Returns
+    -------
+    jax.Array, shape (..., I, J), float
+        The logits, in the inputs' dtype.
+
+    Raises
+    ------
+    None of its own; giving only one of ``a``, ``b`` makes JAX raise TypeError.
 
     Source: ``002_5408d341cb9fc544.txt`` eq. (1).
     """
@@ -115,18 +172,31 @@ def logits(U, V, z, a=None, b=None):
 def model(X, hyper: SIBMHyper = SIBMHyper(), D: int = 2, *, shape: tuple[int, int] | None = None):
     """NumPyro program of seed 002 sec. 2 over a full (small, dense) binary matrix.
 
+    Intended for NUTS on small matrices: it builds the dense I x J logits.
+
     Parameters
     ----------
-    X : array (I, J) of 0/1 (int, bool or float), or None to sample it (then ``shape`` = (I, J))
-    hyper : SIBMHyper
-    D : int >= 1, number of latent factors (the bias columns come on top)
+    X : array_like, shape (I, J), int, bool or float 0/1, or None
+        The matrix; None samples it (then ``shape`` gives (I, J)).
+    hyper : SIBMHyper, default SIBMHyper()
+        Hyperparameters.
+    D : int >= 1, default 2
+        Number of latent factors (the bias columns come on top).
+    shape : tuple of 2 int, optional
+        (I, J), required when ``X`` is None.
 
-    Sites: ``U`` (I, D), ``V`` (J, D), ``a`` (I,) and ``b`` (J,) when ``hyper.biases``, ``z`` (),
-    ``X`` (I, J). Intended for NUTS on small matrices: it builds the dense I x J logits.
+    Returns
+    -------
+    None
+        A NumPyro program: sites ``U`` (I, D), ``V`` (J, D), ``a`` (I,) and ``b`` (J,) when
+        ``hyper.biases``, ``z`` (), float, and ``X`` (I, J).
 
-    Raises ValueError for D < 1, a missing shape, or X not 2-D (values are not checked here:
-    the Bernoulli site validates when NumPyro's validation is enabled; `simulate` and the
-    solvers check their inputs).
+    Raises
+    ------
+    ValueError
+        For D not a positive integer, a missing ``shape`` when ``X`` is None, or X not 2-D (values are
+        not checked here: the Bernoulli site validates when NumPyro's validation is enabled; `simulate`
+        and the solvers check their inputs).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 2, eqs. (1)-(2) and the text after (1).
     """
@@ -163,24 +233,31 @@ def model(X, hyper: SIBMHyper = SIBMHyper(), D: int = 2, *, shape: tuple[int, in
 def simulate(key, I: int, J: int, D: int, hyper: SIBMHyper = SIBMHyper(), *, z: float | None = None):
     """Draw parameters and a binary matrix from the prior predictive of `model`.
 
+    The sec. 4 synthetic setting of seed 002 is ``simulate(key, I, J, **SEC4_SYNTHETIC)`` (D = 10,
+    z = -7.5, no biases, about 98% zeros).
+
     Parameters
     ----------
-    key : jax.random.PRNGKey
-    I, J, D : int >= 1 (rows, columns, latent factors)
-    hyper : SIBMHyper
-    z : optional float; fixes the global bias instead of drawing it. The sec. 4 synthetic
-        setting of seed 002 is ``simulate(key, I, J, **SEC4_SYNTHETIC)`` (D = 10, z = -7.5,
-        no biases, about 98% zeros).
+    key : jax.Array
+        A JAX PRNG key.
+    I, J, D : int >= 1
+        Rows, columns, latent factors.
+    hyper : SIBMHyper, default SIBMHyper()
+        Hyperparameters.
+    z : float, optional
+        Fixes the global bias instead of drawing it.
 
     Returns
     -------
-    params : dict of float arrays ``U`` (I, D), ``V`` (J, D), ``z`` (), and ``a`` (I,), ``b`` (J,)
-        when ``hyper.biases``
-    X : jax.Array (I, J), int32 0/1
+    params : dict of str to jax.Array, float
+        ``U`` (I, D), ``V`` (J, D), ``z`` (), and ``a`` (I,), ``b`` (J,) when ``hyper.biases``.
+    X : jax.Array, shape (I, J), int32
+        The 0/1 matrix.
 
     Raises
     ------
-    ValueError: a size that is not a positive integer, a hyper field missing or invalid, z not finite.
+    ValueError
+        A size that is not a positive integer, a hyper field missing or invalid, z not finite.
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 2 (prior predictive of `model`) and sec. 4 (synthetic
     setting).

@@ -24,16 +24,44 @@ STRATEGIES = ("uniform", "balanced", "biased")
 class Sampler(NamedTuple):
     """Everything needed to draw cells under one strategy and to know p(i, j), p(i), p(j).
 
-    keys : (N,) int, sorted i * J + j of the ones (membership tests by binary search)
-    one_cdf : (N,) cumulative probabilities of the ones (drawn given "a one")
-    zero_row_cdf : (I,), zero_col_cdf : (J,) the product proposal of the zeros (rejection)
-    p_one : () probability that a draw is a one (0.5 for balanced / biased; N/(IJ) uniform is
-        handled by drawing a cell uniformly, see `sample_cells`)
-    w_one_row, w_one_col, w_zero_row, w_zero_col : (I,), (J,) per-row / column weights with
-        p(i, j) = w_x_row[i] w_x_col[j] / norm_x for a cell of value x
-    norm_one, norm_zero : ()
-    p_row : (I,), p_col : (J,) marginals p(i) = sum_j p(i, j), p(j)
-    code : () int, 0 uniform, 1 balanced, 2 biased
+    Built by `make_sampler`; for a cell of value x, p(i, j) = w_x_row[i] w_x_col[j] / norm_x, where
+    norm_x includes the class mass (1/2 for balanced / biased, N/(IJ) and 1 - N/(IJ) for uniform).
+    Float fields have the sampler's dtype.
+
+    Parameters
+    ----------
+    keys : jax.Array, shape (N,), int32 or int64
+        Sorted i * J + j of the ones (membership tests by binary search); int64 under x64.
+    pos_rows, pos_cols : jax.Array, shape (N,), int32
+        Row and column of each one (drawn given "a one").
+    one_cdf : jax.Array, shape (N,), float
+        Cumulative probabilities of the ones, in the order of ``pos_rows``.
+    zero_row_cdf : jax.Array, shape (I,), float
+        Row CDF of the product proposal of the zeros (rejection).
+    zero_col_cdf : jax.Array, shape (J,), float
+        Column CDF of that proposal.
+    w_one_row : jax.Array, shape (I,), float
+        Per-row weights of the ones.
+    w_one_col : jax.Array, shape (J,), float
+        Per-column weights of the ones.
+    w_zero_row : jax.Array, shape (I,), float
+        Per-row weights of the zeros.
+    w_zero_col : jax.Array, shape (J,), float
+        Per-column weights of the zeros.
+    norm_one, norm_zero : jax.Array, shape (), float
+        The normalisers (inf for a class of mass 0).
+    p_row : jax.Array, shape (I,), float
+        Marginal p(i) = sum_j p(i, j).
+    p_col : jax.Array, shape (J,), float
+        Marginal p(j).
+    code : jax.Array, shape (), int32
+        0 uniform, 1 balanced, 2 biased.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `make_sampler` checks its inputs).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2.3 (S-Uniform, S-Balanced, S-Biased).
     """
 
     keys: jax.Array
@@ -56,14 +84,26 @@ class Sampler(NamedTuple):
 def make_sampler(data: Observations, strategy: str = "biased", *, dtype=None) -> Sampler:
     """Build the sampler of one strategy of seed 002 sec. 2.3 (host side, O(N + I + J)).
 
-    ``strategy``: "uniform" (S-Uniform, p = 1/(IJ)), "balanced" (S-Balanced, p = 1/(2 n_x)),
-    "biased" (S-Biased, p proportional to r_i^(1-x) c_j^(1-x), counts thresholded at 1).
+    Parameters
+    ----------
+    data : Observations
+        The N ones of an (I, J) binary matrix (`custom_inference.sibm.as_binary`).
+    strategy : {"uniform", "balanced", "biased"}, default "biased"
+        "uniform" (S-Uniform, p = 1/(IJ)), "balanced" (S-Balanced, p = 1/(2 n_x)), "biased" (S-Biased,
+        p proportional to r_i^(1-x) c_j^(1-x), counts thresholded at 1).
+    dtype : numpy float dtype, optional
+        Dtype of the sampler's float arrays (default: the dtype of ``data.values``).
 
-    Raises ValueError for an unknown strategy, or (balanced / biased) a matrix without zeros.
+    Returns
+    -------
+    Sampler
+        The sampler.
 
-    Also raises ValueError when ``data`` is not an `Observations`, and when I * J >= 2^31 without
-    ``jax_enable_x64``. ``data``: Observations of the N ones of an (I, J) matrix; the returned
-    `Sampler` holds float arrays of ``dtype`` (default: the dtype of ``data.values``).
+    Raises
+    ------
+    ValueError
+        For an unknown strategy; (balanced / biased) a matrix without zeros; ``data`` not an
+        `Observations`; I * J >= 2^31 without ``jax_enable_x64``.
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 2.3 (S-Uniform, S-Balanced, S-Biased).
     """
@@ -129,14 +169,27 @@ def _is_one(sampler: Sampler, i, j, J):
 
 
 def pmf(sampler: Sampler, i, j, x):
-    """p(i, j) of the sampler's strategy for cells (i, j) with values x (arrays (n,)): (n,) float.
+    """p(i, j) of the sampler's strategy for cells (i, j) with values x.
 
-    p(i, j) = w_x_row[i] w_x_col[j] / norm_x (norm_x includes the 1/2 of the class mass).
+    p(i, j) = w_x_row[i] w_x_col[j] / norm_x (norm_x includes the class mass).
 
-    ``i``, ``j``: int arrays (n,); ``x``: float 0/1 array (n,). Returns a float array (n,) of the
-    sampler's dtype.
+    Parameters
+    ----------
+    sampler : Sampler
+        From `make_sampler`.
+    i, j : jax.Array, shape (n,), int
+        The cells.
+    x : jax.Array, shape (n,), float
+        0/1, the value of each cell.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (n,), float
+        p(i, j), in the sampler's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 2.3.
     """
@@ -152,16 +205,36 @@ def _draw(cdf, u):
 def sample_cells(key, sampler: Sampler, shape: tuple[int, int], n: int, *, uniform: bool | None = None):
     """Draw ``n`` cells from p(i, j) (seed 002 sec. 2.3).
 
-    Returns (i int32 (n,), j int32 (n,), x (n,) float 0/1, p_ij (n,), p(j|i) (n,), p(i|j) (n,)).
-    Uniform: i, j uniform. Balanced / biased: a one with probability 1/2 (drawn from the ones
-    by their weights), else a zero by rejection from the product proposal w0_row x w0_col.
-    ``uniform``: the strategy is S-Uniform (default: read from ``sampler.code``, which must then be
-    concrete; pass it under jit).
+    Uniform: i, j uniform. Balanced / biased: a one with probability 1/2 (drawn from the ones by their
+    weights), else a zero by rejection from the product proposal w0_row x w0_col.
 
-    ``shape``: (I, J) ints; ``n``: int (static). Float outputs have the sampler's dtype.
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    sampler : Sampler
+        From `make_sampler`.
+    shape : tuple of 2 int
+        (I, J).
+    n : int
+        Number of cells (static).
+    uniform : bool, optional
+        Whether the strategy is S-Uniform (default: read from ``sampler.code``, which must then be
+        concrete; pass it under jit).
 
-    Raises nothing of its own; with ``uniform=None`` under ``jax.jit``, ``int(sampler.code)`` makes
-    jax raise ConcretizationTypeError (a TypeError).
+    Returns
+    -------
+    i, j : jax.Array, shape (n,), int32
+        The cells.
+    x : jax.Array, shape (n,), float
+        0/1, their values.
+    p_ij, p_j_given_i, p_i_given_j : jax.Array, shape (n,), float
+        p(i, j), p(j | i) and p(i | j) of each cell, in the sampler's dtype.
+
+    Raises
+    ------
+    None of its own; with ``uniform=None`` under ``jax.jit``, ``int(sampler.code)`` makes JAX raise
+    ConcretizationTypeError (a TypeError).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 2.3.
     """
@@ -217,8 +290,29 @@ def sample_cells(key, sampler: Sampler, shape: tuple[int, int], n: int, *, unifo
 
 
 class Minibatch(NamedTuple):
-    """S sampled cells (padded): i, j int32 (S,); x, p_ij, p_j_given_i, p_i_given_j, weight (S,) float
-    (weight 0 marks padding)."""
+    """S sampled cells, padded (weight 0 marks padding).
+
+    Parameters
+    ----------
+    i, j : jax.Array, shape (S_pad,), int32
+        The cells.
+    x : jax.Array, shape (S_pad,), float
+        0/1, their values.
+    p_ij : jax.Array, shape (S_pad,), float
+        p(i, j).
+    p_j_given_i : jax.Array, shape (S_pad,), float
+        p(j | i), the c of the u updates.
+    p_i_given_j : jax.Array, shape (S_pad,), float
+        p(i | j), the c of the v updates.
+    weight : jax.Array, shape (S_pad,), float
+        1 for the S real cells, 0 for padding.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 2.3, eqs. (9), (11)-(12) (the minibatch of Algorithm 1).
+    """
 
     i: jax.Array
     j: jax.Array

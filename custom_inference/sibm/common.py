@@ -31,18 +31,24 @@ def as_binary(X, *, dtype=np.float64) -> Observations:
 
     Parameters
     ----------
-    X : `Observations` (its entries must be 0/1; zeros are dropped), a scipy.sparse matrix, or a
-        dense 2-D array (I, J) of 0/1 (bool, int or float).
-    dtype : float dtype of the stored values.
+    X : Observations, scipy.sparse matrix or array_like, shape (I, J)
+        An `Observations` (its entries must be 0/1; zeros are dropped), a scipy.sparse matrix, or a
+        dense 2-D array of 0/1 (bool, int or float).
+    dtype : numpy.float32 or numpy.float64, default numpy.float64
+        Storage dtype of the values.
 
     Returns
     -------
-    Observations of the ones: rows, cols int32 (N,), values (N,) all 1, shape (I, J).
+    Observations
+        The ones: rows, cols int32 (N,), values (N,) all 1, shape (I, J).
 
     Raises
     ------
-    ValueError naming the field: ``X`` not 2-D, ``values`` outside {0, 1} or NaN/inf, an index out
-    of range, duplicates, an all-zero matrix (no ones: nothing to learn from).
+    ValueError
+        Naming the field: ``X`` not 2-D, non-numeric, ``values`` outside {0, 1} or NaN/inf, an index
+        out of range, duplicates, an all-zero matrix (no ones: nothing to learn from).
+    TypeError
+        As `Observations.from_coo` (e.g. a ``dtype`` other than float32 / float64).
 
     Source: project addition (the data of ``002_5408d341cb9fc544.txt``: a fully observed binary
     matrix X, eqs. (1)-(2)).
@@ -87,7 +93,30 @@ def _check_hyper(hyper) -> bool:
 
 
 def _prior(hyper, dtype) -> _Prior:
-    """The prior means and variances of ``hyper`` as scalar arrays of ``dtype`` (validated)."""
+    """The prior means and variances of ``hyper`` as scalar arrays of ``dtype`` (validated).
+
+    Public as ``prior_arrays``.
+
+    Parameters
+    ----------
+    hyper : SIBMHyper-like
+        Fields u_bar0, u_tilde0, v_bar0, v_tilde0, z_bar0, z_tilde0, biases.
+    dtype : jax or numpy float dtype
+        Dtype of the returned arrays.
+
+    Returns
+    -------
+    _Prior
+        NamedTuple of 0-d jax arrays ``u_bar0``, ``u_tilde0``, ``v_bar0``, ``v_tilde0``, ``z_bar0``,
+        ``z_tilde0`` (variances, not sds).
+
+    Raises
+    ------
+    ValueError
+        A missing field, a non-finite value, a variance <= 0.
+
+    Source: ``002_5408d341cb9fc544.txt``, text after eq. (1) (the Gaussian priors).
+    """
     _check_hyper(hyper)
     return _Prior(*(jnp.asarray(float(getattr(hyper, f)), dtype) for f in _Prior._fields))
 
@@ -133,12 +162,26 @@ def _static_hyper(hyper) -> _H:
 class SIBMState(NamedTuple):
     """Variational parameters of q (eq. 4) as natural parameters.
 
-    u_prec, u_h : (I, K)   q(u_id) = N(u_h / u_prec, 1 / u_prec)  (seed: u-ddot, u-dot)
-    v_prec, v_h : (J, K)   q(v_jd)
-    z_prec, z_h : ()       q(z)
-    u_fixed, v_fixed : (K,) 1.0 where the column is fixed to ones (biases), else 0.0
-    last_elbo : ()         ELBO after the previous batch step (nan before the first)
     K = D + 2 with biases, D without. Float32 or float64.
+
+    Parameters
+    ----------
+    u_prec, u_h : jax.Array, shape (I, K), float
+        q(u_id) = N(u_h / u_prec, 1 / u_prec) (seed: u-ddot, u-dot).
+    v_prec, v_h : jax.Array, shape (J, K), float
+        q(v_jd), the same.
+    z_prec, z_h : jax.Array, shape (), float
+        q(z), the same.
+    u_fixed, v_fixed : jax.Array, shape (K,), float
+        1.0 where the column is fixed to ones (biases), else 0.0.
+    last_elbo : jax.Array, shape (), float
+        ELBO after the previous batch step (nan before the first).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `init` builds one).
+
+    Source: ``002_5408d341cb9fc544.txt`` eq. (4) (stored as natural parameters: project addition).
     """
 
     u_prec: jax.Array
@@ -153,7 +196,21 @@ class SIBMState(NamedTuple):
 
 
 class SIBMInfo(NamedTuple):
-    """Per-step diagnostics: ``elbo`` of the new state and ``rel_change`` |dL| / |L_old|."""
+    """Per-step diagnostics of batch VB.
+
+    Parameters
+    ----------
+    elbo : jax.Array, shape (), float
+        The ELBO of the new state (nats).
+    rel_change : jax.Array, shape (), float
+        |dL| / |L_old|.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition.
+    """
 
     elbo: jax.Array
     rel_change: jax.Array
@@ -171,20 +228,42 @@ def _layout(D: int, biases: bool):
 
 def init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.1, init_var: float = 0.1,
          dtype=None) -> SIBMState:
-    """Initial q: means N(0, init_mean_sd^2) around the prior mean, variances ``init_var``; z at the
-    prior mean shifted to the log-odds of the fraction of ones (a cheap, data-aware start).
+    """Initial q: means N(0, init_mean_sd^2) around the prior mean, variances ``init_var``.
+
+    z starts at the log-odds of the fraction of ones (a cheap, data-aware start); the fixed (bias)
+    columns have mean 1.
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`)
-    data : Observations of the ones (`as_binary`), shape (I, J)
-    K : int >= 1, latent factors (the seed's D; the state has K + 2 columns with biases)
-    hyper : SIBMHyper-like (fields u_bar0, u_tilde0, v_bar0, v_tilde0, z_bar0, z_tilde0, biases)
-    init_mean_sd, init_var : > 0
-    dtype : float dtype (default that of ``data.values``)
+    key : jax.Array or int
+        A JAX PRNG key or an int seed (`base.as_key`).
+    data : Observations
+        The ones (`as_binary`), shape (I, J).
+    K : int >= 1
+        Latent factors (the seed's D; the state has K + 2 columns with biases).
+    hyper : SIBMHyper-like
+        Fields u_bar0, u_tilde0, v_bar0, v_tilde0, z_bar0, z_tilde0, biases.
+    init_mean_sd : float >= 0, default 0.1
+        Sd of the initial means around the prior mean.
+    init_var : float > 0, default 0.1
+        Initial variance of every free entry and of z.
+    dtype : numpy.float32 or numpy.float64, optional
+        Float dtype of the state (default that of ``data.values`` as JAX holds it).
 
-    Returns SIBMState. Raises ValueError (K, hyper fields, data type, init values), TypeError (key).
-    Source: seed 002 eq. (4) (the family); the start itself: project addition.
+    Returns
+    -------
+    SIBMState
+        The start, of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        For K, hyper fields, ``data`` not an Observations, init values, a dtype other than float32 /
+        float64.
+    TypeError
+        For a ``key`` that is neither a key nor an int (`base.as_key`).
+
+    Source: ``002_5408d341cb9fc544.txt`` eq. (4) (the family); the start itself: project addition.
     """
     D = _check_K(K)
     key = base.as_key(key)
@@ -219,13 +298,25 @@ def _mom(prec, h, fixed):
 
 
 def moments(state: SIBMState):
-    """Means and variances under q: ((u_bar, u_tilde) (I, K), (v_bar, v_tilde) (J, K), (z_bar, z_tilde) ()).
+    """Means and variances under q. Fixed (bias) columns have mean 1 and variance 0.
 
-    Fixed (bias) columns have mean 1 and variance 0.
+    Parameters
+    ----------
+    state : SIBMState
+        Natural parameters of q.
 
-    ``state``: SIBMState (natural parameters of q). Every array has the state's float dtype.
+    Returns
+    -------
+    (u_bar, u_tilde) : tuple of jax.Array, shape (I, K), float
+        Means and variances of U.
+    (v_bar, v_tilde) : tuple of jax.Array, shape (J, K), float
+        Means and variances of V.
+    (z_bar, z_tilde) : tuple of jax.Array, shape (), float
+        Mean and variance of z. Every array has the state's dtype.
 
-    Raises nothing of its own.
+    Raises
+    ------
+    None of its own.
 
     Source: ``002_5408d341cb9fc544.txt`` eq. (4) (q fully factorized Gaussians; stored as natural
     parameters, package docstring).
@@ -242,13 +333,25 @@ def _cells(ub, ut, vb, vt, zb, zt):
 
 
 def cell_moments(state: SIBMState, rows, cols):
-    """mu_ij = E_q[u_i . v_j + z] and s2_ij = Var_q[u_i . v_j + z] for given cells (text before eq. 5).
+    """mu_ij = E_q[u_i . v_j + z] and s2_ij = Var_q[u_i . v_j + z] for given cells. Work O(n K).
 
-    rows, cols : int arrays (n,). Returns two float arrays (n,). Work O(n K).
+    Parameters
+    ----------
+    state : SIBMState
+        Natural parameters of q.
+    rows, cols : jax.Array, shape (n,), int
+        The cells.
 
-    ``state``: SIBMState; float outputs have the state's dtype.
+    Returns
+    -------
+    mu : jax.Array, shape (n,), float
+        The means, in the state's dtype.
+    s2 : jax.Array, shape (n,), float
+        The variances.
 
-    Raises nothing of its own (no index checks: traced code).
+    Raises
+    ------
+    None of its own (no index checks: traced code).
 
     Source: ``002_5408d341cb9fc544.txt``, text before eq. (5).
     """
@@ -305,26 +408,35 @@ def elbo(state: SIBMState, data: Observations, hyper, *, xi_state: SIBMState | N
          chunk_cells: int = DEFAULT_CHUNK_CELLS) -> jax.Array:
     """The bounded ELBO L' of seed 002 eq. (7) (nats), with KL terms of the corrected sign.
 
-    L' = sum_ij alpha_ij(xi_ij) - KL(q(U) || p(U)) - KL(q(V) || p(V)) - KL(q(z) || p(z)).
+    L' = sum_ij alpha_ij(xi_ij) - KL(q(U) || p(U)) - KL(q(V) || p(V)) - KL(q(z) || p(z)). Work
+    O(I J K) in chunks of ``chunk_cells`` cells; the x-dependent part is a sum over the N ones only.
 
     Parameters
     ----------
-    state : SIBMState (differentiable in every float field)
-    data : Observations of the ones, shape (I, J)
-    hyper : SIBMHyper-like (prior means and variances)
-    xi_state : None: xi at its optimum (8) for ``state`` (so the value is max_Xi L'(Phi, Xi));
-        else xi_ij = sqrt(mu^2 + s2) of ``xi_state``, held fixed (no gradient through it): the
-        objective each coordinate update maximizes.
-    chunk_cells : cells per row chunk.
+    state : SIBMState
+        Differentiable in every float field.
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    xi_state : SIBMState, optional
+        None: xi at its optimum (8) for ``state`` (so the value is max_Xi L'(Phi, Xi)); else
+        xi_ij = sqrt(mu^2 + s2) of ``xi_state``, held fixed (no gradient through it): the objective
+        each coordinate update maximizes.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per row chunk.
 
     Returns
     -------
-    scalar (dtype of the state). Work O(I J K) in chunks of ``chunk_cells`` cells; the x-dependent
-    part is a sum over the N ones only.
+    jax.Array, shape (), float
+        L', in the state's dtype.
+
+    Raises
+    ------
+    ValueError
+        For a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
 
     Source: seed 002 eqs. (6)-(8) (lambda sign: see the module docstring).
-
-    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
     """
     return _elbo_jit(state, data, _static_hyper(hyper), xi_state, chunk_cells)
 
@@ -386,13 +498,28 @@ _DIMS = {"U": ["user", "component"], "V": ["item", "component"],
 
 
 def draws_from_q(seed: int, state: SIBMState, n_draws: int) -> dict[str, np.ndarray]:
-    """Independent draws from q (eq. 4), each (1, n_draws, ...): U (I, K), V (J, K), z (); fixed (bias)
-    columns are 1 in every draw. ``n_draws`` = 0 gives the means of q as one draw (1, 1, ...).
+    """Independent draws from q (eq. 4); fixed (bias) columns are 1 in every draw.
 
-    seed : int (numpy Generator); state : SIBMState. Returns float arrays of the state's dtype.
+    Parameters
+    ----------
+    seed : int
+        Seed of the numpy Generator.
+    state : SIBMState
+        Natural parameters of q.
+    n_draws : int >= 0
+        Draws; 0 gives the means of q as one draw.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray, float
+        ``U`` (1, n_draws, I, K), ``V`` (1, n_draws, J, K), ``z`` (1, n_draws) (n_draws = 1 for the
+        means), of the state's dtype.
+
+    Raises
+    ------
+    None of its own; a negative ``n_draws`` makes numpy raise ValueError.
+
     Source: seed 002 eq. (4); project addition.
-
-    Raises nothing of its own; a negative ``n_draws`` makes numpy raise ValueError.
     """
     (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a, np.float64) for a in p) for p in moments(state))
     dtype = np.asarray(state.u_h).dtype
@@ -407,15 +534,37 @@ def draws_from_q(seed: int, state: SIBMState, n_draws: int) -> dict[str, np.ndar
 
 def fit_output(shape: tuple[int, int], n_components: int, method: str, posterior, *, params=None,
                trace_names=("elbo", "rel_change"), **fields):
-    """The result layout (`vi_driver.Output`) of the SIBM drivers: ``posterior`` U (user, component),
-    V (item, component), z; the variational parameters (or point-estimate fields) ``params``; the
-    trace arrays ``trace_names`` (dim iteration); attrs model "sibm", source seed 002.
+    """The result layout (`vi_driver.Output`) of the SIBM drivers.
 
-    shape : (I, J); n_components : int, the state's columns K' (K plus the bias columns); method :
-    attrs ``method``; posterior : state -> (dict, posterior_kind);
-    params : state -> dict, default the SIBMState fields but ``last_elbo``; trace_names : the trace
-    variables; fields : further `vi_driver.Output` fields (trace, result_trace, final, attrs).
-    Returns a `vi_driver.Output`. Raises nothing of its own.
+    ``posterior`` U (user, component), V (item, component), z; the variational parameters (or
+    point-estimate fields) ``params``; the trace arrays ``trace_names`` (dim iteration); attrs model
+    "sibm", source seed 002.
+
+    Parameters
+    ----------
+    shape : tuple of 2 int
+        (I, J).
+    n_components : int
+        The state's columns K' (K plus the bias columns).
+    method : str
+        Attrs ``method``.
+    posterior : callable
+        State -> (dict of arrays, posterior_kind str).
+    params : callable, optional
+        State -> dict, default the SIBMState fields but ``last_elbo``.
+    trace_names : tuple of str, default ("elbo", "rel_change")
+        The trace variables.
+    **fields
+        Further `vi_driver.Output` fields (trace, result_trace, final, attrs).
+
+    Returns
+    -------
+    vi_driver.Output
+        The layout.
+
+    Raises
+    ------
+    None of its own.
 
     Source: project addition.
     """
@@ -430,6 +579,24 @@ def fit_output(shape: tuple[int, int], n_components: int, method: str, posterior
 
 
 def q_posterior(seed: int, n_draws: int):
-    """state -> (`draws_from_q` (seed, state, n_draws), posterior_kind): the ``posterior`` of a SIBM
-    VI fit (`vi_driver.Output`). Raises nothing of its own. Source: project addition."""
+    """The ``posterior`` of a SIBM VI fit (`vi_driver.Output`): draws from q.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the draws (`draws_from_q`).
+    n_draws : int >= 0
+        Draws (0: the means of q as one draw).
+
+    Returns
+    -------
+    callable
+        State -> (`draws_from_q` (seed, state, n_draws), posterior_kind str).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     return lambda state: (draws_from_q(seed, state, n_draws), "draws from q" if n_draws else "mean of q (n_draws=0)")

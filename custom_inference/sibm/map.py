@@ -24,7 +24,31 @@ __all__ = ["MAPState", "MAPInfo", "map_init", "log_joint", "map_cell_gradients",
 
 
 class MAPState(NamedTuple):
-    """Point estimates U (I, K), V (J, K), z (); fixed columns as in SIBMState; RM counters."""
+    """Point estimates of the MAP baseline, with its Robbins-Monro counters. K' = K + 2 with biases.
+
+    Parameters
+    ----------
+    U : jax.Array, shape (I, K'), float
+        Row factors (fixed columns 1).
+    V : jax.Array, shape (J, K'), float
+        Column factors.
+    z : jax.Array, shape (), float
+        Global bias.
+    u_fixed, v_fixed : jax.Array, shape (K',), float
+        1.0 where the column is fixed to ones (biases), else 0.0, as in `SIBMState`.
+    u_count : jax.Array, shape (I,), float
+        Updates of each row so far.
+    v_count : jax.Array, shape (J,), float
+        Updates of each column so far.
+    z_count : jax.Array, shape (), float
+        Updates of z so far.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `map_init` builds one).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4.2 (the MAP baseline); the counters: project addition.
+    """
 
     U: jax.Array
     V: jax.Array
@@ -37,8 +61,21 @@ class MAPState(NamedTuple):
 
 
 class MAPInfo(NamedTuple):
-    """Diagnostics of one MAP minibatch: ``S`` the number of cells it drew (the log joint costs O(I J K):
-    `fit_map` records it every ``log_joint_every`` minibatches)."""
+    """Diagnostics of one MAP minibatch.
+
+    The log joint costs O(I J K): `fit_map` records it every ``log_joint_every`` minibatches instead.
+
+    Parameters
+    ----------
+    S : jax.Array, shape (), int32
+        The number of cells the minibatch drew.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition.
+    """
 
     S: jax.Array
 
@@ -46,7 +83,33 @@ class MAPInfo(NamedTuple):
 def map_init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.1, dtype=None) -> MAPState:
     """Initial MAP point: the means of `init` (key, data, K, hyper), counters at zero.
 
-    Returns MAPState (U (I, K'), V (J, K'), z (); K' = K + 2 with biases). Raises as `init`.
+    Parameters
+    ----------
+    key : jax.Array or int
+        A JAX PRNG key or an int seed.
+    data : Observations
+        The ones (`as_binary`), shape (I, J).
+    K : int >= 1
+        Latent factors (the seed's D).
+    hyper : SIBMHyper-like
+        Prior means and variances, ``biases``.
+    init_mean_sd : float >= 0, default 0.1
+        Sd of the initial means around the prior mean.
+    dtype : numpy.float32 or numpy.float64, optional
+        Float dtype (default that of ``data.values``).
+
+    Returns
+    -------
+    MAPState
+        U (I, K'), V (J, K'), z (); K' = K + 2 with biases.
+
+    Raises
+    ------
+    ValueError
+        As `init` (K, hyper, data, dtype).
+    TypeError
+        As `init` (key).
+
     Source: project addition (the seed's MAP baseline has no published initialization).
     """
     q = init(key, data, K, hyper, init_mean_sd=init_mean_sd, dtype=dtype)
@@ -59,12 +122,26 @@ def map_init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.
 def log_joint(state: MAPState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> jax.Array:
     """log p(X, U, V, z) (eqs. 1-2) at a point, up to the Normal constants; chunked, O(I J K).
 
-    state MAPState; data Observations of the ones (I, J); returns a scalar (jax-differentiable).
+    Parameters
+    ----------
+    state : MAPState
+        U (I, K'), V (J, K') and z () float (K' = K, plus 2 bias columns with biases).
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per row chunk.
 
-    Shapes: the state's U (I, K'), V (J, K') and z () float (K' = K, plus 2 bias columns with
-    biases); the scalar has the state's dtype.
+    Returns
+    -------
+    jax.Array, shape (), float
+        The log joint (JAX-differentiable), in the state's dtype.
 
-    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
+    Raises
+    ------
+    ValueError
+        For a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
 
     Source: ``002_5408d341cb9fc544.txt`` eqs. (1)-(2) (the seed's MAP baseline, sec. 4.2).
     """
@@ -90,18 +167,39 @@ def _log_joint_impl(state, data, hyper, chunk_cells):
 
 
 def map_cell_gradients(st: MAPState, prior: _Prior, i, j, x, c_u, c_v, c_z):
-    """Noisy gradients and curvature bounds of the MAP objective for cells (i, j) (arrays (n,)).
+    """Noisy gradients and curvature bounds of the MAP objective for cells (i, j).
 
     The noisy objective is (1/c) log p(x_ij | u_i, v_j, z) + log p(u_i) + log p(v_j) + log p(z) with
     c = p(j|i) for u_i, p(i|j) for v_j, p(i, j) for z (as eq. 9), so that E_{j|i}[g_u] is the gradient
     of log p(X, U, V, z) in u_i (and likewise for v_j, z). Curvature bounds use sigma' <= 1/4
-    (Boehning). Returns (g_u (n, K), h_u (n, K), g_v, h_v (n, K), g_z (n,), h_z (n,)); fixed columns
-    get zero gradient. (`map_step` uses the gradients only; its preconditioner is `map_curvature_bound`.)
+    (Boehning); fixed columns get zero gradient. (`map_step` uses the gradients only; its
+    preconditioner is `map_curvature_bound`.)
 
-    ``i``, ``j``: int arrays (n,); ``x``: float 0/1 (n,); ``c_u``, ``c_v``, ``c_z``: float (n,);
-    outputs have the state's float dtype.
+    Parameters
+    ----------
+    st : MAPState
+        The current point.
+    prior : _Prior
+        `common.prior_arrays` of the hyperparameters.
+    i, j : jax.Array, shape (n,), int
+        The cells.
+    x : jax.Array, shape (n,), float
+        0/1, their values.
+    c_u, c_v, c_z : jax.Array, shape (n,), float
+        p(j|i), p(i|j) and p(i, j) of each cell.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    g_u, h_u : jax.Array, shape (n, K'), float
+        Gradient and curvature bound in u_i.
+    g_v, h_v : jax.Array, shape (n, K'), float
+        The same in v_j.
+    g_z, h_z : jax.Array, shape (n,), float
+        The same in z. All in the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: package docstring (MAP baseline of ``002_5408d341cb9fc544.txt`` sec. 4.2; the rescaling
     c as in eq. (9); the Boehning curvature bound is a project addition).
@@ -127,16 +225,28 @@ _log_joint_jit = jax.jit(_log_joint_impl, static_argnames=("hyper", "chunk_cells
 def map_curvature_bound(B, free, prior_var):
     """Boehning bound of the negative Hessian of log p(X, U, V, z) in one row u_i (or one column v_j).
 
-    B (J, K) the other side's factors (V for a row of U; U for a column of V); free (K,) bool, the
-    free columns of the side being updated; prior_var () its prior variance. With sigma' <= 1/4,
-    -d^2/du_i^2 log p = sum_j sigma'(a_ij) v_j v_j^T + I / prior_var <= (1/4) B^T B + I / prior_var
-    (Boehning and Lindsay 1988; our choice for the seed's unpublished MAP baseline, seed 002 sec. 4.2),
-    the same (K, K) matrix for every row. Returns A (K, K): that bound on the free block, the identity
-    on fixed columns (so a solve leaves them unchanged). O(J K^2).
+    With sigma' <= 1/4, -d^2/du_i^2 log p = sum_j sigma'(a_ij) v_j v_j^T + I / prior_var <=
+    (1/4) B^T B + I / prior_var (Boehning and Lindsay 1988; our choice for the seed's unpublished MAP
+    baseline, seed 002 sec. 4.2), the same (K, K) matrix for every row. O(J K^2).
 
-    Dtype: that of ``B``.
+    Parameters
+    ----------
+    B : jax.Array, shape (J, K), float
+        The other side's factors (V for a row of U; U for a column of V).
+    free : jax.Array, shape (K,), bool
+        The free columns of the side being updated.
+    prior_var : jax.Array or float, shape ()
+        Its prior variance.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (K, K), float
+        A: the bound on the free block, the identity on fixed columns (so a solve leaves them
+        unchanged); the dtype of ``B``.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: project addition (Boehning and Lindsay 1988) for the MAP baseline of
     ``002_5408d341cb9fc544.txt`` sec. 4.2.
@@ -193,9 +303,40 @@ def map_step(key, st: MAPState, data: Observations, hyper, *, sampler: Sampler |
     Blocks z, V, U in turn, on the same S cells: each row / column moves by rho * A^-1 g, g the
     per-row (column) average of the gradients of the noisy objective (1/c) log p(x_ij | .) + log priors
     with c as in eq. (9) (unbiased for the full gradient), A = `map_curvature_bound` (deterministic);
-    rho = (tau + n)^(-kappa) per row, column and z (n: its updates so far).
-    ``sampler``: `make_sampler` of ``data`` (None: S-Biased, built on the host at every call: pass one).
-    Returns (the new MAPState, MAPInfo). Cost O(S K + (I + J) K^2). Raises ValueError (tau, kappa, S).
+    rho = (tau + n)^(-kappa) per row, column and z (n: its updates so far). Cost O(S K + (I + J) K^2).
+
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key (the cells).
+    st : MAPState
+        The current point.
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    sampler : Sampler, optional
+        `make_sampler` of ``data`` (None: S-Biased, built on the host at every call: pass one).
+    S : int >= 1, default 1000
+        Cells per minibatch.
+    tau : float > 0, default 1.0
+        Robbins-Monro delay.
+    kappa : float in (0.5, 1], default 0.7
+        Robbins-Monro forgetting rate.
+
+    Returns
+    -------
+    state : MAPState
+        The new point (counters advanced).
+    info : MAPInfo
+        ``S``.
+
+    Raises
+    ------
+    ValueError
+        For tau, kappa outside the Robbins-Monro conditions, S < 1, a bad ``hyper`` (and, with
+        ``sampler`` None, as `make_sampler`).
+
     Source: seed 002 sec. 4.2 ("MAP"); the preconditioner: project addition.
     """
     check_robbins_monro(tau, kappa)
@@ -215,19 +356,59 @@ def fit_map(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
             checkpoint_every: int = 10, resume: bool = False, **init_kwargs) -> base.FitResult:
     """MAP by stochastic gradient ascent (the seed's "MAP" baseline): ``n_iter`` minibatches of S cells.
 
-    key : PRNG key or int seed (`base.as_key`); data : binary matrix (anything `as_binary` takes);
-    K : int >= 1 (the seed's D); hyper : SIBMHyper-like; strategy, S, tau, kappa : see `map_step`;
-    log_joint_every : record the log joint (O(I J K)) every this many minibatches (0: only at the end).
-    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``) every
-        ``checkpoint_every`` minibatches and at the end: the MAPState (its Robbins-Monro counters
-        included), the key stream and the log-joint trace; ``resume=True`` continues from an existing
-        checkpoint, bit for bit the uninterrupted run (tests/custom_inference/test_sibm.py).
+    Parameters
+    ----------
+    key : jax.Array or int
+        A JAX PRNG key or an int seed (`base.as_key`).
+    data : Observations, scipy.sparse matrix or array_like, shape (I, J)
+        The binary matrix (anything `as_binary` takes).
+    K : int >= 1
+        Latent factors (the seed's D).
+    hyper : SIBMHyper-like
+        Prior means and variances, ``biases``.
+    n_iter : int >= 1, default 200
+        Minibatches.
+    progress : bool, default True
+        Show a tqdm bar.
+    strategy : {"uniform", "balanced", "biased"}, default "biased"
+        Cell sampling (`make_sampler`).
+    S : int >= 1, default 1000
+        Cells per minibatch (`map_step`).
+    tau : float > 0, default 1.0
+        Robbins-Monro delay.
+    kappa : float in (0.5, 1], default 0.7
+        Robbins-Monro forgetting rate.
+    log_joint_every : int >= 0, default 0
+        Record the log joint (O(I J K)) every this many minibatches (0: only at the end).
+    checkpoint : str or path-like, optional
+        A `vi_driver.fit` checkpoint (atomic ``.npz``), written every ``checkpoint_every`` minibatches
+        and at the end: the MAPState (its Robbins-Monro counters included), the key stream and the
+        log-joint trace.
+    checkpoint_every : int >= 1, default 10
+        Minibatches between checkpoints.
+    resume : bool, default False
+        Continue from an existing checkpoint, bit for bit the uninterrupted run
+        (tests/custom_inference/test_sibm.py).
+    **init_kwargs
+        ``init_mean_sd`` and ``dtype`` of `map_init`.
 
-    Returns `base.FitResult` (MAPState, log joint at the recorded iterations (every ``log_joint_every``,
-    and at the end), InferenceData with the point estimate as ``posterior`` (U, V, z; one chain, one
-    draw), the MAPState fields (``variational_parameters``) and vi_trace (log_joint)).
-    Raises ValueError (inputs; ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``; a
-    checkpoint whose state does not match), TypeError (key), OSError (checkpoint not writable).
+    Returns
+    -------
+    base.FitResult
+        The MAPState, the log joint at the recorded iterations (every ``log_joint_every``, and at the
+        end), InferenceData with the point estimate as ``posterior`` (U, V, z; one chain, one draw), the
+        MAPState fields (``variational_parameters``) and vi_trace (log_joint).
+
+    Raises
+    ------
+    ValueError
+        For bad inputs (data, K, hyper, n_iter, strategy, S, tau, kappa); ``checkpoint_every`` not an
+        integer >= 1 with a ``checkpoint``; a checkpoint whose state does not match.
+    TypeError
+        For a bad key.
+    OSError
+        When the checkpoint is not writable.
+
     Source: seed 002 sec. 4.2; project addition.
     """
     vi_driver.check_fit_args(n_iter, 0.0, max_iter_name="n_iter")
@@ -303,8 +484,9 @@ _fold_in_map_jit = jax.jit(_fold_in_map_impl, static_argnames=("chunk",))
 
 def fold_in_map(state: MAPState, data: Observations, hyper, *, max_iter: int = 100, tol: float = 1e-12,
                 chunk_cells: int = DEFAULT_CHUNK_CELLS):
-    """MAP rows of U for new users (the rows of ``data``) with V and z of ``state`` held fixed: each
-    row maximizes log p(x_u | u, V, z) + log p(u) = sum_j [x_uj a_uj - log(1 + e^a_uj)]
+    """MAP rows of U for new users (the rows of ``data``) with V and z of ``state`` held fixed.
+
+    Each row maximizes log p(x_u | u, V, z) + log p(u) = sum_j [x_uj a_uj - log(1 + e^a_uj)]
     - |u - u_bar0|^2 / (2 u_tilde0) (free columns; a_uj = u . v_j + z), the part of `log_joint` that
     depends on u. That is strictly concave (a logistic regression with a Gaussian prior), so its
     maximizer is unique; found by Newton steps (exact gradient and Hessian, K x K per row) with the
@@ -313,15 +495,34 @@ def fold_in_map(state: MAPState, data: Observations, hyper, *, max_iter: int = 1
 
     Parameters
     ----------
-    state : MAPState with U (I_new, K) the start for the new users (e.g. the prior mean) and V (J, K),
-        z, u_fixed, v_fixed of the fit (the counters are not read).
-    data : Observations of the new users' ones (I_new, J); hyper : SIBMHyper-like (the fit's priors);
-    max_iter : int >= 1 Newton iterations at most; tol : float >= 0; chunk_cells : cells per row chunk.
+    state : MAPState
+        U (I_new, K) the start for the new users (e.g. the prior mean) and V (J, K), z, u_fixed,
+        v_fixed of the fit (the counters are not read).
+    data : Observations
+        The new users' ones, shape (I_new, J).
+    hyper : SIBMHyper-like
+        The fit's priors.
+    max_iter : int >= 1, default 100
+        Newton iterations at most.
+    tol : float >= 0, default 1e-12
+        Stop when no coordinate moves more than this.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per row chunk.
 
-    Returns (MAPState with the new U, n_iter int (the most any row chunk ran), last_change float).
+    Returns
+    -------
+    state : MAPState
+        ``state`` with the new U.
+    n_iter : int
+        The most iterations any row chunk ran.
+    last_change : float
+        The largest coordinate move of the last iteration.
 
-    Raises ValueError for a shape mismatch between ``state`` and ``data``, ``max_iter`` < 1, ``tol`` < 0
-    or a bad ``hyper``.
+    Raises
+    ------
+    ValueError
+        For a shape mismatch between ``state`` and ``data``, ``max_iter`` < 1, ``tol`` < 0, a bad
+        ``hyper``, or data that is not binary (`as_binary`).
 
     Source: ``002_5408d341cb9fc544.txt`` eqs. (1)-(2) (the log joint of the MAP baseline, sec. 4.2);
     the fold-in and its Newton solver are a project addition.

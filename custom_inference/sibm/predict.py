@@ -26,13 +26,27 @@ def _check_users(users, I):
 
 
 def score_users(state, users, *, kind: str = "mean") -> np.ndarray:
-    """Scores of every item for the given users, for ranking: (len(users), J) float numpy array.
+    """Scores of every item for the given users, for ranking.
 
-    ``state``: SIBMState (or SVIState) or MAPState. ``kind``: "mean" gives E_q[u_i . v_j] + E_q[z]
-    (MAP: u_i . v_j + z); "probability" gives MacKay's p(x_ij = 1 | X) of eq. (5) (MAP: sigma).
-    Raises ValueError for bad users or kind.
+    Parameters
+    ----------
+    state : SIBMState, SVIState or MAPState
+        A fit's final state.
+    users : array_like, shape (n,), int
+        Row indices (non-empty).
+    kind : {"mean", "probability"}, default "mean"
+        "mean" gives E_q[u_i . v_j] + E_q[z] (MAP: u_i . v_j + z); "probability" gives MacKay's
+        p(x_ij = 1 | X) of eq. (5) (MAP: sigma(u_i . v_j + z)).
 
-    ``users``: 1-D int array of row indices (n,).
+    Returns
+    -------
+    numpy.ndarray, shape (n, J), float
+        The scores, in the state's dtype.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``, or ``users`` empty, not 1-D, not integers or out of range.
 
     Source: ``002_5408d341cb9fc544.txt`` eq. (5) ("probability"); the "mean" score is a project
     addition.
@@ -52,11 +66,23 @@ def score_users(state, users, *, kind: str = "mean") -> np.ndarray:
 
 
 def predict_proba(state: SIBMState, rows, cols) -> jax.Array:
-    """p(x_ij = 1 | X) by eq. (5) (MacKay) for given cells: (n,) float. rows, cols int (n,).
+    """p(x_ij = 1 | X) by eq. (5) (MacKay) for given cells.
 
-    Returns a float array (n,) of the state's dtype.
+    Parameters
+    ----------
+    state : SIBMState
+        The natural parameters of q.
+    rows, cols : array_like, shape (n,), int
+        The cells.
 
-    Raises nothing of its own (no index checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (n,), float
+        The probabilities, in the state's dtype.
+
+    Raises
+    ------
+    None of its own (no index checks: traced code).
 
     Source: ``002_5408d341cb9fc544.txt`` eq. (5) (MacKay's approximation).
     """

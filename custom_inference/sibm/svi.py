@@ -26,11 +26,29 @@ __all__ = ["SVIState", "SVIInfo", "svi_state", "svi_init", "cell_targets", "auto
 class SVIState(NamedTuple):
     """SVI state: q, Robbins-Monro counters and the moving averages of the targets for eq. (13).
 
+    Parameters
+    ----------
     params : SIBMState
-    u_count (I,), v_count (J,), z_count () : number of updates so far (float)
-    u_m1, u_m2 (I, K, 2), v_m1, v_m2 (J, K, 2) : EWMA of the per-cell targets (precision, h) and
-        of their squares (eq. 13's E and Var)
-    S : () the current minibatch size
+        q, natural parameters (K columns).
+    u_count : jax.Array, shape (I,), float
+        Updates of each row so far.
+    v_count : jax.Array, shape (J,), float
+        Updates of each column so far.
+    z_count : jax.Array, shape (), float
+        Updates of z so far.
+    u_m1, u_m2 : jax.Array, shape (I, K, 2), float
+        EWMA of the per-cell targets (precision, h) of the rows and of their squares (eq. 13's E and
+        Var).
+    v_m1, v_m2 : jax.Array, shape (J, K, 2), float
+        The same for the columns.
+    S : jax.Array, shape (), float
+        The current minibatch size.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `svi_state` builds one).
+
+    Source: ``002_5408d341cb9fc544.txt`` Algorithm 1, eqs. (11)-(13).
     """
 
     params: SIBMState
@@ -45,17 +63,55 @@ class SVIState(NamedTuple):
 
 
 class SVIInfo(NamedTuple):
-    """Diagnostics of one SVI minibatch: ``S`` the number of cells it drew (the full-data ELBO costs
-    O(I J K): `fit_svi` records it every ``elbo_every`` minibatches)."""
+    """Diagnostics of one SVI minibatch.
+
+    The full-data ELBO costs O(I J K): `fit_svi` records it every ``elbo_every`` minibatches instead.
+
+    Parameters
+    ----------
+    S : jax.Array, shape (), int32
+        The number of cells the minibatch drew.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition.
+    """
 
     S: jax.Array
 
 
 def svi_init(key, data: Observations, K: int, hyper, *, S: int | None = None, **init_kwargs) -> SVIState:
-    """The protocol init: `init` (key, data, K, hyper, **init_kwargs) wrapped by `svi_state` with
-    initial minibatch size ``S`` (default max(I, J), the seed's S_min).
+    """The protocol init: `init` wrapped by `svi_state` with initial minibatch size ``S``.
 
-    Returns SVIState. Raises ValueError / TypeError as `init` and `svi_state`.
+    Parameters
+    ----------
+    key : jax.Array or int
+        A JAX PRNG key or an int seed.
+    data : Observations
+        The ones, shape (I, J).
+    K : int >= 1
+        Latent factors (the seed's D).
+    hyper : SIBMHyper-like
+        Prior means and variances, ``biases``.
+    S : int >= 1, optional
+        Initial minibatch size (default max(I, J), the seed's S_min).
+    **init_kwargs
+        ``init_mean_sd``, ``init_var``, ``dtype`` of `init`.
+
+    Returns
+    -------
+    SVIState
+        Counters and moving averages at zero.
+
+    Raises
+    ------
+    ValueError
+        As `init` and `svi_state` (K, hyper, data, init values, S < 1).
+    TypeError
+        As `init` (key).
+
     Source: seed 002 Algorithm 1 (initialization); project addition.
     """
     params = init(key, data, K, hyper, **init_kwargs)
@@ -63,8 +119,27 @@ def svi_init(key, data: Observations, K: int, hyper, *, S: int | None = None, **
 
 
 def svi_state(params: SIBMState, S: int) -> SVIState:
-    """Wrap a q (e.g. from `init`) for SVI with initial minibatch size ``S`` (>= 1): counters and
-    moving averages at zero. Raises ValueError for S < 1. Source: seed 002 Algorithm 1."""
+    """Wrap a q (e.g. from `init`) for SVI: counters and moving averages at zero.
+
+    Parameters
+    ----------
+    params : SIBMState
+        q, with u_prec (I, K) and v_prec (J, K).
+    S : int >= 1
+        Initial minibatch size.
+
+    Returns
+    -------
+    SVIState
+        Of the dtype of ``params``.
+
+    Raises
+    ------
+    ValueError
+        For S not an integer >= 1.
+
+    Source: ``002_5408d341cb9fc544.txt`` Algorithm 1.
+    """
     if isinstance(S, bool) or int(S) != S or S < 1:
         raise ValueError(f"S must be an integer >= 1, got {S!r}")
     I, K = params.u_prec.shape
@@ -77,20 +152,40 @@ def svi_state(params: SIBMState, S: int) -> SVIState:
 def cell_targets(params: SIBMState, prior: _Prior, i, j, x, c_u, c_v, c_z, rho_z, rho_v, rho_u):
     """Per-cell targets of Algorithm 1 (maximizers of the noisy bound (9)), for one cell.
 
-    params : SIBMState (u_prec, u_h (I, K), v_prec, v_h (J, K), z_prec, z_h (), u_fixed, v_fixed (K,),
-    one float dtype); prior : `_Prior` of 0-d arrays of that dtype (already validated by `_prior`).
-    i, j : int scalars (0-d int arrays under `jax.vmap`); x : 0/1 scalar; c_u = p(j|i), c_v = p(i|j),
-    c_z = p(i, j) (0-d floats, the rescaling of (9)); rho_z : 0-d float, rho_v, rho_u : 0-d floats
-    (the entries for column j / row i): the temporary step sizes of Algorithm 1's "update ... using (10)"
-    inside the cell (0: every target at the saved state, the pure noisy natural gradient). Order: z, then
-    v_j1..v_jK, then u_i1..u_iK, xi re-optimized (8) before each.
+    Order: z, then v_j1..v_jK, then u_i1..u_iK, xi re-optimized (8) before each. Fixed (bias) columns
+    return their current natural parameters.
 
-    Returns (z_target (2,), v_target (K, 2), u_target (K, 2)), each row (precision, h), in the
-    state's float dtype. Fixed (bias) columns return their current natural parameters.
+    Parameters
+    ----------
+    params : SIBMState
+        u_prec, u_h (I, K), v_prec, v_h (J, K), z_prec, z_h (), u_fixed, v_fixed (K,); one float dtype.
+    prior : _Prior
+        0-d arrays of that dtype (already validated by `common.prior_arrays`).
+    i, j : int or jax.Array, shape ()
+        The cell (0-d int arrays under `jax.vmap`).
+    x : float or jax.Array, shape ()
+        0/1, its value.
+    c_u, c_v, c_z : jax.Array, shape (), float
+        p(j|i), p(i|j) and p(i, j): the rescaling of (9).
+    rho_z, rho_v, rho_u : jax.Array, shape (), float
+        The temporary step sizes of Algorithm 1's "update ... using (10)" inside the cell (the entries for
+        z, column j and row i; 0: every target at the saved state, the pure noisy natural gradient).
 
-    Raises nothing of its own (pure jax arithmetic, traceable; out-of-range i, j are clamped by jax
-    indexing, not reported). Source: seed 002_5408d341cb9fc544.txt Algorithm 1 (per-cell targets),
-    eqs. (8)-(10).
+    Returns
+    -------
+    z_target : jax.Array, shape (2,), float
+        (precision, h) for z.
+    v_target : jax.Array, shape (K, 2), float
+        (precision, h) for each entry of v_j.
+    u_target : jax.Array, shape (K, 2), float
+        (precision, h) for each entry of u_i; all in the state's float dtype.
+
+    Raises
+    ------
+    None of its own (pure JAX arithmetic, traceable; out-of-range i, j are clamped by JAX indexing,
+    not reported).
+
+    Source: seed 002_5408d341cb9fc544.txt Algorithm 1 (per-cell targets), eqs. (8)-(10).
     """
     um, uv = _mom(params.u_prec[i], params.u_h[i], params.u_fixed)
     vm, vv = _mom(params.v_prec[j], params.v_h[j], params.v_fixed)
@@ -178,15 +273,30 @@ def _svi_update(st: SVIState, batch: Minibatch, prior: _Prior, tau, kappa, ewma,
 
 
 def auto_minibatch_size(st: SVIState, sampler: Sampler, theta_delta: float = 2.0) -> jax.Array:
-    """Eq. (13): S_{i,d} = ||Var[target]||_1 / (theta delta p(i) ||E[target]||_2^2), E and Var the moving
-    averages of the per-cell targets; the mean over the free (i, d) and (j, d) updated at least once.
+    """Eq. (13): the automatic minibatch size.
 
-    st : SVIState (u_m1, u_m2 (I, K, 2), v_m1, v_m2 (J, K, 2), u_count (I,), v_count (J,), float);
-    sampler : `Sampler` of the data (p_row (I,), p_col (J,)); theta_delta : float > 0.
+    S_{i,d} = ||Var[target]||_1 / (theta delta p(i) ||E[target]||_2^2), E and Var the moving averages of
+    the per-cell targets; the mean over the free (i, d) and (j, d) updated at least once.
 
-    Returns a 0-d float array of the state's dtype (nan if nothing has been seen; inf where a target
-    mean is zero). Raises nothing of its own (jax arithmetic: divisions by zero give inf / nan, not
-    exceptions). Source: seed 002_5408d341cb9fc544.txt eq. (13) and the text after.
+    Parameters
+    ----------
+    st : SVIState
+        u_m1, u_m2 (I, K, 2), v_m1, v_m2 (J, K, 2), u_count (I,), v_count (J,), float.
+    sampler : Sampler
+        Of the data (p_row (I,), p_col (J,)).
+    theta_delta : float > 0, default 2.0
+        The seed's theta delta.
+
+    Returns
+    -------
+    jax.Array, shape (), float
+        S, of the state's dtype (nan if nothing has been seen; inf where a target mean is zero).
+
+    Raises
+    ------
+    None of its own (JAX arithmetic: divisions by zero give inf / nan, not exceptions).
+
+    Source: seed 002_5408d341cb9fc544.txt eq. (13) and the text after.
     """
     def per(m1, m2, count, p_marg, fixed):
         var = jnp.sum(jnp.maximum(m2 - m1 * m1, 0.0), axis=-1)
@@ -213,20 +323,45 @@ def svi_step(key, st: SVIState, data: Observations, hyper, *, sampler: Sampler |
              tau: float = 1.0, kappa: float = 0.7, ewma: float = 0.1, nudge: bool = True) -> tuple[SVIState, SVIInfo]:
     """One SIBM minibatch (Algorithm 1 body): draw S cells, per-cell targets, averages (12), steps (11).
 
+    Cost O(S K^2).
+
     Parameters
     ----------
-    key : jax PRNG key (the cells)
-    st : SVIState; data : Observations of the ones
-    sampler : `make_sampler` of ``data`` (None: S-Biased, built on the host at every call: pass one)
+    key : jax.Array
+        A JAX PRNG key (the cells).
+    st : SVIState
+        The current state.
+    data : Observations
+        The ones, shape (I, J).
     hyper : SIBMHyper-like
-    S : minibatch size (default ``st.S``); padded to a power of two (padding has weight 0)
-    tau, kappa : Robbins-Monro rho = (tau + n)^(-kappa), n the number of earlier updates of that row,
-        column or z; kappa in (0.5, 1]
-    ewma : weight of the newest minibatch in the moving averages of eq. (13)
-    nudge : apply Algorithm 1's temporary in-cell steps (10) before the next block's target
+        Prior means and variances.
+    sampler : Sampler, optional
+        `make_sampler` of ``data`` (None: S-Biased, built on the host at every call: pass one).
+    S : int >= 1, optional
+        Minibatch size (default ``st.S``); padded to a power of two (padding has weight 0).
+    tau : float > 0, default 1.0
+        Robbins-Monro rho = (tau + n)^(-kappa), n the number of earlier updates of that row, column or z.
+    kappa : float in (0.5, 1], default 0.7
+        The Robbins-Monro exponent.
+    ewma : float, default 0.1
+        Weight of the newest minibatch in the moving averages of eq. (13).
+    nudge : bool, default True
+        Apply Algorithm 1's temporary in-cell steps (10) before the next block's target.
 
-    Returns (the new SVIState (S unchanged: see `auto_minibatch_size` / `fit_svi`), SVIInfo). Cost O(S K^2).
-    Raises ValueError (tau, kappa, S). Source: seed 002 Algorithm 1, eqs. (9)-(12).
+    Returns
+    -------
+    state : SVIState
+        The new state (S unchanged: see `auto_minibatch_size` / `fit_svi`).
+    info : SVIInfo
+        ``S``.
+
+    Raises
+    ------
+    ValueError
+        For tau, kappa outside the Robbins-Monro conditions, S < 1, a bad ``hyper`` (and, with
+        ``sampler`` None, as `make_sampler`).
+
+    Source: seed 002 Algorithm 1, eqs. (9)-(12).
     """
     if sampler is None:
         sampler = make_sampler(data, "biased", dtype=st.params.u_h.dtype)
@@ -289,8 +424,46 @@ def svi_scan(key, st: SVIState, data: Observations, hyper, n_steps: int, *, samp
     """``n_steps`` minibatches of fixed S = ``st.S`` cells, ``scan_block`` per jitted `lax.scan` call.
 
     The same as ``for _ in range(n_steps): key, k = jax.random.split(key); st, _ = svi_step(k, st, ...)``
-    (same cells, same updates; no host round trip inside a block). Returns (key after the splits, st).
-    Raises ValueError (tau, kappa, n_steps, scan_block, S). Source: seed 002 Algorithm 1; project addition.
+    (same cells, same updates; no host round trip inside a block).
+
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key (split once per minibatch).
+    st : SVIState
+        The current state.
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    n_steps : int >= 0
+        Minibatches.
+    sampler : Sampler
+        `make_sampler` of ``data``.
+    scan_block : int >= 1, default 256
+        Minibatches per jitted call.
+    tau : float > 0, default 1.0
+        Robbins-Monro delay (`svi_step`).
+    kappa : float in (0.5, 1], default 0.7
+        Robbins-Monro exponent.
+    ewma : float, default 0.1
+        Weight of the newest minibatch in the moving averages.
+    nudge : bool, default True
+        Algorithm 1's in-cell steps (10).
+
+    Returns
+    -------
+    key : jax.Array
+        The key after the splits.
+    state : SVIState
+        The new state.
+
+    Raises
+    ------
+    ValueError
+        For tau, kappa, n_steps, scan_block, S < 1 or a bad ``hyper``.
+
+    Source: seed 002 Algorithm 1; project addition.
     """
     check_robbins_monro(tau, kappa)
     if isinstance(n_steps, bool) or int(n_steps) != n_steps or n_steps < 0:
@@ -325,39 +498,6 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
             checkpoint_every: int = 10, resume: bool = False, **init_kwargs) -> base.FitResult:
     """SIBM (Algorithm 1): ``n_iter`` minibatches of S cells drawn by ``strategy``.
 
-    Parameters
-    ----------
-    key : jax PRNG key or int seed (`base.as_key`): initialization and sampling; `vi_driver.host_seed`
-        (key) seeds the draws from q
-    data : binary matrix (anything `as_binary` takes); K : int >= 1 (the seed's D); hyper : SIBMHyper-like
-    strategy : "uniform" | "balanced" | "biased" (sec. 2.3)
-    S : int, or "auto" for eq. (13) with ``theta_delta`` (the seed fixes theta delta = 2), clipped to
-        [S_min, S_max]; S_min default max(I, J) (the seed's choice); the first minibatch has S_min cells
-    tau, kappa, ewma, nudge : see `svi_step`
-    elbo_every : record the full ELBO (O(I J K)) every this many minibatches (0: only at the end)
-    tol : with elbo_every > 0, stop when the relative change of the recorded ELBO falls below tol
-    init_state : start from this q (SIBMState), or resume a previous run (its SVIState: Robbins-Monro
-        counters and moving averages carry on; pass a new ``key`` for fresh draws)
-    n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
-    max_cells : stop once this many cells have been sampled in all (the x-axis of seed 002 figs. 2-3,
-        "number of entries observed"); None: only ``n_iter`` limits the run
-    callback : ``callback(t, st, n_cells)`` after minibatch t (0-based) with the SVIState and the
-        cells sampled so far (e.g. held-out recall for `validation.evaluation.implicit_eval.sibm_recall_curves`);
-        its return value is ignored. Called at block boundaries (see ``scan_block``): t is the last
-        minibatch of the block
-    scan_block : minibatches per jitted `lax.scan` call (default `DEFAULT_SCAN_BLOCK` = 256; 1 when a
-        ``callback`` is given, so that it still sees every minibatch). The host only acts between
-        blocks: ELBO records (blocks end at multiples of ``elbo_every``), the ``tol`` test, the
-        ``max_cells`` budget (checked inside the block per minibatch, as before), callbacks, progress bar.
-    checkpoint, checkpoint_every, resume : with ``checkpoint`` (a ``.npz`` path), after every block that
-        ends at a multiple of ``checkpoint_every`` minibatches (blocks are cut there) and at the end, the
-        SVIState (q, the per-row / per-column / z Robbins-Monro counters, the moving averages of eq. 13
-        and the current S), the key stream, the ELBO trace, the minibatch sizes and the cell count are
-        written atomically (`vi_driver.save_checkpoint`; then the hooks of `base.on_checkpoint`).
-        ``resume=True`` continues from an existing checkpoint (it replaces ``init_state``): the same
-        minibatches follow, so the result equals the uninterrupted run bit for bit (cutting a block does
-        not change the key stream or the updates: see Execution; tests/custom_inference/test_sibm.py).
-
     Execution. The minibatches run in blocks under one `lax.scan` (`_svi_block_impl`) with no host
     round trip per minibatch; the key stream, the cells drawn and the updates are the same as one
     `svi_step` per minibatch with ``k_run, k = jax.random.split(k_run)`` (the former Python loop;
@@ -367,11 +507,98 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
     keeps S within the block's power of two, and the host starts the next block at the new padding (a
     few extra blocks while S settles).
 
-    Returns `base.FitResult` (SVIState, ELBO trace at the recorded iterations, InferenceData with the
-    posterior draws from q, the variational parameters and vi_trace (elbo, elbo_iteration; attr mean_S)).
-    Raises ValueError (inputs; max_cells < 1; checkpoint_every not an integer >= 1 with a checkpoint; a
-    checkpoint whose state does not match), TypeError (key), FloatingPointError (non-finite ELBO), OSError
-    (checkpoint not writable).
+    Parameters
+    ----------
+    key : jax.Array or int
+        A JAX PRNG key or an int seed (`base.as_key`): initialization and sampling;
+        `vi_driver.host_seed` (key) seeds the draws from q.
+    data : Observations, scipy.sparse matrix or array_like, shape (I, J)
+        The binary matrix (anything `as_binary` takes).
+    K : int >= 1
+        Latent factors (the seed's D).
+    hyper : SIBMHyper-like
+        Prior means and variances, ``biases``.
+    n_iter : int >= 1, default 200
+        Minibatches.
+    progress : bool, default True
+        Show a tqdm bar.
+    strategy : {"uniform", "balanced", "biased"}, default "biased"
+        Cell sampling (sec. 2.3).
+    S : int >= 1 or "auto", default "auto"
+        Minibatch size; "auto" uses eq. (13) with ``theta_delta``, clipped to [S_min, S_max]; the first
+        minibatch then has S_min cells.
+    S_min : int, optional
+        Smallest automatic size (default max(I, J), the seed's choice).
+    S_max : int, default 2**20
+        Largest automatic size.
+    theta_delta : float > 0, default 2.0
+        Eq. (13)'s theta delta (the seed fixes 2).
+    tau : float > 0, default 1.0
+        Robbins-Monro delay (`svi_step`).
+    kappa : float in (0.5, 1], default 0.7
+        Robbins-Monro exponent.
+    ewma : float, default 0.1
+        Weight of the newest minibatch in the moving averages of eq. (13).
+    nudge : bool, default True
+        Algorithm 1's temporary in-cell steps (10).
+    elbo_every : int >= 0, default 0
+        Record the full ELBO (O(I J K)) every this many minibatches (0: only at the end).
+    tol : float >= 0, default 0.0
+        With elbo_every > 0, stop when the relative change of the recorded ELBO falls below tol.
+    init_state : SIBMState or SVIState, optional
+        Start from this q (SIBMState), or resume a previous run (its SVIState: Robbins-Monro counters and
+        moving averages carry on; pass a new ``key`` for fresh draws).
+    max_cells : int >= 1, optional
+        Stop once this many cells have been sampled in all (the x-axis of seed 002 figs. 2-3, "number of
+        entries observed"); None: only ``n_iter`` limits the run.
+    callback : callable, optional
+        ``callback(t, st, n_cells)`` after minibatch t (0-based) with the SVIState and the cells sampled
+        so far (e.g. held-out recall for `validation.evaluation.implicit_eval.sibm_recall_curves`); its
+        return value is ignored. Called at block boundaries (see ``scan_block``): t is the last minibatch
+        of the block.
+    scan_block : int >= 1, optional
+        Minibatches per jitted `lax.scan` call (default `DEFAULT_SCAN_BLOCK` = 256; 1 when a ``callback``
+        is given, so that it still sees every minibatch). The host only acts between blocks: ELBO records
+        (blocks end at multiples of ``elbo_every``), the ``tol`` test, the ``max_cells`` budget (checked
+        inside the block per minibatch), callbacks, progress bar.
+    n_draws : int >= 0, default 100
+        Draws from q in the ``posterior`` group (0: the means of q as one draw).
+    checkpoint : str or path-like, optional
+        A ``.npz`` path: after every block that ends at a multiple of ``checkpoint_every`` minibatches
+        (blocks are cut there) and at the end, the SVIState (q, the per-row / per-column / z
+        Robbins-Monro counters, the moving averages of eq. 13 and the current S), the key stream, the ELBO
+        trace, the minibatch sizes and the cell count are written atomically
+        (`vi_driver.save_checkpoint`; then the hooks of `base.on_checkpoint`).
+    checkpoint_every : int >= 1, default 10
+        Minibatches between checkpoints.
+    resume : bool, default False
+        Continue from an existing checkpoint (it replaces ``init_state``): the same minibatches follow,
+        so the result equals the uninterrupted run bit for bit (cutting a block does not change the key
+        stream or the updates; tests/custom_inference/test_sibm.py).
+    **init_kwargs
+        ``init_mean_sd``, ``init_var``, ``dtype`` of `init`.
+
+    Returns
+    -------
+    base.FitResult
+        The SVIState, the ELBO trace at the recorded iterations, InferenceData with the posterior draws
+        from q, the variational parameters and vi_trace (elbo, elbo_iteration; attr mean_S).
+
+    Raises
+    ------
+    ValueError
+        For bad inputs (data, K, hyper, n_iter, tol, n_draws, strategy, S, S_min < 1, scan_block, tau,
+        kappa); max_cells < 1; checkpoint_every not an integer >= 1 with a checkpoint; a checkpoint whose
+        state does not match.
+    TypeError
+        For a bad key.
+    FloatingPointError
+        For a non-finite ELBO.
+    OSError
+        When the checkpoint is not writable.
+    RuntimeError
+        If a block runs no minibatch (a guard against an endless loop; not expected).
+
     Source: seed 002 Algorithm 1, eqs. (9)-(13), sec. 2.3.
     """
     vi_driver.check_fit_args(n_iter, tol, n_draws, max_iter_name="n_iter")
@@ -468,10 +695,26 @@ def fit_svi(key, data, K: int, hyper, *, n_iter: int = 200, progress: bool = Tru
 def svi_elbo(st: SVIState, data: Observations, hyper) -> jax.Array:
     """The protocol target of SVI: `elbo` of ``st.params`` at optimal xi (O(I J K)).
 
-    st : SVIState; data : Observations of the ones, shape (I, J); hyper : SIBMHyper-like.
-    Returns a 0-d array of the state's float dtype (nats).
-    Raises ValueError for a bad ``hyper`` (from `elbo`: a missing field, a non-finite value, a
-    variance <= 0). Source: seed 002_5408d341cb9fc544.txt eq. (7).
+    Parameters
+    ----------
+    st : SVIState
+        The state.
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+
+    Returns
+    -------
+    jax.Array, shape (), float
+        The ELBO (nats), of the state's float dtype.
+
+    Raises
+    ------
+    ValueError
+        For a bad ``hyper`` (from `elbo`: a missing field, a non-finite value, a variance <= 0).
+
+    Source: seed 002_5408d341cb9fc544.txt eq. (7).
     """
     return elbo(st.params, data, hyper)
 

@@ -135,9 +135,28 @@ def update_v(state: SIBMState, data: Observations, hyper, columns=None, *,
     sum_i (x_ij - 1/2) u_bar_id - 2 sum_i lambda_ij u_bar_id (mu_ij - u_bar_id v_bar_jd)). Fixed
     columns are left alone. Work O(I J) per column, in chunks of columns of X.
 
-    Parameters: state SIBMState; data Observations of the ones (I, J); hyper SIBMHyper-like;
-    columns: iterable of ints in 0..K-1 or None. Returns the new SIBMState. Raises ValueError for
-    columns out of range or a bad hyper.
+    Parameters
+    ----------
+    state : SIBMState
+        q (v_prec, v_h (J, K) are updated).
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    columns : iterable of int, optional
+        Columns d in 0..K-1 to update (None: all).
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per chunk.
+
+    Returns
+    -------
+    SIBMState
+        The new state, of the same dtype.
+
+    Raises
+    ------
+    ValueError
+        For columns out of range or a bad ``hyper``.
 
     Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8) (batch VB on the bounded ELBO (7) at optimal
     xi (8)); the update is derived in the package docstring.
@@ -147,13 +166,33 @@ def update_v(state: SIBMState, data: Observations, hyper, columns=None, *,
 
 def update_u(state: SIBMState, data: Observations, hyper, columns=None, *,
              chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
-    """Batch coordinate update of q(u_id) for every i, for each d in ``columns`` (as `update_v`,
-    sums over the columns j of X; rows of U in chunks).
+    """Batch coordinate update of q(u_id) for every i, for each d in ``columns`` (default all, in order).
 
-    Parameters, returns and work as `update_v`: state SIBMState; data Observations of the ones
-    (I, J); ``columns`` ints in 0..K-1 or None. Returns the new SIBMState.
+    As `update_v` with the roles of U and V exchanged: sums over the columns j of X; rows of U in
+    chunks. Work O(I J) per column.
 
-    Raises ValueError for columns out of range or a bad ``hyper``.
+    Parameters
+    ----------
+    state : SIBMState
+        q (u_prec, u_h (I, K) are updated).
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    columns : iterable of int, optional
+        Columns d in 0..K-1 to update (None: all).
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per chunk.
+
+    Returns
+    -------
+    SIBMState
+        The new state, of the same dtype.
+
+    Raises
+    ------
+    ValueError
+        For columns out of range or a bad ``hyper``.
 
     Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8); the update is derived in the package
     docstring.
@@ -162,12 +201,31 @@ def update_u(state: SIBMState, data: Observations, hyper, columns=None, *,
 
 
 def update_z(state: SIBMState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS) -> SIBMState:
-    """Batch update of q(z) at optimal xi: P = 1/z_tilde0 + 2 sum_ij lambda_ij,
-    h = z_bar0/z_tilde0 + (N - I J / 2) - 2 sum_ij lambda_ij (mu_ij - z_bar). Work O(I J K), chunked.
+    """Batch update of q(z) at optimal xi.
 
-    state SIBMState; data Observations of the ones (I, J). Returns the new SIBMState.
+    P = 1/z_tilde0 + 2 sum_ij lambda_ij, h = z_bar0/z_tilde0 + (N - I J / 2) - 2 sum_ij lambda_ij
+    (mu_ij - z_bar). Work O(I J K), chunked.
 
-    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
+    Parameters
+    ----------
+    state : SIBMState
+        q (z_prec, z_h are updated).
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per chunk.
+
+    Returns
+    -------
+    SIBMState
+        The new state, of the same dtype.
+
+    Raises
+    ------
+    ValueError
+        For a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
 
     Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8); the update is derived in the package
     docstring.
@@ -195,13 +253,33 @@ _step_jit = jax.jit(_step_impl, static_argnames=("hyper", "chunk_cells"))
 def step(key, state: SIBMState, data: Observations, hyper, *, chunk_cells: int = DEFAULT_CHUNK_CELLS):
     """One batch VB sweep (coordinate ascent on eq. 7 with optimal xi (8)): z, V columns, U columns.
 
-    Every block is an exact coordinate maximizer, so the ELBO never decreases. ``key`` is unused
-    (deterministic). Returns (SIBMState, SIBMInfo(elbo of the new state, rel_change)).
-    Work O(I J K) per sweep, memory O(chunk_cells).
+    Every block is an exact coordinate maximizer, so the ELBO never decreases. Work O(I J K) per sweep,
+    memory O(chunk_cells).
 
-    state SIBMState; data Observations of the ones (I, J); the ELBO is a scalar of the state's dtype.
+    Parameters
+    ----------
+    key : jax.Array
+        Unused (the sweep is deterministic); the protocol's signature.
+    state : SIBMState
+        q.
+    data : Observations
+        The ones, shape (I, J).
+    hyper : SIBMHyper-like
+        Prior means and variances.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per chunk.
 
-    Raises ValueError for a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
+    Returns
+    -------
+    state : SIBMState
+        The new q, with ``last_elbo`` set.
+    info : SIBMInfo
+        The ELBO of the new state and the relative change (scalars of the state's dtype).
+
+    Raises
+    ------
+    ValueError
+        For a bad ``hyper`` (a missing field, a non-finite value, a variance <= 0).
 
     Source: ``002_5408d341cb9fc544.txt`` (the seed's batch VB baseline; eqs. (6)-(8)), sweep order in
     the package docstring.
@@ -219,21 +297,56 @@ def fit(key, data, K: int, hyper, *, max_iter: int = 200, tol: float = 1e-7, pro
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`): the initialization; `vi_driver.host_seed` (key)
-        seeds the draws from q. data : binary matrix (anything `as_binary` takes)
-    K : int >= 1 latent factors (the seed's D); hyper : SIBMHyper-like; max_iter, tol : sweeps and stopping rule
-    progress : tqdm bar; init_state : start here instead of `init`; init kwargs: see `init`
-    callback : ``callback(t, state)`` after sweep t (0-based; each sweep touches all I J cells), e.g.
-        held-out recall for `validation.evaluation.implicit_eval.sibm_recall_curves`; return value ignored
-    n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
-    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``; a resumed run is
-        bit for bit the uninterrupted one)
+    key : jax.Array or int
+        A JAX PRNG key or an int seed (`base.as_key`): the initialization; `vi_driver.host_seed` (key)
+        seeds the draws from q.
+    data : Observations, scipy.sparse matrix or array_like, shape (I, J)
+        The binary matrix (anything `as_binary` takes).
+    K : int >= 1
+        Latent factors (the seed's D).
+    hyper : SIBMHyper-like
+        Prior means and variances, ``biases``.
+    max_iter : int >= 1, default 200
+        Sweeps at most.
+    tol : float >= 0, default 1e-7
+        Stop when the relative change of the ELBO is below ``tol``.
+    progress : bool, default True
+        Show a tqdm bar.
+    init_state : SIBMState, optional
+        Start here instead of `init`.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per chunk.
+    callback : callable, optional
+        ``callback(t, state)`` after sweep t (0-based; each sweep touches all I J cells), e.g. held-out
+        recall for `validation.evaluation.implicit_eval.sibm_recall_curves`; return value ignored.
+    n_draws : int >= 0, default 100
+        Draws from q in the ``posterior`` group (0: the means of q as one draw).
+    checkpoint : str or path-like, optional
+        A `vi_driver.fit` checkpoint (atomic ``.npz``; a resumed run is bit for bit the uninterrupted one).
+    checkpoint_every : int >= 1, default 10
+        Sweeps between checkpoints.
+    resume : bool, default False
+        Continue from an existing checkpoint.
+    **init_kwargs
+        ``init_mean_sd``, ``init_var``, ``dtype`` of `init`.
 
-    Returns `base.FitResult` (SIBMState, ELBO trace (n_iter + 1,) starting at the initial state,
-    InferenceData with groups posterior (U (user, component), V (item, component), z),
-    variational_parameters and vi_trace; attrs: the layout of `vi_driver.fit`: method, converged, n_iter,
-    seconds, ...).
-    Raises ValueError (inputs), TypeError (key), FloatingPointError (non-finite ELBO).
+    Returns
+    -------
+    base.FitResult
+        The SIBMState, the ELBO trace (n_iter + 1,) starting at the initial state, InferenceData with
+        groups posterior (U (user, component), V (item, component), z), variational_parameters and
+        vi_trace; attrs: the layout of `vi_driver.fit` (method, converged, n_iter, seconds, ...).
+
+    Raises
+    ------
+    ValueError
+        For bad inputs (data, K, hyper, max_iter, tol, n_draws, init values, checkpoint options, a
+        checkpoint that does not match).
+    TypeError
+        For a bad key.
+    FloatingPointError
+        For a non-finite ELBO.
+
     Source: seed 002 sec. 4 ("batch"), eqs. (6)-(8); driver: project addition.
     """
     vi_driver.check_fit_args(max_iter, tol, n_draws)
@@ -277,28 +390,45 @@ _fold_in_jit = jax.jit(_fold_in_impl, static_argnames=("hyper", "chunk_cells"))
 
 def fold_in(state: SIBMState, data: Observations, hyper, *, max_iter: int = 1000, tol: float = 1e-10,
             chunk_cells: int = DEFAULT_CHUNK_CELLS):
-    """q(u_i.) of new users (the rows of ``data``) with q(V) and q(z) of ``state`` held fixed: batch
-    `update_u` sweeps (columns d = 0..K-1, xi re-optimized before each) until the largest change of a
-    sweep is below ``tol`` (a mean's move in units of its new posterior sd, or a precision's relative
-    move). Each row's update reads only that row's cells, so the new users do not move each other.
+    """q(u_i.) of new users (the rows of ``data``) with q(V) and q(z) of ``state`` held fixed.
 
-    With q(V), q(z) fixed, each sweep is a block maximization of the bounded ELBO (7) at optimal xi
-    (8) in the rows' q: the bound never decreases, and at a converged fit a copy of a fitted user
+    Batch `update_u` sweeps (columns d = 0..K-1, xi re-optimized before each) until the largest change
+    of a sweep is below ``tol`` (a mean's move in units of its new posterior sd, or a precision's
+    relative move). Each row's update reads only that row's cells, so the new users do not move each
+    other. With q(V), q(z) fixed, each sweep is a block maximization of the bounded ELBO (7) at optimal
+    xi (8) in the rows' q: the bound never decreases, and at a converged fit a copy of a fitted user
     reaches that user's q (tests/validation/test_fold_in.py).
 
     Parameters
     ----------
-    state : SIBMState with u_prec, u_h (I_new, K) for the new users (any start, e.g. the prior) and
-        v_prec, v_h (J, K), z_prec, z_h, u_fixed, v_fixed of the fit.
-    data : Observations of the new users' ones, shape (I_new, J); every other cell is a zero.
-    hyper : SIBMHyper-like (the fit's priors); max_iter : int >= 1; tol : float >= 0;
-    chunk_cells : cells per row chunk.
+    state : SIBMState
+        u_prec, u_h (I_new, K) for the new users (any start, e.g. the prior) and v_prec, v_h (J, K),
+        z_prec, z_h, u_fixed, v_fixed of the fit.
+    data : Observations
+        The new users' ones, shape (I_new, J); every other cell is a zero.
+    hyper : SIBMHyper-like
+        The fit's priors.
+    max_iter : int >= 1, default 1000
+        Sweeps at most.
+    tol : float >= 0, default 1e-10
+        The stopping threshold on the largest change.
+    chunk_cells : int, default DEFAULT_CHUNK_CELLS
+        Cells per row chunk.
 
-    Returns (SIBMState, n_sweeps int, last_change float): u_prec, u_h updated (the rest unchanged),
-    the sweeps run and the last change (> ``tol`` when ``max_iter`` was reached first).
+    Returns
+    -------
+    state : SIBMState
+        u_prec, u_h updated (the rest unchanged).
+    n_sweeps : int
+        The sweeps run.
+    last_change : float
+        The last change (> ``tol`` when ``max_iter`` was reached first).
 
-    Raises ValueError for a shape mismatch between ``state`` and ``data``, ``max_iter`` < 1, ``tol`` < 0
-    or a bad ``hyper``.
+    Raises
+    ------
+    ValueError
+        For a shape mismatch between ``state`` and ``data``, ``max_iter`` < 1, ``tol`` < 0, a bad
+        ``hyper``, or data that is not binary (`as_binary`).
 
     Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8) (the U updates of batch VB, derived in the
     package docstring); the fold-in itself is a project addition.
