@@ -346,8 +346,9 @@ class HyperGibbs(CustomGibbs):
 
         Parameters
         ----------
-        state : numpyro.infer.hmc_gibbs.HMCGibbsState-like
-            The sampler state NumPyro's ``Gibbs`` passes (NumPyro's ``CustomGibbs`` protocol).
+        state : numpyro.infer.gibbs.CustomGibbsState
+            The block's state (its sites' current values ``z`` and ``rng_key``), as NumPyro's ``Gibbs``
+            passes it.
         model_args : tuple
             The model's positional arguments.
         model_kwargs : dict
@@ -355,8 +356,8 @@ class HyperGibbs(CustomGibbs):
 
         Returns
         -------
-        object
-            ``CustomGibbs.sample``'s new state, with the block's sites redrawn.
+        numpyro.infer.gibbs.CustomGibbsState
+            The new state, with the block's sites redrawn and the key advanced.
 
         Raises
         ------

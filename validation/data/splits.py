@@ -63,31 +63,82 @@ class _IdMaps:
 
     @property
     def n_users(self) -> int:
-        """I, the number of users."""
+        """I, the number of users (an int).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.user_ids.shape[0])
 
     @property
     def n_items(self) -> int:
-        """J, the number of items."""
+        """J, the number of items (an int).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.item_ids.shape[0])
 
     @property
     def shape(self) -> tuple[int, int]:
-        """(I, J)."""
+        """(I, J), a tuple of two ints.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return (self.n_users, self.n_items)
 
     def user_index(self, ids) -> np.ndarray:
-        """Indices ``u`` of original user ids (array_like (M,) -> int64 (M,)).
+        """Indices ``u`` of original user ids.
 
-        Raises `ValueError` for an id that is not in ``user_ids`` (also for an id of
-        the other kind: a string looked up among int64 ids, or the reverse).
+        Parameters
+        ----------
+        ids : array_like, shape (M,)
+            Original user ids (int or str, the kind of ``user_ids``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (M,), int64
+            ``u`` with ``user_ids[u] == ids``.
+
+        Raises
+        ------
+        ValueError
+            An id that is not in ``user_ids`` (also an id of the other kind: a string looked up among
+            int64 ids, or the reverse).
+
+        Source: project addition.
         """
         return _lookup(self.user_ids, ids, "user")
 
     def item_index(self, ids) -> np.ndarray:
-        """Indices ``i`` of original item ids (array_like (M,) -> int64 (M,)).
+        """Indices ``i`` of original item ids.
 
-        Raises `ValueError` for an id that is not in ``item_ids`` (or of the other kind).
+        Parameters
+        ----------
+        ids : array_like, shape (M,)
+            Original item ids (int or str, the kind of ``item_ids``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (M,), int64
+            ``i`` with ``item_ids[i] == ids``.
+
+        Raises
+        ------
+        ValueError
+            An id that is not in ``item_ids`` (or of the other kind).
+
+        Source: project addition.
         """
         return _lookup(self.item_ids, ids, "item")
 
