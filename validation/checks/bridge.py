@@ -61,10 +61,23 @@ HYPER_KWARG = "_bridge_block_hyper"
 
 @dataclass(frozen=True)
 class Block:
-    """One Gibbs block: the program's ``sites`` it owns and ``make(data, hyper) -> gibbs_fn``, the
-    factory of the ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> {site: array}`` that
-    `numpyro.infer.CustomGibbs` calls (built on the sampler's public conditionals).
-    Source: project addition."""
+    """One Gibbs block of a hand-derived sampler.
+
+    Parameters
+    ----------
+    sites : tuple of str
+        The program's latent sites the block owns.
+    make : callable
+        ``make(data, hyper) -> gibbs_fn``, the factory of the ``gibbs_fn(rng_key, gibbs_sites,
+        hmc_sites) -> {site: array}`` that `numpyro.infer.CustomGibbs` calls (built on the sampler's
+        public conditionals; the arrays have the sites' shapes, constrained values).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition.
+    """
 
     sites: tuple
     make: Callable
@@ -72,12 +85,37 @@ class Block:
 
 @dataclass(frozen=True)
 class Problem:
-    """A bridge problem: the NumPyro ``model`` with ``args`` / ``kwargs`` (the data as the program
-    takes it), the sampler-side ``data`` and ``hyper`` the block factories read,
-    ``quantities(idata) -> dict group -> (chain, draw, Q)`` (the groups of the reference),
-    ``reference() -> validation.checks.references.Reference`` (the stored, gated NUTS run of this problem),
-    ``target_accept`` of the hybrid's NUTS block and a one-line ``description``.
-    Source: project addition."""
+    """A bridge problem: the program, its data on both sides, and its stored NUTS reference.
+
+    Parameters
+    ----------
+    model : callable
+        The NumPyro program.
+    args : tuple
+        Its positional arguments (the data as the program takes it).
+    data : object
+        The sampler-side data the block factories read (``Block.make(data, hyper)``).
+    hyper : object
+        The sampler-side hyperparameters (a pytree) the block factories read.
+    quantities : callable
+        ``quantities(idata) -> dict group -> float array (chain, draw, Q)``: identified quantities, the
+        groups of the reference.
+    reference : callable
+        ``reference() -> validation.checks.references.Reference``: the stored, gated NUTS run of this
+        problem.
+    kwargs : mapping, default {}
+        The program's keyword arguments.
+    target_accept : float, default 0.8
+        Target acceptance probability of the hybrid's NUTS block.
+    description : str, default ""
+        One line for reports.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition.
+    """
 
     model: Callable
     args: tuple
@@ -92,15 +130,36 @@ class Problem:
 
 @dataclass(frozen=True)
 class BridgeSpec:
-    """What a model declares: ``problem()`` -> `Problem`; ``blocks``: block name -> `Block` (every
-    Gibbs block of the sampler); ``default``: the block the default test suite runs; ``wrong_hyper``:
-    hyper -> a perturbed hyperparameter set given to one block to show that a wrong conditional
-    is caught (None: none declared); ``wrong_block``: the block it is given to; ``num_warmup``,
-    ``num_samples``: the hybrid run's length per chain (a hybrid mixes more slowly than full NUTS:
-    its NUTS block adapts to a conditional that moves with every Gibbs draw, and the Gibbs block
-    alternates with NUTS on strongly coupled sites); ``model``: the model's name in results and reports
-    (`validation.models.catalog.bridge` fills it in).
-    Source: project addition."""
+    """What a model declares for the bridge: its problem and its Gibbs blocks.
+
+    Parameters
+    ----------
+    problem : callable
+        ``problem() -> Problem``.
+    blocks : mapping str -> Block
+        Block name -> `Block`, every Gibbs block of the sampler.
+    default : str
+        The block the default test suite runs.
+    wrong_hyper : callable, optional
+        ``wrong_hyper(hyper) -> hyper``: a perturbed hyperparameter set given to one block to show that
+        a wrong conditional is caught (None: none declared).
+    wrong_block : str, optional
+        The block ``wrong_hyper`` is given to.
+    num_warmup : int, default 1000
+        Warmup of the hybrid run per chain.
+    num_samples : int, default 4000
+        Kept draws of the hybrid run per chain (a hybrid mixes more slowly than full NUTS: its NUTS
+        block adapts to a conditional that moves with every Gibbs draw, and the Gibbs block alternates
+        with NUTS on strongly coupled sites).
+    model : str, default ""
+        The model's name in results and reports (`validation.models.catalog.bridge` fills it in).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; `block` checks names when used).
+
+    Source: project addition.
+    """
 
     problem: Callable
     blocks: Mapping[str, Block]
@@ -112,8 +171,25 @@ class BridgeSpec:
     model: str = ""
 
     def block(self, name: str) -> tuple[str, Block]:
-        """(block name, `Block`) for a block name or a site owned by exactly one block.
-        Raises ValueError for anything else."""
+        """The block named ``name``, or the one block owning the site ``name``.
+
+        Parameters
+        ----------
+        name : str
+            A block name or a site owned by exactly one block.
+
+        Returns
+        -------
+        tuple (str, Block)
+            The block's name and the `Block`.
+
+        Raises
+        ------
+        ValueError
+            ``name`` is neither a block nor a site of exactly one block (the message lists the blocks).
+
+        Source: project addition.
+        """
         if name in self.blocks:
             return name, self.blocks[name]
         owners = [b for b, blk in self.blocks.items() if name in blk.sites]
@@ -125,11 +201,36 @@ class BridgeSpec:
 
 @dataclass(frozen=True)
 class BridgeResult:
-    """One hybrid run against its reference: ``model``, ``block``, ``sites``; ``verdict``
-    (`validation.checks.crosscheck.Verdict`: "pass" / "fail" / "inconclusive"; its ``table`` has one row per
-    group with ``max_z`` and the Bonferroni ``threshold``); ``quantities`` (group -> hybrid draws
-    (chain, draw, Q)); ``idata`` (the hybrid's InferenceData); ``reference``; ``seconds`` (hybrid
-    run); ``settings`` (chains, warmup, draws, seed, block_hyper)."""
+    """One hybrid run against its reference (made by `run`).
+
+    Parameters
+    ----------
+    model : str
+        The model's name.
+    block : str
+        The block's name.
+    sites : tuple of str
+        The block's sites.
+    verdict : validation.checks.crosscheck.Verdict
+        "pass" / "fail" / "inconclusive"; its ``table`` has one row per group with ``max_z`` and the
+        Bonferroni ``threshold``.
+    quantities : dict group name -> numpy.ndarray, shape (chain, draw, Q)
+        The hybrid's draws of the identified quantities.
+    idata : arviz.InferenceData
+        The hybrid's draws.
+    reference : validation.checks.references.Reference
+        The stored NUTS reference compared against.
+    seconds : float
+        Wall-clock seconds of the hybrid run.
+    settings : dict
+        chains, warmup, draws, seed, block_hyper, divergences (of the NUTS block, or None), problem.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (validation level 2).
+    """
 
     model: str
     block: str
@@ -143,7 +244,14 @@ class BridgeResult:
 
     @property
     def max_z(self) -> float:
-        """The largest |difference of means| / MCSE over every compared quantity."""
+        """The largest |difference of means| / MCSE over every compared quantity (a float).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return float(self.verdict.table.max_z.max())
 
 
@@ -162,20 +270,46 @@ def _is_float_leaf(x) -> bool:
 
 @dataclass(frozen=True)
 class TracedBlock:
-    """A block's conditional given as its factory, for `run_hybrid`: ``make(data, hyper) -> gibbs_fn``
-    (a `Block`'s ``make``), the sampler-side ``data`` and the ``hyper`` the conditional is given.
+    """A block's conditional given as its factory, for `run_hybrid`.
+
     `run_hybrid` passes the floating-point leaves of ``hyper`` to the chains as a traced input
     (`HyperGibbs`), so runs that differ only in them share one compiled program.
-    Source: project addition."""
+
+    Parameters
+    ----------
+    make : callable
+        ``make(data, hyper) -> gibbs_fn`` (a `Block`'s ``make``).
+    data : object
+        The sampler-side data.
+    hyper : object
+        The hyperparameters (a pytree) the conditional is given.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition.
+    """
 
     make: Callable
     data: object
     hyper: object
 
     def split(self):
-        """(static part, traced part): the static part is (treedef, leaves with None at the floating
-        leaves); the traced part the floating leaves as float64 arrays (a tuple). Raises nothing of its own.
-        Source: project addition."""
+        """Split ``hyper`` into its static part and its traced (floating-point) part.
+
+        Returns
+        -------
+        tuple (tuple, tuple)
+            ``(static, traced)``: ``static`` is (treedef, leaves with None at the floating leaves);
+            ``traced`` the floating leaves as float64 jax arrays (a tuple, in leaf order).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         leaves, treedef = jax.tree_util.tree_flatten(self.hyper)
         traced = tuple(jnp.asarray(x, jnp.float64) for x in leaves if _is_float_leaf(x))
         static = tuple(None if _is_float_leaf(x) else x for x in leaves)
@@ -185,10 +319,23 @@ class TracedBlock:
 class HyperGibbs(CustomGibbs):
     """`numpyro.infer.CustomGibbs` whose conditional is built inside the trace from ``make(data, hyper)``,
     the floating-point leaves of ``hyper`` read from the model keyword `HYPER_KWARG` (a traced input
-    of the chain program, not constants folded into it). ``static``: the first part of
-    `TracedBlock.split`. Constructed by `run_hybrid`. Raises nothing of its own (``sample`` raises
-    NumPyro's ValueError when the conditional returns other sites).
-    Source: project addition (NumPyro's ``CustomGibbs``)."""
+    of the chain program, not constants folded into it). Constructed by `run_hybrid`.
+
+    Parameters
+    ----------
+    make : callable
+        ``make(data, hyper) -> gibbs_fn`` (a `Block`'s ``make``).
+    data : object
+        The sampler-side data given to ``make``.
+    static : tuple
+        The first part of `TracedBlock.split`: (treedef, leaves with None at the floating leaves).
+
+    Raises
+    ------
+    None of its own (``sample`` raises NumPyro's ValueError when the conditional returns other sites).
+
+    Source: project addition (NumPyro's ``CustomGibbs``).
+    """
 
     def __init__(self, make: Callable, data, static):
         super().__init__(make)  # the callable is not called as such: `sample` builds the conditional
@@ -196,7 +343,31 @@ class HyperGibbs(CustomGibbs):
 
     def sample(self, state, model_args, model_kwargs):
         """One draw of the block from ``make(data, hyper)`` with ``hyper`` rebuilt from `HYPER_KWARG`.
-        Raises NumPyro's ValueError when the conditional returns other sites. Source: project addition."""
+
+        Parameters
+        ----------
+        state : numpyro.infer.gibbs.CustomGibbsState
+            The block's state (its sites' current values ``z`` and ``rng_key``), as NumPyro's ``Gibbs``
+            passes it.
+        model_args : tuple
+            The model's positional arguments.
+        model_kwargs : dict
+            The model's keywords; ``model_kwargs[HYPER_KWARG]`` holds the traced floating leaves.
+
+        Returns
+        -------
+        numpyro.infer.gibbs.CustomGibbsState
+            The new state, with the block's sites redrawn and the key advanced.
+
+        Raises
+        ------
+        ValueError
+            NumPyro's, when the conditional returns other sites.
+        KeyError
+            ``model_kwargs`` lacks `HYPER_KWARG`.
+
+        Source: project addition.
+        """
         treedef, leaves = self._static
         traced = iter(model_kwargs[HYPER_KWARG])
         hyper = jax.tree_util.tree_unflatten(treedef, [next(traced) if x is None else x for x in leaves])
@@ -236,17 +407,54 @@ def run_hybrid(model, model_args: tuple, sites, gibbs_fn, *, model_kwargs=None, 
                label: str | None = None, divergences: bool = False):
     """NumPyro MCMC with ``sites`` drawn by ``gibbs_fn`` (`CustomGibbs`) and NUTS on every other site.
 
-    ``model(*model_args, **model_kwargs)``: the NumPyro program; ``sites``: the block's site names;
-    ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` -> dict site -> new value (constrained), or a
-    `TracedBlock` (the conditional's factory, data and hyperparameters: the hyperparameters become a
-    traced input of the chain program, `HyperGibbs`, so that runs differing only in them compile
-    once); numpy arrays among ``model_args`` become float64 / int64 jax arrays inside the run. The
-    program's arguments are bound into the model (constants of the program, as before). Chains run
-    in parallel when JAX has enough devices, else one after the other (NumPyro's ``Gibbs`` does
-    not vectorize chains); float64. With ``divergences`` the
-    NUTS block's divergent transitions are recorded (``idata.attrs["divergences"]``, None when
-    NumPyro does not expose them). Returns the InferenceData (posterior (chain, draw, ...)).
-    Raises ValueError (NumPyro's) when ``sites`` are not latent sites of the program.
+    The block's conditional is a ``gibbs_fn`` or a `TracedBlock` (the conditional's factory, data and
+    hyperparameters: the hyperparameters become a traced input of the chain program, `HyperGibbs`, so
+    that runs differing only in them compile once). The program's arguments are bound into the model
+    (constants of the program, as before). Chains run in parallel when JAX has enough devices, else one
+    after the other (NumPyro's ``Gibbs`` does not vectorize chains); float64.
+
+    Parameters
+    ----------
+    model : callable
+        The NumPyro program, called ``model(*model_args, **model_kwargs)``.
+    model_args : tuple
+        Its positional arguments (numpy arrays among them become float64 / int64 jax arrays inside the
+        run).
+    sites : str or sequence of str
+        The block's site names.
+    gibbs_fn : callable or TracedBlock
+        ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> dict site -> new value`` (constrained), or a
+        `TracedBlock`.
+    model_kwargs : mapping, optional
+        The program's keyword arguments (keyword-only, like the rest).
+    seed : int, default 0
+        Seed of the run's ``jax.random.PRNGKey``.
+    num_chains : int, default 4
+        Number of chains.
+    num_warmup : int, default 500
+        Warmup per chain.
+    num_samples : int, default 1000
+        Kept draws per chain.
+    target_accept : float, default 0.8
+        Target acceptance probability of the NUTS block.
+    progress : bool, default False
+        Show NumPyro's progress bar.
+    label : str, optional
+        ``idata.attrs["method"]`` (default ``"gibbs[SITES]+nuts"``).
+    divergences : bool, default False
+        Record the NUTS block's divergent transitions in ``idata.attrs["divergences"]`` (an int, or
+        None when NumPyro does not expose them).
+
+    Returns
+    -------
+    arviz.InferenceData
+        Posterior draws (chain, draw, *site shape) of every latent site.
+
+    Raises
+    ------
+    ValueError
+        NumPyro's, when ``sites`` are not latent sites of the program.
+
     Source: project addition (validation level 2: one Gibbs block beside NUTS).
     """
     from numpyro.infer import MCMC, NUTS, Gibbs
@@ -281,8 +489,7 @@ def compare(quantities: dict, reference, *, divergences: int | None = 0, gate_di
             false_alarm: float = 0.01) -> xc.Verdict:
     """The hybrid's quantities against a NUTS reference within Monte Carlo error.
 
-    ``quantities``: group -> hybrid draws (chain, draw, Q) (groups of the reference); ``reference``: a
-    `validation.checks.references.Reference`. Gates (`validation.checks.crosscheck.combined_gates`): the
+    Gates (`validation.checks.crosscheck.combined_gates`): the
     reference's (R-hat, ESS, divergences, E-BFMI: the ground truth) and the hybrid's R-hat / ESS, as
     `validation.checks.crosscheck.exact_gates` gates an exact sampler (its MCSEs mean something only if it
     mixes). The divergent transitions of the hybrid's NUTS block (``divergences``) are reported by
@@ -290,7 +497,32 @@ def compare(quantities: dict, reference, *, divergences: int | None = 0, gate_di
     conditional that moves with every Gibbs draw, and a few divergences in 4 x 4000 transitions
     were measured on blocks whose means agree (module docstring). Verdict of
     `validation.checks.crosscheck.compare_exact` (Bonferroni per group, ``false_alarm`` per group).
-    Raises KeyError when the reference lacks a group, ValueError when draws are not 3-D.
+
+    Parameters
+    ----------
+    quantities : dict group name -> array (chain, draw, Q)
+        The hybrid's draws (groups of the reference).
+    reference : validation.checks.references.Reference
+        The stored, gated NUTS reference.
+    divergences : int or None, default 0
+        Divergent transitions of the hybrid's NUTS block (keyword-only, like the rest).
+    gate_divergences : bool, default False
+        Gate on ``divergences`` (any divergence then fails the hybrid's gates).
+    false_alarm : float, default 0.01
+        False-alarm probability per group.
+
+    Returns
+    -------
+    validation.checks.crosscheck.Verdict
+        "pass" / "fail" / "inconclusive", one table row per group.
+
+    Raises
+    ------
+    KeyError
+        The reference lacks a group.
+    ValueError
+        Draws that are not 3-D.
+
     Source: project addition (validation level 2).
     """
     nq = {g: reference.summary[g] for g in quantities}
@@ -305,13 +537,37 @@ def run(spec: BridgeSpec, site: str | None = None, *, block_hyper=None, seed: in
         progress: bool = False) -> BridgeResult:
     """Run one block of a sampler as ``CustomGibbs`` beside NUTS and compare with its stored NUTS reference.
 
-    ``spec``: the model's `BridgeSpec` (the project's: ``validation.models.catalog.bridge(name)`` for
-    "hpf", "sbmf", "bpmf", "mcmc-fm", "npfm", "ppfm"); ``site``: a block name or a site owned by one block (default the spec's ``default``);
-    ``block_hyper``: the hyperparameters the block's conditional is given (default the problem's:
-    pass another to simulate a wrong conditional); ``problem``: default the spec's; ``num_warmup``,
-    ``num_samples``: per chain, default the spec's (1000 and 4000 unless it says otherwise). Returns a
-    `BridgeResult`. Raises ValueError for an unknown block, and
-    ValueError when no stored reference matches the problem.
+    Parameters
+    ----------
+    spec : BridgeSpec
+        The model's declaration (the project's: ``validation.models.catalog.bridge(name)`` for "hpf",
+        "sbmf", "bpmf", "mcmc-fm", "npfm", "ppfm").
+    site : str, optional
+        A block name or a site owned by one block (default the spec's ``default``).
+    block_hyper : object, optional
+        The hyperparameters the block's conditional is given (default the problem's: pass another to
+        simulate a wrong conditional). Keyword-only, like the rest.
+    seed : int, default 1
+        Seed of the hybrid run.
+    num_chains : int, default 4
+        Number of chains.
+    num_warmup, num_samples : int, optional
+        Per chain, default the spec's (1000 and 4000 unless it says otherwise).
+    problem : Problem, optional
+        Default ``spec.problem()``.
+    progress : bool, default False
+        Show NumPyro's progress bar.
+
+    Returns
+    -------
+    BridgeResult
+        The hybrid's draws, its verdict against the stored reference and the run's settings.
+
+    Raises
+    ------
+    ValueError
+        An unknown block or site (`BridgeSpec.block`); no stored reference matches the problem.
+
     Source: project addition (validation level 2).
     """
     name, block = spec.block(site or spec.default)
@@ -334,16 +590,52 @@ def run(spec: BridgeSpec, site: str | None = None, *, block_hyper=None, seed: in
 
 
 def run_all(spec: BridgeSpec, **kwargs) -> list[BridgeResult]:
-    """`run` for every block of the sampler declared by ``spec`` (kwargs go to `run`). Raises what `run`
-    raises. Source: project addition."""
+    """`run` for every block of the sampler declared by ``spec``, on one problem.
+
+    Parameters
+    ----------
+    spec : BridgeSpec
+        The model's declaration.
+    **kwargs
+        Keywords of `run` (``problem`` is built once, default ``spec.problem()``).
+
+    Returns
+    -------
+    list of BridgeResult
+        One per block, in the order of ``spec.blocks``.
+
+    Raises
+    ------
+    ValueError
+        As `run` (no stored reference matches the problem).
+
+    Source: project addition.
+    """
     problem = kwargs.pop("problem", None) or spec.problem()
     return [run(spec, b, problem=problem, **kwargs) for b in spec.blocks]
 
 
 def agreement_table(results) -> pd.DataFrame:
-    """One row per `BridgeResult`: model, block, sites, status, max_z (over all groups), the smallest
-    Bonferroni threshold, chains, draws, hybrid_divergences, gates_passed, failures, seconds. Raises nothing of its own.
-    Source: project addition."""
+    """The bridge's summary table.
+
+    Parameters
+    ----------
+    results : iterable of BridgeResult
+        The runs to list.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per result: model, block, sites, status, max_z (over all groups), threshold (the
+        smallest Bonferroni threshold), chains, draws, hybrid_divergences, gates_passed, failures,
+        seconds.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     rows = []
     for r in results:
         v = r.verdict

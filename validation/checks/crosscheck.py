@@ -65,7 +65,25 @@ __all__ = [
 
 @dataclass(frozen=True)
 class NutsRun:
-    """A finished NUTS run: the InferenceData plus what the gates need."""
+    """A finished NUTS run: the InferenceData plus what the gates need (made by `run_nuts`).
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Posterior draws (chain, draw, *site shape) of every latent site, with ``sample_stats``.
+    divergences : int
+        Divergent transitions after warmup, all chains.
+    bfmi : numpy.ndarray, shape (chain,), float64
+        E-BFMI of each chain.
+    seconds : float
+        Wall-clock seconds of the run (compilation included).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (validation level 2: the NUTS reference).
+    """
 
     idata: "arviz_io.InferenceData"
     divergences: int
@@ -89,10 +107,38 @@ def run_nuts(
     Chains run in parallel when JAX has enough host devices (the CLI sets
     ``--xla_force_host_platform_device_count``), otherwise vectorized in one program.
     The run is in float64 (``jax.enable_x64``).
-    ``args`` / ``kwargs``: the model's arguments (arrays as the model expects them, e.g. int32
-    (N,) indices and float64 (N,) values). Returns a `NutsRun`: ``idata`` (posterior draws
-    (chain, draw, ...)), ``divergences`` (int), ``bfmi`` (float64 (chain,)), ``seconds``.
-    Raises nothing of its own; errors of the model or of NumPyro propagate.
+
+    Parameters
+    ----------
+    model : callable
+        The NumPyro program.
+    *args
+        The model's positional arguments (arrays as the model expects them, e.g. int32 (N,)
+        indices and float64 (N,) values).
+    seed : int, default 0
+        Seed of ``jax.random.PRNGKey`` for the run.
+    num_chains : int, default 4
+        Number of chains.
+    num_warmup, num_samples : int, default 1000
+        Warmup (adaptation) and kept draws per chain.
+    target_accept : float, default 0.8
+        NUTS target acceptance probability.
+    progress : bool, default True
+        Show NumPyro's progress bar.
+    **kwargs
+        The model's keyword arguments.
+
+    Returns
+    -------
+    NutsRun
+        ``idata`` (posterior draws (chain, draw, ...)), ``divergences`` (int), ``bfmi``
+        (float64 (chain,)), ``seconds`` (float).
+
+    Raises
+    ------
+    None of its own
+        Errors of the model or of NumPyro propagate.
+
     Source: project addition (validation level 2: the NUTS reference).
     """
     import time
@@ -139,6 +185,19 @@ class VIThresholds:
     be at least 0.99. Both are far above the Monte Carlo error of the NUTS means
     (ESS >= 400 gives an error of at most 0.05 sd). The sd ratio and interval
     coverage are reported, not gated: mean-field VI is known to be too narrow.
+
+    Parameters
+    ----------
+    max_median_std_error : float, default 0.5
+        Largest median standardized error |m_VI - m_NUTS| / sd_NUTS of a group.
+    min_log_mean_corr : float, default 0.99
+        Smallest correlation of log posterior means of a group (gated only for Q >= 3).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (validation level 2).
     """
 
     max_median_std_error: float = 0.5
@@ -147,7 +206,25 @@ class VIThresholds:
 
 @dataclass(frozen=True)
 class Verdict:
-    """``status`` is "pass", "fail" or "inconclusive" (NUTS gates failed)."""
+    """The verdict of a comparison (`compare_vi`, `compare_exact`).
+
+    Parameters
+    ----------
+    status : str
+        "pass", "fail" or "inconclusive" (the gates failed).
+    reasons : list of str
+        Why it failed or is inconclusive, in words; empty on "pass".
+    table : pandas.DataFrame
+        One row per group of quantities (columns: see `compare_vi` / `compare_exact`).
+    gates : GateResult
+        The gates the verdict used.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; ``status`` is not checked).
+
+    Source: project addition (validation level 2).
+    """
 
     status: str
     reasons: list[str]
@@ -161,15 +238,27 @@ def vi_gap(nuts, vi, name: str, names=None) -> pd.DataFrame:
 
     Parameters
     ----------
-    nuts : array (chain, draw, Q) or `validation.checks.gates.QuantitySummary` (a stored reference)
-    vi : array (chain, draw, Q), draws from q
-    name : group name; ``names`` (Q,) optional labels of the scalars (default ``name[q]``)
+    nuts : array_like, shape (chain, draw, Q), or validation.checks.gates.QuantitySummary
+        NUTS draws of the group, or the summaries of a stored reference.
+    vi : array_like, shape (chain, draw, Q)
+        Draws from q of the same Q scalars (cast to float64).
+    name : str
+        The group name.
+    names : sequence of str, length Q, optional
+        Labels of the scalars (default ``name[q]``).
 
     Returns
     -------
-    DataFrame, one row per scalar: quantity, nuts_mean, vi_mean, nuts_sd, vi_sd, std_error
-    (|m_VI - m_NUTS| / sd_NUTS), sd_ratio (sd_VI / sd_NUTS), nuts_mean_in_vi90 (the NUTS mean
-    inside the VI central 90% interval). Raises ValueError when draws are not 3-D.
+    pandas.DataFrame
+        One row per scalar: quantity, nuts_mean, vi_mean, nuts_sd, vi_sd, std_error
+        (|m_VI - m_NUTS| / sd_NUTS), sd_ratio (sd_VI / sd_NUTS), nuts_mean_in_vi90 (the NUTS mean
+        inside the VI central 90% interval; bool).
+
+    Raises
+    ------
+    ValueError
+        ``vi`` or the ``nuts`` draws are not 3-D.
+
     Source: project addition (validation level 2: VI solvers report their gap).
     """
     s = summarize(nuts)
@@ -199,15 +288,29 @@ def compare_vi(
     nuts : dict group name -> array (chain, draw, Q) or `validation.checks.gates.QuantitySummary`
         Draws (or the stored summaries) of the same Q positive scalar quantities (e.g. expected
         rates) under NUTS.
-    vi : dict group name -> array (chain, draw, Q), draws from q.
-    gates : GateResult of the NUTS run on the same quantities.
+    vi : dict group name -> array (chain, draw, Q)
+        Draws from q, at least the groups of ``nuts``.
+    gates : GateResult
+        The gates of the NUTS run on the same quantities; failed gates make the verdict
+        "inconclusive".
+    thresholds : VIThresholds, default VIThresholds()
+        The agreement thresholds.
 
     Returns
     -------
-    Verdict; its table has one row per group with columns Q, corr_log_mean (NaN and not gated for a
-    group of fewer than three quantities: a ranking of one or two is no evidence), median_rel_error, median_std_error, p90_std_error, median_sd_ratio,
-    coverage90 (fraction of NUTS means inside the VI central 90% interval), each a summary
-    of the group's `vi_gap` table. Raises ValueError on draws that are not 3-D.
+    Verdict
+        Its table has one row per group with columns quantity, Q, corr_log_mean (NaN and not gated
+        for a group of fewer than three quantities: a ranking of one or two is no evidence),
+        median_rel_error, median_std_error, p90_std_error, median_sd_ratio, coverage90 (fraction of
+        NUTS means inside the VI central 90% interval), each a summary of the group's `vi_gap` table.
+
+    Raises
+    ------
+    ValueError
+        Draws that are not 3-D (`vi_gap`).
+    KeyError
+        ``vi`` lacks a group of ``nuts``.
+
     Source: project addition (validation level 2).
     """
     rows = []
@@ -248,8 +351,6 @@ def compare_exact(
 ) -> Verdict:
     """Two exact samplers must agree within Monte Carlo error.
 
-    ``a``, ``b``: dict group -> draws (chain, draw, Q) or `validation.checks.gates.QuantitySummary`
-    (a stored reference keeps the ArviZ summaries of its full draws).
     For each of the Q quantities of a group, z_q = |mean_a - mean_b| / sqrt(mcse_a^2 + mcse_b^2)
     with ESS-based MCSEs from ArviZ; under agreement each z_q is approximately |N(0, 1)|.
     The group fails if max_q z_q exceeds the Bonferroni threshold
@@ -257,8 +358,33 @@ def compare_exact(
     most ``false_alarm`` whatever the correlation between quantities (expected rates of
     one user are strongly correlated, which rules out tests that assume independence).
     For Q = 300 and false_alarm = 0.01 the threshold is 3.9 MCSE. The number of z_q above
-    3, and the median ratio of posterior sds, are reported. Raises ValueError on draws that
-    are not 3-D. Source: project addition (validation level 2).
+    3, and the median ratio of posterior sds, are reported.
+
+    Parameters
+    ----------
+    a : dict group name -> array (chain, draw, Q) or validation.checks.gates.QuantitySummary
+        Draws of the first sampler (a stored reference keeps the ArviZ summaries of its full draws).
+    b : dict group name -> array (chain, draw, Q) or validation.checks.gates.QuantitySummary
+        The same for the second sampler, at least the groups of ``a``.
+    gates : GateResult
+        The gates of both runs (`combined_gates`); failed gates make the verdict "inconclusive".
+    false_alarm : float, default 0.01
+        Probability of a false alarm per group (keyword-only).
+
+    Returns
+    -------
+    Verdict
+        Its table has one row per group: quantity, Q, max_z, threshold, n_z_above_3,
+        median_sd_ratio (sd_a / sd_b).
+
+    Raises
+    ------
+    ValueError
+        Draws that are not 3-D (`validation.checks.gates.summarize`).
+    KeyError
+        ``b`` lacks a group of ``a``.
+
+    Source: project addition (validation level 2).
     """
     rows = []
     reasons = []
@@ -289,8 +415,28 @@ def compare_exact(
 def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: str = "Gibbs") -> GateResult:
     """The gates of an exact-vs-exact cross-check: NUTS's and the solver's (R-hat/ESS on its draws:
     its MCSEs are meaningful only if it mixes); either failing makes `compare_exact` inconclusive.
+
+    Parameters
+    ----------
+    nuts_gate : GateResult
+        The NUTS run's gates (with its divergences and E-BFMI).
+    solver_gate : GateResult
+        The exact solver's gates (R-hat / ESS on its draws).
+    solver_name : str, default "Gibbs"
+        Prefix of the solver's failures; its lower case labels the solver's rows (column ``method``).
+
+    Returns
+    -------
+    GateResult
+        Passed when both passed; the failures prefixed "NUTS " / ``solver_name``; both tables
+        stacked with a ``method`` column; NUTS's divergences and E-BFMI; the fewer chains.
+
+    Raises
+    ------
+    None of its own.
+
     Source: project addition.
-    Raises nothing of its own."""
+    """
     return GateResult(
         passed=nuts_gate.passed and solver_gate.passed,
         failures=[f"NUTS {f}" for f in nuts_gate.failures] + [f"{solver_name} {f}" for f in solver_gate.failures],
@@ -305,17 +451,59 @@ def combined_gates(nuts_gate: GateResult, solver_gate: GateResult, solver_name: 
 def exact_gates(nuts_quantities, solver_quantities, *, divergences, bfmi, solver_name: str = "Gibbs") -> GateResult:
     """`combined_gates` of `gates.nuts_gates` on the NUTS draws or summaries (with NUTS's divergences
     and E-BFMI) and on the exact solver's draws (R-hat / ESS only), for `compare_exact`.
+
+    Parameters
+    ----------
+    nuts_quantities : dict group name -> array (chain, draw, Q) or validation.checks.gates.QuantitySummary
+        The NUTS side.
+    solver_quantities : dict group name -> array (chain, draw, Q) or validation.checks.gates.QuantitySummary
+        The exact solver's side.
+    divergences : int
+        NUTS's divergent transitions (keyword-only).
+    bfmi : numpy.ndarray, shape (chain,), float64
+        NUTS's E-BFMI per chain (keyword-only).
+    solver_name : str, default "Gibbs"
+        Label of the solver in the failures and the table.
+
+    Returns
+    -------
+    GateResult
+        The `combined_gates` of both.
+
+    Raises
+    ------
+    ValueError
+        Draws that are not (chain, draw, Q), or an empty dict.
+
     Source: project addition.
-    ``nuts_quantities`` / ``solver_quantities``: dict group -> draws (chain, draw, Q) or
-    `validation.checks.gates.QuantitySummary`; ``bfmi``: float64 (chain,).
-    Raises ValueError when draws are not (chain, draw, Q) or a dict is empty."""
+    """
     return combined_gates(nuts_gates(nuts_quantities, divergences=divergences, bfmi=bfmi),
                           nuts_gates(solver_quantities, divergences=0, bfmi=np.array([])), solver_name)
 
 
 def gibbs_line(config, seconds: float) -> str:
-    """The report line of an exact sampler's run from a config's ``gibbs_chains``, ``gibbs_warmup``,
-    ``gibbs_samples``, ``gibbs_thin``. Raises AttributeError when one is missing. Source: project addition."""
+    """The report line of an exact sampler's run.
+
+    Parameters
+    ----------
+    config : object
+        A config with attributes ``gibbs_chains``, ``gibbs_warmup``, ``gibbs_samples``,
+        ``gibbs_thin`` (ints).
+    seconds : float
+        Wall-clock seconds of the run.
+
+    Returns
+    -------
+    str
+        E.g. ``"4 chains x (500 warmup + 1000 x 2 sweeps), 12.3 s"``.
+
+    Raises
+    ------
+    AttributeError
+        ``config`` lacks one of the four attributes.
+
+    Source: project addition.
+    """
     c = config
     return (f"{c.gibbs_chains} chains x ({c.gibbs_warmup} warmup + {c.gibbs_samples} x {c.gibbs_thin} sweeps), "
             f"{seconds:.1f} s")
@@ -323,7 +511,26 @@ def gibbs_line(config, seconds: float) -> str:
 
 def best_restart(fits: list, scores) -> tuple[object, list[float]]:
     """The fit with the highest score (final ELBO) among VI restarts, and the scores as floats.
-    Raises ValueError on an empty list. Source: project addition (coordinate ascent finds local optima)."""
+
+    Parameters
+    ----------
+    fits : list
+        The restarts' fits (any objects).
+    scores : iterable of float
+        One score per fit (e.g. the final ELBO), higher is better.
+
+    Returns
+    -------
+    tuple (object, list of float)
+        The fit of the highest score (the first on ties) and the scores as Python floats.
+
+    Raises
+    ------
+    ValueError
+        ``fits`` is empty.
+
+    Source: project addition (coordinate ascent finds local optima).
+    """
     scores = [float(s) for s in scores]
     if not fits:
         raise ValueError("best_restart: no fits")
@@ -334,19 +541,45 @@ def best_restart(fits: list, scores) -> tuple[object, list[float]]:
 class CrosscheckResult:
     """What every model's ``run_crosscheck`` returns (a solver against gated NUTS).
 
-    ``model``: the model's short name ("hpf", "sbmf", ...); ``solver``: a label for reports
-    ("HPF CAVI (q)", "SBMF Gibbs", ...); ``method``: "vi" (verdict from `compare_vi`: VI gap)
-    or "exact" (`compare_exact`: agreement within Monte Carlo error). ``verdict.gates`` are the
-    gates the verdict used (for "exact": NUTS's and the solver's, see `combined_gates`), also
-    available as ``gates``. The quantity dicts map a group name to draws (chain, draw, Q) of
-    identifiable quantities. ``settings``: name -> one human-readable line (data, NUTS run,
-    solver run), listed by the report. ``extra``: model-specific items; by convention
-    DataFrames under ``update_table`` (level-1 checks: stationarity or Gibbs conditionals),
-    ``dense_table`` (sparse vs dense brute force) and other ``*_table`` keys are written into
-    the report as tables, ``elbo`` (the kept VI run's trace) as a curve, ``khat`` (a
-    `validation.checks.vi_evidence.KhatResult`, from `vi_crosscheck`'s ``khat_problem``) and ``vsbc`` (a
-    `validation.checks.vi_evidence.VSBCResult`) in the report's "VI evidence" section; anything else (the
-    simulated data, run objects) is kept for notebooks and tests.
+    Parameters
+    ----------
+    model : str
+        The model's short name ("hpf", "sbmf", ...).
+    solver : str
+        A label for reports ("HPF CAVI (q)", "SBMF Gibbs", ...).
+    method : {"vi", "exact"}
+        "vi" (verdict from `compare_vi`: VI gap) or "exact" (`compare_exact`: agreement within
+        Monte Carlo error).
+    verdict : Verdict
+        ``verdict.gates`` are the gates the verdict used (for "exact": NUTS's and the solver's, see
+        `combined_gates`), also available as ``gates``.
+    solver_quantities, nuts_quantities : dict group name -> array (chain, draw, Q)
+        Draws of identifiable quantities, from the solver and from NUTS.
+    solver_seconds, nuts_seconds : float
+        Wall-clock seconds of each run.
+    config : object, optional
+        The model's cross-check config.
+    settings : dict str -> str, default {}
+        Name -> one human-readable line (data, NUTS run, solver run), listed by the report.
+    extra : dict, default {}
+        Model-specific items; by convention DataFrames under ``update_table`` (level-1 checks:
+        stationarity or Gibbs conditionals), ``dense_table`` (sparse vs dense brute force) and other
+        ``*_table`` keys are written into the report as tables, ``elbo`` (the kept VI run's trace) as a
+        curve, ``khat`` (a `validation.checks.vi_evidence.KhatResult`, from `vi_crosscheck`'s
+        ``khat_problem``) and ``vsbc`` (a `validation.checks.vi_evidence.VSBCResult`) in the report's
+        "VI evidence" section; anything else (the simulated data, run objects) is kept for notebooks
+        and tests.
+    solver_idata, nuts_idata : arviz.InferenceData, optional
+        The runs' draws, when kept.
+    reference : validation.checks.references.Reference, optional
+        The NUTS reference compared against.
+
+    Raises
+    ------
+    ValueError
+        ``method`` is not "vi" or "exact".
+
+    Source: project addition (validation level 2).
     """
 
     model: str
@@ -370,11 +603,27 @@ class CrosscheckResult:
 
     @property
     def gates(self) -> GateResult:
+        """The gates the verdict used (``verdict.gates``), a `validation.checks.gates.GateResult`.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.verdict.gates
 
     @property
     def exit_status(self) -> int:
-        """The CLI's exit status: 0 pass, 1 fail, 3 inconclusive (NUTS failed its gates)."""
+        """The CLI's exit status (an int): 0 pass, 1 fail, 3 inconclusive (NUTS failed its gates).
+
+        Raises
+        ------
+        KeyError
+            ``verdict.status`` is none of "pass", "fail", "inconclusive".
+
+        Source: project addition.
+        """
         return {"pass": 0, "fail": 1, "inconclusive": 3}[self.verdict.status]
 
 
@@ -390,9 +639,43 @@ def exact_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantiti
     Both sides are gated (`exact_gates`: NUTS on the reference's summaries with its divergences and
     E-BFMI, the solver on its own draws), and every group of ``solver_quantities`` (dict group ->
     draws (chain, draw, Q)) is compared with the reference's summaries by `compare_exact`
-    (Bonferroni, 1% false alarm per group). ``settings``: the model's lines (data, solver run); the
-    NUTS line comes from the reference. Returns a `CrosscheckResult` (method "exact").
-    Raises KeyError when the reference lacks a compared group.
+    (Bonferroni, 1% false alarm per group). All parameters are keyword-only.
+
+    Parameters
+    ----------
+    model : str
+        The model's short name.
+    solver : str
+        The solver's label for reports.
+    ref : validation.checks.references.Reference
+        The NUTS reference, with summaries of the compared groups.
+    solver_quantities : dict group name -> array (chain, draw, Q)
+        The solver's draws of identified quantities.
+    solver_seconds : float
+        Wall-clock seconds of the solver's run.
+    config : object
+        The model's cross-check config, kept in the result.
+    settings : dict str -> str
+        The model's report lines (data, solver run); the NUTS line comes from the reference.
+    solver_name : str, default "Gibbs"
+        Label of the solver in the gates.
+    extra : dict, optional
+        Model-specific items for the report (see `CrosscheckResult`).
+    solver_idata : arviz.InferenceData, optional
+        The solver's draws, kept in the result.
+
+    Returns
+    -------
+    CrosscheckResult
+        Method "exact", with the verdict of `compare_exact`.
+
+    Raises
+    ------
+    KeyError
+        The reference lacks a compared group.
+    ValueError
+        Solver draws that are not (chain, draw, Q).
+
     Source: project addition (validation level 2).
     """
     nq = _nuts_summaries(ref, solver_quantities)
@@ -421,9 +704,54 @@ def vi_crosscheck(*, model: str, solver: str, ref: Reference, solver_quantities:
     from q, default the config's ``n_vi_draws`` or 4000, seed ``config.seed``) goes to ``extra["khat"]``
     (a `validation.checks.vi_evidence.KhatResult`, reported, not gated: mean-field q on hundreds of latent
     scalars is expected to read "unreliable"). A `validation.checks.vi_evidence.VSBCResult` given in
-    ``extra["vsbc"]`` is reported beside it.
-    Returns a `CrosscheckResult` (method "vi"). Raises KeyError when the reference lacks a group;
-    ValueError from the k-hat (draws on another space than the program's, non-finite log ratios).
+    ``extra["vsbc"]`` is reported beside it. All parameters are keyword-only.
+
+    Parameters
+    ----------
+    model : str
+        The model's short name.
+    solver : str
+        The solver's label for reports.
+    ref : validation.checks.references.Reference
+        The NUTS reference, with summaries of the compared groups.
+    solver_quantities : dict group name -> array (chain, draw, Q)
+        Draws from q of identified quantities.
+    solver_seconds : float
+        Wall-clock seconds of the solver's run.
+    config : object
+        The model's cross-check config (``seed`` and ``n_vi_draws`` are read when present).
+    settings : dict str -> str
+        The model's report lines; the NUTS line comes from the reference.
+    verdict_groups : sequence of str, optional
+        The groups the verdict is on (default every group of ``solver_quantities``; each positive).
+    gap_groups : dict group name -> sequence of str or None, optional
+        Groups that get a per-scalar `vi_gap` table (with the scalars' names).
+    plotted : sequence of str, optional
+        The groups the report plots (default ``verdict_groups``).
+    extra : dict, optional
+        Model-specific items for the report (see `CrosscheckResult`).
+    solver_idata : arviz.InferenceData, optional
+        The solver's draws, kept in the result.
+    thresholds : VIThresholds, default VIThresholds()
+        The agreement thresholds of `compare_vi`.
+    khat_problem : validation.checks.vi_evidence.KhatProblem, optional
+        The kept fit's draws from q and the program's log joint, for the PSIS k-hat.
+    khat_draws : int, optional
+        Draws from q for the k-hat.
+
+    Returns
+    -------
+    CrosscheckResult
+        Method "vi", with the verdict of `compare_vi`.
+
+    Raises
+    ------
+    KeyError
+        The reference lacks a group.
+    ValueError
+        From the k-hat (draws on another space than the program's, non-finite log ratios) or draws
+        that are not 3-D.
+
     Source: project addition (validation level 2; PSIS k-hat: Yao et al. 2018, sec. 3).
     """
     evidence = {}

@@ -1450,9 +1450,38 @@ _LEVEL_TEXT = {
 
 
 def write_report(report: DerivationReport, d: Derivation, latent, observed, out_dir) -> Path:
-    """Write ``report.md`` (and plots; the SBC sub-report in ``sbc/``) to ``out_dir``: the verdict, one
-    table of every check, the declaration, then each check's details. Returns the path.
-    Raises OSError when ``out_dir`` cannot be written. Source: project addition."""
+    """Write ``report.md`` (and plots; the SBC sub-report in ``sbc/``) to ``out_dir``.
+
+    The verdict, one table of every check, the declaration, then each check's details (called by
+    `check` with ``out_dir``).
+
+    Parameters
+    ----------
+    report : DerivationReport
+        The outcomes of `check`.
+    d : Derivation
+        The declaration checked.
+    latent : dict str -> dict
+        Latent site -> its NumPyro trace entry (``entry["value"]`` gives the site's shape).
+    observed : list of str
+        The program's observed sites.
+    out_dir : str or pathlib.Path
+        Folder of the report (created if missing).
+
+    Returns
+    -------
+    pathlib.Path
+        ``out_dir/report.md``.
+
+    Raises
+    ------
+    OSError
+        ``out_dir`` cannot be created or written.
+    ImportError
+        ``tabulate`` is not installed (`validation.checks.report.markdown_table`).
+
+    Source: project addition.
+    """
     from validation.checks import report as rp
 
     out = Path(out_dir)

@@ -34,8 +34,29 @@ __all__ = ["Erratum", "run_errata"]
 class Erratum:
     """One row of the errata table.
 
-    ``check(form)`` runs the check on ``form`` in {"printed", "corrected"} and
-    returns (passed, measured value). Source: project addition (the rows cite their seed).
+    Parameters
+    ----------
+    seed_file : str
+        The seed the printed equation is in (e.g. ``"001_30a2018ec18c20b9.txt"``).
+    location : str
+        Where in the seed (section, equation or figure).
+    printed : str
+        The equation as printed.
+    corrected : str
+        The corrected equation.
+    why : str
+        Why the printed form is wrong, in words.
+    check_name : str
+        The check that tells the forms apart ("stationarity", "conditional", ...).
+    check : callable
+        ``check(form) -> (passed, measured value)``: runs the check on ``form`` in
+        {"printed", "corrected"}; ``passed`` a bool, the value a float.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (the rows cite their seed).
     """
 
     seed_file: str
@@ -50,10 +71,23 @@ class Erratum:
 def run_errata(entries: Iterable[Erratum]) -> pd.DataFrame:
     """Run every erratum's check on the printed and the corrected form.
 
-    ``entries``: the rows to run (every model's: `validation.models.catalog.all_errata()`). Returns a DataFrame with one row
-    per entry: seed_file, location, printed, corrected, check, printed_value, corrected_value,
-    printed_passes, corrected_passes, ok (= printed fails and corrected passes).
-    Raises whatever a row's check raises. Source: project addition.
+    Parameters
+    ----------
+    entries : iterable of Erratum
+        The rows to run (every model's: `validation.models.catalog.all_errata()`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per entry: seed_file, location, printed, corrected, check, printed_value,
+        corrected_value, printed_passes, corrected_passes, ok (= printed fails and corrected passes).
+
+    Raises
+    ------
+    None of its own
+        Whatever a row's check raises propagates.
+
+    Source: project addition.
     """
     entries = tuple(entries)
     rows = []

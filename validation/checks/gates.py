@@ -22,7 +22,29 @@ __all__ = ["Thresholds", "GateResult", "QuantitySummary", "summarize", "nuts_gat
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The gate thresholds (defaults from the project's validation level 2, ArviZ and Stan practice)."""
+    """The gate thresholds (defaults from the project's validation level 2, ArviZ and Stan practice).
+
+    Parameters
+    ----------
+    max_r_hat : float, default 1.01
+        Largest rank-normalized split R-hat allowed on any compared quantity.
+    min_ess_bulk : float, default 400.0
+        Smallest bulk effective sample size allowed (draws, all chains together).
+    min_ess_tail : float, default 400.0
+        Smallest tail effective sample size allowed.
+    min_chains : int, default 4
+        Fewest chains a reference may have.
+    max_divergences : int, default 0
+        Most divergent transitions allowed (all chains, after warmup).
+    min_bfmi : float, default 0.3
+        Smallest E-BFMI allowed in any chain.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the values are not checked).
+
+    Source: project addition (validation level 2; Vehtari et al. 2021; Betancourt 2016).
+    """
 
     max_r_hat: float = 1.01
     min_ess_bulk: float = 400.0
@@ -34,8 +56,30 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class GateResult:
-    """Outcome of `nuts_gates`: ``passed``, the failed gates in words, and a table
-    (one row per quantity group: Q, max R-hat, min bulk ESS, min tail ESS)."""
+    """Outcome of `nuts_gates`: ``passed``, the failed gates in words, and a table.
+
+    Parameters
+    ----------
+    passed : bool
+        True when no gate failed.
+    failures : list of str
+        The failed gates in words (e.g. ``"rate: max R-hat 1.0213 > 1.01"``); empty when passed.
+    table : pandas.DataFrame
+        One row per quantity group: ``quantity`` (str), ``Q`` (int), ``max_r_hat``,
+        ``min_ess_bulk``, ``min_ess_tail`` (float).
+    divergences : int
+        Divergent transitions of the run (all chains).
+    bfmi : numpy.ndarray, shape (chain,), float
+        E-BFMI of each chain.
+    n_chains : int, default 0
+        The fewest chains among the quantity groups.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (validation level 2).
+    """
 
     passed: bool
     failures: list[str]
@@ -50,8 +94,23 @@ class QuantitySummary:
     """ArviZ summaries of Q scalar quantities drawn by an MCMC run: what the gates and the
     comparisons need, so that a stored reference (`validation.checks.references`) can stand in for its draws.
 
-    Fields: ``mean``, ``sd``, ``mcse_mean``, ``r_hat`` (rank-normalized split), ``ess_bulk``,
-    ``ess_tail``: float64 arrays (Q,); ``n_chains``, ``n_draws``: ints (draws per chain).
+    Parameters
+    ----------
+    mean, sd, mcse_mean : numpy.ndarray, shape (Q,), float64
+        Posterior mean, standard deviation and Monte Carlo standard error of the mean.
+    r_hat : numpy.ndarray, shape (Q,), float64
+        Rank-normalized split R-hat.
+    ess_bulk, ess_tail : numpy.ndarray, shape (Q,), float64
+        Bulk and tail effective sample sizes.
+    n_chains : int
+        Number of chains.
+    n_draws : int
+        Draws per chain.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the fields are not checked).
+
     Source: project addition (Vehtari et al. 2021 for the diagnostics).
     """
 
@@ -68,14 +127,37 @@ class QuantitySummary:
 
     @property
     def size(self) -> int:
+        """Q, the number of scalar quantities summarized (an int).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(np.asarray(self.mean).size)
 
 
 def summarize(draws) -> QuantitySummary:
     """`QuantitySummary` of draws (chain, draw, Q) (a summary is returned as is).
 
-    Raises ValueError when ``draws`` is not 3-dimensional. Source: project addition
-    (`custom_inference.arviz_io.diagnostics`: ArviZ's rank R-hat, bulk/tail ESS, MCSE).
+    Parameters
+    ----------
+    draws : array_like, shape (chain, draw, Q), or QuantitySummary
+        MCMC draws of Q scalar quantities (cast to float64), or a summary already made.
+
+    Returns
+    -------
+    QuantitySummary
+        ArviZ's rank R-hat, bulk / tail ESS, MCSE, mean and sd of each quantity, float64 (Q,).
+
+    Raises
+    ------
+    ValueError
+        ``draws`` is not 3-dimensional (from `custom_inference.arviz_io.diagnostics`).
+
+    Source: project addition (`custom_inference.arviz_io.diagnostics`: ArviZ's rank R-hat, bulk/tail ESS,
+    MCSE).
     """
     if isinstance(draws, QuantitySummary):
         return draws
@@ -103,13 +185,20 @@ def nuts_gates(
         Total divergent transitions over all chains (after warmup).
     bfmi : array (chain,)
         E-BFMI of each chain (`custom_inference.arviz_io.bfmi`).
-    thresholds : Thresholds
+    thresholds : Thresholds, default Thresholds()
+        The gates (keyword-only, like ``divergences`` and ``bfmi``).
 
     Returns
     -------
     GateResult
+        ``passed`` with the failed gates in words and one table row per group.
 
-    Raises ValueError when draws are not (chain, draw, Q) or ``quantities`` is empty.
+    Raises
+    ------
+    ValueError
+        Draws that are not (chain, draw, Q) (`summarize`), or an empty ``quantities`` (Python's
+        ``min`` of no chains).
+
     Source: project addition (validation level 2; Vehtari et al. 2021; Betancourt 2016).
     """
     rows = []

@@ -56,6 +56,31 @@ class NutsSBCSettings:
     ``target_accept``; gates: no more than ``max_divergences`` divergent transitions, R-hat <=
     ``max_r_hat``, bulk and tail ESS >= ``min_ess`` for every scalar of every functional, E-BFMI >=
     ``min_bfmi`` in every chain.
+
+    Parameters
+    ----------
+    num_chains : int, default 2
+        Chains per simulation (run one after another).
+    num_warmup : int, default 500
+        Adaptation steps per chain.
+    num_samples : int, default 500
+        Kept draws per chain.
+    target_accept : float, default 0.8
+        NUTS target acceptance probability.
+    max_r_hat : float, default 1.01
+        Gate: largest rank-normalized split R-hat.
+    min_ess : float, default 100.0
+        Gate: smallest bulk and tail ESS (over the S = chains x samples draws).
+    max_divergences : int, default 0
+        Gate: most divergent transitions.
+    min_bfmi : float, default 0.3
+        Gate: smallest E-BFMI of a chain.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the values are not checked).
+
+    Source: project addition (validation level 3; Vehtari et al. 2021 for the gates).
     """
 
     num_chains: int = 2
@@ -68,7 +93,19 @@ class NutsSBCSettings:
     min_bfmi: float = 0.3
 
     def thresholds(self) -> gates.Thresholds:
-        """The `validation.checks.gates.Thresholds` of these settings (min_chains = num_chains)."""
+        """The `validation.checks.gates.Thresholds` of these settings (min_chains = num_chains).
+
+        Returns
+        -------
+        validation.checks.gates.Thresholds
+            ``min_ess`` as both the bulk and the tail ESS gate.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return gates.Thresholds(max_r_hat=self.max_r_hat, min_ess_bulk=self.min_ess, min_ess_tail=self.min_ess,
                                 min_chains=self.num_chains, max_divergences=self.max_divergences,
                                 min_bfmi=self.min_bfmi)
@@ -78,9 +115,30 @@ class NutsSBCSettings:
 class GateRecord:
     """The gate outcome of one simulation's NUTS run (JSON-serializable).
 
-    ``fit_seed``: the seed `run_sbc` gave ``fit``; ``passed``; ``failures``: the failed gates in
-    words; ``divergences``; ``max_r_hat``, ``min_ess_bulk``, ``min_ess_tail`` over all scalars of
-    all functionals; ``min_bfmi`` over chains; ``seconds``: NUTS wall time.
+    Parameters
+    ----------
+    fit_seed : int
+        The seed `validation.checks.sbc.run_sbc` gave ``fit``.
+    passed : bool
+        True when every gate passed.
+    failures : list of str, default []
+        The failed gates in words.
+    divergences : int, default 0
+        Divergent transitions of the run (all chains).
+    max_r_hat : float, default nan
+        Largest R-hat over all scalars of all functionals.
+    min_ess_bulk, min_ess_tail : float, default nan
+        Smallest bulk / tail ESS over all scalars of all functionals.
+    min_bfmi : float, default nan
+        Smallest E-BFMI over chains.
+    seconds : float, default nan
+        NUTS wall time (compilation included on a data shape's first run).
+
+    Raises
+    ------
+    None of its own (a dataclass).
+
+    Source: project addition (validation level 3).
     """
 
     fit_seed: int
@@ -102,7 +160,16 @@ def compile_counter():
     by JAX's ``/jax/core/compile/backend_compile_duration`` monitoring event; ``len`` of it is the
     count. The listener is removed on exit.
 
-    Raises nothing of its own. Source: project addition (``jax.monitoring``).
+    Yields
+    ------
+    list of float
+        Compile times in seconds, one per XLA compilation during the block.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (``jax.monitoring``).
     """
     events: list[float] = []
 
@@ -124,23 +191,37 @@ def _shape_key(args) -> tuple:
 class NutsSBCFit:
     """``fit(data, seed) -> draws`` for `validation.checks.sbc.run_sbc`: NumPyro NUTS on ``model``.
 
-    Parameters
-    ----------
-    model : NumPyro model whose positional arguments are arrays only (bind the static sizes and
-        hyperparameters with ``functools.partial``).
-    model_args : callable data -> tuple of arrays, the model's positional arguments for one data set
-        (e.g. int32 (N,) rows and cols, float64 (N,) values).
-    draws : callable dict site -> array (chain, draw, ...) -> dict name -> array (chain, draw, ...),
-        the layout the functionals read (derive deterministic quantities here).
-    functionals : dict name -> callable draw -> array (Q,), the SBC functionals (gated on).
-    settings : NutsSBCSettings.
-    log_path : path, optional; each simulation's `GateRecord` is appended there as one JSON line.
-
-    Calling it returns dict name -> float64 array (S, ...) with S = chains x samples (chains
+    Calling it (``fit(data, seed)``) runs `run`, records its `GateRecord` (appending it to
+    ``log_path``) and returns dict name -> float64 array (S, ...) with S = chains x samples (chains
     concatenated). Attributes: ``records`` (list of `GateRecord`, this process's runs in order),
     ``n_mcmc`` (number of compiled samplers built: one per data shape), ``last_num_steps`` (int
     (chain, draw), leapfrog steps of the last run's kept iterations).
-    Raises nothing of its own; NumPyro's and the model's errors propagate.
+
+    Parameters
+    ----------
+    model : callable
+        NumPyro model whose positional arguments are arrays only (bind the static sizes and
+        hyperparameters with ``functools.partial``).
+    model_args : callable
+        ``model_args(data) -> tuple of arrays``, the model's positional arguments for one data set
+        (e.g. int32 (N,) rows and cols, float64 (N,) values).
+    draws : callable
+        ``draws(dict site -> array (chain, draw, ...)) -> dict name -> array (chain, draw, ...)``,
+        the layout the functionals read (derive deterministic quantities here).
+    functionals : mapping str -> callable
+        ``functional(draw) -> array (Q,)``, the SBC functionals (gated on); ``draw`` maps each
+        name of ``draws`` to one draw.
+    settings : NutsSBCSettings, default NutsSBCSettings()
+        The NUTS run and its gates.
+    log_path : str or pathlib.Path, optional
+        Each simulation's `GateRecord` is appended there as one JSON line.
+
+    Raises
+    ------
+    None of its own
+        NumPyro's and the model's errors propagate (at the first call); ``log_path`` errors
+        (OSError) when a record is appended.
+
     Source: project addition (validation level 3).
     """
 
@@ -159,6 +240,14 @@ class NutsSBCFit:
 
     @property
     def n_mcmc(self) -> int:
+        """Number of compiled samplers built so far (one per data shape and dtype), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return len(self._mcmc)
 
     def _get_run(self, args):
@@ -203,8 +292,28 @@ class NutsSBCFit:
         return run
 
     def run(self, data, seed: int) -> tuple[dict, GateRecord]:
-        """One NUTS run: (draws dict name -> float64 (chain, draw, ...), its `GateRecord`).
-        Raises nothing of its own. Source: project addition."""
+        """One NUTS run and its gates, not recorded in ``records`` (calling the object records it).
+
+        Parameters
+        ----------
+        data : object
+            One data set, as ``model_args`` takes it.
+        seed : int
+            Seed of the run's ``jax.random.PRNGKey``.
+
+        Returns
+        -------
+        tuple (dict, GateRecord)
+            The draws, dict name -> float64 (chain, draw, ...) (the layout of ``draws``), and the
+            run's `GateRecord`.
+
+        Raises
+        ------
+        None of its own
+            NumPyro's and the model's errors propagate.
+
+        Source: project addition.
+        """
         import arviz as az
 
         start = time.perf_counter()
@@ -243,9 +352,29 @@ class NutsSBCFit:
         return {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
 
     def gate_records(self, fit_seeds=None) -> dict[int, GateRecord]:
-        """fit_seed -> `GateRecord`: this process's runs and the lines of ``log_path`` (the latest
-        record of a seed wins), restricted to ``fit_seeds`` when given (int array (n_sims,)).
-        Raises OSError / ValueError on an unreadable log. Source: project addition."""
+        """fit_seed -> `GateRecord`: this process's runs and the lines of ``log_path``.
+
+        Parameters
+        ----------
+        fit_seeds : array_like, shape (n_sims,), int, optional
+            Keep only these seeds (default: every recorded seed).
+
+        Returns
+        -------
+        dict int -> GateRecord
+            The latest record of each seed (this process's runs win over the log).
+
+        Raises
+        ------
+        OSError
+            ``log_path`` exists but cannot be read.
+        ValueError
+            A line of the log is not JSON (``json.JSONDecodeError``).
+        TypeError
+            A line of the log has fields `GateRecord` does not know.
+
+        Source: project addition.
+        """
         out: dict[int, GateRecord] = {}
         if self.log_path is not None and self.log_path.exists():
             for line in self.log_path.read_text().splitlines():
@@ -264,7 +393,25 @@ def gate_notes(fit: NutsSBCFit, result) -> list[str]:
     """Report lines on the gates of ``result``'s simulations (a `validation.checks.sbc.SBCResult` whose
     ``fit`` was ``fit``): how many failed which gate, how many have no record (cached by another
     process without a log), and that failed simulations are kept in the ranks.
-    Returns a list of str. Raises nothing of its own. Source: project addition."""
+
+    Parameters
+    ----------
+    fit : NutsSBCFit
+        The fit the SBC ran.
+    result : validation.checks.sbc.SBCResult
+        The SBC's result (its ``fit_seeds`` select the records).
+
+    Returns
+    -------
+    list of str
+        Two or three report lines (settings, failure counts, medians of the gates' statistics).
+
+    Raises
+    ------
+    None of its own (an unreadable log raises as `NutsSBCFit.gate_records`).
+
+    Source: project addition.
+    """
     s = fit.settings
     recs = fit.gate_records(result.fit_seeds)
     known = [recs[int(k)] for k in result.fit_seeds if int(k) in recs]
@@ -290,9 +437,27 @@ def gate_notes(fit: NutsSBCFit, result) -> list[str]:
 
 def passed_subset(result, fit: NutsSBCFit):
     """``result`` (a `validation.checks.sbc.SBCResult`) restricted to the simulations whose gate record
-    passed: a sensitivity check of the choice to keep failed ones. Returns an SBCResult (arrays
-    indexed by the kept simulations). Raises ValueError when no simulation passed.
-    Source: project addition."""
+    passed: a sensitivity check of the choice to keep failed ones.
+
+    Parameters
+    ----------
+    result : validation.checks.sbc.SBCResult
+        The SBC's result.
+    fit : NutsSBCFit
+        The fit the SBC ran (its gate records).
+
+    Returns
+    -------
+    validation.checks.sbc.SBCResult
+        A copy whose arrays are indexed by the kept simulations (``seconds`` too, when present).
+
+    Raises
+    ------
+    ValueError
+        No simulation passed its gate (or none has a record).
+
+    Source: project addition.
+    """
     from dataclasses import replace
 
     recs = fit.gate_records(result.fit_seeds)

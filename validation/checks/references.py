@@ -82,8 +82,25 @@ FLOAT_TOLERANCE = 1e-8
 class NutsSettings:
     """The NUTS run of a cross-check, in the one vocabulary of the cross-check configs.
 
-    ``chains``, ``warmup``, ``draws`` (kept per chain), ``seed``, ``target_accept``; ``sampler``
-    names the implementation ("numpyro", or "pymc+numpyro" for PyMC programs sampled by NumPyro).
+    Parameters
+    ----------
+    chains : int
+        Number of chains.
+    warmup : int
+        Warmup (adaptation) iterations per chain.
+    draws : int
+        Kept draws per chain.
+    seed : int
+        Seed of the run.
+    target_accept : float, default 0.8
+        NUTS target acceptance probability.
+    sampler : str, default "numpyro"
+        The implementation ("numpyro", or "pymc+numpyro" for PyMC programs sampled by NumPyro).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the values are not checked).
+
     Source: project addition.
     """
 
@@ -97,12 +114,44 @@ class NutsSettings:
     @classmethod
     def of(cls, config, *, sampler: str = "numpyro") -> "NutsSettings":
         """Read ``num_chains``, ``num_warmup``, ``num_samples``, ``seed`` and (default 0.8)
-        ``target_accept`` from a cross-check config. Raises AttributeError when one is missing."""
+        ``target_accept`` from a cross-check config.
+
+        Parameters
+        ----------
+        config : object
+            A cross-check config with those attributes.
+        sampler : str, default "numpyro"
+            The implementation's name (keyword-only).
+
+        Returns
+        -------
+        NutsSettings
+            The settings, cast to int / float.
+
+        Raises
+        ------
+        AttributeError
+            ``config`` lacks one of ``num_chains``, ``num_warmup``, ``num_samples``, ``seed``.
+
+        Source: project addition.
+        """
         return cls(int(config.num_chains), int(config.num_warmup), int(config.num_samples), int(config.seed),
                    float(getattr(config, "target_accept", 0.8)), sampler)
 
     def line(self) -> str:
-        """One human-readable line for reports."""
+        """One human-readable line for reports.
+
+        Returns
+        -------
+        str
+            E.g. ``"4 chains x (1000 warmup + 1000 draws), seed 0, target accept 0.8, numpyro"``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return (f"{self.chains} chains x ({self.warmup} warmup + {self.draws} draws), seed {self.seed}, "
                 f"target accept {self.target_accept}, {self.sampler}")
 
@@ -111,12 +160,37 @@ class NutsSettings:
 class Reference:
     """A NUTS reference posterior on the compared quantities, fresh or stored.
 
-    ``summary``: group -> `validation.checks.gates.QuantitySummary` (of the full draws);
-    ``draws``: group -> float (chain, n, Q) draws (all of them when fresh, thinned when stored);
-    ``divergences`` (int), ``bfmi`` (float64 (chain,)), ``seconds`` (of the run that made it);
-    ``settings``: `NutsSettings`; ``key``: the `ProblemKey` (`problem_key`); ``source``: "fresh
-    NUTS run" or the stored file's path; ``provenance``: the stored JSON (empty when fresh);
-    ``idata``: the run's InferenceData (None when stored).
+    Made by `from_run` (fresh) or `load_reference` (stored).
+
+    Parameters
+    ----------
+    name : str
+        The reference's name (the stored files' stem, e.g. "hpf", "hpf-small").
+    summary : dict group name -> validation.checks.gates.QuantitySummary
+        ArviZ summaries of the full draws of each group.
+    draws : dict group name -> numpy.ndarray, shape (chain, n, Q), float
+        The draws (all of them when fresh; thinned, float32, when stored: plots only).
+    divergences : int
+        Divergent transitions of the run that made it.
+    bfmi : numpy.ndarray, shape (chain,), float64
+        E-BFMI of each chain.
+    seconds : float
+        Wall-clock seconds of the run that made it.
+    settings : NutsSettings
+        The NUTS run's settings.
+    key : ProblemKey
+        The problem it is for (`problem_key`).
+    source : str, default "fresh NUTS run"
+        "fresh NUTS run" or the stored ``.npz`` file's path.
+    provenance : dict, default {}
+        The stored JSON (empty when fresh).
+    idata : arviz.InferenceData, optional
+        The run's draws (None when stored).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
     Source: project addition.
     """
 
@@ -134,15 +208,56 @@ class Reference:
 
     @property
     def stored(self) -> bool:
+        """True when the reference was read from files (it has no InferenceData).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.idata is None
 
     def gates(self, groups=None):
-        """`validation.checks.gates.nuts_gates` on the summaries of ``groups`` (default all)."""
+        """`validation.checks.gates.nuts_gates` on the summaries of ``groups``.
+
+        Parameters
+        ----------
+        groups : iterable of str, optional
+            The groups to gate (default every group of ``summary``).
+
+        Returns
+        -------
+        validation.checks.gates.GateResult
+            The gates, with the reference's divergences and E-BFMI.
+
+        Raises
+        ------
+        KeyError
+            A group that is not in ``summary``.
+        ValueError
+            ``groups`` is empty.
+
+        Source: project addition (validation level 2).
+        """
         groups = list(self.summary) if groups is None else list(groups)
         return nuts_gates({g: self.summary[g] for g in groups}, divergences=self.divergences, bfmi=self.bfmi)
 
     def line(self) -> str:
-        """The NUTS line of a cross-check report."""
+        """The NUTS line of a cross-check report.
+
+        Returns
+        -------
+        str
+            The settings' line, seconds, divergences and origin (fresh run, or the stored file and
+            when it was made).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         origin = "fresh run" if not self.stored else f"stored reference {Path(self.source).name}"
         when = f", made {self.provenance.get('created', '?')}" if self.stored else ""
         return (f"{self.settings.line()}; {self.seconds:.1f} s; {self.divergences} divergences; "
@@ -167,12 +282,25 @@ def _as_key_array(a):
 class ProblemKey:
     """What defines a cross-check problem: its data, the model arguments and the NUTS settings.
 
-    ``data``: tuple of arrays (int64 or float64, any shape) or None, in the order the model
-    module passes them; ``model``: repr of the non-data model arguments (hyperparameters, K,
-    sizes); ``nuts``: the `NutsSettings` fields as a dict. `record` is the JSON form stored with a
-    reference (the arrays themselves go into the ``.npz``); `differences` says what separates two
-    keys (empty: the same problem). Integers, model and settings must be equal; float arrays
-    equal within `FLOAT_TOLERANCE` of their scale (see the module docstring for why not bits).
+    `record` is the JSON form stored with a reference (the arrays themselves go into the ``.npz``);
+    `differences` says what separates two keys (empty: the same problem). Integers, model and
+    settings must be equal; float arrays equal within `FLOAT_TOLERANCE` of their scale (see the
+    module docstring for why not bits). Made by `problem_key` (or `from_record`).
+
+    Parameters
+    ----------
+    data : tuple of (numpy.ndarray or None)
+        The problem's arrays (int64 or float64, any shape), in the order the model module passes
+        them.
+    model : str
+        Repr of the non-data model arguments (hyperparameters, K, sizes).
+    nuts : dict
+        The `NutsSettings` fields as a dict.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the arrays are not checked).
+
     Source: project addition.
     """
 
@@ -181,9 +309,21 @@ class ProblemKey:
     nuts: dict
 
     def record(self) -> dict:
-        """The JSON-ready description: version, model, nuts, and per data array None or
-        ``{"kind": "integer", "shape", "sha256"}`` / ``{"kind": "float", "shape", "max_abs"}``
-        (no hash of float bits: they differ across CPUs). Raises nothing of its own."""
+        """The JSON-ready description of the key.
+
+        Returns
+        -------
+        dict
+            ``version``, ``model``, ``nuts``, and ``data``: per data array None or
+            ``{"kind": "integer", "shape", "sha256"}`` / ``{"kind": "float", "shape", "max_abs"}``
+            (no hash of float bits: they differ across CPUs).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         arrays = []
         for a in self.data:
             if a is None:
@@ -198,10 +338,27 @@ class ProblemKey:
         return {"version": KEY_VERSION, "model": self.model, "nuts": _jsonable(self.nuts), "data": arrays}
 
     def differences(self, stored: "ProblemKey") -> list[str]:
-        """What differs between this problem and ``stored`` (a stored reference's key), one
-        phrase per difference; [] when they are the same problem. Float arrays: the same NaN
-        positions and max |stored - here| <= `FLOAT_TOLERANCE` * max(1, max |stored|).
-        Raises nothing of its own. Source: project addition."""
+        """What differs between this problem and a stored reference's.
+
+        Float arrays match with the same NaN positions and max |stored - here| <= `FLOAT_TOLERANCE`
+        * max(1, max |stored|); integer arrays, model arguments and NUTS settings must be equal.
+
+        Parameters
+        ----------
+        stored : ProblemKey
+            A stored reference's key.
+
+        Returns
+        -------
+        list of str
+            One phrase per difference; [] when they are the same problem.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         out = []
         if self.model != stored.model:
             out.append(f"model arguments: stored {stored.model}, here {self.model}")
@@ -240,8 +397,31 @@ class ProblemKey:
 
     @classmethod
     def from_record(cls, record: dict, arrays: dict, *, source: str = "") -> "ProblemKey":
-        """The key from its JSON ``record`` and the stored data ``arrays`` ("problem.data.I" ->
-        array). Raises ValueError when the record is of an older version or an array is missing."""
+        """The key from its JSON record and the stored data arrays.
+
+        Parameters
+        ----------
+        record : dict
+            The stored `record`.
+        arrays : dict str -> numpy.ndarray
+            "problem.data.I" -> array, from the ``.npz``.
+        source : str, default ""
+            The file's name, for messages (keyword-only).
+
+        Returns
+        -------
+        ProblemKey
+            The key, its arrays as int64 / float64.
+
+        Raises
+        ------
+        ValueError
+            The record is of another version, or an array is missing.
+        TypeError
+            A stored array is neither integer, boolean nor float.
+
+        Source: project addition.
+        """
         if record.get("version") != KEY_VERSION:
             raise ValueError(f"{source}: stored problem key of version {record.get('version', 1)}, this "
                              f"package reads version {KEY_VERSION}; regenerate the reference "
@@ -259,19 +439,57 @@ class ProblemKey:
 
 
 def problem_key(data: tuple, model_args, settings: NutsSettings) -> ProblemKey:
-    """The key that a stored reference must match (`ProblemKey`): the problem's ``data`` (a tuple
-    of arrays, e.g. int32 (N,) indices and float64 (N,) values, or None; scipy.sparse is made
-    dense), ``model`` (repr of the non-data model arguments: hyperparameters, K, ...) and the NUTS
-    ``settings``. Raises TypeError for an array that is not integer, boolean or float.
-    Source: project addition."""
+    """The key that a stored reference must match.
+
+    Parameters
+    ----------
+    data : tuple
+        The problem's arrays (e.g. int32 (N,) indices and float64 (N,) values) or None entries;
+        scipy.sparse matrices are made dense; integers / booleans are stored as int64, floats as
+        float64.
+    model_args : object
+        The non-data model arguments (hyperparameters, K, ...); their repr is compared.
+    settings : NutsSettings
+        The NUTS run's settings.
+
+    Returns
+    -------
+    ProblemKey
+        The key.
+
+    Raises
+    ------
+    TypeError
+        An array that is not integer, boolean or float.
+
+    Source: project addition.
+    """
     return ProblemKey(tuple(_as_key_array(a) for a in data), repr(model_args),
                       {k: getattr(settings, k) for k in NutsSettings.__dataclass_fields__})
 
 
 def thin(draws: np.ndarray, budget: int = THIN_BUDGET) -> np.ndarray:
-    """Evenly spaced draws of every chain, at most ``budget`` values in all (at least `MIN_THIN`
-    per chain), as float32 (chain, n, Q). ``draws``: float (chain, draw, Q). Raises ValueError
-    when ``draws`` is not 3-D. Source: project addition."""
+    """Evenly spaced draws of every chain, at most ``budget`` values in all (at least `MIN_THIN` per chain).
+
+    Parameters
+    ----------
+    draws : array_like, shape (chain, draw, Q), float
+        MCMC draws.
+    budget : int, default THIN_BUDGET
+        Most values kept in all (chain x n x Q), unless `MIN_THIN` per chain needs more.
+
+    Returns
+    -------
+    numpy.ndarray, shape (chain, n, Q), float32
+        ``n = min(draw, max(MIN_THIN, budget // (chain Q)))`` evenly spaced draws of each chain.
+
+    Raises
+    ------
+    ValueError
+        ``draws`` is not 3-D.
+
+    Source: project addition.
+    """
     draws = np.asarray(draws)
     c, d, q = draws.shape
     n = int(min(d, max(MIN_THIN, budget // max(c * q, 1))))
@@ -297,8 +515,24 @@ def _paths(name: str, directory=None) -> tuple[Path, Path]:
 
 
 def stored_names(directory=None) -> list[str]:
-    """Names of the references stored in ``directory`` (default `REFERENCE_DIR`).
-    Raises nothing of its own (a missing directory gives an empty list). Source: project addition."""
+    """Names of the references stored in a directory.
+
+    Parameters
+    ----------
+    directory : str or pathlib.Path, optional
+        Default `REFERENCE_DIR`.
+
+    Returns
+    -------
+    list of str
+        Sorted stems that have both a ``.json`` and a ``.npz`` file.
+
+    Raises
+    ------
+    None of its own (a missing directory gives an empty list).
+
+    Source: project addition.
+    """
     d = Path(directory) if directory is not None else REFERENCE_DIR
     return sorted(p.stem for p in d.glob("*.json") if (d / f"{p.stem}.npz").exists())
 
@@ -322,11 +556,32 @@ def _jsonable(x):
 
 
 def save_reference(ref: Reference, *, config=None, directory=None) -> tuple[Path, Path]:
-    """Write ``ref`` as ``NAME.npz`` + ``NAME.json`` (see the module docstring); returns the paths.
+    """Write ``ref`` as ``NAME.npz`` + ``NAME.json`` (see the module docstring).
 
-    ``config``: the cross-check config, recorded as its repr and field values. Raises OSError when
-    the files cannot be written; ValueError when a group's draws are not (chain, draw, Q);
-    KeyError when ``ref.draws`` lacks a group of ``ref.summary``. Source: project addition.
+    Parameters
+    ----------
+    ref : Reference
+        The reference to store (its ``draws`` are thinned by `thin`).
+    config : object, optional
+        The cross-check config, recorded as its repr and field values (keyword-only).
+    directory : str or pathlib.Path, optional
+        Default `REFERENCE_DIR` (created if missing; keyword-only).
+
+    Returns
+    -------
+    tuple (pathlib.Path, pathlib.Path)
+        The ``.npz`` and ``.json`` paths written.
+
+    Raises
+    ------
+    OSError
+        The files cannot be written.
+    ValueError
+        A group's draws are not (chain, draw, Q).
+    KeyError
+        ``ref.draws`` lacks a group of ``ref.summary``.
+
+    Source: project addition.
     """
     npz, js = _paths(ref.name, directory)
     npz.parent.mkdir(parents=True, exist_ok=True)
@@ -360,9 +615,30 @@ def save_reference(ref: Reference, *, config=None, directory=None) -> tuple[Path
 
 
 def load_reference(name: str, directory=None) -> Reference:
-    """The stored reference ``name`` (e.g. "hpf", "mcmc-fm"). Raises FileNotFoundError when it is
-    not stored; ValueError when its problem key is of an older version or incomplete.
-    Source: project addition."""
+    """Read a stored reference.
+
+    Parameters
+    ----------
+    name : str
+        The reference's name (e.g. "hpf", "mcmc-fm").
+    directory : str or pathlib.Path, optional
+        Default `REFERENCE_DIR`.
+
+    Returns
+    -------
+    Reference
+        The stored summaries, thinned draws (float32), diagnostics, settings, key and provenance
+        (``idata`` None).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``NAME.npz`` or ``NAME.json`` is not in the directory.
+    ValueError
+        Its problem key is of another version or incomplete.
+
+    Source: project addition.
+    """
     npz, js = _paths(name, directory)
     if not (npz.exists() and js.exists()):
         raise FileNotFoundError(f"no stored reference {name!r} in {npz.parent} (regenerate it with "
@@ -386,14 +662,39 @@ def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, 
                    reference: str | None = None, directory=None) -> Reference:
     """The NUTS reference of a cross-check: stored when it matches, else a fresh run.
 
-    ``key``: `problem_key` of the problem; a stored reference matches when
-    `ProblemKey.differences` finds nothing (floats within `FLOAT_TOLERANCE`); the files searched are ``NAME`` and ``NAME-*`` (a model may store several problems, e.g. "hpf" for
-    the default cross-check and "hpf-small" for the default test suite's);
-    ``run()`` -> `validation.checks.crosscheck.NutsRun`;
-    ``quantities(idata)`` -> dict group -> draws (chain, draw, Q). ``reference``: "stored" (raise
-    ValueError when no stored reference matches ``key``), "rerun" (always run NUTS), or None
-    (stored when one matches, else run). Raises ValueError on another value, or naming what
-    differs from each stored candidate when ``reference="stored"`` and none matches.
+    A stored reference matches when `ProblemKey.differences` finds nothing (floats within
+    `FLOAT_TOLERANCE`); the files searched are ``NAME`` and ``NAME-*`` (a model may store several
+    problems, e.g. "hpf" for the default cross-check and "hpf-small" for the default test suite's).
+
+    Parameters
+    ----------
+    name : str
+        The model's reference name.
+    key : ProblemKey
+        `problem_key` of the problem (the annotation says dict; a `ProblemKey` is what is used).
+    settings : NutsSettings
+        The NUTS settings of a fresh run.
+    run : callable
+        ``run() -> validation.checks.crosscheck.NutsRun``, called only when a fresh run is needed.
+    quantities : callable
+        ``quantities(idata) -> dict group -> draws (chain, draw, Q)``.
+    reference : {None, "stored", "rerun"}, optional
+        "stored" (raise when no stored reference matches ``key``), "rerun" (always run NUTS), or None
+        (stored when one matches, else run). Keyword-only.
+    directory : str or pathlib.Path, optional
+        Where the stored references are (default `REFERENCE_DIR`; keyword-only).
+
+    Returns
+    -------
+    Reference
+        A matching stored reference, or a fresh one (`from_run`).
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is another value; or ``reference="stored"`` and none matches (the message
+        names what differs from each stored candidate); or a stored key of another version.
+
     Source: project addition.
     """
     if reference not in (None, "stored", "rerun"):
@@ -416,9 +717,33 @@ def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, 
 
 
 def from_run(name: str, nuts, quantities: Callable, settings: NutsSettings, key: dict) -> Reference:
-    """A fresh `Reference` from a finished `validation.checks.crosscheck.NutsRun` ``nuts`` and the
-    function ``quantities(idata)`` -> dict group -> draws (chain, draw, Q). Raises ValueError when
-    a group's draws are not 3-D. Source: project addition."""
+    """A fresh `Reference` from a finished NUTS run.
+
+    Parameters
+    ----------
+    name : str
+        The reference's name.
+    nuts : validation.checks.crosscheck.NutsRun
+        The finished run.
+    quantities : callable
+        ``quantities(idata) -> dict group -> draws (chain, draw, Q)``.
+    settings : NutsSettings
+        The run's settings.
+    key : ProblemKey
+        The problem's key (the annotation says dict).
+
+    Returns
+    -------
+    Reference
+        Summaries of the full draws, the draws, the run's diagnostics and ``idata``.
+
+    Raises
+    ------
+    ValueError
+        A group's draws are not 3-D.
+
+    Source: project addition.
+    """
     draws = quantities(nuts.idata)
     return Reference(name, {g: summarize(d) for g, d in draws.items()}, draws, nuts.divergences,
                      np.asarray(nuts.bfmi), nuts.seconds, settings, key, idata=nuts.idata)
@@ -428,8 +753,27 @@ def agreement(fresh: Reference, stored: Reference, *, false_alarm: float = 0.01)
     """Do two NUTS references of the same problem agree within Monte Carlo error?
 
     For every group, `validation.checks.crosscheck.compare_exact`'s statistic on the summaries (Bonferroni
-    threshold for ``false_alarm`` per group). Returns that table (quantity, Q, max_z, threshold,
-    n_z_above_3, median_sd_ratio) with a ``passed`` column. Source: project addition.
+    threshold for ``false_alarm`` per group).
+
+    Parameters
+    ----------
+    fresh, stored : Reference
+        The two references (``stored`` has at least the groups of ``fresh``).
+    false_alarm : float, default 0.01
+        False-alarm probability per group (keyword-only).
+
+    Returns
+    -------
+    pandas.DataFrame
+        `compare_exact`'s table (quantity, Q, max_z, threshold, n_z_above_3, median_sd_ratio) with a
+        ``passed`` column (bool).
+
+    Raises
+    ------
+    KeyError
+        ``stored`` lacks a group of ``fresh``.
+
+    Source: project addition.
     """
     from validation.checks.crosscheck import compare_exact
 

@@ -23,7 +23,26 @@ __all__ = ["markdown_table", "crosscheck_report", "evaluation_report", "errata_r
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
     """A DataFrame as a GitHub Markdown table (pandas + tabulate).
-    Raises ImportError (from pandas) when ``tabulate`` is not installed. Source: project addition."""
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        The table (its index is dropped).
+    floatfmt : str, default ".4g"
+        Format of float cells (a `format` spec).
+
+    Returns
+    -------
+    str
+        The Markdown table.
+
+    Raises
+    ------
+    ImportError
+        From pandas, when ``tabulate`` is not installed.
+
+    Source: project addition.
+    """
     return df.to_markdown(index=False, floatfmt=floatfmt)
 
 
@@ -144,11 +163,34 @@ def crosscheck_report(result, out_dir: str | Path, title: str | None = None, *, 
     """Write the report of a `validation.checks.crosscheck.CrosscheckResult` (any model, VI or exact
     solver against NUTS): verdict, settings, gates, comparison table, plots, then the ELBO curve
     and every DataFrame of ``result.extra`` (update-level checks and model-specific tables).
-    ``evidence``: Markdown lines appended after the VI evidence (the CLI passes the model's row of
-    the evidence table, `validation.models.catalog.evidence_lines`); None: none.
-    The quantity dicts hold draws (chain, draw, Q); ``extra["elbo"]``, when present, float (T,).
-    Raises OSError when ``out_dir`` cannot be created or written; ImportError without
-    ``tabulate``. Source: project addition (validation level 2 report)."""
+
+    Parameters
+    ----------
+    result : validation.checks.crosscheck.CrosscheckResult
+        The cross-check; its quantity dicts hold draws (chain, draw, Q); ``extra["elbo"]``, when
+        present, float (T,).
+    out_dir : str or pathlib.Path
+        Folder of ``report.md`` and its PNG figures (created if missing).
+    title : str, optional
+        Default ``"Cross-check: SOLVER vs NUTS"``.
+    evidence : list of str, optional
+        Markdown lines appended after the VI evidence (the CLI passes the model's row of the evidence
+        table, `validation.models.catalog.evidence_lines`); None: none. Keyword-only.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out_dir/report.md``.
+
+    Raises
+    ------
+    OSError
+        ``out_dir`` cannot be created or written.
+    ImportError
+        ``tabulate`` is not installed.
+
+    Source: project addition (validation level 2 report).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     v = result.verdict
@@ -192,11 +234,41 @@ def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, 
     """Write a metrics report: one Markdown table per protocol, optional ELBO curve
     and per-degree-bucket plots (the papers' by-degree figures); ``extra_plots`` are PNG
     names already written in ``out_dir``, linked in order.
-    ``elbo``: float (T,) per-sweep trace or None; each bucket table has columns method,
-    bucket_low, bucket_high, mean, sem (`validation.evaluation.metrics.by_degree`).
-    Raises OSError when ``out_dir`` cannot be created or written; KeyError or AttributeError when
-    a bucket table lacks one of those columns; ImportError without ``tabulate``.
-    Source: project addition."""
+
+    Parameters
+    ----------
+    tables : dict str -> pandas.DataFrame
+        Protocol name -> metrics table, one Markdown section each.
+    elbo : numpy.ndarray, shape (T,), float, or None
+        Per-sweep ELBO trace (plotted when given).
+    out_dir : str or pathlib.Path
+        Folder of ``report.md`` and its figures (created if missing).
+    title : str
+        The report's title (keyword-only, like the rest).
+    notes : sequence of str, default ()
+        Lines listed under the title.
+    bucket_tables : dict str -> pandas.DataFrame, optional
+        Metric name -> table with columns method, bucket_low, bucket_high, mean, sem
+        (`validation.evaluation.metrics.by_degree`), each plotted by user degree.
+    extra_plots : sequence of str, default ()
+        PNG file names already in ``out_dir``, linked in order.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out_dir/report.md``.
+
+    Raises
+    ------
+    OSError
+        ``out_dir`` cannot be created or written.
+    KeyError or AttributeError
+        A bucket table lacks one of its columns.
+    ImportError
+        ``tabulate`` is not installed.
+
+    Source: project addition.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = _header(title) + [f"- {n}" for n in notes] + [""]
@@ -225,8 +297,28 @@ def evaluation_report(tables: dict[str, pd.DataFrame], elbo: np.ndarray | None, 
 
 def errata_report(table: pd.DataFrame, out_dir) -> Path:
     """Write the errata table as Markdown.
-    Raises OSError when ``out_dir`` cannot be created or written; ImportError without
-    ``tabulate``. Source: project addition."""
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table of `validation.checks.errata.run_errata`.
+    out_dir : str or pathlib.Path
+        Folder of ``report.md`` (created if missing).
+
+    Returns
+    -------
+    pathlib.Path
+        ``out_dir/report.md``.
+
+    Raises
+    ------
+    OSError
+        ``out_dir`` cannot be created or written.
+    ImportError
+        ``tabulate`` is not installed.
+
+    Source: project addition.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = _header("Errata: printed equations of the seeds that the checks reject") + [
@@ -255,7 +347,24 @@ def vi_evidence_lines(result) -> list[str]:
     """The "VI evidence" section of a VI cross-check report: the k-hat (``result.extra["khat"]``, a
     `validation.checks.vi_evidence.KhatResult`) and the VSBC (``result.extra["vsbc"]``, a
     `validation.checks.vi_evidence.VSBCResult`) with their readings, or a line saying which is missing.
-    Returns Markdown lines. Raises ImportError without ``tabulate``. Source: project addition."""
+
+    Parameters
+    ----------
+    result : validation.checks.crosscheck.CrosscheckResult
+        A VI cross-check (``extra`` and ``model`` are read).
+
+    Returns
+    -------
+    list of str
+        Markdown lines.
+
+    Raises
+    ------
+    ImportError
+        ``tabulate`` is not installed.
+
+    Source: project addition (Yao, Vehtari, Simpson, Gelman 2018 for k-hat and VSBC).
+    """
     lines = ["## VI evidence: PSIS k-hat and VSBC", "", _KHAT_TEXT, ""]
     k = result.extra.get("khat")
     if k is None:

@@ -130,9 +130,9 @@ def _check_int(name: str, value, minimum: int) -> None:
 
 @dataclass
 class SBCResult:
-    """Ranks (and per-simulation summaries) of an SBC run.
+    """Ranks (and per-simulation summaries) of an SBC run (made by `run_sbc`).
 
-    Attributes
+    Parameters
     ----------
     ranks : dict functional -> np.ndarray (n_sims, Q) int64
         Rank of the true value among the L thinned posterior draws, in 0..L, ties broken
@@ -146,6 +146,7 @@ class SBCResult:
         Seed given to ``fit`` for each simulation (derived from ``seeds``). Simulation ``s`` is
         reproduced by ``truth, data = simulate(seeds[s]); fit(data, fit_seeds[s])``.
     master_seed : int or None
+        The master seed ``seeds`` were drawn from (`sbc_seeds`), when known.
     method : str
         Name of the inference method (free text; stored in the cache and checked on reuse).
     truth : dict functional -> np.ndarray (n_sims, Q) float64
@@ -154,6 +155,12 @@ class SBCResult:
         Mean and standard deviation of the functional over the L thinned draws.
     seconds : np.ndarray (n_sims,) float64
         Wall time of ``fit`` per simulation (cached simulations keep their first timing).
+
+    Raises
+    ------
+    None of its own (a dataclass; the fields are not checked).
+
+    Source: project addition (Talts et al. 2018: ranks of the truth among posterior draws).
     """
 
     ranks: dict[str, np.ndarray]
@@ -169,6 +176,14 @@ class SBCResult:
 
     @property
     def n_sims(self) -> int:
+        """N, the number of simulations (``len(seeds)``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(len(self.seeds))
 
     def z_scores(self) -> dict[str, np.ndarray]:
@@ -178,6 +193,18 @@ class SBCResult:
         (the posterior variance averaged over the prior predictive is the prior variance
         minus that of the posterior mean); an sd above 1 means posteriors that are too
         narrow, as for mean-field VI. Only approximate for skewed functionals and small L.
+
+        Returns
+        -------
+        dict str -> numpy.ndarray, shape (n_sims, Q), float64
+            One entry per functional of ``truth``; NaN where the posterior sd is 0.
+
+        Raises
+        ------
+        KeyError
+            ``post_mean`` or ``post_sd`` lacks a functional of ``truth``.
+
+        Source: project addition (Talts et al. 2018; Modrák et al. 2023).
         """
         out = {}
         for name, truth in self.truth.items():
@@ -219,19 +246,32 @@ class SBCResult:
 
         Parameters
         ----------
-        alpha : float in (0, 1)
-        bins : int, optional; chi-square bins (default `default_bins`).
-        n_band_sims, band_seed : Monte Carlo calibration of the ECDF band (`ecdf_band`).
+        alpha : float, default 0.05
+            False-alarm rate, in (0, 1).
+        bins : int, optional
+            Chi-square bins (default `default_bins`; keyword-only, like the next two).
+        n_band_sims : int, default N_BAND_SIMS
+            Uniform samples simulated to calibrate the ECDF band (`ecdf_band`).
+        band_seed : int, default BAND_SEED
+            Their seed.
 
         Returns
         -------
-        pandas.DataFrame with columns functional, scalar, kind, n, alpha_used, ecdf_min_p,
-        ecdf_p, ecdf_pass, chi2, chi2_bins, chi2_p, chi2_pass, mean_rank (expected L/2).
+        pandas.DataFrame
+            Columns functional, scalar, kind, n, alpha_used, ecdf_min_p, ecdf_p, ecdf_pass, chi2,
+            chi2_bins, chi2_p, chi2_pass, mean_rank (expected L/2); the last row is the family "all".
 
         Raises
         ------
         ValueError
-            alpha outside (0, 1); bins not an integer in [2, L+1].
+            alpha outside (0, 1); bins not an integer in [2, L+1]; ranks outside 0..L.
+
+        Warns
+        -----
+        UserWarning
+            ``alpha / Q_total * n_band_sims < 10``: the family band is poorly resolved.
+
+        Source: project addition (Säilynoja, Bürkner & Vehtari 2022; Talts et al. 2018).
         """
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
@@ -257,7 +297,27 @@ class SBCResult:
 
     def passed(self, alpha: float = 0.05, **kwargs) -> bool:
         """Overall verdict: every scalar of every functional passes the ECDF test at
-        alpha / Q_total (Bonferroni; false-alarm rate <= alpha). kwargs go to `uniformity`."""
+        alpha / Q_total (Bonferroni; false-alarm rate <= alpha).
+
+        Parameters
+        ----------
+        alpha : float, default 0.05
+            Family false-alarm rate, in (0, 1).
+        **kwargs
+            ``bins``, ``n_band_sims``, ``band_seed``, passed to `uniformity`.
+
+        Returns
+        -------
+        bool
+            ``ecdf_pass`` of the last row (family "all") of `uniformity`.
+
+        Raises
+        ------
+        ValueError
+            As `uniformity` (alpha outside (0, 1), bad ``bins``).
+
+        Source: project addition (Säilynoja, Bürkner & Vehtari 2022; Bonferroni family).
+        """
         table = self.uniformity(alpha, **kwargs)
         return bool(table.iloc[-1]["ecdf_pass"])
 
@@ -503,7 +563,9 @@ def _load_sim(path: Path, s: int, seed: int, n_draws: int, names: list[str], met
 class EcdfBand:
     """Simultaneous band for the ECDF of N ranks uniform on 0..L (Säilynoja et al. 2022).
 
-    Attributes
+    Made by `ecdf_band`.
+
+    Parameters
     ----------
     z : np.ndarray (L + 2,) float64
         Grid 0, 1/(L+1), ..., 1; the ECDF of the ranks at z_i is #{r < i} / N.
@@ -515,7 +577,18 @@ class EcdfBand:
     alpha : float
         Simultaneous level: probability (up to Monte Carlo error, and <= by construction)
         that the ECDF of N uniform ranks leaves the band somewhere.
-    n, n_draws, n_band_sims : int
+    n : int
+        N, the number of ranks (simulations).
+    n_draws : int
+        L, ranks take the values 0..L.
+    n_band_sims : int
+        Uniform samples simulated to calibrate ``gamma``.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (Säilynoja, Bürkner & Vehtari 2022, sec. 2.2).
     """
 
     z: np.ndarray
@@ -594,8 +667,14 @@ def ecdf_test(ranks, n_draws: int, *, n_band_sims: int = N_BAND_SIMS, band_seed:
 
     Parameters
     ----------
-    ranks : array (N,) of integers in 0..L
-    n_draws : int, L
+    ranks : array_like, shape (N,), int
+        Ranks in 0..L.
+    n_draws : int
+        L.
+    n_band_sims : int, default N_BAND_SIMS
+        Uniform samples simulated for the null distribution (keyword-only).
+    band_seed : int, default BAND_SEED
+        Their seed (keyword-only).
 
     Returns
     -------
@@ -633,13 +712,21 @@ def ecdf_band(n: int, n_draws: int, alpha: float = 0.05, *, n_band_sims: int = N
 
     Parameters
     ----------
-    n : int >= 1, number of ranks (simulations)
-    n_draws : int >= 1, L
-    alpha : float in (0, 1)
+    n : int
+        Number of ranks (simulations), >= 1.
+    n_draws : int
+        L, >= 1.
+    alpha : float, default 0.05
+        Simultaneous level, in (0, 1).
+    n_band_sims : int, default N_BAND_SIMS
+        Uniform samples simulated to calibrate gamma (keyword-only).
+    band_seed : int, default BAND_SEED
+        Their seed (keyword-only).
 
     Returns
     -------
     EcdfBand
+        The grid, the inclusive count bounds (int64, (L + 2,)) and gamma.
 
     Raises
     ------
@@ -680,7 +767,22 @@ def default_bins(n: int, n_draws: int) -> int:
     at most min(20, n // 5) (equal bins with >= 5 expected ranks each); if L + 1 has no such
     divisor >= 2, min(20, n // 5, L + 1) bins of nearly equal widths (at least 2).
 
-    ``n``, ``n_draws`` (L): ints. Returns an int. Raises nothing of its own.
+    Parameters
+    ----------
+    n : int
+        Number of ranks (simulations).
+    n_draws : int
+        L; ranks take the values 0..L.
+
+    Returns
+    -------
+    int
+        B, at least 2.
+
+    Raises
+    ------
+    None of its own.
+
     Source: project addition (Talts et al. 2018: bins with enough expected ranks).
     """
     cap = max(2, min(20, n // 5, n_draws + 1))
@@ -698,12 +800,26 @@ def chi2_test(ranks, n_draws: int, bins: int) -> tuple[float, float]:
     """Pearson chi-square test of uniformity of ranks on 0..L in ``bins`` bins of ranks
     [e_b, e_{b+1}) with integer edges ``round(linspace(0, L+1, bins+1))`` (equal when bins
     divides L+1), expected counts N (e_{b+1} - e_b) / (L+1), ``bins - 1`` degrees of freedom
-    (`scipy.stats.chisquare`). Returns (statistic, p-value).
+    (`scipy.stats.chisquare`).
+
+    Parameters
+    ----------
+    ranks : array_like, shape (N,), int
+        Ranks in 0..L.
+    n_draws : int
+        L.
+    bins : int
+        Number of bins, in [2, L + 1].
+
+    Returns
+    -------
+    tuple (float, float)
+        The chi-square statistic and its p-value.
 
     Raises
     ------
     ValueError
-        bad ranks; bins not an integer in [2, L+1].
+        ranks not a non-empty 1-D integer array in 0..L; bins not an integer in [2, L+1].
 
     Source: project addition (Talts et al. 2018, the rank histogram as a chi-square test).
     """
@@ -733,11 +849,25 @@ def plot_ranks(result: SBCResult, out_dir: str | Path, *, alpha: float = 0.05, b
     band at alpha / Q (dashed). With more than ``max_panels`` scalars, the histograms show the
     ``max_panels`` scalars with the smallest ECDF p-values.
 
+    Parameters
+    ----------
+    result : SBCResult
+        Each ``result.ranks[name]`` is an int array (N, Q) of ranks in 0..L.
+    out_dir : str or pathlib.Path
+        Folder of the PNG files (created if missing).
+    alpha : float, default 0.05
+        Level of the simultaneous band (keyword-only, like the rest).
+    bins : int, optional
+        Histogram bins (default `default_bins`).
+    max_panels : int, default 12
+        Most histograms drawn per functional.
+    n_band_sims : int, default N_BAND_SIMS
+        Calibration of the ECDF bands and p-values (`ecdf_band`, `ecdf_test`).
+
     Returns
     -------
-    list of str: paths of the PNG files written, in the order of ``result.ranks``.
-
-    Each ``result.ranks[name]`` is an int array (N, Q) of ranks in 0..L.
+    list of str
+        Paths of the PNG files written, in the order of ``result.ranks``.
 
     Raises
     ------
@@ -808,9 +938,25 @@ def sbc_report(result: SBCResult, out_dir: str | Path, title: str = "Simulation-
     """Write ``report.md`` in ``out_dir``: settings, the overall verdict, the uniformity table
     (`SBCResult.uniformity`), z-score summaries and the plots of `plot_ranks`.
 
+    Parameters
+    ----------
+    result : SBCResult
+        The SBC run.
+    out_dir : str or pathlib.Path
+        Folder of the report and its plots (created if missing).
+    title : str, default "Simulation-based calibration"
+        The report's title.
+    alpha : float, default 0.05
+        Family false-alarm rate (keyword-only, like the rest).
+    notes : sequence of str, default ()
+        Lines listed under the verdict.
+    n_band_sims : int, default N_BAND_SIMS
+        Calibration of the ECDF band (`ecdf_band`).
+
     Returns
     -------
-    Path of the Markdown file.
+    pathlib.Path
+        Path of the Markdown file (``out_dir/report.md``).
 
     Raises
     ------

@@ -26,11 +26,24 @@ __all__ = ["StationarityResult", "stationarity", "monotone", "monotone_sweeps", 
 
 @dataclass(frozen=True)
 class StationarityResult:
-    """Gradient of the objective with respect to one updated block.
+    """Gradient of the objective with respect to one updated block (made by `stationarity`).
 
-    ``grad_after``: max |d objective / d param| over the block's fields at the updated
-    point; ``grad_before``: the same at the point before the update (the scale the
-    update had to remove); ``passed``: ``grad_after <= rtol * max(grad_before, 1)``.
+    Parameters
+    ----------
+    block : str
+        Label of the updated block (for reports; may be empty).
+    grad_after : float
+        max |d objective / d param| over the block's fields at the updated point.
+    grad_before : float
+        The same at the point before the update (the scale the update had to remove).
+    rtol : float
+        Relative tolerance of `passed`.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the fields are not checked).
+
+    Source: project addition (validation level 1).
     """
 
     block: str
@@ -40,6 +53,14 @@ class StationarityResult:
 
     @property
     def passed(self) -> bool:
+        """Whether ``grad_after <= rtol * max(grad_before, 1)`` (a bool).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (validation level 1).
+        """
         return bool(self.grad_after <= self.rtol * max(self.grad_before, 1.0))
 
 
@@ -66,9 +87,13 @@ def stationarity(
         The ELBO as a differentiable function of the parameter pytree (a NamedTuple
         or dict; all other fields are held fixed by the gradient being taken per field).
     before, after : pytree
-        Parameters before and after the coordinate update.
-    fields : names of the updated fields (NamedTuple attributes or dict keys).
-    rtol : float
+        Parameters before and after the coordinate update (float arrays of the shapes
+        ``objective`` takes).
+    fields : sequence of str
+        Names of the updated fields (NamedTuple attributes or dict keys).
+    block : str, default ""
+        Label copied into the result (keyword-only).
+    rtol : float, default 1e-7
         Pass if the gradient after the update is at most ``rtol`` times the gradient
         before (or ``rtol`` in absolute terms when that is below 1). In float64 an
         exact update leaves a gradient at rounding level (1e-10 relative or less);
@@ -77,10 +102,14 @@ def stationarity(
     Returns
     -------
     StationarityResult
+        The max absolute gradient over ``fields`` after and before the update, as Python floats.
+
     Raises
     ------
-    Nothing of its own; AttributeError or KeyError when a name in ``fields`` is not in the
-    pytree. Source: project addition (validation level 1).
+    AttributeError or KeyError
+        Not raised explicitly: a name in ``fields`` that is not in the pytree fails the lookup.
+
+    Source: project addition (validation level 1).
     """
     return StationarityResult(
         block=block,
@@ -94,8 +123,25 @@ def monotone(values: Iterable[float], *, rtol: float = 1e-9) -> tuple[bool, floa
     """Whether a sequence of ELBO values never decreases.
 
     A decrease smaller than ``rtol * |value|`` (floating-point rounding of a sum
-    of many terms) is tolerated. Returns ``(ok, largest relative decrease)``.
-    ``values``: floats (compared as a float64 (T,) array). Raises nothing of its own.
+    of many terms) is tolerated.
+
+    Parameters
+    ----------
+    values : iterable of float
+        The ELBO trace, compared as a float64 array of shape (T,).
+    rtol : float, default 1e-9
+        Tolerated relative decrease ``(v[t] - v[t+1]) / |v[t]|`` (keyword-only).
+
+    Returns
+    -------
+    tuple (bool, float)
+        ``(ok, worst)``: ``worst`` is the largest relative decrease (0.0 when none, or when
+        T < 2), ``ok`` is ``worst <= rtol``.
+
+    Raises
+    ------
+    None of its own.
+
     Source: project addition (validation level 1: CAVI never lowers the ELBO).
     """
     v = np.asarray(list(values), dtype=np.float64)
@@ -119,23 +165,33 @@ def monotone_sweeps(
     The loop shared by the models' ``monotone_check`` (`validation.models.sibm`, `validation.models.rg`): the
     trace is ``[objective(state)]`` followed by the value after each sweep, then `monotone`.
 
+    Run it inside ``jax.enable_x64(True)`` for a float64 check (the caller's context is kept).
+
     Parameters
     ----------
-    objective : callable state -> scalar, the ELBO at the starting state.
-    sweep : callable state -> (new_state, value), one exact coordinate-ascent sweep and the
+    objective : callable
+        ``objective(state) -> scalar``, the ELBO at the starting state.
+    sweep : callable
+        ``sweep(state) -> (new_state, value)``, one exact coordinate-ascent sweep and the
         objective of the new state (e.g. ``lambda s: (lambda r: (r[0], r[1].elbo))(step(s))``).
-    state : the starting state (any pytree the two callables accept).
-    sweeps : int >= 0.
-    rtol : tolerated relative decrease (floating-point rounding), as `monotone`.
+    state : pytree
+        The starting state (any pytree the two callables accept).
+    sweeps : int
+        Number of sweeps, >= 0.
+    rtol : float, default 1e-9
+        Tolerated relative decrease (floating-point rounding), as `monotone` (keyword-only).
 
     Returns
     -------
-    (ok, largest relative decrease, trace) with trace numpy float64 (sweeps + 1,).
+    tuple (bool, float, numpy.ndarray)
+        ``(ok, worst, trace)``: as `monotone`, and the trace, float64 of shape (sweeps + 1,).
 
     Raises
     ------
-    ValueError if sweeps is not an integer >= 0. Run it inside ``jax.enable_x64(True)`` for a
-    float64 check (the caller's context is kept). Source: project addition (validation level 1).
+    ValueError
+        ``sweeps`` is not an integer >= 0 (a bool counts as not an integer).
+
+    Source: project addition (validation level 1).
     """
     if isinstance(sweeps, bool) or int(sweeps) != sweeps or sweeps < 0:
         raise ValueError(f"sweeps must be an integer >= 0, got {sweeps!r}")
@@ -149,8 +205,26 @@ def monotone_sweeps(
 
 def max_relative_difference(a, b) -> float:
     """max |a - b| / max(|b|, tiny), elementwise over arrays of the same shape.
-    ``a``, ``b``: array-likes of one shape, compared as float64. Raises ValueError when the
-    shapes differ. Source: project addition (validation level 1: sparse vs dense twins)."""
+
+    Parameters
+    ----------
+    a : array_like
+        The computation under test (e.g. the cached / sparse one), any shape, cast to float64.
+    b : array_like
+        Its reference (the dense twin), the same shape as ``a``, cast to float64.
+
+    Returns
+    -------
+    float
+        The largest elementwise ``|a - b| / max(|b|, 1e-300)`` (a Python float).
+
+    Raises
+    ------
+    ValueError
+        The shapes of ``a`` and ``b`` differ.
+
+    Source: project addition (validation level 1: sparse vs dense twins).
+    """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
@@ -175,9 +249,16 @@ def conditional_distance(log_unnormalized, log_candidate, grid) -> float:
 
     Returns
     -------
-    float in [0, 1]: 0.5 * integral |p - q|. An exact conditional gives a distance
-    at the level of the quadrature error (below 1e-6 on a fine grid); a wrong one
-    gives a distance of the order of the error in its parameters.
+    float
+        In [0, 1]: 0.5 * integral |p - q|. An exact conditional gives a distance
+        at the level of the quadrature error (below 1e-6 on a fine grid); a wrong one
+        gives a distance of the order of the error in its parameters.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (validation level 1).
     """
     grid = np.asarray(grid, dtype=np.float64)
     t = np.log(grid)

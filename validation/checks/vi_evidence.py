@@ -75,10 +75,20 @@ __all__ = [
 class QSample(NamedTuple):
     """S draws from q on the program's latent sites and their log density under q.
 
-    ``sites``: site name -> float64 array (S, *site shape), the values the program's sample sites
-    take (constrained: positive for Gamma sites, on the simplex for Dirichlet sites); ``log_q``:
-    float64 (S,), log q of each draw on the same coordinates (Lebesgue measure on the constrained
-    values, the simplex's first n - 1 coordinates for a Dirichlet, as NumPyro and SciPy write it).
+    Parameters
+    ----------
+    sites : dict str -> numpy.ndarray, shape (S, *site shape), float64
+        The values the program's sample sites take (constrained: positive for Gamma sites, on the
+        simplex for Dirichlet sites).
+    log_q : numpy.ndarray, shape (S,), float64
+        log q of each draw on the same coordinates (Lebesgue measure on the constrained values, the
+        simplex's first n - 1 coordinates for a Dirichlet, as NumPyro and SciPy write it).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (Yao et al. 2018, sec. 3: draws from q with their log density).
     """
 
     sites: dict
@@ -87,12 +97,27 @@ class QSample(NamedTuple):
 
 @dataclass(frozen=True)
 class KhatProblem:
-    """What a VI solver supplies for its k-hat: ``draw(seed, n) -> QSample`` and
-    ``log_joint(sites) -> float64 (S,)`` (log p(y, theta) of the program at each draw), plus
-    ``space``: one sentence saying which latent variables q and p share and what the k-hat is of.
-    ``functionals`` (optional): ``sites -> {group: float64 (S, Q)}``, the identified quantities the
-    solver's cross-check compares, evaluated at each draw (the same groups and order as its
-    ``identifiable_quantities``); `khat` then adds their function-specific k-hats (`function_khat`).
+    """What a VI solver supplies for its k-hat.
+
+    Parameters
+    ----------
+    draw : callable
+        ``draw(seed, n) -> QSample``: n draws from q with their log q.
+    log_joint : callable
+        ``log_joint(sites) -> float64 (S,)``: log p(y, theta) of the program at each draw (e.g.
+        `numpyro_log_joint`).
+    space : str
+        One sentence saying which latent variables q and p share and what the k-hat is of.
+    functionals : callable, optional
+        ``functionals(sites) -> {group: float64 (S, Q)}``, the identified quantities the solver's
+        cross-check compares, evaluated at each draw (the same groups and order as its
+        ``identifiable_quantities``); `khat` then adds their function-specific k-hats (`function_khat`).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: project addition (Yao et al. 2018, sec. 3).
     """
 
     draw: Callable[[int, int], QSample]
@@ -103,11 +128,35 @@ class KhatProblem:
 
 @dataclass(frozen=True)
 class KhatResult:
-    """A measured k-hat: ``khat`` (float), ``reading`` (`khat_reading`), ``n_draws`` S, ``n_latent``
-    (scalars per draw), ``ess`` (the PSIS effective sample size 1 / sum w_s^2 of the smoothed,
-    normalized weights, out of S), ``elbo_mc`` (mean log w: a Monte Carlo ELBO of q, for the record),
-    ``space`` (`KhatProblem.space`), ``log_w`` float64 (S,), ``functionals`` (None, or the
-    `function_khat` table of the problem's functionals on the same draws)."""
+    """A measured k-hat (made by `khat`).
+
+    Parameters
+    ----------
+    khat : float
+        The Pareto k-hat of the importance ratios p / q.
+    reading : str
+        `khat_reading` of ``khat``.
+    n_draws : int
+        S, the draws from q.
+    n_latent : int
+        Latent scalars per draw.
+    ess : float
+        The PSIS effective sample size 1 / sum w_s^2 of the smoothed, normalized weights, out of S.
+    elbo_mc : float
+        Mean log w: a Monte Carlo ELBO of q, for the record.
+    space : str
+        `KhatProblem.space`.
+    log_w : numpy.ndarray, shape (S,), float64
+        The log importance ratios.
+    functionals : pandas.DataFrame, optional
+        The `function_khat` table of the problem's functionals on the same draws (None without them).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: Yao et al. (2018), sec. 3; Vehtari et al. (2024) (PSIS ESS); project addition (the record).
+    """
 
     khat: float
     reading: str
@@ -120,8 +169,22 @@ class KhatResult:
     functionals: pd.DataFrame | None = field(default=None, repr=False)
 
     def row(self) -> dict:
-        """The result as one table row (without the weights; with the `function_khat_summary` counts
-        ``fn_n``, ``fn_below_0.7``, ``fn_0.7_to_1``, ``fn_above_1``, ``fn_worst`` when functionals were measured)."""
+        """The result as one table row (without the weights).
+
+        Returns
+        -------
+        dict
+            khat, reading, n_draws, n_latent, psis_ess, elbo_mc, space; with the `function_khat_summary`
+            counts ``fn_n``, ``fn_below_0.7``, ``fn_0.7_to_1``, ``fn_above_1``, ``fn_worst`` when
+            functionals were measured.
+
+        Raises
+        ------
+        ValueError
+            An empty ``functionals`` table (`function_khat_summary`).
+
+        Source: project addition.
+        """
         out = {"khat": self.khat, "reading": self.reading, "n_draws": self.n_draws, "n_latent": self.n_latent,
                "psis_ess": self.ess, "elbo_mc": self.elbo_mc, "space": self.space}
         if self.functionals is not None:
@@ -139,8 +202,29 @@ def numpyro_log_joint(model, args: tuple = (), kwargs: Mapping | None = None, *,
     first use it traces the program once and checks that the draws' site names are exactly the
     program's latent (unobserved) sample sites: a q on another space has no k-hat against p.
 
-    Raises ValueError (when called) when the draws miss a latent site of the program or name a site
-    it does not have, or when the draws have different numbers S; what the model raises propagates.
+    Parameters
+    ----------
+    model : callable
+        The NumPyro program.
+    args : tuple, default ()
+        Its positional arguments, data included.
+    kwargs : mapping, optional
+        Its keyword arguments.
+    chunk : int, default 500
+        Draws evaluated per vmapped call (keyword-only).
+
+    Returns
+    -------
+    callable
+        ``log_joint(sites) -> numpy.ndarray, shape (S,), float64``; ``sites``: name -> array
+        (S, *site shape).
+
+    Raises
+    ------
+    ValueError
+        Raised by the returned function when called: the draws miss a latent site of the program or
+        name a site it does not have, or have different numbers S. What the model raises propagates.
+
     Source: project addition (the log joint of the programs in `ppl_models`).
     """
     import jax
@@ -176,9 +260,25 @@ def psis_khat(log_w: np.ndarray) -> tuple[float, float]:
     """Pareto k-hat and PSIS effective sample size of log importance ratios ``log_w`` float (S,).
 
     ArviZ ``psislw`` (Pareto smoothing of the largest ratios; its generalized Pareto fit gives k-hat);
-    the ESS is 1 / sum_s w_s^2 of the smoothed, normalized weights. Returns (khat, ess) as floats.
-    Raises ValueError for fewer than 2 ratios or a non-finite one. Source: Vehtari et al. (2024),
-    "Pareto smoothed importance sampling" (ArviZ's implementation); Yao et al. (2018), sec. 3.
+    the ESS is 1 / sum_s w_s^2 of the smoothed, normalized weights.
+
+    Parameters
+    ----------
+    log_w : array_like, shape (S,), float
+        Log importance ratios (flattened; any constant offset).
+
+    Returns
+    -------
+    tuple (float, float)
+        ``(khat, ess)``.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 ratios, or a non-finite one.
+
+    Source: Vehtari et al. (2024), "Pareto smoothed importance sampling" (ArviZ's implementation); Yao et
+    al. (2018), sec. 3.
     """
     from custom_inference import arviz_io
 
@@ -194,9 +294,25 @@ def psis_khat(log_w: np.ndarray) -> tuple[float, float]:
 
 
 def khat_reading(k: float) -> str:
-    """The usual reading of a Pareto k-hat: "good" (< 0.5), "ok" (0.5 to 0.7), "q unreliable for
-    importance sampling" (> 0.7), "very bad (> 1)". Raises nothing. Source: Vehtari et al. (2024), sec. 3;
-    Yao et al. (2018), sec. 3."""
+    """The usual reading of a Pareto k-hat.
+
+    Parameters
+    ----------
+    k : float
+        A Pareto k-hat.
+
+    Returns
+    -------
+    str
+        "good" (< 0.5), "ok" (0.5 to 0.7), "q unreliable for importance sampling" (0.7 to 1), "very bad
+        (> 1): q unreliable for importance sampling", or "undefined" (not finite).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: Vehtari et al. (2024), sec. 3; Yao et al. (2018), sec. 3.
+    """
     if not np.isfinite(k):
         return "undefined"
     if k < 0.5:
@@ -218,7 +334,23 @@ def tail_khat(x: np.ndarray) -> np.ndarray:
     l = log(max(x - median, 0) / max + 1e-300): the shift and scale leave the exceedances' shape (k) alone
     and every value above the median keeps its exceedance (M <= S / 5, so the cutoff lies above the
     median). A row with nothing above its median (constant upper half) has no tail: -inf. The lower tail
-    of x is ``tail_khat(-x)``. Raises ValueError for S < 2 or non-finite values.
+    of x is ``tail_khat(-x)``.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., S), float
+        Values (raw, not log) whose upper tail is fitted along the last axis.
+
+    Returns
+    -------
+    numpy.ndarray, shape (...), float64
+        The k-hat of each row; -inf for a row without a tail.
+
+    Raises
+    ------
+    ValueError
+        A 0-d ``x``, S < 2, or non-finite values.
+
     Source: Vehtari, Simpson, Gelman, Yao, Gabry (2024), "Pareto smoothed importance sampling", JMLR
     (the k-hat of any Monte Carlo estimator's draws; tail length from their appendix H); ArviZ's fit.
     """
@@ -253,14 +385,29 @@ def function_khat(log_w: np.ndarray, values: Mapping[str, np.ndarray]) -> pd.Dat
     functional can be corrected by importance sampling from q, whatever h; ``khat_hr`` then still shows
     which functionals add a tail of their own.
 
-    ``log_w``: float (S,) log ratios log p(y, theta_s) - log q(theta_s); ``values``: group -> float array
-    (S,) or (S, Q), h at the same draws. Returns a DataFrame, one row per scalar: group, index, khat,
-    khat_r, khat_hr, reading (`khat_reading` of khat). Raises ValueError for non-finite log ratios or
-    values, or values whose first axis is not S. Reading: k-hat < 0.7, PSIS from q estimates E[h]
+    Reading: k-hat < 0.7, PSIS from q estimates E[h]
     reliably with S draws (the error shrinks at the Monte Carlo rate for k < 0.5); 0.7-1, the estimate
     converges too slowly to be usable; > 1, the mean of h r or r does not exist as far as the draws can
     tell (no finite-S estimate is reliable). The k-hat speaks of correcting q by importance sampling, not
     of q's own estimate of E[h] (the cross-check's gap measures that).
+
+    Parameters
+    ----------
+    log_w : array_like, shape (S,), float
+        Log ratios log p(y, theta_s) - log q(theta_s).
+    values : mapping str -> array_like, shape (S,) or (S, Q), float
+        Group -> h at the same draws.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per scalar: group, index, khat, khat_r, khat_hr, reading (`khat_reading` of khat).
+
+    Raises
+    ------
+    ValueError
+        Non-finite log ratios or values, or values whose first axis is not S.
+
     Source: Vehtari, Simpson, Gelman, Yao, Gabry (2024), "Pareto smoothed importance sampling", JMLR (the
     function-specific diagnostic of self-normalized IS); loo ``E_loo`` (its implementation).
     """
@@ -291,12 +438,26 @@ def function_khat(log_w: np.ndarray, values: Mapping[str, np.ndarray]) -> pd.Dat
 def function_khat_summary(table: pd.DataFrame) -> dict:
     """Counts and a sentence from a `function_khat` table: what a user may take from q with PSIS.
 
-    Returns dict: ``n`` (scalars), ``below_0.7`` / ``0.7_to_1`` / ``above_1`` (counts of khat < 0.7,
-    0.7 <= khat <= 1, > 1), ``worst`` (largest khat), ``worst_at`` ("group[index]"), ``khat_r`` (the
-    ratios' k-hat, shared by all), ``hr_below_0.7`` (scalars whose numerator h r alone has k-hat < 0.7),
-    ``groups`` (group -> (n, below_0.7, worst)) and ``words`` (which groups can be read from q with PSIS
-    and which from a sampler). Raises ValueError for an empty table. Source: project addition (the
-    thresholds of Vehtari et al. 2024, sec. 3).
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A `function_khat` table.
+
+    Returns
+    -------
+    dict
+        ``n`` (scalars), ``below_0.7`` / ``0.7_to_1`` / ``above_1`` (counts of khat < 0.7,
+        0.7 <= khat <= 1, > 1), ``worst`` (largest khat), ``worst_at`` ("group[index]"), ``khat_r`` (the
+        ratios' k-hat, shared by all), ``hr_below_0.7`` (scalars whose numerator h r alone has k-hat
+        < 0.7), ``groups`` (group -> (n, below_0.7, worst)) and ``words`` (which groups can be read from
+        q with PSIS and which from a sampler).
+
+    Raises
+    ------
+    ValueError
+        An empty (or None) table.
+
+    Source: project addition (the thresholds of Vehtari et al. 2024, sec. 3).
     """
     if table is None or len(table) == 0:
         raise ValueError("function_khat_summary needs a non-empty function_khat table")
@@ -330,9 +491,27 @@ def khat(problem: KhatProblem, *, n_draws: int = 4000, seed: int = 0) -> KhatRes
     Draws S = ``n_draws`` from q (``problem.draw(seed, S)``), log w = log p(y, theta) - log q(theta)
     with ``problem.log_joint``, then `psis_khat`; with ``problem.functionals``, also the function-specific
     k-hats of those quantities on the same draws (`function_khat`, in ``KhatResult.functionals``).
-    Returns a `KhatResult`. Raises ValueError for
-    ``n_draws`` < 100 (the Pareto fit needs a tail of at least a few dozen ratios), for non-finite
-    log ratios, or from the log joint (draws on another space than the program's).
+
+    Parameters
+    ----------
+    problem : KhatProblem
+        The solver's draws from q and the program's log joint.
+    n_draws : int, default 4000
+        S, draws from q (keyword-only).
+    seed : int, default 0
+        Seed given to ``problem.draw`` (keyword-only).
+
+    Returns
+    -------
+    KhatResult
+        The k-hat, its reading, the PSIS ESS, the Monte Carlo ELBO and the log ratios.
+
+    Raises
+    ------
+    ValueError
+        ``n_draws`` < 100 (the Pareto fit needs a tail of at least a few dozen ratios), non-finite
+        log ratios, or from the log joint (draws on another space than the program's).
+
     Source: Yao et al. (2018), sec. 3 (PSIS diagnostic of VI); project addition (the generic form).
     """
     if int(n_draws) < 100:
@@ -348,8 +527,28 @@ def khat(problem: KhatProblem, *, n_draws: int = 4000, seed: int = 0) -> KhatRes
 
 
 def khat_table(result: KhatResult, model: str = "", solver: str = "") -> pd.DataFrame:
-    """A one-row DataFrame of a `KhatResult` (model, solver, khat, reading, n_draws, n_latent,
-    psis_ess, elbo_mc, space) for reports. Raises nothing. Source: project addition."""
+    """A one-row DataFrame of a `KhatResult`, for reports.
+
+    Parameters
+    ----------
+    result : KhatResult
+        The measured k-hat.
+    model : str, default ""
+        The model's name.
+    solver : str, default ""
+        The solver's label.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row: model, solver and the columns of `KhatResult.row`.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     return pd.DataFrame([{"model": model, "solver": solver, **result.row()}])
 
 
@@ -360,9 +559,26 @@ def khat_table(result: KhatResult, model: str = "", solver: str = "") -> pd.Data
 def calibration_probabilities(truth: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """p_q = Pr_q(f_q(theta) < f_q(theta*)) per scalar, from draws: float64 (Q,).
 
-    ``truth``: (Q,) the functionals at the simulated parameters; ``draws``: (S, Q) the functionals at
-    S draws from q. Ties count one half (p = (#below + #equal / 2) / S). Raises ValueError on shapes
-    that do not match. Source: Yao et al. (2018), sec. 4, Algorithm 2 (the probability p_ij).
+    Ties count one half (p = (#below + #equal / 2) / S).
+
+    Parameters
+    ----------
+    truth : array_like, shape (Q,), float
+        The functionals at the simulated parameters (a scalar counts as Q = 1).
+    draws : array_like, shape (S, Q) or (S,), float
+        The functionals at S draws from q.
+
+    Returns
+    -------
+    numpy.ndarray, shape (Q,), float64
+        p of each scalar, in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        ``draws`` and ``truth`` shapes do not match.
+
+    Source: Yao et al. (2018), sec. 4, Algorithm 2 (the probability p_ij).
     """
     t = np.atleast_1d(np.asarray(truth, np.float64))
     d = np.asarray(draws, np.float64)
@@ -393,7 +609,26 @@ def symmetry_test(p: np.ndarray, *, n_flips: int = 4000, seed: int = 0) -> tuple
     ``n_flips`` random reflections p_s -> 1 - p_s (each with probability 1/2, independently), which
     leave the joint law of independent p_s symmetric about 0.5 unchanged: (1 + #{D_b >= D}) / (1 + B)
     is a valid p-value (false-alarm rate at most alpha for every alpha), the smallest being 1 / (1 + B).
-    Raises ValueError for fewer than 2 values or values outside [0, 1].
+
+    Parameters
+    ----------
+    p : array_like, shape (n,), float
+        Calibration probabilities in [0, 1].
+    n_flips : int, default 4000
+        B, random reflections (keyword-only).
+    seed : int, default 0
+        Seed of the reflections (keyword-only).
+
+    Returns
+    -------
+    tuple (float, float, float)
+        ``(ks_stat, ks_pvalue, flip_pvalue)``.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 values, or values outside [0, 1] or not finite.
+
     Source: Yao et al. (2018), sec. 4 (the KS test of p vs 1 - p); the randomization calibration is a
     project addition (a sign-flip test of symmetry).
     """
@@ -414,11 +649,33 @@ def symmetry_test(p: np.ndarray, *, n_flips: int = 4000, seed: int = 0) -> tuple
 
 @dataclass(frozen=True)
 class VSBCResult:
-    """A VSBC run: ``probabilities`` functional -> float64 (n_sims, Q) (p of each simulation and
-    scalar); ``table`` one row per scalar (functional, index, mean_p, ks_stat, ks_pvalue (scipy,
-    nominal), flip_pvalue (exact level), reject); ``alpha`` the family false-alarm rate (Bonferroni over
-    the scalars: a scalar is rejected when flip_pvalue < alpha / Q_total); ``n_sims``, ``master_seed``,
-    ``method``, ``seconds`` (float64 (n_sims,), simulate + fit + functionals)."""
+    """A VSBC run (made by `run_vsbc`).
+
+    Parameters
+    ----------
+    probabilities : dict str -> numpy.ndarray, shape (n_sims, Q), float64
+        Functional -> p of each simulation and scalar.
+    table : pandas.DataFrame
+        One row per scalar: functional, index, mean_p, ks_stat, ks_pvalue (scipy, nominal),
+        flip_pvalue (exact level), reject (bool).
+    alpha : float
+        The family false-alarm rate (Bonferroni over the scalars: a scalar is rejected when
+        flip_pvalue < alpha / Q_total).
+    n_sims : int
+        Number of simulations.
+    master_seed : int
+        Seed of `validation.checks.sbc.sbc_seeds`.
+    method : str, default ""
+        The solver's label.
+    seconds : numpy.ndarray, shape (n_sims,), float64, optional
+        Wall time of simulate + fit + functionals per simulation.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass).
+
+    Source: Yao et al. (2018), sec. 4 (VSBC); project addition (the exact-level flip p-value).
+    """
 
     probabilities: dict
     table: pd.DataFrame
@@ -430,16 +687,43 @@ class VSBCResult:
 
     @property
     def passed(self) -> bool:
-        """True when no scalar's p is asymmetric at the Bonferroni level."""
+        """True when no scalar's p is asymmetric at the Bonferroni level (a bool).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return not bool(self.table.reject.any())
 
     @property
     def smallest_p(self) -> float:
-        """The smallest flip p-value over the scalars (compare with ``alpha`` / number of scalars)."""
+        """The smallest flip p-value over the scalars, a float (compare with ``alpha`` / number of scalars).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return float(self.table.flip_pvalue.min())
 
     def verdict(self) -> str:
-        """One line: pass / asymmetric, the smallest p-value, the level, the simulations."""
+        """One line for reports.
+
+        Returns
+        -------
+        str
+            Pass / asymmetric, the smallest p-value and its scalar, the Bonferroni level, the simulations.
+
+        Raises
+        ------
+        ValueError
+            An empty ``table`` (no scalar).
+
+        Source: project addition.
+        """
         q = len(self.table)
         worst = self.table.loc[self.table.flip_pvalue.idxmin()]
         head = "symmetric (pass)" if self.passed else f"asymmetric (fail: {int(self.table.reject.sum())} of {q} scalars)"
@@ -460,8 +744,38 @@ def run_vsbc(simulate: Callable, fit: Callable, functionals: Mapping[str, Callab
     verdict is Bonferroni at ``alpha`` over all scalars (false-alarm rate at most ``alpha`` whatever
     their correlation, since each flip p-value is valid).
 
-    Returns a `VSBCResult`. Raises ValueError for ``n_sims`` < 2 or ``alpha`` outside (0, 1); what
-    ``simulate`` / ``fit`` / the functionals raise propagates.
+    Parameters
+    ----------
+    simulate : callable
+        ``simulate(seed) -> (truth, data)``; ``truth`` a params dict.
+    fit : callable
+        ``fit(data, seed) -> dict name -> array (S, ...)``, draws from q.
+    functionals : mapping str -> callable
+        ``f(params dict) -> array (Q,)``, applied to the truth and to each draw.
+    n_sims : int
+        Number of simulations, >= 2 (keyword-only, like the rest).
+    master_seed : int, default 0
+        Seed of `validation.checks.sbc.sbc_seeds`.
+    alpha : float, default 0.05
+        Family false-alarm rate, in (0, 1).
+    n_flips : int, default 4000
+        Reflections of `symmetry_test`.
+    method : str, default ""
+        The solver's label.
+    progress : bool, default False
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    VSBCResult
+        The probabilities, the per-scalar table and the verdict's inputs.
+
+    Raises
+    ------
+    ValueError
+        ``n_sims`` < 2 or ``alpha`` outside (0, 1); what ``simulate`` / ``fit`` / the functionals raise
+        propagates.
+
     Source: Yao et al. (2018), sec. 4 (VSBC); project addition (the solver-agnostic runner).
     """
     from validation.checks.sbc import sbc_seeds

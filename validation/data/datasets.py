@@ -72,7 +72,17 @@ _ML100K_SIZES = (100_000, 943, 1682)  # ratings, users, items
 def user_cache_dir() -> Path:
     """The user cache directory, ``$XDG_CACHE_HOME/factorbayes`` (default ``~/.cache/factorbayes``).
 
-    Returns a `pathlib.Path` (not created). Raises nothing. Source: project addition.
+    Returns
+    -------
+    pathlib.Path
+        ``$XDG_CACHE_HOME/factorbayes`` when that variable is set and non-empty, else
+        ``~/.cache/factorbayes``; the directory is not created.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
     """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "factorbayes"

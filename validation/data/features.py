@@ -75,6 +75,11 @@ def _side_data_dir(data_dir) -> Path:
 def load_movielens_users(data_dir: PathLike) -> pd.DataFrame:
     """Read MovieLens 100K ``u.user`` (``user_id|age|gender|occupation|zip_code``, no header).
 
+    Parameters
+    ----------
+    data_dir : str or os.PathLike
+        Directory holding ``u.user`` (``~`` is expanded).
+
     Returns
     -------
     pandas.DataFrame, one row per user (file order)
@@ -116,6 +121,12 @@ def load_movielens_genres(data_dir: PathLike) -> pd.DataFrame:
       genres joined by ``|``.
     - ``u.item`` (the GroupLens zip): ``|`` separated, latin-1, the last 19 fields
       are 0/1 flags of `ML100K_GENRES` in that order.
+
+    Parameters
+    ----------
+    data_dir : str or os.PathLike
+        Directory holding ``items.tsv`` or ``u.item`` (``~`` is expanded); ``items.tsv`` wins when
+        both are there.
 
     Returns
     -------

@@ -63,31 +63,82 @@ class _IdMaps:
 
     @property
     def n_users(self) -> int:
-        """I, the number of users."""
+        """I, the number of users (an int).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.user_ids.shape[0])
 
     @property
     def n_items(self) -> int:
-        """J, the number of items."""
+        """J, the number of items (an int).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.item_ids.shape[0])
 
     @property
     def shape(self) -> tuple[int, int]:
-        """(I, J)."""
+        """(I, J), a tuple of two ints.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return (self.n_users, self.n_items)
 
     def user_index(self, ids) -> np.ndarray:
-        """Indices ``u`` of original user ids (array_like (M,) -> int64 (M,)).
+        """Indices ``u`` of original user ids.
 
-        Raises `ValueError` for an id that is not in ``user_ids`` (also for an id of
-        the other kind: a string looked up among int64 ids, or the reverse).
+        Parameters
+        ----------
+        ids : array_like, shape (M,)
+            Original user ids (int or str, the kind of ``user_ids``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (M,), int64
+            ``u`` with ``user_ids[u] == ids``.
+
+        Raises
+        ------
+        ValueError
+            An id that is not in ``user_ids`` (also an id of the other kind: a string looked up among
+            int64 ids, or the reverse).
+
+        Source: project addition.
         """
         return _lookup(self.user_ids, ids, "user")
 
     def item_index(self, ids) -> np.ndarray:
-        """Indices ``i`` of original item ids (array_like (M,) -> int64 (M,)).
+        """Indices ``i`` of original item ids.
 
-        Raises `ValueError` for an id that is not in ``item_ids`` (or of the other kind).
+        Parameters
+        ----------
+        ids : array_like, shape (M,)
+            Original item ids (int or str, the kind of ``item_ids``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (M,), int64
+            ``i`` with ``item_ids[i] == ids``.
+
+        Raises
+        ------
+        ValueError
+            An id that is not in ``item_ids`` (or of the other kind).
+
+        Source: project addition.
         """
         return _lookup(self.item_ids, ids, "item")
 
@@ -96,7 +147,9 @@ class _IdMaps:
 class IndexedRatings(_IdMaps):
     """A ratings table re-indexed to contiguous 0-based user and item indices.
 
-    Attributes
+    Made by `index_ratings`; the fields are not checked on construction.
+
+    Parameters
     ----------
     frame : pandas.DataFrame, N rows
         Columns ``u`` (int64, 0 .. I-1), ``i`` (int64, 0 .. J-1), ``rating``
@@ -109,6 +162,13 @@ class IndexedRatings(_IdMaps):
     item_ids : numpy.ndarray, shape (J,), int64 or object (str)
         Original item ids, increasing: ``item_ids[i]`` is the id of item ``i``
         (dtype as for ``user_ids``).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; `user_index` / `item_index` raise ValueError for an
+    unknown id).
+
+    Source: project addition.
     """
 
     frame: pd.DataFrame
@@ -288,7 +348,7 @@ class ImplicitSplit:
     `split_leave_one_item_out_baskets` (baskets as users, their items as positives),
     and `validation.evaluation.implicit_eval.split_sibm` / ``binary_split``.
 
-    Attributes
+    Parameters
     ----------
     train : Observations
         Shape (I, J), ``kind="binary"``, every stored value 1: the training
@@ -299,6 +359,13 @@ class ImplicitSplit:
         ``test_items[t]`` is the held-out positive of ``test_users[t]``.
     indexed : IndexedRatings
         The full re-indexed ratings (I users, J items).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the fields are not checked on construction).
+
+    Source: 000_619a0297b9d686b2.txt, section 6 (one held-out item per user, rank metric eq. 12) and
+    003_203f63200c0d7157.txt, section 6.1.2 (eq. 20).
     """
 
     train: Observations
@@ -308,12 +375,26 @@ class ImplicitSplit:
 
     @property
     def n_users(self) -> int:
-        """I."""
+        """I, the number of users (rows of ``train``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.train.n_rows
 
     @property
     def n_items(self) -> int:
-        """J."""
+        """J, the number of items (columns of ``train``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.train.n_cols
 
 
@@ -321,13 +402,21 @@ class ImplicitSplit:
 class HoldoutSplit:
     """Random holdout of ratings used as counts (protocol "P3").
 
-    Attributes
+    Made by `split_random_holdout`.
+
+    Parameters
     ----------
     train, test : Observations
         Both shape (I, J), ``kind="count"`` (ratings as counts); disjoint
         entries whose union is every rating.
     indexed : IndexedRatings
         The full re-indexed ratings (I users, J items).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; the fields are not checked on construction).
+
+    Source: 004_90693a0965f06816.txt, section 5.4.4 (20 % of the data instances held out at random).
     """
 
     train: Observations
@@ -336,12 +425,26 @@ class HoldoutSplit:
 
     @property
     def n_users(self) -> int:
-        """I."""
+        """I, the number of users (rows of ``train``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.train.n_rows
 
     @property
     def n_items(self) -> int:
-        """J."""
+        """J, the number of items (columns of ``train``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.train.n_cols
 
 
@@ -675,9 +778,9 @@ class RatingsSplit(_IdMaps):
     ``(u, i)`` order, the order `Observations` stores), and likewise for test;
     `fm_features` builds design row ``n`` from the same entry, so
     ``train.values``, ``train_frame["rating"]`` and the design's ``y`` agree
-    element by element.
+    element by element. Made by `split_p2`.
 
-    Attributes
+    Parameters
     ----------
     train, test : Observations
         Both shape (I, J), ``kind="real"`` (stars as real numbers, zeros kept);
@@ -695,6 +798,13 @@ class RatingsSplit(_IdMaps):
         Seed of the permutation.
     test_fraction : float
         Fraction of ratings held out.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; `user_index` / `item_index` raise ValueError for an
+    unknown id).
+
+    Source: 004_90693a0965f06816.txt, section 3.3.1 (the 90:10 split of the Gaussian models).
     """
 
     train: Observations

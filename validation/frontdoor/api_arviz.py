@@ -50,13 +50,29 @@ def _coord_ids(ids) -> np.ndarray:
 def with_id_coords(idata, user_ids, item_ids):
     """``idata`` with the user's ids as coordinate values of its ``user`` and ``item`` dimensions.
 
-    idata : arviz.InferenceData (any groups); user_ids : (I,) ids, int64 or str; item_ids : (J,).
-    Returns a new InferenceData sharing the arrays (no copy): every group with a ``user`` dim of
-    length I gets ``user = user_ids`` (int64 when every id is an int, else str), likewise ``item``;
-    a ``feature`` dim of length I + J with a ``front_door_n_users`` = I attr (the factorization
-    machines' one-hot design) gets the labels ``"user <id>"`` then ``"item <id>"``. Dims of
-    another length (e.g. a user's own group) are left as they are.
-    Raises nothing of its own. Source: project addition (issue 24).
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Any groups.
+    user_ids : array_like, shape (I,), int64 or str
+        The user's original user ids, in index order.
+    item_ids : array_like, shape (J,), int64 or str
+        The user's original item ids, in index order.
+
+    Returns
+    -------
+    arviz.InferenceData
+        A new InferenceData sharing the arrays (no copy): every group with a ``user`` dim of length I
+        gets ``user = user_ids`` (int64 when every id is an int, else str), likewise ``item``; a
+        ``feature`` dim of length I + J with a ``front_door_n_users`` = I attr (the factorization
+        machines' one-hot design) gets the labels ``"user <id>"`` then ``"item <id>"``. Dims of another
+        length (e.g. a user's own group) are left as they are.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (issue 24).
     """
     import warnings
 
@@ -110,10 +126,24 @@ def _chunk(S: int, K: int, max_bytes: int) -> int:
 def pointwise_log_likelihood(fitted, *, max_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """log p(y_n | draw s) of each fitted entry n under each stored draw s.
 
-    fitted : `validation.frontdoor.api.FittedModel` with S stored draws (chains stacked) and N fitted entries.
-    max_bytes : bound on the temporaries of one chunk of entries (the result not counted).
-    Returns an (S, N) float64 array, entries in row-major (user, item) order (`_entries`).
-    Raises ValueError for a model without a pointwise likelihood (BPR; `validation.frontdoor.api_models.likelihood_of`).
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        A fit with S stored draws (chains stacked) and N fitted entries.
+    max_bytes : int, default DEFAULT_CHUNK_BYTES
+        Bound, in bytes, on the temporaries of one chunk of entries (the result not counted;
+        keyword-only).
+
+    Returns
+    -------
+    numpy.ndarray, shape (S, N), float64
+        Entries in row-major (user, item) order (`_entries`).
+
+    Raises
+    ------
+    ValueError
+        A model without a pointwise likelihood (BPR; `validation.frontdoor.api_models.likelihood_of`).
+
     Source: the model's `validation.frontdoor.api_models.LIKELIHOODS` entry (its seed equation).
     """
     from validation.frontdoor import api_models
@@ -149,23 +179,44 @@ def inference_data(fitted, *, log_likelihood: bool = True, posterior_predictive:
                    observed_data: bool = True, seed: int = 0, max_bytes: int = DEFAULT_CHUNK_BYTES):
     """The fitted model as an `arviz.InferenceData` for `az.loo`, `az.waic`, `az.compare`, `az.plot_ppc`.
 
-    fitted : `validation.frontdoor.api.FittedModel` (S = C chains x D draws, N fitted entries).
-    log_likelihood : add the ``log_likelihood`` group: variable ``y`` (chain, draw, entry) float64,
-        log p(y_n | draw) (`pointwise_log_likelihood`).
-    posterior_predictive : add the ``posterior_predictive`` group: variable ``y`` (chain, draw, entry),
-        one new observation per draw and entry (`validation.frontdoor.api_models.observation_draws`, numpy
-        Generator seeded with ``seed``).
-    observed_data : add ``observed_data``: variable ``y`` (entry,) float64, the fitted values.
     Every added group has dim ``entry`` (N) with coordinates ``user`` and ``item`` (entry,) in the
     user's ids, and attrs ``draws`` (which draws: posterior, q, or a point estimate), ``terms`` (which
     terms of the model's likelihood are included), ``likelihood_source`` (seed file and equation)
     and ``model``. Every model's observed variable is called ``y``, so models fitted on the same data
     compare with `az.compare` (ArviZ needs the same N observations in each).
-    Returns a new InferenceData: the fitted groups (in the user's ids) plus those asked for.
     Memory: the (S, N) float64 arrays themselves (8 S N bytes each), plus temporaries of at most
-    about ``max_bytes`` per chunk of entries. Raises ValueError for a model without a pointwise
-    likelihood (BPR) when ``log_likelihood`` or ``posterior_predictive`` is asked for, and for PSM's
-    ``posterior_predictive`` (the reason is in the message).
+    about ``max_bytes`` per chunk of entries.
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit (S = C chains x D draws, N fitted entries).
+    log_likelihood : bool, default True
+        Add the ``log_likelihood`` group: variable ``y`` (chain, draw, entry) float64,
+        log p(y_n | draw) (`pointwise_log_likelihood`). Keyword-only, like the rest.
+    posterior_predictive : bool, default False
+        Add the ``posterior_predictive`` group: variable ``y`` (chain, draw, entry), one new
+        observation per draw and entry (`validation.frontdoor.api_models.observation_draws`, numpy
+        Generator seeded with ``seed``).
+    observed_data : bool, default True
+        Add ``observed_data``: variable ``y`` (entry,) float64, the fitted values.
+    seed : int, default 0
+        Seed of the posterior predictive draws.
+    max_bytes : int, default DEFAULT_CHUNK_BYTES
+        Bound, in bytes, on the temporaries of one chunk of entries.
+
+    Returns
+    -------
+    arviz.InferenceData
+        A new InferenceData: the fitted groups (in the user's ids) plus those asked for.
+
+    Raises
+    ------
+    ValueError
+        A model without a pointwise likelihood (BPR) when ``log_likelihood`` or
+        ``posterior_predictive`` is asked for, and PSM's ``posterior_predictive`` (the reason is in the
+        message).
+
     Source: project addition (issue 24); the likelihoods are `validation.frontdoor.api_models.LIKELIHOODS`.
     """
     import warnings

@@ -35,12 +35,32 @@ __all__ = ["hpf", "hpf_gibbs", "bpmf", "sbmf", "mcmc_fm", "pfm", "vbfm", "sibm",
 def hpf(fitted, obs):
     """New users' q(theta_u), q(xi_u) by the CAVI user blocks with the items' q held at the fit
     (`custom_inference.hpf.fold_in`; seed 001's user updates), then as many draws from q as the
-    fitted posterior holds (the means of q when it holds the means). Returns the new-user parts of
-    the ``posterior`` (theta (chain, draw, I_new, K), xi (chain, draw, I_new)) and
-    ``variational_parameters`` groups (see `validation.frontdoor.fitted._extend_users`), float64.
-    Raises KeyError when the posterior attrs lack the fit's ``hyper_*`` fields, and what
-    `hpf.state_from_inference_data` / `hpf.fold_in` raise.
-    Source: 001_30a2018ec18c20b9.txt (the CAVI user updates); the fold-in is a project addition."""
+    fitted posterior holds (the means of q when it holds the means).
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "hpf" (CAVI; ``variational_parameters`` group, ``hyper_*`` posterior attrs).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' counts (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        The new-user parts of the ``posterior`` (theta (chain, draw, I_new, K), xi (chain, draw, I_new))
+        and ``variational_parameters`` (gamma_shape, gamma_rate (I_new, K), kappa_shape, kappa_rate
+        (I_new,)) groups (see `validation.frontdoor.fitted._extend_users`), float64.
+
+    Raises
+    ------
+    KeyError
+        The posterior attrs lack the fit's ``hyper_*`` fields.
+    ValueError
+        From `hpf.state_from_inference_data` (not an HPF CAVI result) / `hpf.fold_in` (``obs`` has
+        another number of items than the fit).
+
+    Source: 001_30a2018ec18c20b9.txt (the CAVI user updates); the fold-in is a project addition.
+    """
     import jax
 
     from custom_inference import hpf
@@ -114,11 +134,29 @@ def hpf_gibbs(fitted, obs):
     """HPF Gibbs: per kept draw of (beta, eta), `FOLD_IN_SWEEPS` sweeps of the sampler's own user blocks
     for the new users: z (`hpf_gibbs.allocate`), theta (`hpf_gibbs.theta_conditional`), xi
     (`hpf_gibbs.xi_conditional`), started at theta = a / b', xi = b' (seed 001's complete conditionals).
-    Returns {"posterior": {"theta": (chain, draw, I_new, K), "xi": (chain, draw, I_new)}}, float64.
-    Raises KeyError when the posterior attrs lack the fit's ``hyper_*`` fields; ValueError when the
-    posterior lacks beta or eta.
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "hpf-gibbs" (posterior beta, eta; ``hyper_*`` attrs).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' counts (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"theta": (chain, draw, I_new, K), "xi": (chain, draw, I_new)}}, float64.
+
+    Raises
+    ------
+    KeyError
+        The posterior attrs lack the fit's ``hyper_*`` fields.
+    ValueError
+        The posterior lacks beta or eta.
+
     Source: 001_30a2018ec18c20b9.txt (complete conditionals of the Gibbs sampler); the fold-in is a
-    project addition."""
+    project addition.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -156,10 +194,29 @@ def bpmf(fitted, obs):
     eqs. 12-13): `bpmf.entry_stats` of the new rows (ratings centred at the fit's offset),
     `bpmf.factor_conditional`, one exact draw by `bpmf.sample_factor_rows`. A draw, not the
     conditional mean: the kept draws then carry the new user's own uncertainty into predict's sd, as
-    they do for the fitted users. Returns {"posterior": {"U": (chain, draw, I_new, K)}}, float64.
-    Raises KeyError when the posterior attrs lack ``hyper_alpha``; ValueError when the posterior lacks
-    V, mu_U or Lambda_U.
-    Source: 004_90693a0965f06816.txt eqs. 2.12-2.13; the fold-in is a project addition."""
+    they do for the fitted users.
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "bpmf" (posterior V, mu_U, Lambda_U; attrs ``hyper_alpha``, ``front_door_offset``).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ratings (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"U": (chain, draw, I_new, K)}}, float64.
+
+    Raises
+    ------
+    KeyError
+        The posterior attrs lack ``hyper_alpha``.
+    ValueError
+        The posterior lacks V, mu_U or Lambda_U.
+
+    Source: 004_90693a0965f06816.txt eqs. 2.12-2.13; the fold-in is a project addition.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -186,10 +243,27 @@ def sbmf(fitted, obs):
     mu_u, sigma_u), `FOLD_IN_SWEEPS` sweeps of the sampler's user conditionals for the new users,
     alpha_i (`sbmf.alpha_conditional`, Algorithm 2 line 20) then u_i1..u_iK (`sbmf.u_conditional`,
     eqs. 3.15-3.17), with the residuals recomputed by `sbmf.residuals`; started at the prior means.
-    Returns {"posterior": {"alpha": (chain, draw, I_new), "U": (chain, draw, I_new, K)}}, float64.
-    Raises ValueError when the posterior lacks one of the frozen variables (refit).
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "sbmf" (posterior with the frozen variables above).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ratings (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"alpha": (chain, draw, I_new), "U": (chain, draw, I_new, K)}}, float64.
+
+    Raises
+    ------
+    ValueError
+        The posterior lacks one of the frozen variables (refit).
+
     Source: 004_90693a0965f06816.txt eqs. 3.15-3.17 and Algorithm 2 line 20; the fold-in is a
-    project addition."""
+    project addition.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -302,10 +376,24 @@ def mcmc_fm(fitted, obs):
     v_u1..v_uK from their complete conditionals, the caches refreshed by `fm_mcmc.caches` before each
     sweep), started at the user group's prior means mu_w[user], mu_v[user]; the last sweep is kept.
 
-    fitted : FittedModel of "mcmc-fm" (posterior with `MCMC_FM_KEEP`); obs : Observations (I_new, J)
-    of the new users' ratings. Returns {"posterior": {"w": (chain, draw, I_new), "V": (chain, draw,
-    I_new, K)}} (float64), inserted after the fitted users on the ``feature`` axis.
-    Raises ValueError when the posterior lacks a variable of `MCMC_FM_KEEP`.
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "mcmc-fm" (posterior with `MCMC_FM_KEEP`; attrs ``front_door_n_users``, ``hyper_*``).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ratings (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"w": (chain, draw, I_new), "V": (chain, draw, I_new, K)}} (float64), inserted
+        after the fitted users on the ``feature`` axis.
+
+    Raises
+    ------
+    ValueError
+        The posterior lacks a variable of `MCMC_FM_KEEP`.
+
     Source: derived conditionals of `custom_inference.fm_mcmc` (004_90693a0965f06816.txt eqs.
     2.22-2.25); the fold-in is a project addition.
     """
@@ -424,10 +512,29 @@ def vbfm(fitted, obs):
     target at step 1 on all rows is the CAVI update. Then as many draws from the new q as the fitted
     posterior holds.
 
-    fitted : FittedModel of "vbfm" or "ovbfm" (``variational_parameters`` group); obs : Observations
-    (I_new, J). Returns the new-user parts of ``posterior`` (w (chain, draw, I_new), V (chain, draw,
-    I_new, K)) and ``variational_parameters`` (w_prec, w_h (I_new,), v_prec, v_h (I_new, K)), float64.
-    Raises ValueError when the variational parameters are missing.
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "vbfm" or "ovbfm" (``variational_parameters`` group).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ratings (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        The new-user parts of ``posterior`` (w (chain, draw, I_new), V (chain, draw, I_new, K)) and
+        ``variational_parameters`` (w_prec, w_h (I_new,), v_prec, v_h (I_new, K)), float64.
+
+    Raises
+    ------
+    ValueError
+        The variational parameters are missing.
+
+    Warns
+    -----
+    RuntimeWarning
+        The CAVI did not reach `FOLD_IN_VI_TOL` in `FOLD_IN_VI_MAX_ITER` sweeps.
+
     Source: 004_90693a0965f06816.txt eqs. 4.20-4.24 (corrected in `custom_inference.vbfm`); the
     fold-in is a project addition.
     """
@@ -461,10 +568,31 @@ def vbfm(fitted, obs):
 
 
 def sgd_reg_attrs(reg, n_groups: int, K: int) -> dict:
-    """The SGD-FM regularization constants as attrs of the fit (JSON lists), for `sgd_fm`:
-    ``front_door_lambda_w`` (G,) and ``front_door_lambda_v`` (G, K), broadcast as
-    `custom_inference.fm_sgd` does. Raises ValueError when they do not broadcast to (G,) / (G, K).
-    Source: project addition."""
+    """The SGD-FM regularization constants as attrs of the fit (JSON lists), for `sgd_fm`.
+
+    Parameters
+    ----------
+    reg : object
+        The fit's regularization (``lambda_w``: scalar or (G,); ``lambda_v``: scalar, (G,) or (G, K)),
+        as `custom_inference.fm_sgd` takes it.
+    n_groups : int
+        G, the feature groups.
+    K : int
+        Number of latent factors.
+
+    Returns
+    -------
+    dict str -> str
+        ``front_door_lambda_w`` (G,) and ``front_door_lambda_v`` (G, K), broadcast as
+        `custom_inference.fm_sgd` does, as JSON lists of floats.
+
+    Raises
+    ------
+    ValueError
+        They do not broadcast to (G,) / (G, K).
+
+    Source: project addition.
+    """
     import json
 
     lw = np.broadcast_to(np.asarray(reg.lambda_w, np.float64), (n_groups,))
@@ -485,11 +613,24 @@ def sgd_fm(fitted, obs):
     minimized by theta_u = (Phi^T Phi + n_u diag(lambda))^-1 Phi^T r (unique when the lambdas are > 0).
     Users do not interact: one (K + 1) x (K + 1) solve each.
 
-    fitted : FittedModel of "sgd-fm" (point posterior w0, w, V; attrs of `sgd_reg_attrs`); obs :
-    Observations (I_new, J). Returns {"posterior": {"w": (1, 1, I_new), "V": (1, 1, I_new, K)}}.
-    Raises ValueError when the attrs lack the regularization constants (an artifact written before
-    they were stamped: refit) or a new user's system is singular (zero regularization and fewer
-    ratings than K + 1).
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "sgd-fm" (point posterior w0, w, V; attrs of `sgd_reg_attrs`).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ratings (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"w": (1, 1, I_new), "V": (1, 1, I_new, K)}}, float64.
+
+    Raises
+    ------
+    ValueError
+        The attrs lack the regularization constants (an artifact written before they were stamped:
+        refit) or a new user's system is singular (zero regularization and fewer ratings than K + 1).
+
     Source: 004_90693a0965f06816.txt Algorithm 1 and eq. 2.17 (the objective as implemented in
     `custom_inference.fm_sgd`); the closed form is a project addition.
     """
@@ -529,8 +670,25 @@ _SIBM_HYPER = ("u_bar0", "u_tilde0", "v_bar0", "v_tilde0", "z_bar0", "z_tilde0")
 
 
 def sibm_hyper_attrs(hyper) -> dict:
-    """``hyper_<field>`` attrs of a SIBM fit (its priors and ``biases`` as 0/1), for `sibm` and
-    `sibm_map`. Raises AttributeError for a hyper without the SIBMHyper fields. Source: project addition."""
+    """``hyper_<field>`` attrs of a SIBM fit (its priors and ``biases`` as 0/1), for `sibm` and `sibm_map`.
+
+    Parameters
+    ----------
+    hyper : ppl_models.sibm.SIBMHyper
+        The fit's hyperparameters.
+
+    Returns
+    -------
+    dict
+        ``hyper_<field>`` -> float for each prior field, and ``hyper_biases`` -> 0 or 1.
+
+    Raises
+    ------
+    AttributeError
+        A hyper without the SIBMHyper fields.
+
+    Source: project addition.
+    """
     return {**{f"hyper_{f}": float(getattr(hyper, f)) for f in _SIBM_HYPER}, "hyper_biases": int(bool(hyper.biases))}
 
 
@@ -565,10 +723,29 @@ def sibm(fitted, obs):
     targets average to this batch update (seed 002 eq. 9). Then as many draws from the new q as the
     fitted posterior holds (bias columns fixed at 1).
 
-    fitted : FittedModel of "sibm" or "sibm-svi"; obs : Observations (I_new, J) of the new users'
-    ones. Returns the new-user parts of ``posterior`` (U (chain, draw, I_new, K')) and
-    ``variational_parameters`` (u_prec, u_h (I_new, K')), float64.
-    Raises ValueError when the fit's priors or variational parameters are missing.
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "sibm" or "sibm-svi" (``variational_parameters`` group, ``hyper_*`` attrs).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ones (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        The new-user parts of ``posterior`` (U (chain, draw, I_new, K')) and ``variational_parameters``
+        (u_prec, u_h (I_new, K')), float64.
+
+    Raises
+    ------
+    ValueError
+        The fit's priors or variational parameters are missing.
+
+    Warns
+    -----
+    RuntimeWarning
+        The updates did not reach `FOLD_IN_VI_TOL` in `FOLD_IN_VI_MAX_ITER` sweeps.
+
     Source: 002_5408d341cb9fc544.txt eqs. (6)-(8) (the U updates derived in `custom_inference.sibm`);
     the fold-in is a project addition.
     """
@@ -598,10 +775,24 @@ def sibm_map(fitted, obs):
     `custom_inference.sibm.fold_in_map` (Newton on the strictly concave log p(x_i | u_i, V, z) + log p(u_i),
     the part of the MAP objective that depends on u_i: the unique maximizer), started at the prior mean.
 
-    fitted : FittedModel of "sibm-map"; obs : Observations (I_new, J) of the new users' ones.
-    Returns the new-user parts of ``posterior`` (U (1, 1, I_new, K')) and ``variational_parameters``
-    (U (I_new, K'), u_count zeros (I_new,)), float64.
-    Raises ValueError when the fit's priors or point estimates are missing.
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "sibm-map" (point estimates in ``variational_parameters``, ``hyper_*`` attrs).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' ones (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        The new-user parts of ``posterior`` (U (1, 1, I_new, K')) and ``variational_parameters``
+        (U (I_new, K'), u_count zeros (I_new,)), float64.
+
+    Raises
+    ------
+    ValueError
+        The fit's priors or point estimates are missing.
+
     Source: 002_5408d341cb9fc544.txt eqs. (1)-(2) (the MAP baseline's objective, sec. 4.2); the
     fold-in is a project addition.
     """
@@ -634,11 +825,25 @@ def pfm(fitted, obs):
     over its J cells) and Gamma draws by `pfm.gamma_draw`. Started at the prior means; the last sweep
     is kept. The items' shape and rate variables are not read by these conditionals (placeholders).
 
-    fitted : FittedModel of "npfm" or "ppfm" (posterior with w0, w, V, delta and, for NPFM, r);
-    obs : Observations (I_new, J) of the new users' counts. Returns {"posterior": {"w": (chain, draw,
-    I_new), "V": (chain, draw, I_new, K)}}, inserted after the fitted users on the ``feature`` axis.
-    Raises ValueError when the posterior lacks one of those variables (refit), or from
-    `pfm.PFMData.from_matrix` for counts it refuses.
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "npfm" or "ppfm" (posterior with w0, w, V, delta and, for NPFM, r).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' counts (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"w": (chain, draw, I_new), "V": (chain, draw, I_new, K)}}, float64, inserted
+        after the fitted users on the ``feature`` axis.
+
+    Raises
+    ------
+    ValueError
+        The posterior lacks one of those variables (refit), or from `pfm.PFMData.from_matrix` for
+        counts it refuses.
+
     Source: 004_90693a0965f06816.txt eqs. 5.7, 5.9, 5.10, 5.13, 5.17, 5.18 (as derived in
     `custom_inference.pfm`); the fold-in is a project addition.
     """
@@ -717,12 +922,27 @@ def bpr(fitted, obs):
     pairs' K-vectors) from w = 0, with the best of the step lengths 1, 1/2, ..., 1/512 (a step is
     taken only if F_u increases), until no coordinate moves more than `BPR_NEWTON_TOL`.
 
-    fitted : FittedModel of "bpr" (point posterior user_factors, item_factors, item_bias; attrs reg,
-    method); obs : Observations (I_new, J) of the new users' positives. Returns {"posterior":
-    {"user_factors": (1, 1, I_new, K)}} (float64).
-    Raises ValueError when reg = 0 (no unique maximizer), when a new user has every item as a
-    positive (no negatives), or, for popularity sampling, when none of a new user's non-positives
-    was ever a training positive (the sampler could never draw a negative for it).
+    Parameters
+    ----------
+    fitted : validation.frontdoor.api.FittedModel
+        The fit of "bpr" (point posterior user_factors, item_factors, item_bias; attrs reg, method).
+    obs : custom_inference.data.Observations
+        Shape (I_new, J): the new users' positives (row u is new user u; J the fitted items).
+
+    Returns
+    -------
+    dict
+        {"posterior": {"user_factors": (1, 1, I_new, K)}}, float64.
+
+    Raises
+    ------
+    ValueError
+        reg = 0 (no unique maximizer), a new user has every item as a positive (no negatives), or, for
+        popularity sampling, none of a new user's non-positives was ever a training positive (the
+        sampler could never draw a negative for it).
+    KeyError
+        The posterior attrs lack ``reg``.
+
     Source: Rendle et al. 2009 (UAI) sec. 4.1 (BPR-Opt) and fig. 4 (LearnBPR), with the penalty per
     occurrence as `custom_inference.bpr.objective`; the fold-in is a project addition.
     """

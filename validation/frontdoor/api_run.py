@@ -136,18 +136,41 @@ def run_fingerprint(adapter: "Adapter", obs, K: int, seed: int, options: Mapping
                     transform: str = "none", threshold: float = 4.0) -> dict:
     """The fingerprint that binds a checkpoint to its run: everything that changes the result.
 
-    adapter : the `validation.frontdoor.api.Adapter`; obs : the `Observations` exactly as the solver gets it
-        (I x J, N entries); K : int; seed : int; options : the solver options as passed (the adapter's
-        defaults merged with the caller's); transform, threshold : the value transform.
-    Returns a flat dict str -> JSON value: ``model``, ``solver`` (how its draws are made), ``K``,
-    ``seed``, ``transform``, ``threshold``, ``dtype`` (the solver's ``dtype`` option or "default"),
-    ``x64`` (whether JAX computes in float64), ``factorbayes_version``, ``data_users`` /
-    ``data_items`` / ``data_entries`` and ``data_sha256`` (SHA-256 of the int64 rows, int64 columns
-    and float64 values of the entries, and the shape), and ``option <name>`` for every option that
-    can change the result (all but progress, checkpoint, checkpoint_every, resume, block,
-    callback; NamedTuples such as ``hyper`` field by field, arrays by hash), the solver's defaults
-    filled in (so an option given at its default value is the same run).
-    Raises nothing of its own. Source: project addition (issue 24).
+    Parameters
+    ----------
+    adapter : validation.frontdoor.api.Adapter
+        The model's front-door adapter (its name, solver and uncertainty).
+    obs : custom_inference.data.Observations
+        The data exactly as the solver gets it (I x J, N entries: ``rows``, ``cols`` int, ``values``
+        float).
+    K : int
+        Number of latent factors.
+    seed : int
+        The fit's seed.
+    options : mapping str -> object
+        The solver options as passed (the adapter's defaults merged with the caller's).
+    transform : str, default "none"
+        The value transform (keyword-only).
+    threshold : float, default 4.0
+        The transform's threshold (keyword-only).
+
+    Returns
+    -------
+    dict str -> JSON value
+        A flat dict: ``model``, ``solver`` (how its draws are made), ``K``, ``seed``, ``transform``,
+        ``threshold``, ``dtype`` (the solver's ``dtype`` option or "default"), ``x64`` (whether JAX
+        computes in float64), ``factorbayes_version``, ``data_users`` / ``data_items`` /
+        ``data_entries`` and ``data_sha256`` (SHA-256 of the int64 rows, int64 columns and float64
+        values of the entries, and the shape), and ``option <name>`` for every option that can change
+        the result (all but progress, checkpoint, checkpoint_every, resume, block, callback;
+        NamedTuples such as ``hyper`` field by field, arrays by hash), the solver's defaults filled in
+        (so an option given at its default value is the same run).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (issue 24).
     """
     import hashlib
     import importlib.metadata

@@ -29,8 +29,23 @@ OFF_VALUES = ("off", "0", "none", "false", "")
 def cache_dir(environ=None) -> Path | None:
     """The folder `enable` would use, or None when the cache is switched off.
 
-    environ : mapping of environment variables (default ``os.environ``). Returns a Path (not
-    created here) or None. Raises nothing. Source: project addition.
+    Parameters
+    ----------
+    environ : mapping str -> str, optional
+        The environment variables to read (default ``os.environ``): ``FACTORBAYES_JAX_CACHE``,
+        ``XDG_CACHE_HOME``.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The folder (not created here), or None when ``FACTORBAYES_JAX_CACHE`` is one of `OFF_VALUES`
+        (case and surrounding spaces ignored).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
     """
     env = os.environ if environ is None else environ
     chosen = env.get("FACTORBAYES_JAX_CACHE")
@@ -41,11 +56,28 @@ def cache_dir(environ=None) -> Path | None:
 
 
 def enable(environ=None) -> Path | None:
-    """Turn on JAX's persistent compilation cache in `cache_dir` (see the module docstring);
-    returns the folder in use (the one already configured, if any) or None when switched off.
+    """Turn on JAX's persistent compilation cache in `cache_dir` (see the module docstring).
 
-    Call it before the first compilation (the CLI calls it at start-up). Raises nothing: a
-    folder that cannot be created leaves the cache off (compilation still works, only slower).
+    Call it before the first compilation (the CLI calls it at start-up). Sets JAX's
+    ``jax_compilation_cache_dir`` and ``jax_persistent_cache_min_compile_time_secs`` (0.5 s).
+
+    Parameters
+    ----------
+    environ : mapping str -> str, optional
+        Passed to `cache_dir` (default ``os.environ``). A cache folder already configured for JAX is
+        read from ``jax.config`` or the process's ``JAX_COMPILATION_CACHE_DIR``, not from ``environ``.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The folder in use (the one already configured, if any), or None when switched off or when the
+        folder cannot be created.
+
+    Raises
+    ------
+    None of its own (a folder that cannot be created leaves the cache off: compilation still works,
+    only slower).
+
     Source: project addition.
     """
     import jax
