@@ -814,15 +814,15 @@ def save_state(state: HPFState, path: str | Path, **meta) -> Path:
     state : HPFState
         Stored as it is (shapes and dtypes kept).
     path : str or pathlib.Path
-        The file, a name ending in ``.npz``; its folder is created. (numpy appends ``.npz`` to a
-        name without it, and the returned path then names a file that does not exist.)
+        The file; ``.npz`` is appended to a name without it (as numpy does); its folder is created.
     **meta : scalar
         Metadata stored as ``meta_<name>``.
 
     Returns
     -------
     pathlib.Path
-        ``path`` as given.
+        The file written (``path``, with ``.npz`` appended when it did not end so): what
+        `load_state` reads.
 
     Raises
     ------
@@ -832,6 +832,8 @@ def save_state(state: HPFState, path: str | Path, **meta) -> Path:
     Source: project addition.
     """
     path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")  # the name np.savez writes, returned so it can be loaded
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **{k: np.asarray(v) for k, v in state._asdict().items()}, **{f"meta_{k}": v for k, v in meta.items()})
     return path

@@ -138,6 +138,10 @@ def test_checkpoint_and_resume_equal_an_uninterrupted_run(small, tmp_path):
     np.testing.assert_allclose(again.state.gamma_shape, full.state.gamma_shape, rtol=1e-10)
     with pytest.raises(FileNotFoundError):
         hpf.load_state(tmp_path / "missing.npz")
+    # a name without .npz: the returned path is the file numpy wrote, and it loads
+    written = hpf.save_state(part.state, tmp_path / "ckpt" / "state", n_iter=12)
+    assert written == tmp_path / "ckpt" / "state.npz" and written.exists()
+    np.testing.assert_array_equal(hpf.load_state(written)[0].gamma_shape, state.gamma_shape)
     with pytest.raises(ValueError, match="init_state.gamma_shape"):
         bad = state._replace(gamma_shape=state.gamma_shape[:, :2])
         hpf.fit(0, small, 3, HYPER, max_iter=2, init_state=bad, progress=False)
