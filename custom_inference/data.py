@@ -618,9 +618,7 @@ class CountUnits:
         Raises
         ------
         ValueError
-            If a value is negative, not an integer or NaN (+inf passes this check and numpy then raises
-            ValueError "repeats may not contain negative values"; the `Observations` constructors
-            refuse it); if the total count exceeds ``max_units``; if T_pad exceeds
+            If a value is negative, not an integer, NaN or infinite; if the total count exceeds ``max_units``; if T_pad exceeds
             2**31 - 1 (the samplers index units with int32); or, with ``max_units`` None, if the unit
             arrays would need more bytes than available.
 
@@ -632,8 +630,8 @@ class CountUnits:
         total = 0
         for s in range(0, n, chunk):
             v = values[s:s + chunk]
-            if np.any(v != np.round(v)) or np.any(v < 0):
-                raise ValueError("values: unit expansion needs non-negative integer counts")
+            if not np.all(np.isfinite(v)) or np.any(v != np.round(v)) or np.any(v < 0):
+                raise ValueError("values: unit expansion needs finite non-negative integer counts")
             total += int(v.astype(np.int64).sum())
         if max_units is not None and total > max_units:
             raise ValueError(f"values: total count {total} exceeds max_units={max_units}")

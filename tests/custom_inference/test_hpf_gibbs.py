@@ -22,6 +22,13 @@ def test_count_units_expand_each_count():
     assert CountUnits.from_observations(obs).rows.shape == (4096,)  # at least min_units
     with pytest.raises(ValueError, match="max_units"):
         CountUnits.from_observations(obs, max_units=4)
+    # an infinite count (a container built without the Observations constructors' checks) is refused
+    # by name, before numpy's expansion would fail or cast it to int64
+    from types import SimpleNamespace
+
+    bad = SimpleNamespace(rows=np.array([0, 1]), cols=np.array([0, 1]), values=np.array([2.0, np.inf]))
+    with pytest.raises(ValueError, match="finite non-negative integer counts"):
+        CountUnits.from_observations(bad, min_units=1)
 
 
 def test_count_units_built_in_chunks_and_capped_by_memory(monkeypatch):
