@@ -92,6 +92,17 @@ def test_fit_then_recommend_from_a_file_with_own_column_names(reader_csv, tmp_pa
     assert not seen & {r[2] for r in rows if r[0] == "r3"}
     assert cli.main(["recommend", artifact, "--users", "nobody"]) == 2
     assert "unknown user id" in capsys.readouterr().err
+    # the Python API's means / sd options, from the command line: the same items and scores as
+    # FittedModel.recommend(..., means="q", sd=False)
+    assert cli.main(["recommend", artifact, "--users", "r3", "-N", "3", "--means", "q", "--no-sd"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split("\t") == ["user", "rank", "item", "score"]
+    from validation.frontdoor import api
+
+    want = api.load(artifact).recommend(["r3"], N=3, means="q", sd=False)
+    got = [line.split("\t") for line in lines[1:]]
+    assert [r[2] for r in got] == want["item"].tolist()
+    np.testing.assert_allclose([float(r[3]) for r in got], want["score"].to_numpy(), rtol=1e-5)
 
 
 def test_fit_refuses_malformed_input_with_status_2(reader_csv, tmp_path, capsys):

@@ -13,6 +13,7 @@
                                                        also runs the held-out evaluation below
     factorbayes recommend DIR_OR_FILE --users ID ...   validation.frontdoor.api.load + FittedModel.recommend: one
         [-N 10] [--include-seen]                       row per (user, rank, item, score, sd), tab-separated
+        [--means draws|q] [--no-sd]
     factorbayes --version                              the installed package version
     factorbayes evaluate MODEL --data FILE             any model of validation.frontdoor.api.models() on your own file:
         [fit's loader flags: --format --user-col ...]  read as `fit` reads it, validation.evaluation.holdout.split
@@ -534,7 +535,8 @@ def cmd_recommend(args) -> int:
     tab-separated rows (user, rank, item, score, sd).
 
     args : argparse.Namespace with model_path (an artifact or a folder holding exactly one
-    ``*.nc``), users (ids as strings), N, include_seen. Returns 0.
+    ``*.nc``), users (ids as strings), N, include_seen, means ("draws" or "q", as
+    `FittedModel.recommend`'s ``means``) and no_sd (leave out the sd column: ``sd=False``). Returns 0.
 
     Raises FileNotFoundError for a missing path, ValueError for a folder without exactly one
     ``*.nc`` file, a file that is not an artifact, or N < 1; KeyError for an unknown user id
@@ -544,10 +546,12 @@ def cmd_recommend(args) -> int:
     from validation.frontdoor import api
 
     model = api.load(_artifact(args.model_path))
-    table = model.recommend(args.users, N=args.N, exclude_seen=not args.include_seen)
+    table = model.recommend(args.users, N=args.N, exclude_seen=not args.include_seen, means=args.means,
+                            sd=not args.no_sd)
     print("\t".join(table.columns))
     for row in table.itertuples(index=False):
-        print(f"{row.user}\t{row.rank}\t{row.item}\t{row.score:.6g}\t{row.sd:.6g}")
+        sd = "" if args.no_sd else f"\t{row.sd:.6g}"
+        print(f"{row.user}\t{row.rank}\t{row.item}\t{row.score:.6g}{sd}")
     return 0
 
 
@@ -732,6 +736,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", nargs="+", required=True, metavar="ID", help="user ids as in the data file")
     p.add_argument("-N", type=int, default=10, help="items per user")
     p.add_argument("--include-seen", action="store_true", help="also rank the user's training items")
+    p.add_argument("--means", choices=("draws", "q"), default="draws",
+                   help="score = mean over the stored draws, or q's closed-form mean where it exists (HPF CAVI)")
+    p.add_argument("--no-sd", action="store_true", help="leave out the sd column (skips the pass over the draws)")
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("evaluate", formatter_class=fmt,
