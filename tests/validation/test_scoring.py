@@ -152,6 +152,10 @@ def test_recommend_equals_definition(name, max_bytes, fitted):
                 n_seen = np.diff(m.seen.indptr)[m._index(users, "user")]
                 assert got.groupby("user", sort=False).size().tolist() == (
                     list(J - n_seen) if exclude_seen else [J] * len(users))
+    for u in users[:3]:  # one user a call: the serving path (`_seen_cells` / `_top_chunk` one-row branches)
+        for N in (3, 30):
+            got = scoring.recommend(m, [u], N, **kw)
+            _assert_same_recommendations(got, _reference_recommend(m, [u], N, True), rtol)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -488,6 +488,9 @@ def _point_means(point: _Point, rows: np.ndarray) -> np.ndarray:
 def _seen_cells(seen, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(positions in ``rows``, item indices) of the training entries of the users ``rows`` of the CSR
     ``seen``, gathered without a Python loop."""
+    if rows.size == 1:  # one user (the serving path): a slice of the CSR, no index arithmetic
+        items = seen.indices[seen.indptr[rows[0]]:seen.indptr[rows[0] + 1]]
+        return np.zeros(items.size, np.int64), items
     starts = seen.indptr[rows].astype(np.int64)
     lens = seen.indptr[rows + 1].astype(np.int64) - starts
     total = int(lens.sum())
@@ -524,6 +527,10 @@ def _top_chunk(score: np.ndarray, N: int, seen_cells) -> list[np.ndarray]:
         neg[seen_cells] = np.inf
     U, J = neg.shape
     n = min(int(N), J)
+    if U == 1:  # one user (the serving path): `_top_neg` on the row, without the (U, n) bookkeeping
+        row = neg[0]
+        row[~np.isfinite(row)] = np.inf  # -inf and NaN scores are never recommended
+        return [_top_neg(row, n)]
     if n < J:
         cand = np.argpartition(neg, n - 1, axis=1)[:, :n]
     else:
@@ -717,9 +724,9 @@ def _table_arrays(fitted, rows: np.ndarray, parts: list, sd: bool) -> pd.DataFra
     if pos.size == 0:
         return pd.DataFrame([], columns=cols)
     pc = np.concatenate([p[1] for p in parts])
-    first = np.r_[True, pos[1:] != pos[:-1]]  # users come in order, each user's items contiguous
-    starts = np.flatnonzero(first)
-    rank = np.arange(1, pos.size + 1) - np.repeat(starts, np.diff(np.r_[starts, pos.size]))
+    # users come in order, each user's items contiguous: rank = 1 + position within the user's run
+    starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
+    rank = np.arange(1, pos.size + 1) - np.repeat(starts, np.diff(np.append(starts, pos.size)))
     user_ids, item_ids = _id_arrays(fitted)
     data = {"user": user_ids.take(rows[pos]), "rank": rank.astype(np.int64), "item": item_ids.take(pc),
             "score": np.concatenate([p[2] for p in parts])}
