@@ -526,8 +526,9 @@ def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_co
 
     Scores the model's posterior-mean E[y_ui] of every item for each evaluated user (the mean that
     ``recommend`` ranks by) and compares it with the baselines on the same users, with standard errors
-    and paired bootstrap intervals (`validation.evaluation.intervals`). Memory stays O(batch_users x J):
-    no users x items array is built.
+    and paired bootstrap intervals (`validation.evaluation.intervals`). The scores take O(batch_users x J)
+    memory, never a users x items array; EASE^R's two J x J float64 matrices are the largest arrays
+    (8 J^2 bytes each, at most `validation.evaluation.baselines.EASE_MAX_ITEMS` items).
 
     Parameters
     ----------
