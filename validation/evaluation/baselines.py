@@ -45,8 +45,17 @@ EASE_LAMBDAS = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
 
 
 class SkippedSystem(RuntimeError):
-    """Raised by a system's factory that declines to run (e.g. EASE^R above `EASE_MAX_ITEMS` items);
-    the evaluation tables record the message as the row's reason. Source: project addition."""
+    """Raised by a system's factory that declines to run (e.g. EASE^R above `EASE_MAX_ITEMS` items).
+
+    The evaluation tables record the message as the row's reason. A `RuntimeError`; constructed with the
+    reason (str) as its message.
+
+    Raises
+    ------
+    None of its own (it is the exception raised).
+
+    Source: project addition.
+    """
 
 
 def _matrix(train: Observations, values: str) -> sp.csr_matrix:
@@ -60,7 +69,26 @@ def _matrix(train: Observations, values: str) -> sp.csr_matrix:
 
 def ease_skip_reason(n_items: int, max_items: int = EASE_MAX_ITEMS) -> str | None:
     """The reason EASE^R is not run on ``n_items`` items (None when it runs): J above ``max_items``.
-    Raises nothing. Source: project addition (the dense J x J bound)."""
+
+    Parameters
+    ----------
+    n_items : int
+        J, the number of items of the training matrix.
+    max_items : int, default `EASE_MAX_ITEMS`
+        The largest J for which the dense J x J Gram matrix is built.
+
+    Returns
+    -------
+    str or None
+        "EASE^R skipped: J = ... items > ... (its dense J x J Gram matrix alone would take ... GB)" when
+        ``n_items > max_items`` (8 J^2 bytes, float64), else None.
+
+    Raises
+    ------
+    None of its own (``int()`` of a non-number raises TypeError / ValueError).
+
+    Source: project addition (the dense J x J bound).
+    """
     if int(n_items) > int(max_items):
         gb = 8 * float(n_items) ** 2 / 1e9
         return (f"EASE^R skipped: J = {int(n_items)} items > {int(max_items)} (its dense J x J Gram matrix "
@@ -72,14 +100,35 @@ def ease_fit(train: Observations, lam: float, *, values: str = "binary",
              max_items: int = EASE_MAX_ITEMS) -> np.ndarray:
     """EASE^R item-item weights in closed form: B = I - P diag(1 / diag P), P = (X^T X + lam I)^-1.
 
-    ``train``: Observations (I, J); X is its user x item matrix, binarized (``values="binary"``,
-    Steck's setting) or with the counts (``"count"``). Only the J x J Gram matrix is dense.
-    Returns B, float64 (J, J), zero diagonal: the minimiser of ||X - X B||_F^2 + lam ||B||_F^2
-    subject to diag(B) = 0.
+    X is the user x item matrix of ``train``, binarized (``values="binary"``, Steck's setting) or with the
+    counts (``"count"``). Only the J x J Gram matrix is dense (built in column blocks of 2048 items).
 
-    Raises SkippedSystem when J > ``max_items`` (`ease_skip_reason`); ValueError when ``lam <= 0`` or
-    not finite, ``train`` is not Observations or ``values`` is unknown; numpy.linalg.LinAlgError if the
-    regularised Gram matrix is not positive definite (it is for lam > 0 up to rounding).
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        Shape (I, J): the training entries.
+    lam : float > 0
+        The ridge constant lambda (finite).
+    values : {"binary", "count"}, default "binary"
+        X's entries: 1 for every stored entry, or the stored values (as float64).
+    max_items : int, default `EASE_MAX_ITEMS`
+        Largest J fitted (`ease_skip_reason`).
+
+    Returns
+    -------
+    numpy.ndarray, shape (J, J), float64
+        B with zero diagonal: the minimiser of ||X - X B||_F^2 + lam ||B||_F^2 subject to diag(B) = 0.
+
+    Raises
+    ------
+    SkippedSystem
+        J > ``max_items`` (`ease_skip_reason`), before anything J x J is allocated.
+    ValueError
+        ``lam <= 0`` or not finite, ``train`` is not Observations or ``values`` is unknown.
+    numpy.linalg.LinAlgError
+        From SciPy's Cholesky factorization, if the regularised Gram matrix is not positive definite (it
+        is for lam > 0 up to rounding).
+
     Source: Steck 2019, "Embarrassingly shallow autoencoders for sparse data", eq. 8 (closed form);
     a project addition to the thesis's baselines.
     """
@@ -104,12 +153,31 @@ def ease_fit(train: Observations, lam: float, *, values: str = "binary",
 
 
 def ease_scores(train: Observations, B: np.ndarray, users, *, values: str = "binary") -> np.ndarray:
-    """EASE^R scores X_u B for a block of users: float64 (len(users), J).
+    """EASE^R scores X_u B for a block of users. Only the block's rows of X are formed (sparse).
 
-    ``train``: Observations (I, J) (the X of `ease_fit`, same ``values``); ``B``: (J, J) from
-    `ease_fit`; ``users``: int array (n,). Only the block's rows of X are formed (sparse).
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        Shape (I, J): the X of `ease_fit` (same ``values``).
+    B : numpy.ndarray, shape (J, J), float64
+        The weights from `ease_fit`.
+    users : array-like of int, shape (n,)
+        Row indices (0..I-1) of the users to score.
+    values : {"binary", "count"}, default "binary"
+        As in `ease_fit`.
 
-    Raises ValueError for a B whose shape is not (J, J), or as `ease_fit` for ``train`` / ``values``.
+    Returns
+    -------
+    numpy.ndarray, shape (n, J), float64
+        Row k: the scores of every item for user ``users[k]``.
+
+    Raises
+    ------
+    ValueError
+        ``B``'s shape is not (J, J), or as `ease_fit` for ``train`` / ``values``.
+    IndexError
+        From SciPy's row indexing, for a user outside 0..I-1.
+
     Source: Steck 2019, sec. 3 (score S = X B); project addition to the thesis's baselines.
     """
     X = _matrix(train, values)
@@ -120,10 +188,31 @@ def ease_scores(train: Observations, B: np.ndarray, users, *, values: str = "bin
 
 
 def ease_score_fn(train: Observations, lam: float, *, values: str = "binary", max_items: int = EASE_MAX_ITEMS):
-    """Fit EASE^R on ``train`` (`ease_fit`) and return ``score_fn(users (B,) int) -> (B, J) float64``
-    (one block of users at a time: X_u B).
+    """Fit EASE^R on ``train`` (`ease_fit`) and return its scorer, one block of users at a time (X_u B).
 
-    Raises SkippedSystem / ValueError as `ease_fit`. Source: Steck 2019 (closed form); project addition.
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        Shape (I, J): the training entries.
+    lam : float > 0
+        The ridge constant lambda.
+    values : {"binary", "count"}, default "binary"
+        As in `ease_fit`.
+    max_items : int, default `EASE_MAX_ITEMS`
+        As in `ease_fit`.
+
+    Returns
+    -------
+    callable
+        ``score_fn(users) -> numpy.ndarray (B, J) float64`` for an int array ``users`` of shape (B,)
+        (row indices of ``train``).
+
+    Raises
+    ------
+    SkippedSystem, ValueError, numpy.linalg.LinAlgError
+        As `ease_fit`.
+
+    Source: Steck 2019 (closed form); project addition.
     """
     B = ease_fit(train, lam, values=values, max_items=max_items)
     X = _matrix(train, values)
@@ -138,19 +227,37 @@ def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable]
                 select_by: str, *, extend: int = 0) -> tuple[float, pd.DataFrame]:
     """Grid search of a regularisation constant on a validation split.
 
-    fit : lam -> score_fn fitted on the INNER training data of the validation split.
-    criterion : score_fn -> dict of validation metrics (floats), larger is better for ``select_by``.
-    lambdas : the grid (non-empty, finite, > 0; searched in the order given). select_by : the key of
-    ``criterion``'s dict that decides (ties: the first lambda tried).
-    extend : while the best lambda is the largest (smallest) tried, try up to this many more, each the
-    largest times (the smallest divided by) the ratio of the grid's two largest values: a sequential
-    search past the grid's edges (0: the grid only; the count is shared by both edges).
+    Parameters
+    ----------
+    fit : callable
+        ``fit(lam: float) -> score_fn`` fitted on the INNER training data of the validation split.
+    criterion : callable
+        ``criterion(score_fn) -> dict str -> float`` of validation metrics, larger is better for
+        ``select_by``.
+    lambdas : sequence of float
+        The grid (non-empty, finite, > 0; searched in the order given).
+    select_by : str
+        The key of ``criterion``'s dict that decides (ties: the first lambda tried).
+    extend : int, default 0
+        While the best lambda is the largest (smallest) tried, try up to this many more, each the largest
+        times (the smallest divided by) a ratio: the grid's last value over the one before when the grid
+        ends increasing, else 3. A sequential search past the grid's edges (0: the grid only; the count is
+        shared by both edges).
 
-    Returns (best lambda, DataFrame: lam, the criterion's metrics, seconds, chosen (bool)), one row per
-    lambda tried.
+    Returns
+    -------
+    lam : float
+        The best lambda.
+    table : pandas.DataFrame
+        One row per lambda tried, in the order tried: ``lam``, the criterion's metrics, ``seconds``
+        (wall-clock of fit + criterion) and ``chosen`` (bool, True on the best row only).
 
-    Raises ValueError for an empty or bad grid or a ``select_by`` the criterion does not return; what
-    ``fit`` and ``criterion`` raise propagates.
+    Raises
+    ------
+    ValueError
+        An empty grid or one with a value that is not finite and > 0, or a ``select_by`` the criterion
+        does not return; what ``fit`` and ``criterion`` raise propagates.
+
     Source: project addition (issue 13, "fair baselines"; issue 27 item 2: selection never on test).
     """
     lambdas = tuple(float(x) for x in lambdas)
@@ -181,9 +288,23 @@ def tune_lambda(fit: Callable[[float], Callable], criterion: Callable[[Callable]
 def grid_edge_note(chosen) -> str:
     """", at the edge of the grid" when the chosen setting is the first or last of a grid of > 2, else "".
 
-    chosen : bool array (n,) with one True (the ``chosen`` column of `tune_lambda`'s table).
-    Raises IndexError when nothing is chosen. Source: project addition (a search that ends at its grid's
-    edge may not have found the optimum)."""
+    Parameters
+    ----------
+    chosen : array-like of bool, shape (n,)
+        With one True (the ``chosen`` column of `tune_lambda`'s table); the first True counts.
+
+    Returns
+    -------
+    str
+        ``", at the edge of the grid"`` or ``""``.
+
+    Raises
+    ------
+    IndexError
+        Nothing is chosen (no True).
+
+    Source: project addition (a search that ends at its grid's edge may not have found the optimum).
+    """
     k = int(np.flatnonzero(chosen)[0])
     return ", at the edge of the grid" if len(chosen) > 2 and k in (0, len(chosen) - 1) else ""
 
@@ -198,15 +319,40 @@ def ease_system(lambdas: Sequence[float] = EASE_LAMBDAS, *, n: int = 10, select_
     (`validation.evaluation.metrics.leave_one_out_metrics` at cut-off ``n``: ``hit`` = HR@n, ``rank_score``,
     ``ndcg``), and while the best is the largest or smallest lambda tried, up to ``extend`` more lambdas
     past that edge of the grid (`tune_lambda`); the lambda with the best ``select_by`` is refitted on all of
-    ``train``. The returned
-    ``score_fn(users (B,) int) -> (B, J) float64`` carries ``tuning`` (the validation curve: lam, hit,
-    rank_score, ndcg, n_users, seconds, chosen) and ``setting`` (a line naming the chosen lambda).
+    ``train``. ``train`` is the protocol's training matrix only: the test pairs are not an argument.
 
-    ``train`` is the protocol's training matrix only: the test pairs are not an argument.
+    Parameters
+    ----------
+    lambdas : sequence of float, default `EASE_LAMBDAS`
+        The grid of lambdas (finite, > 0), searched in the order given.
+    n : int, default 10
+        The cut-off N of the validation HR@N / NDCG@N.
+    select_by : {"hit", "rank_score", "ndcg"}, default "hit"
+        The validation metric that picks lambda.
+    values : {"binary", "count"}, default "binary"
+        X's entries, as in `ease_fit`.
+    max_items : int, default `EASE_MAX_ITEMS`
+        Largest J fitted.
+    extend : int, default 2
+        Lambdas tried past the grid's edges (`tune_lambda`).
 
-    Raises SkippedSystem (when called) when J > ``max_items`` or no user has two training positives (no
-    validation split); ValueError for a ``select_by`` not one of hit, rank_score, ndcg (at once), for a bad
-    grid (when called), or as `ease_fit`.
+    Returns
+    -------
+    callable
+        ``factory(train: Observations (I, J), seed: int) -> score_fn``, with attribute ``tunes = "lambda"``.
+        ``score_fn(users (B,) int) -> (B, J) float64`` carries ``tuning`` (the validation curve, a
+        DataFrame: lam, hit, rank_score, ndcg, n_users, seconds, chosen) and ``setting`` (a line naming the
+        chosen lambda).
+
+    Raises
+    ------
+    ValueError
+        At once: a ``select_by`` not one of hit, rank_score, ndcg. When the factory is called: a bad grid,
+        or as `ease_fit`.
+    SkippedSystem
+        When the factory is called: J > ``max_items``, or no validation split can be made (no user has two
+        training positives).
+
     Source: Steck 2019 (EASE^R); the one-class validation split is the project's
     (`validation.evaluation.model_studies.validation_split`, the hold-out of ``000_619a0297b9d686b2.txt`` sec. 5).
     """

@@ -54,8 +54,26 @@ _COLUMNS_KEY = "holdout_columns"
 
 
 class HeldOut(tuple):
-    """What `split` returns: a 2-tuple ``(train, test)`` of DataFrames (so ``train, test = split(...)``
-    works) with the split's counts in ``summary`` (a dict, see `split`). Source: project addition."""
+    """What `split` returns: the pair ``(train, test)`` with the split's counts attached.
+
+    A 2-tuple of DataFrames, so ``train, test = holdout.split(...)`` works; ``.train`` and ``.test`` name
+    the two, ``.summary`` holds the counts (also in ``test.attrs["holdout"]``; `describe` prints them).
+
+    Parameters
+    ----------
+    train : pandas.DataFrame
+        The rows kept for fitting, in the input's own columns and order.
+    test : pandas.DataFrame
+        The held-out rows, same columns; ``attrs`` carries the summary and the column names for `evaluate`.
+    summary : dict
+        The split's counts (keys listed in `split`'s Returns).
+
+    Raises
+    ------
+    None of its own (the parts are not checked; `split` builds it).
+
+    Source: project addition (issue 24).
+    """
 
     def __new__(cls, train: pd.DataFrame, test: pd.DataFrame, summary: dict):
         obj = super().__new__(cls, (train, test))
@@ -64,10 +82,37 @@ class HeldOut(tuple):
 
     @property
     def train(self) -> pd.DataFrame:
+        """The training rows (``self[0]``): fit the model on these.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The input's columns, rows in input order.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self[0]
 
     @property
     def test(self) -> pd.DataFrame:
+        """The held-out rows (``self[1]``): pass them to `evaluate`.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The input's columns, rows in input order; ``attrs["holdout"]`` is the summary and
+            ``attrs["holdout_columns"]`` the column names `evaluate` reads.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self[1]
 
 
@@ -185,47 +230,74 @@ def _latest(u: np.ndarray, t: np.ndarray, eligible: np.ndarray, n_test: int) -> 
 
 def split(data, how: str = "loo", *, seed: int = 0, test_fraction: float = 0.2, n_test: int = 1,
           min_value: float | None = None, user_col=None, item_col=None, value_col=None, time_col=None) -> HeldOut:
-    """Hold out entries of the user's data for `evaluate`.
+    """Hold out entries of your data for `evaluate`: fit on ``train``, evaluate on ``test``.
+
+    Every user keeps at least one training entry. Users with too few eligible entries keep them all in
+    train and are not evaluated; a held-out entry whose item has no other eligible entry (an item no model
+    fitted on train could score) goes back to train. Both are counted in ``summary``.
 
     Parameters
     ----------
-    data : pandas DataFrame (N rows; columns named by ``user_col`` / ``item_col`` / ``value_col`` /
-        ``time_col``, else ``user``, ``item``, ``rating``|``value``|``count``, ``timestamp``; no value
-        column: every row a 1), a users x items scipy.sparse matrix or an `Observations` (N stored
-        entries). Each (user, item) pair once.
-    how : ``"loo"`` (one entry per user with >= 2 eligible entries, uniformly: exactly
-        `validation.data.splits.split_leave_one_out` at threshold ``min_value``), ``"fraction"`` (of each
-        user's n >= 2 eligible entries, ``min(n - 1, max(1, round(test_fraction n)))`` uniformly),
-        ``"time"`` (each user's ``min(n_test, n - 1)`` latest eligible entries by ``time_col``; ties:
-        the later input row counts as later), ``"basket"`` (rows are baskets: one item of every basket
-        of >= 2 distinct items with value > 0, exactly `validation.data.splits.split_leave_one_item_out_baskets`).
-    seed : int, the same seed gives the same split (``numpy.random.default_rng(seed)``; "time" draws nothing).
-    test_fraction : float in (0, 1), for "fraction".
-    n_test : int >= 1, for "time".
-    min_value : only entries with value >= ``min_value`` may be held out (None: all): a one-class model
-        fitted with ``transform="binarize"`` at threshold t should be evaluated with ``min_value=t`` (the
-        P1 protocol: positives held out). The other entries stay in train.
-    user_col, item_col, value_col, time_col : str, optional
-        Column names of a DataFrame ``data`` (defaults above).
+    data : pandas.DataFrame, scipy.sparse matrix or custom_inference.data.Observations
+        Your entries, each (user, item) pair once. A DataFrame has N rows with the columns named by
+        ``user_col`` / ``item_col`` / ``value_col`` / ``time_col``, else ``user``, ``item``,
+        ``rating`` | ``value`` | ``count``, ``timestamp`` (no value column: every row is a 1; ids may be
+        ints or strings). A users x items sparse matrix or Observations: its N stored entries, the row and
+        column indices as ids.
+    how : {"loo", "fraction", "time", "basket"}, default "loo"
+        Which entries are held out (`HOWS`):
+
+        - ``"loo"``: one entry of each user with >= 2 eligible entries, drawn uniformly (exactly
+          `validation.data.splits.split_leave_one_out` at threshold ``min_value``);
+        - ``"fraction"``: of each user's n >= 2 eligible entries, ``min(n - 1, max(1, round(test_fraction
+          n)))`` drawn uniformly;
+        - ``"time"``: each user's ``min(n_test, n - 1)`` latest eligible entries by the time column (ties:
+          the later input row counts as later);
+        - ``"basket"``: rows are baskets (users) of items; one item of every basket of >= 2 distinct items
+          with value > 0 (exactly `validation.data.splits.split_leave_one_item_out_baskets`).
+    seed : int, default 0
+        The same seed gives the same split (``numpy.random.default_rng(seed)``; "time" draws nothing).
+    test_fraction : float in (0, 1), default 0.2
+        Share of each user's eligible entries held out, for "fraction" (ignored otherwise).
+    n_test : int >= 1, default 1
+        Latest entries held out per user, for "time" (ignored otherwise).
+    min_value : float, optional
+        Only entries with value >= ``min_value`` may be held out (None: all); the other entries stay in
+        train. A one-class model fitted with ``transform="binarize"`` at threshold t should be evaluated with
+        ``min_value=t`` (the P1 protocol: positives held out). "basket" ignores it (eligible: value > 0).
+    user_col : str, optional
+        Column of the user ids of a DataFrame ``data`` (default ``user``).
+    item_col : str, optional
+        Column of the item ids (default ``item``).
+    value_col : str, optional
+        Column of the values (default the first of ``rating``, ``value``, ``count`` present, else none).
+    time_col : str, optional
+        Column of the timestamps, for "time" (default ``timestamp`` when present; numbers or datetimes).
 
     Returns
     -------
-    HeldOut : ``train, test`` DataFrames with the input's columns (scipy / Observations input: columns
-        user, item, rating with the row and column indices as ids), rows in input order, disjoint, union
-        = ``data``; ``.summary`` (also ``test.attrs["holdout"]``): how, seed, rows, users, items,
-        train_rows, test_rows, test_users (users with a held-out entry), users_not_held_out (users without
-        one: all their entries in train, not evaluated), users_too_few (of those, the users with fewer than
-        two eligible entries; the others lost theirs to returned_to_train), not_eligible_rows (value < min_value),
-        returned_to_train (held-out entries whose item has no other eligible entry: an item no model
-        fitted on train can score, put back in train), returned_items (those items), plus test_fraction / n_test / time_col for
-        their protocols. ``test.attrs["holdout_columns"]`` names the columns for `evaluate`.
+    HeldOut
+        ``train, test``: DataFrames with the input's columns (sparse / Observations input: columns user,
+        item, rating), rows in input order, disjoint, together all of ``data``. ``.summary`` (also
+        ``test.attrs["holdout"]``) is a dict: how, seed, rows, users, items, train_rows, test_rows,
+        test_users (users with a held-out entry), users_not_held_out (users without one: all their
+        entries in train, not evaluated), users_too_few (of those, the users with fewer than two eligible
+        entries; the others lost theirs to returned_to_train), not_eligible_rows (value < min_value),
+        returned_to_train (held-out entries put back because their item had no other eligible entry),
+        returned_items (those items), plus test_fraction / n_test / time_col for their protocols.
+        ``test.attrs["holdout_columns"]`` names the columns for `evaluate`.
 
     Raises
     ------
-    ValueError : unknown ``how``; ``test_fraction`` outside (0, 1) or ``n_test`` < 1; ``"time"`` without a
-        time column or with every timestamp equal; a repeated (user, item) pair; a column that does not
-        exist; bad values (NaN, non-numeric ids: `validation.data.loaders.ratings_from_dataframe`); nothing to
-        hold out (no user with two eligible entries). TypeError : ``data`` of another type.
+    ValueError
+        An unknown ``how``; ``test_fraction`` outside (0, 1) (for "fraction") or ``n_test`` not an
+        integer >= 1 (for "time"); "time" without a time column or with every timestamp equal; a repeated
+        (user, item) pair; user / item columns that cannot be told or a named column that does not exist;
+        no rows or bad entries (NaN or non-integer numeric ids, NaN or non-numeric values:
+        `validation.data.loaders.ratings_from_dataframe`); nothing to hold out (no user has two
+        eligible entries whose items also occur elsewhere).
+    TypeError
+        ``data`` is not a DataFrame, a scipy.sparse matrix or an Observations.
 
     Source: project addition ("loo" and "basket" are the held-out-item protocol of
     000_619a0297b9d686b2.txt sec. 6 via `validation.data.splits`).
@@ -289,8 +361,27 @@ def split(data, how: str = "loo", *, seed: int = 0, test_fraction: float = 0.2, 
 
 
 def describe(summary: dict) -> list[str]:
-    """Lines of text for a split's ``summary`` (`split`) or an evaluation's counts (`evaluate`'s
-    ``attrs["evaluation"]``). Raises KeyError for a dict of neither kind. Source: project addition."""
+    """Lines of text for a split's ``summary`` (`split`) or an evaluation's counts (`evaluate`).
+
+    Parameters
+    ----------
+    summary : dict
+        ``HeldOut.summary`` (or ``test.attrs["holdout"]``), or `evaluate`'s ``attrs["evaluation"]``
+        (users, held_out, not_relevant, unknown_user, unknown_item).
+
+    Returns
+    -------
+    list of str
+        For a split: two to four lines (the protocol and sizes, the users not held out, then the rows not
+        eligible and those returned to train when there are any); for evaluation counts: one line.
+
+    Raises
+    ------
+    KeyError
+        A dict of neither kind (a key of the kind it resembles is missing, or an unknown ``how``).
+
+    Source: project addition.
+    """
     if "train_rows" in summary:
         extra = {"fraction": f", {summary.get('test_fraction', 0):g} of each user's entries",
                  "time": f", each user's latest {summary.get('n_test', 1)} by {summary.get('time_col')!r}",
@@ -431,57 +522,84 @@ def _ease_system(train, N, seed):
 def evaluate(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_col=None,
              batch_cells: int = 500_000, batch_users: int | None = None, ease: bool = True,
              seed: int | None = None) -> pd.DataFrame:
-    """The field's held-out metrics of a fitted model next to popularity and EASE^R on the same training data.
+    """Held-out metrics of a fitted model next to popularity and EASE^R fitted on the same training data.
+
+    Scores the model's posterior-mean E[y_ui] of every item for each evaluated user (the mean that
+    ``recommend`` ranks by) and compares it with the baselines on the same users, with standard errors
+    and paired bootstrap intervals (`validation.evaluation.intervals`). The scores take O(batch_users x J)
+    memory, never a users x items array; EASE^R's two J x J float64 matrices are the largest arrays
+    (8 J^2 bytes each, at most `validation.evaluation.baselines.EASE_MAX_ITEMS` items).
 
     Parameters
     ----------
-    fitted : `validation.frontdoor.api.FittedModel` (fitted on ``split``'s train, or on any data disjoint from
-        ``test``): I users x J items, its training entries ``fitted.seen`` (I, J).
-    test : DataFrame of held-out (user, item[, value]) rows in the user's ids (``split``'s second value;
-        its ``attrs`` name the columns, else ``user_col`` / ``item_col`` / ``value_col`` or the defaults
-        user, item, rating|value|count). The fitted model's value transform (``settings``: transform,
-        threshold) is applied first: for one-class and count models the rows it maps to 0 are not
-        relevant (not positives) and are skipped; rows of users or items the model does not know are
-        skipped (all counted in ``attrs["evaluation"]``).
-    N : int or sequence of ints >= 1, the cut-offs of recall@N and NDCG@N.
-    user_col, item_col, value_col : str, optional
-        Column names of ``test`` when its ``attrs`` do not name them.
-    batch_cells : bound on the draw x cell values of one block of model scores (memory:
-        ~ 8 batch_cells K bytes for dot-product models).
-    batch_users : users per block of scores (default ``max(1, 4_000_000 // J)``; memory O(batch_users J)).
-    ease : add the EASE^R row (`validation.evaluation.baselines.ease_system` on the binarized training
-        entries ``fitted.seen``: lambda chosen by HR@N[0] on one training entry per user held out of them,
-        never on ``test``; skipped, with the reason in ``attrs["notes"]``, above
+    fitted : validation.frontdoor.fitted.FittedModel
+        The model, fitted on ``split``'s train (or on any data disjoint from ``test``): I users x J items,
+        its training entries ``fitted.seen`` (I, J).
+    test : pandas.DataFrame
+        Held-out (user, item[, value]) rows in your own ids (``split``'s second value; its ``attrs`` name
+        the columns, else ``user_col`` / ``item_col`` / ``value_col`` or the defaults user, item,
+        rating | value | count). The model's value transform (``settings``: transform, threshold) is applied
+        first: for one-class and count models the rows it maps to 0 are not relevant (not positives) and
+        are skipped; rows of users or items the model does not know are skipped (all counted in
+        ``attrs["evaluation"]``).
+    N : int or sequence of int >= 1, default (10, 20)
+        The cut-offs of recall@N and NDCG@N (sorted, repeats dropped).
+    user_col : str, optional
+        Column of the user ids of ``test`` when its ``attrs`` do not name it.
+    item_col : str, optional
+        Column of the item ids, likewise.
+    value_col : str, optional
+        Column of the values, likewise.
+    batch_cells : int, default 500_000
+        Bound on the draw x cell values of one block of model scores (memory: ~ 8 batch_cells K bytes for
+        dot-product models).
+    batch_users : int, optional
+        Users per block of scores (default ``max(1, 4_000_000 // J)``; memory O(batch_users J)).
+    ease : bool, default True
+        Add the EASE^R row (`validation.evaluation.baselines.ease_system` on the binarized training entries
+        ``fitted.seen``: lambda chosen by HR@N[0] on one training entry per user held out of them, never on
+        ``test``; skipped, with the reason in ``attrs["notes"]``, above
         `validation.evaluation.baselines.EASE_MAX_ITEMS` items).
-    seed : seed of EASE^R's validation split (default the fit's ``settings["seed"]``, else 0).
+    seed : int, optional
+        Seed of EASE^R's validation split (default the fit's ``settings["seed"]``, else 0).
 
     Returns
     -------
-    pandas.DataFrame, one row per system: ``system`` (the model's name, ``"popularity"``, ``"ease"``
-    (EASE^R) and for rating models ``"item mean"``: each item's mean training value), ``recall@N``, ``ndcg@N`` per N
-    (float64, means over the evaluated users: relevant = the user's held-out entries, candidates = the
-    items not in the user's training entries, ties broken by the smaller item index), ``rank_score``
-    (for each held-out entry, the fraction of the user's other candidates that are not held out scored
-    strictly below it; averaged over the user's held-out entries, then over users; 0.5 is random, 1 every
-    held-out item above every other candidate), ``rmse`` (rating models: of the posterior-mean
-    prediction of each held-out value; NaN otherwise and for popularity and EASE^R), ``users`` and
-    ``held_out`` (int: users and entries evaluated); then the standard errors over the evaluated users
-    ``<metric>_se`` of every metric (RMSE's: bootstrap, it pools ratings) and, against the better of
-    popularity and EASE^R by recall@N (the smallest N), ``vs``, ``diff`` (recall@N, system - baseline),
-    ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over the same users,
-    `validation.evaluation.intervals`) and ``verdict`` ("better" / "worse" only when the interval
-    excludes 0). ``attrs``: ``"evaluation"`` (counts: users, held_out, not_relevant, unknown_user,
-    unknown_item, test_rows), ``"split"`` (the test's split summary, if any), ``"N"``, ``"differences"``
-    (list of dicts: system, baseline, metric, diff, ci_low, ci_high, verdict, for every metric; RMSE
-    against the item mean), ``"ease"`` (dict: setting (the chosen lambda) and curve (list of dicts: the
-    validation search), or reason when skipped), ``"notes"`` (list of str).
+    pandas.DataFrame
+        One row per system: ``system`` (the model's name, ``"popularity"``, ``"ease"`` (EASE^R) and, for
+        rating models, ``"item mean"``: each item's mean training value), then
+
+        - ``recall@N``, ``ndcg@N`` per N (float64, means over the evaluated users: relevant = the user's
+          held-out entries, candidates = the items not in the user's training entries, ties broken by the
+          smaller item index);
+        - ``rank_score`` (for each held-out entry, the fraction of the user's other candidates that are
+          not held out scored strictly below it; averaged over the user's held-out entries, then over
+          users; 0.5 is random, 1 every held-out item above every other candidate);
+        - ``rmse`` (rating models: of the posterior-mean prediction of each held-out value; NaN otherwise
+          and for popularity and EASE^R);
+        - ``users``, ``held_out`` (int: users and entries evaluated);
+        - ``<metric>_se``: the standard error over the evaluated users of every metric (RMSE's: bootstrap,
+          it pools ratings);
+        - against the better of popularity and EASE^R by recall@N (the smallest N): ``vs``, ``diff``
+          (recall@N, system - baseline), ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over the
+          same users) and ``verdict`` ("better" / "worse" only when the interval excludes 0).
+
+        ``attrs``: ``"evaluation"`` (counts: users, held_out, not_relevant, unknown_user, unknown_item,
+        test_rows; `describe` prints them), ``"split"`` (the test's split summary, if any), ``"N"``,
+        ``"differences"`` (list of dicts: system, baseline, metric, diff, ci_low, ci_high, verdict, for
+        every metric; RMSE against the item mean), ``"ease"`` (dict: setting (the chosen lambda) and curve
+        (list of dicts: the validation search), or reason when skipped), ``"notes"`` (list of str).
 
     Raises
     ------
-    ValueError : N not positive integers; a test entry that is one of the model's training entries (a
-    leak: evaluate on data the model was not fitted on); no test entry left to evaluate; bad test values
-    (`validation.data.loaders.ratings_from_dataframe`, or what the model's transform refuses). TypeError :
-    test not a DataFrame.
+    ValueError
+        ``N`` not positive integers; a test entry that is one of the model's training entries (a leak:
+        evaluate on data the model was not fitted on); no test entry left to evaluate; user / item columns
+        that cannot be told or do not exist; no rows or bad test entries (NaN or non-integer numeric ids,
+        NaN or non-numeric values: `validation.data.loaders.ratings_from_dataframe`), or what the model's
+        transform refuses.
+    TypeError
+        ``test`` is not a DataFrame.
 
     Source: project addition (the harness), computing recall@N and NDCG@N of 004_90693a0965f06816.txt
     sec. 5.4.4 eqs. (5.22), (5.26)-(5.27) (discount 1/log2(k+1)), the rank score of
@@ -590,19 +708,49 @@ def _prepare(fitted, test, user_col, item_col, value_col):
 
 def model_metrics(fitted, test, *, N=(10, 20), user_col=None, item_col=None, value_col=None,
                   batch_cells: int = 500_000, batch_users: int | None = None, per_user: bool = False):
-    """The fitted model's own row of `evaluate` (no baselines, no intervals): what model selection scores
-    each grid point by (`validation.evaluation.selection`).
+    """The fitted model's own row of `evaluate` (no baselines, no intervals).
 
-    fitted, test, N, user_col, item_col, value_col, batch_cells, batch_users : as `evaluate`.
+    What model selection scores each grid point by (`validation.evaluation.selection`).
 
-    Returns a dict: ``recall@N``, ``ndcg@N`` per N and ``rank_score`` (float, means over the evaluated
-    users, computed exactly as `evaluate` computes them), with ``<metric>_se`` (sd over users /
-    sqrt(users)); ``rmse`` (rating models, else NaN; ``rmse_se``: NaN, RMSE pools ratings); ``users``,
-    ``held_out`` (int). With ``per_user``: ``(dict, DataFrame)``, the DataFrame one row per evaluated user
-    (``user``: the model's user index, and the ranking metrics), for paired comparisons.
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        As `evaluate`.
+    test : pandas.DataFrame
+        As `evaluate`.
+    N : int or sequence of int >= 1, default (10, 20)
+        As `evaluate`.
+    user_col : str, optional
+        As `evaluate`.
+    item_col : str, optional
+        As `evaluate`.
+    value_col : str, optional
+        As `evaluate`.
+    batch_cells : int, default 500_000
+        As `evaluate`.
+    batch_users : int, optional
+        As `evaluate`.
+    per_user : bool, default False
+        Also return the per-user table.
 
-    Raises as `evaluate` (ValueError: bad N, a test entry the model was fitted on, nothing to evaluate;
-    TypeError: test not a DataFrame).
+    Returns
+    -------
+    dict or (dict, pandas.DataFrame)
+        The dict: ``recall@N``, ``ndcg@N`` per N and ``rank_score`` (float, means over the evaluated users,
+        computed exactly as `evaluate` computes them), with ``<metric>_se`` (std(ddof=1) over users /
+        sqrt(users); NaN for one user); ``rmse`` (rating models, else NaN; ``rmse_se``: NaN, RMSE pools
+        ratings); ``users``, ``held_out`` (int). With ``per_user``: ``(dict, DataFrame)``, the DataFrame one
+        row per evaluated user (``user``: the model's user index, and the ranking metrics), for paired
+        comparisons.
+
+    Raises
+    ------
+    ValueError
+        As `evaluate`: bad ``N``, a test entry the model was fitted on, nothing to evaluate, columns or
+        values it refuses.
+    TypeError
+        ``test`` is not a DataFrame.
+
     Source: project addition (issue 27 item 2), the metrics of `evaluate` (004 eqs. 5.22, 5.26-5.27; 000 eq. 12).
     """
     from validation.evaluation import metrics

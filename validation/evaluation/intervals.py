@@ -48,10 +48,23 @@ _CHUNK_CELLS = 4_000_000  # resamples x users generated at once
 
 
 def standard_error(values) -> float:
-    """Standard error of a mean over users: ``std(ddof=1) / sqrt(n)`` of the non-NaN entries.
+    """Standard error of a mean over users: ``std(ddof=1) / sqrt(n)`` of the n non-NaN entries.
 
-    values : array_like (T,), float. Returns float (NaN for fewer than 2 values).
-    Raises ValueError when ``values`` is not 1-D.
+    Parameters
+    ----------
+    values : array_like, shape (T,), float
+        One value per test user (NaN: the user has none; dropped).
+
+    Returns
+    -------
+    float
+        The standard error; NaN when fewer than 2 values are not NaN.
+
+    Raises
+    ------
+    ValueError
+        ``values`` is not 1-D.
+
     Source: project addition (issue 27).
     """
     v = np.asarray(values, dtype=np.float64)
@@ -64,11 +77,27 @@ def standard_error(values) -> float:
 def squared_errors(users, pred, truth) -> pd.DataFrame:
     """Per-user sums of squared errors, the per-user form of RMSE that `compare` takes (``rmse=``).
 
-    users : int array (M,): the user of each test rating; pred, truth : float arrays (M,).
-    Returns DataFrame, one row per distinct user (increasing): ``user``, ``rmse`` (the SUM of the user's
-    squared errors), ``n_ratings`` (float: the user's test ratings).
-    Raises ValueError for arrays of different lengths. Source: project addition (RMSE of 004 chs. 3-4
-    split by user).
+    Parameters
+    ----------
+    users : array_like of int, shape (M,)
+        The user of each test rating.
+    pred : array_like of float, shape (M,)
+        Predicted ratings (cast to float64).
+    truth : array_like of float, shape (M,)
+        Observed test ratings, in the units of ``pred``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per distinct user (increasing): ``user``, ``rmse`` (float64: the SUM of the user's squared
+        errors, units of the ratings squared), ``n_ratings`` (float64: the user's number of test ratings).
+
+    Raises
+    ------
+    ValueError
+        The three arrays are not 1-D of one length.
+
+    Source: project addition (RMSE of 004 chs. 3-4 split by user).
     """
     u, p, t = np.asarray(users), np.asarray(pred, np.float64), np.asarray(truth, np.float64)
     if not (u.shape == p.shape == t.shape) or u.ndim != 1:
@@ -79,23 +108,36 @@ def squared_errors(users, pred, truth) -> pd.DataFrame:
 def bootstrap_stats(num, den=None, *, sqrt=False, n_resamples: int = N_RESAMPLES, seed: int = SEED):
     """Bootstrap replicates of ratio statistics over users, all columns on the same resamples.
 
+    Each statistic is ``sum_t w_t num_t / sum_t w_t den_t`` (optionally square-rooted), with w the
+    multiplicities of the T users in a resample of T users drawn with replacement.
+
     Parameters
     ----------
-    num : array_like (T, M) float: per-user numerators of M statistics (T users).
-    den : array_like (T, M) or (T,) float, or None (every user 1): per-user denominators.
-    sqrt : bool or bool array (M,): square-root the ratio (RMSE).
-    n_resamples : int >= 1. seed : int (`numpy.random.default_rng`).
+    num : array_like, shape (T, M), float
+        Per-user numerators of M statistics (T users).
+    den : array_like, shape (T, M) or (T,), float, optional
+        Per-user denominators (a (T,) array serves every column); None: every user 1.
+    sqrt : bool or array_like of bool, shape (M,), default False
+        Square-root the ratio (RMSE); a scalar applies to every column.
+    n_resamples : int >= 1, default `N_RESAMPLES`
+        Number of bootstrap resamples R.
+    seed : int, default `SEED`
+        Seed of `numpy.random.default_rng` that draws the resamples.
 
     Returns
     -------
-    (estimate (M,), replicates (n_resamples, M)), float64: ``sum num / sum den`` on the data and on each
-    resample of T users drawn with replacement (the same resamples for every column, so that
-    differences of columns are paired); NaN replicates for a single user.
+    estimate : numpy.ndarray, shape (M,), float64
+        ``sum num / sum den`` on the data (square-rooted where ``sqrt``).
+    replicates : numpy.ndarray, shape (n_resamples, M), float64
+        The same statistic on each resample (the same resamples for every column, so that differences of
+        columns are paired); all NaN for a single user (nothing to resample).
 
     Raises
     ------
-    ValueError : shapes that disagree, no user (T = 0), NaN in ``num`` / ``den``, a zero total denominator,
-        ``n_resamples`` < 1.
+    ValueError
+        ``num`` not 2-D, ``den`` of another shape than (T,) or (T, M), no user (T = 0), NaN in ``num`` or
+        ``den``, ``n_resamples`` not an integer >= 1, or a column whose total denominator is zero.
+
     Source: project addition (Efron's bootstrap over test users).
     """
     num = np.asarray(num, dtype=np.float64)
@@ -140,9 +182,35 @@ def bootstrap_stats(num, den=None, *, sqrt=False, n_resamples: int = N_RESAMPLES
 def paired_interval(est_a: float, est_b: float, reps_a, reps_b, level: float = LEVEL) -> tuple[float, float, float]:
     """Difference a - b and its percentile bootstrap interval from paired replicates.
 
-    est_a, est_b : the statistics on the data; reps_a, reps_b : (R,) replicates on the same resamples
-    (`bootstrap_stats`). Returns (diff, low, high), floats. Raises ValueError for ``level`` outside (0, 1)
-    or replicate arrays of different shapes. Source: project addition (percentile interval).
+    Parameters
+    ----------
+    est_a : float
+        Statistic of system a on the data.
+    est_b : float
+        Statistic of system b on the data.
+    reps_a : array_like, shape (R,), float
+        Replicates of a (`bootstrap_stats`).
+    reps_b : array_like, shape (R,), float
+        Replicates of b on the same resamples as ``reps_a``.
+    level : float in (0, 1), default `LEVEL`
+        Coverage of the interval: the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of
+        ``reps_a - reps_b``.
+
+    Returns
+    -------
+    diff : float
+        ``est_a - est_b``.
+    low : float
+        Lower end of the interval (NaN when the replicates are NaN).
+    high : float
+        Upper end of the interval.
+
+    Raises
+    ------
+    ValueError
+        ``level`` outside (0, 1), or replicate arrays of different shapes.
+
+    Source: project addition (percentile interval).
     """
     if not 0.0 < float(level) < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
@@ -156,9 +224,29 @@ def paired_interval(est_a: float, est_b: float, reps_a, reps_b, level: float = L
 
 
 def verdict(low: float, high: float, higher_is_better: bool = True) -> str:
-    """"better" when the interval [low, high] of (system - baseline) lies above 0 (below 0 when lower is
-    better), "worse" when on the other side, "no difference" when it holds 0 (or is NaN).
-    Raises nothing. Source: project addition."""
+    """The verdict of a difference (system - baseline) from its interval [low, high].
+
+    Parameters
+    ----------
+    low : float
+        Lower end of the interval of the difference.
+    high : float
+        Upper end.
+    higher_is_better : bool, default True
+        False for metrics where smaller is better (RMSE).
+
+    Returns
+    -------
+    str
+        "better" when the interval lies above 0 (below 0 when lower is better), "worse" when on the other
+        side, "no difference" when it holds 0 or an end is not finite (NaN).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     if not (np.isfinite(low) and np.isfinite(high)):
         return "no difference"
     if low > 0:
@@ -172,12 +260,33 @@ def verdict(low: float, high: float, higher_is_better: bool = True) -> str:
 class Comparison:
     """What `compare` returns.
 
-    summary : DataFrame, one row per system: ``system``, then per metric m its estimate ``m`` and
-        standard error ``m_se``.
-    differences : DataFrame, one row per (system other than the best baseline, metric): ``system``,
-        ``baseline``, ``metric``, ``diff`` (system - baseline), ``ci_low``, ``ci_high``, ``verdict``.
-    best_baseline : the baseline with the better main metric (None when no baseline was given).
-    main : the main metric. n_users, n_resamples, level, seed : the settings.
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        One row per system: ``system``, then per metric m its estimate ``m`` and standard error ``m_se``
+        (float64).
+    differences : pandas.DataFrame
+        One row per (system other than the best baseline, metric): ``system``, ``baseline``, ``metric``,
+        ``diff`` (system - baseline), ``ci_low``, ``ci_high`` (float64) and ``verdict`` (str, `verdict`);
+        empty when there is no baseline.
+    best_baseline : str or None
+        The baseline with the better main metric (None when no baseline was given).
+    main : str
+        The main metric.
+    n_users : int
+        Test users (the unit resampled).
+    n_resamples : int
+        Bootstrap resamples.
+    level : float
+        Level of the intervals.
+    seed : int
+        Seed of the resampling.
+
+    Raises
+    ------
+    None of its own (the fields are not checked; `compare` builds it).
+
+    Source: project addition (issue 27, item 4).
     """
 
     summary: pd.DataFrame
@@ -190,8 +299,24 @@ class Comparison:
     seed: int
 
     def note(self, main_label: str | None = None) -> str:
-        """One line that says how the intervals were made (``main_label``: how the table names the main
-        metric; default its per-user column). Raises nothing. Source: project addition."""
+        """One line that says how the intervals were made.
+
+        Parameters
+        ----------
+        main_label : str, optional
+            How the table names the main metric (default: its per-user column, ``main``).
+
+        Returns
+        -------
+        str
+            The sentence, for a table's footnote.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return (f"intervals: paired bootstrap over the {self.n_users} test users ({self.n_resamples} resamples, "
                 f"seed {self.seed}, {100 * self.level:g} % percentile interval) of system - {self.best_baseline} "
                 f"(the better baseline on {main_label or self.main}); 'better' / 'worse' only where the interval "
@@ -206,25 +331,42 @@ def compare(per_user: Mapping[str, pd.DataFrame], metrics: Sequence[str], *, mai
 
     Parameters
     ----------
-    per_user : dict system -> DataFrame with one row per test user (column ``key``) and the metric
-        columns (from `validation.evaluation.metrics`); every system must have the same users.
-    metrics : the metric columns to summarise (means over users with a non-NaN value).
-    main : the metric (one of ``metrics``) that picks the best baseline and whose difference tables show.
-    baselines : names of the baseline systems; those present in ``per_user`` compete for "best".
-    lower_is_better : metrics where smaller is better (RMSE).
-    rmse : metric -> name of a per-user column holding that user's number of test ratings: the metric
-        column then holds the user's SUM of squared errors and the statistic is sqrt(sum / count)
-        (pooled over ratings), its standard error the bootstrap one.
-    n_resamples, level, seed : bootstrap settings (`bootstrap_stats`, `paired_interval`).
+    per_user : mapping str -> pandas.DataFrame
+        System -> one row per test user (column ``key``) and the metric columns (float; from
+        `validation.evaluation.metrics`); every system must have the same users.
+    metrics : sequence of str
+        The metric columns to summarise (means over users with a non-NaN value).
+    main : str
+        The metric (one of ``metrics``) that picks the best baseline and whose difference tables show.
+    baselines : sequence of str, default ("popularity", "ease")
+        Names of the baseline systems; those present in ``per_user`` compete for "best".
+    key : str, default "user"
+        The column that identifies a test user (the pairing of the systems).
+    lower_is_better : sequence of str, default ()
+        Metrics where smaller is better (RMSE).
+    rmse : mapping str -> str, optional
+        Metric -> name of a per-user column holding that user's number of test ratings: the metric
+        column then holds the user's SUM of squared errors (`squared_errors`) and the statistic is
+        sqrt(sum / count) (pooled over ratings), its standard error the bootstrap one.
+    n_resamples : int >= 1, default `N_RESAMPLES`
+        Bootstrap resamples (`bootstrap_stats`).
+    level : float in (0, 1), default `LEVEL`
+        Level of the intervals (`paired_interval`).
+    seed : int, default `SEED`
+        Seed of the resampling.
 
     Returns
     -------
-    `Comparison`
+    Comparison
+        The summary (estimates and standard errors), the differences against the best baseline with their
+        intervals and verdicts, and the settings.
 
     Raises
     ------
-    ValueError : no system; ``main`` not in ``metrics``; a missing column; systems with different users
-        or repeated users; what `bootstrap_stats` raises.
+    ValueError
+        No system; ``main`` not in ``metrics``; a missing column; systems with different users or
+        repeated users; what `bootstrap_stats` / `paired_interval` raise (e.g. ``level`` outside (0, 1)).
+
     Source: project addition (issue 27, item 4).
     """
     rmse = dict(rmse or {})
@@ -291,14 +433,35 @@ def annotate(table: pd.DataFrame, comparison: Comparison, columns: Mapping[str, 
              system_col: str = "system", where: Mapping | None = None) -> pd.DataFrame:
     """Add a comparison's standard errors and main-metric intervals to an evaluation table.
 
-    table : the evaluation table (one row per system, or per (protocol, system) with ``where``).
-    comparison : `compare`'s result for the rows selected by ``where`` (e.g. ``{"protocol": "P1"}``).
-    columns : per-user metric -> the table's column of it (default: the same name); adds ``<column>_se``.
-    Adds ``vs`` (the best baseline), ``diff`` (of the main metric, system - baseline), ``ci_low``,
-    ``ci_high``, ``verdict`` (NaN / "" on the best baseline's row and rows not compared).
+    Adds ``<column>_se`` per metric of the comparison, ``vs`` (the best baseline), ``diff`` (of the main
+    metric, system - baseline), ``ci_low``, ``ci_high``, ``verdict`` (NaN / "" on the best baseline's row
+    and on rows not compared); rows outside ``where`` keep their values (NaN / "" when the column is new).
 
-    Returns a new DataFrame (rows and order of ``table``). Raises ValueError when ``system_col`` or a
-    ``where`` column is missing. Source: project addition (issue 27, item 4).
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The evaluation table (one row per system, or per (protocol, system) with ``where``).
+    comparison : Comparison
+        `compare`'s result for the rows selected by ``where``.
+    columns : mapping str -> str, optional
+        Per-user metric -> the table's column of it (default: the same name).
+    system_col : str, default "system"
+        The table's column with the system names (matched to ``comparison``'s systems).
+    where : mapping str -> object, optional
+        Column -> value selecting the rows ``comparison`` is about (e.g. ``{"protocol": "P1"}``); None: every
+        row.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A new DataFrame (rows and order of ``table``) with the added columns.
+
+    Raises
+    ------
+    ValueError
+        ``system_col`` or a ``where`` column is missing from ``table``.
+
+    Source: project addition (issue 27, item 4).
     """
     columns = dict(columns or {})
     out = table.copy()

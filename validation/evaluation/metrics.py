@@ -187,7 +187,9 @@ def rank_score(score_fn: ScoreFn, split: ImplicitSplit, batch_size: int = 256) -
     ------
     ValueError
         Scores of the wrong shape or NaN; a test item that is a training
-        positive; a bad ``batch_size``.
+        positive; ``split.test_users`` / ``test_items`` not 1-D of one length; a
+        bad ``batch_size``.
+
     Source: 000_619a0297b9d686b2.txt, eq. 12; 003_203f63200c0d7157.txt, eq. 20.
     """
     below, _, n_cand = _loo_counts(score_fn, split, batch_size)
@@ -206,10 +208,28 @@ def hit_rate_at(score_fn: ScoreFn, split: ImplicitSplit, n: int = 10, batch_size
     `rank_score`), ``HR@n = 1[rank <= n]``. A model that scores every item the
     same therefore never hits unless there are fewer than n candidates.
 
+    Parameters
+    ----------
+    score_fn : callable
+        ``score_fn(users (B,) int64) -> (B, J)`` float scores (higher = recommended first).
+    split : ImplicitSplit
+        From `validation.data.datasets.split_leave_one_out` (T test users).
+    n : int >= 1, default 10
+        The cut-off: the length of the recommended list.
+    batch_size : int >= 1, default 256
+        Users per call of ``score_fn``; does not change the result.
+
     Returns
     -------
     numpy.ndarray, shape (T,), float64
-        0.0 or 1.0 per test user. Raises as `rank_score`, and `ValueError` for n < 1.
+        0.0 or 1.0 per test user, in the order of ``split.test_users``.
+
+    Raises
+    ------
+    ValueError
+        As `rank_score` (scores of the wrong shape or NaN; a test item that is a training
+        positive; a bad ``batch_size``); ``n`` not an integer >= 1.
+
     Source: project addition (HR@n on protocol P1 of 000_619a0297b9d686b2.txt, section 6; the
     seeds report no hit rate).
     """
@@ -226,10 +246,27 @@ def ndcg_at(score_fn: ScoreFn, split: ImplicitSplit, n: int = 10, batch_size: in
     ``NDCG@n = 1 / log2(rank + 1)`` if ``rank <= n`` else 0, with the
     pessimistic ``rank`` of `hit_rate_at`.
 
+    Parameters
+    ----------
+    score_fn : callable
+        ``score_fn(users (B,) int64) -> (B, J)`` float scores (higher = recommended first).
+    split : ImplicitSplit
+        From `validation.data.datasets.split_leave_one_out` (T test users).
+    n : int >= 1, default 10
+        The cut-off: the length of the recommended list.
+    batch_size : int >= 1, default 256
+        Users per call of ``score_fn``; does not change the result.
+
     Returns
     -------
     numpy.ndarray, shape (T,), float64
-        Raises as `hit_rate_at`.
+        NDCG@n in [0, 1] per test user, in the order of ``split.test_users``.
+
+    Raises
+    ------
+    ValueError
+        As `hit_rate_at`.
+
     Source: project addition (NDCG@n on protocol P1 of 000_619a0297b9d686b2.txt, section 6; the
     seeds use NDCG only on P3).
     """
@@ -415,9 +452,31 @@ def holdout_metrics(
 def p3_metrics(score_fn: ScoreFn, split: HoldoutSplit, p: int = 100, batch_size: int = 256) -> pd.DataFrame:
     """`holdout_metrics` per user with both NDCG discounts: the thesis's and ``1 / log2(k + 1)``.
 
-    Returns the DataFrame of `holdout_metrics` (``discount="eq5.26"``) with one more column,
-    ``ndcg_log2k1`` (float64): the NDCG@p of the same list with the discount ``1 / log2(k + 1)``.
-    The score function is called twice per batch (once per discount). Raises as `holdout_metrics`.
+    The score function is called twice per batch (once per discount).
+
+    Parameters
+    ----------
+    score_fn : callable
+        ``score_fn(users (B,) int64) -> (B, J)`` float scores (higher = recommended first).
+    split : HoldoutSplit
+        From `validation.data.datasets.split_random_holdout`.
+    p : int >= 1, default 100
+        List length P (100 in the thesis).
+    batch_size : int >= 1, default 256
+        Users per call of ``score_fn``; does not change the result.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The DataFrame of `holdout_metrics` (``discount="eq5.26"``; one row per user with test entries) with
+        one more column, ``ndcg_log2k1`` (float64): the NDCG@p of the same list with the discount
+        ``1 / log2(k + 1)``.
+
+    Raises
+    ------
+    ValueError
+        As `holdout_metrics`.
+
     Source: 004_90693a0965f06816.txt, sec. 5.4.4, eqs. (5.21)-(5.27); the second discount is a project
     addition.
     """
@@ -439,16 +498,24 @@ def summarize(per_user: pd.DataFrame) -> pd.Series:
     ``precision``, ``recall`` that are present (NaN entries skipped): eqs.
     (5.23), (5.24), (5.28) of 004_90693a0965f06816.txt for P3. With precision
     and recall present, adds ``f_measure = 2 P R / (P + R)`` of the means
-    (eq. 5.25). Always adds ``n_users``.
+    (eq. 5.25; 0 when both are 0). Always adds ``n_users``.
+
+    Parameters
+    ----------
+    per_user : pandas.DataFrame
+        One row per evaluated user, with some of the metric columns above.
 
     Returns
     -------
     pandas.Series of float64
+        Indexed by the metric columns present, then ``f_measure`` (with precision and recall) and
+        ``n_users`` (the number of rows, as a float).
 
     Raises
     ------
     ValueError
         No metric column, or no rows.
+
     Source: 004_90693a0965f06816.txt, eqs. (5.23)-(5.25), (5.28) (P3); the P1 means are a project
     addition.
     """
@@ -564,10 +631,12 @@ def popularity_scores(train: Observations) -> np.ndarray:
     Parameters
     ----------
     train : Observations, shape (I, J)
+        The training entries.
 
     Returns
     -------
     numpy.ndarray, shape (J,), float64
+        The number of training entries of each item.
 
     Raises
     ------
@@ -583,6 +652,11 @@ def popularity_scores(train: Observations) -> np.ndarray:
 
 def popularity_score_fn(train: Observations) -> ScoreFn:
     """A score function giving every user the item popularity of `popularity_scores`.
+
+    Parameters
+    ----------
+    train : Observations, shape (I, J)
+        The training entries; an item's popularity is its number of entries.
 
     Returns
     -------

@@ -59,10 +59,26 @@ _NOTHING_TO_HOLD_OUT = ("nothing to hold out", "the test set is empty", "so ther
 
 @dataclass(frozen=True)
 class Axis:
-    """One searched hyperparameter: ``name`` (as reported; the key of ``grid=`` overrides), ``values``
-    (tuple, in search order) and where a value goes: ``option`` (a keyword of `validation.frontdoor.api.fit`,
-    e.g. ``"r"``, ``"learning_rate"``) or ``fields`` (fields of the model's ``hyper`` NamedTuple set to the
-    value, e.g. ``("a", "c")``). Source: project addition."""
+    """One searched hyperparameter of a `Grid`: its name, its values, and where a value goes.
+
+    Parameters
+    ----------
+    name : str
+        As reported in the table and `Selection.chosen`; the key of ``grid=`` overrides.
+    values : tuple of float
+        The values, in search order.
+    option : str, optional
+        A keyword of `validation.frontdoor.api.fit` that receives the value (e.g. ``"r"``,
+        ``"learning_rate"``); None: the value goes to ``fields``.
+    fields : tuple of str, default ()
+        Fields of the model's ``hyper`` NamedTuple set to the value (e.g. ``("a", "c")``).
+
+    Raises
+    ------
+    None of its own (the fields are not checked; `grid_points` / `select` check the values).
+
+    Source: project addition.
+    """
 
     name: str
     values: tuple
@@ -72,10 +88,28 @@ class Axis:
 
 @dataclass(frozen=True)
 class Grid:
-    """A model's search: ``K`` (tuple of ints), ``axes`` (tuple of `Axis`), ``hyper`` (``"module:Class"``
-    of the ``hyper`` NamedTuple the axes' ``fields`` belong to, None if none do), ``fixed`` (hyper fields
-    held at a value other than the class default, e.g. SGD-FM's lambda_0) and ``why`` (the reason for the
-    values). Source: project addition."""
+    """A model's search: the K values and the axes of its main hyperparameters.
+
+    Parameters
+    ----------
+    K : tuple of int
+        Numbers of latent factors searched (each >= 1).
+    axes : tuple of Axis, default ()
+        The other searched hyperparameters.
+    hyper : str, optional
+        ``"module:Class"`` of the ``hyper`` NamedTuple the axes' ``fields`` belong to (None if none do).
+    fixed : mapping str -> object, default {}
+        Hyper fields held at a value other than the class default (e.g. SGD-FM's lambda_0), unless the
+        caller gives a ``hyper``.
+    why : str, default ""
+        The reason for the values (printed by `Selection.lines`).
+
+    Raises
+    ------
+    None of its own (the fields are not checked; `grid_points` / `select` check overrides).
+
+    Source: project addition.
+    """
 
     K: tuple
     axes: tuple = ()
@@ -85,6 +119,19 @@ class Grid:
 
     @property
     def names(self) -> tuple:
+        """The axis names in search order, ``"K"`` first.
+
+        Returns
+        -------
+        tuple of str
+            ``("K",)`` followed by the names of ``axes``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return ("K",) + tuple(a.name for a in self.axes)
 
 
@@ -161,11 +208,27 @@ def _grid(model: str, overrides: Mapping[str, Any] | None) -> Grid:
 
 
 def grid_points(model: str, grid: Mapping[str, Any] | None = None) -> list[dict]:
-    """The points ``select`` searches for ``model``, in order: a list of dicts (axis name -> value; "K" first).
+    """The points `select` searches for ``model``, in order (the product of the axes, K outermost).
 
-    model : a name of `GRIDS`. grid : overrides of axis values (name -> value or sequence of values).
-    Raises ValueError for a model without a grid, an axis the model does not search, an empty axis or
-    bad values (K not integers >= 1, others not finite >= 0). Source: project addition.
+    Parameters
+    ----------
+    model : str
+        A name of `GRIDS` (every front-door model).
+    grid : mapping str -> value or sequence of values, optional
+        Overrides of axis values, e.g. ``{"K": (5, 10), "r": 8}`` (repeats dropped, order kept).
+
+    Returns
+    -------
+    list of dict
+        One dict per point: axis name -> value (``"K"`` first, int; the other axes float).
+
+    Raises
+    ------
+    ValueError
+        A model without a grid, an axis the model does not search, an empty axis or bad values (K not
+        integers >= 1, others not finite numbers >= 0).
+
+    Source: project addition.
     """
     g = _grid(model, grid)
     return [dict(zip(g.names, p)) for p in itertools.product(g.K, *(a.values for a in g.axes))]
@@ -200,16 +263,36 @@ def _point_options(g: Grid, point: Mapping[str, Any], options: Mapping[str, Any]
 class Selection:
     """What `select` returns.
 
-    model : str. metric : the criterion (a column of ``table``). chosen : dict axis name -> chosen value
-    ("K" first). options : the fit options of the choice (over the caller's). table : DataFrame, one row per
-    grid point: the axes, the criterion ``metric`` and its ``<metric>_se``, every metric of
-    `validation.evaluation.holdout.model_metrics`, ``seconds`` (fit + scoring), ``note`` (the first warning or
-    error of the fit, "" if none), ``chosen`` (bool), ``diff`` / ``diff_se`` (the point's criterion minus the
-    chosen point's, paired over the same validation users, and its standard error: how far the choice is
-    from a coin flip; NaN for the chosen point and for RMSE). seconds : dict phase -> seconds ("validation split",
-    "search", "refit", "evaluate" once `evaluate` ran). split : the validation split's summary
-    (`validation.evaluation.holdout.split`). grid : the `Grid` searched. fitted : the model refitted on the
-    whole training part (None with ``refit=False``). Source: project addition.
+    Parameters
+    ----------
+    model : str
+        The front-door model name.
+    metric : str
+        The criterion (a column of ``table``).
+    chosen : dict str -> int or float
+        Axis name -> chosen value (``"K"`` first, int).
+    options : dict
+        The fit options of the choice (over the caller's; ``hyper`` with the chosen fields).
+    table : pandas.DataFrame
+        One row per grid point: the axes, the criterion ``metric`` and its ``<metric>_se``, every metric of
+        `validation.evaluation.holdout.model_metrics`, ``seconds`` (fit + scoring), ``note`` (the first
+        warning or error of the fit, "" if none), ``chosen`` (bool), ``diff`` / ``diff_se`` (the point's
+        criterion minus the chosen point's, paired over the same validation users, and its standard error:
+        how far the choice is from a coin flip; NaN for the chosen point, failed points and RMSE).
+    seconds : dict str -> float
+        Phase -> seconds ("validation split", "search", "refit", "evaluate" once `evaluate` ran).
+    split : dict
+        The validation split's summary (`validation.evaluation.holdout.split`).
+    grid : Grid
+        The grid searched (with the caller's overrides).
+    fitted : validation.frontdoor.fitted.FittedModel, optional
+        The model refitted on the whole training part (None with ``refit=False``).
+
+    Raises
+    ------
+    None of its own (the fields are not checked; `select` builds it).
+
+    Source: project addition (issue 27 item 2).
     """
 
     model: str
@@ -223,9 +306,31 @@ class Selection:
     fitted: Any = None
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
-        """`validation.evaluation.holdout.evaluate` of the refitted model on ``test`` (keyword arguments, returns
-        and raises there), timed into ``seconds["evaluate"]``; the table's ``attrs["selection"]`` holds
-        `lines`. Raises ValueError when there is no refitted model (``refit=False``). Source: project addition."""
+        """`validation.evaluation.holdout.evaluate` of the refitted model on ``test``, timed.
+
+        The seconds go into ``seconds["evaluate"]``; the table's ``attrs["selection"]`` holds `lines`.
+
+        Parameters
+        ----------
+        test : pandas.DataFrame
+            The held-out rows (`validation.evaluation.holdout.split`'s second value), as `holdout.evaluate`.
+        **kwargs
+            Keyword arguments of `holdout.evaluate` (``N``, ``ease``, ``batch_users``, column names, ...).
+
+        Returns
+        -------
+        pandas.DataFrame
+            `holdout.evaluate`'s table (one row per system), with ``attrs["selection"]`` (list of str).
+
+        Raises
+        ------
+        ValueError
+            There is no refitted model (``select(..., refit=False)``); what `holdout.evaluate` raises.
+        TypeError
+            From `holdout.evaluate`: ``test`` is not a DataFrame.
+
+        Source: project addition.
+        """
         from validation.evaluation import holdout
 
         if self.fitted is None:
@@ -237,8 +342,23 @@ class Selection:
         return out
 
     def lines(self) -> list[str]:
-        """The selection as lines of text: the grid, the validation split, the criterion, the choice and the
-        seconds per phase. Raises nothing. Source: project addition."""
+        """The selection as lines of text.
+
+        The grid and why its values, the validation split (`validation.evaluation.holdout.describe`), the
+        criterion, the choice with its validation score +- standard error (and whether it lies at the edge of
+        the grid, and how far behind the runner-up is in paired standard errors) and the seconds per phase.
+
+        Returns
+        -------
+        list of str
+            The lines, each starting with ``select``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         from validation.evaluation import holdout
 
         grid = "; ".join([f"K in {list(self.grid.K)}"] + [f"{a.name} in {list(a.values)}" for a in self.grid.axes])
@@ -289,36 +409,73 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
            transform: str = "none", threshold: float = 4.0) -> Selection:
     """Choose K and ``model``'s main hyperparameters on a validation split carved from ``train``; refit.
 
+    The test part is not an argument: nothing of it can reach the search (see the module docstring for
+    the three steps: validation split, search, refit).
+
     Parameters
     ----------
-    fit : ``fit(model, data, K=, seed=, progress=, user_col=, item_col=, value_col=, transform=, threshold=,
+    fit : callable
+        ``fit(model, data, K=, seed=, progress=, user_col=, item_col=, value_col=, transform=, threshold=,
         **options) -> FittedModel`` (`validation.frontdoor.api.fit`; the front door's ``api.select`` passes it).
-    model : a name of `GRIDS` (every front-door model).
-    train : the TRAINING part only (a DataFrame: `validation.evaluation.holdout.split`'s first value; N rows in
-        the columns named by ``user_col`` ... ``time_col``, else the defaults of `holdout.split`).
-    how, seed, test_fraction, n_test, min_value : the validation split: `holdout.split` of ``train`` with these
-        settings and seed ``seed + 1`` (use the outer split's ``how`` and ``min_value``); ``seed`` also seeds
-        every fit.
-    N : cut-offs of recall@N / NDCG@N (ints >= 1). metric : the criterion: one of ``recall@n``, ``ndcg@n``
-        (n in N), ``rank_score``, ``rmse`` (rating models); default ``recall@min(N)``.
-    grid : overrides of `GRIDS`'s values, axis name -> value(s), e.g. ``{"K": (5, 10), "r": (1, 8)}``.
-    options : fit options held fixed (e.g. ``max_iter``; a ``hyper`` is the base the searched fields replace).
-    min_users : fewest validation users accepted (`MIN_VALIDATION_USERS`).
-    refit : fit the choice on the whole ``train`` (``Selection.fitted``). progress : a tqdm bar over the points.
-    user_col, item_col, value_col, time_col, transform, threshold : as `validation.frontdoor.api.fit` /
-        `holdout.split`.
+    model : str
+        A name of `GRIDS` (every front-door model).
+    train : pandas.DataFrame
+        The TRAINING part only (`validation.evaluation.holdout.split`'s first value): N rows in the columns
+        named by ``user_col`` ... ``time_col``, else the defaults of `holdout.split`.
+    how : {"loo", "fraction", "time", "basket"}, default "loo"
+        Protocol of the validation split (`holdout.split` of ``train``); use the outer split's.
+    seed : int, default 0
+        The validation split uses ``seed + 1`` (the outer split ``seed``); ``seed`` also seeds every fit.
+    N : int or sequence of int >= 1, default (10, 20)
+        Cut-offs of recall@N / NDCG@N.
+    metric : str, optional
+        The criterion: one of ``recall@n``, ``ndcg@n`` (n in N), ``rank_score``, ``rmse`` (rating models;
+        minimised, the others maximised); default ``recall@min(N)``. Ties: the first point in grid order.
+    grid : mapping str -> value or sequence of values, optional
+        Overrides of `GRIDS`'s values, axis name -> value(s), e.g. ``{"K": (5, 10), "r": (1, 8)}``.
+    options : mapping str -> object, optional
+        Fit options held fixed (e.g. ``max_iter``; a ``hyper`` is the base the searched fields replace).
+    min_value : float, optional
+        As `holdout.split` (use the outer split's).
+    test_fraction : float in (0, 1), default 0.2
+        As `holdout.split`, for ``how="fraction"``.
+    n_test : int >= 1, default 1
+        As `holdout.split`, for ``how="time"``.
+    min_users : int, default `MIN_VALIDATION_USERS`
+        Fewest users with a validation entry accepted.
+    refit : bool, default True
+        Fit the choice on the whole ``train`` (``Selection.fitted``).
+    progress : bool, default True
+        A tqdm bar over the grid points (and the refit's own bar).
+    user_col : str, optional
+        As `validation.frontdoor.api.fit` / `holdout.split`.
+    item_col : str, optional
+        As `validation.frontdoor.api.fit` / `holdout.split`.
+    value_col : str, optional
+        As `validation.frontdoor.api.fit` / `holdout.split`.
+    time_col : str, optional
+        As `holdout.split` (for ``how="time"``).
+    transform : str, default "none"
+        As `validation.frontdoor.api.fit` (the value transform of every fit).
+    threshold : float, default 4.0
+        As `validation.frontdoor.api.fit`.
 
     Returns
     -------
-    `Selection` (table of every grid point's validation scores, chosen values, seconds per phase, refitted model).
+    Selection
+        The table of every grid point's validation scores, the chosen values and options, the seconds per
+        phase and the refitted model.
 
     Raises
     ------
-    ValueError : unknown model or grid axis, bad grid values or metric, an option the grid searches (it would be
-    overwritten), a training part too small to carve a validation split (`holdout.split` finds nothing to hold
-    out, or fewer than ``min_users`` users get a validation entry), every grid point failing (the first error
-    named). What `holdout.split` and ``fit`` raise for bad input propagates (the fits of single points that fail
-    are recorded in the table's ``note`` and skipped).
+    ValueError
+        An unknown model or grid axis, bad grid values or ``metric``, bad ``N``, an option the grid searches
+        (it would be overwritten), a training part too small to carve a validation split (`holdout.split`
+        finds nothing to hold out, or fewer than ``min_users`` users get a validation entry), every grid
+        point failing (the first error named). Other errors of `holdout.split` and ``fit`` for bad input
+        propagate; a point whose fit or scoring raises ValueError, FloatingPointError or
+        numpy.linalg.LinAlgError is recorded in the table's ``note`` and skipped.
+
     Source: project addition (issue 27 item 2).
     """
     from tqdm.auto import tqdm

@@ -22,36 +22,61 @@ VALUE_KINDS = ("count", "real", "binary")
 class Adapter:
     """How the front door drives one model.
 
-    name : registry name (``"hpf"``, ``"hpf-gibbs"``, ``"sbmf"``, ...).
-    values : what the model needs, one of ``"count"`` (non-negative integers), ``"real"``
+    Parameters
+    ----------
+    name : str
+        Registry name (``"hpf"``, ``"hpf-gibbs"``, ``"sbmf"``, ...).
+    values : str
+        What the model needs, one of `VALUE_KINDS`: ``"count"`` (non-negative integers), ``"real"``
         (any finite rating) or ``"binary"`` (one-class 0/1; positives only are stored).
-    run : ``run(key, obs, K, **options) -> arviz.InferenceData`` with a ``posterior`` group.
-    mean : ``mean(posterior, rows, cols) -> (S, M) float array``: E[y | parameters] of the M
+    run : callable
+        ``run(key, obs, K, **options) -> arviz.InferenceData`` with a ``posterior`` group.
+    mean : callable
+        ``mean(posterior, rows, cols, attrs) -> (S, M) float array``: E[y | parameters] of the M
         (row, col) pairs for each of the S posterior draws (chains stacked); ``posterior`` is a
-        dict name -> array (S, ...).
-    uncertainty : how the draws were obtained ("posterior draws (Gibbs)", "draws from q (CAVI)",
+        dict name -> array (S, ...); ``rows``, ``cols`` int arrays (M,); ``attrs`` the posterior
+        group's attrs as a dict (what `run` stamped, e.g. ``front_door_offset``).
+    uncertainty : str
+        How the draws were obtained ("posterior draws (Gibbs)", "draws from q (CAVI)",
         "none (point estimate)").
-    fold_in : ``fold_in(fitted, obs_new) -> {group: {variable: array}}`` (a callable from
+    source : str
+        Seed file and equation of ``mean``.
+    fold_in : callable or str, optional
+        ``fold_in(fitted, obs_new) -> {group: {variable: array}}`` (a callable from
         `validation.frontdoor.api_fold_in`: the new-user parts of the I_new new users, per group of the
         fitted InferenceData, appended by `_extend_users`; the item side unchanged), or a string
-        saying why fold-in is not available (see `FittedModel.fold_in`).
-    resumable : whether ``fit(..., resume_from=DIR)`` works (the solver writes checkpoints through
+        saying why fold-in is not available (see `FittedModel.fold_in`). Default None.
+    resumable : bool, default False
+        Whether ``fit(..., resume_from=DIR)`` works (the solver writes checkpoints through
         `custom_inference.vi_driver` or `custom_inference.mcmc_driver`; every registered model does).
-    defaults : solver options used unless the caller gives them (stated in the README table).
-    not_resumable : why a non-resumable model cannot resume (the ValueError of ``resume_from``).
-    iterations : the solver option that counts its iterations (``max_iter``, ``n_epochs``, ``n_iter``,
+    defaults : mapping str -> object, default {}
+        Solver options used unless the caller gives them (stated in the README table).
+    not_resumable : str, default ""
+        Why a non-resumable model cannot resume (the ValueError of ``resume_from``).
+    iterations : str, default "max_iter"
+        The solver option that counts its iterations (``max_iter``, ``n_epochs``, ``n_iter``,
         ``num_samples``): what ``factorbayes fit --max-iter`` sets.
-    draws : the solver option with the number of draws from q (VI), or None (samplers keep their
+    draws : str, optional
+        The solver option with the number of draws from q (VI), or None (samplers keep their
         sweeps; point estimates have one): what ``factorbayes fit --draws`` sets.
-    source : seed file and equation of ``mean``.
-    solver : ``"module:function"`` of the solver ``run`` calls, whose keyword parameters are the
+    solver : str, optional
+        ``"module:function"`` of the solver ``run`` calls, whose keyword parameters are the
         options `fit` accepts (listed when an unknown option is given); None: options are not checked.
-    faster : for a solver whose every sweep is dense in users x items (batch SIBM), a pair
+    faster : tuple (str, float), optional
+        For a solver whose every sweep is dense in users x items (batch SIBM), a pair
         (faster model name, seconds per user-item cell per factor per sweep measured here) used to warn
         before a long fit; None: no estimate.
-    precheck : ``precheck(obs, options)`` run by `fit` on the prepared `Observations` and the solver
+    precheck : callable, optional
+        ``precheck(obs, options)`` run by `fit` on the prepared `Observations` and the solver
         options before anything is compiled, raising ValueError for data or options the solver cannot
         fit (PSM's fully observed matrix, OVBFM's n_batches above the entries); None: no check.
+
+    Raises
+    ------
+    None of its own: the fields are not checked on construction (`_register` checks ``values``
+    against `VALUE_KINDS` and raises ValueError when an adapter is registered).
+
+    Source: project addition (issue 10).
     """
 
     name: str

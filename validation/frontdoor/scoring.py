@@ -59,18 +59,41 @@ _F8 = 8  # bytes of a float64
 
 @dataclass(frozen=True)
 class LinearScore:
-    """E[y_ui | draw s] = link(x_s(u, i)) with
+    """A model's E[y_ui | draw s] as a score linear in each factor, passed through a link.
+
+    E[y_ui | draw s] = link(x_s(u, i)) with
     ``x_s(u, i) = offset + const[s] + user_bias[s, u] + item_bias[s, i] + sum_k weight[s, k] P[s, u, k] Q[s, i, k]``.
-
-    P : (S, I, K) user factors; Q : (S, J, K) item factors (any real dtype; views are fine);
-    const : (S,) or None; user_bias : (S, I) or None; item_bias : (S, J) or None; weight : (S, K)
-    or None (1); offset : float added to every score (e.g. BPMF's training mean).
-    link : ``"identity"``, ``"sigmoid"`` (0.5 (1 + tanh(x / 2))) or ``"psm"``:
-    psi[s, i] sigmoid(x) / sum_j psi[s, j] sigmoid(x_s(u, j)), the sum over all J items.
-    psi : (S, J), needed for ``"psm"`` only.
-
     Declared per model in `validation.frontdoor.api_models` (``SCORE_FORMS``), next to the adapter's mean it
-    must equal (tested in tests/validation/test_scoring.py). Source: project addition (issue 24).
+    must equal (tested in tests/validation/test_scoring.py).
+
+    Parameters
+    ----------
+    P : numpy.ndarray, shape (S, I, K), real dtype
+        User factors of the S draws (views are fine).
+    Q : numpy.ndarray, shape (S, J, K), real dtype
+        Item factors.
+    const : numpy.ndarray, shape (S,), optional
+        A per-draw constant (None: 0).
+    user_bias : numpy.ndarray, shape (S, I), optional
+        Per-draw user biases (None: 0).
+    item_bias : numpy.ndarray, shape (S, J), optional
+        Per-draw item biases (None: 0).
+    weight : numpy.ndarray, shape (S, K), optional
+        Per-draw weights of the K products (None: 1).
+    offset : float, default 0.0
+        Added to every score (e.g. BPMF's training mean), in the units of the fitted values.
+    link : {"identity", "sigmoid", "psm"}, default "identity"
+        ``"sigmoid"`` is 0.5 (1 + tanh(x / 2)); ``"psm"`` is psi[s, i] sigmoid(x) / sum_j psi[s, j]
+        sigmoid(x_s(u, j)), the sum over all J items.
+    psi : numpy.ndarray, shape (S, J), optional
+        PSM's item popularities, needed for ``"psm"`` only.
+
+    Raises
+    ------
+    None of its own (the fields are not checked on construction; shapes that disagree fail in numpy when
+    scored).
+
+    Source: project addition (issue 24).
     """
 
     P: np.ndarray
@@ -85,20 +108,68 @@ class LinearScore:
 
     @property
     def n_draws(self) -> int:
+        """S, the number of draws (``P.shape[0]``).
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.P.shape[0])
 
     @property
     def K(self) -> int:
+        """K, the number of latent factors (``P.shape[-1]``).
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.P.shape[-1])
 
     def pair_draws(self, rows: np.ndarray, cols: np.ndarray, norm: np.ndarray | None = None, *,
                    block_bytes: int | None = None) -> np.ndarray:
-        """E[y | draw s] for M (row, col) pairs: an (S, M) float64 array.
+        """E[y | draw s] for M (row, col) pairs, every draw.
 
-        rows, cols : (M,) int indices of users and items. norm : (S, M) float64, the PSM normaliser
-        sum_j psi_sj sigmoid(x_s(row_m, j)) of each pair's user (link ``"psm"`` only; required there).
-        Memory: the result, three (S, M) temporaries and `api_models._dot`'s blocks (``block_bytes``).
-        Raises ValueError when the link is ``"psm"`` and ``norm`` is missing. Source: project addition.
+        Memory: the result, three (S, M) temporaries and `api_models._dot`'s blocks (``block_bytes``); no
+        (S, M, K) array.
+
+        Parameters
+        ----------
+        rows : numpy.ndarray, shape (M,), int
+            User indices (0..I-1).
+        cols : numpy.ndarray, shape (M,), int
+            Item indices (0..J-1).
+        norm : numpy.ndarray, shape (S, M), float64, optional
+            The PSM normaliser sum_j psi_sj sigmoid(x_s(row_m, j)) of each pair's user (link ``"psm"`` only;
+            required there, ignored otherwise).
+        block_bytes : int, optional
+            Bytes of `api_models._dot`'s gathered blocks (default ``api_models.DOT_BLOCK_BYTES``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (S, M), float64
+            E[y_(rows_m, cols_m) | draw s], in the units of the fitted values.
+
+        Raises
+        ------
+        ValueError
+            The link is ``"psm"`` and ``norm`` is missing.
+        IndexError
+            From numpy (in `api_models._dot`): an index out of range.
+
+        Source: project addition.
         """
         from validation.frontdoor.api_models import DOT_BLOCK_BYTES, _dot
 
@@ -137,8 +208,24 @@ def _sigmoid_(x: np.ndarray) -> np.ndarray:
 
 
 class ItemsPlan(NamedTuple):
-    """users : users per chunk (>= 1); draws : draws per chunk (>= 1); bytes : planned peak bytes of
-    one chunk's temporaries (`items_bytes` at these sizes), <= the ``max_bytes`` it was planned for."""
+    """Chunk sizes for scoring every item, as `plan_items` returns them.
+
+    Parameters
+    ----------
+    users : int
+        Users per chunk (>= 1).
+    draws : int
+        Draws per chunk (>= 1).
+    bytes : int
+        Planned peak bytes of one chunk's temporaries (`items_bytes` at these sizes), <= the ``max_bytes``
+        it was planned for.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (issue 24).
+    """
 
     users: int
     draws: int
@@ -146,21 +233,49 @@ class ItemsPlan(NamedTuple):
 
 
 def items_bytes(link: str, users: int, draws: int, *, n_items: int, n_draws: int, K: int, N: int = 10) -> int:
-    """Planned bytes of the temporaries alive at once while scoring every item for a chunk of
-    ``users`` users, ``draws`` draws at a time (`recommend`'s first pass), all float64:
+    """Planned bytes of the temporaries alive at once while scoring every item for a chunk of users.
 
-    identity : J d K (item factors of d draws, laid out (J, d K)) + 2 U d K (user factors: the
-        gather and its (U, d K) layout) + 2 U J (the running sum and one product) + S U (a user-bias
-        gather) + 4 J (top-N work space of one user) + U N (the chosen scores).
-    sigmoid, psm : d U J (per-draw scores, link applied in place) + d J K (the item factors in
-        float64 when stored in another dtype) + 2 d U K (gathered user factors) + 2 U J (running sum
-        and the sum over the chunk's draws) + 2 S U (user-bias gather; PSM's normalisers of the
-        chunk's users, kept for the sd) + 4 J + U N.
-    adapter : 2 U J (the means and one user's pair indices) + 4 J + U N + (2 K + 12) S (at least
-        one pair of the adapter's own mean; the pairs get what is left, `plan_pairs`); d is S.
+    ``users`` users, ``draws`` draws at a time (`recommend`'s first pass), all float64 (U = users,
+    d = draws, J = n_items, S = n_draws):
 
-    Arguments are the sizes (ints >= 1; ``n_items`` = J, ``n_draws`` = S). Returns int bytes.
-    Raises ValueError for an unknown link. Source: project addition (issue 24).
+    - identity: J d K (item factors of d draws, laid out (J, d K)) + 2 U d K (user factors: the gather
+      and its (U, d K) layout) + 2 U J (the running sum and one product) + S U (a user-bias gather) + 4 J
+      (top-N work space of one user) + U N (the chosen scores);
+    - sigmoid, psm: d U J (per-draw scores, link applied in place) + d J K (the item factors in float64
+      when stored in another dtype) + 2 d U K (gathered user factors) + 2 U J (running sum and the sum over
+      the chunk's draws) + 2 S U (user-bias gather; PSM's normalisers of the chunk's users, kept for the
+      sd) + 4 J + U N;
+    - adapter: 2 U J (the means and one user's pair indices) + 4 J + U N + (2 K + 12) S (at least one
+      pair of the adapter's own mean; the pairs get what is left, `plan_pairs`); d is S.
+
+    Parameters
+    ----------
+    link : {"identity", "sigmoid", "psm", "adapter"}
+        The score form's link (``"adapter"``: a model without a `LinearScore`).
+    users : int >= 1
+        U, users per chunk.
+    draws : int >= 1
+        d, draws per chunk.
+    n_items : int >= 1
+        J, the items.
+    n_draws : int >= 1
+        S, the stored draws.
+    K : int
+        Latent factors.
+    N : int, default 10
+        Items chosen per user (negative counts as 0).
+
+    Returns
+    -------
+    int
+        Bytes (8 per float64 cell).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``link``.
+
+    Source: project addition (issue 24).
     """
     U, d, J, S = int(users), int(draws), int(n_items), int(n_draws)
     tail = 4 * J + U * max(int(N), 0)
@@ -176,11 +291,34 @@ def items_bytes(link: str, users: int, draws: int, *, n_items: int, n_draws: int
 
 
 def pairs_bytes(pairs: int, *, n_draws: int, K: int, block_bytes: int) -> int:
-    """Planned bytes while turning ``pairs`` (user, item) pairs of a `LinearScore` into per-draw
-    values and their statistics: 6 (S, m) float64 arrays (the values, a bias gather, and the mean,
-    std and quantile work space) plus ``block_bytes`` for `api_models._dot`'s gathered blocks
-    (an adapter's own mean is planned at (2 K + 12) S float64 per pair instead: `plan_pairs`).
-    Returns int bytes. Raises TypeError / ValueError for arguments that are not integers.
+    """Planned bytes while turning ``pairs`` (user, item) pairs of a `LinearScore` into per-draw values and
+    their statistics.
+
+    6 (S, m) float64 arrays (the values, a bias gather, and the mean, std and quantile work space) plus
+    ``block_bytes`` for `api_models._dot`'s gathered blocks (an adapter's own mean is planned at
+    (2 K + 12) S float64 per pair instead: `plan_pairs`).
+
+    Parameters
+    ----------
+    pairs : int
+        m, the pairs of one chunk.
+    n_draws : int
+        S, the stored draws.
+    K : int
+        Latent factors; not used by the formula (kept so that the sizes are passed as to `plan_pairs`).
+    block_bytes : int
+        Bytes given to `api_models._dot`'s blocks.
+
+    Returns
+    -------
+    int
+        ``8 * 6 * n_draws * pairs + block_bytes``.
+
+    Raises
+    ------
+    None of its own: ``int()`` of an argument that is not a number raises TypeError / ValueError (floats
+    are truncated, not refused).
+
     Source: project addition (issue 24).
     """
     return _F8 * 6 * int(n_draws) * int(pairs) + int(block_bytes)
@@ -189,10 +327,36 @@ def pairs_bytes(pairs: int, *, n_draws: int, K: int, block_bytes: int) -> int:
 def plan_pairs(n_pairs: int, *, n_draws: int, K: int, max_bytes: int, adapter: bool = False) -> tuple[int, int]:
     """Pairs per chunk and `_dot`'s block bytes for per-draw values of ``n_pairs`` pairs under ``max_bytes``.
 
-    Returns (pairs per chunk >= 1, block_bytes) with ``pairs_bytes(pairs, ...) <= max_bytes`` (for
-    ``adapter=True``, an adapter's own mean: (2 K + 12) S float64 per pair instead, its internals
-    estimated). The chunk is never larger than ``n_pairs`` (at least 1).
-    Raises ValueError when one pair does not fit (the message names the bytes needed).
+    For a `LinearScore`, a quarter of ``max_bytes`` (at most 32 MiB; the smallest block, one draw and one
+    pair, when that leaves no room) goes to `api_models._dot`'s blocks and the rest to the pairs
+    (`pairs_bytes`); for an adapter's own mean (``adapter=True``) each pair is planned at (2 K + 12) S
+    float64, its internals estimated.
+
+    Parameters
+    ----------
+    n_pairs : int
+        M, the pairs to score (0 counts as 1).
+    n_draws : int
+        S, the stored draws.
+    K : int
+        Latent factors.
+    max_bytes : int
+        The bound on the temporaries alive at once.
+    adapter : bool, default False
+        Plan for an adapter's own mean instead of a `LinearScore`.
+
+    Returns
+    -------
+    pairs : int
+        Pairs per chunk, 1 <= pairs <= max(n_pairs, 1), with ``pairs_bytes(pairs, ...) <= max_bytes``.
+    block_bytes : int
+        Bytes of `_dot`'s blocks (0 for ``adapter=True``).
+
+    Raises
+    ------
+    ValueError
+        One pair does not fit (the message names the bytes needed).
+
     Source: project addition (issue 24).
     """
     S, K, n = int(n_draws), int(K), max(int(n_pairs), 1)
@@ -219,15 +383,41 @@ def plan_items(link: str, *, n_users: int, n_items: int, n_draws: int, K: int, m
                N: int = 10) -> ItemsPlan:
     """Chunk sizes for scoring every item of ``n_users`` users under ``max_bytes`` (`items_bytes`).
 
-    identity : as many draws per chunk as keep the item factors' (J, d K) layout within half of
-    ``max_bytes`` (a long inner dimension is what makes the product fast), then as many users as
-    fit; fewer draws if not even one user fits. sigmoid / psm : all draws if at least
-    min(n_users, 64) users fit with them, else min(n_users, 64) users (fewer if needed) and as many
-    draws as fit. adapter : as many users as fit with all draws, one draw count (S) only.
-    Returns an `ItemsPlan` with 1 <= users <= max(n_users, 1), 1 <= draws <= n_draws and
-    ``bytes = items_bytes(...) <= max_bytes``.
-    Raises ValueError when one user and one draw do not fit (the message gives the bytes needed),
-    or for an unknown link. Results are memoized (256 argument sets, a few hundred bytes each).
+    identity: as many draws per chunk as keep the item factors' (J, d K) layout within half of
+    ``max_bytes`` (a long inner dimension is what makes the product fast), then as many users as fit;
+    fewer draws if not even one user fits. sigmoid / psm: all draws if at least min(n_users, 64) users
+    fit with them, else min(n_users, 64) users (fewer if needed) and as many draws as fit. adapter: as
+    many users as fit with all draws, one draw count (S) only. Results are memoized (256 argument sets,
+    a few hundred bytes each).
+
+    Parameters
+    ----------
+    link : {"identity", "sigmoid", "psm", "adapter"}
+        As `items_bytes`.
+    n_users : int
+        Users to score (0 counts as 1).
+    n_items : int
+        J, the items.
+    n_draws : int
+        S, the stored draws (0 counts as 1).
+    K : int
+        Latent factors.
+    max_bytes : int
+        The bound on the temporaries alive at once.
+    N : int, default 10
+        Items chosen per user.
+
+    Returns
+    -------
+    ItemsPlan
+        With 1 <= users <= max(n_users, 1), 1 <= draws <= n_draws and
+        ``bytes = items_bytes(...) <= max_bytes``.
+
+    Raises
+    ------
+    ValueError
+        One user and one draw do not fit (the message gives the bytes needed), or an unknown link.
+
     Source: project addition (issue 24).
     """
     I, J, S, K = max(int(n_users), 1), int(n_items), max(int(n_draws), 1), int(K)
@@ -568,30 +758,55 @@ def recommend(fitted, users, N: int = 10, *, exclude_seen: bool = True, max_byte
               means: str = "draws", sd: bool = True) -> pd.DataFrame:
     """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
-    fitted : `validation.frontdoor.api.FittedModel`; users : one id or a list of original user ids (U users);
-    N : int >= 1 items per user; exclude_seen : leave out each user's training items (default True);
-    max_bytes : bound on the engine's temporary arrays alive at once (default `MAX_BYTES`, 256 MiB;
-    what is and is not counted: module docstring).
-    means : ``"draws"`` (default: the score is the mean over the stored draws, as before issue 24) or
-    ``"q"``: the exact posterior mean under the fit's q where q gives it in closed form (HPF CAVI:
-    E_q[theta_u] . E_q[beta_i], no draws; `api_models.Q_MEAN_FORMS`); the draws' mean is a Monte Carlo
-    estimate of that number (sd / sqrt(S) apart). The sd is always over the draws.
-    sd : compute the ``sd`` column (default True); False skips the pass over the draws for the chosen
-    items and returns no ``sd`` column.
-    Returns a DataFrame, one row per (user, rank), users in the order given: user (the model's id of the
-    user asked for, in the model's id dtype: "5" asked of a model with integer ids gives 5), rank (int,
-    1..n), item (original id), score (float, posterior mean of E[y_ui] as ``means`` says, in the units
-    of the fitted values), sd (float, its posterior sd over the draws, ddof 1; 0 with one draw);
-    n = min(N, number of items with a finite score, seen items excluded when asked). Items are
-    ordered by score descending, ties by their position in ``fitted.item_ids``.
     Work: per user, S J K multiply-adds (one matrix product for linear scores; J K for a single-draw
-    score: ``means="q"``, MAP / SGD fits), then S N K for the sd of the N chosen items; never an
-    I x J array, and per chunk of users at most ``max_bytes``. What does not change between calls
-    (score forms, q's means, plans) is kept on ``fitted`` (`cache_bytes`: 8 ((I + J) (K + 1)) bytes at
-    most per ``means``; no copy of the draws).
-    Raises ValueError for N < 1, a ``max_bytes`` too small for one user (`plan_items`) or ``means="q"``
-    for a model without a closed form; KeyError for an unknown user id. Source: project addition
-    (issue 24); the scores are the adapters' means (`validation.frontdoor.api_models`).
+    score: ``means="q"``, MAP / SGD fits), then S N K for the sd of the N chosen items; never an I x J
+    array, and per chunk of users at most ``max_bytes``. What does not change between calls (score forms,
+    q's means, plans) is kept on ``fitted`` (`cache_bytes`: 8 ((I + J) (K + 1)) bytes at most per
+    ``means``; no copy of the draws).
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        The fitted model (I users, J items, S stored draws, K factors).
+    users : user id or sequence of user ids
+        One original user id (str or int) or a list of them (U users); a str of digits matches an integer
+        id.
+    N : int >= 1, default 10
+        Items per user.
+    exclude_seen : bool, default True
+        Leave out each user's training items.
+    max_bytes : int, default `MAX_BYTES`
+        Bound on the engine's temporary arrays alive at once (256 MiB; what is and is not counted: module
+        docstring).
+    means : {"draws", "q"}, default "draws"
+        ``"draws"``: the score is the mean over the stored draws (as before issue 24). ``"q"``: the exact
+        posterior mean under the fit's q where q gives it in closed form (HPF CAVI: E_q[theta_u] .
+        E_q[beta_i], no draws; `api_models.Q_MEAN_FORMS`); the draws' mean is a Monte Carlo estimate of
+        that number (sd / sqrt(S) apart). The sd is always over the draws.
+    sd : bool, default True
+        Compute the ``sd`` column; False skips the pass over the draws for the chosen items and returns
+        no ``sd`` column.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (user, rank), users in the order given: ``user`` (the model's id of the user asked
+        for, in the model's id dtype: "5" asked of a model with integer ids gives 5), ``rank`` (int64,
+        1..n), ``item`` (original id), ``score`` (float64, posterior mean of E[y_ui] as ``means`` says, in
+        the units of the fitted values), ``sd`` (float64, its posterior sd over the draws, ddof 1; 0 with
+        one draw); n = min(N, number of items with a finite score, seen items excluded when asked). Items
+        are ordered by score descending, ties by their position in ``fitted.item_ids``.
+
+    Raises
+    ------
+    ValueError
+        ``N`` not an integer >= 1; a bad ``means``; a ``max_bytes`` too small for one user (`plan_items`)
+        or for the sd of one user's N items; ``means="q"`` for a model without a closed form under q (or a
+        fit without its ``variational_parameters`` group).
+    KeyError
+        An unknown user id.
+
+    Source: project addition (issue 24); the scores are the adapters' means (`validation.frontdoor.api_models`).
     """
     if isinstance(users, (str, int, np.integer)):
         users = [users]
@@ -738,12 +953,35 @@ def _table_arrays(fitted, rows: np.ndarray, parts: list, sd: bool) -> pd.DataFra
 def iter_item_scores(fitted, rows, *, means: str = "draws", max_bytes: int = MAX_BYTES):
     """Posterior mean scores of every item for the users at positions ``rows``, chunk by chunk.
 
-    fitted : `validation.frontdoor.api.FittedModel`; rows : (U,) int positions of users (0..I-1, not ids);
-    means, max_bytes : as in `recommend` (the chunk's (U_c, J) scores are within the planned bytes).
-    Yields (rows_chunk (U_c,) int64, scores (U_c, J) float64) in the order of ``rows``: the same
-    numbers `recommend` ranks by (seen items not excluded). For evaluation code that needs every
-    item's score (e.g. `validation.evaluation.holdout`), never an I x J array at once.
-    Raises ValueError as `recommend` does (bad ``means``, ``max_bytes`` too small).
+    For evaluation code that needs every item's score (e.g. `validation.evaluation.holdout`), never an
+    I x J array at once.
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        The fitted model (I users, J items).
+    rows : array-like of int, shape (U,)
+        Positions of users (0..I-1, not ids).
+    means : {"draws", "q"}, default "draws"
+        As in `recommend`.
+    max_bytes : int, default `MAX_BYTES`
+        As in `recommend` (the chunk's (U_c, J) scores are within the planned bytes).
+
+    Yields
+    ------
+    rows_chunk : numpy.ndarray, shape (U_c,), int64
+        The chunk's positions, in the order of ``rows``.
+    scores : numpy.ndarray, shape (U_c, J), float64
+        The same numbers `recommend` ranks by (seen items not excluded).
+
+    Raises
+    ------
+    ValueError
+        As `recommend` does: a bad ``means`` (or ``"q"`` without a closed form), ``max_bytes`` too small.
+        The checks run when the generator is first advanced, not when it is created.
+    IndexError
+        From numpy: a position >= I (negative positions wrap around, as numpy indexing does).
+
     Source: project addition (issue 24).
     """
     if means not in MEANS:
@@ -848,29 +1086,54 @@ OBSERVATION_DRAWS = 1000
 
 def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES, means: str = "draws",
             kind: str = "mean", seed: int = 0) -> pd.DataFrame:
-    """Posterior mean, sd and a central ``interval`` credible interval of E[y_ui] per pair (``kind="mean"``),
-    or of a new observation y_ui (``kind="observation"``).
+    """Posterior mean, sd and a central credible interval of E[y_ui] per pair, or of a new observation y_ui.
 
-    fitted : `validation.frontdoor.api.FittedModel`; pairs : DataFrame with columns ``user`` and ``item``
-    (original ids), or a sequence of (user, item) tuples; M pairs. interval : float in (0, 1).
-    max_bytes : bound on the engine's temporary arrays alive at once (default `MAX_BYTES`; module docstring).
-    means : ``"draws"`` (default, the mean over the stored draws) or ``"q"`` (closed form under q, as in
-    `recommend`); sd and interval are always over the draws.
-    Returns a DataFrame (M rows, the pairs' order): user, item, mean, sd (ddof 1), lower, upper
-    (float64, in the units of the fitted values; numpy's default linear quantiles over the S draws),
-    method (how the draws were obtained, `FittedModel.uncertainty`). For point estimates (MAP, SGD)
-    sd = 0 and the interval is the point.
-    kind : ``"mean"`` (default): the posterior of E[y_ui | parameters], as above. ``"observation"``: the
-    posterior predictive of a new y_ui: for each stored draw, R = ceil(`OBSERVATION_DRAWS` / S) draws of
-    y from the model's observation model (`validation.frontdoor.api_models.observation_draws`: Poisson counts,
-    Normal ratings with the draw's noise precision, Bernoulli 0/1; numpy Generator seeded with ``seed``);
-    sd (ddof 1) and the interval are over those S R values, ``mean`` stays the mean of E[y_ui] over the
-    draws (the predictive mean, without the simulation's noise). Work: plus S R per pair.
-    Work: S K per pair (PSM: plus S J K per distinct user, for its normaliser), in chunks of pairs.
-    Raises ValueError for a bad interval, a bad ``means`` (or ``"q"`` for a model without a closed
-    form), a bad ``kind`` (or ``"observation"`` for a model without an observation model: BPR, PSM)
-    or a ``max_bytes`` too small for one pair, KeyError for an unknown id. Source: project addition
-    (issue 24); the values are the adapters' means, the observation models `validation.frontdoor.api_models.LIKELIHOODS`.
+    Work: S K per pair (PSM: plus S J K per distinct user, for its normaliser), in chunks of pairs; plus
+    S R per pair for ``kind="observation"``.
+
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        The fitted model (S stored draws, K factors).
+    pairs : pandas.DataFrame or sequence of (user, item)
+        M pairs of original ids: a DataFrame with columns ``user`` and ``item``, or (user, item) tuples.
+    interval : float in (0, 1), default 0.9
+        Mass of the central credible interval.
+    max_bytes : int, default `MAX_BYTES`
+        Bound on the engine's temporary arrays alive at once (module docstring).
+    means : {"draws", "q"}, default "draws"
+        ``"draws"``: the mean over the stored draws; ``"q"``: closed form under q, as in `recommend`. sd and
+        interval are always over the draws.
+    kind : {"mean", "observation"}, default "mean"
+        ``"mean"``: the posterior of E[y_ui | parameters]. ``"observation"``: the posterior predictive of a
+        new y_ui: for each stored draw, R = ceil(`OBSERVATION_DRAWS` / S) draws of y from the model's
+        observation model (`validation.frontdoor.api_models.observation_draws`: Poisson counts, Normal
+        ratings with the draw's noise precision, Bernoulli 0/1); sd and the interval are over those S R
+        values, ``mean`` stays the mean of E[y_ui] over the draws (the predictive mean, without the
+        simulation's noise).
+    seed : int, default 0
+        Seed of the numpy Generator of ``kind="observation"`` (unused for ``"mean"``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        M rows in the pairs' order: ``user``, ``item`` (as given), ``mean``, ``sd`` (ddof 1), ``lower``,
+        ``upper`` (float64, in the units of the fitted values; numpy's default linear quantiles over the S
+        draws, or the S R simulated values), ``method`` (how the draws were obtained,
+        `FittedModel.uncertainty`). For point estimates (MAP, SGD) and ``kind="mean"``, sd = 0 and the
+        interval is the point.
+
+    Raises
+    ------
+    ValueError
+        ``interval`` outside (0, 1); a bad ``means`` (or ``"q"`` for a model without a closed form); a bad
+        ``kind`` (or ``"observation"`` for a model without an observation model: BPR, PSM); a ``max_bytes``
+        too small for one pair.
+    KeyError
+        An unknown user or item id, or a DataFrame without a ``user`` / ``item`` column (pandas').
+
+    Source: project addition (issue 24); the values are the adapters' means, the observation models
+    `validation.frontdoor.api_models.LIKELIHOODS`.
     """
     if not 0 < interval < 1:
         raise ValueError(f"interval must be in (0, 1), got {interval!r}")
