@@ -1,5 +1,7 @@
 """The checks of `validation.checks.derivation`, one function per check (update, bridge, posterior,
-calibration and evidence levels), each returning its `CheckOutcome` rows.
+calibration and evidence levels) returning its `CheckOutcome` (a list of them for the per-block checks;
+the cross-check also returns CAVI's parameters), with their helpers: the conditional check's grid
+(``_support``, ``_to_x``, ``_slice_tv``), the verdicts' reasons and SBC's functionals.
 
 Part of the `validation.checks.derivation` package; moved here from the former single module unchanged.
 
