@@ -151,8 +151,8 @@ def test_the_stable_api_is_listed():
     names = stable_objects()
     # the front door's names and the derivation API's, with the methods users call
     for expected in ("validation.frontdoor.api.fit", "validation.frontdoor.fitted.FittedModel.recommend",
-                     "validation.evaluation.holdout.split", "validation.checks.derivation.check",
-                     "validation.checks.derivation.Derivation", "custom_inference.base.RunInterrupted",
+                     "validation.evaluation.holdout.split", "validation.checks.derivation.run.check",
+                     "validation.checks.derivation.declaration.Derivation", "custom_inference.base.RunInterrupted",
                      "custom_inference.base.Algorithm.check", "custom_inference.mcmc_driver.sample"):
         assert expected in names, sorted(names)
 
