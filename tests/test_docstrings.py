@@ -182,7 +182,7 @@ NOT_YET = frozenset({
     "validation.models.bpmf_printed", "validation.models.bpmf_study", "validation.models.catalog",
     "validation.models.fm_mcmc", "validation.models.fm_printed", "validation.models.hpf",
     "validation.models.hpf_gibbs", "validation.models.hpf_printed", "validation.models.jj_printed",
-    "validation.models.meanfield_bias", "validation.models.pfm", "validation.models.pfm_bridge",
+    "validation.models.pfm", "validation.models.pfm_bridge",
     "validation.models.pfm_printed", "validation.models.pfm_scale_checks", "validation.models.printed_forms",
     "validation.models.psm", "validation.models.psm_evidence", "validation.models.psm_printed",
     "validation.models.rg", "validation.models.sbmf", "validation.models.sbmf_printed", "validation.models.sibm",
