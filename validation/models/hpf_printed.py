@@ -163,7 +163,8 @@ def phi_update_tv(data: Observations | None = None, K: int = 2) -> float:
 
     Raises
     ------
-    None of its own (``K`` < 1 fails in the solver's init first).
+    ValueError
+        From `custom_inference.hpf.init` when ``K`` is not an integer >= 1.
 
     Source: ``001_30a2018ec18c20b9.txt`` batch figure step 1; check: project addition.
     """
@@ -208,7 +209,7 @@ def elog_mc(data: Observations | None = None, K: int = 2, n_draws: int = 20000, 
     Raises
     ------
     ValueError
-        For ``n_draws`` < 2 (from `mc_z`).
+        For ``n_draws`` < 2 (from `mc_z`); from `custom_inference.hpf.init` when ``K`` is not an integer >= 1.
 
     Source: ``001_30a2018ec18c20b9.txt`` batch figure steps 1-3; check: project addition.
     """
@@ -251,7 +252,7 @@ def elbo_enumeration_mc(data: Observations | None = None, K: int = 2, n_draws: i
     Raises
     ------
     ValueError
-        For ``n_draws`` < 2.
+        For ``n_draws`` < 2; from `custom_inference.hpf.init` when ``K`` is not an integer >= 1.
 
     Source: ``001_30a2018ec18c20b9.txt`` eq. (q) and the model (the seed prints no ELBO); check: project addition.
     """

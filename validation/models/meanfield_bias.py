@@ -379,9 +379,11 @@ def linear_alpha_posterior(X, y, prior_prec, a0: float, b0: float, *, n_grid: in
     Raises
     ------
     ValueError
-        From `grid_posterior` (also what non-positive ``a0`` / ``b0`` lead to: a log density that is NaN
+        From `grid_posterior` (also what negative ``a0`` / ``b0`` lead to: a log density that is NaN
         everywhere); shapes that do not match raise NumPy's ValueError. Unlike `linear_meanfield` it does
         not check the shapes and precisions itself.
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's, from the prior's scale 1 / b0).
 
     Source: project addition (the collapsed Gaussian marginal likelihood).
     """
@@ -478,8 +480,10 @@ def precision_posterior(A, c, a0: float, b0: float, *, n_grid: int = 4001) -> Gr
     Raises
     ------
     ValueError
-        On bad shapes of ``A`` / ``c``, and from `grid_posterior` (which non-positive ``a0`` / ``b0``
+        On bad shapes of ``A`` / ``c``, and from `grid_posterior` (which negative ``a0`` / ``b0``
         reach as a log density that is NaN everywhere).
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's, from the prior's scale 1 / b0).
 
     Source: project addition (the Gaussian integral over x_m).
     """
@@ -1242,6 +1246,8 @@ def logistic_intercept_meanfield(counts, n_trials: int, a0: float, b0: float, *,
         When ``counts`` is not 1-D or has values outside 0..n_trials, or ``n_trials`` < 1.
     RuntimeError
         When ``max_iter`` iterations do not converge.
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's; ``a0``, ``b0`` are not checked).
 
     Source: project addition (003_203f63200c0d7157.txt eqs. (10)-(17) with u.v = 0).
     """
@@ -1293,6 +1299,8 @@ def logistic_intercept_posterior(counts, n_trials: int, a0: float, b0: float, *,
     ------
     ValueError
         On bad ``counts`` / ``n_trials`` (as `logistic_intercept_meanfield`), and from `grid_posterior`.
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's; ``a0``, ``b0`` are not checked).
 
     Source: project addition (the exact marginal likelihood by quadrature).
     """
