@@ -179,14 +179,12 @@ NOT_YET = frozenset({
     "validation.evaluation.model_studies", "validation.evaluation.pfm_experiments",
     "validation.evaluation.ratings_eval", "validation.evaluation.recall_curves", "validation.frontdoor.api_models",
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
-    "validation.models.bpmf_printed", "validation.models.bpmf_study", "validation.models.catalog",
-    "validation.models.fm_mcmc", "validation.models.fm_printed", "validation.models.hpf",
-    "validation.models.hpf_gibbs", "validation.models.hpf_printed", "validation.models.jj_printed",
-    "validation.models.meanfield_bias", "validation.models.pfm", "validation.models.pfm_bridge",
-    "validation.models.pfm_printed", "validation.models.pfm_scale_checks", "validation.models.printed_forms",
-    "validation.models.psm", "validation.models.psm_evidence", "validation.models.psm_printed",
-    "validation.models.rg", "validation.models.sbmf", "validation.models.sbmf_printed", "validation.models.sibm",
-    "validation.models.vbfm", "validation.models.vbfm_printed",
+    "validation.models.catalog",
+    "validation.models.fm_mcmc", "validation.models.hpf",
+    "validation.models.pfm",
+    "validation.models.psm",
+    "validation.models.rg", "validation.models.sbmf", "validation.models.sibm",
+    "validation.models.vbfm",
 })
 DOTTED = sorted({m[:-3].replace("/", ".").removesuffix(".__init__") for m in MODULES}
                 | {"factorbayes"})

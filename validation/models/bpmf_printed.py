@@ -55,11 +55,31 @@ W0 = np.array([[0.5, 0.1, 0.0], [0.1, 0.3, -0.05], [0.0, -0.05, 0.8]])
 
 @x64
 def posterior_params(X, form: str):
-    """(mu* (K,), beta* (), W* (K, K) scale, nu* ()) of the candidate ``form`` (a key of `FORMS`) given
-    the rows X (n, K) float64, under the module's prior (MU0, BETA0, NU0, W0).
+    """The Normal-Wishart posterior of (mu, Lambda) given factor rows X, by the candidate ``form``.
 
-    Raises ValueError for an unknown ``form``. Source: Salakhutdinov & Mnih 2008 eq. 14 (cited by the
-    thesis) and the slips named in the module docstring; project addition.
+    Under the module's prior (`MU0`, `BETA0`, `NU0`, `W0`, K = 3). Runs in float64 (`x64`).
+
+    Parameters
+    ----------
+    X : array_like, shape (n, K), float
+        The factor rows (K = 3).
+    form : str
+        A key of `FORMS`; any string starting with "solver" selects
+        `custom_inference.bpmf.normal_wishart_posterior`.
+
+    Returns
+    -------
+    tuple
+        (mu* numpy.ndarray (K,) float64, beta* float, W* numpy.ndarray (K, K) float64 (the Wishart scale,
+        not its inverse), nu* float).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``form``.
+
+    Source: Salakhutdinov & Mnih 2008 eq. 14 (cited by the thesis, 004_90693a0965f06816.txt after
+    eqs. 2.12-2.15; not in the seeds) and the slips named in the module docstring; project addition.
     """
     X = np.asarray(X, np.float64)
     n = X.shape[0]
@@ -92,11 +112,34 @@ def _log_nw(mu, lam, m, beta, W, nu):
 
 @x64
 def bayes_rule_spread(form: str, *, seed: int = 0, n: int = 7, n_points: int = 40) -> float:
-    """Spread (max - min, nats) over ``n_points`` random (mu, Lambda) of log prior + log likelihood -
-    log posterior for the candidate ``form``, with X (n, K) drawn from the prior predictive (seed).
+    """Spread of log prior + log likelihood - log posterior over random (mu, Lambda) for the candidate ``form``.
 
-    A correct posterior gives float64 rounding (< `SPREAD_TOL`). Returns a float.
-    Raises ValueError for an unknown ``form``. Source: Bayes' rule; project addition.
+    X (n, K) is drawn from the prior predictive (``seed``); the spread is max - min over ``n_points``
+    random (mu, Lambda), Lambda from a Wishart unrelated to the posterior. A correct posterior gives float64
+    rounding (< `SPREAD_TOL`). Runs in float64 (`x64`).
+
+    Parameters
+    ----------
+    form : str
+        A key of `FORMS`.
+    seed : int, keyword-only, default 0
+        NumPy seed of X and of the evaluation points.
+    n : int, keyword-only, default 7
+        Rows of X.
+    n_points : int, keyword-only, default 40
+        Evaluation points.
+
+    Returns
+    -------
+    float
+        The spread, in nats.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``form`` (from `posterior_params`).
+
+    Source: Bayes' rule; project addition.
     """
     rng = np.random.default_rng(seed)
     lam_true = stats.wishart(df=NU0, scale=W0).rvs(random_state=rng)
@@ -114,10 +157,24 @@ def bayes_rule_spread(form: str, *, seed: int = 0, n: int = 7, n_points: int = 4
 
 
 def checks(*, seed: int = 0) -> pd.DataFrame:
-    """Every candidate of `FORMS` by `bayes_rule_spread`: columns form, spread (nats), verdict
-    ("agrees" when spread < `SPREAD_TOL`, else "rejected"), expected, passed (verdict == expected).
+    """Every candidate of `FORMS` by `bayes_rule_spread`.
 
-    Raises nothing of its own. Source: project addition.
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        Passed to `bayes_rule_spread` (the same X and points for every form).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per form: form, spread (nats), verdict ("agrees" when spread < `SPREAD_TOL`, else
+        "rejected"), expected, passed (verdict == expected).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
     """
     rows = []
     for form, expected in FORMS.items():

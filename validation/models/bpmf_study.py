@@ -51,8 +51,25 @@ __all__ = ["GibbsRung", "StudyConfig", "functional_draws", "study_simulation", "
 
 @dataclass(frozen=True)
 class GibbsRung:
-    """One Gibbs setting: ``num_chains`` chains x ``num_samples`` kept draws, every ``thin``-th sweep,
-    after ``num_warmup`` sweeps."""
+    """One Gibbs setting of a ladder: ``num_chains`` chains x ``num_samples`` kept draws.
+
+    Parameters
+    ----------
+    num_chains : int, default 4
+        Chains.
+    num_warmup : int, default 1000
+        Warm-up sweeps per chain.
+    num_samples : int, default 2000
+        Kept draws per chain.
+    thin : int, default 5
+        Every ``thin``-th sweep is kept (``num_samples`` x ``thin`` sweeps after warm-up).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition.
+    """
 
     num_chains: int = 4
     num_warmup: int = 1000
@@ -69,13 +86,28 @@ def _nuts(chains, warmup, samples, accept):
 class StudyConfig:
     """Settings of `gibbs_nuts_study`.
 
-    ``sbc``: the SBC whose data sets are studied (`validation.models.bpmf.SBCConfig`: I = 10, J = 8,
-    K = 2, 40 cells); ``nuts_ladder``: NUTS settings tried in order until one passes its gates (4 x
-    1000 after 1000 warm-up at target accept 0.95, then 4 x 1500 after 1000 at 0.99); ``gibbs_ladder``:
-    the same for Gibbs; ``gauge_rounds``: the Gibbs variants (name, gauge rounds); ``reproduce_sbc``:
-    also rerun the SBC's own short Gibbs and NUTS fits of each simulation (their paired disagreement
-    is the earlier measurement); ``thresholds``: the gates (the reference gates of
-    `validation.checks.gates`).
+    Parameters
+    ----------
+    sbc : validation.models.bpmf.SBCConfig, default SBCConfig()
+        The SBC whose data sets are studied (I = 10, J = 8, K = 2, 40 cells).
+    nuts_ladder : tuple of NutsSBCSettings
+        NUTS settings tried in order until one passes its gates (default: 4 x 1000 after 1000 warm-up at
+        target accept 0.95, then 4 x 1500 after 1000 at 0.99).
+    gibbs_ladder : tuple of GibbsRung
+        The same for Gibbs (default: 4 x 2000 thin 5 after 1000, then 4 x 8000 thin 10 after 2000).
+    gauge_rounds : tuple of (str, int)
+        The Gibbs variants: (name, gauge rounds); default (("gibbs", 5), ("gibbs-plain", 0)).
+    reproduce_sbc : bool, default True
+        Also rerun the SBC's own short Gibbs and NUTS fits of each simulation (their paired disagreement
+        is the earlier measurement).
+    thresholds : validation.checks.gates.Thresholds, default Thresholds()
+        The gates (the reference gates of `validation.checks.gates`).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition (issue 26, item 3).
     """
 
     sbc: vb.SBCConfig = vb.SBCConfig()
@@ -89,10 +121,24 @@ class StudyConfig:
 def functional_draws(post: dict) -> dict:
     """`validation.models.bpmf.bpmf_functionals` evaluated at every draw at once.
 
-    ``post``: dict with ``U`` (..., I, K), ``V`` (..., J, K), ``Lambda_U``, ``Lambda_V`` (..., K, K)
-    float arrays, leading axes e.g. (chain, draw). Returns dict name -> float64 array (..., Q) with the
-    names and scalar order of `bpmf_functionals` (``pred`` Q = 4, the others Q = 2).
-    Raises KeyError when a site is missing. Source: project addition.
+    Parameters
+    ----------
+    post : dict
+        ``U`` (..., I, K), ``V`` (..., J, K), ``Lambda_U``, ``Lambda_V`` (..., K, K) float arrays, leading
+        axes e.g. (chain, draw); the cells of `validation.models.bpmf` index U and V (I, J >= 4).
+
+    Returns
+    -------
+    dict
+        name -> numpy.ndarray float64 (..., Q) with the names and scalar order of `bpmf_functionals`:
+        ``pred`` (Q = 4), ``logdet_Lambda``, ``trace_Lambda``, ``sq_norm`` (Q = 2: U's, then V's).
+
+    Raises
+    ------
+    KeyError
+        When a site is missing.
+
+    Source: project addition.
     """
     U, V = np.asarray(post["U"], np.float64), np.asarray(post["V"], np.float64)
     lam = [np.asarray(post[n], np.float64) for n in ("Lambda_U", "Lambda_V")]
@@ -177,12 +223,34 @@ def _sbc_run(runner, fit, s, seed):
 def study_simulation(master_seed: int, s: int, config: StudyConfig = StudyConfig(), *, runner=None) -> dict:
     """All runs of one simulation of the study: a JSON-serializable dict.
 
-    ``master_seed``, ``s``: the simulation (index ``s`` of `validation.checks.sbc.sbc_seeds`
-    ``(master_seed, ...)``: the same data set as the SBC's simulation ``s``). Returns dict with ``master_seed``, ``sim``,
-    ``seed``, ``scalars`` (names "pred[0]", ..., "sq_norm[1]"), ``runs``: method -> {"mean", "sd",
-    "mcse_mean" (lists of float, one per scalar), "gate" (rung, passed, failures, max R-hat, min
-    ESS, divergences, CPU s, settings; absent for the reproduced SBC fits)}.
-    Raises nothing of its own (NumPyro's and the sampler's errors propagate).
+    Gated NUTS (`StudyConfig.nuts_ladder`), every Gibbs variant of ``gauge_rounds`` (its ladder), and with
+    ``reproduce_sbc`` the SBC's own Gibbs and NUTS fits; float64.
+
+    Parameters
+    ----------
+    master_seed : int
+        The SBC master seed.
+    s : int
+        The simulation: index ``s`` of `validation.checks.sbc.sbc_seeds` ``(master_seed, ...)``, the same
+        data set as the SBC's simulation ``s``.
+    config : StudyConfig, default StudyConfig()
+        The study's settings.
+    runner : object or None, keyword-only, default None
+        The module's private sampler holder (compiled NUTS samplers reused across simulations); None
+        builds one.
+
+    Returns
+    -------
+    dict
+        ``master_seed``, ``sim``, ``seed`` (int), ``scalars`` (names "pred[0]", ..., "sq_norm[1]"),
+        ``runs``: method -> {"mean", "sd", "mcse_mean" (lists of float, one per scalar), "gate" (rung,
+        passed, failures, max R-hat, min ESS, divergences, CPU s, settings; absent for the reproduced SBC
+        fits, whose mcse_mean is NaN)}.
+
+    Raises
+    ------
+    None of its own (NumPyro's and the sampler's errors propagate).
+
     Source: project addition.
     """
     runner = _Runner(config) if runner is None else runner
@@ -291,12 +359,31 @@ def _pairs(records) -> pd.DataFrame:
 def study_summary(pairs: pd.DataFrame, *, gated_only: bool = True, by_seed: bool = False) -> pd.DataFrame:
     """Pool `gibbs_nuts_study`'s rows over simulations, per method and functional scalar.
 
-    ``gated_only``: keep only the simulations whose two runs passed their gates (a NUTS or Gibbs run
-    that failed cannot judge). ``by_seed``: also group by master seed.
-    Returns a DataFrame: method, scalar (and master_seed), n (simulations), mean_d, se_d (sd of d /
-    sqrt(n)), t_d (mean_d / se_d), median_d, mean_z, chi2_p (Pr(chi2_n >= sum z^2): small when the
-    means differ by more than their MCSEs allow; NaN where MCSEs are unknown), max_abs_z.
-    Raises KeyError on a frame without the study's columns. Source: project addition.
+    Parameters
+    ----------
+    pairs : pandas.DataFrame
+        `gibbs_nuts_study`'s frame (columns method, scalar, master_seed, d, z, passed, ...).
+    gated_only : bool, keyword-only, default True
+        Keep only the simulations whose two runs passed their gates (a NUTS or Gibbs run that failed
+        cannot judge).
+    by_seed : bool, keyword-only, default False
+        Also group by master seed.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: method, scalar (and master_seed), n (simulations), mean_d, se_d (sd of d /
+        sqrt(n)), t_d (mean_d / se_d), median_d, mean_z, chi2_p (Pr(chi2_n >= sum z^2): small when the
+        means differ by more than their MCSEs allow; NaN where MCSEs are unknown), max_abs_z.
+
+    Raises
+    ------
+    KeyError
+        When a grouping column (method, scalar, master_seed with ``by_seed``) is missing.
+    AttributeError
+        When ``passed`` (with ``gated_only``), ``d`` or ``z`` is missing (read as attributes).
+
+    Source: project addition.
     """
     df = pairs[pairs.passed] if gated_only else pairs
     keys = ["method", "scalar"] + (["master_seed"] if by_seed else [])
@@ -313,11 +400,33 @@ def study_summary(pairs: pd.DataFrame, *, gated_only: bool = True, by_seed: bool
 
 
 def plot_study(pairs: pd.DataFrame, path: str | Path, *, gated_only: bool = True) -> Path:
-    """Two panels as a PNG: per functional scalar, mean d +- 2 se over simulations for each compared
-    method (`study_summary`); and, per simulation, the earlier SBC's paired d ("sbc-pair") against the
-    gated runs' d ("gibbs") on log det Lambda_U and Lambda_V.
-    ``pairs``: `gibbs_nuts_study`'s frame; ``path``: the PNG to write. Returns the path.
-    Raises KeyError on a frame without the study's columns. Source: project addition.
+    """Two panels as a PNG: the pooled differences per scalar, and the earlier SBC's against the gated runs'.
+
+    Left: per functional scalar, mean d +- 2 se over simulations for each compared method
+    (`study_summary`); right: per simulation, the earlier SBC's paired d ("sbc-pair") against the gated
+    runs' d ("gibbs") on log det Lambda_U and Lambda_V. Uses matplotlib's Agg backend.
+
+    Parameters
+    ----------
+    pairs : pandas.DataFrame
+        `gibbs_nuts_study`'s frame.
+    path : str or pathlib.Path
+        The PNG to write (110 dpi).
+    gated_only : bool, keyword-only, default True
+        As `study_summary`.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    KeyError, AttributeError
+        On a frame without the study's columns (as `study_summary`); matplotlib's and the file system's
+        errors propagate.
+
+    Source: project addition.
     """
     import matplotlib
 

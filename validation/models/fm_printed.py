@@ -88,16 +88,34 @@ def _program_logf(design: FMDesign, group, K, sites: dict):
 
 @x64
 def conditional_moments(*, seed: int = 0, K: int = 2) -> pd.DataFrame:
-    """The sampler's conditionals at a prior draw (design: 5 users, 4 items, 3 multi-hot features, 30
-    rows; K = 2) against the program's normalized conditional: w0, alpha, every w_l and v_lk of two
-    features per block (the most observed and the last), sigma_w, mu_w, sigma_v, mu_v per group.
+    """The sampler's conditionals at a prior draw against the program's normalized conditional.
 
-    One more row applies SBMF's printed Algorithm 2 line 7 (rate without its square) to group 0's
-    sigma_w: expected "rejected" (power).
+    Design: 5 users, 4 items, 3 multi-hot features, 30 rows (`validation.models.fm_mcmc.small_design`); a
+    state drawn from the prior of eqs. 2.23-2.30 with `HYPER`. Compared: w0, alpha, every w_l and v_lk of
+    two features per block (the most observed and the last), sigma_w, mu_w, sigma_v, mu_v per group. One
+    more row applies SBMF's printed Algorithm 2 line 7 (rate without its square) to group 0's sigma_w:
+    expected "rejected" (power). Runs in float64 (`x64`).
 
-    Returns a DataFrame: site, index, kind ("normal" / "gamma"), mean_err, var_err, edge, agrees,
-    expected ("agrees" / "rejected").
-    Raises nothing of its own. Source: project addition.
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        Seed of the design (``seed``) and of the prior draw (NumPy, ``seed + 1``).
+    K : int, keyword-only, default 2
+        Interaction rank.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per compared conditional: site, index (str), kind ("normal" / "gamma"), mean_err
+        (|mean - grid mean| / grid sd), var_err (|var / grid var - 1|), edge (of `normalized_moments`),
+        agrees (both errors < `MOMENT_TOL`), expected ("agrees" / "rejected").
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the conditionals of 004_90693a0965f06816.txt eqs. 2.22-2.30; SBMF's
+    Algorithm 2 line 7 as printed for the power row).
     """
     design, d, st, group = _problem(seed, K)
     logf = _program_logf(d, group, K, {n: getattr(st, n) for n in mc.PARAMS})

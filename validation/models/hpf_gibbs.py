@@ -65,17 +65,33 @@ def _state_from_sites(sites) -> gibbs.HPFGibbsState:
 def conditional_checks(hyper, *, sampler_hyper=None, seed: int = 0, n_users: int = 5, n_items: int = 4) -> pd.DataFrame:
     """Each Gibbs conditional vs the NumPyro program's brute-force conditional on a grid.
 
-    A random state and data are drawn from the prior (K = 1); for one coordinate of each of
-    theta, xi, beta, eta, the program's joint log density is evaluated with that coordinate
-    moved along a grid, normalized numerically, and compared (total variation) with the
-    Gamma(shape, rate) that `custom_inference.hpf_gibbs` draws from.
+    A random state and data are drawn from the prior (K = 1, float64); for one coordinate of each of
+    theta, xi, beta, eta, the program's joint log density is evaluated with that coordinate moved along a
+    grid (20,001 log-spaced points from 1e-8 to the claimed Gamma's 1 - 1e-10 quantile), normalized
+    numerically, and compared (total variation) with the Gamma(shape, rate) that `custom_inference.hpf_gibbs`
+    draws from. `printed_conditionals_hyper` as ``sampler_hyper`` turns them into the seed's printed xi/eta
+    conditionals, which this check must reject.
 
-    ``sampler_hyper`` (default ``hyper``) is what the sampler's conditionals are given;
-    `printed_conditionals_hyper` turns them into the seed's printed xi/eta conditionals,
-    which this check must reject.
+    Parameters
+    ----------
+    hyper : ppl_models.hpf.HPFHyper
+        The program's hyperparameters (prior of the simulation and of the reference).
+    sampler_hyper : ppl_models.hpf.HPFHyper or None, keyword-only, default None
+        What the sampler's conditionals are given; None: ``hyper``.
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of the prior draw.
+    n_users, n_items : int, keyword-only, defaults 5, 4
+        Sizes (at least 2 each: coordinate 1 is checked).
 
-    Returns a DataFrame: site, index, tv_distance, passed (tv < 1e-4).
-    ``hyper``, ``sampler_hyper``: `ppl_models.hpf.HPFHyper`. Raises nothing of its own.
+    Returns
+    -------
+    pandas.DataFrame
+        One row per site: site, index (str), tv_distance, passed (tv < 1e-4).
+
+    Raises
+    ------
+    None of its own.
+
     Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the conditionals checked).
     """
     k = 1
@@ -115,9 +131,25 @@ def conditional_checks(hyper, *, sampler_hyper=None, seed: int = 0, n_users: int
 def allocation_check(*, seed: int = 0, n_draws: int = 20000) -> tuple[float, np.ndarray, np.ndarray]:
     """Chi-square test that the allocation of one count follows Mult(y, theta_u beta_i / theta_u . beta_i).
 
-    One entry with count y = 1 on a 1 x 1 matrix with K = 4, allocated ``n_draws`` times
-    with independent keys. Returns (p-value, observed counts, expected counts).
-    The counts are float64 arrays (K,) = (4,). Raises nothing of its own.
+    One entry with count y = 1 on a 1 x 1 matrix with K = 4 (fixed theta, beta), allocated ``n_draws``
+    times with independent keys (`custom_inference.hpf_gibbs.allocate`).
+
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)``, split over the draws.
+    n_draws : int, keyword-only, default 20000
+        Allocations.
+
+    Returns
+    -------
+    tuple
+        (p-value float, observed counts numpy.ndarray (4,), expected counts numpy.ndarray (4,) float64).
+
+    Raises
+    ------
+    None of its own.
+
     Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the multinomial of z_ui).
     """
     theta = jnp.array([[0.2, 1.0, 3.0, 0.05]])
@@ -135,14 +167,31 @@ def allocation_check(*, seed: int = 0, n_draws: int = 20000) -> tuple[float, np.
 def numpyro_block(site: str, data: Observations, hyper):
     """The Gibbs update of one site as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
 
-    For ``theta`` and ``beta`` the block first draws the allocation z given the current
-    theta and beta, then the site from its conditional given z: a data-augmentation step
-    that leaves p(site | rest, y) invariant. ``xi`` and ``eta`` are drawn directly.
-    ``data``: `custom_inference.data.Observations` of N counts; the returned ``gibbs_fn`` gives
-    ``{site: array}`` of the site's shape (theta (I, K), xi (I,), beta (J, K), eta (J,)).
-    Raises ValueError when ``site`` is not theta, xi, beta or eta.
-    Source: 001_30a2018ec18c20b9.txt, "Complete conditionals"; the NumPyro block is a project
-    addition.
+    For ``theta`` and ``beta`` the block first draws the allocation z given the current theta and beta,
+    then the site from its conditional given z: a data-augmentation step that leaves p(site | rest, y)
+    invariant. ``xi`` and ``eta`` are drawn directly.
+
+    Parameters
+    ----------
+    site : {"theta", "xi", "beta", "eta"}
+        The site updated.
+    data : custom_inference.data.Observations
+        The N counts (I, J).
+    hyper : ppl_models.hpf.HPFHyper
+        The hyperparameters the conditional is given.
+
+    Returns
+    -------
+    callable
+        ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> {site: jax.Array}`` of the site's shape
+        (theta (I, K), xi (I,), beta (J, K), eta (J,)).
+
+    Raises
+    ------
+    ValueError
+        When ``site`` is not theta, xi, beta or eta.
+
+    Source: 001_30a2018ec18c20b9.txt, "Complete conditionals"; the NumPyro block is a project addition.
     """
     if site not in ("theta", "xi", "beta", "eta"):
         raise ValueError(f"site must be theta, xi, beta or eta, got {site!r}")
@@ -168,15 +217,43 @@ def numpyro_block(site: str, data: Observations, hyper):
 
 def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hyper=None, seed: int = 0,
                num_chains: int = 4, num_warmup: int = 500, num_samples: int = 1000, progress: bool = False):
-    """`validation.checks.bridge.run_hybrid` of the HPF block ``site`` on the counts ``y`` (kept for the notebook
-    and the registry's HPF entry; the runner itself lives in `validation.checks.bridge`).
+    """`validation.checks.bridge.run_hybrid` of the HPF block ``site`` on the counts ``y``.
 
-    ``block_hyper`` (default ``hyper``) is the hyperparameter set the block's conditional uses;
-    passing a different one simulates a wrongly derived conditional. Returns the InferenceData
-    (float64). ``y``: counts (I, J). Raises ValueError when ``site`` is not theta, xi, beta or eta,
-    or when ``y`` is not a 2-D finite non-negative integer matrix with a nonzero entry
-    (`Observations.from_dense`). Source: project addition (validation level 2: one Gibbs block
-    of 001_30a2018ec18c20b9.txt beside NUTS).
+    Kept for the notebook and the registry's HPF entry; the runner itself lives in
+    `validation.checks.bridge`.
+
+    Parameters
+    ----------
+    y : numpy.ndarray, shape (I, J)
+        Counts (non-negative integers, at least one nonzero).
+    n_components : int
+        K.
+    hyper : ppl_models.hpf.HPFHyper
+        The program's hyperparameters.
+    site : {"theta", "xi", "beta", "eta"}
+        The Gibbs block; the other sites run under NUTS.
+    block_hyper : ppl_models.hpf.HPFHyper or None, keyword-only, default None
+        The hyperparameter set the block's conditional uses (None: ``hyper``); a different one simulates
+        a wrongly derived conditional.
+    seed : int, keyword-only, default 0
+    num_chains : int, keyword-only, default 4
+    num_warmup : int, keyword-only, default 500
+    num_samples : int, keyword-only, default 1000
+    progress : bool, keyword-only, default False
+        Show NumPyro's progress bar.
+
+    Returns
+    -------
+    arviz.InferenceData
+        The hybrid run's draws (float64).
+
+    Raises
+    ------
+    ValueError
+        When ``site`` is not theta, xi, beta or eta, or when ``y`` is not a 2-D finite non-negative integer
+        matrix with a nonzero entry (`Observations.from_dense`).
+
+    Source: project addition (validation level 2: one Gibbs block of 001_30a2018ec18c20b9.txt beside NUTS).
     """
     from validation.checks import bridge
 
@@ -187,9 +264,29 @@ def run_hybrid(y: np.ndarray, n_components: int, hyper, site: str, *, block_hype
 
 
 def bridge_problem(config=None):
-    """The HPF bridge problem (`validation.checks.bridge.Problem`): the 12 x 10, K = 2 counts of
-    `validation.models.hpf.CROSSCHECK_BRIDGE` (default), whose NUTS reference "hpf-bridge" is stored.
-    Raises ValueError when no stored reference matches (on use of ``reference``). Source: project addition."""
+    """The HPF bridge problem (`validation.checks.bridge.Problem`).
+
+    The counts of ``config`` (default `validation.models.hpf.CROSSCHECK_BRIDGE`: 12 x 10, K = 2, whose NUTS
+    reference "hpf-bridge" is stored), `ppl_models.hpf.model`, compared on the identifiable quantities.
+
+    Parameters
+    ----------
+    config : validation.models.hpf.CrosscheckConfig or None, default None
+        The problem's sizes, K, hyperparameters and seed; None: ``CROSSCHECK_BRIDGE``.
+
+    Returns
+    -------
+    validation.checks.bridge.Problem
+        model, args (y, K, hyper), data (`Observations`), hyper, quantities, reference (a callable: the
+        stored NUTS reference), description.
+
+    Raises
+    ------
+    ValueError
+        When no stored reference matches (on use of ``reference``).
+
+    Source: project addition.
+    """
     from validation.checks import bridge
     from validation.models import hpf as vhpf
 
@@ -215,10 +312,29 @@ def _bridge_spec():
 
 @dataclass(frozen=True)
 class GibbsCrosscheckConfig:
-    """Gibbs settings of the Gibbs-vs-NUTS cross-check (data and NUTS settings come from
-    `validation.models.hpf.CrosscheckConfig`). 4 chains x 2000 kept draws, thinned by 10 after
-    2000 warmup sweeps: HPF's Gibbs sampler mixes more slowly than NUTS on the rates
-    (with 1000 kept draws the slowest of the 2400 rates reached R-hat 1.011)."""
+    """Gibbs settings of the Gibbs-vs-NUTS cross-check.
+
+    Data and NUTS settings come from `validation.models.hpf.CrosscheckConfig`. 4 chains x 2000 kept draws,
+    thinned by 10 after 2000 warm-up sweeps: HPF's Gibbs sampler mixes more slowly than NUTS on the rates
+    (with 1000 kept draws the slowest of the 2400 rates reached R-hat 1.011).
+
+    Parameters
+    ----------
+    num_chains : int, default 4
+        Chains.
+    num_warmup : int, default 2000
+        Warm-up sweeps per chain.
+    num_samples : int, default 2000
+        Kept draws per chain.
+    thin : int, default 10
+        Every ``thin``-th sweep is kept.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition.
+    """
 
     num_chains: int = 4
     num_warmup: int = 2000
@@ -231,14 +347,37 @@ def run_crosscheck(config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCross
                    reference: str | None = None):
     """Gibbs against gated NUTS: both exact, so means must agree within Monte Carlo error.
 
-    ``config``: `validation.models.hpf.CrosscheckConfig` (data and NUTS; default the embedded problem,
-    whose NUTS reference "hpf" is stored, shared with the CAVI cross-check); ``y`` defaults to
-    `validation.models.hpf.simulated_data`; ``nuts`` reuses a finished NUTS run on ``y``; else
-    ``reference`` chooses stored or re-run (`validation.models.hpf.nuts_reference`).
-    Returns a `validation.checks.crosscheck.CrosscheckResult` (method "exact"; ``extra["update_table"]``:
-    the conditionals against the program, ``extra["y"]``: the data). The verdict is
-    `validation.checks.crosscheck.exact_crosscheck`'s on the expected rates, xi and eta; both runs are
-    gated. ``y``: counts (I, J), taken as float64. Raises ValueError on a bad ``reference``.
+    The verdict is `validation.checks.crosscheck.exact_crosscheck`'s on the expected rates, xi and eta;
+    both runs are gated.
+
+    Parameters
+    ----------
+    config : validation.models.hpf.CrosscheckConfig or None, default None
+        Data and NUTS settings; None: the embedded problem (``CROSSCHECK_DEFAULT``), whose NUTS reference
+        "hpf" is stored, shared with the CAVI cross-check.
+    gibbs_config : GibbsCrosscheckConfig, default GibbsCrosscheckConfig()
+        The Gibbs run's settings.
+    y : numpy.ndarray or None, keyword-only, default None
+        Counts (I, J), taken as float64; None: `validation.models.hpf.simulated_data` of ``config``.
+    nuts : validation.checks.crosscheck.NutsRun or None, keyword-only, default None
+        A finished NUTS run on ``y`` to reuse; else ``reference`` chooses.
+    progress : bool, keyword-only, default False
+        Progress bars.
+    reference : str or None, keyword-only, default None
+        Stored or re-run NUTS (`validation.models.hpf.nuts_reference`).
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "exact"; ``extra["update_table"]``: `conditional_checks` of the config's hyperparameters,
+        ``extra["y"]``: the data.
+
+    Raises
+    ------
+    ValueError
+        On a bad ``reference``, and from `Observations.from_dense` on a ``y`` that is not a count matrix
+        with a nonzero entry.
+
     Source: project addition (validation level 2).
     """
     import time
@@ -271,21 +410,61 @@ def run_crosscheck(config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCross
 
 def run_gibbs_crosscheck(y: np.ndarray, config=None, gibbs_config: GibbsCrosscheckConfig = GibbsCrosscheckConfig(),
                          *, nuts: xc.NutsRun | None = None, progress: bool = False, reference: str | None = None):
-    """`run_crosscheck` on the count matrix ``y`` (I, J) (the older signature, kept for notebooks).
-    Raises ValueError on a bad ``reference``, as `run_crosscheck`. Source: project addition."""
+    """`run_crosscheck` on the count matrix ``y`` (the older signature, kept for notebooks).
+
+    Parameters
+    ----------
+    y : numpy.ndarray, shape (I, J)
+        Counts, taken as float64.
+    config : validation.models.hpf.CrosscheckConfig or None, default None
+        As `run_crosscheck`.
+    gibbs_config : GibbsCrosscheckConfig, default GibbsCrosscheckConfig()
+        As `run_crosscheck`.
+    nuts : validation.checks.crosscheck.NutsRun or None, keyword-only, default None
+        As `run_crosscheck`.
+    progress : bool, keyword-only, default False
+        As `run_crosscheck`.
+    reference : str or None, keyword-only, default None
+        As `run_crosscheck`.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        As `run_crosscheck`.
+
+    Raises
+    ------
+    ValueError
+        As `run_crosscheck` (a bad ``reference``; a bad ``y``).
+
+    Source: project addition.
+    """
     return run_crosscheck(config, gibbs_config, y=y, nuts=nuts, progress=progress, reference=reference)
 
 
 def printed_conditionals_hyper(hyper) -> ppl.HPFHyper:
-    """Hyperparameters under which the *correct* sampler draws the seed's *printed* xi and eta
-    conditionals, Ga(a' + K a, b' + sum theta) and Ga(c' + K c, d' + sum beta).
+    """Hyperparameters under which the *correct* sampler draws the seed's *printed* xi and eta conditionals.
 
-    The printed forms have prior rates b' and d' where the model has a'/b' and c'/d'; a
-    sampler run with b'' = a'/b' and d'' = c'/d' has prior rates a'/b'' = b' and c'/d'' = d'.
-    This is the deliberately wrong sampler of the SBC demonstration, without a second copy
-    of the sampler.
-    Raises nothing of its own. Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the
-    printed xi and eta conditionals).
+    The printed forms Ga(a' + K a, b' + sum theta) and Ga(c' + K c, d' + sum beta) have prior rates b' and
+    d' where the model has a'/b' and c'/d'; a sampler run with b'' = a'/b' and d'' = c'/d' has prior rates
+    a'/b'' = b' and c'/d'' = d'. This is the deliberately wrong sampler of the SBC demonstration, without a
+    second copy of the sampler.
+
+    Parameters
+    ----------
+    hyper : ppl_models.hpf.HPFHyper
+        The model's hyperparameters.
+
+    Returns
+    -------
+    ppl_models.hpf.HPFHyper
+        ``hyper`` with b_prime = a'/b' and d_prime = c'/d'.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: 001_30a2018ec18c20b9.txt, "Complete conditionals" (the printed xi and eta conditionals).
     """
     return hyper._replace(b_prime=hyper.a_prime / hyper.b_prime, d_prime=hyper.c_prime / hyper.d_prime)
 
@@ -342,15 +521,31 @@ class SBCConfig:
 def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc`.
 
-    solver: "gibbs", "nuts" (`nuts_sbc_adapters`, without a gate log), "cavi" (draws from q), or
-    "gibbs-printed" (the Gibbs sampler with the seed's printed xi/eta conditionals; see
-    `printed_conditionals_hyper`).
-    Simulations whose matrix is all zeros are redrawn from the next key (an HPF fit needs
-    at least one count); this conditions the prior on "some count > 0", which changes
-    nothing measurable at these sizes (P(all zero) < 1e-6) but is stated.
-    ``simulate(seed)`` returns (dict of float64 arrays theta (I, K), xi (I,), beta (J, K), eta
-    (J,); counts y (I, J)); ``fit(y, seed)`` returns the same names with the draws of all chains
-    flattened, e.g. theta (S, I, K). Raises ValueError for an unknown ``solver``.
+    Simulations whose matrix is all zeros are redrawn from the next key (an HPF fit needs at least one
+    count); this conditions the prior on "some count > 0", which changes nothing measurable at these sizes
+    (P(all zero) < 1e-6) but is stated.
+
+    Parameters
+    ----------
+    solver : {"gibbs", "nuts", "cavi", "gibbs-printed"}
+        "gibbs", "nuts" (`nuts_sbc_adapters`, without a gate log), "cavi" (draws from q), or
+        "gibbs-printed" (the Gibbs sampler with the seed's printed xi/eta conditionals; see
+        `printed_conditionals_hyper`).
+    config : SBCConfig, default SBCConfig()
+        Sizes, hyperparameters and run lengths.
+
+    Returns
+    -------
+    tuple
+        ``simulate(seed)`` -> (dict of float64 arrays theta (I, K), xi (I,), beta (J, K), eta (J,); counts
+        y (I, J)); ``fit(y, seed)`` -> the same names with the draws of all chains flattened, e.g. theta
+        (S, I, K); functionals (`hpf_functionals`).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``solver``.
+
     Source: project addition (SBC, Talts et al. 2018) on the model of 001_30a2018ec18c20b9.txt.
     """
     if solver not in ("gibbs", "nuts", "cavi", "gibbs-printed"):
@@ -387,28 +582,44 @@ def sbc_adapters(solver: str, config: SBCConfig = SBCConfig()):
 def nuts_sbc_adapters(config: SBCConfig = SBCConfig(), *, log_path=None):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc` with NumPyro NUTS on the program.
 
-    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same
-    sizes and hyperparameters); ``fit`` is a `validation.checks.nuts_sbc.NutsSBCFit` running NUTS
-    (``config.nuts``: ``nuts_chains`` x ``nuts_samples`` after ``nuts_warmup``, target accept 0.8) on
-    `ppl_models.hpf.model` (z summed out) with K and the hyperparameters bound, compiled once for all
-    simulations (every data set is an I x J matrix), gated per simulation on the functionals (its
-    ``records``; with ``log_path`` also appended there as JSON lines); failed simulations are kept in
-    the ranks (`validation.checks.nuts_sbc.gate_notes`). The draws differ from those of the earlier adapter
-    (a reused ``MCMC(jit_model_args=True)``, which recompiled at every run): same algorithm and
-    lengths, another driver and random streams (chains run one after another, NumPyro's
-    ``init_to_uniform`` drawn inside the compiled program).
-    ``fit(y, seed)`` takes counts y float (I, J) and returns float64 draws with the chains flattened:
-    ``theta`` (S, I, K), ``xi`` (S, I), ``beta`` (S, J, K), ``eta`` (S, J), S = chains x samples.
+    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same sizes and
+    hyperparameters); ``fit`` is a `validation.checks.nuts_sbc.NutsSBCFit` running NUTS (``config.nuts``:
+    ``nuts_chains`` x ``nuts_samples`` after ``nuts_warmup``, target accept 0.8) on `ppl_models.hpf.model`
+    (z summed out) with K and the hyperparameters bound, compiled once for all simulations (every data set
+    is an I x J matrix), gated per simulation on the functionals (its ``records``; with ``log_path`` also
+    appended there as JSON lines); failed simulations are kept in the ranks
+    (`validation.checks.nuts_sbc.gate_notes`). The draws differ from those of the earlier adapter (a reused
+    ``MCMC(jit_model_args=True)``, which recompiled at every run): same algorithm and lengths, another
+    driver and random streams (chains run one after another, NumPyro's ``init_to_uniform`` drawn inside the
+    compiled program).
 
-    Measured with the default `SBCConfig` (``factorbayes sbc hpf --solver nuts --sims 200``, master
-    seed 0, L = 99): PASSES, smallest ECDF p 0.21 (rate theta_1 . beta_2; Bonferroni level 0.005),
-    mean ranks 47.5-51.8 of 99; 68 of 200 simulations failed their gates (divergences in 42, 1112 in
-    all; R-hat > 1.01 in 42, at most 1.023; ESS < 100 in 2, at least 39; E-BFMI none), kept in the
-    ranks; the 132 that passed give smallest p 0.13. No compilation after the first simulation (210
-    XLA compilations before, none after; peak RSS 1122 -> 1124 MB over the 200), 13.5 CPU s for the
-    first simulation, 1.0 CPU s (median 0.84) for each later one.
-    Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
-    001_30a2018ec18c20b9.txt.
+    Measured with the default `SBCConfig` (``factorbayes sbc hpf --solver nuts --sims 200``, master seed 0,
+    L = 99): PASSES, smallest ECDF p 0.21 (rate theta_1 . beta_2; Bonferroni level 0.005), mean ranks
+    47.5-51.8 of 99; 68 of 200 simulations failed their gates (divergences in 42, 1112 in all; R-hat > 1.01
+    in 42, at most 1.023; ESS < 100 in 2, at least 39; E-BFMI none), kept in the ranks; the 132 that passed
+    give smallest p 0.13. No compilation after the first simulation (210 XLA compilations before, none
+    after; peak RSS 1122 -> 1124 MB over the 200), 13.5 CPU s for the first simulation, 1.0 CPU s (median
+    0.84) for each later one.
+
+    Parameters
+    ----------
+    config : SBCConfig, default SBCConfig()
+        Sizes, hyperparameters and NUTS settings.
+    log_path : str or pathlib.Path or None, keyword-only, default None
+        Where each simulation's gate record is appended as a JSON line; None: not written.
+
+    Returns
+    -------
+    tuple
+        (simulate, fit, functionals): ``fit(y, seed)`` takes counts y float (I, J) and returns float64
+        draws with the chains flattened: ``theta`` (S, I, K), ``xi`` (S, I), ``beta`` (S, J, K), ``eta``
+        (S, J), S = chains x samples.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (SBC, Talts et al. 2018) on the model of 001_30a2018ec18c20b9.txt.
     """
     from functools import partial
 

@@ -35,8 +35,27 @@ __all__ = ["allocations", "aux_conditional_tv", "phi_update_tv", "elog_mc", "elb
 
 
 def allocations(y: int, K: int) -> np.ndarray:
-    """Every z in N^K with sum y, (n_alloc, K) int. Raises ValueError for y < 0 or K < 1.
-    Source: project addition."""
+    """Every allocation z in N^K of a count y into K components (sum z = y).
+
+    Parameters
+    ----------
+    y : int >= 0
+        The count.
+    K : int >= 1
+        Number of components.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_alloc, K), int
+        n_alloc = C(y + K - 1, K - 1) rows, in lexicographic order.
+
+    Raises
+    ------
+    ValueError
+        For ``y`` < 0 or ``K`` < 1.
+
+    Source: project addition.
+    """
     if y < 0 or K < 1:
         raise ValueError(f"need y >= 0 and K >= 1, got y={y}, K={K}")
     return np.array([z for z in itertools.product(range(y + 1), repeat=K) if sum(z) == y], dtype=int)
@@ -47,9 +66,27 @@ def _log_mult(z, y, p):
 
 
 def small_counts(seed: int = 0) -> Observations:
-    """A 6 x 5 count matrix y ~ Poisson(theta_u . beta_i), theta, beta ~ Gamma(1, 1) (K = 2, numpy),
-    counts clipped to <= 6 so that the enumeration stays small. Raises nothing of its own.
-    Source: project addition (the model of 001_30a2018ec18c20b9.txt, without its hierarchy)."""
+    """A small count data set for the enumeration checks.
+
+    A 6 x 5 count matrix y ~ Poisson(theta_u . beta_i), theta, beta ~ Gamma(1, 1) (K = 2, NumPy), counts
+    clipped to <= 6 so that the enumeration stays small, and y[0, 0] >= 1.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        NumPy seed.
+
+    Returns
+    -------
+    custom_inference.data.Observations
+        The matrix as observations (`Observations.from_dense`, float values), 6 users x 5 items.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the model of 001_30a2018ec18c20b9.txt, without its hierarchy).
+    """
     rng = np.random.default_rng(seed)
     y = np.minimum(rng.poisson(rng.gamma(1.0, 1.0, (6, 2)) @ rng.gamma(1.0, 1.0, (2, 5))), 6)
     y[0, 0] = max(y[0, 0], 1)
@@ -57,9 +94,33 @@ def small_counts(seed: int = 0) -> Observations:
 
 
 def aux_conditional_tv(seed: int = 0, K: int = 3, y_max: int = 6) -> float:
-    """Max total-variation distance over y in 1..``y_max`` and random rates (theta_u beta_i)_k between the
-    printed multinomial conditional and the brute-force normalised product of Poissons (float64).
-    Raises nothing of its own. Source: ``001_30a2018ec18c20b9.txt`` eq. (aux-cc); check: project addition."""
+    """Total-variation distance between the printed multinomial conditional of z and brute-force enumeration.
+
+    z_ui | theta, beta, y ~ Mult(y_ui, theta_u beta_i / theta_u . beta_i) against the normalised
+    prod_k Poisson(z_k; theta_uk beta_ik) over every allocation, for y in 1..``y_max`` and random rates
+    (theta_u beta_i)_k ~ Gamma(0.5, scale 2), float64.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        NumPy seed of the rates.
+    K : int >= 1, default 3
+        Number of components.
+    y_max : int, default 6
+        Largest count enumerated.
+
+    Returns
+    -------
+    float
+        The largest TV distance (float64 rounding, < 1e-12, when the printed form is right).
+
+    Raises
+    ------
+    ValueError
+        For ``K`` < 1 (from `allocations`).
+
+    Source: ``001_30a2018ec18c20b9.txt`` eq. (aux-cc); check: project addition.
+    """
     rng = np.random.default_rng(seed)
     worst = 0.0
     for y in range(1, y_max + 1):
@@ -80,10 +141,33 @@ def _state(data, K=2, sweeps=3):
 
 @x64
 def phi_update_tv(data: Observations | None = None, K: int = 2) -> float:
-    """Max TV over the nonzeros between Mult(y_ui, phi_ui) of step 1 (`custom_inference.hpf.optimal_phi`)
-    and the brute-force maximiser of E_q[log p(z | theta, beta)] - log q(z) over distributions on the
-    allocations, i.e. exp E_q[log p(z | theta, beta)] normalised (E log from the state's Gamma factors).
-    Raises nothing of its own. Source: ``001_30a2018ec18c20b9.txt`` batch figure step 1; check: project addition."""
+    """Total-variation distance between step 1's multinomial phi and the brute-force maximiser over allocations.
+
+    Max TV over the nonzeros between Mult(y_ui, phi_ui) of step 1 (`custom_inference.hpf.optimal_phi`,
+    phi_ui ∝ exp{E log theta_uk + E log beta_ik}) and the brute-force maximiser of
+    E_q[log p(z | theta, beta)] - log q(z) over distributions on the allocations, i.e.
+    exp E_q[log p(z | theta, beta)] normalised (E log from the state's Gamma factors). The state is
+    `validation.models.hpf`'s warm start (3 sweeps, ``ERRATA_HYPER``, seed 0), float64 (`x64`).
+
+    Parameters
+    ----------
+    data : custom_inference.data.Observations or None, default None
+        Integer-valued counts (nonzeros; each is enumerated, so keep them small); None: `small_counts`.
+    K : int >= 1, default 2
+        Number of components.
+
+    Returns
+    -------
+    float
+        The largest TV distance.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.hpf.init` when ``K`` is not an integer >= 1.
+
+    Source: ``001_30a2018ec18c20b9.txt`` batch figure step 1; check: project addition.
+    """
     data = data or small_counts()
     state = _state(data, K)
     with jax.enable_x64(True):
@@ -101,9 +185,34 @@ def phi_update_tv(data: Observations | None = None, K: int = 2) -> float:
 
 @x64
 def elog_mc(data: Observations | None = None, K: int = 2, n_draws: int = 20000, seed: int = 0) -> float:
-    """max |z| of E_q[log theta_uk], E_q[log beta_ik] (`custom_inference.gamma.gamma_log_mean`) against Monte
-    Carlo from the state's Gamma factors. Raises ValueError for n_draws < 2. Source:
-    ``001_30a2018ec18c20b9.txt`` batch figure steps 1-3; check: project addition."""
+    """max |z| of E_q[log theta_uk] and E_q[log beta_ik] against Monte Carlo from the state's Gamma factors.
+
+    The cached form is `custom_inference.gamma.gamma_log_mean` (Psi(shape) - log(rate)); the state is the
+    warm start of `phi_update_tv`; float64 (`x64`).
+
+    Parameters
+    ----------
+    data : custom_inference.data.Observations or None, default None
+        Counts; None: `small_counts`.
+    K : int >= 1, default 2
+        Number of components.
+    n_draws : int >= 2, default 20000
+        Monte Carlo draws per factor.
+    seed : int, default 0
+        NumPy seed of the draws.
+
+    Returns
+    -------
+    float
+        The largest |z| over the entries of theta and beta (compare with `Z_MAX`).
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2 (from `mc_z`); from `custom_inference.hpf.init` when ``K`` is not an integer >= 1.
+
+    Source: ``001_30a2018ec18c20b9.txt`` batch figure steps 1-3; check: project addition.
+    """
     data = data or small_counts()
     state = _state(data, K)
     rng = np.random.default_rng(seed)
@@ -117,10 +226,34 @@ def elog_mc(data: Observations | None = None, K: int = 2, n_draws: int = 20000, 
 
 @x64
 def elbo_enumeration_mc(data: Observations | None = None, K: int = 2, n_draws: int = 4000, seed: int = 0) -> dict:
-    """The solver's ELBO (`custom_inference.hpf.elbo` with a perturbed phi) against Monte Carlo over q of
-    (theta, xi, beta, eta) with the exact enumeration over z ~ Mult(y, phi) on every draw.
+    """The solver's ELBO at a non-optimal phi against Monte Carlo over q with z enumerated exactly.
 
-    Returns {"solver", "mc", "se", "z", "passed" (|z| <= 5)}. Raises ValueError for n_draws < 2.
+    `custom_inference.hpf.elbo` with phi ~ Dirichlet(1) per nonzero (not the optimum) against Monte Carlo
+    over q of (theta, xi, beta, eta) with, on every draw, the exact sum over z ~ Mult(y, phi) of
+    log p(z | theta, beta) - log q(z) (so the log z! cancellation of the solver is not assumed); float64.
+
+    Parameters
+    ----------
+    data : custom_inference.data.Observations or None, default None
+        Integer-valued counts; None: `small_counts`.
+    K : int >= 1, default 2
+        Number of components.
+    n_draws : int >= 2, default 4000
+        Monte Carlo draws of q.
+    seed : int, default 0
+        NumPy seed of phi and of the draws.
+
+    Returns
+    -------
+    dict
+        {"solver": float, "mc": float (the Monte Carlo mean), "se": float, "z": float (max |z|),
+        "passed": bool (z <= `Z_MAX`)}.
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2; from `custom_inference.hpf.init` when ``K`` is not an integer >= 1.
+
     Source: ``001_30a2018ec18c20b9.txt`` eq. (q) and the model (the seed prints no ELBO); check: project addition.
     """
     if n_draws < 2:

@@ -77,13 +77,28 @@ BOUNDS = {
 
 
 def bound_grid(*, flip: float = 1.0) -> pd.DataFrame:
-    """Every printed bound of `BOUNDS` on the grid a in [-30, 30] (2401 points) x xi in [0.01, 30] (300
-    points, log-spaced): the largest excess bound - exact (must be <= 1e-12: float64 rounding) and the
-    largest gap |bound - exact| at a = +-xi (must be <= 1e-12: the bound is tight there).
+    """Every printed Jaakkola-Jordan bound of `BOUNDS` against the exact log-likelihood on a grid.
 
-    ``flip``: -1 flips lambda's sign (the power check). Returns a DataFrame: bound, max_excess,
-    max_gap_at_xi, passed. Raises nothing of its own. Source: the seeds' printed bounds (module
-    docstring); check: project addition.
+    The grid is a in [-30, 30] (2401 points) x xi in [0.01, 30] (300 points, log-spaced): the largest
+    excess bound - exact (must be <= 1e-12: float64 rounding) and the largest gap |bound - exact| at
+    a = +-xi (must be <= 1e-12: the bound is tight there).
+
+    Parameters
+    ----------
+    flip : float, keyword-only, default 1.0
+        Multiplies lambda; -1 flips its sign (the power check: every bound must then fail).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per bound: bound (name), max_excess, max_gap_at_xi (float, nats), passed (bool).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: the seeds' printed bounds: ``000_619a0297b9d686b2.txt`` sec. 3, ``002_5408d341cb9fc544.txt``
+    eq. (6), ``003_203f63200c0d7157.txt`` eq. (11); check: project addition.
     """
     a = np.linspace(-30, 30, 2401)[:, None]
     xi = np.geomspace(0.01, 30, 300)[None, :]
@@ -98,13 +113,34 @@ def bound_grid(*, flip: float = 1.0) -> pd.DataFrame:
 
 @x64
 def sibm_cells_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
-    """SIBM on `validation.models.sibm.small_problem` (8 x 6, D = 2) at its `warm_state`: the solver's
-    cell moments and the printed eq. (7) / (8) against Monte Carlo from q over all I x J cells.
+    """SIBM's cell moments, printed bound terms and batch update targets against Monte Carlo from q.
 
-    Returns a DataFrame: quantity, equation, z (max |z|), passed (z <= 5; for "exact above bound" passed
-    means E_q[log p(x | a)] - alpha_ij >= -5 se everywhere; for the xi grid, the grid maximiser within one
-    grid step of eq. (8)). Raises ValueError for n_draws < 2. Source: ``002_5408d341cb9fc544.txt`` text
-    before eq. (5), eqs. (6)-(8); check: project addition.
+    On `validation.models.sibm.small_problem` (8 x 6, D = 2) at its `warm_state`, over all I x J cells:
+    mu_ij, s2_ij (text before eq. 5), xi_ij^2 = E_q[a_ij^2] (eq. 8), alpha_ij (eq. 7 as printed), the
+    q(v_jd) precision and mean-times-precision targets of one free column, the sign of
+    E_q[log p(x | a)] - alpha_ij, and eq. (8)'s xi as the maximiser of alpha_ij on a 3000-point grid.
+    Float64 (`x64`).
+
+    Parameters
+    ----------
+    n_draws : int >= 2, keyword-only, default 20000
+        Draws from q (`custom_inference.sibm.draws_from_q`).
+    seed : int, keyword-only, default 0
+        Seed of the draws.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per quantity: quantity, equation, z (max |z|; for the xi grid: grid steps off), passed
+        (z <= `Z_MAX`; for "exact above bound" passed means E_q[log p(x | a)] - alpha_ij >= -5 se
+        everywhere; for the xi grid, the grid maximiser within one grid step of eq. (8)).
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2 (from `mc_z`).
+
+    Source: ``002_5408d341cb9fc544.txt`` text before eq. (5), eqs. (6)-(8); check: project addition.
     """
     X, data = sibm_checks.small_problem(0)
     with jax.enable_x64(True):
@@ -162,12 +198,31 @@ def sibm_cells_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
 
 @x64
 def rg_targets_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
-    """RG on `validation.models.rg.small_problem` (15 x 12, K = 2, user biases on) at its `warm_state`,
-    xi off its optimum: the solver's user block, user-bias block, Gamma rates and edge second moments
-    against Monte Carlo from q.
+    """RG's user block, user-bias block, Gamma rates and edge second moments against Monte Carlo from q.
 
-    Returns a DataFrame: quantity, equation, z (max |z|), passed (z <= 5). Raises ValueError for
-    n_draws < 2. Source: ``003_203f63200c0d7157.txt`` eqs. (13), (15), (16), (17); check: project addition.
+    On `validation.models.rg.small_problem` (15 x 12, K = 2, user biases on, hyperprior
+    Gamma(0.5, 0.7)) at its `warm_state`, with xi off its optimum (1.1 sqrt(E_q[a^2]) + 0.05).
+    Float64 (`x64`).
+
+    Parameters
+    ----------
+    n_draws : int >= 2, keyword-only, default 20000
+        Draws from q (`custom_inference.rg.draws_from_q`).
+    seed : int, keyword-only, default 0
+        Seed of the draws.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per quantity (eq. 16's E_q[a^2], diag P_m, P_m eta_m - c_m, the user-bias mean x
+        precision, the four Gamma rates): quantity, equation, z (max |z|), passed (z <= `Z_MAX`).
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2 (from `mc_z`).
+
+    Source: ``003_203f63200c0d7157.txt`` eqs. (13), (15), (16), (17); check: project addition.
     """
     hyper = rg_ppl.RGHyper(alpha=0.5, beta=0.7, clamp_user_bias=False)
     _, _, graph = rg_checks.small_problem(0)
@@ -215,11 +270,28 @@ def rg_targets_mc(*, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
 
 
 def psm_xi_star_derivative(seed: int = 0) -> float:
-    """000 appendix B.3: the printed derivative dL(xi*)/dxi* = -lambda'(xi*) sum_{(i,j) not in G} D' s_i t_j
-    (E_q[a_ij^2] - xi*^2) against a central finite difference of the printed L(xi*) (read with xi* for the
-    stray xi_ij), on random weights and second moments, at 50 values of xi* in [0.05, 8]. Returns the max
-    relative difference (float64; central differences with h = 1e-5: <= 1e-6 expected).
-    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` appendix B.3; check: project addition."""
+    """PSM's printed derivative dL(xi*)/dxi* (appendix B.3) against a central finite difference.
+
+    The printed -lambda'(xi*) sum_{(i,j) not in G} D' s_i t_j (E_q[a_ij^2] - xi*^2) against a central
+    difference (h = 1e-5) of the printed L(xi*) (read with xi* for the stray xi_ij), on 20 random weights
+    and second moments, at 50 values of xi* in [0.05, 8]; float64.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        NumPy seed of the weights and second moments.
+
+    Returns
+    -------
+    float
+        The largest relative difference (<= 1e-6 expected).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``000_619a0297b9d686b2.txt`` appendix B.3; check: project addition.
+    """
     rng = np.random.default_rng(seed)
     w = rng.dirichlet(np.ones(20)) * 37.0           # D' s_i t_j over the pairs outside G
     second = rng.gamma(2.0, 1.5, 20)                # E_q[a_ij^2]
@@ -237,10 +309,31 @@ def psm_xi_star_derivative(seed: int = 0) -> float:
 
 
 def psm_intermediate_bound(seed: int = 0, n: int = 2000, K: int = 4) -> float:
-    """000 eq. (15) / B.2.2: the intermediate bound rests on |P| <= prod_k P_kk for positive-definite P
-    (Hadamard); returns max over ``n`` random PD matrices (K x K, Wishart-like) of
-    log |P| - sum_k log P_kk (must be <= 0). Raises nothing of its own.
-    Source: ``000_619a0297b9d686b2.txt`` eq. (15), appendix B.2.2; check: project addition."""
+    """The Hadamard inequality behind PSM's intermediate bound, on random positive-definite matrices.
+
+    Eq. (15) / B.2.2 rests on |P| <= prod_k P_kk for positive-definite P; P = A A^T + 1e-3 I with A
+    standard normal (K, K + 2).
+
+    Parameters
+    ----------
+    seed : int, default 0
+        NumPy seed.
+    n : int, default 2000
+        Number of random matrices.
+    K : int, default 4
+        Their size.
+
+    Returns
+    -------
+    float
+        max over the matrices of log |P| - sum_k log P_kk (must be <= 0).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``000_619a0297b9d686b2.txt`` eq. (15), appendix B.2.2; check: project addition.
+    """
     rng = np.random.default_rng(seed)
     A = rng.standard_normal((n, K, K + 2))
     P = A @ np.swapaxes(A, 1, 2) + 1e-3 * np.eye(K)
@@ -248,9 +341,22 @@ def psm_intermediate_bound(seed: int = 0, n: int = 2000, K: int = 4) -> float:
 
 
 def rg_marginal_over_h() -> float:
-    """003 eq. (4) from eq. (3) by summing over h in {0, 1}: max |sum_h p(h) p(g | a, h) - printed (4)| over a
-    grid of logits a in [-10, 10], p(h = 1) in [0.01, 0.99] and g in {0, 1} (float64 rounding expected).
-    Raises nothing of its own. Source: ``003_203f63200c0d7157.txt`` eqs. (3)-(4); check: project addition."""
+    """RG's eq. (4) from eq. (3) by summing over the "considered" bit h in {0, 1}.
+
+    max |sum_h p(h) p(g | a, h) - printed (4)| over a grid of logits a in [-10, 10] (201 points),
+    p(h = 1) in [0.01, 0.99] (99 points) and g in {0, 1}.
+
+    Returns
+    -------
+    float
+        The largest absolute difference (float64 rounding expected).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``003_203f63200c0d7157.txt`` eqs. (3)-(4); check: project addition.
+    """
     a = np.linspace(-10, 10, 201)[:, None]
     ph = np.linspace(0.01, 0.99, 99)[None, :]
     sig = 1.0 / (1.0 + np.exp(-a))

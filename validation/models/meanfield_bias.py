@@ -114,22 +114,81 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GridPosterior:
-    """A positive scalar's posterior on a grid: ``x`` float64 (G,) increasing grid points, ``prob``
-    float64 (G,) their probabilities (sum 1; trapezoid weights of the density on an even grid in log x)."""
+    """A positive scalar's posterior on a grid (what `grid_posterior` returns).
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (G,), float64
+        Increasing grid points (> 0), in the scalar's own units.
+    prob : numpy.ndarray, shape (G,), float64
+        Their probabilities (sum 1; trapezoid weights of the density on an even grid in log x).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition.
+    """
 
     x: np.ndarray
     prob: np.ndarray
 
     def mean(self) -> float:
-        """E[x]."""
+        """The posterior mean E[x] on the grid.
+
+        Returns
+        -------
+        float
+            sum(prob * x).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return float(np.sum(self.prob * self.x))
 
     def expect(self, f: Callable[[np.ndarray], np.ndarray]) -> float:
-        """E[f(x)] for a vectorized ``f``."""
+        """The posterior expectation E[f(x)] on the grid.
+
+        Parameters
+        ----------
+        f : callable
+            Vectorized: numpy.ndarray (G,) float64 -> numpy.ndarray (G,) (e.g. a CDF of q, for a predicted p).
+
+        Returns
+        -------
+        float
+            sum(prob * f(x)).
+
+        Raises
+        ------
+        None of its own; what ``f`` raises propagates.
+
+        Source: project addition.
+        """
         return float(np.sum(self.prob * f(self.x)))
 
     def cdf(self, value: float) -> float:
-        """Pr(x <= value) (the grid mass up to ``value``)."""
+        """The posterior CDF Pr(x <= value): the grid mass up to ``value``.
+
+        Parameters
+        ----------
+        value : float
+            The point, in x's units.
+
+        Returns
+        -------
+        float
+            In [0, 1]; a step function of ``value`` (no interpolation between grid points).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return float(np.sum(self.prob[self.x <= value]))
 
 
@@ -137,11 +196,31 @@ def grid_posterior(log_density: Callable[[np.ndarray], np.ndarray], *, n_grid: i
                    span: tuple[float, float] = (-30.0, 30.0)) -> GridPosterior:
     """Normalize a positive scalar's unnormalized log density by quadrature in u = log x.
 
-    ``log_density``: vectorized, float64 (G,) -> (G,), log of the density of x (not of u). A coarse pass
-    (1,001 points on ``span`` in log x) finds the region within 40 nats of the maximum; ``n_grid`` points
-    cover it (trapezoid rule in u, the Jacobian x included). Returns a `GridPosterior`. Raises
-    ValueError when the density is not finite anywhere on the span, or when its region touches an end of
-    the span (widen ``span``). Source: project addition.
+    A coarse pass (1,001 points on ``span`` in log x) finds the region within 40 nats of the maximum;
+    ``n_grid`` points cover it (trapezoid rule in u, the Jacobian x included).
+
+    Parameters
+    ----------
+    log_density : callable
+        Vectorized, numpy.ndarray (G,) float64 -> (G,) float64: the log of the (unnormalized) density of x
+        (not of u); may return -inf or NaN where the density is 0.
+    n_grid : int, keyword-only, default 4001
+        Grid points of the fine pass.
+    span : tuple of float, keyword-only, default (-30.0, 30.0)
+        The range of log x searched by the coarse pass.
+
+    Returns
+    -------
+    GridPosterior
+        ``x`` and ``prob`` float64 (n_grid,).
+
+    Raises
+    ------
+    ValueError
+        When the log density is not finite anywhere on the span, or when its region touches an end of
+        the span (widen ``span``).
+
+    Source: project addition.
     """
     u = np.linspace(*span, 1001)
     lp = log_density(np.exp(u)) + u
@@ -160,9 +239,28 @@ def grid_posterior(log_density: Callable[[np.ndarray], np.ndarray], *, n_grid: i
 
 
 class FixedPoint(NamedTuple):
-    """A mean-field fixed point: ``mean``, ``var`` float64 (the Gaussian factors' means and variances,
-    (D,) or (M, K)); ``shape``, ``rate`` of the Gamma factor; ``roots`` float64 (R,): every solution e of
-    the fixed-point equation found on the scan (this fixed point is ``roots[0]``'s, the smallest)."""
+    """A mean-field fixed point: Gaussian factors and one Gamma factor (a NamedTuple).
+
+    Parameters
+    ----------
+    mean : numpy.ndarray, float64, shape (D,) or (M, K)
+        The Gaussian factors' means.
+    var : numpy.ndarray, float64, same shape as ``mean``
+        Their variances.
+    shape : float
+        Shape of the Gamma factor q(alpha) or q(tau).
+    rate : float
+        Its rate.
+    roots : numpy.ndarray, shape (R,), float64
+        Every solution e (E_q of the Gamma factor) of the fixed-point equation found on the scan; this
+        fixed point is ``roots[0]``'s, the smallest.
+
+    Raises
+    ------
+    None of its own (a NamedTuple; nothing is checked).
+
+    Source: project addition.
+    """
 
     mean: np.ndarray
     var: np.ndarray
@@ -172,7 +270,14 @@ class FixedPoint(NamedTuple):
 
     @property
     def e(self) -> float:
-        """E_q of the Gamma factor, shape / rate."""
+        """E_q of the Gamma factor, ``shape / rate`` (float; units of the precision alpha or tau).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.shape / self.rate
 
 
@@ -200,15 +305,37 @@ def _linear_given_e(XtX, Xty, y, X, prior_prec, e):
 
 
 def linear_meanfield(X, y, prior_prec, a0: float, b0: float) -> FixedPoint:
-    """The exact fixed point of fully factorized mean-field VB, q(alpha) prod_l q(w_l), for
-    y = X w + N(0, I/alpha), w_l ~ N(0, 1/prior_prec_l), alpha ~ Gamma(a0, b0) (module docstring, A).
+    """The exact fixed point of fully factorized mean-field VB for the noise precision of a linear model.
 
-    ``X``: float (N, D) dense (an intercept is a column of ones with its own prior precision);
-    ``y``: float (N,); ``prior_prec``: float (D,) > 0; ``a0``, ``b0`` > 0 (shape, rate). Returns a
-    `FixedPoint`: mean, var (D,) of q(w), shape a0 + N/2 and rate of q(alpha), and every root of
-    the scalar equation (``roots``; one for the designs of this module). Raises ValueError on shapes that
-    do not match, non-positive precisions or when no root is found. Source: project addition (the
-    mean-field family of 004_90693a0965f06816.txt eqs. 4.8-4.11 on the linear part of eq. 4.1).
+    The family q(alpha) prod_l q(w_l) for y = X w + N(0, I/alpha), w_l ~ N(0, 1/prior_prec_l),
+    alpha ~ Gamma(a0, b0) (module docstring, A): the root of e = (a0 + N/2) / rate(e), found by a scan of
+    log e in [-20, 20] refined with Brent's method.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D), float
+        The dense design (an intercept is a column of ones with its own prior precision).
+    y : array_like, shape (N,), float
+        The outcomes.
+    prior_prec : array_like, shape (D,), float > 0
+        Prior precisions lambda_l of the coefficients.
+    a0, b0 : float > 0
+        Shape and rate of alpha's Gamma prior.
+
+    Returns
+    -------
+    FixedPoint
+        mean, var float64 (D,) of q(w); shape a0 + N/2 and rate of q(alpha); ``roots`` every root of the
+        scalar equation (one for the designs of this module).
+
+    Raises
+    ------
+    ValueError
+        On shapes that do not match, non-positive ``prior_prec``, ``a0`` or ``b0``, or when no root is
+        found on log e in [-20, 20].
+
+    Source: project addition (the mean-field family of 004_90693a0965f06816.txt eqs. 4.8-4.11 on the linear
+    part of eq. 4.1).
     """
     X, y, lam = np.asarray(X, np.float64), np.asarray(y, np.float64), np.asarray(prior_prec, np.float64)
     if X.ndim != 2 or y.shape != (X.shape[0],) or lam.shape != (X.shape[1],):
@@ -226,11 +353,38 @@ def linear_meanfield(X, y, prior_prec, a0: float, b0: float) -> FixedPoint:
 
 
 def linear_alpha_posterior(X, y, prior_prec, a0: float, b0: float, *, n_grid: int = 4001) -> GridPosterior:
-    """The exact posterior of alpha in the model of `linear_meanfield`, w integrated out:
+    """The exact posterior of alpha in the model of `linear_meanfield`, w integrated out.
+
     p(alpha | y) ~ Gamma(alpha; a0, b0) N(y; 0, X diag(1/prior_prec) X^T + I/alpha), by quadrature
     (`grid_posterior`; the covariance through one eigendecomposition, O(N^3) once, then O(G N)).
 
-    Shapes and raises as `linear_meanfield` (and `grid_posterior`). Returns a `GridPosterior` of alpha.
+    Parameters
+    ----------
+    X : array_like, shape (N, D), float
+        The dense design, as `linear_meanfield`.
+    y : array_like, shape (N,), float
+        The outcomes.
+    prior_prec : array_like, shape (D,), float > 0
+        Prior precisions of the coefficients.
+    a0, b0 : float > 0
+        Shape and rate of alpha's Gamma prior.
+    n_grid : int, keyword-only, default 4001
+        Grid points (`grid_posterior`).
+
+    Returns
+    -------
+    GridPosterior
+        The posterior of alpha (x float64 (n_grid,)).
+
+    Raises
+    ------
+    ValueError
+        From `grid_posterior` (also what negative ``a0`` / ``b0`` lead to: a log density that is NaN
+        everywhere); shapes that do not match raise NumPy's ValueError. Unlike `linear_meanfield` it does
+        not check the shapes and precisions itself.
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's, from the prior's scale 1 / b0).
+
     Source: project addition (the collapsed Gaussian marginal likelihood).
     """
     X, y, lam = np.asarray(X, np.float64), np.asarray(y, np.float64), np.asarray(prior_prec, np.float64)
@@ -265,15 +419,32 @@ def _precision_given_e(A, c, e):
 
 
 def precision_meanfield(A, c, a0: float, b0: float) -> FixedPoint:
-    """The exact mean-field fixed point q(tau) prod_m prod_k q(x_mk) for x_m ~ N(0, I_K / tau),
-    tau ~ Gamma(a0, b0) and the pseudo-likelihood exp(c_m^T x_m - x_m^T A_m x_m / 2) (module
-    docstring, B; q(x_m) diagonal within the block, RG's family, whose block optimum has the mean of
-    the full-covariance conditional and the diagonal precision).
+    """The exact mean-field fixed point for the precision of a Gaussian prior under a Gaussian pseudo-likelihood.
 
-    ``A``: float (M, K, K) symmetric positive semi-definite; ``c``: float (M, K); ``a0``, ``b0`` > 0.
-    Returns a `FixedPoint`: mean (M, K), var (M, K), shape a0 + M K / 2, rate, roots. Raises ValueError
-    on bad shapes, non-positive a0 / b0, or when no root is found. Source: project addition (the
-    family of 003_203f63200c0d7157.txt eq. (6) with the Gamma update (17)).
+    q(tau) prod_m prod_k q(x_mk) for x_m ~ N(0, I_K / tau), tau ~ Gamma(a0, b0) and the pseudo-likelihood
+    exp(c_m^T x_m - x_m^T A_m x_m / 2) (module docstring, B; q(x_m) diagonal within the block, RG's family,
+    whose block optimum has the mean of the full-covariance conditional and the diagonal precision).
+
+    Parameters
+    ----------
+    A : array_like, shape (M, K, K), float
+        Symmetric positive semi-definite precision of each block's pseudo-likelihood.
+    c : array_like, shape (M, K), float
+        Its linear coefficients.
+    a0, b0 : float > 0
+        Shape and rate of tau's Gamma prior.
+
+    Returns
+    -------
+    FixedPoint
+        mean, var float64 (M, K); shape a0 + M K / 2 and rate of q(tau); ``roots``.
+
+    Raises
+    ------
+    ValueError
+        On bad shapes, non-positive ``a0`` / ``b0``, or when no root is found on log e in [-20, 20].
+
+    Source: project addition (the family of 003_203f63200c0d7157.txt eq. (6) with the Gamma update (17)).
     """
     A, c = _check_blocks(A, c)
     if not (a0 > 0 and b0 > 0):
@@ -285,11 +456,35 @@ def precision_meanfield(A, c, a0: float, b0: float) -> FixedPoint:
 
 
 def precision_posterior(A, c, a0: float, b0: float, *, n_grid: int = 4001) -> GridPosterior:
-    """The exact posterior of tau under the model of `precision_meanfield` (x integrated out):
+    """The exact posterior of tau under the model of `precision_meanfield` (x integrated out).
+
     p(tau) ~ Gamma(tau; a0, b0) prod_m tau^(K/2) |A_m + tau I|^(-1/2) exp(c_m^T (A_m + tau I)^-1 c_m / 2),
     by quadrature (`grid_posterior`; one eigendecomposition per block).
 
-    Shapes and raises as `precision_meanfield` (and `grid_posterior`). Returns a `GridPosterior` of tau.
+    Parameters
+    ----------
+    A : array_like, shape (M, K, K), float
+        Symmetric positive semi-definite block precisions.
+    c : array_like, shape (M, K), float
+        Linear coefficients.
+    a0, b0 : float > 0
+        Shape and rate of tau's Gamma prior.
+    n_grid : int, keyword-only, default 4001
+        Grid points (`grid_posterior`).
+
+    Returns
+    -------
+    GridPosterior
+        The posterior of tau.
+
+    Raises
+    ------
+    ValueError
+        On bad shapes of ``A`` / ``c``, and from `grid_posterior` (which negative ``a0`` / ``b0``
+        reach as a log density that is NaN everywhere).
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's, from the prior's scale 1 / b0).
+
     Source: project addition (the Gaussian integral over x_m).
     """
     A, c = _check_blocks(A, c)
@@ -328,10 +523,38 @@ def vbfm_linear_check(seed: int = 0, *, design_kwargs: dict | None = None, sigma
     jitted blocks of ``block`` until the largest relative change of E[alpha] and of q(w)'s means and
     variances over a block is below 1e-13 (at most ``max_blocks`` blocks).
 
-    Returns a dict: ``solver_e_alpha``, ``closed_e_alpha``, ``n_roots``, ``rel_diff`` (largest relative
-    difference over E[alpha], the Gamma rate and q(w0, w)'s means and variances), ``sweeps``,
-    ``converged``. Raises ValueError from `linear_meanfield`. Source: project addition (checks
-    custom_inference.vbfm's updates, 004_90693a0965f06816.txt Algorithm 3 corrected, against the closed form).
+    Parameters
+    ----------
+    seed : int, default 0
+        Seed of the prior draw (numpy) and of the solver's init (``PRNGKey(seed)``).
+    design_kwargs : dict or None, keyword-only
+        Keyword arguments of `validation.models.vbfm.simulated_design`; None: ``VSBC_DESIGN``.
+    sigma_0 : float > 0, keyword-only, default 0.01
+        Prior precision of the global bias w0.
+    sigma_w : float > 0, keyword-only, default 4.0
+        Prior precision of every w_l.
+    alpha_prior : tuple of float, keyword-only, default (2.0, 0.5)
+        (shape, rate) of alpha's Gamma prior.
+    block : int, keyword-only, default 500
+        Sweeps per jitted block.
+    max_blocks : int, keyword-only, default 200
+        At most this many blocks.
+
+    Returns
+    -------
+    dict
+        ``solver_e_alpha``, ``closed_e_alpha`` (float), ``n_roots`` (int), ``rel_diff`` (float: largest
+        relative difference over E[alpha], the Gamma rate and q(w0, w)'s means and variances), ``sweeps``
+        (int), ``converged`` (bool), ``v_mean_max`` (float: the largest |E_q v|, 0 if the interactions
+        stayed off).
+
+    Raises
+    ------
+    ValueError
+        From `linear_meanfield` (no root); errors of `simulated_design` on bad ``design_kwargs`` propagate.
+
+    Source: project addition (checks custom_inference.vbfm's updates, 004_90693a0965f06816.txt Algorithm 3
+    corrected, against the closed form).
     """
     import jax
     import jax.numpy as jnp
@@ -385,13 +608,32 @@ def _jj_lambda(xi):
 
 
 def rg_pseudo_likelihoods(state, users, items, g) -> dict:
-    """The Gaussian pseudo-likelihoods of RG's blocks at a state (module docstring, B), computed from
-    q's moments with xi_e = sqrt(E_q[a_e^2]) and lam(xi) written here (clamped user biases, b_m = 0).
+    """The Gaussian pseudo-likelihoods of RG's blocks at a state (module docstring, B).
 
-    ``state``: `custom_inference.rg.RGState` (read through its natural parameters only); ``users``,
-    ``items``: int (E,) the edges of H; ``g``: 0/1 float (E,). Returns {"u": (A (I, K, K), c (I, K)),
-    "v": (A (J, K, K), c (J, K)), "b_item": (A (J, 1, 1), c (J, 1))}, float64. Raises ValueError when the
-    state has free user biases (the check covers the clamped model of the VSBC problem).
+    Computed from q's moments with xi_e = sqrt(E_q[a_e^2]) and lam(xi) written here (clamped user biases,
+    b_m = 0).
+
+    Parameters
+    ----------
+    state : custom_inference.rg.RGState
+        Read through its natural parameters only (u_h, u_prec, v_h, v_prec, bv_h, bv_prec) and
+        ``user_bias_on``; u (I, K), v (J, K), bv (J,).
+    users, items : array_like, shape (E,), int
+        The edges of H (user and item index of each).
+    g : array_like, shape (E,), float
+        The 0/1 outcomes of the edges.
+
+    Returns
+    -------
+    dict
+        {"u": (A (I, K, K), c (I, K)), "v": (A (J, K, K), c (J, K)), "b_item": (A (J, 1, 1), c (J, 1))},
+        float64 numpy arrays.
+
+    Raises
+    ------
+    ValueError
+        When the state has free user biases (the check covers the clamped model of the VSBC problem).
+
     Source: 003_203f63200c0d7157.txt eqs. (10)-(16) (the bound and its optimal xi), derived anew here.
     """
     if float(state.user_bias_on) != 0.0:
@@ -427,14 +669,38 @@ _RG_BLOCKS = {"u": ("u", "tau_u"), "v": ("v", "tau_v"), "b_item": ("bv", "tau_bv
 
 
 def rg_converged_state(gv, seed: int, *, block: int = 1000, max_blocks: int = 50, rtol: float = 1e-13):
-    """RG VB on VSBC's grid H (`validation.models.rg.vsbc_grid`, outcomes ``gv`` 0/1 float (E,)), started
-    as `validation.models.rg.vsbc_fit_state` and run on in jitted blocks of ``block`` sweeps
-    (`custom_inference.rg.step` with rho = 1, float64) until the largest relative change of any natural
-    parameter over a block is below ``rtol``. The VSBC fit stops on the ELBO (tol 1e-10), which leaves
-    slow directions (the u / v scale, a collapse of the factors in progress) short of the fixed point.
+    """RG VB on VSBC's grid H run on to its fixed point.
 
-    Returns (state `custom_inference.rg.RGState`, sweeps run after the VSBC fit, converged bool). Raises
-    ValueError as `validation.models.rg.vsbc_fit_state`. Source: project addition.
+    Started as `validation.models.rg.vsbc_fit_state` (grid `validation.models.rg.vsbc_grid`) and run on in
+    jitted blocks of ``block`` sweeps (`custom_inference.rg.step` with rho = 1, float64) until the largest
+    relative change of any natural parameter over a block is below ``rtol``. The VSBC fit stops on the ELBO
+    (tol 1e-10), which leaves slow directions (the u / v scale, a collapse of the factors in progress) short
+    of the fixed point.
+
+    Parameters
+    ----------
+    gv : array_like, shape (E,), float
+        0/1 outcomes of the grid's E = 120 edges (10 users x 12 items).
+    seed : int
+        The fit seed (as `vsbc_fit_state`).
+    block : int, keyword-only, default 1000
+        Sweeps per jitted block.
+    max_blocks : int, keyword-only, default 50
+        At most this many blocks.
+    rtol : float, keyword-only, default 1e-13
+        Convergence threshold on the largest relative change over a block.
+
+    Returns
+    -------
+    tuple
+        (state `custom_inference.rg.RGState`, sweeps run after the VSBC fit (int), converged (bool)).
+
+    Raises
+    ------
+    ValueError
+        As `validation.models.rg.vsbc_fit_state` (bad outcomes, from `custom_inference.rg.RGGraph.from_edges`).
+
+    Source: project addition.
     """
     import jax
     import jax.numpy as jnp
@@ -466,10 +732,32 @@ def rg_fixed_point_check(state, users, items, g, hyper) -> pd.DataFrame:
     For each block (u with tau_u, v with tau_v, b_item with tau_bv), `rg_pseudo_likelihoods` then
     `precision_meanfield` with the hyperprior Gamma(hyper.alpha, hyper.beta) gives the closed-form fixed
     point given the other blocks and xi; the solver's q(x) means and variances and q(tau) shape and rate
-    are compared with it. Returns a DataFrame: block, quantity, max_rel_diff (for the means: the largest
-    difference in units of q's sd, as means may be 0), n_roots. Raises ValueError
-    as `rg_pseudo_likelihoods`. Source: project addition (checks custom_inference.rg's updates (13)-(17)
-    of 003_203f63200c0d7157.txt against the closed form).
+    are compared with it.
+
+    Parameters
+    ----------
+    state : custom_inference.rg.RGState
+        The fitted state (clamped user biases).
+    users, items : array_like, shape (E,), int
+        The edges of H.
+    g : array_like, shape (E,), float
+        Their 0/1 outcomes.
+    hyper : ppl_models.rg.RGHyper
+        Its ``alpha`` and ``beta`` (shape, rate of every precision's Gamma hyperprior) are used.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block and quantity: block, quantity ("mean", "var", "shape", "rate"), max_rel_diff
+        (for the means: the largest difference in units of q's sd, as means may be 0), n_roots.
+
+    Raises
+    ------
+    ValueError
+        As `rg_pseudo_likelihoods` (free user biases) and `precision_meanfield` (no root).
+
+    Source: project addition (checks custom_inference.rg's updates (13)-(17) of 003_203f63200c0d7157.txt
+    against the closed form).
     """
     f = lambda a: np.asarray(a, np.float64)  # noqa: E731
     rows = []
@@ -492,16 +780,43 @@ def rg_fixed_point_check(state, users, items, g, hyper) -> pd.DataFrame:
 
 def fixed_precision_gibbs(seed: int, design, K: int, hyper, alpha_prior, *, n_chains: int = 4,
                           n_warmup: int = 500, n_draws: int = 1000):
-    """Gibbs draws from the posterior of `validation.models.vbfm.model_flat_gamma_alpha` (the program VBFM's
-    VSBC simulates from and fits): MCMC-FM's complete conditionals (`custom_inference.fm_mcmc`: w0,
-    then every colour block's w and v, then alpha ~ Gamma(a0 + N/2, b0 + sum e^2 / 2)) with the group
-    means held at 0 and the group precisions held at ``hyper``'s (they are drawn in MCMC-FM, fixed here).
+    """Gibbs draws from the posterior of `validation.models.vbfm.model_flat_gamma_alpha`.
 
-    ``design``: `FMDesign` (N, D); ``hyper``: `ppl_models.fm.FMFlatHyper` (sigma_0, sigma_w, sigma_v
-    scalars or per group); ``alpha_prior``: (a0, b0). Chains start from the prior's w0 = 0, w = 0 and
-    V ~ N(0, 0.1^2); ``n_warmup`` sweeps are discarded. Returns dict of float64 arrays (chain, draw, ...):
-    alpha, w0, w (D,), V (D, K), sse (sum of squared residuals), pred (yhat (N,)). Raises nothing of its
-    own. Source: project addition (the conditionals derived in custom_inference.fm_mcmc for
+    The program VBFM's VSBC simulates from and fits: MCMC-FM's complete conditionals
+    (`custom_inference.fm_mcmc`: w0, then every colour block's w and v, then
+    alpha ~ Gamma(a0 + N/2, b0 + sum e^2 / 2)) with the group means held at 0 and the group precisions held
+    at ``hyper``'s (they are drawn in MCMC-FM, fixed here). Chains start from w0 = 0, w = 0 and
+    V ~ N(0, 0.1^2); ``n_warmup`` sweeps are discarded. Runs in float64, chains vmapped.
+
+    Parameters
+    ----------
+    seed : int
+        ``PRNGKey(seed)``, split over the chains.
+    design : FMDesign
+        The sparse design (N rows, D features, groups and colour blocks) with its outcomes y (N,).
+    K : int
+        Interaction rank.
+    hyper : ppl_models.fm.FMFlatHyper
+        sigma_0 (scalar), sigma_w, sigma_v (scalars or per group) held fixed; its alpha is not used.
+    alpha_prior : tuple of float
+        (a0, b0), shape and rate of alpha's Gamma prior.
+    n_chains : int, keyword-only, default 4
+    n_warmup : int, keyword-only, default 500
+        Sweeps discarded per chain.
+    n_draws : int, keyword-only, default 1000
+        Sweeps kept per chain.
+
+    Returns
+    -------
+    dict
+        float64 numpy arrays (n_chains, n_draws, ...): alpha, w0, w (.., D), V (.., D, K), sse (sum of
+        squared residuals), pred (yhat, (.., N)).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the conditionals derived in custom_inference.fm_mcmc for
     004_90693a0965f06816.txt eqs. 2.22-2.26, with the hyperpriors of eqs. 4.2-4.4's fixed precisions).
     """
     import jax
@@ -566,15 +881,41 @@ def _fit_seed(seed: int) -> int:
 
 def linear_alpha_study(n_sims: int = 200, master_seed: int = 0, *, first: int = 0, sigma_0: float = 0.01, sigma_w: float = 4.0,
                        alpha_prior=(2.0, 0.5)) -> pd.DataFrame:
-    """The linear case of VBFM's VSBC problem (its design `validation.models.vbfm.VSBC_DESIGN` and priors,
-    without the interactions), all in closed form: per simulation (seeds
-    `validation.checks.sbc.sbc_seeds` of ``master_seed``) (w0, w, alpha) from the prior and y; the
+    """The linear case of VBFM's VSBC problem, all in closed form.
+
+    Its design `validation.models.vbfm.VSBC_DESIGN` and priors, without the interactions: per simulation
+    (seeds `validation.checks.sbc.sbc_seeds` of ``master_seed``) (w0, w, alpha) from the prior and y; the
     mean-field q(alpha) (`linear_meanfield`) and the exact posterior (`linear_alpha_posterior`).
 
-    Returns a DataFrame, one row per simulation: alpha_true, e_q (E_q[alpha]), e_post (E[alpha | y]),
-    log_ratio log(e_q / e_post), p_measured F_q(alpha_true) (VSBC's p on log alpha, exact CDF),
-    p_predicted E_post[F_q(alpha)] (its expectation given y), rank_post Pr_post(alpha < alpha_true)
-    (uniform if the quadrature is right), n_roots. Raises ValueError unless 0 <= ``first`` < ``n_sims``.
+    Parameters
+    ----------
+    n_sims : int, default 200
+        VSBC's number of simulations.
+    master_seed : int, default 0
+        VSBC's master seed.
+    first : int, keyword-only, default 0
+        Runs simulations ``first`` .. ``n_sims`` - 1.
+    sigma_0 : float > 0, keyword-only, default 0.01
+        Prior precision of the intercept w0.
+    sigma_w : float > 0, keyword-only, default 4.0
+        Prior precision of every w_l.
+    alpha_prior : tuple of float, keyword-only, default (2.0, 0.5)
+        (shape, rate) of alpha's Gamma prior.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per simulation: sim, alpha_true, e_q (E_q[alpha]), e_post (E[alpha | y]), log_ratio
+        log(e_q / e_post), p_measured F_q(alpha_true) (VSBC's p on log alpha, exact CDF), p_predicted
+        E_post[F_q(alpha)] (its expectation given y), rank_post Pr_post(alpha < alpha_true) (uniform if the
+        quadrature is right), n_roots.
+
+    Raises
+    ------
+    ValueError
+        Unless 0 <= ``first`` < ``n_sims``; from `linear_meanfield` / `grid_posterior` on priors that give
+        no root or no finite density.
+
     Source: project addition (module docstring, A).
     """
     from validation.models import vbfm as vm
@@ -607,13 +948,38 @@ def fm_alpha_study(n_sims: int = 200, master_seed: int = 0, *, first: int = 0, s
     ``n_warmup``). ``restarts`` > 0 also runs VBFM from that many other starts with wide initial means
     (init_mean_sd 1) and reports the best ELBO's E_q[alpha] (a local optimum of the ELBO would show there).
 
-    Returns a DataFrame, one row per simulation: alpha_true, e_q, e_post, log_ratio, p_measured
-    (F_q(alpha_true), exact Gamma CDF), p_predicted (E_post[F_q(alpha)], over the Gibbs draws), rank_post
-    (the Gibbs draws' Pr(alpha < alpha_true): uniform over simulations if the sampler is exact), rhat and
-    ess_bulk of alpha (ArviZ), sse_q (E_q ||y - yhat||^2) = fit_q (||y - E_q yhat||^2) + var_q (sum_n
-    Var_q yhat_n), sse_post = fit_post + var_post (the same under the posterior), and with restarts
-    e_q_best, elbo_gain (best ELBO minus the VSBC fit's). Raises ValueError unless 0 <= ``first`` < ``n_sims``, or for a bad
-    ``solver``. Source: project addition (module docstring, A).
+    Parameters
+    ----------
+    n_sims : int, default 200
+        VSBC's number of simulations (the seeds depend on it only through ``master_seed``).
+    master_seed : int, default 0
+        VSBC's master seed.
+    first : int, keyword-only, default 0
+        Runs simulations ``first`` .. ``n_sims`` - 1.
+    solver : {"cavi", "ovbfm"}, keyword-only, default "cavi"
+        VBFM's batch CAVI or OVBFM's stochastic VI.
+    n_chains, n_warmup, n_draws : int, keyword-only, defaults 4, 500, 1000
+        Of `fixed_precision_gibbs`.
+    restarts : int, keyword-only, default 0
+        Extra VBFM starts per simulation.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per simulation: sim, alpha_true, e_q, e_post, log_ratio, p_measured (F_q(alpha_true), exact
+        Gamma CDF), p_predicted (E_post[F_q(alpha)], over the Gibbs draws), rank_post (the Gibbs draws'
+        Pr(alpha < alpha_true): uniform over simulations if the sampler is exact), rhat and ess_bulk of alpha
+        (ArviZ), sse_q (E_q ||y - yhat||^2) = fit_q (||y - E_q yhat||^2) + var_q (sum_n Var_q yhat_n),
+        sse_post = fit_post + var_post (the same under the posterior), and with restarts e_q_best,
+        elbo_gain (best ELBO minus the VSBC fit's).
+
+    Raises
+    ------
+    ValueError
+        Unless 0 <= ``first`` < ``n_sims``, or for a ``solver`` other than "cavi" / "ovbfm" (from
+        `validation.models.vbfm.vsbc_adapters`).
+
+    Source: project addition (module docstring, A).
     """
     import jax
     import jax.numpy as jnp
@@ -665,8 +1031,8 @@ def fm_alpha_study(n_sims: int = 200, master_seed: int = 0, *, first: int = 0, s
 
 
 def rg_tau_study(n_sims: int = 200, master_seed: int = 0, *, first: int = 0, intercept: bool = False) -> pd.DataFrame:
-    """RG VB's VSBC simulations of tau_u, tau_v, tau_bv, each against the exact posterior of tau under
-    its block's pseudo-likelihood at the fitted q (module docstring, B).
+    """RG VB's VSBC simulations of tau_u, tau_v, tau_bv against the exact posterior of tau under each block's
+    pseudo-likelihood at the fitted q (module docstring, B).
 
     Simulation s and its fit are VSBC's (`validation.models.rg.vsbc_adapters` simulate,
     `validation.models.rg.vsbc_fit_state` with `run_vsbc`'s fit seed). Per precision: p_measured =
@@ -675,12 +1041,35 @@ def rg_tau_study(n_sims: int = 200, master_seed: int = 0, *, first: int = 0, int
     held fixed), e_q, e_cond (that posterior's mean), and fp_rel_diff, the largest relative difference of
     `rg_fixed_point_check` (every simulation doubles as a check of the solver against the closed form).
 
-    Returns a long DataFrame: sim, tau ("tau_u", "tau_v", "tau_bv"), tau_true, e_q, e_cond, log_ratio
-    log(e_q / e_cond), p_measured, p_predicted, fp_rel_diff, uv_rms (RMS over the edges of
-    E_q[u_m] . E_q[v_n]: near 0 where q has collapsed the factors). With ``intercept``, the tau_bv rows
-    also hold the interaction-free model C on the simulation's item counts: e_icpt_mf
-    (`logistic_intercept_meanfield`'s E[tau]), e_icpt_exact and p_icpt_exact (`logistic_intercept_posterior`'s
-    mean and Pr(tau < tau_true): the VSBC p of *exact* inference in a model without u.v). Raises ValueError unless 0 <= ``first`` < ``n_sims``.
+    Parameters
+    ----------
+    n_sims : int, default 200
+        VSBC's number of simulations.
+    master_seed : int, default 0
+        VSBC's master seed.
+    first : int, keyword-only, default 0
+        Runs simulations ``first`` .. ``n_sims`` - 1.
+    intercept : bool, keyword-only, default False
+        Also fit model C (module docstring) on each simulation's item counts (the tau_bv rows).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Long, one row per simulation and precision: sim, tau ("tau_u", "tau_v", "tau_bv"), tau_true, e_q,
+        e_cond, log_ratio log(e_q / e_cond), p_measured, p_predicted, fp_rel_diff, uv_rms (RMS over the edges
+        of E_q[u_m] . E_q[v_n]: near 0 where q has collapsed the factors). With ``intercept``, the tau_bv rows
+        also hold e_icpt_mf (`logistic_intercept_meanfield`'s E[tau]), e_icpt_exact and p_icpt_exact
+        (`logistic_intercept_posterior`'s mean and Pr(tau < tau_true): the VSBC p of *exact* inference in a
+        model without u.v); NaN elsewhere.
+
+    Raises
+    ------
+    ValueError
+        Unless 0 <= ``first`` < ``n_sims``; from `precision_meanfield` / `grid_posterior` when a block has
+        no root or no finite density.
+    RuntimeError
+        With ``intercept``, from `logistic_intercept_meanfield` when model C does not converge.
+
     Source: project addition (module docstring, B).
     """
     from validation.models import rg as mr
@@ -716,11 +1105,28 @@ def rg_tau_study(n_sims: int = 200, master_seed: int = 0, *, first: int = 0, int
 def study_summary(table: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
     """Mean measured p against mean predicted p, with the Monte Carlo standard error of their difference.
 
-    ``table``: a study's DataFrame (p_measured, p_predicted, log_ratio; ``by`` a column to group on, e.g.
-    "tau"). Returns a DataFrame per group: n, mean_p_measured, mean_p_predicted, se_diff (sd of
-    p_measured - p_predicted over simulations / sqrt(n): the two agree when |difference| < 3 se_diff),
-    z (difference / se_diff), mean_log_ratio (log E_q / E_post) and its se. Raises KeyError for a missing
-    column. Source: project addition.
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A study's table, with float columns p_measured, p_predicted and log_ratio.
+    by : str or None, default None
+        A column to group on (e.g. "tau"); None: one group named "all".
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: group, n, mean_p_measured, mean_p_predicted, se_diff (sd of
+        p_measured - p_predicted over simulations / sqrt(n): the two agree when |difference| < 3 se_diff;
+        NaN for n = 1), z (difference / se_diff), mean_log_ratio (log E_q / E_post) and se_log_ratio.
+
+    Raises
+    ------
+    KeyError
+        When ``by`` is not a column of ``table`` (pandas' groupby).
+    AttributeError
+        When p_measured, p_predicted or log_ratio is missing (read as attributes).
+
+    Source: project addition.
     """
     groups = table.groupby(by) if by else [("all", table)]
     rows = []
@@ -738,13 +1144,35 @@ def study_summary(table: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
 
 def rg_nuts_taus(gv, seed: int = 0, *, num_chains: int = 4, num_warmup: int = 500, num_samples: int = 500,
                  target_accept: float = 0.9) -> dict:
-    """NUTS draws of (tau_u, tau_v, tau_bv) from the exact posterior of `ppl_models.rg.model` on RG's VSBC
-    grid (`validation.models.rg.vsbc_grid`) with outcomes ``gv`` (0/1 float (E,)), the hyperprior of
-    `validation.models.rg.CrosscheckConfig` (clamped user biases), u, v and b non-centred
-    (``LocScaleReparam(0)``, as `validation.models.rg.nuts_reference`).
+    """NUTS draws of (tau_u, tau_v, tau_bv) from the exact posterior of `ppl_models.rg.model` on RG's VSBC grid.
 
-    Returns dict: tau_u, tau_v, tau_bv float64 (chain, draw); max_rhat, min_ess_bulk (ArviZ, over the
-    three), divergences (int). Raises nothing of its own; NumPyro's errors propagate.
+    The grid is `validation.models.rg.vsbc_grid` (10 users x 12 items), the hyperprior that of
+    `validation.models.rg.CrosscheckConfig` (clamped user biases), u, v and b non-centred
+    (``LocScaleReparam(0)``, as `validation.models.rg.nuts_reference`); float64.
+
+    Parameters
+    ----------
+    gv : array_like, shape (E,), float
+        The 0/1 outcomes of the grid's edges.
+    seed : int, default 0
+        NUTS seed.
+    num_chains : int, keyword-only, default 4
+    num_warmup : int, keyword-only, default 500
+    num_samples : int, keyword-only, default 500
+        Draws kept per chain.
+    target_accept : float, keyword-only, default 0.9
+        NUTS's target acceptance probability.
+
+    Returns
+    -------
+    dict
+        tau_u, tau_v, tau_bv float64 (num_chains, num_samples); max_rhat, min_ess_bulk (float, ArviZ, over
+        the three), divergences (int).
+
+    Raises
+    ------
+    None of its own; NumPyro's errors propagate.
+
     Source: project addition (the exact reference of `rg_tau_study`).
     """
     import jax
@@ -784,17 +1212,44 @@ def _check_counts(counts, n_trials):
 
 def logistic_intercept_meanfield(counts, n_trials: int, a0: float, b0: float, *, tol: float = 1e-14,
                                  max_iter: int = 100000) -> FixedPoint:
-    """The Jaakkola-Jordan mean-field fixed point of a logistic random intercept:
-    b_n ~ N(0, 1/tau), tau ~ Gamma(a0, b0), y_n of ``n_trials`` Bernoulli(sigma(b_n)) trials are ones.
+    """The Jaakkola-Jordan mean-field fixed point of a logistic random intercept (model C of the module docstring).
 
-    With xi_n^2 = m_n^2 + v_n (optimal, every trial of item n has the same E[b_n^2]), the bound is Gaussian
-    in b_n with precision 2 n lam(xi_n) and linear coefficient y_n - n / 2, so q(b_n) = N(h / P, 1 / P),
+    b_n ~ N(0, 1/tau), tau ~ Gamma(a0, b0); y_n of ``n_trials`` Bernoulli(sigma(b_n)) trials are ones. With
+    xi_n^2 = m_n^2 + v_n (optimal, every trial of item n has the same E[b_n^2]), the bound is Gaussian in b_n
+    with precision 2 n lam(xi_n) and linear coefficient y_n - n / 2, so q(b_n) = N(h / P, 1 / P),
     P = E[tau] + 2 n lam(xi_n), h = y_n - n / 2, and q(tau) = Gamma(a0 + J/2, b0 + sum (m^2 + v) / 2).
-    Iterated (xi, b, tau) to a relative change below ``tol`` (this is RG's model with u.v = 0, written here
-    independently of `custom_inference.rg`). ``counts``: (J,) in 0..n_trials. Returns a `FixedPoint`
-    (mean, var (J,), shape, rate, ``roots`` holding the single E[tau] reached). Raises ValueError on bad
-    counts, or RuntimeError when ``max_iter`` iterations do not converge. Source: project addition
-    (003_203f63200c0d7157.txt eqs. (10)-(17) with u.v = 0).
+    Iterated (xi, b, tau) from E[tau] = a0 / b0 to a relative change below ``tol`` (this is RG's model with
+    u.v = 0, written here independently of `custom_inference.rg`).
+
+    Parameters
+    ----------
+    counts : array_like, shape (J,), float or int
+        Successes per item, each in 0..n_trials.
+    n_trials : int >= 1
+        Bernoulli trials per item.
+    a0, b0 : float > 0
+        Shape and rate of tau's Gamma prior (not checked).
+    tol : float, keyword-only, default 1e-14
+        Convergence threshold on the largest relative change of an iteration.
+    max_iter : int, keyword-only, default 100000
+        At most this many iterations.
+
+    Returns
+    -------
+    FixedPoint
+        mean, var float64 (J,) of q(b); shape a0 + J/2, rate; ``roots`` float64 (1,) holding the E[tau]
+        reached.
+
+    Raises
+    ------
+    ValueError
+        When ``counts`` is not 1-D or has values outside 0..n_trials, or ``n_trials`` < 1.
+    RuntimeError
+        When ``max_iter`` iterations do not converge.
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's; ``a0``, ``b0`` are not checked).
+
+    Source: project addition (003_203f63200c0d7157.txt eqs. (10)-(17) with u.v = 0).
     """
     y = _check_counts(counts, n_trials)
     n = float(n_trials)
@@ -815,14 +1270,39 @@ def logistic_intercept_meanfield(counts, n_trials: int, a0: float, b0: float, *,
 
 def logistic_intercept_posterior(counts, n_trials: int, a0: float, b0: float, *, n_grid: int = 2001,
                                  n_z: int = 2001) -> GridPosterior:
-    """The exact posterior of tau in the model of `logistic_intercept_meanfield`:
+    """The exact posterior of tau in the model of `logistic_intercept_meanfield`.
+
     p(tau | y) ~ Gamma(tau; a0, b0) prod_n int N(b; 0, 1/tau) sigma(b)^y_n (1 - sigma(b))^(n - y_n) db,
     each integral over ``n_z`` points of b in [-9 s, 9 s], s = min(1 / sqrt(tau), 60 / 9) (trapezoid; the
     prior's 9 sd, capped at |b| = 60, beyond which no likelihood of at most 10 trials changes by more
     than e^-50 and a prior that wide has no mass under any tau that matters), then `grid_posterior`.
 
-    Shapes and raises as `logistic_intercept_meanfield` (and `grid_posterior`). Returns a `GridPosterior`
-    of tau. Source: project addition (the exact marginal likelihood by quadrature).
+    Parameters
+    ----------
+    counts : array_like, shape (J,), float or int
+        Successes per item, each in 0..n_trials.
+    n_trials : int >= 1
+        Bernoulli trials per item.
+    a0, b0 : float > 0
+        Shape and rate of tau's Gamma prior.
+    n_grid : int, keyword-only, default 2001
+        Grid points of tau (`grid_posterior`).
+    n_z : int, keyword-only, default 2001
+        Quadrature points of each integral over b.
+
+    Returns
+    -------
+    GridPosterior
+        The posterior of tau.
+
+    Raises
+    ------
+    ValueError
+        On bad ``counts`` / ``n_trials`` (as `logistic_intercept_meanfield`), and from `grid_posterior`.
+    ZeroDivisionError
+        For ``b0`` = 0 (Python's; ``a0``, ``b0`` are not checked).
+
+    Source: project addition (the exact marginal likelihood by quadrature).
     """
     from scipy.special import log_expit, logsumexp
 
@@ -846,15 +1326,37 @@ def rg_nuts_study(n_sims: int = 30, master_seed: int = 0, *, first: int = 0, num
                   num_samples: int = 500) -> pd.DataFrame:
     """RG VB's VSBC simulations of tau_u, tau_v, tau_bv against NUTS on the same data (`rg_nuts_taus`).
 
-    Simulation s and its fit are VSBC's (as `rg_tau_study`). Per precision: p_measured F_q(tau_true),
-    p_predicted E_NUTS[F_q(tau)], e_q, e_post (NUTS mean), log_ratio log(e_q / e_post), rank_post
-    Pr_NUTS(tau < tau_true) (uniform if NUTS is right); per simulation: uv_rms (RMS over the edges of
-    E_q[u_m] . E_q[v_n]: near 0 when q has collapsed the factors, VB's pruning), the NUTS diagnostics
-    (max_rhat, min_ess_bulk, divergences) and, for tau_bv, the theory of C: log_ratio_theory =
-    log(E_q / E_post) of `logistic_intercept_meanfield` against `logistic_intercept_posterior` on the
-    simulation's item counts (NaN for tau_u, tau_v).
+    Simulation s and its fit are VSBC's (as `rg_tau_study`); NUTS runs with the fit seed.
 
-    Returns a long DataFrame (one row per simulation and precision). Raises ValueError unless 0 <= ``first`` < ``n_sims``.
+    Parameters
+    ----------
+    n_sims : int, default 30
+        VSBC's number of simulations.
+    master_seed : int, default 0
+        VSBC's master seed.
+    first : int, keyword-only, default 0
+        Runs simulations ``first`` .. ``n_sims`` - 1.
+    num_chains, num_warmup, num_samples : int, keyword-only, defaults 4, 500, 500
+        Of `rg_nuts_taus`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Long, one row per simulation and precision: sim, tau, tau_true, e_q, e_post (NUTS mean), log_ratio
+        log(e_q / e_post), p_measured F_q(tau_true), p_predicted E_NUTS[F_q(tau)], rank_post
+        Pr_NUTS(tau < tau_true) (uniform if NUTS is right); per simulation: uv_rms (RMS over the edges of
+        E_q[u_m] . E_q[v_n]: near 0 when q has collapsed the factors, VB's pruning), the NUTS diagnostics
+        (max_rhat, min_ess_bulk, divergences) and, for tau_bv, the theory of C: log_ratio_theory =
+        log(E_q / E_post) of `logistic_intercept_meanfield` against `logistic_intercept_posterior` on the
+        simulation's item counts (NaN for tau_u, tau_v).
+
+    Raises
+    ------
+    ValueError
+        Unless 0 <= ``first`` < ``n_sims``.
+    RuntimeError
+        From `logistic_intercept_meanfield` when model C does not converge.
+
     Source: project addition (module docstring, B).
     """
     from validation.models import rg as mr

@@ -40,8 +40,25 @@ __all__ = ["block_sites", "numpyro_block", "bridge_problem", "BRIDGE_NPFM", "BRI
 
 
 def block_sites(variant: str) -> dict:
-    """Block name -> sites of `ppl_models.pfm.model` for ``variant`` ("npfm" or "ppfm").
-    Raises ValueError for another variant. Source: project addition."""
+    """Block name -> sites of `ppl_models.pfm.model` for ``variant``.
+
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}
+        NPFM (with the gamma-process blocks gamma0_r and c) or PPFM.
+
+    Returns
+    -------
+    dict
+        str -> tuple of str: alpha0_w0, alpha_w, zeta_V, beta0, beta, delta (and gamma0_r, c for "npfm").
+
+    Raises
+    ------
+    ValueError
+        For another variant.
+
+    Source: project addition.
+    """
     if variant not in ("npfm", "ppfm"):
         raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")
     out = {"alpha0_w0": ("alpha0", "w0"), "alpha_w": ("alpha", "w"), "zeta_V": ("zeta", "V"), "beta0": ("beta0",),
@@ -66,14 +83,37 @@ def _tables(key, state, stats, data) -> dict:
 
 
 def numpyro_block(variant: str, block: str, data, hyper):
-    """The NPFM / PPFM Gibbs block ``block`` (a key of `block_sites`) as a ``gibbs_fn`` for ``CustomGibbs``.
+    """The NPFM / PPFM Gibbs block ``block`` as a ``gibbs_fn`` for NumPyro's ``CustomGibbs``.
 
-    ``data``: `custom_inference.pfm_data.PFMData` of the problem; ``hyper``: `ppl_models.pfm.PFMHyper`
-    (what the conditional is given). The ``gibbs_fn`` returns ``{site: array}`` of the sites'
-    shapes (float64): w0, alpha0, beta0, gamma0, c (); w, alpha, beta, zeta (D,); V (D, K); delta,
-    r (K,). Raises ValueError for an unknown variant or block.
-    Source: ``004_90693a0965f06816.txt`` ch. 5, eqs. 5.7-5.19 (module docstring); the NumPyro block
-    is a project addition.
+    The conditionals are `custom_inference.pfm`'s (latent counts allocated and CRT tables drawn afresh on
+    every call for the blocks that need them; beta0, beta, delta and c are exact conditionals free of z;
+    zeta_V runs colour block by colour block), in float64.
+
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}
+        The model.
+    block : str
+        A key of `block_sites` (``variant``).
+    data : custom_inference.pfm_data.PFMData
+        The problem's data (cast to float64).
+    hyper : ppl_models.pfm.PFMHyper
+        The hyperparameters the conditional is given.
+
+    Returns
+    -------
+    callable
+        ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> {site: jax.Array}`` of the block's sites, float64,
+        with the sites' shapes: w0, alpha0, beta0, gamma0, c (); w, alpha, beta, zeta (D,); V (D, K);
+        delta, r (K,).
+
+    Raises
+    ------
+    ValueError
+        For an unknown variant or block.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5, eqs. 5.7-5.19 (module docstring); the NumPyro block is a
+    project addition.
     """
     sites = block_sites(variant)
     if block not in sites:
@@ -113,11 +153,33 @@ def numpyro_block(variant: str, block: str, data, hyper):
 
 
 def bridge_problem(variant: str = "npfm", config: CrosscheckConfig = CrosscheckConfig()):
-    """The bridge problem (`validation.checks.bridge.Problem`) of ``variant``: the cross-check's simulated
-    counts (`validation.models.pfm.crosscheck_data`; default 4 x 3, K = 3, NUTS references "npfm" / "ppfm"
-    stored), `ppl_models.pfm.model` over all I J cells, compared on `validation.models.pfm.identifiable_quantities`.
-    Raises ValueError for an unknown variant, and (when its reference is asked for) when no stored
-    reference matches. Source: project addition."""
+    """The bridge problem (`validation.checks.bridge.Problem`) of ``variant``.
+
+    The cross-check's simulated counts (`validation.models.pfm.crosscheck_data`; default 4 x 3, K = 3,
+    NUTS references "npfm" / "ppfm" stored), `ppl_models.pfm.model` over all I J cells, compared on
+    `validation.models.pfm.identifiable_quantities`.
+
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    config : validation.models.pfm.CrosscheckConfig, default CrosscheckConfig()
+        Sizes, K, hyperparameters, seed and NUTS settings of the cross-check.
+
+    Returns
+    -------
+    validation.checks.bridge.Problem
+        model, args, kwargs, data (`PFMData`), hyper, quantities, reference (a callable: the stored NUTS
+        reference), target_accept, description.
+
+    Raises
+    ------
+    ValueError
+        For an unknown variant (from `ppl_models.pfm`'s prior, while simulating the counts), and (when its
+        reference is asked for) when no stored reference matches.
+
+    Source: project addition.
+    """
     c = config
     Y = crosscheck_data(variant, c)
     rows, cols, vals, N, D, cu, cj = ppl.cells_design(c.n_users, c.n_items)

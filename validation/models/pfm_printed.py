@@ -52,12 +52,35 @@ def _pairs(D):
 
 
 def small_problem(variant: str = "npfm", seed: int = 0, N: int = 6, D: int = 4, K: int = 2) -> dict:
-    """A random state and its latent counts drawn from the augmented generative model.
+    """A random state and its latent counts drawn from the augmented generative model (NumPy).
 
-    Returns a dict: X (N, D) float64 in [0.3, 1.5]; w0, beta0, alpha0, gamma0, c (floats); w, beta, alpha,
-    zeta (D,); V (D, K); r, delta (K,) (r = 1 for "ppfm"); z1 (N,), z2 (N, D), z3 (N, D, D, K) int (z3 only
-    for i < j); variant. Raises ValueError unless ``variant`` is "npfm" or "ppfm". Source: eqs. 5.6, 5.20
-    and the z_n of sec. 5.3.2; project addition.
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        NPFM (gamma-process weights r_k) or PPFM (r_k = 1).
+    seed : int, default 0
+        NumPy seed.
+    N : int, default 6
+        Rows.
+    D : int, default 4
+        Features.
+    K : int, default 2
+        Latent dimension.
+
+    Returns
+    -------
+    dict
+        X (N, D) float64 in [0.3, 1.5]; w0, beta0, alpha0, gamma0, c (floats); w, beta, alpha, zeta (D,)
+        float64; V (D, K) float64 (a Gamma draw + 0.2); r, delta (K,) float64 (r a Gamma draw + 0.3 for
+        "npfm", ones for "ppfm"); z1 (N,), z2 (N, D), z3 (N, D, D, K) int (z3 only for i < j, 0 elsewhere);
+        variant (str).
+
+    Raises
+    ------
+    ValueError
+        Unless ``variant`` is "npfm" or "ppfm".
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.6, 5.20 and the z_n of sec. 5.3.2; project addition.
     """
     if variant not in ("npfm", "ppfm"):
         raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")
@@ -87,7 +110,21 @@ def _lgamma_pdf(x, shape, scale):
 def log_joint(p: dict) -> float:
     """log p(z, theta) of the augmented model (module docstring), float64, all constants included.
 
-    ``p``: a dict as `small_problem` returns. Returns a float. Raises KeyError for a missing name.
+    Parameters
+    ----------
+    p : dict
+        A state as `small_problem` returns (X, V, r, w0, w, z1, z2, z3, the Gamma parameters, variant).
+
+    Returns
+    -------
+    float
+        The log joint, in nats.
+
+    Raises
+    ------
+    KeyError
+        For a missing name in ``p``.
+
     Source: ``004_90693a0965f06816.txt`` sec. 5.3.1-5.3.2 (generative statements); project addition.
     """
     X, V, r = p["X"], p["V"], p["r"]
@@ -110,11 +147,32 @@ def log_joint(p: dict) -> float:
 
 
 def printed_gamma(eq: str, p: dict, index=None, *, corrected: bool = False) -> tuple[float, float]:
-    """(shape, scale) of the printed conditional ``eq`` ("5.8" ... "5.15", the first column of `SITES`)
-    at ``index``; ``corrected`` changes only eq. 5.10 (z_3.ik over every pair containing i).
+    """(shape, scale) of the printed Gamma conditional ``eq`` at ``index``.
 
-    ``p``: a dict as `small_problem` returns. Returns two floats.
-    Raises ValueError for another ``eq``. Source: ``004_90693a0965f06816.txt`` eqs. 5.8-5.15.
+    Parameters
+    ----------
+    eq : str
+        "5.8" ... "5.15", the first column of `SITES`.
+    p : dict
+        A state as `small_problem` returns.
+    index : tuple of int or None, default None
+        The site's index: (i,) for w (5.9) and beta (5.13), (i, k) for V (5.10), (k,) for r (5.11) and
+        delta (5.14); None for the scalars.
+    corrected : bool, keyword-only, default False
+        Changes only eq. 5.10: z_3.ik summed over every pair containing i (the errata's correction), not
+        only the pairs (i, j) with i < j.
+
+    Returns
+    -------
+    tuple of float
+        (shape, scale) of the Gamma conditional.
+
+    Raises
+    ------
+    ValueError
+        For an ``eq`` not in `SITES`.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.8-5.15.
     """
     X, V, r, z3 = p["X"], p["V"], p["r"], p["z3"]
     N, D = X.shape
@@ -167,12 +225,31 @@ def _grid_moments(p, site, index, u_lo, u_hi):
 
 
 def gamma_checks(variant: str = "npfm", *, seeds=(0, 1)) -> pd.DataFrame:
-    """Every printed Gamma conditional of `SITES` (PPFM: without 5.11 and 5.15) against the grid
-    normalization of `log_joint`, at the random states of `small_problem` (one per seed).
+    """Every printed Gamma conditional of `SITES` against the grid normalization of `log_joint`.
 
-    Returns a DataFrame: variant, seed, eq, site, form ("printed" / "corrected"), shape, mean_err, var_err,
-    edge (log density at the grid's ends minus its maximum), agrees (both errors < `MOMENT_TOL`).
-    Raises ValueError for another ``variant``. Source: project addition.
+    At the random states of `small_problem` (one per seed); PPFM without 5.11 and 5.15 (no r, no c). The
+    printed and the corrected form (they differ in eq. 5.10 only) are both compared with the same grid.
+
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    seeds : iterable of int, keyword-only, default (0, 1)
+        Seeds of `small_problem`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per seed, equation and form: variant, seed, eq, site, form ("printed" / "corrected"),
+        shape, mean_err (|mean - grid mean| / grid sd), var_err (|var / grid var - 1|), edge (log density
+        at the grid's ends minus its maximum), agrees (both errors < `MOMENT_TOL`).
+
+    Raises
+    ------
+    ValueError
+        For another ``variant`` (from `small_problem`).
+
+    Source: project addition (checks ``004_90693a0965f06816.txt`` eqs. 5.8-5.15).
     """
     out = []
     for seed in seeds:
@@ -196,12 +273,31 @@ def gamma_checks(variant: str = "npfm", *, seeds=(0, 1)) -> pd.DataFrame:
 
 
 def allocation_enumeration(*, y: int = 3, seed: int = 0, form: str = "printed") -> float:
-    """Total variation between eq. 5.7's multinomial and the exact conditional of the latent counts,
-    enumerated over every allocation of ``y`` units to the 10 Poisson terms of one row (D = 3, K = 2).
+    """Total variation between eq. 5.7's multinomial and the exact conditional of the latent counts.
 
-    ``form``: "printed" (rates w_0, x_i w_i, x_i x_j r_k v_ik v_jk for i < j, as eq. 5.7) or "all pairs"
-    (a slip that counts every ordered pair i != j, which the check must reject). Returns a float
-    (float64 rounding, ~1e-16, for a correct form). Raises ValueError for another ``form`` or y < 1.
+    Enumerated over every allocation of ``y`` units to the 10 Poisson terms of one row (D = 3, K = 2;
+    random x, w0, w, V, r from ``seed``).
+
+    Parameters
+    ----------
+    y : int >= 1, keyword-only, default 3
+        The row's count.
+    seed : int, keyword-only, default 0
+        NumPy seed of the rates.
+    form : {"printed", "all pairs"}, keyword-only, default "printed"
+        "printed": rates w_0, x_i w_i, x_i x_j r_k v_ik v_jk for i < j, as eq. 5.7; "all pairs": a slip
+        that counts every ordered pair i != j, which the check must reject.
+
+    Returns
+    -------
+    float
+        The TV distance (float64 rounding, ~1e-16, for a correct form).
+
+    Raises
+    ------
+    ValueError
+        For another ``form`` or ``y`` < 1.
+
     Source: ``004_90693a0965f06816.txt`` eq. 5.7, Lemma 5.2.2; check: project addition.
     """
     if form not in ("printed", "all pairs"):

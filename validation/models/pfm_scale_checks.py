@@ -101,21 +101,46 @@ def scale_ratio_check(variant: str = "npfm", *, seed: int = 0, n_states: int = 5
                       I: int = 3, J: int = 4, K: int = 3, move: str = "factor") -> pd.DataFrame:
     """The move's log ratio against the program's log joint plus log|Jacobian|, per factor.
 
-    ``move``: "factor" (the per-factor move, one factor moved at a time), "global" (NPFM's global
-    move: one row per state, ``factor`` -1, t ~ N(0, 0.7^2)) or "trade" (the side-feature trade,
-    one factor at a time, t ~ N(0, 0.7^2) halved until the id weights stay positive; the sampler's
-    own sides, so with ``side`` the ratio is checked too).
+    At ``n_states`` prior draws (NumPy, float64) on an I x J ids-only design (plus side features with
+    ``side``), with y drawn from the rates: phi (the move's log ratio, `custom_inference.pfm_scale`)
+    against log pi(T x) - log pi(x) + log|J| of `ppl_models.pfm.model` (NumPyro's ``log_density``), and
+    the largest relative change of the cells' rates.
 
-    ``variant`` "npfm" | "ppfm"; ``side``: add one user and two item side features (PPFM: then
-    not bipartite; only the rate comparison runs, and ``rates_unchanged`` is expected False).
-    Returns a DataFrame, one row per (state, factor): ``phi`` (the move's log ratio),
-    ``program`` (log pi(T x) - log pi(x) + log|J|, NumPyro, float64), ``rel_err``,
-    ``rate_rel_change`` (max over cells of |rate'/rate - 1|), ``ratio_ok`` (rel_err <= 1e-9;
-    meaningless for non-bipartite PPFM, where phi leaves out the likelihood's change),
-    ``rates_unchanged`` (<= 1e-12), ``bipartite``, ``side_labels`` (features with a side).
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    seed : int, keyword-only, default 0
+        NumPy seed of the side features, states, outcomes and move sizes.
+    n_states : int, keyword-only, default 5
+        Prior draws.
+    side : bool, keyword-only, default False
+        Add one user and two item side features (PPFM: then not bipartite; only the rate comparison
+        runs, and ``rates_unchanged`` is expected False).
+    I, J : int, keyword-only, defaults 3, 4
+        Users and items.
+    K : int, keyword-only, default 3
+        Latent dimension.
+    move : {"factor", "global", "trade"}, keyword-only, default "factor"
+        "factor" (the per-factor move, one factor moved at a time, eps ~ N(0, 0.7^2)), "global" (NPFM's
+        global move: one row per state, ``factor`` -1, t ~ N(0, 0.7^2)) or "trade" (the side-feature trade,
+        one factor at a time, t ~ N(0, 0.7^2) halved until the id weights stay positive; the sampler's own
+        sides, so with ``side`` the ratio is checked too; log|J| from ``jax.jacfwd`` and ``slogdet``).
 
-    Raises ValueError for an unknown variant (from `ppl_models.pfm.model`), an unknown ``move``,
-    or ``move="global"`` with PPFM.
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (state, factor): variant, move, state, factor, eps (the move's size), ``phi``,
+        ``program`` (float64), ``rel_err`` (|phi - program| / max(1, |program|)), ``rate_rel_change`` (max
+        over cells of |rate'/rate - 1|), ``ratio_ok`` (rel_err <= 1e-9; meaningless for non-bipartite PPFM,
+        where phi leaves out the likelihood's change), ``rates_unchanged`` (<= 1e-12), ``bipartite``,
+        ``side_labels`` (features with a side).
+
+    Raises
+    ------
+    ValueError
+        For an unknown variant (from `ppl_models.pfm.model`), an unknown ``move``, or ``move="global"``
+        with PPFM.
 
     Source: project addition (module docstring).
     """
@@ -217,28 +242,50 @@ def scale_invariance_check(variant: str = "npfm", *, seed: int = 0, n: int = 400
                            wrong_target: bool = False, move: str = "factor") -> pd.DataFrame:
     """The move alone keeps the prior invariant: moved prior draws vs fresh prior draws (KS).
 
-    ``n`` prior draws of ``variant`` on an I x J ids-only design (float64), each moved by
-    ``n_rounds`` steps of `custom_inference.pfm_scale.scale_move`, against ``n`` fresh independent
-    prior draws (both sets drawn with numpy, independently); two-sample KS per functional:
-    log r_k, log delta_k (NPFM), log(r_k v_0k v_Ik) (user 0 x item 0), log v_0k, log v_Ik, per
-    factor k. Family false-alarm rate ``alpha`` (Bonferroni over the rows).
+    ``n`` prior draws of ``variant`` on an I x J ids-only design (float64), each moved by ``n_rounds``
+    steps of `custom_inference.pfm_scale.scale_move`, against ``n`` fresh independent prior draws (both
+    sets drawn with NumPy, independently); two-sample KS per functional: log r_k, log delta_k (NPFM),
+    log(r_k v_0k v_Ik) (user 0 x item 0), log v_0k, log v_Ik, per factor k. Family false-alarm rate
+    ``alpha`` (Bonferroni over the rows).
 
-    With ``wrong_target`` the move targets another law (NPFM: its hyperparameter g doubled;
-    PPFM: each draw moved as if its zeta were doubled, then zeta restored; global: g_0 doubled;
-    trade: moved as if the id weights' rates beta were tripled, then restored):
-    the test must then fail.
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    seed : int, keyword-only, default 0
+        NumPy seed of the draws and ``PRNGKey(seed)`` of the moves.
+    n : int, keyword-only, default 4000
+        Draws in each set.
+    n_rounds : int, keyword-only, default 25
+        Move steps per draw.
+    I, J : int, keyword-only, defaults 3, 4
+        Users and items.
+    K : int, keyword-only, default 3
+        Latent dimension.
+    alpha : float, keyword-only, default 1e-3
+        Family false-alarm rate.
+    wrong_target : bool, keyword-only, default False
+        The move targets another law (NPFM: its hyperparameter g doubled; PPFM: each draw moved as if its
+        zeta were doubled, then zeta restored; global: g_0 doubled; trade: moved as if the id weights' rates
+        beta were tripled, then restored): the test must then fail (power).
+    move : {"factor", "global", "trade"}, keyword-only, default "factor"
+        "global" (NPFM only): `custom_inference.pfm_scale.global_move`, the functionals add log c.
+        "trade": `custom_inference.pfm_scale.trade_move` on a design with one user and two item side
+        features (dense, values in [0.5, 2]), hyperparameters a = 8, b = 4, e = f = 8 (alpha_i and zeta_i
+        near 2 and 1, so few w near 0); the functionals add log v of the user side feature and log w of
+        user 0's and item 0's ids.
 
-    ``move="global"`` (NPFM only): `custom_inference.pfm_scale.global_move` instead; the
-    functionals add log c. ``move="trade"``: `custom_inference.pfm_scale.trade_move` on a design
-    with one user and two item side features (dense, values in [0.5, 2]), hyperparameters a = 8,
-    b = 4, e = f = 8 (alpha_i and zeta_i near 2 and 1, so few w near 0); the functionals add
-    log v of the user side feature and log w of user 0's and item 0's ids.
+    Returns
+    -------
+    pandas.DataFrame
+        One row per functional: ``name``, ``p`` (KS p-value), ``passed`` (p > alpha / rows),
+        ``accept_rate`` (the move's mean acceptance).
 
-    Returns a DataFrame, one row per functional: ``name``, ``p`` (KS p-value), ``passed``
-    (p > alpha / rows), ``accept_rate`` (the move's mean acceptance).
-
-    Raises ValueError for an unknown variant (from `ppl_models.pfm.model`), an unknown ``move``,
-    or ``move="global"`` with PPFM.
+    Raises
+    ------
+    ValueError
+        For an unknown variant (from `ppl_models.pfm.model`), an unknown ``move``, or ``move="global"``
+        with PPFM.
 
     Source: project addition (module docstring).
     """
@@ -304,21 +351,41 @@ def flat_directions(variant: str = "npfm", *, side: bool = False, seed: int = 0,
                     K: int = 2, rtol: float = 1e-9) -> dict:
     """Dimension of the likelihood's flat directions at a random state, counted numerically.
 
-    The Jacobian of the log Poisson rates of all I J cells with respect to log w0, log w (D,),
-    log V (D, K) and, for NPFM, log r (K,) (``jax.jacfwd``, float64; at a generic state, every value
-    drawn uniformly from [0.5, 2] with numpy) is decomposed by SVD; its null space is the set of directions along which no rate (so
-    not the likelihood) changes to first order, and every continuous likelihood-preserving
-    transformation has its generator there. ``side``: one dense user side feature and two dense
-    item side features (values in [0.5, 2]), which put three or more features in every row.
+    The Jacobian of the log Poisson rates of all I J cells with respect to log w0, log w (D,), log V (D, K)
+    and, for NPFM, log r (K,) (``jax.jacfwd``, float64; at a generic state, every value drawn uniformly
+    from [0.5, 2] with NumPy) is decomposed by SVD; its null space is the set of directions along which no
+    rate (so not the likelihood) changes to first order, and every continuous likelihood-preserving
+    transformation has its generator there.
 
-    Returns dict: ``nullity`` (int: singular values <= ``rtol`` times the largest),
-    ``predicted`` (int: 2 + K^2 + 2K + K [NPFM] + (D_u + D_v)(K + 1), module docstring),
-    ``n_params``, ``n_cells``,
-    ``gap`` (float: smallest singular value kept / largest one dropped, inf when none dropped),
-    ``singular_values`` (float64 array, descending).
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    side : bool, keyword-only, default False
+        One dense user side feature and two dense item side features (values in [0.5, 2]), which put
+        three or more features in every row.
+    seed : int, keyword-only, default 0
+        NumPy seed of the state and side features.
+    I, J : int, keyword-only, defaults 8, 9
+        Users and items (the I J cells must outnumber the parameters).
+    K : int, keyword-only, default 2
+        Latent dimension.
+    rtol : float, keyword-only, default 1e-9
+        Singular values <= ``rtol`` times the largest count as zero.
 
-    Raises ValueError for an unknown variant or when the design has no more cells than
-    parameters (the count would be meaningless).
+    Returns
+    -------
+    dict
+        ``nullity`` (int: singular values <= ``rtol`` times the largest), ``predicted`` (int:
+        2 + K^2 + 2K + K [NPFM] + (D_u + D_v)(K + 1), module docstring), ``n_params`` (int), ``n_cells``
+        (int), ``gap`` (float: smallest singular value kept / largest one dropped, inf when none dropped),
+        ``singular_values`` (numpy.ndarray float64, descending).
+
+    Raises
+    ------
+    ValueError
+        For an unknown variant or when the design has no more cells than parameters (the count would be
+        meaningless).
 
     Source: project addition (independent check of the flat directions derived in
     `custom_inference.pfm_scale`).

@@ -36,11 +36,27 @@ Z_MAX = 5.0
 def mc_z(samples, value) -> float:
     """max |z| of ``value`` against the Monte Carlo mean of ``samples`` (the module docstring's rule).
 
-    ``samples``: float array (n, ...) of n i.i.d. draws of an unbiased estimator; ``value``: array
-    broadcastable to ``samples.shape[1:]`` (the cached quantity). Entries whose draws are constant
-    (se <= 1e-12 relative) count as z = 0 when they agree to 1e-10 relative and as inf otherwise. Returns a float.
+    z = |value - mean| / (sd / sqrt(n)) per entry. Entries whose draws are constant (se <= 1e-12 max(|mean|, 1))
+    count as z = 0 when they agree to 1e-10 max(|mean|, 1) and as inf otherwise.
 
-    Raises ValueError when ``samples`` has fewer than 2 draws. Source: project addition.
+    Parameters
+    ----------
+    samples : array_like, shape (n, ...), float
+        n >= 2 i.i.d. draws of an unbiased estimator of the compared quantity.
+    value : array_like, float, broadcastable to ``samples.shape[1:]``
+        The cached (or printed) value.
+
+    Returns
+    -------
+    float
+        The largest |z| over the entries (0.0 when there are none); compare with `Z_MAX`.
+
+    Raises
+    ------
+    ValueError
+        When ``samples`` has fewer than 2 draws; NumPy's ValueError when ``value`` does not broadcast.
+
+    Source: project addition.
     """
     samples = np.asarray(samples, np.float64)
     if samples.shape[0] < 2:
@@ -58,14 +74,32 @@ def mc_z(samples, value) -> float:
 
 
 def normalized_moments(logf, lo: float, hi: float, n_grid: int, *, log_x: bool = False):
-    """Mean and variance of the density proportional to exp(logf(x)) by Simpson's rule on a grid, and
-    the edge (largest log density at the grid's two ends minus its maximum; <= -30 means the grid holds
-    the mass to ~1e-13).
+    """Mean and variance of the density proportional to exp(logf(x)) by Simpson's rule on a grid.
 
-    ``logf``: callable float64 (n_grid,) -> (n_grid,) unnormalized log density (e.g. a program's log
-    joint with one scalar moved); ``lo`` < ``hi``: the grid's ends, in x, or in u = log x when ``log_x``
-    (for a positive scalar: the density in u is p(e^u) e^u, smooth also for a Gamma shape below 1).
-    Returns (mean, variance, edge), floats. Raises ValueError unless lo < hi and n_grid >= 3 is odd.
+    Parameters
+    ----------
+    logf : callable
+        numpy.ndarray (n_grid,) float64 -> (n_grid,): the unnormalized log density of x (e.g. a program's
+        log joint with one scalar moved).
+    lo, hi : float
+        The grid's ends, ``lo`` < ``hi``: in x, or in u = log x when ``log_x``.
+    n_grid : int
+        Odd, >= 3: the number of grid points.
+    log_x : bool, keyword-only, default False
+        Grid in u = log x (for a positive scalar: the density in u is p(e^u) e^u, smooth also for a Gamma
+        shape below 1).
+
+    Returns
+    -------
+    tuple of float
+        (mean, variance, edge) of x; edge is the largest log density at the grid's two ends minus its
+        maximum (<= -30 means the grid holds the mass to ~1e-13).
+
+    Raises
+    ------
+    ValueError
+        Unless ``lo`` < ``hi`` and ``n_grid`` >= 3 is odd.
+
     Source: project addition (the normalized conditional of issue 26 item 1).
     """
     if not lo < hi:
@@ -83,9 +117,26 @@ def normalized_moments(logf, lo: float, hi: float, n_grid: int, *, log_x: bool =
 
 
 def x64(fn):
-    """Decorator: run ``fn`` under ``jax.enable_x64(True)`` (every check is float64, also when the caller,
-    e.g. the errata CLI, has not switched JAX to 64 bits). Raises whatever ``fn`` raises.
-    Source: project addition (DESIGN.md: validation runs in float64)."""
+    """Decorator: run ``fn`` under ``jax.enable_x64(True)``.
+
+    Every check is float64, also when the caller (e.g. the errata CLI) has not switched JAX to 64 bits.
+
+    Parameters
+    ----------
+    fn : callable
+        The function to wrap (any signature).
+
+    Returns
+    -------
+    callable
+        ``fn`` wrapped (`functools.wraps`), returning what ``fn`` returns.
+
+    Raises
+    ------
+    None of its own; the wrapper raises whatever ``fn`` raises.
+
+    Source: project addition (DESIGN.md: validation runs in float64).
+    """
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):

@@ -38,13 +38,40 @@ def _lam(xi):
 
 
 def monte_carlo_draws(state, obs, hyper, xi, n_draws: int = 20000, seed: int = 0) -> dict:
-    """Per-draw values of every quantity `validation.models.psm.dense_targets` names (except the ELBO),
-    each an array (n_draws, ...) whose mean is the quantity (definitions of sec. 4 and B.1 on draws).
+    """Per-draw values of every quantity `validation.models.psm.dense_targets` names (except the ELBO).
 
-    ``state``: PSMState (I users, J items, K); ``obs``: Observations (I, J); ``hyper``: PSMHyper; ``xi``:
-    (N,) bound parameters on the observed pairs (xi* elsewhere). float64 numpy. Work O(n_draws I J K^2).
-    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 3-4, appendix B.1; check:
-    project addition.
+    Each an array (n_draws, ...) whose mean is the quantity: the definitions of sec. 4 and B.1 evaluated on
+    draws u_i, v_j, b_i, b_j ~ q (`custom_inference.psm.draws_from_q`), with sec. 3's bound written out on
+    each draw. Work O(n_draws I J K^2), memory O(n_draws I J K^2) for the per-pair precisions: small
+    problems only.
+
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        I users, J items, K factors (its s, t, d_prime and xi_star are used too).
+    obs : custom_inference.data.Observations
+        The (I, J) counts; N observed pairs.
+    hyper : custom_inference.psm.PSMHyper
+        Its tau_u, tau_v, tau_b are used.
+    xi : array_like, shape (N,), float
+        Bound parameters on the observed pairs (xi* elsewhere).
+    n_draws : int, default 20000
+        Draws from q.
+    seed : int, default 0
+        ``PRNGKey(seed)`` of the draws.
+
+    Returns
+    -------
+    dict
+        Quantity name -> numpy.ndarray float64 (n_draws, ...): the caches ``{item,user}_{P, m_dag, m_ddag,
+        nu, kappa}``, ``{user,item}_{first, second, omega_star, omega}``, S1, S2, xi_star_sq, ``{user,item}_P_i``
+        (.., K, K), ``{user,item}_m_i`` (.., K), ``{user,item}_rho``, ``{user,item}_nu_i``.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 3-4, appendix B.1; check: project addition.
     """
     d = {k: np.asarray(v[0], np.float64) for k, v in psm.draws_from_q(jax.random.PRNGKey(seed), state, n_draws).items()}
     u, v, bu, bv = d["u"], d["v"], d["b_user"], d["b_item"]
@@ -108,13 +135,31 @@ PRINTED = {
 @functools.lru_cache(maxsize=2)
 @x64
 def monte_carlo_checks(n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
-    """Every solver quantity of `validation.models.psm.dense_targets` (caches B.1, eqs. 6-8, 11, 16, 17,
-    bias updates, B.4.1) and every printed form of its errata rows against Monte Carlo from q, at the
-    errata's warm state (``validation.models.psm.errata_problem``: 8 users, 6 items, K = 2, xi on G off
-    its optimum).
+    """Every solver quantity of `validation.models.psm.dense_targets` and every printed form of its errata rows
+    against Monte Carlo from q.
 
-    Returns a DataFrame: quantity, form ("solver" or the printed row's location), z (max |z| over the
-    quantity's entries), passes (z <= Z_MAX = 5). Raises ValueError for n_draws < 2.
+    The quantities: caches B.1, eqs. 6-8, 11, 16, 17, bias updates, B.4.1; at the errata's warm state
+    (``validation.models.psm.errata_problem``: 8 users, 6 items, K = 2, xi on G off its optimum). Float64
+    (`x64`); the result is cached (`functools.lru_cache`, two entries), so callers must not modify it.
+
+    Parameters
+    ----------
+    n_draws : int >= 2, default 20000
+        Draws from q.
+    seed : int, default 0
+        Seed of the draws.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per quantity and form: quantity, form ("solver" or the printed row's location in `PRINTED`),
+        z (max |z| over the quantity's entries), passes (z <= `Z_MAX` = 5).
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2 (from `mc_z`).
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 4 and appendix B; check: project addition.
     """
     obs, _, state, xi, got, _ = psm_checks.errata_problem()
@@ -141,15 +186,32 @@ _CACHE_ONLY = ("B.4.1, sum_j t_j Omega*_ij quadratic cross term", "B.4.1, sum_j 
 
 @x64
 def cache_checks(n_draws: int = 8000, seed: int = 0) -> pd.DataFrame:
-    """The fast subset of `monte_carlo_checks`: no sweep is compiled. A random state (`validation.models.psm.
-    warm_state` with 0 sweeps: factor variances in [0.25, 1], random s, t; bias means N(+-0.5, 1) so that
-    the bias-weighted caches differ from the plain ones) on random counts (8 x 6, Poisson(0.6)); the ten background caches (B.1), sum_j t_j E a_ij and E a_ij^2, their item twins, S1,
-    S2 and sum_j t_j Omega*_ij (eager calls of `custom_inference.psm`), and the five printed forms of
-    `_CACHE_ONLY`, against Monte Carlo from q.
+    """The fast subset of `monte_carlo_checks`: no sweep is compiled.
 
-    Returns a DataFrame as `monte_carlo_checks` (quantity, form, z, passes). Raises ValueError for
-    n_draws < 2. Source: ``000_619a0297b9d686b2.txt`` sec. 4, appendix B.1, B.3, B.4.1; check: project
-    addition.
+    A random state (`validation.models.psm.warm_state` with 0 sweeps: factor variances in [0.25, 1], random
+    s, t; bias means N(+-0.5, 1) so that the bias-weighted caches differ from the plain ones) on random
+    counts (8 x 6, Poisson(0.6)); the ten background caches (B.1), sum_j t_j E a_ij and E a_ij^2, their item
+    twins, S1, S2 and sum_j t_j Omega*_ij (eager calls of `custom_inference.psm`), and the five printed forms
+    of `_CACHE_ONLY`, against Monte Carlo from q. Float64 (`x64`).
+
+    Parameters
+    ----------
+    n_draws : int >= 2, default 8000
+        Draws from q.
+    seed : int, default 0
+        Seed of the counts, the state and the draws.
+
+    Returns
+    -------
+    pandas.DataFrame
+        As `monte_carlo_checks`: quantity, form, z, passes.
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2 (from `mc_z`).
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, appendix B.1, B.3, B.4.1; check: project addition.
     """
     rng = np.random.default_rng(seed)
     counts = rng.poisson(0.6, (8, 6)).astype(float)

@@ -60,12 +60,41 @@ def _residuals(p, rows, cols, values):
 
 def printed_moments(site: str, index, params, rows, cols, values, hyper=CHECK_HYPER, *,
                     corrected: bool = False) -> tuple[float, float]:
-    """(mean, variance) of Algorithm 2's conditional of ``site`` at ``index`` as printed (or, with
-    ``corrected``, with the squares in the rates and alpha0 as the shape's base).
+    """(mean, variance) of Algorithm 2's conditional of ``site`` at ``index`` as printed, or corrected.
 
-    ``params``: dict of the program's variables (float64 numpy, names of `ppl_models.sbmf.simulate`);
-    ``rows``, ``cols`` int (N,), ``values`` float (N,); ``index``: None or a tuple into the site's array.
-    Returns two floats. Raises ValueError for a site that no line of Algorithm 2 draws.
+    The printed parameters are transcribed literally (NumPy, from the state, with
+    e_ij = r_ij - mu - alpha_i - beta_j - u_i^T v_j); N(mu*, sigma*) is read with variance sigma*,
+    Gamma(alpha*, beta*) as shape / rate (eq. 3.8).
+
+    Parameters
+    ----------
+    site : str
+        A site of `LINES` (its second column), e.g. "sigma_u", "mu", "U".
+    index : tuple of int or None
+        None for a scalar site; (k,) for sigma_u, mu_u, sigma_v, mu_v; (i,) for alpha, beta; (i, k) for
+        U and V.
+    params : dict
+        The program's variables, float64 numpy, named as `ppl_models.sbmf.simulate` returns them.
+    rows, cols : numpy.ndarray, shape (N,), int
+        Row and column index of each observed cell.
+    values : numpy.ndarray, shape (N,), float
+        The ratings r_ij.
+    hyper : ppl_models.sbmf.SBMFHyper, default `validation.models.sbmf.CHECK_HYPER`
+        The hyperparameters.
+    corrected : bool, keyword-only, default False
+        The corrected form of lines 2, 4, 7, 9 (squares in the rates, alpha0 as the shape's base for
+        lines 4 and 9); the other lines are the same in both forms.
+
+    Returns
+    -------
+    tuple of float
+        (mean, variance) of the conditional.
+
+    Raises
+    ------
+    ValueError
+        For a site that no line of Algorithm 2 draws.
+
     Source: ``004_90693a0965f06816.txt`` Algorithm 2 (lines of `LINES`).
     """
     if site not in {line[1] for line in LINES}:
@@ -124,11 +153,31 @@ def printed_moments(site: str, index, params, rows, cols, values, hyper=CHECK_HY
 
 def grid_moments(site: str, index, params, rows, cols, values, lo: float, hi: float, hyper=CHECK_HYPER,
                  n_grid: int = _N_GRID) -> tuple[float, float, float]:
-    """(mean, variance, edge) of the conditional of one scalar by normalizing the program's log joint on
-    ``n_grid`` points of [lo, hi] (`validation.models.printed_forms.normalized_moments`; ``edge`` <= -30
-    means the grid holds the mass).
+    """(mean, variance, edge) of the conditional of one scalar by normalizing the program's log joint on a grid.
 
-    Arguments as `printed_moments`. Raises ValueError unless lo < hi. Source: eq. 3.13; project addition.
+    ``n_grid`` points of [lo, hi] (`validation.models.printed_forms.normalized_moments`, Simpson's rule in
+    x; the log joint `validation.models.sbmf.log_joint_along`, eq. 3.13).
+
+    Parameters
+    ----------
+    site, index, params, rows, cols, values, hyper
+        As `printed_moments`.
+    lo, hi : float
+        The grid's ends (``lo`` < ``hi``), in the site's units.
+    n_grid : int, default 1501
+        Odd, >= 3.
+
+    Returns
+    -------
+    tuple of float
+        (mean, variance, edge); ``edge`` <= -30 means the grid holds the mass.
+
+    Raises
+    ------
+    ValueError
+        Unless ``lo`` < ``hi`` and ``n_grid`` >= 3 is odd (from `normalized_moments`).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 3.13; project addition.
     """
     def logf(grid):
         return log_joint_along(params, rows, cols, values, hyper, site, index, grid)
@@ -137,12 +186,30 @@ def grid_moments(site: str, index, params, rows, cols, values, lo: float, hi: fl
 
 
 def checks(*, seeds=(0, 1, 2), hyper=CHECK_HYPER) -> pd.DataFrame:
-    """Every line of `LINES` at random states (prior draws, I = 6, J = 5, K = 2, 20 cells; one per seed),
-    printed and corrected forms against `grid_moments`.
+    """Every line of `LINES` at random states, printed and corrected forms against `grid_moments`.
 
-    Returns a DataFrame: seed, line, site, form ("printed" / "corrected"), mean_err (|mean - grid mean| /
-    grid sd), var_err (|var / grid var - 1|), edge, agrees (both errors < `MOMENT_TOL`), erratum (the
-    printed form is listed as an erratum). Raises nothing of its own. Source: project addition.
+    States: prior draws (`ppl_models.sbmf.simulate`, I = 6, J = 5, K = 2, 20 cells; one per seed). The grid
+    spans 12 sd of both forms below and 12 (Gamma: 20) sd above, clipped at 1e-12 for Gamma sites.
+
+    Parameters
+    ----------
+    seeds : iterable of int, keyword-only, default (0, 1, 2)
+        Seeds of the states.
+    hyper : ppl_models.sbmf.SBMFHyper, keyword-only, default `validation.models.sbmf.CHECK_HYPER`
+        The hyperparameters.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per seed, line and form: seed, line, site, form ("printed" / "corrected"), mean_err
+        (|mean - grid mean| / grid sd), var_err (|var / grid var - 1|), edge, agrees (both errors
+        < `MOMENT_TOL`), erratum (the printed form is listed as an erratum).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (checks ``004_90693a0965f06816.txt`` Algorithm 2).
     """
     out = []
     for seed in seeds:

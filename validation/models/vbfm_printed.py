@@ -51,11 +51,33 @@ ENUM_DESIGN = dict(seed=5, n_users=4, n_items=3, n_genres=2, n_rows=8, max_genre
 
 
 def large_variance_state(design, K: int, *, seed: int = 0, alpha: float = 2.0) -> vbfm.VBFMState:
-    """A float64 VBFM state with means ~ N(0, 1) and variances ~ U(0.5, 1.5) (w0, w, V) and point alpha.
+    """A float64 VBFM state with large variances, for the Monte Carlo checks.
 
-    ``design``: FMDesign (N, D) with G groups; ``K``: int; returns `custom_inference.vbfm.VBFMState`
-    (float64). Prior precisions are those of ``ppl_models.fm.FMFlatHyper()`` (1.0).
-    Raises ValueError (from `custom_inference.vbfm.init`) for K < 1. Source: project addition.
+    Means ~ N(0, 1) (w0's mean 0.5) and variances ~ U(0.5, 1.5) for w0, w and V, point alpha; prior
+    precisions those of ``ppl_models.fm.FMFlatHyper()`` (1.0).
+
+    Parameters
+    ----------
+    design : custom_inference.fm_design.FMDesign
+        N rows, D features, G groups.
+    K : int >= 1
+        Interaction rank.
+    seed : int, keyword-only, default 0
+        Seed of `custom_inference.vbfm.init` (``PRNGKey(seed)``) and of the NumPy draws of the moments.
+    alpha : float > 0, keyword-only, default 2.0
+        The point value of the noise precision.
+
+    Returns
+    -------
+    custom_inference.vbfm.VBFMState
+        float64; w (D,), V (D, K) natural parameters.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.init`: ``K`` not an integer >= 1, or a non-positive ``alpha``.
+
+    Source: project addition.
     """
     rng = np.random.default_rng(seed)
     D = design.n_features
@@ -69,9 +91,26 @@ def large_variance_state(design, K: int, *, seed: int = 0, alpha: float = 2.0) -
 
 
 def yhat_draws(draws: dict, X: np.ndarray) -> np.ndarray:
-    """yhat_n of eq. 4.1 on every draw: (n_draws, N) float64, from draws w0 (n,), w (n, D), V (n, D, K)
-    and the dense design X (N, D) (small problems only). Raises nothing of its own.
-    Source: ``004_90693a0965f06816.txt`` eq. 4.1 (the definition, pairs i < j)."""
+    """yhat_n of eq. 4.1 on every draw of (w0, w, V).
+
+    Parameters
+    ----------
+    draws : dict
+        numpy arrays float64: "w0" (S,), "w" (S, D), "V" (S, D, K), S draws.
+    X : numpy.ndarray, shape (N, D), float
+        The dense design (small problems only).
+
+    Returns
+    -------
+    numpy.ndarray, shape (S, N), float64
+        w0 + X w + sum_{i < j} x_ni x_nj v_i . v_j per draw.
+
+    Raises
+    ------
+    None of its own (shape mismatches raise NumPy's ValueError).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 4.1 (the definition, pairs i < j).
+    """
     w0, w, V = draws["w0"], draws["w"], draws["V"]
     XV = np.einsum("nd,sdk->snk", X, V)
     X2V2 = np.einsum("nd,sdk->snk", X**2, V**2)
@@ -125,14 +164,33 @@ def _mc_statistics(draws, design, X):
 def monte_carlo_checks(design=None, K: int = 2, *, n_draws: int = 20000, seed: int = 0) -> pd.DataFrame:
     """Every expectation the VBFM updates and ELBO use, solver and printed form against Monte Carlo from q.
 
-    ``design``: FMDesign (default `validation.models.vbfm.SMALL_DESIGN`: 30 rows with 3-5 active
-    features); ``K``: int; ``n_draws``: draws from q of `large_variance_state`. Returns a DataFrame with
-    one row per quantity: quantity, equation, z_solver, z_printed (max |z| over entries, the rule of
-    `validation.models.printed_forms`), solver_passes, printed_passes (|z| <= Z_MAX = 5).
-    Work O(n_draws N D K) (dense X: small designs only).
+    E_q[yhat_n], E_q[(y_n - yhat_n)^2], F_n, F^0, F^w_i, F^v_ik, the w0, w_i and v_ik targets, at
+    `large_variance_state`; the rule of `validation.models.printed_forms`. Work O(n_draws N D K) (dense X:
+    small designs only). Float64 (`x64`).
 
-    Raises ValueError for n_draws < 2. Source: ``004_90693a0965f06816.txt`` eqs. 4.13-4.24, Algorithm 3;
-    check: project addition.
+    Parameters
+    ----------
+    design : custom_inference.fm_design.FMDesign or None, default None
+        None: `validation.models.vbfm.SMALL_DESIGN` (30 rows with 3-5 active features).
+    K : int >= 1, default 2
+        Interaction rank.
+    n_draws : int >= 2, keyword-only, default 20000
+        Draws from q (`custom_inference.vbfm.draws_from_q`, seed ``seed + 1``).
+    seed : int, keyword-only, default 0
+        Seed of the state.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per quantity: quantity, equation, z_solver, z_printed (max |z| over entries), solver_passes,
+        printed_passes (|z| <= `Z_MAX` = 5).
+
+    Raises
+    ------
+    ValueError
+        For ``n_draws`` < 2 (from `mc_z`) and from `large_variance_state` for a bad ``K``.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.13-4.24, Algorithm 3; check: project addition.
     """
     design = design or vbfm_checks.simulated_design(**vbfm_checks.SMALL_DESIGN)
     state = large_variance_state(design, K, seed=seed)
@@ -209,14 +267,36 @@ def _per_row_statistics(state, design):
 
 @x64
 def ovbfm_rescaling_check(design=None, K: int = 2, batch_size: int = 3, *, seed: int = 0) -> pd.DataFrame:
-    """Eqs. 4.30-4.33: the printed per-row targets, rescaled by N (w0) or |Omega_i| (w_i, v_ik) and averaged
-    over the n_i rows of column i in the batch, averaged over ALL batches of ``batch_size`` rows (exact
-    enumeration; for w_i, v_ik over the batches with n_i > 0), against the CAVI statistic over all rows.
+    """OVBFM's rescaled minibatch targets (eqs. 4.30-4.33) against the CAVI statistics, by enumeration of all batches.
 
-    ``design``: FMDesign (default `ENUM_DESIGN`); returns a DataFrame with columns quantity, equation,
-    max_rel_diff, passed (< 1e-12: float64 rounding). Raises ValueError when ``batch_size`` is not in
-    1..N. Source: ``004_90693a0965f06816.txt`` eqs. 4.29-4.33 (the rescaling of 4.25); check: project
-    addition.
+    The printed per-row targets, rescaled by N (w0) or |Omega_i| (w_i, v_ik) and averaged over the n_i rows
+    of column i in the batch, averaged over ALL batches of ``batch_size`` rows (exact enumeration; for w_i,
+    v_ik over the batches with n_i > 0), against the CAVI statistic over all rows, at
+    `large_variance_state`. Float64 (`x64`).
+
+    Parameters
+    ----------
+    design : custom_inference.fm_design.FMDesign or None, default None
+        None: the design of `ENUM_DESIGN` (8 rows). C(N, batch_size) batches are enumerated: small N only.
+    K : int >= 1, default 2
+        Interaction rank.
+    batch_size : int, default 3
+        Rows per batch, in 1..N.
+    seed : int, keyword-only, default 0
+        Seed of the state.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per statistic (w0, w_p, w_h, v_p, v_h): quantity, equation, max_rel_diff, passed (< 1e-12:
+        float64 rounding).
+
+    Raises
+    ------
+    ValueError
+        When ``batch_size`` is not in 1..N; from `large_variance_state` for a bad ``K``.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.29-4.33 (the rescaling of 4.25); check: project addition.
     """
     design = design or vbfm_checks.simulated_design(**ENUM_DESIGN)
     N = design.n_rows
@@ -255,15 +335,33 @@ def ovbfm_rescaling_check(design=None, K: int = 2, batch_size: int = 3, *, seed:
 @functools.lru_cache(maxsize=4)
 @x64
 def ovbfm_alpha_target(form: str, batch_size: int = 3) -> float:
-    """Relative bias of OVBFM's alpha target averaged over ALL batches (exact enumeration) against the
-    CAVI value N / sum_n (R_n^2 + T_n) (Algorithm 3 line 33) on `ENUM_DESIGN` at `large_variance_state`.
+    """Relative bias of OVBFM's alpha target averaged over ALL batches (exact enumeration).
 
-    ``form`` "printed": Algorithm 4 line 30 blends alpha itself towards |s| / sum_{n in s} (R_n^2 + T_n),
-    so its fixed point is the batch average of that ratio; "corrected": blend the Gamma natural
-    parameters (shape N/2, rate (N/|s|) sum_{n in s} (R_n^2 + T_n) / 2), whose fixed point is the ratio of
-    the averaged shape and rate (what `custom_inference.vbfm.update_alpha` does). Returns |fixed point /
-    CAVI - 1| (float). Raises ValueError for another ``form``. Source: ``004_90693a0965f06816.txt``
-    Algorithm 4 line 30; check: project addition.
+    Against the CAVI value N / sum_n (R_n^2 + T_n) (Algorithm 3 line 33) on `ENUM_DESIGN` at
+    `large_variance_state` (K = 2). "printed": Algorithm 4 line 30 blends alpha itself towards
+    |s| / sum_{n in s} (R_n^2 + T_n), so its fixed point is the batch average of that ratio; "corrected":
+    blend the Gamma natural parameters (shape N/2, rate (N/|s|) sum_{n in s} (R_n^2 + T_n) / 2), whose fixed
+    point is the ratio of the averaged shape and rate (what `custom_inference.vbfm.update_alpha` does).
+    Float64 (`x64`); cached (`functools.lru_cache`).
+
+    Parameters
+    ----------
+    form : {"printed", "corrected"}
+        The update judged.
+    batch_size : int, default 3
+        Rows per batch (of the design's 8).
+
+    Returns
+    -------
+    float
+        |fixed point / CAVI - 1|.
+
+    Raises
+    ------
+    ValueError
+        For another ``form``.
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 4 line 30; check: project addition.
     """
     if form not in ("printed", "corrected"):
         raise ValueError(f"form must be 'printed' or 'corrected', got {form!r}")
@@ -280,14 +378,30 @@ def ovbfm_alpha_target(form: str, batch_size: int = 3) -> float:
 
 
 def variational_identities(seed: int = 0, n_random_q: int = 2000) -> dict:
-    """Thesis sec. 2.3.2 (eqs. 2.34-2.41) by exact enumeration on a small discrete model: Z = (Z1, Z2) with
-    3 x 4 states, a random joint log p(X, Z), a random factorised q = q1 q2, and ln p~(Z1) = E_q2[ln p(X, Z)]
-    (the constant of eq. 2.39 set to 0, p~ unnormalised).
+    """Thesis sec. 2.3.2 (eqs. 2.34-2.41) by exact enumeration on a small discrete model.
 
-    Returns float64 values: ``evidence_gap`` |ln p(X) - L - KL(q || p(Z | X))| (eq. 2.34-2.36);
-    ``printed_238`` |L - [KL(p~ || q1) - sum_Z2 q2 ln q2]| (eq. 2.38 as printed); ``corrected_238``
-    |L - [-KL(q1 || p~) - sum_Z2 q2 ln q2]|; ``optimum_241`` max over ``n_random_q`` random q1 of
-    L(q1) - L(q1*) with q1* from eq. 2.41 (must be <= 0). Raises nothing of its own.
+    Z = (Z1, Z2) with 3 x 4 states, a random joint log p(X, Z) ~ N(0, 1.5^2), a random factorised
+    q = q1 q2, and ln p~(Z1) = E_q2[ln p(X, Z)] (the constant of eq. 2.39 set to 0, p~ unnormalised).
+
+    Parameters
+    ----------
+    seed : int, default 0
+        NumPy seed of the joint, of q and of the random q1.
+    n_random_q : int, default 2000
+        Random q1 ~ Dirichlet(1) compared with eq. 2.41's optimum.
+
+    Returns
+    -------
+    dict
+        float values: ``evidence_gap`` |ln p(X) - L - KL(q || p(Z | X))| (eqs. 2.34-2.36); ``printed_238``
+        |L - [KL(p~ || q1) - sum_Z2 q2 ln q2]| (eq. 2.38 as printed); ``corrected_238``
+        |L - [-KL(q1 || p~) - sum_Z2 q2 ln q2]|; ``optimum_241`` max over the random q1 of L(q1) - L(q1*)
+        with q1* from eq. 2.41 (must be <= 0).
+
+    Raises
+    ------
+    None of its own.
+
     Source: ``004_90693a0965f06816.txt`` eqs. 2.34-2.41; check: project addition.
     """
     rng = np.random.default_rng(seed)
