@@ -89,8 +89,11 @@ def _evaluation_runners():
     """evaluation -> the front-door names the evaluation has runners for (the upper layer's half of the part)."""
     from validation.evaluation import counts_eval, implicit_eval, ratings_eval
 
-    return {"counts": set(counts_eval.RUNNERS), "counts+side": set(counts_eval.RUNNERS),
-            "ratings": set(ratings_eval.RUNNERS), "implicit": set(implicit_eval.RUNNERS)}
+    declared = {e: {s.frontdoor for m in MODELS for s in catalog.get(m).solvers
+                    if e in s.evaluations and s.evaluations[e].runner is not None} for e in registry.EVALUATIONS}
+    return {"counts": set(counts_eval.RUNNERS) | declared["counts"],
+            "counts+side": set(counts_eval.RUNNERS) | declared["counts+side"],
+            "ratings": declared["ratings"], "implicit": set(implicit_eval.RUNNERS) | declared["implicit"]}
 
 
 def test_every_declared_evaluation_has_its_runner():
@@ -123,7 +126,7 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
 
     spec = catalog.get("hpf")
     cavi = spec.solver("cavi")
-    assert cavi.evaluations == ("counts",) and "evaluation" in spec.solver("gibbs").absent
+    assert tuple(cavi.evaluations) == ("counts",) and "evaluation" in spec.solver("gibbs").absent
     silent = dataclasses.replace(cavi, evaluations=())
     assert any("no evaluation, and no reason" in p for p in silent.problems(spec))
     assert not any("evaluation" in p for p in dataclasses.replace(silent, absent={"evaluation": "why"}).problems(spec))
@@ -131,6 +134,9 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
         dataclasses.replace(cavi, evaluations=("movies",))
     with pytest.raises(ValueError, match="tuple of names"):
         dataclasses.replace(cavi, evaluations="counts")
+    # a declared runner that does not resolve is a conformance problem, named by evaluation
+    broken = dataclasses.replace(cavi, evaluations={"counts": registry.lazy("validation.models.hpf:no_such_runner")})
+    assert any("counts runner" in p and "does not resolve" in p for p in broken.problems(spec))
     with pytest.raises(ValueError, match="must be one of"):
         catalog.evaluation_systems("movies")
     monkeypatch.delitem(counts_eval.RUNNERS, "npfm")
@@ -140,9 +146,14 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
     monkeypatch.delitem(implicit_eval.RUNNERS, "psm")
     with pytest.raises(registry.MissingDeclaration, match="psm: declares the 'implicit' evaluation"):
         implicit_eval.model_systems()
-    monkeypatch.delitem(ratings_eval.RUNNERS, "bpmf")
+    bpmf = catalog.get("bpmf")
+    runnerless = dataclasses.replace(bpmf.solver(), evaluations=("ratings",))  # the name without a runner
+    specs = catalog.specs()
+    monkeypatch.setattr(catalog, "specs", lambda: tuple(dataclasses.replace(bpmf, solvers=(runnerless,))
+                                                        if x.name == "bpmf" else x for x in specs))
     with pytest.raises(registry.MissingDeclaration, match="bpmf: declares the 'ratings' evaluation"):
         ratings_eval.evaluate_ratings(None, ratings_eval.RatingsConfig(solvers=("bpmf",)), progress=False)
+    monkeypatch.undo()
     # a declared solver without a front-door name cannot be run under one
     nameless = dataclasses.replace(spec, solvers=(dataclasses.replace(cavi, frontdoor=None),))
     monkeypatch.setattr(catalog, "specs", lambda: (nameless,))

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["MODULES", "names", "vi_pairs", "measured", "conformance", "get", "specs", "all_errata", "by_reference",
            "solver_names", "sbc_models", "bridge", "bridge_models", "evidence_adapter", "has_adapter",
            "measure_vi", "regenerate_reference", "evidence_table", "evidence_lines", "evaluation_systems",
-           "evaluation_runner"]
+           "evaluation_entry", "evaluation_runner"]
 
 # model (CLI) name -> validation module declaring its SPEC ("module" or "module:ATTRIBUTE" where one
 # module declares two models)
@@ -155,20 +155,46 @@ def evaluation_systems(evaluation: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def evaluation_runner(evaluation: str, system: str, runners):
-    """``runners[system]``: the runner an evaluation keeps for a declared solver (its front-door name).
+def evaluation_entry(evaluation: str, system: str):
+    """The `validation.checks.registry.EvaluationEntry` that the solver with front-door name ``system`` declares for
+    ``evaluation`` (its ``SolverSpec.evaluations[evaluation]``; imports every declaration).
 
-    ``runners``: the evaluation's mapping front-door name -> runner. Returns the runner. Raises
-    MissingDeclaration naming the evaluation and the system when a solver declares ``evaluation`` and the
-    evaluation has no runner for it (a 14th model that declared the evaluation before writing its runner).
-    Source: project addition (issue 25).
+    Returns the entry. Raises ValueError for an unknown ``evaluation``; MissingDeclaration when no solver
+    declares ``evaluation`` under that front-door name. Source: project addition (issue 25).
+    """
+    from validation.checks.registry import EVALUATIONS, MissingDeclaration
+
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"evaluation must be one of {tuple(EVALUATIONS)}, got {evaluation!r}")
+    for spec in specs():
+        for s in spec.solvers:
+            if s.frontdoor == system and evaluation in s.evaluations:
+                return s.evaluations[evaluation]
+    raise MissingDeclaration(f"{system}: no solver declares the {evaluation!r} evaluation under this front-door name "
+                             f"(declared: {', '.join(evaluation_systems(evaluation))})")
+
+
+def evaluation_runner(evaluation: str, system: str, runners=None):
+    """The runner of the declared solver ``system`` (front-door name) for ``evaluation``: the one its declaration
+    names (`evaluation_entry`), else ``runners[system]`` (an evaluation's own table, for an evaluation whose
+    runners are not in the declarations yet).
+
+    ``runners``: None, or the evaluation's mapping front-door name -> runner. Returns the resolved runner
+    (what the evaluation's runner contract says). Raises MissingDeclaration naming the evaluation and the system
+    when the solver declares ``evaluation`` without a runner (a 14th model that declared the evaluation before
+    writing its runner) or when no solver declares it; ImportError / AttributeError for a declared runner that
+    does not resolve. Source: project addition (issue 25).
     """
     from validation.checks.registry import MissingDeclaration
 
-    if system not in runners:
+    entry = evaluation_entry(evaluation, system)
+    if entry.runner is not None:
+        return entry.get_runner()
+    if runners is None or system not in runners:
         raise MissingDeclaration(f"{system}: declares the {evaluation!r} evaluation, which has no runner for it; "
-                                 f"write one (runners: {', '.join(runners)}) or drop {evaluation!r} from the "
-                                 "solver's evaluations and declare the part absent with its reason")
+                                 f"declare one (SolverSpec(evaluations={{{evaluation!r}: EvaluationEntry(runner)}}), "
+                                 "the contract in the evaluation's module docstring) or drop "
+                                 f"{evaluation!r} from the solver's evaluations and declare the part absent with its reason")
     return runners[system]
 
 
