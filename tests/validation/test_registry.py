@@ -91,9 +91,8 @@ def _evaluation_runners():
 
     declared = {e: {s.frontdoor for m in MODELS for s in catalog.get(m).solvers
                     if e in s.evaluations and s.evaluations[e].runner is not None} for e in registry.EVALUATIONS}
-    return {"counts": set(counts_eval.RUNNERS) | declared["counts"],
-            "counts+side": set(counts_eval.RUNNERS) | declared["counts+side"],
-            "ratings": declared["ratings"], "implicit": set(implicit_eval.RUNNERS) | declared["implicit"]}
+    return {"counts": declared["counts"], "counts+side": declared["counts+side"], "ratings": declared["ratings"],
+            "implicit": set(implicit_eval.RUNNERS) | declared["implicit"]}
 
 
 def test_every_declared_evaluation_has_its_runner():
@@ -139,18 +138,23 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
     assert any("counts runner" in p and "does not resolve" in p for p in broken.problems(spec))
     with pytest.raises(ValueError, match="must be one of"):
         catalog.evaluation_systems("movies")
-    monkeypatch.delitem(counts_eval.RUNNERS, "npfm")
+    specs = catalog.specs()
+
+    def without_runner(model, evaluation):  # the model's first solver declaring ``evaluation`` by name only
+        spec = catalog.get(model)
+        bare = dataclasses.replace(spec.solver(), evaluations=(evaluation,))
+        monkeypatch.setattr(catalog, "specs", lambda: tuple(dataclasses.replace(spec, solvers=(bare,))
+                                                            if x.name == model else x for x in specs))
+
+    without_runner("npfm", "counts")
     with pytest.raises(registry.MissingDeclaration, match="npfm: declares the 'counts' evaluation"):
         counts_eval._runner("npfm")
+    monkeypatch.undo()
     assert counts_eval._runner("ease") is counts_eval._run_ease  # a baseline is the evaluation's own
     monkeypatch.delitem(implicit_eval.RUNNERS, "psm")
     with pytest.raises(registry.MissingDeclaration, match="psm: declares the 'implicit' evaluation"):
         implicit_eval.model_systems()
-    bpmf = catalog.get("bpmf")
-    runnerless = dataclasses.replace(bpmf.solver(), evaluations=("ratings",))  # the name without a runner
-    specs = catalog.specs()
-    monkeypatch.setattr(catalog, "specs", lambda: tuple(dataclasses.replace(bpmf, solvers=(runnerless,))
-                                                        if x.name == "bpmf" else x for x in specs))
+    without_runner("bpmf", "ratings")
     with pytest.raises(registry.MissingDeclaration, match="bpmf: declares the 'ratings' evaluation"):
         ratings_eval.evaluate_ratings(None, ratings_eval.RatingsConfig(solvers=("bpmf",)), progress=False)
     monkeypatch.undo()

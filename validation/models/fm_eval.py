@@ -12,15 +12,23 @@ interface is a project addition (issue 25).
 
 from __future__ import annotations
 
+import sys
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
+import scipy.sparse as sp
 
 from custom_inference import arviz_io, fm_mcmc, fm_sgd, vbfm, vi_driver
+from custom_inference.data import Observations
+from custom_inference.fm_design import FMDesign
 from ppl_models.fm import FMFlatHyper, FMHierHyper
 
 __all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm", "ratings_setting_vbfm",
-           "ratings_setting_ovbfm", "ratings_setting_sgd_fm"]
+           "ratings_setting_ovbfm", "ratings_setting_sgd_fm", "entity_features", "fm_design", "fm_score_fn", "fm_rmse",
+           "tune_sgd_fm", "counts_mcmc_fm", "counts_sgd_fm"]
 
 
 # ------------------------------------------------------------------------------
@@ -152,3 +160,242 @@ def ratings_setting_sgd_fm(cfg) -> str:
     """SGD-FM's settings in the ratings notes. Raises AttributeError as `ratings_setting_vbfm`.
     Source: project addition."""
     return f"SGD-FM: {cfg.sgd_epochs} epochs, eta {cfg.sgd_learning_rate:g}, {cfg.sgd_reg}"
+
+
+# ------------------------------------------------------------------------------
+# protocol P3, top-100 from counts (validation.evaluation.counts_eval): runner(run, side) -> [fit dict]; the FM
+# design of an entry x_(u,i) = a_u + b_i, its score function over all items, and SGD-FM's tuning
+
+
+def entity_features(n_users: int, n_items: int, side=None):
+    """User and item feature rows of the FM design x_(u,i) = a_u + b_i (thesis eq. 2.17, fig. 2.1).
+
+    ``side``: None (ids only) or the tuple of `validation.evaluation.pfm_experiments.ml100k_side_features`
+    (user_features (I, D_u) csr, user_groups (D_u,) int, item_features (J, D_v) csr,
+    item_groups (D_v,) int, names). Columns: user one-hot (I), item one-hot (J), then the user side
+    features and the item side features.
+
+    Returns (A csr float64 (I, D), B csr float64 (J, D), group int64 (D,), group_names tuple of
+    str): groups user 0, item 1, then one per side-feature group (ML-100K: age, gender, occupation,
+    genre).
+
+    Raises ValueError when the side matrices do not have I / J rows.
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 and fig. 2.1 (design); project addition.
+    """
+    I, J = int(n_users), int(n_items)
+    eye = lambda n: sp.identity(n, dtype=np.float64, format="csr")  # noqa: E731
+    if side is None:
+        A = sp.hstack([eye(I), sp.csr_matrix((I, J))], format="csr")
+        B = sp.hstack([sp.csr_matrix((J, I)), eye(J)], format="csr")
+        return A, B, np.r_[np.zeros(I, int), np.ones(J, int)], ("user", "item")
+    Uf, ug, Vf, ig, names = side
+    Uf, Vf = sp.csr_matrix(Uf, dtype=np.float64), sp.csr_matrix(Vf, dtype=np.float64)
+    if Uf.shape[0] != I or Vf.shape[0] != J:
+        raise ValueError(f"side features: expected {I} user and {J} item rows, got {Uf.shape[0]} and {Vf.shape[0]}")
+    Du, Dv = Uf.shape[1], Vf.shape[1]
+    ug, ig = np.asarray(ug, int), np.asarray(ig, int)
+    n_ug = int(ug.max()) + 1 if Du else 0
+    A = sp.hstack([eye(I), sp.csr_matrix((I, J)), Uf, sp.csr_matrix((I, Dv))], format="csr")
+    B = sp.hstack([sp.csr_matrix((J, I)), eye(J), sp.csr_matrix((J, Du)), Vf], format="csr")
+    group = np.r_[np.zeros(I, int), np.ones(J, int), 2 + ug, 2 + n_ug + ig]
+    return A, B, group, tuple(names)
+
+
+def fm_design(obs: Observations, entities, *, dtype=np.float64):
+    """FM design of the entries of ``obs``: row n = A[u_n] + B[i_n], response y_n = the count.
+
+    ``obs``: Observations (I, J) of N entries; ``entities``: the tuple of `entity_features`.
+    Returns `custom_inference.fm_design.FMDesign` (N rows, D columns, ``dtype``).
+
+    Raises ValueError as `FMDesign.from_scipy` (e.g. an empty ``obs``).
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (design of the observed entries, as the thesis's
+    Gaussian FMs use it); project addition.
+    """
+    A, B, group, names = entities
+    u, i = np.asarray(obs.rows), np.asarray(obs.cols)
+    X = A[u] + B[i]
+    return FMDesign.from_scipy(X, np.asarray(obs.values, np.float64), group, group_names=names, dtype=dtype)
+
+
+def fm_score_fn(w0, w, V, entities):
+    """Score function of a factorization machine averaged over draws, for all items at once.
+
+    ``w0`` (S,), ``w`` (S, D), ``V`` (S, D, K) (S draws; S = 1 for a point estimate), ``entities``
+    from `entity_features`. For x = a_u + b_i the FM rate splits into entity terms:
+    yhat = w0 + <a_u, w> + <b_i, w> + <Q_u, Q_i> + P_u + P_i with Q = A V (K,) and
+    P_u = 1/2 sum_k (Q_uk^2 - sum_l a_ul^2 v_lk^2). The mean over draws of <Q_u, Q_i> is one product
+    of the draws' Q concatenated along the factor axis, divided by S, so a block of users costs
+    O(B J S K) without an I x J array.
+
+    Returns ``score_fn(users (B,) int) -> (B, J) float64``.
+
+    Raises ValueError when the shapes of w0, w, V and the design disagree.
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (computed as eq. 4.22), averaged over draws as
+    eq. 2.16; the entity split is a project addition.
+    """
+    A, B, _, _ = entities
+    w0 = np.asarray(w0, np.float64).reshape(-1)
+    S = w0.size
+    w = np.asarray(w, np.float64).reshape(S, -1)
+    V = np.asarray(V, np.float64).reshape(S, w.shape[1], -1)
+    if w.shape[1] != A.shape[1] or B.shape[1] != A.shape[1]:
+        raise ValueError(f"w: {w.shape[1]} features, the design has {A.shape[1]}")
+    A2, B2 = A.multiply(A).tocsr(), B.multiply(B).tocsr()
+
+    def terms(M, M2):
+        lin = np.asarray(M @ w.T).mean(1)  # (n,)
+        Q = np.concatenate([np.asarray(M @ V[s]) for s in range(S)], axis=1)  # (n, S K)
+        sq = np.concatenate([np.asarray(M2 @ (V[s] ** 2)) for s in range(S)], axis=1)
+        P = 0.5 * (Q ** 2 - sq).sum(1) / S
+        return lin + P, Q
+
+    cu, Qu = terms(A, A2)
+    ci, Qi = terms(B, B2)
+    base = w0.mean() + ci[None, :]
+
+    def score_fn(users):
+        users = np.asarray(users)
+        return base + cu[users][:, None] + (Qu[users] @ Qi.T) / S
+
+    return score_fn
+
+
+def _sgd_fit(obs, entities, K, lr, reg, cfg, seed):
+    design = fm_design(obs, entities, dtype=np.dtype(cfg.fm_dtype))
+    res = fm_sgd.fit(seed, design, K, fm_sgd.SGDReg(lambda_0=0.0, lambda_w=reg, lambda_v=reg), learning_rate=lr,
+                     n_epochs=cfg.sgd_epochs, batch_size=cfg.sgd_batch_size, dtype=np.dtype(cfg.fm_dtype))
+    p = res.state
+    return (np.asarray(p.w0)[None], np.asarray(p.w)[None], np.asarray(p.V)[None],
+            float(res.idata.sgd_trace.attrs["seconds"]))
+
+
+def tune_sgd_fm(train: Observations, entities, config, *, validation_split, ranking_metrics, progress: bool = False):
+    """Choose SGD-FM's learning rate and L2 constant on a validation split of the TRAINING entries.
+
+    Grid: ``config.sgd_learning_rates`` x ``config.sgd_regs`` (lambda_w = lambda_v = reg,
+    lambda_0 = 0), ``config.sgd_epochs`` epochs, K = ``config.K``; each setting is fitted on the
+    inner training entries of ``validation_split`` (``config.validation_fraction``, ``config.seed``)
+    and scored on the validation entries (``ranking_metrics``); the largest ``config.select_by`` wins
+    (ties: the first). The validation RMSE of the ratings is reported too (not used).
+    ``train``: Observations (I, J); ``entities``: `entity_features`; ``config``: the counts evaluation's config
+    (`validation.evaluation.counts_eval.CountsConfig`, read by attribute); ``validation_split(train, *, fraction,
+    seed)`` and ``ranking_metrics(score_fn, split)``: the evaluation's split and metrics
+    (`validation.evaluation.counts_eval.validation_split`, `validation.evaluation.counts_eval.ranking_metrics`).
+
+    Returns (learning_rate float, reg float, DataFrame: learning_rate, reg, precision, recall,
+    f_measure, ndcg, ndcg_log2k1, n_users, val_rmse, seconds, chosen).
+
+    Raises ValueError as ``validation_split``, `fm_design` and `custom_inference.fm_sgd.fit`.
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen
+    by cross validation"); the search here is a project addition (issue 13, "fair baselines").
+    """
+    vs = validation_split(train, fraction=config.validation_fraction, seed=config.seed)
+    vu, vi, vy = np.asarray(vs.test.rows), np.asarray(vs.test.cols), np.asarray(vs.test.values, np.float64)
+    rows = []
+    for lr in config.sgd_learning_rates:
+        for reg in config.sgd_regs:
+            t0 = time.perf_counter()
+            w0, w, V, _ = _sgd_fit(vs.train, entities, config.K, float(lr), float(reg), config, config.seed)
+            fn = fm_score_fn(w0, w, V, entities)
+            m = ranking_metrics(fn, vs)
+            rm = fm_rmse(w0, w, V, entities, vu, vi, vy)
+            rows.append({"learning_rate": float(lr), "reg": float(reg), **m, "val_rmse": rm,
+                         "seconds": time.perf_counter() - t0})
+            if progress:
+                print(f"    sgd-fm eta={lr:g} reg={reg:g}: validation {config.select_by} "
+                      f"{m[config.select_by]:.4f}, RMSE {rm:.4f}", file=sys.stderr, flush=True)
+    table = pd.DataFrame(rows)
+    best = int(np.argmax(table[config.select_by].to_numpy()))
+    table["chosen"] = np.arange(len(table)) == best
+    return float(table["learning_rate"].iloc[best]), float(table["reg"].iloc[best]), table
+
+
+def fm_rmse(w0, w, V, entities, u, i, y) -> float:
+    """RMSE of the FM prediction (mean over draws) at entries ``u``, ``i`` (n,) int against ``y`` (n,).
+
+    ``w0`` (S,), ``w`` (S, D), ``V`` (S, D, K) and ``entities`` as `fm_score_fn`. Returns float. Raises ValueError
+    for shapes that do not fit the design (SciPy / NumPy). Source: ``004_90693a0965f06816.txt`` eq. 2.17;
+    project addition (the validation RMSE reported beside the tuning)."""
+    A, B, _, _ = entities
+    S = np.asarray(w0).reshape(-1).size
+    pred = np.zeros(u.size)
+    for s in range(S):
+        Xs = A[u] + B[i]
+        Vs = np.asarray(V).reshape(S, A.shape[1], -1)[s]
+        ws = np.asarray(w).reshape(S, -1)[s]
+        q = np.asarray(Xs @ Vs)
+        sq = np.asarray(Xs.multiply(Xs) @ (Vs ** 2))
+        pred += np.asarray(w0).reshape(-1)[s] + np.asarray(Xs @ ws).ravel() + 0.5 * (q ** 2 - sq).sum(1)
+    pred /= S
+    return float(np.sqrt(np.mean((pred - y) ** 2)))
+
+
+def _edge_sgd(table, cfg) -> str:
+    best = table[table["chosen"]].iloc[0]
+    lrs, regs = sorted(cfg.sgd_learning_rates), sorted(cfg.sgd_regs)
+    edge = [f"{n} {v:g}" for n, v, grid in (("eta", best["learning_rate"], lrs), ("lambda", best["reg"], regs))
+            if len(grid) > 2 and v in (grid[0], grid[-1])]
+    return f", at the edge of the grid in {' and '.join(edge)}" if edge else ""
+
+
+def _entities(run, side):
+    """`entity_features` of the P3 split (with the evaluation's side features when ``side``), shared by the FM
+    runners of one evaluation through ``run.cache``."""
+    key = "fm entities+side" if side else "fm entities"
+    if key not in run.cache:
+        split = run.split
+        run.cache[key] = entity_features(split.n_users, split.n_items, run.side_features() if side else None)
+    return run.cache[key]
+
+
+def counts_mcmc_fm(run, side: bool):
+    """MCMC-FM on protocol P3 (`validation.evaluation.counts_eval`): trained, as in the thesis, on the observed
+    training ratings only (Gaussian likelihood, hierarchical prior), one chain of ``fm_warmup`` + ``fm_samples``
+    sweeps; score: the predicted rating averaged over the kept draws (`fm_score_fn`), for every candidate.
+
+    ``run``: the evaluation's `validation.evaluation.counts_eval.CountsRun` (config, split, progress, cache,
+    side_features); ``side``: add the side features as FM feature groups. Returns a list of one fit dict
+    (method, score_fn, fit_seconds, seconds_per_iteration, iterations, setting), the counts runner contract.
+    Raises what `custom_inference.fm_mcmc.sample` raises.
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4 (MCMC-FM in fig. 5.3), eq. 2.16.
+    """
+    cfg, split = run.config, run.split
+    ent = _entities(run, side)
+    dtype = np.dtype(cfg.fm_dtype)
+    design = fm_design(split.train, ent, dtype=dtype)
+    t0 = time.perf_counter()
+    idata = fm_mcmc.sample(cfg.seed, design, cfg.K, FMHierHyper(), num_chains=1, num_warmup=cfg.fm_warmup,
+                           num_samples=cfg.fm_samples, keep=("w0", "w", "V"), dtype=dtype, progress=run.progress)
+    secs = time.perf_counter() - t0
+    post = arviz_io.group_arrays(idata)
+    fn = fm_score_fn(post["w0"], post["w"], post["V"], ent)
+    tag = "MCMC-FM + side" if side else "MCMC-FM"
+    return [{"method": tag, "score_fn": fn, "fit_seconds": secs,
+             "seconds_per_iteration": idata.posterior.attrs.get("seconds_per_sweep"),
+             "iterations": cfg.fm_warmup + cfg.fm_samples,
+             "setting": f"1 chain x ({cfg.fm_warmup} burn-in + {cfg.fm_samples} kept); Gaussian, observed ratings only"}]
+
+
+def counts_sgd_fm(run, side: bool):
+    """SGD-FM on protocol P3 (`validation.evaluation.counts_eval`): Algorithm 1 on the observed training ratings,
+    learning rate and L2 constant chosen by `tune_sgd_fm` on the validation split of the training entries (the
+    evaluation's ``run.validation_split`` and ``run.ranking_metrics``), then refitted on all training entries.
+
+    ``run``, ``side`` as `counts_mcmc_fm`. Returns a list of one fit dict (method, score_fn, fit_seconds,
+    seconds_per_iteration, iterations, setting, tuning: the search's table). Raises what `tune_sgd_fm` and
+    `custom_inference.fm_sgd.fit` raise.
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 and Algorithm 1; the search is a project addition.
+    """
+    cfg, split = run.config, run.split
+    ent = _entities(run, side)
+    lr, reg, table = tune_sgd_fm(split.train, ent, cfg, validation_split=run.validation_split,
+                                 ranking_metrics=run.ranking_metrics, progress=run.progress)
+    t0 = time.perf_counter()
+    w0, w, V, epoch_secs = _sgd_fit(split.train, ent, cfg.K, lr, reg, cfg, cfg.seed)
+    secs = time.perf_counter() - t0
+    fn = fm_score_fn(w0, w, V, ent)
+    tag = "SGD-FM + side" if side else "SGD-FM"
+    return [{"method": tag, "score_fn": fn, "fit_seconds": secs, "seconds_per_iteration": epoch_secs / cfg.sgd_epochs,
+             "iterations": cfg.sgd_epochs, "tuning": table,
+             "setting": f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
+                        f"{_edge_sgd(table, cfg)}); observed ratings only"}]
