@@ -124,7 +124,9 @@ class EvaluationEntry:
     in the evaluation. ``data``: which of the evaluation's inputs the runner takes (a name the evaluation
     defines, e.g. "split" or "fm" for the ratings; "" where it has one). ``setting``: None, or
     ``setting(config) -> str``, the text of the runner's settings for the evaluation's notes (``config``: the
-    evaluation's config object, read by attribute).
+    evaluation's config object, read by attribute). ``defaults``: None, or the runner's own settings (a dict, or a
+    `lazy` reference to one) that the evaluation merges with a user's overrides keyed by the model's name (e.g.
+    ``implicit_eval.model_systems(rg={"K": 20})``) and hands to the runner.
     Raises nothing on construction (the references resolve on use; `SolverSpec.problems` resolves them).
     Source: project addition (issue 25: the evaluations' per-model code lives in the declarations).
     """
@@ -132,11 +134,17 @@ class EvaluationEntry:
     runner: object
     data: str = ""
     setting: object = None
+    defaults: object = None
 
     def get_runner(self):
         """The runner, resolved. Raises ImportError / AttributeError for a `lazy` reference that does not
         resolve. Source: project addition."""
         return resolve(self.runner)
+
+    def get_defaults(self) -> dict:
+        """A copy of the declared ``defaults`` (resolved), or {} when none. Raises ImportError / AttributeError for
+        a `lazy` reference that does not resolve. Source: project addition."""
+        return dict(resolve(self.defaults) or {})
 
     def setting_text(self, config) -> str:
         """``setting(config)``, or "" when the entry declares none. Raises what ``setting`` raises (e.g.
@@ -244,9 +252,12 @@ class SolverSpec:
                    "sbc": self.name in spec.sbc or self.vsbc is not None,
                    "evaluation": bool(self.evaluations)}
         out = part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
+        out += [f"{spec.name} {self.name}: declares the {e!r} evaluation without a runner"
+                for e, entry in self.evaluations.items() if entry.runner is None]
         refs = [("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)]
         refs += [(f"{e} runner", entry.runner) for e, entry in self.evaluations.items() if entry.runner is not None]
-        refs += [(f"{e} setting", entry.setting) for e, entry in self.evaluations.items() if entry.setting is not None]
+        refs += [(f"{e} {what}", ref) for e, entry in self.evaluations.items()
+                 for what, ref in (("setting", entry.setting), ("defaults", entry.defaults)) if ref is not None]
         for part, ref in refs:
             if ref is not None:
                 try:

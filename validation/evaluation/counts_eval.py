@@ -379,6 +379,7 @@ def _run_ease(ctx, side):
     lam, table = tune_ease(split.train, cfg.ease_lambdas, fraction=cfg.validation_fraction, seed=cfg.seed,
                            select_by=cfg.select_by, values=cfg.ease_values)
     ctx["tuning"]["ease"] = table
+    ctx["tuned"]["ease"] = "EASE^R: lambda"
     t0 = time.perf_counter()
     fn = ease_score_fn(split.train, lam, values=cfg.ease_values)
     secs = time.perf_counter() - t0
@@ -395,8 +396,8 @@ class CountsRun:
     ``"counts+side"``) and called as ``runner(run, side) -> list of fit dicts``, one per table row: ``method``
     (the row's label, unique in the table), ``score_fn`` (``users (B,) int -> (B, J)`` scores over every item),
     ``fit_seconds``, ``seconds_per_iteration`` (None: not reported), ``iterations``, ``setting`` (text), and
-    optionally ``tuning`` (a DataFrame of a validation-split search) and ``extras`` (a dict), both kept under the
-    system's name (``NAME+side`` with ``side``). The evaluation measures each score function on the test split.
+    optionally ``tuning`` (a DataFrame of a validation-split search) with ``tuned`` (what it chose, for the
+    report's title) and ``extras`` (a dict), both kept under the system's name (``NAME+side`` with ``side``). The evaluation measures each score function on the test split.
     ``run`` carries ``config`` (`CountsConfig`), ``split`` (the P3 `HoldoutSplit`), ``progress``, ``data_dir``,
     a ``cache`` the runners of one evaluation share (e.g. FM designs), ``side_features()`` (the MovieLens side
     features aligned with the split, `validation.evaluation.pfm_experiments.ml100k_side_features`, computed once)
@@ -430,6 +431,7 @@ def _model_rows(ctx, system: str, side: bool, runner) -> list[dict]:
     for fit in runner(ctx["run"], side):
         if "tuning" in fit:
             ctx["tuning"][name] = fit["tuning"]
+            ctx["tuned"][name] = f"{fit['method']}: {fit.get('tuned', 'settings')}"
         if "extras" in fit:
             ctx["extras"][name] = fit["extras"]
         rows.append(_row(fit["method"], system, "ids+side" if side else "ids",
@@ -520,7 +522,7 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     names = _resolve_systems(systems, side_features)
     split = datasets.split_random_holdout(df, seed=cfg.seed, row_order="input")
     ctx = {"cfg": cfg, "split": split, "df": df, "data_dir": data_dir, "progress": progress, "tuning": {},
-           "extras": {}, "per_user": {}, "run": CountsRun(cfg, split, progress, data_dir)}
+           "tuned": {}, "extras": {}, "per_user": {}, "run": CountsRun(cfg, split, progress, data_dir)}
     runners = {name: _runner(name.split("+")[0], name.endswith("+side")) for name in names}  # before any work
     rows = []
     for name in names:
@@ -555,11 +557,8 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
         tables = {f"P3 top-{P_AT} (test split)": table.drop(columns=["system"]),
                   f"Differences against {comparison.best_baseline} (paired bootstrap over test users)":
                       comparison.differences}
-        titles = {"ease": "EASE^R: lambda on the validation split of the training data",
-                  "sgd-fm": "SGD-FM: (eta, lambda) on the validation split of the training data",
-                  "sgd-fm+side": "SGD-FM + side: (eta, lambda) on the validation split of the training data"}
         for k, t in ctx["tuning"].items():
-            tables[titles[k]] = t
+            tables[f"{ctx['tuned'][k]} on the validation split of the training data"] = t
         report = evaluation_report(tables, None, out_dir, title="Top-N from counts on MovieLens: protocol P3",
                                    notes=notes)
     return CountsEvaluation(table=table, tuning=ctx["tuning"], notes=notes, report=report, extras=ctx["extras"],

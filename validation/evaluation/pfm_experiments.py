@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from custom_inference import arviz_io
 from custom_inference import pfm
 from ppl_models import pfm as ppl
 

@@ -382,7 +382,7 @@ def counts_sgd_fm(run, side: bool):
     evaluation's ``run.validation_split`` and ``run.ranking_metrics``), then refitted on all training entries.
 
     ``run``, ``side`` as `counts_mcmc_fm`. Returns a list of one fit dict (method, score_fn, fit_seconds,
-    seconds_per_iteration, iterations, setting, tuning: the search's table). Raises what `tune_sgd_fm` and
+    seconds_per_iteration, iterations, setting, tuning: the search's table, tuned: what it chose). Raises what `tune_sgd_fm` and
     `custom_inference.fm_sgd.fit` raise.
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 and Algorithm 1; the search is a project addition.
     """
@@ -396,6 +396,6 @@ def counts_sgd_fm(run, side: bool):
     fn = fm_score_fn(w0, w, V, ent)
     tag = "SGD-FM + side" if side else "SGD-FM"
     return [{"method": tag, "score_fn": fn, "fit_seconds": secs, "seconds_per_iteration": epoch_secs / cfg.sgd_epochs,
-             "iterations": cfg.sgd_epochs, "tuning": table,
+             "iterations": cfg.sgd_epochs, "tuning": table, "tuned": "(eta, lambda)",
              "setting": f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
                         f"{_edge_sgd(table, cfg)}); observed ratings only"}]
