@@ -397,7 +397,8 @@ class CountsRun:
     (the row's label, unique in the table), ``score_fn`` (``users (B,) int -> (B, J)`` scores over every item),
     ``fit_seconds``, ``seconds_per_iteration`` (None: not reported), ``iterations``, ``setting`` (text), and
     optionally ``tuning`` (a DataFrame of a validation-split search) with ``tuned`` (what it chose, for the
-    report's title) and ``extras`` (a dict), both kept under the system's name (``NAME+side`` with ``side``). The evaluation measures each score function on the test split.
+    report's title) and ``extras`` (a dict), both kept under the system's name (``NAME+side`` with ``side``).
+    A declaration's ``EvaluationEntry.setting`` adds a line of its settings to the notes. The evaluation measures each score function on the test split.
     ``run`` carries ``config`` (`CountsConfig`), ``split`` (the P3 `HoldoutSplit`), ``progress``, ``data_dir``,
     a ``cache`` the runners of one evaluation share (e.g. FM designs), ``side_features()`` (the MovieLens side
     features aligned with the split, `validation.evaluation.pfm_experiments.ml100k_side_features`, computed once)
@@ -453,6 +454,16 @@ def _runner(name: str, side: bool = False):
         return _BASELINE_RUNNERS[name]
     runner = catalog.evaluation_runner("counts+side" if side else "counts", name)
     return lambda ctx, side: _model_rows(ctx, name, side, runner)
+
+
+def _setting(name: str, cfg: CountsConfig) -> str:
+    """The settings text a run system's declaration gives for the notes ("" for a baseline or none declared)."""
+    from validation.models import catalog
+
+    base, side = name.split("+")[0], name.endswith("+side")
+    if base in _BASELINE_RUNNERS:
+        return ""
+    return catalog.evaluation_entry("counts+side" if side else "counts", base).setting_text(cfg)
 
 
 def _resolve_systems(names, side_features: bool) -> list[str]:
@@ -546,8 +557,7 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
              f"tuning: validation split = {cfg.validation_fraction:g} of the training entries (seed ({cfg.seed}, 1)), "
              f"criterion validation {cfg.select_by}@{P_AT}; the test split is never used",
              f"EASE^R searched lambda in {list(cfg.ease_lambdas)} (X {cfg.ease_values})",
-             f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
-             f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}",
+             *dict.fromkeys(t for t in (_setting(name, cfg) for name in names) if t),  # the solvers' own, once each
              "fit_seconds: the final fit (compilation included), tuning excluded; NPFM/PPFM: sampling only",
              comparison.note() + f"; diff / ci_low / ci_high / verdict: {MAIN_METRIC}@{P_AT}"]
     report = None

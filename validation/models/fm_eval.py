@@ -28,7 +28,7 @@ from ppl_models.fm import FMFlatHyper, FMHierHyper
 
 __all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm", "ratings_setting_vbfm",
            "ratings_setting_ovbfm", "ratings_setting_sgd_fm", "entity_features", "fm_design", "fm_score_fn", "fm_rmse",
-           "tune_sgd_fm", "counts_mcmc_fm", "counts_sgd_fm"]
+           "tune_sgd_fm", "counts_mcmc_fm", "counts_sgd_fm", "counts_setting_sgd_fm"]
 
 
 # ------------------------------------------------------------------------------
@@ -399,3 +399,10 @@ def counts_sgd_fm(run, side: bool):
              "iterations": cfg.sgd_epochs, "tuning": table, "tuned": "(eta, lambda)",
              "setting": f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
                         f"{_edge_sgd(table, cfg)}); observed ratings only"}]
+
+
+def counts_setting_sgd_fm(cfg) -> str:
+    """SGD-FM's search in the counts notes (``cfg``: `validation.evaluation.counts_eval.CountsConfig`).
+    Raises AttributeError for a config without the fields. Source: project addition."""
+    return (f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
+            f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}")

@@ -836,8 +836,10 @@ SPEC = registry.ModelSpec(
              # the thesis's SGD baseline (004 ch. 2): the same FM likelihood with an L2 penalty, one point
              registry.SolverSpec("sgd", "point", algorithm=registry.lazy("custom_inference.fm_sgd:ALGORITHM"),
                                  frontdoor="sgd-fm",
-                                 evaluations={**dict.fromkeys(("counts", "counts+side"), registry.lazy(
-                                     "validation.models.fm_eval:counts_sgd_fm")), "ratings": registry.EvaluationEntry(
+                                 evaluations={**dict.fromkeys(("counts", "counts+side"), registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:counts_sgd_fm"),
+                                     setting=registry.lazy("validation.models.fm_eval:counts_setting_sgd_fm"))),
+                                     "ratings": registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:ratings_sgd_fm"), data="fm",
                                      setting=registry.lazy("validation.models.fm_eval:ratings_setting_sgd_fm"))},
                                  absent=registry.POINT_ESTIMATE)),
