@@ -37,13 +37,33 @@ __all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm",
 
 
 def ratings_mcmc_fm(designs, K: int, run):
-    """MCMC-FM on P2: one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps (`custom_inference.fm_mcmc.sample`,
-    hierarchical prior), the prediction of each kept draw at the test rows, averaged as the samples come.
+    """MCMC-FM on P2: one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps, the kept draws' predictions averaged.
 
-    ``designs``: (train, test) `custom_inference.fm_design.FMDesign`; ``K``: rank; ``run``: the evaluation's
-    `validation.evaluation.ratings_eval.RatingsRun` (config, key, progress, ``gibbs_curve``). Returns
-    ``run.gibbs_curve``'s tuple (iterations (n,), seconds (n,), RMSE of the running average (n,), seconds per
-    sweep, final prediction (M,) float64). Raises what `custom_inference.fm_mcmc.sample` raises.
+    `custom_inference.fm_mcmc.sample` with the hierarchical prior; the prediction of each kept draw at the test
+    rows, averaged as the samples come (``run.gibbs_curve``).
+
+    Parameters
+    ----------
+    designs : tuple of custom_inference.fm_design.FMDesign
+        (train, test) FM designs of the P2 split (`validation.data.datasets.fm_features`), test rows in the order
+        of the test ratings.
+    K : int
+        Rank.
+    run : validation.evaluation.ratings_eval.RatingsRun
+        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
+
+    Returns
+    -------
+    tuple
+        (iterations (n,) int, seconds (n,) cumulative, RMSE (n,), seconds per iteration (float), final prediction
+        (M,) float64): the ratings runner contract.
+
+    Raises
+    ------
+    ValueError
+        What `custom_inference.fm_mcmc.sample` raises for bad data or settings.
+
     Source: ``004_90693a0965f06816.txt`` sec. 2.5 (MCMC-FM), eq. 2.16 (the average over draws).
     """
     train, test = designs
@@ -83,12 +103,33 @@ def _vi_loop(state, sweep, n_iter, test, tol, run, desc):
 
 
 def ratings_vbfm(designs, K: int, run):
-    """VBFM (CAVI, `custom_inference.vbfm.step`) on P2: at most ``vi_max_iter`` sweeps, stopping when the relative
-    ELBO change < ``vi_tol``; the curve is the RMSE of the mean of q (eq. 4.22) after each sweep.
+    """VBFM (CAVI, `custom_inference.vbfm.step`) on P2: at most ``vi_max_iter`` sweeps, stopping at ``vi_tol``.
 
-    ``designs``, ``K``, ``run`` as `ratings_mcmc_fm` (``run.rmse`` scores each sweep). Returns (iterations (n,),
-    seconds (n,), RMSE (n,), seconds per sweep, final prediction (M,) float64). Raises what
-    `custom_inference.vi_driver.run` raises (FloatingPointError for a non-finite ELBO).
+    Stops when the relative ELBO change < ``vi_tol``; the curve is the RMSE (``run.rmse``) of the mean of q
+    (eq. 4.22) after each sweep.
+
+    Parameters
+    ----------
+    designs : tuple of custom_inference.fm_design.FMDesign
+        (train, test) FM designs of the P2 split (`validation.data.datasets.fm_features`), test rows in the order
+        of the test ratings.
+    K : int
+        Rank.
+    run : validation.evaluation.ratings_eval.RatingsRun
+        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
+
+    Returns
+    -------
+    tuple
+        (iterations (n,) int, seconds (n,) cumulative, RMSE (n,), seconds per iteration (float), final prediction
+        (M,) float64): the ratings runner contract.
+
+    Raises
+    ------
+    FloatingPointError
+        From `custom_inference.vi_driver.run` for a non-finite ELBO.
+
     Source: ``004_90693a0965f06816.txt`` Algorithm 3, eq. 4.22.
     """
     train, test = designs
@@ -101,11 +142,33 @@ def ratings_vbfm(designs, K: int, run):
 
 
 def ratings_ovbfm(designs, K: int, run):
-    """OVBFM (stochastic VI, `custom_inference.vbfm.svi_step`) on P2: ``ovbfm_epochs`` epochs of ``ovbfm_batches``
-    minibatches, step sizes (1 + t)^-``ovbfm_lam``; the curve is the RMSE of the mean of q after each epoch.
+    """OVBFM (stochastic VI, `custom_inference.vbfm.svi_step`) on P2: ``ovbfm_epochs`` epochs of minibatches.
 
-    ``designs``, ``K``, ``run`` as `ratings_vbfm` (the minibatches are drawn with ``numpy.random.default_rng(seed)``).
-    Returns as `ratings_vbfm`. Raises what `custom_inference.vbfm.svi_step` raises.
+    ``ovbfm_batches`` minibatches an epoch (drawn with ``numpy.random.default_rng(seed)``), step sizes
+    (1 + t)^-``ovbfm_lam``; the curve is the RMSE of the mean of q after each epoch.
+
+    Parameters
+    ----------
+    designs : tuple of custom_inference.fm_design.FMDesign
+        (train, test) FM designs of the P2 split (`validation.data.datasets.fm_features`), test rows in the order
+        of the test ratings.
+    K : int
+        Rank.
+    run : validation.evaluation.ratings_eval.RatingsRun
+        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
+
+    Returns
+    -------
+    tuple
+        (iterations (n,) int, seconds (n,) cumulative, RMSE (n,), seconds per iteration (float), final prediction
+        (M,) float64): the ratings runner contract.
+
+    Raises
+    ------
+    ValueError
+        What `custom_inference.vbfm.svi_step` / `custom_inference.vbfm.make_batches` raise for bad settings.
+
     Source: ``004_90693a0965f06816.txt`` Algorithm 4, eq. 4.22.
     """
     train, test = designs
@@ -126,11 +189,32 @@ def ratings_ovbfm(designs, K: int, run):
 
 
 def ratings_sgd_fm(designs, K: int, run):
-    """SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on P2: ``sgd_epochs`` epochs at ``sgd_learning_rate``
-    with ``sgd_reg``; the curve is the solver's test RMSE after each epoch.
+    """SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on P2: ``sgd_epochs`` epochs.
 
-    ``designs``, ``K``, ``run`` as `ratings_mcmc_fm`. Returns (iterations (n,), seconds (n,), RMSE (n,), seconds
-    per epoch, final prediction (M,) float64). Raises what `custom_inference.fm_sgd.fit` raises.
+    Learning rate ``sgd_learning_rate``, penalty ``sgd_reg``; the curve is the solver's test RMSE after each epoch.
+
+    Parameters
+    ----------
+    designs : tuple of custom_inference.fm_design.FMDesign
+        (train, test) FM designs of the P2 split (`validation.data.datasets.fm_features`), test rows in the order
+        of the test ratings.
+    K : int
+        Rank.
+    run : validation.evaluation.ratings_eval.RatingsRun
+        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
+
+    Returns
+    -------
+    tuple
+        (iterations (n,) int, seconds (n,) cumulative, RMSE (n,), seconds per iteration (float), final prediction
+        (M,) float64): the ratings runner contract.
+
+    Raises
+    ------
+    ValueError
+        What `custom_inference.fm_sgd.fit` raises for bad data or settings.
+
     Source: ``004_90693a0965f06816.txt`` Algorithm 1.
     """
     train, test = designs
@@ -145,20 +229,68 @@ def ratings_sgd_fm(designs, K: int, run):
 
 
 def ratings_setting_vbfm(cfg) -> str:
-    """VBFM's settings in the ratings notes (``cfg``: `validation.evaluation.ratings_eval.RatingsConfig`).
-    Raises AttributeError for a config without the fields. Source: project addition."""
+    """VBFM's settings in the ratings notes.
+
+    Parameters
+    ----------
+    cfg : validation.evaluation.ratings_eval.RatingsConfig
+        The evaluation's config, read by attribute.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    AttributeError
+        For a config without the fields it reads.
+
+    Source: project addition.
+    """
     return f"VBFM: at most {cfg.vi_max_iter} sweeps, tol {cfg.vi_tol:g}"
 
 
 def ratings_setting_ovbfm(cfg) -> str:
-    """OVBFM's settings in the ratings notes. Raises AttributeError as `ratings_setting_vbfm`.
-    Source: project addition."""
+    """OVBFM's settings in the ratings notes.
+
+    Parameters
+    ----------
+    cfg : validation.evaluation.ratings_eval.RatingsConfig
+        The evaluation's config, read by attribute.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    AttributeError
+        For a config without the fields it reads.
+
+    Source: project addition.
+    """
     return f"OVBFM: {cfg.ovbfm_epochs} epochs x {cfg.ovbfm_batches} minibatches, (1 + t)^-{cfg.ovbfm_lam}"
 
 
 def ratings_setting_sgd_fm(cfg) -> str:
-    """SGD-FM's settings in the ratings notes. Raises AttributeError as `ratings_setting_vbfm`.
-    Source: project addition."""
+    """SGD-FM's settings in the ratings notes.
+
+    Parameters
+    ----------
+    cfg : validation.evaluation.ratings_eval.RatingsConfig
+        The evaluation's config, read by attribute.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    AttributeError
+        For a config without the fields it reads.
+
+    Source: project addition.
+    """
     return f"SGD-FM: {cfg.sgd_epochs} epochs, eta {cfg.sgd_learning_rate:g}, {cfg.sgd_reg}"
 
 
@@ -170,16 +302,28 @@ def ratings_setting_sgd_fm(cfg) -> str:
 def entity_features(n_users: int, n_items: int, side=None):
     """User and item feature rows of the FM design x_(u,i) = a_u + b_i (thesis eq. 2.17, fig. 2.1).
 
-    ``side``: None (ids only) or the tuple of `validation.evaluation.pfm_experiments.ml100k_side_features`
-    (user_features (I, D_u) csr, user_groups (D_u,) int, item_features (J, D_v) csr,
-    item_groups (D_v,) int, names). Columns: user one-hot (I), item one-hot (J), then the user side
-    features and the item side features.
+    Columns: user one-hot (I), item one-hot (J), then the user side features and the item side features.
 
-    Returns (A csr float64 (I, D), B csr float64 (J, D), group int64 (D,), group_names tuple of
-    str): groups user 0, item 1, then one per side-feature group (ML-100K: age, gender, occupation,
-    genre).
+    Parameters
+    ----------
+    n_users, n_items : int
+        I and J.
+    side : tuple or None
+        None (ids only) or the tuple of `validation.evaluation.pfm_experiments.ml100k_side_features`
+        (user_features (I, D_u) csr, user_groups (D_u,) int, item_features (J, D_v) csr, item_groups (D_v,) int,
+        names).
 
-    Raises ValueError when the side matrices do not have I / J rows.
+    Returns
+    -------
+    tuple
+        (A csr float64 (I, D), B csr float64 (J, D), group int64 (D,), group_names tuple of str): groups user 0,
+        item 1, then one per side-feature group (ML-100K: age, gender, occupation, genre).
+
+    Raises
+    ------
+    ValueError
+        When the side matrices do not have I / J rows.
+
     Source: ``004_90693a0965f06816.txt`` eq. 2.17 and fig. 2.1 (design); project addition.
     """
     I, J = int(n_users), int(n_items)
@@ -204,12 +348,27 @@ def entity_features(n_users: int, n_items: int, side=None):
 def fm_design(obs: Observations, entities, *, dtype=np.float64):
     """FM design of the entries of ``obs``: row n = A[u_n] + B[i_n], response y_n = the count.
 
-    ``obs``: Observations (I, J) of N entries; ``entities``: the tuple of `entity_features`.
-    Returns `custom_inference.fm_design.FMDesign` (N rows, D columns, ``dtype``).
+    Parameters
+    ----------
+    obs : custom_inference.data.Observations
+        (I, J) with N entries.
+    entities : tuple
+        The tuple of `entity_features`.
+    dtype : numpy dtype
+        Of the design.
 
-    Raises ValueError as `FMDesign.from_scipy` (e.g. an empty ``obs``).
-    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (design of the observed entries, as the thesis's
-    Gaussian FMs use it); project addition.
+    Returns
+    -------
+    custom_inference.fm_design.FMDesign
+        N rows, D columns.
+
+    Raises
+    ------
+    ValueError
+        As `FMDesign.from_scipy` (e.g. an empty ``obs``).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (design of the observed entries, as the thesis's Gaussian FMs
+    use it); project addition.
     """
     A, B, group, names = entities
     u, i = np.asarray(obs.rows), np.asarray(obs.cols)
@@ -220,18 +379,34 @@ def fm_design(obs: Observations, entities, *, dtype=np.float64):
 def fm_score_fn(w0, w, V, entities):
     """Score function of a factorization machine averaged over draws, for all items at once.
 
-    ``w0`` (S,), ``w`` (S, D), ``V`` (S, D, K) (S draws; S = 1 for a point estimate), ``entities``
-    from `entity_features`. For x = a_u + b_i the FM rate splits into entity terms:
-    yhat = w0 + <a_u, w> + <b_i, w> + <Q_u, Q_i> + P_u + P_i with Q = A V (K,) and
-    P_u = 1/2 sum_k (Q_uk^2 - sum_l a_ul^2 v_lk^2). The mean over draws of <Q_u, Q_i> is one product
-    of the draws' Q concatenated along the factor axis, divided by S, so a block of users costs
+    For x = a_u + b_i the FM rate splits into entity terms: yhat = w0 + <a_u, w> + <b_i, w> + <Q_u, Q_i> + P_u + P_i
+    with Q = A V (K,) and P_u = 1/2 sum_k (Q_uk^2 - sum_l a_ul^2 v_lk^2). The mean over draws of <Q_u, Q_i> is one
+    product of the draws' Q concatenated along the factor axis, divided by S, so a block of users costs
     O(B J S K) without an I x J array.
 
-    Returns ``score_fn(users (B,) int) -> (B, J) float64``.
+    Parameters
+    ----------
+    w0 : array_like, (S,)
+        Global biases of S draws (S = 1 for a point estimate).
+    w : array_like, (S, D)
+        Feature weights.
+    V : array_like, (S, D, K)
+        Factors.
+    entities : tuple
+        From `entity_features`.
 
-    Raises ValueError when the shapes of w0, w, V and the design disagree.
-    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (computed as eq. 4.22), averaged over draws as
-    eq. 2.16; the entity split is a project addition.
+    Returns
+    -------
+    callable
+        ``score_fn(users (B,) int) -> (B, J) float64``.
+
+    Raises
+    ------
+    ValueError
+        When the shapes of w0, w, V and the design disagree.
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (computed as eq. 4.22), averaged over draws as eq. 2.16; the
+    entity split is a project addition.
     """
     A, B, _, _ = entities
     w0 = np.asarray(w0, np.float64).reshape(-1)
@@ -272,22 +447,41 @@ def _sgd_fit(obs, entities, K, lr, reg, cfg, seed):
 def tune_sgd_fm(train: Observations, entities, config, *, validation_split, ranking_metrics, progress: bool = False):
     """Choose SGD-FM's learning rate and L2 constant on a validation split of the TRAINING entries.
 
-    Grid: ``config.sgd_learning_rates`` x ``config.sgd_regs`` (lambda_w = lambda_v = reg,
-    lambda_0 = 0), ``config.sgd_epochs`` epochs, K = ``config.K``; each setting is fitted on the
-    inner training entries of ``validation_split`` (``config.validation_fraction``, ``config.seed``)
-    and scored on the validation entries (``ranking_metrics``); the largest ``config.select_by`` wins
-    (ties: the first). The validation RMSE of the ratings is reported too (not used).
-    ``train``: Observations (I, J); ``entities``: `entity_features`; ``config``: the counts evaluation's config
-    (`validation.evaluation.counts_eval.CountsConfig`, read by attribute); ``validation_split(train, *, fraction,
-    seed)`` and ``ranking_metrics(score_fn, split)``: the evaluation's split and metrics
-    (`validation.evaluation.counts_eval.validation_split`, `validation.evaluation.counts_eval.ranking_metrics`).
+    Grid: ``config.sgd_learning_rates`` x ``config.sgd_regs`` (lambda_w = lambda_v = reg, lambda_0 = 0),
+    ``config.sgd_epochs`` epochs, K = ``config.K``; each setting is fitted on the inner training entries of
+    ``validation_split`` (``config.validation_fraction``, ``config.seed``) and scored on the validation entries
+    (``ranking_metrics``); the largest ``config.select_by`` wins (ties: the first). The validation RMSE of the
+    ratings is reported too (not used).
 
-    Returns (learning_rate float, reg float, DataFrame: learning_rate, reg, precision, recall,
-    f_measure, ndcg, ndcg_log2k1, n_users, val_rmse, seconds, chosen).
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        (I, J) training entries; the test split is not an argument.
+    entities : tuple
+        From `entity_features`.
+    config : validation.evaluation.counts_eval.CountsConfig
+        The evaluation's config, read by attribute.
+    validation_split : callable
+        ``validation_split(train, *, fraction, seed) -> HoldoutSplit`` (the evaluation's,
+        `validation.evaluation.counts_eval.validation_split`).
+    ranking_metrics : callable
+        ``ranking_metrics(score_fn, split) -> dict`` (`validation.evaluation.counts_eval.ranking_metrics`).
+    progress : bool
+        One line per setting on stderr.
 
-    Raises ValueError as ``validation_split``, `fm_design` and `custom_inference.fm_sgd.fit`.
-    Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen
-    by cross validation"); the search here is a project addition (issue 13, "fair baselines").
+    Returns
+    -------
+    tuple
+        (learning_rate float, reg float, DataFrame: learning_rate, reg, precision, recall, f_measure, ndcg,
+        ndcg_log2k1, n_users, val_rmse, seconds, chosen).
+
+    Raises
+    ------
+    ValueError
+        As ``validation_split``, `fm_design` and `custom_inference.fm_sgd.fit`.
+
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen by cross
+    validation"); the search here is a project addition (issue 13, "fair baselines").
     """
     vs = validation_split(train, fraction=config.validation_fraction, seed=config.seed)
     vu, vi, vy = np.asarray(vs.test.rows), np.asarray(vs.test.cols), np.asarray(vs.test.values, np.float64)
@@ -311,11 +505,30 @@ def tune_sgd_fm(train: Observations, entities, config, *, validation_split, rank
 
 
 def fm_rmse(w0, w, V, entities, u, i, y) -> float:
-    """RMSE of the FM prediction (mean over draws) at entries ``u``, ``i`` (n,) int against ``y`` (n,).
+    """RMSE of the FM prediction (mean over draws) at entries ``u``, ``i`` against ``y``.
 
-    ``w0`` (S,), ``w`` (S, D), ``V`` (S, D, K) and ``entities`` as `fm_score_fn`. Returns float. Raises ValueError
-    for shapes that do not fit the design (SciPy / NumPy). Source: ``004_90693a0965f06816.txt`` eq. 2.17;
-    project addition (the validation RMSE reported beside the tuning)."""
+    Parameters
+    ----------
+    w0, w, V : array_like
+        (S,), (S, D), (S, D, K), as `fm_score_fn`.
+    entities : tuple
+        From `entity_features`.
+    u, i : ndarray, (n,) int
+        Rows and columns of the entries.
+    y : ndarray, (n,)
+        Their values.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not fit the design (SciPy / NumPy).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17; project addition (the validation RMSE beside the tuning).
+    """
     A, B, _, _ = entities
     S = np.asarray(w0).reshape(-1).size
     pred = np.zeros(u.size)
@@ -349,14 +562,32 @@ def _entities(run, side):
 
 
 def counts_mcmc_fm(run, side: bool):
-    """MCMC-FM on protocol P3 (`validation.evaluation.counts_eval`): trained, as in the thesis, on the observed
-    training ratings only (Gaussian likelihood, hierarchical prior), one chain of ``fm_warmup`` + ``fm_samples``
-    sweeps; score: the predicted rating averaged over the kept draws (`fm_score_fn`), for every candidate.
+    """MCMC-FM on protocol P3: the Gaussian FM on the observed training ratings, averaged over kept draws.
 
-    ``run``: the evaluation's `validation.evaluation.counts_eval.CountsRun` (config, split, progress, cache,
-    side_features); ``side``: add the side features as FM feature groups. Returns a list of one fit dict
-    (method, score_fn, fit_seconds, seconds_per_iteration, iterations, setting), the counts runner contract.
-    Raises what `custom_inference.fm_mcmc.sample` raises.
+    As in the thesis, trained on the observed training ratings only (hierarchical prior), one chain of
+    ``fm_warmup`` + ``fm_samples`` sweeps; score: the predicted rating averaged over the kept draws
+    (`fm_score_fn`), for every candidate.
+
+    Parameters
+    ----------
+    run : validation.evaluation.counts_eval.CountsRun
+        The evaluation's context: ``config`` (`CountsConfig`), ``split`` (the P3 split), ``progress``, ``cache``,
+        ``side_features()``, ``validation_split``, ``ranking_metrics``.
+    side : bool
+        Add the MovieLens side features as further FM feature groups.
+
+    Returns
+    -------
+    list of dict
+        One fit dict (method, score_fn ``users (B,) int -> (B, J)``, fit_seconds, seconds_per_iteration,
+        iterations, setting): the counts runner contract.
+
+    Raises
+    ------
+    ValueError
+        What `custom_inference.fm_mcmc.sample` raises; with ``side``, what ``run.side_features`` raises (missing
+        side files).
+
     Source: ``004_90693a0965f06816.txt`` sec. 5.4 (MCMC-FM in fig. 5.3), eq. 2.16.
     """
     cfg, split = run.config, run.split
@@ -377,13 +608,31 @@ def counts_mcmc_fm(run, side: bool):
 
 
 def counts_sgd_fm(run, side: bool):
-    """SGD-FM on protocol P3 (`validation.evaluation.counts_eval`): Algorithm 1 on the observed training ratings,
-    learning rate and L2 constant chosen by `tune_sgd_fm` on the validation split of the training entries (the
+    """SGD-FM on protocol P3: Algorithm 1 on the observed training ratings, its settings tuned first.
+
+    Learning rate and L2 constant chosen by `tune_sgd_fm` on the validation split of the training entries (the
     evaluation's ``run.validation_split`` and ``run.ranking_metrics``), then refitted on all training entries.
 
-    ``run``, ``side`` as `counts_mcmc_fm`. Returns a list of one fit dict (method, score_fn, fit_seconds,
-    seconds_per_iteration, iterations, setting, tuning: the search's table, tuned: what it chose). Raises what `tune_sgd_fm` and
-    `custom_inference.fm_sgd.fit` raise.
+    Parameters
+    ----------
+    run : validation.evaluation.counts_eval.CountsRun
+        The evaluation's context: ``config`` (`CountsConfig`), ``split`` (the P3 split), ``progress``, ``cache``,
+        ``side_features()``, ``validation_split``, ``ranking_metrics``.
+    side : bool
+        Add the MovieLens side features as further FM feature groups.
+
+    Returns
+    -------
+    list of dict
+        One fit dict (method, score_fn ``users (B,) int -> (B, J)``, fit_seconds, seconds_per_iteration,
+        iterations, setting, tuning: the search's table, tuned: what it chose): the counts runner contract.
+
+    Raises
+    ------
+    ValueError
+        What `tune_sgd_fm` and `custom_inference.fm_sgd.fit` raise; with ``side``, what ``run.side_features``
+        raises.
+
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 and Algorithm 1; the search is a project addition.
     """
     cfg, split = run.config, run.split
@@ -402,7 +651,23 @@ def counts_sgd_fm(run, side: bool):
 
 
 def counts_setting_sgd_fm(cfg) -> str:
-    """SGD-FM's search in the counts notes (``cfg``: `validation.evaluation.counts_eval.CountsConfig`).
-    Raises AttributeError for a config without the fields. Source: project addition."""
+    """SGD-FM's search in the counts notes.
+
+    Parameters
+    ----------
+    cfg : validation.evaluation.counts_eval.CountsConfig
+        The evaluation's config, read by attribute.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    AttributeError
+        For a config without the fields it reads.
+
+    Source: project addition.
+    """
     return (f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
             f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}")

@@ -22,22 +22,51 @@ __all__ = ["p3_scores", "counts_runner"]
 
 def p3_scores(split, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_chains: int = 1, num_warmup: int = 300,
               num_samples: int = 100, thin: int = 2, hyper=ppl.PFMHyper(), side_features=None, dtype=np.float32,
-              progress: bool = False, init_scale: float = 1.0, label: str | None = None) -> dict:
+              progress: bool = False, init_scale: float = 1.0) -> dict:
     """NPFM / PPFM fitted on a P3 split's training matrix, and its two ranking scores.
 
     Training rows are ALL user-item cells of the training matrix (unrated cells, the held-out ones included,
     are y = 0): treating the held-out cells as missing (ch. 5.3.4) would tell the sampler which cells were
-    rated. ``split``: `validation.data.splits.HoldoutSplit` (train (I, J) counts); ``side_features``: None or the
-    tuple (user_features (I, D_u), user_groups, item_features (J, D_v), item_groups, names) of
-    `validation.evaluation.pfm_experiments.ml100k_side_features`, added as FM feature groups. The methods are
-    labelled ``VARIANT`` (upper case), with `` + side`` when side features are given.
+    rated. The methods are labelled ``VARIANT`` (upper case), with `` + side`` when side features are given.
 
-    Returns dict: ``score_fns`` (method -> ``score_fn(users (B,) int) -> (B, J) float64``: "LABEL (posterior-mean
-    rate)", the rate of every cell averaged draw by draw, and "LABEL (plug-in, sec. 5.3.4)", the thesis's rate at
-    the posterior-mean parameters), ``n_active_mean`` (float), ``seconds`` (sampling wall time),
-    ``seconds_per_sweep``, ``idata``.
-    Raises ValueError (from `custom_inference.pfm.sample` or `custom_inference.pfm.PFMData`) on bad data, sizes or
-    settings. Source: ``004_90693a0965f06816.txt`` secs. 5.3.4 (plug-in rate) and 5.4.4 (P3).
+    Parameters
+    ----------
+    split : validation.data.splits.HoldoutSplit
+        The P3 split; its ``train`` (I, J) counts are fitted.
+    variant : {"npfm", "ppfm"}
+        The model.
+    K : int
+        Latent dimension (NPFM's truncation level).
+    seed : int
+        Seed of `custom_inference.pfm.sample`.
+    num_chains, num_warmup, num_samples, thin : int
+        Chains, sweeps discarded, draws kept, one kept every ``thin`` sweeps.
+    hyper : ppl_models.pfm.PFMHyper
+        Hyperparameters.
+    side_features : tuple or None
+        (user_features (I, D_u), user_groups, item_features (J, D_v), item_groups, names) of
+        `validation.evaluation.pfm_experiments.ml100k_side_features`, added as FM feature groups; None: ids only.
+    dtype : numpy dtype
+        Of the sampler.
+    progress : bool
+        Progress bars.
+    init_scale : float
+        Initial scale of the factors.
+
+    Returns
+    -------
+    dict
+        ``score_fns`` (method -> ``score_fn(users (B,) int) -> (B, J) float64``: "LABEL (posterior-mean rate)",
+        the rate of every cell averaged draw by draw, and "LABEL (plug-in, sec. 5.3.4)", the thesis's rate at
+        the posterior-mean parameters), ``n_active_mean`` (float), ``seconds`` (sampling wall time),
+        ``seconds_per_sweep``, ``idata``.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.pfm.sample` or `custom_inference.pfm.PFMData` on bad data, sizes or settings.
+
+    Source: ``004_90693a0965f06816.txt`` secs. 5.3.4 (plug-in rate) and 5.4.4 (P3).
     """
     tr = split.train
     I, J = tr.n_rows, tr.n_cols
@@ -93,15 +122,31 @@ def p3_scores(split, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_c
 
 
 def counts_runner(variant: str):
-    """The counts runner of NPFM (``variant="npfm"``) or PPFM (``"ppfm"``), for ``SolverSpec.evaluations``
-    (``lazy("validation.models.pfm_eval:counts_runner", "npfm")``).
+    """The counts runner of NPFM (``variant="npfm"``) or PPFM (``"ppfm"``), for ``SolverSpec.evaluations``.
 
-    The runner ``run(run, side) -> [fit dict, fit dict]`` (`validation.evaluation.counts_eval`'s contract):
-    `p3_scores` on ``run.split`` with the config's ``pfm_chains``, ``pfm_warmup``, ``pfm_samples``, ``pfm_thin``,
-    ``pfm_init_scale``, ``K``, ``seed``, ``dtype`` (``run.side_features()`` with ``side``); two fits, the
-    posterior-mean rate and the plug-in rate, each with fit_seconds (sampling), seconds_per_iteration,
-    iterations, setting and extras (n_active_mean, seconds_per_sweep). Raises ValueError for another variant
-    (here); the runner raises what `p3_scores` raises. Source: ``004_90693a0965f06816.txt`` sec. 5.4 (fig. 5.3).
+    Declared as ``lazy("validation.models.pfm_eval:counts_runner", "npfm")``. The runner ``run_counts(run, side)``
+    (`validation.evaluation.counts_eval.CountsRun`'s contract) calls `p3_scores` on ``run.split`` with the config's
+    ``pfm_chains``, ``pfm_warmup``, ``pfm_samples``, ``pfm_thin``, ``pfm_init_scale``, ``K``, ``seed``, ``dtype``
+    (``run.side_features()`` with ``side``) and returns two fit dicts, the posterior-mean rate and the plug-in
+    rate, each with fit_seconds (sampling), seconds_per_iteration, iterations, setting and extras
+    (n_active_mean, seconds_per_sweep).
+
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}
+        The model.
+
+    Returns
+    -------
+    callable
+        ``run_counts(run, side: bool) -> list of dict``; it raises what `p3_scores` raises.
+
+    Raises
+    ------
+    ValueError
+        For another ``variant``.
+
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4 (fig. 5.3); the runner interface is a project addition.
     """
     if variant not in ("npfm", "ppfm"):
         raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")

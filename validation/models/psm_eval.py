@@ -36,16 +36,42 @@ def implicit_system(K: int = 20, r: float = 1.0, *, kind: str = "predictive", hy
                     dtype=np.float32, **fit_kwargs):
     """A system for `validation.evaluation.implicit_eval.evaluate_implicit`: ``factory(train, seed) -> score_fn``.
 
-    ``train`` (binary Observations: one event per observed pair) is fitted by `psm.fit` with key
-    ``seed``, K, r (D' = r D), ``hyper`` and ``fit_kwargs`` (e.g. max_iter, tol; progress off, 10
-    draws from q); ``score_fn(users)`` returns `psm.score_users` of ``kind`` ("predictive": E[psi_j]
-    sigma(x_ij), eq. 5; "acceptance"). A "acceptance" factory carries ``scores_like_probability``.
-    ``score_fn(users)`` : int array (B,) -> (B, J) numpy array of ``dtype``.
-    Raises ValueError for a bad kind (here, at once); the factory raises what `psm.fit` raises when
-    called (ValueError for bad data, K, r or fit arguments; FloatingPointError for a non-finite ELBO),
-    and ``score_fn`` ValueError for user indices out of range.
+    ``train`` (binary Observations: one event per observed pair) is fitted by `custom_inference.psm.fit` with key
+    ``seed``, K, r (D' = r D), ``hyper`` and ``fit_kwargs`` (progress off, 10 draws from q by default);
+    ``score_fn(users)`` returns `custom_inference.psm.score_users` of ``kind``. The factory keeps its last fit as
+    ``factory.last_fit``; an "acceptance" factory carries ``scores_like_probability``.
+
+    Parameters
+    ----------
+    K : int
+        Latent dimension.
+    r : float
+        D' = r D.
+    kind : {"predictive", "acceptance"}
+        "predictive": E[psi_j] sigma(x_ij), eq. 5; "acceptance": sigma(x_ij).
+    hyper : ppl_models.psm.PSMHyper
+        Hyperparameters (default: all one).
+    dtype : numpy dtype
+        Of the fit and the scores.
+    **fit_kwargs
+        Further arguments of `custom_inference.psm.fit` (e.g. max_iter, tol; defaults from `PSM_DEFAULTS`).
+
+    Returns
+    -------
+    callable
+        ``factory(train: Observations, seed: int) -> score_fn``, ``score_fn(users (B,) int) -> (B, J)`` numpy
+        array of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        For a bad ``kind`` (here, at once). The factory raises what `custom_inference.psm.fit` raises when called
+        (ValueError for bad data, K, r or fit arguments; FloatingPointError for a non-finite ELBO), and
+        ``score_fn`` ValueError for user indices out of range.
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (5) (the scores) and sec. 5 (K = 20, D' = D, hyperparameters
-    one: the fig. 2 setting); the factory interface is a project addition."""
+    one: the fig. 2 setting); the factory interface is a project addition.
+    """
     if kind not in ("predictive", "acceptance"):
         raise ValueError(f"kind must be 'predictive' or 'acceptance', got {kind!r}")
     kw = {"max_iter": PSM_DEFAULTS["max_iter"], "tol": PSM_DEFAULTS["tol"], "progress": False, "n_draws": 10, **fit_kwargs}
@@ -60,13 +86,28 @@ def implicit_system(K: int = 20, r: float = 1.0, *, kind: str = "predictive", hy
 
 
 def implicit_runner(run) -> dict:
-    """``{"PSM": factory}``: `custom_inference.psm.fit` (Algorithm 1 of seed 000) on the training pairs as one
-    event each, with ``run.settings`` (`PSM_DEFAULTS` and the overrides: K, r (D' = r D), at most ``max_iter``
-    sweeps, relative tolerance ``tol``; the large settings' ``psm_tol`` on a large matrix), scored by the paper's
-    predictive (eq. 5), E_q[psi_j] sigma(x_ij) (`implicit_system`).
+    """``{"PSM": factory}``: `custom_inference.psm.fit` (Algorithm 1 of seed 000) on the training pairs.
 
-    ``run``: `validation.evaluation.implicit_eval.ImplicitRun`. Returns dict system name -> factory. Raises nothing
-    here; the factory raises what `implicit_system`'s does (ValueError, FloatingPointError for a non-finite ELBO).
+    Each pair is one event; ``run.settings`` (`PSM_DEFAULTS` with the overrides: K, r (D' = r D), at most
+    ``max_iter`` sweeps, relative tolerance ``tol``; the large settings' ``psm_tol`` on a large matrix); scored by
+    the paper's predictive (eq. 5), E_q[psi_j] sigma(x_ij) (`implicit_system`).
+
+    Parameters
+    ----------
+    run : validation.evaluation.implicit_eval.ImplicitRun
+        The evaluation's context (settings, dtype, large_cells, is_large, large, fit_info, estimator).
+
+    Returns
+    -------
+    dict
+        System name -> factory, as `implicit_system`'s (score functions carrying ``fit_info``).
+
+    Raises
+    ------
+    KeyError
+        When ``run.settings`` lacks K, r, max_iter or tol (only a hand-made ``run``); calling the factory raises
+        what `implicit_system`'s factory raises.
+
     Source: ``000_619a0297b9d686b2.txt`` Algorithm 1, eq. (5).
     """
     p = run.settings

@@ -20,7 +20,9 @@ RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
 
 
 def implicit_runner(run) -> dict:
-    """``"RG like"`` and ``"RG popularity x like"``: `custom_inference.rg.fit` with the paper's hyperparameters
+    """The RG systems of the one-class evaluation: like, and popularity x like, at r = 1/2 and at ``second_r``.
+
+    ``"RG like"`` and ``"RG popularity x like"``: `custom_inference.rg.fit` with the paper's hyperparameters
     (r = 1/2, user biases clamped at zero, sec. 6.1), ``warm_start`` fixed-graph sweeps then a fresh hidden graph
     per sweep with Robbins-Monro averaging (sec. 5.1), scored by the like probability (19) or by pi_n times it;
     the two share one fit per (training matrix, seed, r). ``"RG like (r=R)"`` and ``"RG popularity x like
@@ -28,9 +30,25 @@ def implicit_runner(run) -> dict:
     carry ``scores_like_probability = True``. On a large matrix the fit stops on its ELBO (the large settings'
     ``rg_warm_start``, ``rg_max_iter``, ``rg_tol``).
 
-    ``run``: `validation.evaluation.implicit_eval.ImplicitRun` (settings: `RG_DEFAULTS` with the overrides).
-    Returns dict system name -> factory(train, seed) -> score_fn. Raises nothing here; a factory raises what
-    `custom_inference.rg.fit` raises. Source: ``003_203f63200c0d7157.txt`` secs. 5.1, 6.1, eq. (19).
+    Parameters
+    ----------
+    run : validation.evaluation.implicit_eval.ImplicitRun
+        The evaluation's context: ``settings`` (`RG_DEFAULTS` with the user's overrides), ``dtype``,
+        ``large_cells``, ``is_large(train)``, ``large``, ``fit_info``, ``estimator``.
+
+    Returns
+    -------
+    dict
+        System name -> ``factory(train: Observations, seed: int) -> score_fn``, ``score_fn(users (B,) int) ->
+        (B, J)`` numpy scores carrying ``fit_info``.
+
+    Raises
+    ------
+    KeyError
+        When ``run.settings`` lacks K, max_iter, second_r or warm_start (only a hand-made ``run``); calling a
+        factory raises what `custom_inference.rg.fit` raises.
+
+    Source: ``003_203f63200c0d7157.txt`` secs. 5.1, 6.1, eq. (19); the runner interface is a project addition.
     """
     r, large, dtype = run.settings, run.large, run.dtype
     fits: dict = {}  # (id(train), seed, r) -> (train, FitResult): one RG fit per r serves both scores

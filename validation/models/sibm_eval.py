@@ -74,26 +74,85 @@ def _system(run, kind: str, strategy: str | None = None):
 
 
 def implicit_batch(run) -> dict:
-    """``{"SIBM batch VB": factory}``: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
-    optimal xi (8)), ``batch_max_iter`` sweeps at most, relative tolerance ``batch_tol``, scores E_q[u_i . v_j] +
-    E_q[z]; on a large matrix `validation.evaluation.implicit_eval.plan_systems` runs its ``large_replacement``
-    (SVI with the large settings' ``svi_strategy``). ``run``: `validation.evaluation.implicit_eval.ImplicitRun`.
-    Raises nothing here; the factory raises what the fit raises. Source: ``002_5408d341cb9fc544.txt`` eqs. (7)-(8)."""
+    """{"SIBM batch VB": factory}: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
+    optimal xi (8)), ``batch_max_iter`` sweeps at most, relative tolerance ``batch_tol``.
+
+    Scores E_q[u_i . v_j] + E_q[z]. On a large matrix `validation.evaluation.implicit_eval.plan_systems` runs the
+    factory's ``large_replacement`` (SVI with the large settings' ``svi_strategy``) instead.
+
+    Parameters
+    ----------
+    run : validation.evaluation.implicit_eval.ImplicitRun
+        The evaluation's context: ``settings`` (`SIBM_DEFAULTS` with the user's overrides), ``dtype``,
+        ``large_cells``, ``is_large(train)``, ``large`` (the large-matrix settings), ``fit_info``, ``estimator``.
+
+    Returns
+    -------
+    dict
+        System name -> ``factory(train: Observations, seed: int) -> score_fn``, ``score_fn(users (B,) int) -> (B, J)``
+        numpy scores carrying ``fit_info``.
+
+    Raises
+    ------
+    KeyError
+        When ``run.settings`` lacks a setting the factory reads (the evaluation merges the declared defaults, so
+        only a hand-made ``run``). Calling the factory raises what `custom_inference.sibm.fit` raises.
+
+    Source: ``002_5408d341cb9fc544.txt`` eqs. (7)-(8), sec. 4; the runner interface is a project addition.
+    """
     return {"SIBM batch VB": _system(run, "batch")}
 
 
 def implicit_svi(run) -> dict:
-    """``{"SIBM S-Uniform": ..., "SIBM S-Balanced": ..., "SIBM S-Biased": ...}``: `custom_inference.sibm.fit_svi`
-    (Algorithm 1) with that sub-sampling strategy and the automatic minibatch size (13) capped at ``svi_S_max``
-    cells, ``svi_iter`` minibatches (on a large matrix: the ELBO every ``svi_elbo_every`` minibatches, stop below
-    ``svi_tol``). ``run`` as `implicit_batch`. Raises nothing here; the factories raise what the fit raises.
-    Source: ``002_5408d341cb9fc544.txt`` Algorithm 1, eq. (13)."""
+    """{"SIBM S-Uniform": ..., "SIBM S-Balanced": ..., "SIBM S-Biased": ...}: `custom_inference.sibm.fit_svi`.
+
+    Algorithm 1 with that sub-sampling strategy and the automatic minibatch size (13) capped at ``svi_S_max``
+    cells, ``svi_iter`` minibatches (on a large matrix: the ELBO every ``svi_elbo_every`` minibatches, stopping
+    below ``svi_tol``).
+
+    Parameters
+    ----------
+    run : validation.evaluation.implicit_eval.ImplicitRun
+        The evaluation's context: ``settings`` (`SIBM_DEFAULTS` with the user's overrides), ``dtype``,
+        ``large_cells``, ``is_large(train)``, ``large`` (the large-matrix settings), ``fit_info``, ``estimator``.
+
+    Returns
+    -------
+    dict
+        System name -> factory, as `implicit_batch`.
+
+    Raises
+    ------
+    KeyError
+        As `implicit_batch`; calling a factory raises what `custom_inference.sibm.fit_svi` raises.
+
+    Source: ``002_5408d341cb9fc544.txt`` Algorithm 1, eq. (13).
+    """
     return {f"SIBM S-{s.capitalize()}": _system(run, "svi", s) for s in ("uniform", "balanced", "biased")}
 
 
 def implicit_map(run) -> dict:
-    """``{"SIBM MAP": factory}``: `custom_inference.sibm.fit_map`, S-Biased minibatches of ``map_S`` cells,
-    ``map_iter`` steps, Robbins-Monro delay ``map_tau`` (the large settings' on a large matrix); scores the point
-    logit. ``run`` as `implicit_batch`. Raises nothing here; the factory raises what the fit raises.
-    Source: ``002_5408d341cb9fc544.txt`` sec. 4 (MAP)."""
+    """{"SIBM MAP": factory}: `custom_inference.sibm.fit_map`, S-Biased minibatches of ``map_S`` cells.
+
+    ``map_iter`` steps with Robbins-Monro delay ``map_tau`` (the large settings' on a large matrix); scores the
+    point logit.
+
+    Parameters
+    ----------
+    run : validation.evaluation.implicit_eval.ImplicitRun
+        The evaluation's context: ``settings`` (`SIBM_DEFAULTS` with the user's overrides), ``dtype``,
+        ``large_cells``, ``is_large(train)``, ``large`` (the large-matrix settings), ``fit_info``, ``estimator``.
+
+    Returns
+    -------
+    dict
+        System name -> factory, as `implicit_batch`.
+
+    Raises
+    ------
+    KeyError
+        As `implicit_batch`; calling the factory raises what `custom_inference.sibm.fit_map` raises.
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4 (MAP).
+    """
     return {"SIBM MAP": _system(run, "map")}
