@@ -1,5 +1,7 @@
 """The command line and the Python API agree; bad input gives a clear error and exit status 2."""
 
+import argparse
+
 import numpy as np
 import pytest
 
@@ -207,7 +209,11 @@ def test_parser_constants_match_their_modules():
     from validation.data import loaders
 
     assert cli._FORMATS == loaders.FORMATS and cli._TRANSFORMS == loaders.TRANSFORMS
-    assert cli._RATINGS_SOLVERS == ratings_eval.SOLVERS and cli._CURVE_DATA == implicit_eval.CURVE_DATA
+    assert cli._CURVE_DATA == implicit_eval.CURVE_DATA
+    # --solvers of evaluate ratings: the declared solvers, read from the declarations when a name is given
+    assert [cli._ratings_solver(s) for s in ratings_eval.SOLVERS] == list(ratings_eval.SOLVERS)
+    with pytest.raises(argparse.ArgumentTypeError, match="choose from " + ", ".join(ratings_eval.SOLVERS)):
+        cli._ratings_solver("als")
     assert cli._CURVE_PASSES == implicit_eval.CURVE_DEFAULTS["passes"]
     from validation.evaluation import holdout
 

@@ -86,17 +86,15 @@ def test_every_declaration_conforms():
 
 
 def _evaluation_runners():
-    """evaluation -> the front-door names the evaluation has runners for (the upper layer's half of the part)."""
-    from validation.evaluation import counts_eval, implicit_eval, ratings_eval
-
-    return {"counts": set(counts_eval.RUNNERS), "counts+side": set(counts_eval.RUNNERS),
-            "ratings": set(ratings_eval.RUNNERS), "implicit": set(implicit_eval.RUNNERS)}
+    """evaluation -> the front-door names of the solvers that declare a runner for it."""
+    return {e: {s.frontdoor for m in MODELS for s in catalog.get(m).solvers
+                if e in s.evaluations and s.evaluations[e].runner is not None} for e in registry.EVALUATIONS}
 
 
 def test_every_declared_evaluation_has_its_runner():
-    """Part "evaluation": every solver that declares an evaluation has a runner there under its front-door name,
-    every runner belongs to a declared solver (no stale entry naming a model no declaration lists), and the
-    evaluations' system lists are the declarations' (the baselines stay the evaluations' own)."""
+    """Part "evaluation": every solver that declares an evaluation declares its runner (which resolves: the
+    conformance check), and the evaluations' system lists are the declarations' (the baselines stay the
+    evaluations' own)."""
     from validation.evaluation import counts_eval, ratings_eval
 
     runners = _evaluation_runners()
@@ -123,7 +121,7 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
 
     spec = catalog.get("hpf")
     cavi = spec.solver("cavi")
-    assert cavi.evaluations == ("counts",) and "evaluation" in spec.solver("gibbs").absent
+    assert tuple(cavi.evaluations) == ("counts",) and "evaluation" in spec.solver("gibbs").absent
     silent = dataclasses.replace(cavi, evaluations=())
     assert any("no evaluation, and no reason" in p for p in silent.problems(spec))
     assert not any("evaluation" in p for p in dataclasses.replace(silent, absent={"evaluation": "why"}).problems(spec))
@@ -131,18 +129,33 @@ def test_a_broken_evaluation_declaration_fails_loudly(monkeypatch):
         dataclasses.replace(cavi, evaluations=("movies",))
     with pytest.raises(ValueError, match="tuple of names"):
         dataclasses.replace(cavi, evaluations="counts")
+    # a declared runner that does not resolve is a conformance problem, named by evaluation
+    broken = dataclasses.replace(cavi, evaluations={"counts": registry.lazy("validation.models.hpf:no_such_runner")})
+    assert any("counts runner" in p and "does not resolve" in p for p in broken.problems(spec))
     with pytest.raises(ValueError, match="must be one of"):
         catalog.evaluation_systems("movies")
-    monkeypatch.delitem(counts_eval.RUNNERS, "npfm")
+    specs = catalog.specs()
+
+    def without_runner(model, evaluation):  # the model's first solver declaring ``evaluation`` by name only
+        spec = catalog.get(model)
+        bare = dataclasses.replace(spec.solver(), evaluations=(evaluation,))
+        monkeypatch.setattr(catalog, "specs", lambda: tuple(dataclasses.replace(spec, solvers=(bare,))
+                                                            if x.name == model else x for x in specs))
+
+    without_runner("npfm", "counts")
     with pytest.raises(registry.MissingDeclaration, match="npfm: declares the 'counts' evaluation"):
         counts_eval._runner("npfm")
+    monkeypatch.undo()
     assert counts_eval._runner("ease") is counts_eval._run_ease  # a baseline is the evaluation's own
-    monkeypatch.delitem(implicit_eval.RUNNERS, "psm")
+    assert any("without a runner" in p for p in dataclasses.replace(cavi, evaluations=("counts",)).problems(spec))
+    without_runner("psm", "implicit")
     with pytest.raises(registry.MissingDeclaration, match="psm: declares the 'implicit' evaluation"):
         implicit_eval.model_systems()
-    monkeypatch.delitem(ratings_eval.RUNNERS, "bpmf")
+    monkeypatch.undo()
+    without_runner("bpmf", "ratings")
     with pytest.raises(registry.MissingDeclaration, match="bpmf: declares the 'ratings' evaluation"):
         ratings_eval.evaluate_ratings(None, ratings_eval.RatingsConfig(solvers=("bpmf",)), progress=False)
+    monkeypatch.undo()
     # a declared solver without a front-door name cannot be run under one
     nameless = dataclasses.replace(spec, solvers=(dataclasses.replace(cavi, frontdoor=None),))
     monkeypatch.setattr(catalog, "specs", lambda: (nameless,))
@@ -400,3 +413,26 @@ def test_solver_agrees_with_its_stored_reference(model, solver):
     assert result.reference.stored
     assert result.verdict.gates.passed, result.verdict.gates.failures
     assert result.verdict.status == "pass", (result.verdict.reasons, result.verdict.table)
+
+
+def test_the_evaluations_name_no_model():
+    """The three held-out evaluations keep no per-model code: no front-door name (or ``NAME+side``) appears in
+    counts_eval, ratings_eval or implicit_eval as a string literal outside docstrings (dict keys, comparisons,
+    tables), so a 14th model joins them through its declaration alone. User-facing text in docstrings is allowed;
+    an f-string that spells a name would be a literal part and is caught too."""
+    import ast
+    from pathlib import Path
+
+    names = {s.frontdoor for m in MODELS for s in catalog.get(m).solvers if s.frontdoor} | set(MODELS)
+    names |= {f"{n}+side" for n in names}
+    root = Path(__file__).resolve().parents[2] / "validation" / "evaluation"
+    found = []
+    for module in ("counts_eval", "ratings_eval", "implicit_eval"):
+        tree = ast.parse((root / f"{module}.py").read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        found += [(module, n.lineno, n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+                  and (n.value in names or any(f'"{x}"' in n.value or f"'{x}'" in n.value for x in names))]
+    assert found == [], found

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 __all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS", "EVALUATIONS",
-           "POINT_ESTIMATE", "part_problems", "SolverSpec", "ReferenceSpec", "ModelSpec"]
+           "POINT_ESTIMATE", "part_problems", "EvaluationEntry", "SolverSpec", "ReferenceSpec", "ModelSpec"]
 
 #: The parts every solver declaration carries, each present or declared absent with its reason
 #: (``SolverSpec.absent``): its ``Algorithm``; its front-door adapter (the name ``factorbayes.fit(model=...)``
@@ -30,8 +30,10 @@ __all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS
 SOLVER_PARTS = ("algorithm", "frontdoor", "crosscheck", "reference", "sbc", "evaluation")
 #: The held-out evaluations of `validation.evaluation` a solver can declare (``SolverSpec.evaluations``): name ->
 #: what it is. Each evaluation runs, besides its own baselines, every solver that declares it, under the
-#: solver's front-door name, with its runner for that name (a declared solver without one is an error: the
-#: evaluation raises `MissingDeclaration`, and ``tests/validation/test_registry.py`` fails naming it).
+#: solver's front-door name, with the runner the solver declares for it (`EvaluationEntry`; the runner's
+#: arguments are the evaluation's contract, written in the evaluation module's docstring). A declared evaluation
+#: without a runner is an error: the evaluation raises `MissingDeclaration`, and
+#: ``tests/validation/test_registry.py`` fails naming it.
 EVALUATIONS = {
     "counts": "top-100 from counts on protocol P3 (validation.evaluation.counts_eval)",
     "counts+side": "the same with the MovieLens side features as further FM feature groups",
@@ -111,6 +113,47 @@ def vi_evidence(module: str, measured: Mapping | None = None) -> dict:
 
 
 @dataclass(frozen=True)
+class EvaluationEntry:
+    """How a solver takes part in one held-out evaluation (a value of ``SolverSpec.evaluations``).
+
+    ``runner``: None (not declared yet), or the model's part of the evaluation (fit the solver with the evaluation's settings, return
+    its predictions or score function), a callable or, usually, ``lazy("validation.models.MODEL:NAME")``; its
+    arguments and return value are the evaluation's runner contract, written in the evaluation module's
+    docstring (`validation.evaluation.ratings_eval`, `validation.evaluation.counts_eval`,
+    `validation.evaluation.implicit_eval`); everything measured from them (metrics, intervals, tables) stays
+    in the evaluation. ``data``: which of the evaluation's inputs the runner takes (a name the evaluation
+    defines, e.g. "split" or "fm" for the ratings; "" where it has one). ``setting``: None, or
+    ``setting(config) -> str``, the text of the runner's settings for the evaluation's notes (``config``: the
+    evaluation's config object, read by attribute). ``defaults``: None, or the runner's own settings (a dict, or a
+    `lazy` reference to one) that the evaluation merges with a user's overrides keyed by the model's name (e.g.
+    ``implicit_eval.model_systems(rg={"K": 20})``) and hands to the runner.
+    Raises nothing on construction (the references resolve on use; `SolverSpec.problems` resolves them).
+    Source: project addition (issue 25: the evaluations' per-model code lives in the declarations).
+    """
+
+    runner: object
+    data: str = ""
+    setting: object = None
+    defaults: object = None
+
+    def get_runner(self):
+        """The runner, resolved. Raises ImportError / AttributeError for a `lazy` reference that does not
+        resolve. Source: project addition."""
+        return resolve(self.runner)
+
+    def get_defaults(self) -> dict:
+        """A copy of the declared ``defaults`` (resolved), or {} when none. Raises ImportError / AttributeError for
+        a `lazy` reference that does not resolve. Source: project addition."""
+        return dict(resolve(self.defaults) or {})
+
+    def setting_text(self, config) -> str:
+        """``setting(config)``, or "" when the entry declares none. Raises what ``setting`` raises (e.g.
+        AttributeError for a config without a field it reads). Source: project addition."""
+        fn = resolve(self.setting)
+        return "" if fn is None else fn(config)
+
+
+@dataclass(frozen=True)
 class SolverSpec:
     """One solver of a model, as the CLI and the tests see it.
 
@@ -127,10 +170,14 @@ class SolverSpec:
     ``vsbc_adapters(solver) -> (simulate, fit, functionals, description)`` for
     `validation.checks.vi_evidence.run_vsbc` (both usually `lazy`, None: none); ``measured``: the VI evidence
     recorded by hand for the README (khat, n_latent, vsbc, vsbc_sims, vsbc_passed, fn_khat; see
-    `validation.models.catalog.evidence_table`); ``evaluations``: tuple of `EVALUATIONS` names, the held-out
-    evaluations that run this solver (part "evaluation"; empty: declare it absent with the reason); ``absent``: part (one of `SOLVER_PARTS`) -> the reason the
-    solver has none (a part both absent and present is an error of the declaration, `problems`).
-    Raises ValueError on construction for a ``method`` not in `METHODS` or an evaluation not in `EVALUATIONS`.
+    `validation.models.catalog.evidence_table`); ``evaluations``: the held-out evaluations that run this solver
+    (part "evaluation"; empty: declare it absent with the reason), a mapping `EVALUATIONS` name ->
+    `EvaluationEntry` (a bare callable or `lazy` stands for ``EvaluationEntry(runner)``; a tuple of names declares
+    no runner, ``EvaluationEntry(None)``, which the evaluation refuses unless it still keeps one); stored as a dict, so
+    ``name in spec.evaluations`` and iteration give the names; ``absent``: part (one of `SOLVER_PARTS`) -> the
+    reason the solver has none (a part both absent and present is an error of the declaration, `problems`).
+    Raises ValueError on construction for a ``method`` not in `METHODS`, ``evaluations`` given as a string,
+    or an evaluation not in `EVALUATIONS`.
     Source: project addition.
     """
 
@@ -144,14 +191,19 @@ class SolverSpec:
     khat: object = None
     vsbc: object = None
     measured: Mapping = field(default_factory=dict)
-    evaluations: tuple = ()
+    evaluations: Mapping = field(default_factory=dict)
     absent: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"{self.name}: method must be one of {METHODS}, got {self.method!r}")
         if isinstance(self.evaluations, str):
-            raise ValueError(f"{self.name}: evaluations must be a tuple of names, got the string {self.evaluations!r}")
+            raise ValueError(f"{self.name}: evaluations must be a mapping name -> EvaluationEntry (or a tuple of "
+                             f"names), got the string {self.evaluations!r}")
+        if not isinstance(self.evaluations, Mapping):  # names only: no runner declared (`EvaluationEntry(None)`)
+            object.__setattr__(self, "evaluations", {name: EvaluationEntry(None) for name in self.evaluations})
+        object.__setattr__(self, "evaluations", {k: v if isinstance(v, EvaluationEntry) else EvaluationEntry(v)
+                                                 for k, v in self.evaluations.items()})
         unknown = [e for e in self.evaluations if e not in EVALUATIONS]
         if unknown:
             raise ValueError(f"{self.name}: evaluations {unknown} are not among {tuple(EVALUATIONS)}")
@@ -200,7 +252,13 @@ class SolverSpec:
                    "sbc": self.name in spec.sbc or self.vsbc is not None,
                    "evaluation": bool(self.evaluations)}
         out = part_problems(f"{spec.name} {self.name}", present, self.absent, SOLVER_PARTS)
-        for part, ref in (("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)):
+        out += [f"{spec.name} {self.name}: declares the {e!r} evaluation without a runner"
+                for e, entry in self.evaluations.items() if entry.runner is None]
+        refs = [("algorithm", self.algorithm), ("khat", self.khat), ("vsbc", self.vsbc)]
+        refs += [(f"{e} runner", entry.runner) for e, entry in self.evaluations.items() if entry.runner is not None]
+        refs += [(f"{e} {what}", ref) for e, entry in self.evaluations.items()
+                 for what, ref in (("setting", entry.setting), ("defaults", entry.defaults)) if ref is not None]
+        for part, ref in refs:
             if ref is not None:
                 try:
                     resolve(ref)

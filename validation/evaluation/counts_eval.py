@@ -45,6 +45,10 @@ Systems (`systems`: the baselines and every solver whose declaration lists the "
   `CountsConfig.sgd_learning_rates` x `CountsConfig.sgd_regs`), then refitted on all training
   entries.
 
+Each solver's code (fit it with the settings of `CountsConfig`, return its score functions) is declared in its
+model's declaration (``SolverSpec.evaluations["counts"]``: `validation.models.hpf.counts_runner`,
+`validation.models.pfm_eval.counts_runner`, `validation.models.fm_eval`); the contract is `CountsRun`.
+
 Tuning criterion. Both tuned baselines are chosen by the top-N metric the comparison reports
 (``CountsConfig.select_by``, default the F-measure at P = 100) on the validation split, never on the
 test split: `tune_ease` and `tune_sgd_fm` receive the training `Observations` only. The validation
@@ -65,7 +69,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from custom_inference.data import Observations
 
@@ -73,9 +76,12 @@ from validation.data import datasets
 from validation.evaluation import baselines, intervals, metrics
 from validation.evaluation.baselines import ease_fit, ease_score_fn, ease_scores
 from validation.data.splits import HoldoutSplit
+from validation.models import fm_eval
+from validation.models.fm_eval import entity_features, fm_design, fm_score_fn
 
 __all__ = [
     "BASELINES",
+    "CountsRun",
     "systems",
     "side_systems",
     "CountsConfig",
@@ -324,165 +330,20 @@ def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fractio
 # factorization-machine designs and scores
 
 
-def entity_features(n_users: int, n_items: int, side=None):
-    """User and item feature rows of the FM design x_(u,i) = a_u + b_i (thesis eq. 2.17, fig. 2.1).
-
-    ``side``: None (ids only) or the tuple of `validation.evaluation.pfm_experiments.ml100k_side_features`
-    (user_features (I, D_u) csr, user_groups (D_u,) int, item_features (J, D_v) csr,
-    item_groups (D_v,) int, names). Columns: user one-hot (I), item one-hot (J), then the user side
-    features and the item side features.
-
-    Returns (A csr float64 (I, D), B csr float64 (J, D), group int64 (D,), group_names tuple of
-    str): groups user 0, item 1, then one per side-feature group (ML-100K: age, gender, occupation,
-    genre).
-
-    Raises ValueError when the side matrices do not have I / J rows.
-    Source: ``004_90693a0965f06816.txt`` eq. 2.17 and fig. 2.1 (design); project addition.
-    """
-    I, J = int(n_users), int(n_items)
-    eye = lambda n: sp.identity(n, dtype=np.float64, format="csr")  # noqa: E731
-    if side is None:
-        A = sp.hstack([eye(I), sp.csr_matrix((I, J))], format="csr")
-        B = sp.hstack([sp.csr_matrix((J, I)), eye(J)], format="csr")
-        return A, B, np.r_[np.zeros(I, int), np.ones(J, int)], ("user", "item")
-    Uf, ug, Vf, ig, names = side
-    Uf, Vf = sp.csr_matrix(Uf, dtype=np.float64), sp.csr_matrix(Vf, dtype=np.float64)
-    if Uf.shape[0] != I or Vf.shape[0] != J:
-        raise ValueError(f"side features: expected {I} user and {J} item rows, got {Uf.shape[0]} and {Vf.shape[0]}")
-    Du, Dv = Uf.shape[1], Vf.shape[1]
-    ug, ig = np.asarray(ug, int), np.asarray(ig, int)
-    n_ug = int(ug.max()) + 1 if Du else 0
-    A = sp.hstack([eye(I), sp.csr_matrix((I, J)), Uf, sp.csr_matrix((I, Dv))], format="csr")
-    B = sp.hstack([sp.csr_matrix((J, I)), eye(J), sp.csr_matrix((J, Du)), Vf], format="csr")
-    group = np.r_[np.zeros(I, int), np.ones(J, int), 2 + ug, 2 + n_ug + ig]
-    return A, B, group, tuple(names)
-
-
-def fm_design(obs: Observations, entities, *, dtype=np.float64):
-    """FM design of the entries of ``obs``: row n = A[u_n] + B[i_n], response y_n = the count.
-
-    ``obs``: Observations (I, J) of N entries; ``entities``: the tuple of `entity_features`.
-    Returns `custom_inference.fm_design.FMDesign` (N rows, D columns, ``dtype``).
-
-    Raises ValueError as `FMDesign.from_scipy` (e.g. an empty ``obs``).
-    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (design of the observed entries, as the thesis's
-    Gaussian FMs use it); project addition.
-    """
-    from custom_inference.fm_design import FMDesign
-
-    A, B, group, names = entities
-    u, i = np.asarray(obs.rows), np.asarray(obs.cols)
-    X = A[u] + B[i]
-    return FMDesign.from_scipy(X, np.asarray(obs.values, np.float64), group, group_names=names, dtype=dtype)
-
-
-def fm_score_fn(w0, w, V, entities):
-    """Score function of a factorization machine averaged over draws, for all items at once.
-
-    ``w0`` (S,), ``w`` (S, D), ``V`` (S, D, K) (S draws; S = 1 for a point estimate), ``entities``
-    from `entity_features`. For x = a_u + b_i the FM rate splits into entity terms:
-    yhat = w0 + <a_u, w> + <b_i, w> + <Q_u, Q_i> + P_u + P_i with Q = A V (K,) and
-    P_u = 1/2 sum_k (Q_uk^2 - sum_l a_ul^2 v_lk^2). The mean over draws of <Q_u, Q_i> is one product
-    of the draws' Q concatenated along the factor axis, divided by S, so a block of users costs
-    O(B J S K) without an I x J array.
-
-    Returns ``score_fn(users (B,) int) -> (B, J) float64``.
-
-    Raises ValueError when the shapes of w0, w, V and the design disagree.
-    Source: ``004_90693a0965f06816.txt`` eq. 2.17 (computed as eq. 4.22), averaged over draws as
-    eq. 2.16; the entity split is a project addition.
-    """
-    A, B, _, _ = entities
-    w0 = np.asarray(w0, np.float64).reshape(-1)
-    S = w0.size
-    w = np.asarray(w, np.float64).reshape(S, -1)
-    V = np.asarray(V, np.float64).reshape(S, w.shape[1], -1)
-    if w.shape[1] != A.shape[1] or B.shape[1] != A.shape[1]:
-        raise ValueError(f"w: {w.shape[1]} features, the design has {A.shape[1]}")
-    A2, B2 = A.multiply(A).tocsr(), B.multiply(B).tocsr()
-
-    def terms(M, M2):
-        lin = np.asarray(M @ w.T).mean(1)  # (n,)
-        Q = np.concatenate([np.asarray(M @ V[s]) for s in range(S)], axis=1)  # (n, S K)
-        sq = np.concatenate([np.asarray(M2 @ (V[s] ** 2)) for s in range(S)], axis=1)
-        P = 0.5 * (Q ** 2 - sq).sum(1) / S
-        return lin + P, Q
-
-    cu, Qu = terms(A, A2)
-    ci, Qi = terms(B, B2)
-    base = w0.mean() + ci[None, :]
-
-    def score_fn(users):
-        users = np.asarray(users)
-        return base + cu[users][:, None] + (Qu[users] @ Qi.T) / S
-
-    return score_fn
-
-
-def _sgd_fit(obs, entities, K, lr, reg, cfg, seed):
-    from custom_inference import fm_sgd
-
-    design = fm_design(obs, entities, dtype=np.dtype(cfg.fm_dtype))
-    res = fm_sgd.fit(seed, design, K, fm_sgd.SGDReg(lambda_0=0.0, lambda_w=reg, lambda_v=reg), learning_rate=lr,
-                     n_epochs=cfg.sgd_epochs, batch_size=cfg.sgd_batch_size, dtype=np.dtype(cfg.fm_dtype))
-    p = res.state
-    return (np.asarray(p.w0)[None], np.asarray(p.w)[None], np.asarray(p.V)[None],
-            float(res.idata.sgd_trace.attrs["seconds"]))
-
-
 def tune_sgd_fm(train: Observations, entities, config: CountsConfig = CountsConfig(), *, progress: bool = False):
-    """Choose SGD-FM's learning rate and L2 constant on a validation split of the TRAINING entries.
+    """SGD-FM's learning rate and L2 constant chosen on `validation_split` of the TRAINING entries by
+    `ranking_metrics` (`validation.models.fm_eval.tune_sgd_fm` with this evaluation's split and metrics).
 
-    Grid: ``config.sgd_learning_rates`` x ``config.sgd_regs`` (lambda_w = lambda_v = reg,
-    lambda_0 = 0), ``config.sgd_epochs`` epochs, K = ``config.K``; each setting is fitted on the
-    inner training entries of `validation_split` (``config.validation_fraction``, ``config.seed``)
-    and scored on the validation entries (`ranking_metrics`); the largest ``config.select_by`` wins
-    (ties: the first). The validation RMSE of the ratings is reported too (not used).
-    ``train``: Observations (I, J); ``entities``: `entity_features`.
-
-    Returns (learning_rate float, reg float, DataFrame: learning_rate, reg, precision, recall,
-    f_measure, ndcg, ndcg_log2k1, n_users, val_rmse, seconds, chosen).
-
-    Raises ValueError as `validation_split`, `fm_design` and `custom_inference.fm_sgd.fit`.
-    Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen
-    by cross validation"); the search here is a project addition (issue 13, "fair baselines").
+    ``train``: Observations (I, J); ``entities``: `entity_features`; ``config``: `CountsConfig` (the grid
+    ``sgd_learning_rates`` x ``sgd_regs``, ``sgd_epochs``, ``K``, ``validation_fraction``, ``seed``, ``select_by``).
+    Returns (learning_rate float, reg float, DataFrame: learning_rate, reg, precision, recall, f_measure, ndcg,
+    ndcg_log2k1, n_users, val_rmse, seconds, chosen). Raises ValueError as `validation_split`, `fm_design` and
+    `custom_inference.fm_sgd.fit`.
+    Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen by cross
+    validation"); the search here is a project addition (issue 13, "fair baselines").
     """
-    vs = validation_split(train, fraction=config.validation_fraction, seed=config.seed)
-    vu, vi, vy = np.asarray(vs.test.rows), np.asarray(vs.test.cols), np.asarray(vs.test.values, np.float64)
-    rows = []
-    for lr in config.sgd_learning_rates:
-        for reg in config.sgd_regs:
-            t0 = time.perf_counter()
-            w0, w, V, _ = _sgd_fit(vs.train, entities, config.K, float(lr), float(reg), config, config.seed)
-            fn = fm_score_fn(w0, w, V, entities)
-            m = ranking_metrics(fn, vs)
-            rm = _fm_rmse(w0, w, V, entities, vu, vi, vy)
-            rows.append({"learning_rate": float(lr), "reg": float(reg), **m, "val_rmse": rm,
-                         "seconds": time.perf_counter() - t0})
-            if progress:
-                print(f"    sgd-fm eta={lr:g} reg={reg:g}: validation {config.select_by} "
-                      f"{m[config.select_by]:.4f}, RMSE {rm:.4f}", file=sys.stderr, flush=True)
-    table = pd.DataFrame(rows)
-    best = int(np.argmax(table[config.select_by].to_numpy()))
-    table["chosen"] = np.arange(len(table)) == best
-    return float(table["learning_rate"].iloc[best]), float(table["reg"].iloc[best]), table
-
-
-def _fm_rmse(w0, w, V, entities, u, i, y) -> float:
-    """RMSE of the FM prediction (mean over draws) at entries (u, i) against y."""
-    A, B, _, _ = entities
-    S = np.asarray(w0).reshape(-1).size
-    pred = np.zeros(u.size)
-    for s in range(S):
-        Xs = A[u] + B[i]
-        Vs = np.asarray(V).reshape(S, A.shape[1], -1)[s]
-        ws = np.asarray(w).reshape(S, -1)[s]
-        q = np.asarray(Xs @ Vs)
-        sq = np.asarray(Xs.multiply(Xs) @ (Vs ** 2))
-        pred += np.asarray(w0).reshape(-1)[s] + np.asarray(Xs @ ws).ravel() + 0.5 * (q ** 2 - sq).sum(1)
-    pred /= S
-    return float(np.sqrt(np.mean((pred - y) ** 2)))
-
+    return fm_eval.tune_sgd_fm(train, entities, config, validation_split=validation_split,
+                               ranking_metrics=ranking_metrics, progress=progress)
 
 # ------------------------------------------------------------------------------
 # the systems
@@ -492,14 +353,6 @@ def _row(method, system, features, m, fit_seconds, per_iter=np.nan, iterations=n
     return {"method": method, "system": system, "features": features, **m, "fit_seconds": float(fit_seconds),
             "seconds_per_iteration": float(per_iter) if per_iter is not None else np.nan,
             "iterations": iterations, "setting": setting}
-
-
-def _edge_sgd(table, cfg) -> str:
-    best = table[table["chosen"]].iloc[0]
-    lrs, regs = sorted(cfg.sgd_learning_rates), sorted(cfg.sgd_regs)
-    edge = [f"{n} {v:g}" for n, v, grid in (("eta", best["learning_rate"], lrs), ("lambda", best["reg"], regs))
-            if len(grid) > 2 and v in (grid[0], grid[-1])]
-    return f", at the edge of the grid in {' and '.join(edge)}" if edge else ""
 
 
 def _measure(ctx, method, fn) -> dict:
@@ -526,6 +379,7 @@ def _run_ease(ctx, side):
     lam, table = tune_ease(split.train, cfg.ease_lambdas, fraction=cfg.validation_fraction, seed=cfg.seed,
                            select_by=cfg.select_by, values=cfg.ease_values)
     ctx["tuning"]["ease"] = table
+    ctx["tuned"]["ease"] = "EASE^R: lambda"
     t0 = time.perf_counter()
     fn = ease_score_fn(split.train, lam, values=cfg.ease_values)
     secs = time.perf_counter() - t0
@@ -534,111 +388,82 @@ def _run_ease(ctx, side):
                          f"{baselines.grid_edge_note(table['chosen'].to_numpy())}); X {cfg.ease_values}")]
 
 
-def _run_hpf(ctx, side):
-    from custom_inference import hpf as cavi
-    from ppl_models.hpf import HPFHyper
+@dataclass
+class CountsRun:
+    """What the evaluation hands a solver's counts runner (the runner contract).
 
-    from validation.evaluation.experiments import _hpf_score_fn
+    A runner is declared in the solver's declaration (``SolverSpec.evaluations["counts"]``, and the same for
+    ``"counts+side"``) and called as ``runner(run, side) -> list of fit dicts``, one per table row: ``method``
+    (the row's label, unique in the table), ``score_fn`` (``users (B,) int -> (B, J)`` scores over every item),
+    ``fit_seconds``, ``seconds_per_iteration`` (None: not reported), ``iterations``, ``setting`` (text), and
+    optionally ``tuning`` (a DataFrame of a validation-split search) with ``tuned`` (what it chose, for the
+    report's title) and ``extras`` (a dict), both kept under the system's name (``NAME+side`` with ``side``).
+    A declaration's ``EvaluationEntry.setting`` adds a line of its settings to the notes. The evaluation measures each score function on the test split.
+    ``run`` carries ``config`` (`CountsConfig`), ``split`` (the P3 `HoldoutSplit`), ``progress``, ``data_dir``,
+    a ``cache`` the runners of one evaluation share (e.g. FM designs), ``side_features()`` (the MovieLens side
+    features aligned with the split, `validation.evaluation.pfm_experiments.ml100k_side_features`, computed once)
+    and the evaluation's tuning tools `validation_split` and `ranking_metrics`.
+    Raises nothing on construction. Source: project addition (issue 25: the runners live in the declarations).
+    """
 
-    cfg, split = ctx["cfg"], ctx["split"]
-    t0 = time.perf_counter()
-    fit = cavi.fit(cfg.seed, split.train, cfg.K, HPFHyper(), max_iter=cfg.hpf_max_iter, tol=0.0,
-                   dtype=np.dtype(cfg.dtype), n_draws=0, progress=ctx["progress"]).idata
-    secs = time.perf_counter() - t0
-    return [_row("HPF (CAVI)", "hpf", "ids", _measure(ctx, "HPF (CAVI)", _hpf_score_fn(fit)), secs,
-                 secs / cfg.hpf_max_iter, cfg.hpf_max_iter, "a = a' = c = c' = 0.3, b' = d' = 1; tol 0")]
+    config: CountsConfig
+    split: HoldoutSplit
+    progress: bool = False
+    data_dir: object = None
+    cache: dict = field(default_factory=dict)
 
+    validation_split = staticmethod(validation_split)
+    ranking_metrics = staticmethod(ranking_metrics)
 
-def _run_pfm(variant):
-    def run(ctx, side):
-        from validation.evaluation import pfm_experiments as pfm_val
-
-        cfg = ctx["cfg"]
-        res = pfm_val.evaluate_p3(ctx["df"], variant=variant, K=cfg.K, seed=cfg.seed, num_chains=cfg.pfm_chains,
-                                  num_warmup=cfg.pfm_warmup, num_samples=cfg.pfm_samples, thin=cfg.pfm_thin,
-                                  side=side, data_dir=ctx["data_dir"], dtype=np.dtype(cfg.dtype),
-                                  progress=ctx["progress"], init_scale=cfg.pfm_init_scale)
-        warm = -(-cfg.pfm_warmup // cfg.pfm_thin) * cfg.pfm_thin
-        iters = warm + cfg.pfm_samples * cfg.pfm_thin
-        name = f"{variant}+side" if side else variant
-        ctx["extras"][name] = {"n_active_mean": res["n_active_mean"], "seconds_per_sweep": res["seconds_per_sweep"]}
-        setting = (f"{cfg.pfm_chains} chain(s) x ({warm} burn-in + {cfg.pfm_samples} kept, thin {cfg.pfm_thin}); "
-                   f"mean active factors {res['n_active_mean']:.1f}")
-        out = []
-        for r in res["table"].to_dict("records"):
-            if r["method"] == "popularity":
-                continue
-            m = {k: float(r[k]) for k in ("precision", "recall", "f_measure", "ndcg", "ndcg_log2k1", "n_users")}
-            ctx["per_user"][r["method"]] = res["per_user"][r["method"]]
-            out.append(_row(r["method"], variant, "ids+side" if side else "ids", m, res["seconds"],
-                            res["seconds_per_sweep"], iters, setting))
-        return out
-
-    return run
-
-
-def _entities(ctx, side):
-    key = "side" if side else "ids"
-    if key not in ctx["entities"]:
-        split = ctx["split"]
-        feats = None
-        if side:
+    def side_features(self):
+        """The MovieLens side features of the split's users and items (computed on first use, then cached).
+        Raises ValueError when the side files are missing. Source: ``004_90693a0965f06816.txt`` sec. 5.4.4."""
+        if "side_features" not in self.cache:
             from validation.evaluation.pfm_experiments import ml100k_side_features
 
-            feats = ml100k_side_features(split, ctx["data_dir"])
-        ctx["entities"][key] = entity_features(split.n_users, split.n_items, feats)
-    return ctx["entities"][key]
+            self.cache["side_features"] = ml100k_side_features(self.split, self.data_dir)
+        return self.cache["side_features"]
 
 
-def _run_mcmc_fm(ctx, side):
-    from custom_inference import arviz_io, fm_mcmc
-    from ppl_models.fm import FMHierHyper
-
-    cfg, split = ctx["cfg"], ctx["split"]
-    ent = _entities(ctx, side)
-    dtype = np.dtype(cfg.fm_dtype)
-    design = fm_design(split.train, ent, dtype=dtype)
-    t0 = time.perf_counter()
-    idata = fm_mcmc.sample(cfg.seed, design, cfg.K, FMHierHyper(), num_chains=1, num_warmup=cfg.fm_warmup,
-                           num_samples=cfg.fm_samples, keep=("w0", "w", "V"), dtype=dtype, progress=ctx["progress"])
-    secs = time.perf_counter() - t0
-    post = arviz_io.group_arrays(idata)
-    fn = fm_score_fn(post["w0"], post["w"], post["V"], ent)
-    tag = "MCMC-FM + side" if side else "MCMC-FM"
-    return [_row(tag, "mcmc-fm", "ids+side" if side else "ids", _measure(ctx, tag, fn), secs,
-                 idata.posterior.attrs.get("seconds_per_sweep"), cfg.fm_warmup + cfg.fm_samples,
-                 f"1 chain x ({cfg.fm_warmup} burn-in + {cfg.fm_samples} kept); Gaussian, observed ratings only")]
-
-
-def _run_sgd_fm(ctx, side):
-    cfg, split = ctx["cfg"], ctx["split"]
-    ent = _entities(ctx, side)
-    lr, reg, table = tune_sgd_fm(split.train, ent, cfg, progress=ctx["progress"])
-    ctx["tuning"]["sgd-fm+side" if side else "sgd-fm"] = table
-    t0 = time.perf_counter()
-    w0, w, V, epoch_secs = _sgd_fit(split.train, ent, cfg.K, lr, reg, cfg, cfg.seed)
-    secs = time.perf_counter() - t0
-    fn = fm_score_fn(w0, w, V, ent)
-    tag = "SGD-FM + side" if side else "SGD-FM"
-    return [_row(tag, "sgd-fm", "ids+side" if side else "ids", _measure(ctx, tag, fn), secs,
-                 epoch_secs / cfg.sgd_epochs, cfg.sgd_epochs,
-                 f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
-                 f"{_edge_sgd(table, cfg)}); observed ratings only")]
+def _model_rows(ctx, system: str, side: bool, runner) -> list[dict]:
+    """The table rows of a declared solver: its runner's fits, each measured on the test split."""
+    name = f"{system}+side" if side else system
+    rows = []
+    for fit in runner(ctx["run"], side):
+        if "tuning" in fit:
+            ctx["tuning"][name] = fit["tuning"]
+            ctx["tuned"][name] = f"{fit['method']}: {fit.get('tuned', 'settings')}"
+        if "extras" in fit:
+            ctx["extras"][name] = fit["extras"]
+        rows.append(_row(fit["method"], system, "ids+side" if side else "ids",
+                         _measure(ctx, fit["method"], fit["score_fn"]), fit["fit_seconds"],
+                         fit.get("seconds_per_iteration", np.nan), fit.get("iterations", np.nan), fit.get("setting", "")))
+    return rows
 
 
 _BASELINE_RUNNERS = {"popularity": _run_popularity, "ease": _run_ease}
-#: front-door name -> runner ``(ctx, side) -> rows`` of each solver declaring the "counts" evaluation (which
-#: solvers run comes from the declarations; a declared solver without a runner raises MissingDeclaration)
-RUNNERS = {"hpf": _run_hpf, "npfm": _run_pfm("npfm"), "ppfm": _run_pfm("ppfm"), "mcmc-fm": _run_mcmc_fm,
-           "sgd-fm": _run_sgd_fm}
 
 
-def _runner(name: str):
+def _runner(name: str, side: bool = False):
+    """``(ctx, side) -> rows`` of a system: a baseline's own, or the declared solver's runner (its
+    ``SolverSpec.evaluations["counts"]``, ``["counts+side"]`` with ``side``) measured by `_model_rows`.
+    Raises MissingDeclaration for a solver that declares the evaluation without a runner."""
     from validation.models import catalog
 
     if name in _BASELINE_RUNNERS:
         return _BASELINE_RUNNERS[name]
-    return catalog.evaluation_runner("counts", name, RUNNERS)
+    runner = catalog.evaluation_runner("counts+side" if side else "counts", name)
+    return lambda ctx, side: _model_rows(ctx, name, side, runner)
+
+
+def _setting(name: str, cfg: CountsConfig) -> str:
+    """The settings text a run system's declaration gives for the notes ("" for a baseline or none declared)."""
+    from validation.models import catalog
+
+    base, side = name.split("+")[0], name.endswith("+side")
+    if base in _BASELINE_RUNNERS:
+        return ""
+    return catalog.evaluation_entry("counts+side" if side else "counts", base).setting_text(cfg)
 
 
 def _resolve_systems(names, side_features: bool) -> list[str]:
@@ -694,7 +519,7 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     non-integer ratings (`validation.data.datasets.split_random_holdout`), missing side files for a
     ``+side`` system; what the solvers raise propagates (ValueError for bad input,
     FloatingPointError for a non-finite HPF ELBO), and OSError writing the report; MissingDeclaration for a
-    solver that declares the "counts" evaluation without a runner here (`RUNNERS`).
+    solver that declares the "counts" evaluation without a runner (its ``SolverSpec.evaluations``).
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4 (the comparison of fig. 5.3; protocol and metrics
     sec. 5.4.4, eqs. 5.21-5.28); HPF ``001_30a2018ec18c20b9.txt``; EASE^R Steck 2019; the tuning on a
@@ -708,13 +533,14 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     names = _resolve_systems(systems, side_features)
     split = datasets.split_random_holdout(df, seed=cfg.seed, row_order="input")
     ctx = {"cfg": cfg, "split": split, "df": df, "data_dir": data_dir, "progress": progress, "tuning": {},
-           "extras": {}, "entities": {}, "per_user": {}}
+           "tuned": {}, "extras": {}, "per_user": {}, "run": CountsRun(cfg, split, progress, data_dir)}
+    runners = {name: _runner(name.split("+")[0], name.endswith("+side")) for name in names}  # before any work
     rows = []
     for name in names:
-        base, side = name.split("+")[0], name.endswith("+side")
+        side = name.endswith("+side")
         if progress:
             print(f"  {name}: fitting ...", file=sys.stderr, flush=True)
-        out = _runner(base)(ctx, side)
+        out = runners[name](ctx, side)
         rows += out
         if progress:
             for r in out:
@@ -731,8 +557,7 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
              f"tuning: validation split = {cfg.validation_fraction:g} of the training entries (seed ({cfg.seed}, 1)), "
              f"criterion validation {cfg.select_by}@{P_AT}; the test split is never used",
              f"EASE^R searched lambda in {list(cfg.ease_lambdas)} (X {cfg.ease_values})",
-             f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
-             f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}",
+             *dict.fromkeys(t for t in (_setting(name, cfg) for name in names) if t),  # the solvers' own, once each
              "fit_seconds: the final fit (compilation included), tuning excluded; NPFM/PPFM: sampling only",
              comparison.note() + f"; diff / ci_low / ci_high / verdict: {MAIN_METRIC}@{P_AT}"]
     report = None
@@ -742,11 +567,8 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
         tables = {f"P3 top-{P_AT} (test split)": table.drop(columns=["system"]),
                   f"Differences against {comparison.best_baseline} (paired bootstrap over test users)":
                       comparison.differences}
-        titles = {"ease": "EASE^R: lambda on the validation split of the training data",
-                  "sgd-fm": "SGD-FM: (eta, lambda) on the validation split of the training data",
-                  "sgd-fm+side": "SGD-FM + side: (eta, lambda) on the validation split of the training data"}
         for k, t in ctx["tuning"].items():
-            tables[titles[k]] = t
+            tables[f"{ctx['tuned'][k]} on the validation split of the training data"] = t
         report = evaluation_report(tables, None, out_dir, title="Top-N from counts on MovieLens: protocol P3",
                                    notes=notes)
     return CountsEvaluation(table=table, tuning=ctx["tuning"], notes=notes, report=report, extras=ctx["extras"],

@@ -25,6 +25,7 @@ from ppl_models.hpf import HPFHyper
 
 from validation.data import datasets
 from validation.evaluation import baselines, intervals, metrics
+from validation.models import hpf as hpf_declaration
 
 __all__ = ["EvaluationResult", "evaluate_hpf"]
 
@@ -42,11 +43,6 @@ class EvaluationResult:
     differences: dict[str, pd.DataFrame] = field(default_factory=dict)
     tuning: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list = field(default_factory=list)
-
-
-def _hpf_score_fn(idata):
-    state = cavi.state_from_inference_data(idata)
-    return lambda users: cavi.score_users(state, users)
 
 
 def evaluate_hpf(
@@ -109,7 +105,7 @@ def evaluate_hpf(
         ).idata
         fits[name] = fit
         rows, per_method = [], {}
-        methods = [("HPF (CAVI)", _hpf_score_fn(fit)), ("popularity", metrics.popularity_score_fn(train))]
+        methods = [("HPF (CAVI)", hpf_declaration.score_fn(fit)), ("popularity", metrics.popularity_score_fn(train))]
         if ease:
             fn = _ease(name, train, seed, tuning, notes)
             methods += [("EASE^R", fn)] if fn is not None else []

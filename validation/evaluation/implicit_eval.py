@@ -112,7 +112,7 @@ __all__ = [
     "LARGE_SETTINGS",
     "SIBM_DEFAULTS",
     "RG_DEFAULTS",
-    "RUNNERS",
+    "ImplicitRun",
     "binary_split",
     "sec4_synthetic",
     "sibm_recall_curves",
@@ -871,47 +871,46 @@ def baseline_systems(*, large_cells: int | None = LARGE_CELLS, **bpr_kwargs) -> 
     }
 
 
-# settings of the model systems on MovieLens-sized data (I ~ 10^3, J ~ 10^3); each fit takes
-# well under a minute on 2 cores (measured numbers in the issue notes of the one-class family)
-#: MAP: ``map_iter`` minibatches of ``map_S`` cells (2e7 cells, ~12 passes over P1's 1.6e6), chosen by the
-#: training log joint only (no held-out data), the seed's unit priors: on P1 seed 0 (float32) the
-#: preconditioned SGA of `custom_inference.sibm.map_step` reaches -1.405e5 with 2000 x 10000 cells and
-#: -2.236e5 with 4000 x 1000 (L-BFGS on the full objective: -1.116e5; the former per-coordinate scheme,
-#: 4000 x 1000: -6.650e5). A MAP fit takes ~2.5 min on 2 shared cores.
-SIBM_DEFAULTS = {"D": 10, "batch_max_iter": 100, "batch_tol": 1e-6, "svi_iter": 2000, "svi_S_max": 20000,
-                 "map_iter": 2000, "map_S": 10000, "map_tau": 1.0}
-#: RG: ``r`` is the paper's r = 1/2 (eq. 8); ``second_r`` adds the same systems at another r (named
-#: "RG like (r=1)" ...): r = 1 gives gamma = 1, pi_n = d_n, the "effectively uniform" histogram of
-#: seed 003 sec. 4.1 (None: no second r). ``warm_start``: `custom_inference.rg.fit`'s fixed-graph
-#: sweeps before the Robbins-Monro averaging (its default; 0 is the paper's cold start).
-RG_DEFAULTS = {"K": 10, "max_iter": 100, "second_r": 1.0, "warm_start": 30}
+@dataclass(frozen=True)
+class ImplicitRun:
+    """What the evaluation hands a solver's implicit runner (the runner contract).
+
+    A runner is declared in the solver's declaration (``SolverSpec.evaluations["implicit"]``, an
+    `validation.checks.registry.EvaluationEntry` with the model's ``defaults``) and called as ``runner(run) ->
+    {system name: factory}``, ``factory(train, seed) -> score_fn`` (`SystemFactory`), each score function carrying
+    ``fit_info`` and each factory the attributes `plan_systems` reads (``large_cells``, ``estimate``,
+    ``sibm_batch`` / ``large_replacement``, ``svi_strategy``, ``scores_like_probability``). ``run`` carries
+    ``settings`` (the declared defaults with the user's overrides), ``dtype``, ``large_cells`` and the
+    evaluation's large-matrix rule and bookkeeping: ``is_large(train)``, ``large`` (`LARGE_SETTINGS`),
+    ``fit_info(res, unit)`` and ``estimator(rate, per, iterations)``.
+    Raises nothing on construction. Source: project addition (issue 25: the runners live in the declarations).
+    """
+
+    settings: Mapping
+    dtype: object = np.float32
+    large_cells: int | None = LARGE_CELLS
+
+    large = LARGE_SETTINGS
+    fit_info = staticmethod(_fit_info)
+    estimator = staticmethod(_estimator)
+
+    def is_large(self, train: Observations) -> bool:
+        """Whether ``train`` (I, J) has more than ``large_cells`` cells (never when None). Raises nothing.
+        Source: project addition (issue 27)."""
+        return _is_large(train, self.large_cells)
 
 
-def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm: Mapping | None = None,
-                  dtype=np.float32, large_cells: int | None = LARGE_CELLS) -> dict[str, SystemFactory]:
-    """The SIBM, RG and PSM entries of the comparison (seed 002 sec. 4; seed 003 sec. 6; seed 000 sec. 5).
+def model_systems(*, dtype=np.float32, large_cells: int | None = LARGE_CELLS, **settings) -> dict[str, SystemFactory]:
+    """The model entries of the comparison: the systems of every solver whose declaration lists the "implicit"
+    evaluation (`validation.models.catalog.evaluation_declarations`), in registry order, each from the runner it
+    declares (contract: `ImplicitRun`). Today: SIBM batch VB, S-Uniform, S-Balanced, S-Biased and MAP
+    (`validation.models.sibm_eval`, seed 002 sec. 4), RG like and popularity x like at r = 1/2 and at a second r
+    (`validation.models.rg_eval`, seed 003 sec. 6.1), PSM (`validation.models.psm_eval`, seed 000 sec. 5); what
+    each system fits and scores is written in its runner's docstring.
 
-    - ``"SIBM batch VB"``: `custom_inference.sibm.fit` (coordinate ascent on the bounded ELBO (7),
-      optimal xi (8)), ``batch_max_iter`` sweeps at most, relative tolerance ``batch_tol``;
-    - ``"SIBM S-Uniform"``, ``"SIBM S-Balanced"``, ``"SIBM S-Biased"``: `custom_inference.sibm.fit_svi`
-      (Algorithm 1) with that sub-sampling strategy and the automatic minibatch size (13) capped
-      at ``svi_S_max`` cells, ``svi_iter`` minibatches;
-    - ``"SIBM MAP"``: `custom_inference.sibm.fit_map`, S-Biased minibatches of ``map_S`` cells, ``map_iter`` steps,
-      Robbins-Monro delay ``tau = map_tau``;
-    - ``"RG like"`` and ``"RG popularity x like"``: `custom_inference.rg.fit` with the paper's
-      hyperparameters (r = 1/2, user biases clamped at zero, sec. 6.1), ``warm_start`` fixed-graph
-      sweeps then a fresh hidden graph per sweep with Robbins-Monro averaging (sec. 5.1), scored by
-      the like probability (19) or by pi_n times it; the two share one fit per (training matrix,
-      seed, r). ``"RG like (r=1)"`` and ``"RG popularity x like (r=1)"``: the same at ``second_r``
-      (sec. 6.1.2 evaluates two settings of r). The like systems carry
-      ``scores_like_probability = True``, so `evaluate_implicit` also reports their
-      classification error by user degree (seed 003 fig. 4).
-
-    - ``"PSM"``: `custom_inference.psm.fit` (Algorithm 1 of seed 000) on the training pairs as one event
-      each, `validation.evaluation.model_studies.PSM_DEFAULTS` (K = 20, D' = r D with r = 1, unit hyperparameters: the
-      paper's fig. 2 setting; at most ``max_iter`` sweeps, relative tolerance ``tol``), scored by the
-      paper's predictive (eq. 5): E_q[psi_j] sigma(x_ij), popularity times personalised acceptance with
-      MacKay's probit approximation, normalised over items (`validation.evaluation.model_studies.implicit_system`).
+    ``settings``: per model (keyed by the model's name, e.g. ``sibm={"D": 5}``, ``rg={"second_r": None}``,
+    ``psm={"K": 10, "r": 8.0}``), overrides of the defaults its runners declare (``EvaluationEntry.defaults``;
+    `SIBM_DEFAULTS`, `RG_DEFAULTS`, `validation.evaluation.model_studies.PSM_DEFAULTS`). ``dtype``: the fits' dtype.
 
     On a training matrix with more than ``large_cells`` cells (`LARGE_CELLS`; None: never) the fits stop on
     their own convergence with `LARGE_SETTINGS` (SVI: ELBO every ``svi_elbo_every`` minibatches, relative
@@ -921,156 +920,44 @@ def model_systems(*, sibm: Mapping | None = None, rg: Mapping | None = None, psm
     attributes ``sibm_batch``, ``large_replacement``, ``svi_strategy``, ``large_cells``). The model math is
     the same. Every score function carries ``fit_info`` (converged, iterations; MAP has no stopping rule in
     `custom_inference.sibm.fit_map`: "n/a"), every factory but batch VB an ``estimate(train)`` of its fit's
-    CPU seconds at the iteration cap. SIBM fits keep the means of q (``n_draws=0``).
+    CPU seconds at the iteration cap. SIBM fits keep the means of q (``n_draws=0``). The like systems carry
+    ``scores_like_probability = True``, so `evaluate_implicit` also reports their classification error by user
+    degree (seed 003 fig. 4).
 
-    Every SIBM system ranks by E_q[u_i . v_j] + E_q[z] (MAP: the point logit). ``sibm`` / ``rg`` /
-    ``psm`` override `SIBM_DEFAULTS` / `RG_DEFAULTS` / `validation.evaluation.model_studies.PSM_DEFAULTS`. Returns dict
-    name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
+    Returns dict name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
 
-    Which solvers contribute systems: every solver whose declaration lists the "implicit" evaluation
-    (`validation.models.catalog.evaluation_systems`), each through its entry of `RUNNERS`.
-
-    Raises ValueError for an unknown override; MissingDeclaration for a declared solver without a runner. A factory raises, when called, what its solver's fit
-    raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
+    Raises ValueError for settings of a model that declares no implicit runner, or an unknown setting;
+    MissingDeclaration for a declared solver without a runner. A factory raises, when called, what its solver's
+    fit raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 4 and Algorithm 1 (SIBM batch VB, S-Uniform, S-Balanced,
     S-Biased, MAP); ``003_203f63200c0d7157.txt`` secs. 5.1 and 6.1, eq. (19) (RG); ``000_619a0297b9d686b2.txt``
     Algorithm 1 and eq. (5) (PSM); the defaults are project choices.
     """
-    from custom_inference import rg as rg_solver
-    from custom_inference import sibm as sibm_solver
-    from ppl_models.rg import RGHyper
-    from ppl_models.sibm import SIBMHyper
-
-    from validation.evaluation import model_studies
-
-    s = {**SIBM_DEFAULTS, **(sibm or {})}
-    r = {**RG_DEFAULTS, **(rg or {})}
-    p = {**model_studies.PSM_DEFAULTS, **(psm or {})}
-    for name, given, allowed in (("sibm", sibm, SIBM_DEFAULTS), ("rg", rg, RG_DEFAULTS),
-                                 ("psm", psm, model_studies.PSM_DEFAULTS)):
-        unknown = sorted(set(given or {}) - set(allowed))
-        if unknown:
-            raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(allowed)}")
-
-    def map_iter(train: Observations) -> int:
-        return LARGE_SETTINGS["map_iter"] if _is_large(train, large_cells) else s["map_iter"]
-
-    def map_tau(train: Observations) -> float:
-        return LARGE_SETTINGS["map_tau"] if _is_large(train, large_cells) else s["map_tau"]
-
-    def sibm_system(kind: str, strategy: str | None = None) -> SystemFactory:
-        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
-            import jax
-
-            key = jax.random.PRNGKey(int(seed))
-            data = train.astype(dtype)
-            if kind == "batch":
-                res = sibm_solver.fit(key, data, s["D"], SIBMHyper(), max_iter=s["batch_max_iter"], tol=s["batch_tol"],
-                                      progress=False, n_draws=0)
-                unit = "sweeps"
-            elif kind == "svi":
-                stop = (dict(elbo_every=LARGE_SETTINGS["svi_elbo_every"], tol=LARGE_SETTINGS["svi_tol"])
-                        if _is_large(train, large_cells) else {})
-                res = sibm_solver.fit_svi(key, data, s["D"], SIBMHyper(), n_iter=s["svi_iter"], strategy=strategy,
-                                          S_max=s["svi_S_max"], progress=False, n_draws=0, **stop)
-                unit = "minibatches"
-            else:
-                res = sibm_solver.fit_map(key, data, s["D"], SIBMHyper(), n_iter=map_iter(train), S=s["map_S"],
-                                          tau=map_tau(train), progress=False)
-                unit = "minibatches"
-            score_fn = lambda users: sibm_solver.score_users(res.state, users)  # noqa: E731
-            score_fn.fit_info = _fit_info(res, unit)
-            return score_fn
-
-        factory.large_cells = large_cells
-        if kind == "batch":
-            factory.sibm_batch = True
-            factory.large_replacement = sibm_system("svi", LARGE_SETTINGS["svi_strategy"])
-        else:
-            factory.estimate = _estimator(1.6e-6 if kind == "svi" else 1.1e-6, "row+col",  # `_estimator`'s rates
-                                          lambda train: s["svi_iter"] if kind == "svi" else map_iter(train))
-        if kind == "svi":
-            factory.svi_strategy = strategy
-        return factory
-
-    fits: dict = {}  # (id(train), seed, r) -> (train, FitResult): one RG fit per r serves both scores
-
-    def rg_fit(train: Observations, seed: int, r_value: float):
-        key = (id(train), int(seed), float(r_value))
-        if key not in fits or fits[key][0] is not train:
-            stop = (dict(max_iter=LARGE_SETTINGS["rg_max_iter"], tol=LARGE_SETTINGS["rg_tol"],
-                         warm_start=LARGE_SETTINGS["rg_warm_start"]) if _is_large(train, large_cells)
-                    else dict(max_iter=r["max_iter"], warm_start=r["warm_start"]))
-            res = rg_solver.fit(int(seed), train, r["K"], RGHyper(r=float(r_value)), dtype=dtype, n_draws=0,
-                                progress=False, **stop)
-            fits[key] = (train, res)
-        return fits[key][1]
-
-    def rg_sweeps(train: Observations) -> int:
-        if _is_large(train, large_cells):
-            return LARGE_SETTINGS["rg_max_iter"] + LARGE_SETTINGS["rg_warm_start"]
-        return r["max_iter"] + r["warm_start"]
-
-    def rg_system(kind: str, r_value: float) -> SystemFactory:
-        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
-            res = rg_fit(train, seed, r_value)
-            score_fn = lambda users: rg_solver.score_users(res.state, users, kind=kind,  # noqa: E731
-                                                           pi=rg_solver.histogram_of(res)[0])
-            score_fn.fit_info = _fit_info(res, "Robbins-Monro sweeps (after the warm start)")
-            return score_fn
-
-        factory.scores_like_probability = kind == "like"
-        factory.large_cells = large_cells
-        # the popularity x like entry shares the like entry's fit (same training matrix, seed and r)
-        factory.estimate = _estimator(3.0e-6, "positive", rg_sweeps) if kind == "like" else (lambda train: 0.0)
-        return factory
-
-    def psm_system() -> SystemFactory:
-        kw = dict(dtype=dtype, max_iter=p["max_iter"])
-        small = model_studies.implicit_system(p["K"], p["r"], tol=p["tol"], **kw)
-        large = model_studies.implicit_system(p["K"], p["r"], tol=LARGE_SETTINGS["psm_tol"], **kw)
-
-        def factory(train: Observations, seed: int) -> metrics.ScoreFn:
-            f = large if _is_large(train, large_cells) else small
-            score_fn = f(train, seed)
-            score_fn.fit_info = _fit_info(f.last_fit, "sweeps")
-            return score_fn
-
-        factory.large_cells = large_cells
-        factory.estimate = _estimator(4.0e-6, "positive", lambda train: p["max_iter"])
-        return factory
-
-    def rg_entries() -> dict[str, SystemFactory]:
-        out = {"RG like": rg_system("like", 0.5), "RG popularity x like": rg_system("popularity_like", 0.5)}
-        if r["second_r"] is not None:
-            tag = f"r={float(r['second_r']):g}"
-            out[f"RG like ({tag})"] = rg_system("like", r["second_r"])
-            out[f"RG popularity x like ({tag})"] = rg_system("popularity_like", r["second_r"])
-        return out
-
-    from types import SimpleNamespace
-
     from validation.models import catalog
 
-    make = SimpleNamespace(sibm=sibm_system, rg=rg_entries, psm=psm_system)
+    declared = catalog.evaluation_declarations("implicit")
+    defaults: dict[str, dict] = {}
+    for model, _, entry in declared:
+        defaults.setdefault(model, entry.get_defaults())
+    strays = sorted(set(settings) - set(defaults))
+    if strays:
+        raise ValueError(f"settings for {strays}: no such model declares an implicit runner; per-model settings "
+                         f"go to {sorted(defaults)}")
+    for name, given in settings.items():
+        unknown = sorted(set(given or {}) - set(defaults[name]))
+        if unknown:
+            raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(defaults[name])}")
+    runners = [(model, catalog.evaluation_runner("implicit", system)) for model, system, _ in declared]
     systems: dict[str, SystemFactory] = {}
-    for name in catalog.evaluation_systems("implicit"):  # the solvers declaring "implicit", in registry order
-        systems.update(catalog.evaluation_runner("implicit", name, RUNNERS)(make))
+    for model, runner in runners:
+        systems.update(runner(ImplicitRun({**defaults[model], **(settings.get(model) or {})}, dtype, large_cells)))
     return systems
 
 
-#: front-door name -> ``runner(make) -> {system name: factory}`` of each solver declaring the "implicit"
-#: evaluation; ``make`` holds `model_systems`' factory makers (``sibm(kind, strategy)``, ``rg()``, ``psm()``) with
-#: their settings. Which solvers run comes from the declarations; a declared solver without a runner raises
-#: MissingDeclaration.
-RUNNERS = {
-    "sibm": lambda make: {"SIBM batch VB": make.sibm("batch")},
-    "sibm-svi": lambda make: {f"SIBM S-{s.capitalize()}": make.sibm("svi", s) for s in ("uniform", "balanced", "biased")},
-    "sibm-map": lambda make: {"SIBM MAP": make.sibm("map")},
-    "rg": lambda make: make.rg(),
-    "psm": lambda make: {"PSM": make.psm()},
-}
+# the models' settings, kept importable from here (they live with the runners in the declarations)
+from validation.models.rg_eval import RG_DEFAULTS  # noqa: E402
+from validation.models.sibm_eval import SIBM_DEFAULTS  # noqa: E402
 
 
 # the SIBM protocol and recall@N (`validation.evaluation.implicit_protocols`) and the recall curves

@@ -1,6 +1,7 @@
 """The seeds' own experiments with one model each, on real data: PSM's one-class evaluation system,
 its (K, r) sweep and the validation split that selects them (seed 000, sec. 5), and RG's rank scores on
-MovieLens 100K (seed 003, sec. 6.1.2). Moved here from the models' check modules (`validation.models.psm`,
+MovieLens 100K (seed 003, sec. 6.1.2); the PSM system itself (`implicit_system`, `PSM_DEFAULTS`) is PSM's
+declared evaluation part, `validation.models.psm_eval`, re-exported here. Moved here from the models' check modules (`validation.models.psm`,
 `validation.models.rg`) so that the declarations never import the evaluation layer.
 
 Source: ``000_619a0297b9d686b2.txt`` sec. 5; ``003_203f63200c0d7157.txt`` sec. 6.1.2.
@@ -10,60 +11,16 @@ from __future__ import annotations
 
 import time
 
-import jax
 import numpy as np
 import pandas as pd
 
-from custom_inference import psm, rg
+from custom_inference import rg
 from custom_inference.data import Observations
-from ppl_models import psm as psm_ppl
 from ppl_models import rg as rg_ppl
 
+from validation.models.psm_eval import PSM_DEFAULTS, implicit_system  # PSM's evaluation system, importable here too
+
 __all__ = ["PSM_DEFAULTS", "implicit_system", "validation_split", "psm_sweep", "evaluate_rg_movielens"]
-
-
-# ---------------------------------------------------------------------------------------------
-# the one-class evaluation system (validation.evaluation.implicit_eval)
-
-
-#: K = 20, r = 1 (D' = D) and unit hyperparameters: the paper's fig. 2 setting (sec. 5). Measured on
-#: MovieLens 100K P1 (seed 0, float32, tol 1e-6; 942 test users), 2026-11-23 -- rank score (eq. 12) /
-#: HR@10 / NDCG@10: popularity 0.869 / 0.118 / 0.064; PSM K=20: r=1/4 0.901 / 0.153 / 0.080, r=1/2
-#: 0.902 / 0.177 / 0.091, r=1 0.909 / 0.230 / 0.130, r=2 0.914 / 0.249 / 0.140, r=4 0.917 / 0.258 / 0.144;
-#: r=1: K=10 0.916 / 0.243 / 0.132, K=30 0.904 / 0.222 / 0.125, K=50 0.892 / 0.185 / 0.103 (200 sweeps,
-#: not converged); K=10 r=4 0.921 / 0.261 / 0.148. Acceptance sigma(x_ij) alone (K=20, r=1): 0.760 / 0.055.
-#: RG popularity x like (`implicit_eval.model_systems` defaults) on the same split: 0.911 / 0.217 / 0.114.
-#: Selected on `validation_split` (seed 1, carved from the P1 training matrix; K in {10, 20}, r in {1, ..., 64}):
-#: K = 10, r = 8 (validation R 0.925); on the test split (2026-11-25): P1 0.921 / 0.260 / 0.147, SIBM 0.884 /
-#: 0.239 / 0.131. The defaults below stay the paper's fig. 2 setting; pass ``psm={"K": 10, "r": 8.0}``.
-PSM_DEFAULTS = {"K": 20, "r": 1.0, "max_iter": 200, "tol": 1e-6}
-
-
-def implicit_system(K: int = 20, r: float = 1.0, *, kind: str = "predictive", hyper=psm_ppl.PSMHyper(),
-                    dtype=np.float32, **fit_kwargs):
-    """A system for `validation.evaluation.implicit_eval.evaluate_implicit`: ``factory(train, seed) -> score_fn``.
-
-    ``train`` (binary Observations: one event per observed pair) is fitted by `psm.fit` with key
-    ``seed``, K, r (D' = r D), ``hyper`` and ``fit_kwargs`` (e.g. max_iter, tol; progress off, 10
-    draws from q); ``score_fn(users)`` returns `psm.score_users` of ``kind`` ("predictive": E[psi_j]
-    sigma(x_ij), eq. 5; "acceptance"). A "acceptance" factory carries ``scores_like_probability``.
-    ``score_fn(users)`` : int array (B,) -> (B, J) numpy array of ``dtype``.
-    Raises ValueError for a bad kind (here, at once); the factory raises what `psm.fit` raises when
-    called (ValueError for bad data, K, r or fit arguments; FloatingPointError for a non-finite ELBO),
-    and ``score_fn`` ValueError for user indices out of range.
-    Source: ``000_619a0297b9d686b2.txt`` eq. (5) (the scores) and sec. 5 (K = 20, D' = D, hyperparameters
-    one: the fig. 2 setting); the factory interface is a project addition."""
-    if kind not in ("predictive", "acceptance"):
-        raise ValueError(f"kind must be 'predictive' or 'acceptance', got {kind!r}")
-    kw = {"max_iter": PSM_DEFAULTS["max_iter"], "tol": PSM_DEFAULTS["tol"], "progress": False, "n_draws": 10, **fit_kwargs}
-
-    def factory(train: Observations, seed: int):
-        res = psm.fit(jax.random.PRNGKey(int(seed)), train.astype(dtype), K, hyper, r=r, dtype=dtype, **kw)
-        factory.last_fit = res
-        return lambda users: psm.score_users(res.state, np.asarray(users), kind=kind)
-
-    factory.scores_like_probability = kind == "acceptance"
-    return factory
 
 
 def validation_split(split, seed: int = 1):

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from custom_inference import arviz_io
 from custom_inference import pfm
 from ppl_models import pfm as ppl
 
@@ -148,64 +147,20 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
     """
     from validation.data import datasets
     from validation.evaluation import metrics
+    from validation.models import pfm_eval
 
     split = datasets.split_random_holdout(df, seed=seed, row_order="input")
-    tr = split.train
-    I, J = tr.n_rows, tr.n_cols
-    Y = sp.csr_matrix((np.asarray(tr.values), (np.asarray(tr.rows), np.asarray(tr.cols))), shape=(I, J))
-    kw = {}
-    if side:
-        Uf, ug, Vf, ig, names = ml100k_side_features(split, data_dir)
-        kw = dict(user_features=Uf, user_groups=ug, item_features=Vf, item_groups=ig, group_names=names)
-    data = pfm.PFMData.from_matrix(Y, zeros="all", dtype=dtype, **kw)
-    start = time.perf_counter()
-    idata = pfm.sample(seed, data, K, hyper, variant=variant, num_chains=num_chains, num_warmup=num_warmup,
-                       num_samples=num_samples, thin=thin, keep=("w0", "w", "V") + (("r",) if variant == "npfm" else ()),
-                       dtype=dtype, progress=progress, init_scale=init_scale)
-    seconds = time.perf_counter() - start
-    post = arviz_io.group_arrays(idata)
-    S = post["w0"].shape[0] * post["w0"].shape[1]
-    w0 = post["w0"].reshape(S).astype(np.float64)
-    w = post["w"].reshape(S, -1).astype(np.float64)
-    V = post["V"].reshape(S, -1, K).astype(np.float64)
-    r = post["r"].reshape(S, K).astype(np.float64) if variant == "npfm" else np.ones((S, K))
-    ef, ev = np.asarray(data.ent_feat), np.asarray(data.ent_val, np.float64)
-
-    def entity_terms(wd, Vd):
-        u = ev[..., None] * Vd[ef]  # (E, Fe, K)
-        Q = u.sum(1)
-        P = np.sum(u * (np.cumsum(u, axis=1) - u), axis=1)
-        lin = np.sum(ev * wd[ef], axis=1)
-        return Q, P, lin
-
-    terms = [entity_terms(w[s], V[s]) for s in range(S)]
-
-    def scores_from(w0s, rs, Q, P, lin, users):
-        Qu, Qi = Q[users], Q[I:]
-        return (w0s + lin[users][:, None] + lin[I:][None, :] + (Qu * rs) @ Qi.T + (P[users] @ rs)[:, None]
-                + (P[I:] @ rs)[None, :])
-
-    def mean_scores(users):
-        out = np.zeros((users.size, J))
-        for s in range(S):
-            out += scores_from(w0[s], r[s], *terms[s], users)
-        return out / S
-
-    plug = entity_terms(w.mean(0), V.mean(0))
-
-    def plugin_scores(users):
-        return scores_from(w0.mean(), r.mean(0), *plug, users)
-
+    res = pfm_eval.p3_scores(split, variant=variant, K=K, seed=seed, num_chains=num_chains, num_warmup=num_warmup,
+                             num_samples=num_samples, thin=thin, hyper=hyper,
+                             side_features=ml100k_side_features(split, data_dir) if side else None, dtype=dtype,
+                             progress=progress, init_scale=init_scale)
     rows, per_user = [], {}
-    tag = f"{variant.upper()}{' + side' if side else ''}"
-    for name, fn in ((f"{tag} (posterior-mean rate)", mean_scores), (f"{tag} (plug-in, sec. 5.3.4)", plugin_scores),
-                     ("popularity", metrics.popularity_score_fn(tr))):
+    for name, fn in (*res["score_fns"].items(), ("popularity", metrics.popularity_score_fn(split.train))):
         pu = metrics.p3_metrics(fn, split, p=100)
         per_user[name] = pu
         rows.append({"method": name, **metrics.summarize(pu).to_dict(), "ndcg_log2k1": float(pu["ndcg_log2k1"].mean())})
-    act = np.asarray(idata.sample_stats["n_active"]).ravel()
-    return {"table": pd.DataFrame(rows), "per_user": per_user, "n_active_mean": float(act.mean()), "seconds": seconds,
-            "seconds_per_sweep": idata.posterior.attrs.get("seconds_per_sweep"), "idata": idata}
+    return {"table": pd.DataFrame(rows), "per_user": per_user, **{k: res[k] for k in ("n_active_mean", "seconds",
+                                                                                      "seconds_per_sweep", "idata")}}
 
 
 # ------------------------------------------------------------------------------

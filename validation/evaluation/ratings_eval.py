@@ -16,6 +16,10 @@ wall-clock seconds spent in sweeps, compilation excluded):
   epoch.
 - ``sgd-fm``: the point estimate after each epoch.
 
+Each solver's code (fit it with these settings, predict the test ratings) is declared in its model's
+declaration (``SolverSpec.evaluations["ratings"]``: `validation.models.sbmf.ratings_runner`,
+`validation.models.bpmf.ratings_runner`, `validation.models.fm_eval`); the contract is `RatingsRun`.
+
 The table reports, per solver and rank K: the final RMSE, seconds per sweep (or epoch), the
 sweeps run, and "iterations to 1 %": the first iteration from which the curve stays within
 1 % of its final RMSE (the same rule for every solver, so it reads as "iterations to
@@ -28,20 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from custom_inference import arviz_io, bpmf, fm_mcmc, fm_sgd, sbmf, vbfm, vi_driver
-from ppl_models.bpmf import BPMFHyper
-from ppl_models.fm import FMFlatHyper, FMHierHyper
-from ppl_models.sbmf import SBMFHyper
+from custom_inference import fm_sgd
 
 from validation.data import datasets
 from validation.evaluation import intervals
 from validation.evaluation.metrics import rmse
 
-__all__ = ["solvers", "RUNNERS", "RatingsConfig", "RatingsEvaluation", "evaluate_ratings", "plot_curves", "iterations_to_within"]
+__all__ = ["solvers", "RatingsRun", "RatingsConfig", "RatingsEvaluation", "evaluate_ratings", "plot_curves", "iterations_to_within"]
 
 
 
@@ -167,113 +167,38 @@ def _gibbs_curve(per_draw_pred, truth, warmup, per_sweep):
     return it, it * per_sweep, r, per_sweep, np.asarray(per_draw_pred, np.float64).mean(0)
 
 
-def _run_sbmf(split, K, cfg, key, progress):
-    dtype = np.dtype(cfg.dtype)
-    test = split.test
-    idata = sbmf.sample(key, split.train.astype(dtype), K, SBMFHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                        num_samples=cfg.gibbs_samples, progress=progress, keep=("tau", "pred"),
-                        predict_at=(np.asarray(test.rows), np.asarray(test.cols)), dtype=dtype)
-    post = arviz_io.group_arrays(idata)
-    per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    return _gibbs_curve(post["pred"][0], np.asarray(test.values, float), int(idata.posterior.attrs["num_warmup_run"]),
-                        per_sweep)
+@dataclass(frozen=True)
+class RatingsRun:
+    """What the evaluation hands a solver's ratings runner besides its data and K (the runner contract).
 
-
-def _run_bpmf(split, K, cfg, key, progress):
-    dtype = np.dtype(cfg.dtype)
-    train = split.train.astype(dtype)
-    offset = float(np.mean(np.asarray(train.values, float)))
-    centered = type(train)(train.rows, train.cols, (np.asarray(train.values) - offset).astype(dtype), train.n_rows,
-                           train.n_cols)
-    seed = int(jax.random.randint(key, (), 0, 2 ** 30))
-    idata = bpmf.sample(seed, centered, K, BPMFHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                        num_samples=cfg.gibbs_samples, dtype=dtype, keep=("U", "V"), progress=progress)
-    post = arviz_io.group_arrays(idata)
-    U, V = post["U"][0], post["V"][0]
-    rows, cols = np.asarray(split.test.rows), np.asarray(split.test.cols)
-    per_draw = np.stack([np.einsum("mk,mk->m", U[s][rows], V[s][cols]) for s in range(U.shape[0])]) + offset
-    per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    warm = int(idata.posterior.attrs.get("num_warmup_run", cfg.gibbs_warmup))
-    return _gibbs_curve(per_draw, np.asarray(split.test.values, float), warm, per_sweep)
-
-
-def _run_mcmc_fm(designs, K, cfg, key, progress):
-    train, test = designs
-    dtype = np.dtype(cfg.dtype)
-    idata = fm_mcmc.sample(key, train, K, FMHierHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                           num_samples=cfg.gibbs_samples, progress=progress, dtype=dtype, keep=("w0", "w", "V"))
-    post = arviz_io.group_arrays(idata)
-    with jax.enable_x64(dtype == np.float64):
-        args = (jnp.asarray(test.rows), jnp.asarray(test.cols), jnp.asarray(test.values, dtype))
-        pred = jax.jit(jax.vmap(lambda w0, w, V: fm_mcmc.fm_mean(w0, w, V, *args, test.n_rows)[0]))
-        per_draw = np.asarray(pred(post["w0"][0], post["w"][0], post["V"][0]))
-    per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    return _gibbs_curve(per_draw, np.asarray(test.y, float), cfg.gibbs_warmup, per_sweep)
-
-
-def _vi_loop(state, sweep, n_iter, test, tol, progress, desc):
-    """Runs ``sweep(state, i) -> (state, info)`` (`custom_inference.vi_driver.run`: stops when a reported
-    relative ELBO change < tol, raises on a non-finite ELBO) with the test RMSE after each sweep.
-
-    Returns (iterations (n,), cumulative seconds (n,), RMSE (n,), seconds per iteration, the last
-    sweep's prediction (M,)): seconds count the sweeps only, the first (compiling) one at the rate
-    measured on the others.
+    A runner is declared in the solver's declaration (``SolverSpec.evaluations["ratings"]``, an
+    `validation.checks.registry.EvaluationEntry` whose ``data`` is "split": the P2 `RatingsSplit`, or "fm": the
+    (train, test) FM designs of `validation.data.datasets.fm_features`) and called as
+    ``runner(data, K, run) -> (iterations (n,) int, seconds (n,) cumulative, rmse (n,), seconds per iteration,
+    final prediction (M,) float64 in the order of the test ratings)``. ``run`` carries ``config``
+    (`RatingsConfig`), ``key`` (the solver's PRNG key), ``progress`` and the evaluation's metric: ``rmse(pred,
+    truth)`` (`validation.evaluation.metrics.rmse`) and ``gibbs_curve(per_draw_pred (S, M), truth (M,), warmup,
+    per_sweep)`` (the running-average RMSE curve of a sampler, returned as the runner's tuple).
+    Raises nothing on construction. Source: project addition (issue 25: the runners live in the declarations).
     """
-    truth = np.asarray(test.y, float)
-    rm, last = [], {}
 
-    def score(i, s, info):
-        mean, _ = vbfm.predict(s, test, noise=False)
-        last["pred"] = np.asarray(mean, np.float64)
-        rm.append(rmse(mean, truth))
+    config: RatingsConfig
+    key: object
+    progress: bool
 
-    res = vi_driver.run(sweep, state, max_iter=n_iter, tol=tol, progress=progress, desc=desc, callback=score)
-    per = res.seconds_per_iter
-    secs = np.cumsum(res.sweep_seconds) - res.sweep_seconds[0] + per  # the compiling sweep at the measured rate
-    return np.arange(1, res.n_iter + 1), secs, np.asarray(rm), per, last["pred"]
+    @staticmethod
+    def rmse(pred, truth) -> float:
+        """`validation.evaluation.metrics.rmse` of ``pred`` (M,) against ``truth`` (M,). Raises ValueError as it.
+        Source: 004_90693a0965f06816.txt sec. 3.3.2 (RMSE)."""
+        return rmse(pred, truth)
 
-
-def _run_vbfm(designs, K, cfg, key, progress):
-    train, test = designs
-    with jax.enable_x64(cfg.dtype == "float64"):
-        d = jax.tree_util.tree_map(jnp.asarray, train)
-        state = vbfm.init(key, d, K, FMFlatHyper())
-        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), cfg.vi_max_iter, test, cfg.vi_tol, progress,
-                        f"VBFM (K={K})")
-
-
-def _run_ovbfm(designs, K, cfg, key, progress):
-    train, test = designs
-    rng = np.random.default_rng(cfg.seed)
-    with jax.enable_x64(cfg.dtype == "float64"):
-        d = jax.tree_util.tree_map(jnp.asarray, train)
-        state = vbfm.init(key, d, K, FMFlatHyper())
-        counter = [0]
-
-        def epoch(s, i):
-            for b in vbfm.make_batches(rng, train, cfg.ovbfm_batches):
-                s, _ = vbfm.svi_step(None, s, d, None, b, counter[0], lam=cfg.ovbfm_lam)
-                counter[0] += 1
-            return s, None  # no ELBO: runs all epochs
-
-        return _vi_loop(state, epoch, cfg.ovbfm_epochs, test, 0.0, progress, f"OVBFM (K={K})")
-
-
-def _run_sgd(designs, K, cfg, key, progress):
-    train, test = designs
-    res = fm_sgd.fit(key, train, K, cfg.sgd_reg, learning_rate=cfg.sgd_learning_rate, n_epochs=cfg.sgd_epochs,
-                     dtype=np.dtype(cfg.dtype), test=test)
-    per = res.idata.sgd_trace.attrs["seconds"] / cfg.sgd_epochs
-    it = np.arange(1, cfg.sgd_epochs + 1)
-    with jax.enable_x64(cfg.dtype == "float64"):
-        pred = np.asarray(fm_sgd.predict(res.state, test), np.float64)
-    return it, it * per, np.asarray(res.idata.sgd_trace["test_rmse"], float), per, pred
-
-
-#: front-door name -> (runner, "split" | "fm": what it fits on) of each solver declaring the "ratings" evaluation
-#: (which solvers run comes from the declarations; a declared solver without a runner raises MissingDeclaration)
-RUNNERS = {"sbmf": (_run_sbmf, "split"), "bpmf": (_run_bpmf, "split"), "mcmc-fm": (_run_mcmc_fm, "fm"),
-            "vbfm": (_run_vbfm, "fm"), "ovbfm": (_run_ovbfm, "fm"), "sgd-fm": (_run_sgd, "fm")}
+    @staticmethod
+    def gibbs_curve(per_draw_pred, truth, warmup, per_sweep):
+        """A sampler's curve from its kept draws' predictions ``per_draw_pred`` (S, M) at the test ratings
+        ``truth`` (M,), after ``warmup`` sweeps of ``per_sweep`` seconds each: (iterations (S,), seconds (S,),
+        RMSE of the running average (S,), per_sweep, final prediction (M,) float64: the mean over draws).
+        Raises ValueError for mismatched shapes (NumPy broadcasting). Source: 004_90693a0965f06816.txt eq. 3.18."""
+        return _gibbs_curve(per_draw_pred, truth, warmup, per_sweep)
 
 
 def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), *, data_dir=None,
@@ -298,15 +223,19 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
     Raises
     ------
     ValueError from `split_p2`, `fm_features` or a solver for bad data; ValueError for a bad config;
-    MissingDeclaration for a declared solver without a runner (`RUNNERS`).
+    MissingDeclaration for a declared solver without a runner (its ``SolverSpec.evaluations["ratings"]``).
     Source: 004_90693a0965f06816.txt, ch. 3 (SBMF vs BPMF, fig. 3.2) and ch. 4 (VBFM, OVBFM vs
     MCMC-FM and SGD-FM, fig. 4.2); protocol P2 and RMSE.
     """
     from validation.models import catalog
 
-    runners = {s: catalog.evaluation_runner("ratings", s, RUNNERS) for s in config.solvers}  # before any work
+    entries = {s: catalog.evaluation_entry("ratings", s) for s in config.solvers}
+    runners = {s: catalog.evaluation_runner("ratings", s) for s in config.solvers}  # before any work
+    bad = {s: e.data for s, e in entries.items() if e.data not in ("split", "fm")}
+    if bad:
+        raise ValueError(f"ratings runners take data 'split' or 'fm', declared: {bad}")
     split = datasets.split_p2(df, seed=config.seed, dtype=np.dtype(config.dtype))
-    need_fm = any(runners[s][1] == "fm" for s in config.solvers)
+    need_fm = any(entries[s].data == "fm" for s in config.solvers)
     designs = datasets.fm_features(split, config.features, data_dir, dtype=np.dtype(config.dtype)) if need_fm else None
     rows, curves, per_user = [], [], {}
     key = jax.random.PRNGKey(config.seed)
@@ -320,9 +249,9 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
         rows.append({"solver": "item mean", "K": int(K), "rmse": rmse(base, truth), "seconds_per_iteration": np.nan,
                      "iterations": 0, "iterations_to_1pct": 0, "seconds": 0.0})
         for name in config.solvers:
-            runner, what = runners[name]
             key, sub = jax.random.split(key)
-            its, secs, rm, per, pred = runner(split if what == "split" else designs, int(K), config, sub, progress)
+            data = split if entries[name].data == "split" else designs
+            its, secs, rm, per, pred = runners[name](data, int(K), RatingsRun(config, sub, progress))
             final = float(rm[-1])
             per_user[(name, int(K))] = intervals.squared_errors(users, pred, truth)
             rows.append({"solver": name, "K": int(K), "rmse": final, "seconds_per_iteration": per,
@@ -342,12 +271,11 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
              f"I = {split.n_users}, J = {split.n_items}",
              f"FM features: {config.features}; {config.dtype}; Gibbs: {config.gibbs_warmup} warmup + "
              f"{config.gibbs_samples} kept sweeps (one chain)",
-             f"VBFM: at most {config.vi_max_iter} sweeps, tol {config.vi_tol:g}; OVBFM: {config.ovbfm_epochs} epochs x "
-             f"{config.ovbfm_batches} minibatches, (1 + t)^-{config.ovbfm_lam}; SGD-FM: {config.sgd_epochs} epochs, "
-             f"eta {config.sgd_learning_rate:g}, {config.sgd_reg}",
+             "; ".join(t for t in (entries[s].setting_text(config) for s in config.solvers) if t),
              "item mean: each item's mean training rating (the global mean for an item without one)",
              "RMSE " + comp.note().split("; _se")[0] + "; rmse_se: the bootstrap standard error (RMSE pools the "
              "test ratings; the users are resampled)"]
+    notes = [n for n in notes if n]
     return RatingsEvaluation(table, pd.concat(curves, ignore_index=True), notes,
                              pd.concat(diffs, ignore_index=True), per_user)
 

@@ -68,7 +68,7 @@ def cmd_evaluate_ratings(args) -> int:
 
     df, path = _load_data(args.data)
     config = ratings_eval.RatingsConfig(
-        ranks=tuple(args.ranks), solvers=tuple(args.solvers), gibbs_warmup=args.warmup, gibbs_samples=args.samples,
+        ranks=tuple(args.ranks), solvers=tuple(getattr(args, "solvers", ())) or None, gibbs_warmup=args.warmup, gibbs_samples=args.samples,
         vi_max_iter=100 if args.max_iter is None else args.max_iter, ovbfm_epochs=args.epochs,
         sgd_epochs=args.epochs, features=args.features, dtype=args.dtype or "float32", seed=args.seed)
     data_dir = Path(path).parent if args.features == "rich" else None

@@ -10,9 +10,10 @@ parts it declares absent with their reasons) is in its declaration, and the look
 there (`conformance` lists what a declaration lacks). `MODULES` is the only table in `validation` that
 says which models exist: `validation.checks` never imports a model module (the layering test,
 ``tests/test_layout.py``, fails on an arrow from checks to models). Which solvers a held-out evaluation runs
-is each solver's ``evaluations`` (`evaluation_systems`); the code that runs one stays in its evaluation,
-keyed by the front-door name (``RUNNERS`` of counts_eval, ratings_eval, implicit_eval; `evaluation_runner`
-raises MissingDeclaration for a missing one, and ``tests/validation/test_registry.py`` checks both directions).
+is each solver's ``evaluations`` (`evaluation_systems`), and each declares there the runner the evaluation calls
+(`validation.checks.registry.EvaluationEntry`: the model's code, in ``validation.models.MODEL`` or a sibling
+``MODEL_eval`` module; the measuring stays in the evaluation). `evaluation_runner` raises MissingDeclaration for a
+declared evaluation without a runner, and the conformance check resolves every declared runner.
 
 Source: project addition (issue 25: one place that names the models; BlackJAX's algorithm records and
 posteriordb's model/data/reference split for the registry).
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["MODULES", "names", "vi_pairs", "measured", "conformance", "get", "specs", "all_errata", "by_reference",
            "solver_names", "sbc_models", "bridge", "bridge_models", "evidence_adapter", "has_adapter",
            "measure_vi", "regenerate_reference", "evidence_table", "evidence_lines", "evaluation_systems",
-           "evaluation_runner"]
+           "evaluation_declarations", "evaluation_entry", "evaluation_runner"]
 
 # model (CLI) name -> validation module declaring its SPEC ("module" or "module:ATTRIBUTE" where one
 # module declares two models)
@@ -155,21 +156,53 @@ def evaluation_systems(evaluation: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def evaluation_runner(evaluation: str, system: str, runners):
-    """``runners[system]``: the runner an evaluation keeps for a declared solver (its front-door name).
+def evaluation_declarations(evaluation: str) -> tuple:
+    """(model name, front-door name, `validation.checks.registry.EvaluationEntry`) of every solver that declares
+    ``evaluation``, in registry order (imports every declaration). Raises as `evaluation_systems`.
+    Source: project addition (issue 25)."""
+    evaluation_systems(evaluation)  # checks the evaluation's name and the solvers' front-door names
+    return tuple((spec.name, s.frontdoor, s.evaluations[evaluation]) for spec in specs() for s in spec.solvers
+                 if evaluation in s.evaluations)
 
-    ``runners``: the evaluation's mapping front-door name -> runner. Returns the runner. Raises
-    MissingDeclaration naming the evaluation and the system when a solver declares ``evaluation`` and the
-    evaluation has no runner for it (a 14th model that declared the evaluation before writing its runner).
+
+def evaluation_entry(evaluation: str, system: str):
+    """The `validation.checks.registry.EvaluationEntry` that the solver with front-door name ``system`` declares for
+    ``evaluation`` (its ``SolverSpec.evaluations[evaluation]``; imports every declaration).
+
+    Returns the entry. Raises ValueError for an unknown ``evaluation``; MissingDeclaration when no solver
+    declares ``evaluation`` under that front-door name. Source: project addition (issue 25).
+    """
+    from validation.checks.registry import EVALUATIONS, MissingDeclaration
+
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"evaluation must be one of {tuple(EVALUATIONS)}, got {evaluation!r}")
+    for spec in specs():
+        for s in spec.solvers:
+            if s.frontdoor == system and evaluation in s.evaluations:
+                return s.evaluations[evaluation]
+    raise MissingDeclaration(f"{system}: no solver declares the {evaluation!r} evaluation under this front-door name "
+                             f"(declared: {', '.join(evaluation_systems(evaluation))})")
+
+
+def evaluation_runner(evaluation: str, system: str):
+    """The runner the solver with front-door name ``system`` declares for ``evaluation`` (`evaluation_entry`),
+    resolved: what the evaluation's runner contract says (`validation.evaluation.ratings_eval.RatingsRun`,
+    `validation.evaluation.counts_eval.CountsRun`, `validation.evaluation.implicit_eval.ImplicitRun`).
+
+    Raises MissingDeclaration naming the evaluation and the system when the solver declares ``evaluation``
+    without a runner (a 14th model that declared the evaluation before writing its runner) or when no solver
+    declares it; ImportError / AttributeError for a declared runner that does not resolve.
     Source: project addition (issue 25).
     """
     from validation.checks.registry import MissingDeclaration
 
-    if system not in runners:
+    entry = evaluation_entry(evaluation, system)
+    if entry.runner is None:
         raise MissingDeclaration(f"{system}: declares the {evaluation!r} evaluation, which has no runner for it; "
-                                 f"write one (runners: {', '.join(runners)}) or drop {evaluation!r} from the "
-                                 "solver's evaluations and declare the part absent with its reason")
-    return runners[system]
+                                 f"declare one (SolverSpec(evaluations={{{evaluation!r}: EvaluationEntry(runner)}}), "
+                                 "the contract in the evaluation's module docstring) or drop "
+                                 f"{evaluation!r} from the solver's evaluations and declare the part absent with its reason")
+    return entry.get_runner()
 
 
 def names() -> tuple[str, ...]:

@@ -683,7 +683,9 @@ SPEC = registry.ModelSpec(
     name="mcmc-fm",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "mcmc-fm",
                                  registry.lazy("custom_inference.fm_mcmc:ALGORITHM"), frontdoor="mcmc-fm",
-                                 evaluations=("counts", "counts+side", "ratings")),),
+                                 evaluations={**dict.fromkeys(("counts", "counts+side"), registry.lazy(
+                                     "validation.models.fm_eval:counts_mcmc_fm")), "ratings": registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:ratings_mcmc_fm"), data="fm")}),),
     references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("mcmc-fm-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks},

@@ -10,6 +10,7 @@ figure); the model is `ppl_models.hpf.model`, the solver `custom_inference.hpf`.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,6 +34,8 @@ from validation.checks import vi_evidence
 from validation.checks.errata import Erratum
 
 __all__ = [
+    "score_fn",
+    "counts_runner",
     "dense_elbo",
     "monte_carlo_elbo",
     "update_checks",
@@ -612,11 +615,41 @@ MEASURED_CAVI = {"khat": 3.16, "n_latent": 400, "vsbc_sims": 200, "vsbc_passed":
                              "read rates, xi and eta from HPF Gibbs (q's means only within the cross-check's gap)"}}
 
 
+def score_fn(idata):
+    """The HPF ranking score of a CAVI fit: ``score_fn(users (B,) int) -> (B, J)``, E_q[theta_u] . E_q[beta_i]
+    (`custom_inference.hpf.score_users` at the state stored in ``idata``, `custom_inference.hpf.fit`'s output).
+    Raises what `custom_inference.hpf.state_from_inference_data` raises for an idata without the state.
+    Source: ``001_30a2018ec18c20b9.txt`` sec. 2 (scores by the expected rate)."""
+    state = cavi.state_from_inference_data(idata)
+    return lambda users: cavi.score_users(state, users)
+
+
+def counts_runner(run, side: bool):
+    """HPF by CAVI on protocol P3 (`validation.evaluation.counts_eval`): ``hpf_max_iter`` sweeps (all run, tol = 0),
+    default hyperparameters, in ``dtype``; scores E_q[theta_u] . E_q[beta_i] (`score_fn`).
+
+    ``run``: the evaluation's `validation.evaluation.counts_eval.CountsRun` (config, split, progress); ``side``:
+    unused (HPF declares no "counts+side"). Returns a list of one fit dict (method, score_fn, fit_seconds,
+    seconds_per_iteration, iterations, setting), the counts runner contract. Raises what
+    `custom_inference.hpf.fit` raises (FloatingPointError for a non-finite ELBO).
+    Source: ``001_30a2018ec18c20b9.txt`` (HPF, CAVI); the P3 comparison of ``004_90693a0965f06816.txt`` sec. 5.4.
+    """
+    cfg, split = run.config, run.split
+    t0 = time.perf_counter()
+    fit = cavi.fit(cfg.seed, split.train, cfg.K, ppl.HPFHyper(), max_iter=cfg.hpf_max_iter, tol=0.0,
+                   dtype=np.dtype(cfg.dtype), n_draws=0, progress=run.progress).idata
+    secs = time.perf_counter() - t0
+    return [{"method": "HPF (CAVI)", "score_fn": score_fn(fit), "fit_seconds": secs,
+             "seconds_per_iteration": secs / cfg.hpf_max_iter, "iterations": cfg.hpf_max_iter,
+             "setting": "a = a' = c = c' = 0.3, b' = d' = 1; tol 0"}]
+
+
 SPEC = registry.ModelSpec(
     name="hpf",
     solvers=(
         registry.SolverSpec("cavi", "vi", run_crosscheck, CROSSCHECK_DEFAULT, "hpf",
-                            registry.lazy("custom_inference.hpf:ALGORITHM"), frontdoor="hpf", evaluations=("counts",),
+                            registry.lazy("custom_inference.hpf:ALGORITHM"), frontdoor="hpf",
+                            evaluations={"counts": registry.lazy("validation.models.hpf:counts_runner")},
                             **registry.vi_evidence("validation.models.hpf", MEASURED_CAVI)),
         registry.SolverSpec("gibbs", "exact", registry.lazy("validation.models.hpf_gibbs:run_crosscheck"), CROSSCHECK_DEFAULT,
                             "hpf", registry.lazy("custom_inference.hpf_gibbs:ALGORITHM"), frontdoor="hpf-gibbs",

@@ -937,7 +937,9 @@ def _model_spec(variant: str):
         solvers=(registry.SolverSpec("gibbs", "exact", crosscheck_npfm if variant == "npfm" else crosscheck_ppfm,
                                      CrosscheckConfig, variant,
                                      registry.lazy(f"custom_inference.pfm:{variant.upper()}_ALGORITHM"),
-                                     frontdoor=variant, evaluations=("counts", "counts+side")),),
+                                     frontdoor=variant,
+                                     evaluations=dict.fromkeys(("counts", "counts+side"), registry.lazy(
+                                         "validation.models.pfm_eval:counts_runner", variant))),),
         references=(registry.ReferenceSpec(variant, functools.partial(nuts_reference, variant), CrosscheckConfig),),
         checks={"conditionals": functools.partial(conditional_checks, variant),
                 "collapsed_shapes": functools.partial(collapsed_checks, variant),

@@ -917,7 +917,9 @@ MEASURED_VB = {"khat": 2.19, "n_latent": 56, "vsbc_sims": 200, "vsbc_passed": Tr
 SPEC = registry.ModelSpec(
     name="psm",
     solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "psm",
-                                 registry.lazy("custom_inference.psm:ALGORITHM"), frontdoor="psm", evaluations=("implicit",),
+                                 registry.lazy("custom_inference.psm:ALGORITHM"), frontdoor="psm",
+                                 evaluations={"implicit": registry.EvaluationEntry(registry.lazy("validation.models.psm_eval:implicit_runner"),
+                                     defaults=registry.lazy("validation.models.psm_eval:PSM_DEFAULTS"))},
                                  **registry.vi_evidence("validation.models.psm_evidence", MEASURED_VB)),),
     references=(registry.ReferenceSpec("psm", nuts_reference, CrosscheckConfig),),
     checks={"dense_twins": _dense_check_table,

@@ -766,7 +766,9 @@ MEASURED_VB = {"khat": 1.84, "n_latent": 133, "vsbc_sims": 200, "vsbc_passed": F
 SPEC = registry.ModelSpec(
     name="rg",
     solvers=(registry.SolverSpec("vb", "vi", run_crosscheck, CrosscheckConfig, "rg",
-                                 registry.lazy("custom_inference.rg:ALGORITHM"), frontdoor="rg", evaluations=("implicit",),
+                                 registry.lazy("custom_inference.rg:ALGORITHM"), frontdoor="rg",
+                                 evaluations={"implicit": registry.EvaluationEntry(registry.lazy("validation.models.rg_eval:implicit_runner"),
+                                     defaults=registry.lazy("validation.models.rg_eval:RG_DEFAULTS"))},
                                  **registry.vi_evidence("validation.models.rg", MEASURED_VB)),),
     references=(registry.ReferenceSpec("rg", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(small_problem(0)[2], 3,

@@ -44,6 +44,7 @@ from validation.checks.errata import Erratum
 from validation.checks.updates import conditional_distance
 
 __all__ = [
+    "ratings_runner",
     "CHECK_HYPER",
     "log_joint_along",
     "conditional_checks",
@@ -811,10 +812,35 @@ def _bridge_spec():
 BRIDGE = _bridge_spec()
 
 
+def ratings_runner(split, K: int, run):
+    """SBMF on protocol P2 (`validation.evaluation.ratings_eval`): one chain of ``gibbs_warmup`` + ``gibbs_samples``
+    sweeps of `custom_inference.sbmf.sample` (default hyperparameters), the posterior-mean prediction of each kept
+    sample at the test ratings, averaged as the samples come (eq. 3.18).
+
+    ``split``: the P2 `validation.data.splits.RatingsSplit` (train / test Observations); ``K``: rank; ``run``: the
+    evaluation's `validation.evaluation.ratings_eval.RatingsRun` (config, key, progress, ``gibbs_curve``).
+    Returns ``run.gibbs_curve``'s tuple (iterations (n,), seconds (n,), RMSE of the running average (n,), seconds
+    per sweep, final prediction (M,) float64). Raises what `custom_inference.sbmf.sample` raises.
+    Source: ``004_90693a0965f06816.txt`` ch. 3, eq. 3.18 (fig. 3.2's curve).
+    """
+    cfg = run.config
+    dtype = np.dtype(cfg.dtype)
+    test = split.test
+    idata = gibbs.sample(run.key, split.train.astype(dtype), K, ppl.SBMFHyper(), num_chains=1,
+                         num_warmup=cfg.gibbs_warmup, num_samples=cfg.gibbs_samples, progress=run.progress,
+                         keep=("tau", "pred"), predict_at=(np.asarray(test.rows), np.asarray(test.cols)), dtype=dtype)
+    post = arviz_io.group_arrays(idata)
+    per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
+    return run.gibbs_curve(post["pred"][0], np.asarray(test.values, float),
+                           int(idata.posterior.attrs["num_warmup_run"]), per_sweep)
+
+
 SPEC = registry.ModelSpec(
     name="sbmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "sbmf",
-                                 registry.lazy("custom_inference.sbmf:ALGORITHM"), frontdoor="sbmf", evaluations=("ratings",)),),
+                                 registry.lazy("custom_inference.sbmf:ALGORITHM"), frontdoor="sbmf",
+                                 evaluations={"ratings": registry.EvaluationEntry(
+                                     registry.lazy("validation.models.sbmf:ratings_runner"), data="split")}),),
     references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("sbmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check, "cache": cache_check},

@@ -822,15 +822,27 @@ MEASURED_OVBFM = {"khat": 2.61, "n_latent": 164, "vsbc_sims": 200, "vsbc_passed"
 SPEC = registry.ModelSpec(
     name="vbfm",
     solvers=(registry.SolverSpec("cavi", "vi", run_crosscheck, CrosscheckConfig, "vbfm",
-                                 registry.lazy("custom_inference.vbfm:ALGORITHMS[vbfm]"), frontdoor="vbfm", evaluations=("ratings",),
+                                 registry.lazy("custom_inference.vbfm:ALGORITHMS[vbfm]"), frontdoor="vbfm",
+                                 evaluations={"ratings": registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:ratings_vbfm"), data="fm",
+                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_vbfm"))},
                                  **registry.vi_evidence("validation.models.vbfm", MEASURED_CAVI)),
              registry.SolverSpec("ovbfm", "vi", run_crosscheck, CrosscheckConfig(solver="ovbfm"), "vbfm",
-                                 registry.lazy("custom_inference.vbfm:ALGORITHMS[ovbfm]"), frontdoor="ovbfm", evaluations=("ratings",),
+                                 registry.lazy("custom_inference.vbfm:ALGORITHMS[ovbfm]"), frontdoor="ovbfm",
+                                 evaluations={"ratings": registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:ratings_ovbfm"), data="fm",
+                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_ovbfm"))},
                                  **registry.vi_evidence("validation.models.vbfm", MEASURED_OVBFM)),
              # the thesis's SGD baseline (004 ch. 2): the same FM likelihood with an L2 penalty, one point
              registry.SolverSpec("sgd", "point", algorithm=registry.lazy("custom_inference.fm_sgd:ALGORITHM"),
                                  frontdoor="sgd-fm",
-                                 evaluations=("counts", "counts+side", "ratings"), absent=registry.POINT_ESTIMATE)),
+                                 evaluations={**dict.fromkeys(("counts", "counts+side"), registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:counts_sgd_fm"),
+                                     setting=registry.lazy("validation.models.fm_eval:counts_setting_sgd_fm"))),
+                                     "ratings": registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:ratings_sgd_fm"), data="fm",
+                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_sgd_fm"))},
+                                 absent=registry.POINT_ESTIMATE)),
     references=(registry.ReferenceSpec("vbfm", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(simulated_design(**SMALL_DESIGN), 2)},
     errata=(ERRATA, registry.lazy("validation.models.vbfm_printed:ERRATA_PRINTED")),
