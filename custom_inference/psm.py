@@ -231,12 +231,8 @@ class PSMInfo(NamedTuple):
 
 
 def _check_hyper(hyper) -> None:
-    for name in _HYPER_FIELDS:
-        if not hasattr(hyper, name):
-            raise ValueError(f"hyper has no field {name!r} (use ppl_models.psm.PSMHyper)")
-        value = float(getattr(hyper, name))
-        if not np.isfinite(value) or value <= 0:
-            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+    """ValueError naming the field unless ``hyper`` has every field of `ppl_models.psm.PSMHyper`, each > 0."""
+    base.check_positive_hyper(hyper, _HYPER_FIELDS, "ppl_models.psm.PSMHyper")
 
 
 def _check_r(r) -> float:

@@ -505,13 +505,7 @@ def histogram_of(fit: base.FitResult) -> tuple[np.ndarray, float]:
 def _check_hyper(hyper) -> None:
     """ValueError naming the field unless hyper has positive finite alpha, beta, r and a bool
     clamp_user_bias (`ppl_models.rg.RGHyper`; not imported: the packages stay independent)."""
-    for name in _HYPER_FIELDS:
-        if not hasattr(hyper, name):
-            raise ValueError(f"hyper has no field {name!r} (use ppl_models.rg.RGHyper)")
-    for name in ("alpha", "beta", "r"):
-        value = float(getattr(hyper, name))
-        if not np.isfinite(value) or value <= 0:
-            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+    base.check_positive_hyper(hyper, _HYPER_FIELDS, "ppl_models.rg.RGHyper", positive=("alpha", "beta", "r"))
     if not isinstance(hyper.clamp_user_bias, (bool, np.bool_)):
         raise ValueError(f"hyper.clamp_user_bias must be a bool, got {hyper.clamp_user_bias!r}")
 
