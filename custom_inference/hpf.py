@@ -999,11 +999,7 @@ def fit(
         if init_state is None:
             state = init(key_init, data, k, hyper, dtype=dtype)
         else:
-            state = HPFState(*(jnp.asarray(x, dtype) for x in init_state))
-            expected = init(key_init, data, k, hyper, dtype=dtype)
-            for name, a, b in zip(HPFState._fields, state, expected):
-                if a.shape != b.shape:
-                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
+            state = vi_driver.given_state(init_state, init(key_init, data, k, hyper, dtype=dtype), dtype)
         if mesh is not None:
             state = sharding.replicate(state, data)
 

@@ -1349,11 +1349,7 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
     with jax.enable_x64(dtype == np.float64):
         state = init(k_init, data, K, hyper, r=r, dtype=dtype, init_scale=init_scale)
         if init_state is not None:
-            given = PSMState(*(jnp.asarray(x, dtype) for x in init_state))
-            for name, a, b in zip(PSMState._fields, given, state):
-                if a.shape != b.shape:
-                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
-            state = given
+            state = vi_driver.given_state(init_state, state, dtype)
         d = _as_jax(data, dtype)
         if mesh is not None:  # the pairs split over the devices; the state replicated (module `sharding`)
             d = sharding.shard_observations(d, mesh)

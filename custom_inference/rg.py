@@ -1393,11 +1393,7 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
         eval_graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
         state = init(key, eval_graph, K, hyper, dtype=dtype)
         if init_state is not None:
-            given = RGState(*(jnp.asarray(x, dtype) for x in init_state))
-            for name, a, b in zip(RGState._fields, given, state):
-                if a.shape != b.shape:
-                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
-            state = given
+            state = vi_driver.given_state(init_state, state, dtype)
         start = time.perf_counter()
         resuming = resume and checkpoint is not None and Path(checkpoint).exists()
         trace = [float(_elbo_jit(state, eval_graph, hyper))]
