@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import numpy as np
 
-__all__ = ["Algorithm", "FitResult", "Interrupted", "KINDS", "RunInterrupted", "RunOptions", "TARGETS", "as_key",
+__all__ = ["Algorithm", "FitResult", "Interrupted", "KINDS", "RunInterrupted", "RunOptions", "TARGETS", "as_key", "check_positive_hyper",
            "check_fingerprint", "check_latent_dim", "hyper_attrs", "checkpoint_damaged", "checkpoint_written", "collect_runs",
            "current_fingerprint", "fingerprint_differences", "interruptible", "note", "on_checkpoint",
            "read_checkpoint_fingerprint", "report_run", "run_fingerprint", "FINGERPRINT_KEY", "usual_file_mode"]
@@ -351,6 +351,48 @@ def check_latent_dim(K, name: str = "K") -> int:
     if not float(K).is_integer() or K < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {K!r}")
     return int(K)
+
+
+def check_positive_hyper(hyper, fields, expected: str, positive=None) -> None:
+    """Check that ``hyper`` has every field in ``fields`` and that the positive ones are finite and > 0.
+
+    Parameters
+    ----------
+    hyper : object
+        The hyperparameters (a NamedTuple of floats, or anything with those attributes).
+    fields : sequence of str
+        The names ``hyper`` must have.
+    expected : str
+        The class to point the user at in the message, e.g. ``"ppl_models.hpf.HPFHyper"``.
+    positive : sequence of str, optional
+        The names whose values must be positive finite numbers (None: all of ``fields``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        Naming the first missing field (``hyper has no field 'x' (use <expected>)``), or the first
+        value that is not a positive finite number.
+    TypeError, ValueError
+        From ``float`` for a value that is not a number.
+
+    Source: project addition (the hyperparameter checks of HPF, PSM and RG, written once).
+    """
+    def check_value(name):
+        value = float(getattr(hyper, name))
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+
+    for name in fields:
+        if not hasattr(hyper, name):
+            raise ValueError(f"hyper has no field {name!r} (use {expected})")
+        if positive is None:
+            check_value(name)
+    for name in positive or ():
+        check_value(name)
 
 
 def hyper_attrs(hyper) -> dict:

@@ -923,11 +923,6 @@ def _predict(state: BPMFState, data, at):
     return jnp.sum(state.U[rows] * state.V[cols], axis=1)
 
 
-def _predict_prepare(predict_at, data, dtype):
-    rows, cols = mcmc_driver.check_cells(predict_at, data.n_rows, data.n_cols)
-    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
-
-
 _SOURCE = "004_90693a0965f06816.txt eqs. 2.9, 2.12-2.16; Salakhutdinov & Mnih 2008 sec. 3.3"
 
 ALGORITHM = base.Algorithm(
@@ -940,7 +935,7 @@ SPEC = mcmc_driver.SamplerSpec(
     sizes=lambda data: (data.n_rows, data.n_cols, data.nnz),
     coords=lambda data, K: {"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K),
                             "component_bis": np.arange(K)},
-    predict=_predict, predict_prepare=_predict_prepare, mean_stats=("gauge_accept",),
+    predict=_predict, predict_prepare=mcmc_driver.prepare_cells, mean_stats=("gauge_accept",),
 )
 
 

@@ -131,12 +131,8 @@ class HPFInfo(NamedTuple):
 
 
 def _check_hyper(hyper) -> None:
-    for name in HYPER_FIELDS:
-        if not hasattr(hyper, name):
-            raise ValueError(f"hyper has no field {name!r} (use ppl_models.hpf.HPFHyper)")
-        value = float(getattr(hyper, name))
-        if not np.isfinite(value) or value <= 0:
-            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+    """ValueError naming the field unless ``hyper`` has every field of `ppl_models.hpf.HPFHyper`, each > 0."""
+    base.check_positive_hyper(hyper, HYPER_FIELDS, "ppl_models.hpf.HPFHyper")
 
 
 def _check_components(n_components) -> int:
@@ -1005,11 +1001,7 @@ def fit(
         if init_state is None:
             state = init(key_init, data, k, hyper, dtype=dtype)
         else:
-            state = HPFState(*(jnp.asarray(x, dtype) for x in init_state))
-            expected = init(key_init, data, k, hyper, dtype=dtype)
-            for name, a, b in zip(HPFState._fields, state, expected):
-                if a.shape != b.shape:
-                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
+            state = vi_driver.given_state(init_state, init(key_init, data, k, hyper, dtype=dtype), dtype)
         if mesh is not None:
             state = sharding.replicate(state, data)
 

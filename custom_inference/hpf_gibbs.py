@@ -441,11 +441,6 @@ def _predict(state: HPFGibbsState, data, at):
     return jnp.sum(state.theta[rows] * state.beta[cols], axis=1)
 
 
-def _predict_prepare(predict_at, data, dtype):
-    rows, cols = mcmc_driver.check_cells(predict_at, data.n_rows, data.n_cols)
-    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
-
-
 _SOURCE = "001_30a2018ec18c20b9.txt, complete conditionals (corrected)"
 
 ALGORITHM = base.Algorithm(
@@ -457,7 +452,7 @@ SPEC = mcmc_driver.SamplerSpec(
     algorithm=ALGORITHM, model="hpf", method="gibbs", variables=HPFGibbsState._fields, prepare=_prepare,
     sizes=lambda data: (data.n_rows, data.n_cols, data.nnz),
     coords=lambda data, K: {"user": np.arange(data.n_rows), "item": np.arange(data.n_cols), "component": np.arange(K)},
-    predict=_predict, predict_prepare=_predict_prepare,
+    predict=_predict, predict_prepare=mcmc_driver.prepare_cells,
 )
 
 

@@ -96,7 +96,7 @@ from . import arviz_io
 from . import base
 from .base import Algorithm, as_key, check_latent_dim, checkpoint_written, hyper_attrs
 
-__all__ = ["SampleOptions", "SamplerSpec", "run_options", "sample", "check_count", "check_cells", "hyper_attrs",
+__all__ = ["SampleOptions", "SamplerSpec", "run_options", "sample", "check_count", "check_cells", "prepare_cells", "hyper_attrs",
            "seed_attr", "TRACES"]
 
 #: Python-side trace counter of `_block`, by model name (the compile-once tests read it).
@@ -344,6 +344,37 @@ def check_cells(predict_at, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.nd
         if a.size and (a.min() < 0 or a.max() >= n):
             raise ValueError(f"predict_at {name} out of range [0, {n - 1}]")
     return rows.astype(np.int64), cols.astype(np.int64)
+
+
+def prepare_cells(predict_at, data, dtype=None) -> tuple[tuple[jax.Array, jax.Array], int]:
+    """A `SamplerSpec`'s ``predict_prepare`` for (rows, cols) cells of a matrix: `check_cells`, then
+    the cells as int32 device arrays.
+
+    Parameters
+    ----------
+    predict_at : tuple of two array_like, shape (M,), int
+        (rows, cols) of the cells to predict.
+    data : object
+        The prepared data; only its ``n_rows`` (I) and ``n_cols`` (J) are read.
+    dtype : numpy dtype, optional
+        Unused (the ``predict_prepare`` signature).
+
+    Returns
+    -------
+    cells : tuple of two jax.Array, shape (M,), int32
+        (rows, cols).
+    n_cells : int
+        M.
+
+    Raises
+    ------
+    ValueError
+        From `check_cells`.
+
+    Source: project addition (written once for BPMF, SBMF and HPF-Gibbs).
+    """
+    rows, cols = check_cells(predict_at, data.n_rows, data.n_cols)
+    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
 
 
 def seed_attr(key):

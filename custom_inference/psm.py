@@ -231,12 +231,8 @@ class PSMInfo(NamedTuple):
 
 
 def _check_hyper(hyper) -> None:
-    for name in _HYPER_FIELDS:
-        if not hasattr(hyper, name):
-            raise ValueError(f"hyper has no field {name!r} (use ppl_models.psm.PSMHyper)")
-        value = float(getattr(hyper, name))
-        if not np.isfinite(value) or value <= 0:
-            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+    """ValueError naming the field unless ``hyper`` has every field of `ppl_models.psm.PSMHyper`, each > 0."""
+    base.check_positive_hyper(hyper, _HYPER_FIELDS, "ppl_models.psm.PSMHyper")
 
 
 def _check_r(r) -> float:
@@ -1353,11 +1349,7 @@ def fit(key, data: Observations, K: int, hyper, max_iter: int = 100, tol: float 
     with jax.enable_x64(dtype == np.float64):
         state = init(k_init, data, K, hyper, r=r, dtype=dtype, init_scale=init_scale)
         if init_state is not None:
-            given = PSMState(*(jnp.asarray(x, dtype) for x in init_state))
-            for name, a, b in zip(PSMState._fields, given, state):
-                if a.shape != b.shape:
-                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
-            state = given
+            state = vi_driver.given_state(init_state, state, dtype)
         d = _as_jax(data, dtype)
         if mesh is not None:  # the pairs split over the devices; the state replicated (module `sharding`)
             d = sharding.shard_observations(d, mesh)

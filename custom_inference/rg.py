@@ -505,13 +505,7 @@ def histogram_of(fit: base.FitResult) -> tuple[np.ndarray, float]:
 def _check_hyper(hyper) -> None:
     """ValueError naming the field unless hyper has positive finite alpha, beta, r and a bool
     clamp_user_bias (`ppl_models.rg.RGHyper`; not imported: the packages stay independent)."""
-    for name in _HYPER_FIELDS:
-        if not hasattr(hyper, name):
-            raise ValueError(f"hyper has no field {name!r} (use ppl_models.rg.RGHyper)")
-    for name in ("alpha", "beta", "r"):
-        value = float(getattr(hyper, name))
-        if not np.isfinite(value) or value <= 0:
-            raise ValueError(f"hyper.{name} must be a positive finite number, got {value}")
+    base.check_positive_hyper(hyper, _HYPER_FIELDS, "ppl_models.rg.RGHyper", positive=("alpha", "beta", "r"))
     if not isinstance(hyper.clamp_user_bias, (bool, np.bool_)):
         raise ValueError(f"hyper.clamp_user_bias must be a bool, got {hyper.clamp_user_bias!r}")
 
@@ -1399,11 +1393,7 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
         eval_graph = jax.tree_util.tree_map(jnp.asarray, sample_hidden_graph(rng, obs, pi, dtype=dtype))
         state = init(key, eval_graph, K, hyper, dtype=dtype)
         if init_state is not None:
-            given = RGState(*(jnp.asarray(x, dtype) for x in init_state))
-            for name, a, b in zip(RGState._fields, given, state):
-                if a.shape != b.shape:
-                    raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
-            state = given
+            state = vi_driver.given_state(init_state, state, dtype)
         start = time.perf_counter()
         resuming = resume and checkpoint is not None and Path(checkpoint).exists()
         trace = [float(_elbo_jit(state, eval_graph, hyper))]

@@ -900,11 +900,6 @@ def _predict(state: State, obs, at):
     return state.mu + state.alpha[rows] + state.beta[cols] + jnp.sum(state.U[rows] * state.V[cols], axis=1)
 
 
-def _predict_prepare(predict_at, obs, dtype):
-    rows, cols = mcmc_driver.check_cells(predict_at, obs.n_rows, obs.n_cols)
-    return (jnp.asarray(rows, jnp.int32), jnp.asarray(cols, jnp.int32)), rows.size
-
-
 ALGORITHM = base.Algorithm(
     name="sbmf-gibbs", kind="mcmc", init=init, step=step, target=log_joint, target_name="log_joint",
     dims=SBMF_DIMS, source=_SOURCE,
@@ -914,7 +909,7 @@ SPEC = mcmc_driver.SamplerSpec(
     algorithm=ALGORITHM, model="sbmf", method="gibbs", variables=ALL_VARS, prepare=_prepare,
     sizes=lambda obs: (obs.n_rows, obs.n_cols, obs.nnz),
     coords=lambda obs, K: {"user": np.arange(obs.n_rows), "item": np.arange(obs.n_cols), "component": np.arange(K)},
-    derived=_derived, predict=_predict, predict_prepare=_predict_prepare, mean_stats=("gauge_accept",),
+    derived=_derived, predict=_predict, predict_prepare=mcmc_driver.prepare_cells, mean_stats=("gauge_accept",),
     extra_dims={"mean_level": ()}, prepare_hyper=_prepare_hyper,
 )
 

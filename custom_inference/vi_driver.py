@@ -68,12 +68,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
 from . import arviz_io, base
 
-__all__ = ["FitOptions", "Output", "Report", "VIRun", "fit", "run", "check_fit_args", "host_seed", "point_posterior",
+__all__ = ["FitOptions", "Output", "Report", "VIRun", "fit", "run", "check_fit_args", "given_state", "host_seed", "point_posterior",
            "save_checkpoint", "load_checkpoint", "default_trace", "DRIVER_ATTRS"]
 
 
@@ -211,6 +212,40 @@ def check_fit_args(max_iter, tol, n_draws=None, *, max_iter_name: str = "max_ite
         raise ValueError(f"tol must be >= 0, got {tol!r}")
     if n_draws is not None and (isinstance(n_draws, bool) or not _is_integral(n_draws) or n_draws < 0):
         raise ValueError(f"n_draws must be an integer >= 0, got {n_draws!r}")
+
+
+def given_state(init_state, like, dtype):
+    """A user's ``init_state`` as the solver's State, checked field by field against a fresh one.
+
+    Parameters
+    ----------
+    init_state : sequence of array_like
+        The fields of a State, in its order (e.g. the ``state`` of an earlier fit).
+    like : NamedTuple of jax.Array
+        A State of the right shapes (the solver's ``init`` on the same data and K).
+    dtype : numpy.float32 or numpy.float64
+        The dtype the fields are cast to.
+
+    Returns
+    -------
+    NamedTuple of jax.Array
+        ``type(like)`` holding ``init_state``'s fields as ``dtype`` arrays.
+
+    Raises
+    ------
+    ValueError
+        ``init_state.<field> has shape ..., expected ...`` for the first field whose shape differs.
+    TypeError
+        When ``init_state`` has the wrong number of fields (from the NamedTuple).
+
+    Source: project addition (written once for HPF, PSM and RG).
+    """
+    cls = type(like)
+    given = cls(*(jnp.asarray(x, dtype) for x in init_state))
+    for name, a, b in zip(cls._fields, given, like):
+        if a.shape != b.shape:
+            raise ValueError(f"init_state.{name} has shape {a.shape}, expected {b.shape}")
+    return given
 
 
 def _is_integral(x) -> bool:

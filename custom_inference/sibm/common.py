@@ -474,6 +474,17 @@ _elbo_jit = jax.jit(_elbo_impl, static_argnames=("hyper", "chunk_cells"))
 
 
 # ---------------------------------------------------------------------------------------------
+def _fold_in_data(data, n_users: int, n_items: int, max_iter, tol) -> Observations:
+    """The fold-in's ones (`as_binary`, keeping an Observations' dtype), checked against the fit's
+    I x J and ``max_iter`` >= 1, ``tol`` >= 0; ValueError otherwise (written once for MAP and VB)."""
+    data = as_binary(data, dtype=np.asarray(data.values).dtype) if isinstance(data, Observations) else as_binary(data)
+    if n_users != data.n_rows or n_items != data.n_cols:
+        raise ValueError(f"state has {n_users} users x {n_items} items, data {data.shape}")
+    if int(max_iter) < 1 or not tol >= 0:
+        raise ValueError(f"max_iter must be >= 1 and tol >= 0, got {max_iter!r}, {tol!r}")
+    return data
+
+
 # PRNG keys in checkpoints (a typed key cannot be written to .npz: its raw key data is)
 
 

@@ -14,7 +14,7 @@ from .. import base, vi_driver
 from ..data import Observations
 from ..schedules import check_robbins_monro
 from .cells import Minibatch, Sampler, _pad_size, _rm, _segment_avg, make_sampler, sample_cells
-from .common import (DEFAULT_CHUNK_CELLS, _chunk_rows, _key_to_data, _map_row_chunks, _prior, _Prior, _static_hyper,
+from .common import (DEFAULT_CHUNK_CELLS, _fold_in_data, _chunk_rows, _key_to_data, _map_row_chunks, _prior, _Prior, _static_hyper,
                      as_binary, fit_output, init, moments)
 
 __all__ = ["MAPState", "MAPInfo", "map_init", "log_joint", "map_cell_gradients", "map_curvature_bound", "map_step",
@@ -527,11 +527,7 @@ def fold_in_map(state: MAPState, data: Observations, hyper, *, max_iter: int = 1
     Source: ``002_5408d341cb9fc544.txt`` eqs. (1)-(2) (the log joint of the MAP baseline, sec. 4.2);
     the fold-in and its Newton solver are a project addition.
     """
-    data = as_binary(data, dtype=np.asarray(data.values).dtype) if isinstance(data, Observations) else as_binary(data)
-    if state.U.shape[0] != data.n_rows or state.V.shape[0] != data.n_cols:
-        raise ValueError(f"state has {state.U.shape[0]} users x {state.V.shape[0]} items, data {data.shape}")
-    if int(max_iter) < 1 or not tol >= 0:
-        raise ValueError(f"max_iter must be >= 1 and tol >= 0, got {max_iter!r}, {tol!r}")
+    data = _fold_in_data(data, state.U.shape[0], state.V.shape[0], max_iter, tol)
     prior = _prior(hyper, state.U.dtype)
     I, J = data.shape
     rows, cols = jnp.asarray(data.rows), jnp.asarray(data.cols)

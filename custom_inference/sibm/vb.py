@@ -13,7 +13,7 @@ from .. import base, vi_driver
 __all__ = ["update_z", "update_v", "update_u", "step", "fit", "fold_in", "ALGORITHM"]
 from ..data import Observations
 from ..logistic import jj_lambda, optimal_xi
-from .common import (DEFAULT_CHUNK_CELLS, SIBMInfo, SIBMState, _cells, _chunk_rows, _elbo_impl,
+from .common import (DEFAULT_CHUNK_CELLS, _fold_in_data, SIBMInfo, SIBMState, _cells, _chunk_rows, _elbo_impl,
                      _map_row_chunks, _mom, _prior, _static_hyper, as_binary, elbo, fit_output, init, moments,
                      q_posterior)
 from .common import STATE_DIMS
@@ -433,11 +433,7 @@ def fold_in(state: SIBMState, data: Observations, hyper, *, max_iter: int = 1000
     Source: ``002_5408d341cb9fc544.txt`` eqs. (6)-(8) (the U updates of batch VB, derived in the
     package docstring); the fold-in itself is a project addition.
     """
-    data = as_binary(data, dtype=np.asarray(data.values).dtype) if isinstance(data, Observations) else as_binary(data)
-    if state.u_prec.shape[0] != data.n_rows or state.v_prec.shape[0] != data.n_cols:
-        raise ValueError(f"state has {state.u_prec.shape[0]} users x {state.v_prec.shape[0]} items, data {data.shape}")
-    if int(max_iter) < 1 or not tol >= 0:
-        raise ValueError(f"max_iter must be >= 1 and tol >= 0, got {max_iter!r}, {tol!r}")
+    data = _fold_in_data(data, state.u_prec.shape[0], state.v_prec.shape[0], max_iter, tol)
     data = jax.tree_util.tree_map(jnp.asarray, data)
     st, it, ch = _fold_in_jit(state, data, _static_hyper(hyper), jnp.asarray(int(max_iter)),
                               jnp.asarray(tol, state.u_h.dtype), chunk_cells)

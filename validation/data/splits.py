@@ -340,8 +340,37 @@ def to_observations(
 # ---------------------------------------------------------------------------
 
 
+class _TrainSizes:
+    """I and J of a split, read from its ``train`` Observations field; written once for
+    `ImplicitSplit` and `HoldoutSplit`."""
+
+    @property
+    def n_users(self) -> int:
+        """I, the number of users (rows of ``train``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
+        return self.train.n_rows
+
+    @property
+    def n_items(self) -> int:
+        """J, the number of items (columns of ``train``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
+        return self.train.n_cols
+
+
 @dataclass(frozen=True)
-class ImplicitSplit:
+class ImplicitSplit(_TrainSizes):
     """Leave-one-out split of binarized ratings (protocol "P1") or of baskets.
 
     Made by `split_leave_one_out` (users and their positives),
@@ -373,33 +402,9 @@ class ImplicitSplit:
     test_items: np.ndarray
     indexed: IndexedRatings
 
-    @property
-    def n_users(self) -> int:
-        """I, the number of users (rows of ``train``), an int.
-
-        Raises
-        ------
-        None of its own.
-
-        Source: project addition.
-        """
-        return self.train.n_rows
-
-    @property
-    def n_items(self) -> int:
-        """J, the number of items (columns of ``train``), an int.
-
-        Raises
-        ------
-        None of its own.
-
-        Source: project addition.
-        """
-        return self.train.n_cols
-
 
 @dataclass(frozen=True)
-class HoldoutSplit:
+class HoldoutSplit(_TrainSizes):
     """Random holdout of ratings used as counts (protocol "P3").
 
     Made by `split_random_holdout`.
@@ -422,30 +427,6 @@ class HoldoutSplit:
     train: Observations
     test: Observations
     indexed: IndexedRatings
-
-    @property
-    def n_users(self) -> int:
-        """I, the number of users (rows of ``train``), an int.
-
-        Raises
-        ------
-        None of its own.
-
-        Source: project addition.
-        """
-        return self.train.n_rows
-
-    @property
-    def n_items(self) -> int:
-        """J, the number of items (columns of ``train``), an int.
-
-        Raises
-        ------
-        None of its own.
-
-        Source: project addition.
-        """
-        return self.train.n_cols
 
 
 def _indexed(df) -> IndexedRatings:
