@@ -54,7 +54,10 @@ What one sweep is, per solver (``--solvers``):
   step sorts each new graph's edges on the host, `rg.edge_order`, inside the timed sweep);
 - ``npfm``, ``ppfm``: `custom_inference.pfm.step`, jitted, with ``block_ptr=pfm.block_pointers(data)``
   (as `pfm.sample` runs it), on `PFMData.from_matrix` of the counts (zeros "all": the unobserved cells
-  enter through cached sums, not as rows); the step's log joint included.
+  enter through cached sums, not as rows). Only the new state leaves the jitted step, so its log
+  joint (which `pfm.sample` records every sweep) is dropped by the compiler and not timed; the
+  allocation runs over chunks of listed rows and sub-chunks of their units (`pfm.allocate_chunks`,
+  issue 28).
 
 Runs unchanged on a GPU machine (``jax.devices()`` gives the GPU); float32 by default (``--dtype``).
 

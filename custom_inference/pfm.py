@@ -87,7 +87,13 @@ q_(u,j)k = A_uk + B_jk, so N, X_i, E_ik and s_k cost O((I + J) F K) plus O(K) pe
 feature belongs to the user side or the item side. Only the rows with y > 0 carry count units.
 Work per sweep: O(N_L F K + T (F + log K) + B (nnz_entities + M F) K), T = total count, N_L
 listed rows, B blocks, M = listed rows with c_n != 0 (``zeros="all"``: the excluded cells only,
-`PFMData.weighted_rows`; ``zeros="observed"``: all listed rows).
+`PFMData.weighted_rows`; ``zeros="observed"``: all listed rows). Memory: the allocation runs over
+chunks of listed rows, each forming its rows' terms once and then allocating its own (contiguous)
+units in sub-chunks, and the log joint's likelihood over the same row chunks (`allocate_chunks`,
+issue 28), so beyond the data and the O(D K) state their extra memory is one chunk's (64 MiB by
+default; small data such as MovieLens-100K at K 50 in float32 is 3 chunks). The CRT of the
+collapsed shape draws (`crt`, `_crt_tables`) still lays out all 3 T customer slots at once (XLA
+temp ~56 bytes per nonzero at T = 2 N_L, float32: the largest O(T) term left in a sweep).
 
 Speed (issue 13 profile, ML-100K, K = 50, float32, one chain, CPU seconds per sweep): the
 former sweep cost 0.38 s alone and 0.86 s under the driver's vmap over chains, because (i) the
@@ -134,6 +140,9 @@ __all__ = [
     "init_npfm",
     "init_ppfm",
     "allocate",
+    "allocate_chunks",
+    "RNG_BLOCK",
+    "ALLOCATE_BUDGET_BYTES",
     "exposures",
     "conditionals",
     "step",
@@ -366,7 +375,68 @@ def row_rates(state, feat, val):
     return state.w0 + jnp.sum(val * state.w[feat], axis=-1) + _pairwise(u) @ _r(state)
 
 
-def allocate(key, state, data: PFMData) -> SuffStats:
+#: Units per random-number block of `allocate`: unit t always takes its three uniforms from
+#: ``uniform(fold_in(key, t // RNG_BLOCK), (3, RNG_BLOCK))[:, t % RNG_BLOCK]``, whatever the chunks,
+#: so every chunking gives the same draws bit for bit.
+RNG_BLOCK = 32
+
+#: Default bound on the bytes of one chunk of `allocate` and of `log_joint`'s likelihood sum
+#: (`allocate_chunks`): 64 MiB.
+ALLOCATE_BUDGET_BYTES = 64 << 20
+
+
+def _row_bytes(F: int, K: int, itemsize: int) -> int:
+    """Bytes per listed row of one `allocate` row chunk, an upper count of its (rows, .) temporaries:
+    the feature indices and values (2 F), the gathered factors u (F K), the linear terms (F), the pair
+    sums (K), the row's terms and their running sums (2 (1 + F + K)), and 4 scalars (count, masks)."""
+    return int(itemsize) * (F * K + K + 2 * (1 + F + K) + 3 * F + 4)
+
+
+def _unit_bytes(F: int, itemsize: int) -> int:
+    """Bytes per unit slot of one `allocate` unit sub-chunk, an upper count of its (units, .)
+    temporaries: the uniforms (3), the unit's feature indices, values, factor values and the two
+    endpoint weight sums (5 F), and 16 scalars (row, search bounds, term, factor, masks, indices)."""
+    return int(itemsize) * (3 + 5 * F + 16)
+
+
+def allocate_chunks(n_rows: int, n_units: int, F: int, K: int, dtype,
+                    budget_bytes: int = ALLOCATE_BUDGET_BYTES) -> tuple[int, int]:
+    """Listed rows per chunk and units per sub-chunk of `allocate` (the rows per chunk also serve
+    `log_joint`'s likelihood sum) for a memory budget.
+
+    If all rows and units fit (``n_rows`` x `_row_bytes` + ``n_units`` x `_unit_bytes`, units
+    rounded up to a multiple of `RNG_BLOCK`, <= ``budget_bytes``), one chunk: (``n_rows``, that
+    rounded ``n_units``), the unchunked computation. Otherwise 3/4 of the budget bounds the rows per
+    chunk (spread evenly: ceil(n_rows / chunks)) and the sub-chunk is the smaller of the remaining
+    1/4's worth of units and a quarter of a chunk's average units (so a chunk's last, partly masked
+    sub-chunk wastes about 1/8 of its unit work on average), a multiple of `RNG_BLOCK`, at least
+    `RNG_BLOCK`.
+
+    ``n_rows``: N_L (int >= 0); ``n_units``: T (int >= 0); ``F``: feature slots per row; ``K``:
+    factors; ``dtype``: the float dtype of the data; ``budget_bytes``: int > 0. Returns (rows, units),
+    two ints >= 1 (units a multiple of `RNG_BLOCK`).
+
+    Raises ValueError for ``budget_bytes`` <= 0, F < 1 or K < 1.
+
+    Source: project addition (issue 28).
+    """
+    if int(budget_bytes) <= 0 or int(F) < 1 or int(K) < 1:
+        raise ValueError(f"allocate_chunks: need budget_bytes > 0, F >= 1, K >= 1; got {budget_bytes}, {F}, {K}")
+    B = RNG_BLOCK
+    itemsize = np.dtype(dtype).itemsize
+    rb, ub = _row_bytes(int(F), int(K), itemsize), _unit_bytes(int(F), itemsize)
+    N, T = max(1, int(n_rows)), max(1, int(n_units))
+    T_up = -(-T // B) * B
+    if N * rb + T_up * ub <= int(budget_bytes):
+        return N, T_up
+    n_chunks = -(-N // max(1, int(budget_bytes) * 3 // 4 // rb))
+    R = -(-N // n_chunks)
+    W_budget = int(budget_bytes) // 4 // ub // B * B
+    W_avg = -(-(-(-T * R // N)) // (4 * B)) * B  # a quarter of a chunk's mean units, rounded up
+    return R, max(B, min(W_budget, W_avg, T_up))
+
+
+def allocate(key, state, data: PFMData, *, chunks: tuple[int, int] | None = None) -> SuffStats:
     r"""Draw the latent counts z | y, parameters (eq. 5.7) and return only their sums.
 
     Each of the T units of count of a listed row picks one term of its rate: w0, x_nf w_f, or
@@ -376,72 +446,141 @@ def allocate(key, state, data: PFMData) -> SuffStats:
     u_f u_g / (2 P), symmetric). Both endpoints get the unit in Z3. The term of a unit is found by
     binary search in its row's running sums of the 1 + F + K terms (built once per listed row, by
     additions only, so they are non-decreasing), and S - u_f is formed as the sum of the other
-    u_g (no subtraction, no cancellation). Work O(N_L (F + K) + T (F + log K)).
+    u_g (no subtraction, no cancellation). Work O(N_L F K + T (F + log K)).
 
-    ``state``: NPFMState or PPFMState; ``data``: PFMData with T count units. Returns `SuffStats`
-    (z1 (), z2 (D,), z3 (D, K), L (K,)), dtype of ``data.row_val``.
+    Chunks (issue 28): the listed rows are taken ``R`` at a time (a ``fori_loop`` over chunks, the
+    last masked beyond N_L); a chunk forms its rows' terms and running sums once, then allocates its
+    own units, which are contiguous because units are stored in row order (`PFMData`: unit_row is
+    non-decreasing over the sum(y) real units; padding units of ``pad_units`` come after them and
+    are never visited), ``W`` units at a time (a loop whose trip count is the chunk's units / W,
+    the last sub-chunk masked). Extra memory: about R x `_row_bytes` + W x `_unit_bytes` bytes plus
+    the O(D K) sums, not ~400 bytes per nonzero (F = 2, K = 50, float32) for all rows' (F, K)
+    gathers and running sums at once. Small data is one chunk (`allocate_chunks`): no loop.
 
-    Raises nothing of its own (no checks: traced code).
+    Random numbers: unit t takes its three uniforms from block t // `RNG_BLOCK` of the key (see
+    `RNG_BLOCK`), so the sums do not depend on the chunking, bit for bit. (The stream differs from
+    the code before issue 28, which drew ``uniform(key, (3, T))``: draws for a given key differ from
+    that version, with the same distribution.) The sums are accumulated as int32 (exact up to
+    2^31 - 1 units; float32 sums stop counting single units above 2^24) and returned in the data's
+    float dtype.
 
-    Source: ``004_90693a0965f06816.txt`` eq. 5.7 (augmentation of Lemma 5.2.2).
+    ``state``: NPFMState or PPFMState; ``data``: PFMData with T count units (``unit_weight`` 0 or 1).
+    ``chunks``: (R, W), rows per chunk (>= 1) and units per sub-chunk (a positive multiple of
+    `RNG_BLOCK`); None: `allocate_chunks` (N_L, T, F, K, dtype), at most `ALLOCATE_BUDGET_BYTES`.
+    Returns `SuffStats` (z1 (), z2 (D,), z3 (D, K), L (K,)), dtype of ``data.row_val``.
+
+    Raises ValueError for ``chunks`` that are not (int >= 1, positive multiple of `RNG_BLOCK`) (no
+    other checks: traced code).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 5.7 (augmentation of Lemma 5.2.2); chunking and keying
+    are a project addition.
     """
-    feat, val = data.row_feat, data.row_val
-    dtype = val.dtype
+    feat_all, val_all = data.row_feat, data.row_val
+    dtype = val_all.dtype
     K = state.V.shape[1]
-    F = feat.shape[1]
+    N, F = feat_all.shape
     D = data.n_features
-    N = feat.shape[0]
+    T = int(data.unit_row.shape[0])
+    R, W = allocate_chunks(N, T, F, K, dtype) if chunks is None else chunks
+    if int(R) != R or R < 1 or int(W) != W or W < RNG_BLOCK or W % RNG_BLOCK:
+        raise ValueError(f"allocate: chunks must be (rows >= 1, units a positive multiple of RNG_BLOCK = "
+                         f"{RNG_BLOCK}), got {chunks!r}")
+    R, W = int(min(R, max(N, 1))), int(W)
+    zero = SuffStats(jnp.zeros((), jnp.int32), jnp.zeros(D, jnp.int32), jnp.zeros(D * K, jnp.int32),
+                     jnp.zeros(K, jnp.int32))
+    if T == 0 or N == 0:
+        return SuffStats(*(a.astype(dtype) for a in zero._replace(z3=zero.z3.reshape(D, K))))
     r = _r(state)
-    u = val[..., None] * state.V[feat]  # (N_L, F, K)
-    lin = val * state.w[feat]  # (N_L, F)
-    pair = _pairwise(u) * r  # (N_L, K)
-    # the rate's terms of each listed row, term-major (1 + F + K, N_L), and their running sums
-    # (additions only: non-decreasing along the terms, which the search below relies on)
-    terms = jnp.concatenate([jnp.broadcast_to(state.w0, (1, N)).astype(dtype), lin.T, pair.T], axis=0)
-    cum = _running_sums(terms)
     n_terms = 1 + F + K
-    rows = data.unit_row
-    T = rows.shape[0]
-    U = jax.random.uniform(key, (3, T), dtype=dtype)
-    x = U[0] * cum[n_terms - 1][rows]
-    # cat = #{terms c : cum_c <= x} (first c with cum_c > x), by binary search on each unit's row
-    flat = cum.reshape(-1)
-    lo, hi = jnp.zeros(T, jnp.int32), jnp.full((T,), n_terms, jnp.int32)
-    for _ in range(int(np.ceil(np.log2(n_terms + 1)))):
-        mid = (lo + hi) // 2
-        go = (flat[jnp.minimum(mid, n_terms - 1) * N + rows] <= x) & (mid < hi)
-        lo, hi = jnp.where(go, mid + 1, lo), jnp.where(go, hi, mid)
-    cat = jnp.minimum(lo, n_terms - 1)
-    one = data.unit_weight.astype(dtype)
-    is0 = cat == 0
-    islin = (cat >= 1) & (cat <= F)
-    ispair = cat > F
-    f_lin = jnp.clip(cat - 1, 0, F - 1)
-    k = jnp.clip(cat - 1 - F, 0, K - 1)
-    z1 = jnp.sum(jnp.where(is0, one, 0))
-    frows = feat[rows]  # (T, F)
-    z2 = jax.ops.segment_sum(jnp.where(islin, one, 0), jnp.take_along_axis(frows, f_lin[:, None], axis=1)[:, 0],
-                             num_segments=D)
-    L = jax.ops.segment_sum(jnp.where(ispair, one, 0), k, num_segments=K)
-    uk = val[rows] * state.V[frows, k[:, None]]  # (T, F)
-    # first endpoint f ~ u_f (S - u_f), with S - u_f = (prefix + suffix without f): no subtraction
-    cols = [uk[:, f] for f in range(F)]
-    pre = [jnp.zeros_like(cols[0])]
-    for f in range(1, F):
-        pre.append(pre[-1] + cols[f - 1])
-    suf = [jnp.zeros_like(cols[0])]
-    for f in range(F - 2, -1, -1):
-        suf.insert(0, suf[0] + cols[f + 1])
-    w1 = _running_sums(jnp.stack([cols[f] * (pre[f] + suf[f]) for f in range(F)]))  # (F, T)
-    a = jnp.minimum(jnp.sum(w1 <= U[1] * w1[F - 1], axis=0), F - 1)
-    # second endpoint g ~ u_g, g != f
-    w2 = _running_sums(jnp.where(jnp.arange(F)[:, None] == a[None, :], 0.0, uk.T))  # (F, T)
-    b = jnp.minimum(jnp.sum(w2 <= U[2] * w2[F - 1], axis=0), F - 1)
-    fa = jnp.take_along_axis(frows, a[:, None], axis=1)[:, 0]
-    fb = jnp.take_along_axis(frows, b[:, None], axis=1)[:, 0]
-    wpair = jnp.where(ispair, one, 0)
-    z3 = (jnp.zeros(D * K, dtype).at[fa * K + k].add(wpair).at[fb * K + k].add(wpair)).reshape(D, K)
-    return SuffStats(z1, z2, z3, L)
+    n_search = int(np.ceil(np.log2(n_terms + 1)))
+
+    def uniforms(t0):
+        """(3, W) uniforms of units t0 .. t0 + W - 1: blocks t0 // B .. of the key."""
+        B = RNG_BLOCK
+        aligned = isinstance(t0, int) and t0 % B == 0
+        nb = W // B + (0 if aligned else 1)
+        U = jax.vmap(lambda b: jax.random.uniform(jax.random.fold_in(key, b), (3, B), dtype=dtype))(
+            t0 // B + jnp.arange(nb, dtype=jnp.int32))
+        U = jnp.transpose(U, (1, 0, 2)).reshape(3, nb * B)
+        return U if aligned else jax.lax.dynamic_slice_in_dim(U, t0 % B, W, axis=1)
+
+    def units(t0, end, row0, feat, val, flat, acc):
+        """Allocate units t0 .. t0 + W - 1 (masked at ``end``) of the chunk whose first row is row0,
+        rows' features feat, val (R, F) and term-major running sums ``flat`` ((1 + F + K) R,)."""
+        idx = t0 + jnp.arange(W, dtype=jnp.int32)
+        valid = idx < end  # the chunk's last sub-chunk runs past its units: masked
+        idx = jnp.minimum(idx, T - 1)
+        rows = jnp.clip(data.unit_row[idx] - row0, 0, R - 1)  # the unit's row within the chunk
+        one = jnp.where(valid, data.unit_weight[idx], 0).astype(jnp.int32)
+        U = uniforms(t0)
+        x = U[0] * flat[(n_terms - 1) * R + rows]
+        # cat = #{terms c : cum_c <= x} (first c with cum_c > x), by binary search on each unit's row
+        lo, hi = jnp.zeros(W, jnp.int32), jnp.full((W,), n_terms, jnp.int32)
+        for _ in range(n_search):
+            mid = (lo + hi) // 2
+            go = (flat[jnp.minimum(mid, n_terms - 1) * R + rows] <= x) & (mid < hi)
+            lo, hi = jnp.where(go, mid + 1, lo), jnp.where(go, hi, mid)
+        cat = jnp.minimum(lo, n_terms - 1)
+        is0 = cat == 0
+        islin = (cat >= 1) & (cat <= F)
+        ispair = cat > F
+        f_lin = jnp.clip(cat - 1, 0, F - 1)
+        k = jnp.clip(cat - 1 - F, 0, K - 1)
+        z1 = acc.z1 + jnp.sum(jnp.where(is0, one, 0), dtype=jnp.int32)
+        frows = feat[rows]  # (W, F)
+        z2 = acc.z2.at[jnp.take_along_axis(frows, f_lin[:, None], axis=1)[:, 0]].add(jnp.where(islin, one, 0))
+        wpair = jnp.where(ispair, one, 0)
+        L = acc.L.at[k].add(wpair)
+        uk = val[rows] * state.V[frows, k[:, None]]  # (W, F)
+        # first endpoint f ~ u_f (S - u_f), with S - u_f = (prefix + suffix without f): no subtraction
+        cols = [uk[:, f] for f in range(F)]
+        pre = [jnp.zeros_like(cols[0])]
+        for f in range(1, F):
+            pre.append(pre[-1] + cols[f - 1])
+        suf = [jnp.zeros_like(cols[0])]
+        for f in range(F - 2, -1, -1):
+            suf.insert(0, suf[0] + cols[f + 1])
+        w1 = _running_sums(jnp.stack([cols[f] * (pre[f] + suf[f]) for f in range(F)]))  # (F, W)
+        a = jnp.minimum(jnp.sum(w1 <= U[1] * w1[F - 1], axis=0), F - 1)
+        # second endpoint g ~ u_g, g != f
+        w2 = _running_sums(jnp.where(jnp.arange(F)[:, None] == a[None, :], 0.0, uk.T))  # (F, W)
+        b = jnp.minimum(jnp.sum(w2 <= U[2] * w2[F - 1], axis=0), F - 1)
+        fa = jnp.take_along_axis(frows, a[:, None], axis=1)[:, 0]
+        fb = jnp.take_along_axis(frows, b[:, None], axis=1)[:, 0]
+        z3 = acc.z3.at[fa * K + k].add(wpair).at[fb * K + k].add(wpair)
+        return SuffStats(z1, z2, z3, L)
+
+    def row_chunk(c, carry):
+        """Rows c R .. c R + R - 1 (masked at N_L): their terms once, then their units, whose first is
+        ``start`` (the carried count of the earlier chunks' units)."""
+        acc, start = carry
+        row0 = c * R
+        ridx = row0 + jnp.arange(R, dtype=jnp.int32)
+        rvalid = ridx < N  # the last chunk runs past N_L: masked
+        ridx = jnp.minimum(ridx, N - 1)
+        feat, val = feat_all[ridx], val_all[ridx]  # (R, F)
+        end = start + jnp.sum(jnp.where(rvalid, jnp.round(data.row_y[ridx]), 0).astype(jnp.int32), dtype=jnp.int32)
+        u = val[..., None] * state.V[feat]  # (R, F, K)
+        lin = val * state.w[feat]  # (R, F)
+        pair = _pairwise(u) * r  # (R, K)
+        # the rate's terms of each row, term-major (1 + F + K, R), and their running sums
+        # (additions only: non-decreasing along the terms, which the search relies on)
+        terms = jnp.concatenate([jnp.broadcast_to(state.w0, (1, R)).astype(dtype), lin.T, pair.T], axis=0)
+        flat = _running_sums(terms).reshape(-1)
+        if R >= N and W >= T:  # one chunk, one sub-chunk: no loop
+            return units(0, end, 0, feat, val, flat, acc), end
+        acc = jax.lax.fori_loop(0, (end - start + W - 1) // W,
+                                lambda j, a: units(start + j * W, end, row0, feat, val, flat, a), acc)
+        return acc, end
+
+    n_chunks = -(-N // R)
+    start0 = jnp.zeros((), jnp.int32)
+    if n_chunks == 1:
+        out, _ = row_chunk(0, (zero, start0))
+    else:
+        out, _ = jax.lax.fori_loop(0, n_chunks, row_chunk, (zero, start0))
+    return SuffStats(out.z1.astype(dtype), out.z2.astype(dtype), out.z3.reshape(D, K).astype(dtype),
+                     out.L.astype(dtype))
 
 
 def exposures(state, data: PFMData) -> Exposures:
@@ -741,9 +880,42 @@ def step_printed(key, state, data: PFMData, hyper):
     return step(key, state, data, hyper, order="printed")
 
 
+def _listed_loglik(state, data: PFMData, rows: int | None = None):
+    """sum over listed rows with y_n > 0 of y_n log rate_n - log y_n!, ``rows`` rows at a time (a
+    ``fori_loop`` over chunks, the last masked beyond N_L; default: the row chunk of `allocate_chunks`,
+    all rows when they fit), so no (N_L, F, K) gather exists (40 GB at 1e8 nonzeros, F = 2, K = 50,
+    float32)."""
+    feat, val, y_all = data.row_feat, data.row_val, data.row_y
+    N, F = feat.shape
+    dtype = jnp.result_type(state.V.dtype, y_all.dtype)
+    if N == 0:
+        return jnp.zeros((), dtype)
+    R = allocate_chunks(N, data.unit_row.shape[0], F, state.V.shape[1], val.dtype)[0] if rows is None else int(rows)
+    R = min(R, N)
+
+    def rows_sum(f, v, y):
+        pos = y > 0
+        rate = row_rates(state, f, v)
+        return jnp.sum(jnp.where(pos, y * jnp.log(jnp.where(pos, rate, 1.0)) - gammaln(y + 1.0), 0.0))
+
+    if R >= N:  # all rows at once, as before issue 28
+        return rows_sum(feat, val, y_all).astype(dtype)
+
+    def one_chunk(c, acc):
+        idx = c * R + jnp.arange(R, dtype=jnp.int32)
+        valid = idx < N  # the last chunk runs past N_L: masked
+        idx = jnp.minimum(idx, N - 1)
+        return acc + rows_sum(feat[idx], val[idx], jnp.where(valid, y_all[idx], 0))
+
+    return jax.lax.fori_loop(0, -(-N // R), one_chunk, jnp.zeros((), dtype))
+
+
 def log_joint(state, data: PFMData, hyper) -> jax.Array:
     """log p(y, parameters) of eqs. 5.6 / 5.20 with all priors, including -sum log y_n!, from
     the cached sums (O(nnz K)); equals the NumPyro program's log density. Source: derived.
+    The likelihood's sum over listed rows runs in chunks of rows (`allocate_chunks`) when they do
+    not fit the allocation's memory budget, so its extra memory is bounded as the allocation's
+    (issue 28).
 
     ``state``: NPFMState or PPFMState; ``data``: PFMData. Returns a scalar of the state's dtype.
 
@@ -752,10 +924,7 @@ def log_joint(state, data: PFMData, hyper) -> jax.Array:
     h = hyper
     K = state.V.shape[1]
     r = _r(state)
-    rate = row_rates(state, data.row_feat, data.row_val)
-    y = data.row_y
-    pos = y > 0
-    loglik = jnp.sum(jnp.where(pos, y * jnp.log(jnp.where(pos, rate, 1.0)) - gammaln(y + 1.0), 0.0))
+    loglik = _listed_loglik(state, data)
     expo = exposures(state, data)
     loglik -= data.n_train * state.w0 + jnp.dot(data.x_sum, state.w) + jnp.dot(r, expo.s)
     lp = (_gamma_logpdf(state.alpha0, h.a_0, h.b_0) + _gamma_logpdf(state.beta0, h.c_0, h.d_0)

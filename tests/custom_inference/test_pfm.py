@@ -358,3 +358,181 @@ def test_sliced_block_update_draws_from_the_masked_updates_conditionals(monkeypa
             # the same float64 operations on the block's entries (a slice instead of a mask): rounding only
             np.testing.assert_allclose(b, a, rtol=1e-12, atol=0, err_msg=name)
         assert not np.allclose(np.asarray(sliced.V), np.asarray(st.V))  # the sweep moved V
+
+
+def _alloc_problem(I=6, J=5, lam=4.0, side=True, seed=3, **pad):
+    """A small "all"-mode data set with side features (F = 5 slots) and a dispersed NPFM state."""
+    rng = np.random.default_rng(seed)
+    Y = rng.poisson(lam, (I, J)).astype(float)
+    Uf = sp.csr_matrix(rng.random((I, 2)) * (rng.random((I, 2)) < 0.7)) if side else None
+    Vf = sp.csr_matrix(rng.random((J, 1)) + 0.2) if side else None
+    data = pfm.PFMData.from_matrix(sp.csr_matrix(Y), user_features=Uf, item_features=Vf, zeros="all", **pad)
+    st = pfm.init(jax.random.PRNGKey(seed), data, 3, HYPER, init_scale=1.0, init_shape=0.5, init_r=1.0)
+    return data, st
+
+
+def _expected_stats(data, st):
+    """Exact E[Z1], E[Z2_i], E[Z3_ik], E[L_k] given the state (eq. 5.7), in numpy float64: each of
+    y_n units picks w0 w.p. w0 / rate_n, x_ni w_i / rate_n, factor k w.p. r_k P_nk / rate_n; a factor
+    unit gives feature i of the row the share u_i (S_k - u_i) / P_nk of its pair (both endpoints)."""
+    feat, val, y = np.asarray(data.row_feat), np.asarray(data.row_val), np.asarray(data.row_y)
+    V, w, r, w0 = (np.asarray(a, np.float64) for a in (st.V, st.w, st.r, st.w0))
+    D, K = V.shape
+    u = val[..., None] * V[feat]  # (N, F, K)
+    S = u.sum(1)
+    P = 0.5 * (S ** 2 - (u ** 2).sum(1))  # sum_{f<g} u_f u_g
+    lin = val * w[feat]
+    rate = w0 + lin.sum(1) + P @ r
+    g = y / rate
+    z1 = float(np.sum(g * w0))
+    z2 = np.bincount(feat.ravel(), (g[:, None] * lin).ravel(), minlength=D)
+    L = (g[:, None] * P * r).sum(0)
+    share = g[:, None, None] * r * u * (S[:, None, :] - u)  # (N, F, K)
+    z3 = np.stack([np.bincount(feat.ravel(), share[..., k].ravel(), minlength=D) for k in range(K)], axis=1)
+    return z1, z2, z3, L
+
+
+# (rows per chunk, units per sub-chunk): several row chunks with several sub-chunks each (none of
+# the sizes divides N_L = 30 or T; the last chunk and every chunk's last sub-chunk are partly
+# masked), one row chunk with a loop over sub-chunks, and chunks of single rows
+_CHUNKINGS = ((7, 32), (11, 64), (30, 32), (1, 32), (13, 96))
+
+
+def test_allocation_is_the_same_for_every_chunking():
+    """Unit t takes its uniforms from block t // RNG_BLOCK of the key and every row's terms are the
+    same whatever chunk holds it, so every chunking gives the sums of the unchunked allocation (one
+    chunk: the `allocate_chunks` default here) bit for bit, and the sums keep the invariants
+    Z1 + sum Z2 + sum L = T, sum_i Z3_ik = 2 L_k. (Dropping the mask of a chunk's last sub-chunk
+    allocates the next chunk's first units with this chunk's rows, twice: the total exceeds T.)"""
+    data, st = _alloc_problem()
+    d = jax.tree_util.tree_map(jnp.asarray, data)
+    N, T, F = data.n_listed, data.n_units, data.row_feat.shape[1]
+    assert N == 30 and T % 32 and T > 3 * 32
+    ref_chunks = pfm.allocate_chunks(N, T, F, 3, np.float64)
+    assert ref_chunks == (N, -(-T // 32) * 32)  # small data: one chunk, no loop
+    alloc = jax.jit(pfm.allocate, static_argnames="chunks")
+    key = jax.random.PRNGKey(7)
+    ref = alloc(key, st, d)
+    for chunks in _CHUNKINGS:
+        s = alloc(key, st, d, chunks=chunks)
+        for name, a, b in zip(pfm.SuffStats._fields, s, ref):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{chunks} {name}")
+    z1, z2, z3, L = (np.asarray(a) for a in ref)
+    assert z1 + z2.sum() + L.sum() == data.row_y.sum() == T
+    np.testing.assert_array_equal(z3.sum(0), 2 * L)
+    assert all(np.all(a == np.round(a)) and np.all(a >= 0) for a in (z1, z2, z3, L))
+
+
+def test_padding_units_and_rows_are_never_allocated():
+    """``pad_units`` appends weight-0 units of row 0 after the real units (out of row order) and
+    ``pad_rows`` appends y = 0 rows: the real units stay in row order (the chunks rely on it), and
+    with the padding the sums equal those without it bit for bit, chunked or not."""
+    data, st = _alloc_problem()
+    padded, _ = _alloc_problem(pad_rows=45, pad_units=data.n_units + 70)
+    T = data.n_units
+    ur = np.asarray(padded.unit_row)
+    assert np.all(np.diff(ur[:T]) >= 0) and np.all(ur[T:] == 0) and np.all(np.asarray(padded.unit_weight)[T:] == 0)
+    np.testing.assert_array_equal(ur[:T], np.asarray(data.unit_row))
+    d0, d1 = (jax.tree_util.tree_map(jnp.asarray, x) for x in (data, padded))
+    alloc = jax.jit(pfm.allocate, static_argnames="chunks")
+    key = jax.random.PRNGKey(5)
+    ref = alloc(key, st, d0)
+    for chunks in (None, (7, 32), (45, 64)):
+        for name, a, b in zip(pfm.SuffStats._fields, alloc(key, st, d1, chunks=chunks), ref):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{chunks} {name}")
+
+
+def test_chunked_allocation_has_the_exact_conditional_means():
+    """Over 4,000 keys, the mean sums of the allocation in chunks of 7 rows and 32 units (5 chunks,
+    each with several sub-chunks, last ones masked) equal the exact expectations of eq. 5.7
+    (`_expected_stats`) within 5 Monte Carlo standard errors, each estimated from the draws (per
+    component two-sided false alarm 6e-7; ~70 components: < 5e-5 for the test); components with
+    expectation 0 are exactly 0 in every draw. This also checks the random-number stream, which
+    differs from the one before issue 28 (one uniform(key, (3, T)) call)."""
+    data, st = _alloc_problem()
+    d = jax.tree_util.tree_map(jnp.asarray, data)
+    n = 4000
+    keys = jax.random.split(jax.random.PRNGKey(11), n)
+    ss = jax.jit(jax.vmap(lambda k: pfm.allocate(k, st, d, chunks=(7, 32))))(keys)
+    for name, draws, exp in zip(pfm.SuffStats._fields, ss, _expected_stats(data, st)):
+        draws = np.asarray(draws, np.float64).reshape(n, -1)
+        exp = np.atleast_1d(np.asarray(exp)).ravel()
+        mean, se = draws.mean(0), draws.std(0, ddof=1) / np.sqrt(n)
+        zero = exp == 0
+        assert np.all(draws[:, zero] == 0), name
+        assert np.all(np.abs(mean - exp)[~zero] <= 5 * se[~zero]), (name, mean, exp, se)
+
+
+def _max_intermediate_size(jaxpr):
+    """The largest number of elements of any value computed in a jaxpr, sub-jaxprs (loop bodies,
+    jitted calls) included."""
+    best = 0
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            best = max(best, int(np.prod(getattr(v.aval, "shape", ()), dtype=np.int64)))
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    best = max(best, _max_intermediate_size(inner))
+    return best
+
+
+def test_allocation_builds_nothing_over_all_rows_or_units():
+    """In chunks of 64 rows and 64 units, no value in the allocation's program has more elements
+    than a chunk's largest temporary (64 x F x K gathered factors, 64 x (1 + F + K) terms, 3 x 96
+    uniforms of a sub-chunk's blocks) or the (D x K) sums, far below N_L ~ 4,900 listed rows and
+    T ~ 20,000 units (the allocation before issue 28 built (1 + F + K, N_L) running sums and (3, T)
+    uniforms)."""
+    data, st = _alloc_problem(I=100, J=50, lam=4.0, side=False)
+    d = jax.tree_util.tree_map(jnp.asarray, data)
+    F, K, D = data.row_feat.shape[1], 3, data.n_features
+    assert data.n_listed > 4000 and data.n_units > 15000
+    jaxpr = jax.make_jaxpr(lambda k: pfm.allocate(k, st, d, chunks=(64, 64)))(jax.random.PRNGKey(0)).jaxpr
+    bound = max(64 * F * K, 64 * (1 + F + K), 3 * (64 + 32), D * K)
+    assert _max_intermediate_size(jaxpr) <= bound < data.n_listed
+
+
+def test_allocate_chunks_and_bad_chunks():
+    """`allocate_chunks` gives one chunk when all rows and units fit the budget; otherwise rows per
+    chunk x bytes per row within 3/4 of it, spread evenly, and units per sub-chunk a multiple of
+    RNG_BLOCK within the rest; `allocate` refuses bad chunkings."""
+    B = pfm.RNG_BLOCK
+    rb, ub = pfm._row_bytes(2, 50, 4), pfm._unit_bytes(2, 4)
+    assert pfm.allocate_chunks(1000, 3500, 2, 50, np.float32) == (1000, 3520)
+    N, T, budget = 10 ** 8, 3 * 10 ** 8, 64 << 20
+    R, W = pfm.allocate_chunks(N, T, 2, 50, np.float32, budget_bytes=budget)
+    n_chunks = -(-N // R)
+    assert R * rb <= budget * 3 // 4 and -(-N // (n_chunks - 1)) * rb > budget * 3 // 4  # fewest chunks
+    assert W % B == 0 and W * ub <= budget // 4 and W <= -(-T * R // N) // 4 + B
+    assert pfm.allocate_chunks(10 ** 8, 10 ** 8, 2, 50, np.float32, budget_bytes=1) == (1, B)
+    with pytest.raises(ValueError, match="budget_bytes"):
+        pfm.allocate_chunks(10, 10, 2, 50, np.float32, budget_bytes=0)
+    data, st = _alloc_problem()
+    d = jax.tree_util.tree_map(jnp.asarray, data)
+    for bad in ((7, 0), (7, B + 1), (7, -B), (0, B)):
+        with pytest.raises(ValueError, match="multiple of RNG_BLOCK"):
+            pfm.allocate(jax.random.PRNGKey(0), st, d, chunks=bad)
+
+
+def test_log_joint_likelihood_in_row_chunks():
+    """The likelihood sum of `log_joint` over listed rows, in chunks of 32 or 64 rows (last chunk
+    masked) or one chunk, equals sum_n y_n log rate_n - log y_n! computed in numpy float64 (rtol
+    1e-12: only the order of the additions differs), and with chunks of 64 no value in its program
+    is larger than a chunk's (64, F, K) gather."""
+    from scipy.special import gammaln as np_gammaln
+
+    data, st = _alloc_problem(I=30, J=20, lam=2.0)
+    d = jax.tree_util.tree_map(jnp.asarray, data)
+    feat, val, y = np.asarray(data.row_feat), np.asarray(data.row_val), np.asarray(data.row_y)
+    u = val[..., None] * np.asarray(st.V)[feat]
+    P = 0.5 * (u.sum(1) ** 2 - (u ** 2).sum(1))
+    rate = float(st.w0) + (val * np.asarray(st.w)[feat]).sum(1) + P @ np.asarray(st.r)
+    want = np.sum(np.where(y > 0, y * np.log(rate) - np_gammaln(y + 1), 0.0))
+    N, F = feat.shape
+    assert N % 32 and N > 64
+    for rows in (32, 64, None):
+        got = float(jax.jit(lambda s: pfm._listed_loglik(s, d, rows))(st))
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    jaxpr = jax.make_jaxpr(lambda s: pfm._listed_loglik(s, d, 64))(st).jaxpr
+    assert _max_intermediate_size(jaxpr) <= 64 * F * 3 < N * F * 3
