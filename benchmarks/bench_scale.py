@@ -45,8 +45,8 @@ What one sweep is, per solver (``--solvers``):
   1-5: one Gibbs sweep (`fm_mcmc.step` on a state without the (N, K) q, as `fm_mcmc.sample` runs it), one CAVI sweep (`vbfm.step`), one OVBFM epoch as `vbfm.fit_svi` runs it
   (`ovbfm_epoch`: a random partition into `OVBFM_BATCHES` padded minibatches, `vbfm.make_batches`, and
   `vbfm.svi_step` with the global update counter t), one SGD epoch of N instances (`fm_sgd.step`,
-  batch size 1, step size `SGD_FM_LEARNING_RATE`; the protocol step rebuilds the padded rows on the host
-  at every call, which `fm_sgd.fit` does once, so this row includes that host work);
+  batch size 1, step size `SGD_FM_LEARNING_RATE`; the padded rows (`fm_sgd.padded_rows`) and the device
+  design are built once in the set-up and passed to every step, as `fm_sgd.fit` does);
 - ``sibm-svi``: ``ceil(nnz / S)`` SIBM minibatches of S = max(I, J) cells (`sibm.svi_step`, S-Biased
   sampler built once in the set-up): as many cells as the matrix has ones;
 - ``rg``: one Robbins-Monro sweep: a hidden graph H_t ~ q(H) drawn on the host
@@ -265,7 +265,11 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         if solver == "sgd-fm":
             reg = fm_sgd.SGDReg()
             state = fm_sgd.init(key, design, K, reg, dtype=dtype)
-            return design, state, lambda k, s: fm_sgd.step(k, s, design, reg, learning_rate=SGD_FM_LEARNING_RATE)[0]
+            # the padded rows and the device design once, in the set-up (as `fm_sgd.fit` does), not in every epoch
+            padded = tuple(jnp.asarray(a) for a in fm_sgd.padded_rows(design))
+            design = jax.tree_util.tree_map(jnp.asarray, design)
+            return design, state, lambda k, s: fm_sgd.step(k, s, design, reg, learning_rate=SGD_FM_LEARNING_RATE,
+                                                           padded=padded)[0]
         hyper = FMFlatHyper()
         state = vbfm.init(key, design, K, hyper, dtype=dtype)
         if solver == "vbfm":
