@@ -254,20 +254,26 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         from ppl_models.fm import FMFlatHyper, FMHierHyper
         from validation.frontdoor.api_models import ids_design
 
-        design = ids_design(obs, dtype=dtype)  # FMDesign.from_ids: O(N), values and y in the compute dtype
+        # FMDesign.from_ids (O(N), values and y in the compute dtype), placed on the device once (as the fits do)
+        # one array at a time: jnp.asarray copies even on the CPU, and a jitted step given host arrays copies
+        # them at every call, so the host design is dropped leaf by leaf and never coexists with a device copy
+        leaves, treedef = jax.tree_util.tree_flatten(ids_design(obs, dtype=dtype))
+        del obs
+        for i in range(len(leaves)):
+            leaves[i] = jnp.asarray(leaves[i])
+        design = jax.tree_util.tree_unflatten(treedef, leaves)
+        del leaves
         if solver == "mcmc-fm":
             hyper = FMHierHyper()
             # as `fm_mcmc.sample` runs the chains: no (N, K) cache q in the state
             state = fm_mcmc.init(key, design, K, hyper, dtype=dtype, keep_q=False)
-            data = jax.tree_util.tree_map(jnp.asarray, design)
             step = jax.jit(lambda k, s, d: fm_mcmc.step(k, s, d, hyper)[0])
-            return data, state, lambda k, s: step(k, s, data)
+            return design, state, lambda k, s: step(k, s, design)
         if solver == "sgd-fm":
             reg = fm_sgd.SGDReg()
             state = fm_sgd.init(key, design, K, reg, dtype=dtype)
-            # the padded rows and the device design once, in the set-up (as `fm_sgd.fit` does), not in every epoch
+            # the padded rows once, in the set-up (as `fm_sgd.fit` does), not in every epoch
             padded = tuple(jnp.asarray(a) for a in fm_sgd.padded_rows(design))
-            design = jax.tree_util.tree_map(jnp.asarray, design)
             return design, state, lambda k, s: fm_sgd.step(k, s, design, reg, learning_rate=SGD_FM_LEARNING_RATE,
                                                            padded=padded)[0]
         hyper = FMFlatHyper()
@@ -275,6 +281,7 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         if solver == "vbfm":
             return design, state, lambda k, s: vbfm.step(k, s, design, hyper)[0]
 
+        # the epoch gathers its minibatches from numpy views of the device arrays (no copy on the CPU)
         return design, state, ovbfm_epoch(vbfm, design, hyper, seed=0)
     if solver == "sibm-svi":
         from custom_inference import sibm
@@ -371,6 +378,9 @@ def child(args) -> dict:
     rec["param_bytes"] = _tree_bytes(state)
     rec["container_bytes"] = _tree_bytes(data)
     rec["setup_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # container + init
+    # in the log too, so that a run killed in its sweeps still shows its set-up
+    print(f"set-up: {rec['setup_seconds']:.1f} s, peak RSS {rec['setup_peak_rss_bytes'] / GIB:.2f} GiB (container "
+          f"{rec['container_bytes'] / GIB:.2f} GiB, params {rec['param_bytes'] / GIB:.2f} GiB)", flush=True)
     _reset_hwm()
 
     samples, cpu_samples = [], []
