@@ -45,8 +45,8 @@ What one sweep is, per solver (``--solvers``):
   1-5: one Gibbs sweep (`fm_mcmc.step` on a state without the (N, K) q, as `fm_mcmc.sample` runs it), one CAVI sweep (`vbfm.step`), one OVBFM epoch as `vbfm.fit_svi` runs it
   (`ovbfm_epoch`: a random partition into `OVBFM_BATCHES` padded minibatches, `vbfm.make_batches`, and
   `vbfm.svi_step` with the global update counter t), one SGD epoch of N instances (`fm_sgd.step`,
-  batch size 1, step size `SGD_FM_LEARNING_RATE`; the protocol step rebuilds the padded rows on the host
-  at every call, which `fm_sgd.fit` does once, so this row includes that host work);
+  batch size 1, step size `SGD_FM_LEARNING_RATE`; the padded rows (`fm_sgd.padded_rows`) and the device
+  design are built once in the set-up and passed to every step, as `fm_sgd.fit` does);
 - ``sibm-svi``: ``ceil(nnz / S)`` SIBM minibatches of S = max(I, J) cells (`sibm.svi_step`, S-Biased
   sampler built once in the set-up): as many cells as the matrix has ones;
 - ``rg``: one Robbins-Monro sweep: a hidden graph H_t ~ q(H) drawn on the host
@@ -257,23 +257,34 @@ def _more_setup(solver, rows, cols, values, shape, K, dtype, key):
         from ppl_models.fm import FMFlatHyper, FMHierHyper
         from validation.frontdoor.api_models import ids_design
 
-        design = ids_design(obs)
+        # FMDesign.from_ids (O(N), values and y in the compute dtype), placed on the device once (as the fits do)
+        # one array at a time: jnp.asarray copies even on the CPU, and a jitted step given host arrays copies
+        # them at every call, so the host design is dropped leaf by leaf and never coexists with a device copy
+        leaves, treedef = jax.tree_util.tree_flatten(ids_design(obs, dtype=dtype))
+        del obs
+        for i in range(len(leaves)):
+            leaves[i] = jnp.asarray(leaves[i])
+        design = jax.tree_util.tree_unflatten(treedef, leaves)
+        del leaves
         if solver == "mcmc-fm":
             hyper = FMHierHyper()
             # as `fm_mcmc.sample` runs the chains: no (N, K) cache q in the state
             state = fm_mcmc.init(key, design, K, hyper, dtype=dtype, keep_q=False)
-            data = jax.tree_util.tree_map(jnp.asarray, design)
             step = jax.jit(lambda k, s, d: fm_mcmc.step(k, s, d, hyper)[0])
-            return data, state, lambda k, s: step(k, s, data)
+            return design, state, lambda k, s: step(k, s, design)
         if solver == "sgd-fm":
             reg = fm_sgd.SGDReg()
             state = fm_sgd.init(key, design, K, reg, dtype=dtype)
-            return design, state, lambda k, s: fm_sgd.step(k, s, design, reg, learning_rate=SGD_FM_LEARNING_RATE)[0]
+            # the padded rows once, in the set-up (as `fm_sgd.fit` does), not in every epoch
+            padded = tuple(jnp.asarray(a) for a in fm_sgd.padded_rows(design))
+            return design, state, lambda k, s: fm_sgd.step(k, s, design, reg, learning_rate=SGD_FM_LEARNING_RATE,
+                                                           padded=padded)[0]
         hyper = FMFlatHyper()
         state = vbfm.init(key, design, K, hyper, dtype=dtype)
         if solver == "vbfm":
             return design, state, lambda k, s: vbfm.step(k, s, design, hyper)[0]
 
+        # the epoch gathers its minibatches from numpy views of the device arrays (no copy on the CPU)
         return design, state, ovbfm_epoch(vbfm, design, hyper, seed=0)
     if solver == "sibm-svi":
         from custom_inference import sibm
@@ -370,6 +381,9 @@ def child(args) -> dict:
     rec["param_bytes"] = _tree_bytes(state)
     rec["container_bytes"] = _tree_bytes(data)
     rec["setup_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # container + init
+    # in the log too, so that a run killed in its sweeps still shows its set-up
+    print(f"set-up: {rec['setup_seconds']:.1f} s, peak RSS {rec['setup_peak_rss_bytes'] / GIB:.2f} GiB (container "
+          f"{rec['container_bytes'] / GIB:.2f} GiB, params {rec['param_bytes'] / GIB:.2f} GiB)", flush=True)
     _reset_hwm()
 
     samples, cpu_samples = [], []
@@ -391,7 +405,13 @@ def child(args) -> dict:
     rec["sec_per_sweep"] = float(np.median(samples)) if samples else None
     rec["cpu_samples"] = cpu_samples
     rec["cpu_sec_per_sweep"] = float(np.median(cpu_samples)) if cpu_samples else None
-    rec["finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(state)
+    checked = state
+    if args.solver == "ovbfm" and bool(jnp.isnan(state.last_elbo)):
+        # the OVBFM epoch (`ovbfm_epoch`, as `vbfm.fit_svi`'s) never evaluates the ELBO: last_elbo stays NaN
+        # by design, which is not a non-finite parameter
+        rec["last_elbo"] = "not evaluated"
+        checked = state._replace(last_elbo=jnp.zeros((), state.last_elbo.dtype))
+    rec["finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(checked)
                              if jnp.issubdtype(x.dtype, jnp.floating)))
     rec["sweep_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # the sweeps alone
     hwm = max(rec["setup_peak_rss_bytes"], rec["sweep_peak_rss_bytes"])

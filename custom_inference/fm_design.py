@@ -134,7 +134,8 @@ class FMDesign:
     Static (auxiliary) data: ``n_rows`` N, ``n_features`` D, ``n_groups`` G,
     ``block_ptr`` (tuple of B + 1 ints), ``group_names`` (tuple of G str).
 
-    Build with `FMDesign.from_scipy`, which validates; the plain constructor does not.
+    Build with `FMDesign.from_scipy` (any X) or `FMDesign.from_ids` (the one-hot user | item design, in
+    O(N) memory), which validate; the plain constructor does not.
     """
 
     rows: np.ndarray
@@ -218,6 +219,117 @@ class FMDesign:
         ptr = np.concatenate([[0], np.cumsum(np.bincount(entry_block, minlength=int(block.max()) + 1))])
         return cls(rows, cols, values, y.astype(dtype), group.astype(np.int32), block, order,
                    int(N), int(D), G, tuple(int(p) for p in ptr), names)
+
+    @classmethod
+    def from_ids(
+        cls,
+        rows,
+        cols,
+        values,
+        shape,
+        *,
+        dtype=np.float64,
+        group_names: Sequence[str] = ("user", "item"),
+    ) -> "FMDesign":
+        """The one-hot user | one-hot item design of N (user, item, response) triples, built in O(N).
+
+        Instance n has exactly two nonzeros, x_(n, u_n) = 1 (group 0, users) and x_(n, I + i_n) = 1
+        (group 1, items): plain MF with biases as a factorization machine (``004_90693a0965f06816.txt``
+        eq. 2.17, fig. 2.1). Every field equals `from_scipy` on the same X, y and groups (tested), but
+        nothing is sorted: the row-major nonzeros are (n, u_n), (n, I + i_n) in that order; each group
+        is one block (one nonzero per row), so ``order`` (nonzeros sorted by block, stably) is the even
+        positions then the odd ones and ``block_ptr`` is (0, N, 2N). Memory: the result (4 int32 or
+        ``dtype`` arrays of 2N entries, y of N, group and block of I + J) plus one (N,) int32 temporary;
+        no int64 copy of an N-sized array (`from_scipy` on the same data: ~215 bytes a triple in
+        passing; float64 values and int64 indices, sums of duplicates and sorts).
+
+        Parameters
+        ----------
+        rows : int array (N,), user index of each triple in 0..I-1 (int32 or int64).
+        cols : int array (N,), item index of each triple in 0..J-1.
+        values : real array (N,), the responses y, finite.
+        shape : (I, J), two integers >= 1: D = I + J features. Users and items without a triple are
+            allowed (their features have no nonzero).
+        dtype : float dtype of ``values`` (the ones of X) and ``y``; float32 when the solver computes
+            in float32, so that no float64 copy exists.
+        group_names : the two group names (default ``("user", "item")``).
+
+        Returns
+        -------
+        FMDesign with N rows and D = I + J features: rows, cols, order int32 (2N,), values ``dtype``
+        (2N,) ones, y ``dtype`` (N,), group and block int32 (D,) (0 for users, 1 for items), two groups,
+        two blocks.
+
+        Raises
+        ------
+        ValueError naming the argument: ``shape`` not two integers >= 1; rows, cols or values not
+        1-D or of different lengths; no triples (X would have no nonzero entries); an index out of
+        range (naming the allowed range); NaN or infinite values (first entry named); a non-float
+        ``dtype``; 2N or I + J beyond the int32 range; not two group names.
+        TypeError: rows or cols not integers.
+
+        Source: project addition (the ids design of ``004_90693a0965f06816.txt`` eq. 2.17 built without
+        the generic path; issue 28).
+        """
+        if (not isinstance(shape, (tuple, list)) or len(shape) != 2
+                or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 1
+                       for s in shape)):
+            raise ValueError(f"shape: expected two integers >= 1 (n_users I, n_items J), got {shape!r}")
+        I, J = int(shape[0]), int(shape[1])
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f":
+            raise ValueError(f"dtype: expected a float dtype (float32 or float64), got {dtype}")
+        names = tuple(group_names)
+        if len(names) != 2:
+            raise ValueError(f"group_names: expected 2 names (users, items), got {len(names)}")
+        arrays = {"rows": np.asarray(rows), "cols": np.asarray(cols), "values": np.asarray(values)}
+        for name, arr in arrays.items():
+            if arr.ndim != 1:
+                raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+        rows, cols, values = arrays["rows"], arrays["cols"], arrays["values"]
+        N = values.shape[0]
+        if not rows.shape[0] == cols.shape[0] == N:
+            raise ValueError(f"rows, cols and values must have the same length, got {rows.shape[0]}, "
+                             f"{cols.shape[0]}, {N}")
+        if N == 0:
+            raise ValueError("values: no entries (rows, cols and values have length 0), so X would have no "
+                             "nonzero entries")
+        i32 = np.iinfo(np.int32).max
+        if 2 * N > i32 or I + J > i32:
+            raise ValueError(f"the design has 2N = {2 * N} nonzeros and I + J = {I + J} features; both must fit "
+                             f"in int32 (at most {i32})")
+        for name, arr, bound, what in (("rows", rows, I, "n_users I"), ("cols", cols, J, "n_items J")):
+            if not np.issubdtype(arr.dtype, np.integer):
+                raise TypeError(f"{name}: expected integer indices (int32 or int64), got dtype {arr.dtype}")
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < 0 or hi >= bound:
+                raise ValueError(f"{name}: index out of range: found [{lo}, {hi}], allowed [0, {bound - 1}] "
+                                 f"({what} = {bound})")
+        y = values.astype(dtype)  # a copy: the design never aliases the caller's array
+        bad = ~np.isfinite(y)
+        if bad.any():
+            raise ValueError(f"values: {int(bad.sum())} NaN or infinite entries (first at entry "
+                             f"{int(np.flatnonzero(bad)[0])}); the responses y must be finite")
+        del bad
+        # row-major nonzeros: (n, u_n) then (n, I + i_n); the int64 -> int32 casts happen element-wise
+        # in the strided assignments (no N-sized int64 temporary)
+        n_idx = np.arange(N, dtype=np.int32)
+        r = np.empty(2 * N, np.int32)
+        r[0::2] = n_idx
+        r[1::2] = n_idx
+        del n_idx
+        c = np.empty(2 * N, np.int32)
+        c[0::2] = rows
+        c[1::2] = cols
+        c[1::2] += np.int32(I)
+        # nonzeros sorted by block (users = block 0 at the even positions, items = block 1 at the odd)
+        order = np.empty(2 * N, np.int32)
+        order[:N] = np.arange(0, 2 * N, 2, dtype=np.int32)
+        order[N:] = np.arange(1, 2 * N, 2, dtype=np.int32)
+        group = np.zeros(I + J, np.int32)
+        group[I:] = 1
+        return cls(r, c, np.ones(2 * N, dtype), y, group, group.copy(), order, int(N), I + J, 2, (0, int(N), 2 * int(N)),
+                   names)
 
     @property
     def n_blocks(self) -> int:

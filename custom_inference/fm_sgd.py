@@ -243,13 +243,17 @@ def _step_jit(key, params, C, Xv, design, lam, eta, counts, batch_size):
 
 
 def step(key, params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg(), *, learning_rate: float,
-         batch_size: int = 1) -> tuple[FMParams, SGDInfo]:
+         batch_size: int = 1, padded=None) -> tuple[FMParams, SGDInfo]:
     """The protocol step: one epoch of Algorithm 1 (a shuffle drawn from ``key``, minibatches of
     ``batch_size`` instances, the last partial batch skipped), then `SGDInfo` of the new parameters.
 
-    key PRNG key; params FMParams; design FMDesign (device arrays; the padded rows are built on the
-    host per call: `fit` builds them once); hyper SGDReg; learning_rate > 0; batch_size in 1..N.
-    Returns (FMParams, SGDInfo). Raises ValueError for bad learning_rate, batch_size or reg.
+    key PRNG key; params FMParams; design FMDesign (device arrays, or host arrays copied to the device
+    at every call); hyper SGDReg; learning_rate > 0; batch_size in 1..N; padded: optional (C, Xv) =
+    `padded_rows` of ``design`` (C int32 (N, P), Xv (N, P)), built and placed once by a caller that
+    runs many epochs, as `fit` does; None (default): built on the host at this call. The result is
+    the same bit for bit either way (tests/custom_inference/test_fm_sgd.py).
+    Returns (FMParams, SGDInfo). Raises ValueError for bad learning_rate, batch_size or reg, or a
+    ``padded`` whose arrays are not (N, P).
     Source: 004_90693a0965f06816.txt Algorithm 1.
     """
     if not learning_rate > 0:
@@ -258,7 +262,10 @@ def step(key, params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg(), *, l
         raise ValueError(f"batch_size must be an integer in 1..{design.n_rows}, got {batch_size!r}")
     _check_reg(hyper)
     dtype = jnp.result_type(params.w)
-    C, Xv = padded_rows(design)
+    C, Xv = padded_rows(design) if padded is None else padded
+    if C.ndim != 2 or C.shape[0] != design.n_rows or Xv.shape != C.shape:
+        raise ValueError(f"padded: expected (C, Xv) of one shape ({design.n_rows}, P) (`padded_rows` of the design), "
+                         f"got {C.shape} and {Xv.shape}")
     lam = _reg_arrays(hyper, design.n_groups, params.V.shape[1], dtype)
     # the batch size travels as the static shape of a dummy array, so the step compiles once per size
     return _step_jit(base.as_key(key), params, jnp.asarray(C), jnp.asarray(Xv, dtype),
