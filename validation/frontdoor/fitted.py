@@ -313,7 +313,7 @@ class FittedModel:
         return scoring.predict(self, pairs, interval=interval, means=means, kind=kind, seed=seed)
 
     def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, means: str = "draws",
-                  max_bytes: int | None = None, sd: bool = True) -> pd.DataFrame:
+                  max_bytes: int | None = None, sd: bool = True, as_frame: bool = True):
         """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
         Work: per user one pass over the J items (`validation.frontdoor.scoring.recommend`, chunked over
@@ -335,10 +335,13 @@ class FittedModel:
             `validation.frontdoor.scoring.MAX_BYTES`, 256 MiB).
         sd : bool, default True
             Compute the sd column (False skips the pass over the draws and leaves the column out).
+        as_frame : bool, default True
+            False returns the same columns as NumPy arrays
+            (`validation.frontdoor.scoring.Recommendations`), the lean form for one user at a time.
 
         Returns
         -------
-        pandas.DataFrame
+        pandas.DataFrame or validation.frontdoor.scoring.Recommendations
             One row per (user, rank): user (the model's id, in its dtype), rank (1..N), item (original
             id), score (posterior mean of E[y_ui]), sd (its posterior sd).
 
@@ -354,7 +357,8 @@ class FittedModel:
         from validation.frontdoor import scoring
 
         return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means, sd=sd,
-                                 max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
+                                 max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes,
+                                 as_frame=as_frame)
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
         """Held-out metrics of this model next to popularity and EASE^R on its own training data.
