@@ -366,6 +366,13 @@ def test_means_q_is_hpf_closed_form_and_the_draws_estimate_it(fitted):
     assert np.all(np.abs(z) < 5), float(np.abs(z).max())
     np.testing.assert_allclose(q["mean"], exact.ravel(), rtol=1e-12)
     np.testing.assert_array_equal(q[["sd", "lower", "upper"]], d[["sd", "lower", "upper"]])
+    # sd=False: the mean alone (q's closed form without a pass over the draws; the draws' mean likewise)
+    q_only = scoring.predict(m, pairs, means="q", sd=False)
+    assert list(q_only.columns) == ["user", "item", "mean", "method"]
+    np.testing.assert_array_equal(q_only["mean"], q["mean"])
+    np.testing.assert_array_equal(m.predict(pairs[:5], sd=False)["mean"], d["mean"][:5])
+    with pytest.raises(ValueError, match="sd=False needs kind='mean'"):
+        m.predict(pairs[:2], kind="observation", sd=False)
 
 
 def test_means_q_is_refused_without_a_closed_form(fitted):

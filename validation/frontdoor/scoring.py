@@ -1127,7 +1127,7 @@ OBSERVATION_DRAWS = 1000
 
 
 def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES, means: str = "draws",
-            kind: str = "mean", seed: int = 0) -> pd.DataFrame:
+            kind: str = "mean", seed: int = 0, sd: bool = True) -> pd.DataFrame:
     """Posterior mean, sd and a central credible interval of E[y_ui] per pair, or of a new observation y_ui.
 
     Work: S K per pair (PSM: plus S J K per distinct user, for its normaliser), in chunks of pairs; plus
@@ -1155,12 +1155,15 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
         simulation's noise).
     seed : int, default 0
         Seed of the numpy Generator of ``kind="observation"`` (unused for ``"mean"``).
+    sd : bool, default True
+        False returns the mean only (no ``sd``, ``lower``, ``upper`` columns); with ``means="q"`` it skips
+        the pass over the draws entirely (as `recommend`'s ``sd=False``). Only with ``kind="mean"``.
 
     Returns
     -------
     pandas.DataFrame
         M rows in the pairs' order: ``user``, ``item`` (as given), ``mean``, ``sd`` (ddof 1), ``lower``,
-        ``upper`` (float64, in the units of the fitted values; numpy's default linear quantiles over the S
+        ``upper`` (the last three only with ``sd=True``; float64, in the units of the fitted values; numpy's default linear quantiles over the S
         draws, or the S R simulated values), ``method`` (how the draws were obtained,
         `FittedModel.uncertainty`). For point estimates (MAP, SGD) and ``kind="mean"``, sd = 0 and the
         interval is the point.
@@ -1169,8 +1172,9 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
     ------
     ValueError
         ``interval`` outside (0, 1); a bad ``means`` (or ``"q"`` for a model without a closed form); a bad
-        ``kind`` (or ``"observation"`` for a model without an observation model: BPR, PSM); a ``max_bytes``
-        too small for one pair.
+        ``kind`` (or ``"observation"`` for a model without an observation model: BPR, PSM); ``sd=False``
+        with ``kind="observation"`` (its sd and interval are what that kind adds); a ``max_bytes`` too small
+        for one pair.
     KeyError
         An unknown user or item id, or a DataFrame without a ``user`` / ``item`` column (pandas').
 
@@ -1183,6 +1187,9 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
         raise ValueError(f"means must be one of {MEANS}, got {means!r}")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not sd and kind == "observation":
+        raise ValueError("sd=False needs kind='mean': kind='observation' differs from it only in its sd and "
+                         "interval (the mean is the same)")
     if kind == "observation":
         from validation.frontdoor.api_models import likelihood_of
 
@@ -1198,17 +1205,21 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
     prep = _prepared(fitted, "draws")
     form, post, attrs, S, K = prep.form, prep.post, prep.attrs, prep.S, prep.K
     qf = _prepared(fitted, "q").sf if means == "q" else None
+    q_block = min(32 * 2**20, max(max_bytes // 4, 24 * qf.K)) if qf is not None else 0
+    if qf is not None and not sd:  # the closed form alone: no pass over the draws
+        return pd.DataFrame({"user": users, "item": items, "mean": qf.pair_draws(rows, cols, block_bytes=q_block)[0],
+                             "method": fitted.uncertainty})
     if form is not None and form.link == "psm":
         res = _predict_psm(form, fitted, post, attrs, rows, cols, interval, max_bytes)
     else:
         m, block = plan_pairs(rows.size, n_draws=S, K=K, max_bytes=max_bytes, adapter=form is None)
         res = _pair_stats(form, fitted, post, attrs, rows, cols, m, block, want="all", interval=interval)
     if qf is not None:
-        res["mean"] = qf.pair_draws(rows, cols, block_bytes=min(32 * 2**20, max(max_bytes // 4, 24 * qf.K)))[0]
+        res["mean"] = qf.pair_draws(rows, cols, block_bytes=q_block)[0]
     if kind == "observation":
         res.update(_observation_stats(fitted, post, attrs, rows, cols, S, K, interval, max_bytes, seed))
-    return pd.DataFrame({"user": users, "item": items, "mean": res["mean"], "sd": res["sd"],
-                         "lower": res["lower"], "upper": res["upper"], "method": fitted.uncertainty})
+    spread = {k: res[k] for k in ("sd", "lower", "upper")} if sd else {}
+    return pd.DataFrame({"user": users, "item": items, "mean": res["mean"], **spread, "method": fitted.uncertainty})
 
 
 def _observation_stats(fitted, post, attrs, rows, cols, S, K, interval, max_bytes, seed) -> dict[str, np.ndarray]:
