@@ -246,8 +246,7 @@ def cmd_evaluate(args, *, df=None, path=None) -> int:
     OSError
         Writing the report.
 
-    Source: project addition (the command line); the evaluation is
-    `validation.evaluation.experiments.evaluate_hpf`'s.
+    Source: project addition (the command line); the evaluation is `validation.evaluation.experiments.evaluate_hpf`'s.
     """
     import numpy as np
 
