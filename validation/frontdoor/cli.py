@@ -598,7 +598,7 @@ def cmd_fit(args) -> int:
         An unknown model, a malformed ``--option``, ``--draws`` with a model that keeps its own draws,
         ``--evaluate`` with a model other than hpf; what the loader and `api.fit` raise for bad input.
     TypeError
-        What `api.fit` raises for an option of the wrong type.
+        Bad input from `api.fit` (values of a non-numeric type).
     FileNotFoundError
         A ``--data`` path that does not exist.
     RuntimeError
