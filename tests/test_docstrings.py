@@ -181,7 +181,6 @@ NOT_YET = frozenset({
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
     "validation.models.catalog",
     "validation.models.fm_mcmc", "validation.models.hpf",
-    "validation.models.pfm",
     "validation.models.psm",
     "validation.models.rg", "validation.models.sbmf", "validation.models.sibm",
     "validation.models.vbfm",
