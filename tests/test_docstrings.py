@@ -182,7 +182,6 @@ NOT_YET = frozenset({
     "validation.models.catalog",
     "validation.models.fm_mcmc", "validation.models.hpf",
     "validation.models.psm",
-    "validation.models.sibm",
     "validation.models.vbfm",
 })
 DOTTED = sorted({m[:-3].replace("/", ".").removesuffix(".__init__") for m in MODULES}
