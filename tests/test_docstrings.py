@@ -181,7 +181,6 @@ NOT_YET = frozenset({
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
     "validation.models.catalog",
     "validation.models.fm_mcmc", "validation.models.hpf",
-    "validation.models.vbfm",
 })
 DOTTED = sorted({m[:-3].replace("/", ".").removesuffix(".__init__") for m in MODULES}
                 | {"factorbayes"})
