@@ -178,10 +178,6 @@ NOT_YET = frozenset({
     "validation.evaluation.counts_eval", "validation.evaluation.experiments", "validation.evaluation.implicit_eval",
     "validation.evaluation.model_studies", "validation.evaluation.pfm_experiments",
     "validation.evaluation.ratings_eval", "validation.evaluation.recall_curves", "validation.frontdoor.api_models",
-    "validation.models.pfm",
-    "validation.models.psm",
-    "validation.models.rg", "validation.models.sbmf", "validation.models.sibm",
-    "validation.models.vbfm",
 })
 DOTTED = sorted({m[:-3].replace("/", ".").removesuffix(".__init__") for m in MODULES}
                 | {"factorbayes"})
