@@ -20,6 +20,17 @@ def problem():
     return vs.small_problem(0)  # X (8, 6), 25% ones, rows without ones included
 
 
+def test_small_problem_refuses_instead_of_looping_for_ever():
+    """A 1 x 1 matrix can never hold both a 0 and a 1 (the loop had no exit); a prior whose global bias
+    makes every cell 1 is refused after MAX_SIMULATION_TRIES draws."""
+    with pytest.raises(ValueError, match="cannot hold both a 0 and a 1"):
+        vs.small_problem(0, I=1, J=1)
+    with pytest.raises(ValueError, match="no 3 x 2 simulation with both"):
+        vs.small_problem(0, I=3, J=2, z=1e6)
+    X, data = vs.small_problem(0)
+    assert 0 < X.sum() < X.size and int(np.asarray(data.values).sum()) == X.sum()
+
+
 def test_every_block_update_is_a_stationary_point(problem):
     """Each batch block (z, each free column of V, each free column of U) zeroes the gradient of the
     bounded ELBO at the xi it was computed with: float64 rounding (rtol 1e-7 of the gradient before)."""

@@ -30,6 +30,8 @@ def test_elbo_never_decreases(design):
     ok, worst, trace = vv.monotone_check(design, 2, sweeps=25)
     assert ok, worst  # drops below 1e-10 relative are rounding
     assert trace[-1] > trace[0]
+    with pytest.raises(ValueError, match="sweeps must be an integer >= 0"):  # as rg, sibm, psm
+        vv.monotone_check(design, 2, sweeps=-1)
 
 
 @pytest.mark.parametrize("alpha_prior", [None, ALPHA_PRIOR])

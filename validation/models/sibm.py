@@ -94,21 +94,40 @@ def small_problem(seed: int = 0, I: int = 8, J: int = 6, D: int = 2, hyper=CHECK
     Raises
     ------
     ValueError
-        From `ppl_models.sibm.simulate` for bad sizes or ``hyper``; none of its own (it loops until
-        the draw has both values).
+        From `ppl_models.sibm.simulate` for bad sizes or ``hyper``; a matrix of fewer than 2 cells, or
+        no draw with both values in `MAX_SIMULATION_TRIES` tries.
 
     Source: project addition (prior predictive of the model of ``002_5408d341cb9fc544.txt``,
     eqs. (1)-(3)).
     """
-    with jax.enable_x64(True):
-        s = seed
-        while True:
-            _, X = ppl.simulate(jax.random.PRNGKey(s), I, J, D, hyper, z=z)
-            X = np.asarray(X)
-            if 0 < X.sum() < X.size:
-                break
-            s += 1000
+    def draw(s):
+        with jax.enable_x64(True):
+            return np.asarray(ppl.simulate(jax.random.PRNGKey(s), I, J, D, hyper, z=z)[1])
+
+    X = _with_both_values(draw, seed, 1000)
     return X, sibm.as_binary(X)
+
+
+#: Simulations tried before `_with_both_values` gives up (a prior that almost never gives both a 0 and a 1).
+MAX_SIMULATION_TRIES = 200
+
+
+def _with_both_values(draw, seed: int, step: int):
+    """``draw(s)`` for s = seed, seed + step, ... until its matrix (the last element of a tuple, or the
+    result itself) holds both a 0 and a 1; ValueError for a matrix of fewer than 2 cells (never both)
+    and after `MAX_SIMULATION_TRIES` draws (instead of looping for ever)."""
+    s = int(seed)
+    for _ in range(MAX_SIMULATION_TRIES):
+        out = draw(s)
+        X = out[-1] if isinstance(out, tuple) else out
+        if X.size < 2:
+            raise ValueError(f"a {X.shape[0]} x {X.shape[1]} matrix cannot hold both a 0 and a 1: use I J >= 2")
+        if 0 < X.sum() < X.size:
+            return out
+        s += step
+    raise ValueError(f"no {X.shape[0]} x {X.shape[1]} simulation with both a 0 and a 1 in {MAX_SIMULATION_TRIES} "
+                     f"draws (seeds {seed}, {seed} + {step}, ...): the prior gives all zeros or all ones; use a "
+                     "larger matrix or a prior with a global bias nearer 0")
 
 
 def _jnp(data):
@@ -1255,14 +1274,12 @@ def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfi
     cells = ((0, 0), (1, 2), (2, 1))
 
     def simulate(seed: int):
-        s = int(seed)
-        with jax.enable_x64(True):
-            while True:
+        def draw(s):
+            with jax.enable_x64(True):
                 params, X = ppl.simulate(jax.random.PRNGKey(s), I, J, c.D, c.hyper)
-                X = np.asarray(X)
-                if 0 < X.sum() < X.size:
-                    return {k: np.asarray(v, np.float64) for k, v in params.items()}, X
-                s += 1_000_003
+            return {k: np.asarray(v, np.float64) for k, v in params.items()}, np.asarray(X)
+
+        return _with_both_values(draw, seed, 1_000_003)
 
     def fit(X, seed: int):
         with jax.enable_x64(True):

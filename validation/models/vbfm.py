@@ -348,7 +348,8 @@ def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
     Raises
     ------
     ValueError
-        From `custom_inference.vbfm.init` (bad K, hyper or ``alpha_prior``); none of its own.
+        From `custom_inference.vbfm.init` (bad K, hyper or ``alpha_prior``); ``sweeps`` not an integer
+        >= 0 (`validation.checks.updates.monotone_sweeps`).
 
     Source: project addition (validation level 1) on the ELBO of ``004_90693a0965f06816.txt``,
     eq. 4.12.
@@ -356,12 +357,12 @@ def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
     with jax.enable_x64(True):
         d = _jnp(design)
         state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
-        trace = [float(vbfm.elbo(state, d))]
-        for _ in range(sweeps):
-            state, info = vbfm.step(None, state, d, update_hyper=update_hyper)
-            trace.append(float(info.elbo))
-    ok, worst = updates.monotone(trace, rtol=rtol)
-    return ok, worst, np.asarray(trace)
+
+        def sweep(st):
+            new, info = vbfm.step(None, st, d, update_hyper=update_hyper)
+            return new, info.elbo
+
+        return updates.monotone_sweeps(lambda st: vbfm.elbo(st, d), sweep, state, sweeps, rtol=rtol)
 
 
 # ---------------------------------------------------------------------------------------------
