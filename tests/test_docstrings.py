@@ -173,7 +173,6 @@ def test_the_stable_api_has_numpydoc_sections():
 # pytree hooks ``tree_flatten`` / ``tree_unflatten`` are a protocol, like dunders, and not checked).
 
 NOT_YET = frozenset({
-    "custom_inference.pfm",
     "validation.checks.registry",
     "validation.evaluation.counts_eval", "validation.evaluation.experiments", "validation.evaluation.implicit_eval",
     "validation.evaluation.model_studies", "validation.evaluation.pfm_experiments",
