@@ -42,11 +42,29 @@ def fm_yhat(w0, w, V, rows, cols, values, n_rows: int):
     all-factors form held x_nl v_l. (M, K), its square and q (N, K): 1.4 kB per instance at K = 50,
     float32, two nonzeros a row; issue 28). Differentiable (reverse mode through the scan).
 
-    Shapes: ``w0`` float (); ``w`` float (D,); ``V`` float (D, K); ``rows``, ``cols`` int (M,),
-    ``values`` float (M,); ``n_rows`` int N (static). Returns float (N,), the result dtype of the
-    parameters and ``values``.
+    Parameters
+    ----------
+    w0 : jax.Array, shape (), float
+        Global bias.
+    w : jax.Array, shape (D,), float
+        Feature biases.
+    V : jax.Array, shape (D, K), float
+        Factor loadings.
+    rows, cols : jax.Array, shape (M,), int
+        Row n and feature l of each nonzero of X.
+    values : jax.Array, shape (M,), float
+        x_nl.
+    n_rows : int, static
+        N.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (N,), the result dtype of the parameters and ``values``
+        yhat.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. 2.17, computed as eq. 4.22 factor by factor (project
     addition: the loop order).
@@ -68,21 +86,27 @@ def greedy_blocks(X: sp.spmatrix, group: np.ndarray) -> np.ndarray:
 
     Parameters
     ----------
-    X : scipy sparse matrix, shape (N, D)
-    group : int array, shape (D,); colours never span groups.
+    X : scipy.sparse matrix, shape (N, D)
+        The design (only its pattern of nonzeros is used).
+    group : array_like, shape (D,), int
+        Group of each feature; colours never span groups.
 
     Returns
     -------
-    int32 array, shape (D,): block index of each feature, numbered 0..B-1, blocks of
-    group 0 first. Greedy colouring in feature order within each group (Welsh-Powell
-    style without the sort); a one-hot group gets exactly one block.
+    numpy.ndarray, shape (D,), int32
+        Block index of each feature, numbered 0..B-1, blocks of group 0 first (groups in sorted
+        order). Greedy colouring in feature order within each group (Welsh-Powell style without
+        the sort); a one-hot group gets exactly one block.
 
     A group with at most one nonzero in every row (one-hot ids) has no co-occurring pair, so the
     colouring gives all its features colour 0: that is found from the per-row counts, without the
     co-occurrence product and the loop over the group's features (at 1e6 instances of Netflix's
     shape the two took 26 s and 81 bytes per instance; issue 28).
 
-    Raises nothing of its own (no checks); a ``group`` longer than D makes scipy raise IndexError.
+    Raises
+    ------
+    None of its own (no checks); a ``group`` longer than D, or too short for a column that holds a
+    nonzero, makes numpy raise IndexError.
 
     Source: project addition (module docstring: blocks of features that the coordinate-wise
     updates of ``004_90693a0965f06816.txt`` ch. 4 may update at once; groups as in eqs. 4.3-4.4).
@@ -121,21 +145,43 @@ def greedy_blocks(X: sp.spmatrix, group: np.ndarray) -> np.ndarray:
 class FMDesign:
     """Sparse FM design matrix X (N x D), responses y, feature groups and exact update blocks.
 
-    Attributes (array leaves)
-    -------------------------
-    rows : int32 (M,)   instance index n of each nonzero of X.
-    cols : int32 (M,)   feature index l of each nonzero.
-    values : float (M,) x_nl.
-    y : float (N,)      responses.
-    group : int32 (D,)  group c_l of each feature (0..G-1).
-    block : int32 (D,)  update block of each feature (0..B-1), see the module docstring.
-    order : int32 (M,)  nonzero positions sorted by block.
-
-    Static (auxiliary) data: ``n_rows`` N, ``n_features`` D, ``n_groups`` G,
-    ``block_ptr`` (tuple of B + 1 ints), ``group_names`` (tuple of G str).
-
     Build with `FMDesign.from_scipy` (any X) or `FMDesign.from_ids` (the one-hot user | item design, in
-    O(N) memory), which validate; the plain constructor does not.
+    O(N) memory), which validate; the plain constructor does not. A frozen dataclass and a JAX
+    pytree: the arrays are leaves (numpy or jax), the rest static (auxiliary) data.
+
+    Parameters
+    ----------
+    rows : array, shape (M,), int32
+        Instance index n of each nonzero of X.
+    cols : array, shape (M,), int32
+        Feature index l of each nonzero.
+    values : array, shape (M,), float
+        x_nl.
+    y : array, shape (N,), float
+        Responses.
+    group : array, shape (D,), int32
+        Group c_l of each feature (0..G-1; the c_i of eqs. 4.3-4.4).
+    block : array, shape (D,), int32
+        Update block of each feature (0..B-1), see the module docstring.
+    order : array, shape (M,), int32
+        Nonzero positions sorted by block.
+    n_rows : int
+        N.
+    n_features : int
+        D.
+    n_groups : int
+        G.
+    block_ptr : tuple of int
+        B + 1 offsets into ``order``: block b owns ``order[block_ptr[b]:block_ptr[b + 1]]``.
+    group_names : tuple of str
+        G names.
+
+    Raises
+    ------
+    None of its own (the constructor does not check its fields).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17, fig. 2.1 (X, y and the groups c_i of eqs. 4.3-4.4);
+    project addition (the update blocks and their order, module docstring).
     """
 
     rows: np.ndarray
@@ -171,18 +217,35 @@ class FMDesign:
     ) -> "FMDesign":
         """Validate a design and build the container.
 
+        Duplicate entries of X are summed and explicit zeros dropped; the nonzeros are stored
+        row-major (sorted by row, then column).
+
         Parameters
         ----------
-        X : scipy sparse matrix or dense array, shape (N, D), finite.
-        y : array, shape (N,), finite.
-        group : int array, shape (D,), values 0..G-1, every group non-empty.
-        group_names : G names (default ``group0``, ...).
-        dtype : float dtype of ``values`` and ``y``.
+        X : scipy.sparse matrix or array_like, shape (N, D)
+            Finite feature values.
+        y : array_like, shape (N,)
+            Finite responses.
+        group : array_like, shape (D,), int
+            Values 0..G-1, every group non-empty.
+        group_names : sequence of str, keyword-only, optional
+            G names (default ``group0``, ...).
+        dtype : numpy dtype, keyword-only
+            Float dtype of ``values`` and ``y`` (default float64).
+
+        Returns
+        -------
+        FMDesign
+            Fields in the class docstring; blocks by `greedy_blocks`.
 
         Raises
         ------
-        ValueError naming the field: shape mismatches, non-finite X or y, empty X, rows of X
-        without any nonzero, group ids not 0..G-1 or an empty group, wrong number of names.
+        ValueError
+            Naming the field: shape mismatches, non-finite X or y, empty X, rows of X without any
+            nonzero, group ids not integers or not 0..G-1 or an empty group, wrong number of names.
+
+        Source: ``004_90693a0965f06816.txt`` fig. 2.1 (the design); project addition (the checks and
+        blocks).
         """
         X = sp.coo_matrix(X)
         N, D = X.shape
@@ -333,25 +396,77 @@ class FMDesign:
 
     @property
     def n_blocks(self) -> int:
+        """B, the number of update blocks (``len(block_ptr) - 1``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return len(self.block_ptr) - 1
 
     @property
     def nnz(self) -> int:
+        """M, the number of stored nonzeros of X, an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.values.shape[0])
 
     def block_groups(self) -> np.ndarray:
-        """Group of each block, int array (B,)."""
+        """The group of each update block (blocks never span groups).
+
+        Returns
+        -------
+        numpy.ndarray, shape (B,), int32
+            ``out[b]`` the group of the features of block b.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         out = np.empty(self.n_blocks, dtype=np.int32)
         out[np.asarray(self.block)] = np.asarray(self.group)
         return out
 
     def to_scipy(self) -> sp.csr_matrix:
-        """X as a CSR matrix (N, D)."""
+        """X as a CSR matrix.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix, shape (N, D), the dtype of ``values``
+            X (duplicates, if a hand-built design has any, summed).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return sp.csr_matrix((np.asarray(self.values), (np.asarray(self.rows), np.asarray(self.cols))),
                              shape=(self.n_rows, self.n_features))
 
     def to_dense(self) -> np.ndarray:
-        """X as a dense (N, D) array: for brute-force references in tests only."""
+        """X as a dense array: for brute-force references in tests only (N x D memory).
+
+        Returns
+        -------
+        numpy.ndarray, shape (N, D), the dtype of ``values``
+            X.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.to_scipy().toarray()
 
     def __repr__(self) -> str:
@@ -365,18 +480,49 @@ class ShardedFMDesign:
     """An `FMDesign` whose instances (rows of X) are split into equal contiguous ranges, one per
     device of a mesh axis (`shard_fm_design`); the features' arrays are replicated.
 
-    Attributes (array leaves; S devices, B rows per device, M_S nonzeros per device)
-    ---------------------------------------------------------------------------------
-    rows : int32 (S M_S,)  *local* row (0..B-1) of each nonzero, device d's entries at d M_S..,
-                           in block order (block b at ``block_ptr[b]:block_ptr[b + 1]`` of them).
-    cols : int32 (S M_S,); values : float (S M_S,), 0 at padding entries.
-    y : float (S B,); weight : float (S B,), 1 for the N real rows, 0 for padding rows.
-    group, block : int32 (D,), replicated.
+    ``n_rows`` is S B (the padded length of the per-row caches e, q); the real rows are 0..N-1
+    (padding rows sit at the end, after the last real row). S devices, B rows per device, M_S
+    nonzeros per device. A frozen dataclass and a JAX pytree (the seven arrays are leaves).
 
-    Static: ``n_real`` N, ``rows_per_device`` B, ``n_features``, ``n_groups``, ``block_ptr``
-    (the per-device offsets), ``full`` (per block: one nonzero in every row), ``group_names``,
-    ``mesh``, ``axis``. ``n_rows`` is S B (the padded length of the per-row caches e, q); the real
-    rows are 0..N-1 (padding rows sit at the end, after the last real row).
+    Parameters
+    ----------
+    rows : jax.Array, shape (S M_S,), int32
+        *Local* row (0..B-1) of each nonzero, device d's entries at d M_S.., in block order (block
+        b at ``block_ptr[b]:block_ptr[b + 1]`` of them).
+    cols : jax.Array, shape (S M_S,), int32
+        Feature of each nonzero.
+    values : jax.Array, shape (S M_S,), float
+        x_nl, 0 at padding entries.
+    y : jax.Array, shape (S B,), float
+        Responses (0 at padding rows).
+    weight : jax.Array, shape (S B,), float
+        1 for the N real rows, 0 for padding rows.
+    group, block : jax.Array, shape (D,), int32
+        As in `FMDesign`, replicated.
+    n_real : int
+        N.
+    rows_per_device : int
+        B.
+    n_features : int
+        D.
+    n_groups : int
+        G.
+    block_ptr : tuple of int
+        The per-device offsets of the blocks (B_blocks + 1 ints).
+    full : tuple of bool
+        Per block: one nonzero in every row (on every device).
+    group_names : tuple of str
+        G names.
+    mesh : jax.sharding.Mesh
+        The device mesh.
+    axis : str
+        The mesh axis the rows are split over.
+
+    Raises
+    ------
+    None of its own (built by `shard_fm_design`, which checks).
+
+    Source: project addition (issue 14, "sharded over devices").
     """
 
     rows: Any
@@ -407,32 +553,100 @@ class ShardedFMDesign:
 
     @property
     def n_shards(self) -> int:
+        """S, the number of devices on the mesh axis, an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.mesh.shape[self.axis])
 
     @property
     def n_rows(self) -> int:
-        """S B, the padded number of rows (length of the caches e and q)."""
+        """S B, the padded number of rows (length of the caches e and q), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return self.n_shards * self.rows_per_device
 
     @property
     def n_blocks(self) -> int:
+        """The number of update blocks (``len(block_ptr) - 1``), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return len(self.block_ptr) - 1
 
     @property
     def nnz(self) -> int:
-        """The real number of nonzeros is not kept; this is the padded total S M_S."""
+        """The padded total S M_S, an int (the real number of nonzeros is not kept).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.values.shape[0])
 
     def astype(self, dtype) -> "ShardedFMDesign":
-        """values, y and weight as ``dtype`` (sharding kept)."""
+        """A copy with values, y and weight as ``dtype`` (sharding kept).
+
+        Parameters
+        ----------
+        dtype : numpy dtype
+            float32 or float64 (not checked).
+
+        Returns
+        -------
+        ShardedFMDesign
+            Same fields; ``values``, ``y``, ``weight`` cast.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return ShardedFMDesign(self.rows, self.cols, self.values.astype(dtype), self.y.astype(dtype),
                                self.weight.astype(dtype), self.group, self.block, self.n_real,
                                self.rows_per_device, self.n_features, self.n_groups, self.block_ptr, self.full,
                                self.group_names, self.mesh, self.axis)
 
     def local(self, rows, cols, values, y) -> FMDesign:
-        """One device's part as an `FMDesign` (inside `jax.shard_map`, from the local arrays): B rows,
-        its nonzeros in block order (``order`` the identity)."""
+        """One device's part as an `FMDesign` (inside `jax.shard_map`, from the local arrays).
+
+        Parameters
+        ----------
+        rows, cols : jax.Array, shape (M_S,), int32
+            The device's block of ``self.rows`` (local rows 0..B-1) and ``self.cols``.
+        values : jax.Array, shape (M_S,), float
+            The device's block of ``self.values``.
+        y : jax.Array, shape (B,), float
+            The device's block of ``self.y``.
+
+        Returns
+        -------
+        FMDesign
+            B rows, its nonzeros in block order (``order`` the identity), the replicated group and
+            block, ``block_ptr`` the per-device offsets.
+
+        Raises
+        ------
+        None of its own (no checks: traced code).
+
+        Source: project addition.
+        """
         return FMDesign(rows, cols, values, y, self.group, self.block, jnp.arange(rows.shape[0], dtype=jnp.int32),
                         self.rows_per_device, self.n_features, self.n_groups, self.block_ptr, self.group_names)
 

@@ -48,8 +48,24 @@ __all__ = ["SGDReg", "FMParams", "SGDInfo", "padded_rows", "instance_gradients",
 
 
 class SGDReg(NamedTuple):
-    """L2 constants of Algorithm 1: ``lambda_0`` (w0), ``lambda_w`` scalar or (G,), ``lambda_v``
-    scalar, (G,) or (G, K)."""
+    """L2 constants of Algorithm 1 (``lambda_0``, ``lambda_i``, ``lambda_ik``), per group g of the design.
+
+    Parameters
+    ----------
+    lambda_0 : float >= 0
+        Penalty of w0 (default 0).
+    lambda_w : float or array_like, shape (G,), float, >= 0
+        Penalty of w_l by the group of feature l (default 0.01).
+    lambda_v : float or array_like, shape (G,) or (G, K), float, >= 0
+        Penalty of v_lk by the group of feature l (and factor k) (default 0.01).
+
+    Raises
+    ------
+    None of its own (a NamedTuple); `step` and `fit` raise ValueError for a negative constant.
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 1 (lambda_0, lambda_i, lambda_ik; per group as in
+    libFM).
+    """
 
     lambda_0: float = 0.0
     lambda_w: object = 0.01
@@ -57,7 +73,23 @@ class SGDReg(NamedTuple):
 
 
 class FMParams(NamedTuple):
-    """w0 (), w (D,), V (D, K)."""
+    """The FM parameters of eq. 2.17 (the state of SGD-FM), a NamedTuple (a JAX pytree).
+
+    Parameters
+    ----------
+    w0 : jax.Array, shape (), float32 or float64
+        Global bias.
+    w : jax.Array, shape (D,), same dtype
+        Feature biases.
+    V : jax.Array, shape (D, K), same dtype
+        Factor loadings (row l is v_l).
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 2.17.
+    """
 
     w0: jax.Array
     w: jax.Array
@@ -65,25 +97,51 @@ class FMParams(NamedTuple):
 
 
 class SGDInfo(NamedTuple):
-    """Diagnostics of one epoch, of the parameters it returns: ``train_mse`` (training mean squared
-    error) and ``objective`` (the frequency-weighted regularized sum of squares that Algorithm 1
-    descends, module docstring)."""
+    """Diagnostics of one epoch (`step`), of the parameters it returns.
+
+    Parameters
+    ----------
+    train_mse : jax.Array, shape (), the parameters' float dtype
+        Training mean squared error (`mse`).
+    objective : jax.Array, shape (), same dtype
+        The frequency-weighted regularized sum of squares that Algorithm 1 descends (`objective`,
+        module docstring).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     train_mse: jax.Array
     objective: jax.Array
 
 
 def padded_rows(design: FMDesign):
-    """Nonzeros per instance padded to the largest row: cols (N, P) int32, values (N, P) (0 in padding).
+    """Nonzeros per instance padded to the largest row, on the host.
 
-    ``design``: FMDesign of N instances with M nonzeros; P is the largest number of nonzeros of a
-    row. ``values`` keep the design's float dtype.
+    Parameters
+    ----------
+    design : FMDesign
+        N instances with M nonzeros (host or device arrays; read with ``numpy.asarray``).
 
+    Returns
+    -------
+    C : numpy.ndarray, shape (N, P), int32
+        Feature ids of each row's nonzeros (0 in padding); P is the largest number of nonzeros of a row.
+    Xv : numpy.ndarray, shape (N, P), the design's float dtype
+        Their values (0 in padding).
+
+    Raises
+    ------
+    None of its own (`FMDesign` has validated the arrays).
+
+    Notes
+    -----
     Host memory: the nonzeros are re-sorted by row only when they are not (a design from
     `FMDesign.from_scipy` is), and the positions are int32 below 2^31 nonzeros (`step` calls this
     at every epoch: issue 28).
-
-    Raises nothing of its own (`FMDesign` has validated the arrays).
 
     Source: project addition.
     """
@@ -114,15 +172,33 @@ def _reg_arrays(reg: SGDReg, G: int, K: int, dtype):
 def instance_gradients(params: FMParams, c, x, y, group, lam):
     """Algorithm 1's step directions for B instances at the same parameters.
 
-    c, x : (B, P) padded feature ids and values of the instances; y : (B,); group (D,);
-    lam : (lambda_0, lambda_w (G,), lambda_v (G, K)).
-    Returns (g0 (), gw (D,), gV (D, K)): the mean over the B instances of
-    dl/dtheta + 2 lambda theta for every parameter theta of the instance (padding excluded).
+    Parameters
+    ----------
+    params : FMParams
+        w0 (), w (D,), V (D, K), float32 or float64.
+    c : jax.Array, shape (B, P), int
+        Padded feature ids of the B instances (`padded_rows`).
+    x : jax.Array, shape (B, P), float
+        Their values (0 in padding).
+    y : jax.Array, shape (B,), float
+        Targets.
+    group : jax.Array, shape (D,), int
+        Group of each feature, in [0, G).
+    lam : tuple of jax.Array
+        (lambda_0 (), lambda_w (G,), lambda_v (G, K)), the `SGDReg` constants broadcast.
 
-    ``params``: FMParams (w0 (), w (D,), V (D, K)), float; ``c`` int, ``x`` and ``y`` float, outputs
-    of the parameters' dtype.
+    Returns
+    -------
+    g0 : jax.Array, shape (), the parameters' dtype
+        The mean over the B instances of dl/dw0 + 2 lambda_0 w0.
+    gw : jax.Array, shape (D,)
+        The same for w: dl/dw_l + 2 lambda_w[g_l] w_l summed over the instances' nonzeros of l, / B.
+    gV : jax.Array, shape (D, K)
+        The same for V (padding excluded).
 
-    Raises nothing of its own (no checks: traced code).
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 1 lines 3, 5, 7 (gradients of eq. 2.17, module
     docstring; simultaneous step and minibatch mean: project addition).
@@ -156,10 +232,21 @@ def _entry_gradients(params: FMParams, c, x, y, group, lam):
 def mse(params: FMParams, design: FMDesign) -> jax.Array:
     """Training mean squared error of eq. 2.17, O(nnz K).
 
-    ``params``: FMParams (w0 (), w (D,), V (D, K)); ``design``: FMDesign of N instances. Returns a
-    scalar of the parameters' dtype.
+    Parameters
+    ----------
+    params : FMParams
+        w0 (), w (D,), V (D, K), float.
+    design : FMDesign
+        N instances with targets ``y`` (N,).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (), the parameters' dtype
+        mean_n (y_n - yhat_n)^2.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. 2.17 (the loss of Algorithm 1, averaged).
     """
@@ -182,12 +269,29 @@ def _counts(design: FMDesign, dtype):
 def objective(params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg()) -> jax.Array:
     """The protocol target: the objective Algorithm 1 descends (module docstring), a scalar.
 
-    sum_n (y_n - yhat_n)^2 + lambda_0 N w0^2 + sum_l lambda_w[g_l] n_l w_l^2 + sum_lk lambda_v[g_l, k] n_l v_lk^2.
-    params FMParams (w0 (), w (D,), V (D, K)); design FMDesign (N, D); hyper SGDReg. Work O(M K).
-    Source: 004_90693a0965f06816.txt Algorithm 1 (frequency-weighted form of eq. 2.18).
+    sum_n (y_n - yhat_n)^2 + lambda_0 N w0^2 + sum_l lambda_w[g_l] n_l w_l^2 + sum_lk lambda_v[g_l, k] n_l v_lk^2,
+    n_l the number of instances with x_nl != 0. Work O(M K) for M nonzeros.
 
-    Raises nothing of its own; regularization constants that do not broadcast to (G,) / (G, K)
-    make jax raise ValueError.
+    Parameters
+    ----------
+    params : FMParams
+        w0 (), w (D,), V (D, K), float.
+    design : FMDesign
+        N instances, D features, G groups.
+    hyper : SGDReg
+        The L2 constants (not checked for sign here).
+
+    Returns
+    -------
+    jax.Array, shape (), the parameters' dtype
+        The objective.
+
+    Raises
+    ------
+    None of its own; regularization constants that do not broadcast to (G,) / (G, K) make jax
+    raise ValueError.
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 1 (frequency-weighted form of eq. 2.18).
     """
     dtype = jnp.result_type(params.w)
     lam = _reg_arrays(hyper, design.n_groups, params.V.shape[1], dtype)
@@ -204,9 +308,34 @@ def init(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, init_std: f
          dtype=np.float64) -> FMParams:
     """Algorithm 1's start: w0 = 0, w = 0, v_lk ~ N(0, init_std^2) from ``key`` (`base.as_key`).
 
-    design FMDesign (N, D); K int >= 1; hyper unused (protocol); dtype float32 / float64.
-    Returns FMParams (w0 (), w (D,), V (D, K)). Raises ValueError for bad K, TypeError for a bad key.
-    Source: 004_90693a0965f06816.txt Algorithm 1 (libFM's init_stdev as a standard deviation).
+    Parameters
+    ----------
+    key : jax.Array or int
+        A jax PRNG key or an integer seed.
+    design : FMDesign
+        The training design (only its D = ``n_features`` is used).
+    K : int >= 1
+        Number of factors.
+    hyper : SGDReg
+        Unused (the protocol's signature).
+    init_std : float, keyword-only
+        Standard deviation of the initial v_lk (default 0.1; libFM's init_stdev).
+    dtype : numpy dtype, keyword-only
+        float64 (default) or float32 (not checked).
+
+    Returns
+    -------
+    FMParams
+        w0 (), w (D,) zeros, V (D, K) normal draws, all ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        K < 1 or not integral (`base.check_latent_dim`).
+    TypeError
+        K not a number; ``key`` neither a PRNG key nor an integer (`base.as_key`).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 1 (libFM's init_stdev as a standard deviation).
     """
     del hyper
     K = base.check_latent_dim(K)
@@ -247,14 +376,41 @@ def step(key, params: FMParams, design: FMDesign, hyper: SGDReg = SGDReg(), *, l
     """The protocol step: one epoch of Algorithm 1 (a shuffle drawn from ``key``, minibatches of
     ``batch_size`` instances, the last partial batch skipped), then `SGDInfo` of the new parameters.
 
-    key PRNG key; params FMParams; design FMDesign (device arrays, or host arrays copied to the device
-    at every call); hyper SGDReg; learning_rate > 0; batch_size in 1..N; padded: optional (C, Xv) =
-    `padded_rows` of ``design`` (C int32 (N, P), Xv (N, P)), built and placed once by a caller that
-    runs many epochs, as `fit` does; None (default): built on the host at this call. The result is
-    the same bit for bit either way (tests/custom_inference/test_fm_sgd.py).
-    Returns (FMParams, SGDInfo). Raises ValueError for bad learning_rate, batch_size or reg, or a
-    ``padded`` whose arrays are not (N, P).
-    Source: 004_90693a0965f06816.txt Algorithm 1.
+    Parameters
+    ----------
+    key : jax.Array or int
+        A jax PRNG key or an integer seed: the epoch's shuffle.
+    params : FMParams
+        w0 (), w (D,), V (D, K), float32 or float64 (the dtype the epoch computes in).
+    design : FMDesign
+        N training instances (device arrays, or host arrays copied to the device at every call).
+    hyper : SGDReg
+        The L2 constants, each >= 0.
+    learning_rate : float > 0, keyword-only
+        eta.
+    batch_size : int in 1..N, keyword-only
+        B (default 1, Algorithm 1 as printed).
+    padded : tuple of (C int (N, P), Xv float (N, P)), keyword-only, optional
+        `padded_rows` of ``design``, built and placed once by a caller that runs many epochs, as
+        `fit` does; None (default): built on the host at this call. The result is the same bit for
+        bit either way (tests/custom_inference/test_fm_sgd.py).
+
+    Returns
+    -------
+    params : FMParams
+        After the epoch, same shapes and dtype.
+    info : SGDInfo
+        Training MSE and objective of the new parameters.
+
+    Raises
+    ------
+    ValueError
+        ``learning_rate`` not > 0; ``batch_size`` not an integer in 1..N; a negative regularization
+        constant; a ``padded`` whose arrays are not both (N, P).
+    TypeError
+        ``key`` neither a PRNG key nor an integer (`base.as_key`).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 1.
     """
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
@@ -381,15 +537,27 @@ _TRACE = ("train_mse", "objective", "test_rmse")
 
 
 def predict(params, design_or_coo) -> jax.Array:
-    """yhat (N,) for an FMDesign or a tuple (rows, cols, values, n_rows); ``params`` FMParams or a
-    dict with w0, w, V.
+    """The FM prediction yhat_n of eq. 2.17 for every row of a design.
 
-    ``rows``, ``cols`` int (M,) and ``values`` float (M,) the nonzeros; ``n_rows`` int N; ``params``
-    w0 (), w (D,), V (D, K). Returns float (N,) of the parameters' dtype.
+    Parameters
+    ----------
+    params : FMParams or dict
+        w0 (), w (D,), V (D, K), float (a dict with keys ``w0``, ``w``, ``V``).
+    design_or_coo : FMDesign or tuple
+        The design, or its nonzeros as (rows int (M,), cols int (M,), values float (M,), n_rows int N).
 
-    Raises nothing of its own; a dict without ``w0``, ``w`` or ``V`` raises KeyError, a tuple that
-    does not unpack into four values raises ValueError.
+    Returns
+    -------
+    jax.Array, shape (N,), the parameters' dtype
+        yhat.
 
+    Raises
+    ------
+    None of its own; a dict without ``w0``, ``w`` or ``V`` raises KeyError, a tuple that does not
+    unpack into four values raises ValueError.
+
+    Notes
+    -----
     Memory O(M + N + D K): the factors are summed one at a time (`fm_design.fm_yhat`), so `mse` and
     `objective`, which every epoch of `step` / `fit` evaluates, hold no (M, K) or (N, K) array.
 

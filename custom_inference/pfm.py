@@ -172,7 +172,21 @@ HYPER_FIELDS = ("a_0", "b_0", "c_0", "d_0", "a", "b", "c", "d", "e", "f", "g", "
 
 def check_hyper(hyper) -> None:
     """Raise ValueError unless ``hyper`` has every name in `HYPER_FIELDS`, each finite and > 0.
-    Source: project addition."""
+
+    Parameters
+    ----------
+    hyper : ppl_models.pfm.PFMHyper or object
+        The 16 hyperparameters of `HYPER_FIELDS` as attributes (floats).
+
+    Raises
+    ------
+    ValueError
+        A field missing, or not finite and > 0 (named).
+    TypeError
+        A field that ``float`` does not take.
+
+    Source: project addition.
+    """
     for name in HYPER_FIELDS:
         if not hasattr(hyper, name):
             raise ValueError(f"hyper: missing field {name!r} (expected ppl_models.pfm.PFMHyper)")
@@ -194,8 +208,31 @@ def _gamma_logpdf(x, shape, rate):
 
 
 class NPFMState(NamedTuple):
-    """NPFM draws (float32 or float64): w0, alpha0, beta0 (); w, alpha, beta, zeta (D,);
-    V (D, K); delta, r (K,); gamma0, c ()."""
+    """One NPFM draw, a NamedTuple (a JAX pytree); every field float32 or float64, one dtype.
+
+    Parameters
+    ----------
+    w0, alpha0, beta0 : jax.Array, shape ()
+        Global bias w0 ~ Ga(alpha0, beta0) and its shape and rate.
+    w, alpha, beta : jax.Array, shape (D,)
+        Feature biases w_i ~ Ga(alpha_i, beta_i) and their shapes and rates.
+    V : jax.Array, shape (D, K)
+        Factor loadings v_ik ~ Ga(zeta_i, delta_k).
+    zeta : jax.Array, shape (D,)
+        Shapes of the loadings, per feature.
+    delta : jax.Array, shape (K,)
+        Rates of the loadings, per factor.
+    r : jax.Array, shape (K,)
+        Factor weights r_k ~ Ga(gamma0 / K, c) (the truncated gamma process).
+    gamma0, c : jax.Array, shape ()
+        The gamma process's mass and rate.
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 5.6 and ch. 5.3.1-5.3.2 (the model, module docstring).
+    """
 
     w0: jax.Array
     alpha0: jax.Array
@@ -212,7 +249,27 @@ class NPFMState(NamedTuple):
 
 
 class PPFMState(NamedTuple):
-    """PPFM draws: as `NPFMState` without r, gamma0, c (r_k = 1, eq. 5.20)."""
+    """One PPFM draw: as `NPFMState` without r, gamma0, c (r_k = 1, eq. 5.20).
+
+    Parameters
+    ----------
+    w0, alpha0, beta0 : jax.Array, shape ()
+        As in `NPFMState`.
+    w, alpha, beta : jax.Array, shape (D,)
+        As in `NPFMState`.
+    V : jax.Array, shape (D, K)
+        As in `NPFMState`.
+    zeta : jax.Array, shape (D,)
+        As in `NPFMState`.
+    delta : jax.Array, shape (K,)
+        As in `NPFMState`.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 5.20 (PPFM).
+    """
 
     w0: jax.Array
     alpha0: jax.Array
@@ -226,16 +283,48 @@ class PPFMState(NamedTuple):
 
 
 class PFMInfo(NamedTuple):
-    """Per sweep: ``log_joint`` of the new state (log p(y, all parameters), -log y! included;
-    equals NumPyro's log density of `ppl_models.pfm.model`); ``n_active``: number of factors
-    that received at least one count unit in the sweep's allocation (int32)."""
+    """Per-sweep diagnostics of `step`.
+
+    Parameters
+    ----------
+    log_joint : jax.Array, shape (), the state's dtype
+        log p(y, all parameters) of the new state, -log y! included (`log_joint`; equals NumPyro's
+        log density of `ppl_models.pfm.model`).
+    n_active : jax.Array, shape (), int32
+        Number of factors that received at least one count unit in the sweep's allocation.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     log_joint: jax.Array
     n_active: jax.Array
 
 
 class SuffStats(NamedTuple):
-    """Sums of the latent counts: Z1 (), Z2 (D,), Z3 (D, K) (both endpoints), L (K,)."""
+    """Sums of the latent counts z of one allocation (`allocate`; module docstring).
+
+    Parameters
+    ----------
+    z1 : jax.Array, shape (), float
+        Z1 = sum_n z1_n, the units on w0.
+    z2 : jax.Array, shape (D,), float
+        Z2_i = sum_n z2_ni, the units on the linear terms.
+    z3 : jax.Array, shape (D, K), float
+        Z3_ik: the pair units of factor k with feature i as an endpoint (both endpoints counted).
+    L : jax.Array, shape (K,), float
+        L_k: the pair units of factor k.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``004_90693a0965f06816.txt`` eq. 5.7 (the augmentation of Lemma 5.2.2; sums as in the
+    module docstring).
+    """
 
     z1: jax.Array
     z2: jax.Array
@@ -244,7 +333,22 @@ class SuffStats(NamedTuple):
 
 
 class Exposures(NamedTuple):
-    """E (D, K) with m_ik = r_k E_ik, and s (K,), summed over all training rows."""
+    """The exposures of the rate conditionals, summed over all training rows (`exposures`).
+
+    Parameters
+    ----------
+    E : jax.Array, shape (D, K), float
+        E_ik = sum_n x_ni (q_nk - x_ni v_ik), so that m_ik = r_k E_ik.
+    s : jax.Array, shape (K,), float
+        s_k = sum_n sum_{i<j} x_ni x_nj v_ik v_jk.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: derived (module docstring, "Exposures"): the rates of ``004_90693a0965f06816.txt`` eqs.
+    5.10-5.11.
+    """
 
     E: jax.Array
     s: jax.Array
@@ -269,11 +373,42 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
     (r mass on 1 factor after 4,000 sweeps, held-out RMSE 1.48); with init_r = 1 (and
     init_scale = 1, init_shape = 0.3) 3 of 4 chains (seeds 0 and 1, 2 chains each) find both
     blocks (two factors carry the r mass, held-out RMSE 0.04).
-    ``variant``: "npfm" or "ppfm" (``init_r`` is ignored for PPFM, whose r_k = 1).
-    Returns NPFMState / PPFMState.
 
-    Raises ValueError for a bad K, variant or hyper. Source: project addition (the thesis
-    initialises w, v, r "to a small positive value", ch. 5.4.6).
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key (an integer seed is not converted here: jax raises TypeError).
+    data : PFMData
+        Only D = ``data.n_features`` is used.
+    K : int >= 1
+        Number of factors (the truncation level for NPFM).
+    hyper : ppl_models.pfm.PFMHyper or object
+        The fields of `HYPER_FIELDS`, each finite and > 0.
+    variant : {"npfm", "ppfm"}, keyword-only
+        Default "npfm"; ``init_r`` is ignored for PPFM, whose r_k = 1.
+    init_scale : float > 0, keyword-only
+        Scale of the initial w0, w, V (default 0.1; not checked).
+    init_shape : float > 0, keyword-only, optional
+        Draw V from the scaled Gamma above instead of the uniform.
+    init_r : float > 0, keyword-only, optional
+        NPFM: r_k = init_r (0.5 + U) instead of (0.5 + U) / K.
+    dtype : numpy dtype, keyword-only
+        float32 or float64 (default float64; not checked).
+
+    Returns
+    -------
+    NPFMState or PPFMState
+        Shapes in the class docstrings, dtype ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        K < 1 or not integral, an unknown ``variant``, ``hyper`` lacking a field or with one not
+        finite and > 0.
+    TypeError
+        K not a number (`base.check_latent_dim`); ``key`` not a PRNG key (jax's).
+
+    Source: project addition (the thesis initialises w, v, r "to a small positive value", ch. 5.4.6).
     """
     K = base.check_latent_dim(K)
     check_hyper(hyper)
@@ -299,9 +434,30 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
 def init_npfm(key, data, K, hyper, **kw):
     """`init` with variant "npfm".
 
-    Returns NPFMState (w0 (), w (D,), V (D, K), r (K,), ... of ``dtype``; see `init`).
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    data : PFMData
+        As in `init`.
+    K : int >= 1
+        As in `init`.
+    hyper : ppl_models.pfm.PFMHyper or object
+        As in `init`.
+    **kw
+        ``init_scale``, ``init_shape``, ``init_r``, ``dtype`` of `init`.
 
-    Raises ValueError (from `init`) for a bad K or hyper.
+    Returns
+    -------
+    NPFMState
+        w0 (), w (D,), V (D, K), r (K,), ... of ``dtype`` (see `init`).
+
+    Raises
+    ------
+    ValueError
+        As `init`: a bad K or hyper.
+    TypeError
+        As `init`: a bad K type or key; an unknown keyword.
 
     Source: project addition (as `init`).
     """
@@ -311,9 +467,30 @@ def init_npfm(key, data, K, hyper, **kw):
 def init_ppfm(key, data, K, hyper, **kw):
     """`init` with variant "ppfm".
 
-    Returns PPFMState (w0 (), w (D,), V (D, K), ... of ``dtype``; see `init`).
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    data : PFMData
+        As in `init`.
+    K : int >= 1
+        As in `init`.
+    hyper : ppl_models.pfm.PFMHyper or object
+        As in `init`.
+    **kw
+        ``init_scale``, ``init_shape``, ``dtype`` of `init` (``init_r`` is ignored).
 
-    Raises ValueError (from `init`) for a bad K or hyper.
+    Returns
+    -------
+    PPFMState
+        w0 (), w (D,), V (D, K), ... of ``dtype`` (see `init`).
+
+    Raises
+    ------
+    ValueError
+        As `init`: a bad K or hyper.
+    TypeError
+        As `init`: a bad K type or key; an unknown keyword.
 
     Source: project addition (as `init`).
     """
@@ -365,9 +542,23 @@ def row_rates(state, feat, val):
 
     rate = w0 + sum_f x_f w_f + sum_k r_k sum_{f<g} x_f x_g v_fk v_gk (eqs. 5.6 / 5.20).
 
-    ``state``: NPFMState or PPFMState (w0 (), w (D,), V (D, K)); float output of the state's dtype.
+    Parameters
+    ----------
+    state : NPFMState or PPFMState
+        w0 (), w (D,), V (D, K) (and r (K,) for NPFM).
+    feat : jax.Array, shape (R, F), int
+        Padded feature ids of the R rows (any leading shape (...) works).
+    val : jax.Array, shape (R, F), float
+        Their values (0 in padding).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (R,), the state's dtype
+        The Poisson rates.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20.
     """
@@ -412,11 +603,34 @@ def allocate_chunks(n_rows: int, n_units: int, F: int, K: int, dtype,
     sub-chunk wastes about 1/8 of its unit work on average), a multiple of `RNG_BLOCK`, at least
     `RNG_BLOCK`.
 
-    ``n_rows``: N_L (int >= 0); ``n_units``: T (int >= 0); ``F``: feature slots per row; ``K``:
-    factors; ``dtype``: the float dtype of the data; ``budget_bytes``: int > 0. Returns (rows, units),
-    two ints >= 1 (units a multiple of `RNG_BLOCK`).
+    Parameters
+    ----------
+    n_rows : int >= 0
+        N_L, the listed rows.
+    n_units : int >= 0
+        T, the count units.
+    F : int >= 1
+        Feature slots per row.
+    K : int >= 1
+        Factors.
+    dtype : numpy dtype
+        The float dtype of the data.
+    budget_bytes : int > 0
+        The memory bound (default `ALLOCATE_BUDGET_BYTES`).
 
-    Raises ValueError for ``budget_bytes`` <= 0, F < 1 or K < 1.
+    Returns
+    -------
+    rows : int >= 1
+        Listed rows per chunk.
+    units : int >= `RNG_BLOCK`
+        Units per sub-chunk, a multiple of `RNG_BLOCK`.
+
+    Raises
+    ------
+    ValueError
+        ``budget_bytes`` <= 0, F < 1 or K < 1.
+    TypeError
+        ``dtype`` not a numpy dtype (numpy's).
 
     Source: project addition (issue 28).
     """
@@ -464,13 +678,28 @@ def allocate(key, state, data: PFMData, *, chunks: tuple[int, int] | None = None
     2^31 - 1 units; float32 sums stop counting single units above 2^24) and returned in the data's
     float dtype.
 
-    ``state``: NPFMState or PPFMState; ``data``: PFMData with T count units (``unit_weight`` 0 or 1).
-    ``chunks``: (R, W), rows per chunk (>= 1) and units per sub-chunk (a positive multiple of
-    `RNG_BLOCK`); None: `allocate_chunks` (N_L, T, F, K, dtype), at most `ALLOCATE_BUDGET_BYTES`.
-    Returns `SuffStats` (z1 (), z2 (D,), z3 (D, K), L (K,)), dtype of ``data.row_val``.
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    state : NPFMState or PPFMState
+        The current parameters.
+    data : PFMData
+        N_L listed rows with T count units (``unit_weight`` 0 or 1).
+    chunks : tuple of two int, keyword-only, optional
+        (R, W): rows per chunk (>= 1) and units per sub-chunk (a positive multiple of `RNG_BLOCK`);
+        None (default): `allocate_chunks` (N_L, T, F, K, dtype), at most `ALLOCATE_BUDGET_BYTES`.
 
-    Raises ValueError for ``chunks`` that are not (int >= 1, positive multiple of `RNG_BLOCK`) (no
-    other checks: traced code).
+    Returns
+    -------
+    SuffStats
+        z1 (), z2 (D,), z3 (D, K), L (K,), dtype of ``data.row_val``.
+
+    Raises
+    ------
+    ValueError
+        ``chunks`` that are not (int >= 1, positive multiple of `RNG_BLOCK`) (no other checks:
+        traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. 5.7 (augmentation of Lemma 5.2.2); chunking and keying
     are a project addition.
@@ -588,10 +817,21 @@ def exposures(state, data: PFMData) -> Exposures:
     all training rows, from caches (module docstring): grid part over the I + J entities plus
     c_n times each listed row. O((nnz_entities + N_L F) K); never an I x J array.
 
-    ``state``: NPFMState or PPFMState (V (D, K)); ``data``: PFMData. Returns `Exposures`
-    (E (D, K), s (K,)), dtype of the state.
+    Parameters
+    ----------
+    state : NPFMState or PPFMState
+        Its V (D, K) is used.
+    data : PFMData
+        The training rows (and, in "all" mode, the entity tables).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    Exposures
+        E (D, K), s (K,), dtype of the state.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: derived (module docstring, "Exposures"): the rates of ``004_90693a0965f06816.txt``
     eqs. 5.10-5.11.
@@ -629,10 +869,28 @@ def conditionals(state, stats: SuffStats, expo: Exposures, data: PFMData, hyper)
     "w0", "w", "V", "r" (NPFM); their rates: "beta0", "beta", "delta", "c" (NPFM).
     The collapsed shape conditionals need CRT counts and are in `shape_conditionals`.
 
-    Shapes: each entry is a pair of float arrays of its variable's shape (w0 (), w (D,), V (D, K),
-    r (K,), beta0 (), beta (D,), delta (K,), c ()), dtype of the state.
+    Parameters
+    ----------
+    state : NPFMState or PPFMState
+        The current parameters.
+    stats : SuffStats
+        The latent-count sums of `allocate`.
+    expo : Exposures
+        `exposures` of ``state``.
+    data : PFMData
+        Gives N (``n_train``) and X_i (``x_sum``).
+    hyper : ppl_models.pfm.PFMHyper or object
+        The fields of `HYPER_FIELDS`.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    dict of str to tuple of jax.Array
+        name -> (shape, rate), each of its variable's shape (w0 (), w (D,), V (D, K), r (K,),
+        beta0 (), beta (D,), delta (K,), c ()), dtype of the state.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 5.8-5.15 (as derived in the module docstring).
     """
@@ -725,15 +983,27 @@ def _block_update(key, state, stats, data, hyper, tables, b: int):
 def block_pointers(data: PFMData) -> tuple[int, ...] | None:
     """Host-side pointers of the update blocks when each block is one contiguous run of features.
 
-    ``data``: PFMData whose ``block`` (D,) int32 is a host array (not traced). Returns a tuple of
-    ``data.n_blocks + 1`` Python ints p with block b = features p[b] .. p[b + 1] - 1 when ``block`` is
-    non-decreasing (ids designs: users, then items; `fm_design.greedy_blocks` numbers the blocks of
-    group 0 first), else None (the sweep then uses the masked update over all D features). Pass it to
-    `step` (``block_ptr``): each block's zeta and V draws then cover only its own D_b features, static
-    slices, instead of D per block (NPFM at 1e6 Netflix shape: two (D, K) Gamma draws a sweep instead
-    of four).
+    Pass the result to `step` (``block_ptr``): each block's zeta and V draws then cover only its own
+    D_b features, static slices, instead of D per block (NPFM at 1e6 Netflix shape: two (D, K) Gamma
+    draws a sweep instead of four).
 
-    Raises TypeError when ``data.block`` is traced (compute the pointers once, outside jit).
+    Parameters
+    ----------
+    data : PFMData
+        Its ``block`` (D,) int32 must be a host (or concrete device) array, not traced.
+
+    Returns
+    -------
+    tuple of int, or None
+        ``data.n_blocks + 1`` Python ints p with block b = features p[b] .. p[b + 1] - 1 when
+        ``block`` is non-decreasing and every block is non-empty (ids designs: users, then items;
+        `fm_design.greedy_blocks` numbers the blocks of group 0 first), else None (the sweep then
+        uses the masked update over all D features).
+
+    Raises
+    ------
+    TypeError
+        ``data.block`` is traced (compute the pointers once, outside jit).
 
     Source: project addition (issue 28).
     """
@@ -763,9 +1033,19 @@ def _block_update_slice(key, state, stats, data, hyper, tables, lo: int, hi: int
 def n_active(stats: SuffStats) -> jax.Array:
     """Number of factors with at least one allocated unit (int32).
 
-    ``stats``: `SuffStats` (L (K,)); returns an int32 scalar.
+    Parameters
+    ----------
+    stats : SuffStats
+        Its L (K,) is used.
 
-    Raises nothing of its own.
+    Returns
+    -------
+    jax.Array, shape (), int32
+        #{k : L_k > 0}.
+
+    Raises
+    ------
+    None of its own.
 
     Source: project addition.
     """
@@ -837,19 +1117,45 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds
     for bit the sampler without the move), then ``global_rounds`` steps of NPFM's global scale move
     (`custom_inference.pfm_scale.global_move`; its own key stream, 0: none), then ``trade_rounds``
     steps per factor of the side-feature trade (`custom_inference.pfm_scale.trade_move`; 0: none).
-    Returns (new state, `PFMInfo` of the new state).
+    Jit-able (the block loop is static).
 
-    ``order``: "valid" (default) or "printed" (the chapter's order; does NOT leave the
-    posterior invariant, kept for the SBC demonstration). Jit-able (the block loop is static).
-    ``block_ptr``: None, or `block_pointers` (data) (static Python ints, computed once on the host):
-    with it the "valid" sweep draws each block's zeta and V for that block's features only (the
-    same conditionals; the random numbers of the block updates differ from the masked path's, which
-    draws all D features per block and keeps the block's). Ignored by "printed".
-    Source: 004 ch. 5.3.2 (conditionals), sweep order and scale move ours.
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    state : NPFMState or PPFMState
+        The current draw.
+    data : PFMData
+        The training data.
+    hyper : ppl_models.pfm.PFMHyper or object
+        The fields of `HYPER_FIELDS`, each > 0.
+    order : {"valid", "printed"}, keyword-only
+        "valid" (default) or "printed" (the chapter's order; does NOT leave the posterior
+        invariant, kept for the SBC demonstration).
+    scale_rounds, global_rounds, trade_rounds : int >= 0, keyword-only
+        Metropolis steps of the three moves above (default 0 each).
+    block_ptr : tuple of int, keyword-only, optional
+        None, or `block_pointers` (data) (static Python ints, computed once on the host): with it
+        the "valid" sweep draws each block's zeta and V for that block's features only (the same
+        conditionals; the random numbers of the block updates differ from the masked path's, which
+        draws all D features per block and keeps the block's). Ignored by "printed".
 
-    Raises ValueError for an unknown ``order``, a ``block_ptr`` that does not fit ``data``, ``scale_rounds`` > 0 for PPFM on data that is
-    not ``bipartite``, ``global_rounds`` > 0 for PPFM, or ``trade_rounds`` > 0 on data without sides
-    and entity tables.
+    Returns
+    -------
+    state : NPFMState or PPFMState
+        The new draw, same shapes and dtype.
+    info : PFMInfo
+        Its log joint and the sweep's active factors.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``order``; a ``block_ptr`` that does not fit ``data``; ``scale_rounds`` > 0 for
+        PPFM on data that is not ``bipartite``, ``global_rounds`` > 0 for PPFM, or ``trade_rounds``
+        > 0 on data without sides and entity tables (`custom_inference.pfm_scale`).
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5.3.2 (conditionals eqs. 5.7-5.19); sweep order and
+    scale moves: project addition (module docstring).
     """
     if block_ptr is not None and (len(block_ptr) != data.n_blocks + 1 or block_ptr[0] != 0
                                   or block_ptr[-1] != data.n_features):
@@ -873,7 +1179,27 @@ def step(key, state, data: PFMData, hyper, *, order: str = "valid", scale_rounds
 def step_printed(key, state, data: PFMData, hyper):
     """`step` with ``order="printed"`` (the broken variant).
 
-    Raises nothing of its own.
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    state : NPFMState or PPFMState
+        The current draw.
+    data : PFMData
+        The training data.
+    hyper : ppl_models.pfm.PFMHyper or object
+        As in `step`.
+
+    Returns
+    -------
+    state : NPFMState or PPFMState
+        The new draw.
+    info : PFMInfo
+        As in `step`.
+
+    Raises
+    ------
+    None of its own.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5.3.2 (the chapter's printed order of eqs. 5.7-5.19).
     """
@@ -912,14 +1238,32 @@ def _listed_loglik(state, data: PFMData, rows: int | None = None):
 
 def log_joint(state, data: PFMData, hyper) -> jax.Array:
     """log p(y, parameters) of eqs. 5.6 / 5.20 with all priors, including -sum log y_n!, from
-    the cached sums (O(nnz K)); equals the NumPyro program's log density. Source: derived.
+    the cached sums (O(nnz K)); equals the NumPyro program's log density.
+
     The likelihood's sum over listed rows runs in chunks of rows (`allocate_chunks`) when they do
     not fit the allocation's memory budget, so its extra memory is bounded as the allocation's
     (issue 28).
 
-    ``state``: NPFMState or PPFMState; ``data``: PFMData. Returns a scalar of the state's dtype.
+    Parameters
+    ----------
+    state : NPFMState or PPFMState
+        The parameters.
+    data : PFMData
+        The training data.
+    hyper : ppl_models.pfm.PFMHyper or object
+        The fields of `HYPER_FIELDS` (the top-level priors).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    jax.Array, shape (), the state's dtype
+        The log joint in nats.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
+
+    Source: derived from ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20 and the priors of ch.
+    5.3.1-5.3.2 (module docstring, "Model").
     """
     h = hyper
     K = state.V.shape[1]
@@ -995,52 +1339,95 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
            global_rounds: int | None = None, trade_rounds: int = 0, options: mcmc_driver.SampleOptions):
     """Run ``num_chains`` Gibbs chains on the shared driver (`custom_inference.mcmc_driver.sample`).
 
-    Parameters
-    ----------
-    key : PRNG key or int seed (`base.as_key`); the same key gives the same draws.
-    data : PFMData. K : int >= 1 (the truncation level for NPFM).
-    hyper : `ppl_models.pfm.PFMHyper` (any NamedTuple with `HYPER_FIELDS`, all > 0).
-    variant : "npfm" or "ppfm".
-    options : `mcmc_driver.SampleOptions`, or its fields by keyword (`mcmc_driver.run_options`:
-        num_chains=4, num_warmup=500, num_samples=500, thin=1, keep, predict_at, dtype=float64,
-        progress=False, checkpoint, checkpoint_every (blocks), resume, block, callback; see
-        `mcmc_driver.sample`). Here ``keep`` names State fields (default: all but V, which costs D K
-        per draw) and "pred" (per-draw rates at ``predict_at``); ``predict_at``, (users, items) int
-        arrays (data from ``from_matrix(..., zeros="all")``) or (feat (P, F) int, val (P, F) float)
-        feature tables, gives the running mean and sd over all kept draws of all chains of each row's
-        Poisson rate (group ``predictions``: ``pred_mean``, ``pred_sd``, dim ``cell``); no draw is
-        stored. dtype : float64 or float32.
-    order : "valid" or "printed" (the chapter's order: broken, for the SBC demonstration).
-    init_scale, init_shape, init_r : see `init`.
-    scale_rounds : Metropolis steps of the exact per-factor scale move after each sweep
-        (`custom_inference.pfm_scale`; O(K) each). None (default): `DEFAULT_SCALE_ROUNDS` where the
-        move is defined (NPFM; PPFM on ``data.bipartite``, ids only), else 0. 0 reproduces the
-        sampler without the move bit for bit.
-    global_rounds : Metropolis steps of NPFM's global scale move (all r_k, c, V, delta at once;
-        `custom_inference.pfm_scale.global_move`, O(K) each) after the per-factor ones. None
-        (default): `DEFAULT_GLOBAL_ROUNDS` for NPFM, 0 for PPFM (no global move exists there).
-    trade_rounds : Metropolis steps per factor of the side-feature trade (user-side columns of a
-        factor against item-side ones, the id weights absorbing the pair terms inside an entity's
-        row; `custom_inference.pfm_scale.trade_move`, O(K (I + J)) each); needs data from
-        ``from_matrix(..., zeros="all")``. Default 0 (not yet measured on the SBC; issue 26).
-
     The "valid" sweep uses `block_pointers` (data) where the update blocks are contiguous runs of
     features (ids designs): each block draws its own features only (issue 28; the block updates'
     random numbers differ from the masked path used before and for other data, the conditionals are
     the same).
 
+    Parameters
+    ----------
+    key : jax.Array or int
+        PRNG key or int seed (`base.as_key`); the same key gives the same draws.
+    data : PFMData
+        The training data.
+    K : int >= 1
+        Number of factors (the truncation level for NPFM).
+    hyper : ppl_models.pfm.PFMHyper or object
+        Any NamedTuple with `HYPER_FIELDS`, all finite and > 0.
+    variant : {"npfm", "ppfm"}, keyword-only
+        Default "npfm".
+    order : {"valid", "printed"}, keyword-only
+        "valid" (default) or "printed" (the chapter's order: broken, for the SBC demonstration).
+    init_scale, init_shape, init_r : float, keyword-only
+        See `init` (defaults 0.1, None, None).
+    scale_rounds : int >= 0, keyword-only, optional
+        Metropolis steps of the exact per-factor scale move after each sweep
+        (`custom_inference.pfm_scale`; O(K) each). None (default): `DEFAULT_SCALE_ROUNDS` where the
+        move is defined (NPFM; PPFM on ``data.bipartite``, ids only), else 0. 0 reproduces the
+        sampler without the move bit for bit.
+    global_rounds : int >= 0, keyword-only, optional
+        Metropolis steps of NPFM's global scale move (all r_k, c, V, delta at once;
+        `custom_inference.pfm_scale.global_move`, O(K) each) after the per-factor ones. None
+        (default): `DEFAULT_GLOBAL_ROUNDS` for NPFM, 0 for PPFM (no global move exists there).
+    trade_rounds : int >= 0, keyword-only
+        Metropolis steps per factor of the side-feature trade (user-side columns of a factor
+        against item-side ones, the id weights absorbing the pair terms inside an entity's row;
+        `custom_inference.pfm_scale.trade_move`, O(K (I + J)) each); needs data from
+        ``from_matrix(..., zeros="all")``. Default 0 (not yet measured on the SBC; issue 26).
+    progress : bool, keyword-only, default False
+        Show a tqdm bar.
+    checkpoint : str or path-like, keyword-only, optional
+        A ``.npz`` checkpoint written every ``checkpoint_every`` blocks and at the end (None: none).
+    checkpoint_every : int >= 1, keyword-only, default 10
+        Blocks between checkpoints.
+    resume : bool, keyword-only, default False
+        Continue from ``checkpoint`` when the file exists (the same draws as the uninterrupted run).
+    dtype : numpy.float32 or numpy.float64, keyword-only, default float64
+        The state's dtype.
+    callback : callable, keyword-only, optional
+        Called after each block with ``(sweeps done, states)`` (`mcmc_driver.sample`).
+    num_chains : int >= 1, keyword-only, default 4
+        Independent chains.
+    num_warmup : int >= 0, keyword-only, default 500
+        Warm-up sweeps per chain, discarded.
+    num_samples : int >= 1, keyword-only, default 500
+        Kept draws per chain.
+    thin : int >= 1, keyword-only, default 1
+        Sweeps per kept draw.
+    keep : sequence of str, keyword-only, optional
+        State fields to store per draw (default: all but V, which costs D K per draw) and "pred"
+        (per-draw rates at ``predict_at``).
+    predict_at : tuple of two arrays, keyword-only, optional
+        (users, items) int arrays, shape (P,) each (data from ``from_matrix(..., zeros="all")``), or
+        (feat (P, F) int, val (P, F) float) feature tables: the running mean and sd over all kept
+        draws of all chains of each row's Poisson rate (group ``predictions``: ``pred_mean``,
+        ``pred_sd``, dim ``cell``); no draw is stored.
+    block : int >= 1, keyword-only, optional
+        Sweeps per compiled block (None: `mcmc_driver.sample` chooses); the draws do not depend on it.
+    options : mcmc_driver.SampleOptions, keyword-only, optional
+        The same run options as one object (`mcmc_driver.run_options`); keywords given beside it
+        override its fields.
+
     Returns
     -------
-    arviz.InferenceData: ``posterior`` (chain, draw, ...) with the kept fields;
-    ``sample_stats``: ``lp`` (log joint of each kept state), ``n_active`` (factors that got
-    count units in the sweep that produced the draw); attrs: the driver's schema plus
-    ``variant``, ``order``, ``zeros``.
+    arviz.InferenceData
+        ``posterior`` (chain, draw, ...) with the kept fields; ``sample_stats``: ``lp`` (log joint
+        of each kept state), ``n_active`` (factors that got count units in the sweep that produced
+        the draw); attrs: the driver's schema plus ``variant``, ``order``, ``zeros``.
 
     Raises
     ------
-    ValueError: K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order;
-    ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``; ``global_rounds`` < 0, or
-    > 0 for PPFM; ``trade_rounds`` < 0, or > 0 on data without sides and entity tables.
+    ValueError
+        K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order; ``data`` not a
+        PFMData; ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``;
+        ``global_rounds`` < 0, or > 0 for PPFM; ``trade_rounds`` < 0, or > 0 on data without sides
+        and entity tables; ``predict_at`` out of range, of mismatched shapes or with negative or
+        non-finite values, or (users, items) pairs on data not in "all" mode; a checkpoint of other
+        settings, of another run or damaged (`mcmc_driver.sample`).
+    TypeError
+        A bad key; K not a number; an unknown keyword.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
 
     Source: ``004_90693a0965f06816.txt`` ch. 5 (NPFM / PPFM Gibbs samplers, eqs. 5.7-5.19, sweep
     order corrected in the module docstring); the driver is a project addition.
@@ -1097,9 +1484,30 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
 def sample_npfm(key, data, K, hyper, **kw):
     """`sample` with variant "npfm".
 
-    Returns arviz.InferenceData as `sample`.
+    Parameters
+    ----------
+    key : jax.Array or int
+        As in `sample`.
+    data : PFMData
+        As in `sample`.
+    K : int >= 1
+        As in `sample`.
+    hyper : ppl_models.pfm.PFMHyper or object
+        As in `sample`.
+    **kw
+        Any other keyword of `sample` but ``variant``.
 
-    Raises ValueError as `sample` (K < 1, bad counts, unknown names in ``keep``, bad hyper or order).
+    Returns
+    -------
+    arviz.InferenceData
+        As `sample`.
+
+    Raises
+    ------
+    ValueError
+        As `sample` (K < 1, bad counts, unknown names in ``keep``, bad hyper or order, ...).
+    TypeError
+        As `sample`; also ``variant`` given in ``kw``.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5 (NPFM), as `sample`.
     """
@@ -1109,9 +1517,30 @@ def sample_npfm(key, data, K, hyper, **kw):
 def sample_ppfm(key, data, K, hyper, **kw):
     """`sample` with variant "ppfm".
 
-    Returns arviz.InferenceData as `sample`.
+    Parameters
+    ----------
+    key : jax.Array or int
+        As in `sample`.
+    data : PFMData
+        As in `sample`.
+    K : int >= 1
+        As in `sample`.
+    hyper : ppl_models.pfm.PFMHyper or object
+        As in `sample`.
+    **kw
+        Any other keyword of `sample` but ``variant``.
 
-    Raises ValueError as `sample` (K < 1, bad counts, unknown names in ``keep``, bad hyper or order).
+    Returns
+    -------
+    arviz.InferenceData
+        As `sample`.
+
+    Raises
+    ------
+    ValueError
+        As `sample` (K < 1, bad counts, unknown names in ``keep``, bad hyper or order, ...).
+    TypeError
+        As `sample`; also ``variant`` given in ``kw``.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5 (PPFM, eq. 5.20), as `sample`.
     """

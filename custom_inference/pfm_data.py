@@ -3,7 +3,7 @@ their feature lists padded to a fixed width, and the checks on counts and featur
 `custom_inference.pfm` runs before any computation. Split from `custom_inference.pfm`, which
 imports every name (`pfm.PFMData` is the public spelling).
 
-Source: ``004_90693a0965f06816.txt`` ch. 5 (the FM feature layout of ch. 2, eq. 2.4).
+Source: ``004_90693a0965f06816.txt`` ch. 5 (the FM feature layout of ch. 2: eq. 2.17, fig. 2.1).
 """
 
 from __future__ import annotations
@@ -58,39 +58,71 @@ def _padded(X: sp.csr_matrix, width: int | None = None):
 class PFMData:
     r"""Training data of a Poisson FM in the form the samplers need (no I x J array).
 
-    Array leaves
-    ------------
-    row_feat : int32 (N_L, F)   features of each *listed* row (padding: feature 0, value 0).
-    row_val : float (N_L, F)    their values x_ni >= 0.
-    row_y : float (N_L,)        counts of the listed rows.
-    row_weight : float (N_L,)   c_n: how often the row enters the sums over training rows on
-                                top of the grid: +1 (``zeros="observed"``: every listed row
-                                is a training row), 0 (a y > 0 cell of the grid), -1 (an
-                                excluded cell: subtracted from the grid's sums).
-    unit_row : int32 (T,)       listed row of each unit of count (T = sum of y, or more with padding).
-    unit_weight : float (T,)    1 for a real unit, 0 for padding (see ``pad_units``).
-    x_sum : float (D,)          X_i = sum over training rows of x_ni (constant).
-    ent_feat, ent_val : (E, Fe) features of the E = I + J entities (users then items) in
-                                ``zeros="all"`` mode; (0, 1) otherwise.
-    ent_partners : float (E,)   J for a user, I for an item.
-    block : int32 (D,)          update block of each feature (`fm_design.greedy_blocks`).
-    weighted_rows : int32 (M,) or None   the listed rows with c_n != 0 (``zeros="all"``: the
-                                excluded cells; empty without exclusions), so that the
-                                exposures skip the y > 0 cells whose c_n = 0 contributes
-                                exactly nothing; None (``zeros="observed"``, or a container
-                                built without it): every listed row enters.
-    side : float (D,) or None   +1 for a feature of the user side (user ids, user side features),
-                                -1 for the item side, 0 for a feature in no entity row
-                                (`from_matrix`); None (`from_design`: sides unknown).
+    Build with `from_matrix` (user-item counts with optional side features) or `from_design` (any
+    `FMDesign`, observed rows only); both validate. A frozen dataclass and a JAX pytree: the arrays
+    are leaves, the rest static. N_L listed rows, F features per listed row (padded), T units, D
+    features, E = I + J entities, Fe features per entity row.
 
-    Static: ``n_features`` D, ``n_users`` I, ``n_items`` J (0 in "observed" mode),
-    ``grid`` (True in "all" mode), ``n_train`` N (float), ``n_blocks``, ``n_units`` T,
-    ``zeros``, ``group_names``, ``bipartite`` (True when every pair term of every row joins a
-    user-side and an item-side feature: `from_matrix` with every entity row holding at most one
-    feature, i.e. ids only; the PPFM scale move of `custom_inference.pfm_scale` needs it).
+    Parameters
+    ----------
+    row_feat : numpy.ndarray, shape (N_L, F), int32
+        Features of each *listed* row (padding: feature 0, value 0).
+    row_val : numpy.ndarray, shape (N_L, F), float
+        Their values x_ni >= 0.
+    row_y : numpy.ndarray, shape (N_L,), float
+        Counts of the listed rows.
+    row_weight : numpy.ndarray, shape (N_L,), float
+        c_n: how often the row enters the sums over training rows on top of the grid: +1
+        (``zeros="observed"``: every listed row is a training row), 0 (a y > 0 cell of the grid),
+        -1 (an excluded cell: subtracted from the grid's sums); 0 for padding rows.
+    unit_row : numpy.ndarray, shape (T,), int32
+        Listed row of each unit of count (T = sum of y, or more with padding).
+    unit_weight : numpy.ndarray, shape (T,), float
+        1 for a real unit, 0 for padding (see ``pad_units`` of `from_matrix`).
+    x_sum : numpy.ndarray, shape (D,), float
+        X_i = sum over training rows of x_ni (constant).
+    ent_feat : numpy.ndarray, shape (E, Fe), int32
+        Features of the E = I + J entities (users then items) in ``zeros="all"`` mode; (0, 1) otherwise.
+    ent_val : numpy.ndarray, shape (E, Fe), float
+        Their values; (0, 1) outside "all" mode.
+    ent_partners : numpy.ndarray, shape (E,), float
+        J for a user, I for an item; (0,) outside "all" mode.
+    block : numpy.ndarray, shape (D,), int32
+        Update block of each feature (`fm_design.greedy_blocks`).
+    n_features : int
+        D.
+    n_users, n_items : int
+        I and J ("all" mode); 0 in "observed" mode.
+    grid : bool
+        True in "all" mode (every cell of the I x J grid is a training row).
+    n_train : float
+        N, the number of training rows.
+    n_blocks : int
+        Number of update blocks, ``max(block) + 1``.
+    n_units : int
+        T.
+    zeros : str
+        "all" or "observed" (see `from_matrix`).
+    group_names : tuple of str
+        One name per feature group.
+    weighted_rows : numpy.ndarray, shape (M,), int32, or None
+        The listed rows with c_n != 0 (``zeros="all"``: the excluded cells; empty without
+        exclusions), so that the exposures skip the y > 0 cells whose c_n = 0 contributes exactly
+        nothing; None (``zeros="observed"``, or a container built without it): every listed row enters.
+    side : numpy.ndarray, shape (D,), float, or None
+        +1 for a feature of the user side (user ids, user side features), -1 for the item side, 0
+        for a feature in no entity row (`from_matrix`); None (`from_design`: sides unknown).
+    bipartite : bool
+        True when every pair term of every row joins a user-side and an item-side feature
+        (`from_matrix` with every entity row holding at most one feature, i.e. ids only; the PPFM
+        scale move of `custom_inference.pfm_scale` needs it).
 
-    Build with `from_matrix` (user-item counts with optional side features) or
-    `from_design` (any `FMDesign`, observed rows only); both validate.
+    Raises
+    ------
+    None of its own (the constructor does not check its fields; `from_matrix` and `from_design` do).
+
+    Source: ``004_90693a0965f06816.txt`` ch. 5 (the training rows of eq. 5.6 in the feature layout of
+    fig. 2.1); project addition (the padded tables, the grid of zeros and the row weights).
     """
 
     row_feat: np.ndarray
@@ -130,6 +162,14 @@ class PFMData:
 
     @property
     def n_listed(self) -> int:
+        """N_L, the number of listed rows (``row_y.shape[0]``, padding included), an int.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition.
+        """
         return int(self.row_y.shape[0])
 
     # -- constructors ----------------------------------------------------------------
@@ -139,32 +179,54 @@ class PFMData:
                     pad_units: int = 0) -> "PFMData":
         """Counts of an I x J user-item matrix, one-hot ids plus optional side features.
 
+        Feature layout (D = I + J + D_u + D_v): user ids, item ids, user side, item side. Groups: 0
+        users, 1 items, then the user-side groups, then the item-side groups (side group ids are
+        renumbered densely in sorted order).
+
         Parameters
         ----------
-        y : scipy sparse (I, J), dense array (I, J), or ``custom_inference.data.Observations``;
-            non-negative integer counts. In "all" mode only the nonzeros are listed; in
-            "observed" mode every stored entry (explicit zeros too; for a dense array: every
-            cell) is a training row.
-        user_features : optional (I, D_u) non-negative (scipy sparse or dense), e.g. one-hot
-            age bucket, gender, occupation; ``user_groups`` (D_u,) int group ids 0.. (default 0).
-        item_features : optional (J, D_v) non-negative, e.g. genres; ``item_groups`` (D_v,).
-        zeros : "all" (default; unobserved cells are y = 0 training rows, see module
-            docstring) or "observed" (only stored entries are training rows).
-        exclude : optional (users, items) int arrays of cells that are not training rows in
-            "all" mode (held-out/missing cells, ch. 5.3.4); ignored in "observed" mode.
-        dtype : float64 or float32.
-        pad_rows, pad_units : pad the listed rows (weight 0, no features) and the count units
-            (weight 0) up to at least these numbers, so that data sets of different sizes share
-            one compiled sampler (SBC); padding changes no result.
+        y : scipy.sparse matrix, numpy.ndarray or custom_inference.data.Observations, shape (I, J)
+            Non-negative integer counts. In "all" mode only the nonzeros are listed; in "observed"
+            mode every stored entry (explicit zeros too; for a dense array: every cell) is a training row.
+        user_features : scipy.sparse matrix or array_like, shape (I, D_u), optional
+            Non-negative user side features, e.g. one-hot age bucket, gender, occupation.
+        user_groups : array_like, shape (D_u,), int, optional
+            Group id >= 0 of each user side feature (default all 0).
+        item_features : scipy.sparse matrix or array_like, shape (J, D_v), optional
+            Non-negative item side features, e.g. genres.
+        item_groups : array_like, shape (D_v,), int, optional
+            Group id >= 0 of each item side feature (default all 0).
+        zeros : {"all", "observed"}
+            "all" (default; unobserved cells are y = 0 training rows, see module docstring) or
+            "observed" (only stored entries are training rows).
+        exclude : tuple of two array_like, each shape (M,), int, optional
+            (users, items) of cells that are not training rows in "all" mode (held-out/missing
+            cells, ch. 5.3.4); ignored in "observed" mode.
+        group_names : sequence of str, optional
+            One name per group (2 + the user-side and item-side groups); default "user", "item",
+            "user_side<g>", "item_side<g>".
+        dtype : numpy dtype
+            float64 (default) or float32, the dtype of the float leaves.
+        pad_rows, pad_units : int
+            Pad the listed rows (weight 0, no features) and the count units (weight 0) up to at
+            least these numbers, so that data sets of different sizes share one compiled sampler
+            (SBC); padding changes no result. Default 0.
 
-        Feature layout (D = I + J + D_u + D_v): user ids, item ids, user side, item side.
-        Groups: 0 users, 1 items, then user-side groups, then item-side groups.
+        Returns
+        -------
+        PFMData
+            The validated container (fields in the class docstring).
 
         Raises
         ------
-        ValueError naming the field: negative, non-integer or non-finite counts; negative or
-        non-finite features; shape mismatches; unknown ``zeros``; excluded cells that hold a
-        positive count or lie outside the matrix.
+        ValueError
+            Naming the field: negative, non-integer or non-finite counts; negative or non-finite
+            features; a dense ``y`` not 2-D, an empty matrix, or no positive count to list; shape
+            mismatches (features, groups, ``exclude``, ``group_names``); unknown ``zeros``; excluded
+            cells that hold a positive count or lie outside the matrix.
+
+        Source: ``004_90693a0965f06816.txt`` fig. 2.1 (ids and side features in one design), ch. 5.3.4
+        (held-out cells); project addition (the grid of zeros and the row weights).
         """
         from .data import Observations
 
@@ -273,8 +335,28 @@ class PFMData:
     def from_design(cls, design: FMDesign, *, dtype=np.float64) -> "PFMData":
         """The rows of an `FMDesign` as the training rows (``zeros="observed"``).
 
-        ``design.y`` must be non-negative integer counts and ``design.values`` >= 0; the
-        design's update blocks are used. Raises ValueError naming the field otherwise.
+        The design's update blocks are used.
+
+        Parameters
+        ----------
+        design : FMDesign
+            N rows; ``design.y`` must be non-negative integer counts and ``design.values`` >= 0.
+        dtype : numpy dtype, keyword-only
+            float64 (default) or float32, the dtype of the float leaves.
+
+        Returns
+        -------
+        PFMData
+            ``zeros="observed"``, N listed rows of weight 1, no entity rows, ``side`` None.
+
+        Raises
+        ------
+        ValueError
+            Naming the field: counts negative, non-integer or non-finite; feature values negative
+            or non-finite.
+
+        Source: ``004_90693a0965f06816.txt`` eq. 5.6 (the training rows (x_n, y_n)); project addition
+        (the layout).
         """
         y = _check_counts(np.asarray(design.y), "y")
         X = _check_features(design.to_scipy(), "X (design.values)")
@@ -311,8 +393,29 @@ class PFMData:
 
     # -- helpers ---------------------------------------------------------------------
     def pair_rows(self, users, items):
-        """(feat, val) padded feature tables (P, 2 Fe) of the (user, item) pairs, for
-        predictions; "all" mode only (it needs the entity rows). Raises ValueError otherwise."""
+        """Padded feature tables of (user, item) pairs, for predictions; "all" mode only.
+
+        Parameters
+        ----------
+        users, items : array_like, shape (P,), int
+            User indices in [0, I) and item indices in [0, J) of the P pairs.
+
+        Returns
+        -------
+        feat : numpy.ndarray, shape (P, 2 Fe), int32
+            The user's entity features, then the item's (padding: feature 0, value 0).
+        val : numpy.ndarray, shape (P, 2 Fe), the float dtype of ``ent_val``
+            Their values.
+
+        Raises
+        ------
+        ValueError
+            Data not built with ``from_matrix(..., zeros="all")`` (no entity rows).
+        IndexError
+            A user index >= I or item index >= J (numpy's, from the gather; negative ones wrap).
+
+        Source: ``004_90693a0965f06816.txt`` fig. 2.1 (a pair's row is its user's and item's features).
+        """
         if not self.grid:
             raise ValueError("pair_rows needs data built with from_matrix(..., zeros='all')")
         u = np.asarray(users, np.int64)
@@ -322,7 +425,26 @@ class PFMData:
                 np.concatenate([ev[u], ev[self.n_users + j]], axis=1))
 
     def astype(self, dtype) -> "PFMData":
-        """A copy with float leaves in ``dtype``."""
+        """A copy with float leaves in ``dtype``.
+
+        Parameters
+        ----------
+        dtype : numpy dtype
+            float32 or float64 (not checked).
+
+        Returns
+        -------
+        PFMData
+            Same fields; ``row_val``, ``row_y``, ``row_weight``, ``unit_weight``, ``x_sum``,
+            ``ent_val``, ``ent_partners`` and ``side`` in ``dtype``.
+
+        Raises
+        ------
+        TypeError
+            ``dtype`` not a numpy dtype (numpy's).
+
+        Source: project addition.
+        """
         d = np.dtype(dtype)
         return PFMData(self.row_feat, np.asarray(self.row_val, d), np.asarray(self.row_y, d),
                        np.asarray(self.row_weight, d), self.unit_row, np.asarray(self.unit_weight, d),

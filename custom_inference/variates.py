@@ -31,25 +31,33 @@ def crt(key, counts, concentration, max_total: int):
     Gamma(r) / Gamma(m + r) |s(m, l)| r^l, Lemma 5.2.1 of 004 ch. 5, Zhou & Carin 2012).
     Every customer of every element gets its own Bernoulli, laid out in one flat array of
     static length ``max_total`` (customer p belongs to the element whose cumulative count
-    first exceeds p), so the work is O(max_total log C) and no normal approximation is used.
+    first exceeds p, found by counting the element starts), so the work is O(max_total + C) and no
+    normal approximation is used.
 
     Parameters
     ----------
-    key : jax PRNG key
-    counts : array (...,) of non-negative integers (int or integral float), m.
-    concentration : array broadcastable to ``counts``, r > 0 (float32 or float64).
-    max_total : static int >= sum(counts); customers beyond sum(counts) are ignored.
-        If sum(counts) exceeds it, the result is wrong (not checked under jit).
+    key : jax.Array
+        A JAX PRNG key.
+    counts : array_like, shape (...), int or integral float
+        m >= 0, the customers of each element (rounded to int32).
+    concentration : array_like, broadcastable to ``counts``, float32 or float64
+        r > 0, the concentration of each element.
+    max_total : int, static
+        >= sum(counts): the length of the flat customer array; customers beyond sum(counts) are
+        ignored. If sum(counts) exceeds it, the result is wrong (not checked under jit).
 
     Returns
     -------
-    array of counts' shape and the concentration's float dtype: l, with 0 <= l <= m and
-    l >= 1 where m >= 1.
+    jax.Array, shape of ``counts``, the concentration's float dtype (the default float for integer r)
+        l, with 0 <= l <= m and l >= 1 where m >= 1.
 
-    Source: 004 ch. 5 Lemma 5.2.1 (sampling form); shared math, reusable by any
-    negative-binomial / gamma-process model.
+    Raises
+    ------
+    None of its own (no checks: traced code); a ``concentration`` that does not broadcast to
+    ``counts`` makes jax raise ValueError.
 
-    Raises nothing of its own (no checks: traced code).
+    Source: ``004_90693a0965f06816.txt`` ch. 5 Lemma 5.2.1, eq. (5.1) (sampling form); shared math,
+    reusable by any negative-binomial / gamma-process model.
     """
     conc = jnp.asarray(concentration)
     dtype = conc.dtype if jnp.issubdtype(conc.dtype, jnp.floating) else jnp.result_type(float)
@@ -89,11 +97,26 @@ def gamma_log_draw(key, shape, rate):
     compaction because redrawing all n elements until the last accepts cost ~5 rounds of n
     (issue 28: 11.2 s for a (5e5, 50) draw, NPFM at Netflix shape).
 
-    shape, rate : arrays (broadcast), float32 or float64, > 0. Returns the broadcast shape in
-    the dtype of ``shape``. Source: project addition.
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    shape : array_like, float32 or float64
+        Gamma shapes > 0 (any array shape; broadcast with ``rate``).
+    rate : array_like, broadcastable with ``shape``
+        Gamma rates > 0 (1 / scale).
 
-    Raises nothing of its own (no value checks: traced code); shapes that do not broadcast make jax
-    raise ValueError.
+    Returns
+    -------
+    jax.Array, the broadcast shape of ``shape`` and ``rate``, the dtype of ``shape`` (default float if integer)
+        log x, one independent draw per element.
+
+    Raises
+    ------
+    None of its own (no value checks: traced code); shapes that do not broadcast make jax raise
+    ValueError.
+
+    Source: project addition (Marsaglia & Tsang 2000 with the boosting identity).
     """
     shape = jnp.asarray(shape)
     dtype = shape.dtype if jnp.issubdtype(shape.dtype, jnp.floating) else jnp.result_type(float)
@@ -152,10 +175,26 @@ def gamma_draw(key, shape, rate):
 
     x = exp(`gamma_log_draw`) clamped below at the dtype's smallest normal number: in float32 a
     draw with shape 1e-3 is below 1e-38 with high probability and a plain draw returns 0, which
-    puts log 0 into the log joint. Arrays broadcast; dtype of ``shape``. Source: project addition.
+    puts log 0 into the log joint.
 
-    Raises nothing of its own (no value checks: traced code); shapes that do not broadcast make jax
-    raise ValueError.
+    Parameters
+    ----------
+    key : jax.Array
+        A JAX PRNG key.
+    shape, rate : array_like, float32 or float64
+        Gamma shapes and rates > 0, broadcast together, as in `gamma_log_draw`.
+
+    Returns
+    -------
+    jax.Array, the broadcast shape, the dtype of ``shape``
+        x >= the dtype's smallest normal number (``finfo.tiny``).
+
+    Raises
+    ------
+    None of its own (no value checks: traced code); shapes that do not broadcast make jax raise
+    ValueError.
+
+    Source: project addition.
     """
     lx = gamma_log_draw(key, shape, rate)
     return jnp.maximum(jnp.exp(lx), jnp.finfo(lx.dtype).tiny)

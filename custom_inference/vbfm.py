@@ -115,14 +115,35 @@ _LOG_2PI = math.log(2.0 * math.pi)
 class VBFMState(NamedTuple):
     """Variational parameters (natural: precision P, precision x mean h) and point hyperparameters.
 
-    w0_prec, w0_h : ()          q(w0) = N(w0_h / w0_prec, 1 / w0_prec)
-    w_prec, w_h : (D,)          q(w_l)
-    v_prec, v_h : (D, K)        q(v_lk)
-    alpha_shape, alpha_rate : () q(alpha) = Gamma(shape, rate), or the point E[alpha] = shape / rate
-    alpha_prior_shape, alpha_prior_rate : ()  Gamma prior (a0, b0) of alpha; (0, 0): point estimate
-    sigma_0 : (), sigma_w : (G,), sigma_v : (G, K)   prior precisions (point estimates)
-    last_elbo : ()              ELBO after the previous step (nan before the first)
-    All float32 or float64.
+    A NamedTuple (a JAX pytree); every field float32 or float64, one dtype.
+
+    Parameters
+    ----------
+    w0_prec, w0_h : jax.Array, shape ()
+        q(w0) = N(w0_h / w0_prec, 1 / w0_prec).
+    w_prec, w_h : jax.Array, shape (D,)
+        q(w_l), the same way.
+    v_prec, v_h : jax.Array, shape (D, K)
+        q(v_lk), the same way.
+    alpha_shape, alpha_rate : jax.Array, shape ()
+        q(alpha) = Gamma(shape, rate), or the point E[alpha] = shape / rate (module docstring).
+    alpha_prior_shape, alpha_prior_rate : jax.Array, shape ()
+        Gamma prior (a0, b0) of alpha; (0, 0): alpha a point estimate.
+    sigma_0 : jax.Array, shape ()
+        Prior precision of w0 (point estimate).
+    sigma_w : jax.Array, shape (G,)
+        Prior precision of w_l by group (point estimate).
+    sigma_v : jax.Array, shape (G, K)
+        Prior precision of v_lk by group and factor (point estimate).
+    last_elbo : jax.Array, shape ()
+        ELBO (nats) after the previous step (nan before the first).
+
+    Raises
+    ------
+    None of its own (a NamedTuple: the fields are not checked).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.2-4.4 and 4.8-4.11 (priors, mean-field family);
+    natural parameters and the Gamma q(alpha): project addition (module docstring).
     """
 
     w0_prec: jax.Array
@@ -142,14 +163,44 @@ class VBFMState(NamedTuple):
 
 
 class VBFMInfo(NamedTuple):
-    """Per-step diagnostics: ``elbo`` of the state after the step, ``rel_change`` |dL| / |L_old|."""
+    """Per-step diagnostics of `step` (of the new state).
+
+    Parameters
+    ----------
+    elbo : jax.Array, shape (), the state's float dtype
+        The ELBO (nats) of the state after the step.
+    rel_change : jax.Array, shape (), same dtype
+        |L_new - L_old| / |L_old| (inf at the first step, when ``last_elbo`` is nan).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (the ``base`` protocol's Info).
+    """
 
     elbo: jax.Array
     rel_change: jax.Array
 
 
 class Caches(NamedTuple):
-    """Row caches of eqs. 4.22-4.24 (module docstring): R (n,), S1, S2, S3 (n, K)."""
+    """Row caches of eqs. 4.22-4.24 (module docstring) over the n rows in use, for the checks.
+
+    Parameters
+    ----------
+    R : jax.Array, shape (n,), float
+        R_n = y_n - E_q[yhat_n].
+    S1, S2, S3 : jax.Array, shape (n, K), float, or None
+        S1_nk = sum_l x_nl mu_lk, S2_nk = sum_l x_nl^2 s_lk, S3_nk = sum_l x_nl^3 s_lk mu_lk; None
+        inside the sweep, which holds one factor's at a time (`FactorCaches`).
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.22-4.24 (R_n, S1, S2; S3 for the corrected update:
+    module docstring).
+    """
 
     R: jax.Array
     S1: jax.Array
@@ -160,9 +211,30 @@ class Caches(NamedTuple):
 class Minibatch(NamedTuple):
     """A padded minibatch of rows for OVBFM (built by `minibatch`).
 
-    row_ids : int32 (nb,)  global row index (padding: 0); row_w : float (nb,) 1 for real rows, 0 pad
-    y : float (nb,); nz_rows : int32 (cap,) local row of each nonzero; nz_cols : int32 (cap,);
-    nz_x : float (cap,) x_nl (0 on padding); scale : float () N / number of real rows.
+    nb rows (padded), cap nonzeros (padded).
+
+    Parameters
+    ----------
+    row_ids : jax.Array, shape (nb,), int32
+        Global row index (padding: 0).
+    row_w : jax.Array, shape (nb,), float
+        1 for real rows, 0 for padding.
+    y : jax.Array, shape (nb,), float
+        Responses (0 for padding).
+    nz_rows : jax.Array, shape (cap,), int32
+        Local row (0..nb-1) of each nonzero.
+    nz_cols : jax.Array, shape (cap,), int32
+        Feature of each nonzero.
+    nz_x : jax.Array, shape (cap,), float
+        x_nl (0 on padding).
+    scale : jax.Array, shape (), float
+        N / number of real rows (the likelihood rescaling of stochastic VI).
+
+    Raises
+    ------
+    None of its own (a NamedTuple; `minibatch` checks).
+
+    Source: project addition (the minibatches of ``004_90693a0965f06816.txt`` Algorithm 4).
     """
 
     row_ids: jax.Array
@@ -175,9 +247,23 @@ class Minibatch(NamedTuple):
 
 
 class OVBFMInfo(NamedTuple):
-    """Diagnostics of one OVBFM step (of the new state): ``rho`` the step size used and ``scale`` the
-    likelihood rescaling N / |batch|. (The full-data ELBO costs a pass over all rows: `fit_svi`
-    records it per epoch.)"""
+    """Diagnostics of one OVBFM step (`svi_step`).
+
+    The full-data ELBO costs a pass over all rows: `fit_svi` records it per epoch.
+
+    Parameters
+    ----------
+    rho : jax.Array, shape (), the state's float dtype
+        The step size used, (1 + t)^(-lam).
+    scale : jax.Array, shape (), float
+        The likelihood rescaling N / |batch|.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 4.27-4.28 (rho); project addition (the Info).
+    """
 
     rho: jax.Array
     scale: jax.Array
@@ -209,11 +295,21 @@ def _hyper_arrays(hyper, G: int, K: int, dtype):
 
 
 def moments(state: VBFMState):
-    """Means and variances of q: (m0, s0) (), (m, s) (D,), (mu, sv) (D, K).
+    """Means and variances of q.
 
-    ``state``: VBFMState (natural parameters); outputs float, dtype of the state.
+    Parameters
+    ----------
+    state : VBFMState
+        Natural parameters.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    tuple of three (mean, variance) pairs of jax.Array, the state's dtype
+        (m0, s0) shape (), (m, s) shape (D,), (mu, sv) shape (D, K).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.8-4.11 (the mean-field family; natural parameters:
     module docstring).
@@ -303,12 +399,34 @@ def _factor_moments(mu_k, s_k, rows, cols, x, n_rows: int, variance: bool):
 def row_moments(state: VBFMState, rows, cols, x, y, n_rows: int, *, variance: bool = True):
     """R_n = y_n - E_q[yhat_n] and T_n = Var_q[yhat_n] (module docstring), from scratch, one factor at a time.
 
-    rows, cols : int (M,); x : float (M,) (0 for padding); y : float (n_rows,). Work O(M K); memory
-    O(M + n_rows) beside the state (a loop over the K factors: no (M, K) or (n_rows, K) array).
+    Work O(M K); memory O(M + n_rows) beside the state (a loop over the K factors: no (M, K) or
+    (n_rows, K) array).
 
-    Returns (R, T), float (n_rows,), dtype of the state; T is None when ``variance`` is False.
+    Parameters
+    ----------
+    state : VBFMState
+        q.
+    rows, cols : jax.Array, shape (M,), int
+        Row (0..n_rows-1) and feature of each nonzero.
+    x : jax.Array, shape (M,), float
+        x_nl (0 for padding).
+    y : jax.Array, shape (n_rows,), float
+        Responses.
+    n_rows : int, static
+        Number of rows.
+    variance : bool, keyword-only
+        Also compute T (default True).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    R : jax.Array, shape (n_rows,), the state's dtype
+        y_n - E_q[yhat_n].
+    T : jax.Array, shape (n_rows,), or None
+        Var_q[yhat_n]; None when ``variance`` is False.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eq. 4.22 (E[yhat]); T derived in the module docstring
     (corrects eqs. 4.13-4.15); the loop over factors is a project addition.
@@ -338,9 +456,29 @@ def compute_caches(state: VBFMState, rows, cols, x, y, n_rows: int):
     For the checks of the caches (`validation.models.vbfm`): the sweep itself never forms the
     (n_rows, K) caches (it holds one factor's at a time) and R, T come from `row_moments`.
 
-    ``n_rows``: int N; returns `Caches` (R (N,), S1, S2, S3 (N, K)) and T (N,), dtype of the state.
+    Parameters
+    ----------
+    state : VBFMState
+        q.
+    rows, cols : jax.Array, shape (M,), int
+        Row and feature of each nonzero.
+    x : jax.Array, shape (M,), float
+        x_nl (0 for padding).
+    y : jax.Array, shape (n_rows,), float
+        Responses.
+    n_rows : int, static
+        N.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    caches : Caches
+        R (N,), S1, S2, S3 (N, K), the state's dtype.
+    T : jax.Array, shape (N,)
+        Var_q[yhat_n].
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.22-4.24 (caches); T derived in the module docstring
     (corrects eqs. 4.13-4.15).
@@ -372,11 +510,29 @@ def _blend(old, target, rho, mask=None):
 def update_w0(state, caches, row_w, scale, rho):
     """Update q(w0) (Algorithm 3 lines 3-8 as natural parameters) and R. Returns (state, caches).
 
-    Shapes: ``state`` VBFMState; ``caches`` `Caches` (R (n,), S1, S2, S3 (n, K)) over the n rows in
-    use; ``row_w`` None (all rows) or float (n,) row weights (0 for padding); ``scale``, ``rho``
-    float scalars. Float outputs, dtype of the state.
+    Parameters
+    ----------
+    state : VBFMState
+        q before the update.
+    caches : Caches
+        Over the n rows in use; only R (n,) is read and updated (S1, S2, S3 may be None).
+    row_w : jax.Array, shape (n,), float, or None
+        Row weights (0 for padding); None: all n rows count.
+    scale : float or jax.Array, shape ()
+        Likelihood rescaling (1 for CAVI, N / |batch| for SVI).
+    rho : float or jax.Array, shape ()
+        Step in natural parameters (1 for CAVI).
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    state : VBFMState
+        With new ``w0_prec``, ``w0_h``.
+    caches : Caches
+        With R updated for the new mean of w0.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 lines 3-8 (Algorithm 4 with ``scale`` and
     ``rho``).
@@ -395,14 +551,32 @@ def update_w0(state, caches, row_w, scale, rho):
 def update_w_block(state, caches, nz, in_block, group, scale, rho):
     """Update q(w_l) for every feature of one block (Algorithm 3 lines 11-18) and R.
 
-    nz : (rows, cols, x) of the block's nonzeros (x = 0 on entries outside the block);
-    in_block : bool (D,). Returns (state, caches).
+    Parameters
+    ----------
+    state : VBFMState
+        q before the update.
+    caches : Caches
+        Over the n rows in use; only R (n,) is read and updated.
+    nz : tuple of jax.Array
+        (rows int (M_b,), cols int (M_b,), x float (M_b,)) of the block's nonzeros (x = 0 on
+        entries outside the block).
+    in_block : jax.Array, shape (D,), bool
+        The block's features (the others keep their q).
+    group : jax.Array, shape (D,), int
+        Group of each feature.
+    scale, rho : float or jax.Array, shape ()
+        As in `update_w0`.
 
-    Shapes: ``nz`` rows, cols int (M_b,) and x float (M_b,); ``group`` int (D,); ``caches``
-    `Caches` (R (n,), S1, S2, S3 (n, K)); ``scale``, ``rho`` float scalars. Float outputs, dtype of
-    the state.
+    Returns
+    -------
+    state : VBFMState
+        With new ``w_prec``, ``w_h`` for the block's features.
+    caches : Caches
+        With R updated.
 
-    Raises nothing of its own (no checks: traced code).
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 lines 11-18 (Algorithm 4 with ``scale`` and
     ``rho``).
@@ -422,12 +596,24 @@ def update_w_block(state, caches, nz, in_block, group, scale, rho):
 
 
 class FactorCaches(NamedTuple):
-    """The row caches of one factor k, as the sweep over k holds them: ``R`` float (n,) (shared by
-    all factors) and ``S1``, ``S2``, ``S3`` float (n,) (column k of `Caches`' (n, K) fields).
+    """The row caches of one factor k, as the sweep over k holds them.
 
     The sweep computes factor k's S caches from scratch when it reaches k (they change only in
     factor k's own updates), updates them through factor k's blocks and drops them: O(n) memory
-    where the (n, K) caches took O(n K). Source: project addition (layout only).
+    where the (n, K) caches took O(n K).
+
+    Parameters
+    ----------
+    R : jax.Array, shape (n,), float
+        R_n, shared by all factors.
+    S1, S2, S3 : jax.Array, shape (n,), float
+        Column k of `Caches`' (n, K) fields.
+
+    Raises
+    ------
+    None of its own (a NamedTuple).
+
+    Source: project addition (layout only; the caches of ``004_90693a0965f06816.txt`` eqs. 4.22-4.24).
     """
 
     R: jax.Array
@@ -440,14 +626,34 @@ def update_v_factor(prec_k, h_k, fc: FactorCaches, prior_prec, e_alpha, nz, in_b
     """Update q(v_lk) for every feature l of one block and one factor k (eqs. 4.20-4.24, corrected).
 
     See the module docstring for the derivation (the covariance term is the correction).
-    Returns (new prec_k, new h_k, new `FactorCaches`): R and factor k's S1, S2, S3 updated.
 
-    Shapes: ``prec_k``, ``h_k`` float (D,) (column k of `VBFMState.v_prec`, ``v_h``); ``fc``
-    `FactorCaches` (each (n,)); ``prior_prec`` float (D,) sigma_v[c_l, k]; ``e_alpha`` float scalar
-    E_q[alpha]; ``nz`` rows, cols int (M_b,) and x float (M_b,) (x = 0 outside the block);
-    ``in_block`` bool (D,); ``scale``, ``rho`` float scalars. Float outputs, dtype of the inputs.
+    Parameters
+    ----------
+    prec_k, h_k : jax.Array, shape (D,), float
+        Column k of `VBFMState` ``v_prec``, ``v_h``.
+    fc : FactorCaches
+        R and factor k's S1, S2, S3, each (n,).
+    prior_prec : jax.Array, shape (D,), float
+        sigma_v[c_l, k].
+    e_alpha : jax.Array, shape (), float
+        E_q[alpha].
+    nz : tuple of jax.Array
+        (rows int (M_b,), cols int (M_b,), x float (M_b,)), x = 0 outside the block.
+    in_block : jax.Array, shape (D,), bool
+        The block's features.
+    scale, rho : float or jax.Array, shape ()
+        As in `update_w0`.
 
-    Raises nothing of its own (no checks: traced code).
+    Returns
+    -------
+    prec_k, h_k : jax.Array, shape (D,), the dtype of the inputs
+        The new natural parameters of factor k.
+    fc : FactorCaches
+        R and factor k's S1, S2, S3 updated.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.20-4.24 and Algorithm 3 line 26 (corrected: module
     docstring).
@@ -485,11 +691,36 @@ def update_v_factor(prec_k, h_k, fc: FactorCaches, prior_prec, e_alpha, nz, in_b
 def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
     """`update_v_factor` on the state's own layout: one block, one factor k. Returns (state, caches).
 
-    Shapes: ``state`` VBFMState (v_prec, v_h (D, K)); ``caches`` `Caches` (R (n,), S1, S2, S3 (n, K));
-    ``group`` int (D,); ``k`` int in 0..K-1; the rest as `update_v_factor`. The update-level checks
-    call this; the sweep holds one factor's caches at a time instead (`FactorCaches`).
+    The update-level checks call this; the sweep holds one factor's caches at a time instead
+    (`FactorCaches`).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : VBFMState
+        q before the update (v_prec, v_h (D, K)).
+    caches : Caches
+        R (n,), S1, S2, S3 (n, K), all required.
+    nz : tuple of jax.Array
+        (rows, cols, x) of the block's nonzeros, as in `update_v_factor`.
+    in_block : jax.Array, shape (D,), bool
+        The block's features.
+    group : jax.Array, shape (D,), int
+        Group of each feature.
+    k : int
+        The factor, in 0..K-1.
+    scale, rho : float or jax.Array, shape ()
+        As in `update_w0`.
+
+    Returns
+    -------
+    state : VBFMState
+        With column k of ``v_prec``, ``v_h`` updated for the block's features.
+    caches : Caches
+        R and column k of S1, S2, S3 updated.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.20-4.24 and Algorithm 3 line 26 (corrected: module
     docstring).
@@ -505,10 +736,27 @@ def update_v_block(state, caches, nz, in_block, group, k, scale, rho):
 def update_alpha(state, R, T, row_w, scale, rho):
     """q(alpha) (Gamma mode) or the point alpha (Algorithm 3 line 33): shape a0 + N/2, rate b0 + sum(R^2+T)/2.
 
-    Shapes: ``R``, ``T`` float (n,); ``row_w`` None or float (n,); ``scale``, ``rho`` float scalars.
-    Returns the VBFMState with new alpha_shape, alpha_rate (float scalars).
+    Point mode (prior (0, 0)): shape N/2, rate sum(R^2 + T)/2, so E[alpha] = N / sum(R^2 + T).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : VBFMState
+        q; its alpha prior selects the mode.
+    R, T : jax.Array, shape (n,), float
+        R_n and T_n of the state (`row_moments`).
+    row_w : jax.Array, shape (n,), float, or None
+        Row weights (0 for padding); None: all rows.
+    scale, rho : float or jax.Array, shape ()
+        As in `update_w0` (N counts ``scale`` x the weighted rows).
+
+    Returns
+    -------
+    VBFMState
+        With new ``alpha_shape``, ``alpha_rate`` (shape ()).
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 line 33 (point alpha); the Gamma q(alpha) is
     a project addition.
@@ -524,9 +772,26 @@ def update_alpha(state, R, T, row_w, scale, rho):
 def update_hyper(state, group, n_groups: int):
     """Point updates maximizing the ELBO (Algorithm 3 lines 34-42): sigma_0, sigma_w (G,), sigma_v (G, K).
 
-    ``group``: int (D,) in 0..G-1; ``n_groups``: int G. Float outputs, dtype of the state.
+    sigma_0 = 1/(m0^2 + s0), sigma_w[g] = n_g / sum_{l in g} (m_l^2 + s_l), sigma_v[g, k] = n_g /
+    sum_{l in g} (mu_lk^2 + s_lk).
 
-    Raises nothing of its own (no checks: traced code).
+    Parameters
+    ----------
+    state : VBFMState
+        q.
+    group : jax.Array, shape (D,), int
+        Group of each feature, in 0..G-1.
+    n_groups : int, static
+        G.
+
+    Returns
+    -------
+    VBFMState
+        With new ``sigma_0`` (), ``sigma_w`` (G,), ``sigma_v`` (G, K), the state's dtype.
+
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 lines 34-42.
     """
@@ -606,9 +871,25 @@ def sweep_with_caches(state: VBFMState, design: FMDesign, *, update_hyper: bool 
 
     The caches are those right after the last v block (before alpha and the hyperparameters).
 
-    Returns (VBFMState, `Caches` with R (N,), S1, S2, S3 (N, K)), dtype of the state.
+    Parameters
+    ----------
+    state : VBFMState
+        q before the sweep.
+    design : FMDesign
+        N rows, D features.
+    update_hyper : bool, keyword-only
+        As in `step` (default True).
 
-    Raises nothing of its own (no value checks).
+    Returns
+    -------
+    state : VBFMState
+        After the sweep.
+    caches : Caches
+        R (N,), S1, S2, S3 (N, K), the state's dtype.
+
+    Raises
+    ------
+    None of its own (no value checks).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 (corrected, module docstring).
     """
@@ -632,17 +913,25 @@ def elbo(params: VBFMState, design: FMDesign, hyper=None) -> jax.Array:
         + sum over w0, w_l, v_lk of [ 1/2 + 1/2 log(sigma s') - sigma/2 (m'^2 + s') ]     (4.16-4.18)
         + E log Gamma(alpha; a0, b0) + H[q(alpha)]     (Gamma mode only)
 
+    Work O(M K).
+
     Parameters
     ----------
-    params : VBFMState (differentiable in every field; ``last_elbo`` is ignored)
-    design : FMDesign with N rows
-    hyper : unused (the current prior precisions live in ``params``); kept for the common signature.
+    params : VBFMState
+        q and the point hyperparameters (differentiable in every field; ``last_elbo`` is ignored).
+    design : FMDesign
+        N rows.
+    hyper : object, optional
+        Unused (the current prior precisions live in ``params``); kept for the common signature.
 
     Returns
     -------
-    scalar. Work O(M K).
+    jax.Array, shape (), the state's dtype
+        The ELBO in nats.
 
-    Raises nothing of its own (no checks: traced code).
+    Raises
+    ------
+    None of its own (no checks: traced code).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.12-4.18, with the exact expected squared error
     (module docstring).
@@ -690,21 +979,43 @@ def init(key, design: FMDesign, K: int, hyper, *, alpha_prior=None, init_mean_sd
 
     Parameters
     ----------
-    key : jax PRNG key
-    design : FMDesign (N, D), G groups
+    key : jax.Array or int
+        A jax PRNG key or an integer seed (`base.as_key`).
+    design : FMDesign
+        N rows, D features, G groups.
     K : int >= 1
-    hyper : FMFlatHyper-like (fields alpha, sigma_0, sigma_w scalar/(G,), sigma_v scalar/(G,)/(G, K))
-    alpha_prior : None (alpha a point estimate, initial value hyper.alpha) or (a0, b0) > 0, a Gamma
-        prior (shape, rate) with q(alpha) Gamma, initialized with mean hyper.alpha
-    init_mean_sd : sd of the N(0, sd^2) initial means of w and v (the thesis uses 1; 0.1 keeps the
+        Number of factors.
+    hyper : ppl_models.fm.FMFlatHyper or object
+        Fields alpha, sigma_0 (positive floats), sigma_w (scalar or (G,)), sigma_v (scalar, (G,) or
+        (G, K)), all positive and finite.
+    alpha_prior : tuple of two floats, keyword-only, optional
+        None (default: alpha a point estimate, initial value hyper.alpha) or (a0, b0) > 0, a Gamma
+        prior (shape, rate) with q(alpha) Gamma, initialized with mean hyper.alpha.
+    init_mean_sd : float >= 0, keyword-only
+        sd of the N(0, sd^2) initial means of w and v (default 0.1; the thesis uses 1; 0.1 keeps the
         initial interactions of long rows small). w0 starts at mean(y).
-    init_var : initial variance of every Gaussian factor (thesis: 0.02)
-    dtype : float dtype (default that of ``design.values``, float32 when JAX's x64 mode is off)
+    init_var : float > 0, keyword-only
+        Initial variance of every Gaussian factor (default and thesis: 0.02).
+    dtype : numpy dtype, keyword-only, optional
+        float32 or float64 (default that of ``design.values``, float32 when JAX's x64 mode is off).
+
+    Returns
+    -------
+    VBFMState
+        Shapes in its docstring, dtype ``dtype``; ``last_elbo`` nan.
 
     Raises
     ------
-    ValueError: K, hyper fields, alpha_prior, init_var not positive. TypeError: a bad key.
-    Source: 004_90693a0965f06816.txt sec. 4.4.3 (initialization); natural parameters: project addition.
+    ValueError
+        K not an integer >= 1; ``hyper`` lacking a field, a precision not positive and finite or
+        sigma_w / sigma_v not broadcastable to (G,) / (G, K); ``alpha_prior`` not two positive finite
+        numbers; ``init_var`` <= 0 or ``init_mean_sd`` < 0; a ``dtype`` other than float32 / float64
+        (`base.compute_dtype`).
+    TypeError
+        ``key`` neither a PRNG key nor an integer (`base.as_key`); K or a hyperparameter of a type
+        ``int`` / ``float`` does not take.
+
+    Source: ``004_90693a0965f06816.txt`` sec. 4.4.3 (initialization); natural parameters: project addition.
     """
     K = _check_k(K)
     key = base.as_key(key)
@@ -756,11 +1067,31 @@ def step(key, state: VBFMState, design: FMDesign, hyper=None, *, update_hyper: b
     Each block update is the exact coordinate maximizer of `elbo`, so the ELBO never decreases.
     ``update_hyper=False`` keeps sigma_0, sigma_w, sigma_v and a point alpha fixed (a Gamma
     q(alpha) is still updated). ``key`` and ``hyper`` are unused (CAVI is deterministic and the
-    hyperparameters live in the state). Returns (state, VBFMInfo(elbo of the new state, rel_change)).
+    hyperparameters live in the state).
 
-    ``design``: FMDesign of N instances and D features; the ELBO is a scalar of the state's dtype.
+    Parameters
+    ----------
+    key : object
+        Unused (the protocol's signature).
+    state : VBFMState
+        q before the sweep.
+    design : FMDesign
+        N instances, D features (jitted: one compilation per shape).
+    hyper : object, optional
+        Unused.
+    update_hyper : bool, keyword-only
+        Update sigma_0, sigma_w, sigma_v and a point alpha (default True).
 
-    Raises nothing of its own (jitted; no value checks).
+    Returns
+    -------
+    state : VBFMState
+        After the sweep, ``last_elbo`` its ELBO.
+    info : VBFMInfo
+        ELBO of the new state (shape (), the state's dtype) and its relative change.
+
+    Raises
+    ------
+    None of its own (jitted; no value checks).
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 3 (corrected, module docstring).
     """
@@ -773,10 +1104,28 @@ def step(key, state: VBFMState, design: FMDesign, hyper=None, *, update_hyper: b
 
 
 def minibatch(design: FMDesign, row_ids, *, n_pad: int | None = None, nz_pad: int | None = None) -> Minibatch:
-    """Gather the rows ``row_ids`` (int array) of ``design`` into a padded `Minibatch` (host side).
+    """Gather rows of ``design`` into a padded `Minibatch` (host side).
 
-    ``n_pad`` / ``nz_pad`` pad rows / nonzeros to fixed sizes so that batches share one compiled
-    program. Raises ValueError for an empty batch, out-of-range rows or pads that are too small.
+    Parameters
+    ----------
+    design : FMDesign
+        N rows, sorted by row (as `FMDesign.from_scipy` / ``from_ids`` build them).
+    row_ids : array_like, shape (nb,), int
+        The batch's rows, in 0..N-1.
+    n_pad : int, keyword-only, optional
+        Pad the rows to this number (>= nb; default nb), so that batches share one compiled program.
+    nz_pad : int, keyword-only, optional
+        Pad the nonzeros likewise (>= the batch's nonzeros; default their number).
+
+    Returns
+    -------
+    Minibatch
+        Device arrays, float dtype of ``design.values`` as JAX holds it; ``scale`` = N / nb.
+
+    Raises
+    ------
+    ValueError
+        An empty or not 1-D ``row_ids``, rows out of range, or pads smaller than the batch.
 
     Source: project addition (the minibatches of ``004_90693a0965f06816.txt`` Algorithm 4).
     """
@@ -834,12 +1183,24 @@ def iter_batches(seed_or_rng, design: FMDesign, n_batches: int):
     """`make_batches` one batch at a time: the partition is drawn now, each padded `Minibatch` is
     gathered when the iteration reaches it (so an epoch holds one batch, not ``n_batches``).
 
-    ``seed_or_rng``: int seed or numpy Generator (one permutation drawn from it at the call, as
-    `make_batches` draws it); ``design``: FMDesign (numpy arrays are used in place; device arrays
-    are copied to the host once); ``n_batches``: int B. Returns an iterator of B `Minibatch`, equal
-    to ``make_batches``'s list.
+    Parameters
+    ----------
+    seed_or_rng : int or numpy.random.Generator
+        One permutation is drawn from it at the call, as `make_batches` draws it.
+    design : FMDesign
+        N rows (numpy arrays are used in place; device arrays are copied to the host once).
+    n_batches : int
+        B, in 1..N.
 
-    Raises ValueError when ``n_batches`` is not an integer in 1..N.
+    Returns
+    -------
+    iterator of Minibatch
+        B batches, equal to ``make_batches``'s list (padded as there).
+
+    Raises
+    ------
+    ValueError
+        ``n_batches`` not an integer in 1..N.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 4 (random partition of the rows into batches);
     padding and the lazy gather: project addition.
@@ -860,13 +1221,28 @@ def iter_batches(seed_or_rng, design: FMDesign, n_batches: int):
 def make_batches(seed_or_rng, design: FMDesign, n_batches: int) -> list[Minibatch]:
     """Partition the rows at random into ``n_batches`` batches of (almost) equal size (Algorithm 4).
 
-    Pads rows to ceil(N / B) and nonzeros to the largest batch rounded up to a multiple of 256.
+    Pads rows to ceil(N / B) and nonzeros to the largest batch, rounded up to a multiple of 256 when
+    B > 1.
     (`fit_svi` iterates `iter_batches`, the same batches built one at a time.)
 
-    ``seed_or_rng``: int seed or numpy Generator; ``n_batches``: int B. Returns B `Minibatch`
-    (padded arrays as in `minibatch`).
+    Parameters
+    ----------
+    seed_or_rng : int or numpy.random.Generator
+        The source of the random partition.
+    design : FMDesign
+        N rows.
+    n_batches : int
+        B, in 1..N.
 
-    Raises ValueError when ``n_batches`` is not an integer in 1..N.
+    Returns
+    -------
+    list of Minibatch
+        B batches (padded arrays as in `minibatch`).
+
+    Raises
+    ------
+    ValueError
+        ``n_batches`` not an integer in 1..N.
 
     Source: ``004_90693a0965f06816.txt`` Algorithm 4 (random partition of the rows into batches);
     padding: project addition.
@@ -895,22 +1271,45 @@ def svi_step(key, state: VBFMState, design: FMDesign, hyper=None, batch=None, t=
 
     Parameters
     ----------
-    key : PRNG key or int seed; used only when ``batch`` is None (a random batch of about
-        N / ``n_batches`` rows, drawn on the host from `vi_driver.host_seed` (key))
+    key : jax.Array or int
+        PRNG key or int seed; used only when ``batch`` is None (a random batch of about
+        N / ``n_batches`` rows, drawn on the host from `vi_driver.host_seed` (key)).
     state : VBFMState
-    design : FMDesign (the full data: block structure and groups)
-    hyper : unused (hyperparameters live in the state)
-    batch : `Minibatch`, an int array of row indices, or None (random rows, see ``key``)
-    t : int >= 0, the update counter; step rho_t = (1 + t)^(-lam) (eqs. 4.27-4.28; rho_0 = 1), i.e.
-        `custom_inference.schedules.robbins_monro` with tau0 = 1, kappa = lam
-    lam : forgetting rate in (0.5, 1] for Robbins-Monro convergence (the thesis uses 0.5, at the
-        boundary where sum rho_t^2 diverges); lam = 0 gives rho = 1.
-    update_hyper : also update alpha (point) and sigma_0, sigma_w, sigma_v (exact point updates given
-        q after the batch; a Gamma q(alpha) is always updated with rho_t).
+        q before the update.
+    design : FMDesign
+        The full data (block structure and groups).
+    hyper : object, optional
+        Unused (hyperparameters live in the state).
+    batch : Minibatch or array_like of int, optional
+        A `Minibatch`, an int array of row indices, or None (random rows, see ``key``).
+    t : int >= 0
+        The update counter; step rho_t = (1 + t)^(-lam) (eqs. 4.27-4.28; rho_0 = 1), i.e.
+        `custom_inference.schedules.robbins_monro` with tau0 = 1, kappa = lam.
+    lam : float, keyword-only
+        Forgetting rate in (0.5, 1] for Robbins-Monro convergence (default 0.6; the thesis uses 0.5,
+        at the boundary where sum rho_t^2 diverges); lam = 0 gives rho = 1.
+    update_hyper : bool, keyword-only
+        Also update alpha (point) and sigma_0, sigma_w, sigma_v (exact point updates given q after
+        the batch; a Gamma q(alpha) is always updated with rho_t). Default True.
+    n_batches : int, keyword-only
+        With ``batch`` None: the random batch has max(1, N // n_batches) rows (default 10).
 
-    Returns (new state, `OVBFMInfo` (rho, scale)); the ELBO is not computed: it needs a pass over
-    all data (see `fit_svi`, which records it per epoch).
-    Raises ValueError for t < 0 or lam < 0 (`robbins_monro`) and for a bad batch (`minibatch`).
+    Returns
+    -------
+    state : VBFMState
+        After the update (``last_elbo`` unchanged: the ELBO needs a pass over all data, see
+        `fit_svi`, which records it per epoch).
+    info : OVBFMInfo
+        rho and scale.
+
+    Raises
+    ------
+    ValueError
+        t < 0 or lam < 0 or not finite (`robbins_monro`); a bad batch (`minibatch`).
+    TypeError
+        With ``batch`` None, a ``key`` neither a PRNG key nor an integer (`vi_driver.host_seed`).
+    ZeroDivisionError
+        With ``batch`` None, ``n_batches`` = 0 (not checked).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.25-4.33 and Algorithm 4 (as stochastic VI, module
     docstring).
@@ -944,9 +1343,27 @@ def predict(state: VBFMState, design_new: FMDesign, *, noise: bool = True):
 
     mean_n = E_q[yhat_n] (eq. 4.22); sd_n = sqrt(Var_q[yhat_n] + E_q[1/alpha]) with ``noise``
     (E[1/alpha] = rate / (shape - 1) for a Gamma q, 1/alpha for a point alpha), else sqrt(Var_q[yhat_n]).
-    ``design_new`` must have the fitted number of features D. Returns two numpy arrays (N_new,).
 
-    Raises ValueError when ``design_new`` does not have the fitted number of features D.
+    Parameters
+    ----------
+    state : VBFMState
+        The fitted q.
+    design_new : FMDesign
+        N_new rows with the fitted number of features D.
+    noise : bool, keyword-only
+        Add the observation noise E_q[1/alpha] to the variance (default True).
+
+    Returns
+    -------
+    mean : numpy.ndarray, shape (N_new,), the state's dtype
+        E_q[yhat_n].
+    sd : numpy.ndarray, shape (N_new,), the state's dtype
+        The predictive standard deviation.
+
+    Raises
+    ------
+    ValueError
+        ``design_new`` does not have the fitted number of features D.
 
     Source: ``004_90693a0965f06816.txt`` eq. 4.22 (the mean); the sd is a project addition.
     """
@@ -966,9 +1383,23 @@ def draws_from_q(seed: int, state: VBFMState, n_draws: int) -> dict[str, np.ndar
     """Independent draws from q, each (1, n_draws, ...): w0 (), w (D,), V (D, K), alpha ()
     (a point alpha is repeated). Names match the NumPyro sites of `ppl_models.fm`.
 
-    ``seed``: int; ``n_draws``: int; arrays of the state's float dtype.
+    Parameters
+    ----------
+    seed : int
+        Seed of a numpy Generator.
+    state : VBFMState
+        q.
+    n_draws : int >= 0
+        Number of draws.
 
-    Raises nothing of its own; a negative ``n_draws`` makes numpy raise ValueError.
+    Returns
+    -------
+    dict of str to numpy.ndarray, the state's float dtype
+        ``w0`` (1, n_draws), ``w`` (1, n_draws, D), ``V`` (1, n_draws, D, K), ``alpha`` (1, n_draws).
+
+    Raises
+    ------
+    None of its own; a negative ``n_draws`` makes numpy raise ValueError.
 
     Source: project addition (draws from q of ``004_90693a0965f06816.txt`` eqs. 4.8-4.11).
     """
@@ -1016,27 +1447,61 @@ def fit(key, design: FMDesign, K: int, hyper, *, max_iter: int = 100, tol: float
 
     Parameters
     ----------
-    key : jax PRNG key or int seed (`base.as_key`): the initialization; `vi_driver.host_seed` (key)
-        seeds the draws from q. design : FMDesign (N, D); K : int >= 1; hyper : FMFlatHyper-like
-    max_iter, tol : sweeps and stopping rule |L_t - L_{t-1}| / |L_{t-1}| < tol
-    progress : tqdm bar with the ELBO
-    alpha_prior, init kwargs : see `init`; update_hyper : see `step`
-    n_draws : draws from q in the ``posterior`` group (0: the means of q as one draw)
-    checkpoint, checkpoint_every, resume : `vi_driver.fit` checkpoints (atomic ``.npz``; resume is
-        bit for bit the uninterrupted run)
+    key : jax.Array or int
+        PRNG key or int seed (`base.as_key`): the initialization; `vi_driver.host_seed` (key) seeds the
+        draws from q.
+    design : FMDesign
+        N rows, D features.
+    K : int >= 1
+        Number of factors.
+    hyper : ppl_models.fm.FMFlatHyper or object
+        As in `init`.
+    max_iter : int >= 1, keyword-only
+        Most sweeps (default 100).
+    tol : float >= 0, keyword-only
+        Stop when |L_t - L_{t-1}| / |L_{t-1}| < tol (default 1e-6).
+    progress : bool, keyword-only
+        tqdm bar with the ELBO (default True).
+    alpha_prior : tuple of two floats, keyword-only, optional
+        As in `init`.
+    update_hyper : bool, keyword-only
+        As in `step` (default True).
+    n_draws : int >= 0, keyword-only
+        Draws from q in the ``posterior`` group (default 100; 0: the means of q as one draw).
+    init_state : VBFMState, keyword-only, optional
+        Start here instead of `init` (then ``alpha_prior`` and ``init_kwargs`` are not used).
+    checkpoint : str or path-like, keyword-only, optional
+        A ``.npz`` path for `vi_driver.fit` checkpoints (atomic).
+    checkpoint_every : int >= 1, keyword-only
+        Sweeps between checkpoints (default 10).
+    resume : bool, keyword-only
+        Continue from ``checkpoint``; bit for bit the uninterrupted run (default False).
+    **init_kwargs
+        ``init_mean_sd``, ``init_var``, ``dtype`` of `init`.
 
     Returns
     -------
-    `base.FitResult` (state VBFMState, trace float64 (n_iter,) ELBO after each sweep, idata with groups
-    posterior (w0, w (feature), V (feature, factor), alpha), variational_parameters, vi_trace; attrs:
-    the layout of `vi_driver.fit` (method, converged, n_iter, seconds, seconds_per_iter, ...) and
-    n_components).
+    base.FitResult
+        state VBFMState; trace float64 (n_iter,) the ELBO after each sweep; idata with groups
+        posterior (w0, w (feature), V (feature, factor), alpha), variational_parameters, vi_trace;
+        attrs: the layout of `vi_driver.fit` (method, converged, n_iter, seconds, seconds_per_iter,
+        ...) and n_components.
 
     Raises
     ------
-    ValueError for bad K, hyper, max_iter, tol, n_draws; TypeError for a bad key;
-    FloatingPointError if the ELBO is not finite.
-    Source: 004_90693a0965f06816.txt Algorithm 3 (corrected); driver: project addition.
+    ValueError
+        Bad K, hyper, max_iter, tol, n_draws (`init`, `vi_driver.check_fit_args`), bad
+        ``checkpoint_every`` or a checkpoint of another run (`vi_driver.fit`).
+    TypeError
+        A bad key.
+    FloatingPointError
+        The ELBO is not finite.
+    OSError
+        The checkpoint cannot be written.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`vi_driver.fit`).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 3 (corrected); driver: project addition.
     """
     vi_driver.check_fit_args(max_iter, tol, n_draws)
     seed = vi_driver.host_seed(key)
@@ -1057,13 +1522,65 @@ def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_ep
     and applies `svi_step` to each with a global counter t. The full-data ELBO is recorded after
     every epoch (one O(M K) pass). Stops early when its relative change falls below ``tol`` (> 0).
 
-    key : PRNG key or int seed: the initialization (`base.as_key`); `vi_driver.host_seed` (key) seeds
-    the batch partitions and the draws from q. Other parameters as `fit`; a checkpoint also holds the
-    partition RNG and the update counter t, so a resumed run is bit for bit the uninterrupted one.
-    Returns a `base.FitResult` as `fit` (attrs add seconds_per_epoch: the mean wall time of an epoch
-    after the first, compiling, one; it counts building the batches and the updates, not the ELBO passes).
-    Raises ValueError for bad K, hyper, n_batches, max_epochs, tol, n_draws, lam; TypeError for a bad key.
-    Source: 004_90693a0965f06816.txt Algorithm 4 (as stochastic VI, Hoffman et al. 2013).
+    A checkpoint also holds the partition RNG and the update counter t, so a resumed run is bit for
+    bit the uninterrupted one.
+
+    Parameters
+    ----------
+    key : jax.Array or int
+        PRNG key or int seed: the initialization (`base.as_key`); `vi_driver.host_seed` (key) seeds
+        the batch partitions and the draws from q.
+    design : FMDesign
+        N rows, D features.
+    K : int >= 1
+        Number of factors.
+    hyper : ppl_models.fm.FMFlatHyper or object
+        As in `init`.
+    n_batches : int, keyword-only
+        B in 1..N, batches per epoch (default 10).
+    max_epochs : int >= 1, keyword-only
+        Epochs (default 20).
+    progress : bool, keyword-only
+        tqdm bar (default True).
+    lam : float, keyword-only
+        Forgetting rate of `svi_step` (default 0.6).
+    alpha_prior : tuple of two floats, keyword-only, optional
+        As in `init`.
+    update_hyper : bool, keyword-only
+        As in `svi_step` (default True).
+    n_draws : int >= 0, keyword-only
+        As in `fit` (default 100).
+    init_state : VBFMState, keyword-only, optional
+        As in `fit`.
+    tol : float >= 0, keyword-only
+        Stop early when the relative change of the epoch ELBO falls below ``tol`` (default 0: never).
+    checkpoint, checkpoint_every, resume : keyword-only
+        As in `fit` (``checkpoint_every`` counts epochs).
+    **init_kwargs
+        ``init_mean_sd``, ``init_var``, ``dtype`` of `init`.
+
+    Returns
+    -------
+    base.FitResult
+        As `fit` (trace: the ELBO after each epoch); attrs add n_batches, lam and seconds_per_epoch
+        (the mean wall time of an epoch after the first, compiling, one; it counts building the
+        batches and the updates, not the ELBO passes).
+
+    Raises
+    ------
+    ValueError
+        Bad K, hyper, n_batches, max_epochs, tol, n_draws, lam (at the first update), checkpoint
+        options or a checkpoint of another run (`vi_driver.fit`).
+    TypeError
+        A bad key.
+    FloatingPointError
+        The epoch ELBO is not finite.
+    OSError
+        The checkpoint cannot be written.
+    base.RunInterrupted
+        SIGINT / SIGTERM during a checkpointed run (`vi_driver.fit`).
+
+    Source: ``004_90693a0965f06816.txt`` Algorithm 4 (as stochastic VI, Hoffman et al. 2013).
     """
     vi_driver.check_fit_args(max_epochs, tol, n_draws, max_iter_name="max_epochs")
     seed = vi_driver.host_seed(key)
