@@ -318,10 +318,10 @@ def init(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, init_std: f
         Number of factors.
     hyper : SGDReg
         Unused (the protocol's signature).
-    init_std : float, keyword-only
+    init_std : float >= 0, keyword-only
         Standard deviation of the initial v_lk (default 0.1; libFM's init_stdev).
     dtype : numpy dtype, keyword-only
-        float64 (default) or float32 (not checked).
+        float64 (default) or float32 (`base.compute_dtype`).
 
     Returns
     -------
@@ -331,7 +331,8 @@ def init(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, init_std: f
     Raises
     ------
     ValueError
-        K < 1 or not integral (`base.check_latent_dim`).
+        K < 1 or not integral (`base.check_latent_dim`); ``init_std`` negative or not finite; a
+        ``dtype`` other than float32 / float64.
     TypeError
         K not a number; ``key`` neither a PRNG key nor an integer (`base.as_key`).
 
@@ -339,7 +340,9 @@ def init(key, design: FMDesign, K: int, hyper: SGDReg = SGDReg(), *, init_std: f
     """
     del hyper
     K = base.check_latent_dim(K)
-    dtype = np.dtype(dtype)
+    if not (np.isfinite(init_std) and init_std >= 0):
+        raise ValueError(f"init_std must be finite and >= 0, got {init_std!r}")
+    dtype = base.compute_dtype(dtype)
     return FMParams(jnp.zeros((), dtype), jnp.zeros(design.n_features, dtype),
                     init_std * jax.random.normal(base.as_key(key), (design.n_features, K), dtype))
 

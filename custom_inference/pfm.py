@@ -376,8 +376,8 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
 
     Parameters
     ----------
-    key : jax.Array
-        A JAX PRNG key (an integer seed is not converted here: jax raises TypeError).
+    key : jax.Array or int
+        A JAX PRNG key or an integer seed (`base.as_key`).
     data : PFMData
         Only D = ``data.n_features`` is used.
     K : int >= 1
@@ -387,13 +387,13 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
     variant : {"npfm", "ppfm"}, keyword-only
         Default "npfm"; ``init_r`` is ignored for PPFM, whose r_k = 1.
     init_scale : float > 0, keyword-only
-        Scale of the initial w0, w, V (default 0.1; not checked).
+        Scale of the initial w0, w, V (default 0.1).
     init_shape : float > 0, keyword-only, optional
         Draw V from the scaled Gamma above instead of the uniform.
     init_r : float > 0, keyword-only, optional
         NPFM: r_k = init_r (0.5 + U) instead of (0.5 + U) / K.
     dtype : numpy dtype, keyword-only
-        float32 or float64 (default float64; not checked).
+        float32 or float64 (default float64; `base.compute_dtype`).
 
     Returns
     -------
@@ -404,9 +404,11 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
     ------
     ValueError
         K < 1 or not integral, an unknown ``variant``, ``hyper`` lacking a field or with one not
-        finite and > 0.
+        finite and > 0; ``init_scale``, ``init_shape`` or ``init_r`` not finite and > 0; a ``dtype``
+        other than float32 / float64.
     TypeError
-        K not a number (`base.check_latent_dim`); ``key`` not a PRNG key (jax's).
+        K not a number (`base.check_latent_dim`); ``key`` neither a PRNG key nor an integer
+        (`base.as_key`).
 
     Source: project addition (the thesis initialises w, v, r "to a small positive value", ch. 5.4.6).
     """
@@ -414,8 +416,12 @@ def init(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", init_scale
     check_hyper(hyper)
     if variant not in ("npfm", "ppfm"):
         raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")
+    for name, v in (("init_scale", init_scale), ("init_shape", init_shape), ("init_r", init_r)):
+        if v is not None and not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be finite and > 0, got {v!r}")
+    dtype = base.compute_dtype(dtype)
     D = data.n_features
-    k1, k2, k3, k4 = jax.random.split(key, 4)
+    k1, k2, k3, k4 = jax.random.split(base.as_key(key), 4)
     h = hyper
     f = lambda v, *s: jnp.full(s, v, dtype)  # noqa: E731
     u = lambda k, *s: 0.5 + jax.random.uniform(k, s, dtype=dtype)  # noqa: E731
@@ -1418,14 +1424,13 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
     Raises
     ------
     ValueError
-        K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order; ``data`` not a
-        PFMData; ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``;
+        K < 1, bad counts, unknown names in ``keep``, bad hyper, variant or order; ``scale_rounds`` < 0, or > 0 for PPFM on data that is not ``bipartite``;
         ``global_rounds`` < 0, or > 0 for PPFM; ``trade_rounds`` < 0, or > 0 on data without sides
         and entity tables; ``predict_at`` out of range, of mismatched shapes or with negative or
         non-finite values, or (users, items) pairs on data not in "all" mode; a checkpoint of other
         settings, of another run or damaged (`mcmc_driver.sample`).
     TypeError
-        A bad key; K not a number; an unknown keyword.
+        ``data`` not a PFMData; a bad key; K not a number; an unknown keyword.
     base.RunInterrupted
         SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
 
@@ -1439,7 +1444,7 @@ def sample(key, data: PFMData, K: int, hyper, *, variant: str = "npfm", order: s
     if order not in ("valid", "printed"):
         raise ValueError(f"order must be 'valid' or 'printed', got {order!r}")
     if not isinstance(data, PFMData):
-        raise ValueError(f"data: expected PFMData (PFMData.from_matrix / from_design), got {type(data).__name__}")
+        raise TypeError(f"data: expected PFMData (PFMData.from_matrix / from_design), got {type(data).__name__}")
     if scale_rounds is None:
         scale_rounds = DEFAULT_SCALE_ROUNDS if (variant == "npfm" or data.bipartite) else 0
     if int(scale_rounds) != scale_rounds or scale_rounds < 0:

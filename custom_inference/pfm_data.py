@@ -412,7 +412,7 @@ class PFMData:
         ValueError
             Data not built with ``from_matrix(..., zeros="all")`` (no entity rows).
         IndexError
-            A user index >= I or item index >= J (numpy's, from the gather; negative ones wrap).
+            A user index outside [0, I) or an item index outside [0, J).
 
         Source: ``004_90693a0965f06816.txt`` fig. 2.1 (a pair's row is its user's and item's features).
         """
@@ -420,6 +420,9 @@ class PFMData:
             raise ValueError("pair_rows needs data built with from_matrix(..., zeros='all')")
         u = np.asarray(users, np.int64)
         j = np.asarray(items, np.int64)
+        for name, idx, n in (("user", u, self.n_users), ("item", j, self.n_items)):
+            if idx.size and (idx.min() < 0 or idx.max() >= n):  # a negative index would wrap silently
+                raise IndexError(f"pair_rows: {name} indices must be in [0, {n}), got {idx.min()} .. {idx.max()}")
         ef, ev = np.asarray(self.ent_feat), np.asarray(self.ent_val)
         return (np.concatenate([ef[u], ef[self.n_users + j]], axis=1),
                 np.concatenate([ev[u], ev[self.n_users + j]], axis=1))

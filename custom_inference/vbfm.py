@@ -1305,17 +1305,18 @@ def svi_step(key, state: VBFMState, design: FMDesign, hyper=None, batch=None, t=
     Raises
     ------
     ValueError
-        t < 0 or lam < 0 or not finite (`robbins_monro`); a bad batch (`minibatch`).
+        t < 0 or lam < 0 or not finite (`robbins_monro`); a bad batch (`minibatch`); with ``batch``
+        None, ``n_batches`` not an integer >= 1.
     TypeError
         With ``batch`` None, a ``key`` neither a PRNG key nor an integer (`vi_driver.host_seed`).
-    ZeroDivisionError
-        With ``batch`` None, ``n_batches`` = 0 (not checked).
 
     Source: ``004_90693a0965f06816.txt`` eqs. 4.25-4.33 and Algorithm 4 (as stochastic VI, module
     docstring).
     """
     del hyper
     if batch is None:
+        if isinstance(n_batches, bool) or int(n_batches) != n_batches or n_batches < 1:
+            raise ValueError(f"n_batches must be an integer >= 1, got {n_batches!r}")
         rng = np.random.default_rng(vi_driver.host_seed(key))
         size = max(1, design.n_rows // int(n_batches))
         batch = np.sort(rng.choice(design.n_rows, size=size, replace=False))
@@ -1569,7 +1570,7 @@ def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_ep
     Raises
     ------
     ValueError
-        Bad K, hyper, n_batches, max_epochs, tol, n_draws, lam (at the first update), checkpoint
+        Bad K, hyper, n_batches, max_epochs, tol, n_draws, lam (before any work), checkpoint
         options or a checkpoint of another run (`vi_driver.fit`).
     TypeError
         A bad key.
@@ -1583,6 +1584,8 @@ def fit_svi(key, design: FMDesign, K: int, hyper, *, n_batches: int = 10, max_ep
     Source: ``004_90693a0965f06816.txt`` Algorithm 4 (as stochastic VI, Hoffman et al. 2013).
     """
     vi_driver.check_fit_args(max_epochs, tol, n_draws, max_iter_name="max_epochs")
+    if not (np.isfinite(lam) and lam >= 0):  # what `robbins_monro` refuses at the first update, before init
+        raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
     seed = vi_driver.host_seed(key)
     state = init(key, design, K, hyper, alpha_prior=alpha_prior, **init_kwargs) if init_state is None else init_state
     host = jax.tree_util.tree_map(np.asarray, design)  # the batches are gathered from it (no copy of numpy)

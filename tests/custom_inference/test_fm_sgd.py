@@ -209,3 +209,20 @@ def test_step_with_padded_rows_built_once_equals_the_step_that_builds_them():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match=r"padded: expected \(C, Xv\) of one shape"):
         fm_sgd.step(key, p_once, dev, reg, learning_rate=0.05, padded=(padded[0][1:], padded[1][1:]))
+
+
+def test_init_checks_init_std_and_dtype():
+    """`init` refuses a negative or non-finite init_std and a float16 dtype (as every solver's
+    `base.compute_dtype`), before drawing anything."""
+    design = _design_for_init_checks()
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="init_std must be finite and >= 0"):
+            fm_sgd.init(0, design, 2, init_std=bad)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        fm_sgd.init(0, design, 2, dtype=np.float16)
+    assert fm_sgd.init(0, design, 2, dtype=np.float32).V.dtype == np.float32
+
+
+def _design_for_init_checks():
+    X = sp.csr_matrix(np.eye(3))
+    return FMDesign.from_scipy(X, np.ones(3), np.zeros(3, int))

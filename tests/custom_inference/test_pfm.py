@@ -536,3 +536,23 @@ def test_log_joint_likelihood_in_row_chunks():
         np.testing.assert_allclose(got, want, rtol=1e-12)
     jaxpr = jax.make_jaxpr(lambda s: pfm._listed_loglik(s, d, 64))(st).jaxpr
     assert _max_intermediate_size(jaxpr) <= 64 * F * 3 < N * F * 3
+
+
+def test_init_sample_and_pair_rows_check_their_inputs():
+    """`init` takes an integer seed (as the other solvers' init) and refuses a non-positive init scale
+    and a float16 dtype; `sample` refuses a non-PFMData with TypeError; `pair_rows` refuses a negative
+    index instead of wrapping to the last user."""
+    Y, _, _, data = _data()
+    by_seed = pfm.init(3, data, 2, PFMHyper())
+    by_key = pfm.init(jax.random.PRNGKey(3), data, 2, PFMHyper())
+    np.testing.assert_array_equal(by_seed.V, by_key.V)
+    with pytest.raises(ValueError, match="init_scale must be finite and > 0"):
+        pfm.init(0, data, 2, PFMHyper(), init_scale=0.0)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        pfm.init(0, data, 2, PFMHyper(), dtype=np.float16)
+    with pytest.raises(TypeError, match="expected PFMData"):
+        pfm.sample(0, Y, 2, PFMHyper())
+    with pytest.raises(IndexError, match="user indices must be in"):
+        data.pair_rows([-1], [0])
+    feat, _ = data.pair_rows([Y.shape[0] - 1], [0])
+    assert feat.shape[0] == 1

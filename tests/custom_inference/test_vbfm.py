@@ -184,3 +184,14 @@ def test_chunked_sums_over_nonzeros_equal_the_whole_sums(design, monkeypatch, ch
     assert len(flat_w) == len(flat_p)
     for a, b in zip(flat_w, flat_p):
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)  # float64 rounding of sums of < 100 terms
+
+
+def test_svi_step_and_fit_svi_check_n_batches_and_lam_first():
+    """A random minibatch needs n_batches >= 1 (0 divided by zero); fit_svi checks lam before init and
+    compilation instead of at the first update."""
+    design = simulated_design(**SMALL_DESIGN)
+    state = vbfm.init(jax.random.PRNGKey(0), design, 2, HYPER)
+    with pytest.raises(ValueError, match="n_batches must be an integer >= 1"):
+        vbfm.svi_step(0, state, design, n_batches=0)
+    with pytest.raises(ValueError, match="lam must be finite and >= 0"):
+        vbfm.fit_svi(0, design, 2, HYPER, lam=-1.0, progress=False)
