@@ -177,7 +177,7 @@ NOT_YET = frozenset({
     "custom_inference.variates", "custom_inference.vbfm",
     "validation.evaluation.experiments",
     "validation.evaluation.model_studies", "validation.evaluation.pfm_experiments",
-    "validation.evaluation.recall_curves", "validation.frontdoor.api_models",
+    "validation.frontdoor.api_models",
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
     "validation.models.catalog",
     "validation.models.fm_mcmc", "validation.models.hpf",
