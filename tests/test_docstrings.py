@@ -176,7 +176,7 @@ NOT_YET = frozenset({
     "custom_inference.fm_design", "custom_inference.fm_sgd", "custom_inference.pfm", "custom_inference.pfm_data",
     "custom_inference.variates", "custom_inference.vbfm",
     "validation.evaluation.experiments",
-    "validation.evaluation.model_studies", "validation.evaluation.pfm_experiments",
+    "validation.evaluation.model_studies",
     "validation.frontdoor.api_models",
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
     "validation.models.catalog",
