@@ -175,8 +175,6 @@ def test_the_stable_api_has_numpydoc_sections():
 NOT_YET = frozenset({
     "custom_inference.fm_design", "custom_inference.fm_sgd", "custom_inference.pfm", "custom_inference.pfm_data",
     "custom_inference.variates", "custom_inference.vbfm",
-    "validation.evaluation.experiments",
-    "validation.evaluation.model_studies",
     "validation.frontdoor.api_models",
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
     "validation.models.catalog",
