@@ -309,17 +309,23 @@ def plan_systems(systems: Mapping[str, SystemFactory], train: Observations, *, a
 
     Parameters
     ----------
-    systems : dict name -> factory (`SystemFactory`)
-    train : Observations (I, J), the protocol's training matrix (only its shape and nnz are read)
-    all_svi : run every SVI scheme on large matrices too
+    systems : mapping of str to SystemFactory
+        Name -> factory, in the order to run.
+    train : custom_inference.data.Observations
+        The protocol's training matrix, shape (I, J) (its shape is read here, and by the factories'
+        ``estimate``).
+    all_svi : bool, default False
+        Run every SVI scheme on large matrices too.
 
     Returns
     -------
-    list of `PlannedSystem` (one per system; ``estimate`` from the factory's ``estimate(train)`` if any).
+    list of PlannedSystem
+        One per system, in order; ``estimate`` from the factory's ``estimate(train)`` if any.
 
     Raises
     ------
-    ValueError when a factory's ``estimate`` does (a malformed matrix).
+    ValueError
+        Not of its own: when a factory's ``estimate`` raises it (a malformed matrix).
 
     Source: project addition (issue 27 target: the basket evaluation of every system in under 15 minutes).
     """

@@ -118,7 +118,8 @@ class RatingsConfig:
     Raises
     ------
     ValueError
-        On construction: an unknown solver name, ranks that are not integers >= 1, a count above < 1,
+        On construction: an unknown solver name, ranks empty or not integers >= 1, one of
+        ``gibbs_samples``, ``vi_max_iter``, ``ovbfm_batches``, ``ovbfm_epochs``, ``sgd_epochs`` < 1,
         ``gibbs_warmup`` < 0, an unknown ``dtype`` or ``features``.
     MissingDeclaration
         As `solvers` (called on construction).
