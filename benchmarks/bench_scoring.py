@@ -18,6 +18,8 @@ Paths timed:
 * engine, means="draws": `FittedModel.recommend` (the default; mean over the 200 stored draws by GEMM),
   with the sd column and with ``sd=False``; "first call" is the call that builds what the model keeps.
 * engine, means="q": `FittedModel.recommend(..., means="q")` (E_q[theta] . E_q[beta], draws for the sd only).
+* engine, ``as_frame=False``: the same calls returning the columns as NumPy arrays
+  (`scoring.Recommendations`) instead of a DataFrame, as the peers return arrays.
 * peers (subprocess in `benchmarks/.venv-peer`, `scoring_peer.py`): hpfrec 0.2.14 `topN` per user,
   implicit ALS `recommend` (batch for 100 and all users), each on its own short fit of the same
   triplets with K 20.
@@ -153,6 +155,10 @@ def main(argv=None) -> int:
             for g, us in groups.items():
                 secs, peak = measure(lambda: m.recommend(us, 10, means=means, sd=sd), args.repeats)
                 add(f"engine means={means}{'' if sd else ', sd=False'}", len(us), secs, peak)
+        # the same without building a DataFrame: the columns as arrays (scoring.Recommendations)
+        for g, us in groups.items():
+            secs, peak = measure(lambda: m.recommend(us, 10, means=means, sd=False, as_frame=False), args.repeats)
+            add(f"engine means={means}, sd=False, as_frame=False", len(us), secs, peak)
     cache_mb = scoring.cache_bytes(m) / 2**20
     print(f"kept on the model between calls (scoring.cache_bytes): {cache_mb:.2f} MB", flush=True)
     # the answers agree: same items for every user (draws vs the old path checked on the first users)

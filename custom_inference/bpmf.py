@@ -1022,19 +1022,19 @@ def sample(
     ------
     ValueError
         Bad hyperparameters (`check_hyper`); K < 1 or not integral; bad chain/draw counts,
-        chunk_size, gauge_rounds or row_block; unknown names in ``keep``; ``data`` not an
-        `Observations`, or with an index out of range, a NaN or infinite value, duplicates or no
-        entries (`Observations.validate`, before any compilation); ``predict_at`` out of range;
+        chunk_size, gauge_rounds or row_block; unknown names in ``keep``; ``data`` with an index out
+        of range, a NaN or infinite value, duplicates or no entries (`Observations.validate`, before any compilation); ``predict_at`` out of range;
         a checkpoint of other settings, of another run or damaged.
     TypeError
-        A non-numeric K (`base.check_latent_dim`); a bad key; an unknown keyword.
+        ``data`` not an `Observations`; a non-numeric K (`base.check_latent_dim`); a bad key; an
+        unknown keyword.
     base.RunInterrupted
         SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
 
     Source: S&M 2008 sec. 3.3 (sweep); the driver is a project addition.
     """
     if not isinstance(data, Observations):
-        raise ValueError(f"data must be an Observations, got {type(data).__name__}")
+        raise TypeError(f"data must be an Observations, got {type(data).__name__}")
     data.validate("real", name="data", float_only=False)  # however built: ids in range, finite values
     k = base.check_latent_dim(K)
     check_hyper(hyper, k)

@@ -329,7 +329,7 @@ def bpr_data(train: Observations) -> BPRData:
     the baseline, Rendle et al. 2009 sec. 4.1 / fig. 4, needs; not from a seed file).
     """
     if not isinstance(train, Observations):
-        raise ValueError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
+        raise TypeError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
     train.validate("real", name="train", float_only=False)  # however built: ids in range, finite, no duplicates
     values = np.asarray(train.values)
     if not np.all(np.isfinite(values)) or np.any(values <= 0):
@@ -904,14 +904,16 @@ def hold_out_validation(train: Observations, n_users: int = 2000, n_negatives: i
 
     Raises
     ------
+    TypeError
+        ``train`` not Observations.
     ValueError
-        ``train`` not Observations; ``n_users`` or ``n_negatives`` not an integer >= 1; no user with
-        at least 2 positives and a non-positive ("cannot hold out validation positives").
+        ``n_users`` or ``n_negatives`` not an integer >= 1; no user with at least 2 positives and a
+        non-positive ("cannot hold out validation positives").
 
     Source: project addition (the held-out-positive validation practitioners use to stop BPR; issue 27).
     """
     if not isinstance(train, Observations):
-        raise ValueError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
+        raise TypeError(f"train must be custom_inference.data.Observations, got {type(train).__name__}")
     n_users = _check_int("validation_users", n_users, 1)
     n_negatives = _check_int("validation_negatives", n_negatives, 1)
     rows, cols = np.asarray(train.rows, np.int64), np.asarray(train.cols, np.int64)
@@ -1232,7 +1234,7 @@ def fit(
     Raises
     ------
     ValueError
-        ``train`` not Observations or with a stored value <= 0 or NaN; a field out of range
+        ``train`` with a stored value <= 0 or NaN; a field out of range
         (the message names it); an unknown ``sampling``; a float dtype other than float32/64;
         ``checkpoint_every`` not an integer >= 1 with a ``checkpoint``, or a checkpoint whose state
         does not match (`vi_driver.fit`); ``validate_every``, ``patience``, ``validation_users`` or
@@ -1241,7 +1243,7 @@ def fit(
     OSError
         the checkpoint cannot be written.
     TypeError
-        a bad key; a ``dtype`` numpy does not know.
+        ``train`` not Observations; a bad key.
     base.RunInterrupted
         SIGINT / SIGTERM during a checkpointed run (`vi_driver.fit`).
 
@@ -1261,9 +1263,8 @@ def fit(
     batch_size = _check_int("batch_size", batch_size, 1)
     max_tries = _check_int("max_tries", max_tries, 1)
     init_scale = _check_float("init_scale", init_scale, positive=True)
-    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
+    dtype = base.compute_dtype(dtype)
+    if dtype == np.float64 and not jax.config.jax_enable_x64:
         raise ValueError("dtype=float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
     rule = vset = None
     n_positives = int(np.asarray(train.rows).size) if isinstance(train, Observations) else 0

@@ -263,14 +263,16 @@ def check_data(data) -> None:
 
     Raises
     ------
+    TypeError
+        ``data`` not an Observations.
     ValueError
-        Naming the field: not an Observations; no pairs; a negative, non-integer or non-finite count;
-        all counts zero; a duplicate (row, col) pair; an index out of range.
+        Naming the field: no pairs; a negative, non-integer or non-finite count; all counts zero; a
+        duplicate (row, col) pair; an index out of range.
 
     Source: project addition (the counts c_ij of ``000_619a0297b9d686b2.txt`` eq. (2)).
     """
     if not isinstance(data, Observations):
-        raise ValueError(f"data must be a custom_inference.data.Observations, got {type(data).__name__}")
+        raise TypeError(f"data must be a custom_inference.data.Observations, got {type(data).__name__}")
     values = np.asarray(data.values)
     rows, cols = np.asarray(data.rows), np.asarray(data.cols)
     if values.size == 0:

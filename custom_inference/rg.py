@@ -273,7 +273,7 @@ class RGGraph:
 
 def _check_binary(obs) -> None:
     if not isinstance(obs, Observations):
-        raise ValueError(f"obs must be custom_inference.data.Observations, got {type(obs).__name__}")
+        raise TypeError(f"obs must be custom_inference.data.Observations, got {type(obs).__name__}")
     vals = np.asarray(obs.values)
     if np.any(vals != 1):
         raise ValueError("obs.values: one-class data must store only ones (the edges of G)")
@@ -333,9 +333,10 @@ def popularity_weights(obs: Observations, r: float) -> tuple[np.ndarray, float]:
 
     Raises
     ------
+    TypeError
+        ``obs`` not an Observations.
     ValueError
-        Non-binary data (or ``obs`` not an Observations), bad r, or no entries at all (d_max = 0 < 1,
-        from `histogram_exponent`).
+        Non-binary data, bad r, or no entries at all (d_max = 0 < 1, from `histogram_exponent`).
 
     Source: 003_203f63200c0d7157.txt sec. 4.1, eqs. (7)-(9) (eq. 9 corrected).
     """
@@ -371,9 +372,11 @@ def sample_hidden_graph(rng: np.random.Generator, obs: Observations, pi, *, capa
 
     Raises
     ------
+    TypeError
+        ``obs`` not an Observations.
     ValueError
-        Non-binary data (or ``obs`` not an Observations), ``pi`` of the wrong shape, negative or not
-        finite (`sampling.sample_without_replacement`), a ``capacity`` below the edges drawn.
+        Non-binary data, ``pi`` of the wrong shape, negative or not finite
+        (`sampling.sample_without_replacement`), a ``capacity`` below the edges drawn.
 
     Source: ``003`` sec. 4.1; exact weighted sampling `custom_inference.sampling`.
     """
@@ -1356,11 +1359,12 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
     Raises
     ------
     ValueError
-        Non-binary obs or not an Observations (or an index out of range, NaN, duplicates, no
-        entries: `Observations.validate`), bad hyper, K, max_iter, tol, tau0, kappa, warm_start,
-        n_draws, dtype; init_state of the wrong shape; a checkpoint of another run or damaged.
+        Non-binary obs (or an index out of range, NaN, duplicates, no entries:
+        `Observations.validate`), bad hyper, K, max_iter, tol, tau0, kappa, warm_start, n_draws,
+        dtype (`base.compute_dtype`); init_state of the wrong shape; a checkpoint of another run or
+        damaged.
     TypeError
-        A bad key.
+        ``obs`` not an Observations; a bad key.
     FloatingPointError
         A non-finite ELBO (try float64).
     base.RunInterrupted
@@ -1384,9 +1388,7 @@ def fit(key, obs: Observations, K: int, hyper, *, max_iter: int = 200, tol: floa
     warm_start = int(warm_start) if (resample and init_state is None) else 0
     if isinstance(n_draws, bool) or int(n_draws) != n_draws or n_draws < 0:
         raise ValueError(f"n_draws must be an integer >= 0, got {n_draws!r}")
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    dtype = base.compute_dtype(dtype)
     rng = np.random.default_rng(seed)
     pi, gamma = popularity_weights(obs, hyper.r)
     with jax.enable_x64(dtype == np.float64):

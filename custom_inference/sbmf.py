@@ -175,7 +175,7 @@ def _check_K(K) -> int:
 
 def _check_obs(obs) -> None:
     if not isinstance(obs, Observations):
-        raise ValueError(f"obs must be custom_inference.data.Observations (kind='real'), got {type(obs).__name__}")
+        raise TypeError(f"obs must be custom_inference.data.Observations (kind='real'), got {type(obs).__name__}")
 
 
 # -- state ---------------------------------------------------------------------------
@@ -992,13 +992,13 @@ def sample(
     Raises
     ------
     ValueError
-        ``obs`` not Observations; ``obs`` with an index out of range, a NaN or infinite value,
-        duplicates or no entries (`Observations.validate`, before any compilation); K < 1; bad
+        ``obs`` with an index out of range, a NaN or infinite value, duplicates or no entries
+        (`Observations.validate`, before any compilation); K < 1; bad
         counts (``gauge_rounds`` included); unknown ``keep`` names; bad hyperparameters;
         ``predict_at`` indices out of range; ``mesh`` without an axis ``"nnz"``; a checkpoint of
         other settings, of another run or damaged.
     TypeError
-        ``mesh`` not a jax.sharding.Mesh; a bad key; an unknown keyword.
+        ``obs`` not Observations; ``mesh`` not a jax.sharding.Mesh; a bad key; an unknown keyword.
     base.RunInterrupted
         SIGINT / SIGTERM during a checkpointed run (`mcmc_driver.sample`).
 

@@ -176,13 +176,6 @@ NOT_YET = frozenset({
     "custom_inference.fm_design", "custom_inference.fm_sgd", "custom_inference.pfm", "custom_inference.pfm_data",
     "custom_inference.variates", "custom_inference.vbfm",
     "validation.frontdoor.api_models",
-    "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
-    "validation.models.catalog",
-    "validation.models.fm_mcmc", "validation.models.hpf",
-    "validation.models.pfm",
-    "validation.models.psm",
-    "validation.models.rg", "validation.models.sbmf", "validation.models.sibm",
-    "validation.models.vbfm",
 })
 DOTTED = sorted({m[:-3].replace("/", ".").removesuffix(".__init__") for m in MODULES}
                 | {"factorbayes"})

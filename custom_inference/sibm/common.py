@@ -132,7 +132,7 @@ def _check_K(K) -> int:
 
 def _check_data(data) -> Observations:
     if not isinstance(data, Observations):
-        raise ValueError(f"data must be an Observations of the ones (use custom_inference.sibm.as_binary), got {type(data).__name__}")
+        raise TypeError(f"data must be an Observations of the ones (use custom_inference.sibm.as_binary), got {type(data).__name__}")
     return data
 
 
@@ -258,10 +258,9 @@ def init(key, data: Observations, K: int, hyper, *, init_mean_sd: float = 0.1, i
     Raises
     ------
     ValueError
-        For K, hyper fields, ``data`` not an Observations, init values, a dtype other than float32 /
-        float64.
+        For K, hyper fields, init values, a dtype other than float32 / float64.
     TypeError
-        For a ``key`` that is neither a key nor an int (`base.as_key`).
+        ``data`` not an Observations; a ``key`` that is neither a key nor an int (`base.as_key`).
 
     Source: ``002_5408d341cb9fc544.txt`` eq. (4) (the family); the start itself: project addition.
     """

@@ -88,7 +88,7 @@ def test_bad_input_raises_naming_the_field(data, kwargs, field):
 
 
 def test_non_observations_input_raises():
-    with pytest.raises(ValueError, match="data"):
+    with pytest.raises(TypeError, match="data must be an Observations"):  # as hpf and the other solvers
         bpmf.sample(0, np.ones((3, 3)), K, HYPER, progress=False)
 
 

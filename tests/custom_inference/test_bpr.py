@@ -243,7 +243,7 @@ def test_bad_input_raises_naming_the_field():
     ]:
         with pytest.raises(ValueError, match=field):
             bpr.fit(key, obs, **kwargs)
-    with pytest.raises(ValueError, match="train"):
+    with pytest.raises(TypeError, match="train must be"):
         bpr.fit(key, _TINY)
     neg = Observations.from_coo([0, 1], [0, 1], [1.0, -1.0], (2, 2), kind="real")
     with pytest.raises(ValueError, match="train.values"):

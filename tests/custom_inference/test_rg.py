@@ -240,6 +240,13 @@ def test_bad_input_raises_naming_the_field():
         sample_without_replacement(np.random.default_rng(0), [1.0, -1.0], [0, 0], [], [1])
     with pytest.raises(ValueError, match="kind"):
         rg.score_users(None, [0], kind="nope")
+    # the dtype through base.compute_dtype, as every solver: lower precision and unknown names are one
+    # ValueError naming the accepted dtypes (np.dtype alone raised TypeError for a name it does not know)
+    for bad in ("float16", "not-a-dtype"):
+        with pytest.raises(ValueError, match="dtype must be one of"):
+            rg.fit(0, obs, 2, HYPER, dtype=bad, progress=False)
+    with pytest.raises(TypeError, match="obs must be"):
+        rg.fit(0, obs.to_dense(), 2, HYPER, progress=False)
 
 
 def test_robbins_monro_blend_keeps_fixed_points_and_blends_precisions():

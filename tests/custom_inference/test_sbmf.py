@@ -95,7 +95,7 @@ def test_float32_driver():
 
 def test_input_errors_name_the_field():
     obs = _obs()
-    with pytest.raises(ValueError, match="obs"):
+    with pytest.raises(TypeError, match="obs must be"):
         sbmf.sample(0, obs.to_dense(), K, HYPER)
     with pytest.raises(ValueError, match="K"):
         sbmf.sample(0, obs, 0, HYPER)

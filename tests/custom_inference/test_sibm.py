@@ -52,7 +52,7 @@ def test_init_and_steps_reject_bad_arguments(problem):
         sibm.init(key, data, D, HYPER._replace(u_tilde0=0.0))
     with pytest.raises(ValueError, match="hyper has no field"):
         sibm.init(key, data, D, object())
-    with pytest.raises(ValueError, match="data must be an Observations"):
+    with pytest.raises(TypeError, match="data must be an Observations"):
         sibm.init(key, X, D, HYPER)
     with pytest.raises(ValueError, match="strategy"):
         sibm.make_sampler(data, "stratified")

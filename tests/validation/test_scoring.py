@@ -366,6 +366,13 @@ def test_means_q_is_hpf_closed_form_and_the_draws_estimate_it(fitted):
     assert np.all(np.abs(z) < 5), float(np.abs(z).max())
     np.testing.assert_allclose(q["mean"], exact.ravel(), rtol=1e-12)
     np.testing.assert_array_equal(q[["sd", "lower", "upper"]], d[["sd", "lower", "upper"]])
+    # sd=False: the mean alone (q's closed form without a pass over the draws; the draws' mean likewise)
+    q_only = scoring.predict(m, pairs, means="q", sd=False)
+    assert list(q_only.columns) == ["user", "item", "mean", "method"]
+    np.testing.assert_array_equal(q_only["mean"], q["mean"])
+    np.testing.assert_array_equal(m.predict(pairs[:5], sd=False)["mean"], d["mean"][:5])
+    with pytest.raises(ValueError, match="sd=False needs kind='mean'"):
+        m.predict(pairs[:2], kind="observation", sd=False)
 
 
 def test_means_q_is_refused_without_a_closed_form(fitted):
@@ -462,3 +469,23 @@ def test_recommend_columns_hold_the_models_ids_whatever_form_they_were_asked_in(
     ms = api.fit("hpf", strs, K=2, seed=0, max_iter=5, n_draws=5, progress=False)
     rs = ms.recommend("u105", N=2)
     assert isinstance(rs["user"].dtype, pd.StringDtype) and rs["user"].tolist() == ["u105"] * len(rs)
+
+
+@pytest.mark.parametrize("name", ["hpf", "bpmf"])
+def test_as_frame_false_returns_the_frames_columns_as_arrays(name, fitted):
+    """``as_frame=False`` (`scoring.Recommendations`) holds exactly the DataFrame's columns, for one
+    user (the one-user path) and several, with and without sd; an unknown user is refused the same way."""
+    m = fitted(name)
+    means = "q" if name == "hpf" else "draws"
+    for users in (m.user_ids[3], list(m.user_ids[:6])):
+        for sd in (True, False):
+            frame = m.recommend(users, 5, means=means, sd=sd)
+            arrays = m.recommend(users, 5, means=means, sd=sd, as_frame=False)
+            assert isinstance(arrays, scoring.Recommendations)
+            assert (arrays.sd is None) == (not sd)
+            assert arrays.rank.dtype == np.int64 and arrays.score.dtype == np.float64
+            got = pd.DataFrame({k: v for k, v in arrays._asdict().items() if v is not None})
+            pd.testing.assert_frame_equal(got, frame, check_dtype=False)
+            assert arrays.user.dtype == np.asarray(m.user_ids).dtype
+    with pytest.raises(KeyError):
+        m.recommend("no such user", 5, as_frame=False)

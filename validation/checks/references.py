@@ -658,7 +658,7 @@ def load_reference(name: str, directory=None) -> Reference:
                      key, source=str(npz), provenance=meta)
 
 
-def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, quantities: Callable, *,
+def nuts_reference(name: str, key: ProblemKey, settings: NutsSettings, run: Callable, quantities: Callable, *,
                    reference: str | None = None, directory=None) -> Reference:
     """The NUTS reference of a cross-check: stored when it matches, else a fresh run.
 
@@ -671,7 +671,7 @@ def nuts_reference(name: str, key: dict, settings: NutsSettings, run: Callable, 
     name : str
         The model's reference name.
     key : ProblemKey
-        `problem_key` of the problem (the annotation says dict; a `ProblemKey` is what is used).
+        `problem_key` of the problem.
     settings : NutsSettings
         The NUTS settings of a fresh run.
     run : callable

@@ -100,18 +100,39 @@ def _print_crosscheck(result, out: Path, evidence: list[str] | None = None) -> i
 
 
 def cmd_crosscheck(args) -> int:
-    """``factorbayes crosscheck MODEL``: the solver's cross-check against NUTS
-    (`validation.checks.registry` SPEC's ``solver(...).run``), its report and verdict printed.
+    """``factorbayes crosscheck MODEL``: the solver's cross-check against NUTS, its report and verdict printed.
 
-    args : argparse.Namespace with model, solver, quick, data, reference, out, no_progress.
-    Returns the exit status of the result (0 passed, 1 failed, 3 inconclusive).
+    Runs the model declaration's ``solver(...).run`` (`validation.models.catalog.get`), optionally on real data
+    (``--data``, where the declaration's ``real_data`` allows) and with ``--vsbc N`` VSBC simulations added to the
+    report (`validation.checks.vi_evidence.run_vsbc`).
 
-    Raises KeyError for an unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the
-    command line), ValueError for an unknown ``--solver`` or ``--data`` with a model whose spec has
-    no ``real_data``, FileNotFoundError for a missing ``--data`` path, RuntimeError when
-    ``ml-100k`` is not found and cannot be downloaded, and for a solver that declares no cross-check (a
-    point estimate, or one not built; the message gives the declared reason); whatever the solver's run and the report
-    writer raise propagates (e.g. OSError writing the report).
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: model, solver (None: the model's first), quick (300 warm-up / 300 kept NUTS draws),
+        data (None, "ml-100k" or a MovieLens path), reference ("stored", "rerun" or None), out (report folder;
+        None: ``factorbayes-output/crosscheck-MODEL-SOLVER``), no_progress, vsbc (int, 0: none).
+
+    Returns
+    -------
+    int
+        The result's exit status: 0 passed, 1 failed, 3 inconclusive (NUTS failed its gates).
+
+    Raises
+    ------
+    KeyError
+        An unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the command line).
+    ValueError
+        An unknown ``--solver``; a solver that declares no cross-check (a point estimate, or one not built; the
+        message gives the declared reason and the solvers that have one); ``--data`` with a model whose declaration
+        has no ``real_data``; ``--vsbc`` for a solver without a VSBC adapter.
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``--data ml-100k`` not found and its download failed (`validation.data.datasets.find_movielens_100k`).
+    OSError
+        Writing the report (propagated, like whatever the solver's run raises).
+
     Source: project addition (the command line).
     """
     import dataclasses
@@ -155,12 +176,27 @@ def cmd_crosscheck(args) -> int:
 
 
 def cmd_evidence(args) -> int:
-    """``factorbayes evidence [MODEL ...]``: print the evidence table (`validation.models.catalog.evidence_table`):
-    per model and solver, which evidence exists (update checks, bridge, NUTS agreement, SBC, k-hat, VSBC).
+    """``factorbayes evidence [MODEL ...]``: print the evidence table (`validation.models.catalog.evidence_table`).
 
-    args : argparse.Namespace with models (list of names, empty for all). Returns 0.
-    Raises KeyError for an unknown model (the parser's choices prevent it from the command line); what
-    importing a model's validation module raises propagates. Source: project addition (the command line).
+    Per model and solver, which evidence exists (update checks, bridge, NUTS agreement, SBC, k-hat, VSBC),
+    followed by a legend line.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: models (list of model names; empty: every registered model).
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    KeyError
+        An unknown model (the parser's choices prevent it from the command line).
+
+    Source: project addition (the command line).
     """
     from validation.models.catalog import evidence_table
 
@@ -172,18 +208,44 @@ def cmd_evidence(args) -> int:
 
 
 def cmd_evaluate(args, *, df=None, path=None) -> int:
-    """Held-out evaluation of HPF CAVI (`validation.evaluation.experiments.evaluate_hpf`: P1, P3, popularity, EASE^R,
-    standard errors and paired bootstrap intervals).
+    """``factorbayes evaluate hpf`` on MovieLens: held-out evaluation of HPF CAVI (the paper protocols P1, P3).
 
-    args : argparse.Namespace with data, dtype ("float32" | "float64"), out, k, max_iter, tol, seed,
-    no_progress; df, path : a ratings table (pandas DataFrame, columns user, item, rating,
-    timestamp) and its label, already loaded by `cmd_fit` (None: read ``args.data``).
-    Returns 0.
+    Runs `validation.evaluation.experiments.evaluate_hpf` (P1, P3, popularity, EASE^R, standard errors and paired
+    bootstrap intervals), prints its tables and notes and writes a report. Sets ``args.max_iter`` (None: 100),
+    ``args.tol`` (None: 0.0) and ``args.dtype`` (None: "float32") in place.
 
-    Raises FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not
-    found and cannot be downloaded, KeyError for a dtype other than float32 / float64 (the parser's
-    choices prevent it); what `evaluate_hpf` raises (ValueError for bad settings, FloatingPointError
-    for a non-finite ELBO) and OSError writing the report propagate.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: data ("ml-100k" or a MovieLens path; read only when ``df`` is None), dtype ("float32",
+        "float64" or None), out (report folder; None: ``factorbayes-output/evaluate-hpf``), k (K), max_iter (CAVI
+        sweeps), tol (relative-ELBO tolerance), seed, no_progress.
+    df : pandas.DataFrame or None, keyword-only, default None
+        The ratings table (columns user, item, rating, timestamp) already loaded by `cmd_fit`; None: read
+        ``args.data``.
+    path : str or None, keyword-only, default None
+        The label of ``df`` (its file or folder) in the report's notes; used with ``df``.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``ml-100k`` not found and its download failed.
+    KeyError
+        A dtype other than float32 / float64 (the parser's choices prevent it).
+    ValueError
+        Bad settings (from `evaluate_hpf`).
+    FloatingPointError
+        A non-finite ELBO (from `evaluate_hpf`).
+    OSError
+        Writing the report.
+
     Source: project addition (the command line); the evaluation is `validation.evaluation.experiments.evaluate_hpf`'s.
     """
     import numpy as np
@@ -251,13 +313,30 @@ def _is_movielens(spec: str) -> bool:
 
 
 def cmd_evaluate_dispatch(args) -> int:
-    """``factorbayes evaluate X``: the paper evaluations (``ratings``, ``implicit``, ``counts``; ``hpf``
-    on MovieLens without own-data flags: `cmd_evaluate`) or any fit model on the user's file
-    (`cmd_evaluate_model`).
+    """``factorbayes evaluate X``: dispatch to the paper evaluations or to the own-data evaluation.
 
-    args : argparse.Namespace of the evaluate parser. Returns the command's exit status.
-    Raises ValueError when ``ratings`` / ``counts`` get own-data flags (they run on MovieLens only); what
-    the chosen command raises propagates. Source: project addition (issue 24).
+    ``ratings`` -> `validation.frontdoor.cli_evaluate.cmd_evaluate_ratings`, ``counts`` -> ``cmd_evaluate_counts``
+    (both on MovieLens only), ``implicit`` -> ``cmd_evaluate_implicit``; ``hpf`` on MovieLens without own-data flags
+    -> `cmd_evaluate` (the paper protocols); anything else -> `cmd_evaluate_model` (any front-door model on the
+    user's file).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags of the ``evaluate`` parser (the chosen command reads its own).
+
+    Returns
+    -------
+    int
+        The chosen command's exit status.
+
+    Raises
+    ------
+    ValueError
+        ``ratings`` / ``counts`` with own-data flags (``--user-col``, ``--split``, ``--select``, ...) or a
+        ``--data`` that is not MovieLens: they run the thesis protocol on MovieLens only.
+
+    Source: project addition (issue 24).
     """
     if args.model in ("ratings", "counts"):
         flags = _own_data_flags(args)
@@ -274,28 +353,48 @@ def cmd_evaluate_dispatch(args) -> int:
 
 
 def cmd_evaluate_model(args) -> int:
-    """``factorbayes evaluate MODEL --data FILE``: any front-door model on the user's own file. The file
-    is read as ``fit`` reads it (`_read_table`), split (`validation.evaluation.holdout.split`, ``--split``: default
-    ``basket`` for basket files, else ``loo``; one-class models on non-0/1 values hold out entries
-    >= ``--threshold`` only), fitted on the training part (`validation.frontdoor.api.fit` with the fit flags) and
-    evaluated next to popularity and EASE^R (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``: standard
-    errors and paired bootstrap intervals against the better baseline). With ``--select``, K and the model's
-    main hyperparameters are first chosen on a validation split carved from the training part only
-    (`validation.frontdoor.api.select`: the grid of `validation.evaluation.selection.GRIDS`, ``--grid`` overrides,
-    criterion ``--select-metric``, default recall@ the smallest N) and the choice refitted on the training part.
-    Prints the split summary, the metrics table, EASE^R's chosen lambda and validation curve, the
-    differences, the evaluation counts, the selection (grid, every point's validation score, the choice)
-    and the seconds per phase; writes ``metrics.csv``, ``report.md`` (and ``selection.csv``) to ``--out``.
+    """``factorbayes evaluate MODEL --data FILE``: any front-door model on the user's own file.
 
-    args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep, time_col,
-    transform, threshold, k, seed, max_iter, draws, option, tol, dtype, split, test_fraction, n_test, N,
-    max_baskets, select, grid, select_metric, out, no_progress. Returns 0.
+    The file is read as ``fit`` reads it (`validation.data.loaders.load`), split
+    (`validation.evaluation.holdout.split`; ``--split`` default ``basket`` for basket files, else ``loo``; one-class
+    models on values other than 0/1 hold out entries >= ``--threshold`` only), fitted on the training part
+    (`validation.frontdoor.api.fit` with the fit flags) and evaluated next to popularity and EASE^R
+    (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``: standard errors and paired bootstrap intervals
+    against the better baseline). With ``--select``, K and the model's main hyperparameters are first chosen on a
+    validation split carved from the training part only (`validation.frontdoor.api.select`: the grid of
+    `validation.evaluation.selection.GRIDS`, ``--grid`` overrides, criterion ``--select-metric``, default recall@
+    the smallest N) and the choice refitted on the training part. Prints the split summary, the metrics table,
+    EASE^R's chosen lambda and validation curve, the differences, the evaluation counts, the selection (grid,
+    every point's validation score, the choice) and the seconds per phase; writes ``metrics.csv``, ``report.md``
+    (and ``selection.csv``) to ``--out``.
 
-    Raises ValueError for an unknown model, malformed ``--option`` or ``--grid``, ``--draws`` with a model
-    that keeps its own draws, a bad split setting or input (what `holdout.split`, `api.fit`, `api.select` and
-    `holdout.evaluate` raise; `api.select`: a training part too small to carve a validation split from, an
-    ``--option`` the grid searches), ``--grid`` / ``--select-metric`` without ``--select``; FileNotFoundError for
-    a missing ``--data``; OSError writing the report.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: model, data, format, user_col, item_col, value_col, sep, time_col, transform, threshold,
+        k, seed, max_iter, draws, option (list of "KEY=VALUE"), tol, dtype, split, test_fraction, n_test, N (list of
+        int), max_baskets, select, grid (list of "NAME=V1,V2"), select_metric, out (None:
+        ``factorbayes-output/evaluate-MODEL``), no_progress.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    ValueError
+        An unknown model; a malformed ``--option`` or ``--grid``; ``--draws`` with a model that keeps its own
+        draws; ``--grid`` / ``--select-metric`` without ``--select``; a bad split setting or input (what
+        `holdout.split`, `api.fit`, `api.select` and `holdout.evaluate` raise; `api.select`: a training part too
+        small to carve a validation split from, an ``--option`` the grid searches).
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``ml-100k`` not found and its download failed.
+    OSError
+        Writing the outputs.
+
     Source: project addition (issue 24, "Evaluate on your own data").
     """
     import json
@@ -475,19 +574,40 @@ def _read_table(args):
 
 
 def cmd_fit(args) -> int:
-    """``factorbayes fit MODEL``: `validation.frontdoor.api.fit` on ``--data`` (`validation.data.loaders.load`),
-    the artifact saved with `FittedModel.save` to ``OUT/MODEL.nc`` (its path printed last); with
-    ``--evaluate`` (hpf only) also `cmd_evaluate` on the same table.
+    """``factorbayes fit MODEL``: fit a front-door model on a file and save the artifact.
 
-    args : argparse.Namespace with model, data, format, user_col, item_col, value_col, sep,
-    transform, threshold, k, seed, max_iter, draws, option (list of "KEY=VALUE"), resume_from,
-    out, evaluate, no_progress. Returns 0.
+    `validation.frontdoor.api.fit` on ``--data`` (read by `validation.data.loaders.load`), the artifact saved with
+    `FittedModel.save` to ``OUT/MODEL.nc`` (its path is the last line printed); with ``--evaluate`` (hpf only) also
+    `cmd_evaluate` on the same table.
 
-    Raises ValueError for an unknown model, a malformed ``--option``, ``--draws`` with a model
-    that keeps its own draws, ``--evaluate`` with a model other than hpf; FileNotFoundError for a
-    missing ``--data`` path; RuntimeError when ``ml-100k`` is not found and cannot be downloaded;
-    what the loader and `api.fit` raise (ValueError / TypeError for bad input, `Interrupted`) and
-    OSError from saving propagate.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: model, data, format, user_col, item_col, value_col, sep, transform, threshold, k, seed,
+        max_iter, draws, option (list of "KEY=VALUE"), resume_from (checkpoint folder or None), out (None:
+        ``factorbayes-output/fit-MODEL``), evaluate, no_progress.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    ValueError
+        An unknown model, a malformed ``--option``, ``--draws`` with a model that keeps its own draws,
+        ``--evaluate`` with a model other than hpf; what the loader and `api.fit` raise for bad input.
+    TypeError
+        Bad input from `api.fit` (values of a non-numeric type).
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``ml-100k`` not found and its download failed.
+    custom_inference.base.RunInterrupted
+        The fit stopped by SIGINT / SIGTERM (the message names the last checkpoint).
+    OSError
+        Saving the artifact.
+
     Source: project addition (the command line, issue 10).
     """
     from validation.frontdoor import api
@@ -531,16 +651,31 @@ def _artifact(spec: str) -> Path:
 
 
 def cmd_recommend(args) -> int:
-    """``factorbayes recommend``: top-N items per user from a saved artifact, printed as
-    tab-separated rows (user, rank, item, score, sd).
+    """``factorbayes recommend``: top-N items per user from a saved artifact.
 
-    args : argparse.Namespace with model_path (an artifact or a folder holding exactly one
-    ``*.nc``), users (ids as strings), N, include_seen, means ("draws" or "q", as
-    `FittedModel.recommend`'s ``means``) and no_sd (leave out the sd column: ``sd=False``). Returns 0.
+    Printed as tab-separated rows (user, rank, item, score, sd) after a header line.
 
-    Raises FileNotFoundError for a missing path, ValueError for a folder without exactly one
-    ``*.nc`` file, a file that is not an artifact, or N < 1; KeyError for an unknown user id
-    (`FittedModel.recommend`); the netCDF reader's errors propagate.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: model_path (an artifact, or a folder holding exactly one ``*.nc``), users (ids as
+        strings), N (int), include_seen (bool), means ("draws" or "q", as `FittedModel.recommend`'s ``means``),
+        no_sd (leave out the sd column: ``sd=False``).
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    FileNotFoundError
+        A missing path (`validation.frontdoor.fitted.load`).
+    ValueError
+        A folder without exactly one ``*.nc`` file, a file that is not an artifact or is damaged, N < 1.
+    KeyError
+        An unknown user id (`FittedModel.recommend`).
+
     Source: project addition (the command line, issue 10).
     """
     from validation.frontdoor import api
@@ -556,13 +691,25 @@ def cmd_recommend(args) -> int:
 
 
 def cmd_errata(args) -> int:
-    """``factorbayes errata``: run the executable errata table (`validation.checks.errata.run_errata` of
-    `validation.models.catalog.all_errata`), print it and write its report to ``args.out``.
+    """``factorbayes errata``: run the executable errata table, print it and write its report.
 
-    args : argparse.Namespace with out. Returns 0 when every row is OK, else 1.
+    `validation.checks.errata.run_errata` of `validation.models.catalog.all_errata`; the report goes to
+    ``args.out``.
 
-    Raises nothing of its own; what the errata checks raise, ImportError / AttributeError from
-    resolving the registry's rows, and OSError writing the report propagate.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: out (report folder).
+
+    Returns
+    -------
+    int
+        0 when every row is OK, else 1.
+
+    Raises
+    ------
+    None of its own; errors of the errata checks, of resolving the rows and of writing the report propagate.
+
     Source: project addition (the command line).
     """
     import pandas as pd
@@ -580,17 +727,32 @@ def cmd_errata(args) -> int:
 
 
 def cmd_sbc(args) -> int:
-    """``factorbayes sbc MODEL``: simulation-based calibration (`validation.checks.sbc.run_sbc`) with the
-    model SPEC's SBC adapters; prints the uniformity table and writes the report (and the resumable
-    cache) under ``--out``.
+    """``factorbayes sbc MODEL``: simulation-based calibration with the model declaration's SBC adapters.
 
-    args : argparse.Namespace with model, solver, sims, draws, seed, alpha, out, no_progress.
-    Returns 0 when every scalar's ranks pass the uniformity test, else 1.
+    `validation.checks.sbc.run_sbc` with ``spec.sbc[--solver]``; prints the uniformity table and writes the report
+    (and the resumable cache, and for NUTS adapters the per-simulation gates) under ``--out``.
 
-    Raises KeyError for an unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the
-    command line), ValueError for a model without SBC adapters or an unknown ``--solver``; what
-    `run_sbc` raises (ValueError for bad counts) and the simulations / fits raise propagate, and
-    OSError writing the cache or report.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: model, solver (the SBC adapter's label), sims (simulations), draws (L, posterior draws
+        ranked per simulation), seed (master seed), alpha (false-alarm rate of the uniformity test), out (None:
+        ``factorbayes-output/sbc-MODEL-SOLVER``), no_progress.
+
+    Returns
+    -------
+    int
+        0 when every scalar's ranks pass the uniformity test (Bonferroni at ``alpha``), else 1.
+
+    Raises
+    ------
+    KeyError
+        An unknown model (`validation.models.catalog.get`; the parser's choices prevent it from the command line).
+    ValueError
+        A model without SBC adapters, or a ``--solver`` that is not one of its adapters.
+    OSError
+        Writing the cache or the report (propagated, like what the simulations and fits raise).
+
     Source: project addition (the command line).
     """
     from validation.checks import registry, sbc
@@ -691,12 +853,21 @@ def _add_fit_flags(p, iterations_help: str = "") -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``factorbayes`` argument parser (sub-commands crosscheck, fit, recommend, evaluate, sbc,
-    evidence, errata, each with ``func`` set to its ``cmd_*``). Imports `validation.frontdoor.api` and
-    `validation.checks.registry` (no JAX) for the model choices.
+    """The ``factorbayes`` argument parser.
 
-    Returns an argparse.ArgumentParser. Raises nothing of its own; ImportError from those imports
-    propagates. Source: project addition (the command line).
+    Sub-commands crosscheck, fit, recommend, evaluate, sbc, evidence, errata, each with ``func`` set to its
+    ``cmd_*``. Imports `validation.frontdoor.api` and `validation.models.catalog` (no JAX) for the model choices.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; ``parse_args`` gives a Namespace with ``command`` and ``func``.
+
+    Raises
+    ------
+    None of its own; ImportError from those imports propagates.
+
+    Source: project addition (the command line).
     """
     fmt = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(prog="factorbayes", description=__doc__.split("\n")[0], formatter_class=fmt)
@@ -862,18 +1033,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Entry point of ``factorbayes``: parse ``argv`` (list of str; None: ``sys.argv[1:]``), run the
-    command and return its exit status (0 success, 1 a check failed, 2 usage or input error,
-    3 an inconclusive cross-check). crosscheck, sbc and errata run with ``jax_enable_x64`` on.
-    JAX's persistent compilation cache is on (`validation.frontdoor.compile_cache.enable`: the user's cache
-    folder, ``FACTORBAYES_JAX_CACHE=off`` switches it off).
+    """Entry point of ``factorbayes``: parse the arguments, run the command, return its exit status.
 
-    Raises SystemExit from argparse (exit 2 on a usage error; 0 after ``--help`` / ``--version``).
-    ValueError, TypeError, FileNotFoundError, NotImplementedError and KeyError of a command are caught,
-    printed as ``factorbayes: error: ...`` and return 2; an interruption (SIGINT, or SIGTERM during a
-    checkpointed fit: `custom_inference.base.RunInterrupted`, whose message names the last
-    checkpoint) is printed and returns 130; any other exception (RuntimeError of a failed download,
-    OSError, FloatingPointError, ...) propagates.
+    crosscheck, sbc and errata run with ``jax_enable_x64`` on. JAX's persistent compilation cache is on
+    (`validation.frontdoor.compile_cache.enable`: the user's cache folder, ``FACTORBAYES_JAX_CACHE=off`` switches
+    it off). Warnings are printed as ``factorbayes: warning: ...``.
+
+    Parameters
+    ----------
+    argv : list of str or None, default None
+        The arguments; None: ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        0 success, 1 a check failed, 2 usage or input error (ValueError, TypeError, FileNotFoundError,
+        NotImplementedError or KeyError of a command, printed as ``factorbayes: error: ...``), 3 an inconclusive
+        cross-check, 130 an interruption (SIGINT, or SIGTERM during a checkpointed fit:
+        `custom_inference.base.RunInterrupted`, whose message names the last checkpoint).
+
+    Raises
+    ------
+    SystemExit
+        From argparse: exit 2 on a usage error, 0 after ``--help`` / ``--version``.
+    Exception
+        Any other exception of a command (RuntimeError of a failed download, OSError, FloatingPointError, ...)
+        propagates.
+
     Source: project addition (the command line).
     """
     args = build_parser().parse_args(argv)

@@ -52,15 +52,37 @@ def _print_evaluation_extras(table, differences, tuning: dict, notes: list) -> N
 
 
 def cmd_evaluate_ratings(args) -> int:
-    """``factorbayes evaluate ratings``: every Gaussian solver on protocol P2
-    (`validation.evaluation.ratings_eval.evaluate_ratings`), curves (CSV, PNG) and a report written to ``--out``.
+    """``factorbayes evaluate ratings``: every Gaussian solver on protocol P2, with curves and a report.
 
-    args : argparse.Namespace with data, ranks, solvers, warmup, samples, max_iter, epochs, features,
-    dtype, seed, out, no_progress. Returns 0.
+    `validation.evaluation.ratings_eval.evaluate_ratings` on MovieLens; the RMSE table and notes are printed, the
+    curves (``curves.csv``, PNG plots) and the report written to ``--out``.
 
-    Raises FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not
-    found and cannot be downloaded; what `RatingsConfig` / `evaluate_ratings` raise (ValueError for
-    bad settings) and OSError writing the outputs propagate.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: data ("ml-100k" or a MovieLens path), ranks (list of K), solvers (front-door names; absent
+        or empty: all that declare the ratings evaluation), warmup, samples (Gibbs sweeps discarded / kept), max_iter
+        (VI sweeps; None: 100), epochs (OVBFM and SGD-FM), features ("ids" or "rich"), dtype (None: "float32"), seed,
+        out (None: ``factorbayes-output/evaluate-ratings``), no_progress.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``ml-100k`` not found and its download failed.
+    ValueError
+        Bad settings or data (from `RatingsConfig` / `evaluate_ratings`).
+    validation.checks.registry.MissingDeclaration
+        A solver that declares the "ratings" evaluation without a runner.
+    OSError
+        Writing the outputs.
+
     Source: project addition (the command line).
     """
     from validation.evaluation import ratings_eval
@@ -92,17 +114,37 @@ def cmd_evaluate_ratings(args) -> int:
 
 
 def cmd_evaluate_implicit(args) -> int:
-    """``factorbayes evaluate implicit``: the one-class comparison
-    (`validation.evaluation.implicit_eval.evaluate_implicit`) and, with ``--curves`` / ``--curves-only``,
-    recall@10 against entries observed (`validation.evaluation.implicit_eval.recall_curves`).
+    """``factorbayes evaluate implicit``: the one-class comparison, and optionally the recall curves.
 
-    args : argparse.Namespace with data, format, seed, out, curves, curves_only, curve_data,
-    curve_passes, baselines_only, systems, protocols, no_progress. Returns 0.
+    `validation.evaluation.implicit_eval.evaluate_implicit` on ratings (protocols P1, SIBM) or basket files
+    (protocol baskets) and, with ``--curves`` / ``--curves-only``, recall@10 against entries observed
+    (`validation.evaluation.implicit_eval.recall_curves`); tables printed, reports written under ``--out``.
 
-    Raises ValueError for unknown ``--systems`` names or an unknown / inapplicable ``--format``,
-    FileNotFoundError for a missing ``--data`` path, RuntimeError when ``ml-100k`` is not found and
-    cannot be downloaded; whatever the loader (malformed file), the evaluation and the report
-    writer raise propagates.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: data, format, user_col, item_col, value_col, sep, time_col, max_baskets, transform (must
+        be "none"), seed, out (None: ``factorbayes-output/evaluate-implicit``), curves, curves_only, curve_data,
+        curve_passes, baselines_only, systems (names; None: all), protocols (None: P1 SIBM for ratings, baskets for
+        basket files), all_svi, no_progress.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    ValueError
+        ``--transform`` other than none; unknown ``--systems`` names; an unknown or inapplicable ``--format`` or a
+        malformed file (from `implicit_eval.load_implicit_data`).
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``ml-100k`` not found and its download failed.
+    OSError
+        Writing the outputs (propagated, like what the evaluation raises).
+
     Source: project addition (the command line).
     """
     from validation.evaluation import implicit_eval
@@ -152,18 +194,41 @@ def cmd_evaluate_implicit(args) -> int:
 
 
 def cmd_evaluate_counts(args) -> int:
-    """``factorbayes evaluate counts``: the thesis's top-N comparison on protocol P3
-    (`validation.evaluation.counts_eval.evaluate_counts`), its table printed and its report written to ``--out``.
+    """``factorbayes evaluate counts``: the thesis's top-N comparison on protocol P3, its table and report.
 
-    args : argparse.Namespace with data, systems, k, seed, side_features, max_iter (HPF sweeps),
-    dtype, epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin, fm_warmup, fm_samples, ease_lambdas,
-    sgd_learning_rates, sgd_regs (None: `CountsConfig`'s default), out, no_progress. Returns 0.
+    `validation.evaluation.counts_eval.evaluate_counts` on MovieLens; the table and extras printed, the report
+    written to ``--out``.
 
-    Raises ValueError for unknown ``--systems`` or bad settings, FileNotFoundError for a missing
-    ``--data`` path, RuntimeError when ``ml-100k`` is not found and cannot be downloaded; what the
-    evaluation (solvers, missing side files) and the report writer raise propagates.
-    Source: project addition (the command line); the evaluation is ``004_90693a0965f06816.txt``
-    sec. 5.4's.
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags: data, systems (None: all), k, seed, side_features, max_iter (HPF sweeps; None: 100), dtype
+        (None: "float32"), epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin, fm_warmup, fm_samples, ease_lambdas,
+        sgd_learning_rates, sgd_regs (each None: `CountsConfig`'s default), out (None:
+        ``factorbayes-output/evaluate-counts``), no_progress.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``--systems``, bad settings, missing side-feature files for a ``+side`` system (from
+        `evaluate_counts`).
+    FileNotFoundError
+        A ``--data`` path that does not exist.
+    RuntimeError
+        ``ml-100k`` not found and its download failed.
+    FloatingPointError
+        A non-finite HPF ELBO (from the evaluation's HPF fit).
+    validation.checks.registry.MissingDeclaration
+        A solver that declares the "counts" evaluation without a runner.
+    OSError
+        Writing the report.
+
+    Source: project addition (the command line); the evaluation is ``004_90693a0965f06816.txt`` sec. 5.4's.
     """
     from validation.evaluation import counts_eval
 

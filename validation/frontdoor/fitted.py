@@ -270,7 +270,7 @@ class FittedModel:
         return np.asarray(self.adapter.mean(post, rows, cols, dict(self.idata.posterior.attrs)), dtype=np.float64)
 
     def predict(self, pairs, *, interval: float = 0.9, means: str = "draws", kind: str = "mean",
-                seed: int = 0) -> pd.DataFrame:
+                seed: int = 0, sd: bool = True) -> pd.DataFrame:
         """Posterior mean, sd and a central credible interval of E[y_ui], or of a new y_ui, per pair.
 
         Computed by `validation.frontdoor.scoring.predict` in chunks of bounded memory.
@@ -290,12 +290,14 @@ class FittedModel:
             adds the observation noise).
         seed : int, default 0
             numpy seed of the observation draws (``kind="observation"``).
+        sd : bool, default True
+            False: the mean only (no sd, lower, upper); with ``means="q"`` no pass over the draws.
 
         Returns
         -------
         pandas.DataFrame
-            M rows: user, item, mean, sd, lower, upper (float64, in the units of the fitted values),
-            method (how the draws were obtained). For point estimates (MAP, SGD) sd = 0 and the
+            M rows: user, item, mean, sd, lower, upper (float64, in the units of the fitted values; the
+            last three only with ``sd=True``), method (how the draws were obtained). For point estimates (MAP, SGD) sd = 0 and the
             interval is the point.
 
         Raises
@@ -304,16 +306,16 @@ class FittedModel:
             An unknown user or item id.
         ValueError
             A bad ``interval``, ``means`` or ``kind``; ``kind="observation"`` for a model without an
-            observation model (BPR, PSM).
+            observation model (BPR, PSM), or with ``sd=False``.
 
         Source: project addition (issue 24).
         """
         from validation.frontdoor import scoring
 
-        return scoring.predict(self, pairs, interval=interval, means=means, kind=kind, seed=seed)
+        return scoring.predict(self, pairs, interval=interval, means=means, kind=kind, seed=seed, sd=sd)
 
     def recommend(self, users, N: int = 10, *, exclude_seen: bool = True, means: str = "draws",
-                  max_bytes: int | None = None, sd: bool = True) -> pd.DataFrame:
+                  max_bytes: int | None = None, sd: bool = True, as_frame: bool = True):
         """Top-``N`` items per user by posterior mean score, with the score's posterior sd.
 
         Work: per user one pass over the J items (`validation.frontdoor.scoring.recommend`, chunked over
@@ -335,10 +337,13 @@ class FittedModel:
             `validation.frontdoor.scoring.MAX_BYTES`, 256 MiB).
         sd : bool, default True
             Compute the sd column (False skips the pass over the draws and leaves the column out).
+        as_frame : bool, default True
+            False returns the same columns as NumPy arrays
+            (`validation.frontdoor.scoring.Recommendations`), the lean form for one user at a time.
 
         Returns
         -------
-        pandas.DataFrame
+        pandas.DataFrame or validation.frontdoor.scoring.Recommendations
             One row per (user, rank): user (the model's id, in its dtype), rank (1..N), item (original
             id), score (posterior mean of E[y_ui]), sd (its posterior sd).
 
@@ -354,7 +359,8 @@ class FittedModel:
         from validation.frontdoor import scoring
 
         return scoring.recommend(self, users, N, exclude_seen=exclude_seen, means=means, sd=sd,
-                                 max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes)
+                                 max_bytes=scoring.MAX_BYTES if max_bytes is None else max_bytes,
+                                 as_frame=as_frame)
 
     def evaluate(self, test, **kwargs) -> pd.DataFrame:
         """Held-out metrics of this model next to popularity and EASE^R on its own training data.

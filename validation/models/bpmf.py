@@ -158,21 +158,42 @@ def conditional_checks(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int 
                        n_components: int = 3, n_obs: int = 18, n_points: int = 6) -> pd.DataFrame:
     """Each block's conditional vs the program's unnormalized conditional (its log joint).
 
-    A state and data are drawn from the prior. For each block, ``n_points`` random values x_p
-    of the block (all else fixed) are scored by the claimed conditional density c(x) (scipy
-    densities with parameters from `custom_inference.bpmf`) and by the program's log joint
-    l(x); the block passes when c(x_p) - c(x_0) = l(x_p) - l(x_0) for all p, to a relative
-    1e-7 (float64 rounding is ~1e-12; a wrong precision or mean gives O(1) differences).
-    Blocks: u_i (the first row with entries), v_j (likewise), mu_U | Lambda_U (mu varied),
-    (mu_U, Lambda_U) (both varied: this checks Lambda's Wishart marginal too), and the V ones.
+    A state and data are drawn from the prior. For each block, ``n_points`` random values x_p of the block (all else
+    fixed) are scored by the claimed conditional density c(x) (scipy densities with parameters from
+    `custom_inference.bpmf`) and by the program's log joint l(x); the block passes when
+    c(x_p) - c(x_0) = l(x_p) - l(x_0) for all p, to a relative 1e-7 (float64 rounding is ~1e-12; a wrong precision
+    or mean gives O(1) differences). Blocks: u_i (the first row with entries), v_j (likewise), mu_U | Lambda_U (mu
+    varied), (mu_U, Lambda_U) (both varied: this checks Lambda's Wishart marginal too), and the V ones.
 
-    ``sampler_hyper`` (default ``hyper``) is what the claimed conditionals are given; a
-    different value simulates a wrongly derived conditional, which this check must reject.
+    Parameters
+    ----------
+    hyper : ppl_models.bpmf.BPMFHyper, default CROSSCHECK_HYPER
+        The program's hyperparameters (prior of the simulation and of the log joint).
+    sampler_hyper : ppl_models.bpmf.BPMFHyper or None, keyword-only, default None
+        What the claimed conditionals are given; None: ``hyper``. A different value simulates a wrongly derived
+        conditional, which this check must reject.
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of the prior draw; ``default_rng(seed + 1)`` of the points.
+    n_rows, n_cols : int, keyword-only, defaults 6, 5
+        I and J.
+    n_components : int, keyword-only, default 3
+        K.
+    n_obs : int, keyword-only, default 18
+        Observed cells (distinct, at most I J).
+    n_points : int, keyword-only, default 6
+        Points per block besides x_0.
 
-    Returns a DataFrame: block, max_abs_error, scale (max |l(x_p) - l(x_0)|), passed.
+    Returns
+    -------
+    pandas.DataFrame
+        Six rows (three blocks per side): block (str), max_abs_error, scale (max |l(x_p) - l(x_0)|) (float),
+        passed (bool).
+
+    Raises
+    ------
+    None of its own (numpy's LinAlgError would come from a singular conditional precision).
+
     Source: seed 004 eqs. (2.9), (2.12)-(2.15); conditionals in `custom_inference.bpmf`.
-    Raises nothing of its own (numpy's LinAlgError would come from a singular conditional
-    precision).
     """
     sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
     k = n_components
@@ -236,24 +257,41 @@ def gauge_check(hyper=CROSSCHECK_HYPER, *, sampler_hyper=None, seed: int = 0, n_
                 n_components: int = 3, n_obs: int = 18, n_points: int = 6) -> pd.DataFrame:
     """The linear-gauge move of `custom_inference.bpmf` against the program.
 
-    Row "gauge target": for a prior draw x and ``n_points`` random A = expm(0.3 Z), Z (K, K)
-    standard normal, the claimed g(A) = gauge_log_density(T_A h, A) must satisfy
-    g(A) - g(I) = l(T_A x) + log|det J_A| - l(x), where l is the NumPyro program's log joint and
-    J_A the Jacobian of T_A (`custom_inference.bpmf.apply_gauge`) as a map of (U, V, mu_U, mu_V,
-    lower triangles of Lambda_U and Lambda_V) -- the coordinates of the program's density --
-    computed by ``jax.jacfwd`` and ``slogdet``, independently of the derivation in the solver's
-    docstring. Tolerance: relative 1e-7, as `conditional_checks`.
+    Row "gauge target": for a prior draw x and ``n_points`` random A = expm(0.3 Z), Z (K, K) standard normal, the
+    claimed g(A) = gauge_log_density(T_A h, A) must satisfy g(A) - g(I) = l(T_A x) + log|det J_A| - l(x), where l is
+    the NumPyro program's log joint and J_A the Jacobian of T_A (`custom_inference.bpmf.apply_gauge`) as a map of
+    (U, V, mu_U, mu_V, lower triangles of Lambda_U and Lambda_V) -- the coordinates of the program's density --
+    computed by ``jax.jacfwd`` and ``slogdet``, independently of the derivation in the solver's docstring.
+    Tolerance: relative 1e-7, as `conditional_checks`.
 
-    Row "gauge act": 40 random generator steps by `custom_inference.bpmf.gauge_act` (what the
-    walk tracks) reach the same hyperparameters as `apply_gauge` of their product A (relative 1e-9).
+    Row "gauge act": 40 random generator steps by `custom_inference.bpmf.gauge_act` (what the walk tracks) reach the
+    same hyperparameters as `apply_gauge` of their product A (relative 1e-9).
 
-    ``sampler_hyper`` (default ``hyper``): the hyperparameters the claimed density is given;
-    a different value is a wrong move, which must fail the target row (negative control).
+    Parameters
+    ----------
+    hyper : ppl_models.bpmf.BPMFHyper, default CROSSCHECK_HYPER
+        The program's hyperparameters.
+    sampler_hyper : ppl_models.bpmf.BPMFHyper or None, keyword-only, default None
+        The hyperparameters the claimed density is given; None: ``hyper``. A different value is a wrong move, which
+        must fail the target row (negative control).
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of the prior draw; ``default_rng(seed + 2)`` of A and the generator steps.
+    n_rows, n_cols, n_components, n_obs : int, keyword-only, defaults 6, 5, 3, 18
+        I, J, K and the observed cells, as in `conditional_checks`.
+    n_points : int, keyword-only, default 6
+        Random A of the target row.
 
-    Returns a DataFrame: block, max_abs_error, scale, passed.
-    Raises nothing of its own.
-    Source: project addition (the gauge move of `custom_inference.gauge` on the model of
-    004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15)).
+    Returns
+    -------
+    pandas.DataFrame
+        Two rows ("gauge target", "gauge act"): block, max_abs_error, scale, passed.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the gauge move of `custom_inference.gauge` on the model of 004_90693a0965f06816.txt,
+    eqs. (2.9), (2.12)-(2.15)).
     """
     sampler_hyper = hyper if sampler_hyper is None else sampler_hyper
     k = n_components
@@ -323,23 +361,45 @@ def moment_checks(*, seed: int = 0, n_draws: int = 4000, false_alarm: float = 1e
     """The sampler's draws have their conditional's moments (dense numpy brute force).
 
     For one fixed state, ``n_draws`` independent draws (independent keys) of
-    - all rows of U from `sample_factor_rows` (conditional built by `entry_stats` /
-      `factor_conditional`): mean and covariance of the first two rows against the mean
-      P_i^-1 h_i and covariance P_i^-1, P_i and h_i summed in numpy over a dense mask;
-    - (mu_U, Lambda_U) from `sample_normal_wishart(normal_wishart_posterior(U))`: Lambda's mean
-      nu* W* and elementwise variance nu* (W*_ab^2 + W*_aa W*_bb) with (nu*, W*) in numpy, and the
-      whitened z = sqrt(beta*) chol(Lambda)^T (mu - mu*) with mean 0 and covariance I.
-    Each mean is a z-test (sample mean - exact) / (exact sd / sqrt(n)); each covariance entry
-    of a Gaussian a z-test with sd sqrt((S_aa S_bb + S_ab^2) / n). A row passes when its largest
-    |z| is below the Bonferroni threshold Phi^-1(1 - false_alarm / (2 Q_total)), so the whole
-    table raises a false alarm with probability <= ``false_alarm``.
 
-    ``hyper`` must have scalar mu0 and W0 (the numpy twin assumes mu0 1 and W0 I).
+    - all rows of U from `sample_factor_rows` (conditional built by `entry_stats` / `factor_conditional`): mean and
+      covariance of the first two rows against the mean P_i^-1 h_i and covariance P_i^-1, P_i and h_i summed in
+      numpy over a dense mask;
+    - (mu_U, Lambda_U) from `sample_normal_wishart(normal_wishart_posterior(U))`: Lambda's mean nu* W* and
+      elementwise variance nu* (W*_ab^2 + W*_aa W*_bb) with (nu*, W*) in numpy, and the whitened
+      z = sqrt(beta*) chol(Lambda)^T (mu - mu*) with mean 0 and covariance I.
 
-    Returns a DataFrame: quantity, Q, max_abs_z, threshold, passed.
-    Raises TypeError (from ``float``) when ``hyper.mu0`` or ``hyper.W0`` is not a scalar.
-    Source: 004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15) (the conditionals whose draws
-    are tested); the z-tests are a project addition.
+    Each mean is a z-test (sample mean - exact) / (exact sd / sqrt(n)); each covariance entry of a Gaussian a z-test
+    with sd sqrt((S_aa S_bb + S_ab^2) / n). A row passes when its largest |z| is below the Bonferroni threshold
+    Phi^-1(1 - false_alarm / (2 Q_total)), so the whole table raises a false alarm with probability <=
+    ``false_alarm``.
+
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of the prior draw; ``PRNGKey(seed + 7)`` split into the draws' keys.
+    n_draws : int, keyword-only, default 4000
+        Draws per block.
+    false_alarm : float, keyword-only, default 1e-3
+        Probability that the whole table fails by chance.
+    hyper : ppl_models.bpmf.BPMFHyper, keyword-only, default CROSSCHECK_HYPER
+        Must have scalar mu0 and W0 (the numpy twin assumes mu0 1 and W0 I).
+    n_rows, n_cols, n_components, n_obs : int, keyword-only, defaults 6, 5, 3, 18
+        I (at least 2: rows 0 and 1 are tested), J, K and the observed cells.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Seven rows (u_0 and u_1 mean / covariance, Lambda_U mean, whitened mu_U|Lambda_U mean / covariance):
+        quantity, Q (z values in the row), max_abs_z, threshold, passed.
+
+    Raises
+    ------
+    TypeError
+        From ``float`` when ``hyper.mu0`` or ``hyper.W0`` is not a scalar.
+
+    Source: 004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15) (the conditionals whose draws are tested); the
+    z-tests are a project addition.
     """
     k = n_components
     truth, data = _simulated(seed, n_rows, n_cols, k, n_obs, hyper)
@@ -395,11 +455,33 @@ def _gaussian_z(name, draws, mean, cov):
 
 def stats_check(*, seed: int = 0, n_rows: int = 9, n_cols: int = 7, n_components: int = 4, n_obs: int = 40,
                 chunk_sizes=(1, 7, 16, 40, 1000)) -> pd.DataFrame:
-    """The chunked sums of `custom_inference.bpmf.entry_stats` equal the dense brute force
-    sum_j M_ij v_j v_j^T and sum_j M_ij r_ij v_j (M the I x J observation mask), for both
-    sides, with chunk sizes that do and do not divide N. Returns chunk_size, side,
-    max_rel_diff, passed (<= 1e-12). The sums are float64: (I, K, K) and (I, K) for U,
-    (J, K, K) and (J, K) for V. Raises nothing of its own.
+    """The chunked sums of `custom_inference.bpmf.entry_stats` equal their dense brute force.
+
+    sum_j M_ij v_j v_j^T and sum_j M_ij r_ij v_j (M the I x J observation mask), for both sides, with chunk sizes
+    that do and do not divide N. The sums are float64: (I, K, K) and (I, K) for U, (J, K, K) and (J, K) for V.
+
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of the prior draw (`CROSSCHECK_HYPER`).
+    n_rows, n_cols : int, keyword-only, defaults 9, 7
+        I and J.
+    n_components : int, keyword-only, default 4
+        K.
+    n_obs : int, keyword-only, default 40
+        N, the observed cells.
+    chunk_sizes : tuple of int, keyword-only, default (1, 7, 16, 40, 1000)
+        Chunk sizes tried.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per chunk size and side: chunk_size, side ("U" or "V"), max_rel_diff, passed (<= 1e-12).
+
+    Raises
+    ------
+    None of its own.
+
     Source: project addition (the sufficient statistics of the u_i and v_j conditionals of
     004_90693a0965f06816.txt, eqs. (2.9), (2.12)).
     """
@@ -431,17 +513,32 @@ def _rel(a, b):
 
 
 def identifiable_quantities(idata, cells_observed, cells_unobserved) -> dict[str, np.ndarray]:
-    """Rotation-invariant quantities, each (chain, draw, Q): ``pred_observed`` and
-    ``pred_unobserved`` (u_i . v_j at the given (rows, cols) cell pairs) and ``logdet_Lambda``
-    (log det Lambda_U, log det Lambda_V). The posterior is invariant under U -> U R,
-    V -> V R, mu -> R^T mu, Lambda -> R^T Lambda R for orthogonal R (mu0 = 0, W0 = s I), so raw
-    coordinates are not identified; these quantities are.
+    """Rotation-invariant quantities of BPMF draws.
 
-    ``idata``: posterior with ``U`` (chain, draw, I, K), ``V`` (chain, draw, J, K), ``Lambda_U``
-    and ``Lambda_V`` (chain, draw, K, K); ``cells_observed`` / ``cells_unobserved``: (rows,
-    cols) integer arrays, each (Q,). Returns arrays of the draws' float dtype: the predictions (chain, draw, Q),
-    ``logdet_Lambda`` (chain, draw, 2). Raises ValueError when ``idata`` has no posterior
-    group, KeyError when one of the four variables is missing.
+    The posterior is invariant under U -> U R, V -> V R, mu -> R^T mu, Lambda -> R^T Lambda R for orthogonal R
+    (mu0 = 0, W0 = s I), so raw coordinates are not identified; u_i . v_j and log det Lambda are.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Posterior with ``U`` (chain, draw, I, K), ``V`` (chain, draw, J, K), ``Lambda_U`` and ``Lambda_V``
+        (chain, draw, K, K).
+    cells_observed, cells_unobserved : tuple of (numpy.ndarray, numpy.ndarray)
+        (rows, cols) integer arrays, each (Q,), of the cells whose u_i . v_j is returned.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        In the draws' float dtype: ``pred_observed`` and ``pred_unobserved`` (chain, draw, Q), ``logdet_Lambda``
+        (chain, draw, 2) (log det Lambda_U, log det Lambda_V).
+
+    Raises
+    ------
+    ValueError
+        ``idata`` has no posterior group.
+    KeyError
+        One of the four variables is missing.
+
     Source: project addition (validation level 2).
     """
     post = arviz_io.group_arrays(idata)
@@ -457,8 +554,35 @@ def identifiable_quantities(idata, cells_observed, cells_unobserved) -> dict[str
 class CrosscheckConfig:
     """Data and run settings of the Gibbs-vs-NUTS cross-check (small: NUTS must pass its gates).
 
-    I = 8 users, J = 6 items, K = 2, 30 of the 48 cells observed, hyper `CROSSCHECK_HYPER`.
-    Gibbs: 4 chains x 2000 kept draws thinned by 5 after 1000 warmup sweeps.
+    I = 8 users, J = 6 items, K = 2, 30 of the 48 cells observed, hyper `CROSSCHECK_HYPER`. NUTS: 4 chains x 1000
+    draws after 1000 warm-up; Gibbs: 4 chains x 2000 kept draws thinned by 5 after 1000 warm-up sweeps.
+
+    Parameters
+    ----------
+    n_rows, n_cols : int, default 8, 6
+        I and J.
+    n_components : int, default 2
+        K.
+    n_obs : int, default 30
+        Observed cells (distinct, simulated from the prior).
+    n_unobserved_shown : int, default 8
+        Unobserved cells whose u_i . v_j is compared.
+    hyper : ppl_models.bpmf.BPMFHyper, default CROSSCHECK_HYPER
+        Hyperparameters of the simulation and both runs.
+    seed : int, default 0
+        Seed of the simulation, the unobserved cells' choice and both runs.
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1000
+        NUTS chains, warm-up and kept draws per chain.
+    target_accept : float, default 0.97
+        NUTS's target acceptance probability.
+    gibbs_chains, gibbs_warmup, gibbs_samples, gibbs_thin : int, default 4, 1000, 2000, 5
+        Gibbs chains, warm-up sweeps, kept draws per chain and sweeps per kept draw.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition (validation level 2).
     """
 
     n_rows: int = 8
@@ -479,14 +603,26 @@ class CrosscheckConfig:
 
 
 def crosscheck_problem(config: CrosscheckConfig = CrosscheckConfig()):
-    """(truth, data, observed, unobserved) of the cross-check: data simulated from the prior (seed
-    ``config.seed``), the observed (rows, cols) and ``n_unobserved_shown`` unobserved cells.
+    """The data of the cross-check: simulated from the prior (seed ``config.seed``), with the cells compared.
 
-    ``truth``: dict of float64 arrays ``U`` (I, K), ``V`` (J, K), ``mu_U``, ``mu_V`` (K,),
-    ``Lambda_U``, ``Lambda_V`` (K, K); ``data``: `custom_inference.data.Observations` of N =
-    ``n_obs`` float64 ratings; observed: (rows, cols) int32 arrays (N,); unobserved: (rows,
-    cols) int64 arrays (``n_unobserved_shown``,) or fewer when fewer cells are free.
-    Raises nothing of its own. Source: project addition.
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        Sizes, hyperparameters, seed and ``n_unobserved_shown``.
+
+    Returns
+    -------
+    tuple
+        (truth, data, observed, unobserved): ``truth`` dict of float64 arrays ``U`` (I, K), ``V`` (J, K), ``mu_U``,
+        ``mu_V`` (K,), ``Lambda_U``, ``Lambda_V`` (K, K); ``data`` `custom_inference.data.Observations` of N =
+        ``n_obs`` float64 ratings; ``observed`` (rows, cols) int32 arrays (N,); ``unobserved`` (rows, cols) int64
+        arrays (``n_unobserved_shown``,), fewer when fewer cells are free.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
     """
     c = config
     truth, data = _simulated(c.seed, c.n_rows, c.n_cols, c.n_components, c.n_obs, c.hyper)
@@ -498,11 +634,32 @@ def crosscheck_problem(config: CrosscheckConfig = CrosscheckConfig()):
 
 def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
                    progress: bool = False):
-    """The NUTS reference "bpmf" of the cross-check problem (`validation.checks.references.Reference`):
-    stored when one matches the data and settings, else a fresh NumPyro NUTS run on
-    `ppl_models.bpmf.model`. Its groups are those of `identifiable_quantities`.
-    Raises ValueError when ``reference`` is not None, "stored" or "rerun", or is "stored" and
-    no stored reference matches. Source: project addition.
+    """The NUTS reference "bpmf" of the cross-check problem.
+
+    Stored when one matches the data and settings, else a fresh NumPyro NUTS run on `ppl_models.bpmf.model`. Its
+    groups are those of `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and NUTS settings.
+    reference : {None, "stored", "rerun"}, keyword-only, default None
+        None: the stored reference when it matches, else a fresh run; "stored": the stored one or an error;
+        "rerun": a fresh run.
+    progress : bool, keyword-only, default False
+        Show NUTS's progress bar.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The reference's draws of the identifiable quantities, gates and settings.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
+
+    Source: project addition.
     """
     c = config
     _, data, observed, unobserved = crosscheck_problem(c)
@@ -521,12 +678,31 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
                    reference: str | None = None) -> xc.CrosscheckResult:
     """Gibbs against gated NUTS on data simulated from the prior (seed ``config.seed``).
 
-    Both methods are exact, so every compared posterior mean must agree within Monte Carlo
-    error (`validation.checks.crosscheck.exact_crosscheck`: both runs gated, Bonferroni per group,
-    false alarm 1% per group); NUTS is the stored reference when it matches (``reference``,
-    `nuts_reference`). Returns a `validation.checks.crosscheck.CrosscheckResult` (method "exact"); its
-    ``extra`` holds the level-1 ``update_table`` (`conditional_checks`), the simulated ``truth``
-    and ``data``. Raises ValueError on a bad ``reference``.
+    Both methods are exact, so every compared posterior mean must agree within Monte Carlo error
+    (`validation.checks.crosscheck.exact_crosscheck`: both runs gated, Bonferroni per group, false alarm 1% per
+    group); NUTS is the stored reference when it matches (``reference``, `nuts_reference`).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        Data and run settings.
+    progress : bool, keyword-only, default False
+        Show progress bars.
+    reference : {None, "stored", "rerun"}, keyword-only, default None
+        As in `validation.checks.references.nuts_reference`: None uses the stored reference when it matches, else
+        runs NUTS.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "exact"; its ``extra`` holds the level-1 ``update_table`` (`conditional_checks`), the simulated
+        ``truth`` and ``data``.
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference``, or "stored" with no matching stored reference.
+
     Source: project addition (validation level 2).
     """
     c = config
@@ -552,13 +728,39 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
 @dataclass(frozen=True)
 class SBCConfig:
-    """Sizes of one SBC simulation: I = 10, J = 8, K = 2, 40 observed cells, `CROSSCHECK_HYPER`;
-    Gibbs 2 chains x 500 kept draws thinned by 4 after 200 warmup sweeps (1000 draws, thinned
-    evenly by `run_sbc` to L = 99), with ``gauge_rounds`` linear-gauge moves per sweep
-    (`custom_inference.bpmf.step`; 0 is the paper's plain sampler, whose scale functionals
-    fail SBC at master seed 0: see the module docstring). ``nuts``: the NUTS SBC's run and gates
-    (`nuts_sbc_adapters`; 2 chains x 500 draws after 500 warm-up, target accept 0.9: about 4 s of
-    CPU per simulation once compiled)."""
+    """Sizes and run settings of one SBC simulation.
+
+    I = 10, J = 8, K = 2, 40 observed cells, `CROSSCHECK_HYPER`; Gibbs 2 chains x 500 kept draws thinned by 4 after
+    200 warm-up sweeps (1000 draws, thinned evenly by `run_sbc` to L = 99), with ``gauge_rounds`` linear-gauge moves
+    per sweep (`custom_inference.bpmf.step`; 0 is the paper's plain sampler, whose scale functionals fail SBC at
+    master seed 0: see the module docstring).
+
+    Parameters
+    ----------
+    n_rows, n_cols : int, default 10, 8
+        I and J.
+    n_components : int, default 2
+        K.
+    n_obs : int, default 40
+        Observed cells per simulated data set.
+    hyper : ppl_models.bpmf.BPMFHyper, default CROSSCHECK_HYPER
+        The program's hyperparameters (the simulation's prior).
+    gibbs_chains, gibbs_warmup, gibbs_samples, gibbs_thin : int, default 2, 200, 500, 4
+        Gibbs chains, warm-up sweeps, kept draws per chain and sweeps per kept draw.
+    sampler_hyper : ppl_models.bpmf.BPMFHyper or None, default None
+        What the sampler is given; None: ``hyper`` (another value: a deliberately wrong sampler, a negative
+        control).
+    gauge_rounds : int, default 5
+        Linear-gauge moves per sweep.
+    nuts : validation.checks.nuts_sbc.NutsSBCSettings, default 2 chains x 500 draws after 500 warm-up, 0.9
+        The NUTS SBC's run and gates (`nuts_sbc_adapters`; about 4 s of CPU per simulation once compiled).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition (SBC, Talts et al. 2018).
+    """
 
     n_rows: int = 10
     n_cols: int = 8
@@ -578,13 +780,24 @@ _CELLS = ((0, 0), (1, 2), (2, 1), (3, 3))
 
 
 def bpmf_functionals() -> dict:
-    """Rotation-invariant scalars ranked by SBC: u_i . v_j at four fixed cells (observed or not,
-    by chance), log det Lambda_U and Lambda_V, trace of Lambda_U and Lambda_V, and the squared
-    Frobenius norms of U and V.
-    Returns a dict name -> function of one draw (dict with ``U`` (I, K), ``V`` (J, K),
-    ``Lambda_U``, ``Lambda_V`` (K, K)) giving a float64 array: ``pred`` (4,), the others (2,).
-    Raises nothing of its own (a draw without those keys raises KeyError when the functions run).
-    Source: project addition (SBC functionals of the model of 004_90693a0965f06816.txt, ch. 2)."""
+    """Rotation-invariant scalars ranked by SBC.
+
+    u_i . v_j at four fixed cells (observed or not, by chance), log det Lambda_U and Lambda_V, trace of Lambda_U and
+    Lambda_V, and the squared Frobenius norms of U and V.
+
+    Returns
+    -------
+    dict of str to callable
+        ``pred``, ``logdet_Lambda``, ``trace_Lambda``, ``sq_norm``: each a function of one draw (dict with ``U``
+        (I, K), ``V`` (J, K), ``Lambda_U``, ``Lambda_V`` (K, K)) giving a float64 array, ``pred`` (4,), the others
+        (2,).
+
+    Raises
+    ------
+    None of its own (a draw without those keys raises KeyError when the functions run).
+
+    Source: project addition (SBC functionals of the model of 004_90693a0965f06816.txt, ch. 2).
+    """
 
     def pred(p):
         U, V = np.asarray(p["U"]), np.asarray(p["V"])
@@ -601,14 +814,28 @@ def bpmf_functionals() -> dict:
 def sbc_adapters(config: SBCConfig = SBCConfig()):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc` with the Gibbs sampler.
 
-    ``simulate(seed)`` draws the parameters and ``n_obs`` ratings on random distinct cells from
-    the program; ``fit(data, seed)`` runs `custom_inference.bpmf.sample` (given
-    ``config.sampler_hyper`` if set: a deliberately wrong sampler for a negative control) and
-    returns the draws of all chains flattened.
-    ``simulate`` returns (truth dict of float64 arrays, `custom_inference.data.Observations`);
-    ``fit`` returns a dict of float64 draws with the chains flattened, e.g. ``U`` (S, I, K).
-    Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
-    004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15).
+    ``simulate(seed)`` draws the parameters and ``n_obs`` ratings on random distinct cells from the program and
+    returns (truth dict of float64 arrays, `custom_inference.data.Observations`); ``fit(data, seed)`` runs
+    `custom_inference.bpmf.sample` (given ``config.sampler_hyper`` if set: a deliberately wrong sampler for a
+    negative control) and returns a dict of float64 draws of every site with the chains flattened, e.g. ``U``
+    (S, I, K), S = chains x samples.
+
+    Parameters
+    ----------
+    config : SBCConfig, default SBCConfig()
+        Sizes, hyperparameters and the sampler's settings.
+
+    Returns
+    -------
+    tuple
+        (simulate, fit, functionals); functionals as `bpmf_functionals`.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (SBC, Talts et al. 2018) on the model of 004_90693a0965f06816.txt, eqs. (2.9),
+    (2.12)-(2.15).
     """
     c = config
 
@@ -629,15 +856,31 @@ def sbc_adapters(config: SBCConfig = SBCConfig()):
 def nuts_sbc_adapters(config: SBCConfig = SBCConfig(), *, log_path=None):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc` with NumPyro NUTS on the program.
 
-    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same
-    sizes and hyperparameters); ``fit`` is a `validation.checks.nuts_sbc.NutsSBCFit` running NUTS
-    (``config.nuts``) on `ppl_models.bpmf.model` with the sizes bound, compiled once for all
-    simulations (every data set has ``n_obs`` cells), gated per simulation (its ``records``; with
-    ``log_path`` also appended there as JSON lines). ``fit(data, seed)`` returns float64 draws of
-    the program's sites with the chains flattened: ``U`` (S, I, K), ``V`` (S, J, K), ``mu_U``,
-    ``mu_V`` (S, K), ``Lambda_U``, ``Lambda_V`` (S, K, K), S = chains x samples.
-    Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
-    004_90693a0965f06816.txt, eqs. (2.9), (2.12)-(2.15).
+    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same sizes and
+    hyperparameters); ``fit`` is a `validation.checks.nuts_sbc.NutsSBCFit` running NUTS (``config.nuts``) on
+    `ppl_models.bpmf.model` with the sizes bound, compiled once for all simulations (every data set has ``n_obs``
+    cells), gated per simulation (its ``records``). ``fit(data, seed)`` returns float64 draws of the program's sites
+    with the chains flattened: ``U`` (S, I, K), ``V`` (S, J, K), ``mu_U``, ``mu_V`` (S, K), ``Lambda_U``,
+    ``Lambda_V`` (S, K, K), S = chains x samples.
+
+    Parameters
+    ----------
+    config : SBCConfig, default SBCConfig()
+        Sizes, hyperparameters and ``nuts``.
+    log_path : path-like or None, keyword-only, default None
+        A file the per-simulation gate records are also appended to (JSON lines).
+
+    Returns
+    -------
+    tuple
+        (simulate, fit, functionals).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (SBC, Talts et al. 2018) on the model of 004_90693a0965f06816.txt, eqs. (2.9),
+    (2.12)-(2.15).
     """
     import functools
 
@@ -667,15 +910,32 @@ BRIDGE_CONFIG = CrosscheckConfig(n_rows=5, n_cols=4, n_components=2, n_obs=14, n
 def numpyro_block(block: str, data: Observations, hyper):
     """The BPMF Gibbs block ``block`` as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
 
-    Blocks (sites of `ppl_models.bpmf.model`): "hyper_U" (``mu_U``, ``Lambda_U``) and "hyper_V"
-    drawn jointly from their Normal-Wishart conditional (`custom_inference.bpmf.normal_wishart_posterior`,
-    `sample_normal_wishart`); "U" and "V": every factor row from its Gaussian conditional
-    (`entry_stats`, `factor_conditional`, `sample_factor_rows`), the functions `custom_inference.bpmf.step`
-    calls. ``data``: N observed ratings; ``hyper``: `ppl_models.bpmf.BPMFHyper` (what the conditional
-    is given). The ``gibbs_fn`` returns ``{site: array}``: mu (K,), Lambda (K, K), U (I, K), V (J, K).
-    Raises ValueError for an unknown block.
-    Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the conditionals); the NumPyro block is a project
-    addition.
+    Blocks (sites of `ppl_models.bpmf.model`): "hyper_U" (``mu_U``, ``Lambda_U``) and "hyper_V" drawn jointly from
+    their Normal-Wishart conditional (`custom_inference.bpmf.normal_wishart_posterior`, `sample_normal_wishart`);
+    "U" and "V": every factor row from its Gaussian conditional (`entry_stats`, `factor_conditional`,
+    `sample_factor_rows`), the functions `custom_inference.bpmf.step` calls.
+
+    Parameters
+    ----------
+    block : {"hyper_U", "hyper_V", "U", "V"}
+        The block updated.
+    data : custom_inference.data.Observations
+        The N observed ratings (I, J).
+    hyper : ppl_models.bpmf.BPMFHyper
+        What the conditional is given.
+
+    Returns
+    -------
+    callable
+        ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> {site: jax.Array}``: mu (K,), Lambda (K, K), U (I, K) or
+        V (J, K).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``block``.
+
+    Source: ``004_90693a0965f06816.txt`` sec. 2.2.3 (the conditionals); the NumPyro block is a project addition.
     """
     if block not in ("hyper_U", "hyper_V", "U", "V"):
         raise ValueError(f"block must be hyper_U, hyper_V, U or V, got {block!r}")
@@ -701,10 +961,29 @@ def numpyro_block(block: str, data: Observations, hyper):
 
 
 def bridge_problem(config: CrosscheckConfig = BRIDGE_CONFIG):
-    """The BPMF bridge problem (`validation.checks.bridge.Problem`) of ``config`` (default `BRIDGE_CONFIG`,
-    whose NUTS reference "bpmf-bridge" is stored): `ppl_models.bpmf.model` on the simulated cells,
-    compared on `identifiable_quantities`. Raises ValueError (when its reference is asked for) if no
-    stored reference matches. Source: project addition."""
+    """The BPMF bridge problem (`validation.checks.bridge.Problem`) of ``config``.
+
+    `ppl_models.bpmf.model` on the simulated cells of ``config`` (`crosscheck_problem`), compared on
+    `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default BRIDGE_CONFIG
+        The problem (default: 5 x 4, K = 2, 14 observed cells, whose NUTS reference "bpmf-bridge" is stored).
+
+    Returns
+    -------
+    validation.checks.bridge.Problem
+        model, args (rows, cols, values, I, J, K, hyper), data, hyper, quantities, reference (a callable: the
+        stored NUTS reference), target_accept, description.
+
+    Raises
+    ------
+    ValueError
+        No stored reference matches (when ``reference`` is called).
+
+    Source: project addition.
+    """
     from validation.checks import bridge
 
     c = config
@@ -739,14 +1018,32 @@ BRIDGE = _bridge_spec()
 # the registry's view of BPMF (`validation.checks.registry`)
 
 def ratings_runner(split, K: int, run):
-    """BPMF on protocol P2 (`validation.evaluation.ratings_eval`): BPMF has no biases (r_ij ~ N(u_i . v_j,
-    1/alpha)), so it is fitted to the ratings minus their training mean, which is added back (as the BPMF
-    authors' code does); one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps, u_i . v_j of each kept sample
-    at the test ratings, averaged as the samples come (eq. 3.18).
+    """BPMF on protocol P2 (`validation.evaluation.ratings_eval`'s runner contract).
 
-    ``split``, ``K``, ``run`` as `validation.models.sbmf.ratings_runner`. Returns ``run.gibbs_curve``'s tuple
-    (iterations (n,), seconds (n,), RMSE (n,), seconds per sweep, final prediction (M,) float64). Raises what
-    `custom_inference.bpmf.sample` raises.
+    BPMF has no biases (r_ij ~ N(u_i . v_j, 1/alpha)), so it is fitted to the ratings minus their training mean,
+    which is added back (as the BPMF authors' code does); one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps
+    with the default `ppl_models.bpmf.BPMFHyper`, u_i . v_j of each kept sample at the test ratings, averaged as the
+    samples come (eq. 3.18).
+
+    Parameters
+    ----------
+    split : validation.data.splits.RatingsSplit
+        The P2 split (train and test `custom_inference.data.Observations`).
+    K : int
+        Latent dimension.
+    run : validation.evaluation.ratings_eval.RatingsRun
+        The evaluation's config (dtype, gibbs_warmup, gibbs_samples), key, progress and ``gibbs_curve``.
+
+    Returns
+    -------
+    tuple
+        ``run.gibbs_curve``'s: iterations (n,), seconds (n,), RMSE (n,), seconds per sweep, final prediction (M,)
+        float64 in the order of the test ratings.
+
+    Raises
+    ------
+    None of its own; what `custom_inference.bpmf.sample` raises (ValueError, TypeError for bad input) propagates.
+
     Source: ``004_90693a0965f06816.txt`` ch. 3 (BPMF against SBMF, fig. 3.2); the centring is the BPMF code's.
     """
     cfg = run.config

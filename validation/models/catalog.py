@@ -73,25 +73,78 @@ MODULES: dict[str, str] = {
 def vi_pairs() -> tuple[tuple[str, str], ...]:
     """(model, solver) of every solver that declares a k-hat or VSBC adapter, in registry order.
 
-    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
+    Returns
+    -------
+    tuple of (str, str)
+        The model name and the solver's name (``--solver``) of each such solver.
+
+    Raises
+    ------
+    None of its own; what `specs` raises propagates.
+
+    Source: project addition.
     """
     return tuple((spec.name, s.name) for spec in specs() for s in spec.solvers if s.khat is not None or s.vsbc is not None)
 
 
 def measured(model: str, solver: str) -> dict:
-    """The VI evidence recorded in the solver's declaration (``SolverSpec.measured``; empty: none).
+    """The VI evidence recorded in the solver's declaration (``SolverSpec.measured``).
 
-    Raises KeyError / ValueError for an unknown model or solver. Source: project addition.
+    Parameters
+    ----------
+    model : str
+        A registered model name (`names`).
+    solver : str
+        One of the model's solver names.
+
+    Returns
+    -------
+    dict
+        A copy of ``measured`` (keys as in the comment above `vi_pairs`: khat, n_latent, vsbc, vsbc_sims,
+        vsbc_passed, fn_khat); empty when none is recorded.
+
+    Raises
+    ------
+    KeyError
+        An unknown model (`get`).
+    ValueError
+        An unknown solver (`validation.checks.registry.ModelSpec.solver`).
+
+    Source: project addition.
     """
     return dict(get(model).solver(solver).measured)
 
 
 
 def evidence_adapter(model: str, solver: str, kind: str):
-    """The adapter function of ``kind`` ("khat" or "vsbc") for a model's solver (its declaration's
-    ``khat`` / ``vsbc``), imported on use, or None when the solver declares none. Raises ValueError for
-    another ``kind``; KeyError / ValueError for an unknown model or solver; ImportError / AttributeError
-    when a declared adapter is missing. Source: project addition."""
+    """The adapter function of ``kind`` for a model's solver (its declaration's ``khat`` / ``vsbc``), imported on use.
+
+    Parameters
+    ----------
+    model : str
+        A registered model name.
+    solver : str
+        One of the model's solver names.
+    kind : {"khat", "vsbc"}
+        Which adapter.
+
+    Returns
+    -------
+    callable or None
+        The adapter (``khat_problem`` / ``vsbc_adapters`` of the declaring module), or None when the solver
+        declares none.
+
+    Raises
+    ------
+    ValueError
+        Another ``kind``; an unknown solver.
+    KeyError
+        An unknown model.
+    ImportError, AttributeError
+        A declared adapter whose module or attribute does not exist.
+
+    Source: project addition.
+    """
     if kind not in ("khat", "vsbc"):
         raise ValueError(f"kind must be 'khat' or 'vsbc', got {kind!r}")
     return resolve(getattr(get(model).solver(solver), kind))
@@ -99,7 +152,30 @@ def evidence_adapter(model: str, solver: str, kind: str):
 
 def has_adapter(model: str, solver: str, kind: str) -> bool:
     """Whether the solver declares an adapter of ``kind`` and it resolves (imports).
-    Raises ValueError for another ``kind`` than "khat" / "vsbc". Source: project addition."""
+
+    Parameters
+    ----------
+    model : str
+        A registered model name.
+    solver : str
+        One of the model's solver names.
+    kind : {"khat", "vsbc"}
+        Which adapter.
+
+    Returns
+    -------
+    bool
+        False when none is declared or the declared one does not import.
+
+    Raises
+    ------
+    ValueError
+        Another ``kind``; an unknown solver.
+    KeyError
+        An unknown model.
+
+    Source: project addition.
+    """
     try:
         return evidence_adapter(model, solver, kind) is not None
     except (ImportError, AttributeError):
@@ -108,13 +184,44 @@ def has_adapter(model: str, solver: str, kind: str) -> bool:
 
 def measure_vi(model: str, solver: str, *, vsbc_sims: int = 0, master_seed: int = 0, alpha: float = 0.05,
             progress: bool = False) -> dict:
-    """k-hat of a VI solver on its cross-check problem (the registry's cross-check of that solver, NUTS
-    from the stored reference) and, with ``vsbc_sims`` > 0 and a VSBC adapter, its VSBC.
+    """k-hat of a VI solver on its cross-check problem and, optionally, its VSBC.
 
-    Returns dict: model, solver, khat (`KhatResult` or None), verdict (the cross-check's status),
-    vsbc (`VSBCResult` or None), vsbc_setting (str), result (the `validation.checks.crosscheck.CrosscheckResult`).
-    Raises KeyError / ValueError for an unknown model or solver (`validation.checks.registry`); what the
-    cross-check and the VSBC fits raise propagates. Source: project addition.
+    The registry's cross-check of that solver at its default config (NUTS from the stored reference) gives the
+    k-hat; with ``vsbc_sims`` > 0 and a VSBC adapter, `validation.checks.vi_evidence.run_vsbc` runs on the
+    adapter's problem. What the cross-check and the VSBC fits raise propagates.
+
+    Parameters
+    ----------
+    model : str
+        A registered model name.
+    solver : str
+        One of the model's solver names (a VI solver with a cross-check).
+    vsbc_sims : int, keyword-only, default 0
+        VSBC simulations; 0: no VSBC.
+    master_seed : int, keyword-only, default 0
+        The VSBC's master seed.
+    alpha : float, keyword-only, default 0.05
+        The VSBC's family false-alarm rate.
+    progress : bool, keyword-only, default False
+        Show progress bars.
+
+    Returns
+    -------
+    dict
+        model, solver, khat (`validation.checks.vi_evidence.KhatResult` or None), verdict (the cross-check's
+        status, str), vsbc (`VSBCResult` or None), vsbc_setting (str; "" without VSBC), result (the
+        `validation.checks.crosscheck.CrosscheckResult`).
+
+    Raises
+    ------
+    KeyError
+        An unknown model.
+    ValueError
+        An unknown solver.
+    validation.checks.registry.MissingDeclaration
+        A solver without a cross-check (`SolverSpec.run`).
+
+    Source: project addition.
     """
     spec = get(model).solver(solver)
     result = spec.run(progress=progress)
@@ -133,13 +240,29 @@ def measure_vi(model: str, solver: str, *, vsbc_sims: int = 0, master_seed: int 
 
 
 def evaluation_systems(evaluation: str) -> tuple[str, ...]:
-    """The front-door names of the solvers that declare ``evaluation`` (``SolverSpec.evaluations``), in registry
-    order: the systems a held-out evaluation runs besides its own baselines (imports every declaration).
+    """The front-door names of the solvers that declare ``evaluation``, in registry order.
 
-    ``evaluation``: one of `validation.checks.registry.EVALUATIONS` ("counts", "counts+side", "ratings",
-    "implicit"). Returns a tuple of str. Raises ValueError for another name; MissingDeclaration for a solver
-    that declares the evaluation but no front-door name (the evaluations know a system by that name); what
-    `specs` raises propagates. Source: project addition (issue 25).
+    The systems a held-out evaluation runs besides its own baselines, from each solver's ``SolverSpec.evaluations``
+    (imports every declaration).
+
+    Parameters
+    ----------
+    evaluation : str
+        One of `validation.checks.registry.EVALUATIONS` ("counts", "counts+side", "ratings", "implicit").
+
+    Returns
+    -------
+    tuple of str
+        The front-door names.
+
+    Raises
+    ------
+    ValueError
+        Another ``evaluation``.
+    validation.checks.registry.MissingDeclaration
+        A solver that declares the evaluation but no front-door name (the evaluations know a system by that name).
+
+    Source: project addition (issue 25).
     """
     from validation.checks.registry import EVALUATIONS, MissingDeclaration
 
@@ -157,20 +280,59 @@ def evaluation_systems(evaluation: str) -> tuple[str, ...]:
 
 
 def evaluation_declarations(evaluation: str) -> tuple:
-    """(model name, front-door name, `validation.checks.registry.EvaluationEntry`) of every solver that declares
-    ``evaluation``, in registry order (imports every declaration). Raises as `evaluation_systems`.
-    Source: project addition (issue 25)."""
+    """(model name, front-door name, entry) of every solver that declares ``evaluation``, in registry order.
+
+    Imports every declaration.
+
+    Parameters
+    ----------
+    evaluation : str
+        As in `evaluation_systems`.
+
+    Returns
+    -------
+    tuple of (str, str, validation.checks.registry.EvaluationEntry)
+        One triple per declaring solver.
+
+    Raises
+    ------
+    ValueError
+        Another ``evaluation`` (as `evaluation_systems`).
+    validation.checks.registry.MissingDeclaration
+        A declaring solver without a front-door name (as `evaluation_systems`).
+
+    Source: project addition (issue 25).
+    """
     evaluation_systems(evaluation)  # checks the evaluation's name and the solvers' front-door names
     return tuple((spec.name, s.frontdoor, s.evaluations[evaluation]) for spec in specs() for s in spec.solvers
                  if evaluation in s.evaluations)
 
 
 def evaluation_entry(evaluation: str, system: str):
-    """The `validation.checks.registry.EvaluationEntry` that the solver with front-door name ``system`` declares for
-    ``evaluation`` (its ``SolverSpec.evaluations[evaluation]``; imports every declaration).
+    """The `validation.checks.registry.EvaluationEntry` that solver ``system`` declares for ``evaluation``.
 
-    Returns the entry. Raises ValueError for an unknown ``evaluation``; MissingDeclaration when no solver
-    declares ``evaluation`` under that front-door name. Source: project addition (issue 25).
+    Its ``SolverSpec.evaluations[evaluation]``; imports every declaration.
+
+    Parameters
+    ----------
+    evaluation : str
+        As in `evaluation_systems`.
+    system : str
+        The solver's front-door name (e.g. "bpmf", "mcmc-fm").
+
+    Returns
+    -------
+    validation.checks.registry.EvaluationEntry
+        The declared entry (runner, data, setting, defaults).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``evaluation``.
+    validation.checks.registry.MissingDeclaration
+        No solver declares ``evaluation`` under that front-door name (the message lists the declared ones).
+
+    Source: project addition (issue 25).
     """
     from validation.checks.registry import EVALUATIONS, MissingDeclaration
 
@@ -185,13 +347,32 @@ def evaluation_entry(evaluation: str, system: str):
 
 
 def evaluation_runner(evaluation: str, system: str):
-    """The runner the solver with front-door name ``system`` declares for ``evaluation`` (`evaluation_entry`),
-    resolved: what the evaluation's runner contract says (`validation.evaluation.ratings_eval.RatingsRun`,
-    `validation.evaluation.counts_eval.CountsRun`, `validation.evaluation.implicit_eval.ImplicitRun`).
+    """The runner that solver ``system`` declares for ``evaluation`` (`evaluation_entry`), resolved.
 
-    Raises MissingDeclaration naming the evaluation and the system when the solver declares ``evaluation``
-    without a runner (a 14th model that declared the evaluation before writing its runner) or when no solver
-    declares it; ImportError / AttributeError for a declared runner that does not resolve.
+    Parameters
+    ----------
+    evaluation : str
+        As in `evaluation_systems`.
+    system : str
+        The solver's front-door name.
+
+    Returns
+    -------
+    callable
+        What the evaluation's runner contract says (`validation.evaluation.ratings_eval.RatingsRun`,
+        `validation.evaluation.counts_eval.CountsRun`, `validation.evaluation.implicit_eval.ImplicitRun`).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``evaluation``.
+    validation.checks.registry.MissingDeclaration
+        The solver declares ``evaluation`` without a runner (a 14th model that declared the evaluation before
+        writing its runner), or no solver declares it under that name; the message names the evaluation and the
+        system.
+    ImportError, AttributeError
+        A declared runner that does not resolve.
+
     Source: project addition (issue 25).
     """
     from validation.checks.registry import MissingDeclaration
@@ -208,15 +389,44 @@ def evaluation_runner(evaluation: str, system: str):
 def names() -> tuple[str, ...]:
     """The registered model names (the keys of `MODULES`), in registry order; imports nothing.
 
-    Raises nothing. Source: project addition.
+    Returns
+    -------
+    tuple of str
+        The names ("hpf", "sbmf", ...).
+
+    Raises
+    ------
+    None.
+
+    Source: project addition.
     """
     return tuple(MODULES)
 
 
 def get(name: str) -> ModelSpec:
-    """The spec of model ``name`` (imports its validation module). Raises KeyError for an unknown name,
-    AttributeError when the module declares no ``SPEC``, ValueError when the spec's ``name`` differs
-    from the registered one; an ImportError (or any error) of the module's import propagates.
+    """The declaration of model ``name`` (imports its validation module).
+
+    An ImportError (or any error) of the module's import propagates.
+
+    Parameters
+    ----------
+    name : str
+        A registered model name (a key of `MODULES`).
+
+    Returns
+    -------
+    validation.checks.registry.ModelSpec
+        The module's ``SPEC`` (or the attribute `MODULES` names).
+
+    Raises
+    ------
+    KeyError
+        An unknown name (the message lists the registered ones).
+    AttributeError
+        The module declares no ``SPEC``.
+    ValueError
+        The spec's ``name`` differs from the registered one.
+
     Source: project addition.
     """
     if name not in MODULES:
@@ -229,31 +439,63 @@ def get(name: str) -> ModelSpec:
 
 
 def specs() -> tuple[ModelSpec, ...]:
-    """Every model's spec, in registry order (imports every validation module in `MODULES`).
+    """Every model's declaration, in registry order (imports every validation module in `MODULES`).
 
-    Raises nothing of its own; what `get` raises propagates (ImportError of a module, AttributeError
-    for a missing ``SPEC``, ValueError for a misnamed one). Source: project addition.
+    Returns
+    -------
+    tuple of validation.checks.registry.ModelSpec
+        One per registered model.
+
+    Raises
+    ------
+    None of its own; what `get` raises propagates (ImportError, AttributeError, ValueError).
+
+    Source: project addition.
     """
     return tuple(get(n) for n in MODULES)
 
 
 def conformance(models=None) -> list[str]:
-    """Every way the declarations of ``models`` (default every registered one) fail to conform: each
-    solver's Algorithm, front-door adapter name, stored reference and SBC or VSBC adapter, each model's
-    bridge and notebook, present or declared absent with its reason (`ModelSpec.problems`). The checks
-    that need the upper layers (the front-door name is registered, the notebook file exists) are in
-    ``tests/validation/test_registry.py``. Returns a list of str (empty: all conform).
-    Raises KeyError for an unknown model; what importing a declaration raises propagates.
+    """Every way the declarations of ``models`` fail to conform.
+
+    Each solver's Algorithm, front-door adapter name, stored reference and SBC or VSBC adapter, each model's bridge
+    and notebook, present or declared absent with its reason (`validation.checks.registry.ModelSpec.problems`). The
+    checks that need the upper layers (the front-door name is registered, the notebook file exists) are in
+    ``tests/validation/test_registry.py``. What importing a declaration raises propagates.
+
+    Parameters
+    ----------
+    models : iterable of str or None, default None
+        Model names; None (or empty): every registered model.
+
+    Returns
+    -------
+    list of str
+        One message per problem; empty: all conform.
+
+    Raises
+    ------
+    KeyError
+        An unknown model.
+
     Source: project addition (issue 25).
     """
     return [p for name in (models or names()) for p in get(name).problems()]
 
 
 def all_errata() -> tuple:
-    """Every model's errata rows (`validation.checks.errata.Erratum`), model by model (no row twice).
+    """Every model's errata rows, model by model (no row twice).
 
-    Raises nothing of its own; what `specs` raises propagates, and ImportError / AttributeError from
-    resolving a `lazy` errata entry. Source: project addition.
+    Returns
+    -------
+    tuple of validation.checks.errata.Erratum
+        The rows, `lazy` entries resolved.
+
+    Raises
+    ------
+    None of its own; errors of `specs` and of resolving a `lazy` errata entry (ImportError, AttributeError) propagate.
+
+    Source: project addition.
     """
     seen, out = set(), []
     for spec in specs():
@@ -265,8 +507,24 @@ def all_errata() -> tuple:
 
 
 def by_reference(name: str) -> ReferenceSpec:
-    """The `ReferenceSpec` named ``name`` across all models. Raises KeyError when none is; what
-    `specs` raises propagates. Source: project addition.
+    """The stored-reference declaration named ``name``, across all models.
+
+    Parameters
+    ----------
+    name : str
+        The reference's name (file stem in ``validation/checks/reference_posteriors``, e.g. "hpf-bridge").
+
+    Returns
+    -------
+    validation.checks.registry.ReferenceSpec
+        The first declaration of that name, in registry order.
+
+    Raises
+    ------
+    KeyError
+        No model declares it.
+
+    Source: project addition.
     """
     for spec in specs():
         for r in spec.references:
@@ -276,10 +534,20 @@ def by_reference(name: str) -> ReferenceSpec:
 
 
 def solver_names() -> tuple[str, ...]:
-    """Every solver name of every model (the CLI's ``--solver`` choices) and every SBC adapter label,
-    without repeats, in registry order.
+    """Every solver name of every model (the CLI's ``--solver`` choices) and every SBC adapter label.
 
-    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
+    Without repeats, in registry order.
+
+    Returns
+    -------
+    tuple of str
+        The names.
+
+    Raises
+    ------
+    None of its own; what `specs` raises propagates.
+
+    Source: project addition.
     """
     out = []
     for spec in specs():
@@ -291,16 +559,45 @@ def solver_names() -> tuple[str, ...]:
 def sbc_models() -> tuple[str, ...]:
     """The names of the models with SBC adapters (non-empty ``sbc``), in registry order.
 
-    Raises nothing of its own; what `specs` raises propagates. Source: project addition.
+    Returns
+    -------
+    tuple of str
+        The model names.
+
+    Raises
+    ------
+    None of its own; what `specs` raises propagates.
+
+    Source: project addition.
     """
     return tuple(s.name for s in specs() if s.sbc)
 
 
 def bridge(name: str):
-    """The `validation.checks.bridge.BridgeSpec` of model ``name`` (its bridge problem and every Gibbs block
-    as a ``CustomGibbs`` factory), from its declaration's ``bridge``. Raises KeyError for an unknown model or
-    a model without a bridge (naming its declared reason); ImportError / AttributeError of the declaring
-    module propagate. Source: project addition.
+    """The `validation.checks.bridge.BridgeSpec` of model ``name``, from its declaration's ``bridge``.
+
+    Its bridge problem and every Gibbs block as a ``CustomGibbs`` factory; ``model`` set to ``name`` when the
+    declaring module left it empty.
+
+    Parameters
+    ----------
+    name : str
+        A registered model name.
+
+    Returns
+    -------
+    validation.checks.bridge.BridgeSpec
+        The model's bridge.
+
+    Raises
+    ------
+    KeyError
+        An unknown model, or a model without a bridge (the message names its declared reason and the models
+        with one).
+    ImportError, AttributeError
+        The declaring module or attribute does not resolve.
+
+    Source: project addition.
     """
     decl = get(name)
     if decl.bridge is None:
@@ -311,19 +608,53 @@ def bridge(name: str):
 
 
 def bridge_models() -> tuple[str, ...]:
-    """The names of the models whose declaration carries a bridge, in registry order (imports the
-    declarations, not the bridges). Raises nothing of its own; what `specs` raises propagates.
-    Source: project addition."""
+    """The names of the models whose declaration carries a bridge, in registry order.
+
+    Imports the declarations, not the bridges.
+
+    Returns
+    -------
+    tuple of str
+        The model names.
+
+    Raises
+    ------
+    None of its own; what `specs` raises propagates.
+
+    Source: project addition.
+    """
     return tuple(s.name for s in specs() if s.bridge is not None)
 
 
 def regenerate_reference(name: str, *, directory=None, progress: bool = False):
-    """Re-run NUTS on the default cross-check problem of stored reference ``name`` and rewrite its files
-    (``validation/checks/reference_posteriors/NAME.{npz,json}``, or under ``directory``).
+    """Re-run NUTS on the default cross-check problem of stored reference ``name`` and rewrite its files.
 
-    The problem comes from the `ReferenceSpec` named ``name`` (`by_reference`). Returns the fresh
-    `validation.checks.references.Reference`. Raises KeyError for an unknown name; what NUTS and
-    `validation.checks.references.save_reference` raise propagates. Source: project addition.
+    The problem comes from the `validation.checks.registry.ReferenceSpec` named ``name`` (`by_reference`); the files
+    are ``validation/checks/reference_posteriors/NAME.{npz,json}`` (or under ``directory``). What NUTS raises
+    propagates.
+
+    Parameters
+    ----------
+    name : str
+        The reference's name.
+    directory : path-like or None, keyword-only, default None
+        Where to write; None: the package's ``reference_posteriors`` folder.
+    progress : bool, keyword-only, default False
+        Show NUTS's progress bar.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The fresh reference (named ``name``).
+
+    Raises
+    ------
+    KeyError
+        An unknown name.
+    OSError
+        The files cannot be written (`validation.checks.references.save_reference`).
+
+    Source: project addition.
     """
     from validation.checks import references
 
@@ -390,22 +721,37 @@ def _registry_rows(models=None) -> list[dict]:
 
 
 def evidence_table(models=None) -> pd.DataFrame:
-    """Which evidence exists, per model and solver, read from the declarations (and, for the VI
-    evidence, each solver's ``khat`` / ``vsbc`` / ``measured``): update checks (the spec's ``checks``),
-    bridge (a non-empty ``bridge``: each Gibbs block as a NumPyro CustomGibbs block beside NUTS; exact
-    solvers), NUTS agreement (a stored reference of the solver's problem), SBC (an SBC adapter under the
-    solver's name; "+ NUTS SBC" where the model also has a NUTS SBC of the same problem, the
-    reference that tells a sampler defect from a property of the test problem), k-hat and VSBC (VI solvers: "yes" where the adapter exists, and the numbers recorded in
-    ``measured``: k-hat on the solver's *default* cross-check problem, VSBC verdict), and the function-specific
-    k-hat (`validation.checks.vi_evidence.function_khat` of every quantity the cross-check compares, on the same
-    draws: how many read < 0.7 (reliable from q with PSIS), 0.7-1, > 1, the worst and best, and where to read
-    them from).
+    """Which evidence exists, per model and solver, read from the declarations.
+
+    Columns: update checks (the spec's ``checks``); bridge (a non-empty ``bridge``: each Gibbs block as a NumPyro
+    CustomGibbs block beside NUTS; exact solvers); NUTS agreement (a stored reference of the solver's problem); SBC
+    (an SBC adapter under the solver's name; "+ NUTS SBC" where the model also has a NUTS SBC of the same problem,
+    the reference that tells a sampler defect from a property of the test problem); k-hat and VSBC (VI solvers:
+    "yes" where the adapter exists, and the numbers recorded in ``measured``: k-hat on the solver's *default*
+    cross-check problem, VSBC verdict); the function-specific k-hat (`validation.checks.vi_evidence.function_khat`
+    of every quantity the cross-check compares, on the same draws: how many read < 0.7 (reliable from q with PSIS),
+    0.7-1, > 1, the worst and best, and where to read them from).
 
     A point-estimate solver (``method="point"``: SGD-FM, SIBM MAP) has a row of "n/a (point ...)": no posterior,
-    so no NUTS agreement, SBC or k-hat; a solver whose cross-check is declared absent reads "none: " and the declared reason.
+    so no NUTS agreement, SBC or k-hat; a solver whose cross-check is declared absent reads "none: " and the
+    declared reason. What importing a model's validation module raises propagates.
 
-    ``models``: names (default every registered model). Returns a DataFrame, one row per solver.
-    Raises KeyError for an unknown model; what importing a model's validation module raises propagates.
+    Parameters
+    ----------
+    models : iterable of str or None, default None
+        Model names; None (or empty): every registered model.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per solver: model, solver, method, update checks, bridge (CustomGibbs), NUTS agreement, SBC,
+        k-hat (recorded), VSBC (recorded), function-specific k-hat (recorded); all str.
+
+    Raises
+    ------
+    KeyError
+        An unknown model.
+
     Source: project addition.
     """
     import pandas as pd
@@ -414,9 +760,29 @@ def evidence_table(models=None) -> pd.DataFrame:
 
 
 def evidence_lines(model: str) -> list[str]:
-    """The "Evidence for MODEL" section of a report (cross-check and SBC reports): `evidence_table` of the
-    model's solvers as Markdown lines. Raises KeyError for an unknown model; ImportError without
-    ``tabulate``. Source: project addition."""
+    """The "Evidence for MODEL" section of a report: `evidence_table` of the model's solvers as Markdown lines.
+
+    Used by the cross-check and SBC reports.
+
+    Parameters
+    ----------
+    model : str
+        A registered model name.
+
+    Returns
+    -------
+    list of str
+        A heading, a pointer line, the Markdown table and blank separators.
+
+    Raises
+    ------
+    KeyError
+        An unknown model.
+    ImportError
+        ``tabulate`` is not installed (`validation.checks.report.markdown_table`).
+
+    Source: project addition.
+    """
     from validation.checks.report import markdown_table
 
     return [f"## Evidence for {model} (all solvers)", "",

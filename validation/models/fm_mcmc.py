@@ -71,12 +71,35 @@ _CHECK_DESIGN = dict(n_users=8, n_items=6, n_multi=4, n_rows=40, p_multi=0.5)
 
 
 def small_design(n_users=30, n_items=20, n_multi=3, n_rows=200, seed=0, p_multi=0.4):
-    """Random (user, item) one-hot | one-hot | multi-hot (``n_multi`` features, each on with
-    probability ``p_multi``) design. Returns (X coo (N, D), group (D,), users (N,), items (N,)).
+    """A random (user, item) one-hot | one-hot | multi-hot FM design.
 
-    N = ``n_rows``, D = ``n_users + n_items + n_multi``; X float64 (0/1 entries), group, users and
-    items int64. Raises nothing of its own (numpy raises ValueError for ``n_users`` or ``n_items``
-    < 1). Source: project addition (a small design of the FM of 004_90693a0965f06816.txt, eq. 2.17).
+    Each row has one user and one item drawn uniformly, and each of the ``n_multi`` multi-hot features is on with
+    probability ``p_multi``; groups 0 (users), 1 (items), 2 (the multi-hot features).
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 30, 20
+        Users and items (at least 1 each).
+    n_multi : int, default 3
+        Multi-hot features (0: none).
+    n_rows : int, default 200
+        N, the instances.
+    seed : int, default 0
+        ``numpy.random.default_rng(seed)``.
+    p_multi : float, default 0.4
+        Probability that a multi-hot feature is on.
+
+    Returns
+    -------
+    tuple
+        (X scipy.sparse.coo_matrix (N, D) float64 with 0/1 entries, group int64 (D,), users int64 (N,), items int64
+        (N,)), D = ``n_users + n_items + n_multi``.
+
+    Raises
+    ------
+    None of its own (numpy raises ValueError for ``n_users`` or ``n_items`` < 1).
+
+    Source: project addition (a small design of the FM of 004_90693a0965f06816.txt, eq. 2.17).
     """
     rng = np.random.default_rng(seed)
     u = rng.integers(0, n_users, n_rows)
@@ -155,12 +178,36 @@ def conditional_checks(hyper: ppl.FMHierHyper = ppl.FMHierHyper(mu_0=0.3, sigma_
                        *, seed: int = 0, K: int = 2, n_grid: int = 41) -> pd.DataFrame:
     """Every conditional of MCMC-FM vs the NumPyro log density (module docstring).
 
-    Returns a DataFrame with columns block, site, index, max_error (max over the grid of
-    |(log p(theta_g) - log p(theta_0)) - (log q(theta_g) - log q(theta_0))|), expected ("exact" or
-    "wrong") and passed (exact: error <= 1e-6; wrong: error > 1e-6). Runs in float64.
-    Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 2.17, 2.22-2.30 (the model
-    whose conditionals are checked; the thesis prints no conditionals); the check is a project
-    addition (validation level 1).
+    On the shared small design (8 users, 6 items, 4 multi-hot features, 40 rows) with parameters and y drawn from
+    ``hyper``: w0, alpha, w and V of the most frequent and the last feature of each block, sigma_w, mu_w, sigma_v,
+    mu_v of each group; plus the deliberately wrong v conditional (the self term kept), which must fail. Runs in
+    float64.
+
+    Parameters
+    ----------
+    hyper : ppl_models.fm.FMHierHyper, optional
+        The program's hyperparameters; default mu_0 = 0.3, sigma_0 = 2, nu_0 = 1.5, alpha_0p = 2, beta_0p = 1.5,
+        alpha_0 = 3, beta_0 = 1 (distinct values, so that a swapped symbol shows).
+    seed : int, keyword-only, default 0
+        Seed of the design (``seed``) and of the prior draw (``seed + 1``).
+    K : int, keyword-only, default 2
+        Factor dimension.
+    n_grid : int, keyword-only, default 41
+        Grid points per coordinate (mean +- 4 sd for Normals, 0.2 to 3 times the mean for Gammas).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per coordinate: block, site, index (str), max_error (max over the grid of
+        |(log p(theta_g) - log p(theta_0)) - (log q(theta_g) - log q(theta_0))|), expected ("exact" or "wrong"),
+        passed (exact: error <= 1e-6; wrong: error > 1e-6).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: 004_90693a0965f06816.txt, eqs. 2.17, 2.22-2.30 (the model whose conditionals are checked; the thesis
+    prints no conditionals); the check is a project addition (validation level 1).
     """
     with jax.enable_x64(True):
         X, group, _, _ = small_design(**_CHECK_DESIGN, seed=seed)
@@ -224,10 +271,31 @@ def _dense_yhat(Xd, w0, w, V):
 
 
 def cache_check(*, seed: int = 0, K: int = 3, n_sweeps: int = 2) -> float:
-    """Max abs difference between the caches (e, q) after ``n_sweeps`` sweeps (the last one
-    incremental) and y - yhat, X V recomputed from the dense X. float64. Returns a float.
-    Raises nothing of its own. Source: project addition (validation level 1; the caches of eq. 2.17
-    of 004_90693a0965f06816.txt)."""
+    """The incrementally updated caches (e, q) against their recomputation from the dense X.
+
+    After ``n_sweeps`` sweeps (`custom_inference.fm_mcmc.step_jit`) on the shared small design, e = y - yhat and
+    q = X V are recomputed densely; float64.
+
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        Seed of the design (``seed``), the prior draw (``seed + 2``) and the sweeps (``PRNGKey(seed)``).
+    K : int, keyword-only, default 3
+        Factor dimension.
+    n_sweeps : int, keyword-only, default 2
+        Sweeps run.
+
+    Returns
+    -------
+    float
+        The largest absolute difference over e and q.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (validation level 1; the caches of eq. 2.17 of 004_90693a0965f06816.txt).
+    """
     with jax.enable_x64(True):
         X, group, _, _ = small_design(**_CHECK_DESIGN, seed=seed)
         design, d, st = _random_state(seed + 2, X, group, K, ppl.FMHierHyper())
@@ -244,9 +312,29 @@ def cache_check(*, seed: int = 0, K: int = 3, n_sweeps: int = 2) -> float:
 def block_check(*, seed: int = 0, K: int = 2) -> pd.DataFrame:
     """Block-at-once vs one-feature-at-a-time (dense brute force, same normal numbers), per block.
 
-    Returns a DataFrame (block, n_features, max_abs_diff over w and V of the block).
-    Raises nothing of its own. Source: project addition (validation level 1: the block updates of
-    `custom_inference.fm_mcmc` on the model of 004_90693a0965f06816.txt, eqs. 2.22-2.30)."""
+    Each block of the shared small design is drawn by `custom_inference.fm_mcmc.update_block` and, with the same
+    standard-normal numbers, feature by feature with every conditional recomputed from the dense X after each
+    update; equal results mean the features of a block are conditionally independent.
+
+    Parameters
+    ----------
+    seed : int, keyword-only, default 0
+        Seed of the design (``seed``) and of the prior draw (``seed + 3``); block b uses ``PRNGKey(100 + b)``.
+    K : int, keyword-only, default 2
+        Factor dimension.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block: block (int), n_features, max_abs_diff (over w and V of the block).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (validation level 1: the block updates of `custom_inference.fm_mcmc` on the model of
+    004_90693a0965f06816.txt, eqs. 2.22-2.30).
+    """
     hyper = ppl.FMHierHyper()
     out = []
     with jax.enable_x64(True):
@@ -292,10 +380,41 @@ def block_check(*, seed: int = 0, K: int = 2) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class CrosscheckConfig:
-    """Small simulated FM: 30 users, 20 items one-hot + a 3-feature multi-hot group, 200 instances,
-    K = 2; y drawn from the flat FM with moderate scales (a fixed truth, not a prior draw, so that
-    the data set is typical); the fit uses the hierarchical MCMC-FM prior ``hyper``. 10 new rows
-    (random user, item, multi-hot) are predicted too."""
+    """The cross-check's small simulated FM and run settings.
+
+    30 users, 20 items one-hot + a 3-feature multi-hot group, 200 instances, K = 2; y drawn from the flat FM with
+    moderate scales (a fixed truth, not a prior draw, so that the data set is typical); the fit uses the
+    hierarchical MCMC-FM prior ``hyper``. 10 new rows (random user, item, multi-hot) are predicted too.
+
+    Parameters
+    ----------
+    n_users, n_items, n_multi : int, default 30, 20, 3
+        Design sizes (`small_design`).
+    n_rows : int, default 200
+        Training instances.
+    n_new : int, default 10
+        New rows predicted.
+    K : int, default 2
+        Factor dimension.
+    seed : int, default 0
+        Seed of the design, of y (``seed + 10``), of NUTS and of MCMC-FM (``seed + 1``).
+    truth_hyper : ppl_models.fm.FMFlatHyper, default FMFlatHyper(alpha=4, sigma_0=1, sigma_w=4, sigma_v=2)
+        The flat FM that simulates y.
+    hyper : ppl_models.fm.FMHierHyper, default FMHierHyper(alpha_0p=2, beta_0p=2)
+        The hierarchical prior both fits use.
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1000
+        NUTS chains, warm-up and kept draws per chain.
+    target_accept : float, default 0.95
+        NUTS's target acceptance probability.
+    gibbs_chains, gibbs_warmup, gibbs_samples, gibbs_thin : int, default 4, 2000, 2000, 5
+        MCMC-FM chains, warm-up sweeps, kept draws per chain and sweeps per kept draw.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition (validation level 2).
+    """
 
     n_users: int = 30
     n_items: int = 20
@@ -330,13 +449,31 @@ def crosscheck_data(config: CrosscheckConfig = CrosscheckConfig()):
 
 
 def identifiable_quantities(idata, design: FMDesign, new) -> dict[str, np.ndarray]:
-    """yhat on the training rows (chain, draw, N), on new rows (chain, draw, n_new), log alpha
-    (chain, draw, 1): invariant to the sign flips and permutations of the factors.
+    """Quantities invariant to the sign flips and permutations of the factors.
 
-    ``idata``: posterior with w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha
-    (chain, draw); ``new``: (rows int (M,), cols int (M,), values float (M,), n_new). Returns
-    float64 arrays. Raises ValueError when ``idata`` has no posterior group, KeyError when a
-    variable is missing. Source: project addition (validation level 2).
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Posterior with w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha (chain, draw).
+    design : custom_inference.fm_design.FMDesign
+        The training design (N rows).
+    new : tuple
+        (rows int (M,), cols int (M,), values float (M,), n_new) of the new rows.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``yhat_train`` (chain, draw, N) and ``yhat_new`` (chain, draw, n_new) float64; ``log_alpha``
+        (chain, draw, 1) in the draws' dtype.
+
+    Raises
+    ------
+    ValueError
+        ``idata`` has no posterior group.
+    KeyError
+        A variable is missing.
+
+    Source: project addition (validation level 2).
     """
     p = arviz_io.group_arrays(idata)
     C, S = p["w0"].shape[:2]
@@ -356,11 +493,33 @@ def identifiable_quantities(idata, design: FMDesign, new) -> dict[str, np.ndarra
 
 def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
                    progress: bool = False):
-    """The NUTS reference "mcmc-fm" of the cross-check problem (`validation.checks.references.Reference`):
-    stored when one matches the design and settings, else a fresh NumPyro NUTS run on
-    `ppl_models.fm.model_hier`. Groups: those of `identifiable_quantities`. Raises ValueError when
-    ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
-    Source: project addition."""
+    """The NUTS reference "mcmc-fm" of the cross-check problem.
+
+    Stored when one matches the design and settings, else a fresh NumPyro NUTS run on `ppl_models.fm.model_hier`.
+    Groups: those of `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and NUTS settings.
+    reference : {None, "stored", "rerun"}, keyword-only, default None
+        None: the stored reference when it matches, else a fresh run; "stored": the stored one or an error;
+        "rerun": a fresh run (`validation.checks.references.nuts_reference`).
+    progress : bool, keyword-only, default False
+        Show NUTS's progress bar.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The reference's draws of the identifiable quantities, gates and settings.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
+
+    Source: project addition.
+    """
     c = config
     design, new = crosscheck_data(c)
     settings = xc.NutsSettings.of(c)
@@ -376,10 +535,32 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
 
 def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
                    reference: str | None = None) -> xc.CrosscheckResult:
-    """MCMC-FM against NUTS on `ppl_models.fm.model_hier` (`validation.checks.crosscheck.exact_crosscheck`:
-    both runs gated, `compare_exact` verdict; NUTS stored when it matches, see `nuts_reference`).
-    Returns a `validation.checks.crosscheck.CrosscheckResult`, method "exact". Raises ValueError on a bad
-    ``reference``. Source: project addition (validation level 2)."""
+    """MCMC-FM against NUTS on `ppl_models.fm.model_hier`.
+
+    `validation.checks.crosscheck.exact_crosscheck`: both runs gated, `compare_exact` verdict; NUTS stored when it
+    matches (`nuts_reference`).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        Data and run settings.
+    progress : bool, keyword-only, default False
+        Show progress bars.
+    reference : {None, "stored", "rerun"}, keyword-only, default None
+        As in `nuts_reference`.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "exact"; its ``extra`` holds the training ``design``.
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference``, or "stored" with no matching stored reference.
+
+    Source: project addition (validation level 2).
+    """
     import time
 
     c = config
@@ -404,10 +585,33 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
 @dataclass(frozen=True)
 class SBCConfig:
-    """One SBC simulation: a fixed small design (10 users, 8 items, 40 instances, one-hot | one-hot,
-    K = 2), parameters and y from the MCMC-FM prior ``hyper`` (hyperpriors tighter than the
-    defaults so that prior draws give data sets of sane scale), MCMC-FM with 2 chains x 500 kept
-    draws thinned by 4 after 400 warmup sweeps (S = 1000 >= L = 99 x ESS-thinning)."""
+    """One SBC simulation of MCMC-FM.
+
+    A fixed small design (10 users, 8 items, 40 instances, one-hot | one-hot, K = 2), parameters and y from the
+    MCMC-FM prior ``hyper`` (hyperpriors tighter than the defaults so that prior draws give data sets of sane scale),
+    MCMC-FM with 2 chains x 500 kept draws thinned by 4 after 400 warm-up sweeps (S = 1000 >= L = 99 x
+    ESS-thinning).
+
+    Parameters
+    ----------
+    n_users, n_items, n_multi : int, default 10, 8, 0
+        Design sizes (`small_design`, seed 12345).
+    n_rows : int, default 40
+        Instances.
+    K : int, default 2
+        Factor dimension.
+    hyper : ppl_models.fm.FMHierHyper, optional
+        The prior that simulates and fits; default mu_0 = 0, sigma_0 = 1, nu_0 = 1, alpha_0p = 5, beta_0p = 5,
+        alpha_0 = 5, beta_0 = 2.
+    chains, warmup, samples, thin : int, default 2, 400, 500, 4
+        MCMC-FM chains, warm-up sweeps, kept draws per chain and sweeps per kept draw.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition (SBC, Talts et al. 2018).
+    """
 
     n_users: int = 10
     n_items: int = 8
@@ -423,13 +627,27 @@ class SBCConfig:
 
 
 def fm_functionals(design: FMDesign) -> dict:
-    """Scalar functionals for SBC: log alpha; yhat of the first 3 training rows; w0 plus the mean
-    of the w of every group (the level of the predictions); log sigma_w of group 0.
+    """Scalar functionals for SBC of MCMC-FM.
 
-    ``design``: `custom_inference.fm_design.FMDesign` whose first 3 rows are scored. Returns a dict
-    name -> function of one draw (w0 scalar, w (D,), V (D, K), alpha scalar, sigma_w (G,)) giving
-    float arrays: log_alpha (1,), yhat (3,), level (1,), log_sigma_w0 (1,). Raises nothing of its
-    own. Source: project addition (SBC functionals of the FM of 004_90693a0965f06816.txt, eq. 2.17).
+    log alpha; yhat of the first 3 training rows; w0 plus the mean of the w of every group (the level of the
+    predictions); log sigma_w of group 0.
+
+    Parameters
+    ----------
+    design : custom_inference.fm_design.FMDesign
+        The design whose first 3 rows are scored.
+
+    Returns
+    -------
+    dict of str to callable
+        Each a function of one draw (w0 scalar, w (D,), V (D, K), alpha scalar, sigma_w (G,)) giving a float array:
+        log_alpha (1,), yhat (3,), level (1,), log_sigma_w0 (1,).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (SBC functionals of the FM of 004_90693a0965f06816.txt, eq. 2.17).
     """
     rows, cols, values, n = design.rows[:9], design.cols[:9], design.values[:9], design.n_rows
     keep = np.asarray(design.rows) < 3
@@ -455,10 +673,25 @@ def fm_functionals(design: FMDesign) -> dict:
 def sbc_adapters(config: SBCConfig = SBCConfig()):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc` with MCMC-FM.
 
-    ``simulate(seed)`` returns (dict of float64 parameter arrays, y float64 (N,)); ``fit(y, seed)``
-    returns the posterior draws with the chains flattened, e.g. V (S, D, K). Raises nothing of its
-    own. Source: project addition (SBC, Talts et al. 2018) on the prior of
-    004_90693a0965f06816.txt, eqs. 2.22-2.30.
+    ``simulate(seed)`` returns (dict of float64 parameter arrays, y float64 (N,)) drawn from ``config.hyper`` on the
+    fixed design; ``fit(y, seed)`` runs `custom_inference.fm_mcmc.sample` and returns the posterior draws with the
+    chains flattened, e.g. V (S, D, K), S = chains x samples.
+
+    Parameters
+    ----------
+    config : SBCConfig, default SBCConfig()
+        Design sizes, K, prior and run settings.
+
+    Returns
+    -------
+    tuple
+        (simulate, fit, functionals); functionals as `fm_functionals` of the fixed design.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (SBC, Talts et al. 2018) on the prior of 004_90693a0965f06816.txt, eqs. 2.22-2.30.
     """
     c = config
     X, group, _, _ = small_design(c.n_users, c.n_items, c.n_multi, c.n_rows, seed=12345)
@@ -593,16 +826,34 @@ _BRIDGE_BLOCKS = {"alpha": ("alpha",), "w0": ("w0",), "hyper_w": ("sigma_w", "mu
 def numpyro_block(block: str, design: FMDesign, hyper):
     """The MCMC-FM Gibbs block ``block`` as a ``gibbs_fn`` for `numpyro.infer.CustomGibbs`.
 
-    Blocks (sites of `ppl_models.fm.model_hier`): "alpha" (`custom_inference.fm_mcmc.alpha_conditional`),
-    "w0" (`w0_conditional`), "hyper_w" / "hyper_v" (the per-group normal-gamma pair: precision given
-    the mean, `sample_group_precision`, then the mean given the new precision, `sample_group_mean`),
-    "w" (`w_block_conditional` for each feature block of the design in turn) and "V"
-    (`v_block_conditional` for each feature block and factor in turn); the caches e, q are recomputed
-    (`caches`) before every conditional. ``design``: `custom_inference.fm_design.FMDesign`;
-    ``hyper``: `ppl_models.fm.FMHierHyper` (what the conditional is given). The ``gibbs_fn`` returns
-    ``{site: array}`` of the sites' shapes (float64). Raises ValueError for an unknown block.
-    Source: derived conditionals of `custom_inference.fm_mcmc` (``004_90693a0965f06816.txt`` eqs.
-    2.22-2.30); the NumPyro block is a project addition.
+    Blocks (sites of `ppl_models.fm.model_hier`): "alpha" (`custom_inference.fm_mcmc.alpha_conditional`), "w0"
+    (`w0_conditional`), "hyper_w" / "hyper_v" (the per-group normal-gamma pair: precision given the mean,
+    `sample_group_precision`, then the mean given the new precision, `sample_group_mean`), "w"
+    (`w_block_conditional` for each feature block of the design in turn) and "V" (`v_block_conditional` for each
+    feature block and factor in turn); the caches e, q are recomputed (`caches`) before every conditional.
+
+    Parameters
+    ----------
+    block : {"alpha", "w0", "hyper_w", "hyper_v", "w", "V"}
+        The block updated.
+    design : custom_inference.fm_design.FMDesign
+        The design and y.
+    hyper : ppl_models.fm.FMHierHyper
+        What the conditional is given.
+
+    Returns
+    -------
+    callable
+        ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> {site: jax.Array}`` of the sites' shapes (alpha, w0 scalars;
+        sigma_w, mu_w (G,); sigma_v, mu_v (G, K); w (D,); V (D, K)), in the dtype of the sites.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``block``.
+
+    Source: derived conditionals of `custom_inference.fm_mcmc` (``004_90693a0965f06816.txt`` eqs. 2.22-2.30); the
+    NumPyro block is a project addition.
     """
     if block not in _BRIDGE_BLOCKS:
         raise ValueError(f"block must be one of {sorted(_BRIDGE_BLOCKS)}, got {block!r}")
@@ -644,10 +895,29 @@ def numpyro_block(block: str, design: FMDesign, hyper):
 
 
 def bridge_problem(config: CrosscheckConfig = BRIDGE_CONFIG):
-    """The MCMC-FM bridge problem (`validation.checks.bridge.Problem`) of ``config`` (default `BRIDGE_CONFIG`,
-    whose NUTS reference "mcmc-fm-bridge" is stored): `ppl_models.fm.model_hier` on the simulated
-    design, compared on `identifiable_quantities`. Raises ValueError (when its reference is asked for)
-    if no stored reference matches. Source: project addition."""
+    """The MCMC-FM bridge problem (`validation.checks.bridge.Problem`) of ``config``.
+
+    `ppl_models.fm.model_hier` on the simulated design of ``config``, compared on `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default BRIDGE_CONFIG
+        The problem (default: 8 users, 6 items, 2 multi-hot features, 40 rows, 4 new rows, K = 2, target accept
+        0.99; its NUTS reference "mcmc-fm-bridge" is stored).
+
+    Returns
+    -------
+    validation.checks.bridge.Problem
+        model, args, kwargs (n_groups), data (the design), hyper, quantities, reference (a callable: the stored
+        NUTS reference), target_accept, description.
+
+    Raises
+    ------
+    ValueError
+        No stored reference matches (when ``reference`` is called).
+
+    Source: project addition.
+    """
     from validation.checks import bridge
 
     c = config

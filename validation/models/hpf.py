@@ -69,15 +69,30 @@ def _np_state(state):
 def dense_elbo(state, y: np.ndarray, hyper) -> float:
     """The HPF ELBO (optimal phi) by brute force over every cell of a dense (I, J) matrix.
 
-    Written with numpy/scipy only, cell by cell over all I x J entries (zeros
-    included), sharing no code with `custom_inference.hpf.elbo`; the two must agree
-    to rounding.
+    Written with numpy/scipy only, cell by cell over all I x J entries (zeros included), sharing no code with
+    `custom_inference.hpf.elbo`; the two must agree to rounding.
 
-    ``state``: `custom_inference.hpf.HPFState` (gamma_* (I, K), kappa_* (I,), lambda_* (J, K),
-    tau_* (J,)), taken as float64; ``y``: counts (I, J), taken as float64; ``hyper``:
-    `ppl_models.hpf.HPFHyper`. Returns a float. Raises nothing of its own.
-    Source: project addition (the ELBO of the model and mean-field family of
-    001_30a2018ec18c20b9.txt, complete conditionals section).
+    Parameters
+    ----------
+    state : custom_inference.hpf.HPFState
+        The variational parameters: gamma_shape, gamma_rate (I, K), kappa_shape, kappa_rate (I,), lambda_shape,
+        lambda_rate (J, K), tau_shape, tau_rate (J,); taken as float64.
+    y : numpy.ndarray, shape (I, J)
+        Counts, taken as float64.
+    hyper : ppl_models.hpf.HPFHyper
+        The hyperparameters a, a', b', c, c', d'.
+
+    Returns
+    -------
+    float
+        The ELBO (nats).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the ELBO of the model and mean-field family of 001_30a2018ec18c20b9.txt, complete
+    conditionals section).
     """
     s = _np_state(state)
     y = np.asarray(y, dtype=np.float64)
@@ -110,15 +125,31 @@ def monte_carlo_elbo(state, y: np.ndarray, hyper, n_draws: int = 2000, seed: int
     """Monte Carlo estimate of the ELBO from the NumPyro model's own log density.
 
     The ELBO of the z-augmented model with the optimal phi equals
-    E_q[log p(y, theta, beta, xi, eta) - log q(theta, beta, xi, eta)
-        - sum_ui y_ui KL(phi_ui || pi_ui)],   pi_uik = theta_uk beta_ik / theta_u . beta_i,
-    because p(z | y, theta, beta) = Mult(y, pi). log p is `ppl_models.hpf.model`'s
-    log density (NumPyro), log q uses scipy; so this ties the solver's ELBO to the
-    generative program. Returns (estimate, standard error).
+    E_q[log p(y, theta, beta, xi, eta) - log q(theta, beta, xi, eta) - sum_ui y_ui KL(phi_ui || pi_ui)],
+    pi_uik = theta_uk beta_ik / theta_u . beta_i, because p(z | y, theta, beta) = Mult(y, pi). log p is
+    `ppl_models.hpf.model`'s log density (NumPyro), log q uses scipy; so this ties the solver's ELBO to the
+    generative program.
 
-    ``state``, ``y``, ``hyper`` as in `dense_elbo`; ``y`` is passed to the model as float64.
-    Raises nothing of its own. Source: project addition (ties the CAVI ELBO of
-    001_30a2018ec18c20b9.txt, batch algorithm figure, to `ppl_models.hpf.model`).
+    Parameters
+    ----------
+    state, y, hyper
+        As in `dense_elbo`; ``y`` is passed to the model as float64.
+    n_draws : int, default 2000
+        Draws from q.
+    seed : int, default 0
+        ``numpy.random.default_rng(seed)`` of the draws.
+
+    Returns
+    -------
+    tuple of (float, float)
+        The estimate and its standard error (sd / sqrt(n_draws)).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (ties the CAVI ELBO of 001_30a2018ec18c20b9.txt, batch algorithm figure, to
+    `ppl_models.hpf.model`).
     """
     s = _np_state(state)
     rng = np.random.default_rng(seed)
@@ -171,18 +202,38 @@ def update_checks(
 ) -> pd.DataFrame:
     """Stationarity of every CAVI block by ``jax.grad`` of the ELBO, in float64.
 
-    From a state after ``sweeps`` sweeps (not a fixed point), apply phi, gamma,
-    kappa, lambda, tau in the solver's order; after each, the gradient of
-    `custom_inference.hpf.elbo` (with phi held fixed, except for the phi block,
-    whose gradient is taken in the softmax logits) with respect to that block must
-    vanish. ``blocks`` replaces the solver's block list (name, update, fields), which
-    is how the errata table runs the printed updates through the same check.
+    From a state after ``sweeps`` sweeps (not a fixed point), apply phi, gamma, kappa, lambda, tau in the solver's
+    order; after each, the gradient of `custom_inference.hpf.elbo` (with phi held fixed, except for the phi block,
+    whose gradient is taken in the softmax logits) with respect to that block must vanish
+    (`validation.checks.updates.stationarity`).
 
-    Returns a DataFrame: block, grad_before, grad_after, passed.
+    Parameters
+    ----------
+    data : custom_inference.data.Observations
+        N counts (I, J), converted to float64.
+    hyper : ppl_models.hpf.HPFHyper
+        The hyperparameters.
+    n_components : int
+        K.
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of `custom_inference.hpf.init`.
+    sweeps : int, keyword-only, default 3
+        Sweeps run before the check.
+    blocks : sequence of (str, callable, tuple of str) or None, keyword-only, default None
+        (name, update, fields) replacing the solver's `custom_inference.hpf.BLOCKS`; this is how the errata table
+        runs the printed updates through the same check.
 
-    ``data``: `custom_inference.data.Observations` of N counts (converted to float64).
-    Raises nothing of its own. Source: 001_30a2018ec18c20b9.txt, batch algorithm figure (the
-    updates checked); the check is a project addition (validation level 1).
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block (phi first): block, grad_before, grad_after, passed.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: 001_30a2018ec18c20b9.txt, batch algorithm figure (the updates checked); the check is a project addition
+    (validation level 1).
     """
     blocks = cavi.BLOCKS if blocks is None else blocks
     with jax.enable_x64(True):
@@ -215,14 +266,35 @@ def update_checks(
 def dense_twin_checks(y: np.ndarray, hyper, n_components: int, *, seed: int = 0, sweeps: int = 3) -> pd.DataFrame:
     """Sparse (nonzeros-only) computations against their dense brute-force twins.
 
-    Rows: the ELBO (`custom_inference.hpf.elbo` vs `dense_elbo`), and one full sweep's
-    new gamma/lambda shapes and rates vs the same quantities computed with dense
-    (I, J, K) arrays of y * phi and the full E[theta] / E[beta] sums. Returns a
-    DataFrame: quantity, max_rel_diff.
+    Rows: the ELBO (`custom_inference.hpf.elbo` vs `dense_elbo`), and one full sweep's new gamma/lambda shapes and
+    rates and kappa rates vs the same quantities computed with dense (I, J, K) arrays of y * phi and the full
+    E[theta] / E[beta] sums.
 
-    ``y``: counts (I, J), taken as float64. Raises ValueError (`Observations.from_dense`) when
-    ``y`` is not a 2-D non-negative integer matrix with a nonzero entry. Source: project addition
-    (validation level 1), on the updates of 001_30a2018ec18c20b9.txt, batch algorithm figure.
+    Parameters
+    ----------
+    y : numpy.ndarray, shape (I, J)
+        Counts, taken as float64.
+    hyper : ppl_models.hpf.HPFHyper
+        The hyperparameters.
+    n_components : int
+        K.
+    seed : int, keyword-only, default 0
+        ``PRNGKey(seed)`` of `custom_inference.hpf.init`.
+    sweeps : int, keyword-only, default 3
+        Sweeps run before the comparison.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Six rows (elbo, gamma_shape, gamma_rate, kappa_rate, lambda_shape, lambda_rate): quantity, max_rel_diff.
+
+    Raises
+    ------
+    ValueError
+        ``y`` is not a 2-D non-negative integer matrix with a nonzero entry (`Observations.from_dense`).
+
+    Source: project addition (validation level 1), on the updates of 001_30a2018ec18c20b9.txt, batch algorithm
+    figure.
     """
     y = np.asarray(y, dtype=np.float64)
     data = Observations.from_dense(y)
@@ -260,10 +332,38 @@ def dense_twin_checks(y: np.ndarray, hyper, n_components: int, *, seed: int = 0,
 class CrosscheckConfig:
     """What the cross-check fits. ``hyper`` is used both to simulate and to fit.
 
-    The embedded default simulates 60 x 40 with K = 3 from the prior with
-    a = c = 0.5, a' = c' = 2, b' = d' = 1. The paper's defaults (a' = c' = 0.3) put so
-    much prior mass on activities near zero that prior draws reach counts of 1e8,
-    which no real data set looks like; a' = c' = 2 keeps E[xi] = b' = 1 with light tails.
+    The embedded default simulates 60 x 40 with K = 3 from the prior with a = c = 0.5, a' = c' = 2, b' = d' = 1.
+    The paper's defaults (a' = c' = 0.3) put so much prior mass on activities near zero that prior draws reach
+    counts of 1e8, which no real data set looks like; a' = c' = 2 keeps E[xi] = b' = 1 with light tails.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 60, 40
+        I and J of the simulated matrix.
+    n_components : int, default 3
+        K.
+    hyper : ppl_models.hpf.HPFHyper, default HPFHyper(a=0.5, a_prime=2, b_prime=1, c=0.5, c_prime=2, d_prime=1)
+        The hyperparameters of the simulation and of every fit.
+    seed : int, default 1
+        Seed of NUTS and CAVI (restart r uses ``seed + 100 r``), and of the simulation unless ``data_seed``.
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1500
+        NUTS chains, warm-up and kept draws per chain.
+    vi_restarts : int, default 4
+        CAVI runs from different seeds; the highest final ELBO is kept.
+    cavi_max_iter : int, default 5000
+        CAVI sweeps at most.
+    cavi_tol : float, default 1e-9
+        CAVI's relative-ELBO tolerance.
+    n_vi_draws : int, default 4000
+        Draws from q stored with each CAVI fit.
+    data_seed : int or None, default None
+        Key of the simulation; None: ``seed``.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; nothing is checked).
+
+    Source: project addition (validation level 2).
     """
 
     n_users: int = 60
@@ -294,13 +394,28 @@ CROSSCHECK_BRIDGE = CrosscheckConfig(n_users=12, n_items=10, n_components=2, num
 def identifiable_quantities(idata) -> dict[str, np.ndarray]:
     """The quantities that are compared across methods, each (chain, draw, Q).
 
-    ``rate``: every expected rate theta_u . beta_i (Q = I J, row-major); ``xi`` (Q = I);
-    ``eta`` (Q = J). Raw theta and beta are not identified (permutation, scale) and are
-    never compared. ``idata``: InferenceData with theta, beta, xi, eta in its posterior.
+    Raw theta and beta are not identified (permutation, scale) and are never compared.
 
-    Shapes: ``rate`` (chain, draw, I J), ``xi`` (chain, draw, I), ``eta`` (chain, draw, J), in the
-    draws' float dtype. Raises ValueError when ``idata`` has no posterior group, KeyError when one
-    of the four variables is missing. Source: project addition (validation level 2).
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        With theta (chain, draw, I, K), beta (chain, draw, J, K), xi (chain, draw, I), eta (chain, draw, J) in its
+        posterior.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        In the draws' float dtype: ``rate`` (chain, draw, I J), every expected rate theta_u . beta_i, row-major;
+        ``xi`` (chain, draw, I); ``eta`` (chain, draw, J).
+
+    Raises
+    ------
+    ValueError
+        ``idata`` has no posterior group.
+    KeyError
+        One of the four variables is missing.
+
+    Source: project addition (validation level 2).
     """
     post = arviz_io.group_arrays(idata)
     rates = np.einsum("cduk,cdik->cdui", post["theta"], post["beta"])
@@ -309,9 +424,26 @@ def identifiable_quantities(idata) -> dict[str, np.ndarray]:
 
 
 def simulated_data(config: CrosscheckConfig = CROSSCHECK_DEFAULT) -> np.ndarray:
-    """The cross-check's count matrix (n_users, n_items) float64, simulated from the HPF prior
-    (`ppl_models.hpf.simulate`, key ``config.data_seed``, default ``config.seed``). Raises nothing
-    of its own. Source: project addition."""
+    """The cross-check's count matrix, simulated from the HPF prior.
+
+    `ppl_models.hpf.simulate` with key ``config.data_seed`` (None: ``config.seed``), in float64.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CROSSCHECK_DEFAULT
+        Sizes, K, hyperparameters and seeds.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_users, n_items), float64
+        The counts.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     seed = config.seed if config.data_seed is None else config.data_seed
     with jax.enable_x64(True):
         _, y = ppl.simulate(jax.random.PRNGKey(seed), config.n_users, config.n_items, config.n_components,
@@ -321,12 +453,35 @@ def simulated_data(config: CrosscheckConfig = CROSSCHECK_DEFAULT) -> np.ndarray:
 
 def nuts_reference(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarray | None = None,
                    reference: str | None = None, progress: bool = False):
-    """The NUTS reference of an HPF cross-check (`validation.checks.references.Reference` "hpf"): stored
-    when one matches ``y`` (default `simulated_data`), the hyperparameters, K and the NUTS settings,
-    else a fresh run of `run_nuts_reference`. ``reference``: see `validation.checks.references.nuts_reference`.
-    Compared quantities: `identifiable_quantities`. ``y``: counts (I, J), taken as float64.
-    Raises ValueError when ``reference`` is not None, "stored" or "rerun", or is "stored" and no
-    stored reference matches. Source: project addition."""
+    """The NUTS reference "hpf" of an HPF cross-check.
+
+    Stored when one matches ``y``, the hyperparameters, K and the NUTS settings, else a fresh run of
+    `run_nuts_reference`. Compared quantities: `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CROSSCHECK_DEFAULT
+        The problem and NUTS settings.
+    y : numpy.ndarray or None, keyword-only, default None
+        Counts (I, J), taken as float64; None: `simulated_data`.
+    reference : {None, "stored", "rerun"}, keyword-only, default None
+        None: the stored reference when it matches, else a fresh run; "stored": the stored one or an error;
+        "rerun": a fresh run (`validation.checks.references.nuts_reference`).
+    progress : bool, keyword-only, default False
+        Show NUTS's progress bar.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The reference's draws of the identifiable quantities, gates and settings.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
+
+    Source: project addition.
+    """
     y = simulated_data(config) if y is None else np.asarray(y, dtype=np.float64)
     settings = xc.NutsSettings.of(config)
     key = xc.problem_key((y,), (config.n_components, config.hyper), settings)
@@ -338,13 +493,34 @@ def run_crosscheck(config: CrosscheckConfig = CROSSCHECK_DEFAULT, *, y: np.ndarr
                    progress: bool = True, reference: str | None = None) -> xc.CrosscheckResult:
     """CAVI against NUTS on a small dense count matrix ``y`` (I, J), ArviZ-gated.
 
-    ``y`` defaults to `simulated_data` (the embedded problem, whose NUTS reference is stored; see
-    `nuts_reference` and ``reference``). CAVI runs ``vi_restarts`` times from different seeds and
-    keeps the highest ELBO (coordinate ascent finds local optima). Compared: the expected rate of
-    every cell, xi_u and eta_i. Verdict from `validation.checks.crosscheck.vi_crosscheck`. Returns a
-    `validation.checks.crosscheck.CrosscheckResult` (method "vi"); its ``extra`` holds ``y``, the
-    stationarity checks ``update_table``, ``dense_table`` and the kept run's ``elbo``.
-    Raises ValueError on a bad ``reference``.
+    CAVI runs ``vi_restarts`` times from different seeds and keeps the highest ELBO (coordinate ascent finds local
+    optima). Compared: the expected rate of every cell, xi_u and eta_i (`identifiable_quantities`). Verdict from
+    `validation.checks.crosscheck.vi_crosscheck`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CROSSCHECK_DEFAULT
+        Sizes, hyperparameters and run settings.
+    y : numpy.ndarray or None, keyword-only, default None
+        Counts (I, J), taken as float64; None: `simulated_data` (the embedded problem, whose NUTS reference is
+        stored).
+    progress : bool, keyword-only, default True
+        Show NUTS's progress bar.
+    reference : {None, "stored", "rerun"}, keyword-only, default None
+        As in `nuts_reference`.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "vi"; its ``extra`` holds ``y``, the kept run's ``elbo`` trace, the stationarity checks
+        ``update_table`` (`update_checks`) and ``dense_table`` (`dense_twin_checks`), and the k-hat.
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference``, or "stored" with no matching stored reference; a ``y`` that is not a 2-D non-negative
+        integer matrix with a nonzero entry (`Observations.from_dense`).
+
     Source: project addition (validation level 2).
     """
     import time
@@ -391,15 +567,32 @@ def _q_sample(s, seed: int, n: int) -> vi_evidence.QSample:
 
 
 def khat_problem(state, y: np.ndarray, hyper) -> vi_evidence.KhatProblem:
-    """The k-hat problem of an HPF CAVI fit: q(theta, xi, beta, eta) (independent Gammas, the state's
-    shapes and rates) against `ppl_models.hpf.model` on the dense counts ``y`` (I, J).
+    """The k-hat problem of an HPF CAVI fit: q(theta, xi, beta, eta) against `ppl_models.hpf.model` on ``y``.
 
-    The program is Poisson in y with z marginalised; q's factor q(z) (the multinomial phi) is not a
-    density on the program's space and drops out: the k-hat is that of the product of Gammas on all
-    I K + J K + I + J positive latent scalars against p(theta, xi, beta, eta | y) (same coordinates,
-    no Jacobian). ``state``: `custom_inference.hpf.HPFState`; ``y`` taken as float64. Functionals (for the
-    function-specific k-hats): the cross-check's identified quantities, every rate theta_u . beta_i (I J), xi
-    (I) and eta (J). Returns a `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own.
+    q is the product of independent Gammas with the state's shapes and rates. The program is Poisson in y with z
+    marginalised; q's factor q(z) (the multinomial phi) is not a density on the program's space and drops out: the
+    k-hat is that of the product of Gammas on all I K + J K + I + J positive latent scalars against
+    p(theta, xi, beta, eta | y) (same coordinates, no Jacobian). Functionals (for the function-specific k-hats): the
+    cross-check's identified quantities, every rate theta_u . beta_i (I J), xi (I) and eta (J).
+
+    Parameters
+    ----------
+    state : custom_inference.hpf.HPFState
+        The fit's variational parameters (taken as float64).
+    y : numpy.ndarray, shape (I, J)
+        Dense counts, taken as float64.
+    hyper : ppl_models.hpf.HPFHyper
+        The hyperparameters of the program.
+
+    Returns
+    -------
+    validation.checks.vi_evidence.KhatProblem
+        draw (seed, n -> `QSample`), log_joint, space (which latent variables, in words), functionals.
+
+    Raises
+    ------
+    None of its own.
+
     Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on the model of 001_30a2018ec18c20b9.txt.
     """
     s = _np_state(state)
@@ -420,13 +613,30 @@ def vsbc_adapters(solver: str = "cavi", config=None):
     """``(simulate, fit, functionals, description)`` of HPF CAVI's VSBC (`validation.checks.vi_evidence.run_vsbc`).
 
     Simulation and functionals are those of HPF's SBC (`validation.models.hpf_gibbs.sbc_adapters`, its
-    ``SBCConfig``: 10 x 8, K = 2; log xi_u and log eta_i of the first three users and items, three
-    expected rates theta_u . beta_i and the log of the total rate). The fit is CAVI (tol 1e-8, at most
-    ``cavi_max_iter`` sweeps, ``n_q_draws`` draws from q) on *every* cell of the matrix, zeros kept
-    as explicit entries: a zero count adds y phi = 0 to the sums and its rate to the sum over all
-    cells that the solver adds anyway, so the fixed point is the same as on the nonzeros, and the
-    fixed number of entries compiles the sweep once for all simulations.
-    Raises ValueError for another ``solver`` than "cavi".
+    ``SBCConfig``: 10 x 8, K = 2; log xi_u and log eta_i of the first three users and items, three expected rates
+    theta_u . beta_i and the log of the total rate). The fit is CAVI (tol 1e-8, at most ``cavi_max_iter`` sweeps,
+    ``n_q_draws`` draws from q) on *every* cell of the matrix, zeros kept as explicit entries: a zero count adds
+    y phi = 0 to the sums and its rate to the sum over all cells that the solver adds anyway, so the fixed point is
+    the same as on the nonzeros, and the fixed number of entries compiles the sweep once for all simulations.
+
+    Parameters
+    ----------
+    solver : str, default "cavi"
+        The solver; only "cavi".
+    config : validation.models.hpf_gibbs.SBCConfig or None, default None
+        Sizes, hyperparameters, ``cavi_max_iter`` and ``n_q_draws``; None: ``SBCConfig()``.
+
+    Returns
+    -------
+    tuple
+        (simulate, fit, functionals, description): ``fit(y, seed)`` returns dict site -> float64 draws from q
+        (``n_q_draws``, ...) of theta, xi, beta, eta; description is one line of the settings.
+
+    Raises
+    ------
+    ValueError
+        Another ``solver`` than "cavi".
+
     Source: project addition (VSBC, Yao et al. 2018, sec. 4) on the model of 001_30a2018ec18c20b9.txt.
     """
     from validation.models import hpf_gibbs
@@ -450,8 +660,26 @@ def vsbc_adapters(solver: str = "cavi", config=None):
 
 
 def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig) -> dict[str, str]:
-    """The data and hyperparameter lines of an HPF cross-check's ``settings`` (the NUTS line comes
-    from the reference). ``y``: counts (I, J). Raises nothing of its own. Source: project addition."""
+    """The data and hyperparameter lines of an HPF cross-check's ``settings`` (the NUTS line comes from the reference).
+
+    Parameters
+    ----------
+    y : numpy.ndarray, shape (I, J)
+        Counts.
+    config : CrosscheckConfig
+        K and the hyperparameters.
+
+    Returns
+    -------
+    dict of str to str
+        "data" (shape, nonzeros, total count, K) and "hyperparameters".
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     return {
         "data": f"matrix {y.shape[0]} x {y.shape[1]}, {int((y > 0).sum())} nonzeros, total count {int(y.sum())}; "
                 f"K = {config.n_components}",
@@ -460,10 +688,27 @@ def crosscheck_settings(y: np.ndarray, config: CrosscheckConfig) -> dict[str, st
 
 
 def run_nuts_reference(y: np.ndarray, config: CrosscheckConfig, *, progress: bool = True) -> xc.NutsRun:
-    """The NUTS run of a cross-check (the program `ppl_models.hpf.model` on dense ``y``).
+    """The NUTS run of a cross-check: the program `ppl_models.hpf.model` on dense ``y``.
 
-    ``y``: counts (I, J) float64. Returns a `validation.checks.crosscheck.NutsRun`. Raises nothing of its
-    own. Source: project addition (validation level 2).
+    Parameters
+    ----------
+    y : numpy.ndarray, shape (I, J), float64
+        Counts.
+    config : CrosscheckConfig
+        K, hyperparameters, seed and the NUTS settings.
+    progress : bool, keyword-only, default True
+        Show NUTS's progress bar.
+
+    Returns
+    -------
+    validation.checks.crosscheck.NutsRun
+        The NUTS draws and their diagnostics.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (validation level 2).
     """
     return xc.run_nuts(
         ppl.model, jnp.asarray(y), config.n_components, config.hyper,
@@ -616,22 +861,55 @@ MEASURED_CAVI = {"khat": 3.16, "n_latent": 400, "vsbc_sims": 200, "vsbc_passed":
 
 
 def score_fn(idata):
-    """The HPF ranking score of a CAVI fit: ``score_fn(users (B,) int) -> (B, J)``, E_q[theta_u] . E_q[beta_i]
-    (`custom_inference.hpf.score_users` at the state stored in ``idata``, `custom_inference.hpf.fit`'s output).
-    Raises what `custom_inference.hpf.state_from_inference_data` raises for an idata without the state.
-    Source: ``001_30a2018ec18c20b9.txt`` sec. 2 (scores by the expected rate)."""
+    """The HPF ranking score of a CAVI fit, E_q[theta_u] . E_q[beta_i].
+
+    `custom_inference.hpf.score_users` at the state stored in ``idata``.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        `custom_inference.hpf.fit`'s output (with its ``variational_parameters`` group).
+
+    Returns
+    -------
+    callable
+        ``score_fn(users) -> (B, J)`` scores of every item for ``users`` (B,) int.
+
+    Raises
+    ------
+    ValueError
+        ``idata`` has no ``variational_parameters`` group or it lacks an HPFState field
+        (`custom_inference.hpf.state_from_inference_data`).
+
+    Source: ``001_30a2018ec18c20b9.txt`` sec. 2 (scores by the expected rate).
+    """
     state = cavi.state_from_inference_data(idata)
     return lambda users: cavi.score_users(state, users)
 
 
 def counts_runner(run, side: bool):
-    """HPF by CAVI on protocol P3 (`validation.evaluation.counts_eval`): ``hpf_max_iter`` sweeps (all run, tol = 0),
-    default hyperparameters, in ``dtype``; scores E_q[theta_u] . E_q[beta_i] (`score_fn`).
+    """HPF by CAVI on protocol P3 (`validation.evaluation.counts_eval`'s runner contract).
 
-    ``run``: the evaluation's `validation.evaluation.counts_eval.CountsRun` (config, split, progress); ``side``:
-    unused (HPF declares no "counts+side"). Returns a list of one fit dict (method, score_fn, fit_seconds,
-    seconds_per_iteration, iterations, setting), the counts runner contract. Raises what
-    `custom_inference.hpf.fit` raises (FloatingPointError for a non-finite ELBO).
+    ``hpf_max_iter`` sweeps (all run, tol = 0), default hyperparameters, in ``dtype``; scores
+    E_q[theta_u] . E_q[beta_i] (`score_fn`).
+
+    Parameters
+    ----------
+    run : validation.evaluation.counts_eval.CountsRun
+        The evaluation's config (seed, K, hpf_max_iter, dtype), split and progress.
+    side : bool
+        Unused (HPF declares no "counts+side").
+
+    Returns
+    -------
+    list of dict
+        One fit dict (method, score_fn, fit_seconds, seconds_per_iteration, iterations, setting), the counts runner
+        contract.
+
+    Raises
+    ------
+    None of its own; what `custom_inference.hpf.fit` raises (FloatingPointError for a non-finite ELBO) propagates.
+
     Source: ``001_30a2018ec18c20b9.txt`` (HPF, CAVI); the P3 comparison of ``004_90693a0965f06816.txt`` sec. 5.4.
     """
     cfg, split = run.config, run.split

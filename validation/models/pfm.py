@@ -221,27 +221,43 @@ def conditional_checks(variant: str = "npfm", *, seed: int = 0, zeros: str = "al
                        z3_form: str | None = None) -> pd.DataFrame:
     """Every Gamma conditional of the sampler vs the brute-force normalised conditional.
 
-    Sites: w0, w (user id, item id, user side and item side feature), V (the same features,
-    one factor), r (NPFM), beta0, beta, delta, c (NPFM). ``zeros``: "all" (with one excluded
-    cell) or "observed". ``sampler`` (default `custom_inference.pfm.conditionals`) is the
-    function under test. ``z3_form`` ("both" or "one-sided"): check only the v_ik whose count
-    differs most between Z3_ik over both endpoints and over the pairs where i is the first index
-    (eq. 5.10 read literally, the erratum's printed form), giving the sampler that form. Returns a DataFrame: site, index,
-    shape, rate, tv_distance, passed (tv < 1e-4).
+    Sites: w0, w (user id, item id, user side and item side feature), V (the same features, one
+    factor), r (NPFM), beta0, beta, delta, c (NPFM). The problem is I = J = 3, K = 2, D = 9 (ids plus
+    1 user and 2 item side features), float64.
 
-    Arguments are scalars; ``sampler(state, stats, expo, data, hyper)`` must return, like
-    `custom_inference.pfm.conditionals`, a dict site -> (shape, rate) of float arrays of the
-    site's shape (w0 (), w (D,), V (D, K), r (K,), beta0 (), beta (D,), delta (K,), c ()). The
-    problem is I = J = 3, K = 2, D = 9 (ids plus 1 user and 2 item side features), float64.
-    Returned DataFrame, one row per checked site entry: site str, index str (the entry's index
-    tuple), shape float64, rate float64 (the sampler's Gamma), tv_distance float64, passed bool.
-    Any ``zeros`` other than "all" runs as "observed"; any non-None ``z3_form`` other than
-    "one-sided" runs as "both".
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    seed : int, default 0
+        Seeds the problem (``seed``) and the latent counts z (``seed + 1``). Keyword-only.
+    zeros : {"all", "observed"}, default "all"
+        "all" (every cell a row, one excluded cell) or "observed"; any other value runs as
+        "observed". Keyword-only.
+    sampler : callable, optional
+        The function under test (default `custom_inference.pfm.conditionals`):
+        ``sampler(state, stats, expo, data, hyper)`` returns a dict site -> (shape, rate) of float
+        arrays of the site's shape (w0 (), w (D,), V (D, K), r (K,), beta0 (), beta (D,), delta (K,),
+        c ()). Keyword-only.
+    z3_form : {None, "both", "one-sided"}, optional
+        Not None: check only the v_ik whose count differs most between Z3_ik over both endpoints and
+        over the pairs where i is the first index (eq. 5.10 read literally, the erratum's printed
+        form), giving the sampler that form; any other non-None value runs as "both". Keyword-only.
 
-    Raises nothing of its own. Propagates ValueError from `ppl_models.pfm.model` for a
-    ``variant`` other than "npfm" / "ppfm" and from `custom_inference.pfm.PFMData.from_matrix`
-    when the simulated counts hold no positive count (zeros="all"); whatever ``sampler`` raises
-    (a returned dict without a checked site gives KeyError).
+    Returns
+    -------
+    pandas.DataFrame
+        One row per checked site entry: site str, index str (the entry's index tuple), shape float64,
+        rate float64 (the sampler's Gamma), tv_distance float64, passed bool (tv < 1e-4).
+
+    Raises
+    ------
+    ValueError
+        A ``variant`` other than "npfm" / "ppfm" (the problem's simulation); from
+        `custom_inference.pfm.PFMData.from_matrix` when the simulated counts hold no positive count
+        (zeros="all").
+    KeyError
+        A ``sampler`` whose dict lacks a checked site; whatever else ``sampler`` raises propagates.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eqs. 5.8-5.15 (the conditionals checked),
     with the augmented likelihood of Lemma 5.2.2 / eq. 5.7 and eq. 5.10's Z3 (erratum); the
@@ -351,20 +367,34 @@ def collapsed_checks(variant: str = "npfm", *, seed: int = 0, n_draws: int = 200
     """Each CRT-augmented shape draw vs the exact collapsed conditional (module docstring).
 
     For alpha0, alpha_i (one feature), zeta_i (one feature, all K factors) and gamma0 (NPFM):
-    ``tv_closed_vs_quadrature`` between the closed-form collapsed density and the augmented
-    joint integrated numerically over the rate variable(s); ``ks_pvalue`` of the sampler's
-    kernel (`pfm.crt` tables, then `pfm.shape_conditionals`, then `pfm.gamma_draw`) applied to
-    ``n_draws`` exact draws (inverse CDF on a grid): invariance means uniform p-values.
-    passed: tv < 1e-4 and p > 1e-3.
+    ``tv_closed_vs_quadrature`` between the closed-form collapsed density and the augmented joint
+    integrated numerically over the rate variable(s); ``ks_pvalue`` of the sampler's kernel
+    (`pfm.crt` tables, then `pfm.shape_conditionals`, then `pfm.gamma_draw`) applied to ``n_draws``
+    exact draws (inverse CDF on a grid): invariance means uniform p-values. The problem is
+    I = J = 3, K = 2, D = 9, float64.
 
-    Arguments are scalars (``n_draws``: int >= 1). The problem is I = J = 3, K = 2, D = 9,
-    float64. Returns a DataFrame, one row per site (3 for PPFM, 4 for NPFM): site str, index str
-    (the entry's index tuple), tv_closed_vs_quadrature float64, ks_pvalue float64, passed bool.
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    seed : int, default 0
+        Seeds the problem, the latent counts (``seed + 1``) and the kernel's keys (``seed + 7``).
+        Keyword-only.
+    n_draws : int >= 1, default 20000
+        Exact draws pushed through the kernel per site. Keyword-only.
 
-    Raises nothing of its own. Propagates ValueError from `ppl_models.pfm.model` for a
-    ``variant`` other than "npfm" / "ppfm" and from `custom_inference.pfm.PFMData.from_matrix`
-    when the simulated counts hold no positive count; a negative ``n_draws`` makes numpy raise
-    ValueError.
+    Returns
+    -------
+    pandas.DataFrame
+        One row per site (3 for PPFM, 4 for NPFM): site str, index str (the entry's index tuple),
+        tv_closed_vs_quadrature float64, ks_pvalue float64, passed bool (tv < 1e-4 and p > 1e-3).
+
+    Raises
+    ------
+    ValueError
+        A ``variant`` other than "npfm" / "ppfm" (the problem's simulation); from
+        `custom_inference.pfm.PFMData.from_matrix` when the simulated counts hold no positive count;
+        from numpy for a negative ``n_draws``.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eqs. 5.16-5.19 (the CRT shape draws), by
     Lemmas 5.2.1, 5.2.3 and 5.2.6; the check itself is a project addition.
@@ -439,17 +469,29 @@ def _kernel_draws(site, x0, state, st, expo, data, hyper, idx, seed):
 
 
 def dense_checks(*, seed: int = 0) -> pd.DataFrame:
-    """Cached training-row sums (N, X_i, E_ik, s_k) vs dense brute force over explicit rows, for
-    zeros="all" without and with excluded cells, and zeros="observed"; side features on. Also
-    the log joint vs the program's log density. Returns site, mode, max_rel_diff, passed (< 1e-10).
+    """Cached training-row sums (N, X_i, E_ik, s_k) and the log joint vs dense brute force.
 
-    Problem: I = 4, J = 3, K = 3, D = 10 (ids plus side features), float64. Returns a DataFrame
-    of 15 rows (sites N, X_i, E_ik, s_k, log_joint in each of 3 modes): site str, mode str,
-    max_rel_diff float64 (over the site's array: X_i (D,), E_ik (D, K), s_k (K,), others
-    scalar), passed bool.
+    Over explicit rows, for zeros="all" without and with excluded cells, and zeros="observed"; side
+    features on; the log joint (`custom_inference.pfm.log_joint`) vs the program's log density.
+    Problem: I = 4, J = 3, K = 3, D = 10 (ids plus side features), float64.
 
-    Raises nothing of its own; ValueError from `custom_inference.pfm.PFMData.from_matrix`
-    propagates should a seed's simulated counts hold no positive count.
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds the simulated problem. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        15 rows (sites N, X_i, E_ik, s_k, log_joint in each of 3 modes): site str, mode str,
+        max_rel_diff float64 (over the site's array: X_i (D,), E_ik (D, K), s_k (K,), others
+        scalar), passed bool (< 1e-10).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.pfm.PFMData.from_matrix`, should a seed's simulated counts hold no
+        positive count; none of its own.
 
     Source: project addition: checks the cached summary statistics of ``004_90693a0965f06816.txt``
     sec. 5.3.5 and the exposures in the rates of eqs. 5.8-5.11, and the log joint of eq. 5.6.
@@ -481,19 +523,32 @@ def dense_checks(*, seed: int = 0) -> pd.DataFrame:
 
 
 def allocation_checks(*, seed: int = 0, n_draws: int = 20000) -> pd.DataFrame:
-    """(1) one unit on a row with 4 features (user, item, user side, item side) and K = 2:
-    frequencies of the 1 + 4 + 6 x 2 terms vs Lemma 5.2.2's probabilities (chi-square p);
-    (2) on a random small data set, the invariants Z1 + sum Z2 + sum L = T, sum_i Z3_ik = 2 L_k,
-    non-negative integers. Returns check, value, passed (p > 1e-3; invariants exact).
+    """The latent-count allocation vs Lemma 5.2.2, and its count invariants.
 
-    ``n_draws``: int, the number of single-unit allocations (float64 throughout). Returns a
-    DataFrame of 4 rows: check str, value float64 (the p-value or the invariant's residual),
-    passed bool.
+    (1) One unit on a row with 4 features (user, item, user side, item side) and K = 2: frequencies
+    of the 1 + 4 + 6 x 2 terms vs Lemma 5.2.2's probabilities (chi-square p); (2) on a random small
+    data set (I = 4, J = 3, K = 3), the invariants Z1 + sum Z2 + sum L = T, sum_i Z3_ik = 2 L_k,
+    non-negative integers. Float64 throughout.
 
-    Raises nothing of its own in use: an internal ``assert`` on the one-row design's feature
-    values (AssertionError) cannot fail for the fixed design; ValueError from
-    `custom_inference.pfm.PFMData.from_matrix` propagates should a seed's simulated counts hold
-    no positive count.
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds the allocations and the small data set. Keyword-only.
+    n_draws : int >= 1, default 20000
+        The number of single-unit allocations in (1). Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        4 rows: check str, value float64 (the p-value or the invariant's residual), passed bool
+        (p > 1e-3; invariants exact).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.pfm.PFMData.from_matrix`, should a seed's simulated counts hold no
+        positive count. An internal ``assert`` on the one-row design's feature values
+        (AssertionError) cannot fail for the fixed design.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eq. 5.7 (the multinomial of z_n, Lemma
     5.2.2); the check is a project addition.
@@ -548,18 +603,33 @@ def allocation_checks(*, seed: int = 0, n_draws: int = 20000) -> pd.DataFrame:
 
 
 def sweep_order_check(form: str = "valid", *, seed: int = 0, n: int = 40000) -> tuple[bool, float]:
-    """Does one (shape, rate) update keep exact posterior draws exact? Toy block of the model:
-    alpha ~ Ga(a, b), w | alpha ~ Ga(alpha, beta), Z | w ~ Pois(X w) (Z = 2, X = 3, beta = 0.5).
-    ``n`` exact draws of (alpha, w) | Z; then one update: "valid" = CRT-collapsed alpha, then
-    w | alpha (this module's sweep); "printed" = w | alpha, then CRT-collapsed alpha (the
-    chapter's order). Statistic: Fisher z of corr(log alpha, log w) after the update vs fresh
-    exact draws. Returns (passed = two-sided p > 1e-3, p-value).
+    """Does one (shape, rate) update keep exact posterior draws exact?
 
-    ``form``: "valid" or anything else (run as "printed"); ``n``: int >= 4 draws (internal
-    arrays (n,) float64). Returns (bool, float).
+    Toy block of the model: alpha ~ Ga(a, b), w | alpha ~ Ga(alpha, beta), Z | w ~ Pois(X w) (Z = 2,
+    X = 3, beta = 0.5). ``n`` exact draws of (alpha, w) | Z, then one update; statistic: Fisher z of
+    corr(log alpha, log w) after the update vs fresh exact draws.
 
-    Raises nothing of its own; ``n`` = 3 divides by zero (ZeroDivisionError) and smaller ``n``
-    give NaN or numpy errors.
+    Parameters
+    ----------
+    form : {"valid", "printed"}, default "valid"
+        "valid" = CRT-collapsed alpha, then w | alpha (this module's sweep); "printed" = w | alpha,
+        then CRT-collapsed alpha (the chapter's order); any other value runs as "printed".
+    seed : int, default 0
+        Seeds the exact draws and the update. Keyword-only.
+    n : int >= 4, default 40000
+        Exact draws (internal arrays (n,) float64). Keyword-only.
+
+    Returns
+    -------
+    passed : bool
+        Two-sided p > 1e-3.
+    p_value : float
+        The Fisher-z test's p-value.
+
+    Raises
+    ------
+    ZeroDivisionError
+        ``n`` = 3 (smaller ``n`` give NaN or numpy errors); none of its own.
 
     Source: ``004_90693a0965f06816.txt`` ch. 5.3.2, eqs. 5.16-5.17 with Lemma 5.2.6 (CRT shape
     draw) and eqs. 5.8-5.9 (rate draw), the sweep-order erratum; the toy check is a project
@@ -658,11 +728,33 @@ ERRATA: tuple = (
 class CrosscheckConfig:
     """Small simulated problem for the NUTS cross-check (exact vs exact).
 
-    I x J = 4 x 3 user-item cells, ids only, K = 3; hyperparameters chosen so the rates stay
-    O(1) (w0, w_i means about 1) and gamma0 / K is not tiny (NUTS cannot reach r_k ~ 1e-30:
-    the log-scale funnel gives divergences). NUTS 4 chains x (1000 + 1000), target accept 0.95
-    (the one config vocabulary of `validation.checks.crosscheck`: ``num_*`` for NUTS, ``gibbs_*`` for
-    the sampler); Gibbs 4 chains x 2000 kept draws thinned by 5."""
+    Hyperparameters chosen so the rates stay O(1) (w0, w_i means about 1) and gamma0 / K is not tiny
+    (NUTS cannot reach r_k ~ 1e-30: the log-scale funnel gives divergences). The one config
+    vocabulary of `validation.checks.crosscheck`: ``num_*`` for NUTS, ``gibbs_*`` for the sampler.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 4, 3
+        I x J user-item cells, ids only.
+    K : int, default 3
+        The latent dimension.
+    seed : int, default 0
+        Seeds the simulation (`crosscheck_data`) and NUTS; the Gibbs sampler gets ``seed + 1``.
+    hyper : ppl_models.pfm.PFMHyper
+        Simulates and fits (a_0 = c_0 = a = c = e = g = g_0 = 3, e_0 = 6, every rate parameter 1).
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1000
+        NUTS chains, warm-up and kept draws per chain.
+    target_accept : float, default 0.95
+        NUTS target acceptance probability.
+    gibbs_chains, gibbs_warmup, gibbs_samples, gibbs_thin : int, default 4, 1000, 2000, 5
+        The Gibbs sampler's chains, warm-up sweeps, kept draws per chain and thinning.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; values are checked where they are used).
+
+    Source: project addition (validation level 2 problem for ``004_90693a0965f06816.txt`` ch. 5).
+    """
 
     n_users: int = 4
     n_items: int = 3
@@ -681,18 +773,34 @@ class CrosscheckConfig:
 
 
 def identifiable_quantities(idata, n_users: int, n_items: int, variant: str) -> dict:
-    """Compared quantities (chain, draw, Q): ``rate`` (every cell's Poisson rate, Q = I J, from
-    the ``rate`` deterministic or from w0, w, V, r), ``hyper`` (log alpha0, log beta0 and, for
-    NPFM, log gamma0, log c), ``w0``. Raw V, r are not identified (permutation).
+    """The quantities compared across methods, each (chain, draw, Q).
 
-    ``idata``: InferenceData whose posterior holds w0 (chain, draw), w (chain, draw, D),
-    V (chain, draw, D, K), alpha0, beta0 (chain, draw) and, for NPFM, r (chain, draw, K),
-    gamma0, c (chain, draw), D = n_users + n_items (ids only). ``variant``: "npfm" or anything
-    else (run as "ppfm"). Returns dict of float arrays in the posterior's dtype: rate
-    (chain, draw, I J), hyper (chain, draw, 2 or 4 for NPFM), w0 (chain, draw, 1).
+    ``rate`` (every cell's Poisson rate, Q = I J, from w0, w, V, r), ``hyper`` (log alpha0, log beta0
+    and, for NPFM, log gamma0, log c), ``w0``. Raw V, r are not identified (permutation).
 
-    Raises ValueError (from `custom_inference.arviz_io.group_arrays`) when ``idata`` has no
-    posterior group and KeyError when a needed variable is missing; nothing of its own.
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        Its posterior holds w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha0,
+        beta0 (chain, draw) and, for NPFM, r (chain, draw, K), gamma0, c (chain, draw);
+        D = n_users + n_items (ids only).
+    n_users, n_items : int
+        I and J of the all-cells design.
+    variant : {"npfm", "ppfm"}
+        "npfm", or anything else (run as "ppfm").
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Float arrays in the posterior's dtype: rate (chain, draw, I J), hyper (chain, draw, 2, or 4
+        for NPFM), w0 (chain, draw, 1).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.arviz_io.group_arrays` when ``idata`` has no posterior group.
+    KeyError
+        A needed variable is missing from the posterior.
 
     Source: project addition (the identified functionals of the rate of
     ``004_90693a0965f06816.txt`` eqs. 5.6 / 5.20).
@@ -749,11 +857,33 @@ def nuts_reference(model: str = "npfm", config: CrosscheckConfig = CrosscheckCon
 
 def run_crosscheck(model: str = "npfm", config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = False,
                    reference: str | None = None) -> xc.CrosscheckResult:
-    """The sampler against gated NUTS on a simulated I x J problem (`validation.checks.crosscheck.exact_crosscheck`:
-    both runs gated, `compare_exact` verdict; NUTS stored when it matches, see `nuts_reference`).
+    """The sampler against gated NUTS on a simulated I x J problem.
 
-    model : "npfm" or "ppfm". Returns `validation.checks.crosscheck.CrosscheckResult` (method "exact";
-    ``extra``: ``y``). Raises ValueError for an unknown model or a bad ``reference``.
+    `validation.checks.crosscheck.exact_crosscheck`: both runs gated, `compare_exact` verdict; NUTS
+    stored when it matches (`nuts_reference`).
+
+    Parameters
+    ----------
+    model : {"npfm", "ppfm"}, default "npfm"
+        The variant.
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and the runs' settings.
+    progress : bool, default False
+        Progress bars. Keyword-only.
+    reference : {None, "stored", "rerun"}, optional
+        As in `validation.checks.references.nuts_reference`. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "exact"; ``extra``: ``y``, the simulated counts, float64 (n_users, n_items).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``model``; a bad ``reference``, or ``reference="stored"`` with no matching stored
+        reference.
+
     Source: project addition (validation level 2: posterior agreement with gated NUTS).
     """
     c = config
@@ -782,13 +912,35 @@ def run_crosscheck(model: str = "npfm", config: CrosscheckConfig = CrosscheckCon
 
 @dataclass(frozen=True)
 class SBCConfig:
-    """One SBC simulation: I x J = 4 x 3 cells, ids only, K = 2, hyperparameters that keep the
-    counts moderate; 4 chains x 150 kept draws thinned by 4 after 300 warm-up sweeps (600 draws,
-    thinned to L = 99 by run_sbc); ``scale_rounds``: the sampler's per-factor scale move (None:
-    `custom_inference.pfm.sample`'s default; 0: the sweep alone, as before issue 13's fix);
-    ``global_rounds``: NPFM's global scale move (None: the sampler's default). Listed rows
-    are padded to I J and units to max(1024, next power of two) so one compiled program serves
-    (nearly) all simulations."""
+    """One SBC simulation: a small all-cells problem with hyperparameters that keep the counts moderate.
+
+    4 chains x 150 kept draws thinned by 4 after 300 warm-up sweeps give 600 draws, thinned to
+    L = 99 by `validation.checks.sbc.run_sbc`. Listed rows are padded to I J and units to
+    max(1024, next power of two) so one compiled program serves (nearly) all simulations.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 4, 3
+        I x J cells, ids only.
+    K : int, default 2
+        The latent dimension.
+    hyper : ppl_models.pfm.PFMHyper
+        Simulates and fits (shapes 2-3, rates 1-2).
+    chains, warmup, samples, thin : int, default 4, 300, 150, 4
+        The sampler's chains, warm-up sweeps, kept draws per chain and thinning.
+    scale_rounds : int, optional
+        The sampler's per-factor scale move (None: `custom_inference.pfm.sample`'s default; 0: the
+        sweep alone, as before issue 13's fix).
+    global_rounds : int, optional
+        NPFM's global scale move (None: the sampler's default).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; values are checked where they are used).
+
+    Source: project addition (SBC, Talts et al. 2018, for the samplers of
+    ``004_90693a0965f06816.txt`` ch. 5).
+    """
 
     n_users: int = 4
     n_items: int = 3
@@ -804,20 +956,33 @@ class SBCConfig:
 
 
 def pfm_functionals(variant: str, config: SBCConfig = SBCConfig()) -> dict:
-    """Scalar SBC test quantities: log alpha0, log beta0, log w0, log of 3 cell rates, log of the
-    total rate, the log prior densities of the rate variables given their shapes
-    (sum_i log Ga(w_i; alpha_i, beta_i), sum log Ga(v_ik; zeta_i, delta_k) and, for NPFM,
-    sum_k log Ga(r_k; gamma0/K, c)) -- these see the joint (shape, rate) dependence -- and for
-    NPFM log gamma0, log c.
+    """Scalar SBC test quantities of one draw.
 
-    ``variant``: "npfm" or anything else (run as "ppfm"). Returns dict name -> function of one
-    draw (dict of numpy arrays: alpha0, beta0, w0 (), alpha, beta, w, zeta (D,), V (D, K),
-    delta (K,) and for NPFM gamma0, c (), r (K,); D = n_users + n_items) returning a float64
-    array (1,) (``log_rate``: (3,), the cells 0, 5 and 10).
+    log alpha0, log beta0, log w0, log of 3 cell rates, log of the total rate, the log prior
+    densities of the rate variables given their shapes (sum_i log Ga(w_i; alpha_i, beta_i),
+    sum log Ga(v_ik; zeta_i, delta_k) and, for NPFM, sum_k log Ga(r_k; gamma0/K, c)) -- these see the
+    joint (shape, rate) dependence -- and for NPFM log gamma0, log c.
 
-    Raises ValueError (from `ppl_models.pfm.cells_design`) when n_users or n_items < 1. The
-    returned functions raise KeyError for a draw without a needed site and IndexError
-    (``log_rate``) when the problem has fewer than 11 cells.
+    Parameters
+    ----------
+    variant : {"npfm", "ppfm"}
+        "npfm", or anything else (run as "ppfm").
+    config : SBCConfig, default SBCConfig()
+        Gives n_users, n_items (the all-cells design) and K.
+
+    Returns
+    -------
+    dict of str to callable
+        Name -> function of one draw (dict of numpy arrays: alpha0, beta0, w0 (), alpha, beta, w,
+        zeta (D,), V (D, K), delta (K,) and for NPFM gamma0, c (), r (K,); D = n_users + n_items)
+        returning a float64 array (1,) (``log_rate``: (3,), the cells 0, 5 and 10).
+
+    Raises
+    ------
+    ValueError
+        From `ppl_models.pfm.cells_design` when n_users or n_items < 1. The returned functions raise
+        KeyError for a draw without a needed site and IndexError (``log_rate``) when the problem has
+        fewer than 11 cells.
 
     Source: project addition (SBC test quantities of the model of ``004_90693a0965f06816.txt``
     eqs. 5.6 / 5.20).
@@ -851,19 +1016,34 @@ def pfm_functionals(variant: str, config: SBCConfig = SBCConfig()) -> dict:
 def sbc_adapters(model: str = "npfm", config: SBCConfig = SBCConfig()):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc`.
 
-    model : "npfm", "ppfm", or "npfm-printed" / "ppfm-printed" (the chapter's sweep order:
-    collapsed shapes after their rates; must be rejected). Simulations from
-    `ppl_models.pfm.simulate`; a matrix of all zeros is kept (the sampler needs no count: its
-    listed rows are padding), so the prior is not conditioned.
+    Simulations from `ppl_models.pfm.simulate`; a matrix of all zeros is kept (the sampler needs no
+    count: its listed rows are padding), so the prior is not conditioned.
 
-    ``simulate(seed: int)`` returns (truth: dict site -> numpy array (float64: w0 (), w (D,),
-    V (D, K), ...), Y: float64 (n_users, n_items) counts); ``fit(Y, seed: int)`` takes Y
-    (n_users, n_items) float counts and returns dict site -> array (chains x samples, ...) in
-    float64; ``functionals`` as `pfm_functionals`.
+    Parameters
+    ----------
+    model : {"npfm", "ppfm", "npfm-printed", "ppfm-printed"}, default "npfm"
+        The "-printed" forms run the chapter's sweep order (collapsed shapes after their rates),
+        which SBC must reject.
+    config : SBCConfig, default SBCConfig()
+        The problem and the sampler's settings.
 
-    Raises ValueError for an unknown ``model``. ValueError from `ppl_models.pfm.simulate` /
-    `custom_inference.pfm.sample` (bad sizes, K or hyper in ``config``) comes from the returned
-    functions when they run.
+    Returns
+    -------
+    simulate : callable
+        ``simulate(seed: int)`` -> (truth: dict site -> float64 numpy array (w0 (), w (D,),
+        V (D, K), ...), Y: float64 (n_users, n_items) counts).
+    fit : callable
+        ``fit(Y, seed: int)`` -> dict site -> float64 array (chains x samples, ...) of the state's
+        sites.
+    functionals : dict
+        As `pfm_functionals`.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``model``. ValueError from `ppl_models.pfm.simulate` /
+        `custom_inference.pfm.sample` (bad sizes, K or hyper in ``config``) comes from the returned
+        functions when they run.
 
     Source: project addition (SBC, Talts et al. 2018) on the samplers of
     ``004_90693a0965f06816.txt`` ch. 5.3.2-5.3.3; the "printed" order is the chapter's sweep

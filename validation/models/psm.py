@@ -72,14 +72,40 @@ HYPER = ppl.PSMHyper(alpha0=1.3, beta0=0.8, tau_u=1.5, tau_v=0.7, tau_b=1.2)
 def small_problem(seed: int = 0, n_users: int = 8, n_items: int = 6, K: int = 2, n_events: int = 200,
                   hyper: ppl.PSMHyper = ppl.PSMHyper()):
     """A stream simulated by `ppl_models.psm.simulate` (prior predictive), grouped into counts.
-    Returns (obs (float64 Observations (I, J) = (n_users, n_items) of the N distinct pairs' counts),
-    r = D'/D realised (float; D' floored at 1), params (dict of float64 numpy arrays: pi (I,), psi (J,),
-    u (I, K), v (J, K), b_user (I,), b_item (J,))).
+
     Cached (the same arguments return the same objects: treat them as read-only).
 
-    Raises ValueError (from `ppl_models.psm.simulate`) for sizes that are not positive integers or bad
-    hyperparameters, RuntimeError when the stream keeps fewer than ``n_events`` pairs within its draw
-    limit, TypeError for an unhashable ``hyper`` (the cache).
+    Parameters
+    ----------
+    seed : int, default 0
+        The simulation's key.
+    n_users, n_items : int, default 8, 6
+        I and J.
+    K : int, default 2
+        The latent dimension.
+    n_events : int, default 200
+        D, the observed events.
+    hyper : ppl_models.psm.PSMHyper, default PSMHyper()
+        The hyperparameters (hashable: the cache).
+
+    Returns
+    -------
+    obs : custom_inference.data.Observations
+        Float64 counts, (I, J) = (n_users, n_items), of the N distinct pairs.
+    r : float
+        D'/D realised (D' floored at 1).
+    params : dict of str to numpy.ndarray
+        Float64: pi (I,), psi (J,), u (I, K), v (J, K), b_user (I,), b_item (J,).
+
+    Raises
+    ------
+    ValueError
+        From `ppl_models.psm.simulate`: sizes that are not positive integers or bad hyperparameters.
+    RuntimeError
+        The stream keeps fewer than ``n_events`` pairs within its draw limit.
+    TypeError
+        An unhashable ``hyper`` (the cache).
+
     Source: ``000_619a0297b9d686b2.txt`` sec. 2, fig. 1 (the selection-then-censoring story); the
     grouping into counts c_ij of eq. (2).
     """
@@ -95,14 +121,41 @@ def _jx(obs):
 
 
 def warm_state(obs, K: int, hyper, *, r: float = 1.0, seed: int = 0, sweeps: int = 2, scale: float = 0.7):
-    """A float64 state that is not a fixed point: `psm.init`, factor means redrawn as ``scale`` N(0, 1),
-    bias means 0.3 N(0, 1), s, t random, xi* = 1.3, then ``sweeps`` sweeps.
+    """A float64 state that is not a fixed point: `psm.init` moved off its start, then a few sweeps.
 
-    obs : Observations (I, J) of counts. Returns a `custom_inference.psm.PSMState` of float64 arrays
-    (u_mu, u_prec (I, K); v_mu, v_prec (J, K); bu_* (I,); bv_* (J,); alpha, log_s (I,); beta, log_t
-    (J,); xi_star, d_prime ()).
-    Raises ValueError (from `psm.init`) for bad counts, K < 1, r <= 0 or bad hyperparameters, TypeError
-    for a non-numeric K.
+    Factor means are redrawn as ``scale`` N(0, 1), factor precisions U(1, 4), bias means 0.3 N(0, 1),
+    s, t random, xi* = 1.3, then ``sweeps`` sweeps.
+
+    Parameters
+    ----------
+    obs : custom_inference.data.Observations
+        (I, J) counts.
+    K : int >= 1
+        The latent dimension.
+    hyper : ppl_models.psm.PSMHyper
+        The hyperparameters.
+    r : float > 0, default 1.0
+        D'/D. Keyword-only.
+    seed : int, default 0
+        Seeds `psm.init` and the redrawn values. Keyword-only.
+    sweeps : int, default 2
+        Sweeps of Algorithm 1. Keyword-only.
+    scale : float, default 0.7
+        Scale of the redrawn factor means. Keyword-only.
+
+    Returns
+    -------
+    custom_inference.psm.PSMState
+        Float64: u_mu, u_prec (I, K); v_mu, v_prec (J, K); bu_* (I,); bv_* (J,); alpha, log_s (I,);
+        beta, log_t (J,); xi_star, d_prime ().
+
+    Raises
+    ------
+    ValueError
+        From `psm.init`: bad counts, K < 1, r <= 0 or bad hyperparameters.
+    TypeError
+        A non-numeric K.
+
     Source: project addition (a start of ``000_619a0297b9d686b2.txt`` Algorithm 1 moved off its
     "initialize" values, so that every block has work to do).
     """
@@ -142,11 +195,26 @@ def _dense_moments(state):
 
 
 def dense_xi(state, obs, xi=None):
-    """The I x J matrix of bound parameters: xi on G (given (N,), or optimal), xi* elsewhere.
+    """The I x J matrix of bound parameters: xi on G (given, or optimal), xi* elsewhere.
 
-    state : PSMState; obs : Observations (I, J) with N pairs; xi : (N,) float or None. Returns an
-    (I, J) jax array of the state's float dtype (float64 under ``jax.enable_x64``).
-    Raises nothing of its own; a ``xi`` that is not (N,) makes JAX raise a shape error.
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        The current q.
+    obs : custom_inference.data.Observations
+        (I, J) counts with N pairs (G).
+    xi : jax.Array, shape (N,), float, optional
+        xi on G (default the optimum sqrt(E a_ij^2)).
+
+    Returns
+    -------
+    jax.Array, shape (I, J)
+        The state's float dtype (float64 under ``jax.enable_x64``).
+
+    Raises
+    ------
+    None of its own; a ``xi`` that is not (N,) makes JAX raise a shape error.
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (11) (xi_ij on G) and sec. 4 (one shared xi* outside G).
     """
     C, G = _dense_obs(obs)
@@ -156,12 +224,32 @@ def dense_xi(state, obs, xi=None):
 
 
 def dense_elbo(state, obs, hyper, xi=None):
-    """The bounded ELBO as a plain sum over all I x J pairs (the definition, eq. 3 with sec. 3's bounds
-    and the tying of s, t), differentiable; xi (N,) on G or None (optimal), xi* elsewhere.
+    """The bounded ELBO as a plain sum over all I x J pairs, differentiable.
 
-    Returns a scalar () jax array of the state's float dtype.
-    Raises nothing of its own (no checks); a ``hyper`` without the PSMHyper fields raises
-    AttributeError, a ``xi`` that is not (N,) a JAX shape error.
+    The definition: eq. 3 with sec. 3's bounds and the tying of s, t; xi on G as given (or optimal),
+    xi* elsewhere.
+
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        The current q.
+    obs : custom_inference.data.Observations
+        (I, J) counts with N pairs.
+    hyper : ppl_models.psm.PSMHyper
+        The hyperparameters.
+    xi : jax.Array, shape (N,), float, optional
+        As in `dense_xi`.
+
+    Returns
+    -------
+    jax.Array, shape ()
+        The state's float dtype.
+
+    Raises
+    ------
+    None of its own (no checks); a ``hyper`` without the PSMHyper fields raises AttributeError, a
+    ``xi`` that is not (N,) a JAX shape error.
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (3) with sec. 3's bound and tying; appendix B eq. (13)
     with its -E log p corrected to -E log q (ERRATA).
     """
@@ -181,18 +269,30 @@ def dense_elbo(state, obs, hyper, xi=None):
 
 
 def dense_targets(state, obs, hyper, xi=None) -> dict:
-    """Every quantity the solver computes from caches, as plain I x J sums (numpy float64):
+    """Every quantity the solver computes from caches, as plain I x J sums (numpy float64).
 
-    caches (B.1) item_P, item_m_dag, item_m_ddag, item_nu, item_kappa and user_*; per-user
+    Caches (B.1) item_P, item_m_dag, item_m_ddag, item_nu, item_kappa and user_*; per-user
     sum_j t_j E a_ij (user_first) and E a_ij^2 (user_second), item twins; S1, S2; sum_j t_j Omega*_ij
     (user_omega_star), sum_i s_i Omega*_ij (item_omega_star); the full sums sum_j t_j Omega_ij
     (user_omega, with xi on G) and item_omega; xi*^2 from (16) (xi_star); user P (I, K, K) and m (I, K)
     of the intermediate q~ (6), (7); item P, m; bias rho, nu of users and items; the ELBO.
 
-    Shapes: caches P (K, K), m_* (K,), nu and kappa floats; user_* sums (I,), item_* sums (J,); S1, S2,
-    xi_star, elbo floats; user_P_i (I, K, K), user_m_i (I, K), item_P_i (J, K, K), item_m_i (J, K);
-    user_rho, user_nu_i (I,); item_rho, item_nu_i (J,). ``xi`` : (N,) or None as in `dense_elbo`.
-    Raises nothing of its own (no checks); AttributeError for a ``hyper`` without the PSMHyper fields.
+    Parameters
+    ----------
+    state, obs, hyper, xi
+        As in `dense_elbo`.
+
+    Returns
+    -------
+    dict of str to float or numpy.ndarray
+        Caches: P (K, K), m_* (K,), nu and kappa floats; user_* sums (I,), item_* sums (J,); S1, S2,
+        xi_star, elbo floats; user_P_i (I, K, K), user_m_i (I, K), item_P_i (J, K, K), item_m_i
+        (J, K); user_rho, user_nu_i (I,); item_rho, item_nu_i (J,).
+
+    Raises
+    ------
+    None of its own (no checks); AttributeError for a ``hyper`` without the PSMHyper fields.
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B.1 (caches), eqs. (6)-(8), (16), (17) with B.4.1,
     sec. 4 bias update, written as their dense I x J definitions (project addition: the twins).
     """
@@ -299,15 +399,38 @@ _DENSE_LABELS = {
 
 def dense_twin_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sweeps: int = 2,
                       chunk: int = psm.DEFAULT_CHUNK, solver_quantities=None) -> pd.DataFrame:
-    """Every cached quantity and cached sum of the solver against `dense_targets`, float64, at a
-    `warm_state` (xi on G at a value other than its optimum, so the corrections are exercised).
-    ``chunk`` exercises the chunked pair sums (e.g. 5: several chunks and padding).
-    ``solver_quantities(state, obs, hyper, xi, got) -> dict`` replaces entries of the solver's dict
-    ``got`` (negative controls: a printed formula swapped in). Returns DataFrame
-    quantity, key, max_rel_diff (`validation.checks.updates.max_relative_difference`): str, str, float64.
+    """Every cached quantity and cached sum of the solver against `dense_targets`, float64.
 
-    Raises ValueError from `warm_state` (bad counts, K, r or hyperparameters) and from
-    `validation.checks.updates.max_relative_difference` when a replaced entry's shape differs from its twin's.
+    At a `warm_state`, with xi on G at 1.1 times its optimum + 0.05 (so the corrections are
+    exercised).
+
+    Parameters
+    ----------
+    obs, K
+        As in `warm_state`.
+    hyper : ppl_models.psm.PSMHyper, default HYPER
+        The hyperparameters.
+    r, seed, sweeps
+        As in `warm_state`. Keyword-only.
+    chunk : int, default custom_inference.psm.DEFAULT_CHUNK
+        Pairs per chunk of the solver's pair sums (e.g. 5: several chunks and padding). Keyword-only.
+    solver_quantities : callable, optional
+        ``solver_quantities(state, obs, hyper, xi, got) -> dict`` replaces entries of the solver's
+        dict ``got`` (negative controls: a printed formula swapped in). Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per `dense_targets` key: quantity str, key str, max_rel_diff float64
+        (`validation.checks.updates.max_relative_difference`).
+
+    Raises
+    ------
+    ValueError
+        From `warm_state` (bad counts, K, r or hyperparameters) and from
+        `validation.checks.updates.max_relative_difference` when a replaced entry's shape differs
+        from its twin's.
+
     Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` appendix B.1
     caches and the cached sums of sec. 4, B.3 and B.4.1.
     """
@@ -324,12 +447,30 @@ def dense_twin_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0
 
 
 def printed_user_targets(state, obs, hyper, xi, got):
-    """The *printed* eq. (8) for m_i: ``(-1/2 - 2 lam* E b_i) m-dag - 2 lam* m-ddag`` (the caches
-    swapped against their B.1 definitions), swapped into the solver's m_i (``got["user_m_i"]``).
-    Returns {"user_m_i": (I, K) numpy array of the state's float dtype}: the deliberately wrong cached
-    formula the dense check must catch. ``obs``, ``hyper``, ``xi`` are unused (the replacement signature).
+    """The *printed* eq. (8) for m_i swapped into the solver's m_i: the deliberately wrong formula.
 
-    Raises KeyError when ``got`` has no "user_m_i".
+    ``(-1/2 - 2 lam* E b_i) m-dag - 2 lam* m-ddag`` (the caches swapped against their B.1
+    definitions), which the dense check must catch.
+
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        The current q.
+    obs, hyper, xi
+        Unused (the replacement signature of `dense_twin_checks`).
+    got : dict
+        The solver's quantities, with ``user_m_i`` (I, K).
+
+    Returns
+    -------
+    dict
+        ``{"user_m_i": numpy.ndarray (I, K)}`` of the state's float dtype.
+
+    Raises
+    ------
+    KeyError
+        ``got`` has no "user_m_i".
+
     Source: ``000_619a0297b9d686b2.txt`` eq. (8) as printed (the erratum in `ERRATA`).
     """
     h = got["user_m_i"]
@@ -362,14 +503,38 @@ def update_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sw
     """Stationarity of every block of one sweep, in Algorithm 1's order, float64, from `warm_state`.
 
     Each block's gradient is ``jax.grad`` of `dense_elbo` (the I x J definition, not the solver's
-    cached ELBO) over the block's fields, with xi on G held at the value the block used (the
-    optimal xi of the state it starts from), before and after the update
-    (`validation.checks.updates.StationarityResult`). ``replace`` maps a block name to another update
-    (power checks). Returns DataFrame block (str), grad_before, grad_after (float), passed (bool),
-    one row per block of `custom_inference.psm.BLOCKS`.
+    cached ELBO) over the block's fields, with xi on G held at the value the block used (the optimal
+    xi of the state it starts from), before and after the update
+    (`validation.checks.updates.StationarityResult`).
 
-    Raises ValueError from `warm_state` (bad counts, K, r or hyperparameters); errors of a ``replace``
-    update propagate.
+    Parameters
+    ----------
+    obs, K
+        As in `warm_state`.
+    hyper : ppl_models.psm.PSMHyper, default HYPER
+        The hyperparameters.
+    r, seed
+        As in `warm_state`. Keyword-only.
+    sweeps : int, default 1
+        Sweeps of the start (`warm_state`). Keyword-only.
+    rtol : float, default 1e-7
+        Tolerance of `StationarityResult`. Keyword-only.
+    replace : dict of str to callable, optional
+        Block name -> another update ``(state, data, hyper, xi) -> state`` (power checks).
+        Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block of `custom_inference.psm.BLOCKS`: block str, grad_before float,
+        grad_after float, passed bool.
+
+    Raises
+    ------
+    ValueError
+        From `warm_state` (bad counts, K, r or hyperparameters); errors of a ``replace`` update
+        propagate.
+
     Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` Algorithm 1 and
     sec. 4 (each block the exact maximiser of the bound (3) at fixed xi).
     """
@@ -393,14 +558,38 @@ def update_checks(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sw
 
 
 def monotone_check(obs, K: int, hyper=HYPER, *, r: float = 1.0, seed: int = 0, sweeps: int = 30, rtol: float = 1e-10):
-    """The bounded ELBO over ``sweeps`` sweeps from `psm.init`, float64
-    (`validation.checks.updates.monotone_sweeps`). Returns (ok (bool), largest relative decrease (float),
-    trace (sweeps + 1,) float64).
+    """The bounded ELBO over ``sweeps`` sweeps from `psm.init`, float64 (`validation.checks.updates.monotone_sweeps`).
 
-    Raises ValueError from `psm.init` (bad counts, K, r or hyperparameters) or from
-    `validation.checks.updates.monotone_sweeps` (``sweeps`` not an integer >= 0).
-    Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` Algorithm 1 (coordinate
-    ascent on the bound (3) never lowers it).
+    Parameters
+    ----------
+    obs, K
+        As in `warm_state`.
+    hyper : ppl_models.psm.PSMHyper, default HYPER
+        The hyperparameters.
+    r, seed
+        As in `warm_state`. Keyword-only.
+    sweeps : int >= 0, default 30
+        Sweeps. Keyword-only.
+    rtol : float, default 1e-10
+        Largest relative decrease allowed. Keyword-only.
+
+    Returns
+    -------
+    ok : bool
+        No decrease beyond ``rtol``.
+    worst : float
+        The largest relative decrease.
+    trace : numpy.ndarray, shape (sweeps + 1,), float64
+        The bound before and after each sweep.
+
+    Raises
+    ------
+    ValueError
+        From `psm.init` (bad counts, K, r or hyperparameters) or from
+        `validation.checks.updates.monotone_sweeps` (``sweeps`` not an integer >= 0).
+
+    Source: project addition (validation level 1) on ``000_619a0297b9d686b2.txt`` Algorithm 1
+    (coordinate ascent on the bound (3) never lowers it).
     """
     with jax.enable_x64(True):
         d = _jx(obs)
@@ -464,19 +653,45 @@ def monte_carlo_elbo_check(obs, K: int, hyper=HYPER, *, r: float = 1.0, n_draws:
                            elbo_fn=None) -> dict:
     """`psm.elbo` against the NumPyro program by Monte Carlo over draws from q.
 
-    Per draw theta ~ q (the continuous parameters), with log p the program's log density (the censored
-    identities summed out): ``d = log p(D, theta) - log q(theta) - [sum_G c log s(a) - sum_G c JJ1(a, xi)]
-    - [D' log p(o = F | theta) - D' (sum_ij s_i t_j (log pi_i + log psi_j + JJ0(a_ij, xi_ij)) - sum s log s
-    - sum t log t)]``: the exact likelihood swapped for the bounded, tied one. E_q[d] equals the bounded
-    ELBO exactly (the bounds are linear in a and a^2), so this tests every prior, Dirichlet, entropy and
-    expectation term of `psm.elbo` against an independent implementation. ``elbo_fn(state, obs, hyper)``
-    replaces `psm.elbo` (the printed expansion, for the errata). Returns dict estimate, se, exact,
-    z = |estimate - exact| / se, and exact_elbo_mc = E_q[log p - log q] (>= the bound), all Python floats.
+    Per draw theta ~ q (the continuous parameters, at a `warm_state` of 3 sweeps), with log p the
+    program's log density (the censored identities summed out):
+    ``d = log p(D, theta) - log q(theta) - [sum_G c log s(a) - sum_G c JJ1(a, xi)]
+    - [D' log p(o = F | theta) - D' (sum_ij s_i t_j (log pi_i + log psi_j + JJ0(a_ij, xi_ij))
+    - sum s log s - sum t log t)]``: the exact likelihood swapped for the bounded, tied one. E_q[d]
+    equals the bounded ELBO exactly (the bounds are linear in a and a^2), so this tests every prior,
+    Dirichlet, entropy and expectation term of `psm.elbo` against an independent implementation.
 
-    Raises ValueError from `warm_state` (bad counts, K, r or hyperparameters); ZeroDivisionError when
-    the standard error is exactly zero; errors of ``elbo_fn``, NumPyro or SciPy propagate.
-    Source: ``000_619a0297b9d686b2.txt`` eq. (3) (the bound as E_q[log p_xi - log q]) against the joint (2)
-    as written by `ppl_models.psm.model`; the Monte Carlo check itself is a project addition.
+    Parameters
+    ----------
+    obs, K
+        As in `warm_state`.
+    hyper : ppl_models.psm.PSMHyper, default HYPER
+        The hyperparameters.
+    r : float, default 1.0
+        As in `warm_state`. Keyword-only.
+    n_draws : int >= 2, default 2000
+        Draws from q. Keyword-only.
+    seed : int, default 0
+        Seeds the state (``seed``) and the draws (``seed + 1``). Keyword-only.
+    elbo_fn : callable, optional
+        ``elbo_fn(state, obs, hyper)`` replaces `psm.elbo` (the printed expansion, for the errata).
+        Keyword-only.
+
+    Returns
+    -------
+    dict of str to float
+        estimate, se, exact, z = |estimate - exact| / se, and exact_elbo_mc = E_q[log p - log q]
+        (>= the bound).
+
+    Raises
+    ------
+    ValueError
+        From `warm_state` (bad counts, K, r or hyperparameters).
+    ZeroDivisionError
+        The standard error is exactly zero. Errors of ``elbo_fn``, NumPyro or SciPy propagate.
+
+    Source: ``000_619a0297b9d686b2.txt`` eq. (3) (the bound as E_q[log p_xi - log q]) against the
+    joint (2) as written by `ppl_models.psm.model`; the Monte Carlo check itself is a project addition.
     """
     with jax.enable_x64(True):
         state = warm_state(obs, K, hyper, r=r, seed=seed, sweeps=3)
@@ -498,13 +713,31 @@ _MC_CACHE: dict = {}
 
 
 def printed_elbo(state, obs, hyper):
-    """The printed expansion (13): its last two lines subtract E_q[log p(u_ik)], ..., E_q[log p(y_d')],
-    E_q[log p(z_d')] where the entropies -E_q[log q(.)] belong. Evaluated literally: the Gaussian prior
-    terms cancel, the Gaussian entropies are absent, and the tied categoricals contribute
-    -D' sum_i s_i E[log pi_i] - D' sum_j t_j E[log psi_j] (E_q log p(y_d' | pi)) instead of their entropy.
+    """The printed expansion (13), evaluated literally.
 
-    Returns a scalar () jax array of the state's float dtype.
-    Raises nothing of its own (as `psm.elbo`: AttributeError for a ``hyper`` without the PSMHyper fields).
+    Its last two lines subtract E_q[log p(u_ik)], ..., E_q[log p(y_d')], E_q[log p(z_d')] where the
+    entropies -E_q[log q(.)] belong: the Gaussian prior terms cancel, the Gaussian entropies are absent,
+    and the tied categoricals contribute -D' sum_i s_i E[log pi_i] - D' sum_j t_j E[log psi_j]
+    (E_q log p(y_d' | pi)) instead of their entropy.
+
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        The current q.
+    obs : custom_inference.data.Observations
+        (I, J) counts.
+    hyper : ppl_models.psm.PSMHyper
+        The hyperparameters.
+
+    Returns
+    -------
+    jax.Array, shape ()
+        The state's float dtype.
+
+    Raises
+    ------
+    None of its own (as `psm.elbo`: AttributeError for a ``hyper`` without the PSMHyper fields).
+
     Source: ``000_619a0297b9d686b2.txt`` appendix B eq. (13) as printed (the erratum in `ERRATA`).
     """
     d = _jx(obs)
@@ -524,16 +757,44 @@ def printed_elbo(state, obs, hyper):
 
 @dataclass(frozen=True)
 class CrosscheckConfig:
-    """A small stream from the prior predictive (`ppl_models.psm.simulate`): I = 8 users, J = 6 items,
-    K = 2, D = 200 observed events, seed 0 (the stream of `small_problem` ``(0)``, shared with the
-    update-level tests and the errata: simulated once and fitted by the same compiled sweep); D' is the
-    realised number of censored events (the posterior of
-    `ppl_models.psm.model` with that D' is the exact posterior of the simulated stream). Hyperparameters
-    are the paper's (all one). NUTS: 4 chains x 2000 draws after 1000 warm-up, target accept 0.9,
-    gated by ArviZ (stored as the reference "psm", `nuts_reference`). VB: Algorithm 1 to relative
-    tolerance 1e-10, best of ``vi_restarts`` by ELBO; ``level1``: also run the update-level tables
-    (`update_checks`, `dense_twin_checks`) on the same data (off in the fast default test). Source:
-    project addition."""
+    """A small stream from the prior predictive (`ppl_models.psm.simulate`) and the runs' settings.
+
+    The default is the stream of `small_problem` ``(0)``, shared with the update-level tests and the
+    errata (simulated once and fitted by the same compiled sweep); D' is the realised number of
+    censored events (the posterior of `ppl_models.psm.model` with that D' is the exact posterior of the
+    simulated stream). NUTS is gated by ArviZ (stored as the reference "psm", `nuts_reference`); VB
+    runs Algorithm 1 to relative tolerance 1e-10.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 8, 6
+        I and J.
+    K : int, default 2
+        The latent dimension.
+    n_events : int, default 200
+        D, the observed events.
+    hyper : ppl_models.psm.PSMHyper, default PSMHyper()
+        The paper's hyperparameters (all one).
+    seed : int, default 0
+        Seeds the stream, NUTS and the VB restarts (``seed + 100 k``).
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 2000
+        NUTS chains, warm-up and kept draws per chain.
+    target_accept : float, default 0.9
+        NUTS target acceptance probability.
+    vi_restarts : int, default 3
+        VB starts; the best by ELBO is compared.
+    n_vi_draws : int, default 4000
+        Draws from q.
+    level1 : bool, default True
+        Also run the update-level tables (`update_checks`, `dense_twin_checks`) on the same data (off
+        in the fast default test).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; values are checked where they are used).
+
+    Source: project addition.
+    """
 
     n_users: int = 8
     n_items: int = 6
@@ -557,13 +818,30 @@ GAP_GROUPS = ("acceptance", "psi")
 
 
 def identifiable_quantities(post: dict) -> dict[str, np.ndarray]:
-    """From draws (chain, draw, ...): ``acceptance`` sigma(u_i.v_j + b_i + b_j) of every pair (I J),
-    ``pi`` (I), ``psi`` (J), and ``predictive`` p(j | i, o = T) = psi_j sigma(a_ij) / sum_j' psi_j' sigma(a_ij')
-    of every pair (I J). Raw u, v, b are not compared (rotations, sign flips, the b_i + c, b_j - c ridge).
-    ``post``: u (C, D, I, K), v (C, D, J, K), b_user, pi (C, D, I), b_item, psi (C, D, J). Returns arrays
-    (chain, draw, Q) of the draws' float dtype (float64 for NUTS under x64 and for `psm.draws_from_q`).
-    Raises KeyError when ``post`` lacks one of u, v, b_user, b_item, pi, psi.
-    Source: ``000_619a0297b9d686b2.txt`` eq. (5) (the predictive); project addition."""
+    """The quantities compared across methods, from draws (chain, draw, ...).
+
+    ``acceptance`` sigma(u_i.v_j + b_i + b_j) of every pair (I J), ``pi`` (I), ``psi`` (J), and
+    ``predictive`` p(j | i, o = T) = psi_j sigma(a_ij) / sum_j' psi_j' sigma(a_ij') of every pair
+    (I J). Raw u, v, b are not compared (rotations, sign flips, the b_i + c, b_j - c ridge).
+
+    Parameters
+    ----------
+    post : dict of str to array_like
+        u (C, D, I, K), v (C, D, J, K), b_user, pi (C, D, I), b_item, psi (C, D, J).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Arrays (chain, draw, Q) of the draws' float dtype (float64 for NUTS under x64 and for
+        `psm.draws_from_q`).
+
+    Raises
+    ------
+    KeyError
+        ``post`` lacks one of u, v, b_user, b_item, pi, psi.
+
+    Source: ``000_619a0297b9d686b2.txt`` eq. (5) (the predictive); project addition.
+    """
     u, v = np.asarray(post["u"]), np.asarray(post["v"])
     a = np.einsum("cdik,cdjk->cdij", u, v) + np.asarray(post["b_user"])[..., :, None] + np.asarray(post["b_item"])[..., None, :]
     acc = 1.0 / (1.0 + np.exp(-a))
@@ -575,10 +853,32 @@ def identifiable_quantities(post: dict) -> dict[str, np.ndarray]:
 
 
 def crosscheck_problem(config: CrosscheckConfig):
-    """The cross-check's data: (obs (float64 Observations of counts), r, truth (dict), D' = r D (float)),
-    `small_problem` of the config's sizes, seed and hyperparameters. obs is (I, J) = (n_users, n_items).
-    Raises what `small_problem` raises (ValueError for bad sizes or hyperparameters, RuntimeError when
-    the simulated stream stalls). Source: project addition."""
+    """The cross-check's data: `small_problem` of the config's sizes, seed and hyperparameters.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig
+        The problem's settings.
+
+    Returns
+    -------
+    obs : custom_inference.data.Observations
+        Float64 counts, (I, J) = (n_users, n_items).
+    r : float
+        D'/D.
+    truth : dict of str to numpy.ndarray
+        The simulated parameters (as `small_problem`).
+    d_prime : float
+        D' = r D (what `psm.init` puts in the state).
+
+    Raises
+    ------
+    ValueError, RuntimeError, TypeError
+        As `small_problem` (bad sizes or hyperparameters; the simulated stream stalls; an unhashable
+        hyper).
+
+    Source: project addition.
+    """
     c = config
     obs, r, truth = small_problem(c.seed, c.n_users, c.n_items, c.K, c.n_events, c.hyper)
     d_prime = float(r * float(np.sum(np.asarray(obs.values, np.float64))))  # what `psm.init` puts in the state
@@ -590,10 +890,33 @@ def _pair_names(I: int, J: int) -> list[str]:
 
 
 def nuts_reference(config: CrosscheckConfig = None, *, reference: str | None = None, progress: bool = False):
-    """The NUTS reference "psm" of the cross-check problem (`validation.checks.references.Reference`): stored
-    when one matches the counts, D', K, hyperparameters and NUTS settings, else a fresh NumPyro NUTS run
-    on `ppl_models.psm.model` (censored identities summed out, D' a pseudo-observation). Compared:
-    `identifiable_quantities`. Raises ValueError on a bad ``reference``. Source: project addition."""
+    """The NUTS reference "psm" of the cross-check problem (`validation.checks.references.Reference`).
+
+    Stored when one matches the counts, D', K, hyperparameters and NUTS settings, else a fresh NumPyro
+    NUTS run on `ppl_models.psm.model` (censored identities summed out, D' a pseudo-observation).
+    Compared: `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, optional
+        The problem and NUTS settings (default ``CrosscheckConfig()``).
+    reference : {None, "stored", "rerun"}, optional
+        As in `validation.checks.references.nuts_reference`. Keyword-only.
+    progress : bool, default False
+        Progress bar of a fresh run. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The stored or fresh reference.
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference`` (or "stored" without a match); as `crosscheck_problem`.
+
+    Source: project addition.
+    """
     c = CrosscheckConfig() if config is None else config
     obs, r, _, d_prime = crosscheck_problem(c)
     I, J = obs.shape
@@ -609,39 +932,59 @@ def nuts_reference(config: CrosscheckConfig = None, *, reference: str | None = N
 
 def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
                    reference: str | None = None) -> xc.CrosscheckResult:
-    """PSM VB (Algorithm 1) against ArviZ-gated NUTS on `ppl_models.psm.model` (censored identities
-    summed out), on a stream simulated from the prior predictive; NUTS is the stored reference "psm"
-    when it matches (`nuts_reference`; ``reference`` "stored" / "rerun" / None).
+    """PSM VB (Algorithm 1) against ArviZ-gated NUTS on `ppl_models.psm.model`.
 
-    Verdict (`validation.checks.crosscheck.vi_crosscheck`, the project's `VIThresholds`: median standardized
-    error <= 0.5 NUTS sd and corr(log means) >= 0.99 per group, NUTS gated on the same quantities) on
-    `VERDICT_GROUPS`: the predictive p(j | i, o = T) of all I J pairs (eq. 5: what recommendations use)
-    and E[pi]. `GAP_GROUPS` (the acceptance probabilities sigma(a_ij) of all pairs and psi) are reported
-    per scalar (``extra["acceptance_table"]``, ``extra["psi_table"]``, each with its own NUTS gate), not
-    gated: what the data identify is the product pi_i psi_j sigma(a_ij) (the selection probability of an
-    observed pair), and its split into psi_j and sigma(a_ij) is where the approximation's structural gap
-    sits. q(psi) = Dir(beta0 + c_j + D' t_j) counts the expected censored events D' t_j as if observed
-    (the exact posterior does not know which items the censored events hit, so its psi is several times
-    wider), and the tied mean field moves mass between psi_j and b_j (the paper's appendix C "variational
-    model pruning"); the predictive, their normalised product, does not see the trade. Also: MacKay's
-    probit predictive of q against the NUTS posterior mean of the predictive (``extra["mackay_abs_error"]``,
-    median absolute difference) and, with ``config.level1``, the update-level tables on the same data.
+    On a stream simulated from the prior predictive (censored identities summed out); NUTS is the
+    stored reference "psm" when it matches (`nuts_reference`).
 
-    Returns a `validation.checks.crosscheck.CrosscheckResult` (method "vi"); ``extra`` holds ``elbo`` (the kept
-    VB trace), ``acceptance_table``, ``psi_table``, ``structural_gap_table`` (`compare_vi`'s per-group
-    statistics of `GAP_GROUPS`, reported), ``update_table`` / ``dense_table`` (with level1),
-    ``mackay_abs_error``, ``obs``, ``r``, ``truth``, ``state``. Raises ValueError on a bad ``reference``.
+    Verdict (`validation.checks.crosscheck.vi_crosscheck`, the project's `VIThresholds`: median
+    standardized error <= 0.5 NUTS sd and corr(log means) >= 0.99 per group, NUTS gated on the same
+    quantities) on `VERDICT_GROUPS`: the predictive p(j | i, o = T) of all I J pairs (eq. 5: what
+    recommendations use) and E[pi]. `GAP_GROUPS` (the acceptance probabilities sigma(a_ij) of all pairs
+    and psi) are reported per scalar (``extra["acceptance_table"]``, ``extra["psi_table"]``, each with
+    its own NUTS gate), not gated: what the data identify is the product pi_i psi_j sigma(a_ij) (the
+    selection probability of an observed pair), and its split into psi_j and sigma(a_ij) is where the
+    approximation's structural gap sits. q(psi) = Dir(beta0 + c_j + D' t_j) counts the expected
+    censored events D' t_j as if observed (the exact posterior does not know which items the censored
+    events hit, so its psi is several times wider), and the tied mean field moves mass between psi_j
+    and b_j (the paper's appendix C "variational model pruning"); the predictive, their normalised
+    product, does not see the trade. Also: MacKay's probit predictive of q against the NUTS posterior
+    mean of the predictive (``extra["mackay_abs_error"]``, median absolute difference) and, with
+    ``config.level1``, the update-level tables on the same data.
 
     Measured 2026-11-25 (default config: D' = 423, 36 distinct pairs; stored reference "psm": 4 x 2000
-    NUTS draws, 0 divergences, R-hat <= 1.002, bulk ESS >= 1650, E-BFMI >= 0.94; the 3 VB restarts reach
-    the same ELBO -1116.887): verdict PASS. predictive: corr(log means) 0.992, median standardized error
-    0.24 (p90 0.68), median sd ratio 0.70, coverage90 0.98; pi: 0.994 / 0.35, sd ratio 0.20, coverage90
-    0.50. Reported: acceptance corr(log means) 0.77, median standardized error 0.48 (p90 1.27), sd ratio
-    0.50, coverage90 0.71; psi 0.973 / 0.77, sd ratio 0.16, coverage90 0.17. MacKay vs the NUTS mean
-    predictive: median |difference| 0.007.
+    NUTS draws, 0 divergences, R-hat <= 1.002, bulk ESS >= 1650, E-BFMI >= 0.94; the 3 VB restarts
+    reach the same ELBO -1116.887): verdict PASS. predictive: corr(log means) 0.992, median
+    standardized error 0.24 (p90 0.68), median sd ratio 0.70, coverage90 0.98; pi: 0.994 / 0.35, sd
+    ratio 0.20, coverage90 0.50. Reported: acceptance corr(log means) 0.77, median standardized error
+    0.48 (p90 1.27), sd ratio 0.50, coverage90 0.71; psi 0.973 / 0.77, sd ratio 0.16, coverage90 0.17.
+    MacKay vs the NUTS mean predictive: median |difference| 0.007.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and both runs' settings.
+    progress : bool, default True
+        Progress bar of a fresh NUTS run. Keyword-only.
+    reference : {None, "stored", "rerun"}, optional
+        As in `nuts_reference`. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "vi"; ``extra`` holds ``elbo`` (the kept VB trace), ``acceptance_table``,
+        ``psi_table``, ``structural_gap_table`` (`compare_vi`'s per-group statistics of `GAP_GROUPS`,
+        reported), ``update_table`` / ``dense_table`` (with level1), ``mackay_abs_error``, ``obs``,
+        ``r``, ``truth``, ``state``.
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference``; as `crosscheck_problem`.
+
     Source: project addition (validation level 2: the solver against an ArviZ-gated NUTS reference
-    on the same generative program); ``000_619a0297b9d686b2.txt`` eq. (5) and its probit approximation
-    (sec. 3, "Making and trading predictions").
+    on the same generative program); ``000_619a0297b9d686b2.txt`` eq. (5) and its probit
+    approximation (sec. 3, "Making and trading predictions").
     """
     from validation.models import psm_evidence
 
@@ -682,17 +1025,37 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
 
 def probit_vs_monte_carlo(state, users, items, *, n_draws: int = 4000, seed: int = 0) -> pd.DataFrame:
-    """MacKay's sigma(x_ij) (the solver's acceptance probability) against a Monte Carlo estimate of
-    E_q[sigma(a_ij)] with a_ij ~ N(mean, var) under q (the Gaussian the approximation assumes).
-    users, items : int arrays (E,). Returns DataFrame user, item (int), mackay, monte_carlo, mc_se,
-    abs_diff (|mackay - monte_carlo|), quadrature (E_q[sigma(a_ij)] by 80-node Gauss-Hermite quadrature:
-    the exact value to ~1e-10, free of Monte Carlo noise) and quad_abs_diff (|mackay - quadrature|: the
-    approximation's own error) (float64), one row per pair.
+    """MacKay's sigma(x_ij) (the solver's acceptance probability) against E_q[sigma(a_ij)].
 
-    Raises nothing of its own (no index checks); users and items that do not broadcast make JAX raise
-    a shape error, a negative ``n_draws`` numpy's ValueError.
-    Source: ``000_619a0297b9d686b2.txt`` sec. 3, "Making and trading predictions" (MacKay's sigma(x_ij));
-    the Monte Carlo comparison is a project addition.
+    E_q[sigma(a_ij)], a_ij ~ N(mean, var) under q (the Gaussian the approximation assumes), by Monte
+    Carlo and by 80-node Gauss-Hermite quadrature (the exact value to ~1e-10, free of Monte Carlo
+    noise).
+
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        The fitted q.
+    users, items : array_like, shape (E,), int
+        The pairs.
+    n_draws : int >= 2, default 4000
+        Monte Carlo draws per pair. Keyword-only.
+    seed : int, default 0
+        Seeds numpy's generator. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per pair: user, item (int), mackay, monte_carlo, mc_se, abs_diff
+        (|mackay - monte_carlo|), quadrature, quad_abs_diff (|mackay - quadrature|: the
+        approximation's own error) (float64).
+
+    Raises
+    ------
+    None of its own (no index checks); users and items that do not broadcast make JAX raise a shape
+    error, a negative ``n_draws`` numpy's ValueError.
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 3, "Making and trading predictions" (MacKay's
+    sigma(x_ij)); the Monte Carlo comparison is a project addition.
     """
     users, items = np.asarray(users), np.asarray(items)
     with jax.enable_x64(True):
@@ -716,12 +1079,27 @@ def probit_vs_monte_carlo(state, users, items, *, n_draws: int = 4000, seed: int
 def errata_problem():
     """The errata's problem, computed once: ``(obs, r, state, xi, got, want)``.
 
-    ``obs``: Observations of the tests' small problem (8 users, 6 items); ``r``: its responsibilities;
-    ``state``: PSMState warmed at K = 2 (float64); ``xi``: (N,) float64 bound parameters on the observed
-    pairs, 1.1 times their optimum + 0.05 (off the optimum on purpose); ``got`` / ``want``: dicts of the
-    solver's and the dense twin's quantities (names of `dense_targets`). One compilation serves the
-    tests, the errata and `validation.models.psm_printed`.
-    Raises nothing of its own. Source: project addition.
+    One compilation serves the tests, the errata and `validation.models.psm_printed`.
+
+    Returns
+    -------
+    obs : custom_inference.data.Observations
+        The tests' small problem (`small_problem` (0): 8 users, 6 items).
+    r : float
+        Its D'/D.
+    state : custom_inference.psm.PSMState
+        Warmed at K = 2 (float64, `warm_state`).
+    xi : jax.Array, shape (N,), float64
+        Bound parameters on the observed pairs, 1.1 times their optimum + 0.05 (off the optimum on
+        purpose).
+    got, want : dict
+        The solver's and the dense twin's quantities (names of `dense_targets`).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
     """
     obs, r, _ = small_problem(0)
     with jax.enable_x64(True):
@@ -753,12 +1131,30 @@ def _dense_check(key: str, printed_fn):
 
 
 def printed_bias_nu(state, obs, hyper, xi, got):
-    """Sec. 4's printed bias update nu_i (background term), as the solver's ``user_nu_i`` with the
-    printed background swapped in: nu_i = s_i D' (-1/2 - 2 lam* (nu- + E[u_i]^T m-dag)) + sparse sum.
+    """Sec. 4's printed bias update nu_i (background term), swapped into the solver's ``user_nu_i``.
 
-    ``state``: PSMState (I users, K); ``obs``, ``hyper``, ``xi``: unused (the common signature of the
-    printed forms); ``got``: dict with the solver's ``user_nu_i`` (I,). Returns ``{"user_nu_i": (I,)}``.
-    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 4, bias update (as printed).
+    nu_i = s_i D' (-1/2 - 2 lam* (nu- + E[u_i]^T m-dag)) + sparse sum.
+
+    Parameters
+    ----------
+    state : custom_inference.psm.PSMState
+        I users, K factors.
+    obs, hyper, xi
+        Unused (the common signature of the printed forms).
+    got : dict
+        The solver's quantities, with ``user_nu_i`` (I,).
+
+    Returns
+    -------
+    dict
+        ``{"user_nu_i": (I,) array}``.
+
+    Raises
+    ------
+    KeyError
+        ``got`` has no "user_nu_i"; none of its own otherwise.
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, bias update (as printed).
     """
     s = jax.nn.softmax(state.log_s)
     bg = psm.item_background(state)
@@ -768,12 +1164,26 @@ def printed_bias_nu(state, obs, hyper, xi, got):
 
 
 def printed_omega_star(part: str):
-    """B.4.1's printed sum_j t_j Omega*_ij with one term as printed: ``part`` is "quadratic"
-    (2 E[b_i u_i^T] m-dag for 2 E[b_i] E[u_i]^T m-ddag), "linear" (-1/2 E[u_i]^T m-dag for -1/2 E[u_i]^T
-    m-ddag) or anything else for the constant ((xi*)^2 lam*/2 for lam* (xi*)^2).
+    """B.4.1's printed sum_j t_j Omega*_ij with one term as printed.
 
-    Returns fn(state, obs, hyper, xi, got) -> ``{"user_omega_star": (I,)}`` (``got`` holds the solver's
-    ``user_omega_star``). Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 4, B.4.1.
+    Parameters
+    ----------
+    part : str
+        "quadratic" (2 E[b_i u_i^T] m-dag for 2 E[b_i] E[u_i]^T m-ddag), "linear"
+        (-1/2 E[u_i]^T m-dag for -1/2 E[u_i]^T m-ddag) or anything else for the constant
+        ((xi*)^2 lam*/2 for lam* (xi*)^2).
+
+    Returns
+    -------
+    callable
+        ``fn(state, obs, hyper, xi, got) -> {"user_omega_star": (I,) array}`` (``got`` holds the
+        solver's ``user_omega_star``).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4, B.4.1.
     """
 
     def fn(state, obs, hyper, xi, got):
@@ -793,11 +1203,24 @@ def printed_omega_star(part: str):
 
 
 def printed_S2(version: str):
-    """The printed all-pairs sum S2 = sum_ij s_i t_j E[a_ij^2]: ``version`` "sec4" (sec. 4's (xi*)^2
-    cross terms 2 m-dag.m-dag + 2 m-dag.m-ddag) or anything else for B.3's (4 m-dag.m-dag).
+    """The printed all-pairs sum S2 = sum_ij s_i t_j E[a_ij^2].
 
-    Returns fn(state, obs, hyper, xi, got) -> ``{"S2": float}`` (``got`` holds the solver's ``S2``).
-    Raises nothing of its own. Source: ``000_619a0297b9d686b2.txt`` sec. 4 and B.3 (as printed).
+    Parameters
+    ----------
+    version : str
+        "sec4" (sec. 4's (xi*)^2 cross terms 2 m-dag.m-dag + 2 m-dag.m-ddag) or anything else for
+        B.3's (4 m-dag.m-dag).
+
+    Returns
+    -------
+    callable
+        ``fn(state, obs, hyper, xi, got) -> {"S2": float}`` (``got`` holds the solver's ``S2``).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``000_619a0297b9d686b2.txt`` sec. 4 and B.3 (as printed).
     """
 
     def fn(state, obs, hyper, xi, got):

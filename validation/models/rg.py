@@ -59,14 +59,39 @@ __all__ = [
 
 
 def small_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, density: float = 0.3, r: float = 0.5):
-    """A small one-class G (popularity-skewed Bernoulli, every user and item with >= 1 edge) and one
-    hidden graph H ~ q(H) drawn from it (sec. 4.1). Returns (obs, pi, graph), the graph padded to
-    `sample_hidden_graph`'s capacity 2 N (as in `rg.fit`, so compiled steps are shared), float64.
+    """A small one-class G and one hidden graph H ~ q(H) drawn from it (sec. 4.1).
 
-    ``obs``: binary `custom_inference.data.Observations` (I, J) with N edges; ``pi``: float64 (J,)
-    popularity weights; ``graph``: `custom_inference.rg.RGGraph` (int32 users/items, float64 g and
-    weight, each (2 N,)). Raises nothing of its own.
-    Source: 003_203f63200c0d7157.txt, sec. 4.1 (H ~ q(H)) and eqs. (7)-(9) (popularity sampling).
+    G is popularity-skewed Bernoulli (item weights Gamma(1, 1), every user and item with >= 1 edge);
+    the graph is padded to `sample_hidden_graph`'s capacity 2 N (as in `rg.fit`, so compiled steps
+    are shared), float64.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds G and H.
+    n_users, n_items : int, default 15, 12
+        I and J.
+    density : float, default 0.3
+        Mean edge probability of G before the popularity skew.
+    r : float, default 0.5
+        The popularity exponent of `custom_inference.rg.popularity_weights`.
+
+    Returns
+    -------
+    obs : custom_inference.data.Observations
+        Binary, (I, J), N edges.
+    pi : numpy.ndarray, shape (J,), float64
+        Popularity weights.
+    graph : custom_inference.rg.RGGraph
+        int32 users / items, float64 g and weight, each (2 N,).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.popularity_weights` for a non-positive or non-finite ``r``; none of
+        its own.
+
+    Source: ``003_203f63200c0d7157.txt``, sec. 4.1 (H ~ q(H)) and eqs. (7)-(9) (popularity sampling).
     """
     rng = np.random.default_rng(seed)
     pop = rng.gamma(1.0, 1.0, n_items)
@@ -80,15 +105,40 @@ def small_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, density: 
 
 def planted_problem(seed: int = 0, n_users: int = 15, n_items: int = 12, K: int = 2, *, h_fraction: float = 0.8,
                     scale: float = 1.5, clamp_user_bias: bool = False):
-    """A fixed H with a planted low-rank signal: every pair is an edge of H with probability
-    ``h_fraction`` (each user and item keeps >= 1 edge), u_m, v_n ~ N(0, scale^2 I_K), b_n ~ N(0, 1),
-    b_m ~ N(0, 0.5^2) (0 if clamped), and g_e ~ Bernoulli(sigma(a_e)) on the edges (eq. 2).
-    Returns the unpadded float64 `RGGraph` (the posterior given H is what the cross-check compares;
-    a signal this strong keeps mean-field VB away from the collapsed u = v = 0 solution that small
-    random one-class graphs give).
+    """A fixed H with a planted low-rank signal.
 
-    The graph's users and items are int32 (E,), g and weight float64 (E,). Raises nothing of its
-    own. Source: project addition (a planted signal for the model of 003_203f63200c0d7157.txt, eq. (2)).
+    Every pair is an edge of H with probability ``h_fraction`` (each user and item keeps >= 1 edge),
+    u_m, v_n ~ N(0, scale^2 I_K), b_n ~ N(0, 1), b_m ~ N(0, 0.5^2) (0 if clamped), and
+    g_e ~ Bernoulli(sigma(a_e)) on the edges (eq. 2). The posterior given H is what the cross-check
+    compares; a signal this strong keeps mean-field VB away from the collapsed u = v = 0 solution
+    that small random one-class graphs give.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds everything drawn.
+    n_users, n_items : int, default 15, 12
+        I and J.
+    K : int, default 2
+        Rank of the planted signal.
+    h_fraction : float in [0, 1], default 0.8
+        Edge probability of H. Keyword-only.
+    scale : float, default 1.5
+        Standard deviation of the planted factors. Keyword-only.
+    clamp_user_bias : bool, default False
+        b_m = 0. Keyword-only.
+
+    Returns
+    -------
+    custom_inference.rg.RGGraph
+        Unpadded, float64: users and items int32 (E,), g and weight float64 (E,).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (a planted signal for the model of ``003_203f63200c0d7157.txt``,
+    eq. (2)).
     """
     rng = np.random.default_rng(seed)
     Hd = rng.random((n_users, n_items)) < h_fraction
@@ -109,13 +159,38 @@ def _jnp(graph):
 
 
 def warm_state(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale: float = 1.0):
-    """A float64 state: `rg.init`, factor means redrawn as ``scale`` N(0, 1) (so that the K x K
-    coupling of the vector updates is material; the init's 0.1 leaves it near 0), then ``sweeps``
-    batch sweeps on ``graph`` (not a fixed point).
+    """A float64 state that is not a fixed point: `rg.init`, rescaled factor means, a few sweeps.
 
-    Returns a `custom_inference.rg.RGState`: u_* (I, K), v_* (J, K), bu_* (I,), bv_* (J,), the
-    tau shapes and rates scalars, all float64. Raises nothing of its own.
-    Source: project addition (validation level 1; the sweeps are those of 003_203f63200c0d7157.txt, eqs. (13)-(17)).
+    The factor means are redrawn as ``scale`` N(0, 1) (so that the K x K coupling of the vector
+    updates is material; the init's 0.1 leaves it near 0), then ``sweeps`` batch sweeps on ``graph``.
+
+    Parameters
+    ----------
+    graph : custom_inference.rg.RGGraph
+        The hidden graph H with its outcomes g.
+    K : int >= 1
+        The latent dimension.
+    hyper : ppl_models.rg.RGHyper
+        The hyperparameters.
+    seed : int, default 0
+        Seeds `rg.init` and the redrawn means. Keyword-only.
+    sweeps : int, default 2
+        Batch sweeps (rho = 1). Keyword-only.
+    scale : float, default 1.0
+        Scale of the redrawn factor means. Keyword-only.
+
+    Returns
+    -------
+    custom_inference.rg.RGState
+        u_* (I, K), v_* (J, K), bu_* (I,), bv_* (J,), the tau shapes and rates scalars, all float64.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.init`: K < 1, bad ``hyper``; none of its own.
+
+    Source: project addition (validation level 1; the sweeps are those of
+    ``003_203f63200c0d7157.txt``, eqs. (13)-(17)).
     """
     g = _jnp(graph)
     state = rg.init(jax.random.PRNGKey(seed), g, K, hyper, dtype=jnp.float64)
@@ -132,12 +207,35 @@ def warm_state(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale: f
 
 
 def moment_matched_user_update(state, graph, hyper, xi, rho=1.0):
-    """A *wrong* user update for the power check: the factor variances set to the marginal variances
-    (P^-1)_kk of q~ (moment matching, the minimizer of KL(q~ || q)) instead of 1 / P_kk, means P^-1 c.
+    """A *wrong* user update for the power check: moment matching instead of the mean-field update.
 
-    ``xi``: float (E_cap,) per-edge JJ parameters. Returns an `custom_inference.rg.RGState` with
-    u_prec and u_h (I, K) replaced. Raises nothing of its own.
-    Source: project addition (a negative control for the user update of 003_203f63200c0d7157.txt, eqs. (13), (15)).
+    The factor variances are set to the marginal variances (P^-1)_kk of q~ (moment matching, the
+    minimizer of KL(q~ || q)) instead of 1 / P_kk, the means to P^-1 c.
+
+    Parameters
+    ----------
+    state : custom_inference.rg.RGState
+        The current q.
+    graph : custom_inference.rg.RGGraph
+        The hidden graph (padded, E_cap entries).
+    hyper : ppl_models.rg.RGHyper
+        The hyperparameters.
+    xi : jax.Array, shape (E_cap,), float
+        Per-edge Jaakkola-Jordan parameters.
+    rho : float, default 1.0
+        Step size, as in `custom_inference.rg.update_users`.
+
+    Returns
+    -------
+    custom_inference.rg.RGState
+        ``state`` with u_prec and u_h (I, K) replaced.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (a negative control for the user update of
+    ``003_203f63200c0d7157.txt``, eqs. (13), (15)).
     """
     new = rg.update_users(state, graph, hyper, xi, rho)
     (mu, su), (mv, sv), (mbu, _), (mbv, _) = rg.moments(state)
@@ -178,12 +276,34 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
     """Stationarity of every block of one sweep (`validation.checks.updates.StationarityResult`), float64.
 
     From `warm_state`, in the solver's order: xi (16) (gradient in xi), users (13/15), user biases
-    (skipped when clamped), items, item biases, then the Gamma factors (17) one by one. Every
-    block's gradient is ``jax.grad`` of `custom_inference.rg.elbo` with xi held at the value the
-    block used, at the state before and after the update, over the block's fields (one compiled
-    gradient for all blocks). ``user_update`` replaces `rg.update_users` (power check). Returns a
-    DataFrame: block, grad_before, grad_after, passed (grad_after <= rtol max(grad_before, 1)).
-    Raises nothing of its own. Source: 003_203f63200c0d7157.txt, eqs. (13)-(17) (the updates checked); the check is a
+    (skipped when clamped), items, item biases, then the Gamma factors (17) one by one. Every block's
+    gradient is ``jax.grad`` of `custom_inference.rg.elbo` with xi held at the value the block used,
+    at the state before and after the update, over the block's fields (one compiled gradient for all
+    blocks).
+
+    Parameters
+    ----------
+    graph, K, hyper
+        As in `warm_state`.
+    seed, sweeps, scale
+        As in `warm_state` (the start). Keyword-only.
+    rtol : float, default 1e-7
+        Passed when grad_after <= rtol max(grad_before, 1). Keyword-only.
+    user_update : callable, optional
+        Replaces `rg.update_users` (power check, e.g. `moment_matched_user_update`); same signature.
+        Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block: block str, grad_before float, grad_after float, passed bool.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.init` (K < 1, bad ``hyper``); none of its own.
+
+    Source: ``003_203f63200c0d7157.txt``, eqs. (13)-(17) (the updates checked); the check is a
     project addition (validation level 1).
     """
     rows = []
@@ -228,10 +348,39 @@ def update_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2, scale
 
 
 def monotone_check(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 30, rtol: float = 1e-10):
-    """L_xi (optimal xi) over ``sweeps`` batch sweeps (rho = 1) on a fixed graph, float64;
-    `validation.checks.updates.monotone_sweeps`. Returns (ok, largest relative decrease, trace (sweeps + 1,)),
-    the trace float64. Raises ValueError when ``sweeps`` is not an integer >= 0.
-    Source: project addition (validation level 1) on the sweeps of 003_203f63200c0d7157.txt, eqs. (13)-(17)."""
+    """L_xi (optimal xi) over ``sweeps`` batch sweeps (rho = 1) on a fixed graph, float64.
+
+    Through `validation.checks.updates.monotone_sweeps`, from `custom_inference.rg.init`.
+
+    Parameters
+    ----------
+    graph, K, hyper
+        As in `warm_state`.
+    seed : int, default 0
+        Seeds `rg.init`. Keyword-only.
+    sweeps : int >= 0, default 30
+        Batch sweeps. Keyword-only.
+    rtol : float, default 1e-10
+        Largest relative decrease allowed. Keyword-only.
+
+    Returns
+    -------
+    ok : bool
+        No decrease beyond ``rtol``.
+    worst : float
+        The largest relative decrease.
+    trace : numpy.ndarray, shape (sweeps + 1,), float64
+        L_xi before and after each sweep.
+
+    Raises
+    ------
+    ValueError
+        ``sweeps`` is not an integer >= 0 (`monotone_sweeps`); K < 1 or bad ``hyper``
+        (`custom_inference.rg.init`).
+
+    Source: project addition (validation level 1) on the sweeps of ``003_203f63200c0d7157.txt``,
+    eqs. (13)-(17).
+    """
 
     def sweep(state):
         state, info = rg.step(None, state, g, hyper)
@@ -259,13 +408,30 @@ def _dense(graph):
 
 
 def dense_targets(state, graph):
-    """Brute force over all I x J pairs with h_mn in {0, 1} (eq. 13, the sum over all N items):
-    user and item (precision, h) after the exact block update, the bounded ELBO's likelihood
-    term, and the like probabilities (eq. 19) of every pair. numpy float64; small problems only.
+    """Brute force over all I x J pairs with h_mn in {0, 1} (eq. 13, the sum over all N items).
 
-    Returns a dict: ``users`` (precision (I, K), h (I, K)), ``items`` ((J, K), (J, K)),
-    ``likelihood`` (float), ``like_probability`` (I, J). Raises nothing of its own (numpy's
-    LinAlgError for a singular precision). Source: 003_203f63200c0d7157.txt, eqs. (13), (19).
+    User and item (precision, h) after the exact block update, the bounded ELBO's likelihood term, and
+    the like probabilities (eq. 19) of every pair. numpy float64; small problems only.
+
+    Parameters
+    ----------
+    state : custom_inference.rg.RGState
+        The current q.
+    graph : custom_inference.rg.RGGraph
+        H and g (entries with weight 0 are padding).
+
+    Returns
+    -------
+    dict
+        ``users`` (precision (I, K), h (I, K)), ``items`` ((J, K), (J, K)), ``likelihood`` (float),
+        ``like_probability`` (I, J), float64.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        From numpy for a singular precision; none of its own.
+
+    Source: ``003_203f63200c0d7157.txt``, eqs. (13), (19).
     """
     H, G = _dense(graph)
     (mu, su), (mv, sv), (mbu, sbu), (mbv, sbv) = (tuple(np.asarray(a, np.float64) for a in p) for p in rg.moments(state))
@@ -301,10 +467,31 @@ def dense_targets(state, graph):
 
 
 def dense_twin_checks(graph, K: int, hyper, *, seed: int = 0, sweeps: int = 2) -> pd.DataFrame:
-    """The solver's edge-only computations against `dense_targets`: user and item updates (natural
-    parameters), the bounded likelihood, the like probability of every pair (`score_users`).
-    Returns DataFrame quantity, max_rel_diff. Raises nothing of its own.
-    Source: project addition (validation level 1) on 003_203f63200c0d7157.txt, eqs. (11), (13), (15), (19)."""
+    """The solver's edge-only computations against `dense_targets`.
+
+    User and item updates (natural parameters), the bounded likelihood, the like probability of
+    every pair (`score_users`), at a `warm_state`.
+
+    Parameters
+    ----------
+    graph, K, hyper
+        As in `warm_state`.
+    seed, sweeps
+        As in `warm_state`. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        6 rows: quantity str, max_rel_diff float.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.init` (K < 1, bad ``hyper``); none of its own.
+
+    Source: project addition (validation level 1) on ``003_203f63200c0d7157.txt``, eqs. (11), (13),
+    (15), (19).
+    """
     with jax.enable_x64(True):
         g = _jnp(graph)
         state = warm_state(graph, K, hyper, seed=seed, sweeps=sweeps)
@@ -333,14 +520,34 @@ def _lik_terms(state, g):
 def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: int = 0) -> dict:
     """The bounded ELBO `rg.elbo` against the NumPyro program, by Monte Carlo over draws from q.
 
-    Per draw theta ~ q: ``d = log p(g, theta) - log q(theta) - sum_e [log p(g_e | a_e) - JJ(a_e, xi_e, g_e)]``
-    with log p from `ppl_models.rg.model` (numpyro ``log_density``), log q by scipy, xi the optimal
-    xi of q. Since the JJ bound is linear in (a, a^2), E_q[d] = L_xi exactly: the check tests the
-    prior, hyperprior and entropy terms of `rg.elbo` against an independent implementation.
-    Returns dict: estimate, se, exact (L_xi), z = |estimate - exact| / se, and exact_elbo_mc
-    (E_q[log p - log q], which must be >= L_xi: the bound holds).
-    Raises nothing of its own. Source: project addition (validation level 1) on the bound of
-    003_203f63200c0d7157.txt, eqs. (10)-(11) and the model of eqs. (2)-(5).
+    Per draw theta ~ q (at a `warm_state`, 2 sweeps):
+    ``d = log p(g, theta) - log q(theta) - sum_e [log p(g_e | a_e) - JJ(a_e, xi_e, g_e)]`` with log p
+    from `ppl_models.rg.model` (numpyro ``log_density``), log q by scipy, xi the optimal xi of q. Since
+    the JJ bound is linear in (a, a^2), E_q[d] = L_xi exactly: the check tests the prior, hyperprior
+    and entropy terms of `rg.elbo` against an independent implementation.
+
+    Parameters
+    ----------
+    graph, K, hyper
+        As in `warm_state`.
+    n_draws : int >= 2, default 4000
+        Draws from q. Keyword-only.
+    seed : int, default 0
+        Seeds the state (``seed``) and the draws (``seed + 1``). Keyword-only.
+
+    Returns
+    -------
+    dict of str to float
+        estimate, se, exact (L_xi), z = |estimate - exact| / se, and exact_elbo_mc
+        (E_q[log p - log q], which must be >= L_xi: the bound holds).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.init` (K < 1, bad ``hyper``); none of its own.
+
+    Source: project addition (validation level 1) on the bound of ``003_203f63200c0d7157.txt``,
+    eqs. (10)-(11) and the model of eqs. (2)-(5).
     """
     from numpyro.infer.util import log_density
 
@@ -372,15 +579,38 @@ def monte_carlo_elbo_check(graph, K: int, hyper, *, n_draws: int = 4000, seed: i
 
 def stochastic_average_check(seed: int = 0, n_users: int = 4, n_items: int = 8, n_graphs: int = 2000,
                              hyper=ppl.RGHyper(alpha=2.0, beta=1.5, clamp_user_bias=False), K: int = 2) -> pd.DataFrame:
-    """Eq. (14): the average over H ~ q(H) of the per-graph targets equals the sum over *all* items
-    weighted by E_q[h_mn] (1 on G, the exact successive-sampling inclusion probability elsewhere,
-    `custom_inference.sampling.successive_inclusion_probabilities`).
+    """Eq. (14): the average over H ~ q(H) of the per-graph targets equals the weighted sum over all items.
 
-    Checked on the targets that are linear in H: the natural parameters of the user- and item-bias
-    updates (rho = 1) at a fixed q (xi per pair from q, so it is the same in every graph). Returns a
-    DataFrame (quantity, max_abs_diff, max_z) with z = |MC mean - exact| / MC standard error over the
-    ``n_graphs`` graphs (plus a 1e-9 relative floor for entries that do not vary across graphs).
-    Raises nothing of its own. Source: 003_203f63200c0d7157.txt, eq. (14).
+    The weights are E_q[h_mn] (1 on G, the exact successive-sampling inclusion probability elsewhere,
+    `custom_inference.sampling.successive_inclusion_probabilities`). Checked on the targets that are
+    linear in H: the natural parameters of the user- and item-bias updates (rho = 1) at a fixed q (xi
+    per pair from q, so it is the same in every graph), on a `small_problem`.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds the problem (``seed``) and the graphs (``seed + 1``).
+    n_users, n_items : int, default 4, 8
+        I and J.
+    n_graphs : int >= 2, default 2000
+        Graphs H ~ q(H) averaged.
+    hyper : ppl_models.rg.RGHyper
+        Default alpha = 2, beta = 1.5, free user biases (the check needs them).
+    K : int, default 2
+        The latent dimension.
+
+    Returns
+    -------
+    pandas.DataFrame
+        4 rows: quantity str, max_abs_diff float, max_z float, z = |MC mean - exact| / MC standard
+        error over the graphs (plus a 1e-9 relative floor for entries that do not vary across graphs).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.init` / `popularity_weights` (K < 1, bad ``hyper``); none of its own.
+
+    Source: ``003_203f63200c0d7157.txt``, eq. (14).
     """
     from custom_inference.sampling import successive_inclusion_probabilities
 
@@ -437,20 +667,53 @@ def stochastic_average_check(seed: int = 0, n_users: int = 4, n_items: int = 8, 
 
 @dataclass(frozen=True)
 class CrosscheckConfig:
-    """Small problem: by default `planted_problem` (H = all 20 x 30 pairs, planted rank-2 signal of
-    scale 2); ``problem="sampled"`` uses `small_problem` (one-class G, one H ~ q(H)). On 15 x 12
-    sampled or planted graphs mean-field VB's global optimum is the collapsed u = v = 0 solution
-    (same ELBO from every start; VB pruning of weak components), which NUTS does not share, so
-    the default problem is large enough to keep both factors.
+    """The cross-check's problem and run settings.
 
-    The hyperprior is Gamma(2, 2) (mean 1, sd 0.7) instead of the paper's vague Gamma(0.01, 0.01),
-    whose funnel (tau near 0 with the factors near 0) NUTS cannot explore on 15 users: the compared
-    posterior is the same model (5) either way. The user biases are clamped at 0 as in the paper's
-    experiments (sec. 6.1); ``clamp_user_bias=False`` runs the full model (5), where the mean-field
-    gap is larger (b_m and b_n are only identified through their sum, a posterior ridge that the
-    factorized q cannot follow): measured 2026-11-23, seed 0, 4 x 2000 NUTS draws, gates passed:
-    clamped median standardized error of the like probabilities 0.456 (pass), free 0.602 (fail,
-    threshold 0.5), corr(log means) 0.994 / 0.993.
+    On 15 x 12 sampled or planted graphs mean-field VB's global optimum is the collapsed u = v = 0
+    solution (same ELBO from every start; VB pruning of weak components), which NUTS does not share, so
+    the default problem (`planted_problem`, H = all 20 x 30 pairs, rank-2 signal of scale 2) is large
+    enough to keep both factors. The hyperprior is Gamma(2, 2) (mean 1, sd 0.7) instead of the paper's
+    vague Gamma(0.01, 0.01), whose funnel (tau near 0 with the factors near 0) NUTS cannot explore on
+    15 users: the compared posterior is the same model (5) either way. The user biases are clamped at
+    0 as in the paper's experiments (sec. 6.1); ``clamp_user_bias=False`` runs the full model (5),
+    where the mean-field gap is larger (b_m and b_n are only identified through their sum, a posterior
+    ridge that the factorized q cannot follow): measured 2026-11-23, seed 0, 4 x 2000 NUTS draws,
+    gates passed: clamped median standardized error of the like probabilities 0.456 (pass), free
+    0.602 (fail, threshold 0.5), corr(log means) 0.994 / 0.993.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 20, 30
+        I and J.
+    density : float, default 0.3
+        G's density (``problem="sampled"`` only).
+    K : int, default 2
+        The latent dimension (and the planted rank).
+    h_fraction : float, default 1.0
+        H's edge probability (``problem="planted"``).
+    scale : float, default 2.0
+        The planted factors' scale (``problem="planted"``).
+    hyper : ppl_models.rg.RGHyper
+        alpha = beta = 2, r = 0.5, user biases clamped.
+    seed : int, default 0
+        Seeds the problem, NUTS and the VB restarts (``seed + 100 r``).
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 2000
+        NUTS chains, warm-up and kept draws per chain.
+    target_accept : float, default 0.9
+        NUTS target acceptance probability.
+    vi_restarts : int, default 3
+        VB starts; the best by ELBO is compared.
+    n_vi_draws : int, default 4000
+        Draws from q.
+    problem : {"planted", "sampled"}, default "planted"
+        "planted": `planted_problem` (H and g with a strong low-rank signal); "sampled":
+        `small_problem` (random one-class G and H ~ q(H): mean-field VB collapses u, v to 0 there).
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; ``problem`` is checked by `crosscheck_problem`).
+
+    Source: project addition (validation level 2 problem for ``003_203f63200c0d7157.txt``).
     """
 
     n_users: int = 20
@@ -473,16 +736,37 @@ class CrosscheckConfig:
 
 
 def identifiable_quantities(post: dict, graph, clamp: bool) -> dict[str, np.ndarray]:
-    """From draws (chain, draw, ...): ``prob`` sigmoid(u_m.v_n + b_m + b_n) on every real edge of H
-    (chain, draw, E); ``b_item_centered`` b_n - mean_n' b_n' (J); ``b_user_shifted`` b_m + mean_n b_n
-    (I, unless clamped); ``tau`` (tau_u, tau_v, tau_bv[, tau_bu]). With free user biases only
-    b_m + b_n is identified (b_m + c, b_n - c leave the likelihood unchanged), hence the centring;
-    raw u, v are not compared (rotation and sign invariance).
+    """The quantities compared across methods, from draws (chain, draw, ...).
 
-    ``post``: dict of float arrays u (chain, draw, I, K), v (chain, draw, J, K), b_item
-    (chain, draw, J), b_user (chain, draw, I) unless clamped, and the tau scalars (chain, draw).
-    Returns float64 arrays; ``tau`` is (chain, draw, 3 or 4). Raises KeyError when a draw is
-    missing. Source: project addition (validation level 2)."""
+    ``prob`` sigmoid(u_m.v_n + b_m + b_n) on every real edge of H; ``b_item_centered``
+    b_n - mean_n' b_n'; ``b_user_shifted`` b_m + mean_n b_n (unless clamped); ``tau`` (tau_u, tau_v,
+    tau_bv[, tau_bu]). With free user biases only b_m + b_n is identified (b_m + c, b_n - c leave the
+    likelihood unchanged), hence the centring; raw u, v are not compared (rotation and sign
+    invariance).
+
+    Parameters
+    ----------
+    post : dict of str to array_like
+        Float arrays u (chain, draw, I, K), v (chain, draw, J, K), b_item (chain, draw, J), b_user
+        (chain, draw, I) unless clamped, and the tau scalars (chain, draw).
+    graph : custom_inference.rg.RGGraph
+        H (its first ``n_edges`` entries are used).
+    clamp : bool
+        User biases clamped at 0 (b_user and tau_bu absent).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Float64: prob (chain, draw, E), b_item_centered (chain, draw, J), b_user_shifted
+        (chain, draw, I; unless clamped), tau (chain, draw, 3 or 4).
+
+    Raises
+    ------
+    KeyError
+        A needed draw is missing.
+
+    Source: project addition (validation level 2).
+    """
     E = graph.n_edges
     users, items = np.asarray(graph.users)[:E], np.asarray(graph.items)[:E]
     u, v = np.asarray(post["u"]), np.asarray(post["v"])
@@ -500,7 +784,24 @@ def identifiable_quantities(post: dict, graph, clamp: bool) -> dict[str, np.ndar
 
 def crosscheck_problem(config: "CrosscheckConfig"):
     """The fixed graph of the cross-check (`planted_problem` or `small_problem`, by ``config.problem``).
-    Raises ValueError on another ``config.problem``. Source: project addition."""
+
+    Parameters
+    ----------
+    config : CrosscheckConfig
+        The problem's settings.
+
+    Returns
+    -------
+    custom_inference.rg.RGGraph
+        H with its outcomes g (float64; padded for "sampled").
+
+    Raises
+    ------
+    ValueError
+        Another ``config.problem``.
+
+    Source: project addition.
+    """
     h = config.hyper
     if config.problem == "planted":
         return planted_problem(config.seed, config.n_users, config.n_items, config.K, h_fraction=config.h_fraction,
@@ -511,12 +812,34 @@ def crosscheck_problem(config: "CrosscheckConfig"):
 
 
 def nuts_reference(config: "CrosscheckConfig" = None, *, reference: str | None = None, progress: bool = False):
-    """The NUTS reference "rg" of the cross-check problem (`validation.checks.references.Reference`): stored
-    when one matches the graph and settings, else a fresh NumPyro NUTS run on `ppl_models.rg.model`
-    with u, v, b non-centred (``LocScaleReparam``: the same model, x = z / sqrt(tau), against the tau
-    funnels). Compared: `identifiable_quantities`. Raises ValueError on a bad ``config.problem``, or
-    when ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference
-    matches. Source: project addition."""
+    """The NUTS reference "rg" of the cross-check problem (`validation.checks.references.Reference`).
+
+    Stored when one matches the graph and settings, else a fresh NumPyro NUTS run on
+    `ppl_models.rg.model` with u, v, b non-centred (``LocScaleReparam``: the same model,
+    x = z / sqrt(tau), against the tau funnels). Compared: `identifiable_quantities`.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, optional
+        The problem and NUTS settings (default ``CrosscheckConfig()``).
+    reference : {None, "stored", "rerun"}, optional
+        As in `validation.checks.references.nuts_reference`. Keyword-only.
+    progress : bool, default False
+        Progress bar of a fresh run. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The stored or fresh reference.
+
+    Raises
+    ------
+    ValueError
+        A bad ``config.problem``; ``reference`` not None, "stored" or "rerun", or "stored" and no
+        stored reference matches.
+
+    Source: project addition.
+    """
     from numpyro.handlers import reparam
     from numpyro.infer.reparam import LocScaleReparam
 
@@ -539,18 +862,38 @@ def nuts_reference(config: "CrosscheckConfig" = None, *, reference: str | None =
 
 def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
                    reference: str | None = None) -> xc.CrosscheckResult:
-    """RG VB on one fixed sampled H (batch sweeps to tol 1e-10, best of ``vi_restarts`` by ELBO) against
-    ArviZ-gated NUTS on `ppl_models.rg.model` with the same H (`nuts_reference`: stored when it matches).
+    """RG VB on one fixed H against ArviZ-gated NUTS on `ppl_models.rg.model` with the same H.
 
-    Compared (`validation.checks.crosscheck.vi_crosscheck`): sigmoid(u.v + b) on every edge (the verdict, NUTS
-    gated on these probabilities), the identified biases and the hyperparameters (`vi_gap` tables
-    ``extra["b_item_centered_table"]`` (and ``b_user_shifted_table``), ``extra["tau_table"]``, each
-    with its own NUTS gate in ``nuts_gates_passed``), and the MacKay like probability (19) of q
-    against the NUTS posterior mean of sigma(a) (``extra["mackay_abs_error"]``, median absolute
-    difference). Returns a `validation.checks.crosscheck.CrosscheckResult` (method "vi"): ``nuts_quantities``
-    / ``solver_quantities`` hold the positive groups ``prob`` and ``tau`` (plotted on log axes);
-    ``extra`` also the ``update_table``, ``dense_table`` and the ``graph``. Raises ValueError on a bad
-    ``config.problem`` or ``reference``. Source: project addition (validation level 2); seed 003 eq. 19.
+    VB: batch sweeps to tol 1e-10, best of ``vi_restarts`` by ELBO; NUTS: `nuts_reference` (stored
+    when it matches). Compared (`validation.checks.crosscheck.vi_crosscheck`): sigmoid(u.v + b) on
+    every edge (the verdict, NUTS gated on these probabilities), the identified biases and the
+    hyperparameters (`vi_gap` tables ``extra["b_item_centered_table"]`` (and
+    ``b_user_shifted_table``), ``extra["tau_table"]``, each with its own NUTS gate in
+    ``nuts_gates_passed``), and the MacKay like probability (19) of q against the NUTS posterior mean
+    of sigma(a) (``extra["mackay_abs_error"]``, median absolute difference).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and both runs' settings.
+    progress : bool, default True
+        Progress bars. Keyword-only.
+    reference : {None, "stored", "rerun"}, optional
+        As in `nuts_reference`. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "vi": ``nuts_quantities`` / ``solver_quantities`` hold the positive groups ``prob``
+        and ``tau`` (plotted on log axes); ``extra`` also the ``update_table``, ``dense_table`` and
+        the ``graph``.
+
+    Raises
+    ------
+    ValueError
+        A bad ``config.problem`` or ``reference``; K < 1 or bad hyper (`custom_inference.rg.init`).
+
+    Source: project addition (validation level 2); ``003_203f63200c0d7157.txt`` eq. (19).
     """
     h = config.hyper
     graph = crosscheck_problem(config)
@@ -613,18 +956,37 @@ def _q_sites(state, draws: dict, clamp: bool) -> tuple[dict, np.ndarray]:
 
 
 def khat_problem(state, graph, K: int, hyper) -> vi_evidence.KhatProblem:
-    """The k-hat problem of an RG VB fit on one *fixed* hidden graph H (the cross-check's): q(u, v, b, tau)
-    (Normals and Gammas) against `ppl_models.rg.model` given H (the program's edges of H with their g),
-    on all latent scalars of that program (u, v, b_item, tau_u, tau_v, tau_bv; b_user and tau_bu unless
-    clamped). Given H nothing is augmented: the k-hat is of q(theta) against p(theta | g, H). (During
-    training the solver also averages over H ~ q(H) (sec. 4.1), whose law is defined algorithmically,
-    not by the program: no k-hat is defined over it.) The Jaakkola-Jordan xi only define the bound.
+    """The k-hat problem of an RG VB fit on one *fixed* hidden graph H (the cross-check's).
 
-    ``state``: `custom_inference.rg.RGState`; ``graph``: the padded hidden graph (its first ``n_edges``
-    entries are used). Functionals (function-specific k-hats): `identifiable_quantities` (prob on every edge,
-    the centred item biases, the shifted user biases unless clamped, tau). Returns a
-    `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own.
-    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on 003_203f63200c0d7157.txt eqs. (2)-(6).
+    q(u, v, b, tau) (Normals and Gammas) against `ppl_models.rg.model` given H (the program's edges
+    of H with their g), on all latent scalars of that program (u, v, b_item, tau_u, tau_v, tau_bv;
+    b_user and tau_bu unless clamped). Given H nothing is augmented: the k-hat is of q(theta) against
+    p(theta | g, H). (During training the solver also averages over H ~ q(H) (sec. 4.1), whose law is
+    defined algorithmically, not by the program: no k-hat is defined over it.) The Jaakkola-Jordan xi
+    only define the bound. Functionals (function-specific k-hats): `identifiable_quantities`.
+
+    Parameters
+    ----------
+    state : custom_inference.rg.RGState
+        The fitted q.
+    graph : custom_inference.rg.RGGraph
+        The padded hidden graph (its first ``n_edges`` entries are used).
+    K : int
+        The latent dimension.
+    hyper : ppl_models.rg.RGHyper
+        The hyperparameters (``clamp_user_bias`` decides the sites).
+
+    Returns
+    -------
+    validation.checks.vi_evidence.KhatProblem
+        Draws from q with their log q, the program's log joint, a description and the functionals.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on ``003_203f63200c0d7157.txt``
+    eqs. (2)-(6).
     """
     E = graph.n_edges
     users, items, gv = (np.asarray(a)[:E] for a in (graph.users, graph.items, graph.g))
@@ -658,16 +1020,43 @@ def _vb_fit(state, g, hyper, *, max_sweeps: int = 5000, tol: float = 1e-10):
 
 def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfig(), n_users: int = 10,
                   n_items: int = 12, n_q_draws: int = 400):
-    """``(simulate, fit, functionals, description)`` of RG VB's VSBC on a fixed H (`validation.checks.vi_evidence.run_vsbc`).
+    """``(simulate, fit, functionals, description)`` of RG VB's VSBC on a fixed H.
 
-    H: every pair of an ``n_users`` x ``n_items`` grid (fixed, so the sweep compiles once). ``simulate(seed)``
-    draws (tau, u, v, b) and g on H from the prior of `ppl_models.rg.model` (``config.hyper``: Gamma(2, 2)
-    hyperprior, user biases clamped, as in the cross-check); ``fit`` runs batch VB on that H (tol 1e-10,
-    at most 5000 sweeps, the best of two starts by ELBO, as coordinate ascent finds local optima) and
-    returns ``n_q_draws`` draws from q. Functionals: log tau_u, log tau_v, log tau_bv, b_0 - mean b,
-    b_1 - mean b (identified item biases) and the logits of three edges. Raises ValueError for another
-    ``solver`` than "vb". Source: project addition (VSBC, Yao et al. 2018, sec. 4) on
-    003_203f63200c0d7157.txt eqs. (2)-(6).
+    For `validation.checks.vi_evidence.run_vsbc`. H: every pair of an ``n_users`` x ``n_items`` grid
+    (`vsbc_grid`; fixed, so the sweep compiles once).
+
+    Parameters
+    ----------
+    solver : {"vb"}, default "vb"
+        Batch VB on the fixed H (the only one).
+    config : CrosscheckConfig, default CrosscheckConfig()
+        ``hyper`` (Gamma(2, 2) hyperprior, user biases clamped, as in the cross-check) and K.
+    n_users, n_items : int, default 10, 12
+        The grid's size.
+    n_q_draws : int, default 400
+        Draws from q per fit.
+
+    Returns
+    -------
+    simulate : callable
+        ``simulate(seed)`` -> (dict of float64 prior draws (tau, u, v, b) of `ppl_models.rg.model`,
+        g float64 (E,) outcomes on H).
+    fit : callable
+        ``fit(g, seed)`` -> dict of ``n_q_draws`` draws from q of `vsbc_fit_state`'s fit, each
+        (n_q_draws, ...).
+    functionals : dict of str to callable
+        log_tau (3,) (tau_u, tau_v, tau_bv), b_item_centered (2,) (b_0, b_1 minus mean b), logit (3,)
+        (three edges).
+    description : str
+        One line naming the problem and the fit.
+
+    Raises
+    ------
+    ValueError
+        Another ``solver`` than "vb".
+
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on ``003_203f63200c0d7157.txt``
+    eqs. (2)-(6).
     """
     if solver != "vb":
         raise ValueError(f"RG's VSBC runs batch VB on a fixed H ('vb'), got {solver!r}")
@@ -694,18 +1083,58 @@ def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfi
 
 
 def vsbc_grid(n_users: int = 10, n_items: int = 12):
-    """The fixed H of `vsbc_adapters`: every pair of an ``n_users`` x ``n_items`` grid, as int32 (E,)
-    users and items (user-major). Raises nothing of its own. Source: project addition."""
+    """The fixed H of `vsbc_adapters`: every pair of an ``n_users`` x ``n_items`` grid, user-major.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default 10, 12
+        The grid's size.
+
+    Returns
+    -------
+    users, items : numpy.ndarray, shape (E,), int32
+        E = n_users n_items.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
     return tuple(a.ravel().astype(np.int32) for a in np.meshgrid(np.arange(n_users), np.arange(n_items), indexing="ij"))
 
 
 def vsbc_fit_state(gv, seed: int, config: CrosscheckConfig = CrosscheckConfig(), n_users: int = 10,
                    n_items: int = 12):
-    """The fit of `vsbc_adapters` on one simulation: batch VB on the grid H (`vsbc_grid`) with outcomes
-    ``gv`` (0/1 float (E,)), tol 1e-10, at most 5000 sweeps, the best of the starts ``PRNGKey(seed)`` and
-    ``PRNGKey(seed + 1)`` by ELBO, float64, hyperprior ``config.hyper``. Returns the
-    `custom_inference.rg.RGState` (also what `validation.models.meanfield_bias` reads). Raises ValueError
-    from `custom_inference.rg.RGGraph.from_edges` on bad outcomes. Source: project addition (the VSBC fit)."""
+    """The fit of `vsbc_adapters` on one simulation: batch VB on the grid H (`vsbc_grid`).
+
+    Tol 1e-10, at most 5000 sweeps, the best of the starts ``PRNGKey(seed)`` and ``PRNGKey(seed + 1)``
+    by ELBO, float64.
+
+    Parameters
+    ----------
+    gv : array_like, shape (E,), float
+        0/1 outcomes on the grid's edges.
+    seed : int
+        The first start's key.
+    config : CrosscheckConfig, default CrosscheckConfig()
+        ``hyper`` (the hyperprior) and K.
+    n_users, n_items : int, default 10, 12
+        The grid's size.
+
+    Returns
+    -------
+    custom_inference.rg.RGState
+        The fitted q (also what `validation.models.meanfield_bias` reads).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.rg.RGGraph.from_edges` on bad outcomes (not 0/1, wrong length); K < 1
+        or bad hyper (`custom_inference.rg.init`).
+
+    Source: project addition (the VSBC fit).
+    """
     users, items = vsbc_grid(n_users, n_items)
     graph = rg.RGGraph.from_edges(users, items, gv, n_users, n_items)
     h = config.hyper

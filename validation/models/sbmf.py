@@ -78,10 +78,29 @@ _SEED004 = "004_90693a0965f06816.txt"
 def to_obs(rows, cols, values, shape, dtype=np.float64) -> Observations:
     """Real-valued `Observations` (zeros kept: a rating of 0 is data).
 
-    ``rows``, ``cols``: integer (N,); ``values``: float (N,); ``shape``: (I, J). The result holds
-    int32 indices and ``dtype`` values. Raises ValueError as
-    `custom_inference.data.Observations.from_coo` (bad shape, lengths, indices, non-finite
-    values, duplicate cells, no entries). Source: project addition.
+    Parameters
+    ----------
+    rows, cols : array_like, shape (N,), int
+        User and item index of each rating.
+    values : array_like, shape (N,), float
+        The ratings.
+    shape : tuple of int
+        (I, J).
+    dtype : numpy dtype, default numpy.float64
+        The values' dtype.
+
+    Returns
+    -------
+    custom_inference.data.Observations
+        kind "real", int32 indices, ``dtype`` values.
+
+    Raises
+    ------
+    ValueError
+        As `custom_inference.data.Observations.from_coo`: bad shape, lengths, indices, non-finite
+        values, duplicate cells, no entries.
+
+    Source: project addition.
     """
     return Observations.from_coo(rows, cols, values, shape, kind="real", dtype=dtype, drop_zeros=False)
 
@@ -143,10 +162,35 @@ def _log_joint_along(params, obs, hyper, site, index, xs):
 def log_joint_along(params, rows, cols, values, hyper, site, index, xs):
     """The program's log joint (`ppl_models.sbmf.log_joint`, eq. 3.13) with one scalar moved along ``xs``.
 
-    ``params``: dict of the program's sites (numpy arrays; copied, not modified); ``rows``, ``cols`` (N,) int,
-    ``values`` (N,) float; ``site``: the site's name, ``index``: None for a scalar site, else the element's index
-    tuple; ``xs`` (G,) float64. Returns (G,) float64 (nats, unnormalized). Raises KeyError for a site the
-    program does not have, IndexError for an index outside it.
+    Parameters
+    ----------
+    params : dict of str to numpy.ndarray
+        The program's sites (copied, not modified).
+    rows, cols : array_like, shape (N,), int
+        The ratings' cells.
+    values : array_like, shape (N,), float
+        The ratings.
+    hyper : ppl_models.sbmf.SBMFHyper
+        The hyperparameters.
+    site : str
+        The moved site's name.
+    index : tuple of int or None
+        None for a scalar site, else the element's index tuple.
+    xs : array_like, shape (G,), float64
+        The values the element takes.
+
+    Returns
+    -------
+    numpy.ndarray, shape (G,), float64
+        The log joint at each value (nats, unnormalized).
+
+    Raises
+    ------
+    KeyError
+        A site the program does not have.
+    IndexError
+        An index outside the site.
+
     Source: ``004_90693a0965f06816.txt`` eq. 3.13; project addition (the grid checks of the conditionals).
     """
     rows, cols, values = (np.asarray(a) for a in (rows, cols, values))
@@ -165,20 +209,40 @@ def conditional_checks(hyper=CHECK_HYPER, *, seed: int = 0, bug: str | None = No
                        sites: tuple[str, ...] = _SITES) -> pd.DataFrame:
     """Each univariate conditional of the sampler vs the log joint's, on a grid.
 
-    A state and data are drawn from the prior (I = 6, J = 5, K = 2, 20 cells). For each site
-    the claimed conditional (Gaussian (P, h) or Gamma (shape, rate) from `custom_inference.sbmf`)
-    gives log q(x) - log q(x_ref) on a grid of ``n_grid`` points within 6 sd of its mean; the
-    brute force is log p(R, all) (eq. 3.13) with that coordinate moved, minus its value at x_ref.
-    The two must agree to float64 rounding (max |difference| < 1e-7); the TV distance between
-    the two normalized grid densities is reported too.
+    A state and data are drawn from the prior (I = 6, J = 5, K = 2, 20 cells). For each site the
+    claimed conditional (Gaussian (P, h) or Gamma (shape, rate) from `custom_inference.sbmf`) gives
+    log q(x) - log q(x_ref) on a grid within 6 sd of its mean (Gamma: its 1e-9 quantiles); the brute
+    force is log p(R, all) (eq. 3.13) with that coordinate (index 1 or (1, 1)) moved, minus its value
+    at x_ref. The two must agree to float64 rounding (max |difference| < 1e-7); the TV distance
+    between the two normalized grid densities is reported too.
 
-    ``bug``: a site name whose conditional is replaced by a deliberately wrong one (cache term
-    without the own contribution; for tau the missing 1/2), which this check must reject.
-    ``sites``: the sites checked (default all of tau, mu, alpha, beta, U, V).
+    Parameters
+    ----------
+    hyper : ppl_models.sbmf.SBMFHyper, default CHECK_HYPER
+        Simulates and is given to the conditionals (distinct values, so a swapped symbol shows).
+    seed : int, default 0
+        Seeds the simulated state and data. Keyword-only.
+    bug : str, optional
+        A site name whose conditional is replaced by a deliberately wrong one (cache term without the
+        own contribution; for tau the missing 1/2), which this check must reject. Keyword-only.
+    n_grid : int, default 401
+        Grid points per site. Keyword-only.
+    sites : tuple of str, default ("tau", "mu", "alpha", "beta", "U", "V")
+        The sites checked. Keyword-only.
 
-    Returns a DataFrame: site, index, kind, max_log_diff, tv, passed.
-    Raises ValueError when ``bug`` is not None or a site name, or ``sites`` holds another name.
-    Source: 004_90693a0965f06816.txt, ch. 3, eq. 3.13 (the log joint) and the conditionals of
+    Returns
+    -------
+    pandas.DataFrame
+        One row per site: site str, index str, kind str ("normal" / "gamma"), max_log_diff float,
+        tv float, passed bool.
+
+    Raises
+    ------
+    ValueError
+        ``bug`` is not None or a site name, or ``sites`` holds another name; from
+        `ppl_models.sbmf.simulate` for bad ``hyper``.
+
+    Source: ``004_90693a0965f06816.txt``, ch. 3, eq. 3.13 (the log joint) and the conditionals of
     eqs. 3.14-3.17 and Algorithm 2; the check is a project addition (validation level 1).
     """
     if bug is not None and bug not in _SITES:
@@ -223,21 +287,39 @@ def gauge_check(hyper=CHECK_HYPER, *, seed: int = 0, n_points: int = 6, fit_hype
 
     For a prior draw x (6 x 5, K = 2) and ``n_points`` random s ~ N(0, 0.5^2 I_K), A = diag(e^s),
     the claimed g(s) - g(0) (`custom_inference.sbmf.gauge_log_density` at the moved
-    hyperparameters) must equal l(T_s x) + log|det J_s| - l(x), with l =
-    `ppl_models.sbmf.log_joint` and T_s = `custom_inference.sbmf.apply_gauge`. T_s scales each coordinate of
-    (U, V, mu_u, sigma_u, mu_v, sigma_v) by its own factor, so log|det J_s| = sum log|x'/x| over
-    those coordinates, read off the moved state (not from the solver's derivation). Tolerance:
-    relative 1e-7 of the log-joint changes (float64 rounding ~1e-12).
+    hyperparameters) must equal l(T_s x) + log|det J_s| - l(x), with l = `ppl_models.sbmf.log_joint`
+    and T_s = `custom_inference.sbmf.apply_gauge`. T_s scales each coordinate of (U, V, mu_u,
+    sigma_u, mu_v, sigma_v) by its own factor, so log|det J_s| = sum log|x'/x| over those
+    coordinates, read off the moved state (not from the solver's derivation). Tolerance: relative
+    1e-7 of the log-joint changes (float64 rounding ~1e-12). Row "gauge act": 20 random generator
+    steps of `custom_inference.sbmf.gauge_act` (what the walk tracks) reach the hyperparameters of
+    `apply_gauge` of their product (relative 1e-9).
 
-    ``fit_hyper`` (default ``hyper``): what the claimed density is given; a different beta0 or
-    nu0 is a wrong move (negative control), which must fail.
+    Parameters
+    ----------
+    hyper : ppl_models.sbmf.SBMFHyper, default CHECK_HYPER
+        Simulates the prior draw and defines l.
+    seed : int, default 0
+        Seeds the draw (``seed``) and the moves (``seed + 7``). Keyword-only.
+    n_points : int, default 6
+        Random moves s. Keyword-only.
+    fit_hyper : ppl_models.sbmf.SBMFHyper, optional
+        What the claimed density is given (default ``hyper``); a different beta0 or nu0 is a wrong
+        move (negative control), which must fail. Keyword-only.
 
-    Row "gauge act": 20 random generator steps of `custom_inference.sbmf.gauge_act` (what the
-    walk tracks) reach the hyperparameters of `apply_gauge` of their product (relative 1e-9).
+    Returns
+    -------
+    pandas.DataFrame
+        Two rows ("gauge target", "gauge act"): check str, max_abs_error float, scale float,
+        passed bool.
 
-    Returns a DataFrame: check, max_abs_error, scale, passed.
-    Raises nothing of its own. Source: project addition (the gauge move of
-    `custom_inference.sbmf` on the log joint of 004_90693a0965f06816.txt, eq. 3.13).
+    Raises
+    ------
+    ValueError
+        From `ppl_models.sbmf.simulate` for bad ``hyper``; none of its own.
+
+    Source: project addition (the gauge move of `custom_inference.sbmf` on the log joint of
+    ``004_90693a0965f06816.txt``, eq. 3.13).
     """
     fit_hyper = hyper if fit_hyper is None else fit_hyper
     truth, obs = _small_problem(seed, hyper)
@@ -295,15 +377,36 @@ def hyper_checks(hyper=CHECK_HYPER, *, seed: int = 0, n_draws: int = 20000, prin
     """The normal-gamma draws of Algorithm 2 lines 2-10 vs the brute-force conditionals.
 
     For each of sigma_alpha, mu_alpha, sigma_beta, mu_beta, sigma_u[1], mu_u[1], sigma_v[1],
-    mu_v[1]: ``n_draws`` draws from `custom_inference.gaussian.sample_ng_precision` /
-    `sample_ng_mean` (what `custom_inference.sbmf.step` calls) given the rest of a prior draw,
-    and a KS test against the CDF of the log joint (eq. 3.13) normalized on a grid.
-    ``printed=True`` draws the precisions from the printed lines instead (no square in the
-    rate; shape beta0 + (n+1)/2 for beta and v), which must fail.
+    mu_v[1] (index 0 when K = 1): ``n_draws`` draws from
+    `custom_inference.gaussian.sample_ng_precision` / `sample_ng_mean` (what
+    `custom_inference.sbmf.step` calls) given the rest of a prior draw (6 x 5, K = 2), and a KS test
+    against the CDF of the log joint (eq. 3.13) normalized on a 4001-point grid.
 
-    Returns a DataFrame: site, ks_stat, p_value, passed (p > 1e-4).
-    Raises nothing of its own. Source: 004_90693a0965f06816.txt, Algorithm 2, lines 2-10
-    (corrected, see ``ERRATA``) and eq. 3.13.
+    Parameters
+    ----------
+    hyper : ppl_models.sbmf.SBMFHyper, default CHECK_HYPER
+        Simulates and is given to the draws.
+    seed : int, default 0
+        Seeds the prior draw (``seed``) and the draws (``seed + 1``). Keyword-only.
+    n_draws : int, default 20000
+        Draws per site. Keyword-only.
+    printed : bool, default False
+        Draw the precisions from the printed lines instead (no square in the rate; shape
+        beta0 + (n+1)/2 for beta and v), which must fail. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        8 rows: site str, ks_stat float, p_value float, passed bool (p > 1e-4; non-finite or
+        non-positive precision draws fail with ks_stat 1).
+
+    Raises
+    ------
+    ValueError
+        From `ppl_models.sbmf.simulate` for bad ``hyper``; none of its own.
+
+    Source: ``004_90693a0965f06816.txt``, Algorithm 2, lines 2-10 (corrected, see ``ERRATA``) and
+    eq. 3.13.
     """
     truth, obs = _small_problem(seed, hyper)
     h = hyper
@@ -372,11 +475,36 @@ def cache_check(hyper=ppl.SBMFHyper(), *, seed: int = 0, n_sweeps: int = 25, n_r
     Runs ``n_sweeps`` sweeps from `custom_inference.sbmf.init` on simulated data, then compares:
     ``e``: cached e vs e recomputed from scratch; ``log_joint``: from the cache vs from scratch;
     ``U_cond`` / ``V_cond``: (P, h) of eqs. 3.15/3.17 (cached, O(N)) vs eq. 3.16 evaluated on the
-    dense masked I x J matrix, for every k. Passed when the max relative difference < 1e-9.
+    dense masked I x J matrix, for every k. Float64.
 
-    Returns a DataFrame: quantity, max_rel_diff, passed.
-    Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 3.15-3.17 (cached vs
-    dense conditionals); the check is a project addition (validation level 1).
+    Parameters
+    ----------
+    hyper : ppl_models.sbmf.SBMFHyper, default SBMFHyper()
+        Simulates and fits.
+    seed : int, default 0
+        Seeds the data and `init`. Keyword-only.
+    n_sweeps : int, default 25
+        Sweeps before the comparison. Keyword-only.
+    n_rows, n_cols : int, default 12, 9
+        I and J. Keyword-only.
+    K : int, default 3
+        The latent dimension. Keyword-only.
+    n_obs : int, default 50
+        Observed cells (<= I J). Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        4 rows: quantity str, max_rel_diff float, passed bool (< 1e-9).
+
+    Raises
+    ------
+    ValueError
+        From `ppl_models.sbmf.simulate` / `custom_inference.sbmf.init`: bad sizes, ``n_obs`` > I J,
+        K < 1, bad ``hyper``; none of its own.
+
+    Source: ``004_90693a0965f06816.txt``, eqs. 3.15-3.17 (cached vs dense conditionals); the check is
+    a project addition (validation level 1).
     """
     truth, obs = _small_problem(seed, hyper, n_rows, n_cols, K, n_obs)
     with jax.enable_x64(True):
@@ -478,10 +606,41 @@ ERRATA: tuple[Erratum, ...] = (
 class CrosscheckConfig:
     """Data and run settings of the Gibbs-vs-NUTS cross-check.
 
-    I = 20, J = 15, K = 2, 150 observed cells simulated from the prior with the thesis's
-    hyperparameters; 10 unobserved cells are predicted too. NUTS: PyMC through NumPyro
-    (``nuts_sampler="numpyro"``), 4 chains, target_accept 0.95 (the centred hierarchy has
-    funnels). Gibbs: 4 chains, thinned so that the ESS of the predictions exceeds the gates.
+    The defaults: I = 20, J = 15, K = 2, 150 observed cells simulated from the prior with the
+    thesis's hyperparameters, 10 unobserved cells predicted too. NUTS: PyMC through NumPyro, 4
+    chains, target_accept 0.95 (the centred hierarchy has funnels). Gibbs: 4 chains, thinned so that
+    the ESS of the predictions exceeds the gates.
+
+    Parameters
+    ----------
+    n_rows, n_cols : int, default 20, 15
+        I and J.
+    K : int, default 2
+        The latent dimension.
+    n_obs : int, default 150
+        Observed cells.
+    n_unobserved : int, default 10
+        Unobserved cells whose predictions are compared too (fewer when fewer are free).
+    hyper : ppl_models.sbmf.SBMFHyper, default SBMFHyper()
+        Simulates and fits.
+    data_seed : int, default 3
+        Seeds the simulation and the choice of unobserved cells.
+    seed : int, default 0
+        Seeds NUTS and Gibbs.
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1000
+        NUTS chains, tuning and kept draws per chain.
+    target_accept : float, default 0.95
+        NUTS target acceptance probability.
+    nuts_sampler : {"numpyro", "pymc", ...}, default "numpyro"
+        PyMC's ``nuts_sampler``; "pymc" runs PyMC's own NUTS on one core.
+    gibbs_chains, gibbs_warmup, gibbs_samples, gibbs_thin : int, default 4, 1000, 1000, 5
+        The Gibbs sampler's chains, warm-up sweeps, kept draws per chain and thinning.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; values are checked where they are used).
+
+    Source: project addition (validation level 2 problem for ``004_90693a0965f06816.txt`` ch. 3).
     """
 
     n_rows: int = 20
@@ -524,10 +683,29 @@ def _quantities(post, cells):
 
 
 def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), progress: bool = False) -> xc.NutsRun:
-    """PyMC NUTS on `ppl_models.sbmf.model` (through NumPyro unless ``config.nuts_sampler`` is
-    "pymc"); returns a `validation.checks.crosscheck.NutsRun` (bfmi float64 (chain,)). ``obs``: N ratings
-    (int32 (N,) indices, float (N,) values). Raises nothing of its own (PyMC's errors propagate).
-    Source: project addition."""
+    """PyMC NUTS on `ppl_models.sbmf.model` (through NumPyro unless ``config.nuts_sampler`` is "pymc").
+
+    Parameters
+    ----------
+    obs : custom_inference.data.Observations
+        N ratings (int32 (N,) indices, float (N,) values).
+    config : CrosscheckConfig, default CrosscheckConfig()
+        K, hyper and the NUTS settings (``num_*``, ``target_accept``, ``nuts_sampler``, ``seed``).
+    progress : bool, default False
+        PyMC's progress bar.
+
+    Returns
+    -------
+    validation.checks.crosscheck.NutsRun
+        The InferenceData, the number of divergent transitions, bfmi float64 (chain,) and seconds.
+
+    Raises
+    ------
+    ValueError
+        From `ppl_models.sbmf.model` (bad K, hyper, indices or values); PyMC's errors propagate.
+
+    Source: project addition.
+    """
     import pymc as pm
 
     c = config
@@ -544,11 +722,33 @@ def run_nuts(obs: Observations, config: CrosscheckConfig = CrosscheckConfig(), p
 
 def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
                    progress: bool = False):
-    """The NUTS reference "sbmf" of the cross-check problem (`validation.checks.references.Reference`):
-    stored when one matches the data, cells and settings, else a fresh `run_nuts`. Compared:
-    predicted means at the cells (chain, draw, Q) and tau (chain, draw, 1), float64. Raises
-    ValueError when ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored
-    reference matches. Source: project addition."""
+    """The NUTS reference "sbmf" of the cross-check problem (`validation.checks.references.Reference`).
+
+    Stored when one matches the data, cells and settings, else a fresh `run_nuts`. Compared:
+    predicted means at the cells (chain, draw, Q) and tau (chain, draw, 1), float64.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and NUTS settings.
+    reference : {None, "stored", "rerun"}, optional
+        As in `validation.checks.references.nuts_reference`. Keyword-only.
+    progress : bool, default False
+        Progress bar of a fresh run. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The stored or fresh reference.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference
+        matches.
+
+    Source: project addition.
+    """
     c = config
     _, obs, cells = crosscheck_data(c)
     settings = xc.NutsSettings.of(c, sampler=f"pymc+{c.nuts_sampler}")
@@ -564,10 +764,30 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
     Compared: predicted means mu + alpha_i + beta_j + u_i . v_j at the observed cells and at
     ``n_unobserved`` unobserved cells, and tau (never raw factor coordinates). Both runs gated,
-    verdict by `validation.checks.crosscheck.exact_crosscheck` (Bonferroni, 1% per group); NUTS is the
-    stored reference when it matches (``reference``, `nuts_reference`). Returns a
-    `validation.checks.crosscheck.CrosscheckResult` (method "exact"). Raises ValueError on a bad
-    ``reference``. Source: project addition (validation level 2).
+    verdict by `validation.checks.crosscheck.exact_crosscheck` (Bonferroni, 1% per group); NUTS is
+    the stored reference when it matches (`nuts_reference`).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and both runs' settings.
+    progress : bool, default False
+        Progress bars. Keyword-only.
+    reference : {None, "stored", "rerun"}, optional
+        As in `nuts_reference`. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "exact".
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference`` (or "stored" without a match); bad sizes or hyper in ``config`` (from
+        `ppl_models.sbmf.simulate` / `custom_inference.sbmf.sample`).
+
+    Source: project addition (validation level 2).
     """
     c = config
     _, obs, cells = crosscheck_data(c)
@@ -603,12 +823,30 @@ _CELLS = ((0, 0), (1, 2), (2, 1), (3, 3))
 
 
 def sbmf_functionals(cells=_CELLS) -> dict:
-    """SBC test quantities (invariant to rotations/sign flips of the factors): log tau, the
-    predicted means at a few fixed cells (observed or not), and mu + mean(alpha) + mean(beta).
-    ``cells``: (row, col) pairs. Returns a dict name -> function of one draw (mu, tau scalars;
-    alpha (I,), beta (J,), U (I, K), V (J, K)) giving float arrays: log_tau (1,), pred (len(cells),),
-    mean_level (1,). Raises nothing of its own. Source: project addition (SBC functionals of the
-    model of 004_90693a0965f06816.txt, eq. 3.13)."""
+    """SBC test quantities, invariant to rotations / sign flips of the factors.
+
+    log tau, the predicted means at a few fixed cells (observed or not), and
+    mu + mean(alpha) + mean(beta).
+
+    Parameters
+    ----------
+    cells : sequence of (int, int), default ((0, 0), (1, 2), (2, 1), (3, 3))
+        (row, col) pairs.
+
+    Returns
+    -------
+    dict of str to callable
+        Name -> function of one draw (mu, tau scalars; alpha (I,), beta (J,), U (I, K), V (J, K))
+        giving float arrays: log_tau (1,), pred (len(cells),), mean_level (1,).
+
+    Raises
+    ------
+    None of its own; the returned ``pred`` raises IndexError (`ppl_models.sbmf.predicted_mean`) for
+    a cell outside the draw's I x J, and every function KeyError for a draw without a needed site.
+
+    Source: project addition (SBC functionals of the model of ``004_90693a0965f06816.txt``,
+    eq. 3.13).
+    """
     rows = np.array([c[0] for c in cells])
     cols = np.array([c[1] for c in cells])
     return {
@@ -620,10 +858,35 @@ def sbmf_functionals(cells=_CELLS) -> dict:
 
 @dataclass(frozen=True)
 class SBCConfig:
-    """Sizes of one SBC simulation (small: hundreds of fits). The Gibbs draws are thinned by
-    ``gibbs_thin`` and then evenly by `run_sbc` to L = 99: 2 x 1000 kept draws. ``nuts``: the NUTS
-    SBC's run and gates (`nuts_sbc_adapters`: 2 chains x 500 draws after 500 warm-up, target accept
-    0.99, the centred program; ``nuts_noncentred`` runs it in non-centred coordinates instead)."""
+    """Sizes of one SBC simulation (small: hundreds of fits).
+
+    The Gibbs draws are thinned by ``gibbs_thin`` and then evenly by `run_sbc` to L = 99.
+
+    Parameters
+    ----------
+    n_rows, n_cols : int, default 8, 6
+        I and J.
+    K : int, default 2
+        The latent dimension.
+    n_obs : int, default 30
+        Observed cells per simulation.
+    hyper : ppl_models.sbmf.SBMFHyper, default SBMFHyper()
+        Simulates and (in `sbc_adapters`, by default) fits.
+    gibbs_chains, gibbs_warmup, gibbs_samples, gibbs_thin : int, default 2, 500, 1000, 5
+        The Gibbs sampler's chains, warm-up sweeps, kept draws per chain and thinning.
+    nuts : validation.checks.nuts_sbc.NutsSBCSettings
+        The NUTS SBC's run and gates (`nuts_sbc_adapters`: 2 chains x 500 draws after 500 warm-up,
+        target accept 0.99).
+    nuts_noncentred : bool, default False
+        Run the NUTS SBC in non-centred coordinates instead of the centred program.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; values are checked where they are used).
+
+    Source: project addition (SBC, Talts et al. 2018, for the model of ``004_90693a0965f06816.txt``
+    ch. 3).
+    """
 
     n_rows: int = 8
     n_cols: int = 6
@@ -645,12 +908,33 @@ _NONCENTRED = ("mu_alpha", "alpha", "mu_beta", "beta", "mu_u", "U", "mu_v", "V")
 def sbc_adapters(config: SBCConfig = SBCConfig(), *, fit_hyper: ppl.SBMFHyper | None = None):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc`.
 
-    Data are simulated with ``config.hyper``; ``fit_hyper`` (default the same) is what the
-    sampler is given: a different one is a deliberately misspecified control that SBC must flag.
-    ``simulate(seed)`` returns (truth dict of float arrays, `custom_inference.data.Observations`);
-    ``fit(obs, seed)`` returns the draws with the chains flattened, e.g. U (S, I, K). Raises
-    nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
-    004_90693a0965f06816.txt, ch. 3.
+    Data are simulated with ``config.hyper`` (`ppl_models.sbmf.simulate`).
+
+    Parameters
+    ----------
+    config : SBCConfig, default SBCConfig()
+        Sizes and the sampler's settings.
+    fit_hyper : ppl_models.sbmf.SBMFHyper, optional
+        What the sampler is given (default ``config.hyper``): a different one is a deliberately
+        misspecified control that SBC must flag. Keyword-only.
+
+    Returns
+    -------
+    simulate : callable
+        ``simulate(seed)`` -> (truth dict of float arrays, `custom_inference.data.Observations`).
+    fit : callable
+        ``fit(obs, seed)`` -> dict of the draws of mu, alpha, beta, U, V, tau with the chains
+        flattened, e.g. U (S, I, K), S = gibbs_chains x gibbs_samples.
+    functionals : dict
+        `sbmf_functionals` ().
+
+    Raises
+    ------
+    None of its own; the returned functions raise ValueError from `ppl_models.sbmf.simulate` /
+    `custom_inference.sbmf.sample` for bad sizes or hyperparameters.
+
+    Source: project addition (SBC, Talts et al. 2018) on the model of ``004_90693a0965f06816.txt``,
+    ch. 3.
     """
     c = config
     fit_hyper = c.hyper if fit_hyper is None else fit_hyper
@@ -672,15 +956,35 @@ def sbc_adapters(config: SBCConfig = SBCConfig(), *, fit_hyper: ppl.SBMFHyper | 
 def nuts_sbc_adapters(config: SBCConfig = SBCConfig(), *, log_path=None):
     """``(simulate, fit, functionals)`` for `validation.checks.sbc.run_sbc` with NumPyro NUTS on the program.
 
-    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same
-    sizes and hyperparameters); ``fit`` is a `validation.checks.nuts_sbc.NutsSBCFit` running NUTS
-    (``config.nuts``) on `ppl_models.sbmf.numpyro_model` (the PyMC program's NumPyro twin, same
-    sites) with the sizes bound, compiled once for all simulations (every data set has ``n_obs``
-    cells), gated per simulation (its ``records``; with ``log_path`` also appended there as JSON
-    lines). ``fit(obs, seed)`` returns the Gibbs adapter's layout: float64 ``mu``, ``tau`` (S,),
-    ``alpha`` (S, I), ``beta`` (S, J), ``U`` (S, I, K), ``V`` (S, J, K), S = chains x samples.
-    Raises nothing of its own. Source: project addition (SBC, Talts et al. 2018) on the model of
-    004_90693a0965f06816.txt, ch. 3.
+    ``simulate`` and the functionals are those of `sbc_adapters` (same data sets per seed, same sizes
+    and hyperparameters); ``fit`` runs NUTS (``config.nuts``) on `ppl_models.sbmf.numpyro_model` (the
+    PyMC program's NumPyro twin, same sites; non-centred with ``config.nuts_noncentred``) with the
+    sizes bound, compiled once for all simulations (every data set has ``n_obs`` cells), gated per
+    simulation (its ``records``).
+
+    Parameters
+    ----------
+    config : SBCConfig, default SBCConfig()
+        Sizes, hyperparameters and the NUTS settings.
+    log_path : str or pathlib.Path, optional
+        Each simulation's gate record is also appended there as a JSON line. Keyword-only.
+
+    Returns
+    -------
+    simulate : callable
+        As `sbc_adapters`.
+    fit : validation.checks.nuts_sbc.NutsSBCFit
+        ``fit(obs, seed)`` returns the Gibbs adapter's layout: float64 ``mu``, ``tau`` (S,),
+        ``alpha`` (S, I), ``beta`` (S, J), ``U`` (S, I, K), ``V`` (S, J, K), S = chains x samples.
+    functionals : dict
+        `sbmf_functionals` ().
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (SBC, Talts et al. 2018) on the model of ``004_90693a0965f06816.txt``,
+    ch. 3.
     """
     import functools
 
@@ -734,13 +1038,32 @@ def numpyro_block(block: str, obs: Observations, hyper):
     `custom_inference.sbmf.tau_conditional`, `mu_conditional`, `alpha_conditional`,
     `beta_conditional`); "U", "V" (the K columns in turn from `u_conditional` / `v_conditional`, the
     residual cache recomputed between columns, as the sweep does incrementally); "hyper_alpha",
-    "hyper_beta", "hyper_u", "hyper_v" (the normal-gamma pair: precision given the mean, then the mean
-    given the new precision, `custom_inference.gaussian.sample_ng_precision` / `sample_ng_mean`, the
-    helpers of the sampler's hyperparameter block). ``obs``: N ratings; ``hyper``: `ppl_models.sbmf.SBMFHyper`
-    (what the conditional is given). The ``gibbs_fn`` returns ``{site: array}`` of the sites' shapes
-    (float64). Raises ValueError for an unknown block.
-    Source: ``004_90693a0965f06816.txt`` ch. 3, eqs. (3.14)-(3.17), Algorithm 2 (corrected); the NumPyro
-    block is a project addition.
+    "hyper_beta", "hyper_u", "hyper_v" (the normal-gamma pair: precision given the mean, then the
+    mean given the new precision, `custom_inference.gaussian.sample_ng_precision` /
+    `sample_ng_mean`, the helpers of the sampler's hyperparameter block).
+
+    Parameters
+    ----------
+    block : str
+        One of the block names above.
+    obs : custom_inference.data.Observations
+        N ratings.
+    hyper : ppl_models.sbmf.SBMFHyper
+        What the conditional is given.
+
+    Returns
+    -------
+    callable
+        ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` -> ``{site: array}`` of the block's sites, of
+        the sites' shapes (float64).
+
+    Raises
+    ------
+    ValueError
+        An unknown block.
+
+    Source: ``004_90693a0965f06816.txt`` ch. 3, eqs. (3.14)-(3.17), Algorithm 2 (corrected); the
+    NumPyro block is a project addition.
     """
     if block not in _BRIDGE_BLOCKS:
         raise ValueError(f"block must be one of {sorted(_BRIDGE_BLOCKS)}, got {block!r}")
@@ -775,13 +1098,32 @@ def numpyro_block(block: str, obs: Observations, hyper):
 
 
 def bridge_problem(config: CrosscheckConfig = BRIDGE_CONFIG):
-    """The SBMF bridge problem (`validation.checks.bridge.Problem`) of ``config`` (default `BRIDGE_CONFIG`,
-    whose PyMC NUTS reference "sbmf-bridge" is stored): the NumPyro twin `ppl_models.sbmf.numpyro_model`
-    on the simulated ratings, compared on the predicted means at the cells and tau (the groups of
-    `nuts_reference`). The hybrid's NUTS block runs at target accept 0.995 (at the reference's 0.99
-    every SBMF hybrid measured had 1-5 divergent transitions in 4 x 4000: its step size is adapted to
-    a conditional that moves with every Gibbs draw, and the centred hierarchy has funnels). Raises ValueError (when its reference is asked for) if no stored reference
-    matches. Source: project addition."""
+    """The SBMF bridge problem (`validation.checks.bridge.Problem`) of ``config``.
+
+    The NumPyro twin `ppl_models.sbmf.numpyro_model` on the simulated ratings, compared on the
+    predicted means at the cells and tau (the groups of `nuts_reference`). The hybrid's NUTS block
+    runs at target accept max(config's, 0.995) (at the reference's 0.99 every SBMF hybrid measured
+    had 1-5 divergent transitions in 4 x 4000: its step size is adapted to a conditional that moves
+    with every Gibbs draw, and the centred hierarchy has funnels).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default BRIDGE_CONFIG
+        The problem (the default's PyMC NUTS reference "sbmf-bridge" is stored).
+
+    Returns
+    -------
+    validation.checks.bridge.Problem
+        Its ``reference`` loads the stored reference when called.
+
+    Raises
+    ------
+    ValueError
+        Bad sizes or hyper in ``config`` (`ppl_models.sbmf.simulate`); later, when its reference is
+        asked for, if no stored reference matches.
+
+    Source: project addition.
+    """
     from validation.checks import bridge
 
     c = config
@@ -813,14 +1155,33 @@ BRIDGE = _bridge_spec()
 
 
 def ratings_runner(split, K: int, run):
-    """SBMF on protocol P2 (`validation.evaluation.ratings_eval`): one chain of ``gibbs_warmup`` + ``gibbs_samples``
-    sweeps of `custom_inference.sbmf.sample` (default hyperparameters), the posterior-mean prediction of each kept
-    sample at the test ratings, averaged as the samples come (eq. 3.18).
+    """SBMF on protocol P2 (`validation.evaluation.ratings_eval`).
 
-    ``split``: the P2 `validation.data.splits.RatingsSplit` (train / test Observations); ``K``: rank; ``run``: the
-    evaluation's `validation.evaluation.ratings_eval.RatingsRun` (config, key, progress, ``gibbs_curve``).
-    Returns ``run.gibbs_curve``'s tuple (iterations (n,), seconds (n,), RMSE of the running average (n,), seconds
-    per sweep, final prediction (M,) float64). Raises what `custom_inference.sbmf.sample` raises.
+    One chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps of `custom_inference.sbmf.sample`
+    (default hyperparameters), the posterior-mean prediction of each kept sample at the test
+    ratings, averaged as the samples come (eq. 3.18).
+
+    Parameters
+    ----------
+    split : validation.data.splits.RatingsSplit
+        The P2 split (train / test Observations).
+    K : int
+        The rank.
+    run : validation.evaluation.ratings_eval.RatingsRun
+        The evaluation's run (config with ``dtype``, ``gibbs_warmup``, ``gibbs_samples``; key,
+        progress, ``gibbs_curve``).
+
+    Returns
+    -------
+    tuple
+        ``run.gibbs_curve``'s tuple: iterations (n,), seconds (n,), RMSE of the running average
+        (n,), seconds per sweep, final prediction (M,) float64.
+
+    Raises
+    ------
+    ValueError, TypeError
+        What `custom_inference.sbmf.sample` raises (bad K, data or keys).
+
     Source: ``004_90693a0965f06816.txt`` ch. 3, eq. 3.18 (fig. 3.2's curve).
     """
     cfg = run.config

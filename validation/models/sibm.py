@@ -66,12 +66,40 @@ _SEED002 = "002_5408d341cb9fc544.txt"
 
 
 def small_problem(seed: int = 0, I: int = 8, J: int = 6, D: int = 2, hyper=CHECK_HYPER, *, z: float | None = -1.0):
-    """A small binary matrix from the prior predictive (`ppl_models.sibm.simulate`, z fixed so that
-    both values are common). Returns (X dense int (I, J), Observations of the ones). Rows or columns
-    without ones are allowed. Retries the seed until X has at least one zero and one one.
-    X is the simulated int array; the `Observations` hold int32 (N,) indices and float64 ones.
-    Raises nothing of its own (it loops until the draw has both values).
-    Source: project addition (prior predictive of the model of 002_5408d341cb9fc544.txt, eqs. (1)-(3))."""
+    """A small binary matrix from the prior predictive (`ppl_models.sibm.simulate`, z fixed).
+
+    z is fixed so that both values are common. Rows or columns without ones are allowed. Retries the
+    seed (``seed + 1000 n``) until X has at least one zero and one one.
+
+    Parameters
+    ----------
+    seed : int, default 0
+        The first simulation's key.
+    I, J : int, default 8, 6
+        Rows and columns.
+    D : int, default 2
+        The latent dimension.
+    hyper : ppl_models.sibm.SIBMHyper, default CHECK_HYPER
+        The prior (distinct values, so that a swapped symbol shows).
+    z : float or None, default -1.0
+        The fixed global bias (None: drawn from its prior). Keyword-only.
+
+    Returns
+    -------
+    X : numpy.ndarray, shape (I, J), int
+        The simulated matrix.
+    data : custom_inference.data.Observations
+        Its ones: int32 (N,) indices, float64 values.
+
+    Raises
+    ------
+    ValueError
+        From `ppl_models.sibm.simulate` for bad sizes or ``hyper``; none of its own (it loops until
+        the draw has both values).
+
+    Source: project addition (prior predictive of the model of ``002_5408d341cb9fc544.txt``,
+    eqs. (1)-(3)).
+    """
     with jax.enable_x64(True):
         s = seed
         while True:
@@ -90,10 +118,34 @@ def _jnp(data):
 def warm_state(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 2, init_mean_sd: float = 0.5):
     """A float64 state after ``sweeps`` batch sweeps (not a fixed point).
 
-    ``data``: `custom_inference.data.Observations` of the ones of an (I, J) matrix. Returns a
-    `custom_inference.sibm.SIBMState` (u_* (I, K), v_* (J, K), z_* scalars; K = D, or D + 2 with
-    biases). Raises nothing of its own. Source: project addition (validation level 1; batch
-    sweeps of 002_5408d341cb9fc544.txt, eqs. (7)-(8)).
+    Parameters
+    ----------
+    data : custom_inference.data.Observations
+        The ones of an (I, J) binary matrix.
+    D : int >= 1
+        The latent dimension.
+    hyper : ppl_models.sibm.SIBMHyper, default CHECK_HYPER
+        The prior.
+    seed : int, default 0
+        Seeds `custom_inference.sibm.init`. Keyword-only.
+    sweeps : int, default 2
+        Batch sweeps. Keyword-only.
+    init_mean_sd : float, default 0.5
+        Standard deviation of the initial factor means. Keyword-only.
+
+    Returns
+    -------
+    custom_inference.sibm.SIBMState
+        u_* (I, K), v_* (J, K), z_* scalars; K = D, or D + 2 with biases; float64.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.sibm.init`: bad D, hyper fields or init values, ``data`` not an
+        Observations; none of its own.
+
+    Source: project addition (validation level 1; batch sweeps of ``002_5408d341cb9fc544.txt``,
+    eqs. (7)-(8)).
     """
     d = _jnp(data)
     state = sibm.init(jax.random.PRNGKey(seed), data, D, hyper, init_mean_sd=init_mean_sd, dtype=np.float64)
@@ -107,11 +159,25 @@ def warm_state(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 
 
 
 def dense_cells(state, I: int, J: int):
-    """mu (I, J) and s2 (I, J) by explicit loops over the K columns (brute force, jnp).
+    """mu (I, J) and s2 (I, J) of the logit under q, by explicit loops over the K columns (brute force, jnp).
 
-    ``state``: `custom_inference.sibm.SIBMState` (u_* (I, K), v_* (J, K)); returns jax arrays of
-    its float dtype. Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eq. (7) (mean and variance of the
-    logit a_ij under q).
+    Parameters
+    ----------
+    state : custom_inference.sibm.SIBMState
+        u_* (I, K), v_* (J, K), z_* scalars.
+    I, J : int
+        The matrix's shape.
+
+    Returns
+    -------
+    mu, s2 : jax.Array, shape (I, J)
+        Mean and variance of a_ij, in the state's float dtype.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``002_5408d341cb9fc544.txt``, eq. (7) (mean and variance of the logit a_ij under q).
     """
     (ub, ut), (vb, vt), (zb, zt) = sibm.moments(state)
     mu = jnp.full((I, J), zb)
@@ -136,10 +202,30 @@ def dense_elbo(state, X, hyper, xi=None):
 
     Uses the seed's form of the bound (6) with the seed's sign of lambda:
     log tau = a x + log sigma(xi) - (a + xi)/2 + lambda_002(xi) (a^2 - xi^2), lambda_002 = -jj_lambda,
-    so E_q log tau = x mu + log sigma(xi) - (mu + xi)/2 + lambda_002 (mu^2 + s2 - xi^2). Differentiable in
-    state and xi.
-    ``X``: binary (I, J), taken as float64; ``xi``: (I, J) or None. Returns a float64 jax scalar.
-    Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eqs. (6)-(8).
+    so E_q log tau = x mu + log sigma(xi) - (mu + xi)/2 + lambda_002 (mu^2 + s2 - xi^2).
+    Differentiable in state and xi.
+
+    Parameters
+    ----------
+    state : custom_inference.sibm.SIBMState
+        The current q.
+    X : array_like, shape (I, J)
+        Binary, taken as float64.
+    hyper : ppl_models.sibm.SIBMHyper
+        The prior (the KL terms).
+    xi : jax.Array, shape (I, J), float, optional
+        Jaakkola-Jordan parameters (default sqrt(mu^2 + s2), eq. (8)).
+
+    Returns
+    -------
+    jax.Array, shape (), float64
+        The bound.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``002_5408d341cb9fc544.txt``, eqs. (6)-(8).
     """
     X = jnp.asarray(X, jnp.float64)
     I, J = X.shape
@@ -178,10 +264,31 @@ def update_checks(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int
     From `warm_state`, apply the solver's updates in its order; after each, take ``jax.grad`` of
     `custom_inference.sibm.elbo` with xi held at its optimum for the state *before* the update (the
     objective L'(Phi, Xi) the block maximizes), restricted to the updated block, before and after.
-    ``*_update`` replace the solver's functions (how the errata table would run a printed form).
-    Returns a DataFrame: block, grad_before, grad_after, passed (`validation.checks.updates.StationarityResult`).
-    Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eqs. (7)-(8) and the coordinate updates of sec. 2;
-    the check is a project addition (validation level 1).
+
+    Parameters
+    ----------
+    data, D, hyper
+        As in `warm_state`.
+    seed, sweeps
+        As in `warm_state`. Keyword-only.
+    rtol : float, default 1e-7
+        Tolerance of `validation.checks.updates.StationarityResult`. Keyword-only.
+    z_update, v_update, u_update : callable, optional
+        Replace `custom_inference.sibm.update_z` / `update_v` / `update_u` (same signatures; how the
+        errata table would run a printed form). Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block: block str, grad_before float, grad_after float, passed bool.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.sibm.init` (bad D or hyper); none of its own.
+
+    Source: ``002_5408d341cb9fc544.txt``, eqs. (7)-(8) and the coordinate updates of sec. 2; the
+    check is a project addition (validation level 1).
     """
     z_update = z_update or sibm.update_z
     v_update = v_update or sibm.update_v
@@ -217,14 +324,37 @@ def update_checks(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int
 
 
 def xi_check(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 2, xi_form=None) -> dict:
-    """Eq. (8) is the optimum of the dense bound in xi: the gradient d L'/d xi at xi = ``xi_form``
-    (default sqrt(mu^2 + s2)) against its size at xi perturbed by +-30%, and L' at the candidate
-    minus L' at 100 random perturbations (must be >= 0 for an optimum). Returns
-    {grad_at_xi, grad_perturbed, min_gain, passed} (passed: gradient <= 1e-9 times the perturbed one
-    and no perturbation gains).
+    """Eq. (8) is the optimum of the dense bound in xi.
 
-    ``X``: binary (I, J); ``data``: its `Observations`; ``xi_form(mu, s2)`` returns xi (I, J).
-    Raises nothing of its own. Source: 002_5408d341cb9fc544.txt, eq. (8)."""
+    The gradient d L'/d xi at xi = ``xi_form`` against its size at xi perturbed by +-30%, and L' at the
+    candidate minus L' at 100 random perturbations (must be >= 0 for an optimum), at a `warm_state`.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (I, J)
+        Binary.
+    data : custom_inference.data.Observations
+        The ones of ``X``.
+    D, hyper
+        As in `warm_state`.
+    seed, sweeps
+        As in `warm_state` (``seed`` also draws the perturbations). Keyword-only.
+    xi_form : callable, optional
+        ``xi_form(mu, s2)`` -> xi (I, J) (default sqrt(mu^2 + s2)). Keyword-only.
+
+    Returns
+    -------
+    dict
+        grad_at_xi float, grad_perturbed float, min_gain float, passed bool (gradient <= 1e-9 times
+        the perturbed one and no perturbation gains).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.sibm.init` (bad D or hyper); none of its own.
+
+    Source: ``002_5408d341cb9fc544.txt``, eq. (8).
+    """
     with jax.enable_x64(True):
         state = warm_state(data, D, hyper, seed=seed, sweeps=sweeps)
         I, J = X.shape
@@ -247,11 +377,36 @@ def xi_check(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int =
 
 
 def monotone_check(data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 30, rtol: float = 1e-12):
-    """ELBO over ``sweeps`` batch sweeps from `init` (float64) and `validation.checks.updates.monotone` of it.
+    """ELBO over ``sweeps`` batch sweeps from `init` (float64), checked by `validation.checks.updates.monotone_sweeps`.
 
-    Returns (ok, largest relative decrease, trace (sweeps + 1,)) (`validation.checks.updates.monotone_sweeps`),
-    the trace float64. Raises ValueError when ``sweeps`` is not an integer >= 0.
-    Source: project addition (validation level 1) on the batch VB of 002_5408d341cb9fc544.txt, eq. (7)."""
+    Parameters
+    ----------
+    data, D, hyper
+        As in `warm_state`.
+    seed : int, default 0
+        Seeds `custom_inference.sibm.init` (init_mean_sd 0.5). Keyword-only.
+    sweeps : int >= 0, default 30
+        Batch sweeps. Keyword-only.
+    rtol : float, default 1e-12
+        Largest relative decrease allowed. Keyword-only.
+
+    Returns
+    -------
+    ok : bool
+        No decrease beyond ``rtol``.
+    worst : float
+        The largest relative decrease.
+    trace : numpy.ndarray, shape (sweeps + 1,), float64
+        The ELBO before and after each sweep.
+
+    Raises
+    ------
+    ValueError
+        ``sweeps`` is not an integer >= 0; bad D or hyper (`custom_inference.sibm.init`).
+
+    Source: project addition (validation level 1) on the batch VB of ``002_5408d341cb9fc544.txt``,
+    eq. (7).
+    """
 
     def sweep(state):
         state, info = sibm.step(None, state, d, hyper)
@@ -288,15 +443,35 @@ def _dense_update_targets(state, X, hyper, side: str, k: int):
 
 
 def dense_twin_checks(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, sweeps: int = 2) -> pd.DataFrame:
-    """Sparse / chunked computations against dense I x J twins, float64. Rows (quantity, max_rel_diff):
+    """Sparse / chunked computations against dense I x J twins, float64, at a `warm_state`.
 
-    - elbo: the solver's ELBO (sum over the ones + aggregated cell terms, row chunks) vs `dense_elbo`;
-    - elbo (3-row chunks, padded): the same with several row chunks, the last one padded;
-    - u/v column updates: the solver's update (aggregated linear term sum_ones b - 1/2 sum b) vs the
-      dense brute-force formula, for the first column of each side;
-    - update_u with 3-row chunks vs one chunk; update_z vs the dense formula.
-    ``X``: binary (I, J); ``data``: its `Observations`. Raises nothing of its own.
-    Source: project addition (validation level 1) on 002_5408d341cb9fc544.txt, eqs. (7)-(8).
+    Rows: elbo (the solver's ELBO: sum over the ones + aggregated cell terms, row chunks) vs
+    `dense_elbo`; elbo with 3-row chunks, the last one padded; u / v column updates (aggregated linear
+    term sum_ones b - 1/2 sum b) vs the dense brute-force formula, for the first column of each side
+    (precision and h); update_u with 3-row chunks vs one chunk; update_z vs the dense formula.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (I, J)
+        Binary.
+    data : custom_inference.data.Observations
+        The ones of ``X``.
+    D, hyper
+        As in `warm_state`.
+    seed, sweeps
+        As in `warm_state`. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        8 rows: quantity str, max_rel_diff float.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.sibm.init` (bad D or hyper); none of its own.
+
+    Source: project addition (validation level 1) on ``002_5408d341cb9fc544.txt``, eqs. (7)-(8).
     """
     rel = updates.max_relative_difference
     out = []
@@ -332,10 +507,26 @@ def dense_twin_checks(X, data, D: int, hyper=CHECK_HYPER, *, seed: int = 0, swee
 
 
 def dense_pmf(X, strategy: str) -> np.ndarray:
-    """p(i, j) (I, J) of a strategy of seed 002 sec. 2.3, written directly from the definitions.
+    """p(i, j) of a sampling strategy of seed 002 sec. 2.3, written directly from the definitions.
 
-    ``X``: binary (I, J) (taken as float64); returns float64 (I, J). Raises ValueError for a
-    strategy other than "uniform", "balanced" or "biased". Source: 002_5408d341cb9fc544.txt, sec. 2.3.
+    Parameters
+    ----------
+    X : array_like, shape (I, J)
+        Binary (taken as float64).
+    strategy : {"uniform", "balanced", "biased"}
+        S-Uniform, S-Balanced or S-Biased.
+
+    Returns
+    -------
+    numpy.ndarray, shape (I, J), float64
+        The probability of each cell (sums to 1).
+
+    Raises
+    ------
+    ValueError
+        Another strategy.
+
+    Source: ``002_5408d341cb9fc544.txt``, sec. 2.3.
     """
     X = np.asarray(X, np.float64)
     I, J = X.shape
@@ -356,14 +547,42 @@ def dense_pmf(X, strategy: str) -> np.ndarray:
 
 
 def sampler_checks(X, data, strategy: str, *, n: int = 100_000, seed: int = 0, false_alarm: float = 1e-4) -> dict:
-    """The solver's sampler against `dense_pmf`: pmf, marginals p(i), p(j) (max abs diff), the values x
-    and rescaling constants (p_ij, p(j|i), p(i|j)) each draw reports, and a
-    chi-square goodness-of-fit test of ``n`` draws (cells with expected count < 5 pooled), passing
-    when its p-value exceeds ``false_alarm`` (the probability of a false alarm per call).
+    """The solver's sampler against `dense_pmf`.
 
-    ``X``: binary (I, J); ``data``: its `Observations`. Raises ValueError for an unknown strategy
-    or (balanced / biased) a matrix without zeros (`custom_inference.sibm.make_sampler`).
-    Source: 002_5408d341cb9fc544.txt, sec. 2.3 (S-Uniform, S-Balanced, S-Biased)."""
+    Compares the pmf, the marginals p(i), p(j) (max abs diff), the values x and rescaling constants
+    (p_ij, p(j|i), p(i|j)) each draw reports, and runs a chi-square goodness-of-fit test of ``n``
+    draws (cells with expected count < 5 pooled).
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (I, J)
+        Binary.
+    data : custom_inference.data.Observations
+        The ones of ``X``.
+    strategy : {"uniform", "balanced", "biased"}
+        The sampler (`custom_inference.sibm.make_sampler`).
+    n : int, default 100000
+        Draws for the chi-square test. Keyword-only.
+    seed : int, default 0
+        Seeds the draws. Keyword-only.
+    false_alarm : float, default 1e-4
+        The test passes when its p-value exceeds this (the probability of a false alarm per call).
+        Keyword-only.
+
+    Returns
+    -------
+    dict
+        pmf_max_abs, sum, p_row_max_abs, p_col_max_abs, chi2_pvalue, rescaling_max_rel (floats),
+        x_matches, passed (bools; pmf and constants within 1e-12).
+
+    Raises
+    ------
+    ValueError
+        An unknown strategy or (balanced / biased) a matrix without zeros
+        (`custom_inference.sibm.make_sampler`).
+
+    Source: ``002_5408d341cb9fc544.txt``, sec. 2.3 (S-Uniform, S-Balanced, S-Biased).
+    """
     I, J = X.shape
     with jax.enable_x64(True):
         sam = sibm.make_sampler(data, strategy, dtype=np.float64)
@@ -407,15 +626,42 @@ def unbiasedness(X, data, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int
 
     Enumerates every cell (i, j) with its probability p(i, j) (`dense_pmf`). For each, the per-cell
     targets of `custom_inference.sibm.cell_targets` at the saved state (no in-cell nudges: rho = 0),
-    rescaled with c = p(j|i) for u, p(i|j) for v and p(i, j) for z (the seed's choice; ``rescale``
-    maps (p_ij, p_j_given_i, p_i_given_j) -> (c_u, c_v, c_z) to try another). Then
-        E[u target_i] = sum_j p(j|i) t_u(i, j),  E[v target_j] = sum_i p(i|j) t_v(i, j),
-        E[z target] = sum_ij p(i, j) t_z(i, j)
-    (the expectations given that row i / column j is sampled) against the batch coordinate updates
-    `update_u` / `update_v` (one column at a time, from the same state) and `update_z`. As natural
-    gradients: E[rho (target - current)] = rho (batch target - current), the same difference.
-    Returns {"u", "v", "z": max relative difference of natural parameters}, float64.
-    Raises ValueError for an unknown strategy (`dense_pmf`). Source: 002_5408d341cb9fc544.txt, eqs. (9)-(10), sec. 2.3.
+    rescaled with c = p(j|i) for u, p(i|j) for v and p(i, j) for z (the seed's choice). Then
+    E[u target_i] = sum_j p(j|i) t_u(i, j), E[v target_j] = sum_i p(i|j) t_v(i, j),
+    E[z target] = sum_ij p(i, j) t_z(i, j) (the expectations given that row i / column j is sampled)
+    against the batch coordinate updates `update_u` / `update_v` (one column at a time, from the same
+    state) and `update_z`. As natural gradients: E[rho (target - current)] = rho (batch target -
+    current), the same difference.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (I, J)
+        Binary.
+    data : custom_inference.data.Observations
+        The ones of ``X``.
+    D : int
+        The latent dimension.
+    strategy : {"uniform", "balanced", "biased"}
+        The sampling strategy.
+    hyper : ppl_models.sibm.SIBMHyper, default CHECK_HYPER
+        The prior.
+    seed, sweeps
+        As in `warm_state`. Keyword-only.
+    rescale : callable, optional
+        Maps (p_ij, p_j_given_i, p_i_given_j), each (I J,), to (c_u, c_v, c_z), to try another
+        rescaling. Keyword-only.
+
+    Returns
+    -------
+    dict of str to float
+        "u", "v", "z": max relative difference of the natural parameters (float64 computations).
+
+    Raises
+    ------
+    ValueError
+        An unknown strategy (`dense_pmf`); bad D or hyper (`custom_inference.sibm.init`).
+
+    Source: ``002_5408d341cb9fc544.txt``, eqs. (9)-(10), sec. 2.3.
     """
     I, J = X.shape
     pij = dense_pmf(X, strategy)
@@ -458,19 +704,56 @@ def svi_vs_batch(X, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int = 0, 
                  max_sd_fraction: float = 0.1, sampler=None) -> dict:
     """SIBM (Algorithm 1, fixed S) against batch VB's fixed point, from the same initial q.
 
-    Criteria (``passed``), in the spirit of `validation.models.vbfm.svi_cavi_close`:
-    - same fixed point: batch VB restarted from SVI's final q converges to logit means mu_ij within
-      1e-4 (RMS) of batch VB's own fixed point (SVI is not in another local optimum);
-    - convergence: the RMS distance of mu_ij to the fixed point shrinks from n_iter[0] to n_iter[1]
-      minibatches (more steps, smaller Robbins-Monro steps, less noise);
-    - closeness: at n_iter[1] that distance is below ``max_sd_fraction`` (0.1) times the median
-      posterior sd s_ij of the logit under q: negligible next to the posterior uncertainty (the NUTS
-      gate tolerates 0.5 sd for VI against the exact posterior).
-    Also reported: the ELBO gap and the max |difference| of the MacKay probabilities (eq. 5).
-    ``sampler`` replaces the sampler (a negative control with wrong rescaling must fail).
-    ``X``: binary (I, J). Raises ValueError for an unknown strategy or an ``X`` that is not a
-    binary matrix with ones (`custom_inference.sibm.as_binary`, `make_sampler`).
-    Source: 002_5408d341cb9fc544.txt, Algorithm 1 against batch VB (eq. 7); the criteria are a project addition.
+    Criteria (``passed``), in the spirit of `validation.models.vbfm.svi_cavi_close`: same fixed point
+    (batch VB restarted from SVI's final q converges to logit means mu_ij within 1e-4 RMS of batch VB's
+    own fixed point: SVI is not in another local optimum); convergence (the RMS distance of mu_ij to
+    the fixed point shrinks from n_iter[0] to n_iter[1] minibatches); closeness (at n_iter[1] that
+    distance is below ``max_sd_fraction`` times the median posterior sd s_ij of the logit under q:
+    negligible next to the posterior uncertainty; the NUTS gate tolerates 0.5 sd for VI against the
+    exact posterior). Also reported: the ELBO gap and the max |difference| of the MacKay
+    probabilities (eq. 5). Float64.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (I, J)
+        Binary, with ones.
+    D : int
+        The latent dimension.
+    strategy : {"uniform", "balanced", "biased"}
+        SVI's sampling strategy.
+    hyper : ppl_models.sibm.SIBMHyper, default CHECK_HYPER
+        The prior.
+    seed : int, default 0
+        Seeds the initial q and batch VB (``seed``) and SVI (``seed + 1``). Keyword-only.
+    n_iter : tuple of int, default (300, 1200)
+        Minibatch counts at which the distance is measured. Keyword-only.
+    S : int, default 200
+        Cells per minibatch. Keyword-only.
+    batch_iter : int, default 3000
+        Batch VB's sweep cap (tol 1e-13). Keyword-only.
+    tau, kappa : float, default 10.0, 0.7
+        The Robbins-Monro schedule of `custom_inference.sibm.svi_step`. Keyword-only.
+    max_sd_fraction : float, default 0.1
+        The closeness criterion. Keyword-only.
+    sampler : custom_inference.sibm.Sampler, optional
+        Replaces the strategy's sampler (a negative control with wrong rescaling must fail).
+        Keyword-only.
+
+    Returns
+    -------
+    dict
+        strategy, rms_mu_dist (list, one per n_iter), max_prob_diff (list), median_logit_sd,
+        restart_dist, elbo_batch, elbo_svi (floats), batch_sweeps (int), same_fixed_point, shrinks,
+        close, passed (bools).
+
+    Raises
+    ------
+    ValueError
+        An unknown strategy or an ``X`` that is not a binary matrix with ones
+        (`custom_inference.sibm.as_binary`, `make_sampler`); bad D or hyper.
+
+    Source: ``002_5408d341cb9fc544.txt``, Algorithm 1 against batch VB (eq. 7); the criteria are a
+    project addition.
     """
     with jax.enable_x64(True):
         data = sibm.as_binary(X)
@@ -512,12 +795,33 @@ def svi_vs_batch(X, D: int, strategy: str, hyper=CHECK_HYPER, *, seed: int = 0, 
 
 
 def q_draws_as_sites(state, n_draws: int, seed: int = 0) -> tuple[dict, np.ndarray]:
-    """Draws from q mapped to the sites of `ppl_models.sibm.model` (U (n, I, D), V, a, b, z) and
-    log q of each draw (n,) (free entries only: the bias columns of ones are not random).
+    """Draws from q mapped to the sites of `ppl_models.sibm.model`, with log q of each draw.
 
-    All float64: U (n, I, D), V (n, J, D), a (n, I) and b (n, J) when the state has bias columns,
-    z (n,). Raises nothing of its own. Source: project addition (q of 002_5408d341cb9fc544.txt, eq. (4), as the model's
-    sites)."""
+    log q sums the free entries only: the bias columns of ones are not random.
+
+    Parameters
+    ----------
+    state : custom_inference.sibm.SIBMState
+        The fitted q.
+    n_draws : int
+        Draws n.
+    seed : int, default 0
+        Seeds numpy's generator.
+
+    Returns
+    -------
+    sites : dict of str to numpy.ndarray
+        Float64: U (n, I, D), V (n, J, D), a (n, I) and b (n, J) when the state has bias columns,
+        z (n,).
+    logq : numpy.ndarray, shape (n,), float64
+        log q of each draw.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (q of ``002_5408d341cb9fc544.txt``, eq. (4), as the model's sites).
+    """
     rng = np.random.default_rng(seed)
     (ub, ut), (vb, vt), (zb, zt) = (tuple(np.asarray(a, np.float64) for a in p) for p in sibm.moments(state))
     fu, fv = np.asarray(state.u_fixed) == 0, np.asarray(state.v_fixed) == 0
@@ -544,11 +848,36 @@ def monte_carlo_kl_check(X, data, D: int, hyper=CHECK_HYPER, *, n_draws: int = 4
     `numpyro.infer.util.log_density` of `ppl_models.sibm.model` (sites from `q_draws_as_sites`) and
     log p(X | theta) = sum_ij x a - log(1 + e^a) written out. The solver's value is
     `custom_inference.sibm.elbo` minus the bound part sum_ij alpha_ij (eq. 7, computed densely as in
-    `dense_elbo`). Returns {solver, mc, se, z} with z = |solver - mc| / se (pass: z < 4; a false alarm
-    has probability 6e-5 for a correct ELBO). This ties the solver's prior terms (variances, bias
-    layout) to the generative program.
-    ``X``: binary (I, J); ``data``: its `Observations`. Raises nothing of its own.
-    Source: project addition (validation level 1) on the ELBO of 002_5408d341cb9fc544.txt, eq. (7)."""
+    `dense_elbo`), at a `warm_state`. This ties the solver's prior terms (variances, bias layout) to
+    the generative program.
+
+    Parameters
+    ----------
+    X : numpy.ndarray, shape (I, J)
+        Binary.
+    data : custom_inference.data.Observations
+        The ones of ``X``.
+    D, hyper
+        As in `warm_state`.
+    n_draws : int >= 2, default 4000
+        Draws from q. Keyword-only.
+    seed : int, default 0
+        Seeds the state and the draws. Keyword-only.
+
+    Returns
+    -------
+    dict of str to float
+        solver, mc, se, z = |solver - mc| / se (pass: z < 4; a false alarm has probability 6e-5 for a
+        correct ELBO).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.sibm.init` (bad D or hyper); none of its own.
+
+    Source: project addition (validation level 1) on the ELBO of ``002_5408d341cb9fc544.txt``,
+    eq. (7).
+    """
     from numpyro.infer.util import log_density
 
     with jax.enable_x64(True):
@@ -577,8 +906,30 @@ def monte_carlo_kl_check(X, data, D: int, hyper=CHECK_HYPER, *, n_draws: int = 4
 def monte_carlo_neg_kl(mean: float, var: float, m0: float, v0: float, n: int = 200_000, seed: int = 0):
     """E_q[log N(x | m0, v0) - log N(x | mean, var)] by Monte Carlo with q = N(mean, var).
 
-    Returns (estimate, standard error). Scalars in, floats out. Raises nothing of its own.
-    Source: project addition (checks the KL terms of 002_5408d341cb9fc544.txt, eq. (7))."""
+    Parameters
+    ----------
+    mean, var : float
+        q's mean and variance.
+    m0, v0 : float
+        The prior's mean and variance.
+    n : int >= 2, default 200000
+        Draws.
+    seed : int, default 0
+        Seeds numpy's generator.
+
+    Returns
+    -------
+    estimate : float
+        The Monte Carlo mean.
+    se : float
+        Its standard error.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (checks the KL terms of ``002_5408d341cb9fc544.txt``, eq. (7)).
+    """
     rng = np.random.default_rng(seed)
     x = mean + np.sqrt(var) * rng.standard_normal(n)
     vals = stats.norm.logpdf(x, m0, np.sqrt(v0)) - stats.norm.logpdf(x, mean, np.sqrt(var))
@@ -651,8 +1002,33 @@ ERRATA: tuple[Erratum, ...] = (
 class CrosscheckConfig:
     """A small matrix from the prior predictive: I x J, D factors, biases, the default priors of the seed.
 
-    ``z`` fixes the global bias of the simulation (-1: about 30-40% ones, both values common);
-    the fitted model has the full prior on z.
+    Parameters
+    ----------
+    I, J : int, default 20, 15
+        Rows and columns.
+    D : int, default 2
+        The latent dimension.
+    hyper : ppl_models.sibm.SIBMHyper, default SIBMHyper()
+        The prior (simulates and fits).
+    z : float, default -1.0
+        Fixes the global bias of the simulation (about 30-40% ones, both values common); the fitted
+        model has the full prior on z.
+    seed : int, default 0
+        Seeds the simulation, NUTS and the VB restarts (``seed + 100 r``).
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1000
+        NUTS chains, warm-up and kept draws per chain.
+    vi_restarts : int, default 3
+        Batch VB starts; the best by ELBO is compared.
+    vi_iter : int, default 3000
+        Batch VB's sweep cap.
+    n_vi_draws : int, default 4000
+        Draws from q.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; values are checked where they are used).
+
+    Source: project addition (validation level 2 problem for ``002_5408d341cb9fc544.txt``).
     """
 
     I: int = 20
@@ -692,11 +1068,33 @@ def nuts_probability_draws(post: dict, hyper) -> np.ndarray:
 
 def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
                    progress: bool = False):
-    """The NUTS reference "sibm" of the cross-check problem (`validation.checks.references.Reference`):
-    stored when one matches the matrix and settings, else a fresh NumPyro NUTS run on
-    `ppl_models.sibm.model`. Compared: ``prob`` (`nuts_probability_draws`). Raises ValueError when
-    ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference matches.
-    Source: project addition."""
+    """The NUTS reference "sibm" of the cross-check problem (`validation.checks.references.Reference`).
+
+    Stored when one matches the matrix and settings, else a fresh NumPyro NUTS run on
+    `ppl_models.sibm.model`. Compared: ``prob`` (sigma of every cell's logit, (chain, draw, I J)).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and NUTS settings.
+    reference : {None, "stored", "rerun"}, optional
+        As in `validation.checks.references.nuts_reference`. Keyword-only.
+    progress : bool, default False
+        Progress bar of a fresh run. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The stored or fresh reference.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference
+        matches.
+
+    Source: project addition.
+    """
     c = config
     X, _ = small_problem(c.seed, c.I, c.J, c.D, c.hyper, z=c.z)
     settings = xc.NutsSettings.of(c)
@@ -714,11 +1112,30 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
     Compared: sigma(u_i . v_j + z) for every cell (identifiable; raw factors are not); verdict from
     `validation.checks.crosscheck.vi_crosscheck` (standardized mean error, sd ratio and 90% coverage
-    reported); NUTS is the stored reference when it matches (``reference``, `nuts_reference`).
-    Also the MacKay prediction (eq. 5) of VB against the NUTS posterior mean probability
-    (``extra["mackay_vs_nuts"]`` of the returned `validation.checks.crosscheck.CrosscheckResult`, method "vi").
-    Raises ValueError on a bad ``reference``. Source: project addition (validation level 2); seed 002
-    eq. 5.
+    reported); NUTS is the stored reference when it matches (`nuts_reference`). Also the MacKay
+    prediction (eq. 5) of VB against the NUTS posterior mean probability.
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and both runs' settings.
+    progress : bool, default True
+        Progress bar of a fresh NUTS run. Keyword-only.
+    reference : {None, "stored", "rerun"}, optional
+        As in `nuts_reference`. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "vi"; ``extra``: ``mackay_vs_nuts`` (DataFrame), ``elbo`` (the best fit's trace),
+        ``X`` and ``state``.
+
+    Raises
+    ------
+    ValueError
+        A bad ``reference`` (or "stored" without a match); bad sizes or hyper in ``config``.
+
+    Source: project addition (validation level 2); ``002_5408d341cb9fc544.txt`` eq. (5).
     """
     c = config
     X, data = small_problem(c.seed, c.I, c.J, c.D, c.hyper, z=c.z)
@@ -749,14 +1166,37 @@ def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: b
 
 
 def khat_problem(state, X, hyper, D: int) -> vi_evidence.KhatProblem:
-    """The k-hat problem of a SIBM fit: q(U, V, a, b, z) (independent Normals, `q_draws_as_sites`)
-    against `ppl_models.sibm.model` on the binary matrix ``X`` (I, J), on all I D + J D + I + J + 1
-    latent scalars (with biases; the columns of ones are constants, not latent). The Jaakkola-Jordan
-    parameters xi are not random: they only define the solver's bound, so the k-hat is of q itself
-    against the exact (logistic) posterior. Functionals (function-specific k-hats): the cross-check's
-    sigma(u_i . v_j + a_i + b_j + z) of every cell (I J, `nuts_probability_draws` on q's draws). Returns a
-    `validation.checks.vi_evidence.KhatProblem`. Raises nothing of its own. Source: project addition (PSIS
-    k-hat, Yao et al. 2018, sec. 3) on 002_5408d341cb9fc544.txt eqs. (1)-(4)."""
+    """The k-hat problem of a SIBM fit: q(U, V, a, b, z) against `ppl_models.sibm.model` on ``X``.
+
+    q is independent Normals (`q_draws_as_sites`), on all I D + J D + I + J + 1 latent scalars (with
+    biases; the columns of ones are constants, not latent). The Jaakkola-Jordan parameters xi are not
+    random: they only define the solver's bound, so the k-hat is of q itself against the exact
+    (logistic) posterior. Functionals (function-specific k-hats): the cross-check's
+    sigma(u_i . v_j + a_i + b_j + z) of every cell (I J).
+
+    Parameters
+    ----------
+    state : custom_inference.sibm.SIBMState
+        The fitted q.
+    X : array_like, shape (I, J)
+        The binary matrix.
+    hyper : ppl_models.sibm.SIBMHyper
+        The prior (``biases`` decides the sites).
+    D : int
+        The latent dimension.
+
+    Returns
+    -------
+    validation.checks.vi_evidence.KhatProblem
+        Draws from q with their log q, the program's log joint, a description and the functionals.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on ``002_5408d341cb9fc544.txt``
+    eqs. (1)-(4).
+    """
     log_joint = vi_evidence.numpyro_log_joint(ppl.model, (jnp.asarray(np.asarray(X), jnp.float64), hyper, D))
 
     def draw(seed: int, n: int) -> vi_evidence.QSample:
@@ -772,15 +1212,42 @@ def khat_problem(state, X, hyper, D: int) -> vi_evidence.KhatProblem:
 
 def vsbc_adapters(solver: str = "vb", config: CrosscheckConfig = CrosscheckConfig(), I: int = 10, J: int = 8,
                   n_q_draws: int = 400):
-    """``(simulate, fit, functionals, description)`` of SIBM batch VB's VSBC (`validation.checks.vi_evidence.run_vsbc`).
+    """``(simulate, fit, functionals, description)`` of SIBM batch VB's VSBC.
 
-    ``simulate(seed)`` draws (U, V, a, b, z) and X (I x J) from the full prior of `ppl_models.sibm.model`
-    (``config.hyper``, ``config.D``; z random, unlike the cross-check's fixed simulation bias), redrawn
-    when X is all zeros or all ones; ``fit`` runs batch VB (tol 1e-10, at most ``config.vi_iter`` sweeps,
-    ``init_mean_sd`` 0.5) and returns ``n_q_draws`` draws from q on the program's sites. Functionals: z,
-    the biases a_0, a_1, b_0, b_1 and the logits u_i . v_j + a_i + b_j + z of three cells. Raises
-    ValueError for another ``solver`` than "vb".
-    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on 002_5408d341cb9fc544.txt eqs. (1)-(4).
+    For `validation.checks.vi_evidence.run_vsbc`. ``simulate`` draws from the full prior (z random,
+    unlike the cross-check's fixed simulation bias), redrawn when X is all zeros or all ones.
+
+    Parameters
+    ----------
+    solver : {"vb"}, default "vb"
+        Batch VB (the only one).
+    config : CrosscheckConfig, default CrosscheckConfig()
+        ``hyper``, ``D`` and ``vi_iter``.
+    I, J : int, default 10, 8
+        The simulated matrix's shape.
+    n_q_draws : int, default 400
+        Draws from q per fit.
+
+    Returns
+    -------
+    simulate : callable
+        ``simulate(seed)`` -> (dict of float64 prior draws U, V, a, b, z of `ppl_models.sibm.model`,
+        X (I, J) binary).
+    fit : callable
+        ``fit(X, seed)`` -> the `q_draws_as_sites` sites of batch VB's q (tol 1e-10, at most
+        ``config.vi_iter`` sweeps, init_mean_sd 0.5).
+    functionals : dict of str to callable
+        z, a (a_0, a_1), b (b_0, b_1), logit (u_i . v_j + a_i + b_j + z of three cells).
+    description : str
+        One line naming the problem and the fit.
+
+    Raises
+    ------
+    ValueError
+        Another ``solver`` than "vb".
+
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on ``002_5408d341cb9fc544.txt``
+    eqs. (1)-(4).
     """
     if solver != "vb":
         raise ValueError(f"SIBM's VSBC runs batch VB ('vb'), got {solver!r}")

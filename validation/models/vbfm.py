@@ -69,14 +69,40 @@ __all__ = [
 
 def simulated_design(seed: int = 0, n_users: int = 30, n_items: int = 20, n_genres: int = 4, n_rows: int = 200,
                      *, max_genres: int = 3, multi_hot: bool = True, y=None) -> FMDesign:
-    """X = [onehot(user) | onehot(item) | genres], genres a multi-hot group of 1..max_genres features with
-    value 0.5 (so rows have >= 3 active features and the interaction covariance terms matter).
-    ``y`` default: 3 + N(0, 1) noise (replace with model draws via `ppl_models.fm.simulate`).
+    """A small FM design X = [onehot(user) | onehot(item) | genres] with its ratings y.
 
-    N = ``n_rows``, D = ``n_users + n_items (+ n_genres)``; ``y``: float (N,). The design holds
-    int32 indices and float64 values and y. Raises ValueError (`FMDesign.from_scipy`) when ``y``
-    does not have N finite entries. Source: project addition (a small FM design, eq. 2.17 of
-    004_90693a0965f06816.txt)."""
+    The genres are a multi-hot group of 1..max_genres features with value 0.5 (so rows have >= 3
+    active features and the interaction covariance terms matter). D = n_users + n_items (+ n_genres).
+
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds the rows' users, items, genres and the default y.
+    n_users, n_items, n_genres : int, default 30, 20, 4
+        Sizes of the three groups (``n_genres`` unused without ``multi_hot``).
+    n_rows : int, default 200
+        N, the rows.
+    max_genres : int <= n_genres, default 3
+        Most genres of a row. Keyword-only.
+    multi_hot : bool, default True
+        Include the genre group. Keyword-only.
+    y : array_like, shape (N,), float, optional
+        The targets (default 3 + N(0, 1) noise; replace with model draws via
+        `ppl_models.fm.simulate`). Keyword-only.
+
+    Returns
+    -------
+    custom_inference.fm_design.FMDesign
+        int32 indices, float64 values and y; groups "user", "item" (, "genre").
+
+    Raises
+    ------
+    ValueError
+        ``y`` without N finite entries (`FMDesign.from_scipy`); ``max_genres`` > ``n_genres``
+        (numpy's choice without replacement).
+
+    Source: project addition (a small FM design, eq. 2.17 of ``004_90693a0965f06816.txt``).
+    """
     rng = np.random.default_rng(seed)
     u = rng.integers(0, n_users, n_rows)
     i = rng.integers(0, n_items, n_rows)
@@ -104,9 +130,35 @@ def warm_state(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int =
                alpha_prior=None, update_hyper: bool = False):
     """A float64 state after ``sweeps`` CAVI sweeps (not a fixed point).
 
-    Returns a `custom_inference.vbfm` state (natural parameters of q: w (D,), v (D, K), ...).
-    Raises nothing of its own. Source: project addition (validation level 1; the CAVI sweep of
-    004_90693a0965f06816.txt, Algorithm 3).
+    Parameters
+    ----------
+    design : custom_inference.fm_design.FMDesign
+        The N x D design with y.
+    K : int >= 1
+        The latent dimension.
+    hyper : ppl_models.fm.FMFlatHyper, default FMFlatHyper()
+        Initial precisions and alpha.
+    seed : int, default 0
+        Seeds `custom_inference.vbfm.init`. Keyword-only.
+    sweeps : int, default 2
+        CAVI sweeps. Keyword-only.
+    alpha_prior : tuple (a0, b0), optional
+        Gamma prior (shape, rate) of alpha (default: alpha a point estimate). Keyword-only.
+    update_hyper : bool, default False
+        Also update the prior precisions in each sweep. Keyword-only.
+
+    Returns
+    -------
+    custom_inference.vbfm.VBFMState
+        Natural parameters of q: w0 (), w (D,), v (D, K), q(alpha), the precisions.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.init`: K, hyper fields, ``alpha_prior`` not positive.
+
+    Source: project addition (validation level 1; the CAVI sweep of ``004_90693a0965f06816.txt``,
+    Algorithm 3).
     """
     d = _jnp(design)
     state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
@@ -130,14 +182,45 @@ def _block_grad(design, state, picks) -> float:
 
 
 def printed_update_v_block(state, caches, nz, in_block, group, k, scale, rho):
-    """The printed v update (eqs. 4.21 / 4.24, Algorithm 3 line 26): the mean without the covariance term,
-    h_printed = E[alpha] sum_n x_nl A (R_n + x_nl mu_lk A), precision as in 4.20 / 4.23 (correct).
-    Caches are updated the same way as the solver's (R, S1, S2, S3 after the new means).
+    """The printed v update (eqs. 4.21 / 4.24, Algorithm 3 line 26): the mean without the covariance term.
 
-    ``caches``: `custom_inference.vbfm.Caches` (R (N,), S1, S2, S3 (N, K)); ``nz``: (rows, cols,
-    values) of the M nonzeros, each (M,); ``in_block``: bool (D,); ``group``: int (D,). Returns
-    (state, caches) with column ``k`` of v replaced. Raises nothing of its own.
-    Source: 004_90693a0965f06816.txt, eqs. 4.20-4.24, Algorithm 3 line 26 (as printed, an erratum)."""
+    h_printed = E[alpha] sum_n x_nl A (R_n + x_nl mu_lk A), precision as in 4.20 / 4.23 (correct).
+    Caches are updated the same way as the solver's (R, S1, S2, S3 after the new means). Same
+    signature as `custom_inference.vbfm.update_v_block`.
+
+    Parameters
+    ----------
+    state : custom_inference.vbfm.VBFMState
+        The current q.
+    caches : custom_inference.vbfm.Caches
+        R (N,), S1, S2, S3 (N, K).
+    nz : tuple of jax.Array
+        (rows, cols, values) of the block's M nonzeros, each (M,).
+    in_block : jax.Array, shape (D,), bool
+        The features updated.
+    group : jax.Array, shape (D,), int
+        Each feature's prior group.
+    k : int
+        The factor column.
+    scale : float
+        Scale of the data terms: 1 for a CAVI sweep, N / |batch| in OVBFM.
+    rho : float
+        Step size (unused: the printed form replaces the block outright, as at rho = 1).
+
+    Returns
+    -------
+    state : custom_inference.vbfm.VBFMState
+        Column ``k`` of v replaced.
+    caches : custom_inference.vbfm.Caches
+        Updated to the new means.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``004_90693a0965f06816.txt``, eqs. 4.20-4.24, Algorithm 3 line 26 (as printed, an
+    erratum).
+    """
     rows, cols, x = nz
     D = state.v_prec.shape[0]
     e_alpha = state.alpha_shape / state.alpha_rate
@@ -160,16 +243,37 @@ def _all_nz(design):
 
 def update_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
                   alpha_prior=None, v_update=None, rtol: float = 1e-7) -> pd.DataFrame:
-    """Stationarity (`validation.checks.updates.StationarityResult`) of every block of one CAVI sweep, in float64.
+    """Stationarity (`validation.checks.updates.StationarityResult`) of every block of one CAVI sweep, float64.
 
-    From `warm_state`, apply the solver's updates in its order (w0; w per design block; v per k
-    and block; alpha; hyperparameters sigma_0, sigma_w, sigma_v) with the solver's incremental
-    caches, and after each take ``jax.grad`` of `custom_inference.vbfm.elbo` at the state before
-    and after, restricted to the updated entries. ``v_update`` replaces `vbfm.update_v_block`
-    (how the errata table runs the printed form). Returns a DataFrame: block, grad_before,
-    grad_after, passed.
-    Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 4.12-4.24, Algorithm 3 (the updates checked);
-    the check is a project addition (validation level 1).
+    From `warm_state`, apply the solver's updates in its order (w0; w per design block; v per k and
+    block; alpha; hyperparameters sigma_0, sigma_w, sigma_v) with the solver's incremental caches, and
+    after each take ``jax.grad`` of `custom_inference.vbfm.elbo` at the state before and after,
+    restricted to the updated entries.
+
+    Parameters
+    ----------
+    design, K, hyper
+        As in `warm_state`.
+    seed, sweeps, alpha_prior
+        As in `warm_state`. Keyword-only.
+    v_update : callable, optional
+        Replaces `vbfm.update_v_block` (how the errata table runs the printed form,
+        `printed_update_v_block`). Keyword-only.
+    rtol : float, default 1e-7
+        Tolerance of `StationarityResult`. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per block: block str, grad_before float, grad_after float, passed bool.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.init` (bad K, hyper or ``alpha_prior``); none of its own.
+
+    Source: ``004_90693a0965f06816.txt``, eqs. 4.12-4.24, Algorithm 3 (the updates checked); the check
+    is a project addition (validation level 1).
     """
     with jax.enable_x64(True):
         d = _jnp(design)
@@ -215,10 +319,40 @@ def update_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: in
 
 def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 30,
                    alpha_prior=None, update_hyper: bool = True, rtol: float = 1e-10):
-    """ELBO over ``sweeps`` CAVI sweeps (float64) and `validation.checks.updates.monotone` of it.
+    """ELBO over ``sweeps`` CAVI sweeps from `vbfm.init` (float64), checked by `validation.checks.updates.monotone`.
 
-    Returns (ok, largest relative decrease, trace), the trace float64 (sweeps + 1,). Raises nothing
-    of its own. Source: project addition (validation level 1) on the ELBO of 004_90693a0965f06816.txt, eq. 4.12."""
+    Parameters
+    ----------
+    design, K, hyper
+        As in `warm_state`.
+    seed : int, default 0
+        Seeds `custom_inference.vbfm.init`. Keyword-only.
+    sweeps : int, default 30
+        CAVI sweeps. Keyword-only.
+    alpha_prior : tuple (a0, b0), optional
+        As in `warm_state`. Keyword-only.
+    update_hyper : bool, default True
+        Update the prior precisions too. Keyword-only.
+    rtol : float, default 1e-10
+        Largest relative decrease allowed. Keyword-only.
+
+    Returns
+    -------
+    ok : bool
+        No decrease beyond ``rtol``.
+    worst : float
+        The largest relative decrease.
+    trace : numpy.ndarray, shape (sweeps + 1,), float64
+        The ELBO before and after each sweep.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.init` (bad K, hyper or ``alpha_prior``); none of its own.
+
+    Source: project addition (validation level 1) on the ELBO of ``004_90693a0965f06816.txt``,
+    eq. 4.12.
+    """
     with jax.enable_x64(True):
         d = _jnp(design)
         state = vbfm.init(jax.random.PRNGKey(seed), design, K, hyper, alpha_prior=alpha_prior)
@@ -235,10 +369,30 @@ def monotone_check(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
 
 
 def dense_moments(state, X: np.ndarray):
-    """Brute force over all feature pairs of a dense X (N, D): E[yhat] (N,), Var[yhat] (N,),
-    S1, S2, S3 (N, K). Uses the printed eq. 4.15 form of T_n (pair sums; correct when summed over k).
+    """Brute force over all feature pairs of a dense X: E[yhat], Var[yhat] and the caches S1, S2, S3.
 
-    All float64. Raises nothing of its own. Source: 004_90693a0965f06816.txt, eqs. 4.13-4.15, 4.22."""
+    Uses the printed eq. 4.15 form of T_n (pair sums; correct when summed over k).
+
+    Parameters
+    ----------
+    state : custom_inference.vbfm.VBFMState
+        The current q (D features, K factors).
+    X : numpy.ndarray, shape (N, D)
+        The dense design (taken as float64).
+
+    Returns
+    -------
+    mean, var : numpy.ndarray, shape (N,), float64
+        E[yhat_n] and Var[yhat_n] under q.
+    S1, S2, S3 : numpy.ndarray, shape (N, K), float64
+        X E[v], X^2 Var[v], X^3 (Var[v] E[v]).
+
+    Raises
+    ------
+    None of its own.
+
+    Source: ``004_90693a0965f06816.txt``, eqs. 4.13-4.15, 4.22.
+    """
     (m0, s0), (m, s), (mu, sv) = (tuple(np.asarray(a, np.float64) for a in p) for p in vbfm.moments(state))
     X = np.asarray(X, np.float64)
     N, D = X.shape
@@ -264,11 +418,29 @@ _sweep_jit = jax.jit(functools.partial(vbfm.sweep_with_caches, update_hyper=Fals
 
 def dense_twin_checks(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
                       alpha_prior=None) -> pd.DataFrame:
-    """The solver's incrementally maintained caches after one sweep (`vbfm.sweep_with_caches`) and its
-    expected squared error R^2 + T against `dense_moments` of the new state. Also the ELBO against a
-    dense likelihood + scipy prior/entropy sum. Returns DataFrame quantity, max_rel_diff.
-    Raises nothing of its own. Source: project addition (validation level 1) on 004_90693a0965f06816.txt, eqs.
-    4.12-4.24.
+    """The solver's incremental caches after one sweep against `dense_moments` of the new state.
+
+    After `vbfm.sweep_with_caches` from a `warm_state`: R, S1, S2, S3, the expected squared error's
+    T = Var[yhat], and the ELBO against a dense likelihood + scipy prior / entropy sum.
+
+    Parameters
+    ----------
+    design, K, hyper
+        As in `warm_state`.
+    seed, sweeps, alpha_prior
+        As in `warm_state`. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        6 rows: quantity str, max_rel_diff float.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.init` (bad K, hyper or ``alpha_prior``); none of its own.
+
+    Source: project addition (validation level 1) on ``004_90693a0965f06816.txt``, eqs. 4.12-4.24.
     """
     with jax.enable_x64(True):
         d = _jnp(design)
@@ -322,12 +494,39 @@ def _dense_full_elbo(state, design, mean, var) -> float:
 
 
 def model_flat_gamma_alpha(rows, cols, values, n_rows, n_features, group, K, hyper, a0, b0, y=None, *, n_groups=None):
-    """`ppl_models.fm.model_flat` with alpha ~ Gamma(a0, b0) (shape, rate) instead of fixed: the model
-    that VBFM with ``alpha_prior=(a0, b0)`` approximates, and the NUTS reference of `run_crosscheck`.
+    """`ppl_models.fm.model_flat` with alpha ~ Gamma(a0, b0) (shape, rate) instead of fixed.
 
-    Arguments as `ppl_models.fm.model_flat` (int32 (M,) rows and cols, float (M,) values, int (D,)
-    group, y float (N,) or None). Raises nothing of its own. Source: project addition (the flat
-    prior of 004_90693a0965f06816.txt, eqs. 4.1-4.4, with a Gamma prior on alpha)."""
+    The model that VBFM with ``alpha_prior=(a0, b0)`` approximates, and the NUTS reference of
+    `run_crosscheck`. A NumPyro program: sites alpha, then those of `model_flat`.
+
+    Parameters
+    ----------
+    rows, cols : array_like, shape (M,), int32
+        The nonzeros' row and feature.
+    values : array_like, shape (M,), float
+        The nonzeros' values.
+    n_rows, n_features : int
+        N and D.
+    group : array_like, shape (D,), int
+        Each feature's prior group.
+    K : int
+        The latent dimension.
+    hyper : ppl_models.fm.FMFlatHyper
+        The prior precisions (its alpha is replaced by the sampled one).
+    a0, b0 : float
+        Shape and rate of alpha's Gamma prior.
+    y : array_like, shape (N,), float, optional
+        Observed targets (None: sampled).
+    n_groups : int, optional
+        The number of groups, as in `model_flat`. Keyword-only.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (the flat prior of ``004_90693a0965f06816.txt``, eqs. 4.1-4.4, with a
+    Gamma prior on alpha).
+    """
     alpha = numpyro.sample("alpha", dist.Gamma(a0, b0))
     ppl.model_flat(rows, cols, values, n_rows, n_features, group, K, hyper._replace(alpha=alpha), y,
                    n_groups=n_groups)
@@ -339,10 +538,36 @@ def _fitted_hyper(state) -> ppl.FMFlatHyper:
 
 
 def monte_carlo_elbo(state, design: FMDesign, n_draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """E_q[log p(y, Z) - log q(Z)] by Monte Carlo: log p from the NumPyro program (`model_flat`, or
-    `model_flat_gamma_alpha` when q(alpha) is Gamma) at the state's prior precisions, log q by scipy.
-    Returns (estimate, standard error). Raises nothing of its own.
-    Source: project addition (checks the ELBO of 004_90693a0965f06816.txt, eq. 4.12, against the program)."""
+    """E_q[log p(y, Z) - log q(Z)] by Monte Carlo.
+
+    log p from the NumPyro program (`model_flat`, or `model_flat_gamma_alpha` when q(alpha) is Gamma)
+    at the state's prior precisions, log q by scipy.
+
+    Parameters
+    ----------
+    state : custom_inference.vbfm.VBFMState
+        The q.
+    design : custom_inference.fm_design.FMDesign
+        The data.
+    n_draws : int >= 2, default 2000
+        Draws from q.
+    seed : int, default 0
+        Seeds the draws.
+
+    Returns
+    -------
+    estimate : float
+        The Monte Carlo mean.
+    se : float
+        Its standard error.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (checks the ELBO of ``004_90693a0965f06816.txt``, eq. 4.12, against the
+    program).
+    """
     K = state.v_prec.shape[1]
     draws = {k: v[0] for k, v in vbfm.draws_from_q(seed, state, n_draws).items()}
     gamma_mode = float(state.alpha_prior_shape) > 0
@@ -384,11 +609,33 @@ def _flat_state(state):
 
 def svi_cavi_exact(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: int = 0, sweeps: int = 2,
                    alpha_prior=None, update_hyper: bool = False) -> float:
-    """One OVBFM step with one batch holding every row (B = 1) and rho = 1 against one CAVI sweep,
-    from the same warm state: the max relative difference of every natural parameter and
+    """One OVBFM step with one batch holding every row (B = 1) and rho = 1 against one CAVI sweep.
+
+    From the same warm state: the max relative difference of every natural parameter and
     hyperparameter. Same code path, other summation order: must be at float64 rounding (< 1e-9).
-    Returns a float. Raises nothing of its own. Source: project addition (OVBFM of 004_90693a0965f06816.txt,
-    Algorithm 4, with one batch and rho = 1, against Algorithm 3)."""
+
+    Parameters
+    ----------
+    design, K, hyper
+        As in `warm_state`.
+    seed, sweeps, alpha_prior
+        As in `warm_state` (``seed`` also makes the batch). Keyword-only.
+    update_hyper : bool, default False
+        Update the prior precisions in both. Keyword-only.
+
+    Returns
+    -------
+    float
+        The max relative difference.
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.init` (bad K, hyper or ``alpha_prior``); none of its own.
+
+    Source: project addition (OVBFM of ``004_90693a0965f06816.txt``, Algorithm 4, with one batch and
+    rho = 1, against Algorithm 3).
+    """
     with jax.enable_x64(True):
         d = _jnp(design)
         state = warm_state(design, K, hyper, seed=seed, sweeps=sweeps, alpha_prior=alpha_prior)
@@ -403,20 +650,51 @@ def svi_cavi_close(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
                    max_sd_fraction: float = 0.1) -> dict:
     """OVBFM with B random batches and rho_t = (1 + t)^-lam against VBFM's fixed point.
 
-    Both start from the same initial state with the hyperparameters fixed (update_hyper=False: the
-    two optimize the same ELBO over q only). OVBFM runs ``epochs[0]`` and ``epochs[1]`` epochs.
-    Criteria (``passed``):
-    - same fixed point: CAVI restarted from OVBFM's final state converges to predictions within
-      1e-4 (RMS) of CAVI's own fixed point (the two runs are not in different local optima);
-    - convergence: the RMS distance of the predictive means E[yhat_n] to the fixed point shrinks
-      from ``epochs[0]`` to ``epochs[1]``;
-    - closeness: at ``epochs[1]`` that distance is below ``max_sd_fraction`` (0.1) times the median
-      posterior sd of yhat_n, i.e. negligible next to the posterior uncertainty (the NUTS gate of
-      `validation.checks.crosscheck.VIThresholds` tolerates 0.5 sd for VI against the exact posterior).
-    The relative ELBO gap is reported. With decaying steps the remaining distance shrinks only
-    like a power of t, so exact agreement is not expected (B = 1, rho = 1 is `svi_cavi_exact`).
-    Raises nothing of its own. Source: project addition (OVBFM of 004_90693a0965f06816.txt, Algorithm 4, eqs.
-    4.25-4.33, against VBFM's fixed point).
+    Both start from the same initial state with the hyperparameters fixed (update_hyper=False: the two
+    optimize the same ELBO over q only). OVBFM runs ``epochs[0]`` and ``epochs[1]`` epochs. Criteria
+    (``passed``): same fixed point (CAVI restarted from OVBFM's final state converges to predictions
+    within 1e-4 RMS of CAVI's own fixed point); convergence (the RMS distance of the predictive means
+    E[yhat_n] to the fixed point shrinks from ``epochs[0]`` to ``epochs[1]``); closeness (at
+    ``epochs[1]`` that distance is below ``max_sd_fraction`` times the median posterior sd of yhat_n,
+    negligible next to the posterior uncertainty; the NUTS gate of
+    `validation.checks.crosscheck.VIThresholds` tolerates 0.5 sd for VI against the exact posterior).
+    With decaying steps the remaining distance shrinks only like a power of t, so exact agreement is
+    not expected (B = 1, rho = 1 is `svi_cavi_exact`).
+
+    Parameters
+    ----------
+    design, K, hyper
+        As in `warm_state`.
+    seed : int, default 0
+        The key of every fit. Keyword-only.
+    n_batches : int, default 4
+        OVBFM's batches per epoch. Keyword-only.
+    epochs : tuple of int, default (100, 400)
+        OVBFM's two run lengths. Keyword-only.
+    lam : float, default 0.6
+        The step-size exponent. Keyword-only.
+    cavi_iter : int, default 3000
+        CAVI's sweep cap (tol 1e-12). Keyword-only.
+    alpha_prior : tuple (a0, b0), optional
+        As in `warm_state`. Keyword-only.
+    max_sd_fraction : float, default 0.1
+        The closeness criterion. Keyword-only.
+
+    Returns
+    -------
+    dict
+        elbo_cavi, elbo_svi_<ep> and pred_rms_diff_<ep> per epoch count, same_fixed_point_rms,
+        pred_sd_median, elbo_rel_gap (floats), passed (bool).
+
+    Raises
+    ------
+    ValueError
+        From `custom_inference.vbfm.fit` / `fit_svi` (bad K, hyper, n_batches, lam, epochs).
+    FloatingPointError
+        A non-finite ELBO in `custom_inference.vbfm.fit`.
+
+    Source: project addition (OVBFM of ``004_90693a0965f06816.txt``, Algorithm 4, eqs. 4.25-4.33,
+    against VBFM's fixed point).
     """
     with jax.enable_x64(True):
         d = _jnp(design)
@@ -448,15 +726,48 @@ def svi_cavi_close(design: FMDesign, K: int, hyper=ppl.FMFlatHyper(), *, seed: i
 
 @dataclass(frozen=True)
 class CrosscheckConfig:
-    """Small simulated FM: users/items one-hot + a multi-hot genre group, K factors.
+    """Small simulated FM: users / items one-hot + a multi-hot genre group, K factors.
 
     Data: y from `ppl_models.fm.simulate` (flat priors ``sim_hyper``, w0 near 0) plus ``offset`` (so
-    that predictions are positive, as `validation.checks.crosscheck.compare_vi` compares log means). The
-    fitted model is ``sim_hyper`` with the wide ``fit_sigma_0`` (w0 absorbs the offset): its
+    that predictions are positive, as `validation.checks.crosscheck.compare_vi` compares log means).
+    The fitted model is ``sim_hyper`` with the wide ``fit_sigma_0`` (w0 absorbs the offset): its
     hyperparameters are **fixed at these prior values** in both NUTS and VBFM (update_hyper=False);
     alpha gets a Gamma(a0, b0) prior in both, so its VI gap can be reported.
-    ``solver``: "cavi" (VBFM, Algorithm 3) or "ovbfm" (OVBFM, Algorithm 4: ``svi_batches`` random
-    batches per epoch, ``svi_epochs`` epochs, rho_t = (1 + t)^-``svi_lam``), same problem and reference.
+
+    Parameters
+    ----------
+    n_users, n_items, n_genres, n_rows : int, default 30, 20, 4, 200
+        The design's sizes (`simulated_design`).
+    K : int, default 2
+        The latent dimension.
+    sim_hyper : ppl_models.fm.FMFlatHyper
+        Simulates (alpha 4, sigma_0 100, sigma_w 4, sigma_v 2) and, with ``fit_sigma_0``, fits.
+    fit_sigma_0 : float, default 0.01
+        w0's prior precision in the fit.
+    alpha_prior : tuple (a0, b0), default (2.0, 0.5)
+        Gamma (shape, rate) prior of alpha in both fits.
+    offset : float, default 5.0
+        Added to the simulated y.
+    seed : int, default 0
+        Seeds the design, NUTS and the VI restarts (``seed + 100 r``).
+    num_chains, num_warmup, num_samples : int, default 4, 1000, 1000
+        NUTS chains, warm-up and kept draws per chain.
+    vi_restarts : int, default 3
+        VI starts; the best by ELBO is compared.
+    n_vi_draws : int, default 4000
+        Draws from q.
+    solver : {"cavi", "ovbfm"}, default "cavi"
+        VBFM (Algorithm 3) or OVBFM (Algorithm 4), same problem and reference.
+    svi_batches, svi_epochs : int, default 4, 400
+        OVBFM's random batches per epoch and epochs.
+    svi_lam : float, default 0.6
+        OVBFM's rho_t = (1 + t)^-svi_lam.
+
+    Raises
+    ------
+    None of its own (a frozen dataclass; ``solver`` is checked by `run_crosscheck`).
+
+    Source: project addition (validation level 2 problem for ``004_90693a0965f06816.txt`` ch. 4).
     """
 
     n_users: int = 30
@@ -483,7 +794,21 @@ class CrosscheckConfig:
 def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
     """The simulated design of a cross-check (y drawn from the flat-prior program + offset).
 
-    Returns an `FMDesign` (int32 indices, float64 values and y (N,)). Raises nothing of its own.
+    Parameters
+    ----------
+    config : CrosscheckConfig
+        Sizes, K, ``sim_hyper``, ``offset`` and ``seed``.
+
+    Returns
+    -------
+    custom_inference.fm_design.FMDesign
+        int32 indices, float64 values and y (N,).
+
+    Raises
+    ------
+    ValueError
+        From `simulated_design` / `ppl_models.fm.simulate` for bad sizes or hyper; none of its own.
+
     Source: project addition.
     """
     base = simulated_design(config.seed, config.n_users, config.n_items, config.n_genres, config.n_rows)
@@ -495,11 +820,26 @@ def crosscheck_design(config: CrosscheckConfig) -> FMDesign:
 
 
 def identifiable_quantities(post: dict, design: FMDesign) -> dict[str, np.ndarray]:
-    """``pred``: yhat_n for every row (chain, draw, N); ``alpha`` (chain, draw, 1). Raw w, V not compared.
+    """The quantities compared across methods: every row's yhat_n and alpha. Raw w, V are not compared.
 
-    ``post``: draws w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha (chain, draw).
-    ``pred`` is float64. Raises KeyError when a draw is missing. Source: project addition
-    (validation level 2).
+    Parameters
+    ----------
+    post : dict of str to array_like
+        Draws w0 (chain, draw), w (chain, draw, D), V (chain, draw, D, K), alpha (chain, draw).
+    design : custom_inference.fm_design.FMDesign
+        The design the rows come from.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``pred`` (chain, draw, N) float64; ``alpha`` (chain, draw, 1) in the draws' dtype.
+
+    Raises
+    ------
+    KeyError
+        A draw is missing.
+
+    Source: project addition (validation level 2).
     """
     c, dr = np.asarray(post["w0"]).shape[:2]
     flat = {k: jnp.asarray(np.asarray(post[k]).reshape(c * dr, *np.asarray(post[k]).shape[2:]), jnp.float64)
@@ -513,11 +853,34 @@ def identifiable_quantities(post: dict, design: FMDesign) -> dict[str, np.ndarra
 
 def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: str | None = None,
                    progress: bool = False):
-    """The NUTS reference "vbfm" of the cross-check problem (`validation.checks.references.Reference`):
-    stored when one matches the design and settings, else a fresh NumPyro NUTS run on
+    """The NUTS reference "vbfm" of the cross-check problem (`validation.checks.references.Reference`).
+
+    Stored when one matches the design and settings, else a fresh NumPyro NUTS run on
     `model_flat_gamma_alpha` with the hyperparameters fixed. Compared: ``pred`` and ``alpha``
-    (`identifiable_quantities`). Raises ValueError when ``reference`` is not None, "stored" or
-    "rerun", or is "stored" and no stored reference matches. Source: project addition."""
+    (`identifiable_quantities`).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and NUTS settings.
+    reference : {None, "stored", "rerun"}, optional
+        As in `validation.checks.references.nuts_reference`. Keyword-only.
+    progress : bool, default False
+        Progress bar of a fresh run. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.references.Reference
+        The stored or fresh reference.
+
+    Raises
+    ------
+    ValueError
+        ``reference`` is not None, "stored" or "rerun", or is "stored" and no stored reference
+        matches.
+
+    Source: project addition.
+    """
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
     settings = xc.NutsSettings.of(config)
@@ -535,14 +898,35 @@ def nuts_reference(config: CrosscheckConfig = CrosscheckConfig(), *, reference: 
 
 def run_crosscheck(config: CrosscheckConfig = CrosscheckConfig(), *, progress: bool = True,
                    reference: str | None = None) -> xc.CrosscheckResult:
-    """VBFM (best of ``vi_restarts`` by ELBO) against ArviZ-gated NUTS on `model_flat_gamma_alpha`.
+    """VBFM or OVBFM (best of ``vi_restarts`` by ELBO) against ArviZ-gated NUTS on `model_flat_gamma_alpha`.
 
-    Compared: every row's predictive mean yhat_n (the verdict, `validation.checks.crosscheck.vi_crosscheck`:
-    sd ratios and 90% coverage reported) and alpha (``extra["alpha_table"]``, a `vi_gap` table,
-    reported, not gated); NUTS is the stored reference when it matches (``reference``,
-    `nuts_reference`). Returns a `validation.checks.crosscheck.CrosscheckResult` (method "vi"); its
-    ``extra`` also holds ``update_table``, ``dense_table``, ``elbo`` and ``design``.
-    Raises ValueError on a bad ``reference``. Source: project addition (validation level 2).
+    Compared: every row's predictive mean yhat_n (the verdict,
+    `validation.checks.crosscheck.vi_crosscheck`: sd ratios and 90% coverage reported) and alpha
+    (``extra["alpha_table"]``, a `vi_gap` table, reported, not gated); NUTS is the stored reference
+    when it matches (`nuts_reference`).
+
+    Parameters
+    ----------
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The problem and both runs' settings.
+    progress : bool, default True
+        Progress bar of a fresh NUTS run. Keyword-only.
+    reference : {None, "stored", "rerun"}, optional
+        As in `nuts_reference`. Keyword-only.
+
+    Returns
+    -------
+    validation.checks.crosscheck.CrosscheckResult
+        Method "vi"; its ``extra`` also holds ``update_table``, ``dense_table``, ``elbo`` and
+        ``design``.
+
+    Raises
+    ------
+    ValueError
+        ``config.solver`` not "cavi" / "ovbfm"; a bad ``reference`` (or "stored" without a match);
+        bad sizes or hyper in ``config``.
+
+    Source: project addition (validation level 2).
     """
     design = crosscheck_design(config)
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
@@ -595,15 +979,33 @@ def _log_q(state, draws: dict) -> np.ndarray:
 
 
 def khat_problem(state, design: FMDesign) -> vi_evidence.KhatProblem:
-    """The k-hat problem of a VBFM or OVBFM fit with a Gamma q(alpha) (``alpha_prior`` given): q(w0, w, V,
-    alpha) (independent Normals and a Gamma) against `model_flat_gamma_alpha` at the state's (fixed)
-    prior precisions, on all 1 + D + D K + 1 latent scalars (the program's sites; same coordinates).
+    """The k-hat problem of a VBFM or OVBFM fit with a Gamma q(alpha) (``alpha_prior`` given).
 
-    ``state``: `custom_inference.vbfm.VBFMState` with ``alpha_prior_shape`` > 0; ``design``: the fitted
-    `FMDesign`. Functionals (function-specific k-hats): `identifiable_quantities`, every row's yhat_n (N) and
-    alpha. Returns a `validation.checks.vi_evidence.KhatProblem`. Raises ValueError when q(alpha) is a point
-    (alpha not a latent variable of the fitted model: use the program `ppl_models.fm.model_flat`).
-    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on 004_90693a0965f06816.txt eqs. 4.1-4.11.
+    q(w0, w, V, alpha) (independent Normals and a Gamma) against `model_flat_gamma_alpha` at the
+    state's (fixed) prior precisions, on all 1 + D + D K + 1 latent scalars (the program's sites; same
+    coordinates). Functionals (function-specific k-hats): `identifiable_quantities`, every row's yhat_n
+    (N) and alpha.
+
+    Parameters
+    ----------
+    state : custom_inference.vbfm.VBFMState
+        With ``alpha_prior_shape`` > 0.
+    design : custom_inference.fm_design.FMDesign
+        The fitted design.
+
+    Returns
+    -------
+    validation.checks.vi_evidence.KhatProblem
+        Draws from q with their log q, the program's log joint, a description and the functionals.
+
+    Raises
+    ------
+    ValueError
+        q(alpha) is a point (alpha not a latent variable of the fitted model: use the program
+        `ppl_models.fm.model_flat`).
+
+    Source: project addition (PSIS k-hat, Yao et al. 2018, sec. 3) on ``004_90693a0965f06816.txt``
+    eqs. 4.1-4.11.
     """
     if not float(state.alpha_prior_shape) > 0:
         raise ValueError("khat_problem: the state has no Gamma q(alpha) (fit with alpha_prior=(a0, b0))")
@@ -629,16 +1031,42 @@ VSBC_DESIGN = dict(seed=0, n_users=10, n_items=8, n_genres=3, n_rows=60)
 
 
 def vsbc_adapters(solver: str = "cavi", config: CrosscheckConfig = CrosscheckConfig(), n_q_draws: int = 400):
-    """``(simulate, fit, functionals, description)`` of VBFM's or OVBFM's VSBC (`validation.checks.vi_evidence.run_vsbc`).
+    """``(simulate, fit, functionals, description)`` of VBFM's or OVBFM's VSBC.
 
-    The model is the cross-check's: `model_flat_gamma_alpha` with the prior precisions fixed at
-    ``config.sim_hyper`` (w0's at ``config.fit_sigma_0``) and alpha ~ Gamma(``config.alpha_prior``), on the
-    fixed design `VSBC_DESIGN`; ``simulate(seed)`` draws (w0, w, V, alpha) and y from that program, ``fit``
-    runs VBFM (tol 1e-9, at most 3000 sweeps) or OVBFM (``config.svi_batches`` batches, ``svi_epochs``
-    epochs, ``svi_lam``) with update_hyper=False and returns ``n_q_draws`` draws from q. Functionals: log
-    alpha, w0, w of the first two users and items, and yhat_n of the first three rows (identified; V
-    itself is not). Raises ValueError for a ``solver`` other than "cavi" / "ovbfm".
-    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on 004_90693a0965f06816.txt eqs. 4.1-4.4.
+    For `validation.checks.vi_evidence.run_vsbc`. The model is the cross-check's:
+    `model_flat_gamma_alpha` with the prior precisions fixed at ``config.sim_hyper`` (w0's at
+    ``config.fit_sigma_0``) and alpha ~ Gamma(``config.alpha_prior``), on the fixed design
+    `VSBC_DESIGN`.
+
+    Parameters
+    ----------
+    solver : {"cavi", "ovbfm"}, default "cavi"
+        VBFM or OVBFM (`vsbc_fit_state`).
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The prior, K and OVBFM's settings.
+    n_q_draws : int, default 400
+        Draws from q per fit.
+
+    Returns
+    -------
+    simulate : callable
+        ``simulate(seed)`` -> (dict of float64 draws w0 (), w (D,), V (D, K), alpha () from the
+        program, the `FMDesign` with the drawn y).
+    fit : callable
+        ``fit(design, seed)`` -> dict of ``n_q_draws`` draws from q (update_hyper=False).
+    functionals : dict of str to callable
+        log_alpha, w0, w (the first two users and items, (4,)), pred (yhat_n of the first three rows,
+        (3,)); identified (V itself is not).
+    description : str
+        One line naming the problem and the fit.
+
+    Raises
+    ------
+    ValueError
+        A ``solver`` other than "cavi" / "ovbfm".
+
+    Source: project addition (VSBC, Yao et al. 2018, sec. 4) on ``004_90693a0965f06816.txt``
+    eqs. 4.1-4.4.
     """
     from numpyro import handlers
 
@@ -676,12 +1104,37 @@ def vsbc_adapters(solver: str = "cavi", config: CrosscheckConfig = CrosscheckCon
 
 
 def vsbc_fit_state(design: FMDesign, seed: int, solver: str = "cavi", config: CrosscheckConfig = CrosscheckConfig()):
-    """The fit of `vsbc_adapters` on one simulated design: VBFM (tol 1e-9, at most 3000 sweeps) or OVBFM
-    (``config.svi_batches`` batches, ``svi_epochs`` epochs, ``svi_lam``), float64, hyperparameters fixed at
-    ``config.sim_hyper`` (w0's at ``config.fit_sigma_0``), alpha ~ Gamma(``config.alpha_prior``), key
-    ``PRNGKey(seed)``. Returns the final `custom_inference.vbfm.VBFMState` (also what
-    `validation.models.meanfield_bias` reads). Raises ValueError for a ``solver`` other than "cavi" /
-    "ovbfm". Source: project addition (the VSBC fit, Yao et al. 2018, sec. 4)."""
+    """The fit of `vsbc_adapters` on one simulated design, float64.
+
+    VBFM (tol 1e-9, at most 3000 sweeps) or OVBFM (``config.svi_batches`` batches, ``svi_epochs``
+    epochs, ``svi_lam``), hyperparameters fixed at ``config.sim_hyper`` (w0's at
+    ``config.fit_sigma_0``), alpha ~ Gamma(``config.alpha_prior``), key ``PRNGKey(seed)``.
+
+    Parameters
+    ----------
+    design : custom_inference.fm_design.FMDesign
+        The simulated design.
+    seed : int
+        The fit's key.
+    solver : {"cavi", "ovbfm"}, default "cavi"
+        VBFM or OVBFM.
+    config : CrosscheckConfig, default CrosscheckConfig()
+        The prior, K and OVBFM's settings.
+
+    Returns
+    -------
+    custom_inference.vbfm.VBFMState
+        The final q (also what `validation.models.meanfield_bias` reads).
+
+    Raises
+    ------
+    ValueError
+        A ``solver`` other than "cavi" / "ovbfm"; bad K or hyper in ``config`` (`vbfm.fit`).
+    FloatingPointError
+        A non-finite ELBO (`custom_inference.vbfm.fit`).
+
+    Source: project addition (the VSBC fit, Yao et al. 2018, sec. 4).
+    """
     if solver not in ("cavi", "ovbfm"):
         raise ValueError(f"solver must be 'cavi' or 'ovbfm', got {solver!r}")
     h = config.sim_hyper._replace(sigma_0=config.fit_sigma_0)
@@ -702,9 +1155,26 @@ def vsbc_fit_state(design: FMDesign, seed: int, solver: str = "cavi", config: Cr
 def movielens_design(path, dtype=np.float64) -> FMDesign:
     """ML-100K as an FM design: X = [onehot(user) | onehot(item)], groups [0]*I + [1]*J.
 
-    N ratings, D = I + J features; values and y of ``dtype``. Raises FileNotFoundError when
-    ``path`` holds no ratings file, ValueError for a malformed one (`validation.data.datasets.load_movielens`).
-    Source: 004_90693a0965f06816.txt, ch. 4 experiments (the design of the MovieLens runs).
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The MovieLens folder or ratings file (`validation.data.datasets.load_movielens`).
+    dtype : numpy dtype, default numpy.float64
+        Dtype of the values and y.
+
+    Returns
+    -------
+    custom_inference.fm_design.FMDesign
+        N ratings, D = I + J features.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` holds no ratings file.
+    ValueError
+        A malformed one (`validation.data.datasets.load_movielens`).
+
+    Source: ``004_90693a0965f06816.txt``, ch. 4 experiments (the design of the MovieLens runs).
     """
     from validation.data.datasets import index_ratings, load_movielens
 
@@ -719,11 +1189,42 @@ def movielens_design(path, dtype=np.float64) -> FMDesign:
 
 def benchmark_movielens(path, Ks=(10, 32), *, max_iter: int = 200, tol: float = 1e-5, n_batches: int = 10,
                         svi_epochs: int = 5, dtype=np.float32, seed: int = 0) -> pd.DataFrame:
-    """Seconds per CAVI sweep and per OVBFM epoch (compilation excluded) on ML-100K, and sweeps to
-    reach relative ELBO change < ``tol``. Returns a DataFrame, one row per K.
+    """Seconds per CAVI sweep and per OVBFM epoch (compilation excluded) on ML-100K, and sweeps to tol.
 
-    Raises FileNotFoundError or ValueError as `movielens_design`. Source: 004_90693a0965f06816.txt, ch. 4 (VBFM and
-    OVBFM timing on MovieLens)."""
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        As in `movielens_design`.
+    Ks : sequence of int, default (10, 32)
+        The latent dimensions run.
+    max_iter : int, default 200
+        CAVI's sweep cap. Keyword-only.
+    tol : float, default 1e-5
+        CAVI's relative ELBO change to stop at. Keyword-only.
+    n_batches : int, default 10
+        OVBFM's batches per epoch. Keyword-only.
+    svi_epochs : int, default 5
+        OVBFM's epochs. Keyword-only.
+    dtype : numpy dtype, default numpy.float32
+        The computation's dtype (float64 enables x64). Keyword-only.
+    seed : int, default 0
+        The fits' key. Keyword-only.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per K: K, N, D, dtype, cavi_s_per_iter, cavi_iters, cavi_converged,
+        cavi_final_elbo, svi_s_per_epoch, svi_batches, svi_elbo_after.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As `movielens_design`; ValueError from `vbfm.fit` / `fit_svi` for bad settings.
+    FloatingPointError
+        A non-finite ELBO (`custom_inference.vbfm.fit`).
+
+    Source: ``004_90693a0965f06816.txt``, ch. 4 (VBFM and OVBFM timing on MovieLens).
+    """
     rows = []
     with jax.enable_x64(dtype == np.float64):
         design = movielens_design(path, dtype)
