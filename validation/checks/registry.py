@@ -57,19 +57,52 @@ MODEL_PARTS = ("bridge", "notebook")
 
 
 class MissingDeclaration(LookupError):
-    """A part of a declaration was asked for that the declaration neither carries nor declares absent
-    (or declares absent: the message then gives the declared reason). Source: project addition."""
+    """A part of a declaration was asked for that the declaration does not carry.
+
+    Raised by `SolverSpec.run`, `SolverSpec.default_config`, `SolverSpec.get_algorithm`,
+    `SolverSpec.adapter` and `ModelSpec.get_bridge` (and by the evaluations for a declared evaluation
+    without a runner). The message names the declaration and the part, and either the reason declared
+    in its ``absent`` or how to declare one. A `LookupError`; constructed with the message, like any
+    exception.
+
+    Raises
+    ------
+    None of its own: it is the exception raised.
+
+    Source: project addition.
+    """
 
 
 @dataclass(frozen=True)
 class lazy:  # noqa: N801 (used like a function in declarations)
-    """A reference ``"package.module:attribute"`` resolved on use (`resolve`).
+    """A reference ``"package.module:attribute"`` resolved on use (`resolve`, or calling it).
 
-    With ``args``/``kwargs`` the attribute is called with them on resolution
-    (``lazy("validation.models.hpf_gibbs:sbc_adapters", "gibbs")``); without, it is returned as is.
+    Resolution imports the module and returns the attribute; with ``args`` / ``kwargs`` it returns
+    ``attribute(*args, **kwargs)`` instead (``lazy("validation.models.hpf_gibbs:sbc_adapters", "gibbs")``).
     ``"module:TABLE[key]"`` stands for one entry of a dict (``lazy("custom_inference.vbfm:ALGORITHMS[ovbfm]")``).
-    Raises ValueError for a target without ``:``; (on resolution) ImportError / AttributeError for a missing
-    module or attribute, KeyError for a missing table entry.
+    Frozen; stored as the fields ``target``, ``args`` (tuple) and ``kwargs`` (dict).
+
+    Parameters
+    ----------
+    target : str
+        ``"package.module:attribute"`` or ``"package.module:TABLE[key]"`` (exactly one ``:``).
+    *args
+        Positional arguments the attribute is called with on resolution (none: it is not called).
+    **kwargs
+        Keyword arguments the attribute is called with on resolution.
+
+    Raises
+    ------
+    ValueError
+        On construction, for a ``target`` without ``:``; on resolution, for one with more than one
+        ``:`` (unpacking fails).
+    ImportError
+        On resolution: the module does not exist (ModuleNotFoundError), or importing it fails.
+    AttributeError
+        On resolution: the module has no such attribute.
+    KeyError
+        On resolution: the table has no entry ``key``. What the called attribute raises propagates.
+
     Source: project addition.
     """
 
@@ -96,18 +129,50 @@ class lazy:  # noqa: N801 (used like a function in declarations)
 def resolve(x):
     """``x`` itself, or what a `lazy` reference stands for.
 
-    Raises nothing of its own; resolving a `lazy` propagates ImportError / AttributeError for a missing
-    module or attribute, and whatever the referenced callable raises when ``lazy`` carries arguments.
+    Parameters
+    ----------
+    x : object or lazy
+        Any declared value; a `lazy` reference is resolved, anything else returned as is.
+
+    Returns
+    -------
+    object
+        ``x()`` for a `lazy`, else ``x``.
+
+    Raises
+    ------
+    None of its own: resolving a `lazy` propagates its ImportError / AttributeError / KeyError for a
+    missing module, attribute or table entry, and whatever the referenced callable raises when the
+    `lazy` carries arguments.
+
     Source: project addition.
     """
     return x() if isinstance(x, lazy) else x
 
 
 def vi_evidence(module: str, measured: Mapping | None = None) -> dict:
-    """The k-hat / VSBC part of a VI solver's declaration, for ``SolverSpec(..., **vi_evidence(...))``:
-    ``khat`` = ``lazy("MODULE:khat_problem")``, ``vsbc`` = ``lazy("MODULE:vsbc_adapters")`` and ``measured``.
-    Returns a dict of those three keywords. Raises nothing (the references resolve on use).
-    Source: project addition."""
+    """The k-hat / VSBC part of a VI solver's declaration, for ``SolverSpec(..., **vi_evidence(...))``.
+
+    Parameters
+    ----------
+    module : str
+        Dotted name of the model's module (e.g. "validation.models.hpf"); it must define
+        ``khat_problem`` and ``vsbc_adapters`` (checked when they resolve, not here).
+    measured : mapping, optional
+        The VI evidence recorded by hand (see ``SolverSpec``'s ``measured``); None: {}.
+
+    Returns
+    -------
+    dict
+        ``{"khat": lazy("MODULE:khat_problem"), "vsbc": lazy("MODULE:vsbc_adapters"),
+        "measured": dict(measured)}``, the keywords of `SolverSpec`.
+
+    Raises
+    ------
+    None of its own (the references resolve on use).
+
+    Source: project addition.
+    """
     return {"khat": lazy(f"{module}:khat_problem"), "vsbc": lazy(f"{module}:vsbc_adapters"),
             "measured": dict(measured or {})}
 
@@ -116,18 +181,32 @@ def vi_evidence(module: str, measured: Mapping | None = None) -> dict:
 class EvaluationEntry:
     """How a solver takes part in one held-out evaluation (a value of ``SolverSpec.evaluations``).
 
-    ``runner``: None (not declared yet), or the model's part of the evaluation (fit the solver with the evaluation's settings, return
-    its predictions or score function), a callable or, usually, ``lazy("validation.models.MODEL:NAME")``; its
-    arguments and return value are the evaluation's runner contract, written in the evaluation module's
-    docstring (`validation.evaluation.ratings_eval`, `validation.evaluation.counts_eval`,
-    `validation.evaluation.implicit_eval`); everything measured from them (metrics, intervals, tables) stays
-    in the evaluation. ``data``: which of the evaluation's inputs the runner takes (a name the evaluation
-    defines, e.g. "split" or "fm" for the ratings; "" where it has one). ``setting``: None, or
-    ``setting(config) -> str``, the text of the runner's settings for the evaluation's notes (``config``: the
-    evaluation's config object, read by attribute). ``defaults``: None, or the runner's own settings (a dict, or a
-    `lazy` reference to one) that the evaluation merges with a user's overrides keyed by the model's name (e.g.
-    ``implicit_eval.model_systems(rg={"K": 20})``) and hands to the runner.
-    Raises nothing on construction (the references resolve on use; `SolverSpec.problems` resolves them).
+    Everything measured from the runner's output (metrics, intervals, tables) stays in the evaluation.
+
+    Parameters
+    ----------
+    runner : callable, lazy or None
+        The model's part of the evaluation: fit the solver with the evaluation's settings, return its
+        predictions or score function. Usually ``lazy("validation.models.MODEL:NAME")``; None: not
+        declared yet (the evaluation refuses it, `SolverSpec.problems` reports it). Its arguments and
+        return value are the evaluation's runner contract, written in the evaluation module's docstring
+        (`validation.evaluation.ratings_eval`, `validation.evaluation.counts_eval`,
+        `validation.evaluation.implicit_eval`).
+    data : str, default ""
+        Which of the evaluation's inputs the runner takes (a name the evaluation defines, e.g. "split"
+        or "fm" for the ratings; "" where it has one).
+    setting : callable, lazy or None, default None
+        ``setting(config) -> str``: the text of the runner's settings for the evaluation's notes
+        (``config``: the evaluation's config object, read by attribute).
+    defaults : dict, lazy or None, default None
+        The runner's own settings (a dict, or a `lazy` reference to one) that the evaluation merges with
+        a user's overrides keyed by the model's name (e.g. ``implicit_eval.model_systems(rg={"K": 20})``)
+        and hands to the runner.
+
+    Raises
+    ------
+    None on construction (the references resolve on use; `SolverSpec.problems` resolves them).
+
     Source: project addition (issue 25: the evaluations' per-model code lives in the declarations).
     """
 
@@ -137,18 +216,65 @@ class EvaluationEntry:
     defaults: object = None
 
     def get_runner(self):
-        """The runner, resolved. Raises ImportError / AttributeError for a `lazy` reference that does not
-        resolve. Source: project addition."""
+        """The runner, resolved.
+
+        Returns
+        -------
+        callable or None
+            ``runner``, or what its `lazy` reference stands for (None when no runner is declared).
+
+        Raises
+        ------
+        ImportError
+            A `lazy` reference whose module does not import.
+        AttributeError
+            A `lazy` reference whose attribute does not exist (KeyError for a missing table entry).
+
+        Source: project addition.
+        """
         return resolve(self.runner)
 
     def get_defaults(self) -> dict:
-        """A copy of the declared ``defaults`` (resolved), or {} when none. Raises ImportError / AttributeError for
-        a `lazy` reference that does not resolve. Source: project addition."""
+        """A copy of the declared ``defaults`` (resolved), or {} when none.
+
+        Returns
+        -------
+        dict
+            A new dict (setting name -> value); the caller may change it.
+
+        Raises
+        ------
+        ImportError
+            A `lazy` reference whose module does not import.
+        AttributeError
+            A `lazy` reference whose attribute does not exist (KeyError for a missing table entry).
+
+        Source: project addition.
+        """
         return dict(resolve(self.defaults) or {})
 
     def setting_text(self, config) -> str:
-        """``setting(config)``, or "" when the entry declares none. Raises what ``setting`` raises (e.g.
-        AttributeError for a config without a field it reads). Source: project addition."""
+        """``setting(config)``, or "" when the entry declares none.
+
+        Parameters
+        ----------
+        config : object
+            The evaluation's config (e.g. a `validation.evaluation.ratings_eval.RatingsConfig`), read by
+            attribute.
+
+        Returns
+        -------
+        str
+            The runner's settings, for the evaluation's notes.
+
+        Raises
+        ------
+        AttributeError
+            Not of its own: what ``setting`` raises propagates (e.g. AttributeError for a config without
+            a field it reads), as do the errors of resolving a `lazy` ``setting``.
+
+        Source: project addition.
+        """
         fn = resolve(self.setting)
         return "" if fn is None else fn(config)
 
@@ -157,27 +283,53 @@ class EvaluationEntry:
 class SolverSpec:
     """One solver of a model, as the CLI and the tests see it.
 
-    ``name``: CLI name (``--solver``); ``algorithm``: the solver's `custom_inference.base.Algorithm`
-    (usually ``lazy("custom_inference.X:ALGORITHM")``; None where the module has none yet);
-    ``method``: one of `METHODS` ("exact", "vi": the cross-check skeleton used; "point": a point estimate);
-    ``crosscheck``: ``run_crosscheck(config, *, progress, reference)`` ->
-    `validation.checks.crosscheck.CrosscheckResult`, or None when declared absent;
-    ``config``: the default cross-check config (or a zero-argument callable making it; None without a cross-check);
-    ``reference``: the name of the stored NUTS reference it compares against (None: declared absent);
-    ``frontdoor``: the name of the front-door adapter that fits this solver on a user's data
-    (``factorbayes.fit(model=frontdoor)``), or None; ``khat``: the model's ``khat_problem(fitted state, data,
-    ...)`` (VI: what its cross-check passes to `validation.checks.crosscheck.vi_crosscheck`), ``vsbc``:
-    ``vsbc_adapters(solver) -> (simulate, fit, functionals, description)`` for
-    `validation.checks.vi_evidence.run_vsbc` (both usually `lazy`, None: none); ``measured``: the VI evidence
-    recorded by hand for the README (khat, n_latent, vsbc, vsbc_sims, vsbc_passed, fn_khat; see
-    `validation.models.catalog.evidence_table`); ``evaluations``: the held-out evaluations that run this solver
-    (part "evaluation"; empty: declare it absent with the reason), a mapping `EVALUATIONS` name ->
-    `EvaluationEntry` (a bare callable or `lazy` stands for ``EvaluationEntry(runner)``; a tuple of names declares
-    no runner, ``EvaluationEntry(None)``, which the evaluation refuses unless it still keeps one); stored as a dict, so
-    ``name in spec.evaluations`` and iteration give the names; ``absent``: part (one of `SOLVER_PARTS`) -> the
-    reason the solver has none (a part both absent and present is an error of the declaration, `problems`).
-    Raises ValueError on construction for a ``method`` not in `METHODS`, ``evaluations`` given as a string,
-    or an evaluation not in `EVALUATIONS`.
+    Frozen. Each of `SOLVER_PARTS` is present or declared absent in ``absent`` with its reason
+    (`problems` checks it).
+
+    Parameters
+    ----------
+    name : str
+        CLI name (``--solver``), e.g. "cavi".
+    method : {"exact", "vi", "point"}
+        One of `METHODS`: which cross-check skeleton is used ("exact": a sampler, "vi": an approximation
+        q); "point": a point estimate (MAP / SGD).
+    crosscheck : callable, lazy or None, default None
+        ``run_crosscheck(config, *, progress, reference)`` ->
+        `validation.checks.crosscheck.CrosscheckResult`; None: declared absent.
+    config : object, type, lazy or None, default None
+        The default cross-check config: an instance, or a config class (instantiated without arguments
+        by `default_config`), or a `lazy` reference to either; None without a cross-check.
+    reference : str or None, default None
+        Name of the stored NUTS reference (a `ReferenceSpec` of the model) it compares against; None:
+        declared absent.
+    algorithm : custom_inference.base.Algorithm, lazy or None, default None
+        The solver's Algorithm, usually ``lazy("custom_inference.X:ALGORITHM")``; None: declared absent.
+    frontdoor : str or None, default None
+        The front-door adapter that fits this solver on a user's data (``factorbayes.fit(model=frontdoor)``).
+    khat : callable, lazy or None, default None
+        The model's ``khat_problem(fitted state, data, ...)`` (VI: what its cross-check passes to
+        `validation.checks.crosscheck.vi_crosscheck`); usually from `vi_evidence`.
+    vsbc : callable, lazy or None, default None
+        ``vsbc_adapters(solver) -> (simulate, fit, functionals, description)`` for
+        `validation.checks.vi_evidence.run_vsbc`; usually from `vi_evidence`. Counts as the "sbc" part.
+    measured : mapping, default {}
+        The VI evidence recorded by hand for the README (khat, n_latent, vsbc, vsbc_sims, vsbc_passed,
+        fn_khat; see `validation.models.catalog.evidence_table`).
+    evaluations : mapping or tuple of str, default {}
+        The held-out evaluations that run this solver (part "evaluation"; empty: declare it absent with
+        the reason): `EVALUATIONS` name -> `EvaluationEntry` (a bare callable or `lazy` stands for
+        ``EvaluationEntry(runner)``); a tuple of names declares no runner (``EvaluationEntry(None)``),
+        which the evaluation refuses. Stored as a dict name -> `EvaluationEntry`.
+    absent : mapping of str to str, default {}
+        Part (one of `SOLVER_PARTS`) -> the reason the solver has none (`POINT_ESTIMATE` for point
+        estimates). A part both absent and present is an error of the declaration (`problems`).
+
+    Raises
+    ------
+    ValueError
+        On construction: a ``method`` not in `METHODS`, ``evaluations`` given as a string, or an
+        evaluation name not in `EVALUATIONS`.
+
     Source: project addition.
     """
 
@@ -209,43 +361,125 @@ class SolverSpec:
             raise ValueError(f"{self.name}: evaluations {unknown} are not among {tuple(EVALUATIONS)}")
 
     def run(self, config=None, **kwargs):
-        """Run the cross-check (default config unless ``config``); kwargs go to the entry.
+        """Run the cross-check of this solver against its stored NUTS reference.
 
-        Raises MissingDeclaration (with the declared reason) for a solver without a cross-check; what the
-        entry raises propagates. Source: project addition."""
+        Parameters
+        ----------
+        config : object, optional
+            The cross-check config (the model's config dataclass); None: `default_config`.
+        **kwargs
+            Passed to the cross-check entry (``progress``, ``reference``, as ``crosscheck`` above).
+
+        Returns
+        -------
+        validation.checks.crosscheck.CrosscheckResult
+            What the entry returns.
+
+        Raises
+        ------
+        MissingDeclaration
+            The solver declares no cross-check (the message gives the declared reason), or no default
+            config while ``config`` is None. What the entry raises propagates.
+
+        Source: project addition.
+        """
         entry = _required(self, "crosscheck", self.crosscheck)
         return entry(self.default_config() if config is None else config, **kwargs)
 
     def default_config(self):
-        """The default cross-check config. Raises MissingDeclaration for a solver without a cross-check.
-        Source: project addition."""
+        """The default cross-check config.
+
+        Returns
+        -------
+        object
+            ``config`` resolved, instantiated without arguments when it is a class.
+
+        Raises
+        ------
+        MissingDeclaration
+            The solver declares no config (no cross-check). Errors of resolving a `lazy` propagate.
+
+        Source: project addition.
+        """
         c = _required(self, "crosscheck", self.config)
         return c() if isinstance(c, type) else c
 
     def get_algorithm(self):
         """The solver's `custom_inference.base.Algorithm`.
 
-        Raises MissingDeclaration when the declaration has none (naming the declared reason when it is
-        declared absent); ImportError / AttributeError / KeyError when the `lazy` reference names a module,
-        attribute or table entry that does not exist. Source: project addition.
+        Returns
+        -------
+        custom_inference.base.Algorithm
+            ``algorithm``, resolved.
+
+        Raises
+        ------
+        MissingDeclaration
+            The declaration has none (naming the declared reason when it is declared absent).
+        ImportError
+            The `lazy` reference names a module that does not import.
+        AttributeError
+            The `lazy` reference names an attribute that does not exist.
+        KeyError
+            The `lazy` reference names a table entry that does not exist.
+
+        Source: project addition.
         """
         return _required(self, "algorithm", self.algorithm)
 
     def adapter(self, kind: str):
-        """The solver's k-hat (``kind="khat"``) or VSBC (``kind="vsbc"``) adapter, resolved.
+        """The solver's k-hat or VSBC adapter, resolved.
 
-        Raises ValueError for another ``kind``; MissingDeclaration when the solver declares none;
-        ImportError / AttributeError for a reference that does not resolve. Source: project addition.
+        Parameters
+        ----------
+        kind : {"khat", "vsbc"}
+            Which adapter: ``khat_problem`` or ``vsbc_adapters`` (see ``khat`` / ``vsbc`` above).
+
+        Returns
+        -------
+        callable
+            The adapter.
+
+        Raises
+        ------
+        ValueError
+            ``kind`` is neither "khat" nor "vsbc".
+        MissingDeclaration
+            The solver declares no such adapter.
+        ImportError
+            Its `lazy` reference names a module that does not import (AttributeError: a missing
+            attribute).
+
+        Source: project addition.
         """
         if kind not in ("khat", "vsbc"):
             raise ValueError(f"kind must be 'khat' or 'vsbc', got {kind!r}")
         return _required(self, kind, getattr(self, kind))
 
     def problems(self, spec: "ModelSpec") -> list[str]:
-        """What is wrong with this solver's declaration inside model ``spec``: each of `SOLVER_PARTS`
-        missing without a declared reason, declared absent with an empty reason or while present, or
-        present but not resolving (the error's text). Returns a list of str (empty: conforms).
-        Raises nothing (errors of resolution are reported). Source: project addition."""
+        """What is wrong with this solver's declaration inside model ``spec``.
+
+        Each of `SOLVER_PARTS` missing without a declared reason, declared absent with an empty reason or
+        while present; a declared evaluation without a runner; a reference (algorithm, khat, vsbc, an
+        evaluation's runner, setting or defaults) that does not resolve (the error's text). The reference
+        part counts as present only when ``spec`` has a `ReferenceSpec` of that name.
+
+        Parameters
+        ----------
+        spec : ModelSpec
+            The model declaring this solver (its name prefixes the messages).
+
+        Returns
+        -------
+        list of str
+            One message per problem; empty: the declaration conforms.
+
+        Raises
+        ------
+        None of its own: errors of resolution are reported, not raised.
+
+        Source: project addition.
+        """
         present = {"algorithm": self.algorithm is not None, "frontdoor": bool(self.frontdoor),
                    "crosscheck": self.crosscheck is not None,
                    "reference": self.reference is not None and any(r.name == self.reference for r in spec.references),
@@ -279,10 +513,34 @@ def _required(owner, part: str, value):
 
 
 def part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, str], parts) -> list[str]:
-    """The conformance rule of every declaration (solvers, models, front-door adapters): each of ``parts``
-    present (``present[part]`` true) or declared absent with a non-empty reason (``absent[part]``), never both,
-    and no absent entry outside ``parts``. ``who`` prefixes each message. Returns a list of str (empty:
-    conforms). Raises KeyError when ``present`` lacks one of ``parts``. Source: project addition (issue 25)."""
+    """The conformance rule of every declaration (solvers, models, front-door adapters).
+
+    Each of ``parts`` is present or declared absent with a non-empty reason, never both, and no absent
+    entry names a part outside ``parts``.
+
+    Parameters
+    ----------
+    who : str
+        Prefix of each message (e.g. "hpf cavi").
+    present : mapping of str to bool
+        Part -> whether the declaration carries it; must hold every part of ``parts``.
+    absent : mapping of str to str
+        Part -> the declared reason for its absence.
+    parts : sequence of str
+        The parts to check (e.g. `SOLVER_PARTS`, `MODEL_PARTS`).
+
+    Returns
+    -------
+    list of str
+        One message per problem; empty: conforms.
+
+    Raises
+    ------
+    KeyError
+        ``present`` lacks one of ``parts``.
+
+    Source: project addition (issue 25).
+    """
     out = [f"{who}: absent part {p!r} is not one of {parts}" for p in absent if p not in parts]
     for p in parts:
         if present[p] and p in absent:
@@ -294,15 +552,45 @@ def part_problems(who: str, present: Mapping[str, bool], absent: Mapping[str, st
 
 @dataclass(frozen=True)
 class ReferenceSpec:
-    """A stored NUTS reference of a model: ``name`` (file stem in
-    ``validation/checks/reference_posteriors``), ``nuts_reference(config, *, reference, progress)`` and the
-    ``config`` of the problem it is stored for. Source: project addition."""
+    """A stored NUTS reference of a model (frozen).
+
+    Parameters
+    ----------
+    name : str
+        File stem in ``validation/checks/reference_posteriors`` (e.g. "hpf-small"); what
+        ``SolverSpec.reference`` names.
+    nuts_reference : callable or lazy
+        ``nuts_reference(config, *, reference, progress)``: runs (or loads) NUTS on the problem.
+    config : object, type or lazy
+        The config of the problem the reference is stored for: an instance, a config class
+        (instantiated without arguments by `default_config`), or a `lazy` reference to either.
+
+    Raises
+    ------
+    None on construction.
+
+    Source: project addition.
+    """
 
     name: str
     nuts_reference: object
     config: object
 
     def default_config(self):
+        """The config of the stored problem.
+
+        Returns
+        -------
+        object
+            ``config`` resolved, instantiated without arguments when it is a class.
+
+        Raises
+        ------
+        None of its own: errors of resolving a `lazy` ``config`` (ImportError, AttributeError) and of
+        the class's constructor propagate.
+
+        Source: project addition.
+        """
         c = resolve(self.config)
         return c() if isinstance(c, type) else c
 
@@ -311,19 +599,43 @@ class ReferenceSpec:
 class ModelSpec:
     """Everything the validation layer knows about one model, declared once as its module's ``SPEC``.
 
-    ``name``: the CLI name; ``solvers``: `SolverSpec` tuple (the first is the default);
-    ``references``: `ReferenceSpec` tuple; ``checks``: name -> zero-argument callable returning a
-    DataFrame with a boolean ``passed`` column (update-level or conditional checks at their
-    defaults); ``sbc``: solver label -> zero-argument callable returning ``(simulate, fit,
-    functionals)`` for `validation.checks.sbc.run_sbc`; ``sbc_config``: what one SBC simulation is (for
-    reports); ``errata``: tuple of `validation.checks.errata.Erratum` or `lazy` references to such tuples;
-    ``real_data``: optional ``(ratings DataFrame, source text, config) -> (kwargs, config, text)``
-    for ``crosscheck --data`` (None: the model cross-checks on its simulated problem only);
-    ``bridge``: the sampler's `validation.checks.bridge.BridgeSpec` (every Gibbs block as a NumPyro
-    CustomGibbs block beside NUTS; usually `lazy`), or None; ``notebook``: the teaching notebook's path
-    from the repository root (``"notebooks/hpf.py"``), or None; ``absent``: part (one of `MODEL_PARTS`) ->
-    the reason the model has none. `problems` lists what does not conform.
-    Raises nothing on construction. Source: project addition.
+    Frozen. Each of `MODEL_PARTS` is present or declared absent in ``absent`` with its reason;
+    `problems` lists what does not conform.
+
+    Parameters
+    ----------
+    name : str
+        The CLI name (e.g. "hpf").
+    solvers : tuple of SolverSpec
+        The model's solvers; the first is the default (`solver`).
+    references : tuple of ReferenceSpec, default ()
+        Its stored NUTS references.
+    checks : mapping of str to callable, default {}
+        Name -> zero-argument callable returning a pandas DataFrame with a boolean ``passed`` column
+        (update-level or conditional checks at their defaults).
+    sbc : mapping of str to callable or lazy, default {}
+        Solver label -> zero-argument callable returning ``(simulate, fit, functionals)`` for
+        `validation.checks.sbc.run_sbc` (or a `lazy` reference resolving to that triple).
+    sbc_config : object, optional
+        What one SBC simulation is (a config class or a `lazy` reference to one), for reports.
+    errata : tuple, default ()
+        `validation.checks.errata.Erratum` rows, or `lazy` references to tuples of them.
+    real_data : callable, optional
+        ``(ratings DataFrame, source text, config) -> (kwargs, config, text)`` for ``crosscheck --data``;
+        None: the model cross-checks on its simulated problem only.
+    bridge : validation.checks.bridge.BridgeSpec, lazy or None, default None
+        The sampler's bridge (every Gibbs block as a NumPyro CustomGibbs block beside NUTS; usually
+        `lazy`); None: declared absent.
+    notebook : str or None, default None
+        The teaching notebook's path from the repository root (``"notebooks/hpf.py"``).
+    absent : mapping of str to str, default {}
+        Part (one of `MODEL_PARTS`) -> the reason the model has none.
+
+    Raises
+    ------
+    None on construction (`problems` checks the declaration).
+
+    Source: project addition.
     """
 
     name: str
@@ -339,16 +651,40 @@ class ModelSpec:
     absent: Mapping[str, str] = field(default_factory=dict)
 
     def get_bridge(self):
-        """The model's `validation.checks.bridge.BridgeSpec`, resolved. Raises MissingDeclaration when the
-        model declares none (with its declared reason); what resolving the reference raises propagates.
-        Source: project addition."""
+        """The model's `validation.checks.bridge.BridgeSpec`, resolved.
+
+        Returns
+        -------
+        validation.checks.bridge.BridgeSpec
+            ``bridge``, resolved.
+
+        Raises
+        ------
+        MissingDeclaration
+            The model declares no bridge (the message gives its declared reason). What resolving the
+            reference raises (ImportError, AttributeError, or the called function's errors) propagates.
+
+        Source: project addition.
+        """
         return _required(self, "bridge", self.bridge)
 
     def problems(self) -> list[str]:
-        """Every way this declaration fails to conform: each of `MODEL_PARTS` and, for every solver, each of
-        `SOLVER_PARTS` present or declared absent with a reason (`SolverSpec.problems`); a bridge reference
-        that does not resolve. Returns a list of str (empty: conforms). Raises nothing.
-        Source: project addition."""
+        """Every way this declaration fails to conform.
+
+        Each of `MODEL_PARTS` and, for every solver, each of `SOLVER_PARTS` present or declared absent
+        with a reason (`SolverSpec.problems`); a bridge reference that does not resolve.
+
+        Returns
+        -------
+        list of str
+            One message per problem; empty: conforms.
+
+        Raises
+        ------
+        None of its own: errors of resolution are reported, not raised.
+
+        Source: project addition.
+        """
         out = part_problems(self.name, {"bridge": self.bridge is not None, "notebook": bool(self.notebook)},
                              self.absent, MODEL_PARTS)
         if self.bridge is not None:
@@ -361,7 +697,26 @@ class ModelSpec:
         return out
 
     def solver(self, name: str | None = None) -> SolverSpec:
-        """The solver ``name`` (default the first). Raises ValueError for an unknown one."""
+        """The solver named ``name``.
+
+        Parameters
+        ----------
+        name : str, optional
+            A solver's CLI name (``--solver``); None: the first (default) solver.
+
+        Returns
+        -------
+        SolverSpec
+            That solver's declaration.
+
+        Raises
+        ------
+        ValueError
+            The model has no solver of that name (the message lists those it has). IndexError when
+            ``name`` is None and the model declares no solver.
+
+        Source: project addition.
+        """
         if name is None:
             return self.solvers[0]
         for s in self.solvers:
@@ -371,7 +726,19 @@ class ModelSpec:
                          f"got {name!r}")
 
     def errata_rows(self) -> tuple:
-        """The model's errata rows (lazy entries resolved), in order."""
+        """The model's errata rows, in order, `lazy` entries resolved and tuples flattened.
+
+        Returns
+        -------
+        tuple of validation.checks.errata.Erratum
+            The rows.
+
+        Raises
+        ------
+        None of its own: errors of resolving a `lazy` entry propagate.
+
+        Source: project addition.
+        """
         rows = []
         for e in self.errata:
             e = resolve(e)
@@ -379,7 +746,25 @@ class ModelSpec:
         return tuple(rows)
 
     def reference(self, name: str) -> ReferenceSpec:
-        """The `ReferenceSpec` named ``name``. Raises KeyError when the model declares none of that name."""
+        """The `ReferenceSpec` named ``name``.
+
+        Parameters
+        ----------
+        name : str
+            A reference's name (e.g. "hpf-small").
+
+        Returns
+        -------
+        ReferenceSpec
+            The declared reference.
+
+        Raises
+        ------
+        KeyError
+            The model declares no reference of that name.
+
+        Source: project addition.
+        """
         for r in self.references:
             if r.name == name:
                 return r

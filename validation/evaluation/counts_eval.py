@@ -106,11 +106,25 @@ BASELINES = ("popularity", "ease")
 
 
 def systems() -> tuple[str, ...]:
-    """Every system of the evaluation: `BASELINES`, then the front-door names of the solvers whose declaration
-    lists the "counts" evaluation (`validation.models.catalog.evaluation_systems`), in registry order
-    (today hpf, mcmc-fm, sgd-fm, npfm, ppfm). Returns a tuple of str. Raises what
-    `validation.models.catalog.evaluation_systems` raises (MissingDeclaration for a declaration without a
-    front-door name). Source: project addition (issue 25)."""
+    """Every system of the evaluation, in order.
+
+    `BASELINES`, then the front-door names of the solvers whose declaration lists the "counts" evaluation
+    (`validation.models.catalog.evaluation_systems`), in registry order (today hpf, mcmc-fm, sgd-fm, npfm,
+    ppfm).
+
+    Returns
+    -------
+    tuple of str
+        The system names ``evaluate_counts(systems=...)`` accepts (besides ``NAME+side``).
+
+    Raises
+    ------
+    MissingDeclaration
+        Not of its own: `validation.models.catalog.evaluation_systems` raises it for a declaration of the
+        evaluation without a front-door name; what importing the declarations raises propagates.
+
+    Source: project addition (issue 25).
+    """
     from validation.models import catalog
 
     return BASELINES + catalog.evaluation_systems("counts")
@@ -118,7 +132,19 @@ def systems() -> tuple[str, ...]:
 
 def side_systems() -> tuple[str, ...]:
     """The systems that take the MovieLens side features (``NAME+side``): the solvers declaring "counts+side".
-    Returns a tuple of str. Raises as `systems`. Source: project addition (issue 25)."""
+
+    Returns
+    -------
+    tuple of str
+        Their front-door names, in registry order (today mcmc-fm, sgd-fm, npfm, ppfm).
+
+    Raises
+    ------
+    MissingDeclaration
+        As `systems`.
+
+    Source: project addition (issue 25).
+    """
     from validation.models import catalog
 
     return catalog.evaluation_systems("counts+side")
@@ -145,18 +171,59 @@ _SELECT = ("f_measure", "precision", "recall", "ndcg", "ndcg_log2k1")
 class CountsConfig:
     """Settings of `evaluate_counts` (defaults: the run reported for ML-100K, shorter than the thesis's).
 
-    K : latent dimension of every factor model (NPFM's truncation level), 50 in the thesis.
-    seed : seed of the P3 split, of the validation split (with 1) and of every solver.
-    pfm_warmup, pfm_samples, pfm_thin, pfm_init_scale, pfm_chains : NPFM / PPFM Gibbs sweeps discarded,
-        draws kept (one every ``pfm_thin`` sweeps), initial scale, chains (the thesis: 1500 + 1000).
-    hpf_max_iter : HPF CAVI sweeps (all run, tol = 0).
-    fm_warmup, fm_samples : MCMC-FM sweeps discarded and kept (one chain).
-    sgd_epochs, sgd_learning_rates, sgd_regs, sgd_batch_size : SGD-FM epochs and the searched grid
-        (lambda_w = lambda_v = reg, lambda_0 = 0; thesis: 300 epochs, chosen (0.001, 0.01)).
-    ease_lambdas, ease_values : EASE^R's searched L2 constants; "binary" (Steck's X) or "count".
-    validation_fraction : share of the training entries held out for tuning.
-    select_by : validation metric that chooses the tuned settings (a column of `ranking_metrics`).
-    dtype : "float32" or "float64" for NPFM / PPFM / HPF; fm_dtype the same for MCMC-FM / SGD-FM.
+    Frozen; the fields are checked on construction.
+
+    Parameters
+    ----------
+    K : int >= 1, default 50
+        Latent dimension of every factor model (NPFM's truncation level); 50 in the thesis.
+    seed : int, default 0
+        Seed of the P3 split, of the validation split (with 1) and of every solver.
+    pfm_warmup : int >= 0, default 300
+        NPFM / PPFM Gibbs sweeps discarded (the thesis: 1500).
+    pfm_samples : int >= 1, default 100
+        NPFM / PPFM draws kept (the thesis: 1000).
+    pfm_thin : int >= 1, default 2
+        Sweeps per kept draw.
+    pfm_init_scale : float > 0, default 1.0
+        Initial scale of the NPFM / PPFM factors (`custom_inference.pfm.init`).
+    pfm_chains : int >= 1, default 1
+        NPFM / PPFM chains.
+    hpf_max_iter : int >= 1, default 100
+        HPF CAVI sweeps (all run, tol = 0).
+    fm_warmup : int >= 0, default 50
+        MCMC-FM sweeps discarded (one chain).
+    fm_samples : int >= 1, default 100
+        MCMC-FM sweeps kept.
+    sgd_epochs : int >= 1, default 30
+        SGD-FM epochs (the thesis: 300).
+    sgd_learning_rates : tuple of float > 0, default (0.003, 0.01, 0.03)
+        SGD-FM learning rates searched by `tune_sgd_fm`.
+    sgd_regs : tuple of float >= 0, default (0.01, 0.04, 0.1)
+        SGD-FM L2 constants searched (lambda_w = lambda_v = reg, lambda_0 = 0; the thesis chose
+        (0.001, 0.01)).
+    sgd_batch_size : int >= 1, default 1
+        SGD-FM minibatch size.
+    ease_lambdas : tuple of float > 0, default `validation.evaluation.baselines.EASE_LAMBDAS`
+        EASE^R's searched L2 constants (`tune_ease`).
+    ease_values : {"binary", "count"}, default "binary"
+        EASE^R's X: the binarized training matrix (Steck's) or the counts.
+    validation_fraction : float in (0, 1), default 0.2
+        Share of the training entries held out for tuning (`validation_split`).
+    select_by : {"f_measure", "precision", "recall", "ndcg", "ndcg_log2k1"}, default "f_measure"
+        Validation metric (a key of `ranking_metrics`) that chooses the tuned settings.
+    dtype : {"float32", "float64"}, default "float32"
+        Float dtype of NPFM / PPFM / HPF.
+    fm_dtype : {"float32", "float64"}, default "float64"
+        Float dtype of MCMC-FM / SGD-FM.
+
+    Raises
+    ------
+    ValueError
+        On construction, for a field outside the range or set given above (a count that is not an
+        integer, an empty or non-finite grid, an unknown ``ease_values``, ``select_by`` or dtype).
+
+    Source: project addition (the settings of ``004_90693a0965f06816.txt`` sec. 5.4.3-5.4.4, shortened).
     """
 
     K: int = 50
@@ -215,16 +282,33 @@ class CountsConfig:
 class CountsEvaluation:
     """Result of `evaluate_counts`.
 
-    table : one row per method (DataFrame): method, system, features ("ids" | "ids+side"),
-        precision, recall, f_measure, ndcg (eq. 5.26), ndcg_log2k1, n_users, fit_seconds,
-        seconds_per_iteration, iterations, setting (str: what was run / chosen).
-    tuning : validation-split searches, name -> DataFrame (one row per setting tried, with the
-        validation metrics, seconds and ``chosen``).
-    notes : lines describing data and settings. report : path of ``report.md`` (None without out_dir).
-    extras : per system, e.g. NPFM's mean number of active factors (``n_active_mean``).
-    per_user : method -> per-user DataFrame (`validation.evaluation.metrics.p3_metrics`) on the test split.
-    differences : `validation.evaluation.intervals.compare`'s differences: every method against the best
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        One row per method: method, system, features ("ids" | "ids+side"), precision, recall,
+        f_measure, ndcg (eq. 5.26), ndcg_log2k1, n_users, fit_seconds, seconds_per_iteration,
+        iterations, setting (str: what was run / chosen), then the interval columns of
+        `evaluate_counts`.
+    tuning : dict of str to pandas.DataFrame, default {}
+        Validation-split searches, system name -> one row per setting tried (the validation metrics,
+        seconds and ``chosen``).
+    notes : list of str, default []
+        Lines describing the data and settings.
+    report : pathlib.Path or None, default None
+        Path of ``report.md`` (None without ``out_dir``).
+    extras : dict, default {}
+        Per system, e.g. NPFM's mean number of active factors (``n_active_mean``).
+    per_user : dict of str to pandas.DataFrame, default {}
+        Method -> per-user DataFrame (`validation.evaluation.metrics.p3_metrics`) on the test split.
+    differences : pandas.DataFrame, default empty
+        `validation.evaluation.intervals.compare`'s differences: every method against the best
         baseline (popularity or EASE^R by precision@100), per metric, with the paired bootstrap interval.
+
+    Raises
+    ------
+    None on construction (a dataclass; the fields are not checked).
+
+    Source: project addition.
     """
 
     table: pd.DataFrame
@@ -243,16 +327,30 @@ class CountsEvaluation:
 def validation_split(train: Observations, *, fraction: float = 0.2, seed: int = 0) -> HoldoutSplit:
     """Carve a validation split out of the TRAINING entries: a random ``fraction`` of them held out.
 
-    ``train``: Observations (I, J) of N entries (the P3 training set). The permutation is
-    ``numpy.random.default_rng([seed, 1]).permutation(N)``; its first ``round(fraction * N)``
-    entries form ``test`` (the validation entries), the rest ``train``. Only ``train`` is seen, so
-    the test split of the outer protocol cannot influence what is tuned on this split.
+    The permutation is ``numpy.random.default_rng([seed, 1]).permutation(N)``; its first
+    ``round(fraction * N)`` entries form ``test`` (the validation entries), the rest ``train``. Only
+    ``train`` is seen, so the test split of the outer protocol cannot influence what is tuned here.
 
-    Returns a `validation.data.splits.HoldoutSplit` with ``train`` and ``test`` Observations of shape
-    (I, J) and the dtype of ``train.values``; ``indexed`` is None (the metrics do not use it).
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        Shape (I, J), N entries (the P3 training set).
+    fraction : float in (0, 1), default 0.2
+        Share of the entries held out.
+    seed : int, default 0
+        Seed of the permutation (with 1).
 
-    Raises ValueError when ``train`` is not Observations, ``fraction`` is not in (0, 1) or leaves
-    either side empty.
+    Returns
+    -------
+    validation.data.splits.HoldoutSplit
+        ``train`` and ``test`` Observations of shape (I, J), ``kind="count"``, the dtype of
+        ``train.values``; ``indexed`` is None (the metrics do not use it).
+
+    Raises
+    ------
+    ValueError
+        ``train`` is not Observations, ``fraction`` is not in (0, 1), or it leaves either side empty.
+
     Source: project addition (the "validation split carved from the training data" of the tuning).
     """
     if not isinstance(train, Observations):
@@ -276,12 +374,30 @@ def validation_split(train: Observations, *, fraction: float = 0.2, seed: int = 
 def ranking_metrics(score_fn, split: HoldoutSplit, p: int = P_AT, batch_size: int = 256) -> dict:
     """Mean precision@p, recall@p, F-measure, NDCG@p (thesis discount) and NDCG@p with 1/log2(k+1).
 
-    ``score_fn(users (B,) int) -> (B, J)`` float scores; ``split`` a HoldoutSplit (P3 or
-    `validation_split`). Returns dict of float: precision, recall, f_measure, ndcg, ndcg_log2k1,
-    n_users. The score function is called twice per batch (once per discount).
+    The score function is called twice per batch (once per discount).
 
-    Raises ValueError as `validation.evaluation.metrics.holdout_metrics` (scores of the wrong shape or NaN,
-    overlapping train and test, bad p).
+    Parameters
+    ----------
+    score_fn : callable
+        ``score_fn(users (B,) int64) -> (B, J)`` float scores (higher = recommended first).
+    split : validation.data.splits.HoldoutSplit
+        P3 (`validation.data.datasets.split_random_holdout`) or `validation_split`.
+    p : int >= 1, default 100
+        List length P.
+    batch_size : int >= 1, default 256
+        Users per call of ``score_fn``; does not change the result.
+
+    Returns
+    -------
+    dict of str to float
+        precision, recall, f_measure, ndcg, ndcg_log2k1, n_users (`summarize_p3`).
+
+    Raises
+    ------
+    ValueError
+        As `validation.evaluation.metrics.holdout_metrics` (scores of the wrong shape or NaN,
+        overlapping train and test, bad p).
+
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.4, eqs. 5.21-5.28 (through `validation.evaluation.metrics`);
     the log2(k + 1) column is a project addition.
     """
@@ -289,10 +405,28 @@ def ranking_metrics(score_fn, split: HoldoutSplit, p: int = P_AT, batch_size: in
 
 
 def summarize_p3(per_user: pd.DataFrame) -> dict:
-    """The means of a `validation.evaluation.metrics.p3_metrics` table: dict of float precision, recall,
-    f_measure (eq. 5.25, of the means), ndcg, ndcg_log2k1, n_users.
-    Raises ValueError as `validation.evaluation.metrics.summarize`. Source: ``004_90693a0965f06816.txt`` eqs.
-    5.23-5.25, 5.28."""
+    """The means over users of a `validation.evaluation.metrics.p3_metrics` table.
+
+    Parameters
+    ----------
+    per_user : pandas.DataFrame
+        One row per test user with the columns precision, recall, ndcg, ndcg_log2k1 (as
+        `validation.evaluation.metrics.p3_metrics` returns).
+
+    Returns
+    -------
+    dict of str to float
+        precision, recall, f_measure (eq. 5.25, of the means), ndcg, ndcg_log2k1, n_users (a float).
+
+    Raises
+    ------
+    ValueError
+        As `validation.evaluation.metrics.summarize` (no metric column, no rows).
+    KeyError
+        ``per_user`` lacks ndcg_log2k1, precision, recall or ndcg.
+
+    Source: ``004_90693a0965f06816.txt`` eqs. 5.23-5.25, 5.28.
+    """
     out = {k: float(v) for k, v in metrics.summarize(per_user).items()}
     out["ndcg_log2k1"] = float(per_user["ndcg_log2k1"].mean())
     return {k: out[k] for k in ("precision", "recall", "f_measure", "ndcg", "ndcg_log2k1", "n_users")}
@@ -307,13 +441,38 @@ def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fractio
 
     For each lambda of ``lambdas``: fit on the inner training entries, score the validation entries
     (`ranking_metrics` at ``p``). The lambda with the largest ``select_by`` wins (ties: the first).
-    ``train``: Observations (I, J): the test split is not an argument.
 
-    Returns (best_lambda float, DataFrame: lam, precision, recall, f_measure, ndcg, ndcg_log2k1,
-    n_users, seconds, chosen (bool)).
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        Shape (I, J), the training entries (the test split is not an argument).
+    lambdas : sequence of float > 0, default `CountsConfig`'s ``ease_lambdas``
+        The L2 constants searched, in order.
+    fraction : float in (0, 1), default 0.2
+        As `validation_split`.
+    seed : int, default 0
+        As `validation_split`.
+    select_by : str, default "f_measure"
+        The deciding key of `ranking_metrics` (as `CountsConfig`'s).
+    values : {"binary", "count"}, default "binary"
+        EASE^R's X (as `CountsConfig`'s ``ease_values``).
+    p : int >= 1, default 100
+        List length of the validation metrics.
 
-    Raises ValueError for an empty ``lambdas``, an unknown ``select_by``, or as `validation_split`
-    and `ease_fit`.
+    Returns
+    -------
+    best_lambda : float
+        The chosen lambda.
+    table : pandas.DataFrame
+        One row per lambda: lam, precision, recall, f_measure, ndcg, ndcg_log2k1, n_users, seconds,
+        chosen (bool).
+
+    Raises
+    ------
+    ValueError
+        An empty ``lambdas`` or one not finite and > 0, an unknown ``select_by``, or as
+        `validation_split` and `ease_fit`.
+
     Source: Steck 2019 (EASE^R); the validation-split search is a project addition (issue 13,
     "fair baselines").
     """
@@ -331,14 +490,37 @@ def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fractio
 
 
 def tune_sgd_fm(train: Observations, entities, config: CountsConfig = CountsConfig(), *, progress: bool = False):
-    """SGD-FM's learning rate and L2 constant chosen on `validation_split` of the TRAINING entries by
-    `ranking_metrics` (`validation.models.fm_eval.tune_sgd_fm` with this evaluation's split and metrics).
+    """SGD-FM's learning rate and L2 constant chosen on `validation_split` of the TRAINING entries.
 
-    ``train``: Observations (I, J); ``entities``: `entity_features`; ``config``: `CountsConfig` (the grid
-    ``sgd_learning_rates`` x ``sgd_regs``, ``sgd_epochs``, ``K``, ``validation_fraction``, ``seed``, ``select_by``).
-    Returns (learning_rate float, reg float, DataFrame: learning_rate, reg, precision, recall, f_measure, ndcg,
-    ndcg_log2k1, n_users, val_rmse, seconds, chosen). Raises ValueError as `validation_split`, `fm_design` and
-    `custom_inference.fm_sgd.fit`.
+    `validation.models.fm_eval.tune_sgd_fm` with this evaluation's split and metrics (`ranking_metrics`).
+
+    Parameters
+    ----------
+    train : custom_inference.data.Observations
+        Shape (I, J), the training entries.
+    entities : tuple
+        From `entity_features`.
+    config : CountsConfig, default CountsConfig()
+        Read: the grid ``sgd_learning_rates`` x ``sgd_regs``, ``sgd_epochs``, ``K``,
+        ``validation_fraction``, ``seed``, ``select_by``.
+    progress : bool, default False
+        One line per setting on stderr.
+
+    Returns
+    -------
+    learning_rate : float
+        The chosen learning rate.
+    reg : float
+        The chosen L2 constant.
+    table : pandas.DataFrame
+        One row per setting: learning_rate, reg, precision, recall, f_measure, ndcg, ndcg_log2k1,
+        n_users, val_rmse, seconds, chosen.
+
+    Raises
+    ------
+    ValueError
+        As `validation_split`, `fm_design` and `custom_inference.fm_sgd.fit`.
+
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen by cross
     validation"); the search here is a project addition (issue 13, "fair baselines").
     """
@@ -398,12 +580,28 @@ class CountsRun:
     ``fit_seconds``, ``seconds_per_iteration`` (None: not reported), ``iterations``, ``setting`` (text), and
     optionally ``tuning`` (a DataFrame of a validation-split search) with ``tuned`` (what it chose, for the
     report's title) and ``extras`` (a dict), both kept under the system's name (``NAME+side`` with ``side``).
-    A declaration's ``EvaluationEntry.setting`` adds a line of its settings to the notes. The evaluation measures each score function on the test split.
-    ``run`` carries ``config`` (`CountsConfig`), ``split`` (the P3 `HoldoutSplit`), ``progress``, ``data_dir``,
-    a ``cache`` the runners of one evaluation share (e.g. FM designs), ``side_features()`` (the MovieLens side
-    features aligned with the split, `validation.evaluation.pfm_experiments.ml100k_side_features`, computed once)
-    and the evaluation's tuning tools `validation_split` and `ranking_metrics`.
-    Raises nothing on construction. Source: project addition (issue 25: the runners live in the declarations).
+    A declaration's ``EvaluationEntry.setting`` adds a line of its settings to the notes. The evaluation
+    measures each score function on the test split. Besides the fields, a run offers `side_features` and
+    the evaluation's tuning tools `validation_split` and `ranking_metrics` (static methods).
+
+    Parameters
+    ----------
+    config : CountsConfig
+        The evaluation's settings.
+    split : validation.data.splits.HoldoutSplit
+        The P3 split, (I, J).
+    progress : bool, default False
+        Whether runners show progress.
+    data_dir : str or path-like, optional
+        Folder of the MovieLens side files (as `evaluate_counts`).
+    cache : dict, default {}
+        Shared by the runners of one evaluation (e.g. FM designs, the side features).
+
+    Raises
+    ------
+    None on construction.
+
+    Source: project addition (issue 25: the runners live in the declarations).
     """
 
     config: CountsConfig
@@ -417,7 +615,20 @@ class CountsRun:
 
     def side_features(self):
         """The MovieLens side features of the split's users and items (computed on first use, then cached).
-        Raises ValueError when the side files are missing. Source: ``004_90693a0965f06816.txt`` sec. 5.4.4."""
+
+        Returns
+        -------
+        tuple
+            As `validation.evaluation.pfm_experiments.ml100k_side_features`: (user_features (I, D_u) csr,
+            user_groups (D_u,), item_features (J, D_v) csr, item_groups (D_v,), names).
+
+        Raises
+        ------
+        ValueError
+            As `validation.evaluation.pfm_experiments.ml100k_side_features` (the side files missing).
+
+        Source: ``004_90693a0965f06816.txt`` sec. 5.4.4.
+        """
         if "side_features" not in self.cache:
             from validation.evaluation.pfm_experiments import ml100k_side_features
 
@@ -491,35 +702,52 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
 
     Parameters
     ----------
-    df : ratings table (columns user, item, rating[, timestamp]; integer ratings used as counts), as
+    df : pandas.DataFrame
+        Ratings table (columns user, item, rating[, timestamp]; integer ratings used as counts), as
         `validation.data.datasets.load_movielens` returns; the P3 split permutes its rows in the order given.
-    systems : names of `systems` and ``NAME+side`` for NAME in `side_systems` (None: all of `systems`).
-    K, seed : latent dimension and seed (they override ``config``'s).
-    side_features : also run the ``+side`` variant of every selected system of `side_systems`.
-    config : `CountsConfig` (default its defaults); ``settings``: `CountsConfig` fields to override,
-        e.g. ``pfm_warmup=100``.
-    data_dir : folder with ``u.user`` and ``items.tsv`` / ``u.item`` for the side features (default:
-        the search of `validation.data.features`).
-    out_dir : write ``report.md`` (the tables and notes) there; None writes nothing.
-    progress : progress bars and one line per system on stderr.
+    systems : sequence of str, optional
+        Names of `systems` and ``NAME+side`` for NAME in `side_systems` (None: all of `systems`).
+    K : int >= 1, default 50
+        Latent dimension; always replaces ``config``'s ``K`` (also when left at its default).
+    seed : int, default 0
+        Seed of the split, the tuning and every solver; always replaces ``config``'s ``seed``.
+    side_features : bool, default False
+        Also run the ``+side`` variant of every selected system of `side_systems`.
+    config : CountsConfig, optional
+        The settings (None: its defaults).
+    data_dir : str or path-like, optional
+        Folder with ``u.user`` and ``items.tsv`` / ``u.item`` for the side features (None: the search of
+        `validation.data.features`).
+    out_dir : str or path-like, optional
+        Write ``report.md`` (the tables and notes) there; None writes nothing.
+    progress : bool, default True
+        Progress bars and one line per system on stderr.
+    **settings
+        `CountsConfig` fields to override, e.g. ``pfm_warmup=100``.
 
     Returns
     -------
-    `CountsEvaluation`: ``table`` (method, system, features, precision, recall, f_measure, ndcg,
-    ndcg_log2k1, n_users, fit_seconds, seconds_per_iteration, iterations, setting; float64 metrics;
-    then the standard errors over test users ``precision_se``, ``recall_se``, ``ndcg_se``,
-    ``ndcg_log2k1_se`` and, against the best baseline ``vs`` (popularity or EASE^R, by precision@100),
-    ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap interval of the precision@100 difference,
-    `validation.evaluation.intervals`) and ``verdict``), ``tuning`` ("ease", "sgd-fm", "sgd-fm+side":
-    the validation-split searches), ``notes``, ``report``, ``extras``, ``per_user``, ``differences``.
+    CountsEvaluation
+        ``table`` (method, system, features, precision, recall, f_measure, ndcg, ndcg_log2k1, n_users,
+        fit_seconds, seconds_per_iteration, iterations, setting; float64 metrics; then the standard
+        errors over test users ``precision_se``, ``recall_se``, ``ndcg_se``, ``ndcg_log2k1_se`` and,
+        against the best baseline ``vs`` (popularity or EASE^R, by precision@100), ``diff``, ``ci_low``,
+        ``ci_high`` (95 % paired bootstrap interval of the precision@100 difference,
+        `validation.evaluation.intervals`) and ``verdict``), ``tuning`` ("ease", "sgd-fm", "sgd-fm+side":
+        the validation-split searches), ``notes``, ``report``, ``extras``, ``per_user``, ``differences``.
 
     Raises
     ------
-    ValueError: unknown systems or settings, bad settings (`CountsConfig`), a bad ratings table or
-    non-integer ratings (`validation.data.datasets.split_random_holdout`), missing side files for a
-    ``+side`` system; what the solvers raise propagates (ValueError for bad input,
-    FloatingPointError for a non-finite HPF ELBO), and OSError writing the report; MissingDeclaration for a
-    solver that declares the "counts" evaluation without a runner (its ``SolverSpec.evaluations``).
+    ValueError
+        Unknown systems or settings, bad settings (`CountsConfig`), a bad ratings table or non-integer
+        ratings (`validation.data.datasets.split_random_holdout`), missing side files for a ``+side``
+        system; what the solvers raise propagates (ValueError for bad input).
+    FloatingPointError
+        Not of its own: a non-finite HPF ELBO (`custom_inference.hpf.fit`).
+    OSError
+        Writing the report.
+    MissingDeclaration
+        A solver declares the "counts" evaluation without a runner (its ``SolverSpec.evaluations``).
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4 (the comparison of fig. 5.3; protocol and metrics
     sec. 5.4.4, eqs. 5.21-5.28); HPF ``001_30a2018ec18c20b9.txt``; EASE^R Steck 2019; the tuning on a

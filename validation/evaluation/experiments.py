@@ -32,9 +32,33 @@ __all__ = ["EvaluationResult", "evaluate_hpf"]
 
 @dataclass
 class EvaluationResult:
-    """Summary tables per protocol, per-user tables, by-degree tables and the fits; ``differences``
-    (protocol -> `validation.evaluation.intervals.Comparison.differences`), ``tuning`` (protocol -> EASE^R's
-    validation curve), ``notes`` (lines: the chosen lambdas, how the intervals were made)."""
+    """What `evaluate_hpf` returns: summary tables per protocol, per-user and by-degree tables, the fits.
+
+    Parameters
+    ----------
+    tables : dict of str to pandas.DataFrame
+        "P1", "P3" -> one row per method (see `evaluate_hpf`).
+    per_user : dict of str to dict of str to pandas.DataFrame
+        Protocol -> method -> per-user metrics (`validation.evaluation.metrics.leave_one_out_metrics` on
+        P1, `validation.evaluation.metrics.holdout_metrics` on P3).
+    by_degree : dict of str to pandas.DataFrame
+        "P1 rank_score" / "P3 recall" -> `validation.evaluation.metrics.by_degree` of that metric by the
+        user's training degree, with a ``method`` column in front.
+    fits : dict of str to arviz.InferenceData
+        Protocol -> the HPF CAVI fit.
+    differences : dict of str to pandas.DataFrame, default {}
+        Protocol -> `validation.evaluation.intervals.Comparison.differences`.
+    tuning : dict of str to pandas.DataFrame, default {}
+        Protocol -> EASE^R's validation curve.
+    notes : list of str, default []
+        The chosen lambdas, how the intervals were made, skipped baselines.
+
+    Raises
+    ------
+    None on construction (a dataclass; the fields are not checked).
+
+    Source: project addition.
+    """
 
     tables: dict[str, pd.DataFrame]
     per_user: dict[str, pd.DataFrame] = field(repr=False)
@@ -61,32 +85,46 @@ def evaluate_hpf(
 
     Parameters
     ----------
-    df : DataFrame with columns user, item, rating (`validation.data.datasets.load_movielens`)
-    n_components : int, K
-    hyper : HPFHyper (default: the paper's and hpfrec's a = a' = c = c' = 0.3, b' = d' = 1)
-    seed : int, seeds the splits and the fits
-    max_iter, tol : CAVI sweeps and relative-ELBO tolerance (tol = 0 runs all sweeps,
-        as hpfrec's reference run of 100 iterations does)
-    dtype : float32 (fast) or float64
-    ease : add EASE^R: on P1 `validation.evaluation.baselines.ease_system` (lambda by HR@10 on one training
-        positive per user held out of the training matrix), on P3
-        `validation.evaluation.counts_eval.tune_ease` (precision@100 on 20 % of the training entries held out);
-        skipped with its reason above `validation.evaluation.baselines.EASE_MAX_ITEMS` items
+    df : pandas.DataFrame
+        Columns user, item, rating (`validation.data.datasets.load_movielens`).
+    n_components : int >= 1, default 20
+        K, the number of factors.
+    hyper : ppl_models.hpf.HPFHyper, default HPFHyper()
+        The paper's and hpfrec's a = a' = c = c' = 0.3, b' = d' = 1.
+    seed : int, default 0
+        Seeds the splits and the fits.
+    max_iter : int >= 1, default 100
+        CAVI sweeps at most.
+    tol : float >= 0, default 0.0
+        Relative-ELBO tolerance (0 runs all sweeps, as hpfrec's reference run of 100 iterations does).
+    dtype : numpy float dtype, default numpy.float32
+        float32 (fast) or float64.
+    progress : bool, default True
+        Progress bars of the fits.
+    ease : bool, default True
+        Add EASE^R: on P1 `validation.evaluation.baselines.ease_system` (lambda by HR@10 on one training
+        positive per user held out of the training matrix), on P3 `validation.evaluation.counts_eval.tune_ease`
+        (precision@100 on 20 % of the training entries held out); skipped with its reason above
+        `validation.evaluation.baselines.EASE_MAX_ITEMS` items.
 
     Returns
     -------
-    EvaluationResult with tables "P1" (rank_score, hit, ndcg) and "P3" (precision,
-    recall, f_measure, ndcg), one row per method (HPF CAVI, popularity, EASE^R), each with the
-    standard errors ``<metric>_se`` over test users and, against the better of popularity and EASE^R
-    (``vs``; by hit on P1, precision on P3), ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap
-    interval over the same users) and ``verdict``.
-    The fits' variational parameters have ``dtype``: user factors (I, K), item factors (J, K).
+    EvaluationResult
+        Tables "P1" (rank_score, hit, ndcg) and "P3" (precision, recall, f_measure, ndcg), one row per
+        method (HPF CAVI, popularity, EASE^R), each with the standard errors ``<metric>_se`` over test
+        users and, against the better of popularity and EASE^R (``vs``; by hit on P1, precision on P3),
+        ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over the same users) and
+        ``verdict``. The fits' variational parameters have ``dtype``: user factors (I, K), item factors
+        (J, K).
 
     Raises
     ------
     ValueError
         A bad ratings table (`validation.data.splits.index_ratings`); no rating >= 4 or no user with
-        two such ratings (P1); ratings that are not integer counts (P3).
+        two such ratings (P1); ratings that are not integer counts (P3); bad fit settings
+        (`custom_inference.hpf.fit`).
+    FloatingPointError
+        Not of its own: a non-finite ELBO in a fit (`custom_inference.hpf.fit`).
 
     Source: 001_30a2018ec18c20b9.txt, batch algorithm figure (HPF CAVI); protocols and metrics:
     000_619a0297b9d686b2.txt, eq. 12 and 003_203f63200c0d7157.txt, eq. 20 (rank score),

@@ -135,7 +135,7 @@ SystemFactory = Callable[[Observations, int], metrics.ScoreFn]
 class ImplicitEvaluation:
     """What `evaluate_implicit` returns.
 
-    Attributes
+    Parameters
     ----------
     table : pandas.DataFrame, one row per (protocol, system)
         ``protocol``, ``system``, ``recall@N`` (= HR@N), ``rank_score_users`` (mean over test
@@ -158,8 +158,9 @@ class ImplicitEvaluation:
         columns ``protocol``, ``system`` in front.
     by_item_degree : pandas.DataFrame
         The same by the held-out item's training degree (item means of the rank score).
-    per_user : dict[(protocol, system)] -> DataFrame of `validation.evaluation.metrics.leave_one_out_metrics`
-        (with ``like`` and ``like_error`` columns for like-probability systems)
+    per_user : dict of (str, str) to pandas.DataFrame
+        (protocol, system) -> the per-user table of `validation.evaluation.metrics.leave_one_out_metrics`
+        (with ``like`` and ``like_error`` columns for like-probability systems).
     like_error_by_degree : pandas.DataFrame
         Seed 003 fig. 4: for the systems whose scores are like probabilities p(g = 1 | h = 1)
         (factories with ``scores_like_probability = True``: "RG like", "RG like (r=...)"), the
@@ -168,16 +169,27 @@ class ImplicitEvaluation:
         (`validation.evaluation.metrics.by_degree`): ``protocol``, ``system``, ``bucket_low``,
         ``bucket_high``, ``n_users``, ``mean`` (the error rate), ``sem``, ``mean_like`` (mean
         p(g = 1 | h = 1) in the bucket). Empty when no such system ran.
-    plots : dict[str, Path] of written PNG files (empty without ``out_dir``)
-    report : Path of the Markdown report, or None without ``out_dir``
+    plots : dict of str to pathlib.Path, default {}
+        The written PNG files (empty without ``out_dir``).
+    report : pathlib.Path or None, default None
+        The Markdown report (None without ``out_dir``).
     differences : pandas.DataFrame
         Per protocol, every system against the protocol's best baseline (popularity or EASE^R, by
         recall@N): ``protocol``, ``system``, ``baseline``, ``metric`` (recall@N, rank_score_users, ndcg@N),
         ``diff``, ``ci_low``, ``ci_high`` (95 % paired bootstrap over test users,
         `validation.evaluation.intervals.compare`), ``verdict``.
-    tuning : dict[(protocol, system)] -> DataFrame: the validation curve of a system that chose a
-        setting on its training matrix (EASE^R's lambda: `validation.evaluation.baselines.ease_system`).
-    notes : list of str: how the intervals were made, and any system skipped (with the reason).
+    tuning : dict of (str, str) to pandas.DataFrame, default {}
+        (protocol, system) -> the validation curve of a system that chose a setting on its training
+        matrix (EASE^R's lambda: `validation.evaluation.baselines.ease_system`).
+    notes : list of str, default []
+        How the intervals were made, and any system skipped (with the reason).
+
+    Raises
+    ------
+    None on construction (a dataclass; the fields are not checked).
+
+    Source: project addition (the tables of ``002_5408d341cb9fc544.txt`` sec. 4,
+    ``000_619a0297b9d686b2.txt`` fig. 2 and ``003_203f63200c0d7157.txt`` figs. 4 and 6).
     """
 
     table: pd.DataFrame
@@ -255,9 +267,26 @@ def _is_large(train: Observations, large_cells: int | None) -> bool:
 
 @dataclass(frozen=True)
 class PlannedSystem:
-    """One row of a protocol's plan (`plan_systems`): ``name`` (the table's system name), ``factory``
-    (None: not run, ``reason`` says why), ``reason`` (str), ``estimate`` (float CPU seconds of the fit at
-    its iteration cap, or None where unknown). Source: project addition (issue 27)."""
+    """One row of a protocol's plan (`plan_systems`); frozen.
+
+    Parameters
+    ----------
+    name : str
+        The table's system name (a replacement's own, e.g. "SIBM SVI (batch VB skipped: ...)").
+    factory : SystemFactory or None
+        The factory to run; None: not run, ``reason`` says why.
+    reason : str, default ""
+        Why the system is not run ("" when it runs).
+    estimate : float or None, default None
+        CPU seconds of the fit at its iteration cap (the factory's ``estimate(train)``), or None where
+        unknown.
+
+    Raises
+    ------
+    None on construction.
+
+    Source: project addition (issue 27).
+    """
 
     name: str
     factory: SystemFactory | None
@@ -280,17 +309,23 @@ def plan_systems(systems: Mapping[str, SystemFactory], train: Observations, *, a
 
     Parameters
     ----------
-    systems : dict name -> factory (`SystemFactory`)
-    train : Observations (I, J), the protocol's training matrix (only its shape and nnz are read)
-    all_svi : run every SVI scheme on large matrices too
+    systems : mapping of str to SystemFactory
+        Name -> factory, in the order to run.
+    train : custom_inference.data.Observations
+        The protocol's training matrix, shape (I, J) (its shape is read here, and by the factories'
+        ``estimate``).
+    all_svi : bool, default False
+        Run every SVI scheme on large matrices too.
 
     Returns
     -------
-    list of `PlannedSystem` (one per system; ``estimate`` from the factory's ``estimate(train)`` if any).
+    list of PlannedSystem
+        One per system, in order; ``estimate`` from the factory's ``estimate(train)`` if any.
 
     Raises
     ------
-    ValueError when a factory's ``estimate`` does (a malformed matrix).
+    ValueError
+        Not of its own: when a factory's ``estimate`` raises it (a malformed matrix).
 
     Source: project addition (issue 27 target: the basket evaluation of every system in under 15 minutes).
     """
@@ -342,8 +377,30 @@ def _run_text(run: Mapping) -> str:
 
 
 def _fit_info(res, unit: str) -> dict:
-    """``converged`` / ``iterations`` / ``unit`` of a `custom_inference.base.FitResult` (the run attrs
-    `custom_inference.vi_driver.fit` writes on its groups: tol, converged, n_iter)."""
+    """``converged`` / ``iterations`` / ``unit`` of a fit, for a score function's ``fit_info``.
+
+    Reads the run attrs `custom_inference.vi_driver.fit` writes on the result's groups (tol, converged,
+    n_iter; ``posterior`` and ``vi_trace`` over the InferenceData's own).
+
+    Parameters
+    ----------
+    res : custom_inference.base.FitResult
+        The fit (its ``idata`` and ``trace`` are read).
+    unit : str
+        What an iteration is ("sweeps", "epochs", "minibatches").
+
+    Returns
+    -------
+    dict
+        ``converged``: bool when the fit had a stopping rule (tol > 0, or PSM's ``converged`` attr without
+        tol), else "n/a"; ``iterations``: int (``n_iter``, else the trace's length); ``unit``: ``unit``.
+
+    Raises
+    ------
+    None of its own (AttributeError for a ``res`` without ``idata``).
+
+    Source: project addition (issue 27).
+    """
     attrs = dict(res.idata.attrs)
     for group in ("posterior", "vi_trace"):
         if hasattr(res.idata, group):
@@ -355,10 +412,32 @@ def _fit_info(res, unit: str) -> dict:
 
 
 def _estimator(rate: float, per: str, iterations: Callable[[Observations], int]):
-    """``estimate(train)`` = rate x work x iteration cap, in CPU seconds. Each system states its ``rate``: CPU seconds
-    per unit of work, measured on T10I4D100K (100,000 x 870, 910,356 training positives; 2 shared cores, seed 0,
-    compilation included); ``per``: "positive" (per training positive and epoch / sweep: BPR, PSM, RG) or
-    "row+col" (per (I + J) and minibatch: SIBM SVI and MAP)."""
+    """A fit-time estimator: ``estimate(train)`` = rate x work x iteration cap, in CPU seconds.
+
+    Each system states its ``rate``, measured on T10I4D100K (100,000 x 870, 910,356 training positives; 2
+    shared cores, seed 0, compilation included).
+
+    Parameters
+    ----------
+    rate : float
+        CPU seconds per unit of work.
+    per : {"positive", "row+col"}
+        The unit of work: "positive" (per training positive and epoch / sweep: BPR, PSM, RG); anything
+        else counts (I + J) per minibatch (SIBM SVI and MAP: "row+col").
+    iterations : callable
+        ``iterations(train) -> int``: the iteration cap on ``train``.
+
+    Returns
+    -------
+    callable
+        ``estimate(train: Observations) -> float`` CPU seconds.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition (issue 27).
+    """
     def estimate(train: Observations) -> float:
         work = np.asarray(train.rows).size if per == "positive" else train.n_rows + train.n_cols
         return rate * work * iterations(train)
@@ -382,47 +461,61 @@ def evaluate_implicit(
 ) -> ImplicitEvaluation:
     """Fit every system on every protocol's training matrix and evaluate the held-out items.
 
-    Parameters
-    ----------
-    df : ratings table (`validation.data.datasets.load_movielens`) or None when ``protocols`` is a
-        mapping of ready splits.
-    systems : dict name -> ``factory(train: Observations, seed: int) -> score_fn``
-        ``factory`` fits on ``train`` (binary, I x J) and returns a score function
-        ``(B,) int users -> (B, J)`` scores; its wall time is ``fit_seconds``.
-    protocols : names among ``"P1"`` (`validation.data.datasets.split_leave_one_out`), ``"SIBM"``
-        (`split_sibm`) and ``"baskets"`` (`validation.data.splits.split_leave_one_item_out_baskets`: one
-        item left out of every basket with >= 2 distinct items), split with ``seed``; or a dict
-        name -> `ImplicitSplit`. Default (None): `RATING_PROTOCOLS` ("P1", "SIBM"), or
-        `BASKET_PROTOCOLS` ("baskets",) with ``baskets=True``.
-    seed : int, seeds the splits and is passed to every factory.
-    baskets : the table holds market baskets (`load_implicit_data`'s third value): baskets are the
-        users, their items the positives; only the "baskets" protocol applies (P1 and SIBM
-        binarize ratings >= 4).
-    n : cut-off N of recall@N and NDCG@N.
-    n_buckets : as `validation.evaluation.metrics.by_degree` (default one bucket per octave).
-    batch_size : users per score-function call.
-    out_dir : optional directory: writes ``rank_by_user_degree.png``,
-        ``rank_by_item_degree.png`` and ``report.md`` there.
-    progress : print the plan of every protocol (which systems run, with an estimate of their fit time
-        where `model_systems` / `baseline_systems` know one), a line before and one after every fit.
-    all_svi : on a training matrix above its factories' ``large_cells`` (`LARGE_CELLS`), run all three
-        SIBM SVI sub-sampling schemes, not only `LARGE_SETTINGS` ``"svi_strategy"`` (`plan_systems`).
-
     Which systems run on a protocol is `plan_systems` (batch SIBM replaced by its SVI above
     ``large_cells``, one SVI scheme there); the skipped ones keep a row with the reason in ``setting``.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame or None
+        Ratings table (`validation.data.datasets.load_movielens`) or basket table
+        (`load_implicit_data`); None when ``protocols`` is a mapping of ready splits.
+    systems : mapping of str to SystemFactory
+        Name -> ``factory(train: Observations, seed: int) -> score_fn``: ``factory`` fits on ``train``
+        (binary, I x J) and returns a score function ``(B,) int users -> (B, J)`` float scores; its wall
+        time is ``fit_seconds``.
+    protocols : sequence of str or mapping of str to ImplicitSplit, optional
+        Names among ``"P1"`` (`validation.data.datasets.split_leave_one_out`), ``"SIBM"`` (`split_sibm`)
+        and ``"baskets"`` (`validation.data.splits.split_leave_one_item_out_baskets`: one item left out of
+        every basket with >= 2 distinct items), split with ``seed``; or a dict name -> `ImplicitSplit`.
+        None: `RATING_PROTOCOLS` ("P1", "SIBM"), or `BASKET_PROTOCOLS` ("baskets",) with ``baskets=True``.
+    seed : int, default 0
+        Seeds the splits and is passed to every factory.
+    baskets : bool, default False
+        The table holds market baskets (`load_implicit_data`'s third value): baskets are the users, their
+        items the positives; only the "baskets" protocol applies (P1 and SIBM binarize ratings >= 4).
+    n : int >= 1, default 10
+        Cut-off N of recall@N and NDCG@N.
+    n_buckets : int, optional
+        As `validation.evaluation.metrics.by_degree` (None: one bucket per octave).
+    batch_size : int >= 1, default 256
+        Users per score-function call.
+    out_dir : str or path-like, optional
+        Writes ``rank_by_user_degree.png``, ``rank_by_item_degree.png`` (and
+        ``like_error_by_user_degree.png`` with like-probability systems) and ``report.md`` there.
+    progress : bool, default False
+        Print the plan of every protocol (which systems run, with an estimate of their fit time where
+        `model_systems` / `baseline_systems` know one), a line before and one after every fit.
+    all_svi : bool, default False
+        On a training matrix above its factories' ``large_cells`` (`LARGE_CELLS`), run all three SIBM SVI
+        sub-sampling schemes, not only `LARGE_SETTINGS` ``"svi_strategy"`` (`plan_systems`).
 
     Returns
     -------
     ImplicitEvaluation
+        The table, per-user, by-degree, like-error and difference tables, tuning curves, notes, and the
+        written files.
 
     Raises
     ------
     ValueError
-        No system; a system that is not callable; an unknown protocol name; "P1" or "SIBM" with
-        ``baskets=True``; a system marked ``scores_like_probability`` whose held-out scores leave
-        [0, 1]; and what the splits and metrics raise.
-    Errors of a system's fit or score function propagate, except `validation.evaluation.baselines.SkippedSystem`
-    (the row keeps the reason in ``setting``, NaN metrics); OSError when ``out_dir`` cannot be written.
+        No system; a system that is not callable; a split of ``protocols`` that is not an ImplicitSplit;
+        an unknown protocol name; "P1" or "SIBM" with ``baskets=True``; a system marked
+        ``scores_like_probability`` whose held-out scores leave [0, 1]; and what the splits and metrics
+        raise. Errors of a system's fit or score function propagate, except
+        `validation.evaluation.baselines.SkippedSystem` (the row keeps the reason in ``setting``, NaN
+        metrics).
+    OSError
+        ``out_dir`` cannot be written.
 
     Source: project addition (the comparison harness) computing recall@N of
     ``002_5408d341cb9fc544.txt`` sec. 4, the rank score of ``000_619a0297b9d686b2.txt`` eq. (12) /
@@ -694,33 +787,44 @@ def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | No
 
     Parameters
     ----------
-    data : ``"ml-100k"`` (`validation.data.datasets.find_movielens_100k`: ``FACTORBAYES_DATA_DIR``, the
-        shared data beside the checkout, the user cache, then a download) or a path: a MovieLens file
-        or directory, a FIMI basket file (``*.dat``, one basket of space-separated integer item ids a
-        line), a named-item basket CSV, or any format of `validation.data.loaders.load`.
-    format : one of `validation.data.loaders.FORMATS` ("auto", "movielens", "csv", "fimi", "basket-csv");
-        "auto" detects it (`validation.data.loaders.load`; an ambiguous file raises, naming the flag).
-        ``"ml-100k"`` takes "auto" or "movielens" only.
-    max_baskets : optional int >= 1: keep a uniformly random subset of this many baskets (seeded by
-        ``seed``; numpy ``default_rng(seed).choice`` without replacement, kept in id order) when the
-        file has more (for bounded run times on T10I4D100K); ignored for ratings.
-    seed : int, seeds that subsample.
-    column_options : for delimited files (``format="csv"``, or "auto" with any of them given: then the
-        file is read as csv): ``user_col``, ``item_col``, ``value_col``, ``timestamp_col``, ``sep``,
-        ``header`` of `validation.data.loaders.load_delimited` (CLI ``--user-col`` ...).
+    data : str
+        ``"ml-100k"`` (`validation.data.datasets.find_movielens_100k`: ``FACTORBAYES_DATA_DIR``, the shared
+        data beside the checkout, the user cache, then a download) or a path: a MovieLens file or
+        directory, a FIMI basket file (``*.dat``, one basket of space-separated integer item ids a line), a
+        named-item basket CSV, or any format of `validation.data.loaders.load`.
+    format : {"auto", "movielens", "csv", "fimi", "basket-csv"}, default "auto"
+        One of `validation.data.loaders.FORMATS`; "auto" detects it (`validation.data.loaders.load`; an
+        ambiguous file raises, naming the flag). ``"ml-100k"`` takes "auto" or "movielens" only.
+    max_baskets : int >= 1, optional
+        Keep a uniformly random subset of this many baskets (`subsample_baskets`) when the file has more
+        (for bounded run times on T10I4D100K); ignored for ratings.
+    seed : int, default 0
+        Seeds that subsample.
+    **column_options
+        For delimited files (``format="csv"``, or "auto" with any of them given: then the file is read as
+        csv): ``user_col``, ``item_col``, ``value_col``, ``timestamp_col``, ``sep``, ``header`` of
+        `validation.data.loaders.load_delimited` (CLI ``--user-col`` ...); None values are dropped.
 
     Returns
     -------
-    (table, label, is_baskets): the canonical ratings table (`validation.data.loaders`: columns user,
-    item, rating, timestamp; baskets: one row per distinct (basket, item) pair, rating 1.0), a label
-    for reports (the path, with the subsample if any), and whether the table holds baskets (then pass
-    ``baskets=True`` to `evaluate_implicit`).
+    table : pandas.DataFrame
+        The canonical ratings table (`validation.data.loaders`: columns user, item, rating, timestamp;
+        baskets: one row per distinct (basket, item) pair, rating 1.0).
+    label : str
+        For reports: the path, with the subsample if any.
+    is_baskets : bool
+        Whether the table holds baskets (then pass ``baskets=True`` to `evaluate_implicit`).
 
     Raises
     ------
-    FileNotFoundError for a missing path; ValueError for an unknown or inapplicable format, a bad
-    ``max_baskets``, column options with ``ml-100k`` or a format other than csv, and whatever the loader
-    raises for a malformed file.
+    FileNotFoundError
+        A missing path.
+    ValueError
+        An unknown or inapplicable format, a bad ``max_baskets``, column options with ``ml-100k``, and
+        whatever the loader raises for a malformed file or an ambiguous format.
+    RuntimeError
+        Not of its own: ``"ml-100k"`` not found and its download failed
+        (`validation.data.datasets.find_movielens_100k`).
 
     Source: project addition (issue 12: ``--data PATH [--format fimi|basket-csv]``).
     """
@@ -757,11 +861,34 @@ def load_implicit_data(data: str, format: str = "auto", *, max_baskets: int | No
 def subsample_baskets(table: pd.DataFrame, max_baskets: int, seed: int = 0, label: str = "") -> tuple[pd.DataFrame, str]:
     """A uniformly random subset of ``max_baskets`` baskets of a basket table (all rows of each kept basket).
 
-    table : canonical basket table (N rows; ``user`` = basket id). max_baskets : int >= 1. seed : int:
-    ``numpy.random.default_rng(seed).choice`` of basket positions (in increasing id order) without
-    replacement, kept in id order. label : text to which the subsample's description is appended.
-    Returns (table, label): the table unchanged when it has at most ``max_baskets`` baskets.
-    Raises ValueError for a ``max_baskets`` that is not a positive integer. Source: project addition.
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Canonical basket table (N rows; ``user`` = basket id).
+    max_baskets : int >= 1
+        How many baskets to keep.
+    seed : int, default 0
+        ``numpy.random.default_rng(seed).choice`` of basket positions (in increasing id order) without
+        replacement; the kept baskets stay in id order.
+    label : str, default ""
+        Text to which the subsample's description is appended.
+
+    Returns
+    -------
+    table : pandas.DataFrame
+        The kept baskets' rows (index reset); ``table`` itself when it has at most ``max_baskets``
+        baskets.
+    label : str
+        ``label`` with "(random M of B baskets, seed S)" appended (unchanged when nothing is dropped).
+
+    Raises
+    ------
+    ValueError
+        ``max_baskets`` is not a positive integer.
+    KeyError
+        ``table`` has no ``user`` column.
+
+    Source: project addition.
     """
     if isinstance(max_baskets, bool) or int(max_baskets) != max_baskets or max_baskets < 1:
         raise ValueError(f"max_baskets must be a positive integer or None, got {max_baskets!r}")
@@ -822,14 +949,28 @@ def baseline_systems(*, large_cells: int | None = LARGE_CELLS, **bpr_kwargs) -> 
       ``n_epochs`` (the fixed count of the former small-matrix default). The score function carries
       ``fit_info`` (converged, iterations, best_epoch, best_validation_auc).
 
+    Parameters
+    ----------
+    large_cells : int or None, default `LARGE_CELLS`
+        Training cells (I x J) above which BPR uses `BPR_STOPPING` ``"large"`` (None: never large); also
+        set as the BPR factories' ``large_cells`` attribute.
+    **bpr_kwargs
+        Overrides of `BPR_DEFAULTS` and `BPR_STOPPING` for both BPR systems: ``n_factors``, ``n_epochs``,
+        ``learning_rate``, ``reg``, ``bias_reg``, ``batch_size``, ``max_tries``, ``init_scale``, ``dtype``,
+        ``validate_every``, ``patience``, ``validation_users``, ``validation_negatives``
+        (`custom_inference.bpr.fit`).
+
     Returns
     -------
-    dict name -> ``factory(train, seed) -> score_fn`` (insertion order as above).
+    dict of str to SystemFactory
+        Name -> ``factory(train, seed) -> score_fn`` (insertion order as above); ``score_fn(users (B,)
+        int) -> (B, J)`` numpy scores.
 
     Raises
     ------
-    ValueError for an unknown keyword (not a `custom_inference.bpr.fit` argument). A BPR factory
-    raises, when called, what `custom_inference.bpr.fit` raises (e.g. ValueError for a bad setting).
+    ValueError
+        An unknown keyword (not among those above). A BPR factory raises, when called, what
+        `custom_inference.bpr.fit` raises (e.g. ValueError for a bad setting).
 
     Source: ``000_619a0297b9d686b2.txt`` sec. 5 and ``003_203f63200c0d7157.txt`` sec. 6.1 (the
     popularity, BPR-uniform and BPR-pop baselines); EASE^R: Steck 2019; the settings of `BPR_DEFAULTS`
@@ -873,17 +1014,30 @@ def baseline_systems(*, large_cells: int | None = LARGE_CELLS, **bpr_kwargs) -> 
 
 @dataclass(frozen=True)
 class ImplicitRun:
-    """What the evaluation hands a solver's implicit runner (the runner contract).
+    """What the evaluation hands a solver's implicit runner (the runner contract); frozen.
 
     A runner is declared in the solver's declaration (``SolverSpec.evaluations["implicit"]``, an
     `validation.checks.registry.EvaluationEntry` with the model's ``defaults``) and called as ``runner(run) ->
     {system name: factory}``, ``factory(train, seed) -> score_fn`` (`SystemFactory`), each score function carrying
     ``fit_info`` and each factory the attributes `plan_systems` reads (``large_cells``, ``estimate``,
-    ``sibm_batch`` / ``large_replacement``, ``svi_strategy``, ``scores_like_probability``). ``run`` carries
-    ``settings`` (the declared defaults with the user's overrides), ``dtype``, ``large_cells`` and the
-    evaluation's large-matrix rule and bookkeeping: ``is_large(train)``, ``large`` (`LARGE_SETTINGS`),
-    ``fit_info(res, unit)`` and ``estimator(rate, per, iterations)``.
-    Raises nothing on construction. Source: project addition (issue 25: the runners live in the declarations).
+    ``sibm_batch`` / ``large_replacement``, ``svi_strategy``, ``scores_like_probability``). Besides the fields a
+    run carries the evaluation's large-matrix rule and bookkeeping: `is_large`, ``large`` (`LARGE_SETTINGS`),
+    `fit_info` and `estimator` (static methods).
+
+    Parameters
+    ----------
+    settings : mapping
+        The runner's settings: the declared defaults with the user's overrides (`model_systems`).
+    dtype : numpy dtype, default numpy.float32
+        Float dtype of the fits.
+    large_cells : int or None, default `LARGE_CELLS`
+        Training cells above which a matrix is large (None: never).
+
+    Raises
+    ------
+    None on construction.
+
+    Source: project addition (issue 25: the runners live in the declarations).
     """
 
     settings: Mapping
@@ -895,8 +1049,24 @@ class ImplicitRun:
     estimator = staticmethod(_estimator)
 
     def is_large(self, train: Observations) -> bool:
-        """Whether ``train`` (I, J) has more than ``large_cells`` cells (never when None). Raises nothing.
-        Source: project addition (issue 27)."""
+        """Whether ``train`` has more than ``large_cells`` cells (never when ``large_cells`` is None).
+
+        Parameters
+        ----------
+        train : custom_inference.data.Observations
+            Shape (I, J); only the shape is read.
+
+        Returns
+        -------
+        bool
+            I x J > ``large_cells``.
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (issue 27).
+        """
         return _is_large(train, self.large_cells)
 
 
@@ -908,27 +1078,42 @@ def model_systems(*, dtype=np.float32, large_cells: int | None = LARGE_CELLS, **
     (`validation.models.rg_eval`, seed 003 sec. 6.1), PSM (`validation.models.psm_eval`, seed 000 sec. 5); what
     each system fits and scores is written in its runner's docstring.
 
-    ``settings``: per model (keyed by the model's name, e.g. ``sibm={"D": 5}``, ``rg={"second_r": None}``,
-    ``psm={"K": 10, "r": 8.0}``), overrides of the defaults its runners declare (``EvaluationEntry.defaults``;
-    `SIBM_DEFAULTS`, `RG_DEFAULTS`, `validation.evaluation.model_studies.PSM_DEFAULTS`). ``dtype``: the fits' dtype.
-
     On a training matrix with more than ``large_cells`` cells (`LARGE_CELLS`; None: never) the fits stop on
     their own convergence with `LARGE_SETTINGS` (SVI: ELBO every ``svi_elbo_every`` minibatches, relative
     change below ``svi_tol``, ``svi_iter`` at most; RG: ``rg_warm_start`` warm sweeps, then at most
-    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``; MAP: ``map_iter`` minibatches, a fixed count, Robbins-Monro delay ``map_tau``),
-    and `plan_systems` replaces batch VB (factory
-    attributes ``sibm_batch``, ``large_replacement``, ``svi_strategy``, ``large_cells``). The model math is
+    ``rg_max_iter`` sweeps, ``rg_tol``; PSM: ``psm_tol``; MAP: ``map_iter`` minibatches, a fixed count,
+    Robbins-Monro delay ``map_tau``), and `plan_systems` replaces batch VB (factory attributes
+    ``sibm_batch``, ``large_replacement``, ``svi_strategy``, ``large_cells``). The model math is
     the same. Every score function carries ``fit_info`` (converged, iterations; MAP has no stopping rule in
     `custom_inference.sibm.fit_map`: "n/a"), every factory but batch VB an ``estimate(train)`` of its fit's
     CPU seconds at the iteration cap. SIBM fits keep the means of q (``n_draws=0``). The like systems carry
     ``scores_like_probability = True``, so `evaluate_implicit` also reports their classification error by user
     degree (seed 003 fig. 4).
 
-    Returns dict name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
+    Parameters
+    ----------
+    dtype : numpy dtype, default numpy.float32
+        Float dtype of the fits.
+    large_cells : int or None, default `LARGE_CELLS`
+        Training cells above which the large-matrix settings apply (None: never).
+    **settings : dict
+        Per model, keyed by the model's name (e.g. ``sibm={"D": 5}``, ``rg={"second_r": None}``,
+        ``psm={"K": 10, "r": 8.0}``): overrides of the defaults its runners declare
+        (``EvaluationEntry.defaults``; `SIBM_DEFAULTS`, `RG_DEFAULTS`,
+        `validation.evaluation.model_studies.PSM_DEFAULTS`).
 
-    Raises ValueError for settings of a model that declares no implicit runner, or an unknown setting;
-    MissingDeclaration for a declared solver without a runner. A factory raises, when called, what its solver's
-    fit raises (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
+    Returns
+    -------
+    dict of str to SystemFactory
+        Name -> ``factory(train, seed) -> score_fn``; ``score_fn(users (B,) int) -> (B, J)`` numpy scores.
+
+    Raises
+    ------
+    ValueError
+        Settings for a model that declares no implicit runner, or an unknown setting.
+    MissingDeclaration
+        A declared solver without a runner. A factory raises, when called, what its solver's fit raises
+        (e.g. ValueError for a bad setting; PSM also FloatingPointError for a non-finite ELBO).
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 4 and Algorithm 1 (SIBM batch VB, S-Uniform, S-Balanced,
     S-Biased, MAP); ``003_203f63200c0d7157.txt`` secs. 5.1 and 6.1, eq. (19) (RG); ``000_619a0297b9d686b2.txt``

@@ -39,16 +39,49 @@ def synthetic_blocks(*, seed: int = 0, K: int = 10, num_chains: int = 2, num_war
     factors with r share 0.64 / 0.36; seed 0: one chain stays in the one-factor mode, RMSE 0.76).
     Several chains and a look at ``n_active`` per chain are needed.
 
-    Returns dict: ``rmse_heldout`` and ``rmse_train`` (float) of the posterior-mean rates vs the
-    true matrix, ``block_means`` (dict block name -> float: mean predicted rate of the block's
-    held-out cells), ``n_active_mean`` (float) and ``n_active_counts`` (dict int -> int) of the
-    number of factors with allocated units, ``mean_rate`` (60, 90) float array (the sampler's
-    ``dtype``), ``idata`` (arviz.InferenceData), ``seconds_per_sweep``; for NPFM also
-    ``r_share`` float64 (K,) (posterior mean of r_k / sum r, sorted descending) and
-    ``factors_above_5pct`` (float: mean number of r_k / sum r > 0.05).
+    Parameters
+    ----------
+    seed : int, default 0
+        Seeds the held-out cells (``numpy.random.default_rng(seed)``) and the sampler.
+    K : int >= 1, default 10
+        Latent dimension (NPFM's truncation level).
+    num_chains : int >= 1, default 2
+        Gibbs chains.
+    num_warmup : int >= 0, default 1000
+        Sweeps discarded per chain.
+    num_samples : int >= 1, default 500
+        Draws kept per chain.
+    thin : int >= 1, default 2
+        Sweeps per kept draw.
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    hyper : ppl_models.pfm.PFMHyper, default PFMHyper()
+        Hyperparameters.
+    dtype : numpy float dtype, default numpy.float64
+        Of the data and the sampler.
+    init_scale : float > 0, default 1.0
+        Initial scale of the factors (`custom_inference.pfm.init`).
+    init_shape : float or None, default 0.3
+        Gamma shape of the initial factors (sparse factors); None: the sampler's uniform start.
+    init_r : float or None, default 1.0
+        NPFM's initial r_k = init_r (0.5 + U); None: r_k ~ 1 / K. Ignored for PPFM.
 
-    Raises nothing of its own; ValueError from `custom_inference.pfm.sample` propagates (K < 1,
-    bad ``hyper``, unknown ``variant``; TypeError for a non-numeric K).
+    Returns
+    -------
+    dict
+        ``rmse_heldout`` and ``rmse_train`` (float) of the posterior-mean rates vs the true matrix,
+        ``block_means`` (dict block name -> float: mean predicted rate of the block's held-out cells),
+        ``n_active_mean`` (float) and ``n_active_counts`` (dict int -> int) of the number of factors with
+        allocated units, ``mean_rate`` (60, 90) float array (the sampler's ``dtype``), ``idata``
+        (arviz.InferenceData), ``seconds_per_sweep``; for NPFM also ``r_share`` float64 (K,) (posterior
+        mean of r_k / sum r, sorted descending) and ``factors_above_5pct`` (float: mean number of
+        r_k / sum r > 0.05).
+
+    Raises
+    ------
+    ValueError
+        Not of its own: `custom_inference.pfm.sample` raises it (K < 1, bad ``hyper``, unknown
+        ``variant``; TypeError for a non-numeric K).
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.1-5.4.2 (synthetic data, fig. 5.2).
     """
@@ -91,13 +124,36 @@ def synthetic_blocks(*, seed: int = 0, K: int = 10, num_chains: int = 2, num_war
 
 
 def ml100k_side_features(split, data_dir=None):
-    """User (age bucket, gender, occupation: one-hot) and item (genres: multi-hot) features of
-    MovieLens 100K aligned with ``split.indexed`` (`validation.data.features` loaders).
+    """User (age bucket, gender, occupation: one-hot) and item (genres: multi-hot) features of MovieLens 100K.
 
-    Returns (user_features (I, D_u) csr, user_groups (D_u,), item_features (J, D_v) csr,
-    item_groups (D_v,), names). Raises ValueError when the side files are missing.
+    Aligned with ``split.indexed`` (`validation.data.features` loaders): row i of the user features is
+    the user ``split.indexed.user_ids[i]``, row j of the item features the item ``item_ids[j]``.
+
+    Parameters
+    ----------
+    split : validation.data.splits.HoldoutSplit
+        A split of MovieLens 100K with ``indexed`` (P3, `validation.data.datasets.split_random_holdout`).
+    data_dir : str or path-like, optional
+        Folder with ``u.user`` and ``items.tsv`` / ``u.item`` (None: the search of
+        `validation.data.features`).
+
+    Returns
+    -------
+    tuple
+        (user_features (I, D_u) scipy.sparse csr float64, user_groups (D_u,) int: 0 age, 1 gender,
+        2 occupation, item_features (J, D_v) csr float64, item_groups (D_v,) int zeros, names: the tuple
+        ("user", "item", "age", "gender", "occupation", "genre")).
+
+    Raises
+    ------
+    ValueError
+        The side files are missing or malformed (`validation.data.features`).
+    KeyError
+        A user of the split is not in ``u.user``.
+
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.4 (side information as FM feature groups); the
-    MovieLens 100K README for ``u.user`` and the genres."""
+    MovieLens 100K README for ``u.user`` and the genres.
+    """
     from validation.data import features
 
     d = features._side_data_dir(data_dir)
@@ -135,14 +191,54 @@ def evaluate_p3(df, *, variant: str = "npfm", K: int = 50, seed: int = 0, num_ch
     as missing (ch. 5.3.4) would tell the sampler which cells were rated. ``side``: add the user
     age bucket, gender, occupation and item genres (`ml100k_side_features`). Scores: the
     posterior mean rate over the kept draws (the rate of every cell averaged draw by draw) and
-    the thesis's plug-in rate at the posterior-mean parameters (sec. 5.3.4).
+    the thesis's plug-in rate at the posterior-mean parameters (sec. 5.3.4). A "popularity" row is
+    added.
 
-    Returns dict: ``table`` (DataFrame: method, precision, recall, ndcg (eq. 5.26 discount),
-    f_measure, n_users, ndcg_log2k1 (the project's discount)), ``per_user`` (method -> the per-user
-    DataFrame of `validation.evaluation.metrics.p3_metrics`), ``n_active_mean``, ``seconds``,
-    ``seconds_per_sweep``, ``idata``.
-    Raises ValueError (from the split, `ml100k_side_features` or `custom_inference.pfm.sample`) on
-    bad data, sizes or settings.
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Ratings table (user, item, rating[, timestamp]; integer ratings used as counts).
+    variant : {"npfm", "ppfm"}, default "npfm"
+        The model.
+    K : int >= 1, default 50
+        Latent dimension.
+    seed : int, default 0
+        Seed of the split and the sampler.
+    num_chains : int >= 1, default 1
+        Gibbs chains.
+    num_warmup : int >= 0, default 300
+        Sweeps discarded.
+    num_samples : int >= 1, default 100
+        Draws kept.
+    thin : int >= 1, default 2
+        Sweeps per kept draw.
+    hyper : ppl_models.pfm.PFMHyper, default PFMHyper()
+        Hyperparameters.
+    side : bool, default False
+        Add the MovieLens side features.
+    data_dir : str or path-like, optional
+        Folder of the side files (as `ml100k_side_features`).
+    dtype : numpy float dtype, default numpy.float32
+        Of the sampler.
+    progress : bool, default False
+        Progress bars.
+    init_scale : float > 0, default 1.0
+        Initial scale of the factors.
+
+    Returns
+    -------
+    dict
+        ``table`` (DataFrame, one row per method: method, the means of
+        `validation.evaluation.metrics.summarize` (precision, recall, ndcg (eq. 5.26 discount), f_measure,
+        n_users) and ndcg_log2k1 (the project's discount)), ``per_user`` (method -> the per-user DataFrame
+        of `validation.evaluation.metrics.p3_metrics`), ``n_active_mean``, ``seconds``,
+        ``seconds_per_sweep``, ``idata``.
+
+    Raises
+    ------
+    ValueError
+        From the split, `ml100k_side_features` or `custom_inference.pfm.sample`, on bad data, sizes or
+        settings.
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.4 (protocol P3; metrics eqs. 5.21-5.28).
     """
     from validation.data import datasets
@@ -182,12 +278,36 @@ def sbc_mixing(*, n_sims: int = 1000, n_worst: int = 20, scale: int = 4, master_
     sampler's default rounds), same lengths, same fit seed. For every functional: split R-hat
     and bulk ESS (ArviZ) over the chains' kept draws.
 
-    Returns a DataFrame, one row per simulation: sim (int), T (float), and for run in
-    ("base", f"x{scale}") (``compare="move"``: ("no-move", "move")) and each functional f:
-    ``{run}/{f}/rhat``, ``{run}/{f}/ess`` (float64), ``{run}/seconds``.
+    Parameters
+    ----------
+    n_sims : int >= 1, default 1000
+        Simulations of the SBC run to simulate (not fit).
+    n_worst : int >= 1, default 20
+        How many of them, those with the largest total count, to fit.
+    scale : int >= 1, default 4
+        Factor on warm-up and thinning of the second run (``compare="length"``).
+    master_seed : int, default 0
+        The SBC run's master seed.
+    config : validation.models.pfm.SBCConfig, optional
+        The base run (None: its defaults).
+    functionals : sequence of str
+        Names of the NPFM SBC functionals (`validation.models.pfm.pfm_functionals`) to diagnose.
+    compare : {"length", "move"}, default "length"
+        Which two runs are compared (above).
 
-    Raises ValueError for n_sims < 1, n_worst < 1, scale < 1 or an unknown ``compare``; what the
-    adapters raise propagates.
+    Returns
+    -------
+    pandas.DataFrame
+        One row per fitted simulation (largest T first): sim (int), T (float), and for run in
+        ("base", f"x{scale}") (``compare="move"``: ("no-move", "move")) and each functional f:
+        ``{run}/{f}/rhat``, ``{run}/{f}/ess`` (float64), ``{run}/seconds``.
+
+    Raises
+    ------
+    ValueError
+        n_sims < 1, n_worst < 1, scale < 1 or an unknown ``compare``; what the adapters raise propagates.
+    KeyError
+        A name of ``functionals`` that the adapters do not define.
 
     Source: project addition (the diagnosis of the 1,000-simulation NPFM SBC failure, issue 13;
     SBC after Talts et al. 2018) on the sampler of ``004_90693a0965f06816.txt`` ch. 5.3.2.

@@ -46,10 +46,24 @@ __all__ = ["solvers", "RatingsRun", "RatingsConfig", "RatingsEvaluation", "evalu
 
 
 def solvers() -> tuple[str, ...]:
-    """The solvers of the evaluation: the front-door names of every solver whose declaration lists the
-    "ratings" evaluation (`validation.models.catalog.evaluation_systems`), in registry order (today sbmf,
-    bpmf, mcmc-fm, vbfm, ovbfm, sgd-fm). Returns a tuple of str. Raises what
-    `validation.models.catalog.evaluation_systems` raises. Source: project addition (issue 25)."""
+    """The solvers of the evaluation, in registry order.
+
+    The front-door names of every solver whose declaration lists the "ratings" evaluation
+    (`validation.models.catalog.evaluation_systems`); today sbmf, bpmf, mcmc-fm, vbfm, ovbfm, sgd-fm.
+
+    Returns
+    -------
+    tuple of str
+        The names `RatingsConfig` ``solvers`` accepts.
+
+    Raises
+    ------
+    MissingDeclaration
+        Not of its own: `validation.models.catalog.evaluation_systems` raises it for a declaration of the
+        evaluation without a front-door name.
+
+    Source: project addition (issue 25).
+    """
     from validation.models import catalog
 
     return catalog.evaluation_systems("ratings")
@@ -64,20 +78,53 @@ def __getattr__(name):
 
 @dataclass(frozen=True)
 class RatingsConfig:
-    """Settings of `evaluate_ratings` (defaults: the full MovieLens 100K run).
+    """Settings of `evaluate_ratings` (defaults: the full MovieLens 100K run); frozen, checked on construction.
 
-    ranks : the K values (the issue asks for 10 and 32).
-    solvers : front-door names of the solvers to fit (None: `solvers`, every solver declaring "ratings").
-    gibbs_warmup, gibbs_samples : sweeps discarded, then kept (one chain; 50 + 150 is the
-        myFM comparison's 200 sweeps with the last 150 averaged).
-    vi_max_iter, vi_tol : VBFM sweeps at most, stop when the relative ELBO change < vi_tol.
-    ovbfm_batches, ovbfm_epochs, ovbfm_lam : OVBFM minibatches per epoch, epochs, step exponent
-        (step sizes (1 + t)^-lam, Algorithm 4).
-    sgd_epochs, sgd_learning_rate, sgd_reg : SGD-FM settings (Algorithm 1, one instance a step).
-    features : "ids" (user and item one-hot: MF with biases) or "rich" (with genres and
-        demographics, fig. 2.1) for the FM solvers; SBMF and BPMF always use ids.
-    dtype : "float64" or "float32".
-    seed : the split's seed and every solver's.
+    Parameters
+    ----------
+    ranks : tuple of int >= 1, default (10, 32)
+        The K values (the issue asks for 10 and 32).
+    solvers : tuple of str, optional
+        Front-door names of the solvers to fit (None: `solvers`, every solver declaring "ratings").
+    gibbs_warmup : int >= 0, default 50
+        Gibbs sweeps discarded (one chain; 50 + 150 is the myFM comparison's 200 sweeps with the last
+        150 averaged).
+    gibbs_samples : int >= 1, default 150
+        Gibbs sweeps kept.
+    vi_max_iter : int >= 1, default 100
+        VBFM sweeps at most.
+    vi_tol : float, default 1e-5
+        VBFM stops when the relative ELBO change is < vi_tol.
+    ovbfm_batches : int >= 1, default 10
+        OVBFM minibatches per epoch.
+    ovbfm_epochs : int >= 1, default 30
+        OVBFM epochs.
+    ovbfm_lam : float, default 0.6
+        OVBFM step exponent: step sizes (1 + t)^-lam (Algorithm 4).
+    sgd_epochs : int >= 1, default 30
+        SGD-FM epochs (Algorithm 1, one instance a step).
+    sgd_learning_rate : float, default 0.01
+        SGD-FM learning rate.
+    sgd_reg : custom_inference.fm_sgd.SGDReg, default SGDReg(0.0, 0.04, 0.04)
+        SGD-FM L2 constants (lambda_0, lambda_w, lambda_v).
+    features : {"ids", "rich"}, default "ids"
+        FM features: user and item one-hot (MF with biases), or with genres and demographics (fig. 2.1);
+        SBMF and BPMF always use ids.
+    dtype : {"float64", "float32"}, default "float64"
+        Float dtype of the data and the solvers.
+    seed : int, default 0
+        The split's seed and every solver's.
+
+    Raises
+    ------
+    ValueError
+        On construction: an unknown solver name, ranks empty or not integers >= 1, one of
+        ``gibbs_samples``, ``vi_max_iter``, ``ovbfm_batches``, ``ovbfm_epochs``, ``sgd_epochs`` < 1,
+        ``gibbs_warmup`` < 0, an unknown ``dtype`` or ``features``.
+    MissingDeclaration
+        As `solvers` (called on construction).
+
+    Source: project addition (the settings of ``004_90693a0965f06816.txt`` figs. 3.2 and 4.2, shortened).
     """
 
     ranks: tuple[int, ...] = (10, 32)
@@ -120,17 +167,30 @@ class RatingsConfig:
 class RatingsEvaluation:
     """Result of `evaluate_ratings`.
 
-    table : one row per (solver, K), the baseline "item mean" (each item's mean training rating) first at
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        One row per (solver, K), the baseline "item mean" (each item's mean training rating) first at
         every K: rmse, seconds_per_iteration, iterations, iterations_to_1pct, seconds (sweeps only),
         ``rmse_se`` (bootstrap standard error over test users), and against the item mean ``vs``,
         ``diff`` (RMSE, solver - item mean), ``ci_low``, ``ci_high`` (95 % paired bootstrap interval over
         the same test users, `validation.evaluation.intervals`), ``verdict`` ("better" when the whole
         interval is below 0).
-    curves : long format, one row per (solver, K, iteration): seconds (cumulative), rmse.
-    notes : lines describing the data and settings.
-    differences : the same intervals as a long table (system, baseline, metric, diff, ci_low, ci_high,
-        verdict, K).
-    per_user : (solver, K) -> per-user DataFrame: user, rmse (the user's sum of squared errors), n_ratings.
+    curves : pandas.DataFrame
+        Long format, one row per (solver, K, iteration): seconds (cumulative), rmse.
+    notes : list of str, default []
+        Lines describing the data and settings.
+    differences : pandas.DataFrame, default empty
+        The same intervals as a long table (system, baseline, metric, diff, ci_low, ci_high, verdict, K).
+    per_user : dict of (str, int) to pandas.DataFrame, default {}
+        (solver, K) -> per-user DataFrame (`validation.evaluation.intervals.squared_errors`): user, rmse
+        (the user's SUM of squared errors), n_ratings.
+
+    Raises
+    ------
+    None on construction (a dataclass; the fields are not checked).
+
+    Source: project addition.
     """
 
     table: pd.DataFrame
@@ -141,9 +201,25 @@ class RatingsEvaluation:
 
 
 def iterations_to_within(curve, rel: float = 0.01) -> int:
-    """First iteration (1-based) from which ``curve`` (n,) stays within ``rel`` of its last value.
+    """First iteration (1-based) from which ``curve`` stays within ``rel`` of its last value.
 
-    ``curve``: float (n,) (e.g. RMSE per iteration). Raises ValueError for an empty curve.
+    Parameters
+    ----------
+    curve : array-like, shape (n,), float
+        E.g. the RMSE per iteration.
+    rel : float, default 0.01
+        Relative tolerance: entries with ``|c - c[-1]| <= rel * |c[-1]|`` are within.
+
+    Returns
+    -------
+    int
+        In [1, n]: one more than the last iteration outside the band (1 when none is).
+
+    Raises
+    ------
+    ValueError
+        An empty curve (or one that does not convert to float).
+
     Source: project addition ("iterations to 1 %" of the ratings table).
     """
     c = np.asarray(curve, dtype=float)
@@ -175,11 +251,24 @@ class RatingsRun:
     `validation.checks.registry.EvaluationEntry` whose ``data`` is "split": the P2 `RatingsSplit`, or "fm": the
     (train, test) FM designs of `validation.data.datasets.fm_features`) and called as
     ``runner(data, K, run) -> (iterations (n,) int, seconds (n,) cumulative, rmse (n,), seconds per iteration,
-    final prediction (M,) float64 in the order of the test ratings)``. ``run`` carries ``config``
-    (`RatingsConfig`), ``key`` (the solver's PRNG key), ``progress`` and the evaluation's metric: ``rmse(pred,
-    truth)`` (`validation.evaluation.metrics.rmse`) and ``gibbs_curve(per_draw_pred (S, M), truth (M,), warmup,
-    per_sweep)`` (the running-average RMSE curve of a sampler, returned as the runner's tuple).
-    Raises nothing on construction. Source: project addition (issue 25: the runners live in the declarations).
+    final prediction (M,) float64 in the order of the test ratings)``. Besides the fields a run offers the
+    evaluation's metric `rmse` and `gibbs_curve` (the running-average RMSE curve of a sampler, returned as the
+    runner's tuple), both static methods. Frozen.
+
+    Parameters
+    ----------
+    config : RatingsConfig
+        The evaluation's settings.
+    key : jax.Array
+        The solver's PRNG key (``jax.random.PRNGKey``-style, split per solver and K).
+    progress : bool
+        Whether the runner shows progress bars.
+
+    Raises
+    ------
+    None on construction.
+
+    Source: project addition (issue 25: the runners live in the declarations).
     """
 
     config: RatingsConfig
@@ -188,16 +277,59 @@ class RatingsRun:
 
     @staticmethod
     def rmse(pred, truth) -> float:
-        """`validation.evaluation.metrics.rmse` of ``pred`` (M,) against ``truth`` (M,). Raises ValueError as it.
-        Source: 004_90693a0965f06816.txt sec. 3.3.2 (RMSE)."""
+        """`validation.evaluation.metrics.rmse` of ``pred`` against ``truth``.
+
+        Parameters
+        ----------
+        pred : array-like, shape (M,), float
+            Predicted ratings.
+        truth : array-like, shape (M,), float
+            Test ratings.
+
+        Returns
+        -------
+        float
+            sqrt(mean((pred - truth)^2)), in rating units.
+
+        Raises
+        ------
+        ValueError
+            As `validation.evaluation.metrics.rmse` (shapes not 1-D and equal, length 0, non-finite
+            entries).
+
+        Source: 004_90693a0965f06816.txt sec. 3.3.2 (RMSE).
+        """
         return rmse(pred, truth)
 
     @staticmethod
     def gibbs_curve(per_draw_pred, truth, warmup, per_sweep):
-        """A sampler's curve from its kept draws' predictions ``per_draw_pred`` (S, M) at the test ratings
-        ``truth`` (M,), after ``warmup`` sweeps of ``per_sweep`` seconds each: (iterations (S,), seconds (S,),
-        RMSE of the running average (S,), per_sweep, final prediction (M,) float64: the mean over draws).
-        Raises ValueError for mismatched shapes (NumPy broadcasting). Source: 004_90693a0965f06816.txt eq. 3.18."""
+        """A sampler's curve: the RMSE of the running average of its kept draws' predictions.
+
+        Parameters
+        ----------
+        per_draw_pred : numpy.ndarray, shape (S, M), float
+            The prediction of each kept draw at the M test ratings.
+        truth : numpy.ndarray, shape (M,), float
+            The test ratings.
+        warmup : int
+            Sweeps run before the first kept draw.
+        per_sweep : float
+            Seconds per sweep.
+
+        Returns
+        -------
+        tuple
+            (iterations (S,) int: warmup + 1 ... warmup + S, seconds (S,) float: iterations x per_sweep,
+            RMSE of the running average after each draw (S,) float64, per_sweep, final prediction (M,)
+            float64: the mean over draws), the runner's tuple.
+
+        Raises
+        ------
+        ValueError
+            Not of its own: NumPy raises it for mismatched shapes (broadcasting).
+
+        Source: 004_90693a0965f06816.txt eq. 3.18.
+        """
         return _gibbs_curve(per_draw_pred, truth, warmup, per_sweep)
 
 
@@ -207,23 +339,34 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
 
     Parameters
     ----------
-    df : ratings DataFrame (columns user, item, rating[, timestamp]) as `datasets.load_movielens`
+    df : pandas.DataFrame
+        Ratings (columns user, item, rating[, timestamp]) as `validation.data.datasets.load_movielens`
         returns.
-    config : `RatingsConfig`.
-    data_dir : folder with MovieLens side files (``u.user``, ``items.tsv``/``u.item``); needed
-        only for ``config.features == "rich"``.
-    progress : tqdm bars.
+    config : RatingsConfig, default RatingsConfig()
+        The settings.
+    data_dir : str or path-like, optional
+        Folder with MovieLens side files (``u.user``, ``items.tsv``/``u.item``); needed only for
+        ``config.features == "rich"``.
+    progress : bool, default True
+        tqdm bars and one line per fit.
 
     Returns
     -------
-    `RatingsEvaluation` (table, curves, notes, differences, per_user): the table starts each K with the
-    "item mean" baseline and carries ``rmse_se`` and the paired bootstrap interval of each solver's RMSE
-    minus the item mean's (`validation.evaluation.intervals`, over the test users).
+    RatingsEvaluation
+        (table, curves, notes, differences, per_user): the table starts each K with the "item mean"
+        baseline and carries ``rmse_se`` and the paired bootstrap interval of each solver's RMSE minus
+        the item mean's (`validation.evaluation.intervals`, over the test users).
 
     Raises
     ------
-    ValueError from `split_p2`, `fm_features` or a solver for bad data; ValueError for a bad config;
-    MissingDeclaration for a declared solver without a runner (its ``SolverSpec.evaluations["ratings"]``).
+    ValueError
+        From `validation.data.datasets.split_p2`, `validation.data.datasets.fm_features` or a solver for
+        bad data; a declaration whose ratings ``data`` is neither "split" nor "fm".
+    MissingDeclaration
+        A declared solver without a runner (its ``SolverSpec.evaluations["ratings"]``).
+    AssertionError
+        The FM test design is not in the order of ``split.test`` (a broken `fm_features` contract).
+
     Source: 004_90693a0965f06816.txt, ch. 3 (SBMF vs BPMF, fig. 3.2) and ch. 4 (VBFM, OVBFM vs
     MCMC-FM and SGD-FM, fig. 4.2); protocol P2 and RMSE.
     """
@@ -291,11 +434,28 @@ def _item_mean_prediction(split) -> np.ndarray:
 
 
 def plot_curves(curves: pd.DataFrame, out_dir) -> list[str]:
-    """RMSE versus seconds, one PNG per K (thesis figs. 3.2 and 4.2). Returns the file names.
+    """RMSE versus seconds, one PNG per K (thesis figs. 3.2 and 4.2), log time axis.
 
-    ``curves``: `RatingsEvaluation.curves` (columns solver, K, iteration, seconds, rmse).
-    Raises OSError when ``out_dir`` cannot be created or written; KeyError when a column is
-    missing. Source: 004_90693a0965f06816.txt, figs. 3.2 and 4.2 (the plots reproduced).
+    Parameters
+    ----------
+    curves : pandas.DataFrame
+        `RatingsEvaluation.curves` (columns solver, K, iteration, seconds, rmse).
+    out_dir : str or path-like
+        Folder for ``rmse_vs_time_K{K}.png`` (created if missing).
+
+    Returns
+    -------
+    list of str
+        The file names written, one per K in increasing order.
+
+    Raises
+    ------
+    OSError
+        ``out_dir`` cannot be created or written.
+    KeyError
+        A column is missing.
+
+    Source: 004_90693a0965f06816.txt, figs. 3.2 and 4.2 (the plots reproduced).
     """
     import matplotlib
 

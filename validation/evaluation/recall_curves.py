@@ -46,21 +46,27 @@ def binary_split(X, seed: int = 0, min_ones: int = 10, dtype=np.float64) -> Impl
 
     Parameters
     ----------
-    X : (I0, J) 0/1 matrix: dense array (bool/int/float), scipy.sparse, or `Observations` of the ones.
-    seed : int, seeds the held-out draws (``numpy.random.default_rng(seed)``, rows in order).
-    min_ones : int >= 2.
-    dtype : float dtype of ``train.values``.
+    X : array-like, scipy.sparse matrix or Observations, shape (I0, J), 0/1
+        The binary matrix: a dense array (bool/int/float), scipy.sparse, or `Observations` of the ones.
+    seed : int, default 0
+        Seeds the held-out draws (``numpy.random.default_rng(seed)``, rows in order).
+    min_ones : int >= 2, default 10
+        Rows with fewer ones are dropped.
+    dtype : numpy float dtype, default numpy.float64
+        Dtype of ``train.values``.
 
     Returns
     -------
-    ImplicitSplit: ``train`` (I, J) with I the kept rows (in their original order; all J columns
-    kept), ``test_users`` = 0 .. I-1, ``test_items`` (I,); ``indexed`` holds the ones (rating 1)
-    with ``user_ids`` the kept rows' original indices and ``item_ids`` = 0 .. J-1.
+    ImplicitSplit
+        ``train`` (I, J) with I the kept rows (in their original order; all J columns kept),
+        ``test_users`` = 0 .. I-1 (int64), ``test_items`` (I,) int64; ``indexed`` holds the ones (rating
+        1) with ``user_ids`` the kept rows' original indices and ``item_ids`` = 0 .. J-1.
 
     Raises
     ------
-    ValueError: X not 2-D or not binary (`custom_inference.sibm.as_binary`); ``min_ones < 2``; no row
-    with ``min_ones`` ones.
+    ValueError
+        X not 2-D or not binary (`custom_inference.sibm.as_binary`); ``min_ones`` not an integer >= 2;
+        no row with ``min_ones`` ones.
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 4 (discard rows with fewer than 10 ones, move one random
     one of each row to the test set); applying it to any given matrix is a project addition.
@@ -91,12 +97,31 @@ def binary_split(X, seed: int = 0, min_ones: int = 10, dtype=np.float64) -> Impl
 
 
 def sec4_synthetic(I: int = 1000, J: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The synthetic data of seed 002 sec. 4: ``ppl_models.sibm.simulate(key, I, J, **SEC4_SYNTHETIC)``
-    (D = 10, u_id, v_jd ~ N(0, 1), no biases, z = -7.5: about 98% zeros).
+    """The synthetic data of seed 002 sec. 4, dense: a data generator for evaluation, not a solver.
 
-    Returns (X int8 (I, J) 0/1, logits float64 (I, J) = U V^T + z, the truth an oracle ranks by).
-    Dense: a data generator for evaluation, not a solver. Raises ValueError for bad sizes (from
-    `ppl_models.sibm.simulate`).
+    ``ppl_models.sibm.simulate(key, I, J, **SEC4_SYNTHETIC)`` in float64 (D = 10, u_id, v_jd ~ N(0, 1),
+    no biases, z = -7.5: about 98% zeros), with ``key = jax.random.PRNGKey(seed)``.
+
+    Parameters
+    ----------
+    I : int >= 1, default 1000
+        Rows.
+    J : int >= 1, default 1000
+        Columns.
+    seed : int, default 0
+        Seed of the PRNG key.
+
+    Returns
+    -------
+    X : numpy.ndarray, shape (I, J), int8
+        The 0/1 matrix.
+    logits : numpy.ndarray, shape (I, J), float64
+        U V^T + z, the truth an oracle ranks by.
+
+    Raises
+    ------
+    ValueError
+        Not of its own: `ppl_models.sibm.simulate` raises it for a size that is not a positive integer.
 
     Source: ``002_5408d341cb9fc544.txt`` sec. 4 (D = 10, u_id, v_jd ~ N(0, 1), z = -7.5, "about 98%
     sparsity").
@@ -150,31 +175,53 @@ def sibm_recall_curves(
 
     Parameters
     ----------
-    split : ImplicitSplit (`split_sibm`, `binary_split`); the fit sees ``split.train`` (I, J) only.
-    D : int >= 1 latent factors (biases on top, `ppl_models.sibm.SIBMHyper` defaults unless ``hyper``).
-    strategies : subset of ("uniform", "balanced", "biased").
-    S : fixed minibatch size of the strategy runs (None: max(I, J)).
-    passes : float > 0, the budget in units of I J entries.
-    n_points : int >= 1 recall evaluations per SVI run.
-    auto, batch : include the fig. 3 runs.
-    references : dict label -> score function (scored once).
-    seed : int; ``jax.random.PRNGKey(seed)`` initializes every run (the same initial q for all).
-    n : N of recall@N (seed 002: 10); dtype : float32 (fast) or float64; progress : print a line per run.
+    split : ImplicitSplit
+        From `split_sibm` or `binary_split`; the fit sees ``split.train`` (I, J) only.
+    D : int >= 1, default 10
+        Latent factors (biases on top, `ppl_models.sibm.SIBMHyper` defaults unless ``hyper``).
+    strategies : sequence of {"uniform", "balanced", "biased"}, default all three
+        The fig. 2 runs.
+    S : int >= 1, optional
+        Fixed minibatch size of the strategy runs (None: max(I, J)).
+    passes : float > 0, default 10
+        The budget in units of I J entries.
+    n_points : int >= 1, default 10
+        Recall evaluations per SVI run.
+    auto : bool, default True
+        Include the fig. 3 "SIBM-auto" run.
+    auto_S_max : int, default 20000
+        Cap of SIBM-auto's automatic S.
+    batch : bool, default True
+        Include the fig. 3 batch VB run.
+    references : mapping of str to callable, optional
+        Label -> score function ``(B,) int users -> (B, J)`` (scored once).
+    seed : int, default 0
+        ``jax.random.PRNGKey(seed)`` initializes every run (the same initial q for all).
+    n : int >= 1, default 10
+        N of recall@N (seed 002: 10).
+    dtype : numpy float dtype, default numpy.float32
+        float32 (fast) or float64, for the training matrix and the fits.
+    hyper : ppl_models.sibm.SIBMHyper, optional
+        Priors (None: the defaults).
+    progress : bool, default False
+        Print a line per run.
 
     Returns
     -------
-    pandas.DataFrame, one row per evaluation: ``method`` ("S-Uniform", "S-Balanced", "S-Biased",
-    "SIBM-auto", "batch VB", or a reference label), ``figure`` ("fig2", "fig3" or "reference"; the
-    fixed-S S-Biased run is also drawn in fig. 3 as SIBM with a hand-picked S), ``iteration``
-    (minibatches or sweeps so far), ``entries`` (cells observed so far: sum of S, or sweeps x I J;
-    NaN for references), ``recall`` (recall@N in [0, 1]), ``S`` (current minibatch size; NaN for
-    batch), ``seconds`` (wall time of the run so far, recall evaluations excluded, the first
-    call's compilation included), ``n`` (N). attrs: I, J, nnz, D, budget.
+    pandas.DataFrame
+        One row per evaluation: ``method`` ("S-Uniform", "S-Balanced", "S-Biased",
+        "SIBM-auto", "batch VB", or a reference label), ``figure`` ("fig2", "fig3" or "reference"; the
+        fixed-S S-Biased run is also drawn in fig. 3 as SIBM with a hand-picked S), ``iteration``
+        (minibatches or sweeps so far), ``entries`` (cells observed so far: sum of S, or sweeps x I J;
+        NaN for references), ``recall`` (recall@N in [0, 1]), ``S`` (current minibatch size; NaN for
+        batch), ``seconds`` (wall time of the run so far, recall evaluations excluded, the first
+        call's compilation included), ``n`` (N). attrs: I, J, nnz, D, budget.
 
     Raises
     ------
-    ValueError: unknown strategy, passes <= 0, n_points < 1, S < 1, nothing to run; what the
-    solvers raise.
+    ValueError
+        Unknown strategy, passes not finite and > 0, n_points not an integer >= 1, S not a positive
+        integer, nothing to run; what the solvers raise (e.g. a bad ``D`` or ``hyper``).
 
     Source: 002_5408d341cb9fc544.txt sec. 4.1 (fig. 2 top), sec. 4.3 (fig. 3), recall@N of sec. 4.
     """
@@ -263,12 +310,25 @@ def sibm_recall_curves(
 class RecallCurves:
     """What `recall_curves` returns.
 
-    curves : pandas.DataFrame, the rows of `sibm_recall_curves` for every data set, with a ``data``
-        column in front.
-    summary : pandas.DataFrame, the last point of each (data, method): ``recall``, ``entries``,
-        ``seconds``.
-    plots : dict data name -> PNG path; csv : Path of ``recall_curves.csv``; report : Path of
-        ``recall_curves.md`` (None without ``out_dir``).
+    Parameters
+    ----------
+    curves : pandas.DataFrame
+        The rows of `sibm_recall_curves` for every data set, with a ``data`` column in front.
+    summary : pandas.DataFrame
+        The last point of each (data, method): data, method, figure, ``recall``, ``entries``, ``seconds``.
+    plots : dict of str to pathlib.Path, default {}
+        Data name -> PNG path (empty without ``out_dir``).
+    csv : pathlib.Path or None, default None
+        Path of ``recall_curves.csv`` (None without ``out_dir``).
+    report : pathlib.Path or None, default None
+        Path of ``recall_curves.md`` (None without ``out_dir``).
+
+    Raises
+    ------
+    None on construction (a dataclass).
+
+    Source: ``002_5408d341cb9fc544.txt`` sec. 4, figs. 2 and 3 (the curves); the container is a project
+    addition.
     """
 
     curves: pd.DataFrame
@@ -295,20 +355,41 @@ def recall_curves(
 
     Parameters
     ----------
-    df : ratings table (`validation.data.datasets.load_movielens`), split by `split_sibm` (ratings >= 4,
+    df : pandas.DataFrame, optional
+        Ratings table (`validation.data.datasets.load_movielens`), split by `split_sibm` (ratings >= 4,
         1000 most popular columns, rows with >= 10 ones, one held-out one per row); needed for "ratings".
-    data : names among ``"ratings"`` (``df`` under the SIBM protocol) and ``"sec4-synthetic"``
+    data : sequence of str, default ("ratings", "sec4-synthetic")
+        Names among `CURVE_DATA`: ``"ratings"`` (``df`` under the SIBM protocol) and ``"sec4-synthetic"``
         (`sec4_synthetic` of ``synthetic_shape`` with seed ``seed``, then `binary_split`).
-    seed : seeds the splits, the synthetic matrix and the fits.
-    out_dir : optional folder: writes ``recall_curves.csv``, ``recall_curves_<data>.png`` (left: fig. 2
-        top, the strategies; right: fig. 3, SIBM-auto and S-Biased with fixed S against batch VB;
-        dashed: popularity, and the true logits on synthetic data) and ``recall_curves.md``.
-    progress : a line per run.
-    curve_kwargs : passed to `sibm_recall_curves` (D, strategies, S, passes, n_points, auto, batch, n, dtype).
+    seed : int, default 0
+        Seeds the splits, the synthetic matrix and the fits.
+    synthetic_shape : tuple of int, default (1000, 1000)
+        (I, J) of the synthetic matrix.
+    out_dir : str or path-like, optional
+        Writes ``recall_curves.csv``, ``recall_curves_<data>.png`` (left: fig. 2 top, the strategies;
+        right: fig. 3, SIBM-auto and S-Biased with fixed S against batch VB; dashed: popularity, and the
+        true logits on synthetic data) and ``recall_curves.md`` there (created if missing).
+    progress : bool, default False
+        A line per run.
+    **curve_kwargs
+        Passed to `sibm_recall_curves` (D, strategies, S, passes, n_points, auto, auto_S_max, batch, n,
+        dtype, hyper).
 
-    Returns RecallCurves. Raises ValueError for an unknown data name, "ratings" without ``df``, and
-    what `split_sibm`, `sec4_synthetic`, `binary_split` and `sibm_recall_curves` raise; OSError when
-    ``out_dir`` cannot be written.
+    Returns
+    -------
+    RecallCurves
+        The curves of every data set, their last points, and the written files.
+
+    Raises
+    ------
+    ValueError
+        An unknown data name, "ratings" without ``df``, and what `split_sibm`, `sec4_synthetic`,
+        `binary_split` and `sibm_recall_curves` raise.
+    TypeError
+        ``curve_kwargs`` holds a keyword `sibm_recall_curves` does not take (or one set here:
+        references, seed, progress).
+    OSError
+        ``out_dir`` cannot be written.
 
     Source: ``002_5408d341cb9fc544.txt`` fig. 2 (top) and fig. 3, secs. 4.1 and 4.3 (recall@N of sec. 4).
     """
