@@ -177,7 +177,7 @@ NOT_YET = frozenset({
     "custom_inference.variates", "custom_inference.vbfm", "validation.checks.registry",
     "validation.evaluation.counts_eval", "validation.evaluation.experiments", "validation.evaluation.implicit_eval",
     "validation.evaluation.model_studies", "validation.evaluation.pfm_experiments",
-    "validation.evaluation.ratings_eval", "validation.evaluation.recall_curves", "validation.frontdoor.api_models",
+    "validation.evaluation.ratings_eval", "validation.evaluation.recall_curves",
     "validation.frontdoor.cli", "validation.frontdoor.cli_evaluate", "validation.models.bpmf",
     "validation.models.catalog",
     "validation.models.fm_mcmc", "validation.models.hpf",

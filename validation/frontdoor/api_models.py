@@ -136,14 +136,29 @@ _GIBBS = {"num_chains": 2, "num_warmup": 200, "num_samples": 200}
 def ids_design(obs, *, dtype=np.float64):
     """The FM design of plain MF with biases: one-hot user | one-hot item (004 eq. 2.17, fig. 2.1).
 
-    obs : Observations (I, J), N entries (rows, cols int (N,), values (N,) float). dtype : float dtype
-    of X's values and y (default float64; float32 when the solver computes in float32, so that no
-    float64 copy is made). Returns FMDesign with N rows, D = I + J features in the groups ("user",
-    "item"): rows, cols, order int32 (2N,), X values ones (2N,) and y = obs.values (N,) in ``dtype``;
-    built by `FMDesign.from_ids` in O(N) memory (no sort; the same arrays as `FMDesign.from_scipy`
-    on the same X).
-    Raises ValueError from `FMDesign.from_ids` when ``obs`` has no entries (N = 0), an index out of
-    range or a non-finite value. Source: 004_90693a0965f06816.txt eq. 2.17.
+    Built by `custom_inference.fm_design.FMDesign.from_ids` in O(N) memory (no sort; the same arrays as
+    `FMDesign.from_scipy` on the same X).
+
+    Parameters
+    ----------
+    obs : custom_inference.data.Observations
+        I users x J items with N entries: ``rows``, ``cols`` int (N,), ``values`` float (N,).
+    dtype : numpy float dtype, default numpy.float64
+        Dtype of X's values and of y (float32 when the solver computes in float32, so that no float64
+        copy is made).
+
+    Returns
+    -------
+    custom_inference.fm_design.FMDesign
+        N rows, D = I + J features in the groups ("user", "item"): ``rows``, ``cols``, ``order`` int32
+        (2N,), the values of X ones (2N,) and ``y`` = ``obs.values`` (N,), both in ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        From `FMDesign.from_ids`: ``obs`` has no entries (N = 0), an index out of range or a non-finite value.
+
+    Source: 004_90693a0965f06816.txt eq. 2.17.
     """
     from custom_inference.fm_design import FMDesign
 
@@ -393,17 +408,31 @@ def _hpf_q_form(idata, attrs):
 class Likelihood:
     """The observation model of one entry y_ui given one posterior draw.
 
-    family : ``"poisson"`` (rate = the adapter's mean), ``"normal"`` (mean = the adapter's mean,
-    precision ``precision(post, attrs)`` (S,)), ``"bernoulli"`` (logit = the identity-link score of the
-    adapter's `LinearScore`; the observed entries are the positives, y = 1) or ``"psm-events"`` (PSM:
-    D_ui observed events, each with log pi_u + log psi_i + log sigma(x_ui)).
-    precision : for "normal", ``(post, attrs) -> (S,) float64`` noise precision per draw, or the string
-    ``"plug-in"`` (a point estimate without a noise model: 1 / the mean squared training residual).
-    terms : which terms of the program's likelihood are included (stored in the group's attrs).
-    source : seed file and equation of the likelihood.
-    predictive : whether new observations can be drawn (else ``no_predictive`` says why).
-    Raises nothing (a record). Source: project addition (issue 24); each adapter's ``likelihood`` names
-    its seed equation.
+    Parameters
+    ----------
+    family : {"poisson", "normal", "bernoulli", "psm-events"}
+        ``"poisson"``: rate = the adapter's mean; ``"normal"``: mean = the adapter's mean, precision
+        ``precision``; ``"bernoulli"``: logit = the identity-link score of the adapter's `LinearScore` (the
+        observed entries are the positives, y = 1); ``"psm-events"`` (PSM): D_ui observed events, each with
+        log pi_u + log psi_i + log sigma(x_ui).
+    terms : str
+        Which terms of the program's likelihood are included (stored in the group's attrs).
+    source : str
+        Seed file and equation of the likelihood.
+    precision : callable or "plug-in", optional
+        For "normal": ``precision(post, attrs) -> (S,) float64`` noise precision per draw (``post``: dict
+        name -> (S, ...) draws; ``attrs``: the posterior attrs), or ``"plug-in"`` for a point estimate
+        without a noise model (`plug_in_precision`: 1 / the mean squared training residual). None otherwise.
+    predictive : bool, default True
+        Whether new observations can be drawn (`observation_draws`).
+    no_predictive : str, default ""
+        Why not, when ``predictive`` is False (the ValueError of `observation_draws`).
+
+    Raises
+    ------
+    None of its own (a record; the fields are not checked).
+
+    Source: project addition (issue 24); each adapter's ``likelihood.source`` names its seed equation.
     """
 
     family: str
@@ -423,19 +452,68 @@ ADAPTER_PARTS = ("fold_in", "score_form", "likelihood", "q_mean_form", "grid")
 
 @dataclass(frozen=True)
 class ModelAdapter(Adapter):
-    """A front-door `validation.frontdoor.api.Adapter` with every per-model fact the front door uses, declared
-    in one place (one `_register` call per front-door name, at the end of this module).
+    """A front-door `validation.frontdoor.api.Adapter` with every per-model fact the front door uses.
 
-    Beyond `Adapter`'s fields: ``score_form``: ``(posterior dict, attrs) -> LinearScore``, the adapter's mean
-    as link(offset + c_s + a_s[u] + b_s[i] + sum_k w_sk P_s[u, k] Q_s[i, k]) (`validation.frontdoor.scoring`
-    scores every item of many users with matrix products; tests/validation/test_scoring.py checks it against
-    ``mean``); ``q_mean_form``: ``(idata, attrs) -> LinearScore`` of the mean in closed form under the fit's q
-    (``means="q"``; only where q makes it exact); ``likelihood``: the `Likelihood` of one observed entry;
-    ``grid``: the `validation.evaluation.selection.Grid` that `validation.frontdoor.api.select` searches (with
-    why its values, and the search's own fit options with their reason); ``absent``: part (one of `ADAPTER_PARTS`) -> the reason it has none. ``fold_in`` is `Adapter`'s: a callable
-    of `validation.frontdoor.api_fold_in`, or the string saying why there is none (its declared absence).
-    `adapter_problems` lists what does not conform. Raises nothing on construction. Source: project addition
-    (issue 25).
+    Declared in one place: one `_register` call per front-door name, at the end of this module.
+    `adapter_problems` lists what does not conform: each part of `ADAPTER_PARTS` present or declared absent
+    with its reason.
+
+    Parameters
+    ----------
+    name : str
+        Front-door name (``"hpf"``, ``"sbmf"``, ...), as `validation.frontdoor.adapters.Adapter`.
+    values : {"count", "real", "binary"}
+        What the model needs (`validation.frontdoor.adapters.VALUE_KINDS`).
+    run : callable
+        ``run(key, obs, K, **options) -> arviz.InferenceData`` with a ``posterior`` group.
+    mean : callable
+        ``mean(posterior, rows, cols, attrs) -> (S, M) float64``: E[y | parameters] of the M (row, col)
+        pairs (``rows``, ``cols`` int (M,)) for each of the S draws (``posterior``: dict name -> (S, ...)).
+    uncertainty : str
+        How the draws were obtained ("posterior draws (Gibbs)", "draws from q (CAVI)", ...).
+    source : str
+        Seed file and equation of ``mean``.
+    fold_in : callable or str, optional
+        Part "fold_in": ``fold_in(fitted, obs_new)``, a function of `validation.frontdoor.api_fold_in`, or
+        the string saying why there is none (its declared absence; what ``FittedModel.fold_in`` raises).
+    resumable : bool, default False
+        As `Adapter`: ``fit(..., resume_from=DIR)`` works.
+    defaults : mapping str -> object, default {}
+        Solver options used unless the caller gives them.
+    not_resumable : str, default ""
+        Why a non-resumable model cannot resume.
+    iterations : str, default "max_iter"
+        The solver option counting its iterations (``factorbayes fit --max-iter``).
+    draws : str, optional
+        The solver option with the number of draws from q (``factorbayes fit --draws``); None: none.
+    solver : str, optional
+        ``"module:function"`` of the solver, whose keyword parameters are the options `fit` accepts.
+    faster : tuple (str, float), optional
+        (faster model name, seconds per user-item cell per factor per sweep) for a dense solver's warning.
+    precheck : callable, optional
+        ``precheck(obs, options)`` raising ValueError for data or options the solver cannot fit.
+    score_form : callable, optional
+        Part "score_form": ``(posterior dict, attrs) -> LinearScore``, the mean as link(offset + c_s + a_s[u]
+        + b_s[i] + sum_k w_sk P_s[u, k] Q_s[i, k]) (`validation.frontdoor.scoring` scores every item of
+        many users with matrix products; tests/validation/test_scoring.py checks it against ``mean``).
+    q_mean_form : callable, optional
+        Part "q_mean_form": ``(idata, attrs) -> LinearScore`` of the mean in closed form under the fit's q
+        (``means="q"``; only where q makes it exact).
+    likelihood : Likelihood, optional
+        Part "likelihood": the observation model of one observed entry.
+    grid : validation.evaluation.selection.Grid, optional
+        Part "grid": what `validation.frontdoor.api.select` searches (K and the main hyperparameters), with
+        ``why`` its values and, where the search fits differently from the user's fit, its
+        ``search_options`` with their reason ``search_why`` (HPF: ``n_draws=0``, the exact mean of q).
+    absent : mapping str -> str, default {}
+        Part (one of `ADAPTER_PARTS` but "fold_in") -> the reason it has none.
+
+    Raises
+    ------
+    None of its own: the fields are not checked on construction (`_register` checks ``values``;
+    `problems` / `adapter_problems` check the parts).
+
+    Source: project addition (issue 25).
     """
 
     score_form: Callable | None = None
@@ -445,9 +523,23 @@ class ModelAdapter(Adapter):
     absent: Mapping[str, str] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
-        """Every part of `ADAPTER_PARTS` neither present nor declared absent with a reason, or both; a ``fold_in``
-        that is neither callable nor a reason. Returns a list of str (empty: conforms). Raises nothing.
-        Source: project addition (issue 25)."""
+        """Every way this declaration fails to conform.
+
+        A part of `ADAPTER_PARTS` neither present nor declared absent with a reason, or both; a ``fold_in``
+        that is neither callable nor a reason, or whose absence is declared in ``absent``; a ``grid`` without
+        the reason for its values (``Grid.why``) or with ``search_options`` without theirs (``Grid.search_why``).
+
+        Returns
+        -------
+        list of str
+            One message per problem, each naming the adapter (empty: conforms).
+
+        Raises
+        ------
+        None of its own.
+
+        Source: project addition (issue 25).
+        """
         fold_reason = self.fold_in.strip() if isinstance(self.fold_in, str) else ""
         absent = {**self.absent, **({"fold_in": fold_reason} if fold_reason else {})}
         present = {"fold_in": callable(self.fold_in), "score_form": callable(self.score_form),
@@ -465,9 +557,28 @@ class ModelAdapter(Adapter):
         return out
 
     def part(self, name: str):
-        """The declared part ``name`` (one of `ADAPTER_PARTS`). Raises ValueError for another name;
-        MissingDeclaration naming the adapter, the part and its declared reason when it is absent.
-        Source: project addition (issue 25)."""
+        """The declared part ``name``.
+
+        Parameters
+        ----------
+        name : str
+            One of `ADAPTER_PARTS`.
+
+        Returns
+        -------
+        object
+            The part: a callable (``fold_in``, ``score_form``, ``q_mean_form``), a `Likelihood` or a
+            `validation.evaluation.selection.Grid`.
+
+        Raises
+        ------
+        ValueError
+            ``name`` is not one of `ADAPTER_PARTS`.
+        validation.checks.registry.MissingDeclaration
+            The adapter has no such part: the message names the adapter, the part and its declared reason.
+
+        Source: project addition (issue 25).
+        """
         if name not in ADAPTER_PARTS:
             raise ValueError(f"part must be one of {ADAPTER_PARTS}, got {name!r}")
         value = getattr(self, name)
@@ -479,9 +590,27 @@ class ModelAdapter(Adapter):
 
 
 def adapter_problems(names=None) -> list[str]:
-    """Every way the registered front-door adapters ``names`` (default all) fail to conform: an adapter that is
-    not a `ModelAdapter` (it cannot declare the parts), and each `ModelAdapter.problems`. Returns a list of str
-    (empty: all conform). Raises KeyError for an unknown name. Source: project addition (issue 25)."""
+    """Every way the registered front-door adapters fail to conform.
+
+    An adapter that is not a `ModelAdapter` (it cannot declare the parts), and each `ModelAdapter.problems`.
+
+    Parameters
+    ----------
+    names : sequence of str, optional
+        Registered front-door names (default: every registered adapter, `validation.frontdoor.adapters.ADAPTERS`).
+
+    Returns
+    -------
+    list of str
+        One message per problem, each naming its adapter (empty: all conform).
+
+    Raises
+    ------
+    KeyError
+        A name of ``names`` is not registered.
+
+    Source: project addition (issue 25).
+    """
     out = []
     for name in (names or tuple(ADAPTERS)):
         a = ADAPTERS[name]
@@ -518,8 +647,22 @@ _NORMAL_TERMS = "log Normal(y_ui | mean_ui, 1 / precision) of the N observed rat
 def likelihood_of(name: str) -> Likelihood:
     """The `Likelihood` of the registered model ``name``.
 
-    Returns the adapter's ``likelihood`` (`ModelAdapter`). Raises ValueError naming the reason for a model
-    without one (BPR: its declared ``absent["likelihood"]``; a user's own adapter; an unknown name).
+    Parameters
+    ----------
+    name : str
+        A front-door name (`validation.frontdoor.api.models`).
+
+    Returns
+    -------
+    Likelihood
+        The adapter's ``likelihood`` (`ModelAdapter`).
+
+    Raises
+    ------
+    ValueError
+        The model has none, naming the reason: BPR's declared ``absent["likelihood"]``, a user's own adapter
+        without one, an unknown name.
+
     Source: project addition (issue 24); each adapter's ``likelihood.source`` names its seed equation.
     """
     adapter = ADAPTERS.get(name)
@@ -550,9 +693,28 @@ def _log_sigmoid(x):
 def plug_in_precision(fitted, post, attrs, *, chunk: int = 65536) -> float:
     """1 / (mean squared training residual) at the point estimate (SGD-FM's plug-in noise precision).
 
-    fitted : `validation.frontdoor.api.FittedModel` (its ``seen`` entries, N); post / attrs as in `_form`.
-    Returns a float (> 0; 1e12 when the residuals are all zero). Work: chunks of ``chunk`` entries.
-    Raises nothing of its own. Source: project addition (the Gaussian MLE of the noise variance).
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        The fit; its ``seen`` entries (N, scipy.sparse) are the training residuals' positions and values.
+    post : dict str -> numpy.ndarray
+        Posterior draws, name -> (S, ...) array (one draw for a point estimate).
+    attrs : dict
+        The posterior group's attrs (what the adapter's ``run`` stamped).
+    chunk : int, default 65536
+        Entries per block: work memory (S, chunk) float64.
+
+    Returns
+    -------
+    float
+        > 0 (in 1 / the squared units of the fitted values); 1e12 when the residuals are all zero.
+
+    Raises
+    ------
+    ValueError
+        The adapter declares no ``score_form`` (`ModelAdapter.score_form`).
+
+    Source: project addition (the Gaussian maximum-likelihood estimate of the noise variance).
     """
     seen = fitted.seen.tocoo()
     sq, n = 0.0, seen.nnz
@@ -567,12 +729,34 @@ def plug_in_precision(fitted, post, attrs, *, chunk: int = 65536) -> float:
 def log_likelihood(fitted, post, attrs, rows, cols, y, *, precision=None):
     """Pointwise log-likelihood of observed entries, per posterior draw.
 
-    fitted : `validation.frontdoor.api.FittedModel`; post : dict name -> (S, ...) draws; attrs : posterior attrs;
-    rows, cols : (M,) int64 positions; y : (M,) float64 observed values (counts, ratings, 1 for
-    one-class positives, event counts D_ui for PSM); precision : (S,) noise precision for "normal"
-    models (default: the `Likelihood`'s own; `plug_in_precision` for SGD-FM).
-    Returns an (S, M) float64 array of log p(y_m | draw s) (`Likelihood.terms` says which terms).
-    Raises ValueError for a model without a likelihood (`likelihood_of`).
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        The fit (its ``model`` names the `Likelihood`, its ``adapter`` the ``score_form``).
+    post : dict str -> numpy.ndarray
+        Posterior draws, name -> (S, ...) array.
+    attrs : dict
+        The posterior group's attrs.
+    rows : numpy.ndarray of int64, shape (M,)
+        User positions.
+    cols : numpy.ndarray of int64, shape (M,)
+        Item positions.
+    y : numpy.ndarray of float64, shape (M,)
+        Observed values: counts, ratings, 1 for one-class positives, event counts D_ui for PSM.
+    precision : numpy.ndarray of float64, shape (S,), optional
+        Noise precision per draw for "normal" models (default: the `Likelihood`'s own; `plug_in_precision`
+        for SGD-FM).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (S, M)
+        log p(y_m | draw s) (`Likelihood.terms` says which terms of the program's likelihood).
+
+    Raises
+    ------
+    ValueError
+        The model has no likelihood (`likelihood_of`) or its adapter no ``score_form``.
+
     Source: each model's adapter's ``likelihood`` (Poisson: y log rate - rate - log y!; Normal:
     -0.5 log(2 pi / prec) - 0.5 prec (y - mean)^2; Bernoulli: log sigma(logit)).
     """
@@ -605,10 +789,37 @@ def _precision(fitted, lik, post, attrs, S):
 def observation_draws(fitted, post, attrs, rows, cols, rng, *, reps: int = 1, precision=None):
     """Draws of a new observation y_ui from the model's observation model, ``reps`` per posterior draw.
 
-    fitted, post, attrs, rows, cols as in `log_likelihood`; rng : numpy Generator; reps : int >= 1.
-    Returns an (S * reps, M) float64 array (draw-major: the reps of draw 0 first): Poisson counts,
-    Normal ratings (in the fitted units) or Bernoulli 0/1 values.
-    Raises ValueError for a model without a likelihood or without a predictive (PSM: `Likelihood.no_predictive`).
+    Parameters
+    ----------
+    fitted : validation.frontdoor.fitted.FittedModel
+        As `log_likelihood`.
+    post : dict str -> numpy.ndarray
+        Posterior draws, name -> (S, ...) array.
+    attrs : dict
+        The posterior group's attrs.
+    rows : numpy.ndarray of int64, shape (M,)
+        User positions.
+    cols : numpy.ndarray of int64, shape (M,)
+        Item positions.
+    rng : numpy.random.Generator
+        The source of the draws.
+    reps : int >= 1, default 1
+        New observations per posterior draw.
+    precision : numpy.ndarray of float64, shape (S,), optional
+        As `log_likelihood`.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (S * reps, M)
+        Draw-major (the reps of draw 0 first): Poisson counts, Normal ratings (in the fitted units) or
+        Bernoulli 0/1 values.
+
+    Raises
+    ------
+    ValueError
+        The model has no likelihood, no predictive (PSM: `Likelihood.no_predictive`) or its adapter no
+        ``score_form``.
+
     Source: each model's adapter's ``likelihood``.
     """
     lik = likelihood_of(fitted.model)
