@@ -206,7 +206,7 @@ def test_a_broken_front_door_adapter_fails_loudly(monkeypatch):
     from validation.frontdoor import api, api_models
 
     hpf = api.ADAPTERS["hpf"]
-    bare = dataclasses.replace(hpf, fold_in=None, score_form=None, q_mean_form=None, likelihood=None)
+    bare = dataclasses.replace(hpf, fold_in=None, score_form=None, q_mean_form=None, likelihood=None, grid=None)
     problems = bare.problems()
     for part in api_models.ADAPTER_PARTS:
         assert any(f"no {part}, and no reason" in p for p in problems), (part, problems)
@@ -214,7 +214,7 @@ def test_a_broken_front_door_adapter_fails_loudly(monkeypatch):
                for p in dataclasses.replace(hpf, absent={"likelihood": "x"}).problems())
     assert any("fold_in='<reason>'" in p for p in dataclasses.replace(hpf, absent={"fold_in": "x"}).problems())
     assert dataclasses.replace(bare, fold_in="not available: a reason", absent={
-        "score_form": "a", "q_mean_form": "b", "likelihood": "c"}).problems() == []
+        "score_form": "a", "q_mean_form": "b", "likelihood": "c", "grid": "d"}).problems() == []
     with pytest.raises(registry.MissingDeclaration, match="'bpr': no likelihood declared.*pairwise orders"):
         api.ADAPTERS["bpr"].part("likelihood")
     with pytest.raises(registry.MissingDeclaration, match="'rg': no fold_in declared.*hidden-graph"):

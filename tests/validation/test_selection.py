@@ -25,6 +25,12 @@ OPTIONS = {"max_iter": 100, "n_draws": 10}
 CLI_GRID = ["--grid", "K=2,4,1", "shape=0.3", "scale=1", "--max-iter", "100", "--draws", "10", "-N", "5"]
 
 
+def _declared(model: str) -> selection.Grid:
+    """The grid declared with ``model`` (its front-door adapter's ``grid``)."""
+    api.models()  # registers the adapters
+    return api.ADAPTERS[model].grid
+
+
 def _planted(seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     I, J, B = 160, 48, 4
@@ -98,7 +104,8 @@ def test_the_test_part_is_never_seen(planted, python_choice, cli_choice, tmp_pat
 
     holdout.model_metrics = spy_metrics
     try:
-        sel = selection.select(spy_fit, "hpf", train, grid=GRID, options=OPTIONS, N=(5,), progress=False)
+        sel = selection.select(spy_fit, "hpf", train, declared=_declared("hpf"), grid=GRID, options=OPTIONS, N=(5,),
+                               progress=False)
     finally:
         holdout.model_metrics = real_metrics
     pairs = set(zip(test["user"], test["item"]))
@@ -127,10 +134,10 @@ def test_a_training_part_too_small_is_refused_before_any_fit(tmp_path, capsys):
         raise AssertionError("fitted although the validation split was refused")
 
     with pytest.raises(ValueError, match="too small to carve a validation split.*min_users = 10"):
-        selection.select(no_fit, "hpf", train, progress=False)
+        selection.select(no_fit, "hpf", train, declared=_declared("hpf"), progress=False)
     one_each = pd.DataFrame({"user": [f"u{k}" for k in range(20)], "item": [f"i{k % 5}" for k in range(20)]})
     with pytest.raises(ValueError, match="too small to carve a validation split"):
-        selection.select(no_fit, "bpr", one_each, progress=False)
+        selection.select(no_fit, "bpr", one_each, declared=_declared("bpr"), progress=False)
     path = tmp_path / "small.csv"
     small.to_csv(path, index=False)
     assert cli.main(["evaluate", "hpf", "--data", str(path), "--user-col", "user", "--item-col", "item",
@@ -138,35 +145,39 @@ def test_a_training_part_too_small_is_refused_before_any_fit(tmp_path, capsys):
     assert "too small to carve a validation split" in capsys.readouterr().err
 
 
-def test_every_model_has_one_grid_with_its_reasons():
-    assert set(api.models()) <= set(selection.GRIDS)
-    for model, g in selection.GRIDS.items():
-        assert g.why and len(g.K) >= 2, model
-        points = selection.grid_points(model)
+def test_every_model_declares_one_grid_with_its_reasons():
+    for model in api.models():
+        g = _declared(model)
+        assert isinstance(g, selection.Grid) and g.why and len(g.K) >= 2, model
+        assert not g.search_options or g.search_why, model
+        points = selection.grid_points(g, model=model)
         assert len(points) == len(g.K) * int(np.prod([len(a.values) for a in g.axes])) <= 18, model
         for a in g.axes:  # every axis reaches the fit: a solver option or a field of the model's hyper class
             if a.option:
                 assert a.option in api.valid_options(model), (model, a.option)
             else:
                 assert set(a.fields) <= set(selection._resolve(g.hyper)._fields), (model, a.fields)
-    assert {a.name for a in selection.GRIDS["psm"].axes} == {"r"} and {a.name for a in selection.GRIDS["rg"].axes} == {"r"}
-    assert {a.name for a in selection.GRIDS["bpr"].axes} == {"learning_rate", "reg"}
-    assert {a.name for a in selection.GRIDS["sgd-fm"].axes} == {"learning_rate", "reg"}
-    assert {a.name for a in selection.GRIDS["hpf"].axes} == {"shape", "scale"}
+    assert {a.name for a in _declared("psm").axes} == {"r"} and {a.name for a in _declared("rg").axes} == {"r"}
+    assert {a.name for a in _declared("bpr").axes} == {"learning_rate", "reg"}
+    assert {a.name for a in _declared("sgd-fm").axes} == {"learning_rate", "reg"}
+    assert {a.name for a in _declared("hpf").axes} == {"shape", "scale"}
+    # the search options: HPF's fits score the exact q mean (the test below); no other model has any
+    assert {m: dict(_declared(m).search_options) for m in api.models() if _declared(m).search_options} == {
+        "hpf": {"n_draws": 0}}
 
 
 def test_grid_points_become_fit_options():
-    g = selection._grid("hpf", None)
+    g = selection._grid(_declared("hpf"), None, "hpf")
     opts = selection._point_options(g, {"K": 5, "shape": 1.0, "scale": 0.1}, {"max_iter": 3})
     h = opts["hyper"]
     assert (h.a, h.c, h.b_prime, h.d_prime, h.a_prime, opts["max_iter"]) == (1.0, 1.0, 0.1, 0.1, 0.3, 3)
-    g = selection._grid("sgd-fm", None)
+    g = selection._grid(_declared("sgd-fm"), None, "sgd-fm")
     h = selection._point_options(g, {"K": 10, "learning_rate": 0.03, "reg": 0.04}, {})
     assert h["learning_rate"] == 0.03 and (h["hyper"].lambda_w, h["hyper"].lambda_v, h["hyper"].lambda_0) == (0.04, 0.04, 0.0)
-    assert selection._point_options(selection._grid("psm", None), {"K": 10, "r": 8.0}, {}) == {"r": 8.0}
-    rg = selection._point_options(selection._grid("rg", None), {"K": 10, "r": 1.0}, {})["hyper"]
+    assert selection._point_options(_declared("psm"), {"K": 10, "r": 8.0}, {}) == {"r": 8.0}
+    rg = selection._point_options(_declared("rg"), {"K": 10, "r": 1.0}, {})["hyper"]
     assert rg.r == 1.0 and rg.alpha == 0.01
-    assert [p["K"] for p in selection.grid_points("psm", {"K": 7, "r": (1, 2)})] == [7, 7]
+    assert [p["K"] for p in selection.grid_points(_declared("psm"), {"K": 7, "r": (1, 2)})] == [7, 7]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -179,11 +190,41 @@ def test_grid_points_become_fit_options():
 def test_bad_selection_settings_are_refused(planted, kwargs, message):
     _, train, _ = planted
     with pytest.raises(ValueError, match=message):
-        selection.select(lambda *a, **k: None, "hpf", train, N=(5,), progress=False, **kwargs)
+        selection.select(lambda *a, **k: None, "hpf", train, declared=_declared("hpf"), N=(5,), progress=False, **kwargs)
     with pytest.raises(ValueError, match="searches them"):
-        selection.select(lambda *a, **k: None, "psm", train, options={"r": 2.0}, progress=False)
-    with pytest.raises(ValueError, match="no selection grid"):
-        selection.grid_points("nope")
+        selection.select(lambda *a, **k: None, "psm", train, declared=_declared("psm"), options={"r": 2.0},
+                         progress=False)
+    with pytest.raises(ValueError, match="no selection grid for model 'nope'; models with one: hpf, hpf-gibbs"):
+        api.select("nope", train)
+    with pytest.raises(ValueError, match="grid: psm searches K, r; not 'shape'"):
+        selection.grid_points(_declared("psm"), {"shape": 1.0}, model="psm")
+    with pytest.raises(TypeError, match="psm: the declared grid must be a validation.evaluation.selection.Grid"):
+        selection.grid_points({"K": (5,)}, model="psm")
+
+
+def test_an_adapter_without_a_grid_is_reported(planted, monkeypatch):
+    """The grid is a declared part (`ADAPTER_PARTS`): an adapter with none and no reason, a grid without its
+    reason, or search options without theirs are reported by `adapter_problems`; a declared absence conforms,
+    and `api.select` refuses the model with that reason, naming the models that have a grid."""
+    import dataclasses
+
+    from validation.frontdoor import api_models
+
+    api.models()  # registers the adapters
+    hpf = api.ADAPTERS["hpf"]
+    monkeypatch.setitem(api.ADAPTERS, "mine", dataclasses.replace(hpf, name="mine", grid=None))
+    assert [p for p in api_models.adapter_problems() if "'mine'" in p] == [
+        "front-door adapter 'mine': no grid, and no reason declared for its absence"]
+    assert dataclasses.replace(hpf, grid=dataclasses.replace(hpf.grid, why=" ")).problems() == [
+        "front-door adapter 'hpf': its grid gives no reason for its values (Grid.why)"]
+    assert dataclasses.replace(hpf, grid=dataclasses.replace(hpf.grid, search_why="")).problems() == [
+        "front-door adapter 'hpf': its grid's search_options {'n_draws': 0} give no reason (Grid.search_why)"]
+    absent = dataclasses.replace(hpf, name="mine", grid=None, absent={**hpf.absent, "grid": "a reason of mine"})
+    monkeypatch.setitem(api.ADAPTERS, "mine", absent)
+    assert api_models.adapter_problems() == []
+    with pytest.raises(ValueError, match=r"no selection grid for model 'mine' \(declared absent: a reason of mine\); "
+                                         r"models with one: hpf, "):
+        api.select("mine", planted[1])
 
 
 def test_hpf_validation_fits_score_the_exact_q_mean(planted):
@@ -197,8 +238,8 @@ def test_hpf_validation_fits_score_the_exact_q_mean(planted):
         calls.append((data, kw))
         return api.fit(model, data, **kw)
 
-    sel = selection.select(spy_fit, "hpf", train, grid={"K": (4,), "shape": 0.3, "scale": 1.0}, options=OPTIONS,
-                           N=(5,), progress=False)
+    sel = selection.select(spy_fit, "hpf", train, declared=_declared("hpf"), grid={"K": (4,), "shape": 0.3, "scale": 1.0},
+                           options=OPTIONS, N=(5,), progress=False)
     assert [kw["n_draws"] for _, kw in calls] == [0, OPTIONS["n_draws"]]  # the search's one fit, then the refit
     data, kw = calls[0]
     val = holdout.split(train, how="loo", seed=1)

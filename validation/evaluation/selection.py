@@ -3,7 +3,8 @@ split carved from the TRAINING part only, then a refit on the whole training par
 
     from validation.frontdoor import api
     train, test = api.split(df, how="loo", seed=0)
-    sel = api.select("psm", train, N=(10,), seed=0)    # = selection.select(api.fit, "psm", train, ...)
+    sel = api.select("psm", train, N=(10,), seed=0)    # = selection.select(api.fit, "psm", train,
+                                                       #     declared=api.ADAPTERS["psm"].grid, ...)
     print(sel.table)                                   # every grid point with its validation score
     print(sel.chosen, sel.seconds)                     # {"K": 10, "r": 8.0}; seconds per phase
     print(sel.evaluate(test))                          # the refitted model on the test part, as `holdout.evaluate`
@@ -18,20 +19,22 @@ How (`select`):
    `validation.evaluation.model_studies.validation_split`); no second splitting code. The test part is
    not an argument: nothing of it can reach the search. A training part on which fewer than
    ``min_users`` users (`MIN_VALIDATION_USERS`) get a validation entry is refused (ValueError) before any fit.
-2. **Search.** Every point of the model's grid (`GRIDS`, one table keyed by model name; ``grid=`` overrides
-   an axis's values) is fitted on the inner training part and scored on the validation entries by
+2. **Search.** Every point of the model's declared `Grid` (``declared``: the front door passes the
+   ``grid`` of the model's adapter, `validation.frontdoor.api_models.ModelAdapter`; ``grid=`` overrides an
+   axis's values) is fitted on the inner training part and scored on the validation entries by
    `validation.evaluation.holdout.model_metrics`, the metrics `holdout.evaluate` reports; the criterion is
    ``metric`` (default ``recall@N`` at the smallest cut-off N, the metric the evaluation's intervals are
    computed on; ``rmse`` is minimised, the others maximised; ties: the first point in grid order).
-   A tqdm bar runs over the grid points. Models in `Q_MEAN_FITS` (HPF) are scored from the means of q,
-   exact under their mean-field q, instead of draws.
+   A tqdm bar runs over the grid points. A grid's ``search_options`` (HPF: ``n_draws=0``) override the
+   caller's fit options in the search only: HPF is scored from the means of q, exact under its mean-field
+   q, instead of draws.
 3. **Refit** on the whole training part with the chosen values (``refit=True``).
 
 Every step's seconds are in `Selection.seconds` ("validation split", "search", "refit"; `Selection.evaluate`
 adds "evaluate"), each grid point's in the table's ``seconds`` column.
 
-Source: project addition (issue 27 item 2: model selection never on test); the grid values cite their
-sources in `GRIDS`.
+Source: project addition (issue 27 item 2: model selection never on test; issue 25: the grids declared
+with each model); each declared grid cites the sources of its values in its ``why``.
 """
 
 from __future__ import annotations
@@ -40,13 +43,13 @@ import importlib
 import itertools
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["Axis", "Grid", "GRIDS", "MIN_VALIDATION_USERS", "Selection", "grid_points", "select"]
+__all__ = ["Axis", "Grid", "MIN_VALIDATION_USERS", "Selection", "grid_points", "select"]
 
 #: fewest users with a validation entry that `select` accepts: below it one user moves recall@10 of the
 #: validation set by 0.1 or more, more than the differences between grid points it is meant to resolve
@@ -102,11 +105,17 @@ class Grid:
         Hyper fields held at a value other than the class default (e.g. SGD-FM's lambda_0), unless the
         caller gives a ``hyper``.
     why : str, default ""
-        The reason for the values (printed by `Selection.lines`).
+        The reason for the values (printed by `Selection.lines`; a front-door adapter's grid must give one).
+    search_options : mapping str -> object, default {}
+        Fit options of the search's validation fits only, over the caller's (the refit keeps the caller's):
+        e.g. HPF's ``{"n_draws": 0}``, the score from the means of q where that is exact.
+    search_why : str, default ""
+        The reason for ``search_options`` (a front-door adapter's grid must give one when there are any).
 
     Raises
     ------
-    None of its own (the fields are not checked; `grid_points` / `select` check overrides).
+    None of its own (the fields are not checked; `grid_points` / `select` check overrides,
+    `validation.frontdoor.api_models.adapter_problems` the reasons).
 
     Source: project addition.
     """
@@ -116,6 +125,8 @@ class Grid:
     hyper: str | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
     why: str = ""
+    search_options: Mapping[str, Any] = field(default_factory=dict)
+    search_why: str = ""
 
     @property
     def names(self) -> tuple:
@@ -135,56 +146,16 @@ class Grid:
         return ("K",) + tuple(a.name for a in self.axes)
 
 
-_K_SAMPLERS = ("K only: the samplers draw their prior precisions from hyperpriors (no scale to choose); "
-               "K in {10, 32}: `validation.evaluation.ratings_eval.RatingsConfig` ranks (004 ch. 3's MovieLens runs)")
-_K_SIBM = ("K only: the priors are seed 002's unit variances (sec. 5, 'priors with zero means and unit variances'); "
-           "K in {5, 10, 20} around the seed's MovieLens runs")
-_K_PFM = ("K only: NPFM / PPFM draw their precisions and r_k from hyperpriors (004 ch. 5); K in {10, 20, 50}: "
-          "004 ch. 5's P3 runs use K = 50, the smaller values for smaller files")
-
-#: The searched grid of every model of the front door (one place). K is always searched; the other axes
-#: are the model's main hyperparameters. Each entry says why its values.
-GRIDS: dict[str, Grid] = {
-    "hpf": Grid((5, 10, 20), (Axis("shape", (0.1, 0.3, 1.0), fields=("a", "c")),
-                              Axis("scale", (0.1, 1.0), fields=("b_prime", "d_prime"))), "ppl_models.hpf:HPFHyper",
-                why="shape = a = c of theta, beta: 0.3 is Gopalan et al. 2015's and hpfrec's setting (HPFHyper default), "
-                    "0.1 sparser, 1.0 an exponential prior; scale = b' = d', the prior means of user activity and item "
-                    "popularity (their Gammas' scales are b'/a', d'/c'): 1 (default) and 0.1; K around 001's MovieLens runs"),
-    "hpf-gibbs": Grid((5, 10, 20), (Axis("shape", (0.3, 1.0), fields=("a", "c")),), "ppl_models.hpf:HPFHyper",
-                      why="as hpf, with fewer points (a sampler fit costs more)"),
-    "psm": Grid((10, 20), (Axis("r", (1.0, 4.0, 8.0), option="r"),),
-                why="K = 20, r = 1 is 000's fig. 2 setting; K = 10, r = 8 was chosen on a validation split of ML-100K "
-                    "P1 (validation.evaluation.model_studies.PSM_DEFAULTS: rank score 0.909 -> 0.921 on test); r = 4 between"),
-    "rg": Grid((10, 20), (Axis("r", (0.5, 1.0), fields=("r",)),), "ppl_models.rg:RGHyper",
-               why="r = 1/2 is 003 sec. 6.1's setting (RGHyper default); r = 1 the other value implicit_eval runs; "
-                   "K = 20 sec. 6.1's, 10 smaller"),
-    "bpr": Grid((16, 64), (Axis("learning_rate", (0.02, 0.05), option="learning_rate"),
-                           Axis("reg", (0.01, 0.03), fields=("reg",))), "custom_inference.bpr:BPRHyper",
-                why="K = 64, learning rate 0.02, reg 0.01 (uniform) / 0.03 (popularity sampling) are implicit_eval's "
-                    "BPR settings; 0.05 is custom_inference.bpr.fit's default rate; K = 16 for small files"),
-    "sgd-fm": Grid((10, 32), (Axis("learning_rate", (0.003, 0.01, 0.03), option="learning_rate"),
-                              Axis("reg", (0.01, 0.04), fields=("lambda_w", "lambda_v"))), "custom_inference.fm_sgd:SGDReg",
-                   fixed={"lambda_0": 0.0},
-                   why="learning rates and lambda_w = lambda_v of counts_eval.CountsConfig's SGD-FM search (0.003-0.03, "
-                       "0.01-0.04; 0.01 is libFM's and ratings_eval's rate); K: ratings_eval's ranks"),
-    **{m: Grid((10, 32), why=_K_SAMPLERS) for m in ("sbmf", "bpmf", "mcmc-fm")},
-    **{m: Grid((10, 32), why="K only: the prior precisions are updated by the solver (update_hyper, 004 ch. 4); "
-                             "K: ratings_eval's ranks") for m in ("vbfm", "ovbfm")},
-    **{m: Grid((5, 10, 20), why=_K_SIBM) for m in ("sibm", "sibm-svi", "sibm-map")},
-    **{m: Grid((10, 20, 50), why=_K_PFM) for m in ("npfm", "ppfm")},
-}
-
-
 def _resolve(spec: str):
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
-def _grid(model: str, overrides: Mapping[str, Any] | None) -> Grid:
-    """The model's `GRIDS` entry with ``overrides`` (axis name -> value or values) applied."""
-    if model not in GRIDS:
-        raise ValueError(f"no selection grid for model {model!r}; models with one: {', '.join(GRIDS)}")
-    g = GRIDS[model]
+def _grid(g: Grid, overrides: Mapping[str, Any] | None, model: str) -> Grid:
+    """The declared grid ``g`` of ``model`` with ``overrides`` (axis name -> value or values) applied."""
+    if not isinstance(g, Grid):
+        raise TypeError(f"{model}: the declared grid must be a validation.evaluation.selection.Grid, got "
+                        f"{type(g).__name__}")
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(g.names))
     if unknown:
@@ -204,18 +175,21 @@ def _grid(model: str, overrides: Mapping[str, Any] | None) -> Grid:
     for a in axes:
         if any(not np.isfinite(x) or x < 0 for x in a.values):
             raise ValueError(f"grid: {a.name} must be finite numbers >= 0, got {a.values!r}")
-    return Grid(tuple(int(k) for k in K), axes, g.hyper, g.fixed, g.why)
+    return replace(g, K=tuple(int(k) for k in K), axes=axes)
 
 
-def grid_points(model: str, grid: Mapping[str, Any] | None = None) -> list[dict]:
-    """The points `select` searches for ``model``, in order (the product of the axes, K outermost).
+def grid_points(declared: Grid, grid: Mapping[str, Any] | None = None, *, model: str = "the model") -> list[dict]:
+    """The points `select` searches on the grid ``declared``, in order (the product of the axes, K outermost).
 
     Parameters
     ----------
-    model : str
-        A name of `GRIDS` (every front-door model).
+    declared : Grid
+        The model's declared grid (for the front door's models: ``ModelAdapter.grid`` of
+        `validation.frontdoor.api_models`, which `validation.frontdoor.api.grid_of` returns by name).
     grid : mapping str -> value or sequence of values, optional
         Overrides of axis values, e.g. ``{"K": (5, 10), "r": 8}`` (repeats dropped, order kept).
+    model : str, default "the model"
+        The model's name, used in error messages only.
 
     Returns
     -------
@@ -225,21 +199,15 @@ def grid_points(model: str, grid: Mapping[str, Any] | None = None) -> list[dict]
     Raises
     ------
     ValueError
-        A model without a grid, an axis the model does not search, an empty axis or bad values (K not
-        integers >= 1, others not finite numbers >= 0).
+        An axis the model does not search (the message names the model and its axes), an empty axis or bad
+        values (K not integers >= 1, others not finite numbers >= 0).
+    TypeError
+        ``declared`` is not a `Grid`.
 
     Source: project addition.
     """
-    g = _grid(model, grid)
+    g = _grid(declared, grid, model)
     return [dict(zip(g.names, p)) for p in itertools.product(g.K, *(a.values for a in g.axes))]
-
-
-#: Fit options of the validation fits of models whose score is exact from the means of q (issue 27 item 4):
-#: HPF's q is mean-field, theta_u and beta_i independent Gammas, so E_q[theta_u . beta_i] =
-#: E_q[theta_u] . E_q[beta_i]; with ``n_draws=0`` the fit keeps those means (one "draw") and the score is
-#: the exact q mean (what the front door's ``means="q"`` computes), not a Monte Carlo average of 200 draws.
-#: They override the user's ``n_draws`` for the search only; the refit keeps the user's options.
-Q_MEAN_FITS = {"hpf": {"n_draws": 0}}
 
 
 def _point_options(g: Grid, point: Mapping[str, Any], options: Mapping[str, Any]) -> dict:
@@ -402,7 +370,7 @@ def _paired(per_user: Mapping[int, pd.Series], best: int, n: int) -> tuple[np.nd
     return diff, se
 
 
-def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0, N=(10, 20), metric: str | None = None,
+def select(fit: Callable, model: str, train, *, declared: Grid, how: str = "loo", seed: int = 0, N=(10, 20), metric: str | None = None,
            grid: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None, min_value: float | None = None,
            test_fraction: float = 0.2, n_test: int = 1, min_users: int = MIN_VALIDATION_USERS, refit: bool = True,
            progress: bool = True, user_col=None, item_col=None, value_col=None, time_col=None,
@@ -418,10 +386,13 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
         ``fit(model, data, K=, seed=, progress=, user_col=, item_col=, value_col=, transform=, threshold=,
         **options) -> FittedModel`` (`validation.frontdoor.api.fit`; the front door's ``api.select`` passes it).
     model : str
-        A name of `GRIDS` (every front-door model).
+        The model's name, passed to ``fit`` (a front-door name, `validation.frontdoor.api.models`).
     train : pandas.DataFrame
         The TRAINING part only (`validation.evaluation.holdout.split`'s first value): N rows in the columns
         named by ``user_col`` ... ``time_col``, else the defaults of `holdout.split`.
+    declared : Grid
+        The model's declared grid, with its ``search_options`` (for the front door's models:
+        ``ModelAdapter.grid``; `validation.frontdoor.api.select` passes it).
     how : {"loo", "fraction", "time", "basket"}, default "loo"
         Protocol of the validation split (`holdout.split` of ``train``); use the outer split's.
     seed : int, default 0
@@ -432,7 +403,7 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
         The criterion: one of ``recall@n``, ``ndcg@n`` (n in N), ``rank_score``, ``rmse`` (rating models;
         minimised, the others maximised); default ``recall@min(N)``. Ties: the first point in grid order.
     grid : mapping str -> value or sequence of values, optional
-        Overrides of `GRIDS`'s values, axis name -> value(s), e.g. ``{"K": (5, 10), "r": (1, 8)}``.
+        Overrides of ``declared``'s values, axis name -> value(s), e.g. ``{"K": (5, 10), "r": (1, 8)}``.
     options : mapping str -> object, optional
         Fit options held fixed (e.g. ``max_iter``; a ``hyper`` is the base the searched fields replace).
     min_value : float, optional
@@ -468,8 +439,10 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
 
     Raises
     ------
+    TypeError
+        ``declared`` is not a `Grid`.
     ValueError
-        An unknown model or grid axis, bad grid values or ``metric``, bad ``N``, an option the grid searches
+        A grid axis the model does not search, bad grid values or ``metric``, bad ``N``, an option the grid searches
         (it would be overwritten), a training part too small to carve a validation split (`holdout.split`
         finds nothing to hold out, or fewer than ``min_users`` users get a validation entry), every grid
         point failing (the first error named). Other errors of `holdout.split` and ``fit`` for bad input
@@ -482,8 +455,8 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
 
     from validation.evaluation import holdout
 
-    g = _grid(model, grid)
-    points = grid_points(model, grid)
+    g = _grid(declared, grid, model)
+    points = grid_points(declared, grid, model=model)
     N = holdout._cutoffs(N)
     metric = metric or f"recall@{N[0]}"
     allowed = [m for n in N for m in (f"recall@{n}", f"ndcg@{n}")] + ["rank_score", "rmse"]
@@ -520,7 +493,7 @@ def select(fit: Callable, model: str, train, *, how: str = "loo", seed: int = 0,
             warnings.simplefilter("always")
             try:
                 m = fit(model, val.train, K=int(point["K"]), seed=int(seed), progress=False, transform=transform,
-                        threshold=threshold, **cols, **{**_point_options(g, point, options), **Q_MEAN_FITS.get(model, {})})
+                        threshold=threshold, **cols, **{**_point_options(g, point, options), **g.search_options})
                 means, pu = holdout.model_metrics(m, val.test, N=N, per_user=True, **cols)
                 row.update(means)
                 if metric != "rmse":

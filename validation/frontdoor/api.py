@@ -349,8 +349,9 @@ def select(model: str, train, **kwargs):
 
     The validation split is carved from ``train`` (the training part of `split`, never the test
     part); the refit on all of ``train`` uses the choice: `validation.evaluation.selection.select`
-    with this module's `fit`. ``select(...).evaluate(test)`` evaluates the refitted model as
-    `FittedModel.evaluate` does.
+    with this module's `fit` and the grid declared with the model (``ModelAdapter.grid`` of
+    `validation.frontdoor.api_models`, with its search options). ``select(...).evaluate(test)``
+    evaluates the refitted model as `FittedModel.evaluate` does.
 
     Parameters
     ----------
@@ -359,7 +360,8 @@ def select(model: str, train, **kwargs):
     train : pandas.DataFrame
         The training part of `split`.
     **kwargs
-        Grids, split and fit settings of `validation.evaluation.selection.select` (listed there).
+        Grid overrides, split and fit settings of `validation.evaluation.selection.select` (listed
+        there; not ``declared``, which is the model's own).
 
     Returns
     -------
@@ -369,11 +371,27 @@ def select(model: str, train, **kwargs):
     Raises
     ------
     ValueError
-        As `validation.evaluation.selection.select` (an empty grid, a validation split with no
-        users) and `fit`.
+        A model without a declared grid (the message names the models with one), and as
+        `validation.evaluation.selection.select` (an axis the model does not search, an empty grid, a
+        validation split with no users) and `fit`.
 
-    Source: project addition (issue 27 item 2).
+    Source: project addition (issue 27 item 2; issue 25: the grid declared with the model).
     """
     from validation.evaluation.selection import select as _select
 
-    return _select(fit, model, train, **kwargs)
+    return _select(fit, model, train, declared=_declared_grid(model), **kwargs)
+
+
+def _declared_grid(model: str):
+    """The `validation.evaluation.selection.Grid` declared by ``model``'s adapter; ValueError naming the models
+    that declare one (and the declared reason, if ``model`` declares its absence) otherwise."""
+    from validation.evaluation.selection import Grid
+
+    _ensure_adapters()
+    grid = getattr(ADAPTERS.get(model), "grid", None)
+    if isinstance(grid, Grid):
+        return grid
+    why = getattr(ADAPTERS.get(model), "absent", {}).get("grid")
+    with_one = [n for n, a in ADAPTERS.items() if isinstance(getattr(a, "grid", None), Grid)]
+    raise ValueError(f"no selection grid for model {model!r}" + (f" (declared absent: {why})" if why else "")
+                     + f"; models with one: {', '.join(with_one)}")

@@ -361,8 +361,8 @@ def cmd_evaluate_model(args) -> int:
     (`validation.frontdoor.api.fit` with the fit flags) and evaluated next to popularity and EASE^R
     (`validation.evaluation.holdout.evaluate`, cut-offs ``-N``: standard errors and paired bootstrap intervals
     against the better baseline). With ``--select``, K and the model's main hyperparameters are first chosen on a
-    validation split carved from the training part only (`validation.frontdoor.api.select`: the grid of
-    `validation.evaluation.selection.GRIDS`, ``--grid`` overrides, criterion ``--select-metric``, default recall@
+    validation split carved from the training part only (`validation.frontdoor.api.select`: the grid declared
+    with the model, ``ModelAdapter.grid``, ``--grid`` overrides, criterion ``--select-metric``, default recall@
     the smallest N) and the choice refitted on the training part. Prints the split summary, the metrics table,
     EASE^R's chosen lambda and validation curve, the differences, the evaluation counts, the selection (grid,
     every point's validation score, the choice) and the seconds per phase; writes ``metrics.csv``, ``report.md``
@@ -959,7 +959,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "part (never the test part), refit on the train part (validation.evaluation.selection; --k "
                         "is then ignored)")
     g.add_argument("--grid", nargs="+", default=None, metavar="NAME=V1,V2",
-                   help="--select: replace grid values, e.g. K=5,10 r=1,8 (validation.evaluation.selection.GRIDS)")
+                   help="--select: replace grid values, e.g. K=5,10 r=1,8 (the model's declared grid, ModelAdapter.grid)")
     g.add_argument("--select-metric", default=None,
                    help="--select: the criterion (recall@N, ndcg@N with N of -N, rank_score, rmse; default recall@ the "
                         "smallest N)")
