@@ -649,11 +649,9 @@ def fm_functionals(design: FMDesign) -> dict:
 
     Source: project addition (SBC functionals of the FM of 004_90693a0965f06816.txt, eq. 2.17).
     """
-    rows, cols, values, n = design.rows[:9], design.cols[:9], design.values[:9], design.n_rows
     keep = np.asarray(design.rows) < 3
     r, c, v = np.asarray(design.rows)[keep], np.asarray(design.cols)[keep], np.asarray(design.values)[keep]
     g = np.asarray(design.group)
-    del rows, cols, values, n
 
     def yhat(p):
         return np.asarray(ppl.predict_mean({k: jnp.asarray(p[k]) for k in ("w0", "w", "V")}, r, c, v, 3))
