@@ -47,8 +47,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-__all__ = ["LinearScore", "MAX_BYTES", "Recommendations", "ItemsPlan", "plan_items", "plan_pairs", "items_bytes", "pairs_bytes",
-           "recommend", "predict", "iter_item_scores", "KINDS", "OBSERVATION_DRAWS"]
+__all__ = ["LinearScore", "MAX_BYTES", "Recommendations", "ItemsPlan", "plan_items", "plan_pairs", "items_bytes",
+           "pairs_bytes", "recommend", "predict", "iter_item_scores", "KINDS", "OBSERVATION_DRAWS"]
 
 #: Default bound, in bytes, on the engine's temporary arrays alive at once (see the module docstring).
 MAX_BYTES = 256 * 2**20
@@ -1163,8 +1163,8 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
     -------
     pandas.DataFrame
         M rows in the pairs' order: ``user``, ``item`` (as given), ``mean``, ``sd`` (ddof 1), ``lower``,
-        ``upper`` (the last three only with ``sd=True``; float64, in the units of the fitted values; numpy's default linear quantiles over the S
-        draws, or the S R simulated values), ``method`` (how the draws were obtained,
+        ``upper`` (the last three only with ``sd=True``; float64, in the units of the fitted values; numpy's
+        default linear quantiles over the S draws, or the S R simulated values), ``method`` (how the draws were obtained,
         `FittedModel.uncertainty`). For point estimates (MAP, SGD) and ``kind="mean"``, sd = 0 and the
         interval is the point.
 
