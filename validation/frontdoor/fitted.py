@@ -297,8 +297,8 @@ class FittedModel:
         -------
         pandas.DataFrame
             M rows: user, item, mean, sd, lower, upper (float64, in the units of the fitted values; the
-            last three only with ``sd=True``), method (how the draws were obtained). For point estimates (MAP, SGD) sd = 0 and the
-            interval is the point.
+            last three only with ``sd=True``), method (how the draws were obtained). For point estimates
+            (MAP, SGD) sd = 0 and the interval is the point.
 
         Raises
         ------

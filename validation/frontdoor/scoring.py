@@ -1164,9 +1164,9 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
     pandas.DataFrame
         M rows in the pairs' order: ``user``, ``item`` (as given), ``mean``, ``sd`` (ddof 1), ``lower``,
         ``upper`` (the last three only with ``sd=True``; float64, in the units of the fitted values; numpy's
-        default linear quantiles over the S draws, or the S R simulated values), ``method`` (how the draws were obtained,
-        `FittedModel.uncertainty`). For point estimates (MAP, SGD) and ``kind="mean"``, sd = 0 and the
-        interval is the point.
+        default linear quantiles over the S draws, or the S R simulated values), ``method`` (how the draws
+        were obtained, `FittedModel.uncertainty`). For point estimates (MAP, SGD) and ``kind="mean"``, sd = 0
+        and the interval is the point.
 
     Raises
     ------
