@@ -71,6 +71,22 @@ def test_binarization_that_leaves_nothing_says_the_threshold_and_the_counts(stub
     assert "lower threshold" in msg
 
 
+@pytest.mark.parametrize("model", ["bpmf", "sbmf", "vbfm", "sgd-fm"])
+def test_a_ratings_model_on_one_class_data_is_refused_naming_the_column_and_the_models_that_fit_it(model, stub):
+    """A basket file read for a ratings model has every value 1: a Gaussian fit of constant ratings
+    recommended noise without a word (found in a new-user trial); now refused before the solver."""
+    df = pd.DataFrame({"basket": [0, 0, 1, 1, 2], "product": ["milk", "eggs", "milk", "tea", "eggs"],
+                       "n": [1.0] * 5})
+    with pytest.raises(ValueError) as err:
+        api.fit(model, df, K=2, user_col="basket", item_col="product", value_col="n")
+    msg = str(err.value)
+    assert "all 5 values of column 'n' are 1" in msg and "one-class" in msg
+    assert "bpr" in msg and "hpf" in msg  # the models that do fit it
+    varied = df.assign(n=[1.0, 2.0, 1.0, 3.0, 1.0])  # the same table with ratings passes the check
+    with pytest.raises(SolverReached):
+        api.fit(model, varied, K=2, user_col="basket", item_col="product", value_col="n")
+
+
 def test_ovbfm_with_more_batches_than_entries_names_both_numbers(stub):
     df = pd.DataFrame({"u": [0, 1], "i": [0, 1], "r": [3.0, 4.0]})
     with pytest.raises(ValueError, match=r"n_batches=10 is larger than the number of entries to fit \(2\)"):

@@ -121,7 +121,8 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     ValueError
         Bad input, before any computation, in the user's terms: the user's column names (NaN,
         non-numeric values), duplicate (user, item) pairs with their ids, unknown options with the
-        valid ones listed; ``resume_from`` with a non-resumable model (the reason),
+        valid ones listed; a ratings model on values that are all equal (one-class data, with the
+        models that fit it); ``resume_from`` with a non-resumable model (the reason),
         ``checkpoint_every`` / ``_stop_after`` without ``resume_from``, a checkpoint written by
         another run (every differing field named, with how to start fresh) or damaged (the file
         named), before anything is compiled.
@@ -163,6 +164,13 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
         raise ValueError(_user_terms(str(exc), names if isinstance(data, pd.DataFrame) else {})) from None
     if table.empty:
         raise ValueError(_nothing_left(model, adapter.values, given, transform, threshold, names))
+    if adapter.values == "real" and len(table) > 1 and table["rating"].nunique() == 1:  # nothing to fit
+        of_kind = {k: ", ".join(n for n in models() if ADAPTERS[n].values == k) for k in ("binary", "count")}
+        raise ValueError(
+            f"{model} models ratings (a Gaussian likelihood), but all {len(table)} values of column "
+            f"{names.get('rating', 'rating')!r} are {table['rating'].iloc[0]:g}: one-class data (baskets, clicks, "
+            f"purchases) has no rating to fit. Choose a one-class model ({of_kind['binary']}) or a count model "
+            f"({of_kind['count']})")
     dropped = _dropped(given, table) if user_ids is None else _no_drops(len(given) - len(table))
     if user_ids is None:
         user_ids, u = np.unique(table["user"].to_numpy(), return_inverse=True)
