@@ -61,6 +61,32 @@ def test_fit_hpf_evaluate_saves_a_loadable_artifact_and_report(ml100k_dir, tmp_p
     assert any(p.name.startswith("by_degree") for p in tmp_path.glob("*.png"))
 
 
+def test_fit_evaluate_sees_the_transformed_values_and_keeps_the_fit(tmp_path, monkeypatch, capsys):
+    """``fit --evaluate --transform double`` on half stars: the evaluation gets the doubled integer counts
+    the fit saw (it got the raw half stars and failed "counts must be integers" after the fit), and the
+    artifact is saved before the evaluation runs, so an evaluation error does not lose the fit."""
+    rng = np.random.default_rng(2)
+    u, i = np.nonzero(rng.random((12, 9)) < 0.5)
+    stars = rng.integers(1, 11, u.size) / 2  # 0.5 .. 5.0
+    path = tmp_path / "half.csv"
+    path.write_text("reader,book,stars\n" + "".join(f"r{a},b{b},{s}\n" for a, b, s in zip(u, i, stars)))
+    seen = {}
+
+    def fake_evaluate(args, *, df=None, path=None):
+        seen["df"] = df
+        seen["saved"] = (tmp_path / "out" / "hpf.nc").exists()
+        raise ValueError("evaluation failed (planted)")
+
+    monkeypatch.setattr(cli, "cmd_evaluate", fake_evaluate)
+    code = cli.main(["fit", "hpf", "--data", str(path), "--user-col", "reader", "--item-col", "book", "--value-col",
+                     "stars", "--transform", "double", "--k", "2", "--max-iter", "3", "--draws", "2", "--out",
+                     str(tmp_path / "out"), "--no-progress", "--evaluate"])
+    assert code == 2 and "evaluation failed (planted)" in capsys.readouterr().err
+    assert seen["saved"]  # the fit was written before the evaluation ran
+    vals = np.sort(seen["df"]["rating"].to_numpy())
+    np.testing.assert_array_equal(vals, np.sort(stars * 2))  # doubled: integer counts, as the fit saw them
+
+
 @pytest.fixture
 def reader_csv(tmp_path):
     """A delimited file with the user's own header names and string ids (24 readers x 18 books)."""

@@ -625,14 +625,17 @@ def cmd_fit(args) -> int:
     model = api.fit(args.model, df, K=args.k, seed=args.seed, transform=args.transform, threshold=args.threshold,
                     resume_from=args.resume_from, progress=not args.no_progress, **options)
     out = Path(args.out or f"factorbayes-output/fit-{args.model}")
+    print(model.summary_text(), file=sys.stderr)
+    saved = model.save(out / f"{args.model}.nc")  # before --evaluate: an evaluation error keeps the fit
+    print(f"{args.model}: saved {saved.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
     if args.evaluate:
+        from validation.frontdoor.tables import _values
+
         args.tol = options.get("tol", 0.0)
         args.dtype = str(options.get("dtype", "float32"))
         args.max_iter = options.get("max_iter", 100)
-        cmd_evaluate(args, df=df, path=path)
-    print(model.summary_text(), file=sys.stderr)
-    saved = model.save(out / f"{args.model}.nc")
-    print(f"{args.model}: saved {saved.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
+        # the evaluation sees the values the fit saw (--transform / --threshold applied, as api.fit does)
+        cmd_evaluate(args, df=_values(df, adapter.values, args.transform, args.threshold), path=path)
     print(saved)
     return 0
 
