@@ -13,8 +13,8 @@ readers of the code and this package is what applications import)::
     sel = fb.select("hpf", train, user_col="reader", item_col="book")   # K, prior shapes on a validation split of train
     sel.evaluate(test)
 
-Names: `fit`, `load`, `split`, `select`, `FittedModel`, `models`, `valid_options`, `RunInterrupted`,
-`__version__`. The command line (``factorbayes ...`` or ``python -m factorbayes ...``) runs
+Names: `fit`, `load`, `split`, `select`, `compare`, `FittedModel`, `models`, `valid_options`,
+`RunInterrupted`, `__version__`. The command line (``factorbayes ...`` or ``python -m factorbayes ...``) runs
 `validation.frontdoor.cli`.
 
 Source: project addition (issue 24, the collision-free import path; issue 25, the layout).
@@ -22,14 +22,15 @@ Source: project addition (issue 24, the collision-free import path; issue 25, th
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from validation.frontdoor.api import FittedModel, fit, load, models, select, split, valid_options
+from validation.frontdoor.api import FittedModel, compare, fit, load, models, select, split, valid_options
 
 try:
     __version__ = _version("factorbayes")
 except PackageNotFoundError:  # a checkout on sys.path without an install
     __version__ = "0+unknown"
 
-__all__ = ["FittedModel", "RunInterrupted", "fit", "load", "models", "select", "split", "valid_options", "__version__"]
+__all__ = ["FittedModel", "RunInterrupted", "compare", "fit", "load", "models", "select", "split", "valid_options",
+           "__version__"]
 
 
 def __getattr__(name):

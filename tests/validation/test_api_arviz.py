@@ -110,6 +110,29 @@ def test_compare_two_models_on_one_data_set(count_fits):
     assert set(table.index) == {"hpf", "hpf-gibbs"} and np.all(np.isfinite(table["elpd_loo"]))
 
 
+def test_fb_compare_runs_on_one_data_set_and_refuses_other_data_or_units(count_fits, counts):
+    """`api.compare` is az.compare after two checks that ArviZ does not make (a new-user trial ranked
+    a model fitted on doubled counts against one on rounded counts, and a Poisson pmf against a Normal
+    density, without a warning): the same entries and values, and all mass functions or all densities."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = api.compare(count_fits)
+        assert set(table.index) == {"hpf", "hpf-gibbs"} and np.all(np.isfinite(table["elpd_loo"]))
+        doubled = _quiet_fit("hpf", counts.assign(count=2 * counts["count"]), K=2, seed=0, max_iter=3, n_draws=5)
+        fewer = _quiet_fit("hpf", counts.iloc[1:], K=2, seed=0, max_iter=3, n_draws=5)
+        normal = _quiet_fit("vbfm", counts, K=2, seed=0, max_iter=3, n_draws=5)  # the same counts, a density
+    with pytest.raises(ValueError, match=r"fitted other values on \d+ of \d+ entries"):
+        api.compare({"hpf": count_fits["hpf"], "doubled": doubled})
+    with pytest.raises(ValueError, match="fitted on .* entries"):
+        api.compare({"hpf": count_fits["hpf"], "fewer": fewer})
+    with pytest.raises(ValueError, match="different units"):
+        api.compare({"hpf": count_fits["hpf"], "vbfm": normal})
+    with pytest.raises(ValueError, match="two or more"):
+        api.compare({"hpf": count_fits["hpf"]})
+    with pytest.raises(TypeError, match="FittedModel"):
+        api.compare({"hpf": count_fits["hpf"], "x": object()})
+
+
 def test_log_likelihood_is_chunked_and_not_in_the_artifact(count_fits, tmp_path):
     m = count_fits["hpf"]
     whole = api_arviz.pointwise_log_likelihood(m)

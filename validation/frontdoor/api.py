@@ -34,11 +34,12 @@ from validation.frontdoor import api_run as _run
 from validation.frontdoor.adapters import ADAPTERS, VALUE_KINDS, Adapter, _adapter, _ensure_adapters, models  # noqa: F401
 from validation.frontdoor.api_run import (_check_options, _dropped, _no_drops, _phases, _refuse_duplicates, _run_summary,
                       _solver_parameters, _warn_dropped, _warn_if_slow, _warn_summary)
+from validation.frontdoor.api_arviz import compare
 from validation.frontdoor.fitted import FittedModel, load
 from validation.frontdoor.tables import _observations_table, _table_named, _user_terms, _values
 
 __all__ = ["Adapter", "ADAPTERS", "FittedModel", "Interrupted", "RunInterrupted", "fit", "load", "models",
-           "run_fingerprint", "valid_options", "checkpoint_path", "split", "select"]
+           "run_fingerprint", "valid_options", "checkpoint_path", "split", "select", "compare"]
 
 
 

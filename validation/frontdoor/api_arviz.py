@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["with_id_coords", "inference_data", "pointwise_log_likelihood", "DEFAULT_CHUNK_BYTES"]
+__all__ = ["with_id_coords", "inference_data", "pointwise_log_likelihood", "compare", "DEFAULT_CHUNK_BYTES"]
 
 #: Bound, in bytes, on the per-chunk temporaries of the pointwise computations (the (S, N) result not counted).
 DEFAULT_CHUNK_BYTES = 64 * 2**20
@@ -278,3 +278,90 @@ def _predictive(fitted, rows, cols, seed, max_bytes) -> np.ndarray:
         out[:, a:a + m] = api_models.observation_draws(fitted, post, attrs, rows[a:a + m], cols[a:a + m], rng,
                                                        precision=prec)
     return out
+
+
+#: Likelihood families whose log-likelihood is a probability mass (counts, 0/1, events) or a density.
+_DISCRETE = frozenset({"poisson", "bernoulli", "psm-events"})
+
+
+def _observed_table(fitted):
+    """The fitted entries as a DataFrame (user, item, y), by the user's ids, sorted."""
+    import pandas as pd
+
+    rows, cols, y = _entries(fitted)
+    t = pd.DataFrame({"user": np.asarray(fitted.user_ids)[rows], "item": np.asarray(fitted.item_ids)[cols], "y": y})
+    return t.sort_values(["user", "item"], kind="stable", ignore_index=True)
+
+
+def compare(models, **kwargs):
+    """`arviz.compare` (PSIS-LOO by default) of fitted models, after checking that it means something.
+
+    ArviZ compares whatever it is given: models fitted on different observations (another transform,
+    another file, another split) or with a mass function against a density get a ranking without a
+    warning. This refuses both before computing anything: every model must have fitted the same entries
+    (the same user and item ids) with the same values, and the likelihoods must all be mass functions
+    (Poisson, Bernoulli, PSM's events) or all densities (Normal).
+
+    Parameters
+    ----------
+    models : mapping str -> validation.frontdoor.fitted.FittedModel
+        Two or more fitted models, by the names the table shows.
+    **kwargs
+        Passed to `arviz.compare` (``ic``, ``method``, ``scale``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        `arviz.compare`'s table, one row per model, best first.
+
+    Raises
+    ------
+    ValueError
+        Fewer than two models; models fitted on other entries or values (the first difference named:
+        the entry counts, an entry one has and the other lacks, or a value that differs, e.g. another
+        ``transform``); a mass function compared with a density; a model without a pointwise
+        likelihood (BPR: `inference_data`'s reason).
+    TypeError
+        A value of ``models`` that is not a FittedModel.
+
+    Source: project addition (issue 24: `az.compare` across the models fitted on one data set).
+    """
+    import arviz as az
+
+    from validation.frontdoor.api_models import likelihood_of
+    from validation.frontdoor.fitted import FittedModel
+
+    models = dict(models)
+    if len(models) < 2:
+        raise ValueError(f"compare needs two or more fitted models, got {len(models)}")
+    for name, m in models.items():
+        if not isinstance(m, FittedModel):
+            raise TypeError(f"models[{name!r}] must be a FittedModel (from fit or load), got {type(m).__name__}")
+    (first, ref), *others = models.items()
+    want = _observed_table(ref)
+    for name, m in others:
+        got = _observed_table(m)
+        if len(got) != len(want):
+            raise ValueError(f"compare: {name!r} was fitted on {len(got)} entries and {first!r} on {len(want)}: "
+                             "the models must be fitted on the same observations (same data, same transform)")
+        keys = ["user", "item"]
+        same_keys = (got[keys].astype(str).to_numpy() == want[keys].astype(str).to_numpy()).all(axis=1)
+        if not same_keys.all():
+            k = int(np.flatnonzero(~same_keys)[0])
+            raise ValueError(f"compare: {name!r} and {first!r} were fitted on other entries (e.g. {first!r} has "
+                             f"user {want.user[k]!r}, item {want.item[k]!r} where {name!r} has user {got.user[k]!r}, "
+                             f"item {got.item[k]!r}): the models must be fitted on the same observations")
+        diff = got.y.to_numpy() != want.y.to_numpy()
+        if diff.any():
+            k = int(np.flatnonzero(diff)[0])
+            raise ValueError(f"compare: {name!r} and {first!r} fitted other values on {int(diff.sum())} of {len(want)} "
+                             f"entries (e.g. user {want.user[k]!r}, item {want.item[k]!r}: {got.y[k]:g} vs "
+                             f"{want.y[k]:g}; another transform or value column?): their log-likelihoods are of "
+                             "different data")
+    kinds = {name: ("mass" if likelihood_of(m.model).family in _DISCRETE else "density")
+             for name, m in models.items()}
+    if len(set(kinds.values())) > 1:
+        raise ValueError("compare: " + ", ".join(f"{n} ({k})" for n, k in kinds.items()) + ": a probability mass "
+                         "and a density are in different units; compare count / one-class models with each other "
+                         "and ratings models with each other")
+    return az.compare({name: m.inference_data() for name, m in models.items()}, **kwargs)
