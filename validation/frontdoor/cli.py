@@ -558,9 +558,11 @@ def _read_table(args):
         path = Path(args.data)
         if not path.exists():
             raise FileNotFoundError(f"--data {args.data}: no such file or directory")
-    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col, "sep": args.sep,
+    columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col,
                "timestamp_col": getattr(args, "time_col", None)}
-    columns = {k: v for k, v in columns.items() if v is not None}
+    # a flag of digits is a 0-based position (as the Python API's int), any other text a header name
+    columns = {k: int(v) if v.strip().isdigit() else v for k, v in columns.items() if v is not None}
+    columns.update({k: v for k, v in (("sep", args.sep), ("header", getattr(args, "header", None))) if v is not None})
     fmt = args.format
     if fmt == "auto":
         fmt = "csv" if columns else loaders._detect_format(path)  # what `loaders.load` itself decides
@@ -835,8 +837,12 @@ def _add_loader_flags(p) -> None:
     p.add_argument("--user-col", default=None, help="delimited files: the user column (header name or 0-based index)")
     p.add_argument("--item-col", default=None, help="delimited files: the item column (header name or 0-based index)")
     p.add_argument("--value-col", default=None,
-                   help="delimited files: the value column (none: one-class data, every row a 1)")
+                   help="delimited files: the value column, name or 0-based index (none: one-class data, every "
+                        "row a 1)")
     p.add_argument("--sep", default=None, help="delimited files: the field separator (default: sniffed)")
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="delimited files: the first line is a header (default: yes when a column is given by "
+                        "name, no when all are 0-based indices)")
     p.add_argument("--transform", choices=_TRANSFORMS, default="none",
                    help="values the model cannot take: none (count models refuse non-integers, binary models "
                         "binarize at --threshold), round, double (half stars), binarize, error")
