@@ -743,7 +743,8 @@ def fit(algorithm: base.Algorithm, data, *, options: FitOptions, output: Output,
     last_rel = res.last_rel_change  # the value the tolerance was tested on, as `run` reports it
     if options.tol > 0 and not (res.converged or res.stopped):  # the "not converged" report (also attrs converged)
         base.note(f"{desc or algorithm.name}: not converged after {res.n_iter} iterations (last relative change "
-                  f"{last_rel:.2e} >= tol {options.tol:g}); raise max_iter or resume from a checkpoint",
+                  f"{last_rel:.2e} >= tol {options.tol:g}); fit again with a larger max_iter (a checkpoint "
+                  "resumes only a run of the same settings)",
                   options.progress)
     final = res.state if output.final is None else output.final(res.state, res)
     posterior, kind = output.posterior(final)
