@@ -129,6 +129,11 @@ def test_fb_compare_runs_on_one_data_set_and_refuses_other_data_or_units(count_f
         api.compare({"hpf": count_fits["hpf"], "vbfm": normal})
     with pytest.raises(ValueError, match="two or more"):
         api.compare({"hpf": count_fits["hpf"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sgd = _quiet_fit("sgd-fm", counts, K=2, seed=0, n_epochs=2)
+    with pytest.raises(ValueError, match="one draw .*point estimate"):  # az.loo raised IndexError inside ArviZ
+        api.compare({"vbfm": normal, "sgd-fm": sgd})
     with pytest.raises(TypeError, match="FittedModel"):
         api.compare({"hpf": count_fits["hpf"], "x": object()})
 

@@ -320,7 +320,7 @@ def compare(models, **kwargs):
         Fewer than two models; models fitted on other entries or values (the first difference named:
         the entry counts, an entry one has and the other lacks, or a value that differs, e.g. another
         ``transform``); a mass function compared with a density; a model without a pointwise
-        likelihood (BPR: `inference_data`'s reason).
+        likelihood (BPR: `inference_data`'s reason); a point estimate (one draw: SGD-FM, SIBM-MAP).
     TypeError
         A value of ``models`` that is not a FittedModel.
 
@@ -360,6 +360,10 @@ def compare(models, **kwargs):
                              "different data")
     kinds = {name: ("mass" if likelihood_of(m.model).family in _DISCRETE else "density")
              for name, m in models.items()}
+    point = [name for name, m in models.items() if np.prod(_draw_layout(m)[2:]) < 2]
+    if point:
+        raise ValueError(f"compare: {', '.join(map(repr, point))} hold(s) one draw (a point estimate: MAP or SGD); "
+                         "PSIS-LOO and WAIC need draws from a posterior or from q")
     if len(set(kinds.values())) > 1:
         raise ValueError("compare: " + ", ".join(f"{n} ({k})" for n, k in kinds.items()) + ": a probability mass "
                          "and a density are in different units; compare count / one-class models with each other "
