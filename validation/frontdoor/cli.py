@@ -968,9 +968,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--solvers", nargs="+", type=_ratings_solver, default=argparse.SUPPRESS, metavar="SOLVER",
                    help="solvers to run: front-door names of the solvers that declare the ratings evaluation "
                         "(sbmf, bpmf, mcmc-fm, ...: a wrong name lists them); default all")
-    g.add_argument("--warmup", type=int, default=50, help="Gibbs sweeps discarded")
-    g.add_argument("--samples", type=int, default=150, help="Gibbs sweeps kept and averaged")
-    g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
+    g.add_argument("--warmup", type=int, default=None, help="Gibbs sweeps discarded (default: each runner's, 50)")
+    g.add_argument("--samples", type=int, default=None, help="Gibbs sweeps kept and averaged (default 150)")
+    g.add_argument("--epochs", type=int, default=None, help="OVBFM and SGD-FM epochs (default 30)")
+    g.add_argument("--set", action="append", default=None, metavar="MODEL.NAME=VALUE",
+                   help="ratings and counts: one setting of one model's runner (repeatable), e.g. --set sbmf.warmup=20 "
+                        "--set sgd-fm.reg=0,0.04,0.04; MODEL is the front-door name, NAME a setting its declaration "
+                        "lists (a wrong one lists them); wins over the flags above")
     g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
     g = p.add_argument_group("evaluate implicit (one-class: P1 and the SIBM protocol)")
     g.add_argument("--protocols", nargs="+", choices=_IMPLICIT_PROTOCOLS, default=None,

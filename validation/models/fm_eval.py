@@ -26,7 +26,7 @@ from custom_inference.data import Observations
 from custom_inference.fm_design import FMDesign
 from ppl_models.fm import FMFlatHyper, FMHierHyper
 
-__all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm", "ratings_setting_vbfm",
+__all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm", "gibbs_setting", "ratings_setting_vbfm",
            "ratings_setting_ovbfm", "ratings_setting_sgd_fm", "entity_features", "fm_design", "fm_score_fn", "fm_rmse",
            "tune_sgd_fm", "counts_mcmc_fm", "counts_sgd_fm", "counts_setting_sgd_fm"]
 
@@ -37,7 +37,7 @@ __all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm",
 
 
 def ratings_mcmc_fm(designs, K: int, run):
-    """MCMC-FM on P2: one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps, the kept draws' predictions averaged.
+    """MCMC-FM on P2: one chain of ``warmup`` + ``samples`` sweeps, the kept draws' predictions averaged.
 
     `custom_inference.fm_mcmc.sample` with the hierarchical prior; the prediction of each kept draw at the test
     rows, averaged as the samples come (``run.gibbs_curve``).
@@ -50,7 +50,8 @@ def ratings_mcmc_fm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -67,17 +68,17 @@ def ratings_mcmc_fm(designs, K: int, run):
     Source: ``004_90693a0965f06816.txt`` sec. 2.5 (MCMC-FM), eq. 2.16 (the average over draws).
     """
     train, test = designs
-    cfg = run.config
+    cfg, s = run.config, run.settings
     dtype = np.dtype(cfg.dtype)
-    idata = fm_mcmc.sample(run.key, train, K, FMHierHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                           num_samples=cfg.gibbs_samples, progress=run.progress, dtype=dtype, keep=("w0", "w", "V"))
+    idata = fm_mcmc.sample(run.key, train, K, FMHierHyper(), num_chains=1, num_warmup=s["warmup"],
+                           num_samples=s["samples"], progress=run.progress, dtype=dtype, keep=("w0", "w", "V"))
     post = arviz_io.group_arrays(idata)
     with jax.enable_x64(dtype == np.float64):
         args = (jnp.asarray(test.rows), jnp.asarray(test.cols), jnp.asarray(test.values, dtype))
         pred = jax.jit(jax.vmap(lambda w0, w, V: fm_mcmc.fm_mean(w0, w, V, *args, test.n_rows)[0]))
         per_draw = np.asarray(pred(post["w0"][0], post["w"][0], post["V"][0]))
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    return run.gibbs_curve(per_draw, np.asarray(test.y, float), cfg.gibbs_warmup, per_sweep)
+    return run.gibbs_curve(per_draw, np.asarray(test.y, float), s["warmup"], per_sweep)
 
 
 def _vi_loop(state, sweep, n_iter, test, tol, run, desc):
@@ -103,9 +104,9 @@ def _vi_loop(state, sweep, n_iter, test, tol, run, desc):
 
 
 def ratings_vbfm(designs, K: int, run):
-    """VBFM (CAVI, `custom_inference.vbfm.step`) on P2: at most ``vi_max_iter`` sweeps, stopping at ``vi_tol``.
+    """VBFM (CAVI, `custom_inference.vbfm.step`) on P2: at most ``max_iter`` sweeps, stopping at ``tol``.
 
-    Stops when the relative ELBO change < ``vi_tol``; the curve is the RMSE (``run.rmse``) of the mean of q
+    Stops when the relative ELBO change < ``tol`` (``run.settings``); the curve is the RMSE (``run.rmse``) of the mean of q
     (eq. 4.22) after each sweep.
 
     Parameters
@@ -116,7 +117,8 @@ def ratings_vbfm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -137,15 +139,15 @@ def ratings_vbfm(designs, K: int, run):
     with jax.enable_x64(cfg.dtype == "float64"):
         d = jax.tree_util.tree_map(jnp.asarray, train)
         state = vbfm.init(run.key, d, K, FMFlatHyper())
-        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), cfg.vi_max_iter, test, cfg.vi_tol, run,
-                        f"VBFM (K={K})")
+        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), run.settings["max_iter"], test,
+                        run.settings["tol"], run, f"VBFM (K={K})")
 
 
 def ratings_ovbfm(designs, K: int, run):
-    """OVBFM (stochastic VI, `custom_inference.vbfm.svi_step`) on P2: ``ovbfm_epochs`` epochs of minibatches.
+    """OVBFM (stochastic VI, `custom_inference.vbfm.svi_step`) on P2: ``epochs`` epochs of minibatches.
 
-    ``ovbfm_batches`` minibatches an epoch (drawn with ``numpy.random.default_rng(seed)``), step sizes
-    (1 + t)^-``ovbfm_lam``; the curve is the RMSE of the mean of q after each epoch.
+    ``batches`` minibatches an epoch (drawn with ``numpy.random.default_rng(seed)``), step sizes
+    (1 + t)^-``lam`` (``run.settings``); the curve is the RMSE of the mean of q after each epoch.
 
     Parameters
     ----------
@@ -155,7 +157,8 @@ def ratings_ovbfm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -172,7 +175,7 @@ def ratings_ovbfm(designs, K: int, run):
     Source: ``004_90693a0965f06816.txt`` Algorithm 4, eq. 4.22.
     """
     train, test = designs
-    cfg = run.config
+    cfg, st = run.config, run.settings
     rng = np.random.default_rng(cfg.seed)
     with jax.enable_x64(cfg.dtype == "float64"):
         d = jax.tree_util.tree_map(jnp.asarray, train)
@@ -180,18 +183,18 @@ def ratings_ovbfm(designs, K: int, run):
         counter = [0]
 
         def epoch(s, i):
-            for b in vbfm.make_batches(rng, train, cfg.ovbfm_batches):
-                s, _ = vbfm.svi_step(None, s, d, None, b, counter[0], lam=cfg.ovbfm_lam)
+            for b in vbfm.make_batches(rng, train, st["batches"]):
+                s, _ = vbfm.svi_step(None, s, d, None, b, counter[0], lam=st["lam"])
                 counter[0] += 1
             return s, None  # no ELBO: runs all epochs
 
-        return _vi_loop(state, epoch, cfg.ovbfm_epochs, test, 0.0, run, f"OVBFM (K={K})")
+        return _vi_loop(state, epoch, st["epochs"], test, 0.0, run, f"OVBFM (K={K})")
 
 
 def ratings_sgd_fm(designs, K: int, run):
-    """SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on P2: ``sgd_epochs`` epochs.
+    """SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on P2: ``epochs`` epochs.
 
-    Learning rate ``sgd_learning_rate``, penalty ``sgd_reg``; the curve is the solver's test RMSE after each epoch.
+    Learning rate ``learning_rate``, penalty ``reg`` = (lambda_0, lambda_w, lambda_v) (``run.settings``); the curve is the solver's test RMSE after each epoch.
 
     Parameters
     ----------
@@ -201,7 +204,8 @@ def ratings_sgd_fm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -218,23 +222,49 @@ def ratings_sgd_fm(designs, K: int, run):
     Source: ``004_90693a0965f06816.txt`` Algorithm 1.
     """
     train, test = designs
-    cfg = run.config
-    res = fm_sgd.fit(run.key, train, K, cfg.sgd_reg, learning_rate=cfg.sgd_learning_rate, n_epochs=cfg.sgd_epochs,
+    cfg, s = run.config, run.settings
+    epochs = s["epochs"]
+    res = fm_sgd.fit(run.key, train, K, fm_sgd.SGDReg(*s["reg"]), learning_rate=s["learning_rate"], n_epochs=epochs,
                      dtype=np.dtype(cfg.dtype), test=test)
-    per = res.idata.sgd_trace.attrs["seconds"] / cfg.sgd_epochs
-    it = np.arange(1, cfg.sgd_epochs + 1)
+    per = res.idata.sgd_trace.attrs["seconds"] / epochs
+    it = np.arange(1, epochs + 1)
     with jax.enable_x64(cfg.dtype == "float64"):
         pred = np.asarray(fm_sgd.predict(res.state, test), np.float64)
     return it, it * per, np.asarray(res.idata.sgd_trace["test_rmse"], float), per, pred
 
 
-def ratings_setting_vbfm(cfg) -> str:
+def gibbs_setting(label: str):
+    """The settings text of a Gibbs runner of the ratings evaluation (SBMF, BPMF, MCMC-FM), for its notes.
+
+    Declared as ``lazy("validation.models.fm_eval:gibbs_setting", "SBMF")`` (``EvaluationEntry.setting``).
+
+    Parameters
+    ----------
+    label : str
+        The solver's name in the notes (e.g. "SBMF").
+
+    Returns
+    -------
+    callable
+        ``setting(settings) -> str``: "LABEL: W warmup + S kept sweeps (one chain)" from the runner's ``warmup`` and
+        ``samples``; it raises KeyError for settings without them.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
+    return lambda s: f"{label}: {s['warmup']} warmup + {s['samples']} kept sweeps (one chain)"
+
+
+def ratings_setting_vbfm(settings) -> str:
     """VBFM's settings in the ratings notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.ratings_eval.RatingsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        The runner's settings (``max_iter``, ``tol``).
 
     Returns
     -------
@@ -242,21 +272,21 @@ def ratings_setting_vbfm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
 
     Source: project addition.
     """
-    return f"VBFM: at most {cfg.vi_max_iter} sweeps, tol {cfg.vi_tol:g}"
+    return f"VBFM: at most {settings['max_iter']} sweeps, tol {settings['tol']:g}"
 
 
-def ratings_setting_ovbfm(cfg) -> str:
+def ratings_setting_ovbfm(settings) -> str:
     """OVBFM's settings in the ratings notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.ratings_eval.RatingsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        The runner's settings (``epochs``, ``batches``, ``lam``).
 
     Returns
     -------
@@ -264,21 +294,21 @@ def ratings_setting_ovbfm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
 
     Source: project addition.
     """
-    return f"OVBFM: {cfg.ovbfm_epochs} epochs x {cfg.ovbfm_batches} minibatches, (1 + t)^-{cfg.ovbfm_lam}"
+    return f"OVBFM: {settings['epochs']} epochs x {settings['batches']} minibatches, (1 + t)^-{settings['lam']}"
 
 
-def ratings_setting_sgd_fm(cfg) -> str:
+def ratings_setting_sgd_fm(settings) -> str:
     """SGD-FM's settings in the ratings notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.ratings_eval.RatingsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        The runner's settings (``epochs``, ``learning_rate``, ``reg`` = (lambda_0, lambda_w, lambda_v)).
 
     Returns
     -------
@@ -286,12 +316,15 @@ def ratings_setting_sgd_fm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
+    TypeError
+        A ``reg`` that is not three numbers.
 
     Source: project addition.
     """
-    return f"SGD-FM: {cfg.sgd_epochs} epochs, eta {cfg.sgd_learning_rate:g}, {cfg.sgd_reg}"
+    return (f"SGD-FM: {settings['epochs']} epochs, eta {settings['learning_rate']:g}, "
+            f"{fm_sgd.SGDReg(*settings['reg'])}")
 
 
 # ------------------------------------------------------------------------------

@@ -955,7 +955,9 @@ SPEC = registry.ModelSpec(
                                  registry.lazy("custom_inference.fm_mcmc:ALGORITHM"), frontdoor="mcmc-fm",
                                  evaluations={**dict.fromkeys(("counts", "counts+side"), registry.lazy(
                                      "validation.models.fm_eval:counts_mcmc_fm")), "ratings": registry.EvaluationEntry(
-                                     registry.lazy("validation.models.fm_eval:ratings_mcmc_fm"), data="fm")}),),
+                                     registry.lazy("validation.models.fm_eval:ratings_mcmc_fm"), data="fm",
+                                     setting=registry.lazy("validation.models.fm_eval:gibbs_setting", "MCMC-FM"),
+                                     defaults={"warmup": 50, "samples": 150}, flags={"warmup": "warmup", "samples": "samples"})}),),
     references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("mcmc-fm-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks},
