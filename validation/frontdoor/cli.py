@@ -997,7 +997,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "--epochs (SGD-FM), --dtype (NPFM/PPFM/HPF) also apply)")
     g.add_argument("--side-features", action="store_true",
                    help="also run NPFM, PPFM, MCMC-FM and SGD-FM with the MovieLens side features (NAME+side)")
-    g.add_argument("--pfm-warmup", type=int, default=None, help="NPFM/PPFM burn-in sweeps (default CountsConfig's 300)")
+    g.add_argument("--pfm-warmup", type=int, default=None, help="NPFM/PPFM burn-in sweeps (default: declared, 300)")
     g.add_argument("--pfm-samples", type=int, default=None, help="NPFM/PPFM kept draws (default 100)")
     g.add_argument("--pfm-thin", type=int, default=None, help="NPFM/PPFM sweeps per kept draw (default 2)")
     g.add_argument("--fm-warmup", type=int, default=None, help="MCMC-FM burn-in sweeps (default 50)")

@@ -282,9 +282,10 @@ def cmd_evaluate_counts(args) -> int:
     Parameters
     ----------
     args : argparse.Namespace
-        The parsed flags: data, systems (None: all), k, seed, side_features, max_iter (HPF sweeps; None: 100), dtype
-        (None: "float32"), epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin, fm_warmup, fm_samples, ease_lambdas,
-        sgd_learning_rates, sgd_regs (each None: `CountsConfig`'s default), out (None:
+        The parsed flags: data, systems (None: all), k, seed, side_features, dtype (None: "float32"), ease_lambdas
+        (None: `CountsConfig`'s default); max_iter (HPF sweeps), epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin,
+        fm_warmup, fm_samples, sgd_learning_rates, sgd_regs (each None: the declared default; mapped onto the
+        runners' settings by `evaluation_settings`), set (``--set MODEL.NAME=VALUE`` items), out (None:
         ``factorbayes-output/evaluate-counts``), no_progress.
 
     Returns
@@ -296,7 +297,7 @@ def cmd_evaluate_counts(args) -> int:
     ------
     ValueError
         Unknown ``--systems``, bad settings, missing side-feature files for a ``+side`` system (from
-        `evaluate_counts`).
+        `evaluate_counts`); a malformed ``--set``.
     FileNotFoundError
         A ``--data`` path that does not exist.
     RuntimeError
@@ -313,13 +314,9 @@ def cmd_evaluate_counts(args) -> int:
     from validation.evaluation import counts_eval
 
     df, path = _load_data(args.data)
-    settings = {"hpf_max_iter": 100 if args.max_iter is None else args.max_iter, "dtype": args.dtype or "float32",
-                "sgd_epochs": args.epochs}
-    for name in ("pfm_warmup", "pfm_samples", "pfm_thin", "fm_warmup", "fm_samples", "ease_lambdas",
-                 "sgd_learning_rates", "sgd_regs"):
-        value = getattr(args, name, None)
-        if value is not None:
-            settings[name] = tuple(value) if isinstance(value, list) else value
+    settings = {"dtype": args.dtype or "float32", "settings": evaluation_settings(args, "counts")}
+    if getattr(args, "ease_lambdas", None) is not None:
+        settings["ease_lambdas"] = tuple(args.ease_lambdas)
     data_dir = Path(path) if Path(path).is_dir() else Path(path).parent
     print(f"Top-N from counts (P3, seed {args.seed}) on {path}: K = {args.k}; systems "
           f"{', '.join(args.systems) if args.systems else 'all'}{' (+ side features)' if args.side_features else ''}",

@@ -468,20 +468,21 @@ def fm_score_fn(w0, w, V, entities):
     return score_fn
 
 
-def _sgd_fit(obs, entities, K, lr, reg, cfg, seed):
+def _sgd_fit(obs, entities, K, lr, reg, cfg, settings, seed):
     design = fm_design(obs, entities, dtype=np.dtype(cfg.fm_dtype))
     res = fm_sgd.fit(seed, design, K, fm_sgd.SGDReg(lambda_0=0.0, lambda_w=reg, lambda_v=reg), learning_rate=lr,
-                     n_epochs=cfg.sgd_epochs, batch_size=cfg.sgd_batch_size, dtype=np.dtype(cfg.fm_dtype))
+                     n_epochs=settings["epochs"], batch_size=settings["batch_size"], dtype=np.dtype(cfg.fm_dtype))
     p = res.state
     return (np.asarray(p.w0)[None], np.asarray(p.w)[None], np.asarray(p.V)[None],
             float(res.idata.sgd_trace.attrs["seconds"]))
 
 
-def tune_sgd_fm(train: Observations, entities, config, *, validation_split, ranking_metrics, progress: bool = False):
+def tune_sgd_fm(train: Observations, entities, config, settings, *, validation_split, ranking_metrics,
+                progress: bool = False):
     """Choose SGD-FM's learning rate and L2 constant on a validation split of the TRAINING entries.
 
-    Grid: ``config.sgd_learning_rates`` x ``config.sgd_regs`` (lambda_w = lambda_v = reg, lambda_0 = 0),
-    ``config.sgd_epochs`` epochs, K = ``config.K``; each setting is fitted on the inner training entries of
+    Grid: ``settings["learning_rates"]`` x ``settings["regs"]`` (lambda_w = lambda_v = reg, lambda_0 = 0),
+    ``settings["epochs"]`` epochs of minibatches of ``settings["batch_size"]``, K = ``config.K``; each setting is fitted on the inner training entries of
     ``validation_split`` (``config.validation_fraction``, ``config.seed``) and scored on the validation entries
     (``ranking_metrics``); the largest ``config.select_by`` wins (ties: the first). The validation RMSE of the
     ratings is reported too (not used).
@@ -493,7 +494,10 @@ def tune_sgd_fm(train: Observations, entities, config, *, validation_split, rank
     entities : tuple
         From `entity_features`.
     config : validation.evaluation.counts_eval.CountsConfig
-        The evaluation's config, read by attribute.
+        The evaluation's config, read by attribute (K, seed, validation_fraction, select_by, fm_dtype).
+    settings : mapping
+        SGD-FM's counts settings (declared in `validation.models.vbfm.SPEC`): learning_rates (non-empty, each
+        > 0), regs (non-empty, each >= 0), epochs, batch_size.
     validation_split : callable
         ``validation_split(train, *, fraction, seed) -> HoldoutSplit`` (the evaluation's,
         `validation.evaluation.counts_eval.validation_split`).
@@ -511,18 +515,23 @@ def tune_sgd_fm(train: Observations, entities, config, *, validation_split, rank
     Raises
     ------
     ValueError
-        As ``validation_split``, `fm_design` and `custom_inference.fm_sgd.fit`.
+        An empty grid, a learning rate <= 0 or an L2 constant < 0 (or not finite); as ``validation_split``,
+        `fm_design` and `custom_inference.fm_sgd.fit`.
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen by cross
     validation"); the search here is a project addition (issue 13, "fair baselines").
     """
+    lrs, regs = tuple(settings["learning_rates"]), tuple(settings["regs"])
+    if not lrs or not regs or not all(np.isfinite(lrs + regs)) or min(lrs) <= 0 or min(regs) < 0:
+        raise ValueError(f"SGD-FM learning_rates {lrs!r} and regs {regs!r}: need non-empty grids of finite numbers, "
+                         "learning rates > 0 and L2 constants >= 0")
     vs = validation_split(train, fraction=config.validation_fraction, seed=config.seed)
     vu, vi, vy = np.asarray(vs.test.rows), np.asarray(vs.test.cols), np.asarray(vs.test.values, np.float64)
     rows = []
-    for lr in config.sgd_learning_rates:
-        for reg in config.sgd_regs:
+    for lr in lrs:
+        for reg in regs:
             t0 = time.perf_counter()
-            w0, w, V, _ = _sgd_fit(vs.train, entities, config.K, float(lr), float(reg), config, config.seed)
+            w0, w, V, _ = _sgd_fit(vs.train, entities, config.K, float(lr), float(reg), config, settings, config.seed)
             fn = fm_score_fn(w0, w, V, entities)
             m = ranking_metrics(fn, vs)
             rm = fm_rmse(w0, w, V, entities, vu, vi, vy)
@@ -576,9 +585,9 @@ def fm_rmse(w0, w, V, entities, u, i, y) -> float:
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
-def _edge_sgd(table, cfg) -> str:
+def _edge_sgd(table, settings) -> str:
     best = table[table["chosen"]].iloc[0]
-    lrs, regs = sorted(cfg.sgd_learning_rates), sorted(cfg.sgd_regs)
+    lrs, regs = sorted(settings["learning_rates"]), sorted(settings["regs"])
     edge = [f"{n} {v:g}" for n, v, grid in (("eta", best["learning_rate"], lrs), ("lambda", best["reg"], regs))
             if len(grid) > 2 and v in (grid[0], grid[-1])]
     return f", at the edge of the grid in {' and '.join(edge)}" if edge else ""
@@ -598,14 +607,15 @@ def counts_mcmc_fm(run, side: bool):
     """MCMC-FM on protocol P3: the Gaussian FM on the observed training ratings, averaged over kept draws.
 
     As in the thesis, trained on the observed training ratings only (hierarchical prior), one chain of
-    ``fm_warmup`` + ``fm_samples`` sweeps; score: the predicted rating averaged over the kept draws
+    ``warmup`` + ``samples`` sweeps (``run.settings``, declared in `validation.models.fm_mcmc.SPEC`); score: the predicted rating averaged over the kept draws
     (`fm_score_fn`), for every candidate.
 
     Parameters
     ----------
     run : validation.evaluation.counts_eval.CountsRun
-        The evaluation's context: ``config`` (`CountsConfig`), ``split`` (the P3 split), ``progress``, ``cache``,
-        ``side_features()``, ``validation_split``, ``ranking_metrics``.
+        The evaluation's context: ``config`` (`CountsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``split`` (the P3 split), ``progress``, ``cache``, ``side_features()``,
+        ``validation_split``, ``ranking_metrics``.
     side : bool
         Add the MovieLens side features as further FM feature groups.
 
@@ -623,21 +633,21 @@ def counts_mcmc_fm(run, side: bool):
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4 (MCMC-FM in fig. 5.3), eq. 2.16.
     """
-    cfg, split = run.config, run.split
+    cfg, split, s = run.config, run.split, run.settings
     ent = _entities(run, side)
     dtype = np.dtype(cfg.fm_dtype)
     design = fm_design(split.train, ent, dtype=dtype)
     t0 = time.perf_counter()
-    idata = fm_mcmc.sample(cfg.seed, design, cfg.K, FMHierHyper(), num_chains=1, num_warmup=cfg.fm_warmup,
-                           num_samples=cfg.fm_samples, keep=("w0", "w", "V"), dtype=dtype, progress=run.progress)
+    idata = fm_mcmc.sample(cfg.seed, design, cfg.K, FMHierHyper(), num_chains=1, num_warmup=s["warmup"],
+                           num_samples=s["samples"], keep=("w0", "w", "V"), dtype=dtype, progress=run.progress)
     secs = time.perf_counter() - t0
     post = arviz_io.group_arrays(idata)
     fn = fm_score_fn(post["w0"], post["w"], post["V"], ent)
     tag = "MCMC-FM + side" if side else "MCMC-FM"
     return [{"method": tag, "score_fn": fn, "fit_seconds": secs,
              "seconds_per_iteration": idata.posterior.attrs.get("seconds_per_sweep"),
-             "iterations": cfg.fm_warmup + cfg.fm_samples,
-             "setting": f"1 chain x ({cfg.fm_warmup} burn-in + {cfg.fm_samples} kept); Gaussian, observed ratings only"}]
+             "iterations": s["warmup"] + s["samples"],
+             "setting": f"1 chain x ({s['warmup']} burn-in + {s['samples']} kept); Gaussian, observed ratings only"}]
 
 
 def counts_sgd_fm(run, side: bool):
@@ -649,8 +659,9 @@ def counts_sgd_fm(run, side: bool):
     Parameters
     ----------
     run : validation.evaluation.counts_eval.CountsRun
-        The evaluation's context: ``config`` (`CountsConfig`), ``split`` (the P3 split), ``progress``, ``cache``,
-        ``side_features()``, ``validation_split``, ``ranking_metrics``.
+        The evaluation's context: ``config`` (`CountsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``split`` (the P3 split), ``progress``, ``cache``, ``side_features()``,
+        ``validation_split``, ``ranking_metrics``.
     side : bool
         Add the MovieLens side features as further FM feature groups.
 
@@ -668,28 +679,28 @@ def counts_sgd_fm(run, side: bool):
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 and Algorithm 1; the search is a project addition.
     """
-    cfg, split = run.config, run.split
+    cfg, split, s = run.config, run.split, run.settings
     ent = _entities(run, side)
-    lr, reg, table = tune_sgd_fm(split.train, ent, cfg, validation_split=run.validation_split,
+    lr, reg, table = tune_sgd_fm(split.train, ent, cfg, s, validation_split=run.validation_split,
                                  ranking_metrics=run.ranking_metrics, progress=run.progress)
     t0 = time.perf_counter()
-    w0, w, V, epoch_secs = _sgd_fit(split.train, ent, cfg.K, lr, reg, cfg, cfg.seed)
+    w0, w, V, epoch_secs = _sgd_fit(split.train, ent, cfg.K, lr, reg, cfg, s, cfg.seed)
     secs = time.perf_counter() - t0
     fn = fm_score_fn(w0, w, V, ent)
     tag = "SGD-FM + side" if side else "SGD-FM"
-    return [{"method": tag, "score_fn": fn, "fit_seconds": secs, "seconds_per_iteration": epoch_secs / cfg.sgd_epochs,
-             "iterations": cfg.sgd_epochs, "tuning": table, "tuned": "(eta, lambda)",
+    return [{"method": tag, "score_fn": fn, "fit_seconds": secs, "seconds_per_iteration": epoch_secs / s["epochs"],
+             "iterations": s["epochs"], "tuning": table, "tuned": "(eta, lambda)",
              "setting": f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
-                        f"{_edge_sgd(table, cfg)}); observed ratings only"}]
+                        f"{_edge_sgd(table, s)}); observed ratings only"}]
 
 
-def counts_setting_sgd_fm(cfg) -> str:
+def counts_setting_sgd_fm(settings) -> str:
     """SGD-FM's search in the counts notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.counts_eval.CountsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        SGD-FM's counts settings (learning_rates, regs, epochs, batch_size).
 
     Returns
     -------
@@ -697,10 +708,10 @@ def counts_setting_sgd_fm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
 
     Source: project addition.
     """
-    return (f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
-            f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}")
+    return (f"SGD-FM searched eta in {list(settings['learning_rates'])} x lambda_w = lambda_v in "
+            f"{list(settings['regs'])}, {settings['epochs']} epochs, batch {settings['batch_size']}")

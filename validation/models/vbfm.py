@@ -1342,7 +1342,12 @@ SPEC = registry.ModelSpec(
                                  frontdoor="sgd-fm",
                                  evaluations={**dict.fromkeys(("counts", "counts+side"), registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:counts_sgd_fm"),
-                                     setting=registry.lazy("validation.models.fm_eval:counts_setting_sgd_fm"))),
+                                     setting=registry.lazy("validation.models.fm_eval:counts_setting_sgd_fm"),
+                                     # searched on the validation split (the thesis chose (0.001, 0.01), 300 epochs)
+                                     defaults={"epochs": 30, "learning_rates": (0.003, 0.01, 0.03),
+                                               "regs": (0.01, 0.04, 0.1), "batch_size": 1},
+                                     flags={"epochs": "epochs", "sgd_learning_rates": "learning_rates",
+                                            "sgd_regs": "regs"})),
                                      "ratings": registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:ratings_sgd_fm"), data="fm",
                                      setting=registry.lazy("validation.models.fm_eval:ratings_setting_sgd_fm"),
