@@ -433,7 +433,8 @@ class SolverSpec:
         ------
         MissingDeclaration
             The solver declares no cross-check (the message gives the declared reason), or no default
-            config while ``config`` is None. What the entry raises propagates.
+            config while ``config`` is None (the message says "no config" and how to give one). What the
+            entry raises propagates.
 
         Source: project addition.
         """
@@ -451,10 +452,15 @@ class SolverSpec:
         Raises
         ------
         MissingDeclaration
-            The solver declares no config (no cross-check). Errors of resolving a `lazy` propagate.
+            The solver declares no cross-check (the message gives the declared reason), or a cross-check
+            without a config (the message says "no config": pass one to `run`, or declare
+            ``SolverSpec(config=...)``). Errors of resolving a `lazy` propagate.
 
         Source: project addition.
         """
+        if self.config is None and self.crosscheck is not None:
+            raise MissingDeclaration(f"{self.name}: no config declared for its cross-check; pass one "
+                                     f"(run(config=...)) or declare SolverSpec(config=...), the default config")
         c = _required(self, "crosscheck", self.config)
         return c() if isinstance(c, type) else c
 
