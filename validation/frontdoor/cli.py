@@ -29,6 +29,8 @@
                                                        P1, P3: MovieLens without the own-data flags above)
     factorbayes evaluate ratings --data ml-100k|PATH   validation.evaluation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
+        [--set MODEL.NAME=VALUE ...]                   ratings and counts: one declared setting of one model's
+                                                       runner (EvaluationEntry.defaults), e.g. sbmf.warmup=20
     factorbayes errata                                 validation.checks.errata.run_errata(catalog.all_errata())
     factorbayes evidence [MODEL ...]                   validation.models.catalog.evidence_table: per model and solver,
                                                        which evidence exists (update checks, bridge, NUTS
