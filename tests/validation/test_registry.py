@@ -309,6 +309,15 @@ def test_merge_settings_names_the_model_and_its_settings():
         registry.merge_settings(declared, {"b": {"x": 1}}, "ratings")
     with pytest.raises(ValueError, match="a mapping"):
         registry.merge_settings(declared, [("a", {})], "ratings")
+    # a declaration whose CLI flags set an undeclared setting does not conform
+    import dataclasses
+
+    spec = catalog.get("hpf")
+    cavi = spec.solver("cavi")
+    entry = dataclasses.replace(cavi.evaluations["counts"], flags={"max_iter": "sweeps"})
+    broken = dataclasses.replace(cavi, evaluations={"counts": entry})
+    assert any("flags set settings ['sweeps']" in p for p in broken.problems(spec))
+    assert not cavi.problems(spec)
 
 
 def test_registry_drives_the_errata_table():

@@ -521,7 +521,8 @@ class SolverSpec:
 
         Each of `SOLVER_PARTS` missing without a declared reason, declared absent with an empty reason or
         while present; a declared evaluation without a runner; a reference (algorithm, khat, vsbc, an
-        evaluation's runner, setting or defaults) that does not resolve (the error's text). The reference
+        evaluation's runner, setting or defaults) that does not resolve (the error's text); an evaluation's
+        ``flags`` naming a setting its ``defaults`` do not declare. The reference
         part counts as present only when ``spec`` has a `ReferenceSpec` of that name.
 
         Parameters
@@ -559,6 +560,14 @@ class SolverSpec:
                 except Exception as e:  # noqa: BLE001 (reported, not raised)
                     out.append(f"{spec.name} {self.name}: {part} {getattr(ref, 'target', ref)!r} does not resolve: "
                                f"{type(e).__name__}: {e}")
+        for e, entry in self.evaluations.items():
+            try:
+                undeclared = sorted(set(entry.flags.values()) - set(entry.get_defaults()))
+            except Exception:  # noqa: BLE001 (an unresolved defaults reference is reported above)
+                continue
+            if undeclared:
+                out.append(f"{spec.name} {self.name}: the {e!r} flags set settings {undeclared} that its defaults "
+                           "do not declare")
         return out
 
 
