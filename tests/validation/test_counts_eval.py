@@ -153,10 +153,11 @@ def test_evaluate_counts_runs_end_to_end_on_a_small_count_table(tmp_path):
     df = _block_table(seed=1, n_users=30, n_items=150)
     # every system but PPFM (the NPFM runner with variant="ppfm"; `validation.evaluation.pfm_experiments.evaluate_p3` is tested there)
     systems = [s for s in counts_eval.SYSTEMS if s != "ppfm"]
-    res = counts_eval.evaluate_counts(
-        df, systems=systems, K=3, seed=0, out_dir=tmp_path, progress=False, pfm_warmup=2, pfm_samples=2, pfm_thin=1,
-        hpf_max_iter=3, fm_warmup=1, fm_samples=2, sgd_epochs=1, sgd_learning_rates=(0.01,), sgd_regs=(0.01, 0.1),
-        ease_lambdas=(1.0, 10.0))
+    settings = {"npfm": {"warmup": 2, "samples": 2, "thin": 1}, "hpf": {"max_iter": 3},
+                "mcmc-fm": {"warmup": 1, "samples": 2}, "sgd-fm": {"epochs": 1, "learning_rates": (0.01,),
+                                                                  "regs": (0.01, 0.1)}}
+    res = counts_eval.evaluate_counts(df, systems=systems, K=3, seed=0, out_dir=tmp_path, progress=False,
+                                      settings=settings, ease_lambdas=(1.0, 10.0))
     t = res.table
     assert list(t["system"].unique()) == systems
     assert (t["system"] == "npfm").sum() == 2  # posterior mean, plug-in
@@ -166,6 +167,11 @@ def test_evaluate_counts_runs_end_to_end_on_a_small_count_table(tmp_path):
     assert set(res.tuning) == {"ease", "sgd-fm"} and len(res.tuning["sgd-fm"]) == 2
     assert all(tab["chosen"].sum() == 1 for tab in res.tuning.values())
     assert "n_active_mean" in res.extras["npfm"]
+    # the overrides reached the runners (their rows and settings texts), the declared defaults the rest
+    it = t.set_index("method")["iterations"]
+    assert it["HPF (CAVI)"] == 3 and it["MCMC-FM"] == 3 and it["SGD-FM"] == 1
+    assert (t[t.system == "npfm"]["iterations"] == 2 + 2).all()  # warmup 2 + 2 samples x thin 1
+    assert "SGD-FM searched eta in [0.01] x lambda_w = lambda_v in [0.01, 0.1], 1 epochs, batch 1" in res.notes
     report = res.report.read_text()
     assert "EASE^R" in report and "validation split" in report and "SGD-FM" in report
     with pytest.raises(ValueError, match="unknown"):
@@ -174,6 +180,40 @@ def test_evaluate_counts_runs_end_to_end_on_a_small_count_table(tmp_path):
         counts_eval.evaluate_counts(df, systems=["ease"], progress=False, warmup=3)
     with pytest.raises(ValueError, match="ease_lambdas"):
         counts_eval.evaluate_counts(df, systems=["ease"], progress=False, ease_lambdas=(-1.0,))
+    with pytest.raises(ValueError, match=r"npfm: unknown settings \['pfm_warmup'\].*'warmup'"):
+        counts_eval.evaluate_counts(df, systems=["ease"], progress=False, settings={"npfm": {"pfm_warmup": 2}})
+    with pytest.raises(ValueError, match=r"settings for \['ease'\]"):  # a baseline declares no settings
+        counts_eval.CountsConfig(settings={"ease": {"lam": 1.0}})
+    with pytest.raises(ValueError, match="learning_rates"):
+        counts_eval.tune_sgd_fm(_obs(np.ones((4, 5))), None, settings={"learning_rates": (), "regs": (0.1,),
+                                                                     "epochs": 1, "batch_size": 1})
+
+
+def test_a_configs_K_and_seed_win_unless_the_caller_passes_them():
+    """Before: ``evaluate_counts(config=CountsConfig(K=10))`` ran with K = 50 (the keyword's default replaced the
+    config's); now K and seed replace the config's only when given."""
+    df = _block_table(seed=1, n_users=20, n_items=60)
+    kw = dict(systems=["popularity"], progress=False)
+    res = counts_eval.evaluate_counts(df, config=counts_eval.CountsConfig(K=10, seed=3), **kw)
+    assert "K = 10;" in res.notes[1] and res.notes[0].startswith("P3, seed 3:")
+    res = counts_eval.evaluate_counts(df, config=counts_eval.CountsConfig(K=10, seed=3), K=7, seed=0, **kw)
+    assert "K = 7;" in res.notes[1] and res.notes[0].startswith("P3, seed 0:")
+    res = counts_eval.evaluate_counts(df, **kw)
+    assert "K = 50;" in res.notes[1] and res.notes[0].startswith("P3, seed 0:")  # no config: CountsConfig()'s
+
+
+def test_counts_settings_are_declared_once_for_both_feature_sets():
+    """Every counts runner declares its settings; a NAME+side run declares (and gets) NAME's."""
+    from validation.models import catalog
+
+    declared = counts_eval.declared_settings()
+    assert list(declared) == list(counts_eval.systems()[len(counts_eval.BASELINES):])
+    for _, system, entry in catalog.evaluation_declarations("counts+side"):
+        assert entry.get_defaults() == declared[system]
+    for _, system, entry in catalog.evaluation_declarations("counts"):
+        assert declared[system] and set(entry.flags.values()) <= set(declared[system])
+    cfg = counts_eval.CountsConfig(settings={"mcmc-fm": {"samples": 7}})
+    assert cfg.settings_for("mcmc-fm+side") == cfg.settings_for("mcmc-fm") == {**declared["mcmc-fm"], "samples": 7}
 
 
 def test_side_feature_systems_are_added_after_their_base():
@@ -201,11 +241,16 @@ def test_cli_dispatches_evaluate_counts(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(counts_eval, "evaluate_counts", fake)
     code = cli.main(["evaluate", "counts", "--data", "ml-100k", "--systems", "ease", "npfm", "--k", "50",
                      "--side-features", "--pfm-warmup", "7", "--ease-lambdas", "1", "10", "--out", str(tmp_path),
-                     "--no-progress"])
+                     "--fm-samples", "3", "--sgd-regs", "0.5", "--epochs", "4", "--max-iter", "9",
+                     "--set", "ppfm.thin=5", "--set", "npfm.samples=11", "--no-progress"])
     assert code == 0
     assert seen["systems"] == ["ease", "npfm"] and seen["K"] == 50 and seen["side_features"] is True
-    assert seen["pfm_warmup"] == 7 and seen["ease_lambdas"] == (1.0, 10.0) and "pfm_samples" not in seen
-    assert seen["hpf_max_iter"] == 100 and seen["out_dir"] == tmp_path
+    # each old flag reaches the runners that used its field (npfm and ppfm for --pfm-*), --set any setting
+    assert seen["settings"] == {"hpf": {"max_iter": 9}, "mcmc-fm": {"samples": 3},
+                                "sgd-fm": {"epochs": 4, "regs": (0.5,)}, "npfm": {"warmup": 7, "samples": 11},
+                                "ppfm": {"warmup": 7, "thin": 5}}
+    assert seen["ease_lambdas"] == (1.0, 10.0) and seen["out_dir"] == tmp_path
+    counts_eval.CountsConfig(settings=seen["settings"])  # what the CLI builds is a valid config
     out = capsys.readouterr().out
     assert "EASE^R" in out and "validation split" in out and "Report:" in out
     # the real evaluation refuses an unknown system name with exit status 2, before any fit

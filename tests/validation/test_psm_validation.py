@@ -170,6 +170,48 @@ def test_psm_sweep_runs_every_setting_once_per_protocol():
         model_studies.psm_sweep(None, rs=(), Ks=(), protocols={"P1": split})
 
 
+def test_psm_sweep_pairs_rows_with_settings_by_name_when_one_is_skipped(monkeypatch):
+    """A setting the evaluation skips (no fit) keeps its row, and every other row keeps its own fit: before,
+    rows and fits were paired by position, so a skipped system shifted them (here: an IndexError)."""
+    from validation.data.datasets import ImplicitSplit
+    from validation.evaluation import baselines
+
+    obs, _ = vp.errata_problem()[:2]
+    train = Observations.from_coo(obs.rows, obs.cols, np.ones(obs.nnz), obs.shape, kind="binary")
+    seen = np.zeros(obs.shape, bool)
+    seen[np.asarray(obs.rows), np.asarray(obs.cols)] = True
+    users = np.flatnonzero(~seen.all(1))
+    split = ImplicitSplit(train, users, np.argmin(seen[users], axis=1), None)
+    real = model_studies.implicit_system
+
+    class SkipFirst:
+        """The r = 1 system: skipped (SkippedSystem, no fit) on the first protocol, fitted on the second."""
+
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def __call__(self, train, s):
+            self.calls += 1
+            if self.calls == 1:
+                raise baselines.SkippedSystem("skipped for the test")
+            return self.inner(train, s)
+
+        @property
+        def last_fit(self):
+            return self.inner.last_fit
+
+    def system(K, r, **kw):
+        return SkipFirst(real(K, r, **kw)) if r == 1.0 else real(K, r, **kw)
+
+    monkeypatch.setattr(model_studies, "implicit_system", system)
+    t = model_studies.psm_sweep(None, rs=(1.0, 4.0), Ks=(), base_K=K, protocols={"P1": split, "P1b": split},
+                                max_iter=3, tol=0.0, dtype=np.float64)
+    assert list(zip(t.protocol, t.r)) == [("P1", 1.0), ("P1", 4.0), ("P1b", 1.0), ("P1b", 4.0)]
+    skipped = t.iloc[0]
+    assert np.isnan(skipped.d_prime) and np.isnan(skipped["recall@10"]) and "skipped for the test" in skipped.setting
+    assert t.d_prime.iloc[1:].tolist() == [4.0 * obs.nnz, obs.nnz, 4.0 * obs.nnz]  # each row its own fit's D'
+
+
 def test_registry_entry():
     spec = catalog.get("psm")
     solver = spec.solver()

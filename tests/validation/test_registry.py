@@ -280,6 +280,46 @@ def test_a_broken_declaration_fails_loudly():
         catalog.bridge("rg")
 
 
+def test_a_crosscheck_without_a_config_says_no_config():
+    """``run()`` without a config on a solver that declares a cross-check but no config says "no config"
+    (before: "no crosscheck declared", which was false); passing a config runs the entry; a solver without a
+    cross-check still gives its declared reason."""
+    import dataclasses
+
+    seen = []
+    solver = dataclasses.replace(catalog.get("hpf").solver("cavi"), crosscheck=lambda c, **kw: seen.append(c) or "ran",
+                                 config=None)
+    with pytest.raises(registry.MissingDeclaration, match="cavi: no config declared") as err:
+        solver.run()
+    assert "crosscheck" not in str(err.value).replace("cross-check", "")
+    assert solver.run(config="given") == "ran" and seen == ["given"]
+    with pytest.raises(registry.MissingDeclaration, match="no crosscheck declared.*point estimate"):
+        catalog.get("sibm").solver("map").run()
+
+
+def test_merge_settings_names_the_model_and_its_settings():
+    declared = {"a": {"x": 1, "y": 2}, "b": {}}
+    assert registry.merge_settings(declared, {"a": {"y": 5}}, "ratings") == {"a": {"x": 1, "y": 5}, "b": {}}
+    assert registry.merge_settings(declared, None, "ratings") == declared
+    with pytest.raises(ValueError, match=r"settings for \['c'\].*'ratings'.*\['a', 'b'\]"):
+        registry.merge_settings(declared, {"c": {"x": 1}}, "ratings")
+    with pytest.raises(ValueError, match=r"a: unknown settings \['z'\].*a declares \['x', 'y'\]"):
+        registry.merge_settings(declared, {"a": {"z": 1}}, "ratings")
+    with pytest.raises(ValueError, match=r"b: unknown settings \['x'\].*b declares none"):
+        registry.merge_settings(declared, {"b": {"x": 1}}, "ratings")
+    with pytest.raises(ValueError, match="a mapping"):
+        registry.merge_settings(declared, [("a", {})], "ratings")
+    # a declaration whose CLI flags set an undeclared setting does not conform
+    import dataclasses
+
+    spec = catalog.get("hpf")
+    cavi = spec.solver("cavi")
+    entry = dataclasses.replace(cavi.evaluations["counts"], flags={"max_iter": "sweeps"})
+    broken = dataclasses.replace(cavi, evaluations={"counts": entry})
+    assert any("flags set settings ['sweeps']" in p for p in broken.problems(spec))
+    assert not cavi.problems(spec)
+
+
 def test_registry_drives_the_errata_table():
     rows = catalog.all_errata()
     assert len(set(map(id, rows))) == len(rows)  # no row twice

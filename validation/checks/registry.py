@@ -20,7 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-__all__ = ["lazy", "resolve", "vi_evidence", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS", "EVALUATIONS",
+__all__ = ["lazy", "resolve", "vi_evidence", "merge_settings", "MissingDeclaration", "SOLVER_PARTS", "MODEL_PARTS", "METHODS", "EVALUATIONS",
            "POINT_ESTIMATE", "part_problems", "EvaluationEntry", "SolverSpec", "ReferenceSpec", "ModelSpec"]
 
 #: The parts every solver declaration carries, each present or declared absent with its reason
@@ -196,12 +196,16 @@ class EvaluationEntry:
         Which of the evaluation's inputs the runner takes (a name the evaluation defines, e.g. "split"
         or "fm" for the ratings; "" where it has one).
     setting : callable, lazy or None, default None
-        ``setting(config) -> str``: the text of the runner's settings for the evaluation's notes
-        (``config``: the evaluation's config object, read by attribute).
+        ``setting(settings) -> str``: the text of the runner's settings for the evaluation's notes
+        (``settings``: the runner's settings, ``defaults`` merged with the user's overrides, `merge_settings`).
     defaults : dict, lazy or None, default None
         The runner's own settings (a dict, or a `lazy` reference to one) that the evaluation merges with
-        a user's overrides keyed by the model's name (e.g. ``implicit_eval.model_systems(rg={"K": 20})``)
-        and hands to the runner.
+        a user's overrides keyed by the model's name (e.g. ``implicit_eval.model_systems(rg={"K": 20})``,
+        ``RatingsConfig(settings={"sbmf": {"warmup": 20}})``) and hands to the runner.
+    flags : dict, default {}
+        The evaluation's command-line flags (argparse ``dest``, e.g. "pfm_warmup") that set one of these
+        settings -> the setting's name (e.g. "warmup"): how ``factorbayes evaluate ratings|counts`` maps its
+        own flags onto the declared settings (`validation.frontdoor.cli_evaluate`).
 
     Raises
     ------
@@ -214,6 +218,7 @@ class EvaluationEntry:
     data: str = ""
     setting: object = None
     defaults: object = None
+    flags: Mapping[str, str] = field(default_factory=dict)
 
     def get_runner(self):
         """The runner, resolved.
@@ -253,14 +258,13 @@ class EvaluationEntry:
         """
         return dict(resolve(self.defaults) or {})
 
-    def setting_text(self, config) -> str:
-        """``setting(config)``, or "" when the entry declares none.
+    def setting_text(self, settings) -> str:
+        """``setting(settings)``, or "" when the entry declares none.
 
         Parameters
         ----------
-        config : object
-            The evaluation's config (e.g. a `validation.evaluation.ratings_eval.RatingsConfig`), read by
-            attribute.
+        settings : mapping of str to object
+            The runner's settings: ``defaults`` merged with the user's overrides (`merge_settings`).
 
         Returns
         -------
@@ -269,14 +273,64 @@ class EvaluationEntry:
 
         Raises
         ------
-        AttributeError
-            Not of its own: what ``setting`` raises propagates (e.g. AttributeError for a config without
-            a field it reads), as do the errors of resolving a `lazy` ``setting``.
+        KeyError
+            Not of its own: what ``setting`` raises propagates (e.g. KeyError for settings without a name
+            it reads), as do the errors of resolving a `lazy` ``setting``.
 
         Source: project addition.
         """
         fn = resolve(self.setting)
-        return "" if fn is None else fn(config)
+        return "" if fn is None else fn(settings)
+
+
+def merge_settings(defaults: Mapping[str, Mapping], settings: Mapping | None, evaluation: str) -> dict[str, dict]:
+    """Each system's declared settings merged with a user's overrides, both keyed by the system's name.
+
+    The rule of every held-out evaluation's per-model settings (``EvaluationEntry.defaults``): a user
+    overrides a declared setting of a declared system, nothing else.
+
+    Parameters
+    ----------
+    defaults : mapping of str to mapping
+        System name (e.g. a front-door name, "sbmf") -> its runner's declared defaults (setting name ->
+        value; `EvaluationEntry.get_defaults`).
+    settings : mapping of str to mapping, or None
+        System name -> overrides (setting name -> value); None or {}: the defaults.
+    evaluation : str
+        The evaluation's name, for the messages (e.g. "ratings").
+
+    Returns
+    -------
+    dict of str to dict
+        Every system of ``defaults`` -> ``{**its defaults, **its overrides}`` (new dicts).
+
+    Raises
+    ------
+    ValueError
+        ``settings`` (or one system's overrides) is not a mapping; a system that ``defaults`` does not hold
+        (the message lists those it holds); a setting its system does not declare (the message names the
+        system and the settings it declares).
+
+    Source: project addition (issue 25: the per-model settings live in the declarations).
+    """
+    settings = {} if settings is None else settings
+    if not isinstance(settings, Mapping):
+        raise ValueError(f"settings: a mapping system name -> {{setting: value}}, got {type(settings).__name__}")
+    strays = sorted(set(settings) - set(defaults))
+    if strays:
+        raise ValueError(f"settings for {strays}: no solver declares the {evaluation!r} evaluation under that name; "
+                         f"per-model settings go to {sorted(defaults)}")
+    out = {}
+    for name, declared in defaults.items():
+        given = settings.get(name) or {}
+        if not isinstance(given, Mapping):
+            raise ValueError(f"settings[{name!r}]: a mapping setting name -> value, got {given!r}")
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            raise ValueError(f"{name}: unknown settings {unknown} for the {evaluation!r} evaluation; {name} declares "
+                             f"{sorted(declared) or 'none'}")
+        out[name] = {**declared, **given}
+    return out
 
 
 @dataclass(frozen=True)
@@ -379,7 +433,8 @@ class SolverSpec:
         ------
         MissingDeclaration
             The solver declares no cross-check (the message gives the declared reason), or no default
-            config while ``config`` is None. What the entry raises propagates.
+            config while ``config`` is None (the message says "no config" and how to give one). What the
+            entry raises propagates.
 
         Source: project addition.
         """
@@ -397,10 +452,15 @@ class SolverSpec:
         Raises
         ------
         MissingDeclaration
-            The solver declares no config (no cross-check). Errors of resolving a `lazy` propagate.
+            The solver declares no cross-check (the message gives the declared reason), or a cross-check
+            without a config (the message says "no config": pass one to `run`, or declare
+            ``SolverSpec(config=...)``). Errors of resolving a `lazy` propagate.
 
         Source: project addition.
         """
+        if self.config is None and self.crosscheck is not None:
+            raise MissingDeclaration(f"{self.name}: no config declared for its cross-check; pass one "
+                                     f"(run(config=...)) or declare SolverSpec(config=...), the default config")
         c = _required(self, "crosscheck", self.config)
         return c() if isinstance(c, type) else c
 
@@ -461,7 +521,8 @@ class SolverSpec:
 
         Each of `SOLVER_PARTS` missing without a declared reason, declared absent with an empty reason or
         while present; a declared evaluation without a runner; a reference (algorithm, khat, vsbc, an
-        evaluation's runner, setting or defaults) that does not resolve (the error's text). The reference
+        evaluation's runner, setting or defaults) that does not resolve (the error's text); an evaluation's
+        ``flags`` naming a setting its ``defaults`` do not declare. The reference
         part counts as present only when ``spec`` has a `ReferenceSpec` of that name.
 
         Parameters
@@ -499,6 +560,14 @@ class SolverSpec:
                 except Exception as e:  # noqa: BLE001 (reported, not raised)
                     out.append(f"{spec.name} {self.name}: {part} {getattr(ref, 'target', ref)!r} does not resolve: "
                                f"{type(e).__name__}: {e}")
+        for e, entry in self.evaluations.items():
+            try:
+                undeclared = sorted(set(entry.flags.values()) - set(entry.get_defaults()))
+            except Exception:  # noqa: BLE001 (an unresolved defaults reference is reported above)
+                continue
+            if undeclared:
+                out.append(f"{spec.name} {self.name}: the {e!r} flags set settings {undeclared} that its defaults "
+                           "do not declare")
         return out
 
 

@@ -41,12 +41,11 @@ Systems (`systems`: the baselines and every solver whose declaration lists the "
   thesis, on the observed training ratings only; score: the predicted rating averaged over the kept
   draws, for every candidate.
 - ``sgd-fm``: SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on the same design; learning rate
-  and L2 constant chosen by `tune_sgd_fm` on the validation split of the training entries (grid
-  `CountsConfig.sgd_learning_rates` x `CountsConfig.sgd_regs`), then refitted on all training
-  entries.
+  and L2 constant chosen by `tune_sgd_fm` on the validation split of the training entries (grid: its
+  declared settings ``learning_rates`` x ``regs``), then refitted on all training entries.
 
-Each solver's code (fit it with the settings of `CountsConfig`, return its score functions) is declared in its
-model's declaration (``SolverSpec.evaluations["counts"]``: `validation.models.hpf.counts_runner`,
+Each solver's code (fit it with its settings, return its score functions) and its settings (``defaults``, overridden
+by ``CountsConfig.settings`` keyed by the front-door name) are declared in its model's declaration (``SolverSpec.evaluations["counts"]``: `validation.models.hpf.counts_runner`,
 `validation.models.pfm_eval.counts_runner`, `validation.models.fm_eval`); the contract is `CountsRun`.
 
 Tuning criterion. Both tuned baselines are chosen by the top-N metric the comparison reports
@@ -66,12 +65,14 @@ import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from custom_inference.data import Observations
 
+from validation.checks import registry
 from validation.data import datasets
 from validation.evaluation import baselines, intervals, metrics
 from validation.evaluation.baselines import ease_fit, ease_score_fn, ease_scores
@@ -84,6 +85,7 @@ __all__ = [
     "CountsRun",
     "systems",
     "side_systems",
+    "declared_settings",
     "CountsConfig",
     "CountsEvaluation",
     "validation_split",
@@ -167,11 +169,35 @@ P_AT = 100  # the thesis's list length P (sec. 5.4.4); `validation.evaluation.pf
 _SELECT = ("f_measure", "precision", "recall", "ndcg", "ndcg_log2k1")
 
 
+def declared_settings() -> dict[str, dict]:
+    """Every counts solver's declared settings: front-door name -> its runner's ``EvaluationEntry.defaults``.
+
+    The ``NAME+side`` run of a solver uses NAME's settings.
+
+    Returns
+    -------
+    dict of str to dict
+        E.g. ``{"hpf": {"max_iter": 100}, ..., "npfm": {"warmup": 300, ...}}``, in registry order (new dicts).
+
+    Raises
+    ------
+    MissingDeclaration
+        As `systems`.
+
+    Source: project addition (issue 25: the per-model settings live in the declarations).
+    """
+    from validation.models import catalog
+
+    return {system: entry.get_defaults() for _, system, entry in catalog.evaluation_declarations("counts")}
+
+
 @dataclass(frozen=True)
 class CountsConfig:
     """Settings of `evaluate_counts` (defaults: the run reported for ML-100K, shorter than the thesis's).
 
-    Frozen; the fields are checked on construction.
+    Frozen; the fields are checked on construction. The evaluation owns K, the seed, the baselines, the tuning
+    split and the dtypes; each solver's own settings (sweeps, grids) are declared with its runner
+    (``EvaluationEntry.defaults`` in its model's ``SPEC``, `declared_settings`) and overridden through ``settings``.
 
     Parameters
     ----------
@@ -179,31 +205,6 @@ class CountsConfig:
         Latent dimension of every factor model (NPFM's truncation level); 50 in the thesis.
     seed : int, default 0
         Seed of the P3 split, of the validation split (with 1) and of every solver.
-    pfm_warmup : int >= 0, default 300
-        NPFM / PPFM Gibbs sweeps discarded (the thesis: 1500).
-    pfm_samples : int >= 1, default 100
-        NPFM / PPFM draws kept (the thesis: 1000).
-    pfm_thin : int >= 1, default 2
-        Sweeps per kept draw.
-    pfm_init_scale : float > 0, default 1.0
-        Initial scale of the NPFM / PPFM factors (`custom_inference.pfm.init`).
-    pfm_chains : int >= 1, default 1
-        NPFM / PPFM chains.
-    hpf_max_iter : int >= 1, default 100
-        HPF CAVI sweeps (all run, tol = 0).
-    fm_warmup : int >= 0, default 50
-        MCMC-FM sweeps discarded (one chain).
-    fm_samples : int >= 1, default 100
-        MCMC-FM sweeps kept.
-    sgd_epochs : int >= 1, default 30
-        SGD-FM epochs (the thesis: 300).
-    sgd_learning_rates : tuple of float > 0, default (0.003, 0.01, 0.03)
-        SGD-FM learning rates searched by `tune_sgd_fm`.
-    sgd_regs : tuple of float >= 0, default (0.01, 0.04, 0.1)
-        SGD-FM L2 constants searched (lambda_w = lambda_v = reg, lambda_0 = 0; the thesis chose
-        (0.001, 0.01)).
-    sgd_batch_size : int >= 1, default 1
-        SGD-FM minibatch size.
     ease_lambdas : tuple of float > 0, default `validation.evaluation.baselines.EASE_LAMBDAS`
         EASE^R's searched L2 constants (`tune_ease`).
     ease_values : {"binary", "count"}, default "binary"
@@ -216,53 +217,42 @@ class CountsConfig:
         Float dtype of NPFM / PPFM / HPF.
     fm_dtype : {"float32", "float64"}, default "float64"
         Float dtype of MCMC-FM / SGD-FM.
+    settings : mapping of str to mapping, default {}
+        Per solver, keyed by its front-door name (``NAME+side`` runs use NAME's): overrides of its declared
+        settings, e.g. ``{"npfm": {"warmup": 1500}, "sgd-fm": {"regs": (0.01,)}}``. Declared today: hpf
+        ``max_iter`` 100 (CAVI sweeps, all run); npfm, ppfm ``warmup`` 300, ``samples`` 100, ``thin`` 2,
+        ``init_scale`` 1.0, ``chains`` 1 (the thesis: 1500 + 1000); mcmc-fm ``warmup`` 50, ``samples`` 100 (one
+        chain); sgd-fm ``epochs`` 30 (the thesis: 300), ``learning_rates`` (0.003, 0.01, 0.03) x ``regs`` (0.01,
+        0.04, 0.1) searched by `tune_sgd_fm` (lambda_w = lambda_v = reg, lambda_0 = 0), ``batch_size`` 1. Stored
+        as a dict of dicts; `settings_for` gives a solver's merged settings.
 
     Raises
     ------
     ValueError
-        On construction, for a field outside the range or set given above (a count that is not an
-        integer, an empty or non-finite grid, an unknown ``ease_values``, ``select_by`` or dtype).
+        On construction, for a field outside the range or set given above (an empty or non-finite grid, an
+        unknown ``ease_values``, ``select_by`` or dtype); ``settings`` for a name that declares no counts
+        runner, or a setting its runner does not declare (`validation.checks.registry.merge_settings`: the
+        message names the solver and its settings).
 
     Source: project addition (the settings of ``004_90693a0965f06816.txt`` sec. 5.4.3-5.4.4, shortened).
     """
 
     K: int = 50
     seed: int = 0
-    pfm_warmup: int = 300
-    pfm_samples: int = 100
-    pfm_thin: int = 2
-    pfm_init_scale: float = 1.0
-    pfm_chains: int = 1
-    hpf_max_iter: int = 100
-    fm_warmup: int = 50
-    fm_samples: int = 100
-    sgd_epochs: int = 30
-    sgd_learning_rates: tuple = (0.003, 0.01, 0.03)
-    sgd_regs: tuple = (0.01, 0.04, 0.1)
-    sgd_batch_size: int = 1
     ease_lambdas: tuple = baselines.EASE_LAMBDAS
     ease_values: str = "binary"
     validation_fraction: float = 0.2
     select_by: str = "f_measure"
     dtype: str = "float32"
     fm_dtype: str = "float64"
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("K", "pfm_samples", "pfm_thin", "pfm_chains", "hpf_max_iter", "fm_samples", "sgd_epochs",
-                     "sgd_batch_size"):
-            v = getattr(self, name)
-            if int(v) != v or v < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
-        for name in ("pfm_warmup", "fm_warmup"):
-            v = getattr(self, name)
-            if int(v) != v or v < 0:
-                raise ValueError(f"{name}: must be an integer >= 0, got {v!r}")
-        for name in ("sgd_learning_rates", "sgd_regs", "ease_lambdas"):
-            v = tuple(getattr(self, name))
-            if not v or any(not np.isfinite(x) for x in v):
-                raise ValueError(f"{name}: need a non-empty tuple of finite numbers, got {v!r}")
-        if any(x <= 0 for x in self.sgd_learning_rates) or any(x < 0 for x in self.sgd_regs):
-            raise ValueError("sgd_learning_rates must be > 0 and sgd_regs >= 0")
+        if int(self.K) != self.K or self.K < 1:
+            raise ValueError(f"K: must be an integer >= 1, got {self.K!r}")
+        v = tuple(self.ease_lambdas)
+        if not v or any(not np.isfinite(x) for x in v):
+            raise ValueError(f"ease_lambdas: need a non-empty tuple of finite numbers, got {v!r}")
         if any(x <= 0 for x in self.ease_lambdas):
             raise ValueError(f"ease_lambdas: must be > 0, got {self.ease_lambdas!r}")
         if self.ease_values not in ("binary", "count"):
@@ -274,8 +264,31 @@ class CountsConfig:
         for name in ("dtype", "fm_dtype"):
             if getattr(self, name) not in ("float32", "float64"):
                 raise ValueError(f"{name}: 'float32' or 'float64', got {getattr(self, name)!r}")
-        if not self.pfm_init_scale > 0:
-            raise ValueError(f"pfm_init_scale: must be > 0, got {self.pfm_init_scale!r}")
+        merged = registry.merge_settings(declared_settings(), self.settings, "counts")
+        object.__setattr__(self, "settings", {k: dict(v) for k, v in (self.settings or {}).items()})
+        object.__setattr__(self, "_merged", merged)
+
+    def settings_for(self, system: str) -> dict:
+        """A solver's settings: its declared defaults with this config's overrides (``NAME+side``: NAME's).
+
+        Parameters
+        ----------
+        system : str
+            A front-door name of `systems` (not a baseline), or ``NAME+side``.
+
+        Returns
+        -------
+        dict
+            Setting name -> value (a new dict).
+
+        Raises
+        ------
+        KeyError
+            A name that declares no counts runner (a baseline included).
+
+        Source: project addition (issue 25).
+        """
+        return dict(self._merged[system.split("+")[0]])
 
 
 @dataclass
@@ -489,7 +502,8 @@ def tune_ease(train: Observations, lambdas=CountsConfig.ease_lambdas, *, fractio
 # factorization-machine designs and scores
 
 
-def tune_sgd_fm(train: Observations, entities, config: CountsConfig = CountsConfig(), *, progress: bool = False):
+def tune_sgd_fm(train: Observations, entities, config: CountsConfig | None = None, *, settings: Mapping,
+                progress: bool = False):
     """SGD-FM's learning rate and L2 constant chosen on `validation_split` of the TRAINING entries.
 
     `validation.models.fm_eval.tune_sgd_fm` with this evaluation's split and metrics (`ranking_metrics`).
@@ -500,9 +514,11 @@ def tune_sgd_fm(train: Observations, entities, config: CountsConfig = CountsConf
         Shape (I, J), the training entries.
     entities : tuple
         From `entity_features`.
-    config : CountsConfig, default CountsConfig()
-        Read: the grid ``sgd_learning_rates`` x ``sgd_regs``, ``sgd_epochs``, ``K``,
-        ``validation_fraction``, ``seed``, ``select_by``.
+    config : CountsConfig, optional
+        Read: ``K``, ``validation_fraction``, ``seed``, ``select_by``, ``fm_dtype`` (None: ``CountsConfig()``).
+    settings : mapping
+        SGD-FM's settings: the grid ``learning_rates`` x ``regs``, ``epochs``, ``batch_size`` (e.g.
+        ``config.settings_for`` of its front-door name).
     progress : bool, default False
         One line per setting on stderr.
 
@@ -519,13 +535,15 @@ def tune_sgd_fm(train: Observations, entities, config: CountsConfig = CountsConf
     Raises
     ------
     ValueError
-        As `validation_split`, `fm_design` and `custom_inference.fm_sgd.fit`.
+        An empty or invalid grid; as `validation_split`, `fm_design` and `custom_inference.fm_sgd.fit`.
+    KeyError
+        ``settings`` without one of the names read.
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen by cross
     validation"); the search here is a project addition (issue 13, "fair baselines").
     """
-    return fm_eval.tune_sgd_fm(train, entities, config, validation_split=validation_split,
-                               ranking_metrics=ranking_metrics, progress=progress)
+    return fm_eval.tune_sgd_fm(train, entities, CountsConfig() if config is None else config, settings,
+                               validation_split=validation_split, ranking_metrics=ranking_metrics, progress=progress)
 
 # ------------------------------------------------------------------------------
 # the systems
@@ -596,6 +614,9 @@ class CountsRun:
         Folder of the MovieLens side files (as `evaluate_counts`).
     cache : dict, default {}
         Shared by the runners of one evaluation (e.g. FM designs, the side features).
+    settings : mapping, default {}
+        The runner's own settings: its declared ``EvaluationEntry.defaults`` with the config's overrides
+        (`CountsConfig.settings_for`); the evaluation hands each runner a copy of the run with its own.
 
     Raises
     ------
@@ -609,6 +630,7 @@ class CountsRun:
     progress: bool = False
     data_dir: object = None
     cache: dict = field(default_factory=dict)
+    settings: Mapping = field(default_factory=dict)
 
     validation_split = staticmethod(validation_split)
     ranking_metrics = staticmethod(ranking_metrics)
@@ -640,7 +662,8 @@ def _model_rows(ctx, system: str, side: bool, runner) -> list[dict]:
     """The table rows of a declared solver: its runner's fits, each measured on the test split."""
     name = f"{system}+side" if side else system
     rows = []
-    for fit in runner(ctx["run"], side):
+    run = replace(ctx["run"], settings=ctx["cfg"].settings_for(system))  # shares the evaluation's cache
+    for fit in runner(run, side):
         if "tuning" in fit:
             ctx["tuning"][name] = fit["tuning"]
             ctx["tuned"][name] = f"{fit['method']}: {fit.get('tuned', 'settings')}"
@@ -674,7 +697,7 @@ def _setting(name: str, cfg: CountsConfig) -> str:
     base, side = name.split("+")[0], name.endswith("+side")
     if base in _BASELINE_RUNNERS:
         return ""
-    return catalog.evaluation_entry("counts+side" if side else "counts", base).setting_text(cfg)
+    return catalog.evaluation_entry("counts+side" if side else "counts", base).setting_text(cfg.settings_for(base))
 
 
 def _resolve_systems(names, side_features: bool) -> list[str]:
@@ -695,9 +718,9 @@ def _resolve_systems(names, side_features: bool) -> list[str]:
     return out
 
 
-def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 0, side_features: bool = False,
-                    config: CountsConfig | None = None, data_dir=None, out_dir=None, progress: bool = True,
-                    **settings) -> CountsEvaluation:
+def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int | None = None, seed: int | None = None,
+                    side_features: bool = False, config: CountsConfig | None = None, data_dir=None, out_dir=None,
+                    progress: bool = True, **overrides) -> CountsEvaluation:
     """The thesis's top-N comparison on protocol P3 (module docstring), one table row per method.
 
     Parameters
@@ -707,10 +730,11 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
         `validation.data.datasets.load_movielens` returns; the P3 split permutes its rows in the order given.
     systems : sequence of str, optional
         Names of `systems` and ``NAME+side`` for NAME in `side_systems` (None: all of `systems`).
-    K : int >= 1, default 50
-        Latent dimension; always replaces ``config``'s ``K`` (also when left at its default).
-    seed : int, default 0
-        Seed of the split, the tuning and every solver; always replaces ``config``'s ``seed``.
+    K : int >= 1, optional
+        Latent dimension; replaces ``config``'s ``K`` when given (None: ``config``'s, 50 without one).
+    seed : int, optional
+        Seed of the split, the tuning and every solver; replaces ``config``'s ``seed`` when given (None:
+        ``config``'s, 0 without one).
     side_features : bool, default False
         Also run the ``+side`` variant of every selected system of `side_systems`.
     config : CountsConfig, optional
@@ -722,8 +746,10 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
         Write ``report.md`` (the tables and notes) there; None writes nothing.
     progress : bool, default True
         Progress bars and one line per system on stderr.
-    **settings
-        `CountsConfig` fields to override, e.g. ``pfm_warmup=100``.
+    **overrides
+        `CountsConfig` fields to override, e.g. ``ease_lambdas=(10.0, 100.0)`` or
+        ``settings={"npfm": {"warmup": 100}}`` (per-model settings keyed by the front-door name; replaces
+        ``config``'s ``settings``).
 
     Returns
     -------
@@ -754,10 +780,12 @@ def evaluate_counts(df: pd.DataFrame, *, systems=None, K: int = 50, seed: int = 
     validation split of the training data is a project addition.
     """
     known = {f.name for f in fields(CountsConfig)}
-    bad = sorted(set(settings) - known)
+    bad = sorted(set(overrides) - known)
     if bad:
-        raise ValueError(f"unknown settings {bad}; CountsConfig has {sorted(known)}")
-    cfg = replace(config or CountsConfig(), K=K, seed=seed, **settings)
+        raise ValueError(f"unknown settings {bad}; CountsConfig has {sorted(known)} (a model's own settings go to "
+                         f"settings={{NAME: {{...}}}}: {declared_settings()})")
+    given = {"K": K, "seed": seed}
+    cfg = replace(config or CountsConfig(), **{k: v for k, v in given.items() if v is not None}, **overrides)
     names = _resolve_systems(systems, side_features)
     split = datasets.split_random_holdout(df, seed=cfg.seed, row_order="input")
     ctx = {"cfg": cfg, "split": split, "df": df, "data_dir": data_dir, "progress": progress, "tuning": {},

@@ -87,6 +87,7 @@ import pandas as pd
 from custom_inference import bpr
 from custom_inference.data import Observations
 
+from validation.checks import registry
 from validation.data import datasets
 from validation.evaluation import baselines, intervals, metrics
 from validation.data.datasets import ImplicitSplit
@@ -1125,18 +1126,11 @@ def model_systems(*, dtype=np.float32, large_cells: int | None = LARGE_CELLS, **
     defaults: dict[str, dict] = {}
     for model, _, entry in declared:
         defaults.setdefault(model, entry.get_defaults())
-    strays = sorted(set(settings) - set(defaults))
-    if strays:
-        raise ValueError(f"settings for {strays}: no such model declares an implicit runner; per-model settings "
-                         f"go to {sorted(defaults)}")
-    for name, given in settings.items():
-        unknown = sorted(set(given or {}) - set(defaults[name]))
-        if unknown:
-            raise ValueError(f"{name}: unknown settings {unknown}; allowed {sorted(defaults[name])}")
+    merged = registry.merge_settings(defaults, settings, "implicit")  # ValueError naming the model and its settings
     runners = [(model, catalog.evaluation_runner("implicit", system)) for model, system, _ in declared]
     systems: dict[str, SystemFactory] = {}
     for model, runner in runners:
-        systems.update(runner(ImplicitRun({**defaults[model], **(settings.get(model) or {})}, dtype, large_cells)))
+        systems.update(runner(ImplicitRun(merged[model], dtype, large_cells)))
     return systems
 
 

@@ -110,7 +110,9 @@ def psm_sweep(df, *, rs=(0.25, 0.5, 1.0, 2.0, 4.0), Ks=(10, 20, 30, 50), base_K:
         One row per (protocol, K, r): ``protocol``, ``K``, ``r``, ``rank_score_users``, ``rank_score_items``
         (eq. 12 averaged over test users / over held-out items), ``recall@10`` (= HR@10), ``ndcg@10``,
         ``fit_seconds`` (compilation included), ``d_prime`` (D' = r D), ``sweeps`` (Algorithm 1 sweeps run
-        before |dL| / |L| < ``tol`` or ``max_iter``), ``converged``, ``n_users``.
+        before |dL| / |L| < ``tol`` or ``max_iter``), ``converged``, ``n_users``, ``setting`` (why a skipped
+        setting was skipped, "" otherwise). Rows are paired with their setting by the system's name; a setting
+        the evaluation skipped keeps its row with NaN metrics, ``d_prime`` and ``sweeps`` and converged False.
 
     Raises
     ------
@@ -128,7 +130,7 @@ def psm_sweep(df, *, rs=(0.25, 0.5, 1.0, 2.0, 4.0), Ks=(10, 20, 30, 50), base_K:
     settings = list(dict.fromkeys(settings))
     if not settings:
         raise ValueError("rs and Ks: no setting to run")
-    systems, fits = {}, {}
+    systems, fits, of_name = {}, {}, {}
     for K, r in settings:
         f = implicit_system(K, r, dtype=dtype, max_iter=max_iter, tol=tol)
 
@@ -137,16 +139,21 @@ def psm_sweep(df, *, rs=(0.25, 0.5, 1.0, 2.0, 4.0), Ks=(10, 20, 30, 50), base_K:
             fits.setdefault((K, r), []).append(f.last_fit)
             return out
 
-        systems[f"PSM K={K} r={r:g}"] = factory
+        name = f"PSM K={K} r={r:g}"
+        systems[name], of_name[name] = factory, (K, r)
     res = evaluate_implicit(df, systems, protocols, seed=seed, progress=progress)
     rows = []
-    for (_, row), (K, r) in zip(res.table.iterrows(), [s for _ in range(len(res.table) // len(settings)) for s in settings]):
-        fit = fits[(K, r)].pop(0)
-        rows.append({"protocol": row["protocol"], "K": K, "r": r, "rank_score_users": row["rank_score_users"],
-                     "rank_score_items": row["rank_score_items"], "recall@10": row["recall@10"], "ndcg@10": row["ndcg@10"],
-                     "fit_seconds": row["fit_seconds"], "d_prime": float(fit.idata.vi_trace.attrs["d_prime"]),
-                     "sweeps": int(fit.idata.vi_trace.attrs["n_iter"]),
-                     "converged": bool(fit.idata.vi_trace.attrs["converged"]), "n_users": int(row["n_users"])})
+    for _, row in res.table.iterrows():  # each row paired with its setting by its system name, never by position
+        K, r = of_name[row["system"]]
+        # a setting's fits come in the order of its rows; a skipped row (no fit_seconds) has no fit
+        fitted = pd.notna(row.get("fit_seconds", np.nan))
+        attrs = fits[(K, r)].pop(0).idata.vi_trace.attrs if fitted else {}
+        rows.append({"protocol": row["protocol"], "K": K, "r": r, "rank_score_users": row.get("rank_score_users", np.nan),
+                     "rank_score_items": row.get("rank_score_items", np.nan), "recall@10": row.get("recall@10", np.nan),
+                     "ndcg@10": row.get("ndcg@10", np.nan), "fit_seconds": row.get("fit_seconds", np.nan),
+                     "d_prime": float(attrs.get("d_prime", np.nan)), "sweeps": int(attrs["n_iter"]) if fitted else np.nan,
+                     "converged": bool(attrs.get("converged", False)), "n_users": int(row["n_users"]),
+                     "setting": row.get("setting", "") if not fitted else ""})
     return pd.DataFrame(rows)
 
 

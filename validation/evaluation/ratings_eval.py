@@ -30,18 +30,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 import jax
 import numpy as np
 import pandas as pd
 
-from custom_inference import fm_sgd
-
+from validation.checks import registry
 from validation.data import datasets
 from validation.evaluation import intervals
 from validation.evaluation.metrics import rmse
 
-__all__ = ["solvers", "RatingsRun", "RatingsConfig", "RatingsEvaluation", "evaluate_ratings", "plot_curves", "iterations_to_within"]
+__all__ = ["solvers", "declared_settings", "RatingsRun", "RatingsConfig", "RatingsEvaluation", "evaluate_ratings", "plot_curves", "iterations_to_within"]
 
 
 
@@ -76,9 +76,34 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def declared_settings() -> dict[str, dict]:
+    """Every ratings solver's declared settings: front-door name -> its runner's ``EvaluationEntry.defaults``.
+
+    Returns
+    -------
+    dict of str to dict
+        E.g. ``{"sbmf": {"warmup": 50, "samples": 150}, ..., "sgd-fm": {"epochs": 30, ...}}``, in registry order
+        (new dicts).
+
+    Raises
+    ------
+    MissingDeclaration
+        As `solvers`.
+
+    Source: project addition (issue 25: the per-model settings live in the declarations).
+    """
+    from validation.models import catalog
+
+    return {system: entry.get_defaults() for _, system, entry in catalog.evaluation_declarations("ratings")}
+
+
 @dataclass(frozen=True)
 class RatingsConfig:
     """Settings of `evaluate_ratings` (defaults: the full MovieLens 100K run); frozen, checked on construction.
+
+    The evaluation owns the ranks, the solvers, the features, the dtype and the seed; each solver's own settings
+    (sweeps, epochs, step sizes) are declared with its runner (``EvaluationEntry.defaults`` in its model's
+    ``SPEC``, `declared_settings`) and overridden through ``settings``.
 
     Parameters
     ----------
@@ -86,27 +111,6 @@ class RatingsConfig:
         The K values (the issue asks for 10 and 32).
     solvers : tuple of str, optional
         Front-door names of the solvers to fit (None: `solvers`, every solver declaring "ratings").
-    gibbs_warmup : int >= 0, default 50
-        Gibbs sweeps discarded (one chain; 50 + 150 is the myFM comparison's 200 sweeps with the last
-        150 averaged).
-    gibbs_samples : int >= 1, default 150
-        Gibbs sweeps kept.
-    vi_max_iter : int >= 1, default 100
-        VBFM sweeps at most.
-    vi_tol : float, default 1e-5
-        VBFM stops when the relative ELBO change is < vi_tol.
-    ovbfm_batches : int >= 1, default 10
-        OVBFM minibatches per epoch.
-    ovbfm_epochs : int >= 1, default 30
-        OVBFM epochs.
-    ovbfm_lam : float, default 0.6
-        OVBFM step exponent: step sizes (1 + t)^-lam (Algorithm 4).
-    sgd_epochs : int >= 1, default 30
-        SGD-FM epochs (Algorithm 1, one instance a step).
-    sgd_learning_rate : float, default 0.01
-        SGD-FM learning rate.
-    sgd_reg : custom_inference.fm_sgd.SGDReg, default SGDReg(0.0, 0.04, 0.04)
-        SGD-FM L2 constants (lambda_0, lambda_w, lambda_v).
     features : {"ids", "rich"}, default "ids"
         FM features: user and item one-hot (MF with biases), or with genres and demographics (fig. 2.1);
         SBMF and BPMF always use ids.
@@ -114,13 +118,21 @@ class RatingsConfig:
         Float dtype of the data and the solvers.
     seed : int, default 0
         The split's seed and every solver's.
+    settings : mapping of str to mapping, default {}
+        Per solver, keyed by its front-door name: overrides of its declared settings, e.g.
+        ``{"sbmf": {"warmup": 20}, "sgd-fm": {"epochs": 10, "learning_rate": 0.02}}``. Declared today: sbmf, bpmf,
+        mcmc-fm ``warmup`` 50, ``samples`` 150 (one chain; 50 + 150 is the myFM comparison's 200 sweeps with
+        the last 150 averaged); vbfm ``max_iter`` 100, ``tol`` 1e-5 (relative ELBO change); ovbfm ``batches`` 10,
+        ``epochs`` 30, ``lam`` 0.6 (step sizes (1 + t)^-lam, Algorithm 4); sgd-fm ``epochs`` 30,
+        ``learning_rate`` 0.01, ``reg`` (0.0, 0.04, 0.04) (lambda_0, lambda_w, lambda_v). Stored as a dict of
+        dicts; `settings_for` gives a solver's merged settings.
 
     Raises
     ------
     ValueError
-        On construction: an unknown solver name, ranks empty or not integers >= 1, one of
-        ``gibbs_samples``, ``vi_max_iter``, ``ovbfm_batches``, ``ovbfm_epochs``, ``sgd_epochs`` < 1,
-        ``gibbs_warmup`` < 0, an unknown ``dtype`` or ``features``.
+        On construction: an unknown solver name, ranks empty or not integers >= 1, an unknown ``dtype`` or
+        ``features``; ``settings`` for a name that declares no ratings runner, or a setting its runner does not
+        declare (`validation.checks.registry.merge_settings`: the message names the solver and its settings).
     MissingDeclaration
         As `solvers` (called on construction).
 
@@ -129,19 +141,10 @@ class RatingsConfig:
 
     ranks: tuple[int, ...] = (10, 32)
     solvers: tuple[str, ...] | None = None
-    gibbs_warmup: int = 50
-    gibbs_samples: int = 150
-    vi_max_iter: int = 100
-    vi_tol: float = 1e-5
-    ovbfm_batches: int = 10
-    ovbfm_epochs: int = 30
-    ovbfm_lam: float = 0.6
-    sgd_epochs: int = 30
-    sgd_learning_rate: float = 0.01
-    sgd_reg: fm_sgd.SGDReg = fm_sgd.SGDReg(lambda_0=0.0, lambda_w=0.04, lambda_v=0.04)
     features: str = "ids"
     dtype: str = "float64"
     seed: int = 0
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self):
         declared = solvers()
@@ -152,15 +155,35 @@ class RatingsConfig:
             raise ValueError(f"solvers: unknown {sorted(unknown)}; choose from {declared}")
         if not self.ranks or any(int(k) != k or k < 1 for k in self.ranks):
             raise ValueError(f"ranks: need integers >= 1, got {self.ranks!r}")
-        for name in ("gibbs_samples", "vi_max_iter", "ovbfm_batches", "ovbfm_epochs", "sgd_epochs"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
-        if self.gibbs_warmup < 0:
-            raise ValueError(f"gibbs_warmup: must be >= 0, got {self.gibbs_warmup!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype: 'float32' or 'float64', got {self.dtype!r}")
         if self.features not in ("ids", "rich"):
             raise ValueError(f"features: 'ids' or 'rich', got {self.features!r}")
+        merged = registry.merge_settings(declared_settings(), self.settings, "ratings")
+        object.__setattr__(self, "settings", {k: dict(v) for k, v in (self.settings or {}).items()})
+        object.__setattr__(self, "_merged", merged)
+
+    def settings_for(self, solver: str) -> dict:
+        """A solver's settings: its declared defaults with this config's overrides.
+
+        Parameters
+        ----------
+        solver : str
+            A front-door name of `solvers`.
+
+        Returns
+        -------
+        dict
+            Setting name -> value (a new dict).
+
+        Raises
+        ------
+        KeyError
+            A name that declares no ratings runner.
+
+        Source: project addition (issue 25).
+        """
+        return dict(self._merged[solver])
 
 
 @dataclass
@@ -259,6 +282,9 @@ class RatingsRun:
     ----------
     config : RatingsConfig
         The evaluation's settings.
+    settings : mapping of str to object
+        The runner's own settings: its declared ``EvaluationEntry.defaults`` with the config's overrides
+        (`RatingsConfig.settings_for`).
     key : jax.Array
         The solver's PRNG key (``jax.random.PRNGKey``-style, split per solver and K).
     progress : bool
@@ -272,6 +298,7 @@ class RatingsRun:
     """
 
     config: RatingsConfig
+    settings: Mapping
     key: object
     progress: bool
 
@@ -394,7 +421,8 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
         for name in config.solvers:
             key, sub = jax.random.split(key)
             data = split if entries[name].data == "split" else designs
-            its, secs, rm, per, pred = runners[name](data, int(K), RatingsRun(config, sub, progress))
+            run = RatingsRun(config, config.settings_for(name), sub, progress)
+            its, secs, rm, per, pred = runners[name](data, int(K), run)
             final = float(rm[-1])
             per_user[(name, int(K))] = intervals.squared_errors(users, pred, truth)
             rows.append({"solver": name, "K": int(K), "rmse": final, "seconds_per_iteration": per,
@@ -412,9 +440,8 @@ def evaluate_ratings(df: pd.DataFrame, config: RatingsConfig = RatingsConfig(), 
         diffs.append(comp.differences.assign(K=int(K)))
     notes = [f"P2: {split.train.nnz} training and {split.test.nnz} test ratings (seed {config.seed}), "
              f"I = {split.n_users}, J = {split.n_items}",
-             f"FM features: {config.features}; {config.dtype}; Gibbs: {config.gibbs_warmup} warmup + "
-             f"{config.gibbs_samples} kept sweeps (one chain)",
-             "; ".join(t for t in (entries[s].setting_text(config) for s in config.solvers) if t),
+             f"FM features: {config.features}; {config.dtype}",
+             "; ".join(t for t in (entries[s].setting_text(config.settings_for(s)) for s in config.solvers) if t),
              "item mean: each item's mean training rating (the global mean for an item without one)",
              "RMSE " + comp.note().split("; _se")[0] + "; rmse_se: the bootstrap standard error (RMSE pools the "
              "test ratings; the users are resampled)"]

@@ -202,8 +202,8 @@ def _check_n_batches(obs, options):
                          f"minibatch needs at least one entry; pass n_batches between 1 and {obs.nnz}")
 
 
-#: SGD-FM's learning rate unless given: eta = 0.01, the value of `validation.evaluation.ratings_eval.RatingsConfig`
-#: (sgd_learning_rate) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
+#: SGD-FM's learning rate unless given: eta = 0.01, the learning_rate its ratings runner declares
+#: (`validation.models.vbfm.SPEC`) for one instance per step on MovieLens ratings (libFM's SGD examples use 0.01 too).
 SGD_FM_LEARNING_RATE = 0.01
 
 
@@ -934,7 +934,7 @@ _register(ModelAdapter("sgd-fm", "real", _fm_runner("sgd-fm"), _fm_mean, "none (
                        grid=Grid((10, 32), (Axis("learning_rate", (0.003, 0.01, 0.03), option="learning_rate"),
                                             Axis("reg", (0.01, 0.04), fields=("lambda_w", "lambda_v"))),
                                  "custom_inference.fm_sgd:SGDReg", fixed={"lambda_0": 0.0},
-                                 why="learning rates and lambda_w = lambda_v of counts_eval.CountsConfig's SGD-FM search "
+                                 why="learning rates and lambda_w = lambda_v of SGD-FM's declared counts search "
                                      "(0.003-0.03, 0.01-0.04; 0.01 is libFM's and ratings_eval's rate); K: ratings_eval's "
                                      "ranks"),
                        absent={"q_mean_form": _NO_Q_POINT}))

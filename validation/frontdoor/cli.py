@@ -29,6 +29,8 @@
                                                        P1, P3: MovieLens without the own-data flags above)
     factorbayes evaluate ratings --data ml-100k|PATH   validation.evaluation.ratings_eval.evaluate_ratings
                                                        (SBMF, BPMF, MCMC-FM, VBFM, OVBFM, SGD-FM on P2)
+        [--set MODEL.NAME=VALUE ...]                   ratings and counts: one declared setting of one model's
+                                                       runner (EvaluationEntry.defaults), e.g. sbmf.warmup=20
     factorbayes errata                                 validation.checks.errata.run_errata(catalog.all_errata())
     factorbayes evidence [MODEL ...]                   validation.models.catalog.evidence_table: per model and solver,
                                                        which evidence exists (update checks, bridge, NUTS
@@ -977,9 +979,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--solvers", nargs="+", type=_ratings_solver, default=argparse.SUPPRESS, metavar="SOLVER",
                    help="solvers to run: front-door names of the solvers that declare the ratings evaluation "
                         "(sbmf, bpmf, mcmc-fm, ...: a wrong name lists them); default all")
-    g.add_argument("--warmup", type=int, default=50, help="Gibbs sweeps discarded")
-    g.add_argument("--samples", type=int, default=150, help="Gibbs sweeps kept and averaged")
-    g.add_argument("--epochs", type=int, default=30, help="OVBFM and SGD-FM epochs")
+    g.add_argument("--warmup", type=int, default=None, help="Gibbs sweeps discarded (default: each runner's, 50)")
+    g.add_argument("--samples", type=int, default=None, help="Gibbs sweeps kept and averaged (default 150)")
+    g.add_argument("--epochs", type=int, default=None, help="OVBFM and SGD-FM epochs (default 30)")
+    g.add_argument("--set", action="append", default=None, metavar="MODEL.NAME=VALUE",
+                   help="ratings and counts: one setting of one model's runner (repeatable), e.g. --set sbmf.warmup=20 "
+                        "--set sgd-fm.reg=0,0.04,0.04; MODEL is the front-door name, NAME a setting its declaration "
+                        "lists (a wrong one lists them); wins over the flags above")
     g.add_argument("--features", choices=("ids", "rich"), default="ids", help="FM design")
     g = p.add_argument_group("evaluate implicit (one-class: P1 and the SIBM protocol)")
     g.add_argument("--protocols", nargs="+", choices=_IMPLICIT_PROTOCOLS, default=None,
@@ -1002,7 +1008,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "--epochs (SGD-FM), --dtype (NPFM/PPFM/HPF) also apply)")
     g.add_argument("--side-features", action="store_true",
                    help="also run NPFM, PPFM, MCMC-FM and SGD-FM with the MovieLens side features (NAME+side)")
-    g.add_argument("--pfm-warmup", type=int, default=None, help="NPFM/PPFM burn-in sweeps (default CountsConfig's 300)")
+    g.add_argument("--pfm-warmup", type=int, default=None, help="NPFM/PPFM burn-in sweeps (default: declared, 300)")
     g.add_argument("--pfm-samples", type=int, default=None, help="NPFM/PPFM kept draws (default 100)")
     g.add_argument("--pfm-thin", type=int, default=None, help="NPFM/PPFM sweeps per kept draw (default 2)")
     g.add_argument("--fm-warmup", type=int, default=None, help="MCMC-FM burn-in sweeps (default 50)")

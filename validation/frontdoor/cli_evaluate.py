@@ -51,6 +51,86 @@ def _print_evaluation_extras(table, differences, tuning: dict, notes: list) -> N
     print()
 
 
+def parse_set(items) -> dict[str, dict]:
+    """The ``--set MODEL.NAME=VALUE`` flags of ``evaluate ratings|counts`` as per-model settings.
+
+    VALUE is read as a Python literal where it is one (``ast.literal_eval``: ``20``, ``1e-4``, ``0.0,0.04,0.04`` a
+    tuple, ``None``), else kept as the string.
+
+    Parameters
+    ----------
+    items : sequence of str or None
+        The flags' values, e.g. ``["sbmf.warmup=20", "sgd-fm.reg=0,0.04,0.04"]``; None: none given.
+
+    Returns
+    -------
+    dict of str to dict
+        MODEL (a front-door name) -> {NAME: value}; a later flag for the same MODEL.NAME wins. Unknown models or
+        names are refused by the evaluation's config (`validation.checks.registry.merge_settings`).
+
+    Raises
+    ------
+    ValueError
+        An item without ``=`` or without ``.`` before it, or with an empty MODEL or NAME.
+
+    Source: project addition (issue 25: per-model settings keyed by the model's name).
+    """
+    import ast
+
+    out: dict[str, dict] = {}
+    for item in items or ():
+        key, eq, raw = str(item).partition("=")
+        model, dot, name = key.strip().rpartition(".")
+        if not eq or not dot or not model or not name:
+            raise ValueError(f"--set {item!r}: expected MODEL.NAME=VALUE, e.g. --set sbmf.warmup=20")
+        try:
+            value = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            value = raw.strip()
+        out.setdefault(model, {})[name] = value
+    return out
+
+
+def evaluation_settings(args, evaluation: str) -> dict[str, dict]:
+    """The per-model settings of ``evaluate ratings|counts``: the evaluation's flags, then ``--set``.
+
+    Each flag given (not None) sets, for every solver declaring ``evaluation``, the setting its
+    ``EvaluationEntry.flags`` maps that flag to (``--warmup``: the Gibbs runners' ``warmup``; ``--epochs``: OVBFM's
+    and SGD-FM's ``epochs``; ...); ``--set MODEL.NAME=VALUE`` (`parse_set`) then overrides any of them. No model is
+    named here: the mapping is declared with each runner.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed flags (those a declaration names; ``set``: the ``--set`` items).
+    evaluation : {"ratings", "counts"}
+        Whose declarations map the flags.
+
+    Returns
+    -------
+    dict of str to dict
+        Front-door name -> {setting name: value}, for ``RatingsConfig(settings=...)`` / ``CountsConfig``.
+
+    Raises
+    ------
+    ValueError
+        A malformed ``--set`` (`parse_set`); an unknown evaluation (`validation.models.catalog`).
+
+    Source: project addition (issue 25).
+    """
+    from validation.models import catalog
+
+    out: dict[str, dict] = {}
+    for _, system, entry in catalog.evaluation_declarations(evaluation):
+        for flag, name in entry.flags.items():
+            value = getattr(args, flag, None)
+            if value is not None:
+                out.setdefault(system, {})[name] = tuple(value) if isinstance(value, list) else value
+    for system, given in parse_set(getattr(args, "set", None)).items():
+        out.setdefault(system, {}).update(given)
+    return out
+
+
 def cmd_evaluate_ratings(args) -> int:
     """``factorbayes evaluate ratings``: every Gaussian solver on protocol P2, with curves and a report.
 
@@ -62,8 +142,9 @@ def cmd_evaluate_ratings(args) -> int:
     args : argparse.Namespace
         The parsed flags: data ("ml-100k" or a MovieLens path), ranks (list of K), solvers (front-door names; absent
         or empty: all that declare the ratings evaluation), warmup, samples (Gibbs sweeps discarded / kept), max_iter
-        (VI sweeps; None: 100), epochs (OVBFM and SGD-FM), features ("ids" or "rich"), dtype (None: "float32"), seed,
-        out (None: ``factorbayes-output/evaluate-ratings``), no_progress.
+        (VBFM sweeps), epochs (OVBFM and SGD-FM) (each None: the declared default; mapped onto the runners' settings
+        by `evaluation_settings`), set (``--set MODEL.NAME=VALUE`` items), features ("ids" or "rich"), dtype (None:
+        "float32"), seed, out (None: ``factorbayes-output/evaluate-ratings``), no_progress.
 
     Returns
     -------
@@ -77,7 +158,7 @@ def cmd_evaluate_ratings(args) -> int:
     RuntimeError
         ``ml-100k`` not found and its download failed.
     ValueError
-        Bad settings or data (from `RatingsConfig` / `evaluate_ratings`).
+        Bad settings or data (from `RatingsConfig` / `evaluate_ratings`); a malformed ``--set``.
     validation.checks.registry.MissingDeclaration
         A solver that declares the "ratings" evaluation without a runner.
     OSError
@@ -90,9 +171,8 @@ def cmd_evaluate_ratings(args) -> int:
 
     df, path = _load_data(args.data)
     config = ratings_eval.RatingsConfig(
-        ranks=tuple(args.ranks), solvers=tuple(getattr(args, "solvers", ())) or None, gibbs_warmup=args.warmup, gibbs_samples=args.samples,
-        vi_max_iter=100 if args.max_iter is None else args.max_iter, ovbfm_epochs=args.epochs,
-        sgd_epochs=args.epochs, features=args.features, dtype=args.dtype or "float32", seed=args.seed)
+        ranks=tuple(args.ranks), solvers=tuple(getattr(args, "solvers", ())) or None, features=args.features,
+        dtype=args.dtype or "float32", seed=args.seed, settings=evaluation_settings(args, "ratings"))
     data_dir = Path(path).parent if args.features == "rich" else None
     print(f"Rating prediction (P2) on {path}: solvers {', '.join(config.solvers)}; K in {list(config.ranks)}",
           file=sys.stderr)
@@ -202,9 +282,10 @@ def cmd_evaluate_counts(args) -> int:
     Parameters
     ----------
     args : argparse.Namespace
-        The parsed flags: data, systems (None: all), k, seed, side_features, max_iter (HPF sweeps; None: 100), dtype
-        (None: "float32"), epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin, fm_warmup, fm_samples, ease_lambdas,
-        sgd_learning_rates, sgd_regs (each None: `CountsConfig`'s default), out (None:
+        The parsed flags: data, systems (None: all), k, seed, side_features, dtype (None: "float32"), ease_lambdas
+        (None: `CountsConfig`'s default); max_iter (HPF sweeps), epochs (SGD-FM), pfm_warmup, pfm_samples, pfm_thin,
+        fm_warmup, fm_samples, sgd_learning_rates, sgd_regs (each None: the declared default; mapped onto the
+        runners' settings by `evaluation_settings`), set (``--set MODEL.NAME=VALUE`` items), out (None:
         ``factorbayes-output/evaluate-counts``), no_progress.
 
     Returns
@@ -216,7 +297,7 @@ def cmd_evaluate_counts(args) -> int:
     ------
     ValueError
         Unknown ``--systems``, bad settings, missing side-feature files for a ``+side`` system (from
-        `evaluate_counts`).
+        `evaluate_counts`); a malformed ``--set``.
     FileNotFoundError
         A ``--data`` path that does not exist.
     RuntimeError
@@ -233,13 +314,9 @@ def cmd_evaluate_counts(args) -> int:
     from validation.evaluation import counts_eval
 
     df, path = _load_data(args.data)
-    settings = {"hpf_max_iter": 100 if args.max_iter is None else args.max_iter, "dtype": args.dtype or "float32",
-                "sgd_epochs": args.epochs}
-    for name in ("pfm_warmup", "pfm_samples", "pfm_thin", "fm_warmup", "fm_samples", "ease_lambdas",
-                 "sgd_learning_rates", "sgd_regs"):
-        value = getattr(args, name, None)
-        if value is not None:
-            settings[name] = tuple(value) if isinstance(value, list) else value
+    settings = {"dtype": args.dtype or "float32", "settings": evaluation_settings(args, "counts")}
+    if getattr(args, "ease_lambdas", None) is not None:
+        settings["ease_lambdas"] = tuple(args.ease_lambdas)
     data_dir = Path(path) if Path(path).is_dir() else Path(path).parent
     print(f"Top-N from counts (P3, seed {args.seed}) on {path}: K = {args.k}; systems "
           f"{', '.join(args.systems) if args.systems else 'all'}{' (+ side features)' if args.side_features else ''}",

@@ -1021,7 +1021,7 @@ def ratings_runner(split, K: int, run):
     """BPMF on protocol P2 (`validation.evaluation.ratings_eval`'s runner contract).
 
     BPMF has no biases (r_ij ~ N(u_i . v_j, 1/alpha)), so it is fitted to the ratings minus their training mean,
-    which is added back (as the BPMF authors' code does); one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps
+    which is added back (as the BPMF authors' code does); one chain of ``warmup`` + ``samples`` sweeps
     with the default `ppl_models.bpmf.BPMFHyper`, u_i . v_j of each kept sample at the test ratings, averaged as the
     samples come (eq. 3.18).
 
@@ -1032,7 +1032,8 @@ def ratings_runner(split, K: int, run):
     K : int
         Latent dimension.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's config (dtype, gibbs_warmup, gibbs_samples), key, progress and ``gibbs_curve``.
+        The evaluation's config (dtype), settings (``warmup``, ``samples``, declared in `SPEC`), key, progress and
+        ``gibbs_curve``.
 
     Returns
     -------
@@ -1046,21 +1047,21 @@ def ratings_runner(split, K: int, run):
 
     Source: ``004_90693a0965f06816.txt`` ch. 3 (BPMF against SBMF, fig. 3.2); the centring is the BPMF code's.
     """
-    cfg = run.config
+    cfg, s = run.config, run.settings
     dtype = np.dtype(cfg.dtype)
     train = split.train.astype(dtype)
     offset = float(np.mean(np.asarray(train.values, float)))
     centered = type(train)(train.rows, train.cols, (np.asarray(train.values) - offset).astype(dtype), train.n_rows,
                            train.n_cols)
     seed = int(jax.random.randint(run.key, (), 0, 2 ** 30))
-    idata = gibbs.sample(seed, centered, K, ppl.BPMFHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                         num_samples=cfg.gibbs_samples, dtype=dtype, keep=("U", "V"), progress=run.progress)
+    idata = gibbs.sample(seed, centered, K, ppl.BPMFHyper(), num_chains=1, num_warmup=s["warmup"],
+                         num_samples=s["samples"], dtype=dtype, keep=("U", "V"), progress=run.progress)
     post = arviz_io.group_arrays(idata)
     U, V = post["U"][0], post["V"][0]
     rows, cols = np.asarray(split.test.rows), np.asarray(split.test.cols)
     per_draw = np.stack([np.einsum("mk,mk->m", U[s][rows], V[s][cols]) for s in range(U.shape[0])]) + offset
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    warm = int(idata.posterior.attrs.get("num_warmup_run", cfg.gibbs_warmup))
+    warm = int(idata.posterior.attrs.get("num_warmup_run", s["warmup"]))
     return run.gibbs_curve(per_draw, np.asarray(split.test.values, float), warm, per_sweep)
 
 
@@ -1069,7 +1070,9 @@ SPEC = registry.ModelSpec(
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "bpmf",
                                  registry.lazy("custom_inference.bpmf:ALGORITHM"), frontdoor="bpmf",
                                  evaluations={"ratings": registry.EvaluationEntry(
-                                     registry.lazy("validation.models.bpmf:ratings_runner"), data="split")}),),
+                                     registry.lazy("validation.models.bpmf:ratings_runner"), data="split",
+                                     setting=registry.lazy("validation.models.fm_eval:gibbs_setting", "BPMF"),
+                                     defaults={"warmup": 50, "samples": 150}, flags={"warmup": "warmup", "samples": "samples"})}),),
     references=(registry.ReferenceSpec("bpmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("bpmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check},

@@ -26,7 +26,7 @@ from custom_inference.data import Observations
 from custom_inference.fm_design import FMDesign
 from ppl_models.fm import FMFlatHyper, FMHierHyper
 
-__all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm", "ratings_setting_vbfm",
+__all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm", "gibbs_setting", "ratings_setting_vbfm",
            "ratings_setting_ovbfm", "ratings_setting_sgd_fm", "entity_features", "fm_design", "fm_score_fn", "fm_rmse",
            "tune_sgd_fm", "counts_mcmc_fm", "counts_sgd_fm", "counts_setting_sgd_fm"]
 
@@ -37,7 +37,7 @@ __all__ = ["ratings_mcmc_fm", "ratings_vbfm", "ratings_ovbfm", "ratings_sgd_fm",
 
 
 def ratings_mcmc_fm(designs, K: int, run):
-    """MCMC-FM on P2: one chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps, the kept draws' predictions averaged.
+    """MCMC-FM on P2: one chain of ``warmup`` + ``samples`` sweeps, the kept draws' predictions averaged.
 
     `custom_inference.fm_mcmc.sample` with the hierarchical prior; the prediction of each kept draw at the test
     rows, averaged as the samples come (``run.gibbs_curve``).
@@ -50,7 +50,8 @@ def ratings_mcmc_fm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -67,17 +68,17 @@ def ratings_mcmc_fm(designs, K: int, run):
     Source: ``004_90693a0965f06816.txt`` sec. 2.5 (MCMC-FM), eq. 2.16 (the average over draws).
     """
     train, test = designs
-    cfg = run.config
+    cfg, s = run.config, run.settings
     dtype = np.dtype(cfg.dtype)
-    idata = fm_mcmc.sample(run.key, train, K, FMHierHyper(), num_chains=1, num_warmup=cfg.gibbs_warmup,
-                           num_samples=cfg.gibbs_samples, progress=run.progress, dtype=dtype, keep=("w0", "w", "V"))
+    idata = fm_mcmc.sample(run.key, train, K, FMHierHyper(), num_chains=1, num_warmup=s["warmup"],
+                           num_samples=s["samples"], progress=run.progress, dtype=dtype, keep=("w0", "w", "V"))
     post = arviz_io.group_arrays(idata)
     with jax.enable_x64(dtype == np.float64):
         args = (jnp.asarray(test.rows), jnp.asarray(test.cols), jnp.asarray(test.values, dtype))
         pred = jax.jit(jax.vmap(lambda w0, w, V: fm_mcmc.fm_mean(w0, w, V, *args, test.n_rows)[0]))
         per_draw = np.asarray(pred(post["w0"][0], post["w"][0], post["V"][0]))
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
-    return run.gibbs_curve(per_draw, np.asarray(test.y, float), cfg.gibbs_warmup, per_sweep)
+    return run.gibbs_curve(per_draw, np.asarray(test.y, float), s["warmup"], per_sweep)
 
 
 def _vi_loop(state, sweep, n_iter, test, tol, run, desc):
@@ -103,9 +104,9 @@ def _vi_loop(state, sweep, n_iter, test, tol, run, desc):
 
 
 def ratings_vbfm(designs, K: int, run):
-    """VBFM (CAVI, `custom_inference.vbfm.step`) on P2: at most ``vi_max_iter`` sweeps, stopping at ``vi_tol``.
+    """VBFM (CAVI, `custom_inference.vbfm.step`) on P2: at most ``max_iter`` sweeps, stopping at ``tol``.
 
-    Stops when the relative ELBO change < ``vi_tol``; the curve is the RMSE (``run.rmse``) of the mean of q
+    Stops when the relative ELBO change < ``tol`` (``run.settings``); the curve is the RMSE (``run.rmse``) of the mean of q
     (eq. 4.22) after each sweep.
 
     Parameters
@@ -116,7 +117,8 @@ def ratings_vbfm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -137,15 +139,15 @@ def ratings_vbfm(designs, K: int, run):
     with jax.enable_x64(cfg.dtype == "float64"):
         d = jax.tree_util.tree_map(jnp.asarray, train)
         state = vbfm.init(run.key, d, K, FMFlatHyper())
-        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), cfg.vi_max_iter, test, cfg.vi_tol, run,
-                        f"VBFM (K={K})")
+        return _vi_loop(state, lambda s, i: vbfm.step(None, s, d), run.settings["max_iter"], test,
+                        run.settings["tol"], run, f"VBFM (K={K})")
 
 
 def ratings_ovbfm(designs, K: int, run):
-    """OVBFM (stochastic VI, `custom_inference.vbfm.svi_step`) on P2: ``ovbfm_epochs`` epochs of minibatches.
+    """OVBFM (stochastic VI, `custom_inference.vbfm.svi_step`) on P2: ``epochs`` epochs of minibatches.
 
-    ``ovbfm_batches`` minibatches an epoch (drawn with ``numpy.random.default_rng(seed)``), step sizes
-    (1 + t)^-``ovbfm_lam``; the curve is the RMSE of the mean of q after each epoch.
+    ``batches`` minibatches an epoch (drawn with ``numpy.random.default_rng(seed)``), step sizes
+    (1 + t)^-``lam`` (``run.settings``); the curve is the RMSE of the mean of q after each epoch.
 
     Parameters
     ----------
@@ -155,7 +157,8 @@ def ratings_ovbfm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -172,7 +175,7 @@ def ratings_ovbfm(designs, K: int, run):
     Source: ``004_90693a0965f06816.txt`` Algorithm 4, eq. 4.22.
     """
     train, test = designs
-    cfg = run.config
+    cfg, st = run.config, run.settings
     rng = np.random.default_rng(cfg.seed)
     with jax.enable_x64(cfg.dtype == "float64"):
         d = jax.tree_util.tree_map(jnp.asarray, train)
@@ -180,18 +183,18 @@ def ratings_ovbfm(designs, K: int, run):
         counter = [0]
 
         def epoch(s, i):
-            for b in vbfm.make_batches(rng, train, cfg.ovbfm_batches):
-                s, _ = vbfm.svi_step(None, s, d, None, b, counter[0], lam=cfg.ovbfm_lam)
+            for b in vbfm.make_batches(rng, train, st["batches"]):
+                s, _ = vbfm.svi_step(None, s, d, None, b, counter[0], lam=st["lam"])
                 counter[0] += 1
             return s, None  # no ELBO: runs all epochs
 
-        return _vi_loop(state, epoch, cfg.ovbfm_epochs, test, 0.0, run, f"OVBFM (K={K})")
+        return _vi_loop(state, epoch, st["epochs"], test, 0.0, run, f"OVBFM (K={K})")
 
 
 def ratings_sgd_fm(designs, K: int, run):
-    """SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on P2: ``sgd_epochs`` epochs.
+    """SGD-FM (`custom_inference.fm_sgd.fit`, Algorithm 1) on P2: ``epochs`` epochs.
 
-    Learning rate ``sgd_learning_rate``, penalty ``sgd_reg``; the curve is the solver's test RMSE after each epoch.
+    Learning rate ``learning_rate``, penalty ``reg`` = (lambda_0, lambda_w, lambda_v) (``run.settings``); the curve is the solver's test RMSE after each epoch.
 
     Parameters
     ----------
@@ -201,7 +204,8 @@ def ratings_sgd_fm(designs, K: int, run):
     K : int
         Rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's context: ``config`` (`RatingsConfig`), ``key``, ``progress``, ``rmse(pred, truth)`` and
+        The evaluation's context: ``config`` (`RatingsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``key``, ``progress``, ``rmse(pred, truth)`` and
         ``gibbs_curve(per_draw, truth, warmup, per_sweep)``.
 
     Returns
@@ -218,23 +222,49 @@ def ratings_sgd_fm(designs, K: int, run):
     Source: ``004_90693a0965f06816.txt`` Algorithm 1.
     """
     train, test = designs
-    cfg = run.config
-    res = fm_sgd.fit(run.key, train, K, cfg.sgd_reg, learning_rate=cfg.sgd_learning_rate, n_epochs=cfg.sgd_epochs,
+    cfg, s = run.config, run.settings
+    epochs = s["epochs"]
+    res = fm_sgd.fit(run.key, train, K, fm_sgd.SGDReg(*s["reg"]), learning_rate=s["learning_rate"], n_epochs=epochs,
                      dtype=np.dtype(cfg.dtype), test=test)
-    per = res.idata.sgd_trace.attrs["seconds"] / cfg.sgd_epochs
-    it = np.arange(1, cfg.sgd_epochs + 1)
+    per = res.idata.sgd_trace.attrs["seconds"] / epochs
+    it = np.arange(1, epochs + 1)
     with jax.enable_x64(cfg.dtype == "float64"):
         pred = np.asarray(fm_sgd.predict(res.state, test), np.float64)
     return it, it * per, np.asarray(res.idata.sgd_trace["test_rmse"], float), per, pred
 
 
-def ratings_setting_vbfm(cfg) -> str:
+def gibbs_setting(label: str):
+    """The settings text of a Gibbs runner of the ratings evaluation (SBMF, BPMF, MCMC-FM), for its notes.
+
+    Declared as ``lazy("validation.models.fm_eval:gibbs_setting", "SBMF")`` (``EvaluationEntry.setting``).
+
+    Parameters
+    ----------
+    label : str
+        The solver's name in the notes (e.g. "SBMF").
+
+    Returns
+    -------
+    callable
+        ``setting(settings) -> str``: "LABEL: W warmup + S kept sweeps (one chain)" from the runner's ``warmup`` and
+        ``samples``; it raises KeyError for settings without them.
+
+    Raises
+    ------
+    None of its own.
+
+    Source: project addition.
+    """
+    return lambda s: f"{label}: {s['warmup']} warmup + {s['samples']} kept sweeps (one chain)"
+
+
+def ratings_setting_vbfm(settings) -> str:
     """VBFM's settings in the ratings notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.ratings_eval.RatingsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        The runner's settings (``max_iter``, ``tol``).
 
     Returns
     -------
@@ -242,21 +272,21 @@ def ratings_setting_vbfm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
 
     Source: project addition.
     """
-    return f"VBFM: at most {cfg.vi_max_iter} sweeps, tol {cfg.vi_tol:g}"
+    return f"VBFM: at most {settings['max_iter']} sweeps, tol {settings['tol']:g}"
 
 
-def ratings_setting_ovbfm(cfg) -> str:
+def ratings_setting_ovbfm(settings) -> str:
     """OVBFM's settings in the ratings notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.ratings_eval.RatingsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        The runner's settings (``epochs``, ``batches``, ``lam``).
 
     Returns
     -------
@@ -264,21 +294,21 @@ def ratings_setting_ovbfm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
 
     Source: project addition.
     """
-    return f"OVBFM: {cfg.ovbfm_epochs} epochs x {cfg.ovbfm_batches} minibatches, (1 + t)^-{cfg.ovbfm_lam}"
+    return f"OVBFM: {settings['epochs']} epochs x {settings['batches']} minibatches, (1 + t)^-{settings['lam']}"
 
 
-def ratings_setting_sgd_fm(cfg) -> str:
+def ratings_setting_sgd_fm(settings) -> str:
     """SGD-FM's settings in the ratings notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.ratings_eval.RatingsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        The runner's settings (``epochs``, ``learning_rate``, ``reg`` = (lambda_0, lambda_w, lambda_v)).
 
     Returns
     -------
@@ -286,12 +316,15 @@ def ratings_setting_sgd_fm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
+    TypeError
+        A ``reg`` that is not three numbers.
 
     Source: project addition.
     """
-    return f"SGD-FM: {cfg.sgd_epochs} epochs, eta {cfg.sgd_learning_rate:g}, {cfg.sgd_reg}"
+    return (f"SGD-FM: {settings['epochs']} epochs, eta {settings['learning_rate']:g}, "
+            f"{fm_sgd.SGDReg(*settings['reg'])}")
 
 
 # ------------------------------------------------------------------------------
@@ -435,20 +468,21 @@ def fm_score_fn(w0, w, V, entities):
     return score_fn
 
 
-def _sgd_fit(obs, entities, K, lr, reg, cfg, seed):
+def _sgd_fit(obs, entities, K, lr, reg, cfg, settings, seed):
     design = fm_design(obs, entities, dtype=np.dtype(cfg.fm_dtype))
     res = fm_sgd.fit(seed, design, K, fm_sgd.SGDReg(lambda_0=0.0, lambda_w=reg, lambda_v=reg), learning_rate=lr,
-                     n_epochs=cfg.sgd_epochs, batch_size=cfg.sgd_batch_size, dtype=np.dtype(cfg.fm_dtype))
+                     n_epochs=settings["epochs"], batch_size=settings["batch_size"], dtype=np.dtype(cfg.fm_dtype))
     p = res.state
     return (np.asarray(p.w0)[None], np.asarray(p.w)[None], np.asarray(p.V)[None],
             float(res.idata.sgd_trace.attrs["seconds"]))
 
 
-def tune_sgd_fm(train: Observations, entities, config, *, validation_split, ranking_metrics, progress: bool = False):
+def tune_sgd_fm(train: Observations, entities, config, settings, *, validation_split, ranking_metrics,
+                progress: bool = False):
     """Choose SGD-FM's learning rate and L2 constant on a validation split of the TRAINING entries.
 
-    Grid: ``config.sgd_learning_rates`` x ``config.sgd_regs`` (lambda_w = lambda_v = reg, lambda_0 = 0),
-    ``config.sgd_epochs`` epochs, K = ``config.K``; each setting is fitted on the inner training entries of
+    Grid: ``settings["learning_rates"]`` x ``settings["regs"]`` (lambda_w = lambda_v = reg, lambda_0 = 0),
+    ``settings["epochs"]`` epochs of minibatches of ``settings["batch_size"]``, K = ``config.K``; each setting is fitted on the inner training entries of
     ``validation_split`` (``config.validation_fraction``, ``config.seed``) and scored on the validation entries
     (``ranking_metrics``); the largest ``config.select_by`` wins (ties: the first). The validation RMSE of the
     ratings is reported too (not used).
@@ -460,7 +494,10 @@ def tune_sgd_fm(train: Observations, entities, config, *, validation_split, rank
     entities : tuple
         From `entity_features`.
     config : validation.evaluation.counts_eval.CountsConfig
-        The evaluation's config, read by attribute.
+        The evaluation's config, read by attribute (K, seed, validation_fraction, select_by, fm_dtype).
+    settings : mapping
+        SGD-FM's counts settings (declared in `validation.models.vbfm.SPEC`): learning_rates (non-empty, each
+        > 0), regs (non-empty, each >= 0), epochs, batch_size.
     validation_split : callable
         ``validation_split(train, *, fraction, seed) -> HoldoutSplit`` (the evaluation's,
         `validation.evaluation.counts_eval.validation_split`).
@@ -478,18 +515,23 @@ def tune_sgd_fm(train: Observations, entities, config, *, validation_split, rank
     Raises
     ------
     ValueError
-        As ``validation_split``, `fm_design` and `custom_inference.fm_sgd.fit`.
+        An empty grid, a learning rate <= 0 or an L2 constant < 0 (or not finite); as ``validation_split``,
+        `fm_design` and `custom_inference.fm_sgd.fit`.
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 ("learning rate and regularization ... chosen by cross
     validation"); the search here is a project addition (issue 13, "fair baselines").
     """
+    lrs, regs = tuple(settings["learning_rates"]), tuple(settings["regs"])
+    if not lrs or not regs or not all(np.isfinite(lrs + regs)) or min(lrs) <= 0 or min(regs) < 0:
+        raise ValueError(f"SGD-FM learning_rates {lrs!r} and regs {regs!r}: need non-empty grids of finite numbers, "
+                         "learning rates > 0 and L2 constants >= 0")
     vs = validation_split(train, fraction=config.validation_fraction, seed=config.seed)
     vu, vi, vy = np.asarray(vs.test.rows), np.asarray(vs.test.cols), np.asarray(vs.test.values, np.float64)
     rows = []
-    for lr in config.sgd_learning_rates:
-        for reg in config.sgd_regs:
+    for lr in lrs:
+        for reg in regs:
             t0 = time.perf_counter()
-            w0, w, V, _ = _sgd_fit(vs.train, entities, config.K, float(lr), float(reg), config, config.seed)
+            w0, w, V, _ = _sgd_fit(vs.train, entities, config.K, float(lr), float(reg), config, settings, config.seed)
             fn = fm_score_fn(w0, w, V, entities)
             m = ranking_metrics(fn, vs)
             rm = fm_rmse(w0, w, V, entities, vu, vi, vy)
@@ -543,9 +585,9 @@ def fm_rmse(w0, w, V, entities, u, i, y) -> float:
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
-def _edge_sgd(table, cfg) -> str:
+def _edge_sgd(table, settings) -> str:
     best = table[table["chosen"]].iloc[0]
-    lrs, regs = sorted(cfg.sgd_learning_rates), sorted(cfg.sgd_regs)
+    lrs, regs = sorted(settings["learning_rates"]), sorted(settings["regs"])
     edge = [f"{n} {v:g}" for n, v, grid in (("eta", best["learning_rate"], lrs), ("lambda", best["reg"], regs))
             if len(grid) > 2 and v in (grid[0], grid[-1])]
     return f", at the edge of the grid in {' and '.join(edge)}" if edge else ""
@@ -565,14 +607,15 @@ def counts_mcmc_fm(run, side: bool):
     """MCMC-FM on protocol P3: the Gaussian FM on the observed training ratings, averaged over kept draws.
 
     As in the thesis, trained on the observed training ratings only (hierarchical prior), one chain of
-    ``fm_warmup`` + ``fm_samples`` sweeps; score: the predicted rating averaged over the kept draws
+    ``warmup`` + ``samples`` sweeps (``run.settings``, declared in `validation.models.fm_mcmc.SPEC`); score: the predicted rating averaged over the kept draws
     (`fm_score_fn`), for every candidate.
 
     Parameters
     ----------
     run : validation.evaluation.counts_eval.CountsRun
-        The evaluation's context: ``config`` (`CountsConfig`), ``split`` (the P3 split), ``progress``, ``cache``,
-        ``side_features()``, ``validation_split``, ``ranking_metrics``.
+        The evaluation's context: ``config`` (`CountsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``split`` (the P3 split), ``progress``, ``cache``, ``side_features()``,
+        ``validation_split``, ``ranking_metrics``.
     side : bool
         Add the MovieLens side features as further FM feature groups.
 
@@ -590,21 +633,21 @@ def counts_mcmc_fm(run, side: bool):
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4 (MCMC-FM in fig. 5.3), eq. 2.16.
     """
-    cfg, split = run.config, run.split
+    cfg, split, s = run.config, run.split, run.settings
     ent = _entities(run, side)
     dtype = np.dtype(cfg.fm_dtype)
     design = fm_design(split.train, ent, dtype=dtype)
     t0 = time.perf_counter()
-    idata = fm_mcmc.sample(cfg.seed, design, cfg.K, FMHierHyper(), num_chains=1, num_warmup=cfg.fm_warmup,
-                           num_samples=cfg.fm_samples, keep=("w0", "w", "V"), dtype=dtype, progress=run.progress)
+    idata = fm_mcmc.sample(cfg.seed, design, cfg.K, FMHierHyper(), num_chains=1, num_warmup=s["warmup"],
+                           num_samples=s["samples"], keep=("w0", "w", "V"), dtype=dtype, progress=run.progress)
     secs = time.perf_counter() - t0
     post = arviz_io.group_arrays(idata)
     fn = fm_score_fn(post["w0"], post["w"], post["V"], ent)
     tag = "MCMC-FM + side" if side else "MCMC-FM"
     return [{"method": tag, "score_fn": fn, "fit_seconds": secs,
              "seconds_per_iteration": idata.posterior.attrs.get("seconds_per_sweep"),
-             "iterations": cfg.fm_warmup + cfg.fm_samples,
-             "setting": f"1 chain x ({cfg.fm_warmup} burn-in + {cfg.fm_samples} kept); Gaussian, observed ratings only"}]
+             "iterations": s["warmup"] + s["samples"],
+             "setting": f"1 chain x ({s['warmup']} burn-in + {s['samples']} kept); Gaussian, observed ratings only"}]
 
 
 def counts_sgd_fm(run, side: bool):
@@ -616,8 +659,9 @@ def counts_sgd_fm(run, side: bool):
     Parameters
     ----------
     run : validation.evaluation.counts_eval.CountsRun
-        The evaluation's context: ``config`` (`CountsConfig`), ``split`` (the P3 split), ``progress``, ``cache``,
-        ``side_features()``, ``validation_split``, ``ranking_metrics``.
+        The evaluation's context: ``config`` (`CountsConfig`), ``settings`` (this runner's, declared in its
+        ``EvaluationEntry.defaults``), ``split`` (the P3 split), ``progress``, ``cache``, ``side_features()``,
+        ``validation_split``, ``ranking_metrics``.
     side : bool
         Add the MovieLens side features as further FM feature groups.
 
@@ -635,28 +679,28 @@ def counts_sgd_fm(run, side: bool):
 
     Source: ``004_90693a0965f06816.txt`` sec. 5.4.3 and Algorithm 1; the search is a project addition.
     """
-    cfg, split = run.config, run.split
+    cfg, split, s = run.config, run.split, run.settings
     ent = _entities(run, side)
-    lr, reg, table = tune_sgd_fm(split.train, ent, cfg, validation_split=run.validation_split,
+    lr, reg, table = tune_sgd_fm(split.train, ent, cfg, s, validation_split=run.validation_split,
                                  ranking_metrics=run.ranking_metrics, progress=run.progress)
     t0 = time.perf_counter()
-    w0, w, V, epoch_secs = _sgd_fit(split.train, ent, cfg.K, lr, reg, cfg, cfg.seed)
+    w0, w, V, epoch_secs = _sgd_fit(split.train, ent, cfg.K, lr, reg, cfg, s, cfg.seed)
     secs = time.perf_counter() - t0
     fn = fm_score_fn(w0, w, V, ent)
     tag = "SGD-FM + side" if side else "SGD-FM"
-    return [{"method": tag, "score_fn": fn, "fit_seconds": secs, "seconds_per_iteration": epoch_secs / cfg.sgd_epochs,
-             "iterations": cfg.sgd_epochs, "tuning": table, "tuned": "(eta, lambda)",
+    return [{"method": tag, "score_fn": fn, "fit_seconds": secs, "seconds_per_iteration": epoch_secs / s["epochs"],
+             "iterations": s["epochs"], "tuning": table, "tuned": "(eta, lambda)",
              "setting": f"eta = {lr:g}, lambda_w = lambda_v = {reg:g} (best validation {cfg.select_by} of {len(table)}"
-                        f"{_edge_sgd(table, cfg)}); observed ratings only"}]
+                        f"{_edge_sgd(table, s)}); observed ratings only"}]
 
 
-def counts_setting_sgd_fm(cfg) -> str:
+def counts_setting_sgd_fm(settings) -> str:
     """SGD-FM's search in the counts notes.
 
     Parameters
     ----------
-    cfg : validation.evaluation.counts_eval.CountsConfig
-        The evaluation's config, read by attribute.
+    settings : mapping
+        SGD-FM's counts settings (learning_rates, regs, epochs, batch_size).
 
     Returns
     -------
@@ -664,10 +708,10 @@ def counts_setting_sgd_fm(cfg) -> str:
 
     Raises
     ------
-    AttributeError
-        For a config without the fields it reads.
+    KeyError
+        For settings without the names it reads.
 
     Source: project addition.
     """
-    return (f"SGD-FM searched eta in {list(cfg.sgd_learning_rates)} x lambda_w = lambda_v in {list(cfg.sgd_regs)}, "
-            f"{cfg.sgd_epochs} epochs, batch {cfg.sgd_batch_size}")
+    return (f"SGD-FM searched eta in {list(settings['learning_rates'])} x lambda_w = lambda_v in "
+            f"{list(settings['regs'])}, {settings['epochs']} epochs, batch {settings['batch_size']}")

@@ -951,9 +951,14 @@ SPEC = registry.ModelSpec(
     name="mcmc-fm",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "mcmc-fm",
                                  registry.lazy("custom_inference.fm_mcmc:ALGORITHM"), frontdoor="mcmc-fm",
-                                 evaluations={**dict.fromkeys(("counts", "counts+side"), registry.lazy(
-                                     "validation.models.fm_eval:counts_mcmc_fm")), "ratings": registry.EvaluationEntry(
-                                     registry.lazy("validation.models.fm_eval:ratings_mcmc_fm"), data="fm")}),),
+                                 evaluations={**dict.fromkeys(("counts", "counts+side"), registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:counts_mcmc_fm"),
+                                     defaults={"warmup": 50, "samples": 100},
+                                     flags={"fm_warmup": "warmup", "fm_samples": "samples"})),
+                                     "ratings": registry.EvaluationEntry(
+                                     registry.lazy("validation.models.fm_eval:ratings_mcmc_fm"), data="fm",
+                                     setting=registry.lazy("validation.models.fm_eval:gibbs_setting", "MCMC-FM"),
+                                     defaults={"warmup": 50, "samples": 150}, flags={"warmup": "warmup", "samples": "samples"})}),),
     references=(registry.ReferenceSpec("mcmc-fm", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("mcmc-fm-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks},

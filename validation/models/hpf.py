@@ -890,13 +890,14 @@ def score_fn(idata):
 def counts_runner(run, side: bool):
     """HPF by CAVI on protocol P3 (`validation.evaluation.counts_eval`'s runner contract).
 
-    ``hpf_max_iter`` sweeps (all run, tol = 0), default hyperparameters, in ``dtype``; scores
+    ``max_iter`` sweeps (``run.settings``, declared in `SPEC`; all run, tol = 0), default hyperparameters, in
+    ``dtype``; scores
     E_q[theta_u] . E_q[beta_i] (`score_fn`).
 
     Parameters
     ----------
     run : validation.evaluation.counts_eval.CountsRun
-        The evaluation's config (seed, K, hpf_max_iter, dtype), split and progress.
+        The evaluation's config (seed, K, dtype), settings (``max_iter``), split and progress.
     side : bool
         Unused (HPF declares no "counts+side").
 
@@ -912,13 +913,13 @@ def counts_runner(run, side: bool):
 
     Source: ``001_30a2018ec18c20b9.txt`` (HPF, CAVI); the P3 comparison of ``004_90693a0965f06816.txt`` sec. 5.4.
     """
-    cfg, split = run.config, run.split
+    cfg, split, n_iter = run.config, run.split, run.settings["max_iter"]
     t0 = time.perf_counter()
-    fit = cavi.fit(cfg.seed, split.train, cfg.K, ppl.HPFHyper(), max_iter=cfg.hpf_max_iter, tol=0.0,
+    fit = cavi.fit(cfg.seed, split.train, cfg.K, ppl.HPFHyper(), max_iter=n_iter, tol=0.0,
                    dtype=np.dtype(cfg.dtype), n_draws=0, progress=run.progress).idata
     secs = time.perf_counter() - t0
     return [{"method": "HPF (CAVI)", "score_fn": score_fn(fit), "fit_seconds": secs,
-             "seconds_per_iteration": secs / cfg.hpf_max_iter, "iterations": cfg.hpf_max_iter,
+             "seconds_per_iteration": secs / n_iter, "iterations": n_iter,
              "setting": "a = a' = c = c' = 0.3, b' = d' = 1; tol 0"}]
 
 
@@ -927,7 +928,9 @@ SPEC = registry.ModelSpec(
     solvers=(
         registry.SolverSpec("cavi", "vi", run_crosscheck, CROSSCHECK_DEFAULT, "hpf",
                             registry.lazy("custom_inference.hpf:ALGORITHM"), frontdoor="hpf",
-                            evaluations={"counts": registry.lazy("validation.models.hpf:counts_runner")},
+                            evaluations={"counts": registry.EvaluationEntry(
+                                registry.lazy("validation.models.hpf:counts_runner"), defaults={"max_iter": 100},
+                                flags={"max_iter": "max_iter"})},
                             **registry.vi_evidence("validation.models.hpf", MEASURED_CAVI)),
         registry.SolverSpec("gibbs", "exact", registry.lazy("validation.models.hpf_gibbs:run_crosscheck"), CROSSCHECK_DEFAULT,
                             "hpf", registry.lazy("custom_inference.hpf_gibbs:ALGORITHM"), frontdoor="hpf-gibbs",

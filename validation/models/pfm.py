@@ -1118,8 +1118,13 @@ def _model_spec(variant: str):
                                      CrosscheckConfig, variant,
                                      registry.lazy(f"custom_inference.pfm:{variant.upper()}_ALGORITHM"),
                                      frontdoor=variant,
-                                     evaluations=dict.fromkeys(("counts", "counts+side"), registry.lazy(
-                                         "validation.models.pfm_eval:counts_runner", variant))),),
+                                     # the thesis: 1500 burn-in sweeps, 1000 kept; shortened for ML-100K
+                                     evaluations=dict.fromkeys(("counts", "counts+side"), registry.EvaluationEntry(
+                                         registry.lazy("validation.models.pfm_eval:counts_runner", variant),
+                                         defaults={"warmup": 300, "samples": 100, "thin": 2, "init_scale": 1.0,
+                                                   "chains": 1},
+                                         flags={"pfm_warmup": "warmup", "pfm_samples": "samples",
+                                                "pfm_thin": "thin"}))),),
         references=(registry.ReferenceSpec(variant, functools.partial(nuts_reference, variant), CrosscheckConfig),),
         checks={"conditionals": functools.partial(conditional_checks, variant),
                 "collapsed_shapes": functools.partial(collapsed_checks, variant),

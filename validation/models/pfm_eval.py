@@ -125,8 +125,9 @@ def counts_runner(variant: str):
     """The counts runner of NPFM (``variant="npfm"``) or PPFM (``"ppfm"``), for ``SolverSpec.evaluations``.
 
     Declared as ``lazy("validation.models.pfm_eval:counts_runner", "npfm")``. The runner ``run_counts(run, side)``
-    (`validation.evaluation.counts_eval.CountsRun`'s contract) calls `p3_scores` on ``run.split`` with the config's
-    ``pfm_chains``, ``pfm_warmup``, ``pfm_samples``, ``pfm_thin``, ``pfm_init_scale``, ``K``, ``seed``, ``dtype``
+    (`validation.evaluation.counts_eval.CountsRun`'s contract) calls `p3_scores` on ``run.split`` with the runner's
+    settings ``chains``, ``warmup``, ``samples``, ``thin``, ``init_scale`` (``run.settings``, declared in
+    `validation.models.pfm`'s SPECs) and the config's ``K``, ``seed``, ``dtype``
     (``run.side_features()`` with ``side``) and returns two fit dicts, the posterior-mean rate and the plug-in
     rate, each with fit_seconds (sampling), seconds_per_iteration, iterations, setting and extras
     (n_active_mean, seconds_per_sweep).
@@ -152,14 +153,14 @@ def counts_runner(variant: str):
         raise ValueError(f"variant must be 'npfm' or 'ppfm', got {variant!r}")
 
     def run_counts(run, side: bool):
-        cfg = run.config
-        res = p3_scores(run.split, variant=variant, K=cfg.K, seed=cfg.seed, num_chains=cfg.pfm_chains,
-                        num_warmup=cfg.pfm_warmup, num_samples=cfg.pfm_samples, thin=cfg.pfm_thin,
+        cfg, s = run.config, run.settings
+        res = p3_scores(run.split, variant=variant, K=cfg.K, seed=cfg.seed, num_chains=s["chains"],
+                        num_warmup=s["warmup"], num_samples=s["samples"], thin=s["thin"],
                         side_features=run.side_features() if side else None, dtype=np.dtype(cfg.dtype),
-                        progress=run.progress, init_scale=cfg.pfm_init_scale)
-        warm = -(-cfg.pfm_warmup // cfg.pfm_thin) * cfg.pfm_thin
-        iters = warm + cfg.pfm_samples * cfg.pfm_thin
-        setting = (f"{cfg.pfm_chains} chain(s) x ({warm} burn-in + {cfg.pfm_samples} kept, thin {cfg.pfm_thin}); "
+                        progress=run.progress, init_scale=s["init_scale"])
+        warm = -(-s["warmup"] // s["thin"]) * s["thin"]
+        iters = warm + s["samples"] * s["thin"]
+        setting = (f"{s['chains']} chain(s) x ({warm} burn-in + {s['samples']} kept, thin {s['thin']}); "
                    f"mean active factors {res['n_active_mean']:.1f}")
         extras = {"n_active_mean": res["n_active_mean"], "seconds_per_sweep": res["seconds_per_sweep"]}
         return [{"method": method, "score_fn": fn, "fit_seconds": res["seconds"],

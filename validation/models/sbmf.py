@@ -1157,7 +1157,7 @@ BRIDGE = _bridge_spec()
 def ratings_runner(split, K: int, run):
     """SBMF on protocol P2 (`validation.evaluation.ratings_eval`).
 
-    One chain of ``gibbs_warmup`` + ``gibbs_samples`` sweeps of `custom_inference.sbmf.sample`
+    One chain of ``warmup`` + ``samples`` sweeps (``run.settings``) of `custom_inference.sbmf.sample`
     (default hyperparameters), the posterior-mean prediction of each kept sample at the test
     ratings, averaged as the samples come (eq. 3.18).
 
@@ -1168,8 +1168,8 @@ def ratings_runner(split, K: int, run):
     K : int
         The rank.
     run : validation.evaluation.ratings_eval.RatingsRun
-        The evaluation's run (config with ``dtype``, ``gibbs_warmup``, ``gibbs_samples``; key,
-        progress, ``gibbs_curve``).
+        The evaluation's run (config with ``dtype``; settings ``warmup``, ``samples``, declared in
+        `SPEC`; key, progress, ``gibbs_curve``).
 
     Returns
     -------
@@ -1184,11 +1184,11 @@ def ratings_runner(split, K: int, run):
 
     Source: ``004_90693a0965f06816.txt`` ch. 3, eq. 3.18 (fig. 3.2's curve).
     """
-    cfg = run.config
+    cfg, s = run.config, run.settings
     dtype = np.dtype(cfg.dtype)
     test = split.test
     idata = gibbs.sample(run.key, split.train.astype(dtype), K, ppl.SBMFHyper(), num_chains=1,
-                         num_warmup=cfg.gibbs_warmup, num_samples=cfg.gibbs_samples, progress=run.progress,
+                         num_warmup=s["warmup"], num_samples=s["samples"], progress=run.progress,
                          keep=("tau", "pred"), predict_at=(np.asarray(test.rows), np.asarray(test.cols)), dtype=dtype)
     post = arviz_io.group_arrays(idata)
     per_sweep = float(idata.posterior.attrs["seconds_per_sweep"])
@@ -1200,8 +1200,11 @@ SPEC = registry.ModelSpec(
     name="sbmf",
     solvers=(registry.SolverSpec("gibbs", "exact", run_crosscheck, CrosscheckConfig, "sbmf",
                                  registry.lazy("custom_inference.sbmf:ALGORITHM"), frontdoor="sbmf",
+                                 # one chain: 50 + 150 is the myFM comparison's 200 sweeps with the last 150 averaged
                                  evaluations={"ratings": registry.EvaluationEntry(
-                                     registry.lazy("validation.models.sbmf:ratings_runner"), data="split")}),),
+                                     registry.lazy("validation.models.sbmf:ratings_runner"), data="split",
+                                     setting=registry.lazy("validation.models.fm_eval:gibbs_setting", "SBMF"),
+                                     defaults={"warmup": 50, "samples": 150}, flags={"warmup": "warmup", "samples": "samples"})}),),
     references=(registry.ReferenceSpec("sbmf", nuts_reference, CrosscheckConfig),
                 registry.ReferenceSpec("sbmf-bridge", nuts_reference, BRIDGE_CONFIG)),
     checks={"conditionals": conditional_checks, "gauge": gauge_check, "cache": cache_check},

@@ -1327,23 +1327,33 @@ SPEC = registry.ModelSpec(
                                  registry.lazy("custom_inference.vbfm:ALGORITHMS[vbfm]"), frontdoor="vbfm",
                                  evaluations={"ratings": registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:ratings_vbfm"), data="fm",
-                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_vbfm"))},
+                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_vbfm"),
+                                     defaults={"max_iter": 100, "tol": 1e-5}, flags={"max_iter": "max_iter"})},
                                  **registry.vi_evidence("validation.models.vbfm", MEASURED_CAVI)),
              registry.SolverSpec("ovbfm", "vi", run_crosscheck, CrosscheckConfig(solver="ovbfm"), "vbfm",
                                  registry.lazy("custom_inference.vbfm:ALGORITHMS[ovbfm]"), frontdoor="ovbfm",
                                  evaluations={"ratings": registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:ratings_ovbfm"), data="fm",
-                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_ovbfm"))},
+                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_ovbfm"),
+                                     defaults={"batches": 10, "epochs": 30, "lam": 0.6}, flags={"epochs": "epochs"})},
                                  **registry.vi_evidence("validation.models.vbfm", MEASURED_OVBFM)),
              # the thesis's SGD baseline (004 ch. 2): the same FM likelihood with an L2 penalty, one point
              registry.SolverSpec("sgd", "point", algorithm=registry.lazy("custom_inference.fm_sgd:ALGORITHM"),
                                  frontdoor="sgd-fm",
                                  evaluations={**dict.fromkeys(("counts", "counts+side"), registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:counts_sgd_fm"),
-                                     setting=registry.lazy("validation.models.fm_eval:counts_setting_sgd_fm"))),
+                                     setting=registry.lazy("validation.models.fm_eval:counts_setting_sgd_fm"),
+                                     # searched on the validation split (the thesis chose (0.001, 0.01), 300 epochs)
+                                     defaults={"epochs": 30, "learning_rates": (0.003, 0.01, 0.03),
+                                               "regs": (0.01, 0.04, 0.1), "batch_size": 1},
+                                     flags={"epochs": "epochs", "sgd_learning_rates": "learning_rates",
+                                            "sgd_regs": "regs"})),
                                      "ratings": registry.EvaluationEntry(
                                      registry.lazy("validation.models.fm_eval:ratings_sgd_fm"), data="fm",
-                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_sgd_fm"))},
+                                     setting=registry.lazy("validation.models.fm_eval:ratings_setting_sgd_fm"),
+                                     # reg: (lambda_0, lambda_w, lambda_v) of custom_inference.fm_sgd.SGDReg
+                                     defaults={"epochs": 30, "learning_rate": 0.01, "reg": (0.0, 0.04, 0.04)},
+                                     flags={"epochs": "epochs"})},
                                  absent=registry.POINT_ESTIMATE)),
     references=(registry.ReferenceSpec("vbfm", nuts_reference, CrosscheckConfig),),
     checks={"stationarity": lambda: update_checks(simulated_design(**SMALL_DESIGN), 2)},
