@@ -352,6 +352,19 @@ def test_a_sampler_reports_rhat_and_ess_on_predictions(ratings):
     assert diag["ess_bulk_min"] == pytest.approx(ess.min(), rel=1e-12)
     it = s["iterations"]
     assert (it["driver"], it["run"], it["max"], it["warmup"], it["chains"]) == ("mcmc", 40, 40, 10, 2)
+    # the text says what the 40 counts (a new-user trial read "40 of 40 (num_samples)" with num_samples=30)
+    assert "40 of 40 sweeps per chain (10 warm-up, 2 chain(s); num_samples counts the kept ones)" in m.summary_text()
+
+
+def test_a_fixed_number_of_epochs_is_not_called_unconverged(ratings):
+    """SGD-FM runs its set number of epochs (tol 0): its summary said "NOT converged ... nan (tol 0)"."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        m = api.fit("sgd-fm", ratings, K=2, seed=0, n_epochs=2, progress=False, **COLS)
+    text = m.summary_text()
+    assert "ran the set number (no convergence test: tol 0)" in text and "NOT converged" not in text
 
 
 def test_the_summary_times_the_phases(ratings):

@@ -224,13 +224,20 @@ class FittedModel:
             if d[f"dropped_{w}s"]:
                 lines.append(f"  dropped by the transform: {d[f'dropped_{w}s']} {w}(s), e.g. {d[f'dropped_{w}_ids']}")
         if it.get("run") is not None:
-            line = f"  iterations: {it['run']} of {it.get('max')} ({it['option']})"
+            if "warmup" in it:  # a sampler: the count is of sweeps per chain, warm-up included
+                per = "sweeps per chain" if it.get("thin", 1) == 1 else f"units of {it['thin']} sweeps per chain"
+                line = (f"  iterations: {it['run']} of {it.get('max')} {per} ({it['warmup']} warm-up, "
+                        f"{it['chains']} chain(s); {it['option']} counts the kept ones)")
+            else:
+                line = f"  iterations: {it['run']} of {it.get('max')} ({it['option']})"
             if it.get("resumed_from"):
                 line += f", resumed from {it['resumed_from']}"
-            if "converged" in it:
+            if it.get("tol") == 0:  # a fixed number of epochs / sweeps: nothing to converge by
+                line += "; ran the set number (no convergence test: tol 0)"
+            elif "converged" in it:
                 line += ("; converged" if it["converged"] else "; NOT converged (stopped at the cap)")
-            if "last_rel_change" in it:
-                line += f", last relative change {it['last_rel_change']:.3g} (tol {it['tol']:g})"
+                if "last_rel_change" in it:
+                    line += f", last relative change {it['last_rel_change']:.3g} (tol {it['tol']:g})"
             lines.append(line)
         diag = s.get("diagnostics")
         if diag and "rhat_max" in diag:
