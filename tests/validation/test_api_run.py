@@ -465,3 +465,32 @@ def test_the_artifact_and_the_checkpoint_have_the_usual_mode(ratings, hpf_checkp
         os.umask(old)
     assert (os.stat(path).st_mode & 0o777) == 0o644
     assert (os.stat(api.checkpoint_path(hpf_checkpoint, "hpf")).st_mode & 0o777) == 0o644
+
+
+def test_predict_and_evaluate_read_the_column_names_the_model_was_fitted_with(tmp_path):
+    """`predict` of a DataFrame in the user's own column names raised a bare KeyError 'user', and
+    `evaluate` of the user's own held-out table asked for user_col= again (a new-user trial); the model
+    now remembers the names (saved with it) and says which columns it needs otherwise."""
+    import warnings
+
+    rng = np.random.default_rng(4)
+    u, i = np.nonzero(rng.random((14, 9)) < 0.6)
+    df = pd.DataFrame({"reader": [f"r{a}" for a in u], "book": [f"b{b}" for b in i],
+                       "stars": rng.integers(1, 6, u.size).astype(float)})
+    test = df.groupby("reader").tail(1)
+    train = df.drop(test.index)
+    test = test[test["book"].isin(train["book"])]  # items the model knows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        m = api.fit("hpf", train, K=2, seed=0, max_iter=3, n_draws=4, progress=False, user_col="reader",
+                    item_col="book", value_col="stars")
+    m = api.load(m.save(tmp_path / "m.nc"))  # the names travel with the artifact
+    mine = m.predict(test[["reader", "book"]])
+    canonical = m.predict(test[["reader", "book"]].rename(columns={"reader": "user", "book": "item"}))
+    pd.testing.assert_frame_equal(mine, canonical)
+    with pytest.raises(KeyError, match="needs the columns 'user' and 'item' \\(or 'reader' and 'book', as fitted\\)"):
+        m.predict(pd.DataFrame({"who": ["r1"], "what": ["b1"]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = m.evaluate(test, N=(3,), ease=False)
+    assert len(table) > 0

@@ -212,6 +212,8 @@ def fit(model: str, data, K: int = 10, seed: int = 0, *, user_col: str | None = 
     t2 = time.perf_counter()
     settings = {"K": K, "seed": int(seed), "transform": transform, "threshold": float(threshold),
                 "options": {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}}
+    if isinstance(data, pd.DataFrame):  # the user's column names: predict / evaluate read them by default
+        settings["columns"] = {k: v for k, v in names.items() if isinstance(v, str)}
     fitted = FittedModel(model, idata, np.asarray(user_ids), np.asarray(item_ids), obs.to_scipy().tocsr(), settings)
     summary = _run_summary(fitted, obs, runs[-1] if runs else None, dropped)
     t3 = time.perf_counter()

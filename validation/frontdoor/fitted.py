@@ -285,7 +285,8 @@ class FittedModel:
         Parameters
         ----------
         pairs : pandas.DataFrame or sequence of (user, item) tuples
-            M pairs in original ids (a DataFrame with columns ``user`` and ``item``).
+            M pairs in original ids (a DataFrame with columns ``user`` and ``item``, or the column
+            names the model was fitted with).
         interval : float in (0, 1), default 0.9
             Mass of the central credible interval.
         means : {"draws", "q"}, default "draws"
@@ -378,7 +379,8 @@ class FittedModel:
         Parameters
         ----------
         test : pandas.DataFrame
-            The held-out part of `split` (original ids; users unknown to the model are reported).
+            The held-out part of `split` (original ids; users unknown to the model are reported); its
+            columns may carry the names the model was fitted with (``user_col`` etc. then default to them).
         **kwargs
             Passed to `validation.evaluation.holdout.evaluate` (list length N, metrics, bootstrap
             settings; listed there).
@@ -400,6 +402,11 @@ class FittedModel:
         """
         from validation.evaluation.holdout import evaluate
 
+        if isinstance(test, pd.DataFrame):  # the column names the model was fitted with, where the test has them
+            for role, key in (("user", "user_col"), ("item", "item_col"), ("rating", "value_col")):
+                name = self.settings.get("columns", {}).get(role)
+                if name is not None and name in test.columns and role not in test.columns:
+                    kwargs.setdefault(key, name)
         return evaluate(self, test, **kwargs)
 
     def fold_in(self, new_user_rows, *, user_col: str | None = None, item_col: str | None = None,

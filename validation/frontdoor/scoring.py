@@ -1138,7 +1138,8 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
     fitted : validation.frontdoor.fitted.FittedModel
         The fitted model (S stored draws, K factors).
     pairs : pandas.DataFrame or sequence of (user, item)
-        M pairs of original ids: a DataFrame with columns ``user`` and ``item``, or (user, item) tuples.
+        M pairs of original ids: a DataFrame with columns ``user`` and ``item`` (or the user and item
+        column names the model was fitted with), or (user, item) tuples.
     interval : float in (0, 1), default 0.9
         Mass of the central credible interval.
     max_bytes : int, default `MAX_BYTES`
@@ -1176,7 +1177,7 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
         with ``kind="observation"`` (its sd and interval are what that kind adds); a ``max_bytes`` too small
         for one pair.
     KeyError
-        An unknown user or item id, or a DataFrame without a ``user`` / ``item`` column (pandas').
+        An unknown user or item id, or a DataFrame without the user / item columns (named).
 
     Source: project addition (issue 24); the values are the adapters' means, the observation models
     `validation.frontdoor.api_models.LIKELIHOODS`.
@@ -1197,7 +1198,13 @@ def predict(fitted, pairs, *, interval: float = 0.9, max_bytes: int = MAX_BYTES,
         if not lik.predictive:
             raise ValueError(f"kind='observation': {fitted.model}: {lik.no_predictive}")
     if isinstance(pairs, pd.DataFrame):
-        users, items = pairs["user"].tolist(), pairs["item"].tolist()
+        fitted_cols = fitted.settings.get("columns", {})  # the column names the model was fitted with
+        u_col, i_col = (c if c in pairs else fitted_cols.get(c, c) for c in ("user", "item"))
+        if u_col not in pairs or i_col not in pairs:
+            raise KeyError(f"pairs: a DataFrame needs the columns 'user' and 'item'"
+                           + (f" (or {fitted_cols.get('user')!r} and {fitted_cols.get('item')!r}, as fitted)"
+                              if fitted_cols else "") + f"; got {list(pairs.columns)}")
+        users, items = pairs[u_col].tolist(), pairs[i_col].tolist()
     else:
         pairs = list(pairs)
         users, items = [p[0] for p in pairs], [p[1] for p in pairs]
