@@ -62,6 +62,7 @@ def test_bench_scoring_runs_tiny(tmp_path):
     meta = json.loads((tmp_path / "scoring_bench.json").read_text())
     paths = {r["path"] for r in meta["rows"]}
     assert paths == {"engine means=draws", "engine means=q", "engine means=draws, sd=False", "engine means=q, sd=False",
+                     "engine means=draws, sd=False, as_frame=False", "engine means=q, sd=False, as_frame=False",
                      "first call means=draws", "first call means=q", "old FittedModel.recommend"}
     assert meta["cache_MB"] > 0
     assert meta["shape"] == [30, 40]
