@@ -563,7 +563,8 @@ def _read_table(args):
     columns = {"user_col": args.user_col, "item_col": args.item_col, "value_col": args.value_col,
                "timestamp_col": getattr(args, "time_col", None)}
     # a flag of digits is a 0-based position (as the Python API's int), any other text a header name
-    columns = {k: int(v) if v.strip().isdigit() else v for k, v in columns.items() if v is not None}
+    columns = {k: int(v) if isinstance(v, str) and v.strip().isdigit() else v for k, v in columns.items()
+               if v is not None}
     columns.update({k: v for k, v in (("sep", args.sep), ("header", getattr(args, "header", None))) if v is not None})
     fmt = args.format
     if fmt == "auto":
