@@ -406,11 +406,13 @@ def child(args) -> dict:
     rec["cpu_samples"] = cpu_samples
     rec["cpu_sec_per_sweep"] = float(np.median(cpu_samples)) if cpu_samples else None
     checked = state
-    if args.solver == "ovbfm" and bool(jnp.isnan(state.last_elbo)):
-        # the OVBFM epoch (`ovbfm_epoch`, as `vbfm.fit_svi`'s) never evaluates the ELBO: last_elbo stays NaN
-        # by design, which is not a non-finite parameter
+    # the OVBFM epoch (`ovbfm_epoch`, as `vbfm.fit_svi`'s) and SIBM's SVI steps never evaluate the ELBO: its
+    # last_elbo stays NaN by design, which is not a non-finite parameter
+    holder = state if args.solver == "ovbfm" else state.params if args.solver == "sibm-svi" else None
+    if holder is not None and bool(jnp.isnan(holder.last_elbo)):
         rec["last_elbo"] = "not evaluated"
-        checked = state._replace(last_elbo=jnp.zeros((), state.last_elbo.dtype))
+        zeroed = holder._replace(last_elbo=jnp.zeros((), holder.last_elbo.dtype))
+        checked = zeroed if holder is state else state._replace(params=zeroed)
     rec["finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(checked)
                              if jnp.issubdtype(x.dtype, jnp.floating)))
     rec["sweep_peak_rss_bytes"] = (_status_kb("self", "VmHWM") or 0) * 1024  # the sweeps alone
