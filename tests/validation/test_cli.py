@@ -141,7 +141,8 @@ def test_fit_then_recommend_from_a_file_with_own_column_names(reader_csv, tmp_pa
     assert "unknown user id" in capsys.readouterr().err
     # the Python API's means / sd options, from the command line: the same items and scores as
     # FittedModel.recommend(..., means="q", sd=False)
-    assert cli.main(["recommend", artifact, "--users", "r3", "-N", "3", "--means", "q", "--no-sd"]) == 0
+    assert cli.main(["recommend", artifact, "--users", "r3", "-N", "3", "--means", "q", "--no-sd",
+                     "--no-progress"]) == 0  # --no-progress as every other command takes it (it was a usage error)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split("\t") == ["user", "rank", "item", "score"]
     from validation.frontdoor import api

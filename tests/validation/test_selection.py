@@ -246,3 +246,17 @@ def test_hpf_validation_fits_score_the_exact_q_mean(planted):
     assert val.train.equals(data)
     ref = holdout.model_metrics(api.fit("hpf", data, **kw), val.test, N=(5,))
     np.testing.assert_allclose(sel.table["recall@5"].iloc[0], ref["recall@5"], rtol=1e-12)
+
+
+def test_a_reused_out_folder_loses_an_earlier_runs_selection_table(planted, tmp_path, capsys):
+    """`evaluate` without --select into a folder where an earlier --select run wrote selection.csv: the
+    stale table sat beside the new report (a new-user trial); it is now removed, and the run says so."""
+    path = tmp_path / "plain.csv"
+    planted[0].to_csv(path, index=False)
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "selection.csv").write_text("K,score\n2,0.1\n")  # what an earlier --select run left
+    assert cli.main(["evaluate", "hpf", "--data", str(path), "--user-col", "user", "--item-col", "item", "--value-col",
+                     "count", "--k", "2", "--max-iter", "3", "--out", str(out), "--no-progress"]) == 0
+    assert not (out / "selection.csv").exists() and (out / "report.md").exists()
+    assert "an earlier run's" in capsys.readouterr().err

@@ -479,6 +479,9 @@ def cmd_evaluate_model(args) -> int:
         print(f"Model selection: validation {sel.metric} of every grid point (validation split of the train part):")
         _print_table(sel.table)
         sel.table.to_csv(out / "selection.csv", index=False)
+    elif (out / "selection.csv").exists():  # an earlier --select run's table would sit beside this run's report
+        (out / "selection.csv").unlink()
+        print(f"removed {out / 'selection.csv'} (an earlier run's; this run did no selection)", file=sys.stderr)
     notes = "\n".join(f"- {line}" for line in [f"data: {path} (format {fmt})"] + lines + [fit_line, ease_line]
                       + table.attrs.get("notes", []))
     extra = "".join(f"\n\n## {title}\n\n{markdown_table(t)}" for title, t in
@@ -934,6 +937,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--means", choices=("draws", "q"), default="draws",
                    help="score = mean over the stored draws, or q's closed-form mean where it exists (HPF CAVI)")
     p.add_argument("--no-sd", action="store_true", help="leave out the sd column (skips the pass over the draws)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="accepted as by every other command (recommend shows no progress bar)")
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("evaluate", formatter_class=fmt,
